@@ -1,0 +1,62 @@
+"""effir's IR: nodes, types, modules, the operator registry, text format,
+structural equality and hashing, traversal, and the well-formedness check."""
+
+from .diagnostics import AttrError, Error, ParseError, Source, Span, WellFormedError
+from .expr import (
+    Call,
+    Clause,
+    Constant,
+    Constructor,
+    Expr,
+    Function,
+    GlobalCell,
+    GlobalVar,
+    If,
+    Let,
+    Match,
+    Op,
+    Pattern,
+    PatternConstructor,
+    PatternTuple,
+    PatternVar,
+    PatternWildcard,
+    RefCreate,
+    RefRead,
+    RefWrite,
+    Tuple,
+    TupleGetItem,
+    TypeData,
+    Var,
+    const,
+    is_atom,
+)
+from .module import IRModule
+from .node import EMPTY_ATTRS, Attrs, Node
+from .op import AttrSpec, OpDef, all_ops, get_op, lookup_op, op_def, register_op
+from .parser import parse, parse_expr
+from .printer import astext
+from .structural import (
+    StructuralMismatch,
+    assert_structural_equal,
+    structural_diff,
+    structural_equal,
+    structural_hash,
+)
+from .types import (
+    ANY,
+    DTYPES,
+    FuncType,
+    GlobalTypeVar,
+    KeyType,
+    RefType,
+    TensorType,
+    TupleType,
+    Type,
+    TypeCall,
+    TypeVar,
+    scalar_type,
+)
+from .visitor import ExprMutator, post_order, pre_order
+from .well_formed import check_well_formed
+
+__all__ = [name for name in dir() if not name.startswith("_")]

@@ -1,0 +1,141 @@
+"""Source text, spans, and the errors users see.
+
+Every user-facing error in effir is an `Error` that can point at a place in a
+source file; its string shows ``file:line:col``, the message, the source line
+and a caret, as compilers do, so a user never has to read a traceback.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+
+class Source:
+    """A named source text; converts character offsets to lines and columns."""
+
+    __slots__ = ("name", "text", "_line_starts")
+
+    def __init__(self, name: str, text: str) -> None:
+        self.name = name
+        self.text = text
+        self._line_starts: list[int] | None = None
+
+    def _starts(self) -> list[int]:
+        if self._line_starts is None:
+            starts = [0]
+            find = self.text.find
+            pos = find("\n")
+            while pos >= 0:
+                starts.append(pos + 1)
+                pos = find("\n", pos + 1)
+            self._line_starts = starts
+        return self._line_starts
+
+    def line_col(self, offset: int) -> tuple[int, int]:
+        """1-based line and column of a character offset."""
+        starts = self._starts()
+        index = bisect.bisect_right(starts, offset) - 1
+        return index + 1, offset - starts[index] + 1
+
+    def line_text(self, line: int) -> str:
+        starts = self._starts()
+        if not 1 <= line <= len(starts):
+            return ""
+        begin = starts[line - 1]
+        end = starts[line] - 1 if line < len(starts) else len(self.text)
+        return self.text[begin:end]
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A half-open character range [start, end) in a source."""
+
+    source: Source = field(compare=False, repr=False)
+    start: int
+    end: int
+
+    @property
+    def line(self) -> int:
+        return self.source.line_col(self.start)[0]
+
+    @property
+    def column(self) -> int:
+        return self.source.line_col(self.start)[1]
+
+    def __str__(self) -> str:
+        line, col = self.source.line_col(self.start)
+        return f"{self.source.name}:{line}:{col}"
+
+
+class Error(Exception):
+    """Base class of every error effir reports to its users."""
+
+    kind = "error"
+
+    def __init__(self, message: str, span: Span | None = None, notes: tuple[str, ...] = ()):
+        self.message = message
+        self.span = span
+        self.notes = tuple(notes)
+        super().__init__(self._render())
+
+    @property
+    def location(self) -> str:
+        return str(self.span) if self.span is not None else "<unknown>"
+
+    @property
+    def line(self) -> int | None:
+        return self.span.line if self.span is not None else None
+
+    @property
+    def column(self) -> int | None:
+        return self.span.column if self.span is not None else None
+
+    @property
+    def source_name(self) -> str | None:
+        return self.span.source.name if self.span is not None else None
+
+    def _render(self) -> str:
+        if self.span is None:
+            text = f"{self.kind}: {self.message}"
+        else:
+            text = f"{self.span}: {self.kind}: {self.message}\n{caret_excerpt(self.span)}"
+        for note in self.notes:
+            text += f"\nnote: {note}"
+        return text
+
+    def __str__(self) -> str:
+        return self._render()
+
+
+class ParseError(Error):
+    """Malformed program text: the only exception the parser raises."""
+
+    kind = "parse error"
+
+
+class WellFormedError(Error):
+    """A program that parses (or was built in Python) but breaks an IR invariant."""
+
+    kind = "well-formedness error"
+
+
+class AttrError(Error):
+    """An operator attribute that is unknown, missing or of the wrong kind."""
+
+    kind = "attribute error"
+
+
+def caret_excerpt(span: Span) -> str:
+    """The source line of a span with a caret (and tildes) under it."""
+    line, col = span.source.line_col(span.start)
+    end_line, end_col = span.source.line_col(max(span.start, span.end - 1))
+    width = max(1, end_col - col + 1) if end_line == line else 1
+    shown = span.source.line_text(line).expandtabs(1)
+    if len(shown) > 200:  # keep a long (or minified) line readable around the error
+        lo = max(0, col - 100)
+        shown = ("..." if lo else "") + shown[lo : lo + 200]
+        col = col - lo + (3 if lo else 0)
+    width = min(width, max(1, len(shown) - col + 1))
+    printable = "".join(ch if ch.isprintable() else "?" for ch in shown)
+    return f"  {printable}\n  {' ' * (col - 1)}^{'~' * (width - 1)}"

@@ -1,0 +1,1173 @@
+"""The parser of effir's text format (docs/text-format.md).
+
+Relay 0.0.5's syntax plus effir's extensions. Recursive-descent in shape, but
+every production is a generator driven by ``trampoline.run``, and let chains,
+sequences and binary operators are parsed by loops, so neither a 100,000-line
+let chain nor 10,000 nested ``if``s touches Python's recursion limit.
+
+A module is parsed in three steps: (1) the metadata section at the end is
+decoded, since ``meta[relay.Constant][i]`` references come before it; (2) the
+top-level items are located and the names they define collected, so that
+definitions may refer to later ones; (3) ADT definitions are parsed first (so
+their constructors exist), then cells and functions in file order.
+
+The only exception the parser raises is ``ParseError``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import difflib
+import json
+from typing import Any
+
+import numpy as np
+
+from . import lexer as L
+from .diagnostics import AttrError, ParseError, Source, Span
+from .expr import (
+    Call,
+    Clause,
+    Constant,
+    Constructor,
+    Expr,
+    Function,
+    GlobalCell,
+    GlobalVar,
+    If,
+    Let,
+    Match,
+    Op,
+    PatternConstructor,
+    PatternTuple,
+    PatternVar,
+    PatternWildcard,
+    RefCreate,
+    RefRead,
+    RefWrite,
+    Tuple,
+    TupleGetItem,
+    TypeData,
+    Var,
+)
+from .literals import LiteralError, literal_value
+from .module import IRModule
+from .node import EMPTY_ATTRS, Attrs
+from .op import lookup_op
+from .trampoline import run
+from .types import (
+    ANY,
+    DTYPES,
+    EFFECT_KEYWORDS,
+    FuncType,
+    GlobalTypeVar,
+    KeyType,
+    RefType,
+    TensorType,
+    TupleType,
+    Type,
+    TypeCall,
+    TypeVar,
+    normalize_effects,
+)
+
+VERSION = "0.0.5"
+ACCEPTED_VERSIONS = ("0.0.5", "0.0.4")
+
+# Infix operators: precedence and the operator each one denotes.
+_BINARY = {
+    "*": (3, "multiply"),
+    "/": (3, "divide"),
+    "+": (2, "add"),
+    "-": (2, "subtract"),
+    "<": (1, "less"),
+    "<=": (1, "less_equal"),
+    ">": (1, "greater"),
+    ">=": (1, "greater_equal"),
+    "==": (1, "equal"),
+    "!=": (1, "not_equal"),
+}
+_OPEN = frozenset({"(", "[", "{", "#["})
+_CLOSE = frozenset({")", "]", "}"})
+_METADATA_KIND = "relay.Constant"
+_TERMINATORS = frozenset({",", ")", ";", "]", "}"})
+
+
+def _is(token: tuple, kind: str, value: Any = None) -> bool:
+    return token[0] == kind and (value is None or token[1] == value)
+
+
+class _Item:
+    """A top-level definition located by the pre-scan."""
+
+    __slots__ = ("keyword", "start", "end", "name")
+
+    def __init__(self, keyword: str, start: int, end: int, name: str | None) -> None:
+        self.keyword, self.start, self.end, self.name = keyword, start, end, name
+
+
+class Parser:
+    def __init__(self, text: str, source_name: str) -> None:
+        self.source = Source(source_name, text)
+        self.tokens = L.tokenize(self.source)
+        self.pos = 0
+        self.locals: dict[str, Var] = {}
+        self.graph: dict[int, Expr] = {}
+        self.type_vars: dict[str, TypeVar] = {}
+        self.global_kinds: dict[str, str] = {}  # name -> "function" | "cell"
+        self.adt_arity: dict[str, int] = {}
+        self.constructors: dict[str, Constructor] = {}
+        self.metadata: list[Constant] = []
+
+    # ----------------------------------------------------------------- tokens
+    def peek(self, ahead: int = 0) -> tuple:
+        index = self.pos + ahead
+        tokens = self.tokens
+        return tokens[index] if index < len(tokens) else tokens[-1]
+
+    def next(self) -> tuple:
+        token = self.tokens[self.pos]
+        if token[0] != L.EOF:
+            self.pos += 1
+        return token
+
+    def at(self, kind: str, value: Any = None) -> bool:
+        token = self.tokens[self.pos]
+        return token[0] == kind and (value is None or token[1] == value)
+
+    def at_punct(self, value: str) -> bool:
+        token = self.tokens[self.pos]
+        return token[0] == L.PUNCT and token[1] == value
+
+    def accept(self, value: str) -> bool:
+        token = self.tokens[self.pos]
+        if token[0] == L.PUNCT and token[1] == value:
+            self.pos += 1
+            return True
+        return False
+
+    def expect(self, value: str, what: str | None = None) -> tuple:
+        token = self.tokens[self.pos]
+        if token[0] in (L.PUNCT, L.KEYWORD) and token[1] == value:
+            self.pos += 1
+            return token
+        raise self.error(f"expected {what or repr(value)}, found {L.describe(token)}", token)
+
+    def error(
+        self, message: str, token: tuple | None = None, notes: tuple[str, ...] = ()
+    ) -> ParseError:
+        token = token or self.peek()
+        return ParseError(message, Span(self.source, token[2], max(token[3], token[2] + 1)), notes)
+
+    def span_from(self, start_token: tuple) -> Span:
+        end = self.tokens[self.pos - 1][3] if self.pos else start_token[3]
+        return Span(self.source, start_token[2], max(end, start_token[2]))
+
+    def quick_atom(self) -> Expr | None:
+        """An atom followed by a terminator, parsed without generators (the
+        common case of call arguments and tuple fields), or None."""
+        tokens = self.tokens
+        pos = self.pos
+        follow = tokens[pos + 1] if pos + 1 < len(tokens) else tokens[-1]
+        if follow[0] != L.PUNCT or follow[1] not in _TERMINATORS:
+            return None
+        token = tokens[pos]
+        kind = token[0]
+        if kind == L.LOCAL:
+            var = self.locals.get(token[1])
+            if var is not None:
+                self.pos = pos + 1
+            return var
+        if kind in (L.INT, L.FLOAT):
+            self.pos = pos + 1
+            return self.literal(token, negative=False, start=token)
+        return None
+
+    # ----------------------------------------------------------------- scopes
+    def bind_local(self, name: str, var: Var, undo: list) -> None:
+        undo.append((self.locals, name, self.locals.get(name)))
+        self.locals[name] = var
+
+    def bind_graph(self, index: int, expr: Expr, undo: list) -> None:
+        undo.append((self.graph, index, self.graph.get(index)))
+        self.graph[index] = expr
+
+    def bind_type_var(self, name: str, tv: TypeVar, undo: list) -> None:
+        undo.append((self.type_vars, name, self.type_vars.get(name)))
+        self.type_vars[name] = tv
+
+    @staticmethod
+    def restore(undo: list) -> None:
+        for table, key, previous in reversed(undo):
+            if previous is None:
+                del table[key]
+            else:
+                table[key] = previous
+
+    # ---------------------------------------------------------------- module
+    def parse_module(self) -> IRModule:
+        self.read_metadata()
+        self.read_header(required=True)
+        items = self.locate_items()
+        type_defs: dict[str, TypeData] = {}
+        functions: dict[str, Function] = {}
+        cells: dict[str, GlobalCell] = {}
+        for item in items:
+            if item.keyword == "type":
+                self.pos = item.start
+                data = self.p_type_def()
+                type_defs[data.name] = data
+                self.finish_item(item)
+        for item in items:
+            self.pos = item.start
+            if item.keyword == "def":
+                name, fn = run(self.p_def())
+                functions[name] = fn
+            elif item.keyword == "global":
+                cell = run(self.p_cell())
+                cells[cell.name] = cell
+            else:
+                continue
+            self.finish_item(item)
+        return IRModule(functions, type_defs, cells)
+
+    def finish_item(self, item: _Item) -> None:
+        if self.pos != item.end:
+            raise self.error(
+                f"unexpected {L.describe(self.peek())} after the definition; "
+                "expected 'def', 'type', 'global' or the end of the file"
+            )
+
+    def read_header(self, required: bool) -> None:
+        token = self.peek()
+        if not (_is(token, L.PUNCT, "#[") and _is(self.peek(1), L.IDENT, "version")):
+            if required:
+                if token[0] == L.EOF:
+                    raise self.error(
+                        f'empty program: expected the version header #[version = "{VERSION}"]',
+                        token,
+                    )
+                raise self.error(
+                    f'expected the version header #[version = "{VERSION}"] at the start of the '
+                    f"file, found {L.describe(token)}",
+                    token,
+                )
+            return
+        self.next()
+        self.next()
+        self.expect("=")
+        version = self.next()
+        if version[0] != L.STRING:
+            raise self.error(f"expected a version string, found {L.describe(version)}", version)
+        if version[1] not in ACCEPTED_VERSIONS:
+            raise self.error(
+                f'unsupported version "{version[1]}": effir reads version "{VERSION}" '
+                f'(and Relay\'s "0.0.4")',
+                version,
+            )
+        self.expect("]")
+
+    def locate_items(self) -> list[_Item]:
+        """Find the top-level definitions and collect the names they define."""
+        tokens = self.tokens
+        starts: list[int] = []
+        depth = 0
+        first = self.pos
+        for index in range(first, len(tokens)):
+            kind, value = tokens[index][0], tokens[index][1]
+            if kind == L.PUNCT:
+                if value in _OPEN:
+                    depth += 1
+                elif value in _CLOSE:
+                    depth -= 1
+            elif kind == L.KEYWORD and depth == 0 and value in ("def", "type", "global"):
+                starts.append(index)
+            elif kind in (L.METADATA, L.EOF):
+                break
+        body_end = index
+        if not starts or starts[0] != first:
+            if first != body_end:
+                raise self.error(
+                    f"expected 'def', 'type' or 'global', found {L.describe(tokens[first])}",
+                    tokens[first],
+                )
+        items: list[_Item] = []
+        defined_at: dict[str, tuple] = {}
+        for k, start in enumerate(starts):
+            end = starts[k + 1] if k + 1 < len(starts) else body_end
+            keyword = tokens[start][1]
+            name_token = tokens[start + 1] if start + 1 < len(tokens) else tokens[-1]
+            name = None
+            if keyword == "type" and name_token[0] == L.IDENT:
+                name = name_token[1]
+                key = "type " + name
+                self.adt_arity[name] = self._count_type_params(start + 2)
+            elif keyword in ("def", "global") and name_token[0] == L.GLOBAL:
+                name = name_token[1]
+                key = "@" + name
+                self.global_kinds[name] = "function" if keyword == "def" else "cell"
+            else:
+                key = None
+            if key is not None:
+                if key in defined_at:
+                    first_token = defined_at[key]
+                    line, col = self.source.line_col(first_token[2])
+                    raise self.error(
+                        f"{key} is defined twice",
+                        name_token,
+                        (f"first defined at {self.source.name}:{line}:{col}",),
+                    )
+                defined_at[key] = name_token
+            items.append(_Item(keyword, start, end, name))
+        return items
+
+    def _count_type_params(self, index: int) -> int:
+        tokens = self.tokens
+        if index >= len(tokens) or not _is(tokens[index], L.PUNCT, "["):
+            return 0
+        count = 0
+        index += 1
+        while index < len(tokens) and tokens[index][0] == L.IDENT:
+            count += 1
+            index += 1
+            if index < len(tokens) and _is(tokens[index], L.PUNCT, ","):
+                index += 1
+        return count
+
+    def read_metadata(self) -> None:
+        """Decode the ``#[metadata]`` section, if any (it ends the token list)."""
+        if len(self.tokens) < 2 or self.tokens[-2][0] != L.METADATA:
+            return
+        token = self.tokens[-2]
+        text, offset = token[1]
+
+        def fail(message: str, at: int | None = None) -> ParseError:
+            if at is None:
+                return self.error(message, token)
+            return ParseError(message, Span(self.source, at, at + 1))
+
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise fail(f"malformed metadata section: {err.msg}", offset + err.pos) from None
+        except (RecursionError, ValueError) as err:
+            raise fail(f"malformed metadata section: {err}") from None
+        if not isinstance(data, dict):
+            raise fail("the metadata section must be a JSON object")
+        for key in data:
+            if key != _METADATA_KIND:
+                raise fail(f"unknown metadata kind {key!r}: effir stores only {_METADATA_KIND!r}")
+        entries = data.get(_METADATA_KIND, [])
+        if not isinstance(entries, list):
+            raise fail(f"metadata {_METADATA_KIND!r} must be a list")
+        for i, entry in enumerate(entries):
+            where = f"metadata constant {i}"
+            if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data"}:
+                raise fail(f"{where} must have exactly the keys 'dtype', 'shape' and 'data'")
+            dtype, shape, payload = entry["dtype"], entry["shape"], entry["data"]
+            if dtype not in DTYPES:
+                raise fail(f"{where} has unknown dtype {dtype!r}")
+            if not isinstance(shape, list) or not all(
+                isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**31 for d in shape
+            ):
+                raise fail(f"{where} has a malformed shape {shape!r}")
+            if not isinstance(payload, str):
+                raise fail(f"{where}: 'data' must be a base64 string")
+            try:
+                raw = base64.b64decode(payload.encode("ascii"), validate=True)
+            except (binascii.Error, UnicodeEncodeError, ValueError):
+                raise fail(f"{where}: 'data' is not valid base64") from None
+            np_dtype = np.dtype(dtype).newbyteorder("<")
+            count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+            if len(raw) != count * np_dtype.itemsize:
+                raise fail(
+                    f"{where}: {len(raw)} bytes of data for shape {tuple(shape)} of {dtype} "
+                    f"(expected {count * np_dtype.itemsize})"
+                )
+            array = np.frombuffer(raw, dtype=np_dtype).astype(np.dtype(dtype)).reshape(shape)
+            self.metadata.append(Constant(array))
+
+    # ------------------------------------------------------------ definitions
+    def p_type_def(self) -> TypeData:
+        self.expect("type")
+        name_token = self.next()
+        if name_token[0] != L.IDENT:
+            raise self.error(f"expected a type name, found {L.describe(name_token)}", name_token)
+        name = name_token[1]
+        undo: list = []
+        params = self.p_type_params(undo)
+        self.expect("{")
+        constructors: list[Constructor] = []
+        while not self.at_punct("}"):
+            ctor_token = self.next()
+            if ctor_token[0] != L.IDENT:
+                raise self.error(
+                    f"expected a constructor name or '}}', found {L.describe(ctor_token)}",
+                    ctor_token,
+                )
+            if ctor_token[1] in self.constructors:
+                raise self.error(f"constructor {ctor_token[1]} is defined twice", ctor_token)
+            inputs: list[Type] = []
+            if self.accept("("):
+                while not self.at_punct(")"):
+                    inputs.append(run(self.p_type()))
+                    if not self.accept(","):
+                        break
+                self.expect(")", "',' or ')'")
+            ctor = Constructor(ctor_token[1], tuple(inputs), name, span=self.span_from(ctor_token))
+            self.constructors[ctor.name] = ctor
+            constructors.append(ctor)
+            if not self.accept(","):
+                break
+        self.expect("}", "',' or '}'")
+        self.restore(undo)
+        return TypeData(name, params, tuple(constructors), span=self.span_from(name_token))
+
+    def p_type_params(self, undo: list) -> tuple[TypeVar, ...]:
+        if not self.accept("["):
+            return ()
+        params: list[TypeVar] = []
+        seen: set[str] = set()
+        while True:
+            token = self.next()
+            if token[0] != L.IDENT:
+                raise self.error(
+                    f"expected a type parameter name, found {L.describe(token)}", token
+                )
+            if token[1] in seen:
+                raise self.error(f"type parameter {token[1]} is declared twice", token)
+            seen.add(token[1])
+            tv = TypeVar(token[1], span=self.span_from(token))
+            self.bind_type_var(token[1], tv, undo)
+            params.append(tv)
+            if not self.accept(","):
+                break
+        self.expect("]", "',' or ']'")
+        return tuple(params)
+
+    def p_def(self):
+        start = self.expect("def")
+        name_token = self.next()
+        if name_token[0] != L.GLOBAL:
+            raise self.error(
+                f"expected a global name such as @main, found {L.describe(name_token)}", name_token
+            )
+        fn = yield self.p_function_rest(start)
+        return name_token[1], fn
+
+    def p_cell(self):
+        start = self.expect("global")
+        name_token = self.next()
+        if name_token[0] != L.GLOBAL:
+            raise self.error(f"expected a global name such as @rng, found {L.describe(name_token)}")
+        cell_type = None
+        if self.accept(":"):
+            cell_type = yield self.p_type()
+        self.expect("=")
+        ref_token = self.peek()
+        if not _is(ref_token, L.KEYWORD, "ref"):
+            raise self.error(
+                f"a global state cell is initialised with ref(...), found {L.describe(ref_token)}",
+                ref_token,
+            )
+        self.next()
+        self.expect("(")
+        init = yield self.p_expr()
+        self.expect(")", "')'")
+        self.expect(";", "';' after the global cell")
+        return GlobalCell(name_token[1], cell_type, init, span=self.span_from(start))
+
+    def p_function_rest(self, start: tuple):
+        """Everything of a function after ``fn`` (or ``def @name``)."""
+        undo: list = []
+        type_params = self.p_type_params(undo)
+        self.expect("(")
+        params: list[Var] = []
+        attrs: dict[str, Any] = {}
+        seen: dict[str, tuple] = {}
+        while not self.at_punct(")"):
+            token = self.peek()
+            if token[0] == L.LOCAL:
+                if attrs:
+                    raise self.error("parameters must come before attributes", token)
+                self.next()
+                if token[1] in seen:
+                    raise self.error(f"parameter %{token[1]} is declared twice", token)
+                seen[token[1]] = token
+                annotation = None
+                if self.accept(":"):
+                    annotation = yield self.p_type()
+                params.append(Var(token[1], annotation, span=self.span_from(token)))
+            elif token[0] == L.IDENT and _is(self.peek(1), L.PUNCT, "="):
+                self.next()
+                self.next()
+                if token[1] in attrs:
+                    raise self.error(f"attribute '{token[1]}' is given twice", token)
+                attrs[token[1]] = yield self.p_attr_value()
+            else:
+                raise self.error(
+                    f"expected a parameter such as %x, an attribute or ')', found {L.describe(token)}",
+                    token,
+                )
+            if not self.accept(","):
+                break
+        self.expect(")", "',' or ')'")
+        ret_type = None
+        if self.accept("->"):
+            ret_type = yield self.p_type()
+        for param in params:
+            self.bind_local(param.name_hint, param, undo)
+        self.expect("{", "'{' to open the function body")
+        body = yield self.p_expr()
+        self.expect("}", "'}' to close the function body")
+        self.restore(undo)
+        return Function(
+            tuple(params),
+            body,
+            ret_type,
+            type_params,
+            Attrs(tuple(sorted(attrs.items()))) if attrs else EMPTY_ATTRS,
+            span=self.span_from(start),
+        )
+
+    # ------------------------------------------------------------ expressions
+    def p_expr(self):
+        """A block: ``let`` bindings, graph bindings and sequencing, then a result."""
+        bindings: list[tuple[Var | None, Expr, tuple]] = []
+        undo: list = []
+        while True:
+            token = self.peek()
+            if token[0] == L.KEYWORD and token[1] == "let":
+                self.next()
+                name_token = self.next()
+                if name_token[0] != L.LOCAL:
+                    raise self.error(
+                        f"expected a variable such as %x after 'let', found {L.describe(name_token)}",
+                        name_token,
+                    )
+                annotation = None
+                if self.accept(":"):
+                    annotation = yield self.p_type()
+                var = Var(name_token[1], annotation, span=self.span_from(name_token))
+                self.bind_local(name_token[1], var, undo)
+                self.expect("=")
+                value = yield self.p_binary()
+                self.expect(";", "';' after the let binding")
+                bindings.append((var, value, token))
+            elif token[0] == L.GRAPH and _is(self.peek(1), L.PUNCT, "="):
+                self.next()
+                self.next()
+                value = yield self.p_binary()
+                self.expect(";", "';' after the graph binding")
+                if token[1] in self.graph:
+                    raise self.error(f"%{token[1]} is already bound in this scope", token)
+                self.bind_graph(token[1], value, undo)
+            else:
+                value = yield self.p_binary()
+                if self.accept(";"):
+                    bindings.append((None, value, token))
+                    continue
+                body = value
+                break
+        self.restore(undo)
+        for var, value, start in reversed(bindings):
+            if var is None:
+                var = Var("_", span=Span(self.source, start[2], start[3]))
+            body = Let(var, value, body, span=Span(self.source, start[2], start[3]))
+        return body
+
+    def p_binary(self):
+        operands = [(yield self.p_unary() if self.at_punct("-") else self.p_postfix())]
+        operators: list[tuple] = []
+
+        def reduce() -> None:
+            op_token = operators.pop()
+            rhs = operands.pop()
+            lhs = operands.pop()
+            name = _BINARY[op_token[1]][1]
+            operands.append(self.make_call(self.op_node(name), (lhs, rhs), {}, op_token))
+
+        while True:
+            token = self.peek()
+            if token[0] != L.PUNCT or token[1] not in _BINARY:
+                break
+            self.next()
+            precedence = _BINARY[token[1]][0]
+            while operators and _BINARY[operators[-1][1]][0] >= precedence:
+                reduce()
+            operators.append(token)
+            operands.append((yield self.p_unary() if self.at_punct("-") else self.p_postfix()))
+        while operators:
+            reduce()
+        return operands[0]
+
+    def p_unary(self):
+        minuses: list[tuple] = []
+        while self.at_punct("-"):
+            minuses.append(self.next())
+        token = self.peek()
+        if minuses and token[0] in (L.INT, L.FLOAT) and token[2] == minuses[-1][3]:
+            self.next()
+            expr = self.literal(token, negative=True, start=minuses.pop())
+            expr = yield self.p_postfix_rest(expr)
+        else:
+            expr = yield self.p_postfix()
+        for minus in reversed(minuses):
+            expr = self.make_call(self.op_node("negative"), (expr,), {}, minus)
+        return expr
+
+    def p_postfix(self):
+        token = self.peek()
+        kind = token[0]
+        if kind == L.LOCAL:
+            self.next()
+            expr = self.locals.get(token[1])
+            if expr is None:
+                raise self.undefined_local(token)
+        elif kind == L.GLOBAL:
+            self.next()
+            if token[1] not in self.global_kinds:
+                raise self.undefined_global(token)
+            expr = GlobalVar(token[1], span=self.span_from(token))
+        elif kind in (L.INT, L.FLOAT):
+            self.next()
+            expr = self.literal(token, negative=False, start=token)
+        else:
+            expr = yield self.p_primary()
+        follow = self.tokens[self.pos]
+        if follow[0] == L.PUNCT and (follow[1] == "(" or follow[1] == "."):
+            expr = yield self.p_postfix_rest(expr)
+        return expr
+
+    def p_postfix_rest(self, expr: Expr):
+        while True:
+            token = self.peek()
+            if token[0] != L.PUNCT:
+                return expr
+            if token[1] == "(":
+                self.next()
+                args: list[Expr] = []
+                attrs: dict[str, Any] = {}
+                attr_tokens: dict[str, tuple] = {}
+                while not self.at_punct(")"):
+                    arg_token = self.peek()
+                    if arg_token[0] == L.IDENT and _is(self.peek(1), L.PUNCT, "="):
+                        self.next()
+                        self.next()
+                        if arg_token[1] in attrs:
+                            raise self.error(
+                                f"attribute '{arg_token[1]}' is given twice", arg_token
+                            )
+                        attrs[arg_token[1]] = yield self.p_attr_value()
+                        attr_tokens[arg_token[1]] = arg_token
+                    else:
+                        if attrs:
+                            raise self.error("arguments must come before attributes", arg_token)
+                        arg = self.quick_atom()
+                        args.append(arg if arg is not None else (yield self.p_expr()))
+                    if not self.accept(","):
+                        break
+                self.expect(")", "',' or ')'")
+                expr = self.make_call(expr, tuple(args), attrs, token, attr_tokens)
+            elif token[1] == ".":
+                self.next()
+                index = self.next()
+                if index[0] != L.INT or index[1][1] is not None:
+                    raise self.error(
+                        f"expected a tuple index after '.', found {L.describe(index)}", index
+                    )
+                expr = TupleGetItem(
+                    expr, int(index[1][0]), span=Span(self.source, token[2], index[3])
+                )
+            else:
+                return expr
+
+    def p_primary(self):
+        token = self.peek()
+        kind, value = token[0], token[1]
+        if kind == L.GRAPH:
+            self.next()
+            found = self.graph.get(value)
+            if found is None:
+                raise self.error(
+                    f"%{value} is not bound (graph bindings must come before use)", token
+                )
+            return found
+        if kind == L.IDENT:
+            self.next()
+            return self.identifier(token)
+        if kind == L.PUNCT:
+            if value == "(":
+                return (yield self.p_paren())
+            if value == "{":
+                self.next()
+                body = yield self.p_expr()
+                self.expect("}", "'}' to close the block")
+                return body
+        if kind == L.KEYWORD:
+            if value == "fn":
+                self.next()
+                return (yield self.p_function_rest(token))
+            if value == "if":
+                return (yield self.p_if())
+            if value == "match":
+                return (yield self.p_match())
+            if value == "ref":
+                self.next()
+                self.expect("(")
+                inner = yield self.p_expr()
+                self.expect(")", "')'")
+                return RefCreate(inner, span=self.span_from(token))
+            if value == "ref_read":
+                self.next()
+                self.expect("(")
+                inner = yield self.p_expr()
+                self.expect(")", "')'")
+                return RefRead(inner, span=self.span_from(token))
+            if value == "ref_write":
+                self.next()
+                self.expect("(")
+                ref = yield self.p_expr()
+                self.expect(",", "',' between the reference and the value")
+                inner = yield self.p_expr()
+                self.expect(")", "')'")
+                return RefWrite(ref, inner, span=self.span_from(token))
+            if value == "let":
+                raise self.error("a 'let' inside an expression must be wrapped in '{ ... }'", token)
+        if kind == L.EOF:
+            raise self.error("expected an expression, found end of input", token)
+        raise self.error(f"expected an expression, found {L.describe(token)}", token)
+
+    def p_paren(self):
+        start = self.expect("(")
+        if self.accept(")"):
+            return Tuple((), span=self.span_from(start))
+        first = yield self.p_expr()
+        if self.accept(")"):
+            return first
+        self.expect(",", "',' or ')'")
+        fields = [first]
+        while not self.at_punct(")"):
+            fields.append((yield self.p_expr()))
+            if not self.accept(","):
+                break
+        self.expect(")", "',' or ')'")
+        return Tuple(tuple(fields), span=self.span_from(start))
+
+    def p_if(self):
+        start = self.expect("if")
+        cond = yield self.p_binary()
+        self.expect("{", "'{' to open the then-branch")
+        then_branch = yield self.p_expr()
+        self.expect("}", "'}' to close the then-branch")
+        self.expect("else", "'else'")
+        self.expect("{", "'{' to open the else-branch")
+        else_branch = yield self.p_expr()
+        self.expect("}", "'}' to close the else-branch")
+        return If(cond, then_branch, else_branch, span=self.span_from(start))
+
+    def p_match(self):
+        start = self.expect("match")
+        complete = True
+        if self.at_punct("?") and self.peek()[2] == start[3]:
+            self.next()
+            complete = False
+        data = yield self.p_binary()
+        self.expect("{", "'{' to open the match clauses")
+        clauses: list[Clause] = []
+        while not self.at_punct("}"):
+            clause_start = self.peek()
+            undo: list = []
+            pattern = yield self.p_pattern(undo)
+            self.expect("=>", "'=>' after the pattern")
+            body = yield self.p_binary()
+            self.restore(undo)
+            clauses.append(Clause(pattern, body, span=self.span_from(clause_start)))
+            if not self.accept(","):
+                break
+        self.expect("}", "',' or '}'")
+        return Match(data, tuple(clauses), complete, span=self.span_from(start))
+
+    def p_pattern(self, undo: list):
+        token = self.next()
+        kind, value = token[0], token[1]
+        if kind == L.PUNCT and value == "_":
+            return PatternWildcard(span=self.span_from(token))
+        if kind == L.IDENT and value == "_":
+            return PatternWildcard(span=self.span_from(token))
+        if kind == L.LOCAL:
+            annotation = None
+            if self.accept(":"):
+                annotation = yield self.p_type()
+            var = Var(value, annotation, span=self.span_from(token))
+            self.bind_local(value, var, undo)
+            return PatternVar(var, span=self.span_from(token))
+        if kind == L.IDENT:
+            ctor = self.constructors.get(value)
+            if ctor is None:
+                raise self.unknown_name(token, "constructor", self.constructors)
+            patterns: list = []
+            if self.accept("("):
+                while not self.at_punct(")"):
+                    patterns.append((yield self.p_pattern(undo)))
+                    if not self.accept(","):
+                        break
+                self.expect(")", "',' or ')'")
+            if len(patterns) != len(ctor.inputs):
+                raise self.error(
+                    f"constructor {value} takes {len(ctor.inputs)} fields, "
+                    f"the pattern has {len(patterns)}",
+                    token,
+                )
+            return PatternConstructor(ctor, tuple(patterns), span=self.span_from(token))
+        if kind == L.PUNCT and value == "(":
+            patterns = []
+            trailing = False
+            while not self.at_punct(")"):
+                patterns.append((yield self.p_pattern(undo)))
+                trailing = False
+                if not self.accept(","):
+                    break
+                trailing = True
+            self.expect(")", "',' or ')'")
+            if len(patterns) == 1 and not trailing:
+                return patterns[0]
+            return PatternTuple(tuple(patterns), span=self.span_from(token))
+        raise self.error(
+            f"expected a pattern (_, %x, a constructor or a tuple), found {L.describe(token)}",
+            token,
+        )
+
+    # --------------------------------------------------------------- helpers
+    def identifier(self, token: tuple) -> Expr:
+        name = token[1]
+        if name == "True" or name == "False":
+            return Constant(np.array(name == "True"), span=self.span_from(token))
+        if name == "meta" and self.at_punct("["):
+            return self.p_meta_ref(token)
+        ctor = self.constructors.get(name)
+        if ctor is not None:
+            return ctor
+        definition = lookup_op(name)
+        if definition is not None:
+            return definition.op
+        known = list(self.constructors) + [name for name in _all_op_names()]
+        raise self.unknown_name(token, "operator or constructor", known)
+
+    def p_meta_ref(self, start: tuple) -> Constant:
+        self.expect("[")
+        kind_token = self.next()
+        if not _is(kind_token, L.IDENT, _METADATA_KIND):
+            raise self.error(
+                f"expected {_METADATA_KIND}, found {L.describe(kind_token)}", kind_token
+            )
+        self.expect("]")
+        self.expect("[")
+        index_token = self.next()
+        if index_token[0] != L.INT or index_token[1][1] is not None:
+            raise self.error(
+                f"expected a metadata index, found {L.describe(index_token)}", index_token
+            )
+        self.expect("]")
+        index = int(index_token[1][0])
+        if index >= len(self.metadata):
+            raise self.error(
+                f"meta[{_METADATA_KIND}][{index}] does not exist: the metadata section has "
+                f"{len(self.metadata)} constant(s)",
+                index_token,
+            )
+        return self.metadata[index]
+
+    def literal(self, token: tuple, negative: bool, start: tuple) -> Constant:
+        text, suffix = token[1]
+        try:
+            array = literal_value(text, suffix, negative)
+        except LiteralError as err:
+            raise self.error(str(err), token) from None
+        return Constant(array, span=Span(self.source, start[2], token[3]))
+
+    def op_node(self, name: str) -> Op:
+        return lookup_op(name).op
+
+    def make_call(
+        self,
+        callee: Expr,
+        args: tuple[Expr, ...],
+        attrs: dict[str, Any],
+        token: tuple,
+        attr_tokens: dict[str, tuple] | None = None,
+    ) -> Call:
+        span = self.span_from(token)
+        if isinstance(callee, Op):
+            definition = lookup_op(callee.name)
+            if definition.num_inputs is not None and len(args) != definition.num_inputs:
+                raise self.error(
+                    f"{callee.name} takes {definition.num_inputs} argument(s), got {len(args)}",
+                    token,
+                )
+            try:
+                normalized = definition.normalize_attrs(attrs)
+            except AttrError as err:
+                culprit = next(
+                    (t for name, t in (attr_tokens or {}).items() if f"'{name}'" in err.message),
+                    token,
+                )
+                raise self.error(err.message, culprit) from None
+            return Call(callee, args, normalized, span=span)
+        if attrs:
+            name = next(iter(attrs))
+            raise self.error(
+                f"attribute '{name}' given to a call of a non-operator; only operators take attributes",
+                (attr_tokens or {}).get(name, token),
+            )
+        if isinstance(callee, Constructor) and len(args) != len(callee.inputs):
+            raise self.error(
+                f"constructor {callee.name} takes {len(callee.inputs)} argument(s), got {len(args)}",
+                token,
+            )
+        return Call(callee, args, EMPTY_ATTRS, span=span)
+
+    def p_attr_value(self):
+        token = self.next()
+        kind, value = token[0], token[1]
+        if kind == L.PUNCT and value in ("[", "("):
+            closing = "]" if value == "[" else ")"
+            items: list[Any] = []
+            while not self.at_punct(closing):
+                items.append((yield self.p_attr_value()))
+                if not self.accept(","):
+                    break
+            self.expect(closing, f"',' or '{closing}'")
+            return tuple(items)
+        negative = False
+        if kind == L.PUNCT and value == "-":
+            negative = True
+            token = self.next()
+            kind, value = token[0], token[1]
+        if kind == L.INT:
+            number = int(value[0])
+            return -number if negative else number
+        if kind == L.FLOAT:
+            try:
+                number = float(value[0])
+            except (ValueError, OverflowError):  # pragma: no cover - the lexer checked the text
+                raise self.error("malformed number", token) from None
+            return -number if negative else number
+        if not negative:
+            if kind == L.STRING:
+                return value
+            if kind == L.IDENT and value in ("True", "False"):
+                return value == "True"
+            if kind == L.IDENT and value == "None":
+                return None
+        raise self.error(
+            f"expected an attribute value (a number, string, True, False, None or a list), "
+            f"found {L.describe(token)}",
+            token,
+        )
+
+    # ------------------------------------------------------------------ types
+    def p_type(self):
+        token = self.next()
+        kind, value = token[0], token[1]
+        if kind == L.KEYWORD and value == "fn":
+            undo: list = []
+            type_params = self.p_type_params(undo)
+            self.expect("(", "'(' to open the parameter types")
+            args: list[Type] = []
+            while not self.at_punct(")"):
+                args.append((yield self.p_type()))
+                if not self.accept(","):
+                    break
+            self.expect(")", "',' or ')'")
+            self.expect("->", "'->' and the return type")
+            effects = None
+            if self.at_punct("{"):
+                effects = self.p_effects()
+            ret = yield self.p_type()
+            self.restore(undo)
+            return FuncType(tuple(args), ret, type_params, effects, span=self.span_from(token))
+        if kind == L.PUNCT and value == "(":
+            if self.accept(")"):
+                return TupleType((), span=self.span_from(token))
+            fields = [(yield self.p_type())]
+            if self.accept(")"):
+                return fields[0]
+            self.expect(",", "',' or ')'")
+            while not self.at_punct(")"):
+                fields.append((yield self.p_type()))
+                if not self.accept(","):
+                    break
+            self.expect(")", "',' or ')'")
+            return TupleType(tuple(fields), span=self.span_from(token))
+        if kind == L.IDENT:
+            if value == "Tensor" and self.at_punct("["):
+                return self.p_tensor_type(token)
+            if value == "Ref" and self.at_punct("["):
+                self.next()
+                inner = yield self.p_type()
+                self.expect("]", "']'")
+                return RefType(inner, span=self.span_from(token))
+            if value == "Key":
+                return KeyType(span=self.span_from(token))
+            tv = self.type_vars.get(value)
+            if tv is not None:
+                return tv
+            if value in DTYPES:
+                return TensorType((), value, span=self.span_from(token))
+            arity = self.adt_arity.get(value)
+            if arity is not None:
+                args = []
+                if self.accept("["):
+                    while not self.at_punct("]"):
+                        args.append((yield self.p_type()))
+                        if not self.accept(","):
+                            break
+                    self.expect("]", "',' or ']'")
+                if len(args) != arity:
+                    raise self.error(
+                        f"type {value} takes {arity} type argument(s), got {len(args)}", token
+                    )
+                return TypeCall(GlobalTypeVar(value), tuple(args), span=self.span_from(token))
+            known = (
+                list(self.type_vars)
+                + list(self.adt_arity)
+                + list(DTYPES)
+                + ["Tensor", "Ref", "Key"]
+            )
+            raise self.unknown_name(token, "type", known)
+        raise self.error(f"expected a type, found {L.describe(token)}", token)
+
+    def p_tensor_type(self, start: tuple) -> TensorType:
+        self.expect("[")
+        self.expect("(", "'(' to open the shape")
+        dims: list[int | str] = []
+        while not self.at_punct(")"):
+            token = self.next()
+            if token[0] == L.INT and token[1][1] is None:
+                dims.append(int(token[1][0]))
+            elif token[0] == L.IDENT and token[1] not in DTYPES:
+                dims.append(token[1])
+            elif _is(token, L.PUNCT, "?"):
+                dims.append(ANY)
+            else:
+                raise self.error(
+                    f"expected a dimension (an integer, a name or ?), found {L.describe(token)}",
+                    token,
+                )
+            if not self.accept(","):
+                break
+        self.expect(")", "',' or ')'")
+        self.expect(",", "',' and the dtype")
+        dtype_token = self.next()
+        if dtype_token[0] != L.IDENT or dtype_token[1] not in DTYPES:
+            raise self.error(
+                f"expected a dtype ({', '.join(DTYPES)}), found {L.describe(dtype_token)}",
+                dtype_token,
+            )
+        self.expect("]", "']'")
+        return TensorType(tuple(dims), dtype_token[1], span=self.span_from(start))
+
+    def p_effects(self) -> tuple[str, ...]:
+        self.expect("{")
+        items: list[str] = []
+        while not self.at_punct("}"):
+            token = self.next()
+            if token[0] == L.IDENT and token[1] in EFFECT_KEYWORDS:
+                items.append(token[1])
+            elif token[0] == L.IDENT and token[1] in ("read", "write"):
+                cell = self.next()
+                if cell[0] != L.GLOBAL:
+                    raise self.error(
+                        f"expected a state cell such as @rng, found {L.describe(cell)}", cell
+                    )
+                items.append(f"{token[1]} @{cell[1]}")
+            else:
+                raise self.error(
+                    f"expected an effect (io, random, read @cell, write @cell), found {L.describe(token)}",
+                    token,
+                )
+            if not self.accept(","):
+                break
+        self.expect("}", "',' or '}'")
+        return normalize_effects(items)
+
+    # ---------------------------------------------------------- diagnostics
+    def undefined_local(self, token: tuple) -> ParseError:
+        return self.unknown_name(token, "variable", list(self.locals), prefix="%")
+
+    def undefined_global(self, token: tuple) -> ParseError:
+        return self.unknown_name(token, "global", list(self.global_kinds), prefix="@")
+
+    def unknown_name(self, token: tuple, what: str, known, prefix: str = "") -> ParseError:
+        name = token[1]
+        close = difflib.get_close_matches(name, list(known), n=1)
+        hint = f"; did you mean {prefix}{close[0]}?" if close else ""
+        adjective = "undefined" if what in ("variable", "global") else "unknown"
+        return self.error(f"{adjective} {what} {prefix}{name}{hint}", token)
+
+
+def _all_op_names() -> list[str]:
+    from .op import all_ops
+
+    return [d.name for d in all_ops()]
+
+
+def _as_text(text: str | bytes, source_name: str) -> str:
+    if isinstance(text, bytes | bytearray):
+        try:
+            return bytes(text).decode("utf-8")
+        except UnicodeDecodeError as err:
+            prefix = bytes(text[: err.start]).decode("utf-8", errors="replace")
+            source = Source(source_name, prefix + "\ufffd")
+            raise ParseError(
+                f"the input is not UTF-8 text (byte 0x{text[err.start]:02x} at offset {err.start})",
+                Span(source, len(prefix), len(prefix) + 1),
+            ) from None
+    if not isinstance(text, str):
+        raise TypeError(f"parse expects str or bytes, got {type(text).__name__}")
+    return text
+
+
+def _guard(action, parser_factory):
+    """Run a parse, turning the rare non-ParseError failure into a ParseError."""
+    try:
+        return action(parser_factory())
+    except ParseError:
+        raise
+    except RecursionError:  # pragma: no cover - the parser does not recurse
+        raise ParseError("the program is nested too deeply to parse") from None
+
+
+def parse(text: str | bytes, source_name: str = "<string>") -> IRModule:
+    """Parse a module (a file starting with ``#[version = "0.0.5"]``)."""
+    text = _as_text(text, source_name)
+    return _guard(lambda p: p.parse_module(), lambda: Parser(text, source_name))
+
+
+def parse_expr(
+    text: str | bytes, source_name: str = "<string>", module: IRModule | None = None
+) -> Expr:
+    """Parse one expression; ``module`` supplies globals and constructors."""
+    text = _as_text(text, source_name)
+
+    def action(parser: Parser) -> Expr:
+        parser.read_metadata()
+        parser.read_header(required=False)
+        if module is not None:
+            for name in module.functions:
+                parser.global_kinds[name] = "function"
+            for name in module.cells:
+                parser.global_kinds[name] = "cell"
+            for name, data in module.type_defs.items():
+                parser.adt_arity[name] = len(data.type_params)
+            parser.constructors.update(module.constructors)
+        if parser.at(L.EOF) or parser.at(L.METADATA):
+            raise parser.error("empty input: expected an expression")
+        expr = run(parser.p_expr())
+        if not (parser.at(L.EOF) or parser.at(L.METADATA)):
+            raise parser.error(f"unexpected {L.describe(parser.peek())} after the expression")
+        return expr
+
+    return _guard(action, lambda: Parser(text, source_name))

@@ -1,0 +1,608 @@
+"""The canonical printer of effir's text format (docs/text-format.md).
+
+Canonical means: the same module always prints the same text, and that text
+parses back to a structurally equal module that prints identically.
+
+1. Names. Each definition gets its own namespace. A variable prints as its
+   name hint (made a valid identifier) when that name is free in the
+   definition, otherwise as ``hint_1``, ``hint_2``... in print order. The
+   printed names are all distinct, so a reparsed program prints the same.
+2. Let form by default. A let chain prints as ``let %x = ...;`` lines; a
+   ``let`` bound to ``_`` whose variable is unused prints as ``value;``.
+3. Graph form for sharing. A non-atomic expression reachable along several
+   edges (a DAG) prints once as ``%N = ...;`` in the innermost block that
+   encloses all its uses, just before the first line that uses it; parsing
+   ``%N`` gives back the one shared object.
+4. Literals print inline when their text reads back bit for bit; tensors and
+   other scalars go to the ``#[metadata]`` section, numbered in print order.
+5. Operator attributes print in schema order and only when they differ from
+   the default; function attributes print sorted by name.
+6. Indentation is two spaces a block, capped at MAX_INDENT levels so that
+   10,000 nested blocks print in linear space.
+
+Printing walks with generators driven by ``trampoline.run``: no recursion.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from typing import Any
+
+import numpy as np
+
+from .expr import (
+    Call,
+    Clause,
+    Constant,
+    Constructor,
+    Expr,
+    Function,
+    GlobalCell,
+    GlobalVar,
+    If,
+    Let,
+    Match,
+    Op,
+    Pattern,
+    PatternConstructor,
+    PatternTuple,
+    PatternVar,
+    PatternWildcard,
+    RefCreate,
+    RefRead,
+    RefWrite,
+    Tuple,
+    TupleGetItem,
+    TypeData,
+    Var,
+)
+from .literals import format_scalar
+from .module import IRModule
+from .node import Attrs, Node
+from .op import lookup_op
+from .parser import VERSION
+from .trampoline import run
+from .types import (
+    FuncType,
+    GlobalTypeVar,
+    KeyType,
+    RefType,
+    TensorType,
+    TupleType,
+    Type,
+    TypeCall,
+    TypeVar,
+)
+
+MAX_INDENT = 32
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_NOT_IDENT_CHAR = re.compile(r"[^A-Za-z0-9_]")
+_ATOMS = (Var, GlobalVar, Constant, Op, Constructor)
+_STRING_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r", "\0": "\\0"}
+
+
+def _indent(level: int) -> str:
+    return "  " * min(level, MAX_INDENT)
+
+
+def quote(text: str) -> str:
+    """A string literal the lexer reads back as ``text``."""
+    out = []
+    for ch in text:
+        if ch in _STRING_ESCAPES:
+            out.append(_STRING_ESCAPES[ch])
+        elif not ch.isprintable() and ord(ch) <= 0xFFFF:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def attr_text(value: Any) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, str):
+        return quote(value)
+    if isinstance(value, tuple):
+        return "[" + ", ".join(attr_text(v) for v in value) + "]"
+    raise TypeError(f"cannot print attribute value {value!r}")
+
+
+def _sanitize(hint: str, fallback: str) -> str:
+    if _IDENT.match(hint):
+        return hint
+    cleaned = _NOT_IDENT_CHAR.sub("_", hint)
+    if not cleaned or cleaned[0].isdigit():
+        cleaned = fallback + cleaned
+    return cleaned
+
+
+class _Block:
+    """A printed block: its indentation and the graph bindings waiting to be
+    written before its current line."""
+
+    __slots__ = ("parent", "level", "depth", "pending")
+
+    def __init__(self, parent: _Block | None, level: int) -> None:
+        self.parent = parent
+        self.level = level
+        self.depth = 0 if parent is None else parent.depth + 1
+        self.pending: list[str] = []
+
+
+def _lca(a: _Block, b: _Block) -> _Block:
+    while a.depth > b.depth:
+        a = a.parent
+    while b.depth > a.depth:
+        b = b.parent
+    while a is not b:
+        a, b = a.parent, b.parent
+    return a
+
+
+def _expr_edges(node: Expr):
+    """(slot, child, opens_block, level_offset) for each child expression."""
+    if isinstance(node, Call):
+        yield "callee", node.callee, isinstance(node.callee, Let), 1
+        for i, arg in enumerate(node.args):
+            yield i, arg, isinstance(arg, Let), 1
+    elif isinstance(node, Let):
+        yield "value", node.value, isinstance(node.value, Let), 1
+        yield "body", node.body, False, 0
+    elif isinstance(node, Function):
+        yield "body", node.body, True, 1
+    elif isinstance(node, If):
+        yield "cond", node.cond, isinstance(node.cond, Let), 1
+        yield "then", node.then_branch, True, 1
+        yield "else", node.else_branch, True, 1
+    elif isinstance(node, Match):
+        yield "data", node.data, isinstance(node.data, Let), 1
+        for i, clause in enumerate(node.clauses):
+            yield i, clause.body, True, 2
+    elif isinstance(node, Tuple):
+        for i, field in enumerate(node.fields):
+            yield i, field, isinstance(field, Let), 1
+    elif isinstance(node, TupleGetItem):
+        yield "tuple", node.tuple_value, isinstance(node.tuple_value, Let), 1
+    elif isinstance(node, RefCreate):
+        yield "value", node.value, isinstance(node.value, Let), 1
+    elif isinstance(node, RefRead):
+        yield "ref", node.ref, isinstance(node.ref, Let), 1
+    elif isinstance(node, RefWrite):
+        yield "ref", node.ref, isinstance(node.ref, Let), 1
+        yield "value", node.value, isinstance(node.value, Let), 1
+
+
+class _Layout:
+    """Where each expression of one definition prints (step 3 of the essay)."""
+
+    def __init__(self, root: Expr, level: int) -> None:
+        self.used_vars: set[Var] = set()
+        self.shared: set[int] = set()
+        self.placement: dict[int, _Block] = {}
+        self.edge_blocks: dict[tuple[int, Any], _Block] = {}
+        self.content_blocks: dict[int, _Block] = {}  # shared lets print inside { }
+        self.root_block = _Block(None, level)
+        if isinstance(root, _ATOMS):
+            if isinstance(root, Var):
+                self.used_vars.add(root)
+            return
+        # Pass 1: count incoming edges of every non-atomic expression.
+        indegree: dict[int, int] = {id(root): 0}
+        order: list[Expr] = [root]
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            for _, child, _, _ in _expr_edges(node):
+                if isinstance(child, _ATOMS):
+                    if isinstance(child, Var):
+                        self.used_vars.add(child)
+                    continue
+                key = id(child)
+                if key in indegree:
+                    indegree[key] += 1
+                else:
+                    indegree[key] = 1
+                    order.append(child)
+                    stack.append(child)
+        self.shared = {key for key, count in indegree.items() if count > 1}
+        # Pass 2: place nodes in topological order (all parents first).
+        remaining = dict(indegree)
+        candidates: dict[int, _Block] = {}
+        self.placement[id(root)] = self.root_block
+        ready = [root]
+        while ready:
+            node = ready.pop()
+            block = self.placement[id(node)]
+            if isinstance(node, Let) and id(node) in self.shared:
+                block = _Block(block, block.level + 1)
+                self.content_blocks[id(node)] = block
+            for slot, child, opens, offset in _expr_edges(node):
+                if isinstance(child, _ATOMS):
+                    continue
+                edge_block = block
+                if opens:
+                    edge_block = _Block(block, block.level + offset)
+                    self.edge_blocks[(id(node), slot)] = edge_block
+                key = id(child)
+                previous = candidates.get(key)
+                candidates[key] = edge_block if previous is None else _lca(previous, edge_block)
+                remaining[key] -= 1
+                if remaining[key] == 0:
+                    self.placement[key] = candidates.pop(key)
+                    ready.append(child)
+
+    def block_for(self, parent: Expr, slot: Any, level: int) -> _Block:
+        block = self.edge_blocks.get((id(parent), slot))
+        return block if block is not None else _Block(None, level)
+
+
+class Printer:
+    """Prints modules, expressions and types; one instance per top-level call."""
+
+    def __init__(self) -> None:
+        self.metadata: list[Constant] = []
+        self.metadata_index: dict[int, int] = {}
+        self.reset_names()
+
+    def reset_names(self) -> None:
+        self.var_names: dict[Var, str] = {}
+        self.used_names: set[str] = set()
+        self.type_var_names: dict[TypeVar, str] = {}
+        self.used_type_names: set[str] = set()
+        self.graph_names: dict[int, str] = {}
+        self.graph_counter = 0
+
+    # ----------------------------------------------------------------- names
+    def var_name(self, var: Var) -> str:
+        name = self.var_names.get(var)
+        if name is None:
+            name = self._fresh(_sanitize(var.name_hint, "v"), self.used_names)
+            self.var_names[var] = name
+        return "%" + name
+
+    def type_var_name(self, tv: TypeVar) -> str:
+        name = self.type_var_names.get(tv)
+        if name is None:
+            name = self._fresh(_sanitize(tv.name, "T"), self.used_type_names)
+            self.type_var_names[tv] = name
+        return name
+
+    @staticmethod
+    def _fresh(base: str, used: set[str]) -> str:
+        name, k = base, 0
+        while name in used:
+            k += 1
+            name = f"{base}_{k}"
+        used.add(name)
+        return name
+
+    # --------------------------------------------------------------- modules
+    def module(self, mod: IRModule) -> str:
+        parts = [f'#[version = "{VERSION}"]']
+        for data in mod.type_defs.values():
+            self.reset_names()
+            parts.append(run(self.type_def(data)))
+        for cell in mod.cells.values():
+            self.reset_names()
+            parts.append(run(self.cell(cell)))
+        for name, fn in mod.functions.items():
+            self.reset_names()
+            layout = _Layout(fn, 0)
+            parts.append("def @" + name + run(self.function_rest(fn, layout, 0)))
+        text = "\n\n".join(parts) + "\n"
+        return text + self.metadata_section()
+
+    def metadata_section(self) -> str:
+        if not self.metadata:
+            return ""
+        entries = []
+        for constant in self.metadata:
+            data = np.ascontiguousarray(constant.data)
+            raw = data.astype(data.dtype.newbyteorder("<")).tobytes()
+            entry = {
+                "dtype": str(data.dtype),
+                "shape": list(data.shape),
+                "data": base64.b64encode(raw).decode("ascii"),
+            }
+            entries.append("    " + json.dumps(entry))
+        return '\n#[metadata]\n{\n  "relay.Constant": [\n' + ",\n".join(entries) + "\n  ]\n}\n"
+
+    def type_def(self, data: TypeData):
+        head = "type " + data.name + self.type_params(data.type_params)
+        lines = [head + " {"]
+        for ctor in data.constructors:
+            if ctor.inputs:
+                inputs = []
+                for t in ctor.inputs:
+                    inputs.append((yield self.type_(t)))
+                lines.append(f"  {ctor.name}({', '.join(inputs)}),")
+            else:
+                lines.append(f"  {ctor.name},")
+        lines.append("}")
+        return "\n".join(lines)
+
+    def cell(self, cell: GlobalCell):
+        text = "global @" + cell.name
+        if cell.type is not None:
+            text += ": " + (yield self.type_(cell.type))
+        layout = _Layout(cell.init, 1)
+        init = yield self.block(cell.init, layout, layout.root_block)
+        if "\n" in init:
+            init = "{\n" + _indent(1) + init + "\n}"
+        return text + " = ref(" + init + ");"
+
+    # ----------------------------------------------------------- expressions
+    def top_expr(self, expr: Expr) -> str:
+        layout = _Layout(expr, 0)
+        text = run(self.block(expr, layout, layout.root_block))
+        return text + "\n" + self.metadata_section()
+
+    def block(self, head: Expr, layout: _Layout, block: _Block, own: bool = False):
+        """The lines of a block (its first line unindented, the rest indented).
+
+        ``own``: the head is a shared let being printed at its graph binding."""
+        indent = _indent(block.level)
+        lines: list[str] = []
+        node = head
+        shared = layout.shared
+        while isinstance(node, Let) and (id(node) not in shared or (own and node is head)):
+            var = node.var
+            name = self.var_name(var)
+            value = yield self.inline(node.value, layout, node, "value", block.level)
+            if var.name_hint == "_" and var not in layout.used_vars and var.type_annotation is None:
+                line = value + ";"
+            else:
+                annotation = ""
+                if var.type_annotation is not None:
+                    annotation = ": " + (yield self.type_(var.type_annotation))
+                line = f"let {name}{annotation} = {value};"
+            if block.pending:
+                lines.extend(block.pending)
+                block.pending.clear()
+            lines.append(line)
+            node = node.body
+        result = yield self.inline(node, layout, None, None, block.level)
+        if block.pending:
+            lines.extend(block.pending)
+            block.pending.clear()
+        lines.append(result)
+        return ("\n" + indent).join(lines)
+
+    def inline(self, expr: Expr, layout: _Layout, parent: Expr | None, slot: Any, level: int):
+        """Text of ``expr`` where it is used: an atom, a graph name, or itself."""
+        if isinstance(expr, _ATOMS):
+            return self.atom(expr)
+        key = id(expr)
+        if key in layout.shared:
+            name = self.graph_names.get(key)
+            if name is None:
+                home = layout.placement.get(key)
+                home_level = home.level if home is not None else level
+                text = yield self.node(expr, layout, home_level)
+                name = f"%{self.graph_counter}"
+                self.graph_counter += 1
+                self.graph_names[key] = name
+                line = f"{name} = {text};"
+                if home is not None:
+                    home.pending.append(line)
+            return name
+        if isinstance(expr, Let):  # a let in a non-block position prints as { ... }
+            block = layout.block_for(parent, slot, level + 1)
+            body = yield self.block(expr, layout, block)
+            return "{\n" + _indent(block.level) + body + "\n" + _indent(level) + "}"
+        return (yield self.node(expr, layout, level))
+
+    def atom(self, expr: Expr) -> str:
+        if isinstance(expr, Var):
+            return self.var_name(expr)
+        if isinstance(expr, GlobalVar):
+            return "@" + expr.name
+        if isinstance(expr, Op):
+            return expr.name
+        if isinstance(expr, Constructor):
+            return expr.name
+        return self.constant(expr)
+
+    def constant(self, constant: Constant) -> str:
+        text = format_scalar(constant.data)
+        if text is not None:
+            return text
+        index = self.metadata_index.get(id(constant))
+        if index is None:
+            index = len(self.metadata)
+            self.metadata.append(constant)
+            self.metadata_index[id(constant)] = index
+        return f"meta[relay.Constant][{index}]"
+
+    def node(self, expr: Expr, layout: _Layout, level: int):
+        """The text of a non-atomic expression whose first line is at ``level``."""
+        if isinstance(expr, Call):
+            callee = yield self.inline(expr.callee, layout, expr, "callee", level)
+            if isinstance(expr.callee, Function | If | Match):
+                callee = "(" + callee + ")"
+            parts = []
+            for i, arg in enumerate(expr.args):
+                parts.append((yield self.inline(arg, layout, expr, i, level)))
+            parts.extend(self.call_attrs(expr))
+            return callee + "(" + ", ".join(parts) + ")"
+        if isinstance(expr, Tuple):
+            parts = []
+            for i, field in enumerate(expr.fields):
+                parts.append((yield self.inline(field, layout, expr, i, level)))
+            if len(parts) == 1:
+                return "(" + parts[0] + ",)"
+            return "(" + ", ".join(parts) + ")"
+        if isinstance(expr, TupleGetItem):
+            inner = yield self.inline(expr.tuple_value, layout, expr, "tuple", level)
+            if isinstance(expr.tuple_value, Function | If | Match):
+                inner = "(" + inner + ")"
+            return f"{inner}.{expr.index}"
+        if isinstance(expr, Function):
+            return "fn " + (yield self.function_rest(expr, layout, level))
+        if isinstance(expr, If):
+            cond = yield self.inline(expr.cond, layout, expr, "cond", level)
+            then_block = layout.block_for(expr, "then", level + 1)
+            else_block = layout.block_for(expr, "else", level + 1)
+            then_text = yield self.block(expr.then_branch, layout, then_block)
+            else_text = yield self.block(expr.else_branch, layout, else_block)
+            inner, outer = _indent(then_block.level), _indent(level)
+            return (
+                f"if ({cond}) {{\n{inner}{then_text}\n{outer}}} else {{\n"
+                f"{_indent(else_block.level)}{else_text}\n{outer}}}"
+            )
+        if isinstance(expr, Match):
+            data = yield self.inline(expr.data, layout, expr, "data", level)
+            keyword = "match" if expr.complete else "match?"
+            lines = [f"{keyword} ({data}) {{"]
+            clause_indent = _indent(level + 1)
+            for i, clause in enumerate(expr.clauses):
+                pattern = yield self.pattern(clause.pattern)
+                block = layout.block_for(expr, i, level + 2)
+                body = yield self.block(clause.body, layout, block)
+                if "\n" in body:
+                    body = "{\n" + _indent(block.level) + body + "\n" + clause_indent + "}"
+                lines.append(f"{clause_indent}{pattern} => {body},")
+            lines.append(_indent(level) + "}")
+            return "\n".join(lines)
+        if isinstance(expr, RefCreate):
+            return "ref(" + (yield self.inline(expr.value, layout, expr, "value", level)) + ")"
+        if isinstance(expr, RefRead):
+            return "ref_read(" + (yield self.inline(expr.ref, layout, expr, "ref", level)) + ")"
+        if isinstance(expr, RefWrite):
+            ref = yield self.inline(expr.ref, layout, expr, "ref", level)
+            value = yield self.inline(expr.value, layout, expr, "value", level)
+            return f"ref_write({ref}, {value})"
+        if isinstance(expr, Let):  # a shared let, printed at its graph binding
+            block = layout.content_blocks.get(id(expr)) or _Block(None, level + 1)
+            body = yield self.block(expr, layout, block, own=True)
+            return "{\n" + _indent(block.level) + body + "\n" + _indent(level) + "}"
+        raise TypeError(f"cannot print {type(expr).__name__}")
+
+    def call_attrs(self, call: Call) -> list[str]:
+        if not call.attrs:
+            return []
+        definition = lookup_op(call.callee.name) if isinstance(call.callee, Op) else None
+        parts = []
+        for name, value in call.attrs.items():
+            if definition is not None and definition.is_default(name, value):
+                continue
+            parts.append(f"{name}={attr_text(value)}")
+        return parts
+
+    def function_rest(self, fn: Function, layout: _Layout, level: int):
+        """``[T](%x: A, attr=v) -> R {`` body ``}`` (after ``fn`` or ``def @f``)."""
+        head = self.type_params(fn.type_params)
+        params = []
+        for param in fn.params:
+            text = self.var_name(param)
+            if param.type_annotation is not None:
+                text += ": " + (yield self.type_(param.type_annotation))
+            params.append(text)
+        params.extend(f"{k}={attr_text(v)}" for k, v in sorted(fn.attrs.items()))
+        text = head + "(" + ", ".join(params) + ")"
+        if fn.ret_type is not None:
+            text += " -> " + (yield self.type_(fn.ret_type))
+        block = layout.block_for(fn, "body", level + 1)
+        body = yield self.block(fn.body, layout, block)
+        return text + " {\n" + _indent(block.level) + body + "\n" + _indent(level) + "}"
+
+    def type_params(self, params: tuple[TypeVar, ...]) -> str:
+        if not params:
+            return ""
+        return "[" + ", ".join(self.type_var_name(tv) for tv in params) + "]"
+
+    def pattern(self, pattern: Pattern):
+        if isinstance(pattern, PatternWildcard):
+            return "_"
+        if isinstance(pattern, PatternVar):
+            text = self.var_name(pattern.var)
+            if pattern.var.type_annotation is not None:
+                text += ": " + (yield self.type_(pattern.var.type_annotation))
+            return text
+        if isinstance(pattern, PatternConstructor):
+            if not pattern.patterns:
+                return pattern.constructor.name
+            parts = []
+            for p in pattern.patterns:
+                parts.append((yield self.pattern(p)))
+            return pattern.constructor.name + "(" + ", ".join(parts) + ")"
+        if isinstance(pattern, PatternTuple):
+            parts = []
+            for p in pattern.patterns:
+                parts.append((yield self.pattern(p)))
+            if len(parts) == 1:
+                return "(" + parts[0] + ",)"
+            return "(" + ", ".join(parts) + ")"
+        raise TypeError(f"cannot print pattern {type(pattern).__name__}")
+
+    # ----------------------------------------------------------------- types
+    def type_(self, t: Type):
+        if isinstance(t, TensorType):
+            if not t.shape:
+                return t.dtype
+            dims = ", ".join(str(d) for d in t.shape)
+            return f"Tensor[({dims}), {t.dtype}]"
+        if isinstance(t, TupleType):
+            parts = []
+            for field in t.fields:
+                parts.append((yield self.type_(field)))
+            if len(parts) == 1:
+                return "(" + parts[0] + ",)"
+            return "(" + ", ".join(parts) + ")"
+        if isinstance(t, FuncType):
+            head = self.type_params(t.type_params)
+            args = []
+            for a in t.arg_types:
+                args.append((yield self.type_(a)))
+            ret = yield self.type_(t.ret_type)
+            effects = ""
+            if t.effects is not None:
+                effects = "{" + ", ".join(t.effects) + "} "
+            return f"fn {head}({', '.join(args)}) -> {effects}{ret}"
+        if isinstance(t, RefType):
+            return "Ref[" + (yield self.type_(t.value)) + "]"
+        if isinstance(t, KeyType):
+            return "Key"
+        if isinstance(t, TypeVar):
+            return self.type_var_name(t)
+        if isinstance(t, GlobalTypeVar):
+            return t.name
+        if isinstance(t, TypeCall):
+            if not t.args:
+                return t.func.name
+            args = []
+            for a in t.args:
+                args.append((yield self.type_(a)))
+            return t.func.name + "[" + ", ".join(args) + "]"
+        raise TypeError(f"cannot print type {type(t).__name__}")
+
+
+def astext(node: IRModule | Node) -> str:
+    """Canonical text of a module, expression, type or other IR node."""
+    printer = Printer()
+    if isinstance(node, IRModule):
+        return printer.module(node)
+    if isinstance(node, Expr):
+        return printer.top_expr(node)
+    if isinstance(node, Type):
+        return run(printer.type_(node))
+    if isinstance(node, TypeData):
+        return run(printer.type_def(node))
+    if isinstance(node, GlobalCell):
+        return run(printer.cell(node)) + "\n" + printer.metadata_section()
+    if isinstance(node, Pattern):
+        return run(printer.pattern(node))
+    if isinstance(node, Clause):
+        return run(printer.pattern(node.pattern)) + " => " + printer.top_expr(node.body).rstrip()
+    if isinstance(node, Attrs):  # pragma: no cover - convenience
+        return ", ".join(f"{k}={attr_text(v)}" for k, v in node.items())
+    raise TypeError(f"cannot print {type(node).__name__}")

@@ -1,0 +1,89 @@
+"""Generic traversal and rewriting of IR, without recursion.
+
+``pre_order``/``post_order`` visit each node once (shared nodes included
+once), children in field order. ``ExprMutator`` rebuilds a tree bottom-up:
+a subclass defines ``visit_<NodeClass>(new, old)`` hooks that receive the
+node with its children already rewritten and return its replacement; shared
+nodes stay shared and unchanged subtrees keep their identity.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+
+from .node import Node
+
+
+def pre_order(root: Node) -> Iterator[Node]:
+    """Each node reachable from ``root`` once, parents before children."""
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        yield node
+        children = list(node.children())
+        for name, kind in type(node).FIELDS:
+            if kind == "ctordefs":
+                for ctor in getattr(node, name):
+                    children.extend(ctor.inputs)
+        stack.extend(reversed(children))
+
+
+def post_order(root: Node) -> list[Node]:
+    """Each node reachable from ``root`` once, children before parents."""
+    order: list[Node] = []
+    seen: set[int] = set()
+    stack: list[tuple[Node, bool]] = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        children = list(node.children())
+        stack.extend((child, False) for child in reversed(children) if id(child) not in seen)
+    return order
+
+
+class ExprMutator:
+    """Bottom-up rewriting with ``visit_<NodeClass>(new, old) -> Node`` hooks."""
+
+    def __init__(self) -> None:
+        self.memo: dict[int, Node] = {}
+        self._hooks: dict[type, Callable[[Node, Node], Node] | None] = {}
+
+    def _hook(self, cls: type) -> Callable[[Node, Node], Node] | None:
+        if cls not in self._hooks:
+            self._hooks[cls] = getattr(self, "visit_" + cls.__name__, None)
+        return self._hooks[cls]
+
+    def mutate(self, root: Node) -> Node:
+        memo = self.memo
+        for node in post_order(root):
+            rebuilt = self._rebuild(node)
+            hook = self._hook(type(rebuilt))
+            memo[id(node)] = hook(rebuilt, node) if hook is not None else rebuilt
+        return memo[id(root)]
+
+    def _rebuild(self, node: Node) -> Node:
+        memo = self.memo
+        changes = {}
+        for name, kind in type(node).FIELDS:
+            value = getattr(node, name)
+            if kind in ("node", "def"):
+                if value is not None:
+                    new = memo.get(id(value), value)
+                    if new is not value:
+                        changes[name] = new
+            elif kind in ("nodes", "defs"):
+                new_items = tuple(memo.get(id(v), v) for v in value)
+                if any(a is not b for a, b in zip(new_items, value, strict=True)):
+                    changes[name] = new_items
+        return dataclasses.replace(node, **changes) if changes else node

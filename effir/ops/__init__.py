@@ -1,0 +1,11 @@
+"""effir's operator set, one module per family (DESIGN.md "Operators").
+
+Importing this package registers every operator. Each family module defines
+its operators once: name, arity, attributes, effect kind and traits; later
+layers add their rules (type relation, numpy implementation, TVM lowering)
+beside these definitions.
+"""
+
+from . import control, dynamic, effects, elementwise, nn, random, reduce, shape
+
+__all__ = ["control", "dynamic", "effects", "elementwise", "nn", "random", "reduce", "shape"]
