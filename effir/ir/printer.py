@@ -306,7 +306,7 @@ class Printer:
             return ""
         entries = []
         for constant in self.metadata:
-            data = np.ascontiguousarray(constant.data)
+            data = np.asarray(constant.data, order="C")  # ascontiguousarray makes 0-d 1-d
             raw = data.astype(data.dtype.newbyteorder("<")).tobytes()
             entry = {
                 "dtype": str(data.dtype),

@@ -19,6 +19,7 @@ import numpy as np
 
 from .diagnostics import Error
 from .expr import Constant, Constructor, Var
+from .literals import format_scalar
 from .module import IRModule
 from .node import Attrs, Node
 from .types import TypeVar
@@ -51,8 +52,10 @@ def _brief(x: Any) -> str:
     if isinstance(x, TypeVar):
         return f"type variable {x.name}"
     if isinstance(x, Constant):
-        text = np.array2string(x.data, threshold=8)
-        return f"constant {text} ({x.dtype})"
+        text = format_scalar(x.data)
+        if text is None:
+            text = np.array2string(x.data, threshold=8) + f" ({x.dtype})"
+        return f"constant {text}"
     if isinstance(x, Node):
         name = getattr(x, "name", None)
         return f"{type(x).__name__} {name}" if isinstance(name, str) else type(x).__name__
@@ -275,7 +278,7 @@ class _Hasher:
         if isinstance(child, _BINDERS):
             if is_def:
                 ann = getattr(child, "type_annotation", None)
-                ann_hash = self.memo[id(ann)] if ann is not None else _NONE
+                ann_hash = self._child(ann, False) if ann is not None else _NONE
                 return _mix(_mix(_DEF, self.ordinal[child]), ann_hash)
             ordinal = self.ordinal.get(child)
             if ordinal is None:  # free: hashed by name, equal only if identical
