@@ -32,7 +32,7 @@ from .expr import (
 )
 from .module import IRModule
 from .node import EMPTY_ATTRS, Attrs, Node
-from .op import AttrSpec, OpDef, all_ops, get_op, lookup_op, op_def, register_op
+from .op import AttrSpec, OpDef, all_ops, call_op, get_op, lookup_op, op_def, register_op
 from .parser import parse, parse_expr
 from .printer import astext
 from .structural import (

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .diagnostics import AttrError
-from .expr import Op
+from .expr import Call, Expr, Op
 from .node import EMPTY_ATTRS, Attrs
 from .types import DTYPES
 
@@ -85,7 +85,10 @@ def _check_int(v: Any) -> Any:
 
 def _check_float(v: Any) -> Any:
     if isinstance(v, float) or _is_int(v):
-        return float(v)
+        try:
+            return float(v)
+        except OverflowError:  # an int too large for a float
+            return _BAD
     return _BAD
 
 
@@ -253,3 +256,15 @@ def op_def(op: Op | str) -> OpDef:
 
 def all_ops() -> tuple[OpDef, ...]:
     return tuple(_REGISTRY.values())
+
+
+def call_op(name: str, *args: Expr, **attrs: Any) -> Call:
+    """Build a call of operator ``name`` with validated, normalized attributes:
+    ``call_op("sum", x, axis=[1])``. Raises AttrError on a bad attribute or a
+    wrong number of arguments."""
+    definition = _REGISTRY.get(name)
+    if definition is None:
+        raise AttrError(f"unknown operator '{name}'")
+    if definition.num_inputs is not None and len(args) != definition.num_inputs:
+        raise AttrError(f"{name} takes {definition.num_inputs} argument(s), got {len(args)}")
+    return Call(definition.op, tuple(args), definition.normalize_attrs(attrs))

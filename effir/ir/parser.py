@@ -20,6 +20,7 @@ import base64
 import binascii
 import difflib
 import json
+import math
 from typing import Any
 
 import numpy as np
@@ -379,7 +380,7 @@ class Parser:
             except (binascii.Error, UnicodeEncodeError, ValueError):
                 raise fail(f"{where}: 'data' is not valid base64") from None
             np_dtype = np.dtype(dtype).newbyteorder("<")
-            count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+            count = math.prod(shape)  # Python ints: np.prod would wrap around in int64
             if len(raw) != count * np_dtype.itemsize:
                 raise fail(
                     f"{where}: {len(raw)} bytes of data for shape {tuple(shape)} of {dtype} "
@@ -954,6 +955,9 @@ class Parser:
             except (ValueError, OverflowError):  # pragma: no cover - the lexer checked the text
                 raise self.error("malformed number", token) from None
             return -number if negative else number
+        if kind == L.IDENT and value in ("inf", "nan"):  # as the printer writes them
+            number = float(value)
+            return -number if negative else number
         if not negative:
             if kind == L.STRING:
                 return value
@@ -962,7 +966,7 @@ class Parser:
             if kind == L.IDENT and value == "None":
                 return None
         raise self.error(
-            f"expected an attribute value (a number, string, True, False, None or a list), "
+            f"expected an attribute value (a number, inf, nan, a string, True, False, None or a list), "
             f"found {L.describe(token)}",
             token,
         )
@@ -1132,12 +1136,13 @@ def _as_text(text: str | bytes, source_name: str) -> str:
 
 def _guard(action, parser_factory):
     """Run a parse, turning the rare non-ParseError failure into a ParseError."""
+    parser = parser_factory()
     try:
-        return action(parser_factory())
-    except ParseError:
-        raise
-    except RecursionError:  # pragma: no cover - the parser does not recurse
-        raise ParseError("the program is nested too deeply to parse") from None
+        return action(parser)
+    except RecursionError:
+        # The parser does not recurse, but nested attribute values (lists of
+        # lists...) are built and checked recursively: point where it stopped.
+        raise parser.error("the program is nested too deeply to parse") from None
 
 
 def parse(text: str | bytes, source_name: str = "<string>") -> IRModule:

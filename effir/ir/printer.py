@@ -7,6 +7,8 @@ parses back to a structurally equal module that prints identically.
    name hint (made a valid identifier) when that name is free in the
    definition, otherwise as ``hint_1``, ``hint_2``... in print order. The
    printed names are all distinct, so a reparsed program prints the same.
+   Type variables are named the same way, avoiding the names the parser
+   would read as something else (keywords, ``Key``, dtypes, ADT names).
 2. Let form by default. A let chain prints as ``let %x = ...;`` lines; a
    ``let`` bound to ``_`` whose variable is unused prints as ``value;``.
 3. Graph form for sharing. A non-atomic expression reachable along several
@@ -58,6 +60,7 @@ from .expr import (
     TypeData,
     Var,
 )
+from .lexer import KEYWORDS
 from .literals import format_scalar
 from .module import IRModule
 from .node import Attrs, Node
@@ -65,6 +68,7 @@ from .op import lookup_op
 from .parser import VERSION
 from .trampoline import run
 from .types import (
+    DTYPES,
     FuncType,
     GlobalTypeVar,
     KeyType,
@@ -79,7 +83,11 @@ from .types import (
 MAX_INDENT = 32
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _NOT_IDENT_CHAR = re.compile(r"[^A-Za-z0-9_]")
+_BARE_INT = re.compile(r"-?[0-9]+\Z")  # an int32 literal, which has no suffix
 _ATOMS = (Var, GlobalVar, Constant, Op, Constructor)
+# A type variable never prints as a name the parser reads as something else:
+# a keyword, `Key`, a dtype (a scalar type) or, in a module, an ADT's name.
+_RESERVED_TYPE_NAMES = frozenset(KEYWORDS) | {"Key"} | frozenset(DTYPES)
 _STRING_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r", "\0": "\\0"}
 
 
@@ -251,13 +259,14 @@ class Printer:
     def __init__(self) -> None:
         self.metadata: list[Constant] = []
         self.metadata_index: dict[int, int] = {}
+        self.reserved_type_names: frozenset[str] = _RESERVED_TYPE_NAMES
         self.reset_names()
 
     def reset_names(self) -> None:
         self.var_names: dict[Var, str] = {}
         self.used_names: set[str] = set()
         self.type_var_names: dict[TypeVar, str] = {}
-        self.used_type_names: set[str] = set()
+        self.used_type_names: set[str] = set(self.reserved_type_names)
         self.graph_names: dict[int, str] = {}
         self.graph_counter = 0
 
@@ -265,7 +274,10 @@ class Printer:
     def var_name(self, var: Var) -> str:
         name = self.var_names.get(var)
         if name is None:
-            name = self._fresh(_sanitize(var.name_hint, "v"), self.used_names)
+            base = _sanitize(var.name_hint, "v")
+            if base == "_" and var.name_hint != "_":
+                base = "v_"  # `%_` reads back as a `_` binding, which may print as `value;`
+            name = self._fresh(base, self.used_names)
             self.var_names[var] = name
         return "%" + name
 
@@ -288,6 +300,7 @@ class Printer:
     # --------------------------------------------------------------- modules
     def module(self, mod: IRModule) -> str:
         parts = [f'#[version = "{VERSION}"]']
+        self.reserved_type_names = _RESERVED_TYPE_NAMES | frozenset(mod.type_defs)
         for data in mod.type_defs.values():
             self.reset_names()
             parts.append(run(self.type_def(data)))
@@ -443,8 +456,8 @@ class Printer:
             return "(" + ", ".join(parts) + ")"
         if isinstance(expr, TupleGetItem):
             inner = yield self.inline(expr.tuple_value, layout, expr, "tuple", level)
-            if isinstance(expr.tuple_value, Function | If | Match):
-                inner = "(" + inner + ")"
+            if isinstance(expr.tuple_value, Function | If | Match) or _BARE_INT.match(inner):
+                inner = "(" + inner + ")"  # `1.0` would read back as a float literal
             return f"{inner}.{expr.index}"
         if isinstance(expr, Function):
             return "fn " + (yield self.function_rest(expr, layout, level))

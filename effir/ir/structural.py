@@ -3,7 +3,9 @@
 Two programs are structurally equal when they differ only in the names of
 bound variables (and type variables), in source spans, and in sharing: a DAG
 equals the tree it unfolds to. Free variables must be the same object unless
-``map_free_vars`` is set. Constants compare bit for bit. Both algorithms walk
+``map_free_vars`` is set. Constants compare bit for bit; attributes compare
+with ``==`` except that a NaN equals a NaN. Each definition of a module is
+compared (and hashed) on its own, in its own scope. Both algorithms walk
 an explicit stack in the same left-to-right pre-order, so binders are met
 before their uses and deep programs need no recursion; equal programs get
 equal hashes because a bound variable hashes as the ordinal of its binder in
@@ -146,7 +148,11 @@ class _Comparer:
                     pending.append((u, v, (path, name), True))
                 elif kind == "attr":
                     if isinstance(u, Attrs) or isinstance(v, Attrs):
-                        equal = u == v
+                        equal = u == v or (
+                            isinstance(u, Attrs)
+                            and isinstance(v, Attrs)
+                            and _nan_equal_key(u.key()) == _nan_equal_key(v.key())
+                        )
                     else:
                         equal = type(u) is type(v) and u == v
                     if not equal:
@@ -173,6 +179,16 @@ class _Comparer:
         return None
 
 
+def _nan_equal_key(key: Any) -> Any:
+    """An ``Attrs.key()`` in which a NaN attribute equals any other NaN (as
+    ``structural_hash`` has it), so that ``low=nan`` survives a round trip."""
+    if isinstance(key, tuple):
+        return tuple(_nan_equal_key(k) for k in key)
+    if isinstance(key, float) and key != key:
+        return "nan"  # still tagged ("float", ...) by Attrs.key(), so not the string "nan"
+    return key
+
+
 def _describe_ctor(c: Constructor) -> str:
     return f"constructor {c.name}/{len(c.inputs)}"
 
@@ -190,7 +206,6 @@ def _module_parts(m: IRModule) -> dict[str, Node]:
 
 def structural_diff(a: Any, b: Any, map_free_vars: bool = False) -> str | None:
     """A readable description of the first difference, or None when equal."""
-    comparer = _Comparer(map_free_vars)
     if isinstance(a, IRModule) or isinstance(b, IRModule):
         if not (isinstance(a, IRModule) and isinstance(b, IRModule)):
             return f"<root>: {type(a).__name__} vs {type(b).__name__}"
@@ -202,11 +217,13 @@ def structural_diff(a: Any, b: Any, map_free_vars: bool = False) -> str | None:
             if name not in left:
                 return f"{name}: defined on the right only"
         for name, node in left.items():
-            problem = comparer.compare(node, right[name], (None, name))
+            # Each definition is its own scope: a closed sub-expression shared
+            # by two definitions binds its variables once in each.
+            problem = _Comparer(map_free_vars).compare(node, right[name], (None, name))
             if problem is not None:
                 return problem
         return None
-    return comparer.compare(a, b, None)
+    return _Comparer(map_free_vars).compare(a, b, None)
 
 
 def structural_equal(a: Any, b: Any, map_free_vars: bool = False) -> bool:
@@ -245,7 +262,7 @@ def _stable(value: Any) -> int:
     if isinstance(value, tuple):
         return _digest(*value)
     if isinstance(value, float):
-        return _stable(repr(value))
+        return _stable(repr(value + 0.0))  # -0.0 == 0.0, so they must hash alike
     return _stable(repr(value))
 
 
@@ -360,9 +377,11 @@ class _Hasher:
 
 def structural_hash(x: Any) -> int:
     """A hash consistent with ``structural_equal`` and stable across processes."""
-    hasher = _Hasher()
     if isinstance(x, IRModule):
+        # One hasher per definition, as structural_diff compares them: the
+        # hash of a definition depends neither on the definitions before it
+        # (binder ordinals) nor on what it shares with them.
         return _digest(
-            *sorted((name, hasher.hash(node)) for name, node in _module_parts(x).items())
+            *sorted((name, _Hasher().hash(node)) for name, node in _module_parts(x).items())
         )
-    return hasher.hash(x)
+    return _Hasher().hash(x)

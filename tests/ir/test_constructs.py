@@ -9,8 +9,8 @@ from effir.ir import (
     Call,
     Constant,
     Constructor,
-    FuncType,
     Function,
+    FuncType,
     GlobalCell,
     GlobalVar,
     If,
@@ -90,7 +90,9 @@ def test_let_and_sequencing():
 
 
 def test_let_in_value_position_prints_as_a_block():
-    assert roundtrips("let %a = { let %b = 1; %b }; %a") == "let %a = {\n  let %b = 1;\n  %b\n};\n%a"
+    assert (
+        roundtrips("let %a = { let %b = 1; %b }; %a") == "let %a = {\n  let %b = 1;\n  %b\n};\n%a"
+    )
 
 
 def test_recursive_let_binds_the_variable_in_its_value():
@@ -158,7 +160,9 @@ def test_global_cells_and_globals():
 
 
 def test_types():
-    f = expr("fn (%a: Tensor[(n, ?, 3), float16], %b: (int32, Key), %c: fn [B](B) -> {io} B, %d: uint8) { %a }")
+    f = expr(
+        "fn (%a: Tensor[(n, ?, 3), float16], %b: (int32, Key), %c: fn [B](B) -> {io} B, %d: uint8) { %a }"
+    )
     a, b, c, d = (p.type_annotation for p in f.params)
     assert isinstance(a, TensorType) and a.shape == ("n", ANY, 3) and a.dtype == "float16"
     assert not a.is_static
@@ -187,7 +191,12 @@ def test_printer_names_are_unique_and_stable():
 
 
 def test_metadata_constants():
-    e = Tuple((Constant(np.arange(6, dtype="float32").reshape(2, 3)), Constant(np.array(np.nan, "float32"))))
+    e = Tuple(
+        (
+            Constant(np.arange(6, dtype="float32").reshape(2, 3)),
+            Constant(np.array(np.nan, "float32")),
+        )
+    )
     text = effir.astext(e)
     assert "meta[relay.Constant][0]" in text and "meta[relay.Constant][1]" in text
     assert "#[metadata]" in text

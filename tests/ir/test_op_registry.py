@@ -34,8 +34,15 @@ def test_design_operator_is_registered(name):
 
 
 def _sample(spec: AttrSpec):
-    return {"int": 1, "float": 0.5, "bool": True, "str": "x", "dtype": "float32", "ints": (1,),
-            "int_or_ints": 2}[spec.kind]
+    return {
+        "int": 1,
+        "float": 0.5,
+        "bool": True,
+        "str": "x",
+        "dtype": "float32",
+        "ints": (1,),
+        "int_or_ints": 2,
+    }[spec.kind]
 
 
 def test_effect_kinds_of_the_effectful_surface_operators():
@@ -79,3 +86,16 @@ def test_unknown_operator():
     with pytest.raises(AttrError, match="unknown operator"):
         get_op("nope")
     assert isinstance(effir.Error("x"), Exception)
+
+
+def test_call_op_builds_normalized_calls():
+    from effir.ir import Var, call_op
+
+    x = Var("x")
+    call = call_op("sum", x, axis=[1])
+    assert call.attrs["axis"] == (1,) and call.attrs["keepdims"] is False
+    effir.check_well_formed(effir.ir.Function((x,), call))
+    with pytest.raises(AttrError, match="takes 1 argument"):
+        call_op("sum", x, x)
+    with pytest.raises(AttrError, match="unknown operator"):
+        call_op("summ", x)

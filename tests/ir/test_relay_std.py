@@ -16,8 +16,9 @@ def without_header(text: str) -> str:
 
 PROGRAMS = {
     "prelude": lambda: (STD / "prelude.rly").read_text(),
-    "prelude+nat": lambda: (STD / "prelude.rly").read_text()
-    + without_header((STD / "nat.rly").read_text()),
+    "prelude+nat": lambda: (
+        (STD / "prelude.rly").read_text() + without_header((STD / "nat.rly").read_text())
+    ),
     "gradient_cell": lambda: (STD / "gradient_cell.rly").read_text(),
 }
 
@@ -36,7 +37,17 @@ def test_relay_std_roundtrip(name):
 def test_prelude_contents():
     module = effir.parse(PROGRAMS["prelude+nat"]())
     assert set(module.type_defs) == {"List", "Option", "Tree", "nat"}
-    for name in ("map", "foldl", "foldr", "zip", "unfoldr", "tmap", "size", "iterate", "nat_iterate"):
+    for name in (
+        "map",
+        "foldl",
+        "foldr",
+        "zip",
+        "unfoldr",
+        "tmap",
+        "size",
+        "iterate",
+        "nat_iterate",
+    ):
         assert name in module
     assert not module["hd"].body.complete  # match? stays incomplete
     assert [len(f.type_params) for f in (module["map"], module["compose"])] == [2, 3]

@@ -53,7 +53,9 @@ def test_constants_compare_bit_for_bit():
     assert effir.structural_equal(nan1, nan2)
     zero, negative_zero = Constant(np.array(0.0, "float32")), Constant(np.array(-0.0, "float32"))
     assert not effir.structural_equal(zero, negative_zero)
-    assert not effir.structural_equal(Constant(np.array(1, "int32")), Constant(np.array(1, "int64")))
+    assert not effir.structural_equal(
+        Constant(np.array(1, "int32")), Constant(np.array(1, "int64"))
+    )
     assert not effir.structural_equal(Constant(np.zeros((2, 3))), Constant(np.zeros((3, 2))))
 
 
@@ -120,8 +122,13 @@ def test_hash_is_stable_across_processes():
         "'#[version = \"0.0.5\"]\\ndef @main(%x: Tensor[(n, 4), float32]) { nn.softmax(%x, axis=0) }\\n')))"
     )
     runs = {
-        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                       env={"PYTHONHASHSEED": seed}).stdout
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"PYTHONHASHSEED": seed},
+        ).stdout
         for seed in ("1", "2")
     }
     assert len(runs) == 1

@@ -56,7 +56,9 @@ def test_mutator_keeps_identity_when_nothing_changes():
 
 
 def test_well_formed_accepts_parsed_programs():
-    mod = effir.parse(H + "type L { C(int32) }\ndef @main(%x) { match (C(1)) { C(%y) => add(%x, %y) } }\n")
+    mod = effir.parse(
+        H + "type L { C(int32) }\ndef @main(%x) { match (C(1)) { C(%y) => add(%x, %y) } }\n"
+    )
     effir.check_well_formed(mod)
 
 
@@ -83,7 +85,9 @@ def test_undefined_global_and_bad_calls():
     with pytest.raises(WellFormedError, match="add takes 2 argument"):
         effir.check_well_formed(Function((x,), Call(get_op("add"), (x,))))
     with pytest.raises(WellFormedError, match="not normalized"):
-        effir.check_well_formed(Function((x,), Call(get_op("sum"), (x,), effir.ir.Attrs({"axis": None}))))
+        effir.check_well_formed(
+            Function((x,), Call(get_op("sum"), (x,), effir.ir.Attrs({"axis": None})))
+        )
     attrs = lookup_op("sum").normalize_attrs({})
     with pytest.raises(WellFormedError, match="only operator calls take attributes"):
         effir.check_well_formed(Function((x,), Call(Function((), x), (), attrs)))
