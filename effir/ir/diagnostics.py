@@ -44,7 +44,7 @@ class Source:
             return ""
         begin = starts[line - 1]
         end = starts[line] - 1 if line < len(starts) else len(self.text)
-        return self.text[begin:end]
+        return self.text[begin:end].removesuffix("\r")
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .names import KEYWORDS, require_name
 from .node import EMPTY_ATTRS, Attrs, Node
 from .types import Type, TypeVar
 
@@ -110,6 +111,10 @@ class Function(Expr):
         ("body", "node"),
         ("attrs", "attr"),
     )
+
+    def __post_init__(self) -> None:
+        for key in self.attrs:
+            require_name(key, "function attribute name", KEYWORDS)
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)

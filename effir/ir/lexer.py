@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from .diagnostics import ParseError, Source, Span
+from .names import KEYWORDS
 
 # Token kinds.
 LOCAL = "local"  # %x      value: name
@@ -23,9 +24,6 @@ KEYWORD = "keyword"
 METADATA = "metadata"  # value: (json text, offset of its first character)
 EOF = "eof"
 
-KEYWORDS = frozenset(
-    {"def", "fn", "let", "if", "else", "match", "type", "global", "ref", "ref_read", "ref_write"}
-)
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _TOKEN = re.compile(
@@ -45,6 +43,7 @@ _TOKEN = re.compile(
     """,
     re.VERBOSE,
 )
+MAX_NUMBER_LENGTH = 400  # far beyond any dtype; keeps int() within Python's digit limit
 _DIGITS = re.compile(r"[0-9]+")
 _SUFFIXES = frozenset(
     {"f", "f16", "f32", "f64", "i", "i8", "i16", "i32", "i64", "u", "u8", "u16", "u32", "u64"}
@@ -139,9 +138,13 @@ def tokenize(source: Source) -> list[tuple]:
                 # After '.', only an index: `%t.0.1` is two projections, not `0.1`.
                 m = _DIGITS.match(text, pos)
                 end = m.end()
+                if end - pos > MAX_NUMBER_LENGTH:
+                    raise _error(source, pos, end, "tuple index is too long")
                 append((INT, (m.group(), None), pos, end))
             else:
                 number, suffix = m.group("number"), m.group("suffix")
+                if len(number) > MAX_NUMBER_LENGTH:
+                    raise _error(source, pos, end, "number literal is too long")
                 if suffix is not None and suffix not in _SUFFIXES:
                     raise _error(source, pos, end, f"unknown literal suffix '{suffix}'")
                 if end < length and (text[end].isalnum() or text[end] == "_"):

@@ -7,6 +7,8 @@ from types import MappingProxyType
 
 from .diagnostics import WellFormedError
 from .expr import Constructor, Function, GlobalCell, TypeData
+from .names import EXPRESSION_WORDS, KEYWORDS, require_name
+from .types import RESERVED_TYPE_NAMES
 
 
 class IRModule:
@@ -29,6 +31,12 @@ class IRModule:
         self._functions = dict(functions.items() if isinstance(functions, Mapping) else functions)
         self._type_defs = dict(type_defs.items() if isinstance(type_defs, Mapping) else type_defs)
         self._cells = dict(cells.items() if isinstance(cells, Mapping) else cells)
+        for name in self._functions:
+            require_name(name, "global name")
+        for name in self._cells:
+            require_name(name, "state cell name")
+        for name in self._type_defs:
+            require_name(name, "type name", RESERVED_TYPE_NAMES)
         for name, fn in self._functions.items():
             if not isinstance(fn, Function):
                 raise WellFormedError(f"global @{name} must be a Function, got {type(fn).__name__}")
@@ -37,6 +45,7 @@ class IRModule:
         self._constructors: dict[str, Constructor] = {}
         for data in self._type_defs.values():
             for ctor in data.constructors:
+                check_constructor_name(ctor.name)
                 if ctor.name in self._constructors:
                     raise WellFormedError(f"constructor {ctor.name} is defined twice")
                 self._constructors[ctor.name] = ctor
@@ -80,3 +89,13 @@ class IRModule:
         from .printer import astext
 
         return astext(self)
+
+
+def check_constructor_name(name: str) -> None:
+    """A constructor name must read back as that constructor, not as a
+    literal, a keyword or an operator."""
+    from .op import lookup_op  # the registry imports expr, not module
+
+    require_name(name, "constructor name", EXPRESSION_WORDS | KEYWORDS)
+    if lookup_op(name) is not None:
+        raise WellFormedError(f"constructor name {name!r} is the name of an operator")

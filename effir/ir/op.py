@@ -105,6 +105,8 @@ def _check_dtype(v: Any) -> Any:
 
 
 def _check_ints(v: Any) -> Any:
+    if _is_int(v):  # `axis=1` means `axis=[1]`, as in numpy
+        return (v,)
     if isinstance(v, tuple | list) and all(_is_int(x) for x in v):
         return tuple(v)
     return _BAD
@@ -130,7 +132,7 @@ _DESCRIPTIONS = {
     "bool": "True or False",
     "str": "a string",
     "dtype": "a dtype string (" + ", ".join(DTYPES) + ")",
-    "ints": "a list of integers",
+    "ints": "an integer or a list of integers",
     "int_or_ints": "an integer or a list of integers",
 }
 

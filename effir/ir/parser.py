@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from . import lexer as L
-from .diagnostics import AttrError, ParseError, Source, Span
+from .diagnostics import AttrError, ParseError, Source, Span, WellFormedError
 from .expr import (
     Call,
     Clause,
@@ -53,7 +53,8 @@ from .expr import (
     Var,
 )
 from .literals import LiteralError, literal_value
-from .module import IRModule
+from .module import IRModule, check_constructor_name
+from .names import KEYWORDS, require_name
 from .node import EMPTY_ATTRS, Attrs
 from .op import lookup_op
 from .trampoline import run
@@ -61,6 +62,7 @@ from .types import (
     ANY,
     DTYPES,
     EFFECT_KEYWORDS,
+    RESERVED_TYPE_NAMES,
     FuncType,
     GlobalTypeVar,
     KeyType,
@@ -70,6 +72,7 @@ from .types import (
     Type,
     TypeCall,
     TypeVar,
+    is_dim,
     normalize_effects,
 )
 
@@ -184,6 +187,12 @@ class Parser:
             self.pos = pos + 1
             return self.literal(token, negative=False, start=token)
         return None
+
+    def check_name(self, token: tuple, what: str, reserved: frozenset[str] = frozenset()) -> None:
+        try:
+            require_name(token[1], what, reserved)
+        except WellFormedError as err:
+            raise self.error(err.message, token) from None
 
     # ----------------------------------------------------------------- scopes
     def bind_local(self, name: str, var: Var, undo: list) -> None:
@@ -396,6 +405,7 @@ class Parser:
         if name_token[0] != L.IDENT:
             raise self.error(f"expected a type name, found {L.describe(name_token)}", name_token)
         name = name_token[1]
+        self.check_name(name_token, "type name", RESERVED_TYPE_NAMES)
         undo: list = []
         params = self.p_type_params(undo)
         self.expect("{")
@@ -409,6 +419,10 @@ class Parser:
                 )
             if ctor_token[1] in self.constructors:
                 raise self.error(f"constructor {ctor_token[1]} is defined twice", ctor_token)
+            try:
+                check_constructor_name(ctor_token[1])
+            except WellFormedError as err:
+                raise self.error(err.message, ctor_token) from None
             inputs: list[Type] = []
             if self.accept("("):
                 while not self.at_punct(")"):
@@ -438,6 +452,7 @@ class Parser:
                 )
             if token[1] in seen:
                 raise self.error(f"type parameter {token[1]} is declared twice", token)
+            self.check_name(token, "type parameter name", RESERVED_TYPE_NAMES)
             seen.add(token[1])
             tv = TypeVar(token[1], span=self.span_from(token))
             self.bind_type_var(token[1], tv, undo)
@@ -461,7 +476,9 @@ class Parser:
         start = self.expect("global")
         name_token = self.next()
         if name_token[0] != L.GLOBAL:
-            raise self.error(f"expected a global name such as @rng, found {L.describe(name_token)}")
+            raise self.error(
+                f"expected a global name such as @rng, found {L.describe(name_token)}", name_token
+            )
         cell_type = None
         if self.accept(":"):
             cell_type = yield self.p_type()
@@ -501,6 +518,7 @@ class Parser:
                     annotation = yield self.p_type()
                 params.append(Var(token[1], annotation, span=self.span_from(token)))
             elif token[0] == L.IDENT and _is(self.peek(1), L.PUNCT, "="):
+                self.check_name(token, "function attribute name", KEYWORDS)
                 self.next()
                 self.next()
                 if token[1] in attrs:
@@ -562,7 +580,9 @@ class Parser:
                 value = yield self.p_binary()
                 self.expect(";", "';' after the graph binding")
                 if token[1] in self.graph:
-                    raise self.error(f"%{token[1]} is already bound in this scope", token)
+                    raise self.error(
+                        f"%{token[1]} is already bound in this block or an enclosing one", token
+                    )
                 self.bind_graph(token[1], value, undo)
             else:
                 value = yield self.p_binary()
@@ -610,8 +630,9 @@ class Parser:
         token = self.peek()
         if minuses and token[0] in (L.INT, L.FLOAT) and token[2] == minuses[-1][3]:
             self.next()
-            expr = self.literal(token, negative=True, start=minuses.pop())
-            expr = yield self.p_postfix_rest(expr)
+            start = minuses.pop()
+            expr = self.literal(token, negative=True, start=start)
+            expr = yield self.p_postfix_rest(expr, start)
         else:
             expr = yield self.p_postfix()
         for minus in reversed(minuses):
@@ -638,10 +659,11 @@ class Parser:
             expr = yield self.p_primary()
         follow = self.tokens[self.pos]
         if follow[0] == L.PUNCT and (follow[1] == "(" or follow[1] == "."):
-            expr = yield self.p_postfix_rest(expr)
+            expr = yield self.p_postfix_rest(expr, token)
         return expr
 
-    def p_postfix_rest(self, expr: Expr):
+    def p_postfix_rest(self, expr: Expr, start: tuple):
+        """Calls and projections after a primary that began at token ``start``."""
         while True:
             token = self.peek()
             if token[0] != L.PUNCT:
@@ -670,7 +692,7 @@ class Parser:
                     if not self.accept(","):
                         break
                 self.expect(")", "',' or ')'")
-                expr = self.make_call(expr, tuple(args), attrs, token, attr_tokens)
+                expr = self.make_call(expr, tuple(args), attrs, start, attr_tokens)
             elif token[1] == ".":
                 self.next()
                 index = self.next()
@@ -679,7 +701,7 @@ class Parser:
                         f"expected a tuple index after '.', found {L.describe(index)}", index
                     )
                 expr = TupleGetItem(
-                    expr, int(index[1][0]), span=Span(self.source, token[2], index[3])
+                    expr, int(index[1][0]), span=Span(self.source, start[2], index[3])
                 )
             else:
                 return expr
@@ -885,7 +907,7 @@ class Parser:
         try:
             array = literal_value(text, suffix, negative)
         except LiteralError as err:
-            raise self.error(str(err), token) from None
+            raise ParseError(str(err), Span(self.source, start[2], token[3])) from None
         return Constant(array, span=Span(self.source, start[2], token[3]))
 
     def op_node(self, name: str) -> Op:
@@ -1051,7 +1073,7 @@ class Parser:
             token = self.next()
             if token[0] == L.INT and token[1][1] is None:
                 dims.append(int(token[1][0]))
-            elif token[0] == L.IDENT and token[1] not in DTYPES:
+            elif token[0] == L.IDENT and is_dim(token[1]):
                 dims.append(token[1])
             elif _is(token, L.PUNCT, "?"):
                 dims.append(ANY)
@@ -1121,7 +1143,7 @@ def _all_op_names() -> list[str]:
 def _as_text(text: str | bytes, source_name: str) -> str:
     if isinstance(text, bytes | bytearray):
         try:
-            return bytes(text).decode("utf-8")
+            text = bytes(text).decode("utf-8")
         except UnicodeDecodeError as err:
             prefix = bytes(text[: err.start]).decode("utf-8", errors="replace")
             source = Source(source_name, prefix + "\ufffd")
@@ -1129,9 +1151,9 @@ def _as_text(text: str | bytes, source_name: str) -> str:
                 f"the input is not UTF-8 text (byte 0x{text[err.start]:02x} at offset {err.start})",
                 Span(source, len(prefix), len(prefix) + 1),
             ) from None
-    if not isinstance(text, str):
+    elif not isinstance(text, str):
         raise TypeError(f"parse expects str or bytes, got {type(text).__name__}")
-    return text
+    return text.removeprefix("\ufeff")  # a UTF-8 byte-order mark is not part of the program
 
 
 def _guard(action, parser_factory):

@@ -60,7 +60,6 @@ from .expr import (
     TypeData,
     Var,
 )
-from .lexer import KEYWORDS
 from .literals import format_scalar
 from .module import IRModule
 from .node import Attrs, Node
@@ -68,7 +67,7 @@ from .op import lookup_op
 from .parser import VERSION
 from .trampoline import run
 from .types import (
-    DTYPES,
+    RESERVED_TYPE_NAMES,
     FuncType,
     GlobalTypeVar,
     KeyType,
@@ -87,7 +86,7 @@ _BARE_INT = re.compile(r"-?[0-9]+\Z")  # an int32 literal, which has no suffix
 _ATOMS = (Var, GlobalVar, Constant, Op, Constructor)
 # A type variable never prints as a name the parser reads as something else:
 # a keyword, `Key`, a dtype (a scalar type) or, in a module, an ADT's name.
-_RESERVED_TYPE_NAMES = frozenset(KEYWORDS) | {"Key"} | frozenset(DTYPES)
+_RESERVED_TYPE_NAMES = RESERVED_TYPE_NAMES
 _STRING_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r", "\0": "\\0"}
 
 
@@ -440,7 +439,10 @@ class Printer:
         """The text of a non-atomic expression whose first line is at ``level``."""
         if isinstance(expr, Call):
             callee = yield self.inline(expr.callee, layout, expr, "callee", level)
-            if isinstance(expr.callee, Function | If | Match):
+            if (
+                isinstance(expr.callee, Function | If | Match)
+                and id(expr.callee) not in layout.shared
+            ):
                 callee = "(" + callee + ")"
             parts = []
             for i, arg in enumerate(expr.args):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .diagnostics import WellFormedError
+from .names import BUILTIN_TYPE_WORDS, KEYWORDS, is_identifier
 from .node import Node
 
 # A dimension is an int (static), a str naming a symbolic dimension ("n"),
@@ -42,6 +44,18 @@ class TensorType(Type):
     shape: tuple[Dim, ...]
     dtype: str = "float32"
     FIELDS = (("shape", "attr"), ("dtype", "attr"))
+
+    def __post_init__(self) -> None:
+        shape = tuple(self.shape)
+        for dim in shape:
+            if not is_dim(dim):
+                raise WellFormedError(
+                    f"bad dimension {dim!r} in a tensor type: a dimension is an integer >= 0, "
+                    "a symbolic name such as 'n', or '?'"
+                )
+        if self.dtype not in DTYPES:
+            raise WellFormedError(f"unknown dtype {self.dtype!r} (known: {', '.join(DTYPES)})")
+        object.__setattr__(self, "shape", shape)
 
     @property
     def ndim(self) -> int:
@@ -85,6 +99,10 @@ class FuncType(Type):
         ("effects", "attr"),
     )
 
+    def __post_init__(self) -> None:
+        if self.effects is not None:
+            object.__setattr__(self, "effects", normalize_effects(self.effects))
+
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
 class RefType(Type):
@@ -116,6 +134,32 @@ class TypeCall(Type):
     FIELDS = (("func", "node"), ("args", "nodes"))
 
 
+def is_dim(dim: object) -> bool:
+    """An int >= 0, ANY, or a symbolic name the parser reads back as one."""
+    if isinstance(dim, bool):
+        return False
+    if isinstance(dim, int):
+        return dim >= 0
+    return dim == ANY or (
+        is_identifier(dim) and dim not in KEYWORDS and dim not in DTYPES and dim != "_"
+    )
+
+
+RESERVED_TYPE_NAMES = frozenset(DTYPES) | BUILTIN_TYPE_WORDS | KEYWORDS
+
+
 def normalize_effects(items) -> tuple[str, ...]:
-    """Canonical (sorted, deduplicated) effect set."""
-    return tuple(sorted(set(items)))
+    """Canonical (sorted, deduplicated) effect set; WellFormedError on an
+    item that is not ``io``, ``random``, ``read @cell`` or ``write @cell``."""
+    result = set()
+    for item in items:
+        if item in EFFECT_KEYWORDS:
+            result.add(item)
+            continue
+        kind, _, cell = str(item).partition(" @")
+        if kind not in ("read", "write") or not is_identifier(cell):
+            raise WellFormedError(
+                f"bad effect {item!r}: expected io, random, 'read @cell' or 'write @cell'"
+            )
+        result.add(item)
+    return tuple(sorted(result))

@@ -218,3 +218,37 @@ def test_repr_is_the_text():
 def test_unbound_names_in_parse_expr(text):
     with pytest.raises(effir.ParseError):
         effir.parse_expr(text)
+
+
+def test_names_are_checked_when_nodes_are_built():
+    from effir.ir import FuncType, IRModule, TypeData, WellFormedError
+
+    x = Var("x")
+    with pytest.raises(WellFormedError, match="not a valid name"):
+        IRModule({"my-fn": Function((x,), x)})
+    with pytest.raises(WellFormedError, match="reserved word"):
+        IRModule(type_defs={"Key": TypeData("Key", (), ())})
+    with pytest.raises(WellFormedError, match="name of an operator"):
+        IRModule(type_defs={"T": TypeData("T", (), (Constructor("add", (), "T"),))})
+    with pytest.raises(WellFormedError, match="bad dimension"):
+        TensorType(("n+1",))
+    with pytest.raises(WellFormedError, match="bad dimension"):
+        TensorType((-1,))
+    with pytest.raises(WellFormedError, match="unknown dtype"):
+        TensorType((1,), "float128")
+    with pytest.raises(WellFormedError, match="reserved word"):
+        Function((x,), x, attrs=effir.ir.Attrs({"type": 1}))
+    with pytest.raises(WellFormedError, match="bad effect"):
+        FuncType((), TupleType(()), effects=("bogus",))
+    assert FuncType((), TupleType(()), effects=("random", "io", "io")).effects == ("io", "random")
+
+
+def test_integer_axis_means_a_list_of_one():
+    assert expr("sum(1f, axis=0)").attrs["axis"] == (0,)
+
+
+def test_a_shared_function_called_prints_without_parentheses():
+    f = expr("fn (%a) { %a }")
+    call = Call(f, (Constant(np.array(1, "int32")),))
+    text = effir.astext(Tuple((call, f)))
+    assert "%0(1)" in text and "(%0)" not in text

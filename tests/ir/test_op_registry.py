@@ -64,7 +64,7 @@ def test_attribute_validation_and_normalization():
     sum_def = lookup_op("sum")
     attrs = sum_def.normalize_attrs({"axis": [1, 2]})
     assert attrs["axis"] == (1, 2) and attrs["keepdims"] is False
-    with pytest.raises(AttrError, match="expects a list of integers"):
+    with pytest.raises(AttrError, match="expects an integer or a list of integers"):
         sum_def.normalize_attrs({"axis": "x"})
     with pytest.raises(AttrError, match="expects True or False"):
         sum_def.normalize_attrs({"keepdims": 1})
