@@ -20,7 +20,10 @@ parses back to a structurally equal module that prints identically.
 5. Operator attributes print in schema order and only when they differ from
    the default; function attributes print sorted by name.
 6. Indentation is two spaces a block, capped at MAX_INDENT levels so that
-   10,000 nested blocks print in linear space.
+   10,000 nested blocks print in linear space. A function whose parameters
+   and return type exceed WRAP_SIGNATURE_AT characters prints one parameter
+   a line. The rule depends only on the function, never on the column where
+   it starts, so it is canonical.
 
 Printing walks with generators driven by ``trampoline.run``: no recursion.
 """
@@ -80,6 +83,7 @@ from .types import (
 )
 
 MAX_INDENT = 32
+WRAP_SIGNATURE_AT = 90  # characters of parameters and return type
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _NOT_IDENT_CHAR = re.compile(r"[^A-Za-z0-9_]")
 _BARE_INT = re.compile(r"-?[0-9]+\Z")  # an int32 literal, which has no suffix
@@ -523,9 +527,17 @@ class Printer:
                 text += ": " + (yield self.type_(param.type_annotation))
             params.append(text)
         params.extend(f"{k}={attr_text(v)}" for k, v in sorted(fn.attrs.items()))
-        text = head + "(" + ", ".join(params) + ")"
+        ret = ""
         if fn.ret_type is not None:
-            text += " -> " + (yield self.type_(fn.ret_type))
+            ret = " -> " + (yield self.type_(fn.ret_type))
+        one_line = ", ".join(params)
+        if len(head) + len(one_line) + len(ret) > WRAP_SIGNATURE_AT and len(params) > 1:
+            # One parameter a line, with a trailing comma, as black and rustfmt do.
+            inner = _indent(level + 1)
+            text = head + "(\n" + "".join(f"{inner}{p},\n" for p in params) + _indent(level) + ")"
+        else:
+            text = head + "(" + one_line + ")"
+        text += ret
         block = layout.block_for(fn, "body", level + 1)
         body = yield self.block(fn.body, layout, block)
         return text + " {\n" + _indent(block.level) + body + "\n" + _indent(level) + "}"
