@@ -871,6 +871,9 @@ class Parser:
             return self.p_meta_ref(token)
         ctor = self.constructors.get(name)
         if ctor is not None:
+            if not ctor.inputs and not self.at_punct("("):
+                # As in Relay, a bare nullary constructor is its value: `Nil` is `Nil()`.
+                return Call(ctor, (), EMPTY_ATTRS, span=self.span_from(token))
             return ctor
         definition = lookup_op(name)
         if definition is not None:

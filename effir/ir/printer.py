@@ -127,6 +127,16 @@ def attr_text(value: Any) -> str:
     raise TypeError(f"cannot print attribute value {value!r}")
 
 
+def _is_nullary_value(expr: Expr) -> bool:
+    """``Nil()``, which prints as Relay's bare ``Nil``."""
+    return (
+        isinstance(expr, Call)
+        and isinstance(expr.callee, Constructor)
+        and not expr.callee.inputs
+        and not expr.args
+    )
+
+
 def _sanitize(hint: str, fallback: str) -> str:
     if _IDENT.match(hint):
         return hint
@@ -442,12 +452,14 @@ class Printer:
     def node(self, expr: Expr, layout: _Layout, level: int):
         """The text of a non-atomic expression whose first line is at ``level``."""
         if isinstance(expr, Call):
+            if _is_nullary_value(expr):
+                return expr.callee.name  # Relay's spelling of a nullary constructor's value
             callee = yield self.inline(expr.callee, layout, expr, "callee", level)
-            if (
-                isinstance(expr.callee, Function | If | Match)
-                and id(expr.callee) not in layout.shared
-            ):
-                callee = "(" + callee + ")"
+            if id(expr.callee) not in layout.shared:
+                if _is_nullary_value(expr.callee):
+                    callee += "()"  # `Nil(%x)` would read as a call of the constructor
+                elif isinstance(expr.callee, Function | If | Match):
+                    callee = "(" + callee + ")"
             parts = []
             for i, arg in enumerate(expr.args):
                 parts.append((yield self.inline(arg, layout, expr, i, level)))

@@ -20,6 +20,7 @@ from .expr import (
     Expr,
     GlobalVar,
     Op,
+    PatternConstructor,
     PatternVar,
     Var,
 )
@@ -86,8 +87,11 @@ class _Checker:
                 value = getattr(node, name)
                 if kind == "node" and value is not None:
                     items.append((value, ()))
+                    self.check_nullary_constructor(node, name, value)
                 elif kind == "nodes":
                     items.extend((v, ()) for v in value)
+                    for v in value:
+                        self.check_nullary_constructor(node, name, v)
                 elif kind in ("def", "defs"):
                     for binder in (value,) if kind == "def" else value:
                         self.bind(binder)
@@ -107,6 +111,21 @@ class _Checker:
                 items = [(node.body, ())]
             stack.append((None, tuple(binders)))
             stack.extend(reversed(items))
+
+    def check_nullary_constructor(self, parent: Node, field: str, child: Node) -> None:
+        """[Relay] A nullary constructor's value is the call ``Nil()``; the bare
+        constructor may only be called or matched, since the text format
+        spells the call and the constructor alike (``Nil``)."""
+        if isinstance(child, Constructor) and not child.inputs:
+            if (isinstance(parent, Call) and field == "callee") or isinstance(
+                parent, PatternConstructor
+            ):
+                return
+            raise self.fail(
+                f"the nullary constructor {child.name} is used as a function; "
+                f"its value is the call {child.name}()",
+                parent,
+            )
 
     def check_node(self, node: Node) -> None:
         module = self.module

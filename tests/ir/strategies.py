@@ -417,7 +417,9 @@ class _Builder:
         if kind == "global":
             return GlobalVar(self.choice(self.mod.functions + self.mod.cells)), frozenset()
         if kind == "ctor":
-            return self.choice(self.mod.constructors), frozenset()
+            ctor = self.choice(self.mod.constructors)
+            # As in Relay, a nullary constructor as a value is the call `Nil()`.
+            return (ctor if ctor.inputs else Call(ctor, ())), frozenset()
         if kind == "op":
             return lookup_op(self.choice(OPS)[0]).op, frozenset()
         return self.constant(), frozenset()

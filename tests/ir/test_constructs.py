@@ -147,7 +147,8 @@ def test_constructors_and_adts():
     assert isinstance(cons, Constructor) and cons.adt == "List"
     assert isinstance(cons.inputs[1], TypeCall) and cons.inputs[1].args[0] is data.type_params[0]
     call = mod["f"].body
-    assert call.callee is cons and call.args[1] is data.constructors[1]
+    assert call.callee is cons
+    assert call.args[1].callee is data.constructors[1] and call.args[1].args == ()
 
 
 def test_global_cells_and_globals():
@@ -207,7 +208,7 @@ def test_metadata_constants():
 def test_parse_expr_with_a_module_context():
     mod = effir.parse(H + "type T { A }\ndef @f() { A }\n")
     e = effir.parse_expr("@f(A)", module=mod)
-    assert e.args[0] is mod.constructors["A"]
+    assert e.args[0].callee is mod.constructors["A"]
 
 
 def test_repr_is_the_text():
@@ -252,3 +253,22 @@ def test_a_shared_function_called_prints_without_parentheses():
     call = Call(f, (Constant(np.array(1, "int32")),))
     text = effir.astext(Tuple((call, f)))
     assert "%0(1)" in text and "(%0)" not in text
+
+
+def test_a_bare_nullary_constructor_is_its_value_as_in_relay():
+    mod = effir.parse(H + "type L { C(int32), N }\ndef @f() { (N, N(), C) }\n")
+    bare, called, unary = mod["f"].body.fields
+    nil = mod.constructors["N"]
+    assert isinstance(bare, Call) and bare.callee is nil and bare.args == ()
+    effir.assert_structural_equal(bare, called)
+    assert unary is mod.constructors["C"]  # a constructor with fields stays a function
+    assert effir.astext(mod).count("(N, N, C)") == 1
+
+
+def test_a_bare_nullary_constructor_node_is_not_well_formed():
+    from effir.ir import IRModule, TypeData, WellFormedError
+
+    nil = Constructor("N", (), "L")
+    mod = IRModule({"f": Function((), Tuple((nil,)))}, {"L": TypeData("L", (), (nil,))})
+    with pytest.raises(WellFormedError, match="its value is the call N()"):
+        effir.check_well_formed(mod)
