@@ -655,6 +655,9 @@ class Parser:
         elif kind in (L.INT, L.FLOAT):
             self.next()
             expr = self.literal(token, negative=False, start=token)
+        elif kind == L.IDENT:  # operators and constructors: no generator needed
+            self.next()
+            expr = self.identifier(token)
         else:
             expr = yield self.p_primary()
         follow = self.tokens[self.pos]

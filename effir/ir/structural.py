@@ -7,9 +7,10 @@ equals the tree it unfolds to. Free variables must be the same object unless
 with ``==`` except that a NaN equals a NaN. Each definition of a module is
 compared (and hashed) on its own, in its own scope. Both algorithms walk
 an explicit stack in the same left-to-right pre-order, so binders are met
-before their uses and deep programs need no recursion; equal programs get
-equal hashes because a bound variable hashes as the ordinal of its binder in
-that order.
+before their uses and deep programs need no recursion. A bound variable
+hashes as its position among the binders of the node that binds it
+(parameter 0, 1, ...), which depends neither on names nor on where that node
+sits, so alpha-renaming and sharing leave hashes unchanged.
 """
 
 from __future__ import annotations
@@ -80,11 +81,9 @@ class _Comparer:
         self.seen: set[tuple[int, int]] = set()
 
     def _bind(self, x: Node, y: Node) -> str | None:
-        mapped = self.forward.get(x)
-        if mapped is not None:
-            return None if mapped is y else f"{_brief(x)} is bound twice inconsistently"
-        if y in self.backward:
-            return f"{_brief(y)} is bound twice on the right-hand side"
+        """Enter a binding site. A binder met again is a shared binding node
+        (a DAG) entered anew, so the latest pairing wins: a DAG equals the
+        tree it unfolds to."""
         self.forward[x] = y
         self.backward[y] = x
         return None
@@ -142,6 +141,8 @@ class _Comparer:
                             f"{'binders' if kind == 'defs' else 'elements'}"
                         )
                     d = kind == "defs"
+                    if d and (len(set(u)) != len(u) or len(set(v)) != len(v)):
+                        return f"{_path_text((path, name))}: a variable is bound twice here"
                     for i in range(len(u)):
                         pending.append((u[i], v[i], (path, f"{name}[{i}]"), d))
                 elif kind == "def":
@@ -315,8 +316,7 @@ class _Hasher:
                 memo[id(x)] = self._combine(x)
                 continue
             if isinstance(x, _BINDERS):
-                if state == 1 and x not in ordinal:
-                    ordinal[x] = len(ordinal)
+                if state == 1:
                     ann = getattr(x, "type_annotation", None)
                     if ann is not None:
                         stack.append((ann, 0))
@@ -332,8 +332,11 @@ class _Hasher:
                 elif kind == "nodes":
                     pending.extend((v, 0) for v in value)
                 elif kind == "def":
+                    ordinal.setdefault(value, 0)
                     pending.append((value, 1))
                 elif kind == "defs":
+                    for i, v in enumerate(value):
+                        ordinal.setdefault(v, i)
                     pending.extend((v, 1) for v in value)
                 elif kind == "ctordefs":
                     for ctor in value:

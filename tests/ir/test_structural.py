@@ -150,3 +150,32 @@ def test_type_annotations_are_compared():
     b = Function((Var("x", TensorType((2,), "float32")),), Tuple(()))
     assert not effir.structural_equal(a, b)
     assert TypeVar("A") is not TypeVar("A")
+
+
+def test_a_shared_binding_node_equals_its_unshared_copies():
+    def closure():
+        y = Var("y")
+        return Function((y,), Call(get_op("exp"), (y,)))
+
+    shared = closure()
+    dag = Tuple((shared, shared))
+    tree = Tuple((closure(), closure()))
+    assert effir.structural_equal(dag, tree) and effir.structural_equal(tree, dag)
+    assert effir.structural_hash(dag) == effir.structural_hash(tree)
+
+
+def test_a_shared_polymorphic_type_round_trips():
+    from effir.ir import FuncType, IRModule
+
+    a = TypeVar("A")
+    poly = FuncType((a,), a, (a,))
+    f, g = Var("f", poly), Var("g", poly)
+    mod = IRModule({"main": Function((f, g), Tuple((f, g)))})
+    again = effir.parse(effir.astext(mod))
+    effir.assert_structural_equal(again, mod)
+    assert effir.structural_hash(again) == effir.structural_hash(mod)
+
+
+def test_duplicate_binders_in_one_list_are_never_equal_to_distinct_ones():
+    x, y, z = Var("x"), Var("y"), Var("z")
+    assert not effir.structural_equal(Function((x, y), x), Function((z, z), z))
