@@ -1,0 +1,1 @@
+"""Frontends: Python source and traces to effir IR. See docs/architecture.md."""
