@@ -16,16 +16,13 @@ The only exception the parser raises is ``ParseError``.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import difflib
-import json
-import math
 from typing import Any
 
 import numpy as np
 
 from . import lexer as L
+from . import metadata
 from .diagnostics import AttrError, ParseError, Source, Span, WellFormedError
 from .expr import (
     Call,
@@ -94,7 +91,7 @@ _BINARY = {
 }
 _OPEN = frozenset({"(", "[", "{", "#["})
 _CLOSE = frozenset({")", "]", "}"})
-_METADATA_KIND = "relay.Constant"
+_METADATA_KIND = metadata.KIND
 _TERMINATORS = frozenset({",", ")", ";", "]", "}"})
 
 
@@ -351,52 +348,8 @@ class Parser:
             return
         token = self.tokens[-2]
         text, offset = token[1]
-
-        def fail(message: str, at: int | None = None) -> ParseError:
-            if at is None:
-                return self.error(message, token)
-            return ParseError(message, Span(self.source, at, at + 1))
-
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise fail(f"malformed metadata section: {err.msg}", offset + err.pos) from None
-        except (RecursionError, ValueError) as err:
-            raise fail(f"malformed metadata section: {err}") from None
-        if not isinstance(data, dict):
-            raise fail("the metadata section must be a JSON object")
-        for key in data:
-            if key != _METADATA_KIND:
-                raise fail(f"unknown metadata kind {key!r}: effir stores only {_METADATA_KIND!r}")
-        entries = data.get(_METADATA_KIND, [])
-        if not isinstance(entries, list):
-            raise fail(f"metadata {_METADATA_KIND!r} must be a list")
-        for i, entry in enumerate(entries):
-            where = f"metadata constant {i}"
-            if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data"}:
-                raise fail(f"{where} must have exactly the keys 'dtype', 'shape' and 'data'")
-            dtype, shape, payload = entry["dtype"], entry["shape"], entry["data"]
-            if dtype not in DTYPES:
-                raise fail(f"{where} has unknown dtype {dtype!r}")
-            if not isinstance(shape, list) or not all(
-                isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**31 for d in shape
-            ):
-                raise fail(f"{where} has a malformed shape {shape!r}")
-            if not isinstance(payload, str):
-                raise fail(f"{where}: 'data' must be a base64 string")
-            try:
-                raw = base64.b64decode(payload.encode("ascii"), validate=True)
-            except (binascii.Error, UnicodeEncodeError, ValueError):
-                raise fail(f"{where}: 'data' is not valid base64") from None
-            np_dtype = np.dtype(dtype).newbyteorder("<")
-            count = math.prod(shape)  # Python ints: np.prod would wrap around in int64
-            if len(raw) != count * np_dtype.itemsize:
-                raise fail(
-                    f"{where}: {len(raw)} bytes of data for shape {tuple(shape)} of {dtype} "
-                    f"(expected {count * np_dtype.itemsize})"
-                )
-            array = np.frombuffer(raw, dtype=np_dtype).astype(np.dtype(dtype)).reshape(shape)
-            self.metadata.append(Constant(array))
+        header = Span(self.source, token[2], token[3])
+        self.metadata = metadata.decode(text, offset, self.source, header)
 
     # ------------------------------------------------------------ definitions
     def p_type_def(self) -> TypeData:

@@ -30,13 +30,10 @@ Printing walks with generators driven by ``trampoline.run``: no recursion.
 
 from __future__ import annotations
 
-import base64
-import json
 import re
 from typing import Any
 
-import numpy as np
-
+from . import metadata
 from .expr import (
     Call,
     Clause,
@@ -328,19 +325,7 @@ class Printer:
         return text + self.metadata_section()
 
     def metadata_section(self) -> str:
-        if not self.metadata:
-            return ""
-        entries = []
-        for constant in self.metadata:
-            data = np.asarray(constant.data, order="C")  # ascontiguousarray makes 0-d 1-d
-            raw = data.astype(data.dtype.newbyteorder("<")).tobytes()
-            entry = {
-                "dtype": str(data.dtype),
-                "shape": list(data.shape),
-                "data": base64.b64encode(raw).decode("ascii"),
-            }
-            entries.append("    " + json.dumps(entry))
-        return '\n#[metadata]\n{\n  "relay.Constant": [\n' + ",\n".join(entries) + "\n  ]\n}\n"
+        return metadata.encode(self.metadata)
 
     def type_def(self, data: TypeData):
         head = "type " + data.name + self.type_params(data.type_params)
