@@ -53,7 +53,7 @@ from .literals import LiteralError, literal_value
 from .module import IRModule, check_constructor_name
 from .names import KEYWORDS, require_name
 from .node import EMPTY_ATTRS, Attrs
-from .op import lookup_op
+from .op import all_ops, lookup_op
 from .trampoline import run
 from .types import (
     ANY,
@@ -673,9 +673,6 @@ class Parser:
                     f"%{value} is not bound (graph bindings must come before use)", token
                 )
             return found
-        if kind == L.IDENT:
-            self.next()
-            return self.identifier(token)
         if kind == L.PUNCT:
             if value == "(":
                 return (yield self.p_paren())
@@ -834,7 +831,7 @@ class Parser:
         definition = lookup_op(name)
         if definition is not None:
             return definition.op
-        known = list(self.constructors) + [name for name in _all_op_names()]
+        known = list(self.constructors) + [d.name for d in all_ops()]
         raise self.unknown_name(token, "operator or constructor", known)
 
     def p_meta_ref(self, start: tuple) -> Constant:
@@ -1091,12 +1088,6 @@ class Parser:
         hint = f"; did you mean {prefix}{close[0]}?" if close else ""
         adjective = "undefined" if what in ("variable", "global") else "unknown"
         return self.error(f"{adjective} {what} {prefix}{name}{hint}", token)
-
-
-def _all_op_names() -> list[str]:
-    from .op import all_ops
-
-    return [d.name for d in all_ops()]
 
 
 def _as_text(text: str | bytes, source_name: str) -> str:

@@ -80,13 +80,12 @@ class _Comparer:
         self.backward: dict[Node, Node] = {}
         self.seen: set[tuple[int, int]] = set()
 
-    def _bind(self, x: Node, y: Node) -> str | None:
+    def _bind(self, x: Node, y: Node) -> None:
         """Enter a binding site. A binder met again is a shared binding node
         (a DAG) entered anew, so the latest pairing wins: a DAG equals the
         tree it unfolds to."""
         self.forward[x] = y
         self.backward[y] = x
-        return None
 
     def _use(self, x: Node, y: Node) -> str | None:
         if type(x) is not type(y):
@@ -99,7 +98,8 @@ class _Comparer:
         if x is y:
             return None
         if self.map_free_vars:
-            return self._bind(x, y)
+            self._bind(x, y)
+            return None
         return f"free {_brief(x)} vs free {_brief(y)}"
 
     def compare(self, a: Node | None, b: Node | None, root_path: tuple | None) -> str | None:
@@ -117,11 +117,11 @@ class _Comparer:
                 return f"{_path_text(path)}: {_brief(x)} vs {_brief(y)}"
             if cls in _BINDERS:
                 if is_def:
-                    problem = self._bind(x, y)
-                    if problem is None and cls is Var:
+                    self._bind(x, y)
+                    if cls is Var:
                         push((x.type_annotation, y.type_annotation, (path, "type"), False))
-                else:
-                    problem = self._use(x, y)
+                    continue
+                problem = self._use(x, y)
                 if problem is not None:
                     return f"{_path_text(path)}: {problem}"
                 continue
