@@ -1,12 +1,15 @@
 """effir: a Relay-style functional IR for effectful, dynamic ML programs."""
 
 from . import ops  # noqa: F401  (registers every operator)
+from .backends.interpreter import Closure, Interpreter, State, interpret
 from .ir import (
     AttrError,
     Error,
+    EvalError,
     IRModule,
     ParseError,
     StructuralMismatch,
+    TypeCheckError,
     WellFormedError,
     assert_structural_equal,
     astext,
@@ -16,12 +19,25 @@ from .ir import (
     structural_equal,
     structural_hash,
 )
+from .passes.infer_type import check
+
+# ``effir.TypeError``: the name users expect; the class is TypeCheckError so
+# that it never shadows Python's own TypeError inside effir.
+TypeError = TypeCheckError  # noqa: A001
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AttrError",
+    "Closure",
     "Error",
+    "EvalError",
+    "Interpreter",
+    "State",
+    "TypeCheckError",
+    "TypeError",
+    "check",
+    "interpret",
     "IRModule",
     "ParseError",
     "StructuralMismatch",

@@ -14,8 +14,14 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from . import __version__
-from .ir import Error, IRModule, astext, check_well_formed, parse
+from .backends.interpreter import State, interpret
+from .ir import Error, IRModule, TypeCheckError, astext, check_well_formed, parse
+from .passes.infer_effects import effect_text, infer_effects
+from .passes.infer_type import check
+from .runtime.values import PRNGKey, describe_value
 
 EXIT_OK, EXIT_USER_ERROR, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -92,15 +98,102 @@ def cmd_fmt(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    status = EXIT_OK
     for path in args.files:
-        module, _, name = load_module(path)
-        check_well_formed(module)
+        try:
+            module, _, name = load_module(path)
+            check_well_formed(module)
+            check(module)
+        except TypeCheckError as err:  # every type error, each located
+            print(str(err), file=sys.stderr)
+            count = len(err.errors)
+            print(f"{count} error{'s' if count != 1 else ''} found", file=sys.stderr)
+            status = EXIT_USER_ERROR
+            continue
         if not args.quiet:
             counts = (
                 f"{len(module.functions)} function(s), {len(module.type_defs)} type(s), "
                 f"{len(module.cells)} state cell(s)"
             )
             print(f"{name}: ok ({counts})")
+        if args.effects:
+            info = infer_effects(module)
+            for fn_name, effects in info.functions.items():
+                print(f"@{fn_name}: {effect_text(effects)}")
+    return status
+
+
+def parse_arg_option(text: str) -> tuple[str, str]:
+    name, sep, path = text.partition("=")
+    name = name.removeprefix("%")
+    if not sep or not name or not path:
+        raise CommandError(f"--arg {text!r}: expected NAME=FILE.npy")
+    return name, path
+
+
+def load_array(path: str) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise CommandError(f"{path}: no such file") from None
+    except (OSError, ValueError) as err:
+        raise CommandError(f"{path}: not a .npy array file ({err})") from None
+
+
+def result_leaves(value: object, prefix: str) -> list[tuple[str, object]]:
+    """(name, value) for each tensor or other leaf of a result; tuples are
+    numbered ``result.0``, ``result.1.0``..."""
+    leaves: list[tuple[str, object]] = []
+    stack = [(prefix, value)]
+    while stack:
+        name, v = stack.pop()
+        if isinstance(v, tuple):
+            stack.extend(reversed([(f"{name}.{i}", f) for i, f in enumerate(v)]))
+        else:
+            leaves.append((name, v))
+    return leaves
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    module, _, name = load_module(args.file)
+    check(module)
+    entry = args.entry.removeprefix("@")
+    if entry not in module.functions:
+        known = ", ".join("@" + n for n in module.functions) or "none"
+        raise CommandError(f"{name}: no function @{entry} (functions: {known})")
+    params = module.functions[entry].params
+    given = dict(parse_arg_option(text) for text in args.arg)
+    names = [p.name_hint for p in params]
+    unknown = [n for n in given if n not in names]
+    if unknown:
+        raise CommandError(
+            f"@{entry} has no parameter %{unknown[0]} (parameters: "
+            + (", ".join("%" + n for n in names) or "none")
+            + ")"
+        )
+    missing = [n for n in names if n not in given]
+    if missing:
+        raise CommandError(
+            f"@{entry} needs --arg {missing[0]}=FILE.npy"
+            + (f" (missing: {', '.join('%' + n for n in missing)})" if len(missing) > 1 else "")
+        )
+    values = [load_array(given[n]) for n in names]
+    state = State(module, seed=args.seed)
+    result = interpret(module, *values, entry=entry, state=state)
+    leaves = result_leaves(result, "result")
+    for leaf_name, value in leaves:
+        print(f"{leaf_name}: {describe_value(value, limit=10_000)}")
+    if args.output:
+        arrays = {}
+        for leaf_name, value in leaves + result_leaves(state.values(), "state"):
+            if isinstance(value, np.ndarray):
+                arrays[leaf_name] = value
+            elif isinstance(value, PRNGKey):
+                arrays[leaf_name] = np.array(value.data)
+        try:
+            np.savez(args.output, **arrays)
+        except OSError as err:
+            raise CommandError(f"{args.output}: {err.strerror or err}") from None
     return EXIT_OK
 
 
@@ -124,7 +217,26 @@ def build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="parse and verify a program")
     check.add_argument("files", nargs="+", metavar="FILE", help="a file, or - for standard input")
     check.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
+    check.add_argument(
+        "--effects", action="store_true", help="print each global function's effects"
+    )
     check.set_defaults(run=cmd_check)
+
+    run_cmd = commands.add_parser("run", help="run a program with the reference interpreter")
+    run_cmd.add_argument("file", metavar="FILE", help="a file, or - for standard input")
+    run_cmd.add_argument("--entry", default="main", help="the function to run (default: main)")
+    run_cmd.add_argument(
+        "--arg",
+        action="append",
+        default=[],
+        metavar="NAME=FILE.npy",
+        help="the value of parameter %%NAME, from a .npy file (repeat for each parameter)",
+    )
+    run_cmd.add_argument(
+        "--seed", type=int, default=None, help="seed the PRNG state cells (default: as declared)"
+    )
+    run_cmd.add_argument("--output", metavar="OUT.npz", help="also write the results to OUT.npz")
+    run_cmd.set_defaults(run=cmd_run)
     return parser
 
 

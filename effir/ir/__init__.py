@@ -1,7 +1,16 @@
 """effir's IR: nodes, types, modules, the operator registry, text format,
 structural equality and hashing, traversal, and the well-formedness check."""
 
-from .diagnostics import AttrError, Error, ParseError, Source, Span, WellFormedError
+from .diagnostics import (
+    AttrError,
+    Error,
+    EvalError,
+    ParseError,
+    Source,
+    Span,
+    TypeCheckError,
+    WellFormedError,
+)
 from .expr import (
     Call,
     Clause,
@@ -47,6 +56,7 @@ from .types import (
     DTYPES,
     FuncType,
     GlobalTypeVar,
+    IncompleteType,
     KeyType,
     RefType,
     TensorType,

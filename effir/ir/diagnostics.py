@@ -126,6 +126,38 @@ class AttrError(Error):
     kind = "attribute error"
 
 
+class TypeCheckError(Error):
+    """An ill-typed program (exported as ``effir.TypeError``). When the checker
+    found several errors, ``errors`` holds each one (this error is the first)."""
+
+    kind = "type error"
+
+    def __init__(self, message: str, span: Span | None = None, notes: tuple[str, ...] = ()):
+        super().__init__(message, span, notes)
+        self.errors: tuple[TypeCheckError, ...] = (self,)
+
+    @staticmethod
+    def combine(errors: list[TypeCheckError]) -> TypeCheckError:
+        """One exception carrying every error; its text lists them all."""
+        first = errors[0]
+        if len(errors) == 1:
+            return first
+        combined = TypeCheckError(first.message, first.span, first.notes)
+        combined.errors = tuple(errors)
+        combined.args = ("\n".join(e._render() for e in errors),)
+        return combined
+
+    def __str__(self) -> str:
+        return "\n".join(e._render() for e in self.errors)
+
+
+class EvalError(Error):
+    """A run-time error of the reference interpreter, naming the operator or
+    construct and the source location where it happened."""
+
+    kind = "runtime error"
+
+
 def caret_excerpt(span: Span) -> str:
     """The source line of a span with a caret (and tildes) under it."""
     line, col = span.source.line_col(span.start)

@@ -7,15 +7,36 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .diagnostics import WellFormedError
 from .names import KEYWORDS, require_name
 from .node import EMPTY_ATTRS, Attrs, Node
 from .types import Type, TypeVar
 
 
 class Expr(Node):
-    """Base of all expressions."""
+    """Base of all expressions.
 
-    __slots__ = ()
+    ``checked_type`` is filled in by type inference (``effir.check``), as
+    Relay's ``checked_type_``; it is a cache, not part of the node's content.
+    """
+
+    __slots__ = ("_checked_type",)
+
+    @property
+    def checked_type(self) -> Type:
+        try:
+            return self._checked_type
+        except AttributeError:
+            raise WellFormedError(
+                f"{type(self).__name__} has no type yet: run effir.check(module) first"
+            ) from None
+
+    @property
+    def has_type(self) -> bool:
+        return hasattr(self, "_checked_type")
+
+    def set_checked_type(self, ty: Type) -> None:
+        object.__setattr__(self, "_checked_type", ty)
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)

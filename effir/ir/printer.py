@@ -70,6 +70,7 @@ from .types import (
     RESERVED_TYPE_NAMES,
     FuncType,
     GlobalTypeVar,
+    IncompleteType,
     KeyType,
     RefType,
     TensorType,
@@ -596,6 +597,8 @@ class Printer:
             return "Ref[" + (yield self.type_(t.value)) + "]"
         if isinstance(t, KeyType):
             return "Key"
+        if isinstance(t, IncompleteType):
+            return "_"
         if isinstance(t, TypeVar):
             return self.type_var_name(t)
         if isinstance(t, GlobalTypeVar):

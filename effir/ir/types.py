@@ -111,6 +111,14 @@ class RefType(Type):
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
+class IncompleteType(Type):
+    """A type not known yet: a unification variable of type inference
+    (Relay's IncompleteType). Never part of a checked program; prints as ``_``."""
+
+    FIELDS = ()
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class KeyType(Type):
     """A PRNG key (threefry2x32: two uint32 words)."""
 

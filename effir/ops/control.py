@@ -1,6 +1,22 @@
 """Control-flow operators whose bodies are functions (MXNet's proposal)."""
 
+from typing import Any
+
+import numpy as np
+
+from ..ir.node import Attrs
 from ..ir.op import AttrSpec, register_op
+from ..ir.types import ANY, Dim, FuncType, IncompleteType, TensorType, TupleType, Type
+from .relations import (
+    NotReady,
+    OpFailure,
+    RelationError,
+    describe,
+    expect_tensor,
+    merge_dim,
+    numpy_rule,
+    type_rule,
+)
 
 register_op(
     "cf.foreach",
@@ -15,3 +31,126 @@ register_op(
     traits=("control_flow", "dynamic_shape"),
     doc="while_loop(cond, body, init): outputs stacked over the iterations actually run",
 )
+
+
+# ---------------------------------------------------------------- type rules
+def _step_slice(t: Type, what: str) -> tuple[Type, Dim]:
+    """The type of one step of ``xs`` (a tensor or a tuple of tensors), and
+    the number of steps."""
+    if isinstance(t, TupleType):
+        if not t.fields:
+            raise RelationError(f"{what} must not be an empty tuple")
+        parts = [_step_slice(f, what) for f in t.fields]
+        length = parts[0][1]
+        for _, other in parts[1:]:
+            length = merge_dim(length, other, f"the leading dimensions of {what}")
+        return TupleType(tuple(p for p, _ in parts)), length
+    tensor = expect_tensor(t, what)
+    if tensor.ndim == 0:
+        raise RelationError(f"{what} must have a leading axis to iterate over, got a scalar")
+    return TensorType(tensor.shape[1:], tensor.dtype), tensor.shape[0]
+
+
+def _stacked(t: Type, length: Dim, what: str) -> Type:
+    """The type of per-step outputs ``t`` stacked along a new leading axis."""
+    if isinstance(t, IncompleteType):
+        raise NotReady
+    if isinstance(t, TupleType):
+        return TupleType(tuple(_stacked(f, length, what) for f in t.fields))
+    if not isinstance(t, TensorType):
+        raise RelationError(f"{what} must be a tensor, a tuple of tensors or (), got {describe(t)}")
+    return TensorType((length,) + t.shape, t.dtype)
+
+
+def _step_result(solver, body: Type, params: tuple[Type, ...], state: Type) -> Type:
+    """Unify ``body`` with ``fn(params) -> (out, state)``; the resolved ``out``."""
+    out = IncompleteType()
+    solver.unify(FuncType(params, TupleType((out, state))), body, "the loop body")
+    return solver.resolve(out)
+
+
+@type_rule("cf.foreach")
+def _foreach_type(args: tuple[Type, ...], attrs: Attrs, solver) -> Type:
+    body, xs, init = args
+    x_t, length = _step_slice(xs, "the sequence argument of cf.foreach")
+    out = _step_result(solver, body, (x_t, init), init)
+    return TupleType((_stacked(out, length, "the per-step output"), solver.resolve(init)))
+
+
+@type_rule("cf.while_loop")
+def _while_type(args: tuple[Type, ...], attrs: Attrs, solver) -> Type:
+    cond, body, init = args
+    max_iterations = attrs["max_iterations"]
+    if max_iterations is not None and max_iterations < 0:
+        raise RelationError(f"max_iterations must be >= 0, got {max_iterations}")
+    solver.unify(FuncType((init,), TensorType((), "bool")), cond, "the loop condition")
+    out = _step_result(solver, body, (init,), init)
+    return TupleType((_stacked(out, ANY, "the per-step output"), solver.resolve(init)))
+
+
+# ------------------------------------------------------------ numpy rules
+# Control-flow rules are generators: they yield (function, args) requests
+# that the interpreter runs, and receive each call's result back.
+def _stack_outputs(outs: list[Any]) -> Any:
+    if isinstance(outs[0], tuple):
+        return tuple(_stack_outputs([o[i] for o in outs]) for i in range(len(outs[0])))
+    return np.stack(outs)
+
+
+def _empty_outputs(out_type: Type) -> Any:
+    if isinstance(out_type, TupleType):
+        return tuple(_empty_outputs(f) for f in out_type.fields)
+    assert isinstance(out_type, TensorType)
+    if not all(isinstance(d, int) for d in out_type.shape[1:]):
+        raise OpFailure(
+            f"the loop ran zero times and its per-step output shape {out_type.shape[1:]} "
+            "is not static, so the empty result's shape is unknown"
+        )
+    return np.zeros((0,) + out_type.shape[1:], dtype=out_type.dtype)
+
+
+def _step_values(xs: Any, t: int) -> Any:
+    if isinstance(xs, tuple):
+        return tuple(_step_values(x, t) for x in xs)
+    return xs[t]
+
+
+def _length(xs: Any) -> int:
+    if isinstance(xs, tuple):
+        lengths = {_length(x) for x in xs}
+        if len(lengths) != 1:
+            raise OpFailure(f"the sequences have different lengths {sorted(lengths)}")
+        return lengths.pop()
+    return int(np.shape(xs)[0])
+
+
+def _finish(outs: list[Any], state: Any, out_type: Type | None) -> tuple[Any, Any]:
+    if outs:
+        return (_stack_outputs(outs), state)
+    if out_type is None:
+        raise OpFailure("zero iterations and no type information for the empty output")
+    return (_empty_outputs(out_type), state)
+
+
+@numpy_rule("cf.foreach")
+def _foreach_numpy(args: tuple[Any, ...], attrs: Attrs, out_type: Type | None = None):
+    body, xs, state = args
+    outs = []
+    for t in range(_length(xs)):
+        out, state = yield (body, (_step_values(xs, t), state))
+        outs.append(out)
+    return _finish(outs, state, out_type)
+
+
+@numpy_rule("cf.while_loop")
+def _while_numpy(args: tuple[Any, ...], attrs: Attrs, out_type: Type | None = None):
+    cond, body, state = args
+    limit = attrs["max_iterations"]
+    outs = []
+    while limit is None or len(outs) < limit:
+        go = yield (cond, (state,))
+        if not bool(go):
+            break
+        out, state = yield (body, (state,))
+        outs.append(out)
+    return _finish(outs, state, out_type)

@@ -1,0 +1,479 @@
+"""The reference interpreter: the definition of effir's semantics.
+
+Every pass and backend is tested against it, so it is written to be obviously
+right rather than fast: values are numpy arrays and plain Python objects
+(``effir.runtime.values``), each operator runs its registered numpy rule, and
+the program's control is a loop over an explicit stack.
+
+How it runs without Python recursion: evaluation is a generator per pending
+function body (``_eval``), driven by ``ir.trampoline.run``. Inside one body,
+let chains, ``if``, ``match`` and calls in tail position are a loop in the same
+generator (calls in tail position replace the current body: proper tail
+calls); a non-tail call pushes one generator. A 10,000-deep recursion is a
+10,000-element list, not 10,000 Python frames. Control-flow operators are
+generators too: they yield ``(function, args)`` requests that run here.
+
+State: global cells live in an explicit ``State`` (each cell's ``RefValue``,
+initialised from its declaration); the caller owns it and sees it updated,
+never a hidden global. ``debug.print`` writes to the caller's ``sink``.
+
+Environments: one dict per function activation, chained to the closure's
+captured environment. Binders are unique (well-formedness), so a variable is
+bound once per activation and a closure may share its creator's dict.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..ir.diagnostics import EvalError, Span
+from ..ir.expr import (
+    Call,
+    Constant,
+    Constructor,
+    Expr,
+    Function,
+    GlobalVar,
+    If,
+    Let,
+    Match,
+    Op,
+    Pattern,
+    PatternConstructor,
+    PatternTuple,
+    PatternVar,
+    PatternWildcard,
+    RefCreate,
+    RefRead,
+    RefWrite,
+    Tuple,
+    TupleGetItem,
+    Var,
+)
+from ..ir.module import IRModule
+from ..ir.op import op_def
+from ..ir.printer import astext
+from ..ir.trampoline import run
+from ..ir.types import ANY, TensorType, TupleType, Type
+from ..ops.relations import OpFailure
+from ..runtime.values import ADTValue, PRNGKey, RefValue, describe_value
+
+Sink = Callable[[str, Any], None]
+
+# Numeric failures inside numpy rules that are the program's fault.
+_RUNTIME_FAILURES = (OpFailure, ValueError, IndexError, ZeroDivisionError, FloatingPointError)
+
+
+class Env:
+    """One activation's variables, chained to the enclosing closure's."""
+
+    __slots__ = ("values", "parent")
+
+    def __init__(self, parent: Env | None = None) -> None:
+        self.values: dict[Var, Any] = {}
+        self.parent = parent
+
+    def lookup(self, var: Var) -> Any:
+        env: Env | None = self
+        while env is not None:
+            values = env.values
+            if var in values:
+                return values[var]
+            env = env.parent
+        raise EvalError(f"variable %{var.name_hint} is used before it has a value", var.span)
+
+
+class Closure:
+    """A function value: a Function and the environment it captured."""
+
+    __slots__ = ("function", "env", "name")
+
+    def __init__(self, function: Function, env: Env | None, name: str | None = None) -> None:
+        self.function = function
+        self.env = env
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<closure {self.name or 'fn'}/{len(self.function.params)}>"
+
+
+class ConstructorFunction:
+    """A constructor used as a function value."""
+
+    __slots__ = ("constructor",)
+
+    def __init__(self, constructor: Constructor) -> None:
+        self.constructor = constructor
+
+    def __repr__(self) -> str:
+        return f"<constructor {self.constructor.name}>"
+
+
+def print_sink(label: str, value: Any) -> None:
+    """The default ``debug.print`` sink: standard output."""
+    text = describe_value(value)
+    print(f"{label}: {text}" if label else text, file=sys.stdout, flush=True)
+
+
+class State:
+    """The global state cells of one program instance.
+
+    Created from the module's declarations (each cell's initialiser runs
+    once); ``interpret`` reads and updates it in place. ``seed`` replaces the
+    initial key of every cell that holds a ``Key``: the k-th such cell (in
+    declaration order) starts from ``fold_in(key(seed), k)``.
+    """
+
+    def __init__(self, module: IRModule, seed: int | None = None) -> None:
+        self.cells: dict[str, RefValue] = {}
+        interpreter = Interpreter(module, self)
+        key_index = 0
+        for name, cell in module.cells.items():
+            ref = RefValue(interpreter.evaluate(cell.init), name)
+            if seed is not None and isinstance(ref.value, PRNGKey):
+                ref.value = _seeded_key(seed, key_index)
+                key_index += 1
+            self.cells[name] = ref
+
+    def __getitem__(self, name: str) -> Any:
+        """The current value held in cell ``name``."""
+        return self.cells[name.removeprefix("@")].value
+
+    def values(self) -> dict[str, Any]:
+        return {name: ref.value for name, ref in self.cells.items()}
+
+    def __repr__(self) -> str:
+        return "State(" + ", ".join(f"@{n}={r.value!r}" for n, r in self.cells.items()) + ")"
+
+
+def _seeded_key(seed: int, index: int) -> PRNGKey:
+    from ..ir.node import Attrs
+
+    key = op_def("random.key").rule("numpy")((np.asarray(seed, dtype=np.int64),), Attrs())
+    if index == 0:
+        return key
+    return op_def("random.fold_in").rule("numpy")((key, np.asarray(index, np.uint32)), Attrs())
+
+
+def interpret(
+    module: IRModule,
+    *args: Any,
+    entry: str = "main",
+    state: State | None = None,
+    sink: Sink | None = None,
+) -> Any:
+    """Run ``@entry`` on ``args`` and return its result.
+
+    ``state`` holds the global cells and is updated in place (a fresh one
+    from the declarations when None); ``sink(label, value)`` receives what
+    ``debug.print`` prints (standard output by default). Run-time errors are
+    ``effir.EvalError`` naming the operator and the source location."""
+    if state is None:
+        state = State(module)
+    return Interpreter(module, state, sink).call_global(entry, args)
+
+
+class Interpreter:
+    """Evaluates expressions of one module against one ``State``."""
+
+    def __init__(self, module: IRModule, state: State | None = None, sink: Sink | None = None):
+        self.module = module
+        self.state = state
+        self.sink = sink or print_sink
+        self._globals: dict[str, Closure] = {}
+
+    # ------------------------------------------------------------ entry
+    def call_global(self, name: str, args: tuple[Any, ...]) -> Any:
+        name = name.removeprefix("@")
+        if name not in self.module.functions:
+            known = ", ".join("@" + n for n in self.module.functions) or "none"
+            raise EvalError(f"the module has no function @{name} (functions: {known})")
+        closure = self._global(name)
+        fn = closure.function
+        if len(args) != len(fn.params):
+            raise EvalError(f"@{name} takes {len(fn.params)} argument(s), got {len(args)}", fn.span)
+        converted = tuple(
+            _convert_argument(p, a, name) for p, a in zip(fn.params, args, strict=True)
+        )
+        return run(self._apply(closure, converted, None))
+
+    def evaluate(self, expr: Expr) -> Any:
+        """The value of a closed expression."""
+        return run(self._eval(expr, Env()))
+
+    def _global(self, name: str) -> Closure:
+        closure = self._globals.get(name)
+        if closure is None:
+            closure = Closure(self.module.functions[name], None, "@" + name)
+            self._globals[name] = closure
+        return closure
+
+    # -------------------------------------------------------- evaluation
+    def _atom(self, expr: Expr, env: Env) -> Any:
+        if isinstance(expr, Var):
+            return env.lookup(expr)
+        if isinstance(expr, Constant):
+            return expr.data
+        if isinstance(expr, GlobalVar):
+            if expr.name in self.module.functions:
+                return self._global(expr.name)
+            if self.state is not None and expr.name in self.state.cells:
+                return self.state.cells[expr.name]
+            raise EvalError(f"@{expr.name} is not defined", expr.span)
+        if isinstance(expr, Constructor):
+            return ConstructorFunction(expr)
+        assert isinstance(expr, Op)
+        raise EvalError(f"operator {expr.name} used as a value", expr.span)
+
+    def _eval(self, expr: Expr, env: Env):
+        """Generator: the value of ``expr`` in ``env``. Positions in tail
+        position loop here instead of nesting."""
+        while True:
+            if isinstance(expr, Let):
+                while isinstance(expr, Let):
+                    value = expr.value
+                    if isinstance(value, Function):
+                        result = Closure(value, env, expr.var.name_hint)
+                    elif isinstance(value, _ATOMS):
+                        result = self._atom(value, env)
+                    elif _simple_op_call(value):
+                        args = tuple(self._atom(a, env) for a in value.args)
+                        result = self._call_simple_op(value, value.callee, args)
+                    else:
+                        result = yield self._eval(value, env)
+                    env.values[expr.var] = result
+                    expr = expr.body
+                continue
+            if isinstance(expr, _ATOMS):
+                return self._atom(expr, env)
+            if isinstance(expr, Call):
+                callee = expr.callee
+                args = []
+                for a in expr.args:
+                    args.append(
+                        self._atom(a, env) if isinstance(a, _ATOMS) else (yield self._eval(a, env))
+                    )
+                if isinstance(callee, Op):
+                    if "control_flow" not in op_def(callee).traits:
+                        return self._call_simple_op(expr, callee, tuple(args))
+                    return (yield from self._call_op(expr, callee, tuple(args)))
+                if isinstance(callee, Constructor):
+                    return ADTValue(callee.name, tuple(args))
+                fn = (
+                    self._atom(callee, env)
+                    if isinstance(callee, _ATOMS)
+                    else (yield self._eval(callee, env))
+                )
+                if isinstance(fn, ConstructorFunction):
+                    return ADTValue(fn.constructor.name, tuple(args))
+                if not isinstance(fn, Closure):
+                    raise EvalError(f"calling a value that is not a function: {fn!r}", expr.span)
+                # A call in tail position: continue with the callee's body here.
+                expr, env = self._enter(fn, tuple(args), expr.span)
+                continue
+            if isinstance(expr, If):
+                cond = yield self._eval(expr.cond, env)
+                expr = expr.then_branch if _truth(cond, expr) else expr.else_branch
+                continue
+            if isinstance(expr, Match):
+                data = yield self._eval(expr.data, env)
+                expr = self._select_clause(expr, data, env)
+                continue
+            if isinstance(expr, Function):
+                return Closure(expr, env)
+            if isinstance(expr, Tuple):
+                fields = []
+                for f in expr.fields:
+                    fields.append(
+                        self._atom(f, env) if isinstance(f, _ATOMS) else (yield self._eval(f, env))
+                    )
+                return tuple(fields)
+            if isinstance(expr, TupleGetItem):
+                value = yield self._eval(expr.tuple_value, env)
+                if not isinstance(value, tuple) or not 0 <= expr.index < len(value):
+                    raise EvalError(
+                        f"cannot take field {expr.index} of {describe_value(value)}", expr.span
+                    )
+                return value[expr.index]
+            if isinstance(expr, RefCreate):
+                return RefValue((yield self._eval(expr.value, env)))
+            if isinstance(expr, RefRead):
+                ref = yield self._eval(expr.ref, env)
+                return _expect_ref(ref, expr).value
+            if isinstance(expr, RefWrite):
+                ref = _expect_ref((yield self._eval(expr.ref, env)), expr)
+                ref.value = yield self._eval(expr.value, env)
+                return ()
+            raise EvalError(f"cannot evaluate {type(expr).__name__}", expr.span)
+
+    def _enter(self, closure: Closure, args: tuple[Any, ...], span: Span | None):
+        """Bind a call's arguments: the body to evaluate and its environment."""
+        fn = closure.function
+        if len(args) != len(fn.params):
+            name = closure.name or "the function"
+            raise EvalError(f"{name} takes {len(fn.params)} argument(s), got {len(args)}", span)
+        env = Env(closure.env)
+        dims: dict[str, int] = {}
+        for param, arg in zip(fn.params, args, strict=True):
+            if param.type_annotation is not None:
+                _check_value(arg, param.type_annotation, dims, param, closure.name)
+            env.values[param] = arg
+        return fn.body, env
+
+    def _apply(self, closure: Closure, args: tuple[Any, ...], span: Span | None):
+        body, env = self._enter(closure, args, span)
+        return (yield self._eval(body, env))
+
+    def _call_op(self, call: Call, op: Op, args: tuple[Any, ...]):
+        """Generator: an operator call (control-flow operators run their
+        bodies through the trampoline)."""
+        definition = op_def(op)
+        if "control_flow" not in definition.traits:
+            return self._call_simple_op(call, op, args)
+        impl = _numpy_rule(definition, call)
+        out_type = None
+        if call.has_type:
+            out_type = call.checked_type.fields[0]  # type: ignore[attr-defined]
+        try:
+            steps = impl(args, call.attrs, out_type=out_type)
+            request = next(steps)
+            while True:
+                fn, fn_args = request
+                if not isinstance(fn, Closure):
+                    raise EvalError(f"{op.name}: the body is not a function", call.span)
+                result = yield self._apply(fn, fn_args, call.span)
+                request = steps.send(result)
+        except StopIteration as done:
+            return done.value
+        except _RUNTIME_FAILURES as err:
+            raise EvalError(f"{op.name}: {err}", call.span) from None
+
+    def _call_simple_op(self, call: Call, op: Op, args: tuple[Any, ...]) -> Any:
+        definition = op_def(op)
+        impl = _numpy_rule(definition, call)
+        try:
+            if definition.effect == "io":
+                return impl(args, call.attrs, sink=self.sink)
+            return impl(args, call.attrs)
+        except _RUNTIME_FAILURES as err:
+            raise EvalError(f"{op.name}: {err}", call.span) from None
+
+    def _select_clause(self, match: Match, data: Any, env: Env) -> Expr:
+        for clause in match.clauses:
+            bindings = _match_pattern(clause.pattern, data)
+            if bindings is not None:
+                env.values.update(bindings)
+                return clause.body
+        kind = "match" if match.complete else "match?"
+        raise EvalError(
+            f"no clause of this {kind} matches the value {describe_value(data)}", match.span
+        )
+
+
+_ATOMS = (Var, Constant, GlobalVar, Constructor, Op)
+
+
+def _numpy_rule(definition: Any, call: Call) -> Any:
+    impl = definition.rules.get("numpy")
+    if impl is None:
+        raise EvalError(f"operator {definition.name} has no numpy rule registered", call.span)
+    return impl
+
+
+def _simple_op_call(expr: Expr) -> bool:
+    """An operator call with atom arguments that runs no function: evaluated
+    in place, without a generator of its own."""
+    if not isinstance(expr, Call) or not isinstance(expr.callee, Op):
+        return False
+    if "control_flow" in op_def(expr.callee).traits:
+        return False
+    return all(isinstance(a, _ATOMS) for a in expr.args)
+
+
+def _truth(cond: Any, expr: If) -> bool:
+    array = np.asarray(cond)
+    if array.shape != () or array.dtype != np.bool_:
+        raise EvalError(
+            f"the condition of if must be a bool scalar, got {describe_value(cond)}", expr.span
+        )
+    return bool(array)
+
+
+def _expect_ref(value: Any, expr: Expr) -> RefValue:
+    if not isinstance(value, RefValue):
+        raise EvalError(f"expected a reference, got {describe_value(value)}", expr.span)
+    return value
+
+
+def _match_pattern(pattern: Pattern, value: Any) -> dict[Var, Any] | None:
+    bindings: dict[Var, Any] = {}
+    work = [(pattern, value)]
+    while work:
+        p, v = work.pop()
+        if isinstance(p, PatternWildcard):
+            continue
+        if isinstance(p, PatternVar):
+            bindings[p.var] = v
+        elif isinstance(p, PatternTuple):
+            if not isinstance(v, tuple) or len(v) != len(p.patterns):
+                return None
+            work.extend(zip(p.patterns, v, strict=True))
+        elif isinstance(p, PatternConstructor):
+            if not isinstance(v, ADTValue) or v.constructor != p.constructor.name:
+                return None
+            if len(v.fields) != len(p.patterns):
+                return None
+            work.extend(zip(p.patterns, v.fields, strict=True))
+    return bindings
+
+
+def _convert_argument(param: Var, value: Any, fn_name: str) -> Any:
+    """Accept Python scalars and lists for tensor parameters (in the declared
+    dtype); numpy arrays must already have the declared dtype."""
+    t = param.type_annotation
+    if isinstance(t, TensorType) and not isinstance(value, np.ndarray):
+        if isinstance(value, (bool, int, float, list, tuple, np.generic)):
+            return np.asarray(value, dtype=t.dtype)
+    if isinstance(value, np.generic):
+        return np.asarray(value)
+    return value
+
+
+def _check_value(value: Any, t: Type, dims: dict[str, int], param: Var, fn: str | None) -> None:
+    """The run-time check of a parameter's annotation: dtype, rank, static
+    sizes, and one size per symbolic dimension within the call."""
+    where = f"parameter %{param.name_hint}" + (f" of {fn}" if fn else "")
+    stack = [(value, t)]
+    while stack:
+        v, ty = stack.pop()
+        if isinstance(ty, TensorType):
+            if not isinstance(v, np.ndarray):
+                raise EvalError(f"{where} expects a tensor, got {describe_value(v)}", param.span)
+            if str(v.dtype) != ty.dtype or v.ndim != len(ty.shape):
+                raise EvalError(
+                    f"{where} expects {astext(ty)}, got {describe_value(v)}", param.span
+                )
+            for size, dim in zip(v.shape, ty.shape, strict=True):
+                if dim == ANY:
+                    continue
+                if isinstance(dim, int):
+                    ok = size == dim
+                else:
+                    ok = dims.setdefault(dim, size) == size
+                if not ok:
+                    raise EvalError(
+                        f"shape check failed: {where} expects {astext(ty)}, got shape "
+                        f"{tuple(v.shape)}"
+                        + (f" (with {dim} = {dims[dim]})" if isinstance(dim, str) else ""),
+                        param.span,
+                    )
+        elif isinstance(ty, TupleType):
+            if not isinstance(v, tuple) or len(v) != len(ty.fields):
+                raise EvalError(
+                    f"{where} expects {astext(ty)}, got {describe_value(v)}", param.span
+                )
+            stack.extend(zip(v, ty.fields, strict=True))

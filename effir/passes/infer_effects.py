@@ -1,0 +1,317 @@
+"""Effect inference: which global state cells each function and each call
+reads and writes, and whether it does I/O.
+
+An effect set names global cells (``read @rng``, ``write @rng``) and ``io``;
+the empty set is ``pure``. Local ``ref(...)`` cells are not global state and
+do not appear (they cannot outlive or escape the program's run unnoticed by
+its caller: the caller only sees results).
+
+The algorithm has two fixpoints over the whole module:
+
+1. **What may flow where** (a flow-insensitive, field-insensitive closure and
+   reference analysis, "0-CFA"). Every expression gets a set of *sources*:
+   functions (a ``def`` or a ``fn`` node), constructors, global cells and
+   ``ref(...)`` allocation sites. Sources flow through lets, calls (arguments
+   to parameters, bodies to results), tuples, ADT fields, pattern variables,
+   reference contents and control-flow operators (a function given to
+   ``cf.foreach`` is called with the operator's other arguments) [RULE F].
+   Tuples and ADT values hold the union of their fields: imprecise but sound.
+2. **Effects**: a function's effects are its body's direct effects
+   (``ref_read``/``ref_write`` of a reference that may be a global cell, an
+   effectful operator on such a reference, an ``io`` operator) plus the
+   latent effects of every function a call in its body may call [RULE E].
+   Bodies of nested ``fn`` are not part of the enclosing function's effects
+   until the closure is called. Recursion is handled by iterating to a
+   fixpoint over the call graph.
+
+Effect kinds per operator come from the registry (``effect``): ``random``
+and ``state`` operators read and write the cell they are given (batch norm
+in inference mode only reads it), ``io`` operators add ``io``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from ..ir.expr import (
+    Call,
+    Clause,
+    Constructor,
+    Expr,
+    Function,
+    GlobalVar,
+    If,
+    Let,
+    Match,
+    Op,
+    PatternConstructor,
+    PatternTuple,
+    PatternVar,
+    RefCreate,
+    RefRead,
+    RefWrite,
+    Tuple,
+    TupleGetItem,
+)
+from ..ir.module import IRModule
+from ..ir.node import Node
+from ..ir.op import op_def
+from ..ir.well_formed import check_well_formed
+
+IO = "io"
+
+
+def effect_text(effects: frozenset[str]) -> str:
+    """``pure`` or the sorted effect items: ``io, read @rng, write @rng``."""
+    return ", ".join(sorted(effects)) if effects else "pure"
+
+
+@dataclass
+class EffectInfo:
+    """The result: effects per global function, per ``fn`` node and per call."""
+
+    functions: dict[str, frozenset[str]] = field(default_factory=dict)
+    closures: dict[Function, frozenset[str]] = field(default_factory=dict)
+    calls: dict[Call, frozenset[str]] = field(default_factory=dict)
+
+    def of(self, target: str | Function | Call) -> frozenset[str]:
+        if isinstance(target, str):
+            return self.functions[target.removeprefix("@")]
+        if isinstance(target, Function):
+            return self.closures[target]
+        return self.calls[target]
+
+
+def infer_effects(module: IRModule) -> EffectInfo:
+    check_well_formed(module)
+    return _EffectInference(module).run()
+
+
+# Sources are hashable: ("def", name), ("fn", Function), ("ctor", name),
+# ("cell", name), ("alloc", RefCreate).
+Source = tuple
+
+
+def _children_in(fn_body: Expr) -> Iterator[Node]:
+    """Every node of a body, not entering nested functions (pre-order, no recursion)."""
+    stack: list[Node] = [fn_body]
+    seen: set[int] = set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        yield node
+        if isinstance(node, Function):
+            continue
+        stack.extend(reversed(list(node.children())))
+
+
+class _EffectInference:
+    def __init__(self, module: IRModule) -> None:
+        self.module = module
+        self.values: dict[object, set[Source]] = {}  # node or ("ret", source) / ("content", src)
+        self.functions: list[tuple[Source, Function]] = []
+        self.bodies: dict[Source, list[Node]] = {}
+
+    def flows(self, key: object) -> set[Source]:
+        found = self.values.get(key)
+        if found is None:
+            found = self.values[key] = set()
+        return found
+
+    def add(self, key: object, sources: set[Source]) -> bool:
+        target = self.flows(key)
+        before = len(target)
+        target |= sources
+        return len(target) != before
+
+    # -------------------------------------------------------------- flows
+    def run(self) -> EffectInfo:
+        module = self.module
+        roots: list[tuple[Source, Function]] = [
+            (("def", name), fn) for name, fn in module.functions.items()
+        ]
+        nodes: list[Node] = []
+        seen: set[int] = set()
+        stack: list[Node] = [fn for _, fn in roots] + [c.init for c in module.cells.values()]
+        while stack:
+            node = stack.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            nodes.append(node)
+            if isinstance(node, Function):
+                self.functions.append((("fn", node), node))
+            stack.extend(node.children())
+        changed = True
+        while changed:
+            changed = False
+            for name, cell in module.cells.items():
+                # `global @c = ref(init)`: the cell holds init's value.
+                changed |= self.add(("content", ("cell", name)), self.value_of(cell.init))
+            for node in nodes:
+                changed |= self.step(node)
+        return self.effects(roots)
+
+    def value_of(self, expr: Expr) -> set[Source]:
+        if isinstance(expr, GlobalVar):
+            if expr.name in self.module.functions:
+                return {("def", expr.name)}
+            return {("cell", expr.name)}
+        if isinstance(expr, Constructor):
+            return {("ctor", expr.name)}
+        if isinstance(expr, Function):
+            return {("fn", expr)}
+        return self.flows(expr)
+
+    def function_of(self, source: Source) -> Function | None:
+        if source[0] == "def":
+            return self.module.functions[source[1]]
+        if source[0] == "fn":
+            return source[1]
+        return None
+
+    def call_into(self, callees: set[Source], args: list[set[Source]], result: object) -> bool:
+        """[RULE F] arguments flow to parameters, bodies to the call's result."""
+        changed = False
+        for src in list(callees):
+            fn = self.function_of(src)
+            if fn is not None:
+                for param, arg in zip(fn.params, args, strict=False):
+                    changed |= self.add(param, arg)
+                changed |= self.add(result, self.value_of(fn.body))
+            elif src[0] == "ctor":
+                for arg in args:
+                    changed |= self.add(result, arg)
+        return changed
+
+    def step(self, node: Node) -> bool:
+        v = self.value_of
+        if isinstance(node, Let):
+            return self.add(node.var, v(node.value)) | self.add(node, v(node.body))
+        if isinstance(node, If):
+            return self.add(node, v(node.then_branch)) | self.add(node, v(node.else_branch))
+        if isinstance(node, Match):
+            changed = False
+            data = v(node.data)
+            for clause in node.clauses:
+                changed |= self._bind_pattern(clause, data)
+                changed |= self.add(node, v(clause.body))
+            return changed
+        if isinstance(node, Tuple):
+            changed = False
+            for f in node.fields:
+                changed |= self.add(node, v(f))
+            return changed
+        if isinstance(node, TupleGetItem):
+            return self.add(node, v(node.tuple_value))
+        if isinstance(node, RefCreate):
+            src = ("alloc", node)
+            return self.add(node, {src}) | self.add(("content", src), v(node.value))
+        if isinstance(node, RefRead):
+            changed = False
+            for src in list(v(node.ref)):
+                changed |= self.add(node, self.flows(("content", src)))
+            return changed
+        if isinstance(node, RefWrite):
+            changed = False
+            for src in list(v(node.ref)):
+                changed |= self.add(("content", src), v(node.value))
+            return changed
+        if isinstance(node, Call):
+            args = [v(a) for a in node.args]
+            if isinstance(node.callee, Op):
+                if "control_flow" in op_def(node.callee).traits:
+                    # [RULE F] each function argument is called with all the others.
+                    everything: set[Source] = set().union(*args) if args else set()
+                    changed = False
+                    for arg in args:
+                        callees = {s for s in arg if s[0] in ("def", "fn")}
+                        if callees:
+                            fn_args = [everything | self.flows(node)] * 2
+                            changed |= self.call_into(callees, fn_args, node)
+                    return changed
+                return False  # operators return tensors and keys only
+            return self.call_into(v(node.callee), args, node)
+        return False
+
+    def _bind_pattern(self, clause: Clause, data: set[Source]) -> bool:
+        changed = False
+        work = [clause.pattern]
+        while work:
+            p = work.pop()
+            if isinstance(p, PatternVar):
+                changed |= self.add(p.var, data)
+            elif isinstance(p, PatternTuple | PatternConstructor):
+                work.extend(p.patterns)
+        return changed
+
+    # ------------------------------------------------------------ effects
+    def cells_in(self, sources: set[Source]) -> set[str]:
+        return {s[1] for s in sources if s[0] == "cell"}
+
+    def direct_effects(self, node: Node) -> set[str]:
+        """[RULE E] effects a node has by itself (not through a call)."""
+        if isinstance(node, RefRead):
+            return {f"read @{c}" for c in self.cells_in(self.value_of(node.ref))}
+        if isinstance(node, RefWrite):
+            return {f"write @{c}" for c in self.cells_in(self.value_of(node.ref))}
+        if isinstance(node, Call) and isinstance(node.callee, Op):
+            definition = op_def(node.callee)
+            if definition.effect == "io":
+                return {IO}
+            if definition.effect in ("random", "state"):
+                cells: set[str] = set()
+                for a in node.args:
+                    cells |= self.cells_in(self.value_of(a))
+                effects = {f"read @{c}" for c in cells}
+                if definition.effect == "random" or node.attrs.get("training", True):
+                    effects |= {f"write @{c}" for c in cells}
+                return effects
+        return set()
+
+    def callees_of(self, node: Node) -> set[Source]:
+        if not isinstance(node, Call):
+            return set()
+        if isinstance(node.callee, Op):
+            if "control_flow" not in op_def(node.callee).traits:
+                return set()
+            found: set[Source] = set()
+            for a in node.args:
+                found |= {s for s in self.value_of(a) if s[0] in ("def", "fn")}
+            return found
+        return {s for s in self.value_of(node.callee) if s[0] in ("def", "fn")}
+
+    def effects(self, roots: list[tuple[Source, Function]]) -> EffectInfo:
+        units = roots + self.functions
+        body_nodes = {src: list(_children_in(fn.body)) for src, fn in units}
+        direct: dict[Source, set[str]] = {}
+        calls: dict[Source, list[tuple[Call, set[Source]]]] = {}
+        for src, nodes in body_nodes.items():
+            direct[src] = set().union(*(self.direct_effects(n) for n in nodes)) if nodes else set()
+            calls[src] = [(n, self.callees_of(n)) for n in nodes if isinstance(n, Call)]
+        latent = {src: set(effects) for src, effects in direct.items()}
+        changed = True
+        while changed:
+            changed = False
+            for src in latent:
+                for _, callees in calls[src]:
+                    for callee in callees:
+                        extra = latent.get(callee, set()) - latent[src]
+                        if extra:
+                            latent[src] |= extra
+                            changed = True
+        info = EffectInfo()
+        for src, effects in latent.items():
+            if src[0] == "def":
+                info.functions[src[1]] = frozenset(effects)
+            else:
+                info.closures[src[1]] = frozenset(effects)
+            for call, callees in calls[src]:
+                effects_of_call = set(self.direct_effects(call))
+                for callee in callees:
+                    effects_of_call |= latent.get(callee, set())
+                info.calls[call] = frozenset(effects_of_call)
+        return info

@@ -1,0 +1,676 @@
+"""Type and shape inference (``effir.check``): every expression gets its type.
+
+The algorithm is Hindley-Milner unification specialised to effir, as Relay's
+type inferencer is:
+
+1. Every global function gets its signature from its annotations; a missing
+   annotation becomes an ``IncompleteType`` shared by all uses
+   (monomorphic, as in Relay). Declared type parameters (``def @map[A, B]``)
+   are instantiated afresh at each use, so global functions are polymorphic.
+2. Bodies are walked once, in order, on the trampoline (no Python recursion
+   proportional to program size). Constructs unify their parts: a let's
+   variable with its value, both branches of an ``if``, the clauses of a
+   ``match``, a callee's parameters with its arguments.
+3. An operator call asks the operator's type relation (``rules["type"]``,
+   registered beside the operator). If an argument type is still unknown the
+   relation says ``NotReady`` and the call waits in a queue; the queue is
+   retried until nothing changes [RULE Q]. Control-flow operators unify the
+   types of the functions they take, which is how an unannotated loop body
+   learns its parameter types.
+4. Symbolic dimensions (``n``) are rigid inside the global function that
+   mentions them: ``n`` equals only ``n`` (and ``?``). They belong to that
+   function, like implicit type parameters: at a call of a global function,
+   its symbolic dimensions are matched against the arguments' dimensions and
+   the result type is written in the caller's dimensions [RULE D]. A ``?``
+   matches anything and is checked at run time.
+5. After all bodies, every type is resolved and cached on its expression
+   (``expr.checked_type``). A variable whose type is still unknown is an
+   error asking for an annotation.
+
+Errors do not stop the walk: the failing expression gets a fresh unknown
+type (so one mistake is reported once) and all errors are raised together
+as one ``TypeCheckError`` whose ``errors`` lists them, each located.
+
+Known imprecisions: a global function used as a value (not called) loses
+its symbolic dimensions (they become ``?``); local functions are
+monomorphic; function types' effect annotations are not compared here
+(effect inference checks effects).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ..ir.diagnostics import Span, TypeCheckError
+from ..ir.expr import (
+    Call,
+    Clause,
+    Constant,
+    Constructor,
+    Expr,
+    Function,
+    GlobalCell,
+    GlobalVar,
+    If,
+    Let,
+    Match,
+    Op,
+    Pattern,
+    PatternConstructor,
+    PatternTuple,
+    PatternVar,
+    PatternWildcard,
+    RefCreate,
+    RefRead,
+    RefWrite,
+    Tuple,
+    TupleGetItem,
+    Var,
+)
+from ..ir.module import IRModule
+from ..ir.node import Node
+from ..ir.op import op_def
+from ..ir.trampoline import run
+from ..ir.types import (
+    ANY,
+    FuncType,
+    GlobalTypeVar,
+    IncompleteType,
+    RefType,
+    TensorType,
+    TupleType,
+    Type,
+    TypeCall,
+    TypeVar,
+)
+from ..ir.visitor import pre_order
+from ..ir.well_formed import check_well_formed
+from ..ops.relations import NotReady, RelationError
+from .type_solver import Solver, UnifyError, rename_dims, show, substitute
+
+BOOL_SCALAR = TensorType((), "bool")
+UNIT = TupleType(())
+
+
+def check(module: IRModule) -> IRModule:
+    """Type-check ``module``: returns it with ``checked_type`` set on every
+    expression, or raises ``TypeCheckError`` listing every error found."""
+    check_well_formed(module)
+    TypeInferencer(module).run()
+    return module
+
+
+def infer_expr(expr: Expr, module: IRModule | None = None) -> Type:
+    """The type of a closed expression (its free global references resolved in
+    ``module``)."""
+    module = module or IRModule()
+    check_well_formed(expr, module)
+    inferencer = TypeInferencer(module)
+    return inferencer.run_expr(expr)
+
+
+class _Pending:
+    """A relation waiting for argument types [RULE Q]."""
+
+    __slots__ = ("attempt", "node", "span")
+
+    def __init__(self, attempt: Callable[[], None], node: Node, span: Span | None) -> None:
+        self.attempt = attempt
+        self.node = node
+        self.span = span
+
+
+class TypeInferencer:
+    def __init__(self, module: IRModule) -> None:
+        self.module = module
+        self.solver = Solver()
+        self.types: dict[Expr, Type] = {}
+        self.var_types: dict[Var, Type] = {}
+        self.signatures: dict[str, FuncType] = {}
+        self.cell_types: dict[str, Type] = {}
+        self.pending: list[_Pending] = []
+        self.errors: list[TypeCheckError] = []
+        self.span_stack: list[Span | None] = [None]
+
+    # ---------------------------------------------------------------- driver
+    def run(self) -> None:
+        module = self.module
+        for name, fn in module.functions.items():
+            self.signatures[name] = self._signature(fn)
+        for name, cell in module.cells.items():
+            self._check_cell(name, cell)
+        for name in definition_order(module):
+            fn = module.functions[name]
+            self.span_stack = [fn.span]
+            fn_type = run(self._infer(fn))
+            self._unify(self.signatures[name], fn_type, fn, f"the definition of @{name}")
+            self._solve_pending()
+        self._finish()
+
+    def run_expr(self, expr: Expr) -> Type:
+        for name, fn in self.module.functions.items():
+            self.signatures[name] = self._signature(fn)
+        for name, cell in self.module.cells.items():
+            self._check_cell(name, cell)
+        self.span_stack = [expr.span]
+        result = run(self._infer(expr))
+        self._solve_pending()
+        self._finish()
+        return self.solver.resolve(result)
+
+    def _finish(self) -> None:
+        self._solve_pending()
+        if not self.errors:
+            for item in self.pending:
+                self._error(
+                    "cannot infer the argument types of this call; add a type annotation",
+                    item.node,
+                    item.span,
+                )
+        if not self.errors:
+            unknown = [v for v, t in self.var_types.items() if not self.solver.is_complete(t)]
+            # Name the variables with nothing known first: they need the annotation.
+            bare = [
+                v
+                for v in unknown
+                if isinstance(self.solver.head(self.var_types[v]), IncompleteType)
+            ]
+            for var in bare or unknown:
+                known = show(self.solver.resolve(self.var_types[var]))
+                self._error(
+                    f"cannot infer the type of %{var.name_hint} "
+                    f"(known so far: {known}); add a type annotation",
+                    var,
+                )
+        if self.errors:
+            raise TypeCheckError.combine(self.errors)
+        resolve = self.solver.resolve
+        for expr, t in self.types.items():
+            expr.set_checked_type(resolve(t))
+        for var, t in self.var_types.items():
+            var.set_checked_type(resolve(t))
+
+    def _signature(self, fn: Function) -> FuncType:
+        params = tuple(p.type_annotation or IncompleteType() for p in fn.params)
+        ret = fn.ret_type or IncompleteType()
+        return FuncType(params, ret, fn.type_params)
+
+    def _check_cell(self, name: str, cell: GlobalCell) -> None:
+        # `global @c: Ref[T] = ref(init);` stores `init`, of type T.
+        self.span_stack = [cell.span]
+        init_type = run(self._infer(cell.init))
+        self._solve_pending()
+        cell_type: Type = RefType(init_type)
+        if cell.type is not None:
+            if isinstance(cell.type, RefType):
+                cell_type = self._unify(
+                    cell.type, cell_type, cell.init, f"the initial value of @{name}"
+                )
+            else:
+                self._error(
+                    f"state cell @{name} must have a Ref[...] type, got {show(cell.type)}", cell
+                )
+        self.cell_types[name] = cell_type
+
+    # ------------------------------------------------------------ errors
+    def _span(self, node: Node | None) -> Span | None:
+        if node is not None and node.span is not None:
+            return node.span
+        for span in reversed(self.span_stack):
+            if span is not None:
+                return span
+        return None
+
+    def _error(self, message: str, node: Node | None, span: Span | None = None) -> None:
+        self.errors.append(TypeCheckError(message, span or self._span(node)))
+
+    def _unify(self, expected: Type, actual: Type, node: Node | None, what: str) -> Type:
+        try:
+            return self.solver.unify(expected, actual)
+        except UnifyError as err:
+            exp, act = self.solver.resolve(expected), self.solver.resolve(actual)
+            message = f"type mismatch in {what}: expected {show(exp)}, got {show(act)}"
+            inner = err.detail
+            if inner != f"{show(exp)} vs {show(act)}":
+                message += f" ({inner})"
+            self._error(message, node)
+            return IncompleteType()
+
+    def _record(self, expr: Expr, t: Type) -> Type:
+        self.types[expr] = t
+        return t
+
+    # ------------------------------------------------------------- walking
+    def _infer(self, expr: Expr):
+        """Generator: the type of ``expr`` (run on the trampoline)."""
+        if expr in self.types:  # a shared sub-expression (graph form)
+            return self.types[expr]
+        pushed = expr.span is not None
+        if pushed:
+            self.span_stack.append(expr.span)
+        try:
+            if isinstance(expr, Let):
+                return (yield from self._infer_let(expr))
+            method = _DISPATCH[type(expr)]
+            result = yield from method(self, expr)
+        finally:
+            if pushed:
+                self.span_stack.pop()
+        return self._record(expr, result)
+
+    def _infer_let(self, expr: Let):
+        # A let chain is walked in a loop, not by nesting generators.
+        chain = []
+        while isinstance(expr, Let) and expr not in self.types:
+            var_type = self._bind_var(expr.var)
+            value_type = yield self._infer(expr.value)
+            self._unify(
+                var_type,
+                value_type,
+                _site(expr.value, expr),
+                f"the binding of %{expr.var.name_hint}",
+            )
+            chain.append(expr)
+            expr = expr.body
+        body_type = yield self._infer(expr)
+        for let in chain:
+            self.types[let] = body_type
+        return body_type
+
+    def _bind_var(self, var: Var) -> Type:
+        t = self.var_types.get(var)
+        if t is None:
+            t = var.type_annotation or IncompleteType()
+            self.var_types[var] = t
+        return t
+
+    def _var(self, expr: Var):
+        return self.var_types.get(expr) or self._bind_var(expr)
+        yield  # a generator
+
+    def _global(self, expr: GlobalVar):
+        if expr.name in self.cell_types:
+            return self.cell_types[expr.name]
+        sig = self.signatures[expr.name]
+        # Used as a value: instantiate type parameters; its dims become `?` [RULE D].
+        return rename_dims(self._instantiate(sig), {})
+        yield
+
+    def _instantiate(self, t: FuncType) -> FuncType:
+        if not t.type_params:
+            return t
+        resolved = self.solver.resolve(t)
+        assert isinstance(resolved, FuncType)
+        t = resolved
+        fresh = {tv: IncompleteType() for tv in t.type_params}
+        inst = substitute(FuncType(t.arg_types, t.ret_type, (), t.effects), fresh)
+        assert isinstance(inst, FuncType)
+        return inst
+
+    def _constant(self, expr: Constant):
+        return TensorType(expr.data.shape, _dtype_name(expr.data.dtype))
+        yield
+
+    def _op(self, expr: Op):
+        self._error(
+            f"operator {expr.name} must be called, not used as a value; wrap it in a function", expr
+        )
+        return IncompleteType()
+        yield
+
+    def _constructor_type(self, ctor: Constructor) -> FuncType:
+        data = self.module.type_defs[ctor.adt]
+        fresh = {tv: IncompleteType() for tv in data.type_params}
+        ret = TypeCall(GlobalTypeVar(data.name), tuple(fresh.values()))
+        inputs = tuple(substitute(t, fresh) for t in ctor.inputs)
+        return FuncType(inputs, ret)
+
+    def _constructor(self, expr: Constructor):
+        return self._constructor_type(expr)
+        yield
+
+    def _tuple(self, expr: Tuple):
+        fields = []
+        for f in expr.fields:
+            fields.append((yield self._infer(f)))
+        return TupleType(tuple(fields))
+
+    def _tuple_get_item(self, expr: TupleGetItem):
+        tuple_type = yield self._infer(expr.tuple_value)
+        result = IncompleteType()
+
+        def attempt() -> None:
+            t = self.solver.head(tuple_type)
+            if isinstance(t, IncompleteType):
+                raise NotReady
+            if not isinstance(t, TupleType):
+                self._error(f"cannot take field {expr.index} of a value of type {show(t)}", expr)
+                return
+            if not 0 <= expr.index < len(t.fields):
+                self._error(
+                    f"field index {expr.index} is out of range for a tuple of "
+                    f"{len(t.fields)} fields ({show(self.solver.resolve(t))})",
+                    expr,
+                )
+                return
+            self._unify(result, t.fields[expr.index], expr, "a tuple field")
+
+        self._try(attempt, expr)
+        return result
+
+    def _function(self, expr: Function):
+        params = tuple(self._bind_var(p) for p in expr.params)
+        body_type = yield self._infer(expr.body)
+        if expr.ret_type is not None:
+            body_type = self._unify(
+                expr.ret_type, body_type, _site(expr.body, expr), "the function's result"
+            )
+        return FuncType(params, body_type, expr.type_params)
+
+    def _if(self, expr: If):
+        cond = yield self._infer(expr.cond)
+        self._unify(
+            BOOL_SCALAR, cond, _site(expr.cond, expr), "the condition of if (a bool scalar)"
+        )
+        then_type = yield self._infer(expr.then_branch)
+        else_type = yield self._infer(expr.else_branch)
+        return self._unify(
+            then_type,
+            else_type,
+            _site(expr.else_branch, expr),
+            "the branches of if (the else branch must match the then branch)",
+        )
+
+    def _match(self, expr: Match):
+        data_type = yield self._infer(expr.data)
+        result: Type = IncompleteType()
+        for clause in expr.clauses:
+            self._bind_pattern(clause, data_type)
+            body_type = yield self._infer(clause.body)
+            result = self._unify(
+                result, body_type, _site(clause.body, expr), "the clauses of match"
+            )
+        return result
+
+    def _bind_pattern(self, clause: Clause, data_type: Type) -> None:
+        work: list[tuple[Pattern, Type]] = [(clause.pattern, data_type)]
+        while work:
+            pattern, t = work.pop()
+            if isinstance(pattern, PatternWildcard):
+                continue
+            if isinstance(pattern, PatternVar):
+                self._unify(self._bind_var(pattern.var), t, pattern, "a pattern variable")
+            elif isinstance(pattern, PatternTuple):
+                fields = tuple(IncompleteType() for _ in pattern.patterns)
+                self._unify(t, TupleType(fields), pattern, "a tuple pattern")
+                work.extend(zip(pattern.patterns, fields, strict=True))
+            elif isinstance(pattern, PatternConstructor):
+                ctor_type = self._constructor_type(pattern.constructor)
+                self._unify(
+                    t, ctor_type.ret_type, pattern, f"the pattern {pattern.constructor.name}"
+                )
+                if len(pattern.patterns) != len(ctor_type.arg_types):
+                    self._error(
+                        f"constructor {pattern.constructor.name} has "
+                        f"{len(ctor_type.arg_types)} field(s), the pattern gives "
+                        f"{len(pattern.patterns)}",
+                        pattern,
+                    )
+                    continue
+                work.extend(zip(pattern.patterns, ctor_type.arg_types, strict=True))
+
+    def _ref_create(self, expr: RefCreate):
+        return RefType((yield self._infer(expr.value)))
+
+    def _ref_read(self, expr: RefRead):
+        ref_type = yield self._infer(expr.ref)
+        content = IncompleteType()
+        self._unify(
+            RefType(content), ref_type, _site(expr.ref, expr), "ref_read (a Ref[...] value)"
+        )
+        return content
+
+    def _ref_write(self, expr: RefWrite):
+        ref_type = yield self._infer(expr.ref)
+        value_type = yield self._infer(expr.value)
+        self._unify(ref_type, RefType(value_type), expr, "ref_write")
+        return UNIT
+
+    # ---------------------------------------------------------------- calls
+    def _call(self, expr: Call):
+        arg_types = []
+        for a in expr.args:
+            arg_types.append((yield self._infer(a)))
+        callee = expr.callee
+        if isinstance(callee, Op):
+            return self._call_op(expr, callee, arg_types)
+        if isinstance(callee, GlobalVar) and callee.name in self.signatures:
+            return self._call_global(expr, callee.name, arg_types)
+        if isinstance(callee, Constructor):
+            fn_type = self._constructor_type(callee)
+            what = f"constructor {callee.name}"
+        else:
+            fn_type = yield self._infer(callee)
+            what = "the called function"
+        fn = self.solver.head(fn_type)
+        if isinstance(fn, IncompleteType):
+            result = IncompleteType()
+            self._unify(fn, FuncType(tuple(arg_types), result), expr, "a call")
+            return result
+        if not isinstance(fn, FuncType):
+            self._error(
+                f"{what} is not a function: it has type {show(self.solver.resolve(fn))}", callee
+            )
+            return IncompleteType()
+        fn = self._instantiate(fn)
+        return self._apply(expr, fn, arg_types, what)
+
+    def _apply(self, expr: Call, fn: FuncType, arg_types: list[Type], what: str) -> Type:
+        if len(fn.arg_types) != len(arg_types):
+            self._error(f"{what} takes {len(fn.arg_types)} argument(s), got {len(arg_types)}", expr)
+            return IncompleteType()
+        for i, (param, arg) in enumerate(zip(fn.arg_types, arg_types, strict=True)):
+            self._unify(param, arg, _site(expr.args[i], expr), f"argument {i + 1} of {what}")
+        return fn.ret_type
+
+    def _call_global(self, expr: Call, name: str, arg_types: list[Type]) -> Type:
+        sig = self._instantiate(self.signatures[name])
+        if len(sig.arg_types) != len(arg_types):
+            self._error(
+                f"@{name} takes {len(sig.arg_types)} argument(s), got {len(arg_types)}", expr
+            )
+            return IncompleteType()
+        # [RULE D] the callee's symbolic dimensions, in the caller's terms.
+        dims: dict[str, object] = {}
+        for i, (param, arg) in enumerate(zip(sig.arg_types, arg_types, strict=True)):
+            problem = _match_dims(param, self.solver.resolve(arg), dims)
+            if problem:
+                self._error(
+                    f"argument {i + 1} of @{name}: {problem} "
+                    f"(expected {show(param)}, got {show(self.solver.resolve(arg))})",
+                    _site(expr.args[i], expr),
+                )
+                return IncompleteType()
+        renamed = rename_dims(sig, dims)  # type: ignore[arg-type]
+        assert isinstance(renamed, FuncType)
+        return self._apply(expr, renamed, arg_types, f"@{name}")
+
+    def _call_op(self, expr: Call, op: Op, arg_types: list[Type]) -> Type:
+        definition = op_def(op)
+        relation = definition.rules.get("type")
+        if relation is None:
+            self._error(f"operator {op.name} has no type relation registered", expr)
+            return IncompleteType()
+        result = IncompleteType()
+        control_flow = "control_flow" in definition.traits
+
+        def attempt() -> None:
+            resolved = tuple(self.solver.resolve(t) for t in arg_types)
+            try:
+                if control_flow:
+                    out = relation(resolved, expr.attrs, _RelationSolver(self))
+                else:
+                    out = relation(resolved, expr.attrs)
+            except RelationError as err:
+                self._error(
+                    f"{op.name}: {err.message}"
+                    if not err.message.startswith(op.name)
+                    else err.message,
+                    expr,
+                )
+                return
+            except _Reported:
+                return
+            self._unify(result, out, expr, f"the result of {op.name}")
+
+        self._try(attempt, expr)
+        return result
+
+    def _try(self, attempt: Callable[[], None], node: Node) -> None:
+        try:
+            attempt()
+        except NotReady:
+            self.pending.append(_Pending(attempt, node, self._span(node)))
+
+    def _solve_pending(self) -> None:
+        progress = True
+        while progress and self.pending:
+            progress = False
+            waiting, self.pending = self.pending, []
+            for item in waiting:
+                self.span_stack.append(item.span)
+                try:
+                    item.attempt()
+                    progress = True
+                except NotReady:
+                    self.pending.append(item)
+                finally:
+                    self.span_stack.pop()
+
+
+class _Reported(Exception):
+    """A control-flow relation's unification failed and was already reported."""
+
+
+class _RelationSolver:
+    """What a control-flow relation may do: unify types, resolve them."""
+
+    def __init__(self, inferencer: TypeInferencer) -> None:
+        self._inferencer = inferencer
+
+    def unify(self, expected: Type, actual: Type, what: str = "a loop function") -> Type:
+        before = len(self._inferencer.errors)
+        result = self._inferencer._unify(expected, actual, None, what)
+        if len(self._inferencer.errors) > before:
+            raise _Reported
+        return result
+
+    def resolve(self, t: Type) -> Type:
+        return self._inferencer.solver.resolve(t)
+
+
+def _site(node: Node, parent: Node) -> Node:
+    """Where to point for a problem with ``node``: a variable's span is its
+    binder's, so a use is located at the enclosing expression."""
+    return parent if isinstance(node, Var | GlobalVar | Constructor) else node
+
+
+def definition_order(module: IRModule) -> list[str]:
+    """Global functions, callees before callers (strongly connected components
+    of the reference graph in reverse topological order, Tarjan's algorithm
+    without recursion), so that a caller sees its callees' inferred result
+    types; within a cycle, module order."""
+    names = list(module.functions)
+    refs: dict[str, list[str]] = {}
+    for name in names:
+        found = []
+        for node in pre_order(module.functions[name]):
+            if isinstance(node, GlobalVar) and node.name in module.functions:
+                found.append(node.name)
+        refs[name] = sorted(set(found), key=names.index)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    order: list[str] = []
+    for root in names:
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            node, i = work.pop()
+            if i == 0:
+                index[node] = low[node] = len(index)
+                stack.append(node)
+                on_stack.add(node)
+            if i < len(refs[node]):
+                work.append((node, i + 1))
+                succ = refs[node][i]
+                if succ not in index:
+                    work.append((succ, 0))
+                elif succ in on_stack:
+                    low[node] = min(low[node], index[succ])
+                continue
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                order.extend(sorted(component, key=names.index))
+    return order
+
+
+def _match_dims(param: Type, arg: Type, dims: dict[str, object]) -> str | None:
+    """Bind the callee's symbolic dimensions in ``param`` to ``arg``'s
+    dimensions; a message if one is bound to two different sizes."""
+    stack = [(param, arg)]
+    while stack:
+        p, a = stack.pop()
+        if isinstance(p, TensorType) and isinstance(a, TensorType):
+            if len(p.shape) != len(a.shape):
+                continue  # reported by unification
+            for pd, ad in zip(p.shape, a.shape, strict=True):
+                if isinstance(pd, str) and pd != ANY:
+                    bound = dims.get(pd)
+                    if bound is None or bound == ANY:
+                        dims[pd] = ad
+                    elif ad != ANY and ad != bound:
+                        return f"dimension {pd} is both {bound} and {ad}"
+        elif isinstance(p, IncompleteType | TypeVar) or isinstance(a, IncompleteType):
+            continue
+        else:
+            pc = [c for c in p.children() if isinstance(c, Type)]
+            ac = [c for c in a.children() if isinstance(c, Type)]
+            if type(p) is type(a) and len(pc) == len(ac):
+                stack.extend(zip(pc, ac, strict=True))
+    return None
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    return str(dtype)
+
+
+_DISPATCH = {
+    Var: TypeInferencer._var,
+    GlobalVar: TypeInferencer._global,
+    Constant: TypeInferencer._constant,
+    Op: TypeInferencer._op,
+    Constructor: TypeInferencer._constructor,
+    Tuple: TypeInferencer._tuple,
+    TupleGetItem: TypeInferencer._tuple_get_item,
+    Function: TypeInferencer._function,
+    If: TypeInferencer._if,
+    Match: TypeInferencer._match,
+    RefCreate: TypeInferencer._ref_create,
+    RefRead: TypeInferencer._ref_read,
+    RefWrite: TypeInferencer._ref_write,
+    Call: TypeInferencer._call,
+}

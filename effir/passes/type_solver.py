@@ -1,0 +1,253 @@
+"""Unification of types for inference: ``IncompleteType`` variables bound in a
+union-find, tensor dimensions merged (a ``?`` takes the other side's size;
+symbolic dimensions are rigid and equal only to themselves).
+
+Types can be as deep as the program that builds them, so every walk here
+runs on the trampoline (``ir.trampoline.run``) instead of Python recursion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from ..ir.printer import astext
+from ..ir.trampoline import run
+from ..ir.types import (
+    ANY,
+    Dim,
+    FuncType,
+    GlobalTypeVar,
+    IncompleteType,
+    KeyType,
+    RefType,
+    TensorType,
+    TupleType,
+    Type,
+    TypeCall,
+    TypeVar,
+)
+
+
+class UnifyError(Exception):
+    """Two types that cannot be made equal; ``detail`` names the innermost clash."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+def show(t: Type) -> str:
+    return astext(t)
+
+
+class Solver:
+    """The substitution built up by one run of type inference."""
+
+    def __init__(self) -> None:
+        self._bound: dict[IncompleteType, Type] = {}
+
+    def fresh(self) -> IncompleteType:
+        return IncompleteType()
+
+    # ----------------------------------------------------------- lookup
+    def head(self, t: Type) -> Type:
+        """``t`` with bound variables at its root followed (path-compressed)."""
+        path = []
+        while isinstance(t, IncompleteType) and t in self._bound:
+            path.append(t)
+            t = self._bound[t]
+        for var in path[:-1]:
+            self._bound[var] = t
+        return t
+
+    def resolve(self, t: Type) -> Type:
+        """``t`` with every bound variable replaced by its binding."""
+        return run(self._resolve(t))
+
+    def _resolve(self, t: Type):
+        t = self.head(t)
+        if isinstance(t, TensorType | KeyType | TypeVar | GlobalTypeVar | IncompleteType):
+            return t
+        if isinstance(t, TupleType):
+            fields = []
+            for f in t.fields:
+                fields.append((yield self._resolve(f)))
+            return TupleType(tuple(fields))
+        if isinstance(t, RefType):
+            return RefType((yield self._resolve(t.value)))
+        if isinstance(t, FuncType):
+            args = []
+            for a in t.arg_types:
+                args.append((yield self._resolve(a)))
+            ret = yield self._resolve(t.ret_type)
+            return FuncType(tuple(args), ret, t.type_params, t.effects)
+        if isinstance(t, TypeCall):
+            args = []
+            for a in t.args:
+                args.append((yield self._resolve(a)))
+            return TypeCall(t.func, tuple(args))
+        raise UnifyError(f"unknown type {type(t).__name__}")
+
+    def is_complete(self, t: Type) -> bool:
+        """No unbound IncompleteType anywhere in ``t``."""
+        stack = [t]
+        while stack:
+            t = self.head(stack.pop())
+            if isinstance(t, IncompleteType):
+                return False
+            stack.extend(c for c in t.children() if isinstance(c, Type))
+        return True
+
+    # ------------------------------------------------------------ unify
+    def unify(self, expected: Type, actual: Type) -> Type:
+        """Make the two types equal (binding variables); the merged type.
+        Raises UnifyError naming the innermost mismatch."""
+        return run(self._unify(expected, actual))
+
+    def _unify(self, a: Type, b: Type):
+        a, b = self.head(a), self.head(b)
+        if a is b:
+            return a
+        if isinstance(a, IncompleteType):
+            self._bind(a, b)
+            return b
+        if isinstance(b, IncompleteType):
+            self._bind(b, a)
+            return a
+        if isinstance(a, TensorType) and isinstance(b, TensorType):
+            return unify_tensors(a, b)
+        if isinstance(a, TupleType) and isinstance(b, TupleType):
+            if len(a.fields) != len(b.fields):
+                raise UnifyError(
+                    f"tuples of {len(a.fields)} and {len(b.fields)} fields: {show(a)} vs {show(b)}"
+                )
+            fields = []
+            for x, y in zip(a.fields, b.fields, strict=True):
+                fields.append((yield self._unify(x, y)))
+            return TupleType(tuple(fields))
+        if isinstance(a, RefType) and isinstance(b, RefType):
+            return RefType((yield self._unify(a.value, b.value)))
+        if isinstance(a, KeyType) and isinstance(b, KeyType):
+            return a
+        if isinstance(a, TypeVar) and isinstance(b, TypeVar):
+            if a.name == b.name:  # rigid: the same parameter, possibly re-created
+                return a
+        if isinstance(a, FuncType) and isinstance(b, FuncType):
+            if len(a.arg_types) != len(b.arg_types):
+                raise UnifyError(
+                    f"functions of {len(a.arg_types)} and {len(b.arg_types)} parameters: "
+                    f"{show(a)} vs {show(b)}"
+                )
+            if len(a.type_params) != len(b.type_params):
+                raise UnifyError(f"polymorphic and monomorphic functions: {show(a)} vs {show(b)}")
+            if b.type_params:  # compare up to renaming of the type parameters
+                b = substitute(b, dict(zip(b.type_params, a.type_params, strict=True)))
+            args = []
+            for x, y in zip(a.arg_types, b.arg_types, strict=True):
+                args.append((yield self._unify(x, y)))
+            ret = yield self._unify(a.ret_type, b.ret_type)
+            return FuncType(tuple(args), ret, a.type_params, a.effects)
+        if isinstance(a, GlobalTypeVar | TypeCall) and isinstance(b, GlobalTypeVar | TypeCall):
+            fa, aa = (a, ()) if isinstance(a, GlobalTypeVar) else (a.func, a.args)
+            fb, ab = (b, ()) if isinstance(b, GlobalTypeVar) else (b.func, b.args)
+            if fa.name == fb.name and len(aa) == len(ab):
+                args = []
+                for x, y in zip(aa, ab, strict=True):
+                    args.append((yield self._unify(x, y)))
+                return TypeCall(fa, tuple(args)) if args else a
+        raise UnifyError(f"{show(a)} vs {show(b)}")
+
+    def _bind(self, var: IncompleteType, t: Type) -> None:
+        if self._occurs(var, t):
+            raise UnifyError(f"a type that contains itself: {show(self.resolve(t))}")
+        self._bound[var] = t
+
+    def _occurs(self, var: IncompleteType, t: Type) -> bool:
+        stack = [t]
+        while stack:
+            t = self.head(stack.pop())
+            if t is var:
+                return True
+            stack.extend(c for c in t.children() if isinstance(c, Type))
+        return False
+
+
+def unify_dims(a: Dim, b: Dim) -> Dim:
+    if a == b or b == ANY:
+        return a
+    if a == ANY:
+        return b
+    raise UnifyError(f"dimension {a} vs {b}")
+
+
+def unify_tensors(a: TensorType, b: TensorType) -> TensorType:
+    if a.dtype != b.dtype:
+        raise UnifyError(f"dtype {a.dtype} vs {b.dtype}")
+    if len(a.shape) != len(b.shape):
+        raise UnifyError(f"rank {len(a.shape)} vs {len(b.shape)}: {show(a)} vs {show(b)}")
+    try:
+        shape = tuple(unify_dims(x, y) for x, y in zip(a.shape, b.shape, strict=True))
+    except UnifyError:
+        raise UnifyError(f"shape {show(a)} vs {show(b)}") from None
+    return a if shape == a.shape else TensorType(shape, a.dtype)
+
+
+def map_type(t: Type, leaf: Callable[[Type], Type | None]) -> Type:
+    """Rebuild ``t`` bottom-up; ``leaf(node)`` may replace any node (None keeps it)."""
+    return run(_map_type(t, leaf))
+
+
+def _map_type(t: Type, leaf):
+    replaced = leaf(t)
+    if replaced is not None:
+        return replaced
+    if isinstance(t, TupleType):
+        fields = []
+        for f in t.fields:
+            fields.append((yield _map_type(f, leaf)))
+        return TupleType(tuple(fields))
+    if isinstance(t, RefType):
+        return RefType((yield _map_type(t.value, leaf)))
+    if isinstance(t, FuncType):
+        args = []
+        for a in t.arg_types:
+            args.append((yield _map_type(a, leaf)))
+        ret = yield _map_type(t.ret_type, leaf)
+        return FuncType(tuple(args), ret, t.type_params, t.effects)
+    if isinstance(t, TypeCall):
+        args = []
+        for a in t.args:
+            args.append((yield _map_type(a, leaf)))
+        return TypeCall(t.func, tuple(args))
+    return t
+
+
+def substitute(t: Type, mapping: Mapping[TypeVar, Type]) -> Type:
+    """Replace type parameters (matched by name: printing and parsing may
+    re-create them) in ``t``."""
+    by_name = {tv.name: v for tv, v in mapping.items()}
+    if not by_name:
+        return t
+
+    def leaf(node: Type) -> Type | None:
+        if isinstance(node, TypeVar):
+            return by_name.get(node.name)
+        return None
+
+    return map_type(t, leaf)
+
+
+def rename_dims(t: Type, dims: Mapping[str, Dim]) -> Type:
+    """Replace symbolic dimensions by name; a name not in ``dims`` becomes ``?``."""
+
+    def leaf(node: Type) -> Type | None:
+        if isinstance(node, TensorType) and any(
+            isinstance(d, str) and d != ANY for d in node.shape
+        ):
+            shape = tuple(
+                dims.get(d, ANY) if isinstance(d, str) and d != ANY else d for d in node.shape
+            )
+            return TensorType(shape, node.dtype)
+        return None
+
+    return map_type(t, leaf)

@@ -1,0 +1,100 @@
+"""The values effir programs compute with, as the reference interpreter and
+the operators' numpy rules represent them.
+
+- a tensor is a ``numpy.ndarray`` (a scalar is a 0-d array, never a numpy scalar);
+- a tuple is a Python ``tuple``;
+- a PRNG key is a ``PRNGKey`` (two uint32 words, as JAX's raw threefry keys);
+- a reference cell is a ``RefValue``; cells alias by identity;
+- an ADT value is an ``ADTValue`` (constructor name and fields);
+- functions are the interpreter's closures (``effir.backends.interpreter``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+class PRNGKey:
+    """A threefry2x32 key: two uint32 words, immutable."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: Any) -> None:
+        array = np.array(data, dtype=np.uint32).reshape(2)
+        array.setflags(write=False)
+        self.data = array
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PRNGKey) and bool(np.array_equal(self.data, other.data))
+
+    def __hash__(self) -> int:
+        return hash((int(self.data[0]), int(self.data[1])))
+
+    def __repr__(self) -> str:
+        return f"PRNGKey([{int(self.data[0])}, {int(self.data[1])}])"
+
+
+class RefValue:
+    """A mutable reference cell (``ref(v)``); two references alias when they
+    are the same object."""
+
+    __slots__ = ("value", "name")
+
+    def __init__(self, value: Any, name: str | None = None) -> None:
+        self.value = value
+        self.name = name  # the global cell's name, for messages
+
+    def __repr__(self) -> str:
+        label = f"@{self.name} " if self.name else ""
+        return f"RefValue({label}{self.value!r})"
+
+
+class ADTValue:
+    """A value of an algebraic data type: ``Cons(1, Nil)``."""
+
+    __slots__ = ("constructor", "fields")
+
+    def __init__(self, constructor: str, fields: tuple[Any, ...] = ()) -> None:
+        self.constructor = constructor
+        self.fields = tuple(fields)
+
+    def __repr__(self) -> str:
+        if not self.fields:
+            return self.constructor
+        return f"{self.constructor}({', '.join(repr(f) for f in self.fields)})"
+
+
+def as_tensor(value: Any) -> np.ndarray:
+    """``value`` as an ndarray (numpy scalars become 0-d arrays)."""
+    return value if isinstance(value, np.ndarray) else np.asarray(value)
+
+
+def type_text(array: np.ndarray) -> str:
+    dims = ", ".join(str(d) for d in array.shape)
+    return f"Tensor[({dims}), {array.dtype}]" if array.shape else str(array.dtype)
+
+
+def describe_value(value: Any, limit: int = 200, depth: int = 6) -> str:
+    """A short, readable description of a value for messages and printing
+    (nesting deeper than ``depth`` shows as ``...``, so a long list is safe)."""
+    if isinstance(value, np.ndarray):
+        body = np.array2string(value, threshold=20, edgeitems=3, separator=", ")
+        body = " ".join(body.split())
+        if len(body) > limit:
+            body = body[: limit - 3] + "..."
+        return f"{type_text(value)} {body}"
+    if depth <= 0 and isinstance(value, tuple | ADTValue):
+        return "..."
+    if isinstance(value, tuple):
+        parts = [describe_value(v, limit, depth - 1) for v in value[:8]]
+        if len(value) > 8:
+            parts.append("...")
+        return "(" + ", ".join(parts) + ("," if len(value) == 1 else "") + ")"
+    if isinstance(value, ADTValue):
+        if not value.fields:
+            return value.constructor
+        parts = [describe_value(v, limit, depth - 1) for v in value.fields]
+        return value.constructor + "(" + ", ".join(parts) + ")"
+    return repr(value)
