@@ -185,7 +185,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"{leaf_name}: {describe_value(value, limit=10_000)}")
     if args.output:
         arrays = {}
-        for leaf_name, value in leaves + result_leaves(state.values(), "state"):
+        state_leaves = []
+        for cell, value in state.values().items():
+            state_leaves += result_leaves(value, f"state.{cell}")
+        for leaf_name, value in leaves + state_leaves:
             if isinstance(value, np.ndarray):
                 arrays[leaf_name] = value
             elif isinstance(value, PRNGKey):

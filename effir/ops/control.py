@@ -112,7 +112,7 @@ def _empty_outputs(out_type: Type) -> Any:
 def _step_values(xs: Any, t: int) -> Any:
     if isinstance(xs, tuple):
         return tuple(_step_values(x, t) for x in xs)
-    return xs[t]
+    return np.asarray(xs[t])  # a 0-d array, not a numpy scalar, for 1-d sequences
 
 
 def _length(xs: Any) -> int:

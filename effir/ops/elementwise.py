@@ -1,10 +1,42 @@
 """Elementwise and broadcasting math, comparisons and logic."""
 
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..ir.node import Attrs
 from ..ir.op import AttrSpec, register_op
+from ..ir.types import TensorType, Type
+from ..runtime.values import as_tensor
+from .relations import (
+    NumpyImpl,
+    OpFailure,
+    TypeRelation,
+    broadcast_shapes,
+    broadcast_values,
+    compute_dtype,
+    expect_dtype,
+    expect_tensor,
+    numpy_rule,
+    same_dtype,
+    to_result,
+    type_rule,
+    with_op_name,
+)
 
 UNARY = ("negative", "exp", "log", "sqrt", "tanh", "sigmoid", "nn.relu", "logical_not")
 BINARY = ("add", "subtract", "multiply", "divide", "power", "maximum", "minimum")
-COMMUTATIVE = {"add", "multiply", "maximum", "minimum", "equal", "not_equal"}
+COMMUTATIVE = {
+    "add",
+    "multiply",
+    "maximum",
+    "minimum",
+    "equal",
+    "not_equal",
+    "logical_and",
+    "logical_or",
+}
 COMPARISON = ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal")
 LOGICAL = ("logical_and", "logical_or")
 
@@ -20,3 +52,187 @@ register_op("where", 3, traits=("broadcast",), doc="where(cond, x, y) with broad
 register_op(
     "cast", 1, attrs=(AttrSpec("dtype", "dtype"),), traits=("elementwise",), doc="dtype cast"
 )
+
+
+# ------------------------------------------------------------------ rules
+# No implicit promotion: every tensor argument of a binary or ternary operator
+# has the same dtype, and the result keeps it (float16 stays float16). Integer
+# arithmetic wraps around modulo 2**bits, as in C and TVM; floats follow IEEE
+# (x / 0 is inf or nan, never an error). maximum/minimum propagate NaN.
+
+_NUMERIC = "iuf"
+_UNARY_KINDS = {
+    "negative": _NUMERIC,  # wraps for unsigned and for the most negative int
+    "exp": "f",
+    "log": "f",
+    "sqrt": "f",
+    "tanh": "f",
+    "sigmoid": "f",
+    "nn.relu": _NUMERIC,
+    "logical_not": "b",
+}
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    # 1 / (1 + exp(-x)) reaches both limits (0 at -inf, 1 at +inf) without a
+    # nan: exp overflowing to inf only makes the quotient 0.
+    one = x.dtype.type(1)
+    return one / (one + np.exp(-x))
+
+
+_UNARY_FNS: dict[str, Callable[[np.ndarray], Any]] = {
+    "negative": np.negative,
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "tanh": np.tanh,
+    "sigmoid": _sigmoid,
+    "nn.relu": lambda x: np.maximum(x, x.dtype.type(0)),
+    "logical_not": np.logical_not,
+}
+
+
+def _unary_relation(name: str) -> TypeRelation:
+    kinds = _UNARY_KINDS[name]
+
+    @with_op_name(name)
+    def rel(args: tuple[Type, ...], attrs: Attrs) -> Type:
+        x = expect_tensor(args[0])
+        expect_dtype(x, kinds)
+        return x
+
+    return rel
+
+
+def _unary_impl(name: str) -> NumpyImpl:
+    fn = _UNARY_FNS[name]
+
+    def impl(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
+        # float16 is computed in float32 and rounded once (sigmoid's exp(-x)
+        # would overflow float16 long before the result underflows).
+        x = as_tensor(args[0])
+        with np.errstate(all="ignore"):
+            return to_result(fn(x.astype(compute_dtype(x.dtype), copy=False)), x.dtype)
+
+    return impl
+
+
+for _name in UNARY:
+    type_rule(_name)(_unary_relation(_name))
+    numpy_rule(_name)(_unary_impl(_name))
+
+
+def _binary_relation(name: str, kinds: str, result_dtype: str | None) -> TypeRelation:
+    """Equal dtypes of ``kinds``, broadcast shapes; the result has the
+    arguments' dtype, or ``result_dtype`` (comparisons: bool)."""
+
+    @with_op_name(name)
+    def rel(args: tuple[Type, ...], attrs: Attrs) -> Type:
+        a = expect_tensor(args[0], "the first argument")
+        b = expect_tensor(args[1], "the second argument")
+        dtype = same_dtype((a, b))
+        expect_dtype(a, kinds, "the arguments")
+        return TensorType(broadcast_shapes(a.shape, b.shape), result_dtype or dtype)
+
+    return rel
+
+
+def _int_divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Integer division truncating toward zero (C, TVM), not numpy's floor;
+    the most negative int divided by -1 wraps to itself."""
+    if np.any(np.broadcast_to(b, broadcast_values(a, b)) == 0):
+        raise OpFailure("integer division by zero")
+    with np.errstate(all="ignore"):
+        q = np.floor_divide(a, b)
+        if a.dtype.kind == "i":
+            r = np.remainder(a, b)
+            q = np.where((r != 0) & ((a < 0) != (b < 0)), q + a.dtype.type(1), q)
+    return q
+
+
+def _divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype.kind in "iu":
+        return _int_divide(a, b)
+    return np.divide(a, b)
+
+
+def _power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if b.dtype.kind == "i" and np.any(np.broadcast_to(b, broadcast_values(a, b)) < 0):
+        raise OpFailure("integer power with a negative exponent")
+    return np.power(a, b)
+
+
+_BINARY_FNS: dict[str, Callable[[np.ndarray, np.ndarray], Any]] = {
+    "add": np.add,
+    "subtract": np.subtract,
+    "multiply": np.multiply,
+    "divide": _divide,
+    "power": _power,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "equal": np.equal,
+    "not_equal": np.not_equal,
+    "less": np.less,
+    "less_equal": np.less_equal,
+    "greater": np.greater,
+    "greater_equal": np.greater_equal,
+    "logical_and": np.logical_and,
+    "logical_or": np.logical_or,
+}
+
+
+def _binary_impl(name: str, result_dtype: str | None) -> NumpyImpl:
+    fn = _BINARY_FNS[name]
+
+    def impl(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
+        a, b = as_tensor(args[0]), as_tensor(args[1])
+        broadcast_values(a, b)
+        with np.errstate(all="ignore"):
+            return to_result(fn(a, b), result_dtype or a.dtype)
+
+    return impl
+
+
+for _name in BINARY:
+    type_rule(_name)(_binary_relation(_name, _NUMERIC, None))
+    numpy_rule(_name)(_binary_impl(_name, None))
+for _name in COMPARISON:
+    type_rule(_name)(_binary_relation(_name, "biuf", "bool"))
+    numpy_rule(_name)(_binary_impl(_name, "bool"))
+for _name in LOGICAL:
+    type_rule(_name)(_binary_relation(_name, "b", None))
+    numpy_rule(_name)(_binary_impl(_name, None))
+
+
+@type_rule("where")
+@with_op_name("where")
+def _where_relation(args: tuple[Type, ...], attrs: Attrs) -> Type:
+    """The condition is bool; x and y share a dtype; all three broadcast."""
+    cond = expect_tensor(args[0], "the condition")
+    x = expect_tensor(args[1], "x")
+    y = expect_tensor(args[2], "y")
+    expect_dtype(cond, "b", "the condition")
+    dtype = same_dtype((x, y), "x and y")
+    return TensorType(broadcast_shapes(cond.shape, x.shape, y.shape), dtype)
+
+
+@numpy_rule("where")
+def _where_impl(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
+    cond, x, y = (as_tensor(a) for a in args)
+    broadcast_values(cond, x, y)
+    return to_result(np.where(cond, x, y), x.dtype)
+
+
+@type_rule("cast")
+@with_op_name("cast")
+def _cast_relation(args: tuple[Type, ...], attrs: Attrs) -> Type:
+    """Any dtype to any dtype, same shape."""
+    x = expect_tensor(args[0])
+    return TensorType(x.shape, attrs["dtype"])
+
+
+@numpy_rule("cast")
+def _cast_impl(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
+    """numpy's ``astype``: float to int truncates toward zero; a float out of
+    the int's range (or NaN) gives an undefined value, as in C; nonzero is True."""
+    return to_result(as_tensor(args[0]), attrs["dtype"])

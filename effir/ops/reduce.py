@@ -1,6 +1,28 @@
 """Reductions over axes."""
 
+from typing import Any
+
+import numpy as np
+
+from ..ir.node import Attrs
 from ..ir.op import AttrSpec, register_op
+from ..ir.types import Dim, TensorType, Type
+from ..runtime.values import as_tensor
+from .relations import (
+    NumpyImpl,
+    OpFailure,
+    RelationError,
+    TypeRelation,
+    compute_dtype,
+    expect_dtype,
+    expect_tensor,
+    mean_over,
+    normalize_axes,
+    numpy_rule,
+    to_result,
+    type_rule,
+    with_op_name,
+)
 
 _REDUCE_ATTRS = (
     AttrSpec("axis", "ints", None, optional=True),
@@ -23,3 +45,115 @@ register_op(
     traits=("reduction",),
     doc="index of the maximum (int32)",
 )
+
+
+# ------------------------------------------------------------------ rules
+# Relay's semantics. The reduced axes: every axis when ``axis`` is None or
+# empty; the listed axes; with ``exclude``, every axis not listed (so
+# ``exclude`` with every axis listed reduces nothing: the identity). The
+# reduced axes are dropped, or kept with size 1 when ``keepdims``.
+# sum/prod keep the input dtype (integers wrap around); float16 accumulates in
+# float32. The sum of an empty axis is 0, its product 1, its mean NaN; max,
+# min and argmax of an empty axis fail.
+
+
+def reduce_axes(attrs: Attrs, rank: int) -> tuple[int, ...]:
+    """The sorted axes a reduction runs over (Relay's ``GetReduceAxes``)."""
+    axis = attrs["axis"]
+    if not axis:
+        return tuple(range(rank))
+    listed = normalize_axes(axis, rank)
+    if attrs["exclude"]:
+        return tuple(i for i in range(rank) if i not in listed)
+    return listed
+
+
+def reduced_shape(shape: tuple[Dim, ...], axes: tuple[int, ...], keepdims: bool) -> tuple[Dim, ...]:
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+_KINDS = {"sum": "iuf", "prod": "iuf", "mean": "f", "max": "biuf", "min": "biuf"}
+
+
+def _reduce_relation(name: str) -> TypeRelation:
+    kinds = _KINDS[name]
+
+    @with_op_name(name)
+    def rel(args: tuple[Type, ...], attrs: Attrs) -> Type:
+        x = expect_tensor(args[0])
+        expect_dtype(x, kinds)
+        axes = reduce_axes(attrs, x.ndim)
+        return TensorType(reduced_shape(x.shape, axes, attrs["keepdims"]), x.dtype)
+
+    return rel
+
+
+def _check_not_empty(name: str, x: np.ndarray, axes: tuple[int, ...]) -> None:
+    for a in axes:
+        if x.shape[a] == 0:
+            raise OpFailure(f"{name} of an empty axis (axis {a} has length 0)")
+
+
+def _reduce_impl(name: str) -> NumpyImpl:
+    def impl(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
+        x = as_tensor(args[0])
+        axes = reduce_axes(attrs, x.ndim)
+        keepdims = attrs["keepdims"]
+        with np.errstate(all="ignore"):
+            if name in ("sum", "prod"):
+                fn = np.sum if name == "sum" else np.prod
+                out = fn(x, axis=axes, keepdims=keepdims, dtype=compute_dtype(x.dtype))
+            elif name == "mean":
+                out = mean_over(x.astype(compute_dtype(x.dtype)), axes, keepdims)
+            else:
+                _check_not_empty(name, x, axes)
+                fn = np.max if name == "max" else np.min
+                out = fn(x, axis=axes, keepdims=keepdims)
+        return to_result(out, x.dtype)
+
+    return impl
+
+
+for _name in _KINDS:
+    type_rule(_name)(_reduce_relation(_name))
+    numpy_rule(_name)(_reduce_impl(_name))
+
+
+@type_rule("argmax")
+@with_op_name("argmax")
+def _argmax_relation(args: tuple[Type, ...], attrs: Attrs) -> Type:
+    """int32 indices over one axis, or over all axes (an index into the
+    flattened tensor, as TVM ravels the reduced axes)."""
+    x = expect_tensor(args[0])
+    axes = reduce_axes(attrs, x.ndim)
+    if 1 < len(axes) < x.ndim:
+        raise RelationError(
+            f"the reduction must be over one axis or over all axes, not over axes {list(axes)} "
+            f"of a tensor of rank {x.ndim}"
+        )
+    return TensorType(reduced_shape(x.shape, axes, attrs["keepdims"]), "int32")
+
+
+@numpy_rule("argmax")
+def _argmax_impl(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
+    """The first maximum, or the last with ``select_last_index``; NaN counts as
+    the maximum (numpy's rule). Over no axis at all every index is 0."""
+    x = as_tensor(args[0])
+    axes = reduce_axes(attrs, x.ndim)
+    keepdims = attrs["keepdims"]
+    out_shape = reduced_shape(x.shape, axes, keepdims)
+    _check_not_empty("argmax", x, axes)
+    if not axes:
+        return np.zeros(out_shape, dtype=np.int32)
+    if len(axes) == 1:
+        data, axis = x, axes[0]
+    else:  # all axes: an index into the flattened tensor
+        data, axis = x.reshape(-1), 0
+    if attrs["select_last_index"]:
+        last = data.shape[axis] - 1
+        index = last - np.argmax(np.flip(data, axis=axis), axis=axis)
+    else:
+        index = np.argmax(data, axis=axis)
+    return to_result(np.reshape(index, out_shape), "int32")

@@ -253,11 +253,6 @@ def check_dims(shape: Sequence[int], what: str = "shape") -> tuple[int, ...]:
 
 
 # ------------------------------------------------------------ numpy rules
-def np_dtype(dtype: str) -> np.dtype:
-    """The numpy dtype of an effir dtype name."""
-    return np.dtype(dtype)
-
-
 def compute_dtype(dtype: str | np.dtype) -> np.dtype:
     """The dtype the numpy rules accumulate in: float16 is computed in float32
     and rounded back once (as numpy's own ``mean`` does), so that a long sum

@@ -1,7 +1,39 @@
 """Shape manipulation and tensor creation, including the shape-tensor
 (``dyn.``) variants whose output shape comes from a tensor's values."""
 
+import itertools
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+import numpy as np
+
+from ..ir.node import Attrs
 from ..ir.op import AttrSpec, register_op
+from ..ir.types import ANY, Dim, TensorType, TupleType, Type
+from ..runtime.values import as_tensor
+from .relations import (
+    NumpyImpl,
+    OpFailure,
+    RelationError,
+    TypeRelation,
+    check_dims,
+    describe,
+    expect_dtype,
+    expect_scalar,
+    expect_tensor,
+    expect_tensors,
+    is_static,
+    merge_dim,
+    normalize_axes,
+    normalize_axis,
+    numpy_rule,
+    same_dtype,
+    show_dim,
+    show_shape,
+    type_rule,
+    with_op_name,
+)
 
 _DTYPE = AttrSpec("dtype", "dtype", "float32")
 
@@ -79,3 +111,614 @@ register_op("dyn.zeros", 1, attrs=(_DTYPE,), traits=("dynamic_shape",))
 register_op("dyn.ones", 1, attrs=(_DTYPE,), traits=("dynamic_shape",))
 register_op("dyn.full", 2, attrs=(_DTYPE,), traits=("dynamic_shape",), doc="full(value, shape)")
 register_op("dyn.reshape", 2, traits=("dynamic_shape",), doc="reshape(x, newshape_tensor)")
+
+
+# ====================================================================== rules
+# Type relations and numpy implementations, one section per operator. Every
+# relation reads its arguments with ``expect_*`` (NotReady while unknown) and
+# its RelationError messages are prefixed with the operator's name.
+# Dimension arithmetic never guesses: a size that is not an int, nor exactly
+# one symbol, becomes ``?`` and only the run-time value tells.
+
+
+def _raise_failure(err: RelationError) -> NoReturn:
+    """A RelationError found only at run time (the numpy rule re-checks
+    attributes when no type inference ran) is an OpFailure there."""
+    raise OpFailure(err.message) from None
+
+
+# -------------------------------------------------------------------- reshape
+def _show_newshape(newshape: Sequence[int]) -> str:
+    return "(" + ", ".join(str(d) for d in newshape) + ")"
+
+
+def _copy_zeros(shape: Sequence[Dim], newshape: Sequence[int], error: type[Exception]) -> list[Dim]:
+    """Relay's special values: 0 copies the input dimension at its position,
+    -1 (at most one) is inferred later; -2/-3/-4 are not supported."""
+    out: list[Dim] = []
+    for i, d in enumerate(newshape):
+        if d < -1:
+            raise error(f"special value {d} in newshape is not supported (only 0 and -1 are)")
+        if d == 0:
+            if i >= len(shape):
+                raise error(
+                    f"newshape {_show_newshape(newshape)} copies dimension {i} (0), "
+                    f"but the input has rank {len(shape)}"
+                )
+            out.append(shape[i])
+        else:
+            out.append(d)
+    if out.count(-1) > 1:
+        raise error(f"newshape {_show_newshape(newshape)} has more than one -1")
+    return out
+
+
+def _symbolic_size(dims: Sequence[Dim]) -> tuple[int, Counter[str], bool]:
+    """A product of dimensions as (integer part, multiset of symbols, has ``?``)."""
+    number, symbols, unknown = 1, Counter[str](), False
+    for d in dims:
+        if is_static(d):
+            number *= d
+        elif d == ANY:
+            unknown = True
+        else:
+            symbols[d] += 1
+    return number, symbols, unknown
+
+
+def _infer_minus_one(shape: Sequence[Dim], known: Sequence[Dim], newshape: Sequence[int]) -> Dim:
+    """The dimension -1 stands for: the input size divided by the known output
+    dimensions, cancelling equal symbols. Static sizes that do not divide are
+    an error; a remainder that is not an int or exactly one symbol is ``?``."""
+    in_num, in_syms, in_any = _symbolic_size(shape)
+    out_num, out_syms, out_any = _symbolic_size(known)
+    static = not (in_syms or in_any or out_syms or out_any)
+    if static:
+        if out_num == 0 or in_num % out_num:
+            raise RelationError(
+                f"cannot reshape {in_num} elements into shape {_show_newshape(newshape)}"
+            )
+        return in_num // out_num
+    if in_any or out_any or out_syms - in_syms:
+        return ANY
+    if out_num == 0 or in_num % out_num:
+        return ANY  # a symbol may be 0: no error, decided at run time
+    rest, number = in_syms - out_syms, in_num // out_num
+    if not rest:
+        return number
+    if number == 1 and sum(rest.values()) == 1:
+        return next(iter(rest))
+    return ANY
+
+
+@type_rule("reshape")
+@with_op_name("reshape")
+def _reshape_rel(args: tuple[Type, ...], attrs: Attrs) -> Type:
+    x = expect_tensor(args[0])
+    newshape = attrs["newshape"]
+    out = _copy_zeros(x.shape, newshape, RelationError)
+    if -1 in out:
+        at = out.index(-1)
+        out[at] = _infer_minus_one(x.shape, out[:at] + out[at + 1 :], newshape)
+    elif all(is_static(d) for d in x.shape):
+        # Only fully static sizes can be told apart: a symbol may be 0.
+        in_num, out_num = _symbolic_size(x.shape)[0], _symbolic_size(out)[0]
+        if in_num != out_num:
+            raise RelationError(
+                f"cannot reshape {in_num} elements into shape {_show_newshape(newshape)}"
+            )
+    return TensorType(tuple(out), x.dtype)
+
+
+def _reshape_value(x: np.ndarray, newshape: Sequence[int]) -> np.ndarray:
+    """The run-time reshape shared by ``reshape`` and ``dyn.reshape``."""
+    target = _copy_zeros(x.shape, newshape, OpFailure)
+    try:
+        return np.reshape(x, tuple(int(d) for d in target))
+    except ValueError:
+        raise OpFailure(
+            f"cannot reshape {x.size} elements into shape {_show_newshape(newshape)}"
+        ) from None
+
+
+@numpy_rule("reshape")
+def _reshape_np(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
+    return _reshape_value(as_tensor(args[0]), attrs["newshape"])
+
+
+# ------------------------------------------------------------------ transpose
+def _permutation(axes: Sequence[int] | None, rank: int) -> tuple[int, ...]:
+    if axes is None:
+        return tuple(reversed(range(rank)))
+    if len(axes) != rank:
+        raise RelationError(f"axes {list(axes)} must list each of the {rank} axes once")
+    perm = tuple(normalize_axis(a, rank) for a in axes)
+    if sorted(perm) != list(range(rank)):
+        raise RelationError(f"axes {list(axes)} are not a permutation of the {rank} axes")
+    return perm
+
+
+@type_rule("transpose")
+@with_op_name("transpose")
+def _transpose_rel(args: tuple[Type, ...], attrs: Attrs) -> Type:
+    x = expect_tensor(args[0])
+    perm = _permutation(attrs["axes"], x.ndim)
+    return TensorType(tuple(x.shape[a] for a in perm), x.dtype)
+
+
+@numpy_rule("transpose")
+def _transpose_np(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
+    x = as_tensor(args[0])
+    try:
+        perm = _permutation(attrs["axes"], x.ndim)
+    except RelationError as err:
+        _raise_failure(err)
+    return np.transpose(x, perm)
+
+
+# ---------------------------------------------------------------- expand_dims
+def _expand_axis(attrs: Attrs, rank: int) -> tuple[int, int]:
+    axis, count = attrs["axis"], attrs["num_newaxis"]
+    if count < 0:
+        raise RelationError(f"num_newaxis must be >= 0, got {count}")
+    if not -rank - 1 <= axis <= rank:
+        raise RelationError(
+            f"axis {axis} is out of range [{-rank - 1}, {rank}] for a tensor of rank {rank}"
+        )
+    return (axis + rank + 1 if axis < 0 else axis), count
+
+
+@type_rule("expand_dims")
+@with_op_name("expand_dims")
+def _expand_dims_rel(args: tuple[Type, ...], attrs: Attrs) -> Type:
+    x = expect_tensor(args[0])
+    axis, count = _expand_axis(attrs, x.ndim)
+    return TensorType(x.shape[:axis] + (1,) * count + x.shape[axis:], x.dtype)
+
+
+@numpy_rule("expand_dims")
+def _expand_dims_np(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
+    x = as_tensor(args[0])
+    try:
+        axis, count = _expand_axis(attrs, x.ndim)
+    except RelationError as err:
+        _raise_failure(err)
+    return x.reshape(x.shape[:axis] + (1,) * count + x.shape[axis:])
+
+
+# -------------------------------------------------------------------- squeeze
+@type_rule("squeeze")
+@with_op_name("squeeze")
+def _squeeze_rel(args: tuple[Type, ...], attrs: Attrs) -> Type:
+    x = expect_tensor(args[0])
+    if attrs["axis"] is None:
+        for i, d in enumerate(x.shape):
+            if not is_static(d):
+                raise RelationError(
+                    f"dimension {i} of {show_shape(x.shape)} is {show_dim(d)}, not known to be 1; "
+                    "give an explicit axis to squeeze it (or not)"
+                )
+        return TensorType(tuple(d for d in x.shape if d != 1), x.dtype)
+    axes = normalize_axes(attrs["axis"], x.ndim)
+    for a in axes:
+        d = x.shape[a]
+        if is_static(d) and d != 1:
+            raise RelationError(f"cannot squeeze axis {a} of size {d}")
+    return TensorType(tuple(d for i, d in enumerate(x.shape) if i not in axes), x.dtype)
+
+
+@numpy_rule("squeeze")
+def _squeeze_np(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
+    x = as_tensor(args[0])
+    if attrs["axis"] is None:
+        return np.squeeze(x)
+    try:
+        axes = normalize_axes(attrs["axis"], x.ndim)
+    except RelationError as err:
+        _raise_failure(err)
+    for a in axes:
+        if x.shape[a] != 1:
+            raise OpFailure(f"cannot squeeze axis {a} of size {x.shape[a]}")
+    return np.squeeze(x, axis=axes)
+
+
+# -------------------------------------------------------- concatenate / stack
+def _fields(args: tuple[Type, ...]) -> tuple[tuple[TensorType, ...], str, int]:
+    """The tuple argument's tensors, their common dtype and rank."""
+    fields = expect_tensors(args[0])
+    if not fields:
+        raise RelationError("the tuple of tensors is empty")
+    dtype = same_dtype(fields, "the tensors")
+    ranks = {f.ndim for f in fields}
+    if len(ranks) > 1:
+        shown = ", ".join(show_shape(f.shape) for f in fields)
+        raise RelationError(f"the tensors must have the same rank, got shapes {shown}")
+    return fields, dtype, fields[0].ndim
+
+
+def _merged(fields: Sequence[TensorType], axis: int) -> Dim:
+    merged = fields[0].shape[axis]
+    for f in fields[1:]:
+        merged = merge_dim(merged, f.shape[axis], f"sizes along axis {axis}")
+    return merged
+
+
+def _sum_dims(dims: Sequence[Dim]) -> Dim:
+    """The concatenated size: exact when static, or when a single field's size
+    is not static and all others are 0; ``?`` otherwise."""
+    if all(is_static(d) for d in dims):
+        return sum(dims)  # type: ignore[arg-type]
+    dynamic = [d for d in dims if not is_static(d)]
+    if len(dynamic) == 1 and all(d == 0 for d in dims if is_static(d)):
+        return dynamic[0]
+    return ANY
+
+
+@type_rule("concatenate")
+@with_op_name("concatenate")
+def _concatenate_rel(args: tuple[Type, ...], attrs: Attrs) -> Type:
+    fields, dtype, rank = _fields(args)
+    if rank == 0:
+        raise RelationError("cannot concatenate scalars (rank 0); use stack")
+    axis = normalize_axis(attrs["axis"], rank)
+    shape = [
+        _sum_dims([f.shape[a] for f in fields]) if a == axis else _merged(fields, a)
+        for a in range(rank)
+    ]
+    return TensorType(tuple(shape), dtype)
+
+
+@numpy_rule("concatenate")
+def _concatenate_np(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
+    arrays = [as_tensor(a) for a in args[0]]
+    try:
+        return np.concatenate(arrays, axis=attrs["axis"])
+    except ValueError as err:
+        shown = ", ".join(str(a.shape) for a in arrays)
+        raise OpFailure(f"cannot concatenate shapes {shown}: {err}") from None
+
+
+@type_rule("stack")
+@with_op_name("stack")
+def _stack_rel(args: tuple[Type, ...], attrs: Attrs) -> Type:
+    fields, dtype, rank = _fields(args)
+    axis = normalize_axis(attrs["axis"], rank + 1)
+    shape = tuple(_merged(fields, a) for a in range(rank))
+    return TensorType(shape[:axis] + (len(fields),) + shape[axis:], dtype)
+
+
+@numpy_rule("stack")
+def _stack_np(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
+    arrays = [as_tensor(a) for a in args[0]]
+    try:
+        return np.stack(arrays, axis=attrs["axis"])
+    except ValueError as err:
+        shown = ", ".join(str(a.shape) for a in arrays)
+        raise OpFailure(f"cannot stack shapes {shown}: {err}") from None
+
+
+# ---------------------------------------------------------------------- split
+def _split_sizes(dim: Dim, spec: int | tuple[int, ...]) -> list[Dim]:
+    """The pieces' sizes along the split axis (numpy.split semantics)."""
+    if isinstance(spec, int):
+        if spec <= 0:
+            raise RelationError(f"the number of sections must be positive, got {spec}")
+        if not is_static(dim):
+            return [ANY] * spec
+        if dim % spec:
+            raise RelationError(
+                f"cannot split a dimension of size {dim} into {spec} equal sections"
+            )
+        return [dim // spec] * spec
+    bounds: list[int | None] = [0, *spec, None]
+    sizes: list[Dim] = []
+    for start, stop in itertools.pairwise(bounds):
+        if is_static(dim):
+            sizes.append(len(range(dim)[start:stop]))
+        elif stop is None:
+            sizes.append(dim if start == 0 else ANY)
+        elif start is not None and start >= 0 and stop >= 0:
+            # Exact when the indices are within the dimension, as a split assumes.
+            sizes.append(max(0, stop - start))
+        else:
+            sizes.append(ANY)
+    return sizes
+
+
+@type_rule("split")
+@with_op_name("split")
+def _split_rel(args: tuple[Type, ...], attrs: Attrs) -> Type:
+    x = expect_tensor(args[0])
+    if x.ndim == 0:
+        raise RelationError("cannot split a scalar (rank 0)")
+    axis = normalize_axis(attrs["axis"], x.ndim)
+    sizes = _split_sizes(x.shape[axis], attrs["indices_or_sections"])
+    return TupleType(
+        tuple(TensorType(x.shape[:axis] + (s,) + x.shape[axis + 1 :], x.dtype) for s in sizes)
+    )
+
+
+@numpy_rule("split")
+def _split_np(args: tuple[Any, ...], attrs: Attrs) -> tuple[np.ndarray, ...]:
+    x = as_tensor(args[0])
+    spec = attrs["indices_or_sections"]
+    try:
+        axis = normalize_axis(attrs["axis"], x.ndim)
+    except RelationError as err:
+        _raise_failure(err)
+    if isinstance(spec, int) and (spec <= 0 or x.shape[axis] % spec):
+        raise OpFailure(
+            f"cannot split a dimension of size {x.shape[axis]} into {spec} equal sections"
+        )
+    return tuple(np.split(x, spec if isinstance(spec, int) else list(spec), axis=axis))
+
+
+# -------------------------------------------------------------- strided_slice
+# An ``end`` at least this large means "to the end" for any dimension.
+_TO_THE_END = 2**31 - 1
+
+
+def _slices(attrs: Attrs, rank: int) -> dict[int, tuple[int | None, int | None, int]]:
+    """Per sliced axis: (begin, end, stride) with Python slicing semantics,
+    which are TVM's (negative indices count from the end, then clip).
+    ``None`` is an omitted bound. In "size" mode the strides are ignored, as
+    in TVM, and ``end`` is a size (negative: to the end)."""
+    begin, end, strides, axes = attrs["begin"], attrs["end"], attrs["strides"], attrs["axes"]
+    mode = attrs["slice_mode"]
+    if mode not in ("end", "size"):
+        raise RelationError(f'slice_mode must be "end" or "size", got "{mode}"')
+    if axes is not None:
+        targets = [normalize_axis(a, rank) for a in axes]
+        if len(set(targets)) != len(targets):
+            raise RelationError(f"repeated axis in axes {list(axes)}")
+        if strides is None:
+            strides = (1,) * len(axes)
+        if not len(begin) == len(end) == len(strides) == len(axes):
+            raise RelationError(
+                f"begin, end and strides must have one entry per axis in axes {list(axes)}, "
+                f"got {len(begin)}, {len(end)} and {len(strides)}"
+            )
+    else:
+        strides = strides if strides is not None else ()
+        longest = max(len(begin), len(end), len(strides))
+        if longest > rank:
+            raise RelationError(
+                f"begin, end and strides have at most one entry per axis ({rank}), "
+                f"got {len(begin)}, {len(end)} and {len(strides)}"
+            )
+        targets = list(range(longest))
+    plan: dict[int, tuple[int | None, int | None, int]] = {}
+    for i, axis in enumerate(targets):
+        stride = strides[i] if i < len(strides) and mode == "end" else 1
+        if stride == 0:
+            raise RelationError(f"stride 0 on axis {axis}")
+        b = begin[i] if i < len(begin) else None
+        e = end[i] if i < len(end) else None
+        if mode == "size" and e is not None:
+            e = None if e < 0 else (b or 0) + e
+        plan[axis] = (b, e, stride)
+    return plan
+
+
+def _sliced_dim(d: Dim, b: int | None, e: int | None, s: int) -> Dim:
+    if is_static(d):
+        return len(range(d)[b:e:s])
+    keeps = (b is None or b == 0) and s == 1 and (e is None or e >= _TO_THE_END)
+    return d if keeps else ANY
+
+
+@type_rule("strided_slice")
+@with_op_name("strided_slice")
+def _strided_slice_rel(args: tuple[Type, ...], attrs: Attrs) -> Type:
+    x = expect_tensor(args[0])
+    plan = _slices(attrs, x.ndim)
+    shape = tuple(_sliced_dim(d, *plan[a]) if a in plan else d for a, d in enumerate(x.shape))
+    return TensorType(shape, x.dtype)
+
+
+@numpy_rule("strided_slice")
+def _strided_slice_np(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
+    x = as_tensor(args[0])
+    try:
+        plan = _slices(attrs, x.ndim)
+    except RelationError as err:
+        _raise_failure(err)
+    index = tuple(slice(*plan[a]) if a in plan else slice(None) for a in range(x.ndim))
+    return x[index]
+
+
+# ----------------------------------------------------------------------- take
+_TAKE_MODES = ("clip", "wrap", "fast")
+
+
+@type_rule("take")
+@with_op_name("take")
+def _take_rel(args: tuple[Type, ...], attrs: Attrs) -> Type:
+    x = expect_tensor(args[0], "the data")
+    indices = expect_tensor(args[1], "the indices")
+    expect_dtype(indices, "iu", "the indices")
+    if attrs["mode"] not in _TAKE_MODES:
+        raise RelationError(f'mode must be "clip", "wrap" or "fast", got "{attrs["mode"]}"')
+    if attrs["axis"] is None:
+        return TensorType(indices.shape, x.dtype)
+    axis = normalize_axis(attrs["axis"], x.ndim)
+    return TensorType(x.shape[:axis] + indices.shape + x.shape[axis + 1 :], x.dtype)
+
+
+@numpy_rule("take")
+def _take_np(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
+    x, indices = as_tensor(args[0]), as_tensor(args[1])
+    mode = attrs["mode"]
+    if attrs["axis"] is None:
+        x, axis = x.reshape(-1), 0
+    else:
+        try:
+            axis = normalize_axis(attrs["axis"], x.ndim)
+        except RelationError as err:
+            _raise_failure(err)
+    if indices.dtype == np.uint64:  # keep huge indices huge (for clip) in int64
+        indices = np.minimum(indices, np.uint64(np.iinfo(np.int64).max))
+    indices = indices.astype(np.int64)
+    size = x.shape[axis]
+    if mode == "fast":
+        bad = (indices < 0) | (indices >= size)
+        if bad.any():
+            raise OpFailure(
+                f"index {int(indices[bad].flat[0])} is out of range for axis {axis} of size {size}"
+            )
+        return np.asarray(np.take(x, indices, axis=axis))
+    if mode not in _TAKE_MODES:
+        raise OpFailure(f'mode must be "clip", "wrap" or "fast", got "{mode}"')
+    if size == 0 and indices.size:
+        raise OpFailure(f"cannot take from axis {axis} of size 0")
+    return np.asarray(np.take(x, indices, axis=axis, mode=mode))
+
+
+# --------------------------------------------------------------- broadcast_to
+@type_rule("broadcast_to")
+@with_op_name("broadcast_to")
+def _broadcast_to_rel(args: tuple[Type, ...], attrs: Attrs) -> Type:
+    x = expect_tensor(args[0])
+    shape = check_dims(attrs["shape"])
+    if x.ndim > len(shape):
+        raise RelationError(
+            f"cannot broadcast {show_shape(x.shape)} to the smaller rank of {show_shape(shape)}"
+        )
+    padded = (1,) * (len(shape) - x.ndim) + x.shape
+    for d, t in zip(padded, shape, strict=True):
+        if not (d == t or d == 1 or d == ANY):
+            raise RelationError(f"cannot broadcast {show_shape(x.shape)} to {show_shape(shape)}")
+    return TensorType(shape, x.dtype)
+
+
+@numpy_rule("broadcast_to")
+def _broadcast_to_np(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
+    x = as_tensor(args[0])
+    try:
+        # A copy: broadcast_to's view is read-only and aliases its elements.
+        return np.array(np.broadcast_to(x, attrs["shape"]))
+    except ValueError:
+        raise OpFailure(f"cannot broadcast {x.shape} to {tuple(attrs['shape'])}") from None
+
+
+# ----------------------------------------------------------- zeros/ones/full
+def _constant_rel(name: str) -> TypeRelation:
+    @with_op_name(name)
+    def relation(args: tuple[Type, ...], attrs: Attrs) -> Type:
+        return TensorType(check_dims(attrs["shape"]), attrs["dtype"])
+
+    return relation
+
+
+def _constant_np(fill: int) -> NumpyImpl:
+    def impl(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
+        return np.full(attrs["shape"], fill, dtype=attrs["dtype"])
+
+    return impl
+
+
+for _name, _fill in (("zeros", 0), ("ones", 1)):
+    type_rule(_name)(_constant_rel(_name))
+    numpy_rule(_name)(_constant_np(_fill))
+
+
+@type_rule("full")
+@with_op_name("full")
+def _full_rel(args: tuple[Type, ...], attrs: Attrs) -> Type:
+    expect_scalar(args[0], "the fill value")
+    return TensorType(check_dims(attrs["shape"]), attrs["dtype"])
+
+
+def _filled(value: Any, shape: Sequence[int], dtype: str) -> np.ndarray:
+    """``value`` cast to ``dtype`` (as ``cast`` does: NaN to int is not an error)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        fill = as_tensor(value).astype(dtype)
+    return np.full(tuple(shape), fill, dtype=dtype)
+
+
+@numpy_rule("full")
+def _full_np(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
+    return _filled(args[0], attrs["shape"], attrs["dtype"])
+
+
+# ------------------------------------------------------------------- shape_of
+@type_rule("shape_of")
+@with_op_name("shape_of")
+def _shape_of_rel(args: tuple[Type, ...], attrs: Attrs) -> Type:
+    x = expect_tensor(args[0])
+    result = TensorType((x.ndim,), attrs["dtype"])
+    expect_dtype(result, "iu", "the result")
+    return result
+
+
+@numpy_rule("shape_of")
+def _shape_of_np(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
+    return np.array(as_tensor(args[0]).shape, dtype=attrs["dtype"])
+
+
+# ------------------------------------------------- dyn.zeros/ones/full/reshape
+def _shape_tensor(t: Type, what: str = "the shape") -> int:
+    """A 1-d integer tensor whose length (the result's rank) is static."""
+    shape = expect_tensor(t, what)
+    expect_dtype(shape, "iu", what)
+    if shape.ndim != 1:
+        raise RelationError(f"{what} must be a 1-d tensor, got {describe(shape)}")
+    if not is_static(shape.shape[0]):
+        raise RelationError(
+            f"{what} must have a static length (the result's rank), got {describe(shape)}"
+        )
+    return shape.shape[0]
+
+
+def _shape_value(value: Any) -> tuple[int, ...]:
+    """A run-time shape tensor's sizes; they must be >= 0."""
+    sizes = tuple(int(v) for v in as_tensor(value).reshape(-1))
+    if any(s < 0 for s in sizes):
+        raise OpFailure(f"negative size in shape {sizes}")
+    return sizes
+
+
+def _dyn_constant_rel(name: str) -> TypeRelation:
+    @with_op_name(name)
+    def relation(args: tuple[Type, ...], attrs: Attrs) -> Type:
+        return TensorType((ANY,) * _shape_tensor(args[0]), attrs["dtype"])
+
+    return relation
+
+
+def _dyn_constant_np(fill: int) -> NumpyImpl:
+    def impl(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
+        return np.full(_shape_value(args[0]), fill, dtype=attrs["dtype"])
+
+    return impl
+
+
+for _name, _fill in (("dyn.zeros", 0), ("dyn.ones", 1)):
+    type_rule(_name)(_dyn_constant_rel(_name))
+    numpy_rule(_name)(_dyn_constant_np(_fill))
+
+
+@type_rule("dyn.full")
+@with_op_name("dyn.full")
+def _dyn_full_rel(args: tuple[Type, ...], attrs: Attrs) -> Type:
+    expect_scalar(args[0], "the fill value")
+    return TensorType((ANY,) * _shape_tensor(args[1]), attrs["dtype"])
+
+
+@numpy_rule("dyn.full")
+def _dyn_full_np(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
+    return _filled(args[0], _shape_value(args[1]), attrs["dtype"])
+
+
+@type_rule("dyn.reshape")
+@with_op_name("dyn.reshape")
+def _dyn_reshape_rel(args: tuple[Type, ...], attrs: Attrs) -> Type:
+    x = expect_tensor(args[0])
+    rank = _shape_tensor(args[1], "the new shape")
+    return TensorType((ANY,) * rank, x.dtype)
+
+
+@numpy_rule("dyn.reshape")
+def _dyn_reshape_np(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
+    newshape = tuple(int(v) for v in as_tensor(args[1]).reshape(-1))
+    return _reshape_value(as_tensor(args[0]), newshape)

@@ -114,12 +114,15 @@ def infer_expr(expr: Expr, module: IRModule | None = None) -> Type:
 class _Pending:
     """A relation waiting for argument types [RULE Q]."""
 
-    __slots__ = ("attempt", "node", "span")
+    __slots__ = ("attempt", "node", "span", "forcible")
 
-    def __init__(self, attempt: Callable[[], None], node: Node, span: Span | None) -> None:
+    def __init__(
+        self, attempt: Callable[..., None], node: Node, span: Span | None, forcible: bool
+    ) -> None:
         self.attempt = attempt
         self.node = node
         self.span = span
+        self.forcible = forcible  # attempt(force=True) always completes
 
 
 class TypeInferencer:
@@ -482,20 +485,30 @@ class TypeInferencer:
                 f"@{name} takes {len(sig.arg_types)} argument(s), got {len(arg_types)}", expr
             )
             return IncompleteType()
-        # [RULE D] the callee's symbolic dimensions, in the caller's terms.
-        dims: dict[str, object] = {}
-        for i, (param, arg) in enumerate(zip(sig.arg_types, arg_types, strict=True)):
-            problem = _match_dims(param, self.solver.resolve(arg), dims)
-            if problem:
-                self._error(
-                    f"argument {i + 1} of @{name}: {problem} "
-                    f"(expected {show(param)}, got {show(self.solver.resolve(arg))})",
-                    _site(expr.args[i], expr),
-                )
-                return IncompleteType()
-        renamed = rename_dims(sig, dims)  # type: ignore[arg-type]
-        assert isinstance(renamed, FuncType)
-        return self._apply(expr, renamed, arg_types, f"@{name}")
+        result = IncompleteType()
+
+        def attempt(force: bool = False) -> None:
+            # [RULE D] the callee's symbolic dimensions, in the caller's terms.
+            # An argument still unknown where the callee has symbolic
+            # dimensions waits (NotReady) unless `force`d: then those
+            # dimensions become `?`.
+            dims: dict[str, object] = {}
+            for i, (param, arg) in enumerate(zip(sig.arg_types, arg_types, strict=True)):
+                problem = _match_dims(param, self.solver.resolve(arg), dims, force)
+                if problem:
+                    self._error(
+                        f"argument {i + 1} of @{name}: {problem} "
+                        f"(expected {show(param)}, got {show(self.solver.resolve(arg))})",
+                        _site(expr.args[i], expr),
+                    )
+                    return
+            renamed = rename_dims(sig, dims)  # type: ignore[arg-type]
+            assert isinstance(renamed, FuncType)
+            out = self._apply(expr, renamed, arg_types, f"@{name}")
+            self._unify(result, out, expr, f"the result of @{name}")
+
+        self._try(attempt, expr, forcible=True)
+        return result
 
     def _call_op(self, expr: Call, op: Op, arg_types: list[Type]) -> Type:
         definition = op_def(op)
@@ -528,15 +541,17 @@ class TypeInferencer:
         self._try(attempt, expr)
         return result
 
-    def _try(self, attempt: Callable[[], None], node: Node) -> None:
+    def _try(self, attempt: Callable[..., None], node: Node, forcible: bool = False) -> None:
         try:
             attempt()
         except NotReady:
-            self.pending.append(_Pending(attempt, node, self._span(node)))
+            self.pending.append(_Pending(attempt, node, self._span(node), forcible))
 
     def _solve_pending(self) -> None:
-        progress = True
-        while progress and self.pending:
+        """Retry waiting relations until none makes progress [RULE Q]; then
+        force the first waiting global call (its unknown symbolic dimensions
+        become `?`), which may unblock the others, and go on."""
+        while self.pending:
             progress = False
             waiting, self.pending = self.pending, []
             for item in waiting:
@@ -548,6 +563,17 @@ class TypeInferencer:
                     self.pending.append(item)
                 finally:
                     self.span_stack.pop()
+            if progress:
+                continue
+            forcible = next((p for p in self.pending if p.forcible), None)
+            if forcible is None:
+                return
+            self.pending.remove(forcible)
+            self.span_stack.append(forcible.span)
+            try:
+                forcible.attempt(force=True)
+            finally:
+                self.span_stack.pop()
 
 
 class _Reported(Exception):
@@ -628,12 +654,15 @@ def definition_order(module: IRModule) -> list[str]:
     return order
 
 
-def _match_dims(param: Type, arg: Type, dims: dict[str, object]) -> str | None:
+def _match_dims(param: Type, arg: Type, dims: dict[str, object], force: bool) -> str | None:
     """Bind the callee's symbolic dimensions in ``param`` to ``arg``'s
-    dimensions; a message if one is bound to two different sizes."""
+    dimensions; a message if one is bound to two different sizes. NotReady
+    when ``arg`` is unknown where ``param`` has symbolic dimensions."""
     stack = [(param, arg)]
     while stack:
         p, a = stack.pop()
+        if isinstance(a, IncompleteType) and not force and _has_symbols(p):
+            raise NotReady
         if isinstance(p, TensorType) and isinstance(a, TensorType):
             if len(p.shape) != len(a.shape):
                 continue  # reported by unification
@@ -652,6 +681,18 @@ def _match_dims(param: Type, arg: Type, dims: dict[str, object]) -> str | None:
             if type(p) is type(a) and len(pc) == len(ac):
                 stack.extend(zip(pc, ac, strict=True))
     return None
+
+
+def _has_symbols(t: Type) -> bool:
+    stack = [t]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, TensorType) and any(
+            isinstance(d, str) and d != ANY for d in node.shape
+        ):
+            return True
+        stack.extend(c for c in node.children() if isinstance(c, Type))
+    return False
 
 
 def _dtype_name(dtype: np.dtype) -> str:

@@ -7,8 +7,10 @@ import pytest
 
 import effir
 from effir.ir import (
+    Constructor,
     FuncType,
     Let,
+    Op,
     TensorType,
     TupleType,
     TypeCall,
@@ -51,7 +53,9 @@ def test_every_expression_gets_a_type():
     )
     fn = module["main"]
     for node in post_order(fn):
-        if isinstance(node, Expr):
+        # Operators and constructors are polymorphic and shared between uses:
+        # their type is per call, read from the Call.
+        if isinstance(node, Expr) and not isinstance(node, Op | Constructor):
             assert node.has_type, node
     assert effir.astext(fn.body.checked_type).startswith("(Tensor[(2, 3), float32], (Key, Key)")
 
