@@ -107,7 +107,7 @@ def main() -> int:
         print(
             f"  step {step}: logits {out.shape} {out.dtype}, rows sum to 1, "
             f"{1e3 * took:.0f} ms; @rng = {state['rng']}, "
-            f"@bn mean[:3] = {np.round(mean[:3], 4).tolist()}"
+            f"@bn mean[:3] = [{', '.join(f'{v:.4f}' for v in mean[:3])}]"
         )
     print()
     print("== report ==")

@@ -60,6 +60,7 @@ from ..ir.printer import astext
 from ..ir.trampoline import run
 from ..ir.types import ANY, TensorType, TupleType, Type
 from ..ops.relations import OpFailure
+from ..runtime import prng
 from ..runtime.values import ADTValue, PRNGKey, RefValue, describe_value
 
 Sink = Callable[[str, Any], None]
@@ -124,8 +125,9 @@ class State:
 
     Created from the module's declarations (each cell's initialiser runs
     once); ``interpret`` reads and updates it in place. ``seed`` replaces the
-    initial key of every cell that holds a ``Key``: the k-th such cell (in
-    declaration order) starts from ``fold_in(key(seed), k)``.
+    initial key of every cell that holds a ``Key``: the first such cell (in
+    declaration order) starts from ``key(seed)`` (``jax.random.PRNGKey(seed)``
+    of a Python int), the k-th one after it from ``fold_in(key(seed), k)``.
     """
 
     def __init__(self, module: IRModule, seed: int | None = None) -> None:
@@ -151,12 +153,11 @@ class State:
 
 
 def _seeded_key(seed: int, index: int) -> PRNGKey:
-    from ..ir.node import Attrs
-
-    key = op_def("random.key").rule("numpy")((np.asarray(seed, dtype=np.int64),), Attrs())
-    if index == 0:
-        return key
-    return op_def("random.fold_in").rule("numpy")((key, np.asarray(index, np.uint32)), Attrs())
+    """As ``jax.random.PRNGKey(seed)`` for a Python int, folded with ``index``."""
+    key = prng.key(int(seed))
+    if index:
+        key = prng.fold_in(key, index)
+    return PRNGKey(key)
 
 
 def interpret(
@@ -432,14 +433,24 @@ def _match_pattern(pattern: Pattern, value: Any) -> dict[Var, Any] | None:
 
 
 def _convert_argument(param: Var, value: Any, fn_name: str) -> Any:
-    """Accept Python scalars and lists for tensor parameters (in the declared
-    dtype); numpy arrays must already have the declared dtype."""
+    """Accept Python scalars and lists for tensor parameters, converted to the
+    declared dtype when no value changes kind (a float is never truncated to
+    an int); numpy arrays and scalars must already have the declared dtype."""
     t = param.type_annotation
-    if isinstance(t, TensorType) and not isinstance(value, np.ndarray):
-        if isinstance(value, (bool, int, float, list, tuple, np.generic)):
-            return np.asarray(value, dtype=t.dtype)
     if isinstance(value, np.generic):
-        return np.asarray(value)
+        value = np.asarray(value)
+    if isinstance(t, TensorType) and isinstance(value, bool | int | float | list | tuple):
+        array = np.asarray(value)
+        target = np.dtype(t.dtype)
+        if (
+            array.dtype.kind == "f"
+            and target.kind != "f"
+            or (array.dtype.kind in "iu" and target.kind == "b")
+        ):
+            raise EvalError(
+                f"argument %{param.name_hint} of @{fn_name} expects {t.dtype}, got {value!r}"
+            )
+        return array.astype(target)
     return value
 
 

@@ -415,13 +415,10 @@ def _split_sizes(dim: Dim, spec: int | tuple[int, ...]) -> list[Dim]:
     for start, stop in itertools.pairwise(bounds):
         if is_static(dim):
             sizes.append(len(range(dim)[start:stop]))
-        elif stop is None:
-            sizes.append(dim if start == 0 else ANY)
-        elif start is not None and start >= 0 and stop >= 0:
-            # Exact when the indices are within the dimension, as a split assumes.
-            sizes.append(max(0, stop - start))
         else:
-            sizes.append(ANY)
+            # numpy clips indices beyond a dimension of unknown size, so no
+            # piece's size is known, except the whole dimension.
+            sizes.append(dim if start == 0 and stop is None else ANY)
     return sizes
 
 
@@ -495,7 +492,15 @@ def _slices(attrs: Attrs, rank: int) -> dict[int, tuple[int | None, int | None, 
         b = begin[i] if i < len(begin) else None
         e = end[i] if i < len(end) else None
         if mode == "size" and e is not None:
-            e = None if e < 0 else (b or 0) + e
+            # `end` is a size counted from the begin; a negative begin counts
+            # from the end, so begin + size at or past 0 means "to the end".
+            start = b or 0
+            if e < 0:
+                e = None
+            elif start < 0:
+                e = start + e if start + e < 0 else None
+            else:
+                e = start + e
         plan[axis] = (b, e, stride)
     return plan
 

@@ -134,6 +134,7 @@ class _EffectInference:
             (("def", name), fn) for name, fn in module.functions.items()
         ]
         nodes: list[Node] = []
+        defs = set(module.functions.values())
         seen: set[int] = set()
         stack: list[Node] = [fn for _, fn in roots] + [c.init for c in module.cells.values()]
         while stack:
@@ -142,9 +143,11 @@ class _EffectInference:
                 continue
             seen.add(id(node))
             nodes.append(node)
-            if isinstance(node, Function):
+            if isinstance(node, Function) and node not in defs:
                 self.functions.append((("fn", node), node))
             stack.extend(node.children())
+        # Children before parents: most flows then settle in one sweep.
+        nodes.reverse()
         changed = True
         while changed:
             changed = False
@@ -233,7 +236,12 @@ class _EffectInference:
                             fn_args = [everything | self.flows(node)] * 2
                             changed |= self.call_into(callees, fn_args, node)
                     return changed
-                return False  # operators return tensors and keys only
+                # An operator's result may be built from its arguments
+                # (debug.print returns its argument): sound for all.
+                changed = False
+                for arg in args:
+                    changed |= self.add(node, arg)
+                return changed
             return self.call_into(v(node.callee), args, node)
         return False
 
@@ -289,10 +297,19 @@ class _EffectInference:
         body_nodes = {src: list(_children_in(fn.body)) for src, fn in units}
         direct: dict[Source, set[str]] = {}
         calls: dict[Source, list[tuple[Call, set[Source]]]] = {}
+        own: dict[Call, set[str]] = {}
         for src, nodes in body_nodes.items():
-            direct[src] = set().union(*(self.direct_effects(n) for n in nodes)) if nodes else set()
-            calls[src] = [(n, self.callees_of(n)) for n in nodes if isinstance(n, Call)]
+            direct[src] = set()
+            calls[src] = []
+            for n in nodes:
+                effects = self.direct_effects(n)
+                direct[src] |= effects
+                if isinstance(n, Call):
+                    own[n] = effects
+                    calls[src].append((n, self.callees_of(n)))
         latent = {src: set(effects) for src, effects in direct.items()}
+        # Children before parents: most flows then settle in one sweep.
+        nodes.reverse()
         changed = True
         while changed:
             changed = False
@@ -310,7 +327,7 @@ class _EffectInference:
             else:
                 info.closures[src[1]] = frozenset(effects)
             for call, callees in calls[src]:
-                effects_of_call = set(self.direct_effects(call))
+                effects_of_call = set(own[call])
                 for callee in callees:
                     effects_of_call |= latent.get(callee, set())
                 info.calls[call] = frozenset(effects_of_call)

@@ -88,6 +88,7 @@ from ..ir.types import (
 from ..ir.visitor import pre_order
 from ..ir.well_formed import check_well_formed
 from ..ops.relations import NotReady, RelationError
+from .exhaustiveness import missing_case
 from .type_solver import Solver, UnifyError, rename_dims, show, substitute
 
 BOOL_SCALAR = TensorType((), "bool")
@@ -189,11 +190,11 @@ class TypeInferencer:
                 )
         if self.errors:
             raise TypeCheckError.combine(self.errors)
-        resolve = self.solver.resolve
+        resolve, memo = self.solver.resolve, {}
         for expr, t in self.types.items():
-            expr.set_checked_type(resolve(t))
+            expr.set_checked_type(resolve(t, memo))
         for var, t in self.var_types.items():
-            var.set_checked_type(resolve(t))
+            var.set_checked_type(resolve(t, memo))
 
     def _signature(self, fn: Function) -> FuncType:
         params = tuple(p.type_annotation or IncompleteType() for p in fn.params)
@@ -387,6 +388,14 @@ class TypeInferencer:
         )
 
     def _match(self, expr: Match):
+        if expr.complete:
+            missing = missing_case(expr, self.module)
+            if missing is not None:
+                self._error(
+                    f"match is not exhaustive: no clause matches {missing} "
+                    "(add a clause, or write match? to fail at run time instead)",
+                    expr,
+                )
         data_type = yield self._infer(expr.data)
         result: Type = IncompleteType()
         for clause in expr.clauses:

@@ -60,31 +60,44 @@ class Solver:
             self._bound[var] = t
         return t
 
-    def resolve(self, t: Type) -> Type:
-        """``t`` with every bound variable replaced by its binding."""
-        return run(self._resolve(t))
+    def resolve(self, t: Type, memo: dict[int, Type] | None = None) -> Type:
+        """``t`` with every bound variable replaced by its binding. ``memo``
+        (keyed by node identity) shares the work between calls: resolving the
+        types of a whole program stays linear when types share structure."""
+        t = self.head(t)
+        if isinstance(t, TensorType | KeyType | TypeVar | GlobalTypeVar | IncompleteType):
+            return t  # the common case, without starting a trampoline
+        return run(self._resolve(t, {} if memo is None else memo))
 
-    def _resolve(self, t: Type):
+    def _resolve(self, t: Type, memo: dict[int, Type]):
         t = self.head(t)
         if isinstance(t, TensorType | KeyType | TypeVar | GlobalTypeVar | IncompleteType):
             return t
+        done = memo.get(id(t))
+        if done is not None:
+            return done
+        result = yield self._resolve_children(t, memo)
+        memo[id(t)] = result
+        return result
+
+    def _resolve_children(self, t: Type, memo: dict[int, Type]):
         if isinstance(t, TupleType):
             fields = []
             for f in t.fields:
-                fields.append((yield self._resolve(f)))
+                fields.append((yield self._resolve(f, memo)))
             return TupleType(tuple(fields))
         if isinstance(t, RefType):
-            return RefType((yield self._resolve(t.value)))
+            return RefType((yield self._resolve(t.value, memo)))
         if isinstance(t, FuncType):
             args = []
             for a in t.arg_types:
-                args.append((yield self._resolve(a)))
-            ret = yield self._resolve(t.ret_type)
+                args.append((yield self._resolve(a, memo)))
+            ret = yield self._resolve(t.ret_type, memo)
             return FuncType(tuple(args), ret, t.type_params, t.effects)
         if isinstance(t, TypeCall):
             args = []
             for a in t.args:
-                args.append((yield self._resolve(a)))
+                args.append((yield self._resolve(a, memo)))
             return TypeCall(t.func, tuple(args))
         raise UnifyError(f"unknown type {type(t).__name__}")
 

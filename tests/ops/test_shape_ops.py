@@ -360,9 +360,10 @@ def test_split_sections():
         (10, [-3], [7, 3]),
         (10, [12], [10, 0]),
         (10, [], [10]),
-        ("n", [2, 5], [2, 3, "?"]),
+        # numpy clips indices past a dimension of unknown size: no size is known.
+        ("n", [2, 5], ["?", "?", "?"]),
         ("n", [], ["n"]),
-        ("?", [3], [3, "?"]),
+        ("?", [3], ["?", "?"]),
         ("n", [-3, 5], ["?", "?", "?"]),
     ],
 )
@@ -398,6 +399,10 @@ def test_split_numpy_rule():
         ((4, 5), dict(begin=[1], end=[3], axes=[-1]), (4, 2)),
         ((4, 5), dict(begin=[1, 2], end=[2, -1], slice_mode="size"), (2, 3)),
         ((4, 5), dict(begin=[1], end=[2], strides=[3], slice_mode="size"), (2, 5)),
+        # A negative begin counts from the end; the size runs towards the end.
+        ((5,), dict(begin=[-2], end=[2], slice_mode="size"), (2,)),
+        ((5,), dict(begin=[-3], end=[2], slice_mode="size"), (2,)),
+        ((5,), dict(begin=[-2], end=[5], slice_mode="size"), (2,)),
         ((4, 5), dict(begin=[], end=[], strides=[1, 2]), (4, 3)),
         (("n", "?"), dict(begin=[0, 0], end=[2**31 - 1, 2**63]), ("n", "?")),
         (("n", 5), dict(begin=[0], end=[2**31 - 1]), ("n", 5)),

@@ -109,7 +109,8 @@ def test_dropout_inside_a_foreach_body_names_the_prng_cell():
     closure = next(n for n in post_order(module["main"]) if isinstance(n, Function) and n.params)
     assert effect_text(info.of(closure)) == "read @rng, write @rng"
     foreach = next(
-        n for n in post_order(module["main"])
+        n
+        for n in post_order(module["main"])
         if isinstance(n, Call) and getattr(n.callee, "name", "") == "cf.foreach"
     )
     assert effect_text(info.of(foreach)) == "read @rng, write @rng"

@@ -174,9 +174,10 @@ def test_rigid_symbolic_dims_do_not_equal_constants():
 
 
 def test_unknown_dim_matches_anything():
-    assert main_type(
-        "def @main(%x: Tensor[(?, 4), float32], %y: Tensor[(3, 4), float32]) { %x + %y }"
-    ) == "Tensor[(3, 4), float32]"
+    assert (
+        main_type("def @main(%x: Tensor[(?, 4), float32], %y: Tensor[(3, 4), float32]) { %x + %y }")
+        == "Tensor[(3, 4), float32]"
+    )
 
 
 def test_refs_and_keys():
@@ -340,3 +341,65 @@ def test_tensor_type_of_checked_vars():
     let = module["main"].body
     assert isinstance(let.var.checked_type, TensorType)
     assert re.fullmatch(r"Tensor\[\(2\), float32\]", effir.astext(let.var.checked_type))
+
+
+# ------------------------------------------------------------ exhaustiveness
+ADTS = """
+type List[A] { Cons(A, List[A]), Nil }
+type Option[A] { Some(A), None }
+"""
+
+
+@pytest.mark.parametrize(
+    "clauses, missing",
+    [
+        ("Cons(%h, _) => 1", "Nil"),
+        ("Nil => 1", "Cons(_, _)"),
+        ("Cons(_, Nil) => 1, Nil => 2", "Cons(_, Cons(_, _))"),
+        ("Cons(Some(_), _) => 1, Nil => 2", "Cons(None, _)"),
+    ],
+)
+def test_non_exhaustive_match_names_a_missing_case(clauses, missing):
+    errors = type_errors(
+        ADTS + f"def @main(%l: List[Option[int32]]) {{ match (%l) {{ {clauses} }} }}"
+    )
+    assert errors[0].message.startswith(f"match is not exhaustive: no clause matches {missing}")
+
+
+@pytest.mark.parametrize(
+    "clauses",
+    [
+        "Cons(_, _) => 1, Nil => 2",
+        "Cons(Some(_), _) => 1, Cons(None, _) => 2, Nil => 3",
+        "Cons(_, Nil) => 1, Cons(_, Cons(_, _)) => 2, Nil => 3",
+        "_ => 1",
+        "%x => 1",
+    ],
+)
+def test_exhaustive_matches_are_accepted(clauses):
+    check(ADTS + f"def @main(%l: List[Option[int32]]) {{ match (%l) {{ {clauses} }} }}")
+
+
+def test_tuple_patterns_exhaustiveness():
+    check(
+        ADTS
+        + "def @main(%p: (Option[int32], int32)) { match (%p) { (Some(_), _) => 1, (None, %y) => %y } }"
+    )
+    errors = type_errors(
+        ADTS + "def @main(%p: (Option[int32], int32)) { match (%p) { (Some(_), _) => 1 } }"
+    )
+    assert "no clause matches (None, _)" in errors[0].message
+
+
+def test_incomplete_match_is_not_checked_for_exhaustiveness():
+    check(ADTS + "def @main(%o: Option[int32]) { match? (%o) { Some(%x) => %x } }")
+
+
+@pytest.mark.parametrize("name", ["prelude", "prelude+nat", "gradient_cell"])
+def test_relay_standard_library_type_checks(name):
+    from tests.ir.test_relay_std import PROGRAMS
+
+    module = effir.check(effir.parse(PROGRAMS[name](), source_name=name))
+    assert effir.astext(
+        module["map"].checked_type if "map" in module else module["AddGradCell"].checked_type
+    ).startswith("fn [")
