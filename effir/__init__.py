@@ -4,6 +4,7 @@ from . import ops  # noqa: F401  (registers every operator)
 from .backends.interpreter import Closure, Interpreter, State, interpret
 from .ir import (
     AttrError,
+    EffectError,
     Error,
     EvalError,
     IRModule,
@@ -30,6 +31,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AttrError",
     "Closure",
+    "EffectError",
     "Error",
     "EvalError",
     "Interpreter",

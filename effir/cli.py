@@ -18,8 +18,8 @@ import numpy as np
 
 from . import __version__
 from .backends.interpreter import State, interpret
-from .ir import Error, IRModule, TypeCheckError, astext, check_well_formed, parse
-from .passes.infer_effects import effect_text, infer_effects
+from .ir import EffectError, Error, IRModule, TypeCheckError, astext, check_well_formed, parse
+from .passes.infer_effects import check_effects, effect_text
 from .passes.infer_type import check
 from .runtime.values import PRNGKey, describe_value
 
@@ -104,6 +104,11 @@ def cmd_check(args: argparse.Namespace) -> int:
             module, _, name = load_module(path)
             check_well_formed(module)
             check(module)
+            info = check_effects(module)
+        except EffectError as err:
+            print(str(err), file=sys.stderr)
+            status = EXIT_USER_ERROR
+            continue
         except TypeCheckError as err:  # every type error, each located
             print(str(err), file=sys.stderr)
             count = len(err.errors)
@@ -117,7 +122,6 @@ def cmd_check(args: argparse.Namespace) -> int:
             )
             print(f"{name}: ok ({counts})")
         if args.effects:
-            info = infer_effects(module)
             for fn_name, effects in info.functions.items():
                 print(f"@{fn_name}: {effect_text(effects)}")
     return status

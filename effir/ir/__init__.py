@@ -3,6 +3,7 @@ structural equality and hashing, traversal, and the well-formedness check."""
 
 from .diagnostics import (
     AttrError,
+    EffectError,
     Error,
     EvalError,
     ParseError,

@@ -151,6 +151,12 @@ class TypeCheckError(Error):
         return "\n".join(e._render() for e in self.errors)
 
 
+class EffectError(Error):
+    """A function whose inferred effects exceed its type's effect annotation."""
+
+    kind = "effect error"
+
+
 class EvalError(Error):
     """A run-time error of the reference interpreter, naming the operator or
     construct and the source location where it happened."""

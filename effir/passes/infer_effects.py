@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from ..ir.diagnostics import EffectError
 from ..ir.expr import (
     Call,
     Clause,
@@ -53,10 +54,12 @@ from ..ir.expr import (
     RefWrite,
     Tuple,
     TupleGetItem,
+    Var,
 )
 from ..ir.module import IRModule
 from ..ir.node import Node
 from ..ir.op import op_def
+from ..ir.types import FuncType, KeyType, RefType
 from ..ir.well_formed import check_well_formed
 
 IO = "io"
@@ -74,6 +77,7 @@ class EffectInfo:
     functions: dict[str, frozenset[str]] = field(default_factory=dict)
     closures: dict[Function, frozenset[str]] = field(default_factory=dict)
     calls: dict[Call, frozenset[str]] = field(default_factory=dict)
+    violations: list[EffectError] = field(default_factory=list)
 
     def of(self, target: str | Function | Call) -> frozenset[str]:
         if isinstance(target, str):
@@ -84,8 +88,25 @@ class EffectInfo:
 
 
 def infer_effects(module: IRModule) -> EffectInfo:
+    """Effects of every function, closure and call; ``violations`` lists the
+    functions whose effects exceed an effect annotation (see check_effects)."""
     check_well_formed(module)
     return _EffectInference(module).run()
+
+
+def check_effects(module: IRModule) -> EffectInfo:
+    """Effect inference, raising the first EffectError (each one listed in
+    its notes) when a function reaches a binder annotated with an effect set
+    it exceeds: ``let %f: fn () -> {} int32 = fn () { ref_read(@c) }``.
+
+    An annotation's ``random`` allows reading and writing every state cell
+    that holds a ``Key``."""
+    info = infer_effects(module)
+    if info.violations:
+        first = info.violations[0]
+        notes = tuple(str(v) for v in info.violations[1:])
+        raise EffectError(first.message, first.span, notes)
+    return info
 
 
 # Sources are hashable: ("def", name), ("fn", Function), ("ctor", name),
@@ -113,6 +134,7 @@ class _EffectInference:
         self.module = module
         self.values: dict[object, set[Source]] = {}  # node or ("ret", source) / ("content", src)
         self.functions: list[tuple[Source, Function]] = []
+        self.binders: list[Var] = []  # every variable binder, for annotations
         self.bodies: dict[Source, list[Node]] = {}
 
     def flows(self, key: object) -> set[Source]:
@@ -145,6 +167,12 @@ class _EffectInference:
             nodes.append(node)
             if isinstance(node, Function) and node not in defs:
                 self.functions.append((("fn", node), node))
+            if isinstance(node, Function):
+                self.binders.extend(node.params)
+            elif isinstance(node, Let):
+                self.binders.append(node.var)
+            elif isinstance(node, PatternVar):
+                self.binders.append(node.var)
             stack.extend(node.children())
         # Children before parents: most flows then settle in one sweep.
         nodes.reverse()
@@ -308,8 +336,6 @@ class _EffectInference:
                     own[n] = effects
                     calls[src].append((n, self.callees_of(n)))
         latent = {src: set(effects) for src, effects in direct.items()}
-        # Children before parents: most flows then settle in one sweep.
-        nodes.reverse()
         changed = True
         while changed:
             changed = False
@@ -321,6 +347,7 @@ class _EffectInference:
                             latent[src] |= extra
                             changed = True
         info = EffectInfo()
+        self._check_annotations(latent, info)
         for src, effects in latent.items():
             if src[0] == "def":
                 info.functions[src[1]] = frozenset(effects)
@@ -332,3 +359,48 @@ class _EffectInference:
                     effects_of_call |= latent.get(callee, set())
                 info.calls[call] = frozenset(effects_of_call)
         return info
+
+    # ------------------------------------------------------- annotations
+    def _key_cells(self) -> set[str]:
+        cells = set()
+        for name, cell in self.module.cells.items():
+            declared = cell.type
+            if isinstance(declared, RefType) and isinstance(declared.value, KeyType):
+                cells.add(name)
+            elif declared is None and cell.init.has_type:
+                if isinstance(cell.init.checked_type, KeyType):
+                    cells.add(name)
+        return cells
+
+    def _check_annotations(self, latent: dict[Source, set[str]], info: EffectInfo) -> None:
+        key_cells: set[str] | None = None
+        for node in self.binders:
+            annotation = node.type_annotation
+            if not isinstance(annotation, FuncType) or annotation.effects is None:
+                continue
+            allowed = set(annotation.effects)
+            if "random" in allowed:
+                if key_cells is None:
+                    key_cells = self._key_cells()
+                allowed |= {f"{kind} @{c}" for c in key_cells for kind in ("read", "write")}
+            for src in sorted(self.flows(node), key=_source_order):
+                if src[0] not in ("def", "fn"):
+                    continue
+                excess = latent.get(src, set()) - allowed
+                if excess:
+                    fn = self.function_of(src)
+                    what = f"@{src[1]}" if src[0] == "def" else "a function"
+                    where = f" (defined at {fn.span})" if fn is not None and fn.span else ""
+                    info.violations.append(
+                        EffectError(
+                            f"%{node.name_hint} allows the effects "
+                            f"{{{', '.join(annotation.effects)}}}, but {what}{where} that "
+                            f"reaches it has {effect_text(frozenset(excess))} besides",
+                            node.span,
+                        )
+                    )
+
+
+def _source_order(src: Source) -> tuple:
+    fn = src[1]
+    return (0, fn) if isinstance(fn, str) else (1, fn.span.start if fn.span else 0)

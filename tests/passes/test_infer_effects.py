@@ -1,6 +1,8 @@
 """Effect inference: direct effects, callees, closures, higher-order
 arguments, control-flow operators, recursion, references passed around."""
 
+import pytest
+
 import effir
 from effir.ir import Call, Function, post_order
 from effir.passes.infer_effects import effect_text, infer_effects
@@ -151,3 +153,63 @@ def test_gru_example_effects():
     info = infer_effects(module)
     assert effect_text(info.of("main")) == "io, read @bn, read @rng, write @bn, write @rng"
     assert effect_text(info.of("gru_cell")) == "pure"
+
+
+# ------------------------------------------------------------ annotations
+def annotated(text: str):
+    module = effir.parse(HEADER + CELLS + text, source_name="t.effir")
+    effir.check(module)
+    return module
+
+
+def test_effect_annotations_that_hold():
+    from effir.passes.infer_effects import check_effects
+
+    check_effects(
+        annotated(
+            """
+            def @main() {
+              let %f: fn () -> {read @count} int32 = fn () { ref_read(@count) };
+              let %g: fn () -> {} int32 = fn () { 1 };
+              let %h: fn () -> {random} Key = fn () {
+                let %k = ref_read(@rng); ref_write(@rng, %k); %k
+              };
+              (%f(), %g(), %h())
+            }
+            """
+        )
+    )
+
+
+def test_effect_annotation_violations_are_located_errors():
+    from effir.passes.infer_effects import check_effects
+
+    module = annotated(
+        """
+        def @apply(%f: fn () -> {} int32) -> int32 { %f() }
+        def @main() {
+          @apply(fn () { ref_read(@count) })
+        }
+        """
+    )
+    with pytest.raises(effir.EffectError) as info:
+        check_effects(module)
+    err = info.value
+    assert err.line == 7  # the annotated parameter %f
+    assert "%f allows the effects {}, but a function (defined at t.effir:9:" in err.message
+    assert "has read @count besides" in err.message
+
+
+def test_random_allows_key_cells_only():
+    from effir.passes.infer_effects import check_effects
+
+    module = annotated(
+        """
+        def @main() {
+          let %f: fn () -> {random} int32 = fn () { ref_read(@count) };
+          %f()
+        }
+        """
+    )
+    with pytest.raises(effir.EffectError, match="has read @count besides"):
+        check_effects(module)
