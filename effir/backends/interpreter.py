@@ -246,6 +246,8 @@ class Interpreter:
                         result = self._call_simple_op(value, value.callee, args)
                     else:
                         result = yield self._eval(value, env)
+                    if expr.var.type_annotation is not None:
+                        _check_value(result, expr.var.type_annotation, {}, expr.var, None)
                     env.values[expr.var] = result
                     expr = expr.body
                 continue
@@ -457,7 +459,7 @@ def _convert_argument(param: Var, value: Any, fn_name: str) -> Any:
 def _check_value(value: Any, t: Type, dims: dict[str, int], param: Var, fn: str | None) -> None:
     """The run-time check of a parameter's annotation: dtype, rank, static
     sizes, and one size per symbolic dimension within the call."""
-    where = f"parameter %{param.name_hint}" + (f" of {fn}" if fn else "")
+    where = (f"parameter %{param.name_hint} of {fn}" if fn else f"%{param.name_hint}")
     stack = [(value, t)]
     while stack:
         v, ty = stack.pop()

@@ -320,3 +320,25 @@ def test_while_loop_stops_at_max_iterations():
     outs, final = run(text)
     np.testing.assert_array_equal(outs, [0, 1, 2])
     assert int(final) == 3
+
+
+def test_let_annotations_are_checked_at_run_time():
+    text = """
+    def @main(%x: Tensor[(?), float32]) {
+      let %y: Tensor[(3), float32] = %x;
+      %y
+    }
+    """
+    mod = module(text)
+    assert effir.interpret(mod, np.zeros(3, np.float32)).shape == (3,)
+    with pytest.raises(effir.EvalError, match=r"shape check failed: %y expects"):
+        effir.interpret(mod, np.zeros(5, np.float32))
+
+
+def test_arguments_are_never_truncated():
+    mod = module("def @main(%x: int32) { %x }")
+    assert int(effir.interpret(mod, 7)) == 7
+    with pytest.raises(effir.EvalError, match=r"argument %x of @main expects int32, got 2.7"):
+        effir.interpret(mod, 2.7)
+    with pytest.raises(effir.EvalError, match=r"expects int32"):
+        effir.interpret(mod, np.float64(2.0))
