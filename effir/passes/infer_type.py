@@ -97,7 +97,9 @@ UNIT = TupleType(())
 
 def check(module: IRModule) -> IRModule:
     """Type-check ``module``: returns it with ``checked_type`` set on every
-    expression, or raises ``TypeCheckError`` listing every error found."""
+    expression (operators and constructors excepted: they are polymorphic and
+    shared, so a use's type is its ``Call``'s), or raises ``TypeCheckError``
+    listing every error found."""
     check_well_formed(module)
     TypeInferencer(module).run()
     return module
@@ -297,9 +299,8 @@ class TypeInferencer:
     def _global(self, expr: GlobalVar):
         if expr.name in self.cell_types:
             return self.cell_types[expr.name]
-        sig = self.signatures[expr.name]
         # Used as a value: instantiate type parameters; its dims become `?` [RULE D].
-        return rename_dims(self._instantiate(sig), {})
+        return rename_dims(self._instantiate(self._global_signature(expr.name)), {})
         yield
 
     def _instantiate(self, t: FuncType) -> FuncType:
@@ -487,8 +488,15 @@ class TypeInferencer:
             self._unify(param, arg, _site(expr.args[i], expr), f"argument {i + 1} of {what}")
         return fn.ret_type
 
+    def _global_signature(self, name: str) -> FuncType:
+        """A global's signature, resolved: its inferred result type must be
+        renamed [RULE D] and instantiated like its annotated parts."""
+        sig = self.solver.resolve(self.signatures[name])
+        assert isinstance(sig, FuncType)
+        return sig
+
     def _call_global(self, expr: Call, name: str, arg_types: list[Type]) -> Type:
-        sig = self._instantiate(self.signatures[name])
+        sig = self._instantiate(self._global_signature(name))
         if len(sig.arg_types) != len(arg_types):
             self._error(
                 f"@{name} takes {len(sig.arg_types)} argument(s), got {len(arg_types)}", expr

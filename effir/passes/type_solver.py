@@ -60,6 +60,14 @@ class Solver:
             self._bound[var] = t
         return t
 
+    def _last_var(self, t: Type) -> IncompleteType | None:
+        """The variable whose binding is ``t``'s concrete head, if any."""
+        last = None
+        while isinstance(t, IncompleteType) and t in self._bound:
+            last = t
+            t = self._bound[t]
+        return last
+
     def resolve(self, t: Type, memo: dict[int, Type] | None = None) -> Type:
         """``t`` with every bound variable replaced by its binding. ``memo``
         (keyed by node identity) shares the work between calls: resolving the
@@ -118,6 +126,7 @@ class Solver:
         return run(self._unify(expected, actual))
 
     def _unify(self, a: Type, b: Type):
+        var_a, var_b = self._last_var(a), self._last_var(b)
         a, b = self.head(a), self.head(b)
         if a is b:
             return a
@@ -128,7 +137,13 @@ class Solver:
             self._bind(b, a)
             return a
         if isinstance(a, TensorType) and isinstance(b, TensorType):
-            return unify_tensors(a, b)
+            merged = unify_tensors(a, b)
+            # Narrowing: a variable bound to a tensor with `?` sizes learns
+            # the sizes the other side knows (as Relay's solver does).
+            for var, old in ((var_a, a), (var_b, b)):
+                if var is not None and merged is not old:
+                    self._bound[var] = merged
+            return merged
         if isinstance(a, TupleType) and isinstance(b, TupleType):
             if len(a.fields) != len(b.fields):
                 raise UnifyError(
