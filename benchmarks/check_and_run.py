@@ -89,7 +89,7 @@ def main() -> None:
         check = median_time(lambda m=module: effir.check(m))
         effects = median_time(lambda m=module: infer_effects(m))
         run = median_time(lambda m=module, a=args: effir.interpret(m, *a, sink=discard))
-        print(f"| {name:<30} | {check:7.2f} | {effects:9.2f} | {run:11.3f} |")
+        print(f"| {name:<30} | {check:7.3f} | {effects:9.3f} | {run:11.3f} |")
 
 
 if __name__ == "__main__":
