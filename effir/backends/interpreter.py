@@ -61,7 +61,7 @@ from ..ir.trampoline import run
 from ..ir.types import ANY, TensorType, TupleType, Type
 from ..ops.relations import OpFailure
 from ..runtime import prng
-from ..runtime.values import ADTValue, PRNGKey, RefValue, describe_value
+from ..runtime.values import ADTValue, PRNGKey, RefValue, describe_value, type_text
 
 Sink = Callable[[str, Any], None]
 
@@ -467,9 +467,7 @@ def _check_value(value: Any, t: Type, dims: dict[str, int], param: Var, fn: str 
             if not isinstance(v, np.ndarray):
                 raise EvalError(f"{where} expects a tensor, got {describe_value(v)}", param.span)
             if str(v.dtype) != ty.dtype or v.ndim != len(ty.shape):
-                raise EvalError(
-                    f"{where} expects {astext(ty)}, got {describe_value(v)}", param.span
-                )
+                raise EvalError(f"{where} expects {astext(ty)}, got {type_text(v)}", param.span)
             for size, dim in zip(v.shape, ty.shape, strict=True):
                 if dim == ANY:
                     continue

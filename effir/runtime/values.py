@@ -80,7 +80,7 @@ def describe_value(value: Any, limit: int = 200, depth: int = 6) -> str:
     """A short, readable description of a value for messages and printing
     (nesting deeper than ``depth`` shows as ``...``, so a long list is safe)."""
     if isinstance(value, np.ndarray) and value.ndim == 0:
-        return f"{value.dtype} {value.item()!r}"
+        return f"{value.dtype} {value[()]!s}"  # shortest text that reads back in its dtype
     if isinstance(value, np.ndarray):
         body = np.array2string(value, threshold=20, edgeitems=3, separator=", ")
         body = " ".join(body.split())
