@@ -8,16 +8,14 @@ effect inference and `effir.interpret`. Run with `make bench` (or
 
 from __future__ import annotations
 
-import statistics
-import time
 from pathlib import Path
 
 import numpy as np
+from timing import median_seconds
 
 import effir
 from effir.passes.infer_effects import infer_effects
 
-REPEATS = 3
 H = '#[version = "0.0.5"]\n'
 EXAMPLE = Path(__file__).parents[1] / "examples" / "gru_lm.effir"
 
@@ -65,15 +63,6 @@ def discard(label: str, value: object) -> None:
     """A debug.print sink that keeps printing out of the timings."""
 
 
-def median_time(action) -> float:
-    times = []
-    for _ in range(REPEATS):
-        start = time.perf_counter()
-        action()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def main() -> None:
     cases = [
         ("let chain, 10,000 bindings", let_chain(10_000)),
@@ -86,9 +75,9 @@ def main() -> None:
     print("|--------------------------------|---------|-----------|-------------|")
     for name, (text, args) in cases:
         module = effir.parse(text)
-        check = median_time(lambda m=module: effir.check(m))
-        effects = median_time(lambda m=module: infer_effects(m))
-        run = median_time(lambda m=module, a=args: effir.interpret(m, *a, sink=discard))
+        check = median_seconds(lambda m=module: effir.check(m))
+        effects = median_seconds(lambda m=module: infer_effects(m))
+        run = median_seconds(lambda m=module, a=args: effir.interpret(m, *a, sink=discard))
         print(f"| {name:<30} | {check:7.3f} | {effects:9.3f} | {run:11.3f} |")
 
 

@@ -7,13 +7,10 @@ Run with `make bench` (or `.venv/bin/python benchmarks/parse_print.py`).
 
 from __future__ import annotations
 
-import statistics
-import time
+from timing import median_seconds
 
 import effir
 from effir.ir import Call, Function, If, IRModule, Let, TensorType, Var, get_op
-
-REPEATS = 3
 
 
 def let_chain(n: int) -> IRModule:
@@ -37,15 +34,6 @@ def nested_ifs(n: int) -> IRModule:
     for _ in range(n):
         body = If(c, body, x)
     return IRModule({"main": Function((x, c), body)})
-
-
-def median_seconds(action) -> float:
-    times = []
-    for _ in range(REPEATS):
-        start = time.perf_counter()
-        action()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main() -> None:

@@ -9,21 +9,10 @@ import numpy as np
 import pytest
 
 import effir  # noqa: F401  (registers the operators)
-from effir.ir import op_def
-from effir.ir.types import ANY, IncompleteType, TensorType, TupleType
+from effir.ir.types import ANY, IncompleteType, TupleType
 from effir.ops.relations import NotReady, OpFailure, RelationError
 
-T = TensorType
-
-
-def rel(name, *args, **attrs):
-    definition = op_def(name)
-    return definition.rule("type")(tuple(args), definition.normalize_attrs(attrs))
-
-
-def run(name, *args, **attrs):
-    definition = op_def(name)
-    return definition.rule("numpy")(tuple(args), definition.normalize_attrs(attrs))
+from .rules import T, rel, run
 
 
 def conforms(value, t):

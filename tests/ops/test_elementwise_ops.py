@@ -11,32 +11,12 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import effir  # noqa: F401  (registers the operators)
-from effir.ir.op import op_def
-from effir.ir.types import IncompleteType, TensorType, TupleType
+from effir.ir.types import IncompleteType, TupleType
 from effir.ops.elementwise import BINARY, COMPARISON
 from effir.ops.relations import NotReady, OpFailure, RelationError
 
-
-def rel(name, *types, **attrs):
-    definition = op_def(name)
-    return definition.rule("type")(tuple(types), definition.normalize_attrs(attrs))
-
-
-def run(name, *values, **attrs):
-    definition = op_def(name)
-    out = definition.rule("numpy")(tuple(values), definition.normalize_attrs(attrs))
-    assert isinstance(out, np.ndarray)
-    return out
-
-
-def T(shape, dtype="float32"):
-    return TensorType(tuple(shape), dtype)
-
-
-def assert_type(t, shape, dtype):
-    assert isinstance(t, TensorType)
-    assert (t.shape, t.dtype) == (tuple(shape), dtype)
-
+from .rules import T, assert_type, rel
+from .rules import run_tensor as run
 
 # ------------------------------------------------------------------ unary
 FLOAT_UNARY = {

@@ -12,23 +12,10 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import effir  # noqa: F401  (registers the operators)
-from effir.ir.op import op_def
 from effir.ir.types import IncompleteType, TensorType, TupleType
 from effir.ops.relations import NotReady, OpFailure, RelationError
 
-
-def rel(name, *types, **attrs):
-    definition = op_def(name)
-    return definition.rule("type")(tuple(types), definition.normalize_attrs(attrs))
-
-
-def run(name, *values, **attrs):
-    definition = op_def(name)
-    return definition.rule("numpy")(tuple(values), definition.normalize_attrs(attrs))
-
-
-def T(shape, dtype="float32"):
-    return TensorType(tuple(shape), dtype)
+from .rules import T, rel, run
 
 
 def assert_type(t, shape, dtype="float32"):

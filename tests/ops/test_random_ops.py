@@ -11,26 +11,14 @@ import numpy as np
 import pytest
 
 import effir  # noqa: F401  (registers the operators)
-from effir.ir import op_def
 from effir.ir.types import IncompleteType, KeyType, TensorType, TupleType
 from effir.ops.relations import NotReady, OpFailure, RelationError
 from effir.runtime import prng
 from effir.runtime.values import PRNGKey
 
-T = TensorType
+from .rules import T, rel, run
+
 KEY = KeyType()
-
-
-def rel(name, *args, **attrs):
-    """The relation's result type for argument types ``args``."""
-    definition = op_def(name)
-    return definition.rule("type")(tuple(args), definition.normalize_attrs(attrs))
-
-
-def run(name, *args, **attrs):
-    """The numpy rule's result for argument values ``args``."""
-    definition = op_def(name)
-    return definition.rule("numpy")(tuple(args), definition.normalize_attrs(attrs))
 
 
 def assert_tensor_type(t, shape, dtype):

@@ -9,32 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import effir  # noqa: F401  (registers the operators)
-from effir.ir.op import op_def
-from effir.ir.types import IncompleteType, TensorType, TupleType
+from effir.ir.types import IncompleteType, TupleType
 from effir.ops.relations import NotReady, OpFailure, RelationError
 
+from .rules import T, assert_type, rel
+from .rules import run_tensor as run
+
 REDUCE = ("sum", "mean", "max", "min", "prod")
-
-
-def rel(name, *types, **attrs):
-    definition = op_def(name)
-    return definition.rule("type")(tuple(types), definition.normalize_attrs(attrs))
-
-
-def run(name, *values, **attrs):
-    definition = op_def(name)
-    out = definition.rule("numpy")(tuple(values), definition.normalize_attrs(attrs))
-    assert isinstance(out, np.ndarray)
-    return out
-
-
-def T(shape, dtype="float32"):
-    return TensorType(tuple(shape), dtype)
-
-
-def assert_type(t, shape, dtype):
-    assert isinstance(t, TensorType)
-    assert (t.shape, t.dtype) == (tuple(shape), dtype)
 
 
 # --------------------------------------------------------------- relations

@@ -13,23 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import effir  # noqa: F401  (registers the operators)
-from effir.ir import op_def
 from effir.ir.types import ANY, IncompleteType, TensorType, TupleType
 from effir.ops.relations import NotReady, OpFailure, RelationError
 
-T = TensorType
-
-
-def rel(name, *args, **attrs):
-    """The relation's result type for argument types ``args``."""
-    definition = op_def(name)
-    return definition.rule("type")(tuple(args), definition.normalize_attrs(attrs))
-
-
-def run(name, *args, **attrs):
-    """The numpy rule's result for argument values ``args``."""
-    definition = op_def(name)
-    return definition.rule("numpy")(tuple(args), definition.normalize_attrs(attrs))
+from .rules import T, rel, run
 
 
 def shape(name, *args, **attrs):
