@@ -250,30 +250,27 @@ def test_mismatch_names_expected_and_actual_with_location():
     assert "t.effir:5:" in str(err) and "^" in str(err)
 
 
-def test_if_condition_must_be_a_bool_scalar():
-    errors = type_errors("def @main(%c: int32) { if (%c) { 1 } else { 2 } }")
-    assert "condition of if" in errors[0].message
-    assert "expected bool, got int32" in errors[0].message
-
-
-def test_if_branches_must_agree():
-    errors = type_errors("def @main(%c: bool) { if (%c) { 1 } else { 2f } }")
-    assert "branches of if" in errors[0].message
-
-
-def test_wrong_arity():
-    errors = type_errors("def @f(%x: int32) { %x }\ndef @main() { @f(1, 2) }")
-    assert "@f takes 1 argument(s), got 2" in errors[0].message
-
-
-def test_calling_a_non_function():
-    errors = type_errors("def @main(%x: int32) { %x(1) }")
-    assert "is not a function" in errors[0].message
-
-
-def test_tuple_index_out_of_range():
-    errors = type_errors("def @main() { let %t = (1, 2); %t.2 }")
-    assert "field index 2 is out of range for a tuple of 2 fields" in errors[0].message
+@pytest.mark.parametrize(
+    "program, message",
+    [
+        (
+            "def @main(%c: int32) { if (%c) { 1 } else { 2 } }",
+            "type mismatch in the condition of if (a bool scalar): expected bool, got int32",
+        ),
+        (
+            "def @main(%c: bool) { if (%c) { 1 } else { 2f } }",
+            "type mismatch in the branches of if",
+        ),
+        ("def @f(%x: int32) { %x }\ndef @main() { @f(1, 2) }", "@f takes 1 argument(s), got 2"),
+        ("def @main(%x: int32) { %x(1) }", "the called function is not a function"),
+        (
+            "def @main() { let %t = (1, 2); %t.2 }",
+            "field index 2 is out of range for a tuple of 2 fields",
+        ),
+    ],
+)
+def test_error_messages(program, message):
+    assert message in type_errors(program)[0].message
 
 
 def test_operator_relation_errors_are_located():
