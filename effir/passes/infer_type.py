@@ -239,7 +239,7 @@ class TypeInferencer:
             exp, act = self.solver.resolve(expected), self.solver.resolve(actual)
             message = f"type mismatch in {what}: expected {show(exp)}, got {show(act)}"
             inner = err.detail
-            if inner != f"{show(exp)} vs {show(act)}":
+            if not (show(exp) in inner and show(act) in inner):  # says something new
                 message += f" ({inner})"
             self._error(message, node)
             return IncompleteType()
