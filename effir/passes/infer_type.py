@@ -299,6 +299,14 @@ class TypeInferencer:
     def _global(self, expr: GlobalVar):
         if expr.name in self.cell_types:
             return self.cell_types[expr.name]
+        if expr.name in self.module.cells:
+            # Cells are initialised in declaration order [see State].
+            self._error(
+                f"state cell @{expr.name} is used before it is initialised: a cell's "
+                "initial value may only use the cells declared before it",
+                expr,
+            )
+            return IncompleteType()
         # Used as a value: instantiate type parameters; its dims become `?` [RULE D].
         return rename_dims(self._instantiate(self._global_signature(expr.name)), {})
         yield
@@ -389,14 +397,7 @@ class TypeInferencer:
         )
 
     def _match(self, expr: Match):
-        if expr.complete:
-            missing = missing_case(expr, self.module)
-            if missing is not None:
-                self._error(
-                    f"match is not exhaustive: no clause matches {missing} "
-                    "(add a clause, or write match? to fail at run time instead)",
-                    expr,
-                )
+        errors_before = len(self.errors)
         data_type = yield self._infer(expr.data)
         result: Type = IncompleteType()
         for clause in expr.clauses:
@@ -405,6 +406,15 @@ class TypeInferencer:
             result = self._unify(
                 result, body_type, _site(clause.body, expr), "the clauses of match"
             )
+        # Exhaustiveness assumes well-typed patterns (consistent arities).
+        if expr.complete and len(self.errors) == errors_before:
+            missing = missing_case(expr, self.module)
+            if missing is not None:
+                self._error(
+                    f"match is not exhaustive: no clause matches {missing} "
+                    "(add a clause, or write match? to fail at run time instead)",
+                    expr,
+                )
         return result
 
     def _bind_pattern(self, clause: Clause, data_type: Type) -> None:
