@@ -85,9 +85,9 @@ from ..ir.types import (
     TypeCall,
     TypeVar,
 )
-from ..ir.visitor import pre_order
 from ..ir.well_formed import check_well_formed
 from ..ops.relations import NotReady, RelationError
+from .call_graph import definition_order
 from .exhaustiveness import missing_case
 from .type_solver import Solver, UnifyError, rename_dims, show, substitute
 
@@ -628,57 +628,6 @@ def _site(node: Node, parent: Node) -> Node:
     """Where to point for a problem with ``node``: a variable's span is its
     binder's, so a use is located at the enclosing expression."""
     return parent if isinstance(node, Var | GlobalVar | Constructor) else node
-
-
-def definition_order(module: IRModule) -> list[str]:
-    """Global functions, callees before callers (strongly connected components
-    of the reference graph in reverse topological order, Tarjan's algorithm
-    without recursion), so that a caller sees its callees' inferred result
-    types; within a cycle, module order."""
-    names = list(module.functions)
-    refs: dict[str, list[str]] = {}
-    for name in names:
-        found = []
-        for node in pre_order(module.functions[name]):
-            if isinstance(node, GlobalVar) and node.name in module.functions:
-                found.append(node.name)
-        refs[name] = sorted(set(found), key=names.index)
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    on_stack: set[str] = set()
-    stack: list[str] = []
-    order: list[str] = []
-    for root in names:
-        if root in index:
-            continue
-        work = [(root, 0)]
-        while work:
-            node, i = work.pop()
-            if i == 0:
-                index[node] = low[node] = len(index)
-                stack.append(node)
-                on_stack.add(node)
-            if i < len(refs[node]):
-                work.append((node, i + 1))
-                succ = refs[node][i]
-                if succ not in index:
-                    work.append((succ, 0))
-                elif succ in on_stack:
-                    low[node] = min(low[node], index[succ])
-                continue
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[node])
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                order.extend(sorted(component, key=names.index))
-    return order
 
 
 def _match_dims(param: Type, arg: Type, dims: dict[str, object], force: bool) -> str | None:

@@ -17,7 +17,7 @@ from effir.ir import (
     post_order,
 )
 from effir.ir.expr import Expr
-from effir.passes.infer_type import definition_order
+from effir.passes.call_graph import definition_order
 
 HEADER = '#[version = "0.0.5"]\n'
 
