@@ -20,6 +20,11 @@ never a hidden global. ``debug.print`` writes to the caller's ``sink``.
 Environments: one dict per function activation, chained to the closure's
 captured environment. Binders are unique (well-formedness), so a variable is
 bound once per activation and a closure may share its creator's dict.
+
+Sharing: a sub-expression used in several places (the text's graph form,
+``%0 = ...;``) is evaluated once per activation, as its ``let`` in A-normal
+form would be (Relay's interpreter converts to ANF first for the same
+reason); its effects happen once.
 """
 
 from __future__ import annotations
@@ -70,13 +75,28 @@ _RUNTIME_FAILURES = (OpFailure, ValueError, IndexError, ZeroDivisionError, Float
 
 
 class Env:
-    """One activation's variables, chained to the enclosing closure's."""
+    """One activation's variables, chained to the enclosing closure's, and
+    the values of the shared sub-expressions it has evaluated."""
 
-    __slots__ = ("values", "parent")
+    __slots__ = ("values", "parent", "shared")
 
     def __init__(self, parent: Env | None = None) -> None:
         self.values: dict[Var, Any] = {}
         self.parent = parent
+        self.shared: dict[int, Any] | None = None
+
+    def shared_value(self, expr: Expr) -> Any:
+        env: Env | None = self
+        while env is not None:
+            if env.shared is not None and id(expr) in env.shared:
+                return env.shared[id(expr)]
+            env = env.parent
+        return _MISSING
+
+    def remember(self, expr: Expr, value: Any) -> None:
+        if self.shared is None:
+            self.shared = {}
+        self.shared[id(expr)] = value
 
     def lookup(self, var: Var) -> Any:
         env: Env | None = self
@@ -186,6 +206,7 @@ class Interpreter:
         self.state = state
         self.sink = sink or print_sink
         self._globals: dict[str, Closure] = {}
+        self._shared = shared_nodes(module)
 
     # ------------------------------------------------------------ entry
     def call_global(self, name: str, args: tuple[Any, ...]) -> Any:
@@ -204,6 +225,7 @@ class Interpreter:
 
     def evaluate(self, expr: Expr) -> Any:
         """The value of a closed expression."""
+        self._shared |= shared_nodes(expr)
         return run(self._eval(expr, Env()))
 
     def _global(self, name: str) -> Closure:
@@ -230,10 +252,18 @@ class Interpreter:
         assert isinstance(expr, Op)
         raise EvalError(f"operator {expr.name} used as a value", expr.span)
 
-    def _eval(self, expr: Expr, env: Env):
+    def _eval(self, expr: Expr, env: Env, fresh: bool = False):
         """Generator: the value of ``expr`` in ``env``. Positions in tail
-        position loop here instead of nesting."""
+        position loop here instead of nesting. A shared sub-expression is
+        evaluated once per activation (``fresh``: this is that evaluation)."""
         while True:
+            if not fresh and id(expr) in self._shared and not isinstance(expr, _ATOMS):
+                value = env.shared_value(expr)
+                if value is _MISSING:
+                    value = yield self._eval(expr, env, fresh=True)
+                    env.remember(expr, value)
+                return value
+            fresh = False
             if isinstance(expr, Let):
                 while isinstance(expr, Let):
                     value = expr.value
@@ -241,7 +271,7 @@ class Interpreter:
                         result = Closure(value, env, expr.var.name_hint)
                     elif isinstance(value, _ATOMS):
                         result = self._atom(value, env)
-                    elif _simple_op_call(value):
+                    elif _simple_op_call(value) and id(value) not in self._shared:
                         args = tuple(self._atom(a, env) for a in value.args)
                         result = self._call_simple_op(value, value.callee, args)
                     else:
@@ -378,6 +408,31 @@ class Interpreter:
 
 
 _ATOMS = (Var, Constant, GlobalVar, Constructor, Op)
+_MISSING = object()
+
+
+def shared_nodes(root: IRModule | Expr) -> set[int]:
+    """Identities of the expressions reachable along more than one path
+    (each node counted once per distinct parent edge)."""
+    roots: list[Any]
+    if isinstance(root, IRModule):
+        roots = list(root.functions.values()) + [c.init for c in root.cells.values()]
+    else:
+        roots = [root]
+    seen: set[int] = set()
+    shared: set[int] = set()
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        for child in node.children():
+            if not isinstance(child, Expr) or isinstance(child, _ATOMS):
+                continue
+            if id(child) in seen:
+                shared.add(id(child))
+            else:
+                seen.add(id(child))
+                stack.append(child)
+    return shared
 
 
 def _numpy_rule(definition: Any, call: Call) -> Any:

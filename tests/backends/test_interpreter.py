@@ -342,3 +342,38 @@ def test_arguments_are_never_truncated():
         effir.interpret(mod, 2.7)
     with pytest.raises(effir.EvalError, match=r"expects int32"):
         effir.interpret(mod, np.float64(2.0))
+
+
+def test_a_shared_sub_expression_runs_once():
+    text = """
+    global @count: Ref[int32] = ref(0);
+    def @main(%c: bool) {
+      %0 = debug.print(ref_read(@count), label="once");
+      %1 = ref_write(@count, ref_read(@count) + 1);
+      let %a = if (%c) { (%1, %0) } else { (%1, %0) };
+      (%0, %0, %1, ref_read(@count))
+    }
+    """
+    mod = module(text)
+    printed = []
+    first, second, _, count = effir.interpret(
+        mod, True, sink=lambda label, value: printed.append(label)
+    )
+    assert printed == ["once"]
+    assert int(count) == 1
+
+
+def test_shared_sub_expressions_inside_a_function_run_once_per_call():
+    text = """
+    def @main() {
+      let %f = fn (%x: int32) {
+        %0 = debug.print(%x, label="call");
+        %0 + %0
+      };
+      (%f(1), %f(2))
+    }
+    """
+    printed = []
+    a, b = run(text, sink=lambda label, value: printed.append(int(value)))
+    assert (int(a), int(b)) == (2, 4)
+    assert printed == [1, 2]
