@@ -128,10 +128,6 @@ def show_dim(d: Dim) -> str:
     return str(d)
 
 
-def dims_compatible(a: Dim, b: Dim) -> bool:
-    return a == ANY or b == ANY or a == b
-
-
 def merge_dim(a: Dim, b: Dim, what: str = "dimensions") -> Dim:
     """The more precise of two dimensions that must be equal."""
     if a == ANY:
@@ -139,12 +135,6 @@ def merge_dim(a: Dim, b: Dim, what: str = "dimensions") -> Dim:
     if b == ANY or a == b:
         return a
     raise RelationError(f"{what} do not match: {show_dim(a)} vs {show_dim(b)}")
-
-
-def merge_shapes(a: Sequence[Dim], b: Sequence[Dim], what: str = "shapes") -> tuple[Dim, ...]:
-    if len(a) != len(b):
-        raise RelationError(f"{what} have different ranks: {len(a)} vs {len(b)}")
-    return tuple(merge_dim(x, y, what) for x, y in zip(a, b, strict=True))
 
 
 def broadcast_dim(a: Dim, b: Dim) -> Dim:

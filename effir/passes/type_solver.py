@@ -46,9 +46,6 @@ class Solver:
     def __init__(self) -> None:
         self._bound: dict[IncompleteType, Type] = {}
 
-    def fresh(self) -> IncompleteType:
-        return IncompleteType()
-
     # ----------------------------------------------------------- lookup
     def head(self, t: Type) -> Type:
         """``t`` with bound variables at its root followed (path-compressed)."""

@@ -408,3 +408,12 @@ def test_gradient_cell_match_is_not_exhaustive():
     with pytest.raises(effir.TypeError) as info:
         effir.check(effir.parse(PROGRAMS["gradient_cell"](), source_name="gradient_cell"))
     assert "no clause matches (One(_), Raw(_))" in info.value.message
+
+
+def test_infer_expr_types_a_closed_expression():
+    from effir.passes.infer_type import infer_expr
+
+    expr = effir.parse_expr("fn (%x: Tensor[(n, 3), float32]) { sum(%x, axis=[1]) }")
+    assert effir.astext(infer_expr(expr)) == "fn (Tensor[(n, 3), float32]) -> Tensor[(n), float32]"
+    with pytest.raises(effir.TypeError, match="condition of if"):
+        infer_expr(effir.parse_expr("if (1) { 2 } else { 3 }"))
