@@ -6,6 +6,16 @@ layers add their rules (type relation, numpy implementation, TVM lowering)
 beside these definitions.
 """
 
-from . import control, dynamic, effects, elementwise, nn, random, reduce, shape
+from . import control, creation, dynamic, effects, elementwise, nn, random, reduce, shape
 
-__all__ = ["control", "dynamic", "effects", "elementwise", "nn", "random", "reduce", "shape"]
+__all__ = [
+    "control",
+    "creation",
+    "dynamic",
+    "effects",
+    "elementwise",
+    "nn",
+    "random",
+    "reduce",
+    "shape",
+]

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..ir.op import op_def
 from ..ir.types import ANY, Dim, IncompleteType, TensorType, TupleType, Type
+from ..runtime.values import as_tensor
 
 TypeRelation = Callable[..., Type]
 NumpyImpl = Callable[..., Any]
@@ -278,3 +279,25 @@ def mean_over(x: np.ndarray, axes: int | tuple[int, ...], keepdims: bool = False
     with np.errstate(all="ignore"):
         total = np.sum(x, axis=axes_t, keepdims=keepdims, dtype=x.dtype)
         return np.asarray(total / x.dtype.type(count))
+
+
+# ------------------------------------------------------------ shape tensors
+def shape_tensor_rank(t: Type, what: str = "the shape") -> int:
+    """A 1-d integer tensor whose length (the result's rank) is static."""
+    shape = expect_tensor(t, what)
+    expect_dtype(shape, "iu", what)
+    if shape.ndim != 1:
+        raise RelationError(f"{what} must be a 1-d tensor, got {describe(shape)}")
+    if not is_static(shape.shape[0]):
+        raise RelationError(
+            f"{what} must have a static length (the result's rank), got {describe(shape)}"
+        )
+    return shape.shape[0]
+
+
+def shape_value(value: Any) -> tuple[int, ...]:
+    """A run-time shape tensor's sizes; they must be >= 0."""
+    sizes = tuple(int(v) for v in as_tensor(value).reshape(-1))
+    if any(s < 0 for s in sizes):
+        raise OpFailure(f"negative size in shape {sizes}")
+    return sizes

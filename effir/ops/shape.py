@@ -13,14 +13,10 @@ from ..ir.op import AttrSpec, register_op
 from ..ir.types import ANY, Dim, TensorType, TupleType, Type
 from ..runtime.values import as_tensor
 from .relations import (
-    NumpyImpl,
     OpFailure,
     RelationError,
-    TypeRelation,
     check_dims,
-    describe,
     expect_dtype,
-    expect_scalar,
     expect_tensor,
     expect_tensors,
     is_static,
@@ -29,13 +25,12 @@ from .relations import (
     normalize_axis,
     numpy_rule,
     same_dtype,
+    shape_tensor_rank,
     show_dim,
     show_shape,
     type_rule,
     with_op_name,
 )
-
-_DTYPE = AttrSpec("dtype", "dtype", "float32")
 
 register_op("reshape", 1, attrs=(AttrSpec("newshape", "ints"),), traits=("injective",))
 register_op(
@@ -90,15 +85,6 @@ register_op(
     traits=("injective",),
 )
 register_op("broadcast_to", 1, attrs=(AttrSpec("shape", "ints"),), traits=("broadcast",))
-register_op("zeros", 0, attrs=(AttrSpec("shape", "ints"), _DTYPE), traits=("elementwise",))
-register_op("ones", 0, attrs=(AttrSpec("shape", "ints"), _DTYPE), traits=("elementwise",))
-register_op(
-    "full",
-    1,
-    attrs=(AttrSpec("shape", "ints"), _DTYPE),
-    traits=("broadcast",),
-    doc="full(fill_value, shape=..., dtype=...)",
-)
 register_op(
     "shape_of",
     1,
@@ -106,10 +92,7 @@ register_op(
     traits=("opaque",),
     doc="the shape of a tensor as a 1-d tensor",
 )
-# Shape-tensor variants: the shape is a 1-d integer tensor argument.
-register_op("dyn.zeros", 1, attrs=(_DTYPE,), traits=("dynamic_shape",))
-register_op("dyn.ones", 1, attrs=(_DTYPE,), traits=("dynamic_shape",))
-register_op("dyn.full", 2, attrs=(_DTYPE,), traits=("dynamic_shape",), doc="full(value, shape)")
+# The shape-tensor variant: the new shape is a 1-d integer tensor argument.
 register_op("dyn.reshape", 2, traits=("dynamic_shape",), doc="reshape(x, newshape_tensor)")
 
 
@@ -606,46 +589,6 @@ def _broadcast_to_np(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
         raise OpFailure(f"cannot broadcast {x.shape} to {tuple(attrs['shape'])}") from None
 
 
-# ----------------------------------------------------------- zeros/ones/full
-def _constant_rel(name: str) -> TypeRelation:
-    @with_op_name(name)
-    def relation(args: tuple[Type, ...], attrs: Attrs) -> Type:
-        return TensorType(check_dims(attrs["shape"]), attrs["dtype"])
-
-    return relation
-
-
-def _constant_np(fill: int) -> NumpyImpl:
-    def impl(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
-        return np.full(attrs["shape"], fill, dtype=attrs["dtype"])
-
-    return impl
-
-
-for _name, _fill in (("zeros", 0), ("ones", 1)):
-    type_rule(_name)(_constant_rel(_name))
-    numpy_rule(_name)(_constant_np(_fill))
-
-
-@type_rule("full")
-@with_op_name("full")
-def _full_rel(args: tuple[Type, ...], attrs: Attrs) -> Type:
-    expect_scalar(args[0], "the fill value")
-    return TensorType(check_dims(attrs["shape"]), attrs["dtype"])
-
-
-def _filled(value: Any, shape: Sequence[int], dtype: str) -> np.ndarray:
-    """``value`` cast to ``dtype`` (as ``cast`` does: NaN to int is not an error)."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        fill = as_tensor(value).astype(dtype)
-    return np.full(tuple(shape), fill, dtype=dtype)
-
-
-@numpy_rule("full")
-def _full_np(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
-    return _filled(args[0], attrs["shape"], attrs["dtype"])
-
-
 # ------------------------------------------------------------------- shape_of
 @type_rule("shape_of")
 @with_op_name("shape_of")
@@ -661,65 +604,12 @@ def _shape_of_np(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
     return np.array(as_tensor(args[0]).shape, dtype=attrs["dtype"])
 
 
-# ------------------------------------------------- dyn.zeros/ones/full/reshape
-def _shape_tensor(t: Type, what: str = "the shape") -> int:
-    """A 1-d integer tensor whose length (the result's rank) is static."""
-    shape = expect_tensor(t, what)
-    expect_dtype(shape, "iu", what)
-    if shape.ndim != 1:
-        raise RelationError(f"{what} must be a 1-d tensor, got {describe(shape)}")
-    if not is_static(shape.shape[0]):
-        raise RelationError(
-            f"{what} must have a static length (the result's rank), got {describe(shape)}"
-        )
-    return shape.shape[0]
-
-
-def _shape_value(value: Any) -> tuple[int, ...]:
-    """A run-time shape tensor's sizes; they must be >= 0."""
-    sizes = tuple(int(v) for v in as_tensor(value).reshape(-1))
-    if any(s < 0 for s in sizes):
-        raise OpFailure(f"negative size in shape {sizes}")
-    return sizes
-
-
-def _dyn_constant_rel(name: str) -> TypeRelation:
-    @with_op_name(name)
-    def relation(args: tuple[Type, ...], attrs: Attrs) -> Type:
-        return TensorType((ANY,) * _shape_tensor(args[0]), attrs["dtype"])
-
-    return relation
-
-
-def _dyn_constant_np(fill: int) -> NumpyImpl:
-    def impl(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
-        return np.full(_shape_value(args[0]), fill, dtype=attrs["dtype"])
-
-    return impl
-
-
-for _name, _fill in (("dyn.zeros", 0), ("dyn.ones", 1)):
-    type_rule(_name)(_dyn_constant_rel(_name))
-    numpy_rule(_name)(_dyn_constant_np(_fill))
-
-
-@type_rule("dyn.full")
-@with_op_name("dyn.full")
-def _dyn_full_rel(args: tuple[Type, ...], attrs: Attrs) -> Type:
-    expect_scalar(args[0], "the fill value")
-    return TensorType((ANY,) * _shape_tensor(args[1]), attrs["dtype"])
-
-
-@numpy_rule("dyn.full")
-def _dyn_full_np(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
-    return _filled(args[0], _shape_value(args[1]), attrs["dtype"])
-
-
+# ---------------------------------------------------------------- dyn.reshape
 @type_rule("dyn.reshape")
 @with_op_name("dyn.reshape")
 def _dyn_reshape_rel(args: tuple[Type, ...], attrs: Attrs) -> Type:
     x = expect_tensor(args[0])
-    rank = _shape_tensor(args[1], "the new shape")
+    rank = shape_tensor_rank(args[1], "the new shape")
     return TensorType((ANY,) * rank, x.dtype)
 
 

@@ -1,6 +1,6 @@
 """Type relations and numpy rules of the operators whose result shape depends
 on values: the shape-tensor variants (dyn.zeros, dyn.ones, dyn.full,
-dyn.reshape; effir/ops/shape.py), boolean_mask and argwhere
+dyn.reshape; effir/ops/creation.py and shape.py), boolean_mask and argwhere
 (effir/ops/dynamic.py)."""
 
 from __future__ import annotations
