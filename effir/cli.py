@@ -18,7 +18,7 @@ import numpy as np
 
 from . import __version__
 from .backends.interpreter import State, interpret
-from .ir import EffectError, Error, IRModule, TypeCheckError, astext, check_well_formed, parse
+from .ir import EffectError, Error, IRModule, TypeCheckError, astext, parse
 from .passes.infer_effects import check_effects, effect_text
 from .passes.infer_type import check
 from .runtime.values import PRNGKey, describe_value
@@ -102,8 +102,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     for path in args.files:
         try:
             module, _, name = load_module(path)
-            check_well_formed(module)
-            check(module)
+            check(module)  # well-formedness first, then types
             info = check_effects(module)
         except EffectError as err:
             print(str(err), file=sys.stderr)

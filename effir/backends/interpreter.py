@@ -60,7 +60,7 @@ from ..ir.expr import (
     Var,
 )
 from ..ir.module import IRModule
-from ..ir.op import op_def
+from ..ir.op import OpDef, op_def
 from ..ir.printer import astext
 from ..ir.trampoline import run
 from ..ir.types import ANY, TensorType, TupleType, Type
@@ -271,9 +271,9 @@ class Interpreter:
                         result = Closure(value, env, expr.var.name_hint)
                     elif isinstance(value, _ATOMS):
                         result = self._atom(value, env)
-                    elif _simple_op_call(value) and id(value) not in self._shared:
+                    elif id(value) not in self._shared and (simple := _simple_op(value)):
                         args = tuple(self._atom(a, env) for a in value.args)
-                        result = self._call_simple_op(value, value.callee, args)
+                        result = self._call_simple_op(value, simple, args)
                     else:
                         result = yield self._eval(value, env)
                     if expr.var.type_annotation is not None:
@@ -291,9 +291,10 @@ class Interpreter:
                         self._atom(a, env) if isinstance(a, _ATOMS) else (yield self._eval(a, env))
                     )
                 if isinstance(callee, Op):
-                    if "control_flow" not in op_def(callee).traits:
-                        return self._call_simple_op(expr, callee, tuple(args))
-                    return (yield from self._call_op(expr, callee, tuple(args)))
+                    definition = op_def(callee)
+                    if "control_flow" not in definition.traits:
+                        return self._call_simple_op(expr, definition, tuple(args))
+                    return (yield from self._run_control_flow(expr, definition, tuple(args)))
                 if isinstance(callee, Constructor):
                     return ADTValue(callee.name, tuple(args))
                 fn = (
@@ -361,12 +362,10 @@ class Interpreter:
         body, env = self._enter(closure, args, span)
         return (yield self._eval(body, env))
 
-    def _call_op(self, call: Call, op: Op, args: tuple[Any, ...]):
-        """Generator: an operator call (control-flow operators run their
-        bodies through the trampoline)."""
-        definition = op_def(op)
-        if "control_flow" not in definition.traits:
-            return self._call_simple_op(call, op, args)
+    def _run_control_flow(self, call: Call, definition: OpDef, args: tuple[Any, ...]):
+        """Generator: a control-flow operator, whose rule asks for its bodies
+        to be run through the trampoline."""
+        name = definition.name
         impl = _numpy_rule(definition, call)
         out_type = None
         if call.has_type:
@@ -377,23 +376,22 @@ class Interpreter:
             while True:
                 fn, fn_args = request
                 if not isinstance(fn, Closure):
-                    raise EvalError(f"{op.name}: the body is not a function", call.span)
+                    raise EvalError(f"{name}: the body is not a function", call.span)
                 result = yield self._apply(fn, fn_args, call.span)
                 request = steps.send(result)
         except StopIteration as done:
             return done.value
         except _RUNTIME_FAILURES as err:
-            raise EvalError(f"{op.name}: {err}", call.span) from None
+            raise EvalError(f"{name}: {err}", call.span) from None
 
-    def _call_simple_op(self, call: Call, op: Op, args: tuple[Any, ...]) -> Any:
-        definition = op_def(op)
+    def _call_simple_op(self, call: Call, definition: OpDef, args: tuple[Any, ...]) -> Any:
         impl = _numpy_rule(definition, call)
         try:
             if definition.effect == "io":
                 return impl(args, call.attrs, sink=self.sink)
             return impl(args, call.attrs)
         except _RUNTIME_FAILURES as err:
-            raise EvalError(f"{op.name}: {err}", call.span) from None
+            raise EvalError(f"{definition.name}: {err}", call.span) from None
 
     def _select_clause(self, match: Match, data: Any, env: Env) -> Expr:
         for clause in match.clauses:
@@ -435,21 +433,22 @@ def shared_nodes(root: IRModule | Expr) -> set[int]:
     return shared
 
 
-def _numpy_rule(definition: Any, call: Call) -> Any:
+def _numpy_rule(definition: OpDef, call: Call) -> Any:
     impl = definition.rules.get("numpy")
     if impl is None:
         raise EvalError(f"operator {definition.name} has no numpy rule registered", call.span)
     return impl
 
 
-def _simple_op_call(expr: Expr) -> bool:
-    """An operator call with atom arguments that runs no function: evaluated
-    in place, without a generator of its own."""
+def _simple_op(expr: Expr) -> OpDef | None:
+    """The operator of a call with atom arguments that runs no function (it
+    is evaluated in place, without a generator of its own), else None."""
     if not isinstance(expr, Call) or not isinstance(expr.callee, Op):
-        return False
-    if "control_flow" in op_def(expr.callee).traits:
-        return False
-    return all(isinstance(a, _ATOMS) for a in expr.args)
+        return None
+    definition = op_def(expr.callee)
+    if "control_flow" in definition.traits:
+        return None
+    return definition if all(isinstance(a, _ATOMS) for a in expr.args) else None
 
 
 def _truth(cond: Any, expr: If) -> bool:
@@ -514,7 +513,7 @@ def _convert_argument(param: Var, value: Any, fn_name: str) -> Any:
 def _check_value(value: Any, t: Type, dims: dict[str, int], param: Var, fn: str | None) -> None:
     """The run-time check of a parameter's annotation: dtype, rank, static
     sizes, and one size per symbolic dimension within the call."""
-    where = (f"parameter %{param.name_hint} of {fn}" if fn else f"%{param.name_hint}")
+    where = f"parameter %{param.name_hint} of {fn}" if fn else f"%{param.name_hint}"
     stack = [(value, t)]
     while stack:
         v, ty = stack.pop()
