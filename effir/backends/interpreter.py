@@ -198,6 +198,46 @@ def interpret(
     return Interpreter(module, state, sink).call_global(entry, args)
 
 
+def interpret_a2(
+    module: IRModule,
+    *args: Any,
+    entry: str = "main",
+    state: State | None = None,
+    sink: Sink | None = None,
+) -> Any:
+    """Run a state-passing (A2) ``@entry`` as if it were the effectful
+    program it came from: the current values of the cells the entry's
+    ``state_in`` attribute names are passed after ``args``, the new values
+    it returns (``state_out``) are written back into ``state``, and the
+    user's result is returned. The world token ``io`` starts at 0 and is
+    dropped at the end. ``interpret(a1, *args, state=s1)`` and
+    ``interpret_a2(a2, *args, state=s2)`` then compare result for result and
+    state for state."""
+    if state is None:
+        state = State(module)
+    name = entry.removeprefix("@")
+    if name not in module.functions:
+        raise EvalError(f"the module has no function @{name}")
+    attrs = module.functions[name].attrs
+    state_in = attrs.get("state_in", ())
+    state_out = attrs.get("state_out", ())
+    unknown = [c for c in (*state_in, *state_out) if c != WORLD and c not in state.cells]
+    if unknown:
+        raise EvalError(f"@{name} passes the state of @{unknown[0]}, which the state does not hold")
+    values = tuple(np.int64(0) if c == WORLD else state[c] for c in state_in)
+    result = Interpreter(module, state, sink).call_global(name, (*args, *values))
+    if not state_out:
+        return result
+    for cell, value in zip(state_out, result[1:], strict=True):
+        if cell != WORLD:
+            state.cells[cell].value = value
+    return result[0]
+
+
+WORLD = "io"
+"""The name under which state-passing functions pass the world token."""
+
+
 class Interpreter:
     """Evaluates expressions of one module against one ``State``."""
 

@@ -6,6 +6,7 @@ from .diagnostics import (
     EffectError,
     Error,
     EvalError,
+    LinearityError,
     ParseError,
     Source,
     Span,

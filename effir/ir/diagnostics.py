@@ -177,3 +177,10 @@ def caret_excerpt(span: Span) -> str:
     width = min(width, max(1, len(shown) - col + 1))
     printable = "".join(ch if ch.isprintable() else "?" for ch in shown)
     return f"  {printable}\n  {' ' * (col - 1)}^{'~' * (width - 1)}"
+
+
+class LinearityError(Error):
+    """A state-passing (A2) program that reuses a PRNG key or the world token,
+    or drops new state (``effir.passes.verify_linear``)."""
+
+    kind = "linearity error"

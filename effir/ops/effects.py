@@ -6,9 +6,13 @@ cell around the pure keyed/functional operators."""
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
+from ..ir.expr import Call, Expr, Let, RefRead, RefWrite, Tuple, TupleGetItem, Var
 from ..ir.node import Attrs
 from ..ir.op import AttrSpec, op_def, register_op
-from ..ir.types import IncompleteType, KeyType, RefType, TupleType, Type
+from ..ir.types import IncompleteType, KeyType, RefType, TensorType, TupleType, Type
+from ..runtime.values import as_tensor
 from .relations import NotReady, RelationError, describe, numpy_rule, type_rule
 
 register_op(
@@ -40,6 +44,25 @@ register_op(
     traits=("opaque",),
     doc="prints its argument and returns it",
 )
+register_op(
+    "io.print",
+    2,
+    attrs=(AttrSpec("label", "str", ""),),
+    effect="io",
+    traits=("opaque",),
+    doc="io.print(world, x): the state-passing form of debug.print; prints x and returns "
+    "(world + 1, x), so that outputs are ordered by data flow through the world token",
+)
+
+WORLD_TYPE = TensorType((), "int64")
+"""The world token of state-passing programs: a count of the outputs so far."""
+
+# The output operators' state-passing forms: `debug.print(x)` becomes
+# `io.print(%world, x)`, which takes and returns the world token.
+op_def("debug.print").rules["world_form"] = "io.print"
+# Outputs that are new state, which the linearity verifier checks are not
+# dropped: here the world token (batch_norm_train declares its own).
+op_def("io.print").rules["state_outputs"] = (0,)
 
 
 # ---------------------------------------------------------------- type rules
@@ -120,4 +143,95 @@ def _print_numpy(args: tuple[Any, ...], attrs: Attrs, sink: Callable[[str, Any],
     return args[0]
 
 
+@type_rule("io.print")
+def _world_print_type(args: tuple[Type, ...], attrs: Attrs) -> Type:
+    world, x = args
+    if isinstance(world, IncompleteType):
+        raise NotReady
+    if not (isinstance(world, TensorType) and world.shape == () and world.dtype == "int64"):
+        raise RelationError(
+            f"the first argument of io.print must be the world token {describe(WORLD_TYPE)}, "
+            f"got {describe(world)}"
+        )
+    return TupleType((WORLD_TYPE, x))
+
+
+@numpy_rule("io.print")
+def _world_print_numpy(
+    args: tuple[Any, ...], attrs: Attrs, sink: Callable[[str, Any], None]
+) -> Any:
+    world, x = args
+    sink(attrs["label"], x)
+    return (np.asarray(as_tensor(world) + 1, dtype=np.int64), x)
+
+
 SPLIT_ATTRS = Attrs({"num": 2})
+
+
+# ------------------------------------------------------------ explicate rules
+# `rules["explicate"](call) -> Expr`: the A1 form of a surface call whose
+# arguments are atoms, a let chain with the same value and the same effect on
+# the cell, spelled with ref_read/ref_write and pure operators (the numpy
+# rules above are the same definitions, run directly).
+def _explicate_dropout(call: Call) -> Expr:
+    x, cell = call.args
+    span = call.span
+    key, keys = Var("key", span=span), Var("keys", span=span)
+    new_key, sub_key = Var("new_key", span=span), Var("sub_key", span=span)
+    dropout = Call(
+        op_def("random.dropout").op, (x, sub_key), Attrs({"rate": call.attrs["rate"]}), span=span
+    )
+    return _chain(
+        [
+            (key, RefRead(cell, span=span)),
+            (keys, Call(op_def("random.split").op, (key,), SPLIT_ATTRS, span=span)),
+            (new_key, TupleGetItem(keys, 0, span=span)),
+            (sub_key, TupleGetItem(keys, 1, span=span)),
+            (Var("_", span=span), RefWrite(cell, new_key, span=span)),
+        ],
+        dropout,
+    )
+
+
+def _explicate_batch_norm(call: Call) -> Expr:
+    x, gamma, beta, cell = call.args
+    span = call.span
+    attrs = call.attrs
+    stats, mean, var = Var("stats", span=span), Var("mean", span=span), Var("var", span=span)
+    reads = [
+        (stats, RefRead(cell, span=span)),
+        (mean, TupleGetItem(stats, 0, span=span)),
+        (var, TupleGetItem(stats, 1, span=span)),
+    ]
+    args = (x, gamma, beta, mean, var)
+    if not attrs["training"]:
+        infer = Attrs({"axis": attrs["axis"], "epsilon": attrs["epsilon"]})
+        return _chain(reads, Call(op_def("nn.batch_norm_infer").op, args, infer, span=span))
+    train = Attrs(
+        {"axis": attrs["axis"], "epsilon": attrs["epsilon"], "momentum": attrs["momentum"]}
+    )
+    out, y = Var("bn", span=span), Var("y", span=span)
+    new_mean, new_var = Var("new_mean", span=span), Var("new_var", span=span)
+    new_stats = Var("new_stats", span=span)
+    return _chain(
+        reads
+        + [
+            (out, Call(op_def("nn.batch_norm_train").op, args, train, span=span)),
+            (y, TupleGetItem(out, 0, span=span)),
+            (new_mean, TupleGetItem(out, 1, span=span)),
+            (new_var, TupleGetItem(out, 2, span=span)),
+            (new_stats, Tuple((new_mean, new_var), span=span)),
+            (Var("_", span=span), RefWrite(cell, new_stats, span=span)),
+        ],
+        y,
+    )
+
+
+def _chain(bindings: list[tuple[Var, Expr]], result: Expr) -> Expr:
+    for var, value in reversed(bindings):
+        result = Let(var, value, result, span=value.span)
+    return result
+
+
+op_def("nn.dropout").rules["explicate"] = _explicate_dropout
+op_def("nn.batch_norm").rules["explicate"] = _explicate_batch_norm

@@ -5,7 +5,7 @@ from typing import Any
 import numpy as np
 
 from ..ir.node import Attrs
-from ..ir.op import AttrSpec, register_op
+from ..ir.op import AttrSpec, op_def, register_op
 from ..ir.types import DTYPES, Dim, TensorType, TupleType, Type
 from ..runtime.values import as_tensor
 from .relations import (
@@ -75,6 +75,9 @@ register_op(
     doc="batch_norm_train(x, gamma, beta, mean, var) -> (y, new_mean, new_var); PyTorch's "
     "convention: momentum weights the batch statistic, running var is unbiased",
 )
+# The new running statistics are state: the linearity verifier checks that a
+# state-passing program does not drop them.
+op_def("nn.batch_norm_train").rules["state_outputs"] = (1, 2)
 
 
 # ------------------------------------------------------------------ rules

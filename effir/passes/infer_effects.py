@@ -109,6 +109,14 @@ def check_effects(module: IRModule) -> EffectInfo:
     return info
 
 
+def solve_flows(module: IRModule) -> _EffectInference:
+    """The flow solution alone, for passes that must know which functions,
+    cells and references an expression may be (``value_of``, ``callees_of``)."""
+    analysis = _EffectInference(module)
+    analysis.solve_flows()
+    return analysis
+
+
 # Sources are hashable: ("def", name), ("fn", Function), ("ctor", name),
 # ("cell", name), ("alloc", RefCreate).
 Source = tuple
@@ -151,6 +159,10 @@ class _EffectInference:
 
     # -------------------------------------------------------------- flows
     def run(self) -> EffectInfo:
+        return self.effects(self.solve_flows())
+
+    def solve_flows(self) -> list[tuple[Source, Function]]:
+        """Solve the flows; the global functions, as roots of the effects."""
         module = self.module
         roots: list[tuple[Source, Function]] = [
             (("def", name), fn) for name, fn in module.functions.items()
@@ -184,7 +196,7 @@ class _EffectInference:
                 changed |= self.add(("content", ("cell", name)), self.value_of(cell.init))
             for node in nodes:
                 changed |= self.step(node)
-        return self.effects(roots)
+        return roots
 
     def value_of(self, expr: Expr) -> set[Source]:
         if isinstance(expr, GlobalVar):

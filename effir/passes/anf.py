@@ -1,0 +1,172 @@
+"""A-normal form: every intermediate value bound by a ``let``, in the order
+the interpreter evaluates it.
+
+State passing and explicate rewrite programs binding by binding, so they
+need each effect at a position of its own. ``to_anf`` gives that: call
+arguments, tuple fields, ``if`` conditions, ``match`` scrutinees and
+reference operands become atoms; a ``let`` whose value is itself a ``let``
+is flattened; bodies of functions, branches and clauses become blocks (a
+chain of lets ending in a value).
+
+A shared sub-expression (graph form, ``%0 = ...;``) is evaluated once per
+activation by the interpreter, at its first use. Here it is bound at its
+first use and reused by every later use in the same block or a block nested
+in it (a branch, a clause, a closure); a use in a sibling branch binds it
+again, which is what evaluation does there too.
+
+Nothing recurses in Python: blocks are generators driven by
+``effir.ir.trampoline.run``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..ir.expr import (
+    Call,
+    Expr,
+    Function,
+    If,
+    Let,
+    Match,
+    RefCreate,
+    RefRead,
+    RefWrite,
+    Tuple,
+    TupleGetItem,
+    Var,
+    is_atom,
+)
+from ..ir.module import IRModule
+from ..ir.trampoline import Computation, run
+from ..ir.visitor import pre_order
+
+_Bindings = list[tuple[Var, Expr]]
+
+
+def to_anf(module: IRModule) -> IRModule:
+    """Every global function in A-normal form (cell initialisers are left alone)."""
+    functions = {name: to_anf_expr(fn) for name, fn in module.functions.items()}
+    return IRModule(functions, module.type_defs, module.cells)
+
+
+def to_anf_expr(expr: Expr) -> Expr:
+    """``expr`` in A-normal form; a Function stays a Function."""
+    return run(_Normalizer(expr).value(expr, [], {}))
+
+
+def _shared(root: Expr) -> set[int]:
+    """Non-atomic nodes reachable along more than one edge."""
+    seen: set[int] = set()
+    shared: set[int] = set()
+    for node in pre_order(root):
+        for child in node.children():
+            if not isinstance(child, Expr) or is_atom(child):
+                continue
+            if id(child) in seen:
+                shared.add(id(child))
+            seen.add(id(child))
+    return shared
+
+
+class _Normalizer:
+    def __init__(self, root: Expr) -> None:
+        self.shared = _shared(root)
+
+    def block(self, expr: Expr, memo: dict[int, Var]) -> Computation[Expr]:
+        """``expr`` as a let chain ending in a value, in a scope of its own."""
+        bindings: _Bindings = []
+        result = yield self.value(expr, bindings, dict(memo))
+        for var, value in reversed(bindings):
+            result = Let(var, value, result, span=value.span)
+        return result
+
+    def atom(self, expr: Expr, bindings: _Bindings, memo: dict[int, Var]) -> Computation[Expr]:
+        """An atom for ``expr``, binding it first if it is compound."""
+        if is_atom(expr):
+            return expr
+        value = yield self.value(expr, bindings, memo)
+        if is_atom(value):
+            return value
+        var = Var(_hint(expr), span=expr.span)
+        bindings.append((var, value))
+        return var
+
+    def value(self, expr: Expr, bindings: _Bindings, memo: dict[int, Var]) -> Computation[Expr]:
+        """A let-free value for ``expr``, emitting what it needs into ``bindings``."""
+        if is_atom(expr):
+            return expr
+        shared = id(expr) in self.shared
+        if shared and id(expr) in memo:
+            return memo[id(expr)]
+        result = yield self._value(expr, bindings, memo)
+        if shared and not isinstance(expr, Let):
+            var = Var(_hint(expr), span=expr.span)
+            bindings.append((var, result))
+            memo[id(expr)] = var
+            return var
+        return result
+
+    def _value(self, expr: Expr, bindings: _Bindings, memo: dict[int, Var]) -> Computation[Expr]:
+        if isinstance(expr, Let):
+            while isinstance(expr, Let):
+                bound = yield self.value(expr.value, bindings, memo)
+                bindings.append((expr.var, bound))
+                expr = expr.body
+            return (yield self.value(expr, bindings, memo))
+        if isinstance(expr, Call):
+            callee = yield self.atom(expr.callee, bindings, memo)
+            args = []
+            for arg in expr.args:
+                args.append((yield self.atom(arg, bindings, memo)))
+            return _replace(expr, callee=callee, args=tuple(args))
+        if isinstance(expr, Tuple):
+            fields = []
+            for f in expr.fields:
+                fields.append((yield self.atom(f, bindings, memo)))
+            return _replace(expr, fields=tuple(fields))
+        if isinstance(expr, TupleGetItem):
+            value = yield self.atom(expr.tuple_value, bindings, memo)
+            return _replace(expr, tuple_value=value)
+        if isinstance(expr, RefCreate):
+            return _replace(expr, value=(yield self.atom(expr.value, bindings, memo)))
+        if isinstance(expr, RefRead):
+            return _replace(expr, ref=(yield self.atom(expr.ref, bindings, memo)))
+        if isinstance(expr, RefWrite):
+            ref = yield self.atom(expr.ref, bindings, memo)
+            value = yield self.atom(expr.value, bindings, memo)
+            return _replace(expr, ref=ref, value=value)
+        if isinstance(expr, If):
+            cond = yield self.atom(expr.cond, bindings, memo)
+            then_branch = yield self.block(expr.then_branch, memo)
+            else_branch = yield self.block(expr.else_branch, memo)
+            return _replace(expr, cond=cond, then_branch=then_branch, else_branch=else_branch)
+        if isinstance(expr, Match):
+            data = yield self.atom(expr.data, bindings, memo)
+            clauses = []
+            for clause in expr.clauses:
+                body = yield self.block(clause.body, memo)
+                clauses.append(_replace(clause, body=body) if body is not clause.body else clause)
+            return _replace(expr, data=data, clauses=tuple(clauses))
+        if isinstance(expr, Function):
+            body = yield self.block(expr.body, memo)
+            return _replace(expr, body=body)
+        raise TypeError(f"to_anf: unexpected {type(expr).__name__}")
+
+
+def _replace(node, **changes):
+    """``node`` with ``changes``, or ``node`` itself when nothing changed."""
+    if all(getattr(node, k) is v for k, v in changes.items()):
+        return node
+    return dataclasses.replace(node, **changes)
+
+
+def _hint(expr: Expr) -> str:
+    if isinstance(expr, Call):
+        callee = expr.callee
+        name = getattr(callee, "name", None) or getattr(callee, "name_hint", None)
+        if isinstance(name, str):
+            return name.rsplit(".", 1)[-1]
+    if isinstance(expr, Function):
+        return "f"
+    return "t"

@@ -1,0 +1,1061 @@
+"""state-passing: effectful A1 programs become explicit state passing (A2).
+
+An A1 program keeps its state in global cells (``global @rng: Ref[Key]``)
+and local references, and changes it with ``ref_read``/``ref_write``. The A2
+program has no state at all: every function that (transitively) touches a
+cell takes the cell's current value as an extra parameter and returns its
+new value after the result. It is then a pure program, which the optimiser
+may reorder, merge and drop in freely, and which several threads can run at
+once with separate states.
+
+The convention (docs/passes.md). A function that needs cells gets the
+attributes ``state_in`` (the cells whose values it takes, appended to its
+parameters) and ``state_out`` (the cells whose new values it returns:
+``(result, new_1, ..., new_k)``; with no ``state_out`` it returns the result
+alone). Cells are ordered as declared in the module, then local references
+in the order they are created, then the world token ``io`` (a count of the
+outputs so far; ``debug.print(%x)`` becomes ``io.print(%world, %x)``).
+A function takes exactly the cells it reads or writes, including through
+its callees, and returns exactly those it writes; a function that touches
+nothing keeps its signature exactly. Cell declarations stay in the module:
+they are the initial state a caller starts from.
+
+How it works, in order:
+
+1. ``explicate`` (surface operators become reads and writes) and A-normal
+   form, so that each effect has a binding of its own.
+2. Cells passed to global functions are resolved by specialisation: a call
+   ``@layer(%x, @bn1)`` calls a copy of ``@layer`` in which the parameter is
+   ``@bn1`` itself (one copy per function and cells, recursion included).
+3. A flow analysis (``infer_effects.solve_flows``: 0-CFA) tells which cell
+   or local reference every ``ref_read``/``ref_write`` touches and which
+   functions every call may call. A reference that may be one of several
+   cells is rejected: the pass must know which value to pass.
+4. Signatures, by a fixpoint over the call graph (recursion and mutual
+   recursion included). Functions that may be called from the same call site
+   (closures stored in one tuple, passed to one higher-order parameter) must
+   agree on their signature, so they are grouped (union-find) and each group
+   takes the union of its members' cells: this is specialisation of the
+   calling convention rather than effect polymorphism. A global function
+   keeps its own signature for direct calls; where it is used as a value in
+   a group that needs more cells, an adapter closure is passed instead.
+5. Translation, binding by binding, with the current value of each cell in
+   an environment: a read is that value, a write replaces it, a call passes
+   the values and rebinds the new ones, both branches of an ``if``/``match``
+   return the same new values, a loop body's written cells become part of
+   the loop-carried state (cells it only reads are captured), and a local
+   ``ref(...)`` becomes a plain value from its creation on.
+
+What is rejected, with a located error, rather than mis-compiled: a
+reference whose cell is not unique, a local reference used as a value (passed,
+stored, returned), a closure that touches a local reference and escapes it,
+a ``cf.while_loop`` condition that writes state, and function types inside
+ADT definitions whose functions would need state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..ir.diagnostics import EffectError, Span, TypeCheckError
+from ..ir.expr import (
+    Call,
+    Clause,
+    Constructor,
+    Expr,
+    Function,
+    GlobalVar,
+    If,
+    Let,
+    Match,
+    Op,
+    RefCreate,
+    RefRead,
+    RefWrite,
+    Tuple,
+    TupleGetItem,
+    Var,
+)
+from ..ir.module import IRModule
+from ..ir.node import Attrs, Node
+from ..ir.op import op_def
+from ..ir.trampoline import Computation, run
+from ..ir.types import FuncType, RefType, TensorType, TupleType, Type
+from ..ir.visitor import ExprMutator, pre_order
+from .explicate import explicate
+from .infer_effects import Source, solve_flows
+from .infer_type import check
+
+WORLD = "io"
+WORLD_TYPE = TensorType((), "int64")
+
+
+@dataclass(frozen=True)
+class Signature:
+    """The cells a function takes (``state_in``) and returns (``state_out``)."""
+
+    reads: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.reads)
+
+
+def state_passing(module: IRModule) -> IRModule:
+    """The A2 form of ``module`` (see the module docstring); raises
+    EffectError, located, for what it cannot turn into state passing."""
+    module = explicate(module)
+    check(module)
+    module = _specialise_cell_arguments(module)
+    check(module)
+    analysis = _Analysis(module)
+    result = _Translator(module, analysis).run()
+    try:
+        check(result)
+    except TypeCheckError as err:  # a gap of this pass, never the user's fault
+        raise EffectError(
+            "state passing produced an ill-typed program; this is a bug in effir, "
+            f"please report it: {err.message}",
+            err.span,
+            err.notes,
+        ) from None
+    return result
+
+
+def state_signature(fn: Function) -> Signature:
+    """The signature a state-passing function declares in its attributes."""
+    return Signature(tuple(fn.attrs.get("state_in", ())), tuple(fn.attrs.get("state_out", ())))
+
+
+# --------------------------------------------------------- specialisation
+def _specialise_cell_arguments(module: IRModule) -> IRModule:
+    """Calls that pass a global cell to a global function call a copy of it
+    in which that parameter is the cell (to a fixpoint, so recursion that
+    passes the cell on reaches the same copy)."""
+    cells = set(module.cells)
+    functions = dict(module.functions)
+    copies: dict[tuple[str, tuple[tuple[int, str], ...]], str] = {}
+    specialised: set[str] = set()
+    work = list(functions)
+    while work:
+        name = work.pop()
+        rewriter = _CellArguments(cells, functions, copies, specialised, work)
+        new = rewriter.mutate(functions[name])
+        if new is not functions[name]:
+            functions[name] = new
+    # Originals whose every use was specialised are gone from the program.
+    referenced: set[str] = set()
+    for fn in functions.values():
+        for node in pre_order(fn):
+            if isinstance(node, GlobalVar):
+                referenced.add(node.name)
+    for name in specialised - referenced:
+        del functions[name]
+    return IRModule(functions, module.type_defs, module.cells)
+
+
+class _CellArguments(ExprMutator):
+    def __init__(self, cells, functions, copies, specialised, work) -> None:
+        super().__init__()
+        self.cells = cells
+        self.functions = functions
+        self.copies = copies
+        self.specialised = specialised
+        self.work = work
+        self.aliases: dict[Var, GlobalVar] = {}
+
+    def visit_Let(self, new: Node, old: Node) -> Node:
+        return new
+
+    def visit_Var(self, new: Node, old: Node) -> Node:
+        return new
+
+    def visit_Call(self, new: Node, old: Node) -> Node:
+        assert isinstance(new, Call)
+        callee = new.callee
+        if not (isinstance(callee, GlobalVar) and callee.name in self.functions):
+            return new
+        fixed = tuple(
+            (i, a.name)
+            for i, a in enumerate(new.args)
+            if isinstance(a, GlobalVar) and a.name in self.cells
+        )
+        if not fixed:
+            return new
+        key = (callee.name, fixed)
+        name = self.copies.get(key)
+        if name is None:
+            name = _fresh_name(callee.name + "_" + "_".join(c for _, c in fixed), self.functions)
+            self.copies[key] = name
+            self.functions[name] = _copy_with_cells(self.functions[callee.name], dict(fixed))
+            self.specialised.add(callee.name)
+            self.work.append(name)
+        dropped = {i for i, _ in fixed}
+        args = tuple(a for i, a in enumerate(new.args) if i not in dropped)
+        return Call(GlobalVar(name, span=callee.span), args, new.attrs, span=new.span)
+
+
+def _fresh_name(base: str, taken) -> str:
+    name, k = base, 1
+    while name in taken:
+        name, k = f"{base}_{k}", k + 1
+    return name
+
+
+class _Renamer(ExprMutator):
+    """A copy with fresh binders; ``fixed`` parameters become global cells."""
+
+    def __init__(self, replace: dict[Var, Expr]) -> None:
+        super().__init__()
+        self.replace = replace
+        self.fresh: dict[Var, Var] = {}
+
+    def visit_Var(self, new: Node, old: Node) -> Node:
+        assert isinstance(old, Var)
+        if old in self.replace:
+            return self.replace[old]
+        if old not in self.fresh:
+            self.fresh[old] = Var(old.name_hint, new.type_annotation, span=old.span)
+        return self.fresh[old]
+
+
+def _copy_with_cells(fn: Function, fixed: dict[int, str]) -> Function:
+    replace: dict[Var, Expr] = {
+        fn.params[i]: GlobalVar(cell, span=fn.params[i].span) for i, cell in fixed.items()
+    }
+    copy = _Renamer(replace).mutate(fn)
+    assert isinstance(copy, Function)
+    params = tuple(p for i, p in enumerate(copy.params) if i not in fixed)
+    return dataclasses.replace(copy, params=params)
+
+
+# --------------------------------------------------------------- analysis
+class _Analysis:
+    """Which cell each reference names, each function's signature, and the
+    checks that make the translation sound."""
+
+    def __init__(self, module: IRModule) -> None:
+        self.module = module
+        self.flows = solve_flows(module)
+        self.order: dict[str, int] = {name: i for i, name in enumerate(module.cells)}
+        self.types: dict[str, Type] = {WORLD: WORLD_TYPE}
+        for name, cell in module.cells.items():
+            declared = cell.type
+            if isinstance(declared, RefType):
+                self.types[name] = declared.value
+            else:
+                self.types[name] = cell.init.checked_type
+        self.parent: dict[Source, Source | None] = {}
+        self.unit_fn: dict[Source, Function] = {}
+        self.unit_of: dict[Function, Source] = {}
+        self.owner: dict[str, Source] = {}  # local reference -> the function creating it
+        self.alloc_name: dict[RefCreate, str] = {}
+        self.alloc_span: dict[str, Span | None] = {}
+        self.target: dict[Expr, str] = {}  # ref_read / ref_write -> cell
+        self.used: set[Var] = set()
+        self._units()
+        self._resolve_references()
+        self._signatures()
+        self._check_local_closures()
+
+    # ----------------------------------------------------------- units
+    def _units(self) -> None:
+        """Every function (def or fn) with its lexically enclosing function."""
+        # (node, the enclosing function, the node's own name if it is a def)
+        stack: list[tuple[Node, Source | None, Source | None]] = []
+        for name, fn in self.module.functions.items():
+            stack.append((fn, None, ("def", name)))
+        used = self.used
+        while stack:
+            node, unit, own = stack.pop()
+            if isinstance(node, Function):
+                src: Source = own if own is not None else ("fn", node)
+                if src in self.unit_fn:
+                    continue
+                self.parent[src] = unit
+                self.unit_fn[src] = node
+                self.unit_of[node] = src
+                for child in node.children():
+                    stack.append((child, src, None))
+                continue
+            if isinstance(node, RefCreate):
+                k = len(self.alloc_name)
+                name = f"%ref{k}" if k else "%ref"
+                self.alloc_name[node] = name
+                self.alloc_span[name] = node.span
+                self.owner[name] = unit
+                self.order[name] = len(self.module.cells) + k
+            for field_name, kind in type(node).FIELDS:
+                value = getattr(node, field_name)
+                if kind == "node" and isinstance(value, Var):
+                    used.add(value)
+                elif kind == "nodes":
+                    used.update(v for v in value if isinstance(v, Var))
+            for child in node.children():
+                stack.append((child, unit, None))
+        self.order[WORLD] = len(self.order) + 1
+
+    def sort(self, cells: Iterable[str]) -> tuple[str, ...]:
+        return tuple(sorted(set(cells), key=self.order.__getitem__))
+
+    def nested_in(self, unit: Source, ancestor: Source) -> bool:
+        current: Source | None = unit
+        while current is not None:
+            if current == ancestor:
+                return True
+            current = self.parent.get(current)
+        return False
+
+    # ------------------------------------------------------ references
+    def _resolve_references(self) -> None:
+        """The cell behind every ref_read/ref_write; local references may
+        only be read and written."""
+        ref_vars: dict[Var, str] = {}
+        for fn in self.unit_fn.values():
+            for node in _body_nodes(fn.body):
+                if isinstance(node, Let) and isinstance(node.value, RefCreate):
+                    ref_vars[node.var] = self.alloc_name[node.value]
+        for fn in self.module.functions.values():
+            for node in pre_order(fn):
+                self._check_reference_uses(node, ref_vars)
+                if isinstance(node, Let) and isinstance(node.value, Var):
+                    if node.value in ref_vars:
+                        ref_vars[node.var] = ref_vars[node.value]
+                if isinstance(node, RefRead | RefWrite):
+                    self.target[node] = self._cell_of(node)
+        for node, name in self.alloc_name.items():
+            if not any(v == name for v in ref_vars.values()):
+                raise EffectError(
+                    "this local reference is used as a value (it is not bound by a let "
+                    "and only read and written); state passing can turn a local reference "
+                    "into plain values only when it is only read and written",
+                    node.span,
+                )
+
+    def _check_reference_uses(self, node: Node, ref_vars: dict[Var, str]) -> None:
+        for field_name, kind in type(node).FIELDS:
+            value = getattr(node, field_name)
+            values = value if kind == "nodes" else (value,) if kind == "node" else ()
+            for child in values:
+                if not (isinstance(child, Var) and child in ref_vars):
+                    continue
+                if isinstance(node, RefRead | RefWrite) and field_name == "ref":
+                    continue
+                if isinstance(node, Let) and field_name == "value":
+                    continue  # an alias, checked where it is used
+                name = ref_vars[child]
+                raise EffectError(
+                    f"the local reference %{child.name_hint} is used as a value here (passed, "
+                    "stored or returned); state passing turns a local reference into plain "
+                    "values only when it is only read and written",
+                    node.span or child.span,
+                    (f"the reference is created at {_where(self.alloc_span[name])}",),
+                )
+
+    def _cell_of(self, node: RefRead | RefWrite) -> str:
+        sources = self.flows.value_of(node.ref)
+        cells = sorted(
+            {s[1] for s in sources if s[0] == "cell"}
+            | {self.alloc_name[s[1]] for s in sources if s[0] == "alloc"}
+        )
+        what = "ref_read" if isinstance(node, RefRead) else "ref_write"
+        if len(cells) == 1:
+            return cells[0]
+        if not cells:
+            raise EffectError(
+                f"cannot tell which cell this {what} touches: no reference reaches it",
+                node.span,
+            )
+        names = ", ".join(c if c.startswith("%") else "@" + c for c in cells)
+        raise EffectError(
+            f"this {what} may touch any of {names}; state passing must know which cell "
+            "to pass, so pass the cell itself (functions given a cell are specialised per "
+            "cell) or write one function per cell",
+            node.span,
+        )
+
+    # ------------------------------------------------------ signatures
+    def _signatures(self) -> None:
+        reads: dict[Source, set[str]] = {u: set() for u in self.unit_fn}
+        writes: dict[Source, set[str]] = {u: set() for u in self.unit_fn}
+        self.call_sites: dict[Source, list[tuple[Call, str, frozenset[Source]]]] = {}
+        self.loop_bodies: dict[tuple[Call, int], frozenset[Source]] = {}
+        parent = list(range(0))  # union-find over function sources
+        index: dict[Source, int] = {}
+
+        def find(src: Source) -> int:
+            if src not in index:
+                index[src] = len(parent)
+                parent.append(index[src])
+            i = index[src]
+            while parent[i] != i:
+                parent[i] = parent[parent[i]]
+                i = parent[i]
+            return i
+
+        def union(sources: Iterable[Source]) -> None:
+            roots = [find(s) for s in sources]
+            for r in roots[1:]:
+                parent[find_root(r)] = find_root(roots[0])
+
+        def find_root(i: int) -> int:
+            while parent[i] != i:
+                i = parent[i]
+            return i
+
+        for unit, fn in self.unit_fn.items():
+            sites: list[tuple[Call, str, frozenset[Source]]] = []
+            for node in _body_nodes(fn.body):
+                if isinstance(node, RefRead):
+                    reads[unit].add(self.target[node])
+                elif isinstance(node, RefWrite):
+                    writes[unit].add(self.target[node])
+                elif isinstance(node, Call):
+                    callee = node.callee
+                    if isinstance(callee, Op):
+                        definition = op_def(callee)
+                        if definition.effect == "io":
+                            reads[unit].add(WORLD)
+                            writes[unit].add(WORLD)
+                        if "control_flow" in definition.traits:
+                            for i, arg in enumerate(node.args):
+                                found = self._functions(arg)
+                                if found:
+                                    union(found)
+                                    self.loop_bodies[(node, i)] = found
+                                    sites.append((node, "loop", found))
+                    elif isinstance(callee, GlobalVar) and callee.name in self.module.functions:
+                        sites.append((node, "direct", frozenset({("def", callee.name)})))
+                    elif not isinstance(callee, Constructor):
+                        found = self._functions(callee)
+                        if found:
+                            union(found)
+                            sites.append((node, "indirect", found))
+            self.call_sites[unit] = sites
+        self.group: dict[Source, int] = {src: find_root(find(src)) for src in index}
+        members: dict[int, list[Source]] = {}
+        for src, g in self.group.items():
+            members.setdefault(g, []).append(src)
+        owned: dict[Source, set[str]] = {}
+        for name, unit in self.owner.items():
+            owned.setdefault(unit, set()).add(name)
+        group_reads: dict[int, set[str]] = {g: set() for g in members}
+        group_writes: dict[int, set[str]] = {g: set() for g in members}
+        changed = True
+        while changed:
+            changed = False
+            for g, srcs in members.items():
+                for s in srcs:
+                    if s in reads:
+                        if not reads[s] <= group_reads[g] or not writes[s] <= group_writes[g]:
+                            group_reads[g] |= reads[s]
+                            group_writes[g] |= writes[s]
+                            changed = True
+            for unit, sites in self.call_sites.items():
+                r, w = reads[unit], writes[unit]
+                before = (len(r), len(w))
+                for _, kind, found in sites:
+                    for src in found if kind == "direct" else (next(iter(found)),):
+                        if kind == "direct":
+                            r |= reads.get(src, set())
+                            w |= writes.get(src, set())
+                        else:
+                            g = self.group[src]
+                            r |= group_reads[g]
+                            w |= group_writes[g]
+                mine = owned.get(unit, set())
+                r -= mine
+                w -= mine
+                if (len(r), len(w)) != before:
+                    changed = True
+        self.reads, self.writes = reads, writes
+        self.group_sig = {
+            g: Signature(self.sort(group_reads[g] | group_writes[g]), self.sort(group_writes[g]))
+            for g in members
+        }
+        for unit in self.unit_fn:
+            for cell in reads[unit] | writes[unit]:
+                owner = self.owner.get(cell)
+                if owner is not None and not self.nested_in(unit, owner):
+                    fn = self.unit_fn[unit]
+                    what = f"@{unit[1]}" if unit[0] == "def" else "the function"
+                    raise EffectError(
+                        f"{what} touches the local reference created at "
+                        f"{_where(self.alloc_span[cell])}, but may run outside the function "
+                        "that created it; state passing turns a local reference into plain "
+                        "values only when it does not escape",
+                        fn.span,
+                    )
+
+    def functions_of(self, atom: Expr) -> frozenset[Source]:
+        """The functions ``atom`` may be."""
+        return self._functions(atom)
+
+    def _functions(self, atom: Expr) -> frozenset[Source]:
+        return frozenset(s for s in self.flows.value_of(atom) if s[0] in ("def", "fn"))
+
+    def own_signature(self, unit: Source) -> Signature:
+        r, w = self.reads.get(unit, set()), self.writes.get(unit, set())
+        return Signature(self.sort(r | w), self.sort(w))
+
+    def signature_of(self, unit: Source) -> Signature:
+        """A closure's signature is its group's; a def's is its own."""
+        if unit[0] == "fn" and unit in self.group:
+            return self.group_sig[self.group[unit]]
+        return self.own_signature(unit)
+
+    def site_signature(self, kind: str, found: frozenset[Source]) -> Signature:
+        if kind == "direct":
+            return self.own_signature(next(iter(found)))
+        return self.group_sig[self.group[next(iter(found))]]
+
+    def _check_local_closures(self) -> None:
+        """A closure that touches a local reference may only be called or
+        given to a loop: stored or passed on, it could run after the
+        reference's activation is gone, or in another one."""
+        touching: dict[Var, str] = {}
+        for fn in self.unit_fn.values():
+            for node in _body_nodes(fn.body):
+                if isinstance(node, Let) and isinstance(node.value, Function):
+                    sig = self.signature_of(("fn", node.value))
+                    local = [c for c in sig.reads if c in self.owner]
+                    if local:
+                        touching[node.var] = local[0]
+        if not touching:
+            return
+        for fn in self.module.functions.values():
+            for node in pre_order(fn):
+                for field_name, kind in type(node).FIELDS:
+                    value = getattr(node, field_name)
+                    values = value if kind == "nodes" else (value,) if kind == "node" else ()
+                    for child in values:
+                        if not (isinstance(child, Var) and child in touching):
+                            continue
+                        if isinstance(node, Call) and field_name == "callee":
+                            continue
+                        if (
+                            isinstance(node, Call)
+                            and isinstance(node.callee, Op)
+                            and "control_flow" in op_def(node.callee).traits
+                        ):
+                            continue
+                        cell = touching[child]
+                        raise EffectError(
+                            f"%{child.name_hint} touches the local reference created at "
+                            f"{_where(self.alloc_span[cell])} and is passed or stored here; "
+                            "it could then run where that reference's value is not known",
+                            node.span or child.span,
+                        )
+
+    # ---------------------------------------------------- writes inside
+    def writes_inside(self, fn: Function) -> dict[int, frozenset[str]]:
+        """For each compound node of a body: the cells written within it."""
+        nodes = list(_body_nodes(fn.body))
+        inside: dict[int, frozenset[str]] = {}
+        sites = {
+            id(c): (kind, found)
+            for c, kind, found in self.call_sites[self.unit_of[fn]]
+            if kind != "loop"
+        }
+        for node in reversed(nodes):
+            own: set[str] = set()
+            if isinstance(node, RefWrite):
+                own.add(self.target[node])
+            elif isinstance(node, Call):
+                if isinstance(node.callee, Op) and op_def(node.callee).effect == "io":
+                    own.add(WORLD)
+                site = sites.get(id(node))
+                if site is not None:
+                    own |= set(self.site_signature(*site).writes)
+                if isinstance(node.callee, Op) and "control_flow" in op_def(node.callee).traits:
+                    for i in range(len(node.args)):
+                        found = self.loop_bodies.get((node, i))
+                        if found:
+                            own |= set(self.group_sig[self.group[next(iter(found))]].writes)
+            if not isinstance(node, Function):
+                for child in node.children():
+                    if id(child) in inside:
+                        own |= inside[id(child)]
+            inside[id(node)] = frozenset(own)
+        return inside
+
+
+def _body_nodes(body: Expr) -> list[Node]:
+    """The nodes of a body in pre-order, not entering nested functions."""
+    out: list[Node] = []
+    stack: list[Node] = [body]
+    seen: set[int] = set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        out.append(node)
+        if isinstance(node, Function):
+            continue
+        stack.extend(reversed(list(node.children())))
+    return out
+
+
+def _where(span: Span | None) -> str:
+    return str(span) if span is not None else "an unknown location"
+
+
+# ------------------------------------------------------------ translation
+_Bindings = list[tuple[Var, Expr]]
+
+
+class _Translator:
+    def __init__(self, module: IRModule, analysis: _Analysis) -> None:
+        self.module = module
+        self.a = analysis
+        self.subst: dict[Var, Expr] = {}
+        self.inside: dict[int, frozenset[str]] = {}
+        self.adapters: dict[str, Function] = {}
+
+    def run(self) -> IRModule:
+        functions = {}
+        for name, fn in self.module.functions.items():
+            functions[name] = run(self.function(fn, self.a.own_signature(("def", name))))
+        return IRModule(functions, self.module.type_defs, self.module.cells)
+
+    # ------------------------------------------------------- helpers
+    def cell_type(self, cell: str) -> Type:
+        if cell in self.a.types:
+            return self.a.types[cell]
+        for node, name in self.a.alloc_name.items():
+            if name == cell:
+                self.a.types[cell] = node.value.checked_type
+                return self.a.types[cell]
+        raise KeyError(cell)
+
+    def state_var(self, cell: str, span: Span | None) -> Var:
+        hint = cell.lstrip("%") if cell.startswith("%") else cell
+        return Var(hint, span=span)
+
+    def current(self, sigma: dict[str, Expr], cell: str, node: Expr) -> Expr:
+        if cell not in sigma:
+            what = cell if cell.startswith("%") else "@" + cell
+            raise EffectError(
+                f"the value of {what} is not available here: the reference may be used "
+                "outside the function that created it",
+                node.span,
+            )
+        return sigma[cell]
+
+    def atom(self, expr: Expr) -> Expr:
+        if isinstance(expr, Var):
+            return self.subst.get(expr, expr)
+        return expr
+
+    def value_atom(self, expr: Expr, bindings: _Bindings) -> Expr:
+        """An atom in value position: a global function that a group of
+        closures calls with more cells than it takes is wrapped."""
+        if isinstance(expr, GlobalVar) and expr.name in self.module.functions:
+            src = ("def", expr.name)
+            if src in self.a.group:
+                need = self.a.group_sig[self.a.group[src]]
+                own = self.a.own_signature(src)
+                if need != own:
+                    adapter = Var(expr.name + "_adapter", span=expr.span)
+                    bindings.append((adapter, self.adapter(expr, own, need)))
+                    return adapter
+        return self.atom(expr)
+
+    def adapter(self, g: GlobalVar, own: Signature, need: Signature) -> Function:
+        target = self.module.functions[g.name]
+        span = g.span
+        params = tuple(Var(p.name_hint, span=span) for p in target.params)
+        states = {c: self.state_var(c, span) for c in need.reads}
+        bindings: _Bindings = []
+        call = Call(g, params + tuple(states[c] for c in own.reads), span=span)
+        sigma: dict[str, Expr] = dict(states)
+        result = self.bind_call(Var("r", span=span), call, own, sigma, bindings)
+        body = self.tail_tuple(result, sigma, need.writes, span)
+        return Function(
+            params + tuple(states[c] for c in need.reads),
+            _chain(bindings, body),
+            attrs=_state_attrs(Attrs(), need),
+            span=span,
+        )
+
+    def bind_call(
+        self, var: Var, call: Call, sig: Signature, sigma: dict[str, Expr], bindings: _Bindings
+    ) -> Var:
+        """``let var = call`` where call returns ``(result, new...)`` for ``sig.writes``."""
+        if not sig.writes:
+            bindings.append((var, call))
+            return var
+        out = Var(var.name_hint + "_out", span=call.span)
+        bindings.append((out, call))
+        bindings.append((var, TupleGetItem(out, 0, span=call.span)))
+        for i, cell in enumerate(sig.writes):
+            new = self.state_var(cell, call.span)
+            bindings.append((new, TupleGetItem(out, i + 1, span=call.span)))
+            sigma[cell] = new
+        return var
+
+    def tail_tuple(
+        self, value: Expr, sigma: dict[str, Expr], writes: tuple[str, ...], span: Span | None
+    ) -> Expr:
+        if not writes:
+            return value
+        return Tuple((value,) + tuple(sigma[c] for c in writes), span=span)
+
+    def retyped(self, var: Var) -> Var:
+        """A binder whose function-type annotation must now mention state."""
+        annotation = var.type_annotation
+        if annotation is None or not _mentions_function(annotation):
+            return var
+        found = self.a.functions_of(var)
+        sigs = {self.a.signature_of(s) for s in found}
+        sigs.discard(Signature())
+        if not sigs:
+            return var
+        new_type: Type | None = None
+        if isinstance(annotation, FuncType) and len(sigs) <= 1:
+            sig = next(iter(sigs), Signature())
+            ret = annotation.ret_type
+            if sig.writes:
+                ret = TupleType((ret,) + tuple(self.cell_type(c) for c in sig.writes))
+            new_type = FuncType(
+                annotation.arg_types + tuple(self.cell_type(c) for c in sig.reads),
+                ret,
+                annotation.type_params,
+                None,
+            )
+        new = Var(var.name_hint, new_type, span=var.span)
+        self.subst[var] = new
+        return new
+
+    # ------------------------------------------------------ functions
+    def function(self, fn: Function, sig: Signature) -> Computation[Function]:
+        self.inside.update(self.a.writes_inside(fn))
+        typed = {
+            c: Var(self.state_var(c, fn.span).name_hint, self.cell_type(c), span=fn.span)
+            for c in sig.reads
+        }
+        sigma: dict[str, Expr] = dict(typed)
+        params = tuple(self.retyped(p) for p in fn.params)
+        body = yield self.block(fn.body, sigma, sig.writes)
+        ret_type = fn.ret_type
+        if ret_type is not None and sig.writes:
+            ret_type = TupleType((ret_type,) + tuple(self.cell_type(c) for c in sig.writes))
+        return dataclasses.replace(
+            fn,
+            params=params + tuple(typed[c] for c in sig.reads),
+            body=body,
+            ret_type=ret_type,
+            attrs=_state_attrs(fn.attrs, sig),
+        )
+
+    def block(
+        self, expr: Expr, sigma: dict[str, Expr], writes: tuple[str, ...]
+    ) -> Computation[Expr]:
+        """``expr`` in state passing: it evaluates to ``(value, new...)`` for
+        ``writes`` (to the value alone when there are none)."""
+        sigma = dict(sigma)
+        bindings: _Bindings = []
+        while isinstance(expr, Let):
+            yield from self.bind(expr.var, expr.value, sigma, bindings)
+            expr = expr.body
+        tail = yield from self.tail(expr, sigma, writes, bindings)
+        return _chain(bindings, tail)
+
+    def tail(
+        self, expr: Expr, sigma: dict[str, Expr], writes: tuple[str, ...], bindings: _Bindings
+    ):
+        if isinstance(expr, If):
+            cond = self.atom(expr.cond)
+            then_branch = yield self.block(expr.then_branch, sigma, writes)
+            else_branch = yield self.block(expr.else_branch, sigma, writes)
+            return If(cond, then_branch, else_branch, span=expr.span)
+        if isinstance(expr, Match):
+            clauses = []
+            for clause in expr.clauses:
+                body = yield self.block(clause.body, sigma, writes)
+                clauses.append(Clause(clause.pattern, body, span=clause.span))
+            return Match(self.atom(expr.data), tuple(clauses), expr.complete, span=expr.span)
+        if isinstance(expr, Call) and not isinstance(expr.callee, Op | Constructor):
+            site = self._site(expr) or Signature()
+            if site.writes == writes:  # a tail call stays a tail call
+                return self.call_with_state(expr, site, sigma, bindings)
+        result = Var("result", span=expr.span)
+        yield from self.bind(result, expr, sigma, bindings)
+        if not writes and bindings and bindings[-1][0] is result:
+            return bindings.pop()[1]
+        return self.tail_tuple(self.atom(result), sigma, writes, expr.span)
+
+    def _site(self, call: Call) -> Signature | None:
+        callee = call.callee
+        if isinstance(callee, GlobalVar) and callee.name in self.module.functions:
+            return self.a.own_signature(("def", callee.name))
+        found = self.a._functions(callee)
+        if not found:
+            return None
+        return self.a.site_signature("indirect", found)
+
+    def call_with_state(
+        self, call: Call, sig: Signature, sigma: dict[str, Expr], bindings: _Bindings
+    ) -> Call:
+        args = tuple(self.value_atom(a, bindings) for a in call.args)
+        extra = tuple(self.current(sigma, c, call) for c in sig.reads)
+        return Call(self.atom(call.callee), args + extra, call.attrs, span=call.span)
+
+    # -------------------------------------------------------- bindings
+    def bind(self, var: Var, value: Expr, sigma: dict[str, Expr], bindings: _Bindings):
+        a = self.a
+        if isinstance(value, RefRead):
+            self.subst[var] = self.current(sigma, a.target[value], value)
+            return
+        if isinstance(value, RefWrite):
+            sigma[a.target[value]] = self.value_atom(value.value, bindings)
+            if var in a.used:
+                bindings.append((var, Tuple((), span=value.span)))
+            return
+        if isinstance(value, RefCreate):
+            sigma[a.alloc_name[value]] = self.value_atom(value.value, bindings)
+            return
+        var = self.retyped(var)
+        if isinstance(value, Function):
+            sig = a.signature_of(("fn", value))
+            bindings.append((var, (yield self.function(value, sig))))
+            return
+        if isinstance(value, If | Match):
+            written = tuple(c for c in a.sort(self.inside.get(id(value), ())) if c in sigma)
+            branch = yield from self.tail(value, sigma, written, bindings)
+            if not written:
+                bindings.append((var, branch))
+                return
+            out = Var(var.name_hint + "_out", span=value.span)
+            bindings.append((out, branch))
+            bindings.append((var, TupleGetItem(out, 0, span=value.span)))
+            for i, cell in enumerate(written):
+                new = self.state_var(cell, value.span)
+                bindings.append((new, TupleGetItem(out, i + 1, span=value.span)))
+                sigma[cell] = new
+            return
+        if isinstance(value, Call):
+            self.bind_call_value(var, value, sigma, bindings)
+            return
+        if isinstance(value, Tuple):
+            fields = tuple(self.value_atom(f, bindings) for f in value.fields)
+            bindings.append((var, Tuple(fields, span=value.span)))
+            return
+        if isinstance(value, TupleGetItem):
+            bindings.append(
+                (var, TupleGetItem(self.atom(value.tuple_value), value.index, span=value.span))
+            )
+            return
+        if isinstance(value, Let):  # not produced by to_anf, but harmless
+            inner = yield self.block(value, sigma, ())
+            bindings.append((var, inner))
+            return
+        bindings.append((var, self.value_atom(value, bindings)))
+
+    def bind_call_value(self, var: Var, call: Call, sigma: dict[str, Expr], bindings: _Bindings):
+        callee = call.callee
+        if isinstance(callee, Op):
+            definition = op_def(callee)
+            if "control_flow" in definition.traits:
+                self.bind_loop(var, call, definition.name, sigma, bindings)
+                return
+            args = tuple(self.value_atom(a, bindings) for a in call.args)
+            world_form = definition.rules.get("world_form")
+            if world_form is not None:
+                world = self.current(sigma, WORLD, call)
+                threaded = Call(op_def(world_form).op, (world,) + args, call.attrs, span=call.span)
+                out = Var(world_form.rsplit(".", 1)[-1], span=call.span)
+                new_world = self.state_var(WORLD, call.span)
+                bindings.append((out, threaded))
+                bindings.append((new_world, TupleGetItem(out, 0, span=call.span)))
+                if var in self.a.used:
+                    bindings.append((var, TupleGetItem(out, 1, span=call.span)))
+                sigma[WORLD] = new_world
+                return
+            if definition.effect == "io":
+                raise EffectError(
+                    f"{definition.name} is an output operator without a state-passing form "
+                    "(a 'world_form' rule), so its order could not be kept",
+                    call.span,
+                )
+            if definition.effect in ("random", "state"):
+                raise EffectError(
+                    f"{definition.name} is an effectful operator without an explicate rule",
+                    call.span,
+                )
+            bindings.append((var, Call(callee, args, call.attrs, span=call.span)))
+            return
+        if isinstance(callee, Constructor):
+            args = tuple(self.value_atom(a, bindings) for a in call.args)
+            bindings.append((var, Call(callee, args, call.attrs, span=call.span)))
+            return
+        sig = self._site(call) or Signature()
+        new_call = self.call_with_state(call, sig, sigma, bindings)
+        self.bind_call(var, new_call, sig, sigma, bindings)
+
+    # ----------------------------------------------------------- loops
+    def bind_loop(
+        self, var: Var, call: Call, name: str, sigma: dict[str, Expr], bindings: _Bindings
+    ):
+        """A loop whose body touches cells: the cells it writes join the
+        loop-carried state; those it only reads are captured."""
+        span = call.span
+        sigs = []
+        for i, arg in enumerate(call.args):
+            found = self.a.loop_bodies.get((call, i))
+            if not found:
+                sigs.append(None)
+            elif isinstance(arg, GlobalVar) and arg.name in self.module.functions:
+                sigs.append(self.a.own_signature(("def", arg.name)))
+            else:
+                sigs.append(self.a.site_signature("indirect", found))
+        args = [
+            self.value_atom(a, bindings) if sigs[i] is None else self.atom(a)
+            for i, a in enumerate(call.args)
+        ]
+        if not any(sigs):
+            bindings.append((var, Call(call.callee, tuple(args), call.attrs, span=span)))
+            return
+        if name == "cf.foreach":
+            body_sig = sigs[0] or Signature()
+            carried = body_sig.writes
+            body = self.loop_body(args[0], body_sig, carried, sigma, span, sequence=True)
+            init = args[2]
+            new_args = [body, args[1], init]
+            init_index = 2
+        elif name == "cf.while_loop":
+            cond_sig = sigs[0] or Signature()
+            if cond_sig.writes:
+                cells = ", ".join(_cell_text(c) for c in cond_sig.writes)
+                raise EffectError(
+                    f"the condition of cf.while_loop writes {cells}; state passing needs a "
+                    "condition that only reads state (move the update into the body)",
+                    span,
+                )
+            body_sig = sigs[1] or Signature()
+            carried = body_sig.writes
+            cond = self.loop_cond(args[0], cond_sig, carried, sigma, span)
+            body = self.loop_body(args[1], body_sig, carried, sigma, span, sequence=False)
+            new_args = [cond, body, args[2]]
+            init_index = 2
+        else:
+            raise EffectError(f"state passing does not know the loop operator {name}", span)
+        if not carried:
+            bindings.append((var, Call(call.callee, tuple(new_args), call.attrs, span=span)))
+            return
+        init = Var("init", span=span)
+        bindings.append(
+            (init, Tuple((new_args[init_index],) + tuple(sigma[c] for c in carried), span=span))
+        )
+        new_args[init_index] = init
+        out = Var(var.name_hint + "_out", span=span)
+        bindings.append((out, Call(call.callee, tuple(new_args), call.attrs, span=span)))
+        outputs, final = Var("outputs", span=span), Var("final", span=span)
+        state = Var("state", span=span)
+        bindings.append((outputs, TupleGetItem(out, 0, span=span)))
+        bindings.append((final, TupleGetItem(out, 1, span=span)))
+        bindings.append((state, TupleGetItem(final, 0, span=span)))
+        for i, cell in enumerate(carried):
+            new = self.state_var(cell, span)
+            bindings.append((new, TupleGetItem(final, i + 1, span=span)))
+            sigma[cell] = new
+        bindings.append((var, Tuple((outputs, state), span=span)))
+
+    def _unpack_carry(
+        self,
+        carry: Var,
+        carried: tuple[str, ...],
+        reads: tuple[str, ...],
+        sigma: dict[str, Expr],
+        bindings: _Bindings,
+        span: Span | None,
+    ) -> tuple[Var, dict[str, Expr]]:
+        loop_state = Var("s", span=span)
+        bindings.append((loop_state, TupleGetItem(carry, 0, span=span)))
+        inner: dict[str, Expr] = {}
+        for i, cell in enumerate(carried):
+            v = self.state_var(cell, span)
+            bindings.append((v, TupleGetItem(carry, i + 1, span=span)))
+            inner[cell] = v
+        for cell in reads:
+            if cell not in inner:
+                inner[cell] = self.current(sigma, cell, Var("loop", span=span))
+        return loop_state, inner
+
+    def loop_body(
+        self,
+        fn_atom: Expr,
+        sig: Signature,
+        carried: tuple[str, ...],
+        sigma: dict[str, Expr],
+        span: Span | None,
+        sequence: bool,
+    ) -> Expr:
+        """``fn (x_t, (s, carried...)) -> (out, (s', carried'...))`` around a
+        body of signature ``sig`` (foreach; while_loop has no ``x_t``)."""
+        x_t = Var("x_t", span=span)
+        bindings: _Bindings = []
+        if not carried:
+            s = Var("s", span=span)
+            extra = tuple(self.current(sigma, c, Var("loop", span=span)) for c in sig.reads)
+            params = (x_t, s) if sequence else (s,)
+            return Function(params, Call(fn_atom, params + extra, span=span), span=span)
+        carry = Var("carry", span=span)
+        loop_state, inner = self._unpack_carry(carry, carried, sig.reads, sigma, bindings, span)
+        args = (x_t, loop_state) if sequence else (loop_state,)
+        call = Call(fn_atom, args + tuple(inner[c] for c in sig.reads), span=span)
+        result = self.bind_call(Var("step", span=span), call, sig, inner, bindings)
+        out, new_state = Var("out", span=span), Var("s", span=span)
+        bindings.append((out, TupleGetItem(result, 0, span=span)))
+        bindings.append((new_state, TupleGetItem(result, 1, span=span)))
+        new_carry = Var("carry", span=span)
+        bindings.append(
+            (new_carry, Tuple((new_state,) + tuple(inner[c] for c in carried), span=span))
+        )
+        body = _chain(bindings, Tuple((out, new_carry), span=span))
+        params = (x_t, carry) if sequence else (carry,)
+        return Function(params, body, span=span)
+
+    def loop_cond(
+        self,
+        fn_atom: Expr,
+        sig: Signature,
+        carried: tuple[str, ...],
+        sigma: dict[str, Expr],
+        span: Span | None,
+    ) -> Expr:
+        if not carried:
+            if not sig:
+                return fn_atom
+            v = Var("s", span=span)
+            extra = tuple(self.current(sigma, c, Var("loop", span=span)) for c in sig.reads)
+            return Function((v,), Call(fn_atom, (v,) + extra, span=span), span=span)
+        carry = Var("carry", span=span)
+        bindings: _Bindings = []
+        loop_state, inner = self._unpack_carry(carry, carried, sig.reads, sigma, bindings, span)
+        call = Call(fn_atom, (loop_state,) + tuple(inner[c] for c in sig.reads), span=span)
+        return Function((carry,), _chain(bindings, call), span=span)
+
+
+def _chain(bindings: _Bindings, body: Expr) -> Expr:
+    for var, value in reversed(bindings):
+        body = Let(var, value, body, span=value.span)
+    return body
+
+
+def _state_attrs(attrs: Attrs, sig: Signature) -> Attrs:
+    if not sig:
+        return attrs
+    items = [(k, v) for k, v in attrs.items() if k not in ("state_in", "state_out")]
+    return Attrs(tuple(items) + (("state_in", sig.reads), ("state_out", sig.writes)))
+
+
+def _mentions_function(t: Type) -> bool:
+    return any(isinstance(node, FuncType) for node in pre_order(t))
+
+
+def _cell_text(cell: str) -> str:
+    return cell if cell.startswith("%") or cell == WORLD else "@" + cell
