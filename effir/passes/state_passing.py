@@ -255,6 +255,7 @@ class _Analysis:
         self.alloc_span: dict[str, Span | None] = {}
         self.target: dict[Expr, str] = {}  # ref_read / ref_write -> cell
         self.used: set[Var] = set()
+        self.bound: set[Var] = set()
         self._units()
         self._resolve_references()
         self._signatures()
@@ -280,6 +281,8 @@ class _Analysis:
                 for child in node.children():
                     stack.append((child, src, None))
                 continue
+            if isinstance(node, Let):
+                self.bound.add(node.var)
             if isinstance(node, RefCreate):
                 k = len(self.alloc_name)
                 name = f"%ref{k}" if k else "%ref"
@@ -296,6 +299,11 @@ class _Analysis:
             for child in node.children():
                 stack.append((child, unit, None))
         self.order[WORLD] = len(self.order) + 1
+
+    def needed(self, var: Var) -> bool:
+        """Whether a binding of ``var`` must be kept: a variable of the
+        program that is never used is not rebound after translation."""
+        return var in self.used or var not in self.bound
 
     def sort(self, cells: Iterable[str]) -> tuple[str, ...]:
         return tuple(sorted(set(cells), key=self.order.__getitem__))
@@ -421,6 +429,8 @@ class _Analysis:
                             writes[unit].add(WORLD)
                         if "control_flow" in definition.traits:
                             for i, arg in enumerate(node.args):
+                                if not _is_function(arg):
+                                    continue  # data, even if the flows mention functions
                                 found = self._functions(arg)
                                 if found:
                                     union(found)
@@ -599,6 +609,14 @@ def _body_nodes(body: Expr) -> list[Node]:
     return out
 
 
+def _out_name(var: Var) -> str:
+    return "out" if var.name_hint == "_" else var.name_hint + "_out"
+
+
+def _is_function(expr: Expr) -> bool:
+    return isinstance(expr, Function) or (expr.has_type and isinstance(expr.checked_type, FuncType))
+
+
 def _where(span: Span | None) -> str:
     return str(span) if span is not None else "an unknown location"
 
@@ -688,9 +706,10 @@ class _Translator:
         if not sig.writes:
             bindings.append((var, call))
             return var
-        out = Var(var.name_hint + "_out", span=call.span)
+        out = Var(_out_name(var), span=call.span)
         bindings.append((out, call))
-        bindings.append((var, TupleGetItem(out, 0, span=call.span)))
+        if self.a.needed(var):
+            bindings.append((var, TupleGetItem(out, 0, span=call.span)))
         for i, cell in enumerate(sig.writes):
             new = self.state_var(cell, call.span)
             bindings.append((new, TupleGetItem(out, i + 1, span=call.span)))
@@ -783,6 +802,7 @@ class _Translator:
             if site.writes == writes:  # a tail call stays a tail call
                 return self.call_with_state(expr, site, sigma, bindings)
         result = Var("result", span=expr.span)
+        self.a.used.add(result)
         yield from self.bind(result, expr, sigma, bindings)
         if not writes and bindings and bindings[-1][0] is result:
             return bindings.pop()[1]
@@ -812,7 +832,7 @@ class _Translator:
             return
         if isinstance(value, RefWrite):
             sigma[a.target[value]] = self.value_atom(value.value, bindings)
-            if var in a.used:
+            if a.needed(var):
                 bindings.append((var, Tuple((), span=value.span)))
             return
         if isinstance(value, RefCreate):
@@ -829,9 +849,10 @@ class _Translator:
             if not written:
                 bindings.append((var, branch))
                 return
-            out = Var(var.name_hint + "_out", span=value.span)
+            out = Var(_out_name(var), span=value.span)
             bindings.append((out, branch))
-            bindings.append((var, TupleGetItem(out, 0, span=value.span)))
+            if self.a.needed(var):
+                bindings.append((var, TupleGetItem(out, 0, span=value.span)))
             for i, cell in enumerate(written):
                 new = self.state_var(cell, value.span)
                 bindings.append((new, TupleGetItem(out, i + 1, span=value.span)))
@@ -871,7 +892,7 @@ class _Translator:
                 new_world = self.state_var(WORLD, call.span)
                 bindings.append((out, threaded))
                 bindings.append((new_world, TupleGetItem(out, 0, span=call.span)))
-                if var in self.a.used:
+                if self.a.needed(var):
                     bindings.append((var, TupleGetItem(out, 1, span=call.span)))
                 sigma[WORLD] = new_world
                 return
@@ -951,7 +972,7 @@ class _Translator:
             (init, Tuple((new_args[init_index],) + tuple(sigma[c] for c in carried), span=span))
         )
         new_args[init_index] = init
-        out = Var(var.name_hint + "_out", span=span)
+        out = Var(_out_name(var), span=span)
         bindings.append((out, Call(call.callee, tuple(new_args), call.attrs, span=span)))
         outputs, final = Var("outputs", span=span), Var("final", span=span)
         state = Var("state", span=span)
