@@ -76,6 +76,7 @@ from ..ir.expr import (
     RefWrite,
     Tuple,
     TupleGetItem,
+    TypeData,
     Var,
 )
 from ..ir.module import IRModule
@@ -260,6 +261,7 @@ class _Analysis:
         self._resolve_references()
         self._signatures()
         self._check_local_closures()
+        self._adt_fields()
 
     # ----------------------------------------------------------- units
     def _units(self) -> None:
@@ -489,14 +491,17 @@ class _Analysis:
             for cell in reads[unit] | writes[unit]:
                 owner = self.owner.get(cell)
                 if owner is not None and not self.nested_in(unit, owner):
-                    fn = self.unit_fn[unit]
-                    what = f"@{unit[1]}" if unit[0] == "def" else "the function"
+                    span = self.unit_fn[unit].span
+                    for call, kind, found in self.call_sites[unit]:
+                        if cell in self.site_signature(kind, found).reads:
+                            span = call.span or span
+                            break
                     raise EffectError(
-                        f"{what} touches the local reference created at "
-                        f"{_where(self.alloc_span[cell])}, but may run outside the function "
-                        "that created it; state passing turns a local reference into plain "
-                        "values only when it does not escape",
-                        fn.span,
+                        f"this touches the local reference created at "
+                        f"{_where(self.alloc_span[cell])} outside the function that created "
+                        "it (a closure over the reference escaped); state passing turns a "
+                        "local reference into plain values only when it does not escape",
+                        span,
                     )
 
     def functions_of(self, atom: Expr) -> frozenset[Source]:
@@ -554,10 +559,43 @@ class _Analysis:
                         cell = touching[child]
                         raise EffectError(
                             f"%{child.name_hint} touches the local reference created at "
-                            f"{_where(self.alloc_span[cell])} and is passed or stored here; "
-                            "it could then run where that reference's value is not known",
+                            f"{_where(self.alloc_span[cell])} and escapes here (it is "
+                            "returned, passed or stored); it could then run where that "
+                            "reference's value is not known",
                             node.span or child.span,
                         )
+
+    def _adt_fields(self) -> None:
+        """Function-typed constructor fields that hold functions with state:
+        the field's declared type gains the state (one signature per field)."""
+        found: dict[tuple[str, int], dict[Signature, Call]] = {}
+        for fn in self.unit_fn.values():
+            for node in _body_nodes(fn.body):
+                if not (isinstance(node, Call) and isinstance(node.callee, Constructor)):
+                    continue
+                ctor = node.callee
+                for i, arg in enumerate(node.args):
+                    for src in self.functions_of(arg):
+                        sig = self.signature_of(src)
+                        if sig:
+                            found.setdefault((ctor.name, i), {}).setdefault(sig, node)
+        self.adt_fields: dict[tuple[str, int], Signature] = {}
+        for (name, i), sigs in found.items():
+            ctor = self.module.constructors[name]
+            declared = ctor.inputs[i] if i < len(ctor.inputs) else None
+            if len(sigs) > 1 or not isinstance(declared, FuncType):
+                call = next(iter(sigs.values()))
+                raise EffectError(
+                    f"field {i} of constructor {name} holds functions that need state "
+                    + (
+                        "with different cells; state passing needs one signature per field"
+                        if len(sigs) > 1
+                        else "but its declared type is not a function type, so it cannot "
+                        "say which state they take"
+                    ),
+                    call.span,
+                )
+            self.adt_fields[(name, i)] = next(iter(sigs))
 
     # ---------------------------------------------------- writes inside
     def writes_inside(self, fn: Function) -> dict[int, frozenset[str]]:
@@ -637,7 +675,37 @@ class _Translator:
         functions = {}
         for name, fn in self.module.functions.items():
             functions[name] = run(self.function(fn, self.a.own_signature(("def", name))))
-        return IRModule(functions, self.module.type_defs, self.module.cells)
+        if not self.a.adt_fields:
+            return IRModule(functions, self.module.type_defs, self.module.cells)
+        type_defs, constructors = self.type_defs_with_state()
+        rename = _Constructors(constructors)
+        functions = {name: rename.mutate(fn) for name, fn in functions.items()}
+        return IRModule(functions, type_defs, self.module.cells)
+
+    def type_defs_with_state(self) -> tuple[dict[str, TypeData], dict[str, Constructor]]:
+        type_defs: dict[str, TypeData] = {}
+        constructors: dict[str, Constructor] = {}
+        for name, data in self.module.type_defs.items():
+            new_ctors = []
+            for ctor in data.constructors:
+                inputs = list(ctor.inputs)
+                for i, t in enumerate(inputs):
+                    sig = self.a.adt_fields.get((ctor.name, i))
+                    if sig is not None and isinstance(t, FuncType):
+                        inputs[i] = self.with_state(t, sig)
+                new = dataclasses.replace(ctor, inputs=tuple(inputs))
+                constructors[ctor.name] = new
+                new_ctors.append(new)
+            type_defs[name] = dataclasses.replace(data, constructors=tuple(new_ctors))
+        return type_defs, constructors
+
+    def with_state(self, t: FuncType, sig: Signature) -> FuncType:
+        """The type of a function of type ``t`` after state passing."""
+        ret = t.ret_type
+        if sig.writes:
+            ret = TupleType((ret,) + tuple(self.cell_type(c) for c in sig.writes))
+        args = t.arg_types + tuple(self.cell_type(c) for c in sig.reads)
+        return FuncType(args, ret, t.type_params, None)
 
     # ------------------------------------------------------- helpers
     def cell_type(self, cell: str) -> Type:
@@ -734,17 +802,8 @@ class _Translator:
         if not sigs:
             return var
         new_type: Type | None = None
-        if isinstance(annotation, FuncType) and len(sigs) <= 1:
-            sig = next(iter(sigs), Signature())
-            ret = annotation.ret_type
-            if sig.writes:
-                ret = TupleType((ret,) + tuple(self.cell_type(c) for c in sig.writes))
-            new_type = FuncType(
-                annotation.arg_types + tuple(self.cell_type(c) for c in sig.reads),
-                ret,
-                annotation.type_params,
-                None,
-            )
+        if isinstance(annotation, FuncType) and len(sigs) == 1:
+            new_type = self.with_state(annotation, next(iter(sigs)))
         new = Var(var.name_hint, new_type, span=var.span)
         self.subst[var] = new
         return new
@@ -1059,6 +1118,18 @@ class _Translator:
         loop_state, inner = self._unpack_carry(carry, carried, sig.reads, sigma, bindings, span)
         call = Call(fn_atom, (loop_state,) + tuple(inner[c] for c in sig.reads), span=span)
         return Function((carry,), _chain(bindings, call), span=span)
+
+
+class _Constructors(ExprMutator):
+    """Constructor nodes replaced by those of the rewritten ADT definitions."""
+
+    def __init__(self, constructors: dict[str, Constructor]) -> None:
+        super().__init__()
+        self.constructors = constructors
+
+    def visit_Constructor(self, new: Node, old: Node) -> Node:
+        assert isinstance(new, Constructor)
+        return self.constructors.get(new.name, new)
 
 
 def _chain(bindings: _Bindings, body: Expr) -> Expr:
