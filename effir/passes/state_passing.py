@@ -109,8 +109,9 @@ def state_passing(module: IRModule) -> IRModule:
     EffectError, located, for what it cannot turn into state passing."""
     module = explicate(module)
     check(module)
-    module = _specialise_cell_arguments(module)
-    check(module)
+    specialised = _specialise_cell_arguments(module)
+    if specialised is not module:  # the copies need their types too
+        module = check(specialised)
     analysis = _Analysis(module)
     result = _Translator(module, analysis).run()
     try:
@@ -154,6 +155,10 @@ def _specialise_cell_arguments(module: IRModule) -> IRModule:
                 referenced.add(node.name)
     for name in specialised - referenced:
         del functions[name]
+    if all(functions.get(n) is f for n, f in module.functions.items()) and len(functions) == len(
+        module.functions
+    ):
+        return module
     return IRModule(functions, module.type_defs, module.cells)
 
 

@@ -25,7 +25,7 @@ def default_recursion_limit():
 
 
 def test_long_chain_of_dropouts_and_writes():
-    n = 3_000
+    n = 1_500
     lines = "".join(
         f"let %v{i} = nn.dropout(%v{i - 1}, @rng, rate=0.1f);\n"
         f"ref_write(@acc, add(ref_read(@acc), %v{i}));\n"
