@@ -589,7 +589,9 @@ class _Analysis:
             ctor = self.module.constructors[name]
             declared = ctor.inputs[i] if i < len(ctor.inputs) else None
             if len(sigs) > 1 or not isinstance(declared, FuncType):
-                call = next(iter(sigs.values()))
+                calls = list(sigs.values())
+                call = calls[-1]
+                notes = tuple(f"another is stored at {_where(c.span)}" for c in calls[:-1])
                 raise EffectError(
                     f"field {i} of constructor {name} holds functions that need state "
                     + (
@@ -599,6 +601,7 @@ class _Analysis:
                         "say which state they take"
                     ),
                     call.span,
+                    notes,
                 )
             self.adt_fields[(name, i)] = next(iter(sigs))
 
