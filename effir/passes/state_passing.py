@@ -63,6 +63,7 @@ from ..ir.diagnostics import EffectError, Span, TypeCheckError
 from ..ir.expr import (
     Call,
     Clause,
+    Constant,
     Constructor,
     Expr,
     Function,
@@ -868,6 +869,8 @@ class _Translator:
             site = self._site(expr) or Signature()
             if site.writes == writes:  # a tail call stays a tail call
                 return self.call_with_state(expr, site, sigma, bindings)
+        if isinstance(expr, Var | Constant | GlobalVar):
+            return self.tail_tuple(self.value_atom(expr, bindings), sigma, writes, expr.span)
         result = Var("result", span=expr.span)
         self.a.used.add(result)
         yield from self.bind(result, expr, sigma, bindings)
