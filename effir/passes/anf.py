@@ -29,6 +29,7 @@ from ..ir.expr import (
     If,
     Let,
     Match,
+    PatternVar,
     RefCreate,
     RefRead,
     RefWrite,
@@ -38,8 +39,9 @@ from ..ir.expr import (
     is_atom,
 )
 from ..ir.module import IRModule
+from ..ir.node import Node
 from ..ir.trampoline import Computation, run
-from ..ir.visitor import pre_order
+from ..ir.visitor import ExprMutator, pre_order
 
 _Bindings = list[tuple[Var, Expr]]
 
@@ -72,6 +74,7 @@ def _shared(root: Expr) -> set[int]:
 class _Normalizer:
     def __init__(self, root: Expr) -> None:
         self.shared = _shared(root)
+        self.expanded: set[int] = set()
 
     def block(self, expr: Expr, memo: dict[int, Var]) -> Computation[Expr]:
         """``expr`` as a let chain ending in a value, in a scope of its own."""
@@ -99,17 +102,26 @@ class _Normalizer:
         shared = id(expr) in self.shared
         if shared and id(expr) in memo:
             return memo[id(expr)]
-        result = yield self._value(expr, bindings, memo)
-        if shared and not isinstance(expr, Let):
-            var = Var(_hint(expr), span=expr.span)
-            bindings.append((var, result))
-            memo[id(expr)] = var
-            return var
+        source = expr
+        if shared:
+            if id(expr) in self.expanded:  # again, in a sibling scope: fresh binders
+                source = fresh_binders(expr)
+                self.shared |= _shared(source)  # the copy's own shared nodes
+            self.expanded.add(id(expr))
+        result = yield self._value(source, bindings, memo)
+        if shared:
+            if not is_atom(result):
+                var = Var(_hint(expr), span=expr.span)
+                bindings.append((var, result))
+                result = var
+            memo[id(expr)] = result
         return result
 
     def _value(self, expr: Expr, bindings: _Bindings, memo: dict[int, Var]) -> Computation[Expr]:
         if isinstance(expr, Let):
-            while isinstance(expr, Let):
+            head = expr
+            # A shared let inside the chain is a value of its own (memoized).
+            while isinstance(expr, Let) and (expr is head or id(expr) not in self.shared):
                 bound = yield self.value(expr.value, bindings, memo)
                 bindings.append((expr.var, bound))
                 expr = expr.body
@@ -152,6 +164,42 @@ class _Normalizer:
             body = yield self.block(expr.body, memo)
             return _replace(expr, body=body)
         raise TypeError(f"to_anf: unexpected {type(expr).__name__}")
+
+
+class _FreshBinders(ExprMutator):
+    def __init__(self, binders: set[Var]) -> None:
+        super().__init__()
+        self.fresh = {v: Var(v.name_hint, v.type_annotation, span=v.span) for v in binders}
+
+    def visit_Var(self, new: Node, old: Node) -> Node:
+        assert isinstance(old, Var)
+        return self.fresh.get(old, new)
+
+    def _rebuild(self, node: Node) -> Node:
+        # Every compound node is copied, so that the copy shares nothing with
+        # the original (a shared `ref(...)` would be one reference, not two).
+        rebuilt = super()._rebuild(node)
+        if rebuilt is node and isinstance(node, Expr) and not is_atom(node):
+            rebuilt = dataclasses.replace(node)
+        return rebuilt
+
+
+def fresh_binders(expr: Expr) -> Expr:
+    """A copy of ``expr`` whose own binders are new variables (its free
+    variables stay), so that it can be bound a second time."""
+    binders: set[Var] = set()
+    for node in pre_order(expr):
+        if isinstance(node, Let):
+            binders.add(node.var)
+        elif isinstance(node, Function):
+            binders.update(node.params)
+        elif isinstance(node, PatternVar):
+            binders.add(node.var)
+    if not binders:
+        return expr
+    copy = _FreshBinders(binders).mutate(expr)
+    assert isinstance(copy, Expr)
+    return copy
 
 
 def _replace(node, **changes):

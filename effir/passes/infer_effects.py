@@ -16,6 +16,8 @@ The algorithm has two fixpoints over the whole module:
    reference contents and control-flow operators (a function given to
    ``cf.foreach`` is called with the operator's other arguments) [RULE F].
    Tuples and ADT values hold the union of their fields: imprecise but sound.
+   Once the program is type-checked, types sharpen this [RULE T]: a value
+   whose type is a tensor or a key holds no function and no reference.
 2. **Effects**: a function's effects are its body's direct effects
    (``ref_read``/``ref_write`` of a reference that may be a global cell, an
    effectful operator on such a reference, an ``io`` operator) plus the
@@ -59,7 +61,7 @@ from ..ir.expr import (
 from ..ir.module import IRModule
 from ..ir.node import Node
 from ..ir.op import op_def
-from ..ir.types import FuncType, KeyType, RefType
+from ..ir.types import FuncType, KeyType, RefType, TensorType, TupleType, Type
 from ..ir.well_formed import check_well_formed
 
 IO = "io"
@@ -154,6 +156,8 @@ class _EffectInference:
     def add(self, key: object, sources: set[Source]) -> bool:
         target = self.flows(key)
         before = len(target)
+        if isinstance(key, Expr) and key.has_type and sources:
+            sources = _holdable(sources, key.checked_type)
         target |= sources
         return len(target) != before
 
@@ -411,6 +415,34 @@ class _EffectInference:
                             node.span,
                         )
                     )
+
+
+def _holdable(sources: set[Source], t: Type) -> set[Source]:
+    """The sources a value of type ``t`` may be or contain [RULE T]: a
+    tensor or a key holds no function and no reference, whatever the
+    field-insensitive flows say (a tuple's projection gets every field's
+    sources); a function type holds functions, a ``Ref`` references."""
+    functions = refs = False
+    stack = [t]
+    while stack and not (functions and refs):
+        current = stack.pop()
+        if isinstance(current, TensorType | KeyType):
+            continue
+        if isinstance(current, TupleType):
+            stack.extend(current.fields)
+        elif isinstance(current, FuncType):
+            functions = True
+        elif isinstance(current, RefType):
+            refs = True
+            stack.append(current.value)
+        else:  # ADTs, type variables, unknown types: anything
+            functions = refs = True
+    if functions and refs:
+        return sources
+    keep = {"def", "fn", "ctor"} if functions else set()
+    if refs:
+        keep |= {"cell", "alloc"}
+    return {s for s in sources if s[0] in keep}
 
 
 def _source_order(src: Source) -> tuple:

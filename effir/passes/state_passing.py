@@ -59,7 +59,7 @@ import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..ir.diagnostics import EffectError, Span, TypeCheckError
+from ..ir.diagnostics import EffectError, Span, TypeCheckError, WellFormedError
 from ..ir.expr import (
     Call,
     Clause,
@@ -117,7 +117,7 @@ def state_passing(module: IRModule) -> IRModule:
     result = _Translator(module, analysis).run()
     try:
         check(result)
-    except TypeCheckError as err:  # a gap of this pass, never the user's fault
+    except (TypeCheckError, WellFormedError) as err:  # a bug of this pass, not the user's
         raise EffectError(
             "state passing produced an ill-typed program; this is a bug in effir, "
             f"please report it: {err.message}",
@@ -141,10 +141,11 @@ def _specialise_cell_arguments(module: IRModule) -> IRModule:
     functions = dict(module.functions)
     copies: dict[tuple[str, tuple[tuple[int, str], ...]], str] = {}
     specialised: set[str] = set()
+    ref_params = _reference_parameters(functions)
     work = list(functions)
     while work:
         name = work.pop()
-        rewriter = _CellArguments(cells, functions, copies, specialised, work)
+        rewriter = _CellArguments(cells, functions, copies, specialised, work, ref_params)
         new = rewriter.mutate(functions[name])
         if new is not functions[name]:
             functions[name] = new
@@ -163,9 +164,39 @@ def _specialise_cell_arguments(module: IRModule) -> IRModule:
     return IRModule(functions, module.type_defs, module.cells)
 
 
+def _reference_parameters(functions: dict[str, Function]) -> dict[str, set[int]]:
+    """For each global function, the parameters it reads or writes as a
+    reference, itself or by passing them to such a parameter of another."""
+    found: dict[str, set[int]] = {name: set() for name in functions}
+    nodes = {name: list(pre_order(fn)) for name, fn in functions.items()}
+    changed = True
+    while changed:
+        changed = False
+        for name, fn in functions.items():
+            index = {p: i for i, p in enumerate(fn.params)}
+            mine = found[name]
+            for node in nodes[name]:
+                if isinstance(node, RefRead | RefWrite) and node.ref in index:
+                    uses = {index[node.ref]}
+                elif (
+                    isinstance(node, Call)
+                    and isinstance(node.callee, GlobalVar)
+                    and node.callee.name in found
+                ):
+                    theirs = found[node.callee.name]
+                    uses = {index[a] for j, a in enumerate(node.args) if j in theirs and a in index}
+                else:
+                    continue
+                if not uses <= mine:
+                    mine |= uses
+                    changed = True
+    return found
+
+
 class _CellArguments(ExprMutator):
-    def __init__(self, cells, functions, copies, specialised, work) -> None:
+    def __init__(self, cells, functions, copies, specialised, work, ref_params) -> None:
         super().__init__()
+        self.ref_params = ref_params
         self.cells = cells
         self.functions = functions
         self.copies = copies
@@ -184,10 +215,11 @@ class _CellArguments(ExprMutator):
         callee = new.callee
         if not (isinstance(callee, GlobalVar) and callee.name in self.functions):
             return new
+        refs = self.ref_params.get(callee.name, set())
         fixed = tuple(
             (i, a.name)
             for i, a in enumerate(new.args)
-            if isinstance(a, GlobalVar) and a.name in self.cells
+            if i in refs and isinstance(a, GlobalVar) and a.name in self.cells
         )
         if not fixed:
             return new
@@ -197,6 +229,11 @@ class _CellArguments(ExprMutator):
             name = _fresh_name(callee.name + "_" + "_".join(c for _, c in fixed), self.functions)
             self.copies[key] = name
             self.functions[name] = _copy_with_cells(self.functions[callee.name], dict(fixed))
+            self.ref_params[name] = {
+                i - sum(j < i for j, _ in fixed)
+                for i in self.ref_params[callee.name]
+                if i not in dict(fixed)
+            }
             self.specialised.add(callee.name)
             self.work.append(name)
         dropped = {i for i, _ in fixed}
@@ -279,6 +316,12 @@ class _Analysis:
         used = self.used
         while stack:
             node, unit, own = stack.pop()
+            for field_name, kind in type(node).FIELDS:
+                value = getattr(node, field_name)
+                if kind == "node" and isinstance(value, Var):
+                    used.add(value)
+                elif kind == "nodes":
+                    used.update(v for v in value if isinstance(v, Var))
             if isinstance(node, Function):
                 src: Source = own if own is not None else ("fn", node)
                 if src in self.unit_fn:
@@ -298,12 +341,6 @@ class _Analysis:
                 self.alloc_span[name] = node.span
                 self.owner[name] = unit
                 self.order[name] = len(self.module.cells) + k
-            for field_name, kind in type(node).FIELDS:
-                value = getattr(node, field_name)
-                if kind == "node" and isinstance(value, Var):
-                    used.add(value)
-                elif kind == "nodes":
-                    used.update(v for v in value if isinstance(v, Var))
             for child in node.children():
                 stack.append((child, unit, None))
         self.order[WORLD] = len(self.order) + 1
@@ -459,6 +496,9 @@ class _Analysis:
         owned: dict[Source, set[str]] = {}
         for name, unit in self.owner.items():
             owned.setdefault(unit, set()).add(name)
+        for unit, mine in owned.items():  # a function's own references are not its state
+            reads[unit] -= mine
+            writes[unit] -= mine
         group_reads: dict[int, set[str]] = {g: set() for g in members}
         group_writes: dict[int, set[str]] = {g: set() for g in members}
         changed = True
@@ -803,19 +843,26 @@ class _Translator:
     def retyped(self, var: Var) -> Var:
         """A binder whose function-type annotation must now mention state."""
         annotation = var.type_annotation
-        if annotation is None or not _mentions_function(annotation):
+        new_type = self.retyped_annotation(annotation, self.a.functions_of(var))
+        if new_type is annotation:
             return var
-        found = self.a.functions_of(var)
-        sigs = {self.a.signature_of(s) for s in found}
-        sigs.discard(Signature())
-        if not sigs:
-            return var
-        new_type: Type | None = None
-        if isinstance(annotation, FuncType) and len(sigs) == 1:
-            new_type = self.with_state(annotation, next(iter(sigs)))
         new = Var(var.name_hint, new_type, span=var.span)
         self.subst[var] = new
         return new
+
+    def retyped_annotation(self, annotation: Type | None, found) -> Type | None:
+        """A function-type annotation of a value that may be ``found``, with
+        their state; a type that nests function types needing state is
+        dropped (inference recovers it)."""
+        if annotation is None or not _mentions_function(annotation):
+            return annotation
+        sigs = {self.a.signature_of(s) for s in found}
+        sigs.discard(Signature())
+        if not sigs:
+            return annotation
+        if isinstance(annotation, FuncType) and len(sigs) == 1:
+            return self.with_state(annotation, next(iter(sigs)))
+        return None
 
     # ------------------------------------------------------ functions
     def function(self, fn: Function, sig: Signature) -> Computation[Function]:
@@ -827,7 +874,7 @@ class _Translator:
         sigma: dict[str, Expr] = dict(typed)
         params = tuple(self.retyped(p) for p in fn.params)
         body = yield self.block(fn.body, sigma, sig.writes)
-        ret_type = fn.ret_type
+        ret_type = self.retyped_annotation(fn.ret_type, self.a.functions_of(fn.body))
         if ret_type is not None and sig.writes:
             ret_type = TupleType((ret_type,) + tuple(self.cell_type(c) for c in sig.writes))
         return dataclasses.replace(
