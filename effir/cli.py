@@ -21,6 +21,7 @@ from .backends.interpreter import State, interpret
 from .ir import EffectError, Error, IRModule, TypeCheckError, astext, parse
 from .passes.infer_effects import check_effects, effect_text
 from .passes.infer_type import check
+from .passes.verify_linear import linearity_errors
 from .runtime.values import PRNGKey, describe_value
 
 EXIT_OK, EXIT_USER_ERROR, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
@@ -112,6 +113,11 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(str(err), file=sys.stderr)
             count = len(err.errors)
             print(f"{count} error{'s' if count != 1 else ''} found", file=sys.stderr)
+            status = EXIT_USER_ERROR
+            continue
+        if args.linear and (errors := linearity_errors(module)):
+            print("\n".join(str(e) for e in errors), file=sys.stderr)
+            print(f"{len(errors)} error{'s' if len(errors) != 1 else ''} found", file=sys.stderr)
             status = EXIT_USER_ERROR
             continue
         if not args.quiet:
@@ -225,6 +231,11 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
     check.add_argument(
         "--effects", action="store_true", help="print each global function's effects"
+    )
+    check.add_argument(
+        "--linear",
+        action="store_true",
+        help="also verify that keys and the world token are used once and new state is kept",
     )
     check.set_defaults(run=cmd_check)
 
