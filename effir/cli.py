@@ -12,15 +12,17 @@ import argparse
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from . import __version__
-from .backends.interpreter import State, interpret
+from .backends.interpreter import State, interpret_a2
 from .ir import EffectError, Error, IRModule, TypeCheckError, astext, parse
 from .passes.infer_effects import check_effects, effect_text
 from .passes.infer_type import check
+from .passes.pipeline import PASSES, parse_pipeline
 from .passes.verify_linear import linearity_errors
 from .runtime.values import PRNGKey, describe_value
 
@@ -170,7 +172,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if entry not in module.functions:
         known = ", ".join("@" + n for n in module.functions) or "none"
         raise CommandError(f"{name}: no function @{entry} (functions: {known})")
-    params = module.functions[entry].params
+    fn = module.functions[entry]
+    # A state-passing entry takes its state from the cells' declarations, as
+    # the effectful program it came from did (docs/passes.md).
+    state_params = len(fn.attrs.get("state_in", ()))
+    params = fn.params[: len(fn.params) - state_params]
     given = dict(parse_arg_option(text) for text in args.arg)
     names = [p.name_hint for p in params]
     unknown = [n for n in given if n not in names]
@@ -188,7 +194,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     values = [load_array(given[n]) for n in names]
     state = State(module, seed=args.seed)
-    result = interpret(module, *values, entry=entry, state=state)
+    result = interpret_a2(module, *values, entry=entry, state=state)
     leaves = result_leaves(result, "result")
     for leaf_name, value in leaves:
         print(f"{leaf_name}: {describe_value(value, limit=10_000)}")
@@ -206,6 +212,35 @@ def cmd_run(args: argparse.Namespace) -> int:
             np.savez(args.output, **arrays)
         except OSError as err:
             raise CommandError(f"{args.output}: {err.strerror or err}") from None
+    return EXIT_OK
+
+
+def cmd_opt(args: argparse.Namespace) -> int:
+    passes = parse_pipeline(args.pipeline)  # a bad pipeline fails before any reading
+    module, _, name = load_module(args.file)
+    timings = []
+    for pass_name, run_pass in passes:
+        start = time.perf_counter()
+        module = run_pass(module)
+        timings.append((pass_name, time.perf_counter() - start))
+        if args.print_after_all:
+            print(f"// ----- after {pass_name} -----", file=sys.stderr)
+            sys.stderr.write(astext(module))
+    text = astext(module)
+    if args.output:
+        try:
+            with open(args.output, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        except OSError as err:
+            raise CommandError(f"{args.output}: {err.strerror or err}") from None
+    else:
+        sys.stdout.write(text)
+    if args.timing:
+        width = max(len(n) for n, _ in timings)
+        print(f"{'pass':<{width}}  seconds", file=sys.stderr)
+        for pass_name, seconds in timings:
+            print(f"{pass_name:<{width}}  {seconds:.4f}", file=sys.stderr)
+        print(f"{'total':<{width}}  {sum(s for _, s in timings):.4f}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -238,6 +273,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="also verify that keys and the world token are used once and new state is kept",
     )
     check.set_defaults(run=cmd_check)
+
+    opt = commands.add_parser("opt", help="run passes and print the result")
+    opt.add_argument("file", metavar="FILE", help="a file, or - for standard input")
+    opt.add_argument(
+        "-p",
+        "--passes",
+        dest="pipeline",
+        required=True,
+        metavar="PIPELINE",
+        help="comma-separated pass names, e.g. explicate,state-passing ("
+        + ", ".join(sorted(PASSES))
+        + ")",
+    )
+    opt.add_argument("-o", "--output", metavar="OUT", help="write the result to OUT")
+    opt.add_argument(
+        "--print-after-all", action="store_true", help="print the program after each pass"
+    )
+    opt.add_argument("--timing", action="store_true", help="print each pass's time")
+    opt.set_defaults(run=cmd_opt)
 
     run_cmd = commands.add_parser("run", help="run a program with the reference interpreter")
     run_cmd.add_argument("file", metavar="FILE", help="a file, or - for standard input")
