@@ -22,6 +22,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/parse_print.py
 	$(BIN)/python benchmarks/check_and_run.py
+	$(BIN)/python benchmarks/effect_passes.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
