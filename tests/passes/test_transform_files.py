@@ -21,6 +21,7 @@ import pytest
 
 import effir
 from effir.passes.pipeline import run_pipeline
+from effir.passes.verify_linear import verify_linear
 
 from .equivalence import arguments_for, assert_same_run
 from .test_check_files import SEPARATOR, expected_errors, split_cases
@@ -84,6 +85,8 @@ def test_transform_case(path, index):
     # The output reads back as itself and type-checks.
     assert effir.astext(effir.parse(effir.astext(after))) == effir.astext(after)
     effir.check(after)
+    if "state-passing" in pipeline.split(","):
+        verify_linear(after)
     # Same behaviour, on several random arguments (both branches of bools).
     rng = np.random.default_rng(line)
     for _ in range(4):
