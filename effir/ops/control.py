@@ -1,11 +1,12 @@
 """Control-flow operators whose bodies are functions (MXNet's proposal)."""
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..ir.node import Attrs
-from ..ir.op import AttrSpec, register_op
+from ..ir.op import AttrSpec, op_def, register_op
 from ..ir.types import ANY, Dim, FuncType, IncompleteType, TensorType, TupleType, Type
 from .relations import (
     NotReady,
@@ -30,6 +31,37 @@ register_op(
     attrs=(AttrSpec("max_iterations", "int", None, optional=True),),
     traits=("control_flow", "dynamic_shape"),
     doc="while_loop(cond, body, init): outputs stacked over the iterations actually run",
+)
+
+
+@dataclass(frozen=True)
+class LoopBody:
+    """A function argument of a loop operator: argument ``arg``, taking
+    ``params`` parameters of which ``state_param`` receives the loop state,
+    and returning ``(out, new_state)`` (a ``step``) or a bool (a condition)."""
+
+    arg: int
+    params: int
+    state_param: int
+    step: bool
+    role: str
+
+
+@dataclass(frozen=True)
+class LoopShape:
+    """How a loop operator threads its state: the initial state is argument
+    ``init``, the final state is field ``final`` of the result, and the
+    ``bodies`` receive it. Passes that thread state through loops (state
+    passing, the linearity verifier) read this rule, ``rules["loop"]``."""
+
+    init: int
+    final: int
+    bodies: tuple[LoopBody, ...]
+
+
+op_def("cf.foreach").rules["loop"] = LoopShape(2, 1, (LoopBody(0, 2, 1, True, "body"),))
+op_def("cf.while_loop").rules["loop"] = LoopShape(
+    2, 1, (LoopBody(1, 1, 0, True, "body"), LoopBody(0, 1, 0, False, "condition"))
 )
 
 

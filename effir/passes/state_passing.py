@@ -86,6 +86,7 @@ from ..ir.op import op_def
 from ..ir.trampoline import Computation, run
 from ..ir.types import FuncType, RefType, TensorType, TupleType, Type
 from ..ir.visitor import ExprMutator, pre_order
+from ..ops.control import LoopBody
 from .explicate import explicate
 from .infer_effects import Source, solve_flows
 from .infer_type import check
@@ -1037,114 +1038,111 @@ class _Translator:
     # ----------------------------------------------------------- loops
     def bind_loop(
         self, var: Var, call: Call, name: str, sigma: dict[str, Expr], bindings: _Bindings
-    ):
-        """A loop whose body touches cells: the cells it writes join the
-        loop-carried state; those it only reads are captured."""
+    ) -> None:
+        """A loop whose functions touch cells: the cells its steps write join
+        the loop-carried state; those they only read are captured. The loop's
+        shape (which argument is the state, which parameter receives it)
+        is its ``loop`` rule."""
         span = call.span
-        sigs = []
+        sigs: dict[int, Signature] = {}
         for i, arg in enumerate(call.args):
             found = self.a.loop_bodies.get((call, i))
             if not found:
-                sigs.append(None)
-            elif isinstance(arg, GlobalVar) and arg.name in self.module.functions:
-                sigs.append(self.a.own_signature(("def", arg.name)))
+                continue
+            if isinstance(arg, GlobalVar) and arg.name in self.module.functions:
+                sigs[i] = self.a.own_signature(("def", arg.name))
             else:
-                sigs.append(self.a.site_signature("indirect", found))
+                sigs[i] = self.a.site_signature("indirect", found)
         args = [
-            self.value_atom(a, bindings) if sigs[i] is None else self.atom(a)
+            self.atom(a) if i in sigs else self.value_atom(a, bindings)
             for i, a in enumerate(call.args)
         ]
-        if not any(sigs):
+        if not any(sigs.values()):
             bindings.append((var, Call(call.callee, tuple(args), call.attrs, span=span)))
             return
-        if name == "cf.foreach":
-            body_sig = sigs[0] or Signature()
-            carried = body_sig.writes
-            body = self.loop_body(args[0], body_sig, carried, sigma, span, sequence=True)
-            init = args[2]
-            new_args = [body, args[1], init]
-            init_index = 2
-        elif name == "cf.while_loop":
-            cond_sig = sigs[0] or Signature()
-            if cond_sig.writes:
-                cells = ", ".join(_cell_text(c) for c in cond_sig.writes)
+        shape = op_def(name).rules.get("loop")
+        if shape is None:
+            raise EffectError(
+                f"{name} runs functions that touch state but has no 'loop' rule saying how "
+                "it threads its state",
+                span,
+            )
+        carried: tuple[str, ...] = ()
+        for body in shape.bodies:
+            sig = sigs.get(body.arg, Signature())
+            if body.step:
+                carried = self.a.sort(set(carried) | set(sig.writes))
+            elif sig.writes:
+                cells = ", ".join(_cell_text(c) for c in sig.writes)
                 raise EffectError(
-                    f"the condition of cf.while_loop writes {cells}; state passing needs a "
-                    "condition that only reads state (move the update into the body)",
+                    f"the {body.role} of {name} writes {cells}; state passing needs a "
+                    f"{body.role} that only reads state (move the update into the loop body)",
                     span,
                 )
-            body_sig = sigs[1] or Signature()
-            carried = body_sig.writes
-            cond = self.loop_cond(args[0], cond_sig, carried, sigma, span)
-            body = self.loop_body(args[1], body_sig, carried, sigma, span, sequence=False)
-            new_args = [cond, body, args[2]]
-            init_index = 2
-        else:
-            raise EffectError(f"state passing does not know the loop operator {name}", span)
+        for body in shape.bodies:
+            sig = sigs.get(body.arg, Signature())
+            if sig or carried:
+                args[body.arg] = self.loop_function(args[body.arg], body, sig, carried, sigma, span)
         if not carried:
-            bindings.append((var, Call(call.callee, tuple(new_args), call.attrs, span=span)))
+            bindings.append((var, Call(call.callee, tuple(args), call.attrs, span=span)))
             return
         init = Var("init", span=span)
         bindings.append(
-            (init, Tuple((new_args[init_index],) + tuple(sigma[c] for c in carried), span=span))
+            (init, Tuple((args[shape.init],) + tuple(sigma[c] for c in carried), span=span))
         )
-        new_args[init_index] = init
+        args[shape.init] = init
         out = Var(_out_name(var), span=span)
-        bindings.append((out, Call(call.callee, tuple(new_args), call.attrs, span=span)))
-        outputs, final = Var("outputs", span=span), Var("final", span=span)
+        bindings.append((out, Call(call.callee, tuple(args), call.attrs, span=span)))
+        # The user's result, with the bare final state in its place.
+        result_type = call.checked_type
+        assert isinstance(result_type, TupleType)
+        fields: list[Expr] = []
+        for k in range(len(result_type.fields)):
+            field = Var("final" if k == shape.final else "outputs", span=span)
+            bindings.append((field, TupleGetItem(out, k, span=span)))
+            fields.append(field)
+        final = fields[shape.final]
         state = Var("state", span=span)
-        bindings.append((outputs, TupleGetItem(out, 0, span=span)))
-        bindings.append((final, TupleGetItem(out, 1, span=span)))
         bindings.append((state, TupleGetItem(final, 0, span=span)))
         for i, cell in enumerate(carried):
             new = self.state_var(cell, span)
             bindings.append((new, TupleGetItem(final, i + 1, span=span)))
             sigma[cell] = new
-        bindings.append((var, Tuple((outputs, state), span=span)))
+        fields[shape.final] = state
+        bindings.append((var, Tuple(tuple(fields), span=span)))
 
-    def _unpack_carry(
-        self,
-        carry: Var,
-        carried: tuple[str, ...],
-        reads: tuple[str, ...],
-        sigma: dict[str, Expr],
-        bindings: _Bindings,
-        span: Span | None,
-    ) -> tuple[Var, dict[str, Expr]]:
-        loop_state = Var("s", span=span)
-        bindings.append((loop_state, TupleGetItem(carry, 0, span=span)))
-        inner: dict[str, Expr] = {}
-        for i, cell in enumerate(carried):
-            v = self.state_var(cell, span)
-            bindings.append((v, TupleGetItem(carry, i + 1, span=span)))
-            inner[cell] = v
-        for cell in reads:
-            if cell not in inner:
-                inner[cell] = self.current(sigma, cell, Var("loop", span=span))
-        return loop_state, inner
-
-    def loop_body(
+    def loop_function(
         self,
         fn_atom: Expr,
+        body: LoopBody,
         sig: Signature,
         carried: tuple[str, ...],
         sigma: dict[str, Expr],
         span: Span | None,
-        sequence: bool,
-    ) -> Expr:
-        """``fn (x_t, (s, carried...)) -> (out, (s', carried'...))`` around a
-        body of signature ``sig`` (foreach; while_loop has no ``x_t``)."""
-        x_t = Var("x_t", span=span)
+    ) -> Function:
+        """The function the loop calls instead of ``fn_atom``: its state
+        parameter receives ``(state, carried cells...)``; a step returns
+        ``(out, (new_state, new cells...))``, a condition its bool."""
+        params = [Var("x", span=span) for _ in range(body.params)]
         bindings: _Bindings = []
-        if not carried:
-            s = Var("s", span=span)
-            extra = tuple(self.current(sigma, c, Var("loop", span=span)) for c in sig.reads)
-            params = (x_t, s) if sequence else (s,)
-            return Function(params, Call(fn_atom, params + extra, span=span), span=span)
-        carry = Var("carry", span=span)
-        loop_state, inner = self._unpack_carry(carry, carried, sig.reads, sigma, bindings, span)
-        args = (x_t, loop_state) if sequence else (loop_state,)
-        call = Call(fn_atom, args + tuple(inner[c] for c in sig.reads), span=span)
+        inner: dict[str, Expr] = {}
+        call_args: list[Expr] = list(params)
+        if carried:
+            carry = Var("carry", span=span)
+            params[body.state_param] = carry
+            loop_state = Var("s", span=span)
+            bindings.append((loop_state, TupleGetItem(carry, 0, span=span)))
+            call_args[body.state_param] = loop_state
+            for i, cell in enumerate(carried):
+                v = self.state_var(cell, span)
+                bindings.append((v, TupleGetItem(carry, i + 1, span=span)))
+                inner[cell] = v
+        for cell in sig.reads:  # cells only read inside the loop are captured
+            if cell not in inner:
+                inner[cell] = self.current(sigma, cell, Var("loop", span=span))
+        call = Call(fn_atom, tuple(call_args) + tuple(inner[c] for c in sig.reads), span=span)
+        if not body.step or not carried:
+            return Function(tuple(params), _chain(bindings, call), span=span)
         result = self.bind_call(Var("step", span=span), call, sig, inner, bindings)
         out, new_state = Var("out", span=span), Var("s", span=span)
         bindings.append((out, TupleGetItem(result, 0, span=span)))
@@ -1153,29 +1151,9 @@ class _Translator:
         bindings.append(
             (new_carry, Tuple((new_state,) + tuple(inner[c] for c in carried), span=span))
         )
-        body = _chain(bindings, Tuple((out, new_carry), span=span))
-        params = (x_t, carry) if sequence else (carry,)
-        return Function(params, body, span=span)
-
-    def loop_cond(
-        self,
-        fn_atom: Expr,
-        sig: Signature,
-        carried: tuple[str, ...],
-        sigma: dict[str, Expr],
-        span: Span | None,
-    ) -> Expr:
-        if not carried:
-            if not sig:
-                return fn_atom
-            v = Var("s", span=span)
-            extra = tuple(self.current(sigma, c, Var("loop", span=span)) for c in sig.reads)
-            return Function((v,), Call(fn_atom, (v,) + extra, span=span), span=span)
-        carry = Var("carry", span=span)
-        bindings: _Bindings = []
-        loop_state, inner = self._unpack_carry(carry, carried, sig.reads, sigma, bindings, span)
-        call = Call(fn_atom, (loop_state,) + tuple(inner[c] for c in sig.reads), span=span)
-        return Function((carry,), _chain(bindings, call), span=span)
+        return Function(
+            tuple(params), _chain(bindings, Tuple((out, new_carry), span=span)), span=span
+        )
 
 
 class _Constructors(ExprMutator):

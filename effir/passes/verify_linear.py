@@ -119,13 +119,19 @@ from .type_solver import show
 
 IO = "io"  # the state name of the world token
 
-# Loops thread their initial state (argument `init`) through their bodies
-# (argument, parameter; must the body use it?) to their final state (result
-# field `final`), so a world token in it is followed there [RULE WORLD].
-_LOOPS = {
-    "cf.foreach": {"init": 2, "final": 1, "bodies": ((0, 1, True),)},
-    "cf.while_loop": {"init": 2, "final": 1, "bodies": ((1, 0, True), (0, 0, False))},
-}
+
+def _loop(op) -> dict | None:
+    """How a loop operator threads its initial state (argument ``init``)
+    through its bodies (argument, parameter; must the body use it? only a
+    step must) to its final state (result field ``final``), from the
+    operator's ``loop`` rule; a world token in it is followed there
+    [RULE WORLD]."""
+    shape = op.rules.get("loop")
+    if shape is None:
+        return None
+    bodies = tuple((b.arg, b.state_param, b.step) for b in shape.bodies)
+    return {"init": shape.init, "final": shape.final, "bodies": bodies}
+
 
 Path = tuple[int, ...]
 # Where a value is used: (the expression, its parent, its index among the
@@ -806,7 +812,7 @@ class _Verifier:
                 else:
                     what = f"the new state (output {index} of {op.name})"
                 self.oblige(result, (index,), what, "produced", span)
-            loop = _LOOPS.get(op.name)
+            loop = _loop(op)
             if loop is not None and args[loop["init"]] is not None:
                 self.thread(call, args[loop["init"]], result, loop, span)
         else:

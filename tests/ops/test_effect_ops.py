@@ -90,3 +90,14 @@ def test_the_batch_norm_expansion_writes_only_in_training(training):
         assert len(writes) == 1 and ops == ["nn.batch_norm_train"]
     else:
         assert not writes and result.callee.name == "nn.batch_norm_infer"
+
+
+def test_loop_operators_declare_how_they_thread_state():
+    """state passing and the linearity verifier read this rule, not names."""
+    foreach = op_def("cf.foreach").rules["loop"]
+    assert (foreach.init, foreach.final) == (2, 1)
+    (body,) = foreach.bodies
+    assert (body.arg, body.params, body.state_param, body.step) == (0, 2, 1, True)
+    while_loop = op_def("cf.while_loop").rules["loop"]
+    roles = {b.role: (b.arg, b.params, b.state_param, b.step) for b in while_loop.bodies}
+    assert roles == {"body": (1, 1, 0, True), "condition": (0, 1, 0, False)}
