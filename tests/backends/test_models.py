@@ -120,8 +120,7 @@ def @main(%x: Tensor[(n, 3), float32]) {
 def test_boolean_mask_program():
     mod = module(MASK)
     assert effir.astext(mod["main"].body.checked_type) == (
-        "(Tensor[(?, 3), float32], Tensor[(3), float32], Tensor[(?, 1), int32], "
-        "Tensor[(2), int32])"
+        "(Tensor[(?, 3), float32], Tensor[(3), float32], Tensor[(?, 1), int32], Tensor[(2), int32])"
     )
     x = np.random.default_rng(1).standard_normal((10, 3), dtype=np.float32)
     rows, mean, idx, shape = effir.interpret(mod, x)
@@ -199,7 +198,16 @@ def test_the_gru_language_model_example():
     h0 = np.zeros((b, 64), np.float32)
     printed = []
     out = effir.interpret(
-        mod, tokens, embed, w, u, bias, gamma, beta, proj, h0,
+        mod,
+        tokens,
+        embed,
+        w,
+        u,
+        bias,
+        gamma,
+        beta,
+        proj,
+        h0,
         sink=lambda label, value: printed.append((label, float(value))),
     )
 

@@ -27,9 +27,7 @@ EFFECTFUL = H + (
 )
 
 PROGRAM = H + (
-    "def @main(%x: Tensor[(n, 2), float32], %y: Tensor[(2), float32]) {\n"
-    "  (%x + %y, sum(%x))\n"
-    "}\n"
+    "def @main(%x: Tensor[(n, 2), float32], %y: Tensor[(2), float32]) {\n  (%x + %y, sum(%x))\n}\n"
 )
 
 
@@ -74,8 +72,16 @@ def test_run_prints_results_and_writes_npz(tmp_path, capsys):
     np.save(tmp_path / "y.npy", y)
     out_path = tmp_path / "out.npz"
     code = main(
-        ["run", path, "--arg", f"x={tmp_path / 'x.npy'}", "--arg", f"y={tmp_path / 'y.npy'}",
-         "--output", str(out_path)]
+        [
+            "run",
+            path,
+            "--arg",
+            f"x={tmp_path / 'x.npy'}",
+            "--arg",
+            f"y={tmp_path / 'y.npy'}",
+            "--output",
+            str(out_path),
+        ]
     )
     assert code == 0
     out = capsys.readouterr().out
@@ -124,8 +130,9 @@ def test_run_reports_runtime_errors_with_location(tmp_path, capsys):
     path = write(tmp_path, "p.effir", PROGRAM)
     np.save(tmp_path / "x.npy", np.zeros((3, 2), np.float64))
     np.save(tmp_path / "y.npy", np.zeros(2, np.float32))
-    code = main(["run", path, "--arg", f"x={tmp_path / 'x.npy'}", "--arg",
-                 f"y={tmp_path / 'y.npy'}"])
+    code = main(
+        ["run", path, "--arg", f"x={tmp_path / 'x.npy'}", "--arg", f"y={tmp_path / 'y.npy'}"]
+    )
     assert code == 1
     err = capsys.readouterr().err
     assert "runtime error: parameter %x of @main expects Tensor[(n, 2), float32]" in err

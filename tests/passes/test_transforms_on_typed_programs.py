@@ -68,7 +68,8 @@ def assert_same(program: TypedProgram, after, a2: bool = False) -> None:
     text = effir.astext(program.module) + "\n=== after ===\n" + effir.astext(after)
     assert same(r1, r2), text
     assert all(same(s1[c], s2[c]) for c in s1), text
-    assert len(p1) == len(p2) and all(same(x[1], y[1]) for x, y in zip(p1, p2)), text
+    assert len(p1) == len(p2), text
+    assert all(same(x[1], y[1]) for x, y in zip(p1, p2, strict=True)), text
 
 
 def is_anf(fn: Function) -> bool:
