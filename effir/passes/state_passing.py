@@ -56,7 +56,7 @@ ADT definitions whose functions would need state.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from ..ir.diagnostics import EffectError, Span, TypeCheckError, WellFormedError
@@ -317,12 +317,7 @@ class _Analysis:
         used = self.used
         while stack:
             node, unit, own = stack.pop()
-            for field_name, kind in type(node).FIELDS:
-                value = getattr(node, field_name)
-                if kind == "node" and isinstance(value, Var):
-                    used.add(value)
-                elif kind == "nodes":
-                    used.update(v for v in value if isinstance(v, Var))
+            used.update(var for _, var in _var_uses(node))
             if isinstance(node, Function):
                 src: Source = own if own is not None else ("fn", node)
                 if src in self.unit_fn:
@@ -389,24 +384,21 @@ class _Analysis:
                 )
 
     def _check_reference_uses(self, node: Node, ref_vars: dict[Var, str]) -> None:
-        for field_name, kind in type(node).FIELDS:
-            value = getattr(node, field_name)
-            values = value if kind == "nodes" else (value,) if kind == "node" else ()
-            for child in values:
-                if not (isinstance(child, Var) and child in ref_vars):
-                    continue
-                if isinstance(node, RefRead | RefWrite) and field_name == "ref":
-                    continue
-                if isinstance(node, Let) and field_name == "value":
-                    continue  # an alias, checked where it is used
-                name = ref_vars[child]
-                raise EffectError(
-                    f"the local reference %{child.name_hint} is used as a value here (passed, "
-                    "stored or returned); state passing turns a local reference into plain "
-                    "values only when it is only read and written",
-                    node.span or child.span,
-                    (f"the reference is created at {_where(self.alloc_span[name])}",),
-                )
+        for field_name, child in _var_uses(node):
+            if child not in ref_vars:
+                continue
+            if isinstance(node, RefRead | RefWrite) and field_name == "ref":
+                continue
+            if isinstance(node, Let) and field_name == "value":
+                continue  # an alias, checked where it is used
+            name = ref_vars[child]
+            raise EffectError(
+                f"the local reference %{child.name_hint} is used as a value here (passed, "
+                "stored or returned); state passing turns a local reference into plain "
+                "values only when it is only read and written",
+                node.span or child.span,
+                (f"the reference is created at {_where(self.alloc_span[name])}",),
+            )
 
     def _cell_of(self, node: RefRead | RefWrite) -> str:
         sources = self.flows.value_of(node.ref)
@@ -589,28 +581,25 @@ class _Analysis:
             return
         for fn in self.module.functions.values():
             for node in pre_order(fn):
-                for field_name, kind in type(node).FIELDS:
-                    value = getattr(node, field_name)
-                    values = value if kind == "nodes" else (value,) if kind == "node" else ()
-                    for child in values:
-                        if not (isinstance(child, Var) and child in touching):
-                            continue
-                        if isinstance(node, Call) and field_name == "callee":
-                            continue
-                        if (
-                            isinstance(node, Call)
-                            and isinstance(node.callee, Op)
-                            and "control_flow" in op_def(node.callee).traits
-                        ):
-                            continue
-                        cell = touching[child]
-                        raise EffectError(
-                            f"%{child.name_hint} touches the local reference created at "
-                            f"{_where(self.alloc_span[cell])} and escapes here (it is "
-                            "returned, passed or stored); it could then run where that "
-                            "reference's value is not known",
-                            node.span or child.span,
-                        )
+                for field_name, child in _var_uses(node):
+                    if child not in touching:
+                        continue
+                    if isinstance(node, Call) and field_name == "callee":
+                        continue
+                    if (
+                        isinstance(node, Call)
+                        and isinstance(node.callee, Op)
+                        and "control_flow" in op_def(node.callee).traits
+                    ):
+                        continue
+                    cell = touching[child]
+                    raise EffectError(
+                        f"%{child.name_hint} touches the local reference created at "
+                        f"{_where(self.alloc_span[cell])} and escapes here (it is "
+                        "returned, passed or stored); it could then run where that "
+                        "reference's value is not known",
+                        node.span or child.span,
+                    )
 
     def _adt_fields(self) -> None:
         """Function-typed constructor fields that hold functions with state:
@@ -678,6 +667,18 @@ class _Analysis:
                         own |= inside[id(child)]
             inside[id(node)] = frozenset(own)
         return inside
+
+
+def _var_uses(node: Node) -> Iterator[tuple[str, Var]]:
+    """The variables ``node`` uses directly (not binds), with their fields."""
+    for field_name, kind in type(node).FIELDS:
+        value = getattr(node, field_name)
+        if kind == "node" and isinstance(value, Var):
+            yield field_name, value
+        elif kind == "nodes":
+            for item in value:
+                if isinstance(item, Var):
+                    yield field_name, item
 
 
 def _body_nodes(body: Expr) -> list[Node]:

@@ -2,7 +2,6 @@
 interpreter at Python's default recursion limit (no recursion proportional
 to program size anywhere)."""
 
-import sys
 
 import pytest
 
@@ -12,12 +11,7 @@ from effir.passes.infer_effects import infer_effects
 H = '#[version = "0.0.5"]\n'
 
 
-@pytest.fixture(autouse=True)
-def default_recursion_limit():
-    old = sys.getrecursionlimit()
-    sys.setrecursionlimit(1000)
-    yield
-    sys.setrecursionlimit(old)
+pytestmark = pytest.mark.usefixtures("default_recursion_limit")
 
 
 def pipeline(text: str, *args):

@@ -5,6 +5,8 @@ import pytest
 
 from effir.cli import main
 
+from .files import write
+
 H = '#[version = "0.0.5"]\n'
 
 TWO_ERRORS = H + (
@@ -29,12 +31,6 @@ EFFECTFUL = H + (
 PROGRAM = H + (
     "def @main(%x: Tensor[(n, 2), float32], %y: Tensor[(2), float32]) {\n  (%x + %y, sum(%x))\n}\n"
 )
-
-
-def write(tmp_path, name, text):
-    path = tmp_path / name
-    path.write_text(text)
-    return str(path)
 
 
 def test_check_prints_every_type_error_with_its_location(tmp_path, capsys):

@@ -5,6 +5,8 @@ import sys
 
 from effir.cli import main
 
+from .files import write
+
 H = '#[version = "0.0.5"]\n'
 
 LINEAR = H + (
@@ -23,12 +25,6 @@ REUSED = H + (
     "  (random.dropout(%a, %k), %w)\n"
     "}\n"
 )
-
-
-def write(tmp_path, name, text):
-    path = tmp_path / name
-    path.write_text(text)
-    return str(path)
 
 
 def test_linear_program_passes_and_prints_nothing_extra(tmp_path, capsys):

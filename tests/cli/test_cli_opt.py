@@ -5,6 +5,8 @@ import numpy as np
 import effir
 from effir.cli import main
 
+from .files import write
+
 H = '#[version = "0.0.5"]\n'
 
 EFFECTFUL = H + (
@@ -16,12 +18,6 @@ EFFECTFUL = H + (
     '  debug.print(nn.dropout(%x, @rng, rate=0.5), label="dropped")\n'
     "}\n"
 )
-
-
-def write(tmp_path, name, text):
-    path = tmp_path / name
-    path.write_text(text)
-    return str(path)
 
 
 def test_opt_prints_the_state_passing_program(tmp_path, capsys):

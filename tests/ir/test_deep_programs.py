@@ -1,7 +1,6 @@
 """Deep programs print, parse, compare, hash, check and rewrite at Python's
 default recursion limit (no recursion proportional to program size)."""
 
-import sys
 
 import pytest
 
@@ -24,12 +23,7 @@ from effir.ir import (
 VEC = TensorType((4,), "float32")
 
 
-@pytest.fixture(autouse=True)
-def default_recursion_limit():
-    previous = sys.getrecursionlimit()
-    sys.setrecursionlimit(1000)  # CPython's default, whatever the runner set
-    yield
-    sys.setrecursionlimit(previous)
+pytestmark = pytest.mark.usefixtures("default_recursion_limit")
 
 
 def roundtrip_everything(mod: IRModule) -> None:

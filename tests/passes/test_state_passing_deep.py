@@ -2,7 +2,6 @@
 default recursion limit: a long let chain full of effects, deeply nested
 ifs whose innermost branch writes a cell, deep recursion through state."""
 
-import sys
 
 import numpy as np
 import pytest
@@ -16,12 +15,7 @@ from .equivalence import assert_same_run
 H = '#[version = "0.0.5"]\n'
 
 
-@pytest.fixture(autouse=True)
-def default_recursion_limit():
-    old = sys.getrecursionlimit()
-    sys.setrecursionlimit(1000)
-    yield
-    sys.setrecursionlimit(old)
+pytestmark = pytest.mark.usefixtures("default_recursion_limit")
 
 
 def test_long_chain_of_dropouts_and_writes():

@@ -5,7 +5,6 @@ MLIR-style cases of checks/linearity.effir; deep programs."""
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -525,14 +524,6 @@ def test_programs_built_in_python_without_spans():
 
 
 # --------------------------------------------------------- deep programs
-@pytest.fixture
-def default_recursion_limit():
-    previous = sys.getrecursionlimit()
-    sys.setrecursionlimit(1000)  # CPython's default, whatever the runner set
-    yield
-    sys.setrecursionlimit(previous)
-
-
 def test_deep_let_chain_threading_a_key(default_recursion_limit):
     # 10,000 lets: at the default recursion limit, one error at the very end
     # shows that the whole chain was followed and found linear.
