@@ -43,14 +43,14 @@ How it works, in order:
    an environment: a read is that value, a write replaces it, a call passes
    the values and rebinds the new ones, both branches of an ``if``/``match``
    return the same new values, a loop body's written cells become part of
-   the loop-carried state (cells it only reads are captured), and a local
+   the loop-carried state (cells it only reads are captured; a loop
+   condition that writes state moves into the step), and a local
    ``ref(...)`` becomes a plain value from its creation on.
 
 What is rejected, with a located error, rather than mis-compiled: a
 reference whose cell is not unique, a local reference used as a value (passed,
 stored, returned), a closure that touches a local reference and escapes it,
-a ``cf.while_loop`` condition that writes state, and function types inside
-ADT definitions whose functions would need state.
+and an ADT field holding functions that need different cells.
 """
 
 from __future__ import annotations
@@ -58,6 +58,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+
+import numpy as np
 
 from ..ir.diagnostics import EffectError, Span, TypeCheckError, WellFormedError
 from ..ir.expr import (
@@ -79,14 +81,15 @@ from ..ir.expr import (
     TupleGetItem,
     TypeData,
     Var,
+    const,
 )
 from ..ir.module import IRModule
 from ..ir.node import Attrs, Node
-from ..ir.op import op_def
+from ..ir.op import call_op, op_def
 from ..ir.trampoline import Computation, run
 from ..ir.types import FuncType, RefType, TensorType, TupleType, Type
 from ..ir.visitor import ExprMutator, pre_order
-from ..ops.control import LoopBody
+from ..ops.control import LoopBody, LoopShape
 from .explicate import explicate
 from .infer_effects import Source, solve_flows
 from .infer_type import check
@@ -698,6 +701,10 @@ def _body_nodes(body: Expr) -> list[Node]:
     return out
 
 
+def _boolean(value: bool, span: Span | None) -> Constant:
+    return Constant(np.bool_(value), span=span)
+
+
 def _out_name(var: Var) -> str:
     return "out" if var.name_hint == "_" else var.name_hint + "_out"
 
@@ -1074,12 +1081,8 @@ class _Translator:
             if body.step:
                 carried = self.a.sort(set(carried) | set(sig.writes))
             elif sig.writes:
-                cells = ", ".join(_cell_text(c) for c in sig.writes)
-                raise EffectError(
-                    f"the {body.role} of {name} writes {cells}; state passing needs a "
-                    f"{body.role} that only reads state (move the update into the loop body)",
-                    span,
-                )
+                self.bind_condition_loop(var, call, shape, sigs, args, sigma, bindings)
+                return
         for body in shape.bodies:
             sig = sigs.get(body.arg, Signature())
             if sig or carried:
@@ -1111,6 +1114,132 @@ class _Translator:
             sigma[cell] = new
         fields[shape.final] = state
         bindings.append((var, Tuple(tuple(fields), span=span)))
+
+    def bind_condition_loop(
+        self,
+        var: Var,
+        call: Call,
+        shape: LoopShape,
+        sigs: dict[int, Signature],
+        args: list[Expr],
+        sigma: dict[str, Expr],
+        bindings: _Bindings,
+    ) -> None:
+        """A loop whose condition writes state (draws a key, prints): the
+        condition cannot return new state, so it moves into the loop. It is
+        tested once before the loop and then at the end of each step, unless
+        that step was the last one ``max_iterations`` allows; the loop's own
+        condition reads the answer from the carried state. The effects
+        happen in the original order: test, step, test, ..., the failing
+        test (or the last step)."""
+        span = call.span
+        name = op_def(call.callee).name
+        conditions = [b for b in shape.bodies if not b.step]
+        steps = [b for b in shape.bodies if b.step]
+        if len(conditions) != 1 or len(steps) != 1 or any(b.params != 1 for b in shape.bodies):
+            raise EffectError(
+                f"the condition of {name} writes state, which state passing can only "
+                "thread through a loop of one condition and one step on the loop state",
+                span,
+            )
+        cond, step = conditions[0], steps[0]
+        csig = sigs.get(cond.arg, Signature())
+        bsig = sigs.get(step.arg, Signature())
+        carried = self.a.sort(set(csig.writes) | set(bsig.writes))
+        limit = call.attrs.get("max_iterations")
+
+        def test(state: Expr, env: dict[str, Expr], out: _Bindings) -> Expr:
+            """Call the condition on ``state``, rebinding the cells it writes."""
+            args_ = (state,) + tuple(self.current(env, c, call) for c in csig.reads)
+            return self.bind_call(
+                Var("go", span=span), Call(args[cond.arg], args_, span=span), csig, env, out
+            )
+
+        before = dict(sigma)
+        go: Expr = _boolean(False, span) if limit == 0 else test(args[shape.init], before, bindings)
+        counter = () if limit is None else (const(0),)
+        init = Var("init", span=span)
+        bindings.append(
+            (
+                init,
+                Tuple(
+                    (args[shape.init], go, *counter) + tuple(before[c] for c in carried),
+                    span=span,
+                ),
+            )
+        )
+        first_cell = 2 + len(counter)
+        # The loop's condition: the answer the last test left in the carry.
+        carry = Var("carry", span=span)
+        new_cond = Function((carry,), TupleGetItem(carry, 1, span=span), span=span)
+        # The loop's step: the original step, then the next test.
+        carry = Var("carry", span=span)
+        inner: dict[str, Expr] = dict(sigma)
+        body: _Bindings = []
+        loop_state = Var("s", span=span)
+        body.append((loop_state, TupleGetItem(carry, 0, span=span)))
+        for i, cell in enumerate(carried):
+            v = self.state_var(cell, span)
+            body.append((v, TupleGetItem(carry, first_cell + i, span=span)))
+            inner[cell] = v
+        step_args = (loop_state,) + tuple(self.current(inner, c, call) for c in bsig.reads)
+        result = self.bind_call(
+            Var("step", span=span), Call(args[step.arg], step_args, span=span), bsig, inner, body
+        )
+        out, new_state = Var("out", span=span), Var("s", span=span)
+        body.append((out, TupleGetItem(result, 0, span=span)))
+        body.append((new_state, TupleGetItem(result, 1, span=span)))
+        if limit is None:
+            next_go = test(new_state, inner, body)
+            count: tuple[Expr, ...] = ()
+        else:
+            done, k = Var("done", span=span), Var("k", span=span)
+            body.append((done, TupleGetItem(carry, 2, span=span)))
+            body.append((k, call_op("add", done, const(1))))
+            more = Var("more", span=span)
+            body.append((more, call_op("less", k, const(limit))))
+            then_env = dict(inner)
+            then_bindings: _Bindings = []
+            then_go = test(new_state, then_env, then_bindings)
+            then_value = Tuple((then_go,) + tuple(then_env[c] for c in csig.writes), span=span)
+            else_value = Tuple(
+                (_boolean(False, span),) + tuple(inner[c] for c in csig.writes), span=span
+            )
+            tested = Var("tested", span=span)
+            body.append(
+                (tested, If(more, _chain(then_bindings, then_value), else_value, span=span))
+            )
+            next_go = Var("go", span=span)
+            body.append((next_go, TupleGetItem(tested, 0, span=span)))
+            for i, cell in enumerate(csig.writes):
+                v = self.state_var(cell, span)
+                body.append((v, TupleGetItem(tested, i + 1, span=span)))
+                inner[cell] = v
+            count = (k,)
+        new_carry = Var("carry", span=span)
+        body.append(
+            (
+                new_carry,
+                Tuple((new_state, next_go, *count) + tuple(inner[c] for c in carried), span=span),
+            )
+        )
+        new_step = Function((carry,), _chain(body, Tuple((out, new_carry), span=span)), span=span)
+        loop_args = list(args)
+        loop_args[cond.arg] = new_cond
+        loop_args[step.arg] = new_step
+        loop_args[shape.init] = init
+        looped = Var(_out_name(var), span=span)
+        bindings.append((looped, Call(call.callee, tuple(loop_args), call.attrs, span=span)))
+        outputs, final = Var("outputs", span=span), Var("final", span=span)
+        state = Var("state", span=span)
+        bindings.append((outputs, TupleGetItem(looped, 0, span=span)))
+        bindings.append((final, TupleGetItem(looped, shape.final, span=span)))
+        bindings.append((state, TupleGetItem(final, 0, span=span)))
+        for i, cell in enumerate(carried):
+            new = self.state_var(cell, span)
+            bindings.append((new, TupleGetItem(final, first_cell + i, span=span)))
+            sigma[cell] = new
+        bindings.append((var, Tuple((outputs, state), span=span)))
 
     def loop_function(
         self,

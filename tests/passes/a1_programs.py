@@ -89,11 +89,8 @@ RATES = ("0.0", "0.1", "0.5", "0.75", "1.0")
 
 # Constructs that ``state_passing`` documents as rejected (with a located
 # EffectError) rather than supported: feature -> text its message must hold.
-# A condition that prints writes the world token ``io``, which is state too.
-KNOWN_REJECTIONS = {
-    "while_cond_writes": "the condition of cf.while_loop writes",
-    "while_cond_prints": "the condition of cf.while_loop writes",
-}
+# (None today: while_loop conditions that draw keys or print used to be.)
+KNOWN_REJECTIONS: dict[str, str] = {}
 
 # Every construct the generator can emit, for the coverage test.
 FEATURES = frozenset(
@@ -624,7 +621,7 @@ class Gen:
         c = self.fresh("cond")
         kind = self.int_(0, 5)
         if kind == 0:
-            # documented as rejected by state_passing (KNOWN_REJECTIONS)
+            # the condition writes state: it moves into the loop's step
             self.use("while_cond_writes")
             q = self.fresh("q")
             cell = self.pick(KEY_CELLS)

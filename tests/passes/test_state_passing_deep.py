@@ -2,7 +2,6 @@
 default recursion limit: a long let chain full of effects, deeply nested
 ifs whose innermost branch writes a cell, deep recursion through state."""
 
-
 import numpy as np
 import pytest
 

@@ -1,0 +1,61 @@
+"""State passing through loops whose condition writes state, for every
+max_iterations that matters (none, zero, fewer or more than the condition
+allows): the same tests, steps, draws and prints in the same order."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import effir
+from effir.passes.state_passing import state_passing
+from effir.passes.verify_linear import verify_linear
+
+from .equivalence import assert_same_run
+
+PROGRAM = """#[version = "0.0.5"]
+global @rng: Ref[Key] = ref(random.key(0));
+global @n: Ref[int32] = ref(0);
+def @main(%x: Tensor[(4), float32]) {
+  let %cond = fn (%s: Tensor[(4), float32]) {
+    ref_write(@n, add(ref_read(@n), 1));
+    let %d = nn.dropout(%s, @rng);
+    debug.print(%d, label="test");
+    less(ref_read(@n), 4)
+  };
+  let %body = fn (%s: Tensor[(4), float32]) {
+    let %y = nn.dropout(%s, @rng, rate=0.25f);
+    debug.print(%y, label="step");
+    (%y, add(%y, 1f))
+  };
+  cf.while_loop(%cond, %body, %x LIMIT)
+}
+"""
+
+
+@pytest.mark.parametrize("limit", [None, 0, 1, 2, 3, 4, 10])
+def test_a_condition_that_draws_counts_and_prints(limit):
+    text = PROGRAM.replace("LIMIT", "" if limit is None else f", max_iterations={limit}")
+    a1 = effir.check(effir.parse(text))
+    a2 = state_passing(a1)
+    verify_linear(a2)
+    for seed in (None, 5):
+        assert_same_run(a1, a2, (np.linspace(-1, 1, 4, dtype=np.float32),), seed=seed)
+
+
+def test_a_global_function_as_the_condition():
+    text = """#[version = "0.0.5"]
+    global @n: Ref[int32] = ref(0);
+    def @more(%s: int32) -> bool {
+      ref_write(@n, add(ref_read(@n), %s));
+      less(ref_read(@n), 10)
+    }
+    def @main(%x: int32) {
+      let %body = fn (%s: int32) { (%s, add(%s, 1)) };
+      cf.while_loop(@more, %body, %x, max_iterations=8)
+    }
+    """
+    a1 = effir.check(effir.parse(text))
+    a2 = state_passing(a1)
+    verify_linear(a2)
+    assert_same_run(a1, a2, (np.int32(1),))
