@@ -167,9 +167,12 @@ class _Normalizer:
 
 
 class _FreshBinders(ExprMutator):
-    def __init__(self, binders: set[Var]) -> None:
+    def __init__(self, binders: set[Var], replace: dict[Var, Expr]) -> None:
         super().__init__()
-        self.fresh = {v: Var(v.name_hint, v.type_annotation, span=v.span) for v in binders}
+        self.fresh: dict[Var, Expr] = {
+            v: Var(v.name_hint, v.type_annotation, span=v.span) for v in binders
+        }
+        self.fresh.update(replace)
 
     def visit_Var(self, new: Node, old: Node) -> Node:
         assert isinstance(old, Var)
@@ -184,9 +187,11 @@ class _FreshBinders(ExprMutator):
         return rebuilt
 
 
-def fresh_binders(expr: Expr) -> Expr:
-    """A copy of ``expr`` whose own binders are new variables (its free
-    variables stay), so that it can be bound a second time."""
+def fresh_binders(expr: Expr, replace: dict[Var, Expr] | None = None) -> Expr:
+    """A copy of ``expr`` that shares no compound node with it and whose own
+    binders are new variables (its free variables stay), so that it can be
+    bound a second time; ``replace`` substitutes expressions for variables
+    (a binder so replaced must be dropped from the copy by the caller)."""
     binders: set[Var] = set()
     for node in pre_order(expr):
         if isinstance(node, Let):
@@ -195,9 +200,7 @@ def fresh_binders(expr: Expr) -> Expr:
             binders.update(node.params)
         elif isinstance(node, PatternVar):
             binders.add(node.var)
-    if not binders:
-        return expr
-    copy = _FreshBinders(binders).mutate(expr)
+    copy = _FreshBinders(binders, replace or {}).mutate(expr)
     assert isinstance(copy, Expr)
     return copy
 

@@ -90,6 +90,7 @@ from ..ir.trampoline import Computation, run
 from ..ir.types import FuncType, RefType, TensorType, TupleType, Type
 from ..ir.visitor import ExprMutator, pre_order
 from ..ops.control import LoopBody, LoopShape
+from .anf import fresh_binders
 from .explicate import explicate
 from .infer_effects import Source, solve_flows
 from .infer_type import check
@@ -147,12 +148,16 @@ def _specialise_cell_arguments(module: IRModule) -> IRModule:
     specialised: set[str] = set()
     ref_params = _reference_parameters(functions)
     work = list(functions)
+    changed = False
     while work:
         name = work.pop()
         rewriter = _CellArguments(cells, functions, copies, specialised, work, ref_params)
         new = rewriter.mutate(functions[name])
         if new is not functions[name]:
             functions[name] = new
+            changed = True
+    if not changed:
+        return module
     # Originals whose every use was specialised are gone from the program.
     referenced: set[str] = set()
     for fn in functions.values():
@@ -161,10 +166,6 @@ def _specialise_cell_arguments(module: IRModule) -> IRModule:
                 referenced.add(node.name)
     for name in specialised - referenced:
         del functions[name]
-    if all(functions.get(n) is f for n, f in module.functions.items()) and len(functions) == len(
-        module.functions
-    ):
-        return module
     return IRModule(functions, module.type_defs, module.cells)
 
 
@@ -206,13 +207,6 @@ class _CellArguments(ExprMutator):
         self.copies = copies
         self.specialised = specialised
         self.work = work
-        self.aliases: dict[Var, GlobalVar] = {}
-
-    def visit_Let(self, new: Node, old: Node) -> Node:
-        return new
-
-    def visit_Var(self, new: Node, old: Node) -> Node:
-        return new
 
     def visit_Call(self, new: Node, old: Node) -> Node:
         assert isinstance(new, Call)
@@ -252,28 +246,11 @@ def _fresh_name(base: str, taken) -> str:
     return name
 
 
-class _Renamer(ExprMutator):
-    """A copy with fresh binders; ``fixed`` parameters become global cells."""
-
-    def __init__(self, replace: dict[Var, Expr]) -> None:
-        super().__init__()
-        self.replace = replace
-        self.fresh: dict[Var, Var] = {}
-
-    def visit_Var(self, new: Node, old: Node) -> Node:
-        assert isinstance(old, Var)
-        if old in self.replace:
-            return self.replace[old]
-        if old not in self.fresh:
-            self.fresh[old] = Var(old.name_hint, new.type_annotation, span=old.span)
-        return self.fresh[old]
-
-
 def _copy_with_cells(fn: Function, fixed: dict[int, str]) -> Function:
     replace: dict[Var, Expr] = {
         fn.params[i]: GlobalVar(cell, span=fn.params[i].span) for i, cell in fixed.items()
     }
-    copy = _Renamer(replace).mutate(fn)
+    copy = fresh_binders(fn, replace)  # shares no node: a `ref(...)` is its own
     assert isinstance(copy, Function)
     params = tuple(p for i, p in enumerate(copy.params) if i not in fixed)
     return dataclasses.replace(copy, params=params)
