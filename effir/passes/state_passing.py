@@ -404,33 +404,15 @@ class _Analysis:
 
     # ------------------------------------------------------ signatures
     def _signatures(self) -> None:
+        """Each function's cells (reads, writes), by a fixpoint over the call
+        sites; functions that one call site may call form a group (union-find)
+        whose signature is the union of its members'."""
         reads: dict[Source, set[str]] = {u: set() for u in self.unit_fn}
         writes: dict[Source, set[str]] = {u: set() for u in self.unit_fn}
         self.call_sites: dict[Source, list[tuple[Call, str, frozenset[Source]]]] = {}
         self.loop_bodies: dict[tuple[Call, int], frozenset[Source]] = {}
-        parent = list(range(0))  # union-find over function sources
-        index: dict[Source, int] = {}
-
-        def find(src: Source) -> int:
-            if src not in index:
-                index[src] = len(parent)
-                parent.append(index[src])
-            i = index[src]
-            while parent[i] != i:
-                parent[i] = parent[parent[i]]
-                i = parent[i]
-            return i
-
-        def union(sources: Iterable[Source]) -> None:
-            roots = [find(s) for s in sources]
-            for r in roots[1:]:
-                parent[find_root(r)] = find_root(roots[0])
-
-        def find_root(i: int) -> int:
-            while parent[i] != i:
-                i = parent[i]
-            return i
-
+        groups = _UnionFind()
+        union = groups.union
         for unit, fn in self.unit_fn.items():
             sites: list[tuple[Call, str, frozenset[Source]]] = []
             for node in _body_nodes(fn.body):
@@ -462,7 +444,7 @@ class _Analysis:
                             union(found)
                             sites.append((node, "indirect", found))
             self.call_sites[unit] = sites
-        self.group: dict[Source, int] = {src: find_root(find(src)) for src in index}
+        self.group: dict[Source, int] = groups.classes()
         members: dict[int, list[Source]] = {}
         for src, g in self.group.items():
             members.setdefault(g, []).append(src)
@@ -488,14 +470,14 @@ class _Analysis:
                 r, w = reads[unit], writes[unit]
                 before = (len(r), len(w))
                 for _, kind, found in sites:
-                    for src in found if kind == "direct" else (next(iter(found)),):
-                        if kind == "direct":
-                            r |= reads.get(src, set())
-                            w |= writes.get(src, set())
-                        else:
-                            g = self.group[src]
-                            r |= group_reads[g]
-                            w |= group_writes[g]
+                    if kind == "direct":
+                        (callee,) = found
+                        r |= reads[callee]
+                        w |= writes[callee]
+                    else:
+                        g = self.group[next(iter(found))]
+                        r |= group_reads[g]
+                        w |= group_writes[g]
                 mine = owned.get(unit, set())
                 r -= mine
                 w -= mine
@@ -647,6 +629,31 @@ class _Analysis:
                         own |= inside[id(child)]
             inside[id(node)] = frozenset(own)
         return inside
+
+
+class _UnionFind:
+    """Disjoint sets of function sources."""
+
+    def __init__(self) -> None:
+        self.parent: dict[Source, Source] = {}
+
+    def find(self, src: Source) -> Source:
+        parent = self.parent
+        parent.setdefault(src, src)
+        while parent[src] != src:
+            parent[src] = parent[parent[src]]  # path halving
+            src = parent[src]
+        return src
+
+    def union(self, sources: Iterable[Source]) -> None:
+        roots = [self.find(s) for s in sources]
+        for root in roots[1:]:
+            self.parent[self.find(root)] = self.find(roots[0])
+
+    def classes(self) -> dict[Source, int]:
+        """Each source's class, numbered."""
+        numbers: dict[Source, int] = {}
+        return {s: numbers.setdefault(self.find(s), len(numbers)) for s in list(self.parent)}
 
 
 def _var_uses(node: Node) -> Iterator[tuple[str, Var]]:
