@@ -315,6 +315,7 @@ class _Analysis:
                 name = f"%ref{k}" if k else "%ref"
                 self.alloc_name[node] = name
                 self.alloc_span[name] = node.span
+                self.types[name] = node.value.checked_type
                 self.owner[name] = unit
                 self.order[name] = len(self.module.cells) + k
             for child in node.children():
@@ -706,12 +707,15 @@ _Bindings = list[tuple[Var, Expr]]
 
 
 class _Translator:
+    """Rewrites each function binding by binding, with ``sigma``: each
+    cell's current value. ``subst`` maps variables bound to a read to the
+    value read; ``inside`` gives the cells written inside an ``if``/``match``."""
+
     def __init__(self, module: IRModule, analysis: _Analysis) -> None:
         self.module = module
         self.a = analysis
         self.subst: dict[Var, Expr] = {}
         self.inside: dict[int, frozenset[str]] = {}
-        self.adapters: dict[str, Function] = {}
 
     def run(self) -> IRModule:
         functions = {}
@@ -751,13 +755,8 @@ class _Translator:
 
     # ------------------------------------------------------- helpers
     def cell_type(self, cell: str) -> Type:
-        if cell in self.a.types:
-            return self.a.types[cell]
-        for node, name in self.a.alloc_name.items():
-            if name == cell:
-                self.a.types[cell] = node.value.checked_type
-                return self.a.types[cell]
-        raise KeyError(cell)
+        """The type of the value a cell holds (the world token's for ``io``)."""
+        return self.a.types[cell]
 
     def state_var(self, cell: str, span: Span | None) -> Var:
         hint = cell.lstrip("%") if cell.startswith("%") else cell
