@@ -64,6 +64,7 @@ from ..ir.op import OpDef, op_def
 from ..ir.printer import astext
 from ..ir.trampoline import run
 from ..ir.types import ANY, TensorType, TupleType, Type
+from ..ops.effects import WORLD
 from ..ops.relations import OpFailure
 from ..runtime import prng
 from ..runtime.values import ADTValue, PRNGKey, RefValue, describe_value, type_text
@@ -232,10 +233,6 @@ def interpret_a2(
         if cell != WORLD:
             state.cells[cell].value = value
     return result[0]
-
-
-WORLD = "io"
-"""The name under which state-passing functions pass the world token."""
 
 
 class Interpreter:

@@ -54,6 +54,8 @@ register_op(
     "(world + 1, x), so that outputs are ordered by data flow through the world token",
 )
 
+WORLD = "io"
+"""The name under which state-passing functions pass the world token."""
 WORLD_TYPE = TensorType((), "int64")
 """The world token of state-passing programs: a count of the outputs so far."""
 

@@ -87,16 +87,14 @@ from ..ir.module import IRModule
 from ..ir.node import Attrs, Node
 from ..ir.op import call_op, op_def
 from ..ir.trampoline import Computation, run
-from ..ir.types import FuncType, RefType, TensorType, TupleType, Type
+from ..ir.types import FuncType, RefType, TupleType, Type
 from ..ir.visitor import ExprMutator, pre_order
 from ..ops.control import LoopBody, LoopShape
+from ..ops.effects import WORLD, WORLD_TYPE
 from .anf import fresh_binders
 from .explicate import explicate
 from .infer_effects import Source, solve_flows
 from .infer_type import check
-
-WORLD = "io"
-WORLD_TYPE = TensorType((), "int64")
 
 
 @dataclass(frozen=True)
@@ -130,11 +128,6 @@ def state_passing(module: IRModule) -> IRModule:
             err.notes,
         ) from None
     return result
-
-
-def state_signature(fn: Function) -> Signature:
-    """The signature a state-passing function declares in its attributes."""
-    return Signature(tuple(fn.attrs.get("state_in", ())), tuple(fn.attrs.get("state_out", ())))
 
 
 # --------------------------------------------------------- specialisation
@@ -432,7 +425,7 @@ class _Analysis:
                             for i, arg in enumerate(node.args):
                                 if not _is_function(arg):
                                     continue  # data, even if the flows mention functions
-                                found = self._functions(arg)
+                                found = self.functions_of(arg)
                                 if found:
                                     union(found)
                                     self.loop_bodies[(node, i)] = found
@@ -440,7 +433,7 @@ class _Analysis:
                     elif isinstance(callee, GlobalVar) and callee.name in self.module.functions:
                         sites.append((node, "direct", frozenset({("def", callee.name)})))
                     elif not isinstance(callee, Constructor):
-                        found = self._functions(callee)
+                        found = self.functions_of(callee)
                         if found:
                             union(found)
                             sites.append((node, "indirect", found))
@@ -508,9 +501,6 @@ class _Analysis:
 
     def functions_of(self, atom: Expr) -> frozenset[Source]:
         """The functions ``atom`` may be."""
-        return self._functions(atom)
-
-    def _functions(self, atom: Expr) -> frozenset[Source]:
         return frozenset(s for s in self.flows.value_of(atom) if s[0] in ("def", "fn"))
 
     def own_signature(self, unit: Source) -> Signature:
@@ -921,7 +911,7 @@ class _Translator:
         callee = call.callee
         if isinstance(callee, GlobalVar) and callee.name in self.module.functions:
             return self.a.own_signature(("def", callee.name))
-        found = self.a._functions(callee)
+        found = self.a.functions_of(callee)
         if not found:
             return None
         return self.a.site_signature("indirect", found)

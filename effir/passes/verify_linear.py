@@ -113,11 +113,11 @@ from ..ir.structural import structural_equal
 from ..ir.trampoline import run as run_computation
 from ..ir.types import IncompleteType, KeyType, RefType, TupleType, Type, TypeCall
 from ..ir.visitor import post_order, pre_order
-from ..ops.effects import WORLD_TYPE
+from ..ops.effects import WORLD, WORLD_TYPE
 from .infer_type import check
 from .type_solver import show
 
-IO = "io"  # the state name of the world token
+IO = WORLD  # the state name of the world token
 
 
 def _loop(op) -> dict | None:
