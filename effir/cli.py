@@ -12,7 +12,6 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -22,7 +21,8 @@ from .backends.interpreter import State, interpret_a2
 from .ir import EffectError, Error, IRModule, TypeCheckError, astext, parse
 from .passes.infer_effects import check_effects, effect_text
 from .passes.infer_type import check
-from .passes.pipeline import PASSES, parse_pipeline
+from .passes.infra import PassContext, PrintIR, Timing, registered_passes
+from .passes.pipeline import STANDARD_PIPELINES, pipeline
 from .passes.verify_linear import linearity_errors
 from .runtime.values import PRNGKey, describe_value
 
@@ -216,16 +216,20 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_opt(args: argparse.Namespace) -> int:
-    passes = parse_pipeline(args.pipeline)  # a bad pipeline fails before any reading
-    module, _, name = load_module(args.file)
-    timings = []
-    for pass_name, run_pass in passes:
-        start = time.perf_counter()
-        module = run_pass(module)
-        timings.append((pass_name, time.perf_counter() - start))
-        if args.print_after_all:
-            print(f"// ----- after {pass_name} -----", file=sys.stderr)
-            sys.stderr.write(astext(module))
+    if (args.pipeline is None) == (args.level is None):
+        raise CommandError("opt: give a pipeline with -p, or a standard one with -O1/-O2")
+    passes = pipeline(args.pipeline if args.pipeline is not None else args.level)
+    module, _, name = load_module(args.file)  # a bad pipeline fails before any reading
+    instruments: list = []
+    timing = Timing()
+    if args.timing:
+        instruments.append(timing)
+    if args.print_after_all:
+        instruments.append(PrintIR("after"))
+    elif args.print_after_change:
+        instruments.append(PrintIR("after-change"))
+    context = PassContext(instruments=instruments, verify=not args.no_verify)
+    module = passes(module, context)
     text = astext(module)
     if args.output:
         try:
@@ -236,11 +240,7 @@ def cmd_opt(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     if args.timing:
-        width = max(len(n) for n, _ in timings)
-        print(f"{'pass':<{width}}  seconds", file=sys.stderr)
-        for pass_name, seconds in timings:
-            print(f"{pass_name:<{width}}  {seconds:.4f}", file=sys.stderr)
-        print(f"{'total':<{width}}  {sum(s for _, s in timings):.4f}", file=sys.stderr)
+        print(timing.table(), file=sys.stderr)
     return EXIT_OK
 
 
@@ -280,17 +280,35 @@ def build_parser() -> argparse.ArgumentParser:
         "-p",
         "--passes",
         dest="pipeline",
-        required=True,
         metavar="PIPELINE",
         help="comma-separated pass names, e.g. explicate,state-passing ("
-        + ", ".join(sorted(PASSES))
+        + ", ".join(sorted(registered_passes()))
         + ")",
     )
-    opt.add_argument("-o", "--output", metavar="OUT", help="write the result to OUT")
     opt.add_argument(
+        "-O",
+        dest="level",
+        choices=sorted(STANDARD_PIPELINES),
+        type=lambda level: "O" + level,
+        metavar="LEVEL",
+        help="a standard pipeline: -O1 (the effect passes), -O2 (and optimisation)",
+    )
+    opt.add_argument("-o", "--output", metavar="OUT", help="write the result to OUT")
+    prints = opt.add_mutually_exclusive_group()
+    prints.add_argument(
         "--print-after-all", action="store_true", help="print the program after each pass"
     )
+    prints.add_argument(
+        "--print-after-change",
+        action="store_true",
+        help="print the program after each pass that changed it",
+    )
     opt.add_argument("--timing", action="store_true", help="print each pass's time")
+    opt.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="do not type-check (and check linearity) after each pass",
+    )
     opt.set_defaults(run=cmd_opt)
 
     run_cmd = commands.add_parser("run", help="run a program with the reference interpreter")

@@ -1,52 +1,78 @@
-"""Named passes and text pipelines (``explicate,state-passing,split-keys``).
+"""The registered passes and pipelines written as text.
 
-Each pass is a function ``IRModule -> IRModule`` registered under its
-kebab-case name, as MLIR names its passes; ``effir opt -p`` and the
-transform tests run pipelines by name.
+Each pass module defines its transformation; here each is registered once
+under its kebab-case name with the invariants it requires and establishes
+(`infra.Pass`). ``pipeline("explicate,state-passing,split-keys")`` gives a
+``Sequential``; ``effir opt -p`` and the transform tests use the same text.
+A standard pipeline (``-O1``, ``-O2``) is a name for a text.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from ..ir.diagnostics import Error
 from ..ir.module import IRModule
 from .anf import to_anf
 from .explicate import explicate
+from .infra import Pass, PassContext, PassError, Sequential, lookup_pass, register_pass
 from .split_keys import split_keys
 from .state_passing import state_passing
 
-ModulePass = Callable[[IRModule], IRModule]
+register_pass(
+    Pass(
+        "to-anf",
+        to_anf,
+        establishes=frozenset({"anf"}),
+        doc="every intermediate value bound by a let, in evaluation order",
+    )
+)
+register_pass(
+    Pass(
+        "explicate",
+        explicate,
+        establishes=frozenset({"anf"}),
+        doc="effectful surface operators become reads and writes of their cells (A1)",
+    )
+)
+register_pass(
+    Pass(
+        "state-passing",
+        state_passing,
+        establishes=frozenset({"anf", "a2"}),
+        doc="global state becomes parameters and results (A1 -> A2)",
+    )
+)
+register_pass(
+    Pass(
+        "split-keys",
+        split_keys,
+        requires=frozenset({"a2"}),
+        doc="a chain of key splits in a block becomes one split (changes random values)",
+    )
+)
 
-PASSES: dict[str, ModulePass] = {
-    "to-anf": to_anf,
-    "explicate": explicate,
-    "state-passing": state_passing,
-    "split-keys": split_keys,
+STANDARD_PIPELINES = {
+    "O0": "",
+    "O1": "explicate,state-passing",
+    "O2": "explicate,state-passing",
 }
+"""What ``effir opt -O1``/``-O2`` run: the effect passes; -O2 grows with the
+optimisation passes."""
 
 
-class PipelineError(Error):
-    kind = "pipeline error"
-
-
-def parse_pipeline(text: str) -> list[tuple[str, ModulePass]]:
-    """The passes a pipeline text names, in order; PipelineError names an
-    unknown one and lists the known ones."""
+def pipeline(text: str) -> Sequential:
+    """The passes a pipeline text names, in order: pass names separated by
+    commas, or a standard pipeline's name (``O2``). PassError names an
+    unknown pass and lists the known ones."""
+    text = text.strip()
+    if text.lstrip("-") in STANDARD_PIPELINES:
+        text = STANDARD_PIPELINES[text.lstrip("-")]
+        if not text:
+            return Sequential(())
     names = [name.strip() for name in text.split(",")]
-    if not text.strip() or any(not name for name in names):
-        raise PipelineError(f"empty pass name in the pipeline {text!r}")
-    passes = []
-    for name in names:
-        if name not in PASSES:
-            known = ", ".join(sorted(PASSES))
-            raise PipelineError(f"unknown pass {name!r} (known passes: {known})")
-        passes.append((name, PASSES[name]))
-    return passes
+    if not text or any(not name for name in names):
+        raise PassError(f"empty pass name in the pipeline {text!r}")
+    return Sequential(tuple(lookup_pass(name) for name in names))
 
 
-def run_pipeline(module: IRModule, text: str) -> IRModule:
+def run_pipeline(module: IRModule, text: str, context: PassContext | None = None) -> IRModule:
     """``module`` after each pass of the pipeline ``text``, in order."""
-    for _, run in parse_pipeline(text):
-        module = run(module)
-    return module
+    return pipeline(text)(module, context)

@@ -2,7 +2,6 @@
 interpreter at Python's default recursion limit (no recursion proportional
 to program size anywhere)."""
 
-
 import pytest
 
 import effir

@@ -76,3 +76,21 @@ def test_opt_errors_are_one_message(tmp_path, capsys):
     assert "bad.effir:4:" in err and "may touch any of @a, @b" in err and "Traceback" not in err
     assert main(["opt", str(tmp_path / "missing.effir"), "-p", "explicate"]) == 1
     assert "no such file" in capsys.readouterr().err
+
+
+def test_opt_standard_pipeline_and_print_after_change(tmp_path, capsys):
+    path = write(tmp_path, "m.effir", EFFECTFUL)
+    assert main(["opt", path, "-O2", "--print-after-change"]) == 0
+    captured = capsys.readouterr()
+    assert "io.print" in captured.out
+    assert "// ----- after state-passing -----" in captured.err
+
+
+def test_opt_needs_one_pipeline_and_checks_requirements(tmp_path, capsys):
+    path = write(tmp_path, "m.effir", EFFECTFUL)
+    assert main(["opt", path]) == 1
+    assert "give a pipeline with -p" in capsys.readouterr().err
+    assert main(["opt", path, "-p", "split-keys"]) == 1
+    err = capsys.readouterr().err
+    assert "pass split-keys requires a state-passing program (A2)" in err
+    assert "run state-passing first" in err

@@ -1,7 +1,6 @@
 """Deep programs print, parse, compare, hash, check and rewrite at Python's
 default recursion limit (no recursion proportional to program size)."""
 
-
 import pytest
 
 import effir

@@ -1,0 +1,163 @@
+"""The pass infrastructure: requirements, verification naming the pass that
+broke an invariant, instruments, contexts, the registry and pipelines."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+import effir
+from effir.ir.expr import Call, Function, Let, TupleGetItem, Var
+from effir.ir.module import IRModule
+from effir.passes.infra import (
+    Pass,
+    PassContext,
+    PassError,
+    PrintIR,
+    Sequential,
+    Timing,
+    a2_problem,
+    anf_problem,
+    function_pass,
+    lookup_pass,
+    register_pass,
+)
+from effir.passes.pipeline import STANDARD_PIPELINES, pipeline, run_pipeline
+
+A1 = """#[version = "0.0.5"]
+global @rng: Ref[Key] = ref(random.key(0));
+def @main(%x: Tensor[(4), float32]) {
+  let %a = nn.dropout(%x, @rng);
+  nn.dropout(add(%a, %a), @rng)
+}
+"""
+
+
+def a1() -> IRModule:
+    return effir.parse(A1)
+
+
+def test_invariant_checkers():
+    assert anf_problem(a1()) == "@main has a call with a compound argument"
+    assert a2_problem(a1()) == "@main calls the effectful operator nn.dropout"
+    a2 = run_pipeline(a1(), "state-passing")
+    assert anf_problem(a2) is None and a2_problem(a2) is None
+
+
+def test_an_unmet_requirement_names_the_pass_that_establishes_it():
+    with pytest.raises(PassError, match="pass split-keys requires a state-passing program"):
+        run_pipeline(a1(), "split-keys")
+    with pytest.raises(PassError, match="run state-passing first"):
+        run_pipeline(a1(), "explicate,split-keys")
+    run_pipeline(a1(), "state-passing,split-keys")
+
+
+def _first_let_dropped(fn: Function) -> Function:
+    body = fn.body
+    return Function(fn.params, body.body if isinstance(body, Let) else body, None, (), fn.attrs)
+
+
+def test_verification_names_the_pass_that_broke_the_types():
+    breaking = function_pass("drop-first-let", _first_let_dropped)
+    module = run_pipeline(a1(), "state-passing")
+    with pytest.raises(PassError, match="pass drop-first-let produced an invalid program"):
+        breaking(module, PassContext(verify=True))
+    breaking(module, PassContext(verify=False))  # nothing checks: no error
+
+
+def _reuse_the_sub_key(module: IRModule) -> IRModule:
+    """Make the second dropout draw with the first one's key: well typed,
+    but a key used twice."""
+    fn = module["main"]
+    keys: list[Var] = []
+    expr = fn.body
+    while isinstance(expr, Let):
+        if isinstance(expr.value, TupleGetItem) and expr.value.index == 1:
+            keys.append(expr.var)
+        expr = expr.body
+
+    class Swap(effir.ir.ExprMutator):
+        def visit_Call(self, new, old):
+            if getattr(new.callee, "name", "") == "random.dropout" and new.args[1] is keys[1]:
+                return Call(new.callee, (new.args[0], keys[0]), new.attrs)
+            return new
+
+    return module.with_function("main", Swap().mutate(fn))
+
+
+def test_verification_names_the_pass_that_broke_linearity():
+    module = run_pipeline(a1(), "state-passing")
+    reuse = Pass("reuse-key", _reuse_the_sub_key)
+    with pytest.raises(PassError, match="pass reuse-key broke linearity: key %sub_key"):
+        reuse(module, PassContext())
+
+
+def test_user_key_reuse_is_not_blamed_on_a_pass():
+    text = """#[version = "0.0.5"]
+    global @rng: Ref[Key] = ref(random.key(0));
+    def @main() {
+      let %a = random.uniform(ref_read(@rng), shape=[2]);
+      let %b = random.uniform(ref_read(@rng), shape=[2]);
+      (%a, %b)
+    }
+    """
+    a2 = run_pipeline(effir.parse(text), "state-passing")  # the A1 program reuses the key
+    identity = Pass("identity", lambda m: m)
+    identity(a2, PassContext())
+
+
+def test_timing_and_print_after_change():
+    timing, stream = Timing(), io.StringIO()
+    context = PassContext(instruments=[timing, PrintIR("after-change", stream)])
+    a2 = run_pipeline(a1(), "explicate,state-passing", context)
+    Pass("identity", lambda m: m)(a2, context)
+    assert [name for name, _ in timing.records] == ["explicate", "state-passing", "identity"]
+    assert "total" in timing.table()
+    printed = stream.getvalue()
+    assert "// ----- after explicate -----" in printed
+    assert "// ----- after state-passing -----" in printed
+    assert "after identity" not in printed
+
+
+def test_print_before_and_after():
+    for when in ("before", "after"):
+        stream = io.StringIO()
+        run_pipeline(a1(), "to-anf", PassContext(instruments=[PrintIR(when, stream)]))
+        assert f"// ----- {when} to-anf -----" in stream.getvalue()
+    with pytest.raises(ValueError, match="before, after or after-change"):
+        PrintIR("sometimes")
+
+
+def test_the_current_context():
+    timing = Timing()
+    with PassContext(instruments=[timing]) as context:
+        assert PassContext.current() is context
+        pipeline("to-anf")(a1())
+    assert PassContext.current() is not context
+    assert [name for name, _ in timing.records] == ["to-anf"]
+
+
+def test_pipelines_from_text():
+    seq = pipeline(" explicate, state-passing ")
+    assert isinstance(seq, Sequential)
+    assert [p.name for p in seq] == ["explicate", "state-passing"]
+    assert [p.name for p in pipeline("-O1")] == STANDARD_PIPELINES["O1"].split(",")
+    assert list(pipeline("O0")) == []
+    with pytest.raises(PassError, match="unknown pass 'nonsense' \\(known passes: "):
+        pipeline("explicate,nonsense")
+    with pytest.raises(PassError, match="empty pass name"):
+        pipeline("explicate,,state-passing")
+
+
+def test_the_registry_refuses_duplicates_and_unknown_invariants():
+    with pytest.raises(ValueError, match="already registered"):
+        register_pass(Pass("to-anf", lambda m: m))
+    with pytest.raises(ValueError, match="unknown invariant 'sorted'"):
+        register_pass(Pass("sorter", lambda m: m, requires=frozenset({"sorted"})))
+    assert lookup_pass("state-passing").establishes == {"anf", "a2"}
+
+
+def test_function_pass_keeps_an_unchanged_module():
+    module = a1()
+    assert function_pass("nothing", lambda fn: fn)(module) is module
