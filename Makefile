@@ -23,6 +23,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/parse_print.py
 	$(BIN)/python benchmarks/check_and_run.py
 	$(BIN)/python benchmarks/effect_passes.py
+	$(BIN)/python benchmarks/pipeline.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -112,6 +112,8 @@ def state_passing(module: IRModule) -> IRModule:
     """The A2 form of ``module`` (see the module docstring); raises
     EffectError, located, for what it cannot turn into state passing."""
     module = explicate(module)
+    if not _has_state(module):
+        return module  # nothing to pass: every function keeps its signature
     check(module)
     specialised = _specialise_cell_arguments(module)
     if specialised is not module:  # the copies need their types too
@@ -128,6 +130,21 @@ def state_passing(module: IRModule) -> IRModule:
             err.notes,
         ) from None
     return result
+
+
+def _has_state(module: IRModule) -> bool:
+    """Whether anything could need state passing: a global cell, a local
+    reference or an output operator."""
+    if module.cells:
+        return True
+    for fn in module.functions.values():
+        for node in pre_order(fn):
+            if isinstance(node, RefCreate):
+                return True
+            if isinstance(node, Call) and isinstance(node.callee, Op):
+                if op_def(node.callee).effect != "pure":
+                    return True
+    return False
 
 
 # --------------------------------------------------------- specialisation
