@@ -169,9 +169,12 @@ class _Normalizer:
 class _FreshBinders(ExprMutator):
     def __init__(self, binders: set[Var], replace: dict[Var, Expr]) -> None:
         super().__init__()
-        self.fresh: dict[Var, Expr] = {
-            v: Var(v.name_hint, v.type_annotation, span=v.span) for v in binders
-        }
+        self.fresh: dict[Var, Expr] = {}
+        for v in binders:
+            copy = Var(v.name_hint, v.type_annotation, span=v.span)
+            if v.has_type:  # a copy has the type its original was inferred to have
+                copy.set_checked_type(v.checked_type)
+            self.fresh[v] = copy
         self.fresh.update(replace)
 
     def visit_Var(self, new: Node, old: Node) -> Node:

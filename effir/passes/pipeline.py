@@ -16,6 +16,9 @@ from .infra import Pass, PassContext, PassError, Sequential, lookup_pass, regist
 from .split_keys import split_keys
 from .state_passing import state_passing
 
+# Passes that register themselves where they are defined.
+from . import cse, dce, partial_eval  # noqa: E402, F401  isort: skip
+
 register_pass(
     Pass(
         "to-anf",
@@ -52,10 +55,10 @@ register_pass(
 STANDARD_PIPELINES = {
     "O0": "",
     "O1": "explicate,state-passing",
-    "O2": "explicate,state-passing",
+    "O2": "explicate,state-passing,partial-eval,cse,dce",
 }
-"""What ``effir opt -O1``/``-O2`` run: the effect passes; -O2 grows with the
-optimisation passes."""
+"""What ``effir opt -O1``/``-O2`` run: the effect passes, then (-O2) partial
+evaluation and the basic-block optimisations."""
 
 
 def pipeline(text: str) -> Sequential:
