@@ -184,3 +184,7 @@ class LinearityError(Error):
     or drops new state (``effir.passes.verify_linear``)."""
 
     kind = "linearity error"
+    rule = "use"
+    """Which rule: "use" (a key or the world token used twice, or the world
+    token dropped), "drop" (new state dropped), "shape" (a state-passing
+    signature or return)."""

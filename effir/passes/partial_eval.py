@@ -25,9 +25,11 @@ closure or a global function.
   with their bodies partially evaluated (no unrolling), and references are
   not tracked (state passing has already turned global state into values).
 
-A pure computation that would fail at run time and whose result is never
-used may disappear after dead-code elimination; a folded failure stays a
-run-time failure (the call is kept).
+The pass ends with ``dce``: the bindings of values it resolved statically
+(a tuple whose fields were used one by one) are dead, and a dead tuple that
+mentions a key or the world token would make the program read as non-linear.
+A folded failure stays a run-time failure (the call is kept), unless its
+result is unused and dce removes it, as dce's own rules say.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ from ..ir.trampoline import Computation, run
 from ..ir.types import IncompleteType, TypeVar
 from ..ir.visitor import pre_order
 from .anf import fresh_binders, to_anf
+from .dce import dce
 from .infer_type import check
 from .infra import Pass, register_pass
 
@@ -89,7 +92,11 @@ def partial_eval(module: IRModule) -> IRModule:
     size = sum(1 for fn in module.functions.values() for _ in pre_order(fn))
     evaluator = _Evaluator(module, budget=10 * size)
     functions = {name: evaluator.global_function(name) for name in module.functions}
-    return IRModule(functions, module.type_defs, module.cells)
+    # The bindings of values resolved statically (a tuple whose fields were
+    # used one by one) are dead now; left in place, a dead tuple would still
+    # mention a key or the world token, and the program would no longer read
+    # as linear.
+    return dce(IRModule(functions, module.type_defs, module.cells))
 
 
 _Bindings = list[tuple[Var, Expr]]

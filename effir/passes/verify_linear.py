@@ -404,8 +404,13 @@ class _Verifier:
         self.errors.sort(key=lambda e: (0, e.span.source.name, e.span.start) if e.span else (1,))
         return self.errors
 
-    def error(self, message: str, span: Span | None) -> None:
-        self.errors.append(LinearityError(message, span))
+    def error(self, message: str, span: Span | None, rule: str = "use") -> None:
+        """Record a violation of ``rule``: "use" (a key or the world token
+        used twice, or the world token dropped), "drop" (new state dropped)
+        or "shape" (a state-passing signature or return)."""
+        err = LinearityError(message, span)
+        err.rule = rule
+        self.errors.append(err)
 
     # ---------------------------------------------------------- functions
     def analyze(self, fn: Function, name: str, env: dict[Var, Val]) -> None:
@@ -450,6 +455,7 @@ class _Verifier:
                 f"{ob.what}{part} {ob.how} at {_full(ob.span)} is dropped on the path ending at "
                 f"{_short(end, ob.span)}",
                 ob.span or end,
+                "use" if "world token" in ob.what else "drop",
             )
 
     def signature(self, fn: Function, name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -458,11 +464,15 @@ class _Verifier:
         for attr in ("state_in", "state_out"):
             cells = fn.attrs.get(attr, ())
             if not isinstance(cells, tuple) or not all(isinstance(c, str) for c in cells):
-                self.error(f"{attr} of {name} must be a list of cell names, got {cells!r}", fn.span)
+                self.error(
+                    f"{attr} of {name} must be a list of cell names, got {cells!r}",
+                    fn.span,
+                    "shape",
+                )
                 return (), ()
             repeated = sorted({c for c in cells if cells.count(c) > 1})
             if repeated:
-                self.error(f"{attr} of {name} names @{repeated[0]} twice", fn.span)
+                self.error(f"{attr} of {name} names @{repeated[0]} twice", fn.span, "shape")
                 return (), ()
             lists.append(cells)
         state_in, state_out = lists
@@ -471,6 +481,7 @@ class _Verifier:
                 f"{name} names {len(state_in)} state cell(s) in state_in but has only "
                 f"{len(fn.params)} parameter(s)",
                 fn.span,
+                "shape",
             )
             return (), ()
         params = fn.params[len(fn.params) - len(state_in) :]
@@ -486,6 +497,7 @@ class _Verifier:
                     f"{'the world' if cell == IO else '@' + cell} (state_in) but has type "
                     f"{show(actual)}; {holds} {show(expected)}",
                     param.span or fn.span,
+                    "shape",
                 )
         return state_in, state_out
 
@@ -736,6 +748,7 @@ class _Verifier:
                     f"{self.fn_name} has state_out={_names(self.state_out)}, so it must return "
                     f"(result, {cells}): a tuple of {want} fields, but this returns {what}",
                     _site_span(site),
+                    "shape",
                 )
         obs = self.state.obs
         for ob in [ob for ob, status in obs.items() if status is None]:

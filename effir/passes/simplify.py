@@ -1,0 +1,321 @@
+"""simplify: local algebraic rewrites that keep every value bit-identical.
+
+Requires a well-typed program (the pass runs ``effir.check`` on its input);
+keeps A-normal form and A2. It is a peephole pass in the spirit of MLIR's
+canonicalize: each rewrite looks at one expression and at what the
+variables it uses are bound to, and replaces it by a cheaper expression
+that computes the same bits on every input for which the original runs
+without error. (An original that fails at run time may stop failing:
+``reshape(reshape(x, a), b)`` no longer checks that ``x`` fits ``a``;
+docs/semantics.md §4.1 allows that.)
+
+The rewrites, and why each is exact:
+
+1. **Tuples of projections.** ``(%t.0, %t.1, ..., %t.(n-1))``, or the same
+   fields through variables bound to them (the A-normal form of it), is
+   ``%t`` when ``%t`` has a tuple type of exactly ``n`` fields: a tuple value
+   is its fields, and projections copy nothing.
+2. **Arithmetic identities**, with the constant on either side where the
+   operator commutes (``add``, ``multiply``) and on the right otherwise
+   (``subtract``, ``divide``). Constant: a ``Constant``, or a variable bound
+   to one, every element of which is the identity:
+
+   - ``x * 1`` and ``x / 1``: exact in IEEE arithmetic for every ``x``
+     (``-0.0``, infinities and NaN included) and in wrapping and truncating
+     integer arithmetic. (A signalling NaN would come out quiet; effir
+     never makes one.)
+   - ``x - 0``: exact for integers, and for floats when the zero is ``+0.0``
+     (``-0.0 - +0.0 = -0.0``); ``x - (-0.0)`` is ``x + 0.0``, see below.
+   - ``x + 0``: exact for integers only. For floats ``-0.0 + +0.0 = +0.0``,
+     so ``x + 0f`` is NOT ``x`` (its sign bit differs when ``x`` is
+     ``-0.0``); ``x + (-0.0)`` is ``x`` for every float ``x`` and is rewritten.
+   - Only when the result's type is exactly ``x``'s [RULE T]: ``x + zeros``
+     that broadcasts ``x`` to a bigger shape is a new tensor, not ``x``.
+3. **Shape operators.**
+
+   - ``reshape(reshape(x, a), b)`` is ``reshape(x, b)``: a reshape keeps the
+     row-major order of the elements, so only the last shape matters —
+     except where ``b`` holds ``0`` ("copy the input's dimension"), which
+     would then read ``x``'s dimension instead of the inner result's: such
+     a ``b`` is left alone. ``reshape(x, b)`` whose type is ``x``'s own is
+     ``x`` (the shape cannot differ: static sizes are equal, and the one
+     ``-1`` is fixed by the element count).
+   - ``transpose(transpose(x, p), q)`` is ``transpose(x, r)`` with
+     ``r[i] = p[q[i]]`` (axes ``None`` are the reversal); a transpose by the
+     identity permutation is ``x``.
+   - ``squeeze(expand_dims(x, axis=a, num_newaxis=k), axis=s)`` is ``x``
+     when ``s`` lists exactly the ``k`` axes ``expand_dims`` inserted (each of
+     size 1 by construction, so the squeeze cannot fail).
+   - ``cast(x, dtype)`` with ``x`` already of that dtype is ``x`` (numpy's
+     ``astype`` to the same dtype copies the bits).
+   - ``negative(negative(x))`` is ``x``: a sign flip twice for floats (NaN
+     included), and ``-(-x) = x`` modulo ``2^bits`` for integers (the most
+     negative int maps to itself twice).
+
+4. **Atoms**, as in fold-constant: a ``let`` bound to a variable or a
+   constant of its own type is substituted, so ``let %y = add(%x, 0)``
+   leaves no ``let %y = %x`` behind.
+
+Soundness rules (those of ``fold_constant``, whose walker this pass uses):
+every replacement has exactly the type of what it replaces, checked with
+the operators' own type relations where a call is rebuilt [RULE T]; only
+atoms are moved, so nothing is evaluated twice or dropped except pure
+operators [RULE A]. Of the bindings a rewrite leaves dead, those of atoms,
+tuples of atoms and projections of atoms go [RULE L] (the ``let %a = %t.0``
+of a tuple rebuilt as ``%t``: a key or world token held twice would break
+linearity); others, such as the inner reshape's, are dead-code
+elimination's to remove.
+
+Operator names appear here, unlike in generic passes: an algebraic identity
+is a fact about one operator. The rules are a table (``RULES``) keyed by
+name, one function each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..ir.expr import Call, Constant, Expr, Op, Tuple, TupleGetItem, Var, is_atom
+from ..ir.module import IRModule
+from ..ir.op import call_op, op_def
+from ..ir.types import TensorType, TupleType
+from .fold_constant import Rewriter, rewrite_functions, same_type, type_of
+from .infra import Pass, register_pass
+
+
+def simplify(module: IRModule) -> IRModule:
+    """``module`` with the algebraic rewrites of the module doc applied.
+    Returns ``module`` itself when nothing changed."""
+    return rewrite_functions(module, _Simplifier)
+
+
+class _Simplifier(Rewriter):
+    def visit(self, new: Expr, old: Expr) -> Expr:
+        if isinstance(new, Call) and isinstance(new.callee, Op):
+            rule = RULES.get(new.callee.name)
+            if rule is not None:
+                result = rule(self, new, old)
+                if result is not None:
+                    return result
+        elif isinstance(new, Tuple):
+            return self._tuple_of_projections(new, old)
+        return new
+
+    def _tuple_of_projections(self, tup: Tuple, old: Expr) -> Expr:
+        source: Var | None = None
+        for i, field in enumerate(tup.fields):
+            get = self.resolve(field) if isinstance(field, Var) else field
+            if not (isinstance(get, TupleGetItem) and get.index == i):
+                return tup
+            if not isinstance(get.tuple_value, Var) or source not in (None, get.tuple_value):
+                return tup
+            source = get.tuple_value
+        if source is None:  # the unit ()
+            return tup
+        source_type = type_of(source)
+        if isinstance(source_type, TupleType) and len(source_type.fields) == len(tup.fields):
+            if same_type(source, old):  # [RULE T]
+                return source
+        return tup
+
+    # ------------------------------------------------------------ helpers
+    def producer(self, expr: Expr, name: str) -> Call | None:
+        """The call of operator ``name`` that ``expr`` is (directly, or as
+        the value of the variable it is), when its argument is an atom
+        [RULE A]; else None."""
+        value = self.resolve(expr)
+        if (
+            isinstance(value, Call)
+            and isinstance(value.callee, Op)
+            and value.callee.name == name
+            and is_atom(value.args[0])
+        ):
+            return value
+        return None
+
+    def constant(self, expr: Expr) -> np.ndarray | None:
+        value = self.resolve(expr)
+        return value.data if isinstance(value, Constant) else None
+
+
+Rule = Callable[[_Simplifier, Call, Expr], Expr | None]
+"""``rule(pass, call, old)``: the replacement of ``call`` (``old`` before its
+arguments were rewritten, with its checked type), or None to keep it."""
+
+
+def _same_as_arg(x: Expr, old: Expr) -> Expr | None:
+    """``x`` when it has exactly the call's type [RULE T]."""
+    return x if same_type(x, old) else None
+
+
+def _rebuilt(old: Expr, name: str, x: Expr, **attrs: Any) -> Expr | None:
+    """``name(x, **attrs)`` when its type (by the operator's relation) is
+    the call's [RULE T]; it keeps the call's span."""
+    x_type = type_of(x)
+    if x_type is None:
+        return None
+    call = call_op(name, x, **attrs)
+    try:
+        new_type = op_def(name).rule("type")((x_type,), call.attrs)
+    except Exception:  # a relation that rejects it: keep the original
+        return None
+    if not same_type(new_type, old):
+        return None
+    result = Call(call.callee, call.args, call.attrs, span=old.span)
+    result.set_checked_type(new_type)
+    return result
+
+
+# ------------------------------------------------------------- arithmetic
+def _all(c: np.ndarray | None, test: Callable[[np.ndarray], np.ndarray]) -> bool:
+    return c is not None and c.dtype != np.bool_ and bool(np.all(test(c)))
+
+
+def _is_float(c: np.ndarray) -> bool:
+    return c.dtype.kind == "f"
+
+
+def _additive_identity(c: np.ndarray | None) -> bool:
+    """``x + c == x`` bit for bit: integer 0, float -0.0."""
+    if c is None:
+        return False
+    if _is_float(c):
+        return _all(c, lambda a: (a == 0) & np.signbit(a))
+    return _all(c, lambda a: a == 0)
+
+
+def _subtractive_identity(c: np.ndarray | None) -> bool:
+    """``x - c == x`` bit for bit: integer 0, float +0.0."""
+    if c is None:
+        return False
+    if _is_float(c):
+        return _all(c, lambda a: (a == 0) & ~np.signbit(a))
+    return _all(c, lambda a: a == 0)
+
+
+def _one(c: np.ndarray | None) -> bool:
+    return _all(c, lambda a: a == 1)
+
+
+def _add(p: _Simplifier, call: Call, old: Expr) -> Expr | None:
+    a, b = call.args
+    if _additive_identity(p.constant(b)):
+        return _same_as_arg(a, old)
+    if _additive_identity(p.constant(a)):
+        return _same_as_arg(b, old)
+    return None
+
+
+def _subtract(p: _Simplifier, call: Call, old: Expr) -> Expr | None:
+    a, b = call.args
+    return _same_as_arg(a, old) if _subtractive_identity(p.constant(b)) else None
+
+
+def _multiply(p: _Simplifier, call: Call, old: Expr) -> Expr | None:
+    a, b = call.args
+    if _one(p.constant(b)):
+        return _same_as_arg(a, old)
+    if _one(p.constant(a)):
+        return _same_as_arg(b, old)
+    return None
+
+
+def _divide(p: _Simplifier, call: Call, old: Expr) -> Expr | None:
+    a, b = call.args
+    return _same_as_arg(a, old) if _one(p.constant(b)) else None
+
+
+# ------------------------------------------------------------------ shapes
+def _reshape(p: _Simplifier, call: Call, old: Expr) -> Expr | None:
+    (x,) = call.args
+    newshape = call.attrs["newshape"]
+    inner = p.producer(x, "reshape")
+    if inner is not None and 0 not in newshape:
+        x = inner.args[0]
+        identity = _same_as_arg(x, old)
+        return (
+            identity
+            if identity is not None
+            else _rebuilt(old, "reshape", x, newshape=list(newshape))
+        )
+    return _same_as_arg(x, old)
+
+
+def _permutation(axes: tuple[int, ...] | None, rank: int) -> tuple[int, ...]:
+    if axes is None:
+        return tuple(reversed(range(rank)))
+    return tuple(a + rank if a < 0 else a for a in axes)
+
+
+def _transpose(p: _Simplifier, call: Call, old: Expr) -> Expr | None:
+    (x,) = call.args
+    x_type = type_of(x)
+    if not isinstance(x_type, TensorType):
+        return None
+    q = _permutation(call.attrs["axes"], x_type.ndim)
+    inner = p.producer(x, "transpose")
+    if inner is not None:
+        x = inner.args[0]
+        inner_p = _permutation(inner.attrs["axes"], x_type.ndim)
+        q = tuple(inner_p[i] for i in q)
+    if q == tuple(range(len(q))):
+        return _same_as_arg(x, old)
+    if inner is None:
+        return None
+    return _rebuilt(old, "transpose", x, axes=list(q))
+
+
+def _squeeze(p: _Simplifier, call: Call, old: Expr) -> Expr | None:
+    (y,) = call.args
+    inner = p.producer(y, "expand_dims")
+    axes = call.attrs["axis"]
+    if inner is None or axes is None:
+        return None
+    x = inner.args[0]
+    x_type = type_of(x)
+    if not isinstance(x_type, TensorType):
+        return None
+    rank = x_type.ndim
+    axis, count = inner.attrs["axis"], inner.attrs["num_newaxis"]
+    start = axis + rank + 1 if axis < 0 else axis
+    squeezed = {a + rank + count if a < 0 else a for a in axes}
+    if len(squeezed) == len(axes) and squeezed == set(range(start, start + count)):
+        return _same_as_arg(x, old)
+    return None
+
+
+def _cast(p: _Simplifier, call: Call, old: Expr) -> Expr | None:
+    (x,) = call.args
+    return _same_as_arg(x, old)  # the same type means the same dtype
+
+
+def _negative(p: _Simplifier, call: Call, old: Expr) -> Expr | None:
+    inner = p.producer(call.args[0], "negative")
+    return None if inner is None else _same_as_arg(inner.args[0], old)
+
+
+RULES: dict[str, Rule] = {
+    "add": _add,
+    "subtract": _subtract,
+    "multiply": _multiply,
+    "divide": _divide,
+    "reshape": _reshape,
+    "transpose": _transpose,
+    "squeeze": _squeeze,
+    "cast": _cast,
+    "negative": _negative,
+}
+"""The rewrite of each operator that has one."""
+
+
+register_pass(
+    Pass(
+        "simplify",
+        simplify,
+        doc="algebraic identities that keep every bit: x * 1, tuples of projections, "
+        "reshape of reshape, transpose of transpose, casts to the same dtype...",
+    )
+)
