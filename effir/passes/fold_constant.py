@@ -4,7 +4,8 @@ Requires a well-typed program (the pass runs ``effir.check`` on its input);
 establishes nothing new (A-normal form and A2 are kept when the input has
 them). Every value the program computes stays bit-identical.
 
-Rewrites, bottom-up, in one pass over each global function:
+Rewrites, bottom-up, in one walk over each global function (a second walk
+only where removing dead bindings exposed more, see ``rewrite_functions``):
 
 1. **Calls.** ``op(c1, ..., cn)`` becomes a ``Constant`` (or a tuple of
    constants) when ``op`` has the effect kind ``pure`` and not the trait
@@ -56,13 +57,12 @@ Soundness rules, cited in the code:
 - [RULE S] A variable is substituted only if none of its uses was rewritten
   before its ``let`` was reached (a use inside its own value, which a
   recursive ``let`` allows): otherwise that use would be left dangling.
-
-- [RULE L] A ``let`` that a rewrite left unused is removed when its value
-  can neither fail nor have an effect (an atom, a tuple of atoms, a
-  projection of an atom): ``(%a, %b).1`` folds to ``%b`` but the tuple's
-  ``let`` would still hold ``%b``, and a second holder of a key or of the
-  world token breaks the linearity of an A2 program. Other dead code is
-  dead-code elimination's.
+- [RULE L] In a function the pass changed, a ``let`` whose variable is
+  unused is removed when its value can neither fail nor have an effect (an
+  atom, a tuple of atoms, a projection of an atom). ``%t.1`` with
+  ``let %t = (%a, %b)`` folds to ``%b``, but the tuple's ``let`` would still
+  hold ``%b``: a second holder of a key or of the world token breaks the
+  linearity of an A2 program. Other dead code is dead-code elimination's.
 
 How it runs without Python recursion: ``Rewriter`` walks the tree with an
 explicit stack, finishing a ``let``'s value before it visits the body, so
@@ -111,6 +111,10 @@ _MAX_TUPLE_DEPTH = 32
 
 _UNKNOWN = object()
 
+# Rounds of rewriting and dead-binding removal at most (one or two suffice:
+# every round but the last shrinks the program).
+_MAX_ROUNDS = 8
+
 
 def fold_constant(module: IRModule, max_elements: int = DEFAULT_MAX_ELEMENTS) -> IRModule:
     """``module`` with constant sub-expressions computed (see the module doc).
@@ -119,17 +123,30 @@ def fold_constant(module: IRModule, max_elements: int = DEFAULT_MAX_ELEMENTS) ->
 
 
 def rewrite_functions(module: IRModule, rewriter: Callable[[], Rewriter]) -> IRModule:
-    """Each global function of the type-checked ``module`` through a fresh
-    ``rewriter()``, then, where it changed, without the trivial bindings it
-    left dead [RULE L]; ``module`` itself when nothing changed."""
-    check(module)
-    functions = {}
-    for name, fn in module.functions.items():
-        new = rewriter().rewrite(fn)
-        functions[name] = fn if new is fn else _DeadBindings(new).rewrite(new)
-    if all(functions[name] is fn for name, fn in module.functions.items()):
-        return module
-    return IRModule(functions, module.type_defs, module.cells)
+    """Each global function of ``module`` through a fresh ``rewriter()``,
+    then, where it changed, without the trivial bindings it left dead
+    [RULE L]; ``module`` itself when nothing changed.
+
+    Removing a binding can expose a new opportunity to the expression
+    around a block (``(let %t = (c,); (c,)).0`` becomes ``(c,).0``): then
+    the whole module is checked and rewritten again, so that the result is
+    a fixpoint (running the pass twice gives what running it once gave)."""
+    for _ in range(_MAX_ROUNDS):
+        check(module)
+        functions, again = {}, False
+        for name, fn in module.functions.items():
+            new = rewriter().rewrite(fn)
+            if new is not fn:
+                cleaned = _DeadBindings(new).rewrite(new)
+                again = again or cleaned is not new
+                new = cleaned
+            functions[name] = new
+        if all(functions[name] is fn for name, fn in module.functions.items()):
+            return module
+        module = IRModule(functions, module.type_defs, module.cells)
+        if not again:
+            break
+    return module
 
 
 # ------------------------------------------------------------------ walker

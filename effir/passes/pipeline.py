@@ -17,7 +17,7 @@ from .split_keys import split_keys
 from .state_passing import state_passing
 
 # Passes that register themselves where they are defined.
-from . import cse, dce, partial_eval  # noqa: E402, F401  isort: skip
+from . import cse, dce, fold_constant, partial_eval, simplify  # noqa: E402, F401  isort: skip
 
 register_pass(
     Pass(
@@ -55,7 +55,7 @@ register_pass(
 STANDARD_PIPELINES = {
     "O0": "",
     "O1": "explicate,state-passing",
-    "O2": "explicate,state-passing,partial-eval,cse,dce",
+    "O2": "explicate,state-passing,partial-eval,simplify,cse,dce",
 }
 """What ``effir opt -O1``/``-O2`` run: the effect passes, then (-O2) partial
 evaluation and the basic-block optimisations."""

@@ -78,7 +78,7 @@ def _value_of(t: Type | None, rng: np.random.Generator, size: int) -> Any:
         return None
     shape = tuple(d if isinstance(d, int) else size for d in t.shape)
     if t.dtype == "bool":
-        return rng.random(shape) < 0.5
+        return np.asarray(rng.random(shape) < 0.5)  # a 0-d array, not a numpy scalar
     if t.dtype.startswith(("int", "uint")):
         return rng.integers(0, 4, shape).astype(t.dtype)
     return rng.standard_normal(shape).astype(t.dtype)
