@@ -39,7 +39,9 @@ def with_ifs(n: int) -> str:
 
 
 def with_loops(n: int) -> str:
-    body = "fn (%x: Tensor[(8), float32], %h: Tensor[(8), float32]) { let %y = add(%x, %h); (%y, %y) }"
+    body = (
+        "fn (%x: Tensor[(8), float32], %h: Tensor[(8), float32]) { let %y = add(%x, %h); (%y, %y) }"
+    )
     lets = "".join(
         f"  let %s{i} = cf.foreach({body}, %xs, %v{i - 1});\n  let %v{i} = %s{i}.1;\n"
         for i in range(1, n // 4)

@@ -291,6 +291,7 @@ def _verify(p: Pass, before: IRModule, after: IRModule) -> None:
             err.span,
             err.notes,
         ) from None
+
     # New state a pass drops cannot be told from state the program itself
     # overwrites (dce removes the dead value): only keys, the world token and
     # the state-passing signatures are invariants of every pass.

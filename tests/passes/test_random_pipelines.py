@@ -20,9 +20,7 @@ from .test_state_passing_property import observe, parse_a1
 # Passes that keep every value (split-keys changes random values by design;
 # the effect passes run first, once).
 OPTIMISATIONS = sorted(
-    name
-    for name in registered_passes()
-    if name not in ("split-keys", "explicate", "state-passing")
+    name for name in registered_passes() if name not in ("split-keys", "explicate", "state-passing")
 )
 
 
