@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator
 
+from .expr import Let
 from .node import Node
 
 
@@ -87,3 +88,11 @@ class ExprMutator:
                 if any(a is not b for a, b in zip(new_items, value, strict=True)):
                     changes[name] = new_items
         return dataclasses.replace(node, **changes) if changes else node
+
+
+def block_heads(root: Node) -> set[int]:
+    """Identities of the lets that start a block (a let chain): every let
+    that is not the body of another let."""
+    lets = [node for node in pre_order(root) if isinstance(node, Let)]
+    bodies = {id(node.body) for node in lets}
+    return {id(node) for node in lets} - bodies

@@ -38,7 +38,7 @@ from ..ir.expr import Call, Expr, Function, Let, Op, TupleGetItem, Var
 from ..ir.module import IRModule
 from ..ir.node import Attrs, Node
 from ..ir.op import op_def
-from ..ir.visitor import ExprMutator, pre_order
+from ..ir.visitor import ExprMutator, block_heads, pre_order
 
 _SPLIT = op_def("random.split")
 
@@ -87,8 +87,7 @@ class _Blocks(ExprMutator):
         self.heads: set[int] = set()
 
     def mutate(self, root: Node) -> Node:
-        bodies = {id(n.body) for n in pre_order(root) if isinstance(n, Let)}
-        self.heads = {id(n) for n in pre_order(root) if isinstance(n, Let)} - bodies
+        self.heads = block_heads(root)
         return super().mutate(root)
 
     def visit_Let(self, new: Node, old: Node) -> Node:

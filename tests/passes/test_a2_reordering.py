@@ -19,7 +19,7 @@ from effir.backends.interpreter import interpret_a2
 from effir.ir.expr import Expr, Let, Var
 from effir.ir.module import IRModule
 from effir.ir.node import Node
-from effir.ir.visitor import ExprMutator, pre_order
+from effir.ir.visitor import ExprMutator, block_heads, pre_order
 from effir.passes.state_passing import state_passing
 
 from .a1_programs import A1Program, a1_programs
@@ -39,8 +39,7 @@ class _Reschedule(ExprMutator):
         self.heads: set[int] = set()
 
     def mutate(self, root: Node) -> Node:
-        bodies = {id(n.body) for n in pre_order(root) if isinstance(n, Let)}
-        self.heads = {id(n) for n in pre_order(root) if isinstance(n, Let)} - bodies
+        self.heads = block_heads(root)
         return super().mutate(root)
 
     def visit_Let(self, new: Node, old: Node) -> Node:
