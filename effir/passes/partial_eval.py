@@ -34,6 +34,7 @@ result is unused and dce removes it, as dce's own rules say.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -332,8 +333,6 @@ def _static_match(pattern, data: PV) -> dict[Var, PV] | bool | None:
 
 def _substitute(expr: Expr, env: dict[Var, PV]) -> Expr:
     """A reference operation with its atoms replaced by their residual atoms."""
-    import dataclasses
-
     changes = {}
     for name, kind in type(expr).FIELDS:
         value = getattr(expr, name)

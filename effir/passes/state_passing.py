@@ -1303,7 +1303,3 @@ def _state_attrs(attrs: Attrs, sig: Signature) -> Attrs:
 
 def _mentions_function(t: Type) -> bool:
     return any(isinstance(node, FuncType) for node in pre_order(t))
-
-
-def _cell_text(cell: str) -> str:
-    return cell if cell.startswith("%") or cell == WORLD else "@" + cell
