@@ -26,8 +26,12 @@ Calls and loops (the fuel rules that guarantee termination)
   ``MAX_UNROLL`` steps, unrolls when its body is a known function that could
   be inlined that many times within the budget: each step is the body
   inlined on ``take(xs, t, axis=0)`` and the state, and the outputs are
-  stacked, exactly as the operator's own rule does. Longer loops stay loops
-  (a backend compiles a loop as a whole), their bodies partially evaluated.
+  stacked, exactly as the operator's own rule does. A ``cf.while_loop``
+  unrolls the same way when its condition folds to a constant at every step
+  and turns false within ``MAX_UNROLL`` steps (or ``max_iterations`` stops
+  it); the steps are evaluated on trial, and a condition that is not a
+  constant throws the trial away. Longer loops stay loops (a backend
+  compiles a loop as a whole), their bodies partially evaluated.
 
 The store (references whose identity is known)
 - A global cell (``@rng``) and a ``ref(...)`` made in the function being
@@ -533,22 +537,21 @@ class _Evaluator:
         return result
 
     def unroll(self, call: Call, args: list[PV], env: dict[Var, PV], out: _Bindings):
-        """``cf.foreach`` over a static, short sequence, one inlined body
-        per step; None when it does not qualify."""
-        if op_def(call.callee).name != "cf.foreach" or not call.has_type:
+        """A short loop with a static trip count, one inlined body per step;
+        None when it does not qualify."""
+        if not call.has_type:
+            return None
+        name = op_def(call.callee).name
+        if name == "cf.while_loop":
+            return (yield from self.unroll_while(call, args, env, out))
+        if name != "cf.foreach":
             return None
         length = _leading_length(call.args[1])
         result_type = call.checked_type
         if length is None or not 1 <= length <= MAX_UNROLL:
             return None
-        body_arg = call.args[0]
-        body = (
-            PV(body_arg, fn=body_arg, env=dict(env)) if isinstance(body_arg, Function) else args[0]
-        )
-        if body.fn is None or body.fn in self.inlining or len(body.fn.params) != 2:
-            return None
-        size = self.size_of(body.fn)
-        if size > MAX_INLINE or size * length > self.budget:
+        body = self.known_function(call.args[0], args[0], env, 2)
+        if body is None or self.size_of(body.fn) * length > self.budget:
             return None
         xs, state = args[1], args[2]
         outputs = []
@@ -562,6 +565,72 @@ class _Evaluator:
         return self.emit(
             Var("foreach"), Tuple((stacked.atom, state.atom)), out, fields=(stacked, state)
         )
+
+    def known_function(self, arg: Expr, pv: PV, env: dict[Var, PV], arity: int) -> PV | None:
+        """The loop body ``arg`` as a function that may be inlined, or None."""
+        fn = PV(arg, fn=arg, env=dict(env)) if isinstance(arg, Function) else pv
+        if fn.fn is None or fn.fn in self.inlining or len(fn.fn.params) != arity:
+            return None
+        return fn if self.size_of(fn.fn) <= MAX_INLINE else None
+
+    def unroll_while(self, call: Call, args: list[PV], env: dict[Var, PV], out: _Bindings):
+        """``cf.while_loop`` whose condition is a constant at every step and
+        false within ``MAX_UNROLL`` steps (or ``max_iterations``). The steps
+        are evaluated on trial: when a condition is not a constant, what the
+        trial emitted and learnt is thrown away and the loop stays a loop."""
+        cond = self.known_function(call.args[0], args[0], env, 1)
+        body = self.known_function(call.args[1], args[1], env, 1)
+        result_type = call.checked_type
+        if cond is None or body is None or not isinstance(result_type, TupleType):
+            return None
+        limit = call.attrs["max_iterations"]
+        saved = (self.store, set(self.escaped), self.budget)
+        self.store = self.snapshot()
+        trial: _Bindings = []
+        state, outputs = args[2], []
+        while True:
+            if limit is not None and len(outputs) >= limit:
+                break
+            if self.size_of(cond.fn) > self.budget:  # type: ignore[arg-type]
+                return self.abandon(saved)
+            go = yield from self.inline(cond, [state], trial)
+            if go.const is None or go.const.shape != ():
+                return self.abandon(saved)
+            if not bool(go.const):
+                break
+            if len(outputs) >= MAX_UNROLL or self.size_of(body.fn) > self.budget:  # type: ignore[arg-type]
+                return self.abandon(saved)
+            step = yield from self.inline(body, [state], trial)
+            outputs.append(self.project(step, 0, trial))
+            state = self.project(step, 1, trial)
+        stacked = self.stack_or_empty(outputs, result_type.fields[0], trial)
+        if stacked is None:
+            return self.abandon(saved)
+        out.extend(trial)
+        return self.emit(
+            Var("while"), Tuple((stacked.atom, state.atom)), out, fields=(stacked, state)
+        )
+
+    def abandon(self, saved: tuple[dict[RefId, _Entry], set[LocalRef], int]) -> None:
+        """Forget a trial: the store, the escaped references and the budget
+        as they were before it."""
+        self.store, self.escaped, self.budget = saved
+
+    def stack_or_empty(self, outputs: list[PV], stacked_type: Type, out: _Bindings) -> PV | None:
+        """The stacked outputs; for zero steps, empty tensors of the static
+        per-step shapes (None if a shape is not static)."""
+        if outputs:
+            return self.stack(outputs, stacked_type, out)
+        if isinstance(stacked_type, TupleType):
+            parts = [self.stack_or_empty([], f, out) for f in stacked_type.fields]
+            return None if None in parts else self.tuple_of(parts, out)  # type: ignore[arg-type]
+        if not isinstance(stacked_type, TensorType):
+            return None
+        shape = stacked_type.shape[1:]
+        if not all(isinstance(d, int) for d in shape):
+            return None
+        empty = np.zeros((0, *shape), dtype=stacked_type.dtype)
+        return PV(Constant(empty), const=empty)
 
     def step_of(self, xs: PV, t: int, out: _Bindings, span) -> PV:
         """Step ``t`` of a sequence (a tensor or a tuple of tensors), as the

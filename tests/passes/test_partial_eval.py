@@ -132,6 +132,31 @@ def test_only_short_static_loops_unroll():
         assert np.array_equal(want[0], got[0]) and np.array_equal(want[1], got[1])
 
 
+def test_while_loops_unroll_only_when_every_condition_is_static():
+    def program(bound: int, limit: str = "") -> effir.IRModule:
+        return effir.parse(f"""#[version = "0.0.5"]
+        def @main(%x: Tensor[(2), float32]) {{
+          cf.while_loop(fn (%s: (int32, Tensor[(2), float32])) {{ less(%s.0, {bound}) }},
+            fn (%s: (int32, Tensor[(2), float32])) {{
+              let %y = tanh(%s.1);
+              (%y, (add(%s.0, 1), %y))
+            }}, (0, %x){limit})
+        }}""")
+
+    cases = [(0, "", 0), (3, "", 3), (MAX_UNROLL, "", MAX_UNROLL), (5, ", max_iterations=2", 2)]
+    x = np.array([0.5, -1.0], "float32")
+    for bound, limit, steps in [*cases, (MAX_UNROLL + 1, "", None)]:
+        module = effir.check(program(bound, limit))  # zero steps need the types
+        after = effir.check(partial_eval(module))
+        text = effir.astext(after)
+        assert ("cf.while_loop" in text) == (steps is None), text
+        if steps is not None:
+            assert text.count("tanh(") == steps
+        want, got = effir.interpret(module, x), effir.interpret(after, x)
+        assert want[0].shape == got[0].shape and np.array_equal(want[0], got[0])
+        assert np.array_equal(want[1][1], got[1][1])
+
+
 def size(module: effir.IRModule) -> int:
     return sum(1 for fn in module.functions.values() for _ in pre_order(fn))
 
