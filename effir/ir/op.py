@@ -27,7 +27,12 @@ TRAITS = (
     "broadcast",  # elementwise after numpy broadcasting
     "injective",  # each output element reads one input element (reshape, take...)
     "reduction",  # reduces over axes
-    "opaque",  # none of the above: a fusion barrier (dense, softmax...)
+    # A compute-heavy kernel (matmul-like: nn.dense, nn.matmul) that anchors a
+    # fusion group and takes an elementwise epilogue on its output, but no
+    # producer on its inputs (each input element is read many times, so a
+    # fused producer would be recomputed per read); Relay's kOutEWiseFusable.
+    "out_fusable",
+    "opaque",  # none of the above: a fusion barrier (softmax, layer_norm...)
     "dynamic_shape",  # the output shape depends on input values
     "control_flow",  # takes functions and runs them (cf.foreach...)
     "commutative",

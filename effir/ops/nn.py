@@ -32,7 +32,7 @@ register_op(
     "nn.dense",
     2,
     attrs=(AttrSpec("units", "int", None, optional=True), AttrSpec("out_dtype", "str", "")),
-    traits=("opaque",),
+    traits=("out_fusable",),
     doc="dense(x, w) = x @ w.T",
 )
 register_op(
@@ -44,7 +44,7 @@ register_op(
         AttrSpec("transpose_a", "bool", False),
         AttrSpec("transpose_b", "bool", False),
     ),
-    traits=("opaque",),
+    traits=("out_fusable",),
 )
 register_op("nn.softmax", 1, attrs=(AttrSpec("axis", "int", -1),), traits=("opaque",))
 register_op("nn.log_softmax", 1, attrs=(AttrSpec("axis", "int", -1),), traits=("opaque",))

@@ -17,7 +17,7 @@ from .split_keys import split_keys
 from .state_passing import state_passing
 
 # Passes that register themselves where they are defined.
-from . import cse, dce, fold_constant, partial_eval, simplify  # noqa: E402, F401  isort: skip
+from . import cse, dce, fold_constant, fuse, partial_eval, simplify  # noqa: E402, F401  isort: skip
 
 register_pass(
     Pass(

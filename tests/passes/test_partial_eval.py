@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 
 import effir
 from effir.backends.interpreter import interpret_a2
-from effir.ir.visitor import pre_order
 from effir.ir.expr import RefRead, RefWrite
+from effir.ir.visitor import pre_order
 from effir.passes.explicate import explicate
 from effir.passes.partial_eval import MAX_UNROLL, partial_eval
 from effir.passes.state_passing import state_passing
