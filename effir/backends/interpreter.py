@@ -30,7 +30,7 @@ reason); its effects happen once.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -187,16 +187,19 @@ def interpret(
     entry: str = "main",
     state: State | None = None,
     sink: Sink | None = None,
+    kernels: Mapping[Function, Callable[..., Any]] | None = None,
 ) -> Any:
     """Run ``@entry`` on ``args`` and return its result.
 
     ``state`` holds the global cells and is updated in place (a fresh one
     from the declarations when None); ``sink(label, value)`` receives what
-    ``debug.print`` prints (standard output by default). Run-time errors are
-    ``effir.EvalError`` naming the operator and the source location."""
+    ``debug.print`` prints (standard output by default); ``kernels`` maps
+    functions to compiled code that runs in their place (the TVM backend's
+    executor). Run-time errors are ``effir.EvalError`` naming the operator
+    and the source location."""
     if state is None:
         state = State(module)
-    return Interpreter(module, state, sink).call_global(entry, args)
+    return Interpreter(module, state, sink, kernels).call_global(entry, args)
 
 
 def interpret_a2(
@@ -205,6 +208,7 @@ def interpret_a2(
     entry: str = "main",
     state: State | None = None,
     sink: Sink | None = None,
+    kernels: Mapping[Function, Callable[..., Any]] | None = None,
 ) -> Any:
     """Run a state-passing (A2) ``@entry`` as if it were the effectful
     program it came from: the current values of the cells the entry's
@@ -226,7 +230,7 @@ def interpret_a2(
     if unknown:
         raise EvalError(f"@{name} passes the state of @{unknown[0]}, which the state does not hold")
     values = tuple(np.int64(0) if c == WORLD else state[c] for c in state_in)
-    result = Interpreter(module, state, sink).call_global(name, (*args, *values))
+    result = Interpreter(module, state, sink, kernels).call_global(name, (*args, *values))
     if not state_out:
         return result
     for cell, value in zip(state_out, result[1:], strict=True):
@@ -238,10 +242,20 @@ def interpret_a2(
 class Interpreter:
     """Evaluates expressions of one module against one ``State``."""
 
-    def __init__(self, module: IRModule, state: State | None = None, sink: Sink | None = None):
+    def __init__(
+        self,
+        module: IRModule,
+        state: State | None = None,
+        sink: Sink | None = None,
+        kernels: Mapping[Function, Callable[..., Any]] | None = None,
+    ):
         self.module = module
         self.state = state
         self.sink = sink or print_sink
+        # Compiled code for some functions (a backend's kernels for primitive
+        # functions): a call of a closure of such a function runs the kernel
+        # on the argument values instead of evaluating the body.
+        self.kernels = kernels or {}
         self._globals: dict[str, Closure] = {}
         self._shared = shared_nodes(module)
 
@@ -343,6 +357,9 @@ class Interpreter:
                     return ADTValue(fn.constructor.name, tuple(args))
                 if not isinstance(fn, Closure):
                     raise EvalError(f"calling a value that is not a function: {fn!r}", expr.span)
+                kernel = self.kernels.get(fn.function) if self.kernels else None
+                if kernel is not None:
+                    return self._run_kernel(kernel, fn, tuple(args), expr.span)
                 # A call in tail position: continue with the callee's body here.
                 expr, env = self._enter(fn, tuple(args), expr.span)
                 continue
@@ -396,8 +413,26 @@ class Interpreter:
         return fn.body, env
 
     def _apply(self, closure: Closure, args: tuple[Any, ...], span: Span | None):
+        kernel = self.kernels.get(closure.function) if self.kernels else None
+        if kernel is not None:
+            return self._run_kernel(kernel, closure, args, span)
         body, env = self._enter(closure, args, span)
         return (yield self._eval(body, env))
+
+    def _run_kernel(self, kernel, closure: Closure, args: tuple[Any, ...], span: Span | None):
+        """A compiled function's result; its parameter checks are the body's."""
+        fn = closure.function
+        if len(args) != len(fn.params):
+            name = closure.name or "the function"
+            raise EvalError(f"{name} takes {len(fn.params)} argument(s), got {len(args)}", span)
+        dims: dict[str, int] = {}
+        for param, arg in zip(fn.params, args, strict=True):
+            if param.type_annotation is not None:
+                _check_value(arg, param.type_annotation, dims, param, closure.name)
+        try:
+            return kernel(*args)
+        except _RUNTIME_FAILURES as err:
+            raise EvalError(f"{closure.name or 'a compiled function'}: {err}", span) from None
 
     def _run_control_flow(self, call: Call, definition: OpDef, args: tuple[Any, ...]):
         """Generator: a control-flow operator, whose rule asks for its bodies

@@ -377,3 +377,36 @@ def test_shared_sub_expressions_inside_a_function_run_once_per_call():
     a, b = run(text, sink=lambda label, value: printed.append(int(value)))
     assert (int(a), int(b)) == (2, 4)
     assert printed == [1, 2]
+
+
+def test_kernels_run_in_place_of_their_functions():
+    """A backend's compiled code replaces a function's body (called directly,
+    and as a loop body), after the parameters' checks."""
+    module = effir.parse(
+        """#[version = "0.0.5"]
+        def @main(%x) {
+          let %f = fn (%p: Tensor[(3), float32], Primitive=1) -> Tensor[(3), float32] { add(%p, 1f) };
+          let %y = %f(%x);
+          let %g = fn (%x_t: float32, %s: float32) { (%x_t, add(%s, %x_t)) };
+          let %r = cf.foreach(%g, %y, 0f);
+          (%y, %r.1)
+        }"""
+    )
+    main = module["main"]
+    f = main.body.value
+    g = main.body.body.body.value
+    calls = []
+
+    def kernel(x):
+        calls.append(x.copy())
+        return x + np.float32(10)
+
+    def step(x_t, s):
+        return x_t, np.asarray(s + 2 * x_t, dtype=np.float32)
+
+    x = np.array([1, 2, 3], "float32")
+    y, total = effir.interpret(module, x, kernels={f: kernel, g: step})
+    assert np.array_equal(y, x + 10) and len(calls) == 1
+    assert float(total) == 2 * float((x + 10).sum())
+    with pytest.raises(effir.EvalError, match="parameter %p of f expects"):
+        effir.interpret(module, np.zeros(4, "float32"), kernels={f: kernel})

@@ -1,0 +1,48 @@
+"""How an operator becomes a TVM tensor expression: the ``te`` rule.
+
+Each operator's lowering is registered once, next to the others of its
+family, as ``op_def(name).rules["te"]``, the same registry that holds its
+type relation and numpy implementation; the kernel builder reads the rule
+and never an operator's name.
+
+A rule takes the operator's arguments as TE values and returns its result:
+
+    rule(args: tuple[TEValue, ...], attrs: Attrs, out_type: Type) -> TEValue
+
+where a ``TEValue`` is a ``te.Tensor`` (a tensor of the type's shape and
+dtype; a scalar is a 0-d tensor) or a tuple of TE values (for tuple-typed
+arguments and results, as ``stack`` takes and ``split`` gives). A ``Key`` is
+a ``uint32`` tensor of shape ``(2,)``: the two threefry words, as
+``PRNGKey.data`` holds them. ``out_type`` is the call's checked type, with
+every dimension static (the kernel builder substitutes concrete shapes).
+
+The rule must compute exactly what the numpy rule computes: bit for bit for
+integers, booleans and random bits, to 1e-5 relative for floats.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Union
+
+from ...ir.node import Attrs
+from ...ir.op import op_def
+from ...ir.types import Type
+
+TEValue = Union[Any, tuple["TEValue", ...]]  # te.Tensor or a tuple of them
+TERule = Callable[[tuple[TEValue, ...], Attrs, Type], TEValue]
+
+
+def te_rule(*names: str) -> Callable[[TERule], TERule]:
+    """Register the decorated function as the ``te`` rule of ``names``."""
+
+    def register(rule: TERule) -> TERule:
+        for name in names:
+            op_def(name).rules["te"] = rule
+        return rule
+
+    return register
+
+
+def has_te_rule(op_name: str) -> bool:
+    return "te" in op_def(op_name).rules

@@ -1,0 +1,36 @@
+"""TVM targets for this machine: TVM 0.27 rejects target strings with flags
+(``"llvm -mcpu=..."``), and plain ``"llvm"`` compiles for generic x86-64,
+3.5x slower than code for the host CPU (docs/backend.md, TVM_NOTES.md)."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import tvm
+
+
+@cache
+def host_cpu() -> str:
+    return str(tvm.target.codegen.llvm_get_system_cpu())
+
+
+def llvm_target() -> Any:
+    """The host CPU, with its vector extensions."""
+    return tvm.target.Target({"kind": "llvm", "mcpu": host_cpu()})
+
+
+def cuda_target(arch: str = "sm_90") -> Any:
+    """CUDA for ``arch`` (an H100 is sm_90), with the host CPU as host."""
+    return tvm.target.Target({"kind": "cuda", "arch": arch}, host=llvm_target())
+
+
+def make_target(name: str | Any) -> Any:
+    """``"llvm"`` or ``"cuda"`` (or a ``tvm.target.Target``) as a Target."""
+    if isinstance(name, tvm.target.Target):
+        return name
+    if name == "llvm":
+        return llvm_target()
+    if name == "cuda":
+        return cuda_target()
+    raise ValueError(f'unknown target {name!r}: use "llvm" or "cuda"')
