@@ -187,7 +187,7 @@ def interpret(
     entry: str = "main",
     state: State | None = None,
     sink: Sink | None = None,
-    kernels: Mapping[Function, Callable[..., Any]] | None = None,
+    kernels: Mapping[Function | Call, Callable[..., Any]] | None = None,
 ) -> Any:
     """Run ``@entry`` on ``args`` and return its result.
 
@@ -208,7 +208,7 @@ def interpret_a2(
     entry: str = "main",
     state: State | None = None,
     sink: Sink | None = None,
-    kernels: Mapping[Function, Callable[..., Any]] | None = None,
+    kernels: Mapping[Function | Call, Callable[..., Any]] | None = None,
 ) -> Any:
     """Run a state-passing (A2) ``@entry`` as if it were the effectful
     program it came from: the current values of the cells the entry's
@@ -247,14 +247,16 @@ class Interpreter:
         module: IRModule,
         state: State | None = None,
         sink: Sink | None = None,
-        kernels: Mapping[Function, Callable[..., Any]] | None = None,
+        kernels: Mapping[Function | Call, Callable[..., Any]] | None = None,
     ):
         self.module = module
         self.state = state
         self.sink = sink or print_sink
-        # Compiled code for some functions (a backend's kernels for primitive
-        # functions): a call of a closure of such a function runs the kernel
-        # on the argument values instead of evaluating the body.
+        # Compiled code (a backend's kernels): a call of a closure of a
+        # function found here runs the kernel on the argument values instead
+        # of evaluating the body; a control-flow call found here runs the
+        # kernel on the operator's arguments (closures included) instead of
+        # stepping through its bodies.
         self.kernels = kernels or {}
         self._globals: dict[str, Closure] = {}
         self._shared = shared_nodes(module)
@@ -438,6 +440,12 @@ class Interpreter:
         """Generator: a control-flow operator, whose rule asks for its bodies
         to be run through the trampoline."""
         name = definition.name
+        kernel = self.kernels.get(call) if self.kernels else None
+        if kernel is not None:  # the whole loop compiled: no step runs here
+            try:
+                return kernel(*args)
+            except _RUNTIME_FAILURES as err:
+                raise EvalError(f"{name}: {err}", call.span) from None
         impl = _numpy_rule(definition, call)
         out_type = None
         if call.has_type:

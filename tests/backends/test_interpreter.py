@@ -410,3 +410,24 @@ def test_kernels_run_in_place_of_their_functions():
     assert float(total) == 2 * float((x + 10).sum())
     with pytest.raises(effir.EvalError, match="parameter %p of f expects"):
         effir.interpret(module, np.zeros(4, "float32"), kernels={f: kernel})
+
+
+def test_a_compiled_loop_runs_in_place_of_its_steps():
+    module = effir.parse(
+        """#[version = "0.0.5"]
+        def @main(%xs: Tensor[(3), float32]) {
+          let %g = fn (%x_t: float32, %s: float32) { (%x_t, add(%s, %x_t)) };
+          cf.foreach(%g, %xs, 0f)
+        }"""
+    )
+    loop = module["main"].body.body
+    seen = []
+
+    def whole_loop(body, xs, init):
+        seen.append(body.function)
+        return xs, np.asarray(xs.sum() + init, dtype=np.float32)
+
+    xs = np.array([1, 2, 3], "float32")
+    outs, total = effir.interpret(module, xs, kernels={loop: whole_loop})
+    assert float(total) == 6.0 and np.array_equal(outs, xs)
+    assert seen == [module["main"].body.value]
