@@ -1,8 +1,19 @@
 """Fixtures shared by the whole suite."""
 
+import os
 import sys
 
 import pytest
+from hypothesis import settings
+
+# Property tests draw the same examples on every run, so that the suite is
+# deterministic: a failure in CI is a failure on every machine. Set
+# EFFIR_HYPOTHESIS_RANDOM=1 to draw new examples (a search for new bugs).
+settings.register_profile("deterministic", derandomize=True, deadline=None)
+settings.register_profile("random", deadline=None)
+settings.load_profile(
+    "random" if os.environ.get("EFFIR_HYPOTHESIS_RANDOM") == "1" else "deterministic"
+)
 
 
 @pytest.fixture

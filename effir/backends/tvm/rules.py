@@ -23,13 +23,13 @@ integers, booleans and random bits, to 1e-5 relative for floats.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Union
+from typing import Any
 
 from ...ir.node import Attrs
 from ...ir.op import op_def
 from ...ir.types import Type
 
-TEValue = Union[Any, tuple["TEValue", ...]]  # te.Tensor or a tuple of them
+TEValue = Any | tuple["TEValue", ...]  # te.Tensor or a tuple of them
 TERule = Callable[[tuple[TEValue, ...], Attrs, Type], TEValue]
 
 
