@@ -4,7 +4,8 @@ context that instruments and verifies them.
 A ``Pass`` is a function ``IRModule -> IRModule`` with a kebab-case name and
 the invariants it ``requires`` of its input and ``establishes`` in its
 output. Invariants are named properties with a checker each (``INVARIANTS``):
-``anf`` (A-normal form), ``a2`` (no global state is read or written: a
+``anf`` (A-normal form), ``bbnf`` (basic-block normal form), ``gnf``
+(graph normal form), ``a2`` (no global state is read or written: a
 state-passing program). Before a pass runs, its requirements are checked and
 an unmet one is a ``PassError`` that says which pass would establish it; so a
 pipeline in the wrong order fails at once, naming the pass and the
@@ -16,7 +17,10 @@ passes that changed it, as MLIR's ``print-ir-after-change``) and whether to
 verify after each pass. Verification type-checks the output (well-formedness
 first) and, once the program is A2, runs the linearity verifier; a failure
 names the pass that broke the invariant. Tests run with verification on;
-``effir opt`` too unless asked not to.
+``effir opt`` too unless asked not to. It costs about one type check per
+pass: ``check`` remembers the module it checked last, so a pass that checks
+its input right after verification finds it done, and the verdicts on one
+pass's output (A2? linear?) serve again for the next pass's input.
 
 ``Sequential`` runs passes in order and is itself a pass. Passes are
 registered by name (``register_pass``); ``effir.passes.pipeline`` turns a
@@ -29,7 +33,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import Any, TextIO, TypeVar
 
 from ..ir.diagnostics import Error, LinearityError, TypeCheckError, WellFormedError
 from ..ir.expr import Call, Expr, Function, GlobalVar, Let, Op, RefRead, RefWrite, is_atom
@@ -38,8 +42,11 @@ from ..ir.op import op_def
 from ..ir.printer import astext
 from ..ir.structural import structural_equal
 from ..ir.visitor import pre_order
+from .to_bbnf import bbnf_problem
+from .to_gnf import gnf_problem
 
 Transform = Callable[[IRModule], IRModule]
+T = TypeVar("T")
 
 
 class PassError(Error):
@@ -86,6 +93,8 @@ def _is_atom_like(expr: Expr) -> bool:
 INVARIANTS: dict[str, Callable[[IRModule], str | None]] = {
     "anf": anf_problem,
     "a2": a2_problem,
+    "bbnf": bbnf_problem,
+    "gnf": gnf_problem,
 }
 """Each invariant's checker: a description of where it fails, or None."""
 
@@ -169,7 +178,14 @@ def lookup_pass(name: str) -> Pass:
 
 # --------------------------------------------------------------- instruments
 class Instrument:
-    """Hooks around each pass of a context."""
+    """Hooks around each pass of a context.
+
+    ``needs_changed``: whether ``after`` needs ``changed`` exactly, which
+    costs a structural comparison of the whole program, about as much as a
+    pass. When no instrument needs it, ``changed`` only says whether the pass
+    returned a new module."""
+
+    needs_changed: bool = True
 
     def before(self, p: Pass, module: IRModule) -> None:
         pass
@@ -183,6 +199,7 @@ class Timing(Instrument):
     """Seconds spent in each pass, in order (a pass run twice appears twice)."""
 
     records: list[tuple[str, float]] = field(default_factory=list)
+    needs_changed = False
 
     def after(self, p: Pass, module: IRModule, changed: bool, seconds: float) -> None:
         self.records.append((p.name, seconds))
@@ -208,6 +225,10 @@ class PrintIR(Instrument):
             raise ValueError(
                 f"PrintIR: when must be before, after or after-change, not {self.when}"
             )
+
+    @property
+    def needs_changed(self) -> bool:  # type: ignore[override]
+        return self.when == "after-change"
 
     def _print(self, header: str, module: IRModule) -> None:
         out = self.stream or sys.stderr
@@ -236,6 +257,11 @@ class PassContext:
     opt_level: int = 2
     instruments: list[Instrument] = field(default_factory=list)
     verify: bool = True
+    # What verification found out about the last program it looked at, by
+    # question: the output of one pass is the input of the next.
+    _last: dict[str, tuple[IRModule, Any]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @staticmethod
     def current() -> PassContext:
@@ -263,51 +289,70 @@ class PassContext:
         start = time.perf_counter()
         result = p.transform(module)
         seconds = time.perf_counter() - start
-        changed = result is not module and not structural_equal(result, module)
+        changed = result is not module
+        if changed and any(i.needs_changed for i in self.instruments):
+            changed = not structural_equal(result, module)
         if self.verify:
-            _verify(p, module, result)
+            self._verify(p, module, result)
         for instrument in self.instruments:
             instrument.after(p, result, changed, seconds)
         return result
+
+    def _verify(self, p: Pass, before: IRModule, after: IRModule) -> None:
+        """The output is well formed and well typed; a linear A2 input gives
+        a linear output (key reuse the user wrote is the user's, not the
+        pass's)."""
+        from .infer_type import check
+
+        try:
+            check(after)
+        except (WellFormedError, TypeCheckError) as err:
+            raise PassError(
+                f"pass {p.name} produced an invalid program ({err.kind}): {err.message}",
+                err.span,
+                err.notes,
+            ) from None
+        if not (self._is_a2(before) and self._is_a2(after)) or self._violations(before):
+            return
+        errors = self._violations(after)
+        if errors:
+            first = errors[0]
+            raise PassError(
+                f"pass {p.name} broke linearity: {first.message}",
+                first.span,
+                tuple(str(e) for e in errors[1:]),
+            )
+
+    def _violations(self, module: IRModule) -> list[LinearityError]:
+        """The linearity errors of ``module`` that every pass must avoid.
+        New state a pass drops cannot be told from state the program itself
+        overwrites (dce removes the dead value): only keys, the world token
+        and the state-passing signatures are invariants of every pass."""
+        from .verify_linear import linearity_errors
+
+        return self._remembered(
+            "linearity", module, lambda m: [e for e in linearity_errors(m) if e.rule != "drop"]
+        )
+
+    def _is_a2(self, module: IRModule) -> bool:
+        return self._remembered("a2", module, _is_a2)
+
+    def _remembered(self, question: str, module: IRModule, answer: Callable[[IRModule], T]) -> T:
+        """``answer(module)``, computed once for the last module asked about."""
+        last = self._last.get(question)
+        if last is not None and last[0] is module:
+            return last[1]
+        value = answer(module)
+        self._last[question] = (module, value)
+        return value
 
 
 _INVARIANT_TEXT = {
     "anf": "A-normal form",
     "a2": "a state-passing program (A2)",
+    "bbnf": "basic-block normal form",
+    "gnf": "graph normal form",
 }
-
-
-def _verify(p: Pass, before: IRModule, after: IRModule) -> None:
-    """The output is well formed and well typed; a linear A2 input gives a
-    linear output (key reuse the user wrote is the user's, not the pass's)."""
-    from .infer_type import check
-    from .verify_linear import linearity_errors
-
-    try:
-        check(after)
-    except (WellFormedError, TypeCheckError) as err:
-        raise PassError(
-            f"pass {p.name} produced an invalid program ({err.kind}): {err.message}",
-            err.span,
-            err.notes,
-        ) from None
-
-    # New state a pass drops cannot be told from state the program itself
-    # overwrites (dce removes the dead value): only keys, the world token and
-    # the state-passing signatures are invariants of every pass.
-    def violations(module: IRModule) -> list[LinearityError]:
-        return [e for e in linearity_errors(module) if e.rule != "drop"]
-
-    if not (_is_a2(before) and _is_a2(after)) or violations(before):
-        return
-    errors = violations(after)
-    if errors:
-        first = errors[0]
-        raise PassError(
-            f"pass {p.name} broke linearity: {first.message}",
-            first.span,
-            tuple(str(e) for e in errors[1:]),
-        )
 
 
 def _is_a2(module: IRModule) -> bool:

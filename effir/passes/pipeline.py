@@ -15,6 +15,8 @@ from .explicate import explicate
 from .infra import Pass, PassContext, PassError, Sequential, lookup_pass, register_pass
 from .split_keys import split_keys
 from .state_passing import state_passing
+from .to_bbnf import to_bbnf
+from .to_gnf import to_gnf
 
 # Passes that register themselves where they are defined.
 from . import cse, dce, fold_constant, fuse, partial_eval, simplify  # noqa: E402, F401  isort: skip
@@ -23,8 +25,24 @@ register_pass(
     Pass(
         "to-anf",
         to_anf,
-        establishes=frozenset({"anf"}),
+        establishes=frozenset({"anf", "bbnf"}),
         doc="every intermediate value bound by a let, in evaluation order",
+    )
+)
+register_pass(
+    Pass(
+        "to-bbnf",
+        to_bbnf,
+        establishes=frozenset({"bbnf"}),
+        doc="every block a let chain; sharing across blocks bound in their common block",
+    )
+)
+register_pass(
+    Pass(
+        "to-gnf",
+        to_gnf,
+        establishes=frozenset({"gnf"}),
+        doc="pure let-bound values written where they are used (graph form, for display)",
     )
 )
 register_pass(

@@ -984,7 +984,11 @@ def _shared_nodes(module: IRModule) -> set[int]:
     while stack:
         node = stack.pop()
         for child in node.children():
-            if not isinstance(child, Expr) or is_atom(child):
+            if not isinstance(child, Expr):
+                if isinstance(child, Clause):  # a match's clause: walk its body
+                    stack.append(child)
+                continue
+            if is_atom(child):
                 continue
             if id(child) in seen:
                 shared.add(id(child))

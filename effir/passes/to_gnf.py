@@ -1,0 +1,189 @@
+"""Graph normal form (``to-gnf``), for display, as Relay's ToGraphNormalForm.
+
+A let-bound variable used as a pure value is replaced by the value itself,
+so that the printer shows the dataflow graph: a value used once is written
+where it is used, one used several times once as ``%N = ...;`` in the
+innermost block around its uses (the printer's graph form), and
+``to-anf`` gives the bindings back.
+
+Which lets go
+-------------
+Relay's pass removes every let (a recursive one becomes ``let %f = v;
+%f``): its IR had no effects worth ordering. Here a let is removed when
+its value is *movable* in the sense of ``anf.py`` [RULE M]: no effectful
+operator, no reference, no call of unknown code (a variable, a global, a
+computed closure; a called function literal is checked with its body), no
+loop with a non-literal body, no recursive let's variable. The others stay
+lets, in order: the let is what orders an effect, and a graph node is
+evaluated where it is first needed, which could be later or, once shared,
+in another branch. Two more kinds stay [RULE G]:
+
+- a let whose variable is annotated: the annotation is part of the
+  program (it may loosen a dimension to ``?``) and graph form has nowhere
+  to write it;
+- a let whose variable a function literal inside its scope uses (a closure
+  captures it): graph form is one activation's dataflow, and writing the
+  value inside the closure would compute it at each call (a loop body's
+  key split would draw from the same key at every iteration, which the
+  linearity verifier rightly rejects in a state-passing program).
+
+The decision is made on the value with the substitutions already done, so
+``let %f = fn (...) {...}; %f(%x)`` becomes one call of the literal, itself
+movable if the body is.
+
+A removed binding whose variable is unused disappears, as in Relay. Its
+value has no effect; only a run-time failure (or a pure loop that never
+ends) could have been observed, as with ``dce``.
+
+``to-anf`` after ``to-gnf`` runs as the original: movable values move to
+their uses' lowest common scope (a pure value may go down into a branch that
+uses it, never into a closure). The checker ``gnf_problem`` (invariant ``gnf``) names the
+first let that [RULE G] would remove.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ..ir.expr import ATOM_TYPES, Expr, Function, Let, Var
+from ..ir.module import IRModule
+from ..ir.trampoline import Computation, run
+from .anf import Facts, expression_edges, pins, with_children
+from .to_bbnf import located
+
+
+def to_gnf(module: IRModule) -> IRModule:
+    """Every global function in graph normal form (cell initialisers are
+    left alone)."""
+    functions = {name: to_gnf_expr(fn) for name, fn in module.functions.items()}
+    return IRModule(functions, module.type_defs, module.cells)
+
+
+def to_gnf_expr(expr: Expr) -> Expr:
+    """``expr`` with its movable, unannotated lets substituted away."""
+    if isinstance(expr, ATOM_TYPES):
+        return expr
+    return run(_Graph(expr).visit(expr))
+
+
+def gnf_problem(module: IRModule) -> str | None:
+    """Where ``module`` is not in graph normal form, or None."""
+    for name, fn in module.functions.items():
+        for let in removable_lets(fn):
+            return (
+                f"@{name}: let %{let.var.name_hint}{located(let)} binds a pure value; "
+                "graph normal form writes the value where it is used"
+            )
+    return None
+
+
+def removable_lets(root: Expr) -> Iterator[Let]:
+    """The lets of ``root`` that graph normal form removes [RULE G]."""
+    facts = Facts(root)
+    pinned = facts.pinned()
+    captured = _captured(facts)
+    for node in facts.order:
+        if not isinstance(node, Let) or node.var.type_annotation is not None:
+            continue
+        if node.var in captured:
+            continue
+        value = node.value
+        if isinstance(value, ATOM_TYPES):
+            if not (isinstance(value, Var) and value in facts.recursive):
+                yield node
+        elif id(value) not in pinned:
+            yield node
+
+
+def _captured(facts: Facts) -> set[Var]:
+    """Let variables used inside a function literal within their scope: a
+    use nested in more function literals than the let. Nodes go parents
+    first (reversed post-order); a shared node counts at its deepest place."""
+    depth: dict[int, int] = {}
+    deepest_use: dict[Var, int] = {}
+    bound_at: dict[Var, int] = {}
+    for node in reversed(facts.order):
+        here = depth.get(id(node), 0)
+        if isinstance(node, Let):
+            bound_at[node.var] = here
+        inner = here + 1 if isinstance(node, Function) else here
+        for _, child, _ in expression_edges(node):
+            if isinstance(child, Var):
+                deepest_use[child] = max(deepest_use.get(child, 0), inner)
+            elif not isinstance(child, ATOM_TYPES):
+                depth[id(child)] = max(depth.get(id(child), 0), inner)
+    return {v for v, d in bound_at.items() if deepest_use.get(v, 0) > d}
+
+
+class _Graph:
+    """One walk in evaluation order: a let's value is rebuilt (with the
+    substitutions made so far), then either substituted for its variable or
+    kept. Binders are unique, so one substitution map serves the whole walk;
+    shared nodes are rebuilt once."""
+
+    def __init__(self, root: Expr) -> None:
+        facts = Facts(root)
+        self.recursive = facts.recursive
+        self.shared = facts.shared
+        self.captured = _captured(facts)
+        self.subst: dict[Var, Expr] = {}
+        self.memo: dict[int, Expr] = {}
+        self.pinned: dict[int, bool] = {}  # of rebuilt nodes, by identity
+        self.keep: list[Expr] = []  # rebuilt nodes stay alive: their ids are keys
+
+    def visit(self, node: Expr) -> Computation[Expr]:
+        if isinstance(node, Var):
+            return self.subst.get(node, node)
+        if isinstance(node, ATOM_TYPES):
+            return node
+        done = self.memo.get(id(node))
+        if done is not None:
+            return done
+        if isinstance(node, Let):
+            result = yield self._chain(node)
+        else:
+            children = []
+            for _, child, _ in expression_edges(node):
+                children.append((yield self.visit(child)))
+            result = self._register(with_children(node, children))
+        self.memo[id(node)] = result
+        return result
+
+    def _chain(self, head: Let) -> Computation[Expr]:
+        """A let chain as a loop (a let in it reached another way too is
+        visited on its own, so that it is rebuilt once)."""
+        kept: list[tuple[Let, Expr | None]] = []
+        node: Expr = head
+        while True:
+            assert isinstance(node, Let)
+            value = yield self.visit(node.value)
+            var = node.var
+            if var.type_annotation is None and var not in self.captured and self._movable(value):
+                self.subst[node.var] = value
+                kept.append((node, None))
+            else:
+                kept.append((node, value))
+            body = node.body
+            if isinstance(body, Let) and id(body) not in self.shared:
+                node = body
+                continue
+            result = yield self.visit(body)
+            break
+        for let, value in reversed(kept):
+            if value is not None:
+                result = self._register(with_children(let, [value, result]))
+        return result
+
+    def _movable(self, value: Expr) -> bool:
+        if isinstance(value, ATOM_TYPES):
+            return not (isinstance(value, Var) and value in self.recursive)
+        return not self.pinned[id(value)]
+
+    def _register(self, node: Expr) -> Expr:
+        """Record whether a rebuilt node is pinned ([RULE M] of anf.py)."""
+        if id(node) not in self.pinned:
+            self.pinned[id(node)] = pins(node, self.recursive) or any(
+                self.pinned.get(id(child), False) for _, child, _ in expression_edges(node)
+            )
+            self.keep.append(node)
+        return node
