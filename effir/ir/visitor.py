@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator
 
-from .expr import Let
+from .expr import Function, Let, PatternVar, Var
 from .node import Node
 
 
@@ -32,6 +32,24 @@ def pre_order(root: Node) -> Iterator[Node]:
                 for ctor in getattr(node, name):
                     children.extend(ctor.inputs)
         stack.extend(reversed(children))
+
+
+def free_vars(fn: Function) -> list[Var]:
+    """The variables ``fn`` uses but does not bind, in order of first occurrence."""
+    bound: set[int] = set()
+    used: list[Var] = []
+    seen: set[int] = set()
+    for node in pre_order(fn):
+        if isinstance(node, Function):
+            bound.update(id(p) for p in node.params)
+        elif isinstance(node, Let):
+            bound.add(id(node.var))
+        elif isinstance(node, PatternVar):
+            bound.add(id(node.var))
+        elif isinstance(node, Var) and id(node) not in seen:
+            seen.add(id(node))
+            used.append(node)
+    return [v for v in used if id(v) not in bound]
 
 
 def post_order(root: Node) -> list[Node]:

@@ -106,7 +106,7 @@ from ..ir.op import op_def
 from ..ir.printer import astext
 from ..ir.structural import structural_equal
 from ..ir.trampoline import Computation, run
-from .dce import CallFacts, scan
+from .dce import CallFacts, child_fields, scan
 from .infra import Pass, register_pass
 
 
@@ -201,7 +201,36 @@ class _Merger:
     def _operand(self, expr: Expr) -> Computation[Expr]:
         if is_atom(expr):
             return self._atom(expr)
+        if id(expr) not in self.shared:  # visited once: no memo needed
+            flat = self._flat(expr)
+            if flat is not None:
+                return flat
         return (yield self.visit(expr))
+
+    def _flat(self, node: Node) -> Node | None:
+        """What ``_generic`` makes of ``node`` when all its operands are
+        atoms (most values in A-normal form), without a generator; None
+        when one is not."""
+        changes = {}
+        for name, many in child_fields(node):
+            value = getattr(node, name)
+            if many:
+                items = []
+                for item in value:
+                    if isinstance(item, Expr | Clause):
+                        if not is_atom(item):
+                            return None
+                        item = self._atom(item)
+                    items.append(item)
+                if any(a is not b for a, b in zip(items, value, strict=True)):
+                    changes[name] = tuple(items)
+            elif isinstance(value, Expr | Clause):
+                if not is_atom(value):
+                    return None
+                new = self._atom(value)
+                if new is not value:
+                    changes[name] = new
+        return dataclasses.replace(node, **changes) if changes else node
 
     def _generic(self, node: Node) -> Computation[Node]:
         changes = {}
@@ -290,8 +319,8 @@ class _Merger:
         return tuple(keys)
 
     def _atom_key(self, atom: Expr) -> Hashable | None:
-        if isinstance(atom, Var):
-            return ("var", self.canon.get(atom, atom))
+        if isinstance(atom, Var):  # itself: no other key equals a variable
+            return self.canon.get(atom, atom)
         if isinstance(atom, Constant):
             return _constant_key(atom)
         if isinstance(atom, GlobalVar):

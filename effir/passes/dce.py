@@ -274,18 +274,23 @@ def scan(root: Node) -> tuple[list[Node], set[int]]:
 def _operands(node: Node) -> list[Node]:
     """The non-atomic expressions and clauses ``node`` holds (not binders,
     types or patterns, which are not evaluated)."""
-    fields = _FIELDS.get(type(node))
-    if fields is None:
-        fields = _FIELDS[type(node)] = tuple(
-            (name, kind == "nodes") for name, kind in type(node).FIELDS if kind in ("node", "nodes")
-        )
     found: list[Node] = []
-    for name, many in fields:
+    for name, many in child_fields(node):
         value = getattr(node, name)
         for v in value if many else (value,):
             if isinstance(v, _OPERAND) and not isinstance(v, ATOM_TYPES):
                 found.append(v)
     return found
+
+
+def child_fields(node: Node) -> tuple[tuple[str, bool], ...]:
+    """The child fields of ``node``'s class: (name, holds a tuple)."""
+    fields = _FIELDS.get(type(node))
+    if fields is None:
+        fields = _FIELDS[type(node)] = tuple(
+            (name, kind == "nodes") for name, kind in type(node).FIELDS if kind in ("node", "nodes")
+        )
+    return fields
 
 
 _FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}
@@ -385,7 +390,10 @@ class _Sweep:
             if let.var not in self.used and (is_atom(let.value) or id(let.value) in self.free):
                 continue  # dead: its value is never visited, so its uses never count
             value = let.value
-            value = self._atom(value) if is_atom(value) else (yield self.visit(value))
+            if is_atom(value):
+                value = self._atom(value)
+            elif id(value) in self.shared or not self._flat(value):
+                value = yield self.visit(value)
             if value is not let.value or body is not let.body:
                 let = dataclasses.replace(let, value=value, body=body)
             body = let
@@ -410,13 +418,30 @@ class _Sweep:
                     changes[name] = tuple(items)
         return dataclasses.replace(node, **changes) if changes else node
 
+    def _flat(self, node: Node) -> bool:
+        """Whether every operand of ``node`` is an atom; if so they are marked
+        used, which is all that visiting it would do (it stays as it is).
+        Most values of a program in A-normal form are such, and need no
+        generator."""
+        operands = []
+        for name, many in child_fields(node):
+            value = getattr(node, name)
+            for v in value if many else (value,):
+                if isinstance(v, _OPERAND):
+                    if not isinstance(v, ATOM_TYPES):
+                        return False
+                    operands.append(v)
+        for v in operands:
+            self._atom(v)
+        return True
+
     def _atom(self, node: Node) -> Node:
         if isinstance(node, Var):
             self.used.add(node)
         return node
 
 
-__all__ = ["CallFacts", "dce", "scan"]
+__all__ = ["CallFacts", "child_fields", "dce", "scan"]
 
 register_pass(
     Pass(

@@ -51,6 +51,10 @@ Soundness rules, cited in the code:
   static shape that ``squeeze`` needs. Where the types differ (an ``if``
   whose taken branch has a ``?`` the other branch fixed, a ``let`` annotated
   with a looser type than its value's) the expression is left alone.
+  Substituting the atom of ``let %v: T = %w`` drops the annotation ``T``,
+  which may be all that fixes ``%w``'s type (``let %w = None`` of an
+  ``Option[A]``): the variable is substituted only when it has no
+  annotation or ``%w`` has one of its own.
 - [RULE A] Only atoms are moved or duplicated. A field taken out of a tuple,
   a value substituted for a variable: each is a variable or a constant, so
   no evaluation (and no effect) is repeated, dropped or reordered.
@@ -82,6 +86,7 @@ from typing import Any
 import numpy as np
 
 from ..ir.expr import (
+    ATOM_TYPES,
     Call,
     Clause,
     Constant,
@@ -99,6 +104,7 @@ from ..ir.node import Node
 from ..ir.op import op_def
 from ..ir.structural import structural_equal
 from ..ir.types import TensorType, TupleType, Type
+from .dce import child_fields
 from .infer_type import check
 from .infra import Pass, register_pass
 
@@ -192,21 +198,29 @@ class Rewriter:
             if phase == 0:
                 if id(node) in memo or _is_leaf(node):
                     continue
-                stack.append((node, 2))
                 if isinstance(node, Let):
+                    stack.append((node, 2))
                     stack.append((node, 1))
                     stack.append((node.value, 0))
-                else:
-                    stack.extend((c, 0) for c in reversed(_children(node)))
+                    continue
+                pending = [c for c in _children(node) if not (_is_leaf(c) or id(c) in memo)]
+                if pending:
+                    stack.append((node, 2))
+                    stack.extend((c, 0) for c in reversed(pending))
+                else:  # nothing to visit below (most values in A-normal form)
+                    self._done(node)
             elif phase == 1:
                 assert isinstance(node, Let)
                 self._bind(node)
                 stack.append((node.body, 0))
             else:
-                result = memo[id(node)] = self._finish(node)
-                if id(node) in self._shared:
-                    self._shared.add(id(result))
+                self._done(node)
         return memo.get(id(root), root)  # type: ignore[return-value]
+
+    def _done(self, node: Node) -> None:
+        result = self.memo[id(node)] = self._finish(node)
+        if id(node) in self._shared:
+            self._shared.add(id(result))
 
     def new(self, expr: Expr) -> Expr:
         """The rewritten form of an original child expression."""
@@ -255,6 +269,7 @@ class Rewriter:
             and isinstance(value, Var | Constant)
             and not recursive
             and same_type(let.var, let.value)
+            and not _annotation_needed(let.var, value)
         ):
             self.subst[let.var] = value
 
@@ -273,13 +288,14 @@ class Rewriter:
         if isinstance(node, Let) and node.var in self.subst:
             return self.new(node.body)
         changes: dict[str, Any] = {}
-        for name, kind in type(node).FIELDS:
+        for name, many in child_fields(node):
             value = getattr(node, name)
-            if kind == "node" and isinstance(value, Expr):
-                new = self.new(value)
-                if new is not value:
-                    changes[name] = new
-            elif kind == "nodes":
+            if not many:
+                if isinstance(value, Expr):
+                    new = self.new(value)
+                    if new is not value:
+                        changes[name] = new
+            else:
                 items = tuple(
                     self.new(v) if isinstance(v, Expr) else self.memo.get(id(v), v) for v in value
                 )
@@ -330,7 +346,12 @@ class _DeadBindings(Rewriter):
         self.uses = _use_counts(root)
 
     def visit(self, new: Expr, old: Expr) -> Expr:
-        if isinstance(new, Let) and self.uses[new.var] == 0 and _trivial(new.value):
+        if (
+            isinstance(new, Let)
+            and self.uses[new.var] == 0
+            and _trivial(new.value)
+            and not _annotation_needed(new.var, new.value)
+        ):
             for var in _atoms_of(new.value):
                 self.uses[var] -= 1
             return new.body
@@ -387,19 +408,19 @@ def _shared_nodes(root: Node) -> set[int]:
 
 
 def _is_leaf(node: Node) -> bool:
-    return is_atom(node) if isinstance(node, Expr) else False
+    return isinstance(node, ATOM_TYPES)  # atoms are expressions
 
 
 def _children(node: Node) -> list[Node]:
     """The expressions (and match clauses) below ``node``; not its binders,
     patterns or types."""
     found: list[Node] = []
-    for name, kind in type(node).FIELDS:
+    for name, many in child_fields(node):
         value = getattr(node, name)
-        if kind == "node" and isinstance(value, Expr | Clause):
-            found.append(value)
-        elif kind == "nodes":
+        if many:
             found.extend(v for v in value if isinstance(v, Expr | Clause))
+        elif isinstance(value, Expr | Clause):
+            found.append(value)
     return found
 
 
@@ -410,6 +431,16 @@ def type_of(expr: Expr) -> Type | None:
     if isinstance(expr, Constant):
         return TensorType(expr.data.shape, expr.dtype)
     return None
+
+
+def _annotation_needed(var: Var, value: Expr) -> bool:
+    """Whether substituting ``value`` for ``var`` may drop the only
+    annotation that fixes ``value``'s type [RULE T]."""
+    return (
+        var.type_annotation is not None
+        and isinstance(value, Var)
+        and value.type_annotation is None
+    )
 
 
 def same_type(a: Expr | Type | None, b: Expr | Type | None) -> bool:

@@ -39,7 +39,10 @@ monomorphic; function types' effect annotations are not compared here
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -99,9 +102,18 @@ def check(module: IRModule) -> IRModule:
     """Type-check ``module``: returns it with ``checked_type`` set on every
     expression (operators and constructors excepted: they are polymorphic and
     shared, so a use's type is its ``Call``'s), or raises ``TypeCheckError``
-    listing every error found."""
-    check_well_formed(module)
-    TypeInferencer(module).run()
+    listing every error found.
+
+    Checking again the module checked last, with no other check since, does
+    nothing: a module is immutable, so it is still well typed, and no other
+    check has set the types of nodes it shares with another module. (A pass
+    that checks its input right after the pass context verified it, or the
+    context verifying what a pass already checked, costs nothing.)"""
+    if _LAST_CHECKED.holds(module):
+        return module
+    with _LAST_CHECKED.checking(module):
+        check_well_formed(module)
+        TypeInferencer(module).run()
     return module
 
 
@@ -109,9 +121,43 @@ def infer_expr(expr: Expr, module: IRModule | None = None) -> Type:
     """The type of a closed expression (its free global references resolved in
     ``module``)."""
     module = module or IRModule()
-    check_well_formed(expr, module)
-    inferencer = TypeInferencer(module)
-    return inferencer.run_expr(expr)
+    with _LAST_CHECKED.checking(None):  # it sets types, perhaps of shared nodes
+        check_well_formed(expr, module)
+        inferencer = TypeInferencer(module)
+        return inferencer.run_expr(expr)
+
+
+class _LastChecked:
+    """The module whose check succeeded last, while no check (of it or of
+    anything else) has started since. Every check takes a new stamp when it
+    starts and when it ends, so a check that overlaps another one (in
+    another thread) leaves nothing remembered."""
+
+    def __init__(self) -> None:
+        self._stamps = itertools.count()
+        self._stamp = next(self._stamps)
+        self._module: IRModule | None = None
+        self._valid_at = -1
+
+    def holds(self, module: IRModule) -> bool:
+        return module is self._module and self._valid_at == self._stamp
+
+    @contextlib.contextmanager
+    def checking(self, module: IRModule | None) -> Iterator[None]:
+        start = self._stamp = next(self._stamps)
+        self._module = None
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            overlapped = self._stamp != start
+            self._stamp = end = next(self._stamps)
+            if ok and module is not None and not overlapped:
+                self._module, self._valid_at = module, end
+
+
+_LAST_CHECKED = _LastChecked()
 
 
 class _Pending:
@@ -139,6 +185,7 @@ class TypeInferencer:
         self.pending: list[_Pending] = []
         self.errors: list[TypeCheckError] = []
         self.span_stack: list[Span | None] = [None]
+        self.constant_types: dict[tuple[tuple[int, ...], np.dtype], TensorType] = {}
 
     # ---------------------------------------------------------------- driver
     def run(self) -> None:
@@ -147,7 +194,10 @@ class TypeInferencer:
             self.signatures[name] = self._signature(fn)
         for name, cell in module.cells.items():
             self._check_cell(name, cell)
-        for name in definition_order(module):
+        # One function needs no call graph (the walk that builds it visits
+        # every node).
+        order = list(module.functions) if len(module.functions) < 2 else definition_order(module)
+        for name in order:
             fn = module.functions[name]
             self.span_stack = [fn.span]
             fn_type = run(self._infer(fn))
@@ -175,8 +225,13 @@ class TypeInferencer:
                     item.node,
                     item.span,
                 )
+        # Each variable's type is resolved once, and is complete when no
+        # unknown is left in it.
+        resolve, memo = self.solver.resolve, {}
+        var_types: dict[Var, Type] = {}
         if not self.errors:
-            unknown = [v for v, t in self.var_types.items() if not self.solver.is_complete(t)]
+            var_types = {v: resolve(t, memo) for v, t in self.var_types.items()}
+            unknown = [v for v, t in var_types.items() if not _complete(t)]
             # Name the variables with nothing known first: they need the annotation.
             bare = [
                 v
@@ -192,11 +247,10 @@ class TypeInferencer:
                 )
         if self.errors:
             raise TypeCheckError.combine(self.errors)
-        resolve, memo = self.solver.resolve, {}
         for expr, t in self.types.items():
             expr.set_checked_type(resolve(t, memo))
-        for var, t in self.var_types.items():
-            var.set_checked_type(resolve(t, memo))
+        for var, t in var_types.items():
+            var.set_checked_type(t)
 
     def _signature(self, fn: Function) -> FuncType:
         params = tuple(p.type_annotation or IncompleteType() for p in fn.params)
@@ -236,19 +290,94 @@ class TypeInferencer:
         try:
             return self.solver.unify(expected, actual)
         except UnifyError as err:
-            exp, act = self.solver.resolve(expected), self.solver.resolve(actual)
-            message = f"type mismatch in {what}: expected {show(exp)}, got {show(act)}"
-            inner = err.detail
-            if not (show(exp) in inner and show(act) in inner):  # says something new
-                message += f" ({inner})"
-            self._error(message, node)
-            return IncompleteType()
+            return self._mismatch(expected, actual, node, what, err)
+
+    def _mismatch(
+        self, expected: Type, actual: Type, node: Node | None, what: str, err: UnifyError
+    ) -> Type:
+        """Report a failed unification; the unknown type the failing part gets.
+        (Hot callers unify in their own ``try`` and format ``what`` only here.)"""
+        exp, act = self.solver.resolve(expected), self.solver.resolve(actual)
+        message = f"type mismatch in {what}: expected {show(exp)}, got {show(act)}"
+        inner = err.detail
+        if not (show(exp) in inner and show(act) in inner):  # says something new
+            message += f" ({inner})"
+        self._error(message, node)
+        return IncompleteType()
 
     def _record(self, expr: Expr, t: Type) -> Type:
         self.types[expr] = t
         return t
 
     # ------------------------------------------------------------- walking
+    # Most expressions of a program in A-normal form are leaves (variables,
+    # constants, cells) or have leaves for operands: operator calls, tuples,
+    # projections, reference operations. ``_leaf`` and ``_flat`` type those
+    # directly; only the others start a generator on the trampoline. Each
+    # ``yield self._infer(e)`` is preceded by ``_flat(e)``, and the result is
+    # the same either way: the generators below call the same ``_*_core``
+    # functions once their operands are typed.
+    def _leaf(self, expr: Expr) -> Type | None:
+        """The type of a variable, a constant or an initialised cell; None
+        for anything else."""
+        cls = type(expr)
+        if cls is Var:
+            t = self.var_types.get(expr)  # type: ignore[call-overload]
+            return t if t is not None else self._bind_var(expr)  # type: ignore[arg-type]
+        if cls is Constant:
+            t = self.types.get(expr)
+            if t is None:
+                t = self.types[expr] = self._constant_type(expr)  # type: ignore[arg-type]
+            return t
+        if cls is GlobalVar:
+            t = self.cell_types.get(expr.name)  # type: ignore[attr-defined]
+            if t is not None:
+                self.types[expr] = t
+            return t
+        return None
+
+    def _flat(self, expr: Expr) -> Type | None:
+        """The type of a leaf, or of an expression with leaves for operands
+        (what ``_infer`` gives, without a generator); None for the rest."""
+        t = self._leaf(expr)
+        if t is not None:
+            return t
+        cls = type(expr)
+        operands: tuple[Expr, ...]
+        if cls is Call:
+            if type(expr.callee) is not Op:  # type: ignore[attr-defined]
+                return None
+            operands = expr.args  # type: ignore[attr-defined]
+        elif cls is TupleGetItem:
+            operands = (expr.tuple_value,)  # type: ignore[attr-defined]
+        elif cls is Tuple:
+            operands = expr.fields  # type: ignore[attr-defined]
+        elif cls is RefRead:
+            operands = (expr.ref,)  # type: ignore[attr-defined]
+        elif cls is RefWrite:
+            operands = (expr.ref, expr.value)  # type: ignore[attr-defined]
+        elif cls is RefCreate:
+            operands = (expr.value,)  # type: ignore[attr-defined]
+        else:
+            return None
+        if expr in self.types:  # a shared sub-expression (graph form)
+            return self.types[expr]
+        types = []
+        for operand in operands:
+            t = self._leaf(operand)
+            if t is None:
+                return None
+            types.append(t)
+        span = expr.span
+        if span is not None:
+            self.span_stack.append(span)
+        try:
+            result = _CORES[cls](self, expr, types)
+        finally:
+            if span is not None:
+                self.span_stack.pop()
+        return self._record(expr, result)
+
     def _infer(self, expr: Expr):
         """Generator: the type of ``expr`` (run on the trampoline)."""
         if expr in self.types:  # a shared sub-expression (graph form)
@@ -269,18 +398,27 @@ class TypeInferencer:
     def _infer_let(self, expr: Let):
         # A let chain is walked in a loop, not by nesting generators.
         chain = []
+        unify = self.solver.unify
         while isinstance(expr, Let) and expr not in self.types:
             var_type = self._bind_var(expr.var)
-            value_type = yield self._infer(expr.value)
-            self._unify(
-                var_type,
-                value_type,
-                _site(expr.value, expr),
-                f"the binding of %{expr.var.name_hint}",
-            )
+            value_type = self._flat(expr.value)
+            if value_type is None:
+                value_type = yield self._infer(expr.value)
+            try:
+                unify(var_type, value_type)
+            except UnifyError as err:
+                self._mismatch(
+                    var_type,
+                    value_type,
+                    _site(expr.value, expr),
+                    f"the binding of %{expr.var.name_hint}",
+                    err,
+                )
             chain.append(expr)
             expr = expr.body
-        body_type = yield self._infer(expr)
+        body_type = self._flat(expr)
+        if body_type is None:
+            body_type = yield self._infer(expr)
         for let in chain:
             self.types[let] = body_type
         return body_type
@@ -323,8 +461,17 @@ class TypeInferencer:
         return inst
 
     def _constant(self, expr: Constant):
-        return TensorType(expr.data.shape, _dtype_name(expr.data.dtype))
+        return self._constant_type(expr)
         yield
+
+    def _constant_type(self, expr: Constant) -> TensorType:
+        # Constants of one shape and dtype share their type (types are
+        # immutable): a program holds many scalar constants.
+        key = (expr.data.shape, expr.data.dtype)
+        t = self.constant_types.get(key)
+        if t is None:
+            t = self.constant_types[key] = TensorType(key[0], _dtype_name(key[1]))
+        return t
 
     def _op(self, expr: Op):
         self._error(
@@ -347,11 +494,21 @@ class TypeInferencer:
     def _tuple(self, expr: Tuple):
         fields = []
         for f in expr.fields:
-            fields.append((yield self._infer(f)))
+            t = self._flat(f)
+            fields.append(t if t is not None else (yield self._infer(f)))
+        return self._tuple_core(expr, fields)
+
+    def _tuple_core(self, expr: Tuple, fields: list[Type]) -> Type:
         return TupleType(tuple(fields))
 
     def _tuple_get_item(self, expr: TupleGetItem):
-        tuple_type = yield self._infer(expr.tuple_value)
+        tuple_type = self._flat(expr.tuple_value)
+        if tuple_type is None:
+            tuple_type = yield self._infer(expr.tuple_value)
+        return self._tuple_get_item_core(expr, [tuple_type])
+
+    def _tuple_get_item_core(self, expr: TupleGetItem, operands: list[Type]) -> Type:
+        (tuple_type,) = operands
         result = IncompleteType()
 
         def attempt() -> None:
@@ -375,7 +532,9 @@ class TypeInferencer:
 
     def _function(self, expr: Function):
         params = tuple(self._bind_var(p) for p in expr.params)
-        body_type = yield self._infer(expr.body)
+        body_type = self._flat(expr.body)
+        if body_type is None:
+            body_type = yield self._infer(expr.body)
         if expr.ret_type is not None:
             body_type = self._unify(
                 expr.ret_type, body_type, _site(expr.body, expr), "the function's result"
@@ -383,12 +542,18 @@ class TypeInferencer:
         return FuncType(params, body_type, expr.type_params)
 
     def _if(self, expr: If):
-        cond = yield self._infer(expr.cond)
+        cond = self._flat(expr.cond)
+        if cond is None:
+            cond = yield self._infer(expr.cond)
         self._unify(
             BOOL_SCALAR, cond, _site(expr.cond, expr), "the condition of if (a bool scalar)"
         )
-        then_type = yield self._infer(expr.then_branch)
-        else_type = yield self._infer(expr.else_branch)
+        then_type = self._flat(expr.then_branch)
+        if then_type is None:
+            then_type = yield self._infer(expr.then_branch)
+        else_type = self._flat(expr.else_branch)
+        if else_type is None:
+            else_type = yield self._infer(expr.else_branch)
         return self._unify(
             then_type,
             else_type,
@@ -445,10 +610,22 @@ class TypeInferencer:
                 work.extend(zip(pattern.patterns, ctor_type.arg_types, strict=True))
 
     def _ref_create(self, expr: RefCreate):
-        return RefType((yield self._infer(expr.value)))
+        value_type = self._flat(expr.value)
+        if value_type is None:
+            value_type = yield self._infer(expr.value)
+        return self._ref_create_core(expr, [value_type])
+
+    def _ref_create_core(self, expr: RefCreate, operands: list[Type]) -> Type:
+        return RefType(operands[0])
 
     def _ref_read(self, expr: RefRead):
-        ref_type = yield self._infer(expr.ref)
+        ref_type = self._flat(expr.ref)
+        if ref_type is None:
+            ref_type = yield self._infer(expr.ref)
+        return self._ref_read_core(expr, [ref_type])
+
+    def _ref_read_core(self, expr: RefRead, operands: list[Type]) -> Type:
+        (ref_type,) = operands
         content = IncompleteType()
         self._unify(
             RefType(content), ref_type, _site(expr.ref, expr), "ref_read (a Ref[...] value)"
@@ -456,8 +633,16 @@ class TypeInferencer:
         return content
 
     def _ref_write(self, expr: RefWrite):
-        ref_type = yield self._infer(expr.ref)
-        value_type = yield self._infer(expr.value)
+        ref_type = self._flat(expr.ref)
+        if ref_type is None:
+            ref_type = yield self._infer(expr.ref)
+        value_type = self._flat(expr.value)
+        if value_type is None:
+            value_type = yield self._infer(expr.value)
+        return self._ref_write_core(expr, [ref_type, value_type])
+
+    def _ref_write_core(self, expr: RefWrite, operands: list[Type]) -> Type:
+        ref_type, value_type = operands
         self._unify(ref_type, RefType(value_type), expr, "ref_write")
         return UNIT
 
@@ -465,7 +650,8 @@ class TypeInferencer:
     def _call(self, expr: Call):
         arg_types = []
         for a in expr.args:
-            arg_types.append((yield self._infer(a)))
+            t = self._flat(a)
+            arg_types.append(t if t is not None else (yield self._infer(a)))
         callee = expr.callee
         if isinstance(callee, Op):
             return self._call_op(expr, callee, arg_types)
@@ -495,7 +681,12 @@ class TypeInferencer:
             self._error(f"{what} takes {len(fn.arg_types)} argument(s), got {len(arg_types)}", expr)
             return IncompleteType()
         for i, (param, arg) in enumerate(zip(fn.arg_types, arg_types, strict=True)):
-            self._unify(param, arg, _site(expr.args[i], expr), f"argument {i + 1} of {what}")
+            try:
+                self.solver.unify(param, arg)
+            except UnifyError as err:
+                self._mismatch(
+                    param, arg, _site(expr.args[i], expr), f"argument {i + 1} of {what}", err
+                )
         return fn.ret_type
 
     def _global_signature(self, name: str) -> FuncType:
@@ -537,6 +728,9 @@ class TypeInferencer:
         self._try(attempt, expr, forcible=True)
         return result
 
+    def _call_op_core(self, expr: Call, arg_types: list[Type]) -> Type:
+        return self._call_op(expr, expr.callee, arg_types)  # type: ignore[arg-type]
+
     def _call_op(self, expr: Call, op: Op, arg_types: list[Type]) -> Type:
         definition = op_def(op)
         relation = definition.rules.get("type")
@@ -563,7 +757,10 @@ class TypeInferencer:
                 return
             except _Reported:
                 return
-            self._unify(result, out, expr, f"the result of {op.name}")
+            try:
+                self.solver.unify(result, out)
+            except UnifyError as err:
+                self._mismatch(result, out, expr, f"the result of {op.name}", err)
 
         self._try(attempt, expr)
         return result
@@ -659,6 +856,19 @@ def _match_dims(param: Type, arg: Type, dims: dict[str, object], force: bool) ->
     return None
 
 
+def _complete(t: Type) -> bool:
+    """No unknown left in a resolved type."""
+    if isinstance(t, TensorType):
+        return True
+    stack = [t]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, IncompleteType):
+            return False
+        stack.extend(c for c in node.children() if isinstance(c, Type))
+    return True
+
+
 def _has_symbols(t: Type) -> bool:
     stack = [t]
     while stack:
@@ -691,3 +901,13 @@ _DISPATCH = {
     RefWrite: TypeInferencer._ref_write,
     Call: TypeInferencer._call,
 }
+
+_CORES: dict[type, Callable[[TypeInferencer, Any, list[Type]], Type]] = {
+    Call: TypeInferencer._call_op_core,
+    TupleGetItem: TypeInferencer._tuple_get_item_core,
+    Tuple: TypeInferencer._tuple_core,
+    RefRead: TypeInferencer._ref_read_core,
+    RefWrite: TypeInferencer._ref_write_core,
+    RefCreate: TypeInferencer._ref_create_core,
+}
+"""What an expression with typed operands has for type (see ``_flat``)."""

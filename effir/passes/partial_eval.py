@@ -76,7 +76,7 @@ as dce's own rules say.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -109,7 +109,7 @@ from ..ir.module import IRModule
 from ..ir.op import get_op, op_def
 from ..ir.trampoline import Computation, run
 from ..ir.types import IncompleteType, TensorType, TupleType, Type, TypeVar
-from ..ir.visitor import pre_order
+from ..ir.visitor import free_vars, pre_order
 from .anf import fresh_binders, to_anf
 from .dce import dce
 from .infer_effects import infer_effects
@@ -145,7 +145,7 @@ class PV:
     fields: tuple[PV, ...] | None = None
     ctor: Constructor | None = None
     fn: Function | None = None
-    env: dict[Var, PV] = field(default_factory=dict)
+    env: dict[Var, PV] | None = None  # a closure's free variables
     ref: RefId | None = None
 
 
@@ -198,8 +198,13 @@ class _Evaluator:
         self.store: dict[RefId, _Entry] = {}
         self.escaped: set[LocalRef] = set()
         self.local_refs: dict[Var, LocalRef] = {}  # residual atoms of tracked local refs
-        self.global_touch = _global_touches(module)
+        self._global_touch: dict[str, _Touch] | None = None
         self.closure_touch: dict[int, tuple[Function, _Touch]] = {}
+        self.free: dict[int, tuple[Function, list[Var]]] = {}
+        # Every binding made in an environment, with what it replaced: a
+        # block undoes its own at its end instead of copying the environment
+        # at its start (a copy per block is quadratic in the program).
+        self.trail: list[tuple[dict[Var, PV], Var, PV | None]] = []
 
     def global_function(self, name: str) -> Function:
         fn = self.module.functions[name]
@@ -223,7 +228,9 @@ class _Evaluator:
         of its tail computation (if any) and its value's atom."""
         out: _Bindings = []
         tail = Var("result", span=expr.span)
-        value = yield from self.value(expr, dict(env), out, tail)
+        mark = len(self.trail)
+        value = yield from self.value(expr, env, out, tail)
+        self.undo(mark)
         self.uses([value], out)
         tail_binding = None
         if out and out[-1][0] is value.atom and value.atom in self.tails:
@@ -234,7 +241,7 @@ class _Evaluator:
         """Evaluate ``expr`` into ``out``; its PV (``tail`` names its last value)."""
         while isinstance(expr, Let):
             pv = yield from self.compound(expr.var, expr.value, env, out)
-            env[expr.var] = pv
+            self.bind(env, expr.var, pv)
             expr = expr.body
         if tail is None:
             tail = Var("result", span=expr.span)
@@ -252,6 +259,29 @@ class _Evaluator:
             if expr.name in self.module.cells:
                 return PV(expr, ref=expr.name)
         return PV(expr)
+
+    def bind(self, env: dict[Var, PV], var: Var, pv: PV) -> None:
+        self.trail.append((env, var, env.get(var)))
+        env[var] = pv
+
+    def undo(self, mark: int) -> None:
+        """Take back the bindings made since ``mark``: a block's own."""
+        trail = self.trail
+        while len(trail) > mark:
+            env, var, previous = trail.pop()
+            if previous is None:
+                env.pop(var, None)
+            else:
+                env[var] = previous
+
+    def captured(self, fn: Function, env: dict[Var, PV]) -> dict[Var, PV]:
+        """What a closure of ``fn`` made in ``env`` knows: its free
+        variables' values (a copy of all of ``env`` per closure would be
+        quadratic)."""
+        known = self.free.get(id(fn))
+        if known is None:
+            known = self.free[id(fn)] = (fn, free_vars(fn))
+        return {v: env[v] for v in known[1] if v in env}
 
     def emit(self, var: Var, value: Expr, out: _Bindings, **known: Any) -> PV:
         out.append((var, value))
@@ -321,6 +351,14 @@ class _Evaluator:
     def snapshot(self) -> dict[RefId, _Entry]:
         return {k: dataclasses.replace(e) for k, e in self.store.items()}
 
+    @property
+    def global_touch(self) -> dict[str, _Touch]:
+        """What each global function may touch: effect inference, run the
+        first time a call of unknown code is residualised."""
+        if self._global_touch is None:
+            self._global_touch = _global_touches(self.module)
+        return self._global_touch
+
     def closure_touches(self, fn: Function) -> _Touch:
         known = self.closure_touch.get(id(fn))
         if known is None:
@@ -352,12 +390,15 @@ class _Evaluator:
         if isinstance(expr, Function):
             self.capture(expr, env, out)
             residual = yield from self.closure(expr, env)
-            return self.emit(var, residual, out, fn=expr, env=dict(env))
+            return self.emit(var, residual, out, fn=expr, env=self.captured(expr, env))
         if isinstance(expr, If):
             cond = self.atom(expr.cond, env)
             if cond.const is not None and cond.const.shape == ():
                 taken = expr.then_branch if bool(cond.const) else expr.else_branch
-                return (yield from self.value(taken, dict(env), out))
+                mark = len(self.trail)
+                result = yield from self.value(taken, env, out)
+                self.undo(mark)
+                return result
             branches = yield from self.branches([expr.then_branch, expr.else_branch], env)
             return self.emit(var, If(cond.atom, *branches, span=expr.span), out)
         if isinstance(expr, Match):
@@ -383,13 +424,14 @@ class _Evaluator:
         before = self.snapshot()
         parts = []
         for i, body in enumerate(bodies):
-            inner = dict(env)
+            mark = len(self.trail)
             if patterns is not None:
                 for node in pre_order(patterns[i]):
                     if isinstance(node, PatternVar):
-                        inner[node.var] = PV(node.var)
+                        self.bind(env, node.var, PV(node.var))
             self.store = {k: dataclasses.replace(e) for k, e in before.items()}
-            block = yield self.block_parts(body, inner)
+            block = yield self.block_parts(body, env)
+            self.undo(mark)
             parts.append((block, self.store))
         ends = [end for _, end in parts]
         unchanged = {
@@ -412,17 +454,18 @@ class _Evaluator:
         """The residual closure. Its parameters get their inferred types: a
         call that taught inference those types may have been inlined away.
         Its body may run at any time, so it starts from an empty store."""
-        inner = dict(env)
+        mark = len(self.trail)
         params = []
         for p in fn.params:
             typed = _annotated(p)
-            inner[p] = PV(typed)
+            self.bind(env, p, PV(typed))
             params.append(typed)
         outer, self.store = self.store, {}
         try:
-            body = yield self.block(fn.body, inner)
+            body = yield self.block(fn.body, env)
         finally:
             self.store = outer
+            self.undo(mark)
         return Function(tuple(params), body, fn.ret_type, fn.type_params, fn.attrs, span=fn.span)
 
     def match(self, var: Var, expr: Match, env: dict[Var, PV], out: _Bindings):
@@ -433,9 +476,12 @@ class _Evaluator:
                 if bound is None:
                     break  # undecidable statically: residualise
                 if bound is not False:
-                    inner = dict(env)
-                    inner.update(bound)
-                    return (yield from self.value(clause.body, inner, out))
+                    mark = len(self.trail)
+                    for v, pv in bound.items():
+                        self.bind(env, v, pv)
+                    result = yield from self.value(clause.body, env, out)
+                    self.undo(mark)
+                    return result
         bodies = [c.body for c in expr.clauses]
         patterns = [c.pattern for c in expr.clauses]
         residual_bodies = yield from self.branches(bodies, env, patterns)
@@ -568,7 +614,7 @@ class _Evaluator:
 
     def known_function(self, arg: Expr, pv: PV, env: dict[Var, PV], arity: int) -> PV | None:
         """The loop body ``arg`` as a function that may be inlined, or None."""
-        fn = PV(arg, fn=arg, env=dict(env)) if isinstance(arg, Function) else pv
+        fn = PV(arg, fn=arg, env=self.captured(arg, env)) if isinstance(arg, Function) else pv
         if fn.fn is None or fn.fn in self.inlining or len(fn.fn.params) != arity:
             return None
         return fn if self.size_of(fn.fn) <= MAX_INLINE else None
@@ -700,7 +746,7 @@ class _Evaluator:
         self.budget -= self.size_of(fn)
         copy = fresh_binders(fn)
         assert isinstance(copy, Function)
-        env = dict(target.env)
+        env = dict(target.env or ())
         for param, arg in zip(copy.params, args, strict=True):
             env[param] = arg
         self.inlining.append(fn)

@@ -171,7 +171,24 @@ def _rebuilt(old: Expr, name: str, x: Expr, **attrs: Any) -> Expr | None:
 
 # ------------------------------------------------------------- arithmetic
 def _all(c: np.ndarray | None, test: Callable[[np.ndarray], np.ndarray]) -> bool:
-    return c is not None and c.dtype != np.bool_ and bool(np.all(test(c)))
+    if c is None or c.dtype == np.bool_:
+        return False
+    if c.size > _MEMO_ELEMENTS:
+        return bool(np.all(test(c)))
+    # Programs repeat a few small constants (1f, 0.5f) many times, and numpy
+    # is slow on one element: remember the answer per test and bit pattern.
+    key = (test, c.dtype.str, c.shape, c.tobytes())
+    answer = _MEMO.get(key)
+    if answer is None:
+        if len(_MEMO) >= _MEMO_ENTRIES:
+            _MEMO.clear()
+        answer = _MEMO[key] = bool(np.all(test(c)))
+    return answer
+
+
+_MEMO: dict[tuple, bool] = {}
+_MEMO_ELEMENTS = 16
+_MEMO_ENTRIES = 4096
 
 
 def _is_float(c: np.ndarray) -> bool:
@@ -183,8 +200,8 @@ def _additive_identity(c: np.ndarray | None) -> bool:
     if c is None:
         return False
     if _is_float(c):
-        return _all(c, lambda a: (a == 0) & np.signbit(a))
-    return _all(c, lambda a: a == 0)
+        return _all(c, _is_negative_zero)
+    return _all(c, _is_zero)
 
 
 def _subtractive_identity(c: np.ndarray | None) -> bool:
@@ -192,12 +209,28 @@ def _subtractive_identity(c: np.ndarray | None) -> bool:
     if c is None:
         return False
     if _is_float(c):
-        return _all(c, lambda a: (a == 0) & ~np.signbit(a))
-    return _all(c, lambda a: a == 0)
+        return _all(c, _is_positive_zero)
+    return _all(c, _is_zero)
 
 
 def _one(c: np.ndarray | None) -> bool:
-    return _all(c, lambda a: a == 1)
+    return _all(c, _is_one)
+
+
+def _is_zero(a: np.ndarray) -> np.ndarray:
+    return a == 0
+
+
+def _is_negative_zero(a: np.ndarray) -> np.ndarray:
+    return (a == 0) & np.signbit(a)
+
+
+def _is_positive_zero(a: np.ndarray) -> np.ndarray:
+    return (a == 0) & ~np.signbit(a)
+
+
+def _is_one(a: np.ndarray) -> np.ndarray:
+    return a == 1
 
 
 def _add(p: _Simplifier, call: Call, old: Expr) -> Expr | None:

@@ -92,6 +92,7 @@ from ..ir.visitor import ExprMutator, pre_order
 from ..ops.control import LoopBody, LoopShape
 from ..ops.effects import WORLD, WORLD_TYPE
 from .anf import fresh_binders
+from .dce import child_fields
 from .explicate import explicate
 from .infer_effects import Source, solve_flows
 from .infer_type import check
@@ -115,10 +116,12 @@ def state_passing(module: IRModule) -> IRModule:
     if not _has_state(module):
         return module  # nothing to pass: every function keeps its signature
     check(module)
-    specialised = _specialise_cell_arguments(module)
+    nodes = {name: _expr_nodes(fn) for name, fn in module.functions.items()}
+    specialised = _specialise_cell_arguments(module, nodes)
     if specialised is not module:  # the copies need their types too
         module = check(specialised)
-    analysis = _Analysis(module)
+        nodes = {name: _expr_nodes(fn) for name, fn in module.functions.items()}
+    analysis = _Analysis(module, nodes)
     result = _Translator(module, analysis).run()
     try:
         check(result)
@@ -148,11 +151,13 @@ def _has_state(module: IRModule) -> bool:
 
 
 # --------------------------------------------------------- specialisation
-def _specialise_cell_arguments(module: IRModule) -> IRModule:
+def _specialise_cell_arguments(module: IRModule, nodes: dict[str, list[Node]]) -> IRModule:
     """Calls that pass a global cell to a global function call a copy of it
     in which that parameter is the cell (to a fixpoint, so recursion that
     passes the cell on reaches the same copy)."""
     cells = set(module.cells)
+    if not _passes_a_cell(module, cells, nodes):
+        return module
     functions = dict(module.functions)
     copies: dict[tuple[str, tuple[tuple[int, str], ...]], str] = {}
     specialised: set[str] = set()
@@ -177,6 +182,22 @@ def _specialise_cell_arguments(module: IRModule) -> IRModule:
     for name in specialised - referenced:
         del functions[name]
     return IRModule(functions, module.type_defs, module.cells)
+
+
+def _passes_a_cell(module: IRModule, cells: set[str], nodes: dict[str, list[Node]]) -> bool:
+    """Whether some call of a global function has a global cell for an
+    argument (only such calls are specialised)."""
+    functions = module.functions
+    for name in functions:
+        for node in nodes[name]:
+            if (
+                isinstance(node, Call)
+                and isinstance(node.callee, GlobalVar)
+                and node.callee.name in functions
+                and any(isinstance(a, GlobalVar) and a.name in cells for a in node.args)
+            ):
+                return True
+    return False
 
 
 def _reference_parameters(functions: dict[str, Function]) -> dict[str, set[int]]:
@@ -271,8 +292,9 @@ class _Analysis:
     """Which cell each reference names, each function's signature, and the
     checks that make the translation sound."""
 
-    def __init__(self, module: IRModule) -> None:
+    def __init__(self, module: IRModule, nodes: dict[str, list[Node]]) -> None:
         self.module = module
+        self.nodes = nodes  # each global function's nodes, in pre-order (``_expr_nodes``)
         self.flows = solve_flows(module)
         self.order: dict[str, int] = {name: i for i, name in enumerate(module.cells)}
         self.types: dict[str, Type] = {WORLD: WORLD_TYPE}
@@ -291,6 +313,7 @@ class _Analysis:
         self.target: dict[Expr, str] = {}  # ref_read / ref_write -> cell
         self.used: set[Var] = set()
         self.bound: set[Var] = set()
+        self._bodies: dict[Function, list[Node]] = {}
         self._units()
         self._resolve_references()
         self._signatures()
@@ -307,7 +330,12 @@ class _Analysis:
         used = self.used
         while stack:
             node, unit, own = stack.pop()
-            used.update(var for _, var in _var_uses(node))
+            for name, many in child_fields(node):  # the variables it uses
+                value = getattr(node, name)
+                if many:
+                    used.update(v for v in value if isinstance(v, Var))
+                elif isinstance(value, Var):
+                    used.add(value)
             if isinstance(node, Function):
                 src: Source = own if own is not None else ("fn", node)
                 if src in self.unit_fn:
@@ -329,8 +357,17 @@ class _Analysis:
                 self.owner[name] = unit
                 self.order[name] = len(self.module.cells) + k
             for child in node.children():
-                stack.append((child, unit, None))
+                if not isinstance(child, Type):  # no type holds a variable or a function
+                    stack.append((child, unit, None))
         self.order[WORLD] = len(self.order) + 1
+
+    def body_nodes(self, fn: Function) -> list[Node]:
+        """``_body_nodes(fn.body)``, computed once per function: the analysis
+        and the translation walk each body several times."""
+        nodes = self._bodies.get(fn)
+        if nodes is None:
+            nodes = self._bodies[fn] = _body_nodes(fn.body)
+        return nodes
 
     def needed(self, var: Var) -> bool:
         """Whether a binding of ``var`` must be kept: a variable of the
@@ -354,15 +391,19 @@ class _Analysis:
         only be read and written."""
         ref_vars: dict[Var, str] = {}
         for fn in self.unit_fn.values():
-            for node in _body_nodes(fn.body):
+            for node in self.body_nodes(fn):
                 if isinstance(node, Let) and isinstance(node.value, RefCreate):
                     ref_vars[node.var] = self.alloc_name[node.value]
-        for fn in self.module.functions.values():
-            for node in pre_order(fn):
-                self._check_reference_uses(node, ref_vars)
-                if isinstance(node, Let) and isinstance(node.value, Var):
-                    if node.value in ref_vars:
-                        ref_vars[node.var] = ref_vars[node.value]
+        # Aliases only come from references already known, so with none
+        # there is nothing to check but the targets.
+        local = bool(ref_vars)
+        for name in self.module.functions:
+            for node in self.nodes[name]:
+                if local:
+                    self._check_reference_uses(node, ref_vars)
+                    if isinstance(node, Let) and isinstance(node.value, Var):
+                        if node.value in ref_vars:
+                            ref_vars[node.var] = ref_vars[node.value]
                 if isinstance(node, RefRead | RefWrite):
                     self.target[node] = self._cell_of(node)
         for node, name in self.alloc_name.items():
@@ -426,7 +467,7 @@ class _Analysis:
         union = groups.union
         for unit, fn in self.unit_fn.items():
             sites: list[tuple[Call, str, frozenset[Source]]] = []
-            for node in _body_nodes(fn.body):
+            for node in self.body_nodes(fn):
                 if isinstance(node, RefRead):
                     reads[unit].add(self.target[node])
                 elif isinstance(node, RefWrite):
@@ -541,7 +582,7 @@ class _Analysis:
         reference's activation is gone, or in another one."""
         touching: dict[Var, str] = {}
         for fn in self.unit_fn.values():
-            for node in _body_nodes(fn.body):
+            for node in self.body_nodes(fn):
                 if isinstance(node, Let) and isinstance(node.value, Function):
                     sig = self.signature_of(("fn", node.value))
                     local = [c for c in sig.reads if c in self.owner]
@@ -549,8 +590,8 @@ class _Analysis:
                         touching[node.var] = local[0]
         if not touching:
             return
-        for fn in self.module.functions.values():
-            for node in pre_order(fn):
+        for name in self.module.functions:
+            for node in self.nodes[name]:
                 for field_name, child in _var_uses(node):
                     if child not in touching:
                         continue
@@ -576,7 +617,7 @@ class _Analysis:
         the field's declared type gains the state (one signature per field)."""
         found: dict[tuple[str, int], dict[Signature, Call]] = {}
         for fn in self.unit_fn.values():
-            for node in _body_nodes(fn.body):
+            for node in self.body_nodes(fn):
                 if not (isinstance(node, Call) and isinstance(node.callee, Constructor)):
                     continue
                 ctor = node.callee
@@ -609,7 +650,7 @@ class _Analysis:
     # ---------------------------------------------------- writes inside
     def writes_inside(self, fn: Function) -> dict[int, frozenset[str]]:
         """For each compound node of a body: the cells written within it."""
-        nodes = list(_body_nodes(fn.body))
+        nodes = self.body_nodes(fn)
         inside: dict[int, frozenset[str]] = {}
         sites = {
             id(c): (kind, found)
@@ -676,8 +717,26 @@ def _var_uses(node: Node) -> Iterator[tuple[str, Var]]:
                     yield field_name, item
 
 
+def _expr_nodes(root: Expr) -> list[Node]:
+    """``pre_order(root)`` without the types (no type holds an expression):
+    the other nodes, nested functions included, in the same order."""
+    out: list[Node] = []
+    stack: list[Node] = [root]
+    seen: set[int] = set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        out.append(node)
+        if not isinstance(node, Var):  # a variable's only child is its type
+            stack.extend(reversed([c for c in node.children() if not isinstance(c, Type)]))
+    return out
+
+
 def _body_nodes(body: Expr) -> list[Node]:
-    """The nodes of a body in pre-order, not entering nested functions."""
+    """The nodes of a body in pre-order, not entering nested functions nor
+    types (no type holds an expression)."""
     out: list[Node] = []
     stack: list[Node] = [body]
     seen: set[int] = set()
@@ -687,9 +746,9 @@ def _body_nodes(body: Expr) -> list[Node]:
             continue
         seen.add(id(node))
         out.append(node)
-        if isinstance(node, Function):
+        if isinstance(node, Function | Var):  # a variable's only child is its type
             continue
-        stack.extend(reversed(list(node.children())))
+        stack.extend(reversed([c for c in node.children() if not isinstance(c, Type)]))
     return out
 
 

@@ -120,7 +120,38 @@ class Solver:
     def unify(self, expected: Type, actual: Type) -> Type:
         """Make the two types equal (binding variables); the merged type.
         Raises UnifyError naming the innermost mismatch."""
-        return run(self._unify(expected, actual))
+        # The common cases (a variable, two tensors) without a trampoline:
+        # inference unifies at least once per binding.
+        var_a, var_b = self._last_var(expected), self._last_var(actual)
+        a, b = self.head(expected), self.head(actual)
+        if a is b:
+            return a
+        if isinstance(a, IncompleteType):
+            self._bind(a, b)
+            return b
+        if isinstance(b, IncompleteType):
+            self._bind(b, a)
+            return a
+        if isinstance(a, TensorType) and isinstance(b, TensorType):
+            return self._merge_tensors(var_a, a, var_b, b)
+        # Heads are concrete here: the walk below finds no variable at their
+        # roots, exactly as if it had started from `expected` and `actual`.
+        return run(self._unify(a, b))
+
+    def _merge_tensors(
+        self,
+        var_a: IncompleteType | None,
+        a: TensorType,
+        var_b: IncompleteType | None,
+        b: TensorType,
+    ) -> TensorType:
+        merged = unify_tensors(a, b)
+        # Narrowing: a variable bound to a tensor with `?` sizes learns
+        # the sizes the other side knows (as Relay's solver does).
+        for var, old in ((var_a, a), (var_b, b)):
+            if var is not None and merged is not old:
+                self._bound[var] = merged
+        return merged
 
     def _unify(self, a: Type, b: Type):
         var_a, var_b = self._last_var(a), self._last_var(b)
@@ -134,13 +165,7 @@ class Solver:
             self._bind(b, a)
             return a
         if isinstance(a, TensorType) and isinstance(b, TensorType):
-            merged = unify_tensors(a, b)
-            # Narrowing: a variable bound to a tensor with `?` sizes learns
-            # the sizes the other side knows (as Relay's solver does).
-            for var, old in ((var_a, a), (var_b, b)):
-                if var is not None and merged is not old:
-                    self._bound[var] = merged
-            return merged
+            return self._merge_tensors(var_a, a, var_b, b)
         if isinstance(a, TupleType) and isinstance(b, TupleType):
             if len(a.fields) != len(b.fields):
                 raise UnifyError(
@@ -183,7 +208,9 @@ class Solver:
         raise UnifyError(f"{show(a)} vs {show(b)}")
 
     def _bind(self, var: IncompleteType, t: Type) -> None:
-        if self._occurs(var, t):
+        # A type without children cannot contain `var` (nor be it: the
+        # caller unifies distinct heads).
+        if not isinstance(t, _LEAF_TYPES) and self._occurs(var, t):
             raise UnifyError(f"a type that contains itself: {show(self.resolve(t))}")
         self._bound[var] = t
 
@@ -197,6 +224,10 @@ class Solver:
         return False
 
 
+_LEAF_TYPES = (TensorType, KeyType, TypeVar, GlobalTypeVar)
+"""Types with no type below them."""
+
+
 def unify_dims(a: Dim, b: Dim) -> Dim:
     if a == b or b == ANY:
         return a
@@ -206,6 +237,8 @@ def unify_dims(a: Dim, b: Dim) -> Dim:
 
 
 def unify_tensors(a: TensorType, b: TensorType) -> TensorType:
+    if a.shape == b.shape and a.dtype == b.dtype:
+        return a
     if a.dtype != b.dtype:
         raise UnifyError(f"dtype {a.dtype} vs {b.dtype}")
     if len(a.shape) != len(b.shape):
