@@ -1,0 +1,14 @@
+"""The TVM backend's user-facing error."""
+
+from __future__ import annotations
+
+from ...ir.diagnostics import Error
+
+
+class BackendError(Error):
+    """A program the TVM backend cannot compile as asked: an operator without
+    a ``te`` rule, a shape that is not static where a kernel needs one, an
+    argument of the wrong type at a kernel's call. Points at the source
+    location of the construct when it has one."""
+
+    kind = "backend error"
