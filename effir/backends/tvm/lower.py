@@ -1,0 +1,118 @@
+"""lower-tvm: every pure operator call that TVM can compute and that fuse
+left alone becomes a one-call primitive function, so that the executor
+meets only primitive functions (kernels) and what TVM cannot compute.
+
+``fuse`` groups the calls that should share a kernel; the rest (an opaque
+operator such as ``nn.softmax``, a keyed ``random.*`` draw, a lone ``add``
+between two effects) would otherwise run in numpy, one Python call each. A
+call qualifies when its operator is pure, has a ``te`` rule (imported with
+the backend), is neither control flow nor of data-dependent shape, its
+arguments are variables or constants, and its arguments and result have
+static types (tensors with integer or named dimensions, keys, tuples of
+those; a named dimension is bound when the kernel is called). The
+wrapper is what fuse builds: closed, typed, ``Primitive=1``, bound by a
+``let`` right before its call, so the program stays in A-normal form.
+Calls inside primitive functions are left alone (they are a kernel's body).
+"""
+
+from __future__ import annotations
+
+from ...ir.expr import Call, Constant, Function, Let, Op, Var
+from ...ir.module import IRModule
+from ...ir.node import Node
+from ...ir.op import op_def
+from ...ir.types import ANY, KeyType, TensorType, TupleType, Type
+from ...ir.visitor import ExprMutator, pre_order
+from ...passes.fuse import PRIMITIVE, is_primitive
+from ...passes.infer_type import check
+from ...passes.infra import Pass, register_pass
+from . import random_ops, te_ops  # noqa: F401  (the te rules)
+
+
+def lower_tvm(module: IRModule) -> IRModule:
+    """``module`` with each qualifying operator call wrapped (see above)."""
+    module = check(module)
+    functions = {name: _Wrapper(fn).mutate(fn) for name, fn in module.functions.items()}
+    return IRModule(functions, module.type_defs, module.cells)  # type: ignore[arg-type]
+
+
+def static_type(t: Type) -> bool:
+    """A type whose values have shapes known before the kernel runs: integer
+    or named dimensions (a named one is bound by the arguments' shapes when
+    the kernel is called), not ``?``."""
+    if isinstance(t, TensorType):
+        return all(d != ANY for d in t.shape)
+    if isinstance(t, TupleType):
+        return all(static_type(f) for f in t.fields)
+    return isinstance(t, KeyType)
+
+
+def wrappable(call: Call) -> bool:
+    if not isinstance(call.callee, Op) or not call.has_type:
+        return False
+    definition = op_def(call.callee)
+    if definition.effect != "pure" or "te" not in definition.rules:
+        return False
+    if definition.traits & {"control_flow", "dynamic_shape"}:
+        return False
+    for arg in call.args:
+        if not isinstance(arg, Var | Constant) or not arg.has_type:
+            return False
+        if not static_type(arg.checked_type):
+            return False
+    return static_type(call.checked_type)
+
+
+class _Wrapper(ExprMutator):
+    def __init__(self, root: Function) -> None:
+        super().__init__()
+        self.inside: set[int] = set()  # nodes of primitive functions' bodies
+        for node in pre_order(root):
+            if isinstance(node, Function) and is_primitive(node):
+                self.inside.update(id(n) for n in pre_order(node.body))
+
+    def visit_Call(self, new: Node, old: Node) -> Node:
+        assert isinstance(new, Call) and isinstance(old, Call)
+        if id(old) in self.inside or not wrappable(old):
+            return new
+        params = []
+        operands = []
+        args = []
+        for arg in old.args:
+            if isinstance(arg, Var):
+                param = Var(f"p{len(params)}", arg.checked_type)
+                params.append(param)
+                operands.append(arg)
+                args.append(param)
+            else:
+                args.append(arg)
+        body = Call(old.callee, tuple(args), old.attrs, span=old.span)
+        fn = Function(tuple(params), body, old.checked_type, attrs=PRIMITIVE, span=old.span)
+        assert isinstance(old.callee, Op)
+        fn_var = Var("kernel_" + old.callee.name.replace(".", "_"))
+        return Let(fn_var, fn, Call(fn_var, tuple(operands), span=old.span), span=old.span)
+
+    def visit_Let(self, new: Node, old: Node) -> Node:
+        """Keep A-normal form: ``let %v = (let %k = fn; %k(...)); body``
+        becomes ``let %k = fn; let %v = %k(...); body``."""
+        assert isinstance(new, Let)
+        value = new.value
+        if (
+            isinstance(value, Let)
+            and isinstance(value.value, Function)
+            and id(old) not in self.inside
+        ):
+            inner = Let(new.var, value.body, new.body, span=new.span)
+            return Let(value.var, value.value, inner, span=value.span)
+        return new
+
+
+register_pass(
+    Pass(
+        "lower-tvm",
+        lower_tvm,
+        requires=frozenset({"anf"}),
+        establishes=frozenset({"anf"}),
+        doc="pure operator calls TVM can compute, outside fused groups, become one-call kernels",
+    )
+)
