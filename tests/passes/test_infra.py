@@ -3,6 +3,7 @@ broke an invariant, instruments, contexts, the registry and pipelines."""
 
 from __future__ import annotations
 
+import gc
 import io
 
 import pytest
@@ -11,6 +12,7 @@ import effir
 from effir.ir.expr import Call, Function, Let, TupleGetItem, Var
 from effir.ir.module import IRModule
 from effir.passes.infra import (
+    COLLECTOR_THRESHOLD,
     Pass,
     PassContext,
     PassError,
@@ -161,3 +163,23 @@ def test_the_registry_refuses_duplicates_and_unknown_invariants():
 def test_function_pass_keeps_an_unchanged_module():
     module = a1()
     assert function_pass("nothing", lambda fn: fn)(module) is module
+
+
+def test_the_collector_is_paced_while_a_pass_runs_and_restored_after():
+    seen = []
+
+    def probe(module: IRModule) -> IRModule:
+        seen.append(gc.get_threshold()[0])
+        # A nested pass (a pass running others) keeps the pacing.
+        Pass("inner", lambda m: (seen.append(gc.get_threshold()[0]), m)[1])(module)
+        seen.append(gc.get_threshold()[0])
+        return module
+
+    before = gc.get_threshold()
+    Pass("probe", probe)(effir.parse('#[version = "0.0.5"]\ndef @main() { 1 }'))
+    assert seen == [COLLECTOR_THRESHOLD] * 3
+    assert gc.get_threshold() == before
+    # A pass that fails restores the thresholds too.
+    with pytest.raises(ZeroDivisionError):
+        Pass("failing", lambda m: 1 // 0)(effir.parse('#[version = "0.0.5"]\ndef @main() { 1 }'))
+    assert gc.get_threshold() == before
