@@ -350,7 +350,32 @@ def clear_cache() -> None:
         _CACHE.clear()
 
 
-def _build(fn: Function, target: Any, dims: dict[str, int], schedule: bool) -> Kernel:
+@dataclass(frozen=True)
+class KernelIR:
+    """A primitive function lowered to scheduled TIR, before code
+    generation: what ``build_kernel`` compiles on its own, and what the
+    Relax lowering (relax_lower.py) puts into a whole program's module.
+    The function's parameters are the inputs' tensors, then the
+    constants' (``constants`` holds their data), then the outputs'."""
+
+    name: str
+    signature: _Signature
+    module: Any  # IRModule with the scheduled PrimFunc "main"
+    constants: tuple[np.ndarray, ...]
+
+
+def lower_kernel(
+    fn: Function,
+    target: str | Any = "llvm",
+    dims: Mapping[str, int] | None = None,
+    schedule: bool = True,
+) -> KernelIR:
+    """``fn`` (a typed primitive function) as scheduled TIR for ``target``;
+    ``dims`` binds its symbolic dimensions."""
+    tvm_target = make_target(target)
+    dims = dict(dims or {})
+    if any(not p.has_type for p in fn.params) or not _body_typed(fn):
+        infer_expr(fn)
     name = str(fn.attrs.get("global_symbol", "")) or "kernel"
     builder = _Builder(dims)
     params = tuple(
@@ -364,16 +389,28 @@ def _build(fn: Function, target: Any, dims: dict[str, int], schedule: bool) -> K
     outputs = builder.outputs(value, result)
     signature = _Signature(params, result, _flat(params), tuple(leaves(result)))
     func = relax_alignment(te.create_prim_func(builder.inputs + builder.constant_inputs + outputs))
-    module = schedule_prim_func(func, target) if schedule else tvm.IRModule({"main": func})
+    module = schedule_prim_func(func, tvm_target) if schedule else tvm.IRModule({"main": func})
     # Inlining one producer into two places copies its let variables; give
     # each binding its own variable (TVM's analyzer rejects a rebinding).
     module = tvm.tirx.transform.ConvertSSA()(module)
+    return KernelIR(name, signature, module, tuple(builder.constants))
+
+
+def _build(fn: Function, target: Any, dims: dict[str, int], schedule: bool) -> Kernel:
+    lowered = lower_kernel(fn, target, dims, schedule)
     try:
         with target:
-            executable = tvm.compile(module, target=target)
+            executable = tvm.compile(lowered.module, target=target)
     except RuntimeError as err:  # TVM's InternalError: a schedule or rule bug
-        raise BackendError(f"TVM failed to build kernel {name}: {err}", fn.span) from err
-    return Kernel(name, signature, module, executable, target, builder.constants)
+        raise BackendError(f"TVM failed to build kernel {lowered.name}: {err}", fn.span) from err
+    return Kernel(
+        lowered.name,
+        lowered.signature,
+        lowered.module,
+        executable,
+        target,
+        list(lowered.constants),
+    )
 
 
 def _flat(types: Sequence[Type]) -> tuple[TensorType, ...]:
