@@ -1,31 +1,44 @@
-"""effir.compile: the whole pipeline, then TVM.
+"""effir.compile: the whole pipeline, then TVM, run by Relax's virtual machine.
 
 ``compile(module, target)`` runs the standard optimisation pipeline (the
 effect passes, partial evaluation, the basic-block optimisations), fuses
-operator groups, wraps the pure calls TVM can compute that no group took
-(``lower-tvm``), and builds one TVM kernel per primitive function. What is
-left (control flow that depends on data, ADTs, closures, calls between
-functions, operators of data-dependent shape, I/O) runs in the executor:
-effir's interpreter, told to run each compiled function's kernel in place of
-its body. docs/backend.md says why this executor, and what it costs.
+operator groups and wraps the pure calls TVM can compute that no group took
+(``lower-tvm``). The result is a ``CompiledModule``: call it as the
+interpreter runs ``@main``, with the same arguments and the same ``State``.
+
+Each call binds the entry's symbolic dimensions from its arguments' shapes
+(specialize.py) and runs the specialisation for that binding, lowered to a
+Relax module (relax_lower.py) and built by TVM the first time the binding
+is met, then kept: a second call with the same shapes compiles nothing. The
+VM runs the control (calls, ``if``, recursion, output) without Python and
+the kernels TVM generated for the computation. docs/backend.md says why
+this executor, and what it costs.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...ir.expr import Call, Function
+import numpy as np
+import tvm
+import tvm_ffi
+from tvm import relax
+
 from ...ir.module import IRModule
-from ...ir.types import ANY, TensorType, TupleType, Type
+from ...ir.types import KeyType, TupleType, Type
 from ...ir.visitor import pre_order
-from ...passes.fuse import is_primitive
+from ...ops.effects import WORLD
 from ...passes.pipeline import STANDARD_PIPELINES, run_pipeline
-from ..interpreter import State, interpret, interpret_a2
+from ...runtime.values import PRNGKey
+from ..interpreter import Sink, State
 from . import lower  # noqa: F401  (registers lower-tvm)
-from .kernel import build_kernel
+from .errors import BackendError
+from .relax_lower import PRINT_FUNCTION, RelaxProgram, lower_to_relax
+from .specialize import Dims, bind_dims, specialize
 from .target import make_target
 
 PIPELINE = STANDARD_PIPELINES["O2"] + ",fuse,lower-tvm"
@@ -37,23 +50,76 @@ class CompileReport:
 
     nodes_before: int
     nodes_after: int
-    kernels: int
     pipeline_seconds: float
-    build_seconds: float
-    passes: list[tuple[str, float]] = field(default_factory=list)
+    builds: list[tuple[Dims, float, int, int]] = field(default_factory=list)
+    # (dims, seconds, kernels, whole loops) per specialisation
 
     def table(self) -> str:
         rows = [
             ("IR nodes before", f"{self.nodes_before}"),
             ("IR nodes after", f"{self.nodes_after}"),
-            ("kernels", f"{self.kernels}"),
             ("pipeline", f"{self.pipeline_seconds:.2f} s"),
-            ("TVM build", f"{self.build_seconds:.2f} s"),
         ]
+        for dims, seconds, kernels, loops in self.builds:
+            shown = ", ".join(f"{k}={v}" for k, v in sorted(dims.items())) or "static"
+            rows.append(
+                (f"TVM build ({shown})", f"{seconds:.2f} s, {kernels} kernels, {loops} loops")
+            )
         width = max(len(name) for name, _ in rows)
         return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 
 
+# ------------------------------------------------------------------ output
+_sinks = threading.local()
+
+
+def _print(label: str, value: Any) -> None:
+    """``effir.print``: the packed function ``io.print`` calls."""
+    sink: Sink | None = getattr(_sinks, "current", None)
+    array = np.from_dlpack(value).copy()
+    if sink is None:
+        print(f"{label}: {array}" if label else array)
+    else:
+        sink(str(label), array)
+
+
+tvm_ffi.register_global_func(PRINT_FUNCTION, _print, override=True)
+
+
+# ------------------------------------------------------------ one binding
+class Specialization:
+    """One binding of the entry's dimensions: the Relax program, built."""
+
+    def __init__(self, program: RelaxProgram, target: Any) -> None:
+        self.program = program
+        self.target = target
+        for name, function in program.fallbacks.items():
+            tvm_ffi.register_global_func(name, function, override=True)
+        with target:
+            self.executable = relax.build(program.module, target=target, relax_pipeline="default")
+        device = tvm.device("cpu" if target.kind.name == "llvm" else target.kind.name, 0)
+        self.device = device
+        self._vm: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def exportable(self) -> bool:
+        return not self.program.fallbacks
+
+    def function(self) -> Any:
+        if self._vm is None:
+            with self._lock:
+                if self._vm is None:
+                    if not self.device.exist:
+                        raise BackendError(
+                            f"this program was built for {self.target.kind.name}, and this "
+                            "machine has no such device"
+                        )
+                    self._vm = relax.VirtualMachine(self.executable, self.device)
+        return self._vm[self.program.entry]
+
+
+# ------------------------------------------------------------ the program
 class CompiledModule:
     """A compiled program: call it as the interpreter would run ``@main``."""
 
@@ -61,110 +127,129 @@ class CompiledModule:
         self,
         source: IRModule,
         module: IRModule,
-        kernels: dict[Function | Call, Callable[..., Any]],
         target: Any,
         report: CompileReport,
     ) -> None:
         self.source = source
         self.module = module
-        self.kernels = kernels
         self.target = target
         self.report = report
+        self.specializations: dict[tuple[str, tuple[tuple[str, int], ...]], Specialization] = {}
+        self._lock = threading.Lock()
 
     def __call__(
         self,
         *args: Any,
         entry: str = "main",
         state: State | None = None,
-        sink: Callable[[str, Any], None] | None = None,
+        sink: Sink | None = None,
     ) -> Any:
         """``@entry``'s result. ``state`` holds the program's global cells
         (a fresh ``effir.State(source)`` when None) and is updated as the
-        source program would update it; ``sink`` receives prints."""
+        source program would update it; ``sink(label, value)`` receives
+        prints (standard output when None)."""
+        name = entry.removeprefix("@")
+        fn = self._entry(name)
+        state_in = tuple(fn.attrs.get("state_in", ()))
+        state_out = tuple(fn.attrs.get("state_out", ()))
         if state is None:
             state = State(self.source)
-        fn = self.module[entry.removeprefix("@")]
-        runner = interpret_a2 if "state_in" in fn.attrs else interpret
-        return runner(self.module, *args, entry=entry, state=state, sink=sink, kernels=self.kernels)
+        values = tuple(np.int64(0) if c == WORLD else state[c] for c in state_in)
+        inputs = (*args, *values)
+        params = [(p.name_hint, p.checked_type) for p in fn.params]
+        spec = self.specialization(name, bind_dims(params, inputs))
+        tensors = [_to_tvm(v, t) for v, (_, t) in zip(inputs, params, strict=True)]
+        previous = getattr(_sinks, "current", None)
+        _sinks.current = sink
+        try:
+            raw = spec.function()(*tensors)
+        finally:
+            _sinks.current = previous
+        result = _from_tvm(raw, fn.body.checked_type)
+        if not state_out:
+            return result
+        for cell, value in zip(state_out, result[1:], strict=True):
+            if cell != WORLD:
+                state.cells[cell].value = value
+        return result[0]
+
+    def _entry(self, name: str) -> Any:
+        if name not in self.module.functions:
+            raise BackendError(f"the program has no function @{name}")
+        return self.module.functions[name]
+
+    def specialization(self, entry: str, dims: Dims) -> Specialization:
+        """The build for ``dims`` (made now if it is new)."""
+        key = (entry, tuple(sorted(dims.items())))
+        spec = self.specializations.get(key)
+        if spec is not None:
+            return spec
+        with self._lock:
+            spec = self.specializations.get(key)
+            if spec is None:
+                start = time.perf_counter()
+                program = lower_to_relax(specialize(self.module, entry, dims), entry, self.target)
+                spec = Specialization(program, self.target)
+                self.report.builds.append(
+                    (dict(dims), time.perf_counter() - start, program.kernels, program.loops)
+                )
+                self.specializations[key] = spec
+        return spec
 
     def new_state(self, seed: int | None = None) -> State:
         return State(self.source, seed=seed)
 
 
-def compile(
+def compile(  # noqa: A001  (effir.compile, as tvm.compile)
     module: IRModule, target: str | Any = "llvm", pipeline: str = PIPELINE
-) -> CompiledModule:  # noqa: A001
-    """``module`` optimised and compiled for ``target`` ("llvm" or "cuda")."""
+) -> CompiledModule:
+    """``module`` optimised for ``target`` ("llvm" or "cuda"); kernels are
+    built per binding of the entry's symbolic dimensions, at its first call
+    (at once when the entry has none)."""
     tvm_target = make_target(target)
     start = time.perf_counter()
     optimised = run_pipeline(module, pipeline)
-    middle = time.perf_counter()
-    kernels: dict[Function | Call, Callable[..., Any]] = {}
-    for fn in optimised.functions.values():
-        for node in pre_order(fn):
-            if isinstance(node, Function) and is_primitive(node) and node not in kernels:
-                kernels[node] = _kernel_for(node, tvm_target)
-    end = time.perf_counter()
-    report = CompileReport(
-        nodes_before=_size(module),
-        nodes_after=_size(optimised),
-        kernels=len(kernels),
-        pipeline_seconds=middle - start,
-        build_seconds=end - middle,
-    )
-    return CompiledModule(module, optimised, kernels, tvm_target, report)
+    report = CompileReport(_size(module), _size(optimised), time.perf_counter() - start)
+    compiled = CompiledModule(module, optimised, tvm_target, report)
+    main = optimised.functions.get("main")
+    if main is not None and all(_static(p.checked_type) for p in main.params):
+        compiled.specialization("main", {})
+    return compiled
 
 
-def _kernel_for(fn: Function, target: Any) -> Callable[..., Any]:
-    """The kernel of ``fn``: built now when its shapes are static, else per
-    concrete shape at its first call with that shape (and cached)."""
-    symbolic = _symbolic_dims(fn)
-    if not symbolic:
-        return build_kernel(fn, target)
-    return PerShapeKernel(fn, target)
+def _static(t: Type) -> bool:
+    from .relax_lower import static
 
-
-class PerShapeKernel:
-    """A kernel with named dimensions, built for each binding of them met at
-    run time (``build_kernel`` caches each build)."""
-
-    def __init__(self, fn: Function, target: Any) -> None:
-        self.fn = fn
-        self.target = target
-        self.builds: dict[tuple[tuple[str, int], ...], Callable[..., Any]] = {}
-
-    def __call__(self, *args: Any) -> Any:
-        dims: dict[str, int] = {}
-        for param, arg in zip(self.fn.params, args, strict=True):
-            _bind_dims(param.type_annotation or param.checked_type, arg, dims)
-        key = tuple(sorted(dims.items()))
-        kernel = self.builds.get(key)
-        if kernel is None:
-            kernel = self.builds[key] = build_kernel(self.fn, self.target, dims)
-        return kernel(*args)
-
-
-def _symbolic_dims(fn: Function) -> bool:
-    for p in fn.params:
-        t = p.type_annotation or p.checked_type
-        for node in pre_order(t):
-            if isinstance(node, TensorType) and not all(isinstance(d, int) for d in node.shape):
-                return True
-    return False
-
-
-def _bind_dims(t: Type, value: Any, dims: dict[str, int]) -> None:
-    """Record the sizes ``value`` gives the named dimensions of ``t``."""
-    work = [(t, value)]
-    while work:
-        ty, v = work.pop()
-        if isinstance(ty, TupleType) and isinstance(v, tuple):
-            work.extend(zip(ty.fields, v, strict=False))
-        elif isinstance(ty, TensorType) and hasattr(v, "shape"):
-            for d, n in zip(ty.shape, v.shape, strict=False):
-                if isinstance(d, str) and d != ANY:
-                    dims.setdefault(d, int(n))
+    return static(t)
 
 
 def _size(module: IRModule) -> int:
     return sum(1 for fn in module.functions.values() for _ in pre_order(fn))
+
+
+# -------------------------------------------------------------- conversion
+def _to_tvm(value: Any, t: Type) -> Any:
+    """An argument as the VM takes it: tensors (zero-copy when numpy's
+    array is contiguous, writable and 64-byte aligned, as TVM's generated
+    code may assume), keys as their ``uint32[2]`` words, tuples as tuples."""
+    if isinstance(t, TupleType):
+        return tvm_ffi.convert([_to_tvm(v, f) for v, f in zip(value, t.fields, strict=True)])
+    array = value.data if isinstance(value, PRNGKey) else np.asarray(value)
+    flags = array.flags
+    if flags.c_contiguous and flags.writeable and array.ctypes.data % 64 == 0 and array.size:
+        return tvm_ffi.from_dlpack(array)
+    return tvm.runtime.tensor(np.array(array, order="C"))
+
+
+def _from_tvm(value: Any, t: Type) -> Any:
+    """A VM result as the interpreter gives it: numpy arrays, keys as
+    ``PRNGKey``, tuples as tuples."""
+    if isinstance(t, TupleType):
+        return tuple(_from_tvm(v, f) for v, f in zip(value, t.fields, strict=True))
+    array = np.from_dlpack(value)
+    if isinstance(t, KeyType):
+        return PRNGKey(array.copy())
+    return array
+
+
+Runner = Callable[..., Any]

@@ -266,7 +266,7 @@ class Kernel:
         if self._function is None:
             self._function = self.executable["main"]
             self._constant_handles = [tvm.runtime.tensor(c, device) for c in self._constants]
-        args = [tvm.runtime.tensor(np.ascontiguousarray(a), device) for a in inputs]
+        args = [tvm.runtime.tensor(np.array(a, order="C"), device) for a in inputs]
         results = [tvm.runtime.empty(out.shape, str(out.dtype), device) for out in outs]
         self._function(*args, *self._constant_handles, *results)  # type: ignore[misc]
         for out, result in zip(outs, results, strict=True):

@@ -1121,10 +1121,12 @@ def _loop_function(io: _Interface, stages: _Stages, schedule: Callable[[Any], An
 
 
 @dataclass
-class _Compiled:
-    """One build: the function and what its parameters are."""
+class LoweredLoop:
+    """A whole loop as TIR, before code generation, and what its parameters
+    are: ``func(xs..., init..., captured..., constants..., outs..., final...,
+    scratch...)`` (see ``_loop_function``)."""
 
-    function: Any
+    func: Any  # the PrimFunc
     x: list[_Leaf]
     state: list[_Leaf]
     captured: list[_Leaf]
@@ -1134,16 +1136,28 @@ class _Compiled:
     padded: bool  # that leading axis is padded_length(T)
     unscheduled: list[str]  # blocks left with plain loops (_schedule)
 
+    def scratch_rows(self, length: int) -> int:
+        """The rows of the scratch buffers with a leading T, for ``length`` steps."""
+        return -(-length // ROW_TILE) * ROW_TILE if self.padded else length
 
-def _compile(
+
+@dataclass
+class _Compiled:
+    """One build: the compiled function and its lowering."""
+
+    function: Any
+    lowered: LoweredLoop
+
+
+def lower_loop(
     body: Function,
     dims: Mapping[str, int],
     captured: Sequence[Var],
     functions: Mapping[Var, Function],
     module: IRModule | None,
-    target: Any,
     parallel: bool,
-) -> _Compiled:
+) -> LoweredLoop:
+    """[EVAL] to [LOOP]: the loop over ``body`` as one scheduled PrimFunc."""
     builder = _StepTE(dims, captured, functions, module)
     x_ph, s_ph, result = builder.evaluate(body)
     if not isinstance(result, tuple) or len(result) != 2:
@@ -1171,13 +1185,12 @@ def _compile(
         stages,
         lambda f: _schedule(f, parallel, unscheduled),
     )
-    executable = tvm.compile(tvm.IRModule({"main": func}), target=target)
 
     def leaf(t: te.Tensor) -> _Leaf:
         return _Leaf(tuple(int(d) for d in t.shape), str(t.dtype))
 
-    return _Compiled(
-        executable["main"],
+    return LoweredLoop(
+        func,
         [leaf(t) for t in x_leaves],
         [leaf(t) for t in s_leaves],
         [leaf(t) for t in cap_leaves[: len(cap_leaves) - len(builder.constants)]],
@@ -1190,6 +1203,20 @@ def _compile(
         stages.padded,
         unscheduled,
     )
+
+
+def _compile(
+    body: Function,
+    dims: Mapping[str, int],
+    captured: Sequence[Var],
+    functions: Mapping[Var, Function],
+    module: IRModule | None,
+    target: Any,
+    parallel: bool,
+) -> _Compiled:
+    lowered = lower_loop(body, dims, captured, functions, module, parallel)
+    executable = tvm.compile(tvm.IRModule({"main": lowered.func}), target=target)
+    return _Compiled(executable["main"], lowered)
 
 
 # ================================================================ running
@@ -1317,16 +1344,24 @@ class LoopKernel:
             raise BackendError(f"the sequences must share one leading length, got shapes {shapes}")
         length = xs_arrays[0].shape[0]
         build = self._build_for(xs_arrays, s_arrays, c_arrays)
-        outs = [np.empty((length, *leaf.shape), leaf.dtype) for leaf in build.outputs]
+        outs = [np.empty((length, *leaf.shape), leaf.dtype) for leaf in build.lowered.outputs]
         if length == 0:
             finals = [a.copy() for a in s_arrays]
         else:
             if length >= 2**31 or any(a.size >= 2**31 for a in (*xs_arrays, *outs)):
                 raise BackendError("a loop kernel indexes with int32: the sequence is too long")
-            finals = [np.empty(leaf.shape, leaf.dtype) for leaf in build.state]
-            rows = -(-length // ROW_TILE) * ROW_TILE if build.padded else length
+            finals = [np.empty(leaf.shape, leaf.dtype) for leaf in build.lowered.state]
+            rows = build.lowered.scratch_rows(length)
             scratch = self._scratch(build, rows)
-            args = [*xs_arrays, *s_arrays, *c_arrays, *build.constants, *outs, *finals, *scratch]
+            args = [
+                *xs_arrays,
+                *s_arrays,
+                *c_arrays,
+                *build.lowered.constants,
+                *outs,
+                *finals,
+                *scratch,
+            ]
             build.function(*[tvm_ffi.from_dlpack(a) for a in args])
         return _rebuild(self.out_type, iter(outs)), _rebuild(self.state_type, iter(finals))
 
@@ -1337,10 +1372,13 @@ class LoopKernel:
         if not self._symbolic and self._builds:
             build = next(iter(self._builds.values()))
             if (
-                all(a.shape[1:] == leaf.shape for a, leaf in zip(xs, build.x, strict=True))
-                and all(a.shape == leaf.shape for a, leaf in zip(init, build.state, strict=True))
+                all(a.shape[1:] == leaf.shape for a, leaf in zip(xs, build.lowered.x, strict=True))
                 and all(
-                    a.shape == leaf.shape for a, leaf in zip(captured, build.captured, strict=True)
+                    a.shape == leaf.shape for a, leaf in zip(init, build.lowered.state, strict=True)
+                )
+                and all(
+                    a.shape == leaf.shape
+                    for a, leaf in zip(captured, build.lowered.captured, strict=True)
                 )
             ):
                 return build  # the fast path: nothing to bind
@@ -1364,7 +1402,7 @@ class LoopKernel:
         if held is None or held[0] != rows:
             arrays = [
                 np.empty(((rows,) if seq else ()) + leaf.shape, leaf.dtype)
-                for leaf, seq in build.scratch
+                for leaf, seq in build.lowered.scratch
             ]
             held = cache[id(build)] = (rows, arrays)
         return held[1]

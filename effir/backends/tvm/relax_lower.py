@@ -1,0 +1,595 @@
+"""A specialised state-passing program as a Relax module: the program the
+executor (TVM's Relax virtual machine) runs.
+
+Purpose
+-------
+After the pipeline (``effir.compile``: the effect passes, partial
+evaluation, the basic-block optimisations, ``fuse`` and ``lower-tvm``) a
+program is pure A2 code in A-normal form whose operator calls sit in
+primitive functions. This module turns one specialisation of it
+(specialize.py: the entry's dimensions bound) into a Relax IRModule: each
+primitive function becomes scheduled TIR called with ``call_tir``, a static
+``cf.foreach`` becomes one TIR loop, and the control around them (``if``,
+calls, recursion, tuples, output, data-dependent shapes) becomes Relax,
+which the VM runs without Python. docs/backend.md says why this executor.
+
+Algorithm
+---------
+1. [TYPES] Each effir type becomes a Relax type: a tensor of static shape a
+   tensor of that shape, one with a ``?`` (data-dependent) dimension a
+   tensor of known rank; a ``Key`` the ``uint32[2]`` tensor of its threefry
+   words; the world token an ``int64`` scalar tensor; tuples stay tuples.
+2. [GLOBALS] Every global function the entry reaches becomes a Relax
+   function. Each is declared first (a stub of the right signature), so
+   that recursive and mutually recursive calls refer to it, then defined.
+3. [BINDINGS] A function body is lowered binding by binding, in order, in
+   non-dataflow blocks (the VM keeps their order, so output stays ordered):
+   - a primitive function is lowered once per distinct text and types
+     (kernel.lower_kernel) and called with ``call_tir``; its tuple and key
+     arguments are flattened into tensors, its tuple results rebuilt
+     [RULE FLAT];
+   - ``cf.foreach`` whose body is static and pure is one ``call_tir`` of the
+     loop (loop.lower_loop): no VM instruction runs per step [RULE LOOP];
+   - a function literal that is not primitive is lifted to a private Relax
+     function taking its free variables first; a call of a let-bound one
+     calls that function [RULE CLOSURE];
+   - ``if`` is a Relax ``If`` whose branches are blocks of their own; a
+     ``match`` on tuples binds the patterns' variables by projection;
+   - ``io.print`` calls the packed function ``effir.print`` (registered by
+     the Python runtime and by the C++ runner) and advances the world token.
+4. [FALLBACK] A primitive function whose types keep a ``?`` dimension
+   cannot be compiled ahead of its shapes: it runs as a Python packed
+   function that builds its kernel per concrete shape (cached). Such a
+   program runs in Python only; ``export`` refuses it.
+
+Known limitations: ADTs (constructors and matches on them), references
+and closures that escape (stored, returned or passed to a global) are not
+compiled: BackendError, naming the construct; run such programs with the
+interpreter.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import tvm
+import tvm_ffi
+from tvm import relax
+
+from ...ir.expr import (
+    Call,
+    Constant,
+    Constructor,
+    Expr,
+    Function,
+    GlobalVar,
+    If,
+    Let,
+    Match,
+    Op,
+    PatternTuple,
+    PatternVar,
+    PatternWildcard,
+    RefCreate,
+    RefRead,
+    RefWrite,
+    Tuple,
+    TupleGetItem,
+    Var,
+)
+from ...ir.module import IRModule
+from ...ir.op import op_def
+from ...ir.printer import astext
+from ...ir.types import FuncType, KeyType, TensorType, TupleType, Type
+from ...ir.visitor import ExprMutator, free_vars, pre_order
+from ...passes.fuse import PRIMITIVE, is_primitive
+from ...passes.infer_type import infer_expr
+from ...runtime.values import PRNGKey
+from .errors import BackendError
+from .kernel import KernelIR, build_kernel, leaves, lower_kernel
+from .loop import LoweredLoop, lower_loop
+
+PRINT_FUNCTION = "effir.print"
+"""The packed function ``io.print`` calls: ``(label: str, value) -> None``."""
+
+_fallback_ids = itertools.count()
+
+
+# ================================================================== types
+def relax_type(t: Type) -> Any:
+    """[TYPES] The Relax type of values of effir type ``t``."""
+    if isinstance(t, TensorType):
+        if t.is_static:
+            return relax.TensorType([int(d) for d in t.shape], t.dtype)
+        return relax.TensorType(dtype=t.dtype, ndim=t.ndim)
+    if isinstance(t, KeyType):
+        return relax.TensorType([2], "uint32")
+    if isinstance(t, TupleType):
+        return relax.TupleType([relax_type(f) for f in t.fields])
+    if isinstance(t, FuncType):
+        return relax.FuncType([relax_type(a) for a in t.arg_types], relax_type(t.ret_type), False)
+    raise BackendError(
+        f"values of type {astext(t)} are not compiled (ADTs and references run in the interpreter)"
+    )
+
+
+def static(t: Type) -> bool:
+    """Whether every tensor in ``t`` has a static shape."""
+    return all(
+        not isinstance(n, TensorType) or n.is_static for n in pre_order(t) if isinstance(n, Type)
+    )
+
+
+# ================================================================ program
+@dataclass
+class RelaxProgram:
+    """A lowered specialisation: the Relax module, and the Python packed
+    functions it calls [FALLBACK] (empty for an exportable program)."""
+
+    module: Any  # tvm.IRModule
+    entry: str
+    fallbacks: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    kernels: int = 0
+    loops: int = 0
+
+
+def lower_to_relax(module: IRModule, entry: str, target: Any) -> RelaxProgram:
+    """``module`` (checked, specialised, A2 or pure) as a Relax module whose
+    public function ``entry`` is the program's entry."""
+    return _Lowering(module, target).run(entry)
+
+
+@dataclass
+class _Closure:
+    """A lifted function literal: its Relax function and captured variables."""
+
+    gv: Any
+    captured: list[Var]
+
+
+class _Lowering:
+    def __init__(self, module: IRModule, target: Any) -> None:
+        self.module = module
+        self.target = target
+        self.bb = relax.BlockBuilder()
+        self.globals: dict[str, Any] = {}
+        self.kernels: dict[str, tuple[Any, KernelIR]] = {}
+        self.lifted: dict[int, _Closure] = {}
+        self.fallbacks: dict[str, Callable[..., Any]] = {}
+        self.loops = 0
+        self.print_calls = False
+
+    # ------------------------------------------------------------ globals
+    def run(self, entry: str) -> RelaxProgram:
+        reached = self._reachable(entry)
+        for name in reached:  # [GLOBALS] declare, then define
+            fn = self.module.functions[name]
+            params = [relax.Var(p.name_hint, relax_type(p.checked_type)) for p in fn.params]
+            ret = relax_type(fn.body.checked_type)
+            stub = relax.Function(params, relax.SeqExpr([], relax.op.null_value()), ret, False)
+            self.globals[name] = self.bb.add_func(stub, name)
+        for name in reached:
+            function = self._function(self.module.functions[name], name)
+            if name == entry:
+                function = function.with_attr("global_symbol", entry)
+            self.bb.update_func(self.globals[name], function)
+        return RelaxProgram(
+            self.bb.finalize(), entry, self.fallbacks, len(self.kernels), self.loops
+        )
+
+    def _reachable(self, entry: str) -> list[str]:
+        if entry not in self.module.functions:
+            raise BackendError(f"the module has no function @{entry}")
+        order, seen, work = [], {entry}, [entry]
+        while work:
+            name = work.pop()
+            order.append(name)
+            for node in pre_order(self.module.functions[name]):
+                if isinstance(node, GlobalVar) and node.name in self.module.functions:
+                    if node.name not in seen:
+                        seen.add(node.name)
+                        work.append(node.name)
+        return order
+
+    def _function(self, fn: Function, name: str, captured: list[Var] | None = None) -> Any:
+        """A Relax function of ``fn`` (its captured variables first)."""
+        env: dict[Var, Any] = {}
+        params = []
+        for v in [*(captured or []), *fn.params]:
+            param = relax.Var(v.name_hint, relax_type(v.checked_type))
+            env[v] = param
+            params.append(param)
+        body = self._block(fn.body, env)
+        ret = relax_type(fn.body.checked_type)
+        return relax.Function(params, body, ret, False).with_attr("effir_name", name)
+
+    # ------------------------------------------------------------- blocks
+    def _block(self, expr: Expr, env: dict[Var, Any]) -> Any:
+        """``expr`` as a Relax sequence of bindings ending in its value."""
+        self.bb._begin_binding_block()
+        try:
+            value = self._chain(expr, env)
+        finally:
+            block = self.bb._end_block()
+        return relax.SeqExpr([block], value)
+
+    def _chain(self, expr: Expr, env: dict[Var, Any]) -> Any:
+        while isinstance(expr, Let):
+            value = expr.value
+            if isinstance(value, Function):
+                self._bind_function(expr.var, value, env)
+            else:
+                env[expr.var] = self._value(value, env, expr.var.name_hint)
+            expr = expr.body
+        return self._value(expr, env, "result")
+
+    def _bind_function(self, var: Var, fn: Function, env: dict[Var, Any]) -> None:
+        """A let-bound function literal: a kernel, or a closure lifted to a
+        Relax function [RULE CLOSURE]; it has no run-time value of its own."""
+        env[var] = fn
+
+    # ------------------------------------------------------------- values
+    def _atom(self, expr: Expr, env: dict[Var, Any]) -> Any:
+        if isinstance(expr, Var):
+            value = env.get(expr)
+            if value is None:
+                raise BackendError(f"%{expr.name_hint} is not bound here", expr.span)
+            if isinstance(value, Function):
+                raise BackendError(
+                    f"the function %{expr.name_hint} is used as a value (stored, returned or "
+                    "passed on): closures that escape are not compiled",
+                    expr.span,
+                )
+            return value
+        if isinstance(expr, Constant):
+            return relax.const(np.array(expr.data, order="C"), str(expr.data.dtype))
+        if isinstance(expr, GlobalVar):
+            raise BackendError(
+                f"the global @{expr.name} is used as a value: only calls of globals are compiled",
+                expr.span,
+            )
+        raise BackendError(f"{type(expr).__name__} is not compiled", expr.span)
+
+    def _value(self, expr: Expr, env: dict[Var, Any], name: str) -> Any:
+        emit = self.bb.emit
+        if isinstance(expr, Var | Constant | GlobalVar):
+            return self._atom(expr, env)
+        if isinstance(expr, Tuple):
+            return emit(relax.Tuple([self._atom(f, env) for f in expr.fields]), name)
+        if isinstance(expr, TupleGetItem):
+            return emit(relax.TupleGetItem(self._atom(expr.tuple_value, env), expr.index), name)
+        if isinstance(expr, If):
+            cond = self._atom(expr.cond, env)
+            then = self._block(expr.then_branch, dict(env))
+            other = self._block(expr.else_branch, dict(env))
+            return emit(relax.If(cond, then, other), name)
+        if isinstance(expr, Match):
+            return self._match(expr, env)
+        if isinstance(expr, Call):
+            return self._call(expr, env, name)
+        if isinstance(expr, Function):
+            raise BackendError(
+                "a function literal that is not bound by a let is not compiled", expr.span
+            )
+        if isinstance(expr, RefCreate | RefRead | RefWrite):
+            raise BackendError(
+                "references are not compiled: run state-passing first (effir.compile does)",
+                expr.span,
+            )
+        raise BackendError(f"{type(expr).__name__} is not compiled", expr.span)
+
+    def _match(self, expr: Match, env: dict[Var, Any]) -> Any:
+        """A match whose first clause binds a tuple's parts (the only kind
+        without constructors)."""
+        data = self._atom(expr.data, env)
+        clause = expr.clauses[0]
+        work = [(clause.pattern, data)]
+        while work:
+            pattern, value = work.pop()
+            if isinstance(pattern, PatternVar):
+                env[pattern.var] = value
+            elif isinstance(pattern, PatternTuple):
+                for i, sub in enumerate(pattern.patterns):
+                    work.append((sub, self.bb.emit(relax.TupleGetItem(value, i))))
+            elif not isinstance(pattern, PatternWildcard):
+                raise BackendError(
+                    "a match on constructors (an ADT) is not compiled; run it with the interpreter",
+                    clause.span or expr.span,
+                )
+        return self._chain(clause.body, env)
+
+    # -------------------------------------------------------------- calls
+    def _call(self, call: Call, env: dict[Var, Any], name: str) -> Any:
+        callee = call.callee
+        if isinstance(callee, Op):
+            return self._operator(call, env, name)
+        if isinstance(callee, Constructor):
+            raise BackendError(
+                f"the constructor {callee.name} (an ADT) is not compiled; run it with the "
+                "interpreter",
+                call.span,
+            )
+        if isinstance(callee, GlobalVar):
+            args = [self._atom(a, env) for a in call.args]
+            return self.bb.emit(relax.Call(self.globals[callee.name], args), name)
+        if isinstance(callee, Var) and isinstance(env.get(callee), Function):
+            fn = env[callee]
+            if is_primitive(fn):
+                return self._kernel_call(fn, call, env, name)
+            closure = self._lift(fn, env, callee.name_hint)
+            args = [env[v] for v in closure.captured] + [self._atom(a, env) for a in call.args]
+            return self.bb.emit(relax.Call(closure.gv, args), name)
+        raise BackendError(
+            f"a call of {astext(callee)}, a function computed at run time, is not compiled",
+            call.span,
+        )
+
+    def _lift(self, fn: Function, env: dict[Var, Any], name: str) -> _Closure:
+        """[RULE CLOSURE] ``fn`` as a private Relax function of its free
+        variables and parameters (lifted once)."""
+        known = self.lifted.get(id(fn))
+        if known is not None:
+            return known
+        captured = [v for v in free_vars(fn) if not isinstance(env.get(v), Function)]
+        inner_functions = {v: env[v] for v in free_vars(fn) if isinstance(env.get(v), Function)}
+        params = [relax.Var(v.name_hint, relax_type(v.checked_type)) for v in captured]
+        params += [relax.Var(p.name_hint, relax_type(p.checked_type)) for p in fn.params]
+        ret = relax_type(fn.body.checked_type)
+        stub = relax.Function(params, relax.SeqExpr([], relax.op.null_value()), ret, False)
+        gv = self.bb.add_func(stub, f"lifted_{name}")
+        closure = self.lifted[id(fn)] = _Closure(gv, captured)
+        inner = dict(inner_functions)
+        body_params = []
+        for v in [*captured, *fn.params]:
+            param = relax.Var(v.name_hint, relax_type(v.checked_type))
+            inner[v] = param
+            body_params.append(param)
+        body = self._block(fn.body, inner)
+        self.bb.update_func(gv, relax.Function(body_params, body, ret, False))
+        return closure
+
+    # ------------------------------------------------------------ kernels
+    def _kernel_call(self, fn: Function, call: Call, env: dict[Var, Any], name: str) -> Any:
+        """[RULE FLAT] A primitive function's call: its arguments' tensors
+        in, its result's tensors out."""
+        types = [p.checked_type for p in fn.params]
+        result_type = fn.body.checked_type
+        args = [self._atom(a, env) for a in call.args]
+        if not (all(static(t) for t in types) and static(result_type)):
+            return self._fallback(fn, args, types, result_type, name)
+        gv, lowered = self._kernel(fn)
+        inputs = [leaf for arg, t in zip(args, types, strict=True) for leaf in self._leaves(arg, t)]
+        inputs += [relax.const(c, str(c.dtype)) for c in lowered.constants]
+        outs = [relax_type(t) for t in lowered.signature.outputs]
+        result = self.bb.emit(relax.call_tir(gv, inputs, outs if len(outs) > 1 else outs[0]), name)
+        if len(outs) == 1:
+            return result
+        parts = iter([self.bb.emit(relax.TupleGetItem(result, i)) for i in range(len(outs))])
+        return self._rebuild(result_type, parts)
+
+    def _kernel(self, fn: Function) -> tuple[Any, KernelIR]:
+        key = astext(fn) + "|" + ",".join(astext(p.checked_type) for p in fn.params)
+        known = self.kernels.get(key)
+        if known is None:
+            lowered = lower_kernel(fn, self.target)
+            func = lowered.module["main"].without_attr("global_symbol")
+            gv = self.bb.add_func(func, _identifier(lowered.name))
+            known = self.kernels[key] = (gv, lowered)
+        return known
+
+    def _leaves(self, value: Any, t: Type) -> list[Any]:
+        """The tensors of a value of type ``t`` (a tuple's, in order)."""
+        if not isinstance(t, TupleType):
+            return [value]
+        out = []
+        for i, f in enumerate(t.fields):
+            out += self._leaves(self.bb.emit(relax.TupleGetItem(value, i)), f)
+        return out
+
+    def _rebuild(self, t: Type, parts: Any) -> Any:
+        if not isinstance(t, TupleType):
+            return next(parts)
+        return self.bb.emit(relax.Tuple([self._rebuild(f, parts) for f in t.fields]))
+
+    def _fallback(
+        self, fn: Function, args: list[Any], types: list[Type], result: Type, name: str
+    ) -> Any:
+        """[FALLBACK] A kernel of data-dependent shape, built per concrete
+        shape when called, as a Python packed function."""
+        packed = f"effir.fallback.{next(_fallback_ids)}"
+        self.fallbacks[packed] = _PythonKernel(fn, self.target, types, result)
+        inputs = [leaf for arg, t in zip(args, types, strict=True) for leaf in self._leaves(arg, t)]
+        outs = [relax_type(t) for t in leaves(result)]
+        ty = outs[0] if len(outs) == 1 else relax.TupleType(outs)
+        value = self.bb.emit(relax.op.call_pure_packed(packed, *inputs, ty_args=ty), name)
+        if len(outs) == 1:
+            return value
+        parts = iter([self.bb.emit(relax.TupleGetItem(value, i)) for i in range(len(outs))])
+        return self._rebuild(result, parts)
+
+    # ---------------------------------------------------------- operators
+    def _operator(self, call: Call, env: dict[Var, Any], name: str) -> Any:
+        definition = op_def(call.callee)  # type: ignore[arg-type]
+        if definition.name == "cf.foreach":
+            return self._foreach(call, env, name)
+        if definition.name == "io.print":
+            return self._print(call, env, name)
+        if definition.effect == "pure" and "te" in definition.rules:
+            return self._kernel_call(_one_call_kernel(call), call, env, name)
+        raise BackendError(
+            f"the operator {definition.name} is not compiled outside a kernel",
+            call.span,
+        )
+
+    def _print(self, call: Call, env: dict[Var, Any], name: str) -> Any:
+        """``io.print(%world, %x)``: the packed function ``effir.print``
+        prints, in order; the world token advances by one."""
+        world, value = (self._atom(a, env) for a in call.args)
+        label = str(call.attrs.get("label", ""))
+        self.bb.emit(
+            relax.Call(
+                relax.ExternFunc(PRINT_FUNCTION),
+                [tvm.ir.StringImm(label), value],
+                ty_args=[relax.ObjectType()],
+            )
+        )
+        one = relax.const(np.int64(1), "int64")
+        advanced = self.bb.emit(relax.op.add(world, one))
+        return self.bb.emit(relax.Tuple([advanced, value]), name)
+
+    def _foreach(self, call: Call, env: dict[Var, Any], name: str) -> Any:
+        """[RULE LOOP] ``cf.foreach(body, xs, init)`` as one TIR loop."""
+        body_arg, xs_arg, init_arg = call.args
+        body = env.get(body_arg) if isinstance(body_arg, Var) else body_arg
+        if not isinstance(body, Function):
+            raise BackendError("a cf.foreach body must be a function literal", call.span)
+        functions = {v: f for v, f in env.items() if isinstance(f, Function)}
+        captured = [v for v in free_vars(body) if v not in functions]
+        xs_type = xs_arg.checked_type
+        if not static(xs_type) or not static(init_arg.checked_type):
+            raise BackendError(
+                "a cf.foreach over a sequence of data-dependent shape is not compiled", call.span
+            )
+        lowered = lower_loop(body, {}, captured, functions, self.module, parallel=True)
+        gv = self.bb.add_func(lowered.func.without_attr("global_symbol"), f"loop_{self.loops}")
+        self.loops += 1
+        length = _leading(xs_type)
+        inputs = self._leaves(self._atom(xs_arg, env), xs_type)
+        inputs += self._leaves(self._atom(init_arg, env), init_arg.checked_type)
+        for v in captured:
+            inputs += self._leaves(self._atom(v, env), v.checked_type)
+        inputs += [relax.const(c, str(c.dtype)) for c in lowered.constants]
+        outs = _loop_outputs(lowered, length)
+        result = self.bb.emit(relax.call_tir(gv, inputs, outs), name)
+        parts = [self.bb.emit(relax.TupleGetItem(result, i)) for i in range(len(outs))]
+        ret = call.checked_type
+        assert isinstance(ret, TupleType)
+        n_out = len(lowered.outputs)
+        stacked = self._rebuild(ret.fields[0], iter(parts[:n_out]))
+        final = self._rebuild(ret.fields[1], iter(parts[n_out : n_out + len(lowered.state)]))
+        return self.bb.emit(relax.Tuple([stacked, final]), name)
+
+
+def _one_call_kernel(call: Call) -> Function:
+    """A primitive function computing ``call`` alone (what ``lower-tvm``
+    makes of a call whose types became static only once specialised)."""
+    params, args = [], []
+    for arg in call.args:
+        if isinstance(arg, Var):
+            param = Var(f"p{len(params)}", arg.checked_type)
+            params.append(param)
+            args.append(param)
+        else:
+            args.append(arg)
+    body = Call(call.callee, tuple(args), call.attrs, span=call.span)
+    fn = Function(tuple(params), body, call.checked_type, attrs=PRIMITIVE, span=call.span)
+    infer_expr(fn)
+    return fn
+
+
+def _leading(t: Type) -> int:
+    while isinstance(t, TupleType):
+        t = t.fields[0]
+    assert isinstance(t, TensorType)
+    return int(t.shape[0])
+
+
+def _loop_outputs(lowered: LoweredLoop, length: int) -> list[Any]:
+    """The loop function's output tensors: the stacked outputs, the final
+    state, the prologue's scratch (discarded)."""
+    rows = lowered.scratch_rows(length)
+    outs = [relax.TensorType([length, *leaf.shape], leaf.dtype) for leaf in lowered.outputs]
+    outs += [relax.TensorType(list(leaf.shape), leaf.dtype) for leaf in lowered.state]
+    outs += [
+        relax.TensorType(([rows] if seq else []) + list(leaf.shape), leaf.dtype)
+        for leaf, seq in lowered.scratch
+    ]
+    return outs
+
+
+def _identifier(name: str) -> str:
+    cleaned = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    return cleaned if cleaned and not cleaned[0].isdigit() else f"k_{cleaned}"
+
+
+class _PythonKernel:
+    """[FALLBACK] A packed function computing a primitive function on the
+    VM's tensors: the kernel for their shapes is built at the first call."""
+
+    def __init__(self, fn: Function, target: Any, types: list[Type], result: Type) -> None:
+        self.fn = fn
+        self.target = target
+        self.types = types
+        self.result = result
+        self.builds: dict[tuple[tuple[int, ...], ...], Any] = {}
+
+    def __call__(self, *tensors: Any) -> Any:
+        arrays = [np.from_dlpack(t) for t in tensors]
+        key = tuple(a.shape for a in arrays)
+        kernel = self.builds.get(key)
+        if kernel is None:
+            kernel = self.builds[key] = build_kernel(
+                _with_static_types(self.fn, arrays), self.target
+            )
+        args = _regroup(self.types, iter(arrays))
+        result = kernel(*args)
+        flat = _flatten_result(result)
+        outs = [tvm_ffi.from_dlpack(np.array(a, order="C")) for a in flat]
+        return outs[0] if len(outs) == 1 else tvm_ffi.convert(outs)
+
+
+def _with_static_types(fn: Function, arrays: list[np.ndarray]) -> Function:
+    """``fn`` with its parameters typed by ``arrays``' shapes and its body
+    checked again, so that every type in it is static."""
+    it = iter(arrays)
+    params = {p: Var(p.name_hint, _static_type(p.checked_type, it), span=p.span) for p in fn.params}
+    renamer = _Rename(params)
+    body = renamer.mutate(fn.body)
+    copy = Function(tuple(params.values()), body, None, fn.type_params, fn.attrs, span=fn.span)
+    infer_expr(copy)
+    return copy
+
+
+class _Rename(ExprMutator):
+    def __init__(self, mapping: dict[Var, Var]) -> None:
+        super().__init__()
+        self.mapping = mapping
+
+    def visit_Var(self, new: Any, old: Any) -> Any:
+        return self.mapping.get(old, new)
+
+
+def _static_type(t: Type, arrays: Any) -> Type:
+    if isinstance(t, TupleType):
+        return TupleType(tuple(_static_type(f, arrays) for f in t.fields))
+    array = next(arrays)
+    if isinstance(t, KeyType):
+        return t
+    assert isinstance(t, TensorType)
+    return TensorType(tuple(int(n) for n in array.shape), t.dtype)
+
+
+def _regroup(types: list[Type], arrays: Any) -> list[Any]:
+    def one(t: Type) -> Any:
+        if isinstance(t, TupleType):
+            return tuple(one(f) for f in t.fields)
+        a = next(arrays)
+        return PRNGKey(a) if isinstance(t, KeyType) else a
+
+    return [one(t) for t in types]
+
+
+def _flatten_result(value: Any) -> list[np.ndarray]:
+    out: list[np.ndarray] = []
+    stack = [value]
+    while stack:
+        top = stack.pop()
+        if isinstance(top, tuple):
+            stack.extend(reversed(top))
+        else:
+            out.append(top.data if isinstance(top, PRNGKey) else np.asarray(top))
+    return out

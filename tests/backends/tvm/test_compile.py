@@ -1,0 +1,192 @@
+"""effir.compile (effir/backends/tvm/compile.py, relax_lower.py,
+specialize.py): whole programs through the pipeline, lowered to Relax and
+run by its virtual machine, against the interpreter: the examples (two
+steps from one State: random values and keys bit for bit, floats to 1e-5),
+data-dependent ``if``, recursion, closures, tuple matches, prints in order,
+one build per binding of the dimensions, and the errors a user can meet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import effir
+from effir.backends.tvm.compile import compile as compile_module
+from effir.backends.tvm.errors import BackendError
+from effir.runtime.values import PRNGKey
+
+HEADER = '#[version = "0.0.5"]\n'
+EXAMPLES = Path(__file__).parents[3] / "examples"
+
+
+def parse(text: str) -> effir.IRModule:
+    return effir.check(effir.parse(HEADER + text, source_name="compile.effir"))
+
+
+def assert_close(out: Any, ref: Any) -> None:
+    if isinstance(ref, tuple):
+        assert isinstance(out, tuple) and len(out) == len(ref)
+        for o, r in zip(out, ref, strict=True):
+            assert_close(o, r)
+    elif isinstance(ref, PRNGKey):
+        assert isinstance(out, PRNGKey) and np.array_equal(out.data, ref.data)
+    else:
+        out, ref = np.asarray(out), np.asarray(ref)
+        assert out.dtype == ref.dtype and out.shape == ref.shape
+        if ref.dtype.kind == "f":
+            np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+        else:
+            np.testing.assert_array_equal(out, ref)
+
+
+def _recorder(into: list[tuple[str, Any]]) -> Any:
+    return lambda label, value: into.append((label, value))
+
+
+def assert_same_run(module: effir.IRModule, *args: Any, steps: int = 1) -> Any:
+    """The compiled program and the interpreter, ``steps`` calls each from
+    one State: results, final state and prints agree."""
+    compiled = compile_module(module)
+    state, ref_state = effir.State(module), effir.State(module)
+    for _ in range(steps):
+        printed: list[tuple[str, Any]] = []
+        ref_printed: list[tuple[str, Any]] = []
+        out = compiled(*args, state=state, sink=_recorder(printed))
+        ref = effir.interpret(module, *args, state=ref_state, sink=_recorder(ref_printed))
+        assert_close(out, ref)
+        for name in module.cells:
+            assert_close(state[name], ref_state[name])
+        assert [label for label, _ in printed] == [label for label, _ in ref_printed]
+        for (_, got), (_, want) in zip(printed, ref_printed, strict=True):
+            assert_close(got, np.asarray(want))
+    return compiled
+
+
+def test_the_gru_language_model_runs_as_the_interpreter() -> None:
+    module = effir.check(effir.parse((EXAMPLES / "gru_lm.effir").read_text()))
+    rng = np.random.default_rng(0)
+    args = []
+    for param in module["main"].params:
+        t = param.type_annotation
+        shape = tuple({"t": 5, "b": 3}.get(d, d) for d in t.shape)
+        if t.dtype == "int32":
+            args.append(rng.integers(0, 1000, shape).astype(np.int32))
+        else:
+            args.append((0.1 * rng.standard_normal(shape)).astype(np.float32))
+    compiled = assert_same_run(module, *args, steps=2)
+    assert compiled.report.builds[0][3] == 1  # the recurrence is one compiled loop
+
+
+def test_the_rnn_example_with_dropout_in_the_loop() -> None:
+    module = effir.check(effir.parse((EXAMPLES / "rnn_dropout_bn.effir").read_text()))
+    rng = np.random.default_rng(1)
+    shapes = [(7, 2, 8), (2, 16), (16, 8), (16, 16), (16,), (16,), (16,)]
+    # Weights of a trained network's scale: with N(0, 1) weights the
+    # recurrence is chaotic and amplifies rounding beyond 1e-5.
+    args = [(0.25 * rng.standard_normal(s)).astype(np.float32) for s in shapes]
+    assert_same_run(module, *args, steps=2)
+
+
+def test_an_if_on_data_and_a_print_in_each_branch() -> None:
+    module = parse(
+        """
+def @main(%x: Tensor[(4), float32]) {
+  let %s = sum(%x);
+  if (greater(%s, 0f)) {
+    debug.print(%s, label="positive");
+    multiply(%x, 2f)
+  } else {
+    debug.print(%x, label="not positive");
+    negative(%x)
+  }
+}
+"""
+    )
+    compiled = assert_same_run(module, np.array([1, 2, 3, -1], np.float32))
+    state = effir.State(module)
+    printed: list[str] = []
+    compiled(
+        np.array([-1, -2, 3, -1], np.float32), state=state, sink=lambda l, v: printed.append(l)
+    )
+    assert printed == ["not positive"]
+
+
+def test_recursion_on_a_value_known_only_at_run_time() -> None:
+    module = parse(
+        """
+def @power(%x: Tensor[(3), float32], %n: int32) -> Tensor[(3), float32] {
+  if (less_equal(%n, 0)) { %x } else { @power(multiply(%x, 1.5f), subtract(%n, 1)) }
+}
+def @main(%x: Tensor[(3), float32], %n: int32) {
+  @power(%x, %n)
+}
+"""
+    )
+    assert_same_run(module, np.array([1, 2, 3], np.float32), np.array(4, np.int32))
+
+
+def test_a_closure_called_twice_and_a_match_on_a_tuple() -> None:
+    module = parse(
+        """
+def @main(%x: Tensor[(2, 3), float32], %w: Tensor[(3), float32]) {
+  let %scale = fn (%y: Tensor[(2, 3), float32]) { multiply(%y, %w) };
+  let %pair = (%scale(%x), %scale(exp(%x)));
+  match (%pair) {
+    (%a, %b) => add(%a, %b)
+  }
+}
+"""
+    )
+    rng = np.random.default_rng(2)
+    assert_same_run(module, rng.standard_normal((2, 3)).astype(np.float32), np.ones(3, np.float32))
+
+
+def test_one_build_per_binding_of_the_dimensions() -> None:
+    module = parse(
+        """
+def @main(%x: Tensor[(n, 4), float32]) {
+  tanh(reshape(%x, newshape=[-1]))
+}
+"""
+    )
+    compiled = compile_module(module)
+    assert compiled.report.builds == []  # nothing to build before the shapes are known
+    for n in (2, 3, 2, 3, 2):
+        x = np.arange(4 * n, dtype=np.float32).reshape(n, 4) / 10
+        assert_close(compiled(x), effir.interpret(module, x))
+    assert sorted(dims["n"] for dims, *_ in compiled.report.builds) == [2, 3]
+
+
+def test_a_static_program_is_built_by_compile() -> None:
+    module = parse("def @main(%x: Tensor[(4), float32]) { exp(%x) }")
+    compiled = compile_module(module)
+    assert len(compiled.report.builds) == 1
+    assert "TVM build (static)" in compiled.report.table()
+
+
+def test_arguments_of_the_wrong_shape_or_dtype_are_backend_errors() -> None:
+    module = parse("def @main(%x: Tensor[(n, 4), float32], %y: Tensor[(n), float32]) { %y }")
+    compiled = compile_module(module)
+    with pytest.raises(BackendError, match=r"argument %x must be a Tensor\[\(n, 4\), float32\]"):
+        compiled(np.zeros((2, 5), np.float32), np.zeros(2, np.float32))
+    with pytest.raises(BackendError, match="dimension n is 2 in an earlier argument and 3 here"):
+        compiled(np.zeros((2, 4), np.float32), np.zeros(3, np.float32))
+    with pytest.raises(BackendError, match="takes 2 argument"):
+        compiled(np.zeros((2, 4), np.float32))
+
+
+def test_adts_are_refused_with_their_location() -> None:
+    module = parse(
+        """
+type Opt { Some(Tensor[(2), float32]), Nothing }
+def @main(%x: Tensor[(2), float32], %c: bool) {
+  let %o = if (%c) { Some(%x) } else { Nothing };
+  match (%o) { Some(%y) => %y, Nothing => %x }
+}
+"""
+    )
+    with pytest.raises(BackendError, match=r"compile\.effir:\d+:\d+.*ADT"):
+        compile_module(module)
