@@ -437,9 +437,7 @@ def _annotation_needed(var: Var, value: Expr) -> bool:
     """Whether substituting ``value`` for ``var`` may drop the only
     annotation that fixes ``value``'s type [RULE T]."""
     return (
-        var.type_annotation is not None
-        and isinstance(value, Var)
-        and value.type_annotation is None
+        var.type_annotation is not None and isinstance(value, Var) and value.type_annotation is None
     )
 
 
