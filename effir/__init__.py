@@ -29,6 +29,24 @@ TypeError = TypeCheckError  # noqa: A001
 
 __version__ = "0.1.0"
 
+
+def compile(module: IRModule, target: str = "llvm", **options):  # noqa: A001
+    """``module`` through the optimisation pipeline and compiled by TVM for
+    ``target`` ("llvm": this CPU; "cuda"): a callable ``CompiledModule``
+    (effir/backends/tvm/compile.py). Imports TVM on first use."""
+    from .backends.tvm.compile import compile as compile_module
+
+    return compile_module(module, target, **options)
+
+
+def load(path):
+    """A program exported by ``compiled.export(path)``, ready to call
+    without effir's frontend or a compiler (effir/backends/tvm/artifact.py)."""
+    from .backends.tvm.artifact import load as load_artifact
+
+    return load_artifact(path)
+
+
 __all__ = [
     "AttrError",
     "Closure",
@@ -40,7 +58,9 @@ __all__ = [
     "TypeCheckError",
     "TypeError",
     "check",
+    "compile",
     "interpret",
+    "load",
     "IRModule",
     "LinearityError",
     "ParseError",

@@ -17,9 +17,10 @@ this executor, and what it costs.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,16 +30,15 @@ import tvm_ffi
 from tvm import relax
 
 from ...ir.module import IRModule
-from ...ir.types import KeyType, TupleType, Type
+from ...ir.types import Type
 from ...ir.visitor import pre_order
-from ...ops.effects import WORLD
 from ...passes.pipeline import STANDARD_PIPELINES, run_pipeline
-from ...runtime.values import PRNGKey
 from ..interpreter import Sink, State
 from . import lower  # noqa: F401  (registers lower-tvm)
 from .errors import BackendError
 from .relax_lower import PRINT_FUNCTION, RelaxProgram, lower_to_relax
-from .specialize import Dims, bind_dims, specialize
+from .signature import Dims, Signature, call_entry, spec_of
+from .specialize import specialize
 from .target import make_target
 
 PIPELINE = STANDARD_PIPELINES["O2"] + ",fuse,lower-tvm"
@@ -71,6 +71,17 @@ class CompileReport:
 
 # ------------------------------------------------------------------ output
 _sinks = threading.local()
+
+
+@contextlib.contextmanager
+def printing_to(sink: Sink | None) -> Iterator[None]:
+    """Send what ``io.print`` prints in this thread to ``sink``."""
+    previous = getattr(_sinks, "current", None)
+    _sinks.current = sink
+    try:
+        yield
+    finally:
+        _sinks.current = previous
 
 
 def _print(label: str, value: Any) -> None:
@@ -149,29 +160,23 @@ class CompiledModule:
         source program would update it; ``sink(label, value)`` receives
         prints (standard output when None)."""
         name = entry.removeprefix("@")
-        fn = self._entry(name)
-        state_in = tuple(fn.attrs.get("state_in", ()))
-        state_out = tuple(fn.attrs.get("state_out", ()))
+        signature = self.signature(name)
         if state is None:
             state = State(self.source)
-        values = tuple(np.int64(0) if c == WORLD else state[c] for c in state_in)
-        inputs = (*args, *values)
-        params = [(p.name_hint, p.checked_type) for p in fn.params]
-        spec = self.specialization(name, bind_dims(params, inputs))
-        tensors = [_to_tvm(v, t) for v, (_, t) in zip(inputs, params, strict=True)]
-        previous = getattr(_sinks, "current", None)
-        _sinks.current = sink
-        try:
-            raw = spec.function()(*tensors)
-        finally:
-            _sinks.current = previous
-        result = _from_tvm(raw, fn.body.checked_type)
-        if not state_out:
-            return result
-        for cell, value in zip(state_out, result[1:], strict=True):
-            if cell != WORLD:
-                state.cells[cell].value = value
-        return result[0]
+        with printing_to(sink):
+            return call_entry(
+                lambda dims: self.specialization(name, dims).function(), signature, args, state
+            )
+
+    def signature(self, entry: str = "main") -> Signature:
+        """What ``@entry`` takes and gives."""
+        fn = self._entry(entry)
+        return Signature(
+            tuple((p.name_hint, spec_of(p.checked_type)) for p in fn.params),
+            tuple(fn.attrs.get("state_in", ())),
+            tuple(fn.attrs.get("state_out", ())),
+            spec_of(fn.body.checked_type),
+        )
 
     def _entry(self, name: str) -> Any:
         if name not in self.module.functions:
@@ -195,6 +200,13 @@ class CompiledModule:
                 )
                 self.specializations[key] = spec
         return spec
+
+    def export(self, path: Any) -> Any:
+        """Write this program, with every specialisation built so far, to
+        the directory ``path`` (artifact.py); ``effir.load(path)`` runs it."""
+        from .artifact import export
+
+        return export(self, path)
 
     def new_state(self, seed: int | None = None) -> State:
         return State(self.source, seed=seed)
@@ -225,31 +237,3 @@ def _static(t: Type) -> bool:
 
 def _size(module: IRModule) -> int:
     return sum(1 for fn in module.functions.values() for _ in pre_order(fn))
-
-
-# -------------------------------------------------------------- conversion
-def _to_tvm(value: Any, t: Type) -> Any:
-    """An argument as the VM takes it: tensors (zero-copy when numpy's
-    array is contiguous, writable and 64-byte aligned, as TVM's generated
-    code may assume), keys as their ``uint32[2]`` words, tuples as tuples."""
-    if isinstance(t, TupleType):
-        return tvm_ffi.convert([_to_tvm(v, f) for v, f in zip(value, t.fields, strict=True)])
-    array = value.data if isinstance(value, PRNGKey) else np.asarray(value)
-    flags = array.flags
-    if flags.c_contiguous and flags.writeable and array.ctypes.data % 64 == 0 and array.size:
-        return tvm_ffi.from_dlpack(array)
-    return tvm.runtime.tensor(np.array(array, order="C"))
-
-
-def _from_tvm(value: Any, t: Type) -> Any:
-    """A VM result as the interpreter gives it: numpy arrays, keys as
-    ``PRNGKey``, tuples as tuples."""
-    if isinstance(t, TupleType):
-        return tuple(_from_tvm(v, f) for v, f in zip(value, t.fields, strict=True))
-    array = np.from_dlpack(value)
-    if isinstance(t, KeyType):
-        return PRNGKey(array.copy())
-    return array
-
-
-Runner = Callable[..., Any]

@@ -16,66 +16,12 @@ executor at run time.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
-
-import numpy as np
 
 from ...ir.module import IRModule
 from ...ir.node import Node
-from ...ir.printer import astext
-from ...ir.types import ANY, KeyType, TensorType, TupleType, Type
+from ...ir.types import TensorType, Type
 from ...ir.visitor import ExprMutator
 from ...passes.infer_type import check
-from ...runtime.values import PRNGKey
-from .errors import BackendError
-
-Dims = dict[str, int]
-
-
-def bind_dims(params: list[tuple[str, Type]], args: tuple[Any, ...]) -> Dims:
-    """The sizes ``args`` give the symbolic dimensions of the parameters'
-    types; BackendError for an argument of the wrong shape or dtype, or a
-    dimension given two sizes."""
-    if len(args) != len(params):
-        raise BackendError(f"the program takes {len(params)} argument(s), got {len(args)}")
-    dims: Dims = {}
-    for (name, t), arg in zip(params, args, strict=True):
-        _bind(t, arg, dims, f"argument %{name}")
-    return dims
-
-
-def _bind(t: Type, value: Any, dims: Dims, what: str) -> None:
-    work = [(t, value, what)]
-    while work:
-        ty, v, where = work.pop()
-        if isinstance(ty, TupleType):
-            if not isinstance(v, tuple | list) or len(v) != len(ty.fields):
-                raise BackendError(f"{where} must be a tuple of {len(ty.fields)} values")
-            work.extend(
-                (f, x, f"{where}.{i}") for i, (f, x) in enumerate(zip(ty.fields, v, strict=True))
-            )
-        elif isinstance(ty, KeyType):
-            data = v.data if isinstance(v, PRNGKey) else np.asarray(v)
-            if data.shape != (2,) or data.dtype != np.uint32:
-                raise BackendError(f"{where} must be a Key (random.key(...)), got {_shown(data)}")
-        elif isinstance(ty, TensorType):
-            array = np.asarray(v)
-            if array.dtype != np.dtype(ty.dtype) or array.ndim != ty.ndim:
-                raise BackendError(f"{where} must be a {astext(ty)}, got {_shown(array)}")
-            for d, n in zip(ty.shape, array.shape, strict=True):
-                if isinstance(d, int):
-                    if d != n:
-                        raise BackendError(f"{where} must be a {astext(ty)}, got {_shown(array)}")
-                elif d != ANY and dims.setdefault(d, int(n)) != n:
-                    raise BackendError(
-                        f"{where}: dimension {d} is {dims[d]} in an earlier argument and {n} here"
-                    )
-        else:
-            raise BackendError(f"{where} has type {astext(ty)}, which compiled code cannot take")
-
-
-def _shown(array: np.ndarray) -> str:
-    return f"an array of shape {tuple(array.shape)} and dtype {array.dtype}"
 
 
 def substitute_dims(t: Type, dims: Mapping[str, int]) -> Type:

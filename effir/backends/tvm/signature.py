@@ -1,0 +1,243 @@
+"""What a compiled entry takes and gives, without the IR.
+
+A compiled program is called from Python (``CompiledModule``), reloaded
+from an exported artifact (``effir.load``, which must not parse effir text)
+and run from C++. All three need the same facts about the entry: its
+parameters' shapes and dtypes (to check arguments and bind symbolic
+dimensions), which cells it passes (state passing's ``state_in`` and
+``state_out``) and the structure of its result. ``Signature`` holds them
+in plain data that round-trips through JSON, and this module converts
+values between numpy (as the interpreter gives them) and the VM's tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import tvm
+import tvm_ffi
+
+from ...ir.printer import astext
+from ...ir.types import ANY, KeyType, TensorType, TupleType, Type
+from ...ops.effects import WORLD
+from ...runtime.values import PRNGKey, RefValue
+from .errors import BackendError
+
+Dims = dict[str, int]
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    shape: tuple[int | str, ...]  # an int, a symbolic name, or "?"
+    dtype: str
+
+    def text(self) -> str:
+        return f"Tensor[({', '.join(str(d) for d in self.shape)}), {self.dtype}]"
+
+
+@dataclass(frozen=True)
+class KeySpec:
+    def text(self) -> str:
+        return "Key"
+
+
+@dataclass(frozen=True)
+class TupleSpec:
+    fields: tuple[Spec, ...]
+
+    def text(self) -> str:
+        return "(" + ", ".join(f.text() for f in self.fields) + ")"
+
+
+Spec = TensorSpec | KeySpec | TupleSpec
+
+
+def spec_of(t: Type) -> Spec:
+    """The spec of values of effir type ``t``."""
+    if isinstance(t, TensorType):
+        return TensorSpec(tuple(t.shape), t.dtype)
+    if isinstance(t, KeyType):
+        return KeySpec()
+    if isinstance(t, TupleType):
+        return TupleSpec(tuple(spec_of(f) for f in t.fields))
+    raise BackendError(f"compiled code takes and gives tensors, keys and tuples, not {astext(t)}")
+
+
+# -------------------------------------------------------------------- JSON
+def spec_to_json(spec: Spec) -> Any:
+    if isinstance(spec, TensorSpec):
+        return {"tensor": list(spec.shape), "dtype": spec.dtype}
+    if isinstance(spec, KeySpec):
+        return {"key": True}
+    return {"tuple": [spec_to_json(f) for f in spec.fields]}
+
+
+def spec_from_json(data: Any, where: str) -> Spec:
+    """A spec read back, or ValueError saying what is malformed."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: a type must be an object")
+    if "tensor" in data:
+        shape, dtype = data["tensor"], data.get("dtype")
+        if not isinstance(shape, list) or not isinstance(dtype, str):
+            raise ValueError(f"{where}: a tensor needs a shape list and a dtype")
+        for d in shape:
+            if not (isinstance(d, int) and d >= 0 or isinstance(d, str) and d):
+                raise ValueError(f"{where}: bad dimension {d!r}")
+        try:
+            np.dtype(dtype)
+        except TypeError:
+            raise ValueError(f"{where}: unknown dtype {dtype!r}") from None
+        return TensorSpec(tuple(shape), dtype)
+    if data.get("key") is True:
+        return KeySpec()
+    if isinstance(data.get("tuple"), list):
+        return TupleSpec(tuple(spec_from_json(f, where) for f in data["tuple"]))
+    raise ValueError(f"{where}: unknown type {data!r}")
+
+
+# --------------------------------------------------------------- signature
+@dataclass(frozen=True)
+class Signature:
+    """An entry: its parameters (the user's, then the cells of
+    ``state_in``), the cells it passes, and its result (with state passing,
+    ``(result, new state...)``)."""
+
+    params: tuple[tuple[str, Spec], ...]
+    state_in: tuple[str, ...]
+    state_out: tuple[str, ...]
+    result: Spec
+
+    @property
+    def inputs(self) -> int:
+        """How many arguments the user gives."""
+        return len(self.params) - len(self.state_in)
+
+    def to_json(self) -> Any:
+        return {
+            "params": [{"name": n, "type": spec_to_json(s)} for n, s in self.params],
+            "state_in": list(self.state_in),
+            "state_out": list(self.state_out),
+            "result": spec_to_json(self.result),
+        }
+
+    @staticmethod
+    def from_json(data: Any, where: str) -> Signature:
+        try:
+            params = tuple(
+                (str(p["name"]), spec_from_json(p["type"], f"{where}, parameter {p['name']}"))
+                for p in data["params"]
+            )
+            state_in = tuple(str(c) for c in data["state_in"])
+            state_out = tuple(str(c) for c in data["state_out"])
+            result = spec_from_json(data["result"], f"{where}, result")
+        except (KeyError, TypeError) as err:
+            raise ValueError(f"{where}: missing or malformed field {err}") from None
+        return Signature(params, state_in, state_out, result)
+
+    def bind(self, args: tuple[Any, ...]) -> Dims:
+        """The sizes ``args`` give the symbolic dimensions; BackendError for
+        an argument of the wrong shape or dtype, or a dimension given two
+        sizes."""
+        if len(args) != len(self.params):
+            raise BackendError(
+                f"the program takes {self.inputs} argument(s), got {len(args) - len(self.state_in)}"
+            )
+        dims: Dims = {}
+        for (name, spec), arg in zip(self.params, args, strict=True):
+            _bind(spec, arg, dims, f"argument %{name}")
+        return dims
+
+
+def _bind(spec: Spec, value: Any, dims: Dims, what: str) -> None:
+    work = [(spec, value, what)]
+    while work:
+        s, v, where = work.pop()
+        if isinstance(s, TupleSpec):
+            if not isinstance(v, tuple | list) or len(v) != len(s.fields):
+                raise BackendError(f"{where} must be a tuple of {len(s.fields)} values")
+            work.extend(
+                (f, x, f"{where}.{i}") for i, (f, x) in enumerate(zip(s.fields, v, strict=True))
+            )
+        elif isinstance(s, KeySpec):
+            data = v.data if isinstance(v, PRNGKey) else np.asarray(v)
+            if data.shape != (2,) or data.dtype != np.uint32:
+                raise BackendError(f"{where} must be a Key (random.key(...)), got {_shown(data)}")
+        else:
+            array = np.asarray(v)
+            if array.dtype != np.dtype(s.dtype) or array.ndim != len(s.shape):
+                raise BackendError(f"{where} must be a {s.text()}, got {_shown(array)}")
+            for d, n in zip(s.shape, array.shape, strict=True):
+                if isinstance(d, int):
+                    if d != n:
+                        raise BackendError(f"{where} must be a {s.text()}, got {_shown(array)}")
+                elif d != ANY and dims.setdefault(d, int(n)) != n:
+                    raise BackendError(
+                        f"{where}: dimension {d} is {dims[d]} in an earlier argument and {n} here"
+                    )
+
+
+def _shown(array: np.ndarray) -> str:
+    return f"an array of shape {tuple(array.shape)} and dtype {array.dtype}"
+
+
+# -------------------------------------------------------------- conversion
+def to_tvm(value: Any, spec: Spec) -> Any:
+    """An argument as the VM takes it: tensors (zero-copy when numpy's
+    array is contiguous, writable and 64-byte aligned, as TVM's generated
+    code may assume), keys as their ``uint32[2]`` words, tuples as tuples."""
+    if isinstance(spec, TupleSpec):
+        return tvm_ffi.convert([to_tvm(v, f) for v, f in zip(value, spec.fields, strict=True)])
+    array = value.data if isinstance(value, PRNGKey) else np.asarray(value)
+    flags = array.flags
+    if flags.c_contiguous and flags.writeable and array.ctypes.data % 64 == 0 and array.size:
+        return tvm_ffi.from_dlpack(array)
+    return tvm.runtime.tensor(np.array(array, order="C"))
+
+
+def from_tvm(value: Any, spec: Spec) -> Any:
+    """A VM result as the interpreter gives it: numpy arrays, keys as
+    ``PRNGKey``, tuples as tuples."""
+    if isinstance(spec, TupleSpec):
+        return tuple(from_tvm(v, f) for v, f in zip(value, spec.fields, strict=True))
+    array = np.from_dlpack(value)
+    if isinstance(spec, KeySpec):
+        return PRNGKey(array.copy())
+    return array
+
+
+def call_entry(
+    function: Callable[[Dims], Any], signature: Signature, args: tuple[Any, ...], cells: Any
+) -> Any:
+    """Run an entry as the interpreter runs it: the cells' values (from
+    ``cells``, a ``State``) follow the arguments, the new values it returns
+    are written back, the user's result is returned. ``function(dims)`` is
+    the VM function for the arguments' binding of the dimensions."""
+    values = tuple(np.int64(0) if c == WORLD else cells[c] for c in signature.state_in)
+    inputs = (*args, *values)
+    run = function(signature.bind(inputs))
+    tensors = [to_tvm(v, spec) for v, (_, spec) in zip(inputs, signature.params, strict=True)]
+    result = from_tvm(run(*tensors), signature.result)
+    if not signature.state_out:
+        return result
+    for cell, value in zip(signature.state_out, result[1:], strict=True):
+        if cell != WORLD:
+            cells.cells[cell].value = value
+    return result[0]
+
+
+class CellValues:
+    """The global cells of a reloaded program (``effir.load``): what
+    ``effir.State`` is for a program with its IR, built from stored
+    values instead of the cells' declarations."""
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.cells = {name: RefValue(value, name) for name, value in values.items()}
+
+    def __getitem__(self, name: str) -> Any:
+        return self.cells[name.removeprefix("@")].value
+
+    def values(self) -> dict[str, Any]:
+        return {name: ref.value for name, ref in self.cells.items()}
