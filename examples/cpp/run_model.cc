@@ -1,0 +1,438 @@
+// run_model: runs an exported effir program (compiled.export(path)) from C++,
+// through the TVM runtime that apache-tvm ships: no Python, no effir.
+//
+//   run_model ARTIFACT INPUT.npy... [--steps N] [--out DIR]
+//
+// It reads the artifact's manifest (effir-artifact.json), checks its format,
+// version and the SHA-256 of the files it uses, binds the entry's symbolic
+// dimensions from the inputs' shapes, picks the library exported for them,
+// loads the cells' initial values, and calls @main N times (default 1),
+// threading the state (the PRNG key, batch-norm statistics...) from one call
+// to the next as effir's state passing does. It prints each result tensor
+// (shape, dtype, sum, first values) and, with --out, writes them as .npy:
+// result_0.npy ... for the user's results, state_<cell>_<k>.npy for the cells.
+//
+// Build (examples/cpp/Makefile does this):
+//   g++ -std=c++17 -O2 run_model.cc -I<tvm>/include -I<tvm_ffi>/include
+//       -L<tvm>/lib -L<tvm_ffi>/lib -ltvm_runtime -ltvm_ffi -Wl,-rpath,...
+
+#include <dlpack/dlpack.h>
+#include <tvm/ffi/container/array.h>
+#include <tvm/ffi/container/map.h>
+#include <tvm/ffi/container/tensor.h>
+#include <tvm/ffi/extra/json.h>
+#include <tvm/ffi/extra/module.h>
+#include <tvm/ffi/function.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace ffi = tvm::ffi;
+using ffi::Tensor;
+
+namespace {
+
+// Host memory for the tensors the runner makes (64-byte aligned, as TVM's
+// generated code may assume).
+struct HostAlloc {
+  void AllocData(DLTensor* tensor) {
+    size_t bytes = ffi::GetDataSize(*tensor);
+    tensor->data = std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
+  }
+  void FreeData(DLTensor* tensor) { std::free(tensor->data); }
+};
+
+Tensor Empty(const std::vector<int64_t>& shape, DLDataType dtype) {
+  return Tensor::FromNDAlloc(HostAlloc(), ffi::Shape(shape), dtype, DLDevice{kDLCPU, 0});
+}
+
+constexpr int kVersion = 1;
+
+struct Failure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Failure(path + ": cannot open");
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+// ------------------------------------------------------------------ SHA-256
+// The artifact records each file's SHA-256; a corrupt or truncated file is
+// refused before the runtime reads it.
+std::string Sha256(const std::string& data) {
+  static const uint32_t k[64] = {
+      0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
+      0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
+      0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
+      0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
+      0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
+      0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
+      0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116,
+      0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+      0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
+      0xc67178f2};
+  uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                   0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+  std::string msg = data;
+  uint64_t bits = static_cast<uint64_t>(data.size()) * 8;
+  msg.push_back(static_cast<char>(0x80));
+  while (msg.size() % 64 != 56) msg.push_back('\0');
+  for (int i = 7; i >= 0; --i) msg.push_back(static_cast<char>((bits >> (8 * i)) & 0xff));
+  auto rotr = [](uint32_t x, int n) { return (x >> n) | (x << (32 - n)); };
+  for (size_t chunk = 0; chunk < msg.size(); chunk += 64) {
+    uint32_t w[64];
+    for (int i = 0; i < 16; ++i) {
+      const auto* p = reinterpret_cast<const unsigned char*>(msg.data() + chunk + 4 * i);
+      w[i] = (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | p[3];
+    }
+    for (int i = 16; i < 64; ++i) {
+      uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
+      uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
+      w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], hh = h[7];
+    for (int i = 0; i < 64; ++i) {
+      uint32_t t1 = hh + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + k[i] + w[i];
+      uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+      hh = g; g = f; f = e; e = d + t1; d = c; c = b; b = a; a = t1 + t2;
+    }
+    h[0] += a; h[1] += b; h[2] += c; h[3] += d; h[4] += e; h[5] += f; h[6] += g; h[7] += hh;
+  }
+  char out[65];
+  for (int i = 0; i < 8; ++i) std::snprintf(out + 8 * i, 9, "%08x", h[i]);
+  return std::string(out, 64);
+}
+
+std::string CheckedFile(const std::string& root, const ffi::String& relative,
+                        const ffi::String& digest) {
+  std::string rel(relative);
+  if (rel.find("..") != std::string::npos || (!rel.empty() && rel[0] == '/')) {
+    throw Failure("the manifest names a file outside the artifact: " + rel);
+  }
+  std::string path = root + "/" + rel;
+  std::ifstream probe(path);
+  if (!probe) throw Failure(root + ": " + rel + " is missing");
+  if (Sha256(ReadFile(path)) != std::string(digest)) {
+    throw Failure(root + ": " + rel + " is corrupt or truncated (its SHA-256 does not match)");
+  }
+  return path;
+}
+
+// --------------------------------------------------------------------- .npy
+DLDataType DType(const std::string& descr) {
+  // numpy's descr: byte order, kind, size ("<f4", "|b1", "<u4", "<i8"...)
+  if (descr.size() < 3) throw Failure("unsupported dtype " + descr);
+  char kind = descr[1];
+  int bytes = std::stoi(descr.substr(2));
+  if (descr[0] == '>') throw Failure("big-endian .npy is not supported");
+  switch (kind) {
+    case 'f': return DLDataType{kDLFloat, static_cast<uint8_t>(bytes * 8), 1};
+    case 'i': return DLDataType{kDLInt, static_cast<uint8_t>(bytes * 8), 1};
+    case 'u': return DLDataType{kDLUInt, static_cast<uint8_t>(bytes * 8), 1};
+    case 'b': return DLDataType{kDLBool, 8, 1};
+  }
+  throw Failure("unsupported dtype " + descr);
+}
+
+std::string Descr(DLDataType t) {
+  if (t.code == kDLBool) return "|b1";
+  char kind = t.code == kDLFloat ? 'f' : t.code == kDLInt ? 'i' : 'u';
+  return std::string("<") + kind + std::to_string(t.bits / 8);
+}
+
+std::string DTypeName(DLDataType t) {
+  if (t.code == kDLBool) return "bool";
+  std::string kind = t.code == kDLFloat ? "float" : t.code == kDLInt ? "int" : "uint";
+  return kind + std::to_string(t.bits);
+}
+
+Tensor ReadNpy(const std::string& path) {
+  std::string raw = ReadFile(path);
+  if (raw.size() < 10 || raw.compare(0, 6, "\x93NUMPY") != 0) throw Failure(path + ": not a .npy file");
+  size_t header_len, offset;
+  if (raw[6] == 1) {
+    header_len = uint8_t(raw[8]) | (uint8_t(raw[9]) << 8);
+    offset = 10;
+  } else {
+    header_len = uint8_t(raw[8]) | (uint8_t(raw[9]) << 8) | (uint8_t(raw[10]) << 16) |
+                 (size_t(uint8_t(raw[11])) << 24);
+    offset = 12;
+  }
+  std::string header = raw.substr(offset, header_len);
+  auto field = [&](const std::string& key) {
+    size_t at = header.find("'" + key + "'");
+    if (at == std::string::npos) throw Failure(path + ": no " + key + " in the header");
+    return header.substr(header.find(':', at) + 1);
+  };
+  std::string descr = field("descr");
+  descr = descr.substr(descr.find('\'') + 1);
+  descr = descr.substr(0, descr.find('\''));
+  if (field("fortran_order").find("True") < field("fortran_order").find(',')) {
+    throw Failure(path + ": Fortran-ordered arrays are not supported");
+  }
+  std::string shape_text = field("shape");
+  shape_text = shape_text.substr(shape_text.find('(') + 1);
+  shape_text = shape_text.substr(0, shape_text.find(')'));
+  std::vector<int64_t> shape;
+  std::stringstream dims(shape_text);
+  for (std::string dim; std::getline(dims, dim, ',');) {
+    if (dim.find_first_not_of(" ") != std::string::npos) shape.push_back(std::stoll(dim));
+  }
+  DLDataType dtype = DType(descr);
+  Tensor tensor = Empty(shape, dtype);
+  size_t bytes = static_cast<size_t>(tensor.numel()) * ((dtype.bits + 7) / 8);
+  if (raw.size() < offset + header_len + bytes) throw Failure(path + ": truncated data");
+  std::memcpy(tensor.data_ptr(), raw.data() + offset + header_len, bytes);
+  return tensor;
+}
+
+void WriteNpy(const std::string& path, const Tensor& t) {
+  std::string shape = "(";
+  for (int i = 0; i < t.ndim(); ++i) shape += std::to_string(t.shape()[i]) + (t.ndim() == 1 ? "," : i + 1 < t.ndim() ? ", " : "");
+  shape += ")";
+  std::string header = "{'descr': '" + Descr(t.dtype()) + "', 'fortran_order': False, 'shape': " + shape + ", }";
+  while ((10 + header.size() + 1) % 64 != 0) header.push_back(' ');
+  header.push_back('\n');
+  std::ofstream out(path, std::ios::binary);
+  out.write("\x93NUMPY\x01\x00", 8);
+  uint16_t len = static_cast<uint16_t>(header.size());
+  out.put(static_cast<char>(len & 0xff));
+  out.put(static_cast<char>(len >> 8));
+  out << header;
+  out.write(static_cast<const char*>(t.data_ptr()), t.numel() * ((t.dtype().bits + 7) / 8));
+}
+
+// ------------------------------------------------------------------- values
+// A value is a tensor or a tuple (ffi::Array) of values, as the VM gives it.
+void Leaves(const ffi::Any& value, std::vector<Tensor>* out) {
+  if (auto tensor = value.try_cast<Tensor>()) {
+    out->push_back(*tensor);
+  } else if (auto array = value.try_cast<ffi::Array<ffi::Any>>()) {
+    for (const ffi::Any& field : *array) Leaves(field, out);
+  } else {
+    throw Failure("the program returned a value that is neither a tensor nor a tuple");
+  }
+}
+
+double AsDouble(const Tensor& t, int64_t i) {
+  const char* p = static_cast<const char*>(t.data_ptr());
+  switch (t.dtype().code) {
+    case kDLFloat:
+      return t.dtype().bits == 64 ? reinterpret_cast<const double*>(p)[i] : reinterpret_cast<const float*>(p)[i];
+    case kDLInt:
+      return t.dtype().bits == 64 ? reinterpret_cast<const int64_t*>(p)[i] : reinterpret_cast<const int32_t*>(p)[i];
+    case kDLUInt:
+      return t.dtype().bits == 64 ? double(reinterpret_cast<const uint64_t*>(p)[i]) : reinterpret_cast<const uint32_t*>(p)[i];
+    default:
+      return reinterpret_cast<const uint8_t*>(p)[i];
+  }
+}
+
+std::string Describe(const Tensor& t) {
+  std::ostringstream s;
+  s << DTypeName(t.dtype()) << "[";
+  for (int i = 0; i < t.ndim(); ++i) s << (i ? ", " : "") << t.shape()[i];
+  double sum = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) sum += AsDouble(t, i);
+  s << "] sum " << sum << " first [";
+  for (int64_t i = 0; i < std::min<int64_t>(t.numel(), 4); ++i) s << (i ? ", " : "") << AsDouble(t, i);
+  s << "]";
+  return s.str();
+}
+
+// A value of the signature's type made of the next tensors (tuples nest).
+ffi::Any Rebuild(const ffi::Map<ffi::Any, ffi::Any>& type, std::vector<Tensor>::iterator* next) {
+  if (type.count("tuple")) {
+    ffi::Array<ffi::Any> fields;
+    for (const ffi::Any& field : type.at("tuple").cast<ffi::Array<ffi::Any>>()) {
+      fields.push_back(Rebuild(field.cast<ffi::Map<ffi::Any, ffi::Any>>(), next));
+    }
+    return fields;
+  }
+  return *(*next)++;
+}
+
+int Run(int argc, char** argv) {
+  if (argc < 2) {
+    std::cerr << "usage: run_model ARTIFACT INPUT.npy... [--steps N] [--out DIR]\n";
+    return 2;
+  }
+  std::string root = argv[1];
+  std::vector<std::string> input_files;
+  int steps = 1;
+  std::string out_dir;
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--steps" && i + 1 < argc) {
+      steps = std::stoi(argv[++i]);
+    } else if (arg == "--out" && i + 1 < argc) {
+      out_dir = argv[++i];
+    } else {
+      input_files.push_back(arg);
+    }
+  }
+
+  ffi::String error;
+  ffi::Any parsed = ffi::json::Parse(ReadFile(root + "/effir-artifact.json"), &error);
+  if (!error.empty()) throw Failure(root + ": the manifest is not valid JSON: " + std::string(error));
+  auto manifest = parsed.cast<ffi::Map<ffi::Any, ffi::Any>>();
+  if (!manifest.count("format") || manifest.at("format").cast<ffi::String>() != "effir-artifact") {
+    throw Failure(root + ": not an effir artifact");
+  }
+  int64_t version = manifest.at("version").cast<int64_t>();
+  if (version != kVersion) {
+    throw Failure(root + ": artifact format version " + std::to_string(version) +
+                  "; this runner reads version " + std::to_string(kVersion));
+  }
+  auto entry = manifest.at("entries").cast<ffi::Map<ffi::Any, ffi::Any>>().at("main").cast<ffi::Map<ffi::Any, ffi::Any>>();
+  auto signature = entry.at("signature").cast<ffi::Map<ffi::Any, ffi::Any>>();
+  auto params = signature.at("params").cast<ffi::Array<ffi::Any>>();
+  auto state_in = signature.at("state_in").cast<ffi::Array<ffi::Any>>();
+  auto state_out = signature.at("state_out").cast<ffi::Array<ffi::Any>>();
+  size_t n_inputs = params.size() - state_in.size();
+  if (input_files.size() != n_inputs) {
+    throw Failure("@main takes " + std::to_string(n_inputs) + " inputs, got " + std::to_string(input_files.size()));
+  }
+
+  // The inputs, and the dimensions their shapes give.
+  std::vector<Tensor> inputs;
+  std::map<std::string, int64_t> dims;
+  for (size_t i = 0; i < n_inputs; ++i) {
+    Tensor t = ReadNpy(input_files[i]);
+    auto param = params[i].cast<ffi::Map<ffi::Any, ffi::Any>>();
+    auto type = param.at("type").cast<ffi::Map<ffi::Any, ffi::Any>>();
+    std::string name(param.at("name").cast<ffi::String>());
+    if (!type.count("tensor")) throw Failure("input %" + name + " is not a tensor: the runner takes tensors");
+    auto shape = type.at("tensor").cast<ffi::Array<ffi::Any>>();
+    std::string dtype(type.at("dtype").cast<ffi::String>());
+    if (static_cast<int>(shape.size()) != t.ndim() || DTypeName(t.dtype()) != dtype) {
+      throw Failure(input_files[i] + ": %" + name + " must have " + std::to_string(shape.size()) +
+                    " dimensions of " + dtype + ", got " + Describe(t));
+    }
+    for (int d = 0; d < t.ndim(); ++d) {
+      if (auto size = shape[d].try_cast<int64_t>()) {
+        if (*size != t.shape()[d]) throw Failure(input_files[i] + ": wrong size of dimension " + std::to_string(d) + " of %" + name);
+      } else {
+        std::string dim(shape[d].cast<ffi::String>());
+        if (dim == "?") continue;
+        auto [it, fresh] = dims.emplace(dim, t.shape()[d]);
+        if (!fresh && it->second != t.shape()[d]) throw Failure("dimension " + dim + " has two sizes");
+      }
+    }
+    inputs.push_back(t);
+  }
+
+  // The library exported for these dimensions.
+  std::string library;
+  for (const ffi::Any& s : entry.at("specializations").cast<ffi::Array<ffi::Any>>()) {
+    auto spec = s.cast<ffi::Map<ffi::Any, ffi::Any>>();
+    std::map<std::string, int64_t> want;
+    for (const auto& kv : spec.at("dims").cast<ffi::Map<ffi::Any, ffi::Any>>()) {
+      want[std::string(kv.first.cast<ffi::String>())] = kv.second.cast<int64_t>();
+    }
+    if (want == dims) {
+      library = CheckedFile(root, spec.at("library").cast<ffi::String>(), spec.at("sha256").cast<ffi::String>());
+    }
+  }
+  if (library.empty()) throw Failure("the artifact was not exported for these input shapes");
+
+  // The cells' initial values, by name.
+  std::map<std::string, std::vector<Tensor>> cells;
+  std::map<std::string, ffi::Map<ffi::Any, ffi::Any>> cell_types;
+  for (const ffi::Any& c : manifest.at("cells").cast<ffi::Array<ffi::Any>>()) {
+    auto cell = c.cast<ffi::Map<ffi::Any, ffi::Any>>();
+    std::string name(cell.at("name").cast<ffi::String>());
+    cell_types[name] = cell.at("type").cast<ffi::Map<ffi::Any, ffi::Any>>();
+    for (const ffi::Any& f : cell.at("files").cast<ffi::Array<ffi::Any>>()) {
+      auto file = f.cast<ffi::Map<ffi::Any, ffi::Any>>();
+      cells[name].push_back(ReadNpy(CheckedFile(root, file.at("file").cast<ffi::String>(), file.at("sha256").cast<ffi::String>())));
+    }
+  }
+
+  // io.print calls the packed function effir.print.
+  ffi::Function::SetGlobal(
+      "effir.print", ffi::Function::FromTyped([](ffi::String label, Tensor value) {
+        std::cout << "print " << std::string(label) << ": " << Describe(value) << "\n";
+      }),
+      true);
+
+  ffi::Module executable = ffi::Module::LoadFromFile(library);
+  ffi::Module vm = executable->GetFunction("vm_load_executable").value()().cast<ffi::Module>();
+  constexpr int kPooledAllocator = 2;
+  vm->GetFunction("vm_initialization").value()(static_cast<int>(kDLCPU), 0, kPooledAllocator);
+  ffi::Function main = vm->GetFunction("main").value();
+
+  for (int step = 1; step <= steps; ++step) {
+    std::vector<ffi::Any> held;
+    for (const Tensor& t : inputs) held.push_back(t);
+    for (const ffi::Any& c : state_in) {
+      std::string cell(c.cast<ffi::String>());
+      if (cell == "io") {
+        Tensor world = Empty({}, DLDataType{kDLInt, 64, 1});
+        *static_cast<int64_t*>(world.data_ptr()) = 0;
+        held.push_back(world);
+        continue;
+      }
+      auto it = cells[cell].begin();
+      held.push_back(Rebuild(cell_types.at(cell), &it));
+    }
+    std::vector<ffi::AnyView> views(held.begin(), held.end());
+    ffi::Any result;
+    main.CallPacked(views.data(), static_cast<int32_t>(views.size()), &result);
+
+    std::vector<Tensor> user;
+    if (state_out.empty()) {
+      Leaves(result, &user);
+    } else {
+      auto fields = result.cast<ffi::Array<ffi::Any>>();
+      Leaves(fields[0], &user);
+      for (size_t k = 0; k < state_out.size(); ++k) {
+        std::string cell(state_out[k].cast<ffi::String>());
+        if (cell == "io") continue;
+        std::vector<Tensor> value;
+        Leaves(fields[k + 1], &value);
+        cells[cell] = value;
+      }
+    }
+    std::cout << "step " << step << "\n";
+    for (size_t k = 0; k < user.size(); ++k) std::cout << "  result " << k << ": " << Describe(user[k]) << "\n";
+    for (auto& [name, values] : cells) {
+      for (size_t k = 0; k < values.size(); ++k) std::cout << "  @" << name << "[" << k << "]: " << Describe(values[k]) << "\n";
+    }
+    if (!out_dir.empty() && step == steps) {
+      for (size_t k = 0; k < user.size(); ++k) WriteNpy(out_dir + "/result_" + std::to_string(k) + ".npy", user[k]);
+      for (auto& [name, values] : cells) {
+        for (size_t k = 0; k < values.size(); ++k) WriteNpy(out_dir + "/state_" + name + "_" + std::to_string(k) + ".npy", values[k]);
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return Run(argc, argv);
+  } catch (const Failure& err) {
+    std::cerr << "run_model: " << err.what() << "\n";
+    return 1;
+  } catch (const std::exception& err) {
+    std::cerr << "run_model: " << err.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,80 @@
+"""The C++ runner (examples/cpp/run_model.cc), built with g++ against the
+TVM runtime the apache-tvm wheel ships, runs an exported program without
+Python: two steps threading the state give the interpreter's results, key
+and statistics; a broken artifact is an error message, not a crash."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import effir
+
+EXAMPLES = Path(__file__).parents[3] / "examples"
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+
+
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    build = tmp_path_factory.mktemp("cpp")
+    shutil.copy(EXAMPLES / "cpp" / "run_model.cc", build)
+    shutil.copy(EXAMPLES / "cpp" / "Makefile", build)
+    done = subprocess.run(
+        ["make", "-s", f"PYTHON={sys.executable}"], cwd=build, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return build / "run_model"
+
+
+def test_the_runner_runs_the_gru_model_as_the_interpreter(runner: Path, tmp_path: Path) -> None:
+    module = effir.check(effir.parse((EXAMPLES / "gru_lm.effir").read_text()))
+    rng = np.random.default_rng(0)
+    args = []
+    for param in module["main"].params:
+        t = param.type_annotation
+        shape = tuple({"t": 4, "b": 2}.get(d, d) for d in t.shape)
+        if t.dtype == "int32":
+            args.append(rng.integers(0, 1000, shape).astype(np.int32))
+        else:
+            args.append((0.1 * rng.standard_normal(shape)).astype(np.float32))
+    compiled = effir.compile(module)
+    compiled(*args, sink=lambda label, value: None)
+    compiled.export(tmp_path / "model")
+    inputs = []
+    for i, a in enumerate(args):
+        np.save(tmp_path / f"in{i}.npy", a)
+        inputs.append(str(tmp_path / f"in{i}.npy"))
+    out = tmp_path / "out"
+    out.mkdir()
+    done = subprocess.run(
+        [runner, tmp_path / "model", *inputs, "--steps", "2", "--out", out],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("print mean activation") == 2
+    state = effir.State(module)
+    for _ in range(2):
+        ref = effir.interpret(module, *args, state=state, sink=lambda label, value: None)
+    np.testing.assert_allclose(np.load(out / "result_0.npy"), ref, rtol=1e-5, atol=1e-5)
+    assert np.array_equal(np.load(out / "state_rng_0.npy"), state["rng"].data)
+    np.testing.assert_allclose(
+        np.load(out / "state_bn_0.npy"), state["bn"][0], rtol=1e-5, atol=1e-6
+    )
+
+    # A corrupt library: a message and exit status 1.
+    library = next((tmp_path / "model" / "lib").iterdir())
+    data = bytearray(library.read_bytes())
+    data[100] ^= 0xFF
+    library.write_bytes(bytes(data))
+    done = subprocess.run([runner, tmp_path / "model", *inputs], capture_output=True, text=True)
+    assert done.returncode == 1
+    assert "is corrupt or truncated" in done.stderr
+    done = subprocess.run([runner, tmp_path / "model", inputs[0]], capture_output=True, text=True)
+    assert done.returncode == 1 and "@main takes 9 inputs, got 1" in done.stderr
