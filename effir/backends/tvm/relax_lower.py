@@ -36,7 +36,16 @@ Algorithm
    - ``if`` is a Relax ``If`` whose branches are blocks of their own; a
      ``match`` on tuples binds the patterns' variables by projection;
    - ``io.print`` calls the packed function ``effir.print`` (registered by
-     the Python runtime and by the C++ runner) and advances the world token.
+     the Python runtime and by the C++ runner) and advances the world token;
+   - a loop that cannot be one TIR function (``cf.while_loop``, a
+     ``cf.foreach`` with control flow in its body or of data-dependent
+     length) is a recursive Relax function the VM runs step by step; its
+     per-step outputs go to buffers that double when full, written in
+     place, cut to the steps run at the end [RULE VMLOOP];
+   - an operator of data-dependent shape (``boolean_mask``, ``argwhere``,
+     the ``dyn.*`` operators, ``shape_of``) runs as the executor's kernels
+     (executor_kernels.py): count, allocate once the size is known
+     (``tensor_to_shape``), fill [RULE DYN].
 4. [FALLBACK] A primitive function whose types keep a ``?`` dimension
    cannot be compiled ahead of its shapes: it runs as a Python packed
    function that builds its kernel per concrete shape (cached). Such a
@@ -58,7 +67,7 @@ from typing import Any
 import numpy as np
 import tvm
 import tvm_ffi
-from tvm import relax
+from tvm import relax, tirx
 
 from ...ir.expr import (
     Call,
@@ -89,6 +98,7 @@ from ...ir.visitor import ExprMutator, free_vars, pre_order
 from ...passes.fuse import PRIMITIVE, is_primitive
 from ...passes.infer_type import infer_expr
 from ...runtime.values import PRNGKey
+from . import executor_kernels
 from .errors import BackendError
 from .kernel import KernelIR, build_kernel, leaves, lower_kernel
 from .loop import LoweredLoop, lower_loop
@@ -319,7 +329,7 @@ class _Lowering:
         if isinstance(callee, Var) and isinstance(env.get(callee), Function):
             fn = env[callee]
             if is_primitive(fn):
-                return self._kernel_call(fn, call, env, name)
+                return self._kernel_call(fn, call.args, env, name)
             closure = self._lift(fn, env, callee.name_hint)
             args = [env[v] for v in closure.captured] + [self._atom(a, env) for a in call.args]
             return self.bb.emit(relax.Call(closure.gv, args), name)
@@ -353,12 +363,14 @@ class _Lowering:
         return closure
 
     # ------------------------------------------------------------ kernels
-    def _kernel_call(self, fn: Function, call: Call, env: dict[Var, Any], name: str) -> Any:
+    def _kernel_call(
+        self, fn: Function, arguments: tuple[Expr, ...], env: dict[Var, Any], name: str
+    ) -> Any:
         """[RULE FLAT] A primitive function's call: its arguments' tensors
         in, its result's tensors out."""
         types = [p.checked_type for p in fn.params]
         result_type = fn.body.checked_type
-        args = [self._atom(a, env) for a in call.args]
+        args = [self._atom(a, env) for a in arguments]
         if not (all(static(t) for t in types) and static(result_type)):
             return self._fallback(fn, args, types, result_type, name)
         gv, lowered = self._kernel(fn)
@@ -416,10 +428,16 @@ class _Lowering:
         definition = op_def(call.callee)  # type: ignore[arg-type]
         if definition.name == "cf.foreach":
             return self._foreach(call, env, name)
+        if definition.name == "cf.while_loop":
+            return self._recursive_loop(call, env, name)
         if definition.name == "io.print":
             return self._print(call, env, name)
+        dynamic = _DYNAMIC.get(definition.name)
+        if dynamic is not None:
+            return dynamic(self, call, env, name)
         if definition.effect == "pure" and "te" in definition.rules:
-            return self._kernel_call(_one_call_kernel(call), call, env, name)
+            operands = tuple(a for a in call.args if isinstance(a, Var))
+            return self._kernel_call(_one_call_kernel(call), operands, env, name)
         raise BackendError(
             f"the operator {definition.name} is not compiled outside a kernel",
             call.span,
@@ -451,10 +469,11 @@ class _Lowering:
         captured = [v for v in free_vars(body) if v not in functions]
         xs_type = xs_arg.checked_type
         if not static(xs_type) or not static(init_arg.checked_type):
-            raise BackendError(
-                "a cf.foreach over a sequence of data-dependent shape is not compiled", call.span
-            )
-        lowered = lower_loop(body, {}, captured, functions, self.module, parallel=True)
+            return self._recursive_loop(call, env, name)
+        try:
+            lowered = lower_loop(body, {}, captured, functions, self.module, parallel=True)
+        except BackendError:  # control flow or effects in the body: a VM loop
+            return self._recursive_loop(call, env, name)
         gv = self.bb.add_func(lowered.func.without_attr("global_symbol"), f"loop_{self.loops}")
         self.loops += 1
         length = _leading(xs_type)
@@ -472,6 +491,370 @@ class _Lowering:
         stacked = self._rebuild(ret.fields[0], iter(parts[:n_out]))
         final = self._rebuild(ret.fields[1], iter(parts[n_out : n_out + len(lowered.state)]))
         return self.bb.emit(relax.Tuple([stacked, final]), name)
+
+    # ------------------------------------------------------ VM loops
+    def _recursive_loop(self, call: Call, env: dict[Var, Any], name: str) -> Any:
+        """[RULE VMLOOP] A loop the VM runs: a private recursive Relax
+        function of (steps done, state, output buffers, sequences, captured
+        values). ``cf.while_loop`` asks its condition at each step and
+        collects its outputs in buffers that double when full
+        (executor_kernels.py); ``cf.foreach`` takes row ``count`` of its
+        sequences and fills buffers of their length. At the end the
+        buffers are cut to the steps run."""
+        is_while = op_def(call.callee).name == "cf.while_loop"  # type: ignore[arg-type]
+        functions = {v: f for v, f in env.items() if isinstance(f, Function)}
+        if is_while:
+            cond_arg, body_arg, init_arg = call.args
+            cond: Function | None = self._literal(cond_arg, env, call)
+            xs_arg = None
+        else:
+            body_arg, xs_arg, init_arg = call.args
+            cond = None
+        body = self._literal(body_arg, env, call)
+        captured = []
+        for fn in [f for f in (cond, body) if f is not None]:
+            captured += [v for v in free_vars(fn) if v not in functions and v not in captured]
+        step_type = body.body.checked_type
+        assert isinstance(step_type, TupleType)
+        out_type, state_type = step_type.fields
+        outs = leaves(out_type)
+        for leaf in outs:
+            if not leaf.is_static:
+                raise BackendError(
+                    f"a loop whose per-step output ({astext(leaf)}) has a data-dependent shape "
+                    "is not compiled",
+                    call.span,
+                )
+        sizes = [int(np.prod(leaf.shape, dtype=np.int64)) for leaf in outs]
+        xs_leaves = [] if xs_arg is None else leaves(xs_arg.checked_type)
+
+        # The recursive function.
+        cap = tirx.Var("cap", "int64")
+        count = relax.Var("count", relax.TensorType([], "int64"))
+        state = relax.Var("state", relax_type(state_type))
+        bufs = [
+            relax.Var(f"buf{i}", relax.TensorType([cap, c], leaf.dtype))
+            for i, (leaf, c) in enumerate(zip(outs, sizes, strict=True))
+        ]
+        seqs = [relax.Var(f"xs{i}", relax_type(t)) for i, t in enumerate(xs_leaves)]
+        caps = [relax.Var(v.name_hint, relax_type(v.checked_type)) for v in captured]
+        params = [count, state, *bufs, *seqs, *caps]
+        ret = relax.TupleType(
+            [relax.TensorType(dtype=leaf.dtype, ndim=2) for leaf in outs]
+            + [relax.TensorType([], "int64"), relax_type(state_type)]
+        )
+        stub = relax.Function(params, relax.SeqExpr([], relax.op.null_value()), ret, False)
+        gv = self.bb.add_func(stub, f"vm_loop_{self.loops}")
+        self.loops += 1
+
+        inner: dict[Var, Any] = dict(functions)
+        inner.update(zip(captured, caps, strict=True))
+        emit = self.bb.emit
+        self.bb._begin_binding_block()
+        if is_while:
+            assert cond is not None
+            go = self._chain(cond.body, {**inner, cond.params[0]: state})
+        else:
+            flat = self._rows(seqs[0], xs_leaves[0])
+            go = emit(
+                relax.call_tir(
+                    self._executor("before_end", xs_leaves[0].dtype),
+                    [flat, count],
+                    relax.TensorType([], "bool"),
+                )
+            )
+        limit = call.attrs.get("max_iterations")
+        if limit is not None:
+            below = emit(relax.op.less(count, relax.const(np.int64(limit), "int64")))
+            go = emit(relax.op.logical_and(go, below))
+        # One more step.
+        self.bb._begin_binding_block()
+        if is_while:
+            step_env = {**inner, body.params[0]: state}
+        else:
+            rows = []
+            for seq, leaf in zip(seqs, xs_leaves, strict=True):
+                flat = self._rows(seq, leaf)
+                row_size = int(np.prod(leaf.shape[1:], dtype=np.int64))
+                row = emit(
+                    relax.call_tir(
+                        self._executor("take_row", leaf.dtype),
+                        [flat, count],
+                        relax.TensorType([row_size], leaf.dtype),
+                    )
+                )
+                rows.append(emit(relax.op.reshape(row, [int(d) for d in leaf.shape[1:]])))
+            x_t = self._rebuild(body.params[0].checked_type, iter(rows))
+            step_env = {**inner, body.params[0]: x_t, body.params[1]: state}
+        step = self._chain(body.body, step_env)
+        out = emit(relax.TupleGetItem(step, 0))
+        new_state = emit(relax.TupleGetItem(step, 1))
+        current = list(bufs)
+        if is_while:  # double the buffers when they are full
+            full = emit(
+                relax.call_tir(
+                    self._executor("at_capacity", outs[0].dtype),
+                    [bufs[0], count],
+                    relax.TensorType([], "bool"),
+                )
+            )
+            self.bb._begin_binding_block()
+            grown = [
+                emit(
+                    relax.call_tir(
+                        self._executor("grow", leaf.dtype),
+                        [b],
+                        relax.TensorType([cap * 2, c], leaf.dtype),
+                    )
+                )
+                for b, leaf, c in zip(bufs, outs, sizes, strict=True)
+            ]
+            grown_seq = relax.SeqExpr(
+                [self.bb._end_block()], relax.Tuple(grown) if grown else relax.Tuple([])
+            )
+            same_seq = relax.SeqExpr([], relax.Tuple(list(bufs)))
+            chosen = emit(relax.If(full, grown_seq, same_seq))
+            new_cap = tirx.Var("cap", "int64")
+            current = []
+            for i, (leaf, c) in enumerate(zip(outs, sizes, strict=True)):
+                part = emit(relax.TupleGetItem(chosen, i))
+                current.append(self.bb.match_cast(part, relax.TensorType([new_cap, c], leaf.dtype)))
+        written = []
+        for b, value, leaf, c in zip(
+            current, self._leaves(out, out_type), outs, sizes, strict=True
+        ):
+            row = emit(relax.op.reshape(value, [c]))
+            written.append(
+                emit(
+                    relax.op.call_tir_inplace(
+                        self._executor("write_row", leaf.dtype), [b, row, count], 0, b.ty
+                    )
+                )
+            )
+        following = emit(relax.op.add(count, relax.const(np.int64(1), "int64")))
+        again = emit(relax.Call(gv, [following, new_state, *written, *seqs, *caps]))
+        more = relax.SeqExpr([self.bb._end_block()], again)
+        done = relax.SeqExpr([], relax.Tuple([*bufs, count, state]))
+        result = emit(relax.If(go, more, done))
+        body_seq = relax.SeqExpr([self.bb._end_block()], result)
+        self.bb.update_func(gv, relax.Function(params, body_seq, ret, False))
+
+        # The call: empty buffers, then the outputs cut to the steps run.
+        if is_while:
+            first = int(limit) if limit is not None and 0 < limit <= 64 else 16
+        else:
+            first = _leading(xs_arg.checked_type)  # type: ignore[union-attr]
+        start_bufs = [
+            emit(
+                relax.call_tir(
+                    self._executor("zeros", leaf.dtype),
+                    [],
+                    relax.TensorType([first, c], leaf.dtype),
+                )
+            )
+            for leaf, c in zip(outs, sizes, strict=True)
+        ]
+        args = [relax.const(np.int64(0), "int64"), self._atom(init_arg, env), *start_bufs]
+        if xs_arg is not None:
+            args += self._leaves(self._atom(xs_arg, env), xs_arg.checked_type)
+        args += [self._atom(v, env) for v in captured]
+        finished = emit(relax.Call(gv, args))
+        steps = emit(relax.TupleGetItem(finished, len(outs)))
+        n = self._size_of(steps)
+        stacked = []
+        for i, (leaf, c) in enumerate(zip(outs, sizes, strict=True)):
+            buf = emit(relax.TupleGetItem(finished, i))
+            cut = emit(
+                relax.call_tir(
+                    self._executor("prefix", leaf.dtype),
+                    [buf],
+                    relax.TensorType([n, c], leaf.dtype),
+                )
+            )
+            stacked.append(emit(relax.op.reshape(cut, [n, *[int(d) for d in leaf.shape]])))
+        final_state = emit(relax.TupleGetItem(finished, len(outs) + 1))
+        stacked_value = self._rebuild(out_type, iter(stacked))
+        return emit(relax.Tuple([stacked_value, final_state]), name)
+
+    def _literal(self, arg: Expr, env: dict[Var, Any], call: Call) -> Function:
+        fn = env.get(arg) if isinstance(arg, Var) else arg
+        if not isinstance(fn, Function):
+            raise BackendError("a loop's body and condition must be function literals", call.span)
+        return fn
+
+    def _executor(self, kernel: str, dtype: str) -> Any:
+        """The executor kernel ``kernel`` for ``dtype``, added once."""
+        key = f"{kernel}_{dtype}"
+        gv = self.kernels.get(key)
+        if gv is None:
+            func = getattr(executor_kernels, kernel)(dtype)
+            gv = self.bb.add_func(func, key)
+            self.kernels[key] = (gv, None)  # type: ignore[assignment]
+            return gv
+        return gv[0]
+
+    def _rows(self, value: Any, t: TensorType) -> Any:
+        """``value`` as a (rows, row size) tensor: a view for the executor
+        kernels, which work on rows."""
+        dims = self._dims(value, t)
+        row = 1
+        for d in dims[1:]:
+            row = row * d
+        return self.bb.emit(relax.op.reshape(value, [dims[0] if dims else 1, row]))
+
+    def _dims(self, value: Any, t: TensorType) -> list[Any]:
+        """The dimensions of a tensor value: its static ones, variables
+        bound by a cast for the others."""
+        if t.is_static:
+            return [int(d) for d in t.shape]
+        sinfo = value.ty
+        if isinstance(sinfo, relax.TensorType) and sinfo.shape is not None:
+            return list(sinfo.shape.values)
+        names = [tirx.Var(f"d{i}", "int64") for i in range(t.ndim)]
+        cast = self.bb.match_cast(value, relax.TensorType(names, t.dtype))
+        del cast
+        return names
+
+    def _size_of(self, count: Any) -> Any:
+        """A variable holding the value of the ``int64`` scalar ``count``."""
+        flat = self.bb.emit(relax.op.reshape(count, [1]))
+        shape = self.bb.emit(relax.op.tensor_to_shape(flat))
+        n = tirx.Var("n", "int64")
+        self.bb.match_cast(shape, relax.ShapeType([n]))
+        return n
+
+    # --------------------------------------------------- dynamic shapes
+    def _boolean_mask(self, call: Call, env: dict[Var, Any], name: str) -> Any:
+        """``x[mask]``: count, allocate, fill [RULE DYN]."""
+        x_arg, mask_arg = call.args
+        x_type, mask_type = x_arg.checked_type, mask_arg.checked_type
+        x = self._atom(x_arg, env)
+        mask = self._atom(mask_arg, env)
+        x_dims = self._dims(x, x_type)
+        k = mask_type.ndim
+        rows = 1
+        for d in x_dims[:k]:
+            rows = rows * d
+        size = 1
+        for d in x_dims[k:]:
+            size = size * d
+        emit = self.bb.emit
+        flat_mask = emit(relax.op.reshape(mask, [rows]))
+        counted = emit(
+            relax.call_tir(
+                self._executor_fixed("count_true"), [flat_mask], relax.TensorType([1], "int64")
+            )
+        )
+        n = self._size_of(emit(relax.op.reshape(counted, [])))
+        flat_x = emit(relax.op.reshape(x, [rows, size]))
+        picked = emit(
+            relax.call_tir(
+                self._executor("mask_rows", x_type.dtype),
+                [flat_x, flat_mask],
+                relax.TensorType([n, size], x_type.dtype),
+            )
+        )
+        return emit(relax.op.reshape(picked, [n, *x_dims[k:]]), name)
+
+    def _argwhere(self, call: Call, env: dict[Var, Any], name: str) -> Any:
+        (x_arg,) = call.args
+        x_type = x_arg.checked_type
+        x = self._atom(x_arg, env)
+        dims = self._dims(x, x_type)
+        total = 1
+        for d in dims:
+            total = total * d
+        emit = self.bb.emit
+        flat = emit(relax.op.reshape(x, [total]))
+        if x_type.dtype == "bool":
+            counted = emit(
+                relax.call_tir(
+                    self._executor_fixed("count_true"), [flat], relax.TensorType([1], "int64")
+                )
+            )
+            flat = emit(relax.op.astype(flat, "int8"))
+            dtype = "int8"
+        else:
+            dtype = x_type.dtype
+            counted = emit(
+                relax.call_tir(
+                    self._executor("count_nonzero", dtype), [flat], relax.TensorType([1], "int64")
+                )
+            )
+        n = self._size_of(emit(relax.op.reshape(counted, [])))
+        shape = emit(relax.op.shape_to_tensor(relax.ShapeExpr(dims)))
+        return emit(
+            relax.call_tir(
+                self._executor("argwhere_rows", dtype),
+                [flat, shape],
+                relax.TensorType([n, len(dims)], "int32"),
+            ),
+            name,
+        )
+
+    def _dyn_shape(self, shape_value: Any, shape_type: TensorType) -> list[Any]:
+        """The dimensions a 1-d integer shape tensor holds, as variables."""
+        length = shape_type.shape[0]
+        if not isinstance(length, int):
+            raise BackendError("a shape tensor of data-dependent length is not compiled")
+        as_int64 = self.bb.emit(relax.op.astype(shape_value, "int64"))
+        shape = self.bb.emit(relax.op.tensor_to_shape(as_int64))
+        dims = [tirx.Var(f"s{i}", "int64") for i in range(length)]
+        self.bb.match_cast(shape, relax.ShapeType(dims))
+        return dims
+
+    def _dyn_fill(self, call: Call, env: dict[Var, Any], name: str) -> Any:
+        """``dyn.zeros``/``dyn.ones``/``dyn.full``: the shape from a tensor."""
+        op = op_def(call.callee).name  # type: ignore[arg-type]
+        dtype = str(call.attrs["dtype"])
+        shape_arg = call.args[-1]
+        dims = self._dyn_shape(self._atom(shape_arg, env), shape_arg.checked_type)
+        if op == "dyn.full":
+            value = self.bb.emit(relax.op.astype(self._atom(call.args[0], env), dtype))
+        else:
+            value = relax.const(np.asarray(0 if op == "dyn.zeros" else 1, dtype=dtype), dtype)
+        total = 1
+        for d in dims:
+            total = total * d
+        emit = self.bb.emit
+        flat = emit(
+            relax.call_tir(self._executor("fill", dtype), [value], relax.TensorType([total], dtype))
+        )
+        return emit(relax.op.reshape(flat, dims), name)
+
+    def _dyn_reshape(self, call: Call, env: dict[Var, Any], name: str) -> Any:
+        x_arg, shape_arg = call.args
+        x = self._atom(x_arg, env)
+        self._dims(x, x_arg.checked_type)
+        dims = self._dyn_shape(self._atom(shape_arg, env), shape_arg.checked_type)
+        return self.bb.emit(relax.op.reshape(x, dims), name)
+
+    def _shape_of(self, call: Call, env: dict[Var, Any], name: str) -> Any:
+        (x_arg,) = call.args
+        x = self._atom(x_arg, env)
+        dims = self._dims(x, x_arg.checked_type)
+        shape = self.bb.emit(relax.op.shape_to_tensor(relax.ShapeExpr(dims)))
+        return self.bb.emit(relax.op.astype(shape, str(call.attrs["dtype"])), name)
+
+    def _executor_fixed(self, kernel: str) -> Any:
+        key = kernel
+        known = self.kernels.get(key)
+        if known is None:
+            gv = self.bb.add_func(getattr(executor_kernels, kernel)(), key)
+            self.kernels[key] = (gv, None)  # type: ignore[assignment]
+            return gv
+        return known[0]
+
+
+_DYNAMIC: dict[str, Callable[..., Any]] = {
+    "boolean_mask": _Lowering._boolean_mask,
+    "argwhere": _Lowering._argwhere,
+    "dyn.zeros": _Lowering._dyn_fill,
+    "dyn.ones": _Lowering._dyn_fill,
+    "dyn.full": _Lowering._dyn_fill,
+    "dyn.reshape": _Lowering._dyn_reshape,
+    "shape_of": _Lowering._shape_of,
+}
 
 
 def _one_call_kernel(call: Call) -> Function:

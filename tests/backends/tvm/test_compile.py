@@ -190,3 +190,89 @@ def @main(%x: Tensor[(2), float32], %c: bool) {
     )
     with pytest.raises(BackendError, match=r"compile\.effir:\d+:\d+.*ADT"):
         compile_module(module)
+
+
+# ------------------------------------------------------- loops and shapes
+WHILE = """
+def @main(%x: Tensor[(3), float32], %limit: float32) {
+  cf.while_loop(fn (%s: (int32, Tensor[(3), float32])) { less(sum(%s.1), %limit) },
+                fn (%s: (int32, Tensor[(3), float32])) {
+                  let %y = multiply(%s.1, 2f);
+                  ((%y, %s.0), (add(%s.0, 1), %y))
+                }, (0, %x))
+}
+"""
+
+
+@pytest.mark.parametrize("limit", [0.0, 5.0, 100.0, 1e7])
+def test_a_while_loop_runs_as_many_steps_as_its_data_asks(limit: float) -> None:
+    # 0 steps, a few, and more than the output buffers' first capacity (16):
+    # the buffers double and are cut to the steps run.
+    module = parse(WHILE)
+    out = assert_same_run(module, np.ones(3, np.float32), np.array(limit, np.float32))
+    assert out.report.builds[0][3] >= 1
+
+
+def test_a_while_loop_stops_at_max_iterations() -> None:
+    module = parse(WHILE.replace("(0, %x))", "(0, %x), max_iterations=5)"))
+    assert_same_run(module, np.ones(3, np.float32), np.array(1e7, np.float32))
+
+
+def test_a_foreach_with_an_if_in_its_body_runs_in_the_vm() -> None:
+    module = parse(
+        """
+def @main(%xs: Tensor[(5, 2), float32]) {
+  cf.foreach(fn (%x: Tensor[(2), float32], %h: Tensor[(2), float32]) {
+    let %n = if (greater(sum(%x), 0f)) { add(%h, %x) } else { subtract(%h, %x) };
+    (sum(%n), %n)
+  }, %xs, zeros(shape=[2]))
+}
+"""
+    )
+    xs = np.random.default_rng(3).standard_normal((5, 2)).astype(np.float32)
+    assert_same_run(module, xs)
+
+
+@pytest.mark.parametrize("mask", [[1, 0, 1, 1], [0, 0, 0, 0], [1, 1, 1, 1]])
+def test_boolean_mask_argwhere_and_shape_of(mask: list[int]) -> None:
+    module = parse(
+        """
+def @main(%x: Tensor[(4, 3), float32], %m: Tensor[(4), bool]) {
+  let %y = boolean_mask(%x, %m);
+  (%y, argwhere(greater(%x, 0f)), argwhere(%m), shape_of(%y))
+}
+"""
+    )
+    x = np.array([[1, -2, 3], [4, 5, -6], [0, 1, 0], [-1, -1, 2]], np.float32)
+    compiled = assert_same_run(module, x, np.array(mask, bool))
+    assert all(spec.exportable for spec in compiled.specializations.values())
+
+
+def test_shapes_from_tensors() -> None:
+    module = parse(
+        """
+def @main(%s: Tensor[(2), int32], %x: Tensor[(6), float32]) {
+  (dyn.full(2.5f, %s, dtype="float32"), dyn.zeros(%s, dtype="int32"), dyn.reshape(%x, %s))
+}
+"""
+    )
+    assert_same_run(module, np.array([2, 3], np.int32), np.arange(6, dtype=np.float32))
+
+
+def test_a_kernel_after_a_data_dependent_shape_runs_per_shape_and_is_not_exportable(
+    tmp_path: Path,
+) -> None:
+    module = parse(
+        """
+def @main(%x: Tensor[(4, 3), float32], %m: Tensor[(4), bool]) {
+  sum(multiply(boolean_mask(%x, %m), 2f), axis=[0])
+}
+"""
+    )
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    compiled = assert_same_run(module, x, np.array([1, 0, 1, 1], bool))
+    assert_close(compiled(x, np.array([0, 1, 0, 0], bool)), np.array([6, 8, 10], np.float32))
+    from effir.backends.tvm.artifact import ArtifactError
+
+    with pytest.raises(ArtifactError, match="kernels of data-dependent shape"):
+        compiled.export(tmp_path / "model")

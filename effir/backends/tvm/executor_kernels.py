@@ -1,0 +1,230 @@
+"""The executor's own kernels: hand-written TIR for what is not an operator
+of the program but the executor's work around data-dependent shapes.
+
+Operators whose result shape depends on data (``boolean_mask``,
+``argwhere``) run in two kernels with the allocation between them, as the
+dynamic-shape proposal planned: one counts (``count_true``,
+``count_nonzero``), the VM turns the count into a shape
+(``tensor_to_shape``) and allocates, the other fills (``mask_rows``,
+``argwhere_rows``). Loops whose number of steps is known only at run time
+collect their per-step outputs in a buffer that doubles when full
+(``grow``), written in place one row per step (``write_row``) and cut to
+the steps actually run at the end (``prefix``): amortised O(1) per step,
+and the buffer is reused across steps, not reallocated.
+
+Every kernel works on tensors flattened to rows (``(rows, row size)``), so
+one kernel serves every rank: the lowering reshapes around them. The
+dimensions are symbolic, bound by the arguments' shapes at each call; the
+sizes are ``int64``.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from tvm.script import tirx as T
+
+
+@cache
+def count_true() -> Any:
+    """``count[0]`` = the number of true elements of ``mask``."""
+
+    @T.prim_func(private=True, s_tir=True)
+    def kernel(var_mask: T.handle, count: T.Buffer((1,), "int64")):
+        r = T.int64()
+        mask = T.match_buffer(var_mask, (r,), "bool")
+        count[0] = T.int64(0)
+        for i in range(r):
+            if mask[i]:
+                count[0] = count[0] + T.int64(1)
+
+    return kernel
+
+
+@cache
+def count_nonzero(dtype: str) -> Any:
+    """``count[0]`` = the number of nonzero elements of ``x``."""
+
+    @T.prim_func(private=True, s_tir=True)
+    def kernel(var_x: T.handle, count: T.Buffer((1,), "int64")):
+        r = T.int64()
+        x = T.match_buffer(var_x, (r,), dtype)
+        count[0] = T.int64(0)
+        for i in range(r):
+            if x[i] != T.Cast(dtype, 0):
+                count[0] = count[0] + T.int64(1)
+
+    return kernel
+
+
+@cache
+def mask_rows(dtype: str) -> Any:
+    """``out`` = the rows ``i`` of ``x`` where ``mask[i]``, in order."""
+
+    @T.prim_func(private=True, s_tir=True)
+    def kernel(var_x: T.handle, var_mask: T.handle, var_out: T.handle):
+        r = T.int64()
+        c = T.int64()
+        n = T.int64()
+        x = T.match_buffer(var_x, (r, c), dtype)
+        mask = T.match_buffer(var_mask, (r,), "bool")
+        out = T.match_buffer(var_out, (n, c), dtype)
+        j = T.alloc_buffer((1,), "int64", scope="local")
+        j[0] = T.int64(0)
+        for i in range(r):
+            if mask[i]:
+                for k in range(c):
+                    out[j[0], k] = x[i, k]
+                j[0] = j[0] + T.int64(1)
+
+    return kernel
+
+
+@cache
+def argwhere_rows(dtype: str) -> Any:
+    """``out[j]`` = the index (over ``shape``) of the ``j``-th nonzero
+    element of the flattened ``x``, as ``int32``."""
+
+    @T.prim_func(private=True, s_tir=True)
+    def kernel(var_x: T.handle, var_shape: T.handle, var_out: T.handle):
+        r = T.int64()
+        k = T.int64()
+        n = T.int64()
+        x = T.match_buffer(var_x, (r,), dtype)
+        shape = T.match_buffer(var_shape, (k,), "int64")
+        out = T.match_buffer(var_out, (n, k), "int32")
+        j = T.alloc_buffer((1,), "int64", scope="local")
+        rest = T.alloc_buffer((1,), "int64", scope="local")
+        j[0] = T.int64(0)
+        for i in range(r):
+            if x[i] != T.Cast(dtype, 0):
+                rest[0] = i
+                for d in range(k):
+                    out[j[0], k - 1 - d] = T.Cast("int32", T.floormod(rest[0], shape[k - 1 - d]))
+                    rest[0] = T.floordiv(rest[0], shape[k - 1 - d])
+                j[0] = j[0] + T.int64(1)
+
+    return kernel
+
+
+@cache
+def grow(dtype: str) -> Any:
+    """``out`` = ``buf`` with twice its rows (the new ones zero)."""
+
+    @T.prim_func(private=True, s_tir=True)
+    def kernel(var_buf: T.handle, var_out: T.handle):
+        cap = T.int64()
+        c = T.int64()
+        buf = T.match_buffer(var_buf, (cap, c), dtype)  # noqa: F841  (binds cap)
+        out = T.match_buffer(var_out, (cap * T.int64(2), c), dtype)
+        for i, k in T.grid(cap * T.int64(2), c):
+            out[i, k] = T.if_then_else(i < cap, buf[T.min(i, cap - T.int64(1)), k], T.Cast(dtype, 0))
+
+    return kernel
+
+
+@cache
+def write_row(dtype: str) -> Any:
+    """``buf[count] = row``, in place (``call_tir_inplace`` on ``buf``)."""
+
+    @T.prim_func(private=True, s_tir=True)
+    def kernel(var_buf: T.handle, var_row: T.handle, at: T.Buffer((), "int64")):
+        cap = T.int64()
+        c = T.int64()
+        buf = T.match_buffer(var_buf, (cap, c), dtype)  # noqa: F841  (binds cap)
+        row = T.match_buffer(var_row, (c,), dtype)
+        for k in range(c):
+            buf[at[()], k] = row[k]
+
+    return kernel
+
+
+@cache
+def prefix(dtype: str) -> Any:
+    """``out`` = the first ``n`` rows of ``buf`` (``n`` from ``out``'s shape)."""
+
+    @T.prim_func(private=True, s_tir=True)
+    def kernel(var_buf: T.handle, var_out: T.handle):
+        cap = T.int64()
+        c = T.int64()
+        n = T.int64()
+        buf = T.match_buffer(var_buf, (cap, c), dtype)  # noqa: F841  (binds cap)
+        out = T.match_buffer(var_out, (n, c), dtype)
+        for i, k in T.grid(n, c):
+            out[i, k] = buf[i, k]
+
+    return kernel
+
+
+@cache
+def take_row(dtype: str) -> Any:
+    """``out`` = ``xs[at]``."""
+
+    @T.prim_func(private=True, s_tir=True)
+    def kernel(var_xs: T.handle, at: T.Buffer((), "int64"), var_out: T.handle):
+        t = T.int64()
+        c = T.int64()
+        xs = T.match_buffer(var_xs, (t, c), dtype)  # noqa: F841  (binds t)
+        out = T.match_buffer(var_out, (c,), dtype)
+        for k in range(c):
+            out[k] = xs[at[()], k]
+
+    return kernel
+
+
+@cache
+def zeros(dtype: str) -> Any:
+    """``out`` = zeros (``out``'s shape from the call)."""
+
+    @T.prim_func(private=True, s_tir=True)
+    def kernel(var_out: T.handle):
+        r = T.int64()
+        c = T.int64()
+        out = T.match_buffer(var_out, (r, c), dtype)
+        for i, k in T.grid(r, c):
+            out[i, k] = T.Cast(dtype, 0)
+
+    return kernel
+
+
+@cache
+def fill(dtype: str) -> Any:
+    """``out`` = ``value`` everywhere (``out``'s size from the call)."""
+
+    @T.prim_func(private=True, s_tir=True)
+    def kernel(value: T.Buffer((), dtype), var_out: T.handle):
+        m = T.int64()
+        out = T.match_buffer(var_out, (m,), dtype)
+        for i in range(m):
+            out[i] = value[()]
+
+    return kernel
+
+
+@cache
+def at_capacity(dtype: str) -> Any:
+    """``full[()]`` = whether ``buf`` has no row left after ``count`` rows."""
+
+    @T.prim_func(private=True, s_tir=True)
+    def kernel(var_buf: T.handle, count: T.Buffer((), "int64"), full: T.Buffer((), "bool")):
+        cap = T.int64()
+        c = T.int64()
+        buf = T.match_buffer(var_buf, (cap, c), dtype)  # noqa: F841  (binds cap)
+        full[()] = count[()] >= cap
+
+    return kernel
+
+
+@cache
+def before_end(dtype: str) -> Any:
+    """``more[()]`` = whether ``xs`` has a row ``count``."""
+
+    @T.prim_func(private=True, s_tir=True)
+    def kernel(var_xs: T.handle, count: T.Buffer((), "int64"), more: T.Buffer((), "bool")):
+        t = T.int64()
+        c = T.int64()
+        xs = T.match_buffer(var_xs, (t, c), dtype)  # noqa: F841  (binds t)
+        more[()] = count[()] < t
+
+    return kernel
