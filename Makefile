@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench bench-peers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,5 +25,17 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/effect_passes.py
 	$(BIN)/python benchmarks/pipeline.py
 
+# The GRU against numpy, PyTorch and JAX: the peers go into a venv of their
+# own (they are not effir's dependencies).
+BENCH := .venv-bench
+$(BENCH)/.installed: pyproject.toml benchmarks/requirements-peers.txt
+	$(PYTHON) -m venv $(BENCH)
+	$(BENCH)/bin/pip install --quiet --upgrade pip
+	$(BENCH)/bin/pip install --quiet -e . -r benchmarks/requirements-peers.txt
+	touch $(BENCH)/.installed
+
+bench-peers: $(BENCH)/.installed
+	$(BENCH)/bin/python benchmarks/gru_peers.py
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) $(BENCH) build *.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,388 @@
+"""effir against its peers on a GRU, side by side in one run.
+
+Cases (float32, weights scaled as a trained network's):
+
+1. A GRU over a sequence, input and hidden 256, T=100, batch 1 and 32:
+   effir (``effir.compile`` of the whole program: the pipeline, TVM for this
+   CPU, the Relax VM; the recurrence is one TIR loop), a numpy eager loop, a
+   PyTorch eager loop and JAX's ``jit(lax.scan)``. The FLOP bound is the
+   GRU's multiply-adds (2 x T x batch x 3H x (I + H)) at the rate of a
+   large single-precision matrix product on this machine (numpy's BLAS),
+   the fastest this CPU has been seen to multiply.
+2. The same GRU with hidden 32, T=1000, batch 1, where per-step overhead
+   dominates: microseconds per step.
+3. A batch of 64 sequences of lengths 1-200 (input 32, hidden 64): effir
+   with the lengths inside the compiled loop (a sequence's state stops
+   changing after its last step: ``where(t < length, h_new, h)``) against
+   padding every sequence to the longest and picking each one's state at
+   its last step from the stacked outputs; both equal a per-sequence
+   reference.
+4. Compile time of the whole pipeline plus the TVM build of the GRU model
+   (examples/gru_lm.effir).
+5. Peak memory of inference (the final state only) over T=100 and
+   T=10,000, each in a process of its own.
+
+Every effir result is checked against the numpy loop (1e-4 relative; the
+sums run in different orders). Times are medians of ``--repeats`` calls
+after warm-up, wall clock, all measured in this one process and run.
+Peers that are not installed are left out (``make bench-peers`` installs
+torch==2.13.0 and JAX into .venv-bench only).
+
+    .venv-bench/bin/python benchmarks/gru_peers.py [--repeats N] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import effir
+
+try:
+    import torch
+except ImportError:  # a peer left out
+    torch = None
+try:
+    import jax
+    import jax.numpy as jnp
+except ImportError:
+    jax = None
+
+H = '#[version = "0.0.5"]\n'
+
+
+def gru_text(inputs: int, hidden: int, final_only: bool = False) -> str:
+    g = 3 * hidden
+    out = "()" if final_only else "%h_new"
+    result = "%scan.1" if final_only else "%scan"
+    return (
+        H
+        + f"""
+def @main(%xs: Tensor[(t, b, {inputs}), float32], %h0: Tensor[(b, {hidden}), float32],
+          %w: Tensor[({g}, {inputs}), float32], %u: Tensor[({g}, {hidden}), float32],
+          %bias: Tensor[({g}), float32]) {{
+  let %step = fn (%x: Tensor[(b, {inputs}), float32], %h: Tensor[(b, {hidden}), float32]) {{
+    let %gx = nn.dense(%x, %w) + %bias;
+    let %gh = nn.dense(%h, %u);
+    let %gxs = split(%gx, indices_or_sections=3, axis=1);
+    let %ghs = split(%gh, indices_or_sections=3, axis=1);
+    let %z = sigmoid(%gxs.0 + %ghs.0);
+    let %r = sigmoid(%gxs.1 + %ghs.1);
+    let %n = tanh(%gxs.2 + %r * %ghs.2);
+    let %h_new = (1f - %z) * %n + %z * %h;
+    ({out}, %h_new)
+  }};
+  let %scan = cf.foreach(%step, %xs, %h0);
+  {result}
+}}
+"""
+    )
+
+
+def masked_gru_text(inputs: int, hidden: int) -> str:
+    """The GRU over a padded batch whose rows stop at their own lengths:
+    the state of a finished row is carried unchanged."""
+    g = 3 * hidden
+    return (
+        H
+        + f"""
+def @main(%xs: Tensor[(t, b, {inputs}), float32], %steps: Tensor[(t, b, 1), bool],
+          %h0: Tensor[(b, {hidden}), float32],
+          %w: Tensor[({g}, {inputs}), float32], %u: Tensor[({g}, {hidden}), float32],
+          %bias: Tensor[({g}), float32]) {{
+  let %step = fn (%x: (Tensor[(b, {inputs}), float32], Tensor[(b, 1), bool]),
+                  %h: Tensor[(b, {hidden}), float32]) {{
+    let %gx = nn.dense(%x.0, %w) + %bias;
+    let %gh = nn.dense(%h, %u);
+    let %gxs = split(%gx, indices_or_sections=3, axis=1);
+    let %ghs = split(%gh, indices_or_sections=3, axis=1);
+    let %z = sigmoid(%gxs.0 + %ghs.0);
+    let %r = sigmoid(%gxs.1 + %ghs.1);
+    let %n = tanh(%gxs.2 + %r * %ghs.2);
+    let %h_new = where(%x.1, (1f - %z) * %n + %z * %h, %h);
+    ((), %h_new)
+  }};
+  cf.foreach(%step, (%xs, %steps), %h0).1
+}}
+"""
+    )
+
+
+# ------------------------------------------------------------------ peers
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1 / (1 + np.exp(-x))
+
+
+def numpy_gru(xs, h, w, u, bias):
+    outs = []
+    wt, ut = w.T, u.T
+    for x in xs:
+        gx = x @ wt + bias
+        gh = h @ ut
+        gx0, gx1, gx2 = np.split(gx, 3, axis=1)
+        gh0, gh1, gh2 = np.split(gh, 3, axis=1)
+        z = sigmoid(gx0 + gh0)
+        r = sigmoid(gx1 + gh1)
+        n = np.tanh(gx2 + r * gh2)
+        h = (1 - z) * n + z * h
+        outs.append(h)
+    return np.stack(outs), h
+
+
+def torch_gru(xs, h, w, u, bias):
+    outs = []
+    wt, ut = w.t(), u.t()
+    for x in xs:
+        gx = x @ wt + bias
+        gh = h @ ut
+        gx0, gx1, gx2 = gx.chunk(3, dim=1)
+        gh0, gh1, gh2 = gh.chunk(3, dim=1)
+        z = torch.sigmoid(gx0 + gh0)
+        r = torch.sigmoid(gx1 + gh1)
+        n = torch.tanh(gx2 + r * gh2)
+        h = (1 - z) * n + z * h
+        outs.append(h)
+    return torch.stack(outs), h
+
+
+def jax_gru():
+    def step(carry, x):
+        h, w, u, bias = carry
+        gx = x @ w.T + bias
+        gh = h @ u.T
+        gx0, gx1, gx2 = jnp.split(gx, 3, axis=1)
+        gh0, gh1, gh2 = jnp.split(gh, 3, axis=1)
+        z = jax.nn.sigmoid(gx0 + gh0)
+        r = jax.nn.sigmoid(gx1 + gh1)
+        n = jnp.tanh(gx2 + r * gh2)
+        h = (1 - z) * n + z * h
+        return (h, w, u, bias), h
+
+    @jax.jit
+    def run(xs, h, w, u, bias):
+        (h, *_), outs = jax.lax.scan(step, (h, w, u, bias), xs)
+        return outs, h
+
+    return run
+
+
+# ------------------------------------------------------------------ timing
+def timed(action: Callable[[], object], repeats: int) -> float:
+    """Median seconds of ``repeats`` calls after three warm-up calls."""
+    for _ in range(3):
+        action()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        action()
+        times.append(time.perf_counter() - start)
+    time.sleep(0.3)  # thread pools spin a while after their work
+    return statistics.median(times)
+
+
+def gemm_rate() -> float:
+    """FLOP/s of a large float32 matrix product (numpy's BLAS)."""
+    a = np.random.default_rng(0).standard_normal((1024, 1024), dtype=np.float32)
+    seconds = timed(lambda: a @ a, 10)
+    return 2 * 1024**3 / seconds
+
+
+def weights(inputs: int, hidden: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    g = 3 * hidden
+    w = (rng.standard_normal((g, inputs)) / np.sqrt(inputs)).astype(np.float32)
+    u = (rng.standard_normal((g, hidden)) / np.sqrt(hidden)).astype(np.float32)
+    bias = (rng.standard_normal(g) * 0.1).astype(np.float32)
+    return w, u, bias
+
+
+def gru_case(inputs: int, hidden: int, length: int, batch: int, repeats: int) -> dict[str, Any]:
+    rng = np.random.default_rng(1)
+    xs = rng.standard_normal((length, batch, inputs), dtype=np.float32)
+    h0 = rng.standard_normal((batch, hidden), dtype=np.float32)
+    w, u, bias = weights(inputs, hidden)
+    want_outs, want_h = numpy_gru(xs, h0, w, u, bias)
+    row: dict[str, Any] = {}
+    compiled = effir.compile(effir.check(effir.parse(gru_text(inputs, hidden))))
+    outs, h = compiled(xs, h0, w, u, bias)
+    np.testing.assert_allclose(outs, want_outs, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(h, want_h, rtol=1e-4, atol=1e-5)
+    row["numpy"] = timed(lambda: numpy_gru(xs, h0, w, u, bias), repeats)
+    row["effir"] = timed(lambda: compiled(xs, h0, w, u, bias), repeats)
+    if torch is not None:
+        t_args = [torch.from_numpy(a) for a in (xs, h0, w, u, bias)]
+        with torch.no_grad():
+            got = torch_gru(*t_args)[1].numpy()
+            np.testing.assert_allclose(got, want_h, rtol=1e-4, atol=1e-5)
+            row["torch"] = timed(lambda: torch_gru(*t_args), repeats)
+    if jax is not None:
+        run = jax_gru()
+        j_args = [jnp.asarray(a) for a in (xs, h0, w, u, bias)]
+        got = np.asarray(run(*j_args)[1])
+        np.testing.assert_allclose(got, want_h, rtol=1e-4, atol=1e-5)
+        row["jax"] = timed(lambda: jax.block_until_ready(run(*j_args)), repeats)
+    row["flops"] = 2 * length * batch * 3 * hidden * (inputs + hidden)
+    return row
+
+
+# -------------------------------------------------------- variable lengths
+def variable_lengths(repeats: int) -> dict[str, Any]:
+    inputs, hidden, batch = 32, 64, 64
+    rng = np.random.default_rng(2)
+    lengths = rng.integers(1, 201, batch)
+    longest = int(lengths.max())
+    xs = rng.standard_normal((longest, batch, inputs), dtype=np.float32)
+    h0 = np.zeros((batch, hidden), np.float32)
+    w, u, bias = weights(inputs, hidden)
+    want = np.stack(
+        [
+            numpy_gru(xs[: lengths[b], b : b + 1], h0[b : b + 1], w, u, bias)[1][0]
+            for b in range(batch)
+        ]
+    )
+    steps = (np.arange(longest)[:, None] < lengths[None, :])[:, :, None]
+    masked = effir.compile(effir.check(effir.parse(masked_gru_text(inputs, hidden))))
+    padded = effir.compile(effir.check(effir.parse(gru_text(inputs, hidden))))
+    rows = lengths - 1, np.arange(batch)
+
+    def run_padded():
+        outs, _ = padded(xs, h0, w, u, bias)
+        return outs[rows]
+
+    np.testing.assert_allclose(masked(xs, steps, h0, w, u, bias), want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(run_padded(), want, rtol=1e-4, atol=1e-5)
+    return {
+        "masked": timed(lambda: masked(xs, steps, h0, w, u, bias), repeats),
+        "padded": timed(run_padded, repeats),
+        "steps": int(lengths.sum()),
+        "longest": longest,
+    }
+
+
+# ---------------------------------------------------------- compile time
+def compile_time() -> dict[str, float]:
+    module = effir.parse((Path(__file__).parents[1] / "examples" / "gru_lm.effir").read_text())
+    start = time.perf_counter()
+    compiled = effir.compile(module)
+    middle = time.perf_counter()
+    compiled.specialization("main", {"t": 100, "b": 32})
+    end = time.perf_counter()
+    return {"pipeline": middle - start, "build": end - middle}
+
+
+# ---------------------------------------------------------------- memory
+def memory_child(length: int) -> None:
+    """In a process of its own: inference over ``length`` steps, final
+    state only; prints peak RSS and the input's bytes as JSON."""
+    inputs, hidden, batch = 256, 256, 1
+    compiled = effir.compile(effir.check(effir.parse(gru_text(inputs, hidden, final_only=True))))
+    w, u, bias = weights(inputs, hidden)
+    h0 = np.zeros((batch, hidden), np.float32)
+    small = np.zeros((2, batch, inputs), np.float32)
+    compiled(small, h0, w, u, bias)  # build for this binding of b... and t
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    xs = np.random.default_rng(0).standard_normal((length, batch, inputs), dtype=np.float32)
+    compiled(xs, h0, w, u, bias)
+    compiled(xs, h0, w, u, bias)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"base_kb": base, "peak_kb": peak, "input_kb": xs.nbytes // 1024}))
+
+
+def memory(length: int) -> dict[str, int]:
+    done = subprocess.run(
+        [sys.executable, __file__, "--memory-child", str(length)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# ------------------------------------------------------------------ report
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--quick", action="store_true", help="fewer repeats, no memory runs")
+    parser.add_argument("--memory-child", type=int, help=argparse.SUPPRESS)
+    options = parser.parse_args()
+    if options.memory_child is not None:
+        memory_child(options.memory_child)
+        return
+    if torch is not None:
+        torch.set_num_threads(os.cpu_count() or 1)
+    repeats = 5 if options.quick else options.repeats
+    peers = ["numpy"] + (["torch"] if torch else []) + (["jax"] if jax else [])
+    versions = f"numpy {np.__version__}"
+    versions += f", torch {torch.__version__}" if torch else ", torch not installed"
+    versions += f", jax {jax.__version__}" if jax else ", jax not installed"
+    rate = gemm_rate()
+    print(f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; {versions}")
+    print(
+        f"float32 GEMM rate (the FLOP bound): {rate / 1e9:.1f} GFLOP/s; ms, median of {repeats}\n"
+    )
+
+    print(
+        "| GRU (input/hidden, T, batch) | effir | "
+        + " | ".join(peers)
+        + " | effir / JAX | FLOP-bound ms | effir / bound |"
+    )
+    print("|---|---|" + "---|" * len(peers) + "---|---|---|")
+    per_step = None
+    for inputs, hidden, length, batch in [
+        (256, 256, 100, 1),
+        (256, 256, 100, 32),
+        (32, 32, 1000, 1),
+    ]:
+        row = gru_case(inputs, hidden, length, batch, repeats)
+        bound = row["flops"] / rate
+        cells = [f"{1e3 * row[p]:.2f}" for p in peers]
+        vs_jax = f"{row['effir'] / row['jax']:.2f}" if "jax" in row else "-"
+        print(
+            f"| {inputs}/{hidden}, T={length}, b={batch} | {1e3 * row['effir']:.2f} | "
+            + " | ".join(cells)
+            + f" | {vs_jax} | {1e3 * bound:.3f} | {row['effir'] / bound:.1f}x |",
+            flush=True,
+        )
+        if hidden == 32:
+            per_step = {p: 1e6 * row[p] / length for p in ["effir", *peers]}
+    if per_step:
+        print(
+            "\nper step, hidden 32, T=1000, batch 1 (us): "
+            + ", ".join(f"{k} {v:.2f}" for k, v in per_step.items())
+        )
+
+    v = variable_lengths(repeats)
+    print(
+        f"\n64 sequences of lengths 1-200 ({v['steps']} steps in all, longest {v['longest']}): "
+        f"lengths inside the compiled loop {1e3 * v['masked']:.2f} ms, padded to the longest and "
+        f"picked {1e3 * v['padded']:.2f} ms; both equal the per-sequence reference"
+    )
+    c = compile_time()
+    print(
+        f"\ncompile time of examples/gru_lm.effir (t=100, b=32): pipeline {c['pipeline']:.2f} s, "
+        f"TVM build {c['build']:.2f} s"
+    )
+    if not options.quick:
+        print("\npeak memory of inference, hidden 256, batch 1, final state only (MiB):")
+        for length in (100, 10_000):
+            m = memory(length)
+            grown = (m["peak_kb"] - m["base_kb"]) / 1024
+            print(
+                f"  T={length}: peak {m['peak_kb'] / 1024:.1f}, above the process before the "
+                f"run {grown:.1f}, of which the input {m['input_kb'] / 1024:.1f}"
+            )
+
+
+if __name__ == "__main__":
+    main()
