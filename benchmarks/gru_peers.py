@@ -40,6 +40,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -49,15 +50,28 @@ import numpy as np
 
 import effir
 
-try:
-    import torch
-except ImportError:  # a peer left out
-    torch = None
-try:
-    import jax
-    import jax.numpy as jnp
-except ImportError:
-    jax = None
+torch: Any = None
+jax: Any = None
+jnp: Any = None
+
+
+def import_peers() -> None:
+    """PyTorch and JAX, when installed (not in the memory runs' processes)."""
+    global torch, jax, jnp
+    try:
+        import torch as torch_module
+
+        torch = torch_module
+    except ImportError:  # a peer left out
+        pass
+    try:
+        import jax as jax_module
+        import jax.numpy as jnp_module
+
+        jax, jnp = jax_module, jnp_module
+    except ImportError:
+        pass
+
 
 H = '#[version = "0.0.5"]\n'
 
@@ -282,26 +296,35 @@ def compile_time() -> dict[str, float]:
 
 
 # ---------------------------------------------------------------- memory
-def memory_child(length: int) -> None:
-    """In a process of its own: inference over ``length`` steps, final
-    state only; prints peak RSS and the input's bytes as JSON."""
-    inputs, hidden, batch = 256, 256, 1
+def export_for_memory(path: Path, lengths: list[int]) -> None:
+    """The final-state GRU (hidden 256, batch 1) compiled and exported for
+    each sequence length."""
+    inputs, hidden = 256, 256
     compiled = effir.compile(effir.check(effir.parse(gru_text(inputs, hidden, final_only=True))))
+    for length in lengths:
+        compiled.specialization("main", {"t": length, "b": 1})
+    compiled.export(path)
+
+
+def memory_child(path: str, length: int) -> None:
+    """In a process of its own, as a deployed program runs: load the
+    artifact (no compiler), then run inference over ``length`` steps twice;
+    prints the peak resident memory before and after the runs as JSON."""
+    loaded = effir.load(path)
+    inputs, hidden, batch = 256, 256, 1
     w, u, bias = weights(inputs, hidden)
     h0 = np.zeros((batch, hidden), np.float32)
-    small = np.zeros((2, batch, inputs), np.float32)
-    compiled(small, h0, w, u, bias)  # build for this binding of b... and t
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     xs = np.random.default_rng(0).standard_normal((length, batch, inputs), dtype=np.float32)
-    compiled(xs, h0, w, u, bias)
-    compiled(xs, h0, w, u, bias)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    loaded(xs, h0, w, u, bias)
+    loaded(xs, h0, w, u, bias)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"base_kb": base, "peak_kb": peak, "input_kb": xs.nbytes // 1024}))
+    print(json.dumps({"before_kb": before, "peak_kb": peak, "input_kb": xs.nbytes // 1024}))
 
 
-def memory(length: int) -> dict[str, int]:
+def memory(path: Path, length: int) -> dict[str, int]:
     done = subprocess.run(
-        [sys.executable, __file__, "--memory-child", str(length)],
+        [sys.executable, __file__, "--memory-child", str(path), str(length)],
         capture_output=True,
         text=True,
         check=True,
@@ -314,11 +337,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="fewer repeats, no memory runs")
-    parser.add_argument("--memory-child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--memory-child", nargs=2, help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.memory_child is not None:
-        memory_child(options.memory_child)
+        memory_child(options.memory_child[0], int(options.memory_child[1]))
         return
+    import_peers()
     if torch is not None:
         torch.set_num_threads(os.cpu_count() or 1)
     repeats = 5 if options.quick else options.repeats
@@ -374,14 +398,20 @@ def main() -> None:
         f"TVM build {c['build']:.2f} s"
     )
     if not options.quick:
-        print("\npeak memory of inference, hidden 256, batch 1, final state only (MiB):")
-        for length in (100, 10_000):
-            m = memory(length)
-            grown = (m["peak_kb"] - m["base_kb"]) / 1024
-            print(
-                f"  T={length}: peak {m['peak_kb'] / 1024:.1f}, above the process before the "
-                f"run {grown:.1f}, of which the input {m['input_kb'] / 1024:.1f}"
-            )
+        print(
+            "\npeak memory of inference from an exported artifact, hidden 256, batch 1, "
+            "final state only (MiB; a process of its own per length):"
+        )
+        with tempfile.TemporaryDirectory() as tmp:
+            lengths = [100, 10_000]
+            export_for_memory(Path(tmp) / "gru", lengths)
+            for length in lengths:
+                m = memory(Path(tmp) / "gru", length)
+                grown = (m["peak_kb"] - m["before_kb"]) / 1024
+                print(
+                    f"  T={length}: peak {m['peak_kb'] / 1024:.1f}, of which the runs added "
+                    f"{grown:.1f}; the input is {m['input_kb'] / 1024:.1f}"
+                )
 
 
 if __name__ == "__main__":

@@ -112,6 +112,7 @@ def export(compiled: CompiledModule, path: str | os.PathLike[str]) -> Path:
             "format": FORMAT,
             "version": VERSION,
             "target": str(compiled.target),
+            "target_kind": compiled.target.kind.name,
             "tvm": tvm.__version__,
             "entries": entries,
             "cells": cells,
@@ -164,6 +165,7 @@ class LoadedModule:
     def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
         self.path = path
         self.target = str(manifest["target"])
+        self.target_kind = str(manifest.get("target_kind", "llvm"))
         self.entries: dict[str, tuple[Signature, dict[tuple[tuple[str, int], ...], Path]]] = {}
         for entry, record in manifest["entries"].items():
             signature = Signature.from_json(record["signature"], f"{MANIFEST}, @{entry}")
@@ -225,7 +227,13 @@ class LoadedModule:
                 executable = tvm.runtime.load_module(str(library))
             except Exception as err:  # TVM's loader: a library it cannot read
                 raise ArtifactError(f"{library}: TVM cannot load this library: {err}") from None
-            vm = relax.VirtualMachine(executable, tvm.cpu())
+            kind = self.target_kind
+            device = tvm.cpu() if kind == "llvm" else tvm.device(kind, 0)
+            if not device.exist:
+                raise ArtifactError(
+                    f"{library}: built for {kind}, and this machine has no such device"
+                )
+            vm = relax.VirtualMachine(executable, device)
             known = self._functions[library] = vm[entry]
         return known
 

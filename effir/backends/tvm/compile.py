@@ -98,6 +98,34 @@ tvm_ffi.register_global_func(PRINT_FUNCTION, _print, override=True)
 
 
 # ------------------------------------------------------------ one binding
+def _relax_pipeline(target: Any) -> Any:
+    """Relax's default lowering; for a GPU, the small operators Relax
+    legalises itself (the scalar arithmetic of loop counters, reshapes) get
+    TVM's default GPU schedule (one thread per element), which every kernel
+    needs there. effir's own kernels arrive scheduled."""
+    if target.kind.name == "llvm":
+        return "default"
+    from tvm.relax import transform
+
+    return tvm.transform.Sequential(
+        [
+            transform.LegalizeOps(),
+            tvm.s_tir.transform.DefaultGPUSchedule(),
+            transform.RewriteDataflowReshape(),
+            transform.ToNonDataflow(),
+            transform.RemovePurityChecking(),
+            transform.CallTIRRewrite(),
+            transform.StaticPlanBlockMemory(),
+            transform.LowerAllocTensor(),
+            transform.KillAfterLastUse(),
+            transform.LowerRuntimeBuiltin(),
+            transform.ComputePrimValue(),
+            transform.VMShapeLower(),
+            transform.AttachGlobalSymbol(),
+        ]
+    )
+
+
 class Specialization:
     """One binding of the entry's dimensions: the Relax program, built."""
 
@@ -107,11 +135,33 @@ class Specialization:
         for name, function in program.fallbacks.items():
             tvm_ffi.register_global_func(name, function, override=True)
         with target:
-            self.executable = relax.build(program.module, target=target, relax_pipeline="default")
+            self.executable = relax.build(
+                program.module, target=target, relax_pipeline=_relax_pipeline(target)
+            )
         device = tvm.device("cpu" if target.kind.name == "llvm" else target.kind.name, 0)
         self.device = device
         self._vm: Any = None
         self._lock = threading.Lock()
+
+    def source(self, kind: str = "cuda") -> str:
+        """The generated code of the kernels for a device (``"cuda"``): the
+        source TVM generated, which nvcc compiles (compile_cuda_to_ptx)."""
+        work = [self.executable.mod]
+        while work:
+            module = work.pop()
+            if module.kind == kind:
+                return str(module.inspect_source(""))
+            work.extend(module.imports)
+        raise BackendError(f"this program was built for {self.target.kind.name}: no {kind} code")
+
+    def ptx(self) -> str:
+        """The CUDA kernels compiled to PTX by nvcc for the target's
+        architecture (TVM's default compiler, NVRTC, is not available)."""
+        from tvm.support import nvcc
+
+        with self.target:
+            ptx = nvcc.compile_cuda(self.source("cuda"), target_format="ptx", compiler="nvcc")
+        return bytes(ptx).decode()
 
     @property
     def exportable(self) -> bool:

@@ -23,7 +23,20 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+import tvm
+from tvm import tirx
 from tvm.script import tirx as T
+
+
+def single_thread(func: Any) -> Any:
+    """``func`` run by one GPU thread of one block."""
+    body = func.body
+    for tag in ("threadIdx.x", "blockIdx.x"):
+        axis = tirx.IterVar(
+            tvm.ir.Range(0, 1), tirx.Var(tag, "int32"), tirx.IterVar.ThreadIndex, tag
+        )
+        body = tirx.AttrStmt(axis, "thread_extent", tirx.const(1, "int32"), body)
+    return func.with_body(body)
 
 
 @cache
@@ -119,7 +132,9 @@ def grow(dtype: str) -> Any:
         buf = T.match_buffer(var_buf, (cap, c), dtype)  # noqa: F841  (binds cap)
         out = T.match_buffer(var_out, (cap * T.int64(2), c), dtype)
         for i, k in T.grid(cap * T.int64(2), c):
-            out[i, k] = T.if_then_else(i < cap, buf[T.min(i, cap - T.int64(1)), k], T.Cast(dtype, 0))
+            out[i, k] = T.if_then_else(
+                i < cap, buf[T.min(i, cap - T.int64(1)), k], T.Cast(dtype, 0)
+            )
 
     return kernel
 

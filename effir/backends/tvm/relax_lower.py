@@ -388,7 +388,7 @@ class _Lowering:
         known = self.kernels.get(key)
         if known is None:
             lowered = lower_kernel(fn, self.target)
-            func = lowered.module["main"].without_attr("global_symbol")
+            func = _scheduled(lowered.module["main"].without_attr("global_symbol"))
             gv = self.bb.add_func(func, _identifier(lowered.name))
             known = self.kernels[key] = (gv, lowered)
         return known
@@ -470,11 +470,14 @@ class _Lowering:
         xs_type = xs_arg.checked_type
         if not static(xs_type) or not static(init_arg.checked_type):
             return self._recursive_loop(call, env, name)
+        if self.target.kind.name != "llvm":  # a whole TIR loop is a CPU schedule
+            return self._recursive_loop(call, env, name)
         try:
             lowered = lower_loop(body, {}, captured, functions, self.module, parallel=True)
         except BackendError:  # control flow or effects in the body: a VM loop
             return self._recursive_loop(call, env, name)
-        gv = self.bb.add_func(lowered.func.without_attr("global_symbol"), f"loop_{self.loops}")
+        func = tvm.tirx.transform.ConvertSSA()(tvm.IRModule({"main": lowered.func}))["main"]
+        gv = self.bb.add_func(func.without_attr("global_symbol"), f"loop_{self.loops}")
         self.loops += 1
         length = _leading(xs_type)
         inputs = self._leaves(self._atom(xs_arg, env), xs_type)
@@ -687,11 +690,19 @@ class _Lowering:
         key = f"{kernel}_{dtype}"
         gv = self.kernels.get(key)
         if gv is None:
-            func = getattr(executor_kernels, kernel)(dtype)
+            func = self._on_target(getattr(executor_kernels, kernel)(dtype))
             gv = self.bb.add_func(func, key)
             self.kernels[key] = (gv, None)  # type: ignore[assignment]
             return gv
         return gv[0]
+
+    def _on_target(self, func: Any) -> Any:
+        """An executor kernel for the target: on a GPU it runs as one
+        thread (its steps are sequential: a running count of the rows
+        written; the data it moves is small beside the kernels')."""
+        if self.target.kind.name == "llvm":
+            return func
+        return _scheduled(executor_kernels.single_thread(func))
 
     def _rows(self, value: Any, t: TensorType) -> Any:
         """``value`` as a (rows, row size) tensor: a view for the executor
@@ -840,7 +851,7 @@ class _Lowering:
         key = kernel
         known = self.kernels.get(key)
         if known is None:
-            gv = self.bb.add_func(getattr(executor_kernels, kernel)(), key)
+            gv = self.bb.add_func(self._on_target(getattr(executor_kernels, kernel)()), key)
             self.kernels[key] = (gv, None)  # type: ignore[assignment]
             return gv
         return known[0]
@@ -855,6 +866,12 @@ _DYNAMIC: dict[str, Callable[..., Any]] = {
     "dyn.reshape": _Lowering._dyn_reshape,
     "shape_of": _Lowering._shape_of,
 }
+
+
+def _scheduled(func: Any) -> Any:
+    """``func`` marked as scheduled, so that Relax's default GPU schedule
+    (for the operators it legalises itself) leaves it alone."""
+    return func.with_attr("tirx.is_scheduled", True)
 
 
 def _one_call_kernel(call: Call) -> Function:

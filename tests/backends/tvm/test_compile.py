@@ -7,6 +7,7 @@ one build per binding of the dimensions, and the errors a user can meet."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -276,3 +277,27 @@ def @main(%x: Tensor[(4, 3), float32], %m: Tensor[(4), bool]) {
 
     with pytest.raises(ArtifactError, match="kernels of data-dependent shape"):
         compiled.export(tmp_path / "model")
+
+
+# ------------------------------------------------------------------- CUDA
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_the_gru_model_builds_for_cuda_and_its_kernels_compile_to_ptx() -> None:
+    # The VM runs on the host, every kernel (fused groups, random numbers,
+    # the executor's loop buffers) on the GPU; this machine has no GPU, so
+    # the test stops at PTX for sm_90 (an H100).
+    module = effir.parse((EXAMPLES / "gru_lm.effir").read_text())
+    compiled = effir.compile(module, target="cuda")
+    spec = compiled.specialization("main", {"t": 6, "b": 4})
+    source = spec.source("cuda")
+    assert source.count("__global__") >= 10
+    ptx = spec.ptx()
+    assert ".target sm_90" in ptx and ".entry" in ptx
+    if not tvm_has_gpu():
+        with pytest.raises(BackendError, match="this machine has no such device"):
+            spec.function()
+
+
+def tvm_has_gpu() -> bool:
+    import tvm
+
+    return bool(tvm.cuda(0).exist)
