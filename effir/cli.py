@@ -244,6 +244,61 @@ def cmd_opt(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def parse_dim(text: str) -> tuple[str, int]:
+    name, sep, size = text.partition("=")
+    if not sep or not name or not size.isdigit():
+        raise CommandError(f"--dims {text!r}: expected NAME=SIZE, such as t=100")
+    return name, int(size)
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    """Compile a program for a target and export it (docs/backend.md)."""
+    module, _, name = load_module(args.file)
+    check(module)
+    from .backends.tvm.compile import compile as compile_module
+
+    compiled = compile_module(module, args.target)
+    entry = args.entry.removeprefix("@")
+    if entry not in compiled.module.functions:
+        known = ", ".join("@" + n for n in compiled.module.functions) or "none"
+        raise CommandError(f"{name}: no function @{entry} (functions: {known})")
+    signature = compiled.signature(entry)
+    needed = sorted(
+        {
+            d
+            for _, spec in signature.params
+            for leaf in _tensor_specs(spec)
+            for d in leaf.shape
+            if isinstance(d, str) and d != "?"
+        }
+    )
+    bindings = [dict(parse_dim(text) for text in group.split(",")) for group in args.dims]
+    if needed and not bindings:
+        raise CommandError(
+            f"@{entry} has the symbolic dimensions {', '.join(needed)}: give their sizes with "
+            f"--dims {','.join(d + '=SIZE' for d in needed)} (repeat --dims for more shapes)"
+        )
+    for dims in bindings or [{}]:
+        missing = [d for d in needed if d not in dims]
+        unknown = [d for d in dims if d not in needed]
+        if missing or unknown:
+            wrong = f"no size for {', '.join(missing)}" if missing else f"no dimension {unknown[0]}"
+            raise CommandError(f"--dims {dims}: {wrong} (@{entry} has: {', '.join(needed)})")
+        compiled.specialization(entry, dims)
+    path = compiled.export(args.output)
+    print(compiled.report.table())
+    print(f"exported to {path}")
+    return EXIT_OK
+
+
+def _tensor_specs(spec: object) -> list:
+    from .backends.tvm.signature import TensorSpec, TupleSpec
+
+    if isinstance(spec, TupleSpec):
+        return [leaf for field in spec.fields for leaf in _tensor_specs(field)]
+    return [spec] if isinstance(spec, TensorSpec) else []
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="effir",
@@ -326,6 +381,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run_cmd.add_argument("--output", metavar="OUT.npz", help="also write the results to OUT.npz")
     run_cmd.set_defaults(run=cmd_run)
+
+    compile_cmd = commands.add_parser(
+        "compile", help="compile a program with TVM and export it (docs/backend.md)"
+    )
+    compile_cmd.add_argument("file", metavar="FILE", help="a file, or - for standard input")
+    compile_cmd.add_argument(
+        "--target", choices=["llvm", "cuda"], default="llvm", help="llvm (this CPU) or cuda"
+    )
+    compile_cmd.add_argument("-o", "--output", required=True, metavar="DIR", help="the artifact")
+    compile_cmd.add_argument("--entry", default="main", help="the entry (default: main)")
+    compile_cmd.add_argument(
+        "--dims",
+        action="append",
+        default=[],
+        metavar="NAME=SIZE,...",
+        help="sizes of the entry's symbolic dimensions to build for (repeat for more shapes)",
+    )
+    compile_cmd.set_defaults(run=cmd_compile)
     return parser
 
 

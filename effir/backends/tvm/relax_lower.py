@@ -59,8 +59,9 @@ interpreter.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -178,12 +179,15 @@ class _Lowering:
         reached = self._reachable(entry)
         for name in reached:  # [GLOBALS] declare, then define
             fn = self.module.functions[name]
-            params = [relax.Var(p.name_hint, relax_type(p.checked_type)) for p in fn.params]
-            ret = relax_type(fn.body.checked_type)
+            with _located(fn, name):
+                params = [relax.Var(p.name_hint, relax_type(p.checked_type)) for p in fn.params]
+                ret = relax_type(fn.body.checked_type)
             stub = relax.Function(params, relax.SeqExpr([], relax.op.null_value()), ret, False)
             self.globals[name] = self.bb.add_func(stub, name)
         for name in reached:
-            function = self._function(self.module.functions[name], name)
+            fn = self.module.functions[name]
+            with _located(fn, name):
+                function = self._function(fn, name)
             if name == entry:
                 function = function.with_attr("global_symbol", entry)
             self.bb.update_func(self.globals[name], function)
@@ -889,6 +893,17 @@ def _one_call_kernel(call: Call) -> Function:
     fn = Function(tuple(params), body, call.checked_type, attrs=PRIMITIVE, span=call.span)
     infer_expr(fn)
     return fn
+
+
+@contextlib.contextmanager
+def _located(fn: Function, name: str) -> Iterator[None]:
+    """A BackendError without a location gets the function's."""
+    try:
+        yield
+    except BackendError as err:
+        if err.span is not None:
+            raise
+        raise BackendError(f"@{name}: {err.message}", fn.span) from None
 
 
 def _leading(t: Type) -> int:
