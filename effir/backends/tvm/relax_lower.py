@@ -29,7 +29,11 @@ Algorithm
      arguments are flattened into tensors, its tuple results rebuilt
      [RULE FLAT];
    - ``cf.foreach`` whose body is static and pure is one ``call_tir`` of the
-     loop (loop.lower_loop): no VM instruction runs per step [RULE LOOP];
+     loop (loop.lower_loop): no VM instruction runs per step [RULE LOOP].
+     A long sequence runs in chunks of ``LOOP_CHUNK`` steps, one call each,
+     the state passed from one to the next: the loop's prologue holds the
+     hoisted input projections of its steps, so memory stays bounded
+     whatever the length [RULE CHUNK];
    - a function literal that is not primitive is lifted to a private Relax
      function taking its free variables first; a call of a let-bound one
      calls that function [RULE CLOSURE];
@@ -108,6 +112,9 @@ PRINT_FUNCTION = "effir.print"
 """The packed function ``io.print`` calls: ``(label: str, value) -> None``."""
 
 _fallback_ids = itertools.count()
+
+LOOP_CHUNK = 1024
+"""Steps per call of a whole-loop kernel [RULE CHUNK]."""
 
 
 # ================================================================== types
@@ -484,20 +491,35 @@ class _Lowering:
         gv = self.bb.add_func(func.without_attr("global_symbol"), f"loop_{self.loops}")
         self.loops += 1
         length = _leading(xs_type)
-        inputs = self._leaves(self._atom(xs_arg, env), xs_type)
-        inputs += self._leaves(self._atom(init_arg, env), init_arg.checked_type)
+        sequences = self._leaves(self._atom(xs_arg, env), xs_type)
+        state = self._leaves(self._atom(init_arg, env), init_arg.checked_type)
+        rest = []
         for v in captured:
-            inputs += self._leaves(self._atom(v, env), v.checked_type)
-        inputs += [relax.const(c, str(c.dtype)) for c in lowered.constants]
-        outs = _loop_outputs(lowered, length)
-        result = self.bb.emit(relax.call_tir(gv, inputs, outs), name)
-        parts = [self.bb.emit(relax.TupleGetItem(result, i)) for i in range(len(outs))]
+            rest += self._leaves(self._atom(v, env), v.checked_type)
+        rest += [relax.const(c, str(c.dtype)) for c in lowered.constants]
+        emit = self.bb.emit
+        n_out, n_state = len(lowered.outputs), len(lowered.state)
+        pieces: list[list[Any]] = [[] for _ in range(n_out)]
+        for start in range(0, max(length, 1), LOOP_CHUNK):  # [RULE CHUNK]
+            steps = min(LOOP_CHUNK, length - start)
+            chunk = sequences
+            if steps != length:
+                chunk = [
+                    emit(relax.op.strided_slice(x, [0], [start], [start + steps]))
+                    for x in sequences
+                ]
+            outs = _loop_outputs(lowered, steps)
+            result = emit(relax.call_tir(gv, [*chunk, *state, *rest], outs))
+            parts = [emit(relax.TupleGetItem(result, i)) for i in range(len(outs))]
+            for i in range(n_out):
+                pieces[i].append(parts[i])
+            state = parts[n_out : n_out + n_state]
+        stacked_leaves = [p[0] if len(p) == 1 else emit(relax.op.concat(p, axis=0)) for p in pieces]
         ret = call.checked_type
         assert isinstance(ret, TupleType)
-        n_out = len(lowered.outputs)
-        stacked = self._rebuild(ret.fields[0], iter(parts[:n_out]))
-        final = self._rebuild(ret.fields[1], iter(parts[n_out : n_out + len(lowered.state)]))
-        return self.bb.emit(relax.Tuple([stacked, final]), name)
+        stacked = self._rebuild(ret.fields[0], iter(stacked_leaves))
+        final = self._rebuild(ret.fields[1], iter(state))
+        return emit(relax.Tuple([stacked, final]), name)
 
     # ------------------------------------------------------ VM loops
     def _recursive_loop(self, call: Call, env: dict[Var, Any], name: str) -> Any:

@@ -301,3 +301,27 @@ def tvm_has_gpu() -> bool:
     import tvm
 
     return bool(tvm.cuda(0).exist)
+
+
+def test_a_long_sequence_runs_in_chunks_with_the_state_passed_on(monkeypatch) -> None:
+    from effir.backends.tvm import relax_lower
+
+    monkeypatch.setattr(relax_lower, "LOOP_CHUNK", 4)  # 10 steps: chunks of 4, 4 and 2
+    module = parse(
+        """
+def @main(%xs: Tensor[(10, 2, 3), float32], %h0: Tensor[(2, 3), float32]) {
+  cf.foreach(fn (%x: Tensor[(2, 3), float32], %h: Tensor[(2, 3), float32]) {
+    let %n = tanh(add(multiply(%x, 0.5f), %h));
+    (sum(%n, axis=[1]), %n)
+  }, %xs, %h0)
+}
+"""
+    )
+    rng = np.random.default_rng(4)
+    compiled = assert_same_run(
+        module,
+        rng.standard_normal((10, 2, 3)).astype(np.float32),
+        rng.standard_normal((2, 3)).astype(np.float32),
+    )
+    spec = next(iter(compiled.specializations.values()))
+    assert spec.program.module.script().count("R.call_tir(cls.loop_0") == 3
