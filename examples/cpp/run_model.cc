@@ -344,7 +344,11 @@ int Run(int argc, char** argv) {
     for (const auto& kv : spec.at("dims").cast<ffi::Map<ffi::Any, ffi::Any>>()) {
       want[std::string(kv.first.cast<ffi::String>())] = kv.second.cast<int64_t>();
     }
-    if (want == dims) {
+    // A library binds the dimensions its kernels need static; any size of
+    // the others (symbolic in it) is served.
+    bool serves = true;
+    for (const auto& [dim, size] : want) serves = serves && dims.count(dim) && dims.at(dim) == size;
+    if (serves) {
       library = CheckedFile(root, spec.at("library").cast<ffi::String>(), spec.at("sha256").cast<ffi::String>());
     }
   }

@@ -207,15 +207,16 @@ class LoadedModule:
             state = self.new_state()
 
         def function(dims: Dims) -> Any:
-            key = tuple(sorted(dims.items()))
-            library = libraries.get(key)
-            if library is None:
-                shown = ", ".join(str(dict(k)) for k in libraries) or "none"
-                raise BackendError(
-                    f"the artifact was exported for the dimensions {shown}, not {dict(key)}: "
-                    "compile and export it for these shapes"
-                )
-            return self._function(library, entry.removeprefix("@"))
+            # A build binds the dimensions its kernels need static; the
+            # others are symbolic, any size serves.
+            for bound, library in libraries.items():
+                if all(dims.get(d) == size for d, size in bound):
+                    return self._function(library, entry.removeprefix("@"))
+            shown = ", ".join(str(dict(k)) for k in libraries) or "none"
+            raise BackendError(
+                f"the artifact was exported for the dimensions {shown}, not "
+                f"{dict(sorted(dims.items()))}: compile and export it for these shapes"
+            )
 
         with printing_to(sink):
             return call_entry(function, signature, args, state)

@@ -36,7 +36,7 @@ from ...passes.pipeline import STANDARD_PIPELINES, run_pipeline
 from ..interpreter import Sink, State
 from . import lower  # noqa: F401  (registers lower-tvm)
 from .errors import BackendError
-from .relax_lower import PRINT_FUNCTION, RelaxProgram, lower_to_relax
+from .relax_lower import PRINT_FUNCTION, NeedsStatic, RelaxProgram, lower_to_relax
 from .signature import Dims, Signature, call_entry, spec_of
 from .specialize import specialize
 from .target import make_target
@@ -196,6 +196,7 @@ class CompiledModule:
         self.target = target
         self.report = report
         self.specializations: dict[tuple[str, tuple[tuple[str, int], ...]], Specialization] = {}
+        self.static_dims: dict[str, set[str]] = {}  # per entry, learnt (specialization)
         self._lock = threading.Lock()
 
     def __call__(
@@ -234,22 +235,37 @@ class CompiledModule:
         return self.module.functions[name]
 
     def specialization(self, entry: str, dims: Dims) -> Specialization:
-        """The build for ``dims`` (made now if it is new)."""
-        key = (entry, tuple(sorted(dims.items())))
-        spec = self.specializations.get(key)
-        if spec is not None:
-            return spec
+        """The build serving ``dims`` (made now if none does).
+
+        A build binds only the dimensions that some kernel needs static;
+        the others stay symbolic (a whole loop's length, say), so a call
+        that differs only in those reuses the build. Which dimensions must
+        be static is learnt by lowering: each attempt that meets a kernel
+        of a symbolic dimension's shape (NeedsStatic) adds the dimension
+        and lowers again."""
         with self._lock:
-            spec = self.specializations.get(key)
-            if spec is None:
+            static_dims = self.static_dims.setdefault(entry, set())
+            while True:
+                bound = {d: v for d, v in dims.items() if d in static_dims}
+                key = (entry, tuple(sorted(bound.items())))
+                spec = self.specializations.get(key)
+                if spec is not None:
+                    return spec
                 start = time.perf_counter()
-                program = lower_to_relax(specialize(self.module, entry, dims), entry, self.target)
+                symbolic = tuple(sorted(d for d in dims if d not in static_dims))
+                try:
+                    program = lower_to_relax(
+                        specialize(self.module, entry, bound), entry, self.target, symbolic
+                    )
+                except NeedsStatic as need:
+                    static_dims |= need.dims
+                    continue
                 spec = Specialization(program, self.target)
                 self.report.builds.append(
-                    (dict(dims), time.perf_counter() - start, program.kernels, program.loops)
+                    (bound, time.perf_counter() - start, program.kernels, program.loops)
                 )
                 self.specializations[key] = spec
-        return spec
+                return spec
 
     def export(self, path: Any) -> Any:
         """Write this program, with every specialisation built so far, to

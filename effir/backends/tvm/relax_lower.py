@@ -98,7 +98,7 @@ from ...ir.expr import (
 from ...ir.module import IRModule
 from ...ir.op import op_def
 from ...ir.printer import astext
-from ...ir.types import FuncType, KeyType, TensorType, TupleType, Type
+from ...ir.types import ANY, FuncType, KeyType, TensorType, TupleType, Type
 from ...ir.visitor import ExprMutator, free_vars, pre_order
 from ...passes.fuse import PRIMITIVE, is_primitive
 from ...passes.infer_type import infer_expr
@@ -118,21 +118,48 @@ LOOP_CHUNK = 1024
 
 
 # ================================================================== types
-def relax_type(t: Type) -> Any:
-    """[TYPES] The Relax type of values of effir type ``t``."""
+def relax_type(t: Type, symbols: dict[str, Any] | None = None) -> Any:
+    """[TYPES] The Relax type of values of effir type ``t``; a dimension
+    named in ``symbols`` is that symbolic variable [RULE SYMBOLIC]."""
     if isinstance(t, TensorType):
         if t.is_static:
             return relax.TensorType([int(d) for d in t.shape], t.dtype)
+        if symbols and all(isinstance(d, int) or d in symbols for d in t.shape):
+            shape = [d if isinstance(d, int) else symbols[d] for d in t.shape]
+            return relax.TensorType(shape, t.dtype)
         return relax.TensorType(dtype=t.dtype, ndim=t.ndim)
     if isinstance(t, KeyType):
         return relax.TensorType([2], "uint32")
     if isinstance(t, TupleType):
-        return relax.TupleType([relax_type(f) for f in t.fields])
+        return relax.TupleType([relax_type(f, symbols) for f in t.fields])
     if isinstance(t, FuncType):
-        return relax.FuncType([relax_type(a) for a in t.arg_types], relax_type(t.ret_type), False)
+        return relax.FuncType(
+            [relax_type(a, symbols) for a in t.arg_types], relax_type(t.ret_type, symbols), False
+        )
     raise BackendError(
         f"values of type {astext(t)} are not compiled (ADTs and references run in the interpreter)"
     )
+
+
+class NeedsStatic(Exception):
+    """[RULE SYMBOLIC] Lowering met code that needs these symbolic
+    dimensions static (a kernel of their shapes): specialise them and
+    lower again."""
+
+    def __init__(self, dims: set[str]) -> None:
+        super().__init__(f"needs static {', '.join(sorted(dims))}")
+        self.dims = dims
+
+
+def named_dims(t: Type) -> set[str]:
+    """The symbolic dimension names in ``t`` (not ``?``)."""
+    return {
+        d
+        for n in pre_order(t)
+        if isinstance(n, TensorType)
+        for d in n.shape
+        if isinstance(d, str) and d != ANY
+    }
 
 
 def static(t: Type) -> bool:
@@ -155,10 +182,14 @@ class RelaxProgram:
     loops: int = 0
 
 
-def lower_to_relax(module: IRModule, entry: str, target: Any) -> RelaxProgram:
+def lower_to_relax(
+    module: IRModule, entry: str, target: Any, symbolic: tuple[str, ...] = ()
+) -> RelaxProgram:
     """``module`` (checked, specialised, A2 or pure) as a Relax module whose
-    public function ``entry`` is the program's entry."""
-    return _Lowering(module, target).run(entry)
+    public function ``entry`` is the program's entry. ``symbolic`` names
+    the entry's dimensions left symbolic; NeedsStatic when code needs one
+    of them static."""
+    return _Lowering(module, target, symbolic).run(entry)
 
 
 @dataclass
@@ -170,9 +201,11 @@ class _Closure:
 
 
 class _Lowering:
-    def __init__(self, module: IRModule, target: Any) -> None:
+    def __init__(self, module: IRModule, target: Any, symbolic: tuple[str, ...] = ()) -> None:
         self.module = module
         self.target = target
+        self.symbols = {name: tirx.Var(name, "int64") for name in symbolic}
+        self.entry = ""
         self.bb = relax.BlockBuilder()
         self.globals: dict[str, Any] = {}
         self.kernels: dict[str, tuple[Any, KernelIR]] = {}
@@ -183,12 +216,16 @@ class _Lowering:
 
     # ------------------------------------------------------------ globals
     def run(self, entry: str) -> RelaxProgram:
+        self.entry = entry
         reached = self._reachable(entry)
         for name in reached:  # [GLOBALS] declare, then define
             fn = self.module.functions[name]
+            symbols = self.symbols if name == entry else None
             with _located(fn, name):
-                params = [relax.Var(p.name_hint, relax_type(p.checked_type)) for p in fn.params]
-                ret = relax_type(fn.body.checked_type)
+                params = [
+                    relax.Var(p.name_hint, relax_type(p.checked_type, symbols)) for p in fn.params
+                ]
+                ret = relax_type(fn.body.checked_type, symbols)
             stub = relax.Function(params, relax.SeqExpr([], relax.op.null_value()), ret, False)
             self.globals[name] = self.bb.add_func(stub, name)
         for name in reached:
@@ -220,12 +257,13 @@ class _Lowering:
         """A Relax function of ``fn`` (its captured variables first)."""
         env: dict[Var, Any] = {}
         params = []
+        symbols = self.symbols if name == self.entry and captured is None else None
         for v in [*(captured or []), *fn.params]:
-            param = relax.Var(v.name_hint, relax_type(v.checked_type))
+            param = relax.Var(v.name_hint, relax_type(v.checked_type, symbols))
             env[v] = param
             params.append(param)
         body = self._block(fn.body, env)
-        ret = relax_type(fn.body.checked_type)
+        ret = relax_type(fn.body.checked_type, symbols)
         return relax.Function(params, body, ret, False).with_attr("effir_name", name)
 
     # ------------------------------------------------------------- blocks
@@ -383,6 +421,7 @@ class _Lowering:
         result_type = fn.body.checked_type
         args = [self._atom(a, env) for a in arguments]
         if not (all(static(t) for t in types) and static(result_type)):
+            self._needs_static([*types, result_type])
             return self._fallback(fn, args, types, result_type, name)
         gv, lowered = self._kernel(fn)
         inputs = [leaf for arg, t in zip(args, types, strict=True) for leaf in self._leaves(arg, t)]
@@ -393,6 +432,13 @@ class _Lowering:
             return result
         parts = iter([self.bb.emit(relax.TupleGetItem(result, i)) for i in range(len(outs))])
         return self._rebuild(result_type, parts)
+
+    def _needs_static(self, types: list[Type]) -> None:
+        """[RULE SYMBOLIC] Code whose types name the entry's symbolic
+        dimensions, where they must be static."""
+        needed = {d for t in types for d in named_dims(t)} & self.symbols.keys()
+        if needed:
+            raise NeedsStatic(needed)
 
     def _kernel(self, fn: Function) -> tuple[Any, KernelIR]:
         key = astext(fn) + "|" + ",".join(astext(p.checked_type) for p in fn.params)
@@ -479,7 +525,13 @@ class _Lowering:
         functions = {v: f for v, f in env.items() if isinstance(f, Function)}
         captured = [v for v in free_vars(body) if v not in functions]
         xs_type = xs_arg.checked_type
-        if not static(xs_type) or not static(init_arg.checked_type):
+        length: Any = _leading_dim(xs_type)
+        step_types = [*_step_types(xs_type), init_arg.checked_type, body.checked_type]
+        step_types += [v.checked_type for v in captured]
+        self._needs_static(step_types)
+        if isinstance(length, str) and length in self.symbols and all(map(static, step_types)):
+            length = self.symbols[length]  # a whole loop of symbolic length
+        elif not static(xs_type) or not static(init_arg.checked_type):
             return self._recursive_loop(call, env, name)
         if self.target.kind.name != "llvm":  # a whole TIR loop is a CPU schedule
             return self._recursive_loop(call, env, name)
@@ -490,7 +542,6 @@ class _Lowering:
         func = tvm.tirx.transform.ConvertSSA()(tvm.IRModule({"main": lowered.func}))["main"]
         gv = self.bb.add_func(func.without_attr("global_symbol"), f"loop_{self.loops}")
         self.loops += 1
-        length = _leading(xs_type)
         sequences = self._leaves(self._atom(xs_arg, env), xs_type)
         state = self._leaves(self._atom(init_arg, env), init_arg.checked_type)
         rest = []
@@ -500,10 +551,11 @@ class _Lowering:
         emit = self.bb.emit
         n_out, n_state = len(lowered.outputs), len(lowered.state)
         pieces: list[list[Any]] = [[] for _ in range(n_out)]
-        for start in range(0, max(length, 1), LOOP_CHUNK):  # [RULE CHUNK]
-            steps = min(LOOP_CHUNK, length - start)
+        starts = range(0, max(length, 1), LOOP_CHUNK) if isinstance(length, int) else [0]
+        for start in starts:  # [RULE CHUNK] (a symbolic length: one call)
+            steps = min(LOOP_CHUNK, length - start) if isinstance(length, int) else length
             chunk = sequences
-            if steps != length:
+            if isinstance(length, int) and steps != length:
                 chunk = [
                     emit(relax.op.strided_slice(x, [0], [start], [start + steps]))
                     for x in sequences
@@ -531,6 +583,7 @@ class _Lowering:
         sequences and fills buffers of their length. At the end the
         buffers are cut to the steps run."""
         is_while = op_def(call.callee).name == "cf.while_loop"  # type: ignore[arg-type]
+        self._needs_static([a.checked_type for a in call.args] + [call.checked_type])
         functions = {v: f for v, f in env.items() if isinstance(f, Function)}
         if is_while:
             cond_arg, body_arg, init_arg = call.args
@@ -926,6 +979,22 @@ def _located(fn: Function, name: str) -> Iterator[None]:
         if err.span is not None:
             raise
         raise BackendError(f"@{name}: {err.message}", fn.span) from None
+
+
+def _leading_dim(t: Type) -> int | str:
+    while isinstance(t, TupleType):
+        t = t.fields[0]
+    assert isinstance(t, TensorType)
+    return t.shape[0]
+
+
+def _step_types(t: Type) -> list[Type]:
+    """The types of one step of a sequence of type ``t`` (the leading axis
+    dropped)."""
+    if isinstance(t, TupleType):
+        return [s for f in t.fields for s in _step_types(f)]
+    assert isinstance(t, TensorType)
+    return [TensorType(t.shape[1:], t.dtype)]
 
 
 def _leading(t: Type) -> int:
