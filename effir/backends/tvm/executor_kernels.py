@@ -243,3 +243,52 @@ def before_end(dtype: str) -> Any:
         more[()] = count[()] < t
 
     return kernel
+
+
+@cache
+def chunk_length(dtype: str, limit: int) -> Any:
+    """``n[0]`` = ``min(limit, rows - start)``: the steps of the chunk of
+    ``xs`` that starts at row ``start``."""
+
+    @T.prim_func(private=True, s_tir=True)
+    def kernel(var_xs: T.handle, start: T.Buffer((), "int64"), n: T.Buffer((1,), "int64")):
+        t = T.int64()
+        c = T.int64()
+        xs = T.match_buffer(var_xs, (t, c), dtype)  # noqa: F841  (binds t)
+        n[0] = T.min(T.int64(limit), t - start[()])
+
+    return kernel
+
+
+@cache
+def chunk_rows(dtype: str) -> Any:
+    """``out`` = the rows of ``xs`` from ``start`` (as many as ``out`` has)."""
+
+    @T.prim_func(private=True, s_tir=True)
+    def kernel(var_xs: T.handle, start: T.Buffer((), "int64"), var_out: T.handle):
+        t = T.int64()
+        c = T.int64()
+        k = T.int64()
+        xs = T.match_buffer(var_xs, (t, c), dtype)
+        out = T.match_buffer(var_out, (k, c), dtype)
+        for i, j in T.grid(k, c):
+            out[i, j] = xs[start[()] + i, j]
+
+    return kernel
+
+
+@cache
+def write_rows(dtype: str) -> Any:
+    """``buf[start : start + k] = rows``, in place (``call_tir_inplace``)."""
+
+    @T.prim_func(private=True, s_tir=True)
+    def kernel(var_buf: T.handle, var_rows: T.handle, start: T.Buffer((), "int64")):
+        t = T.int64()
+        c = T.int64()
+        k = T.int64()
+        buf = T.match_buffer(var_buf, (t, c), dtype)
+        rows = T.match_buffer(var_rows, (k, c), dtype)
+        for i, j in T.grid(k, c):
+            buf[start[()] + i, j] = rows[i, j]
+
+    return kernel

@@ -206,6 +206,7 @@ class _Lowering:
         self.target = target
         self.symbols = {name: tirx.Var(name, "int64") for name in symbolic}
         self.entry = ""
+        self.apart: dict[str, Any] = {}  # symbol -> PrimFunc [RULE APART]
         self.bb = relax.BlockBuilder()
         self.globals: dict[str, Any] = {}
         self.kernels: dict[str, tuple[Any, KernelIR]] = {}
@@ -235,9 +236,12 @@ class _Lowering:
             if name == entry:
                 function = function.with_attr("global_symbol", entry)
             self.bb.update_func(self.globals[name], function)
-        return RelaxProgram(
-            self.bb.finalize(), entry, self.fallbacks, len(self.kernels), self.loops
-        )
+        module = self.bb.finalize()
+        if self.apart:
+            with self.target:
+                library = tvm.compile(tvm.IRModule(self.apart), target=self.target)
+            module = module.with_attr("external_mods", [library.mod])
+        return RelaxProgram(module, entry, self.fallbacks, len(self.kernels), self.loops)
 
     def _reachable(self, entry: str) -> list[str]:
         if entry not in self.module.functions:
@@ -427,7 +431,9 @@ class _Lowering:
         inputs = [leaf for arg, t in zip(args, types, strict=True) for leaf in self._leaves(arg, t)]
         inputs += [relax.const(c, str(c.dtype)) for c in lowered.constants]
         outs = [relax_type(t) for t in lowered.signature.outputs]
-        result = self.bb.emit(relax.call_tir(gv, inputs, outs if len(outs) > 1 else outs[0]), name)
+        result = self.bb.emit(
+            relax.call_dps_packed(gv, inputs, outs if len(outs) > 1 else outs[0]), name
+        )
         if len(outs) == 1:
             return result
         parts = iter([self.bb.emit(relax.TupleGetItem(result, i)) for i in range(len(outs))])
@@ -440,15 +446,26 @@ class _Lowering:
         if needed:
             raise NeedsStatic(needed)
 
-    def _kernel(self, fn: Function) -> tuple[Any, KernelIR]:
+    def _kernel(self, fn: Function) -> tuple[str, KernelIR]:
         key = astext(fn) + "|" + ",".join(astext(p.checked_type) for p in fn.params)
         known = self.kernels.get(key)
         if known is None:
             lowered = lower_kernel(fn, self.target)
-            func = _scheduled(lowered.module["main"].without_attr("global_symbol"))
-            gv = self.bb.add_func(func, _identifier(lowered.name))
-            known = self.kernels[key] = (gv, lowered)
+            symbol = self._compiled_apart(lowered.module["main"], _identifier(lowered.name))
+            known = self.kernels[key] = (symbol, lowered)
         return known
+
+    def _compiled_apart(self, func: Any, name: str) -> str:
+        """[RULE APART] ``func`` (effir's own kernel or loop) joins the
+        kernels compiled as a module of their own, linked into the VM's
+        executable; its call is ``call_dps_packed`` of the returned symbol.
+        TVM's LLVM code generator drops ``noalias`` from every function of a
+        module as soon as something in it (the shape functions Relax
+        generates, say) leads it to, and effir's loops then run 2.3x
+        slower: compiled apart, they keep it whatever the program."""
+        symbol = f"effir_{len(self.apart)}_{name}"
+        self.apart[symbol] = _scheduled(func).with_attr("global_symbol", symbol)
+        return symbol
 
     def _leaves(self, value: Any, t: Type) -> list[Any]:
         """The tensors of a value of type ``t`` (a tuple's, in order)."""
@@ -540,7 +557,7 @@ class _Lowering:
         except BackendError:  # control flow or effects in the body: a VM loop
             return self._recursive_loop(call, env, name)
         func = tvm.tirx.transform.ConvertSSA()(tvm.IRModule({"main": lowered.func}))["main"]
-        gv = self.bb.add_func(func.without_attr("global_symbol"), f"loop_{self.loops}")
+        gv = self._compiled_apart(func, f"loop_{self.loops}")
         self.loops += 1
         sequences = self._leaves(self._atom(xs_arg, env), xs_type)
         state = self._leaves(self._atom(init_arg, env), init_arg.checked_type)
@@ -549,10 +566,102 @@ class _Lowering:
             rest += self._leaves(self._atom(v, env), v.checked_type)
         rest += [relax.const(c, str(c.dtype)) for c in lowered.constants]
         emit = self.bb.emit
+        if isinstance(length, int):
+            return self._in_chunks(call, gv, lowered, length, sequences, state, rest, name)
+        # A symbolic length: up to LOOP_CHUNK steps, one call on the sequences
+        # as they are; more, the chunked loop (its copies of the chunks'
+        # rows cost less than a prologue of the whole length would hold).
+        steps = _step_types(xs_type)
+        first = [t for t in steps if isinstance(t, TensorType)][0]
+        size = int(np.prod(first.shape, dtype=np.int64))
+        rows = emit(self._reshape(sequences[0], [length, size]))
+        chunk_limit = relax.const(np.int64(LOOP_CHUNK), "int64")
+        long = emit(
+            relax.call_tir(
+                self._executor("before_end", first.dtype),
+                [rows, chunk_limit],
+                relax.TensorType([], "bool"),
+            )
+        )
+        self.bb._begin_binding_block()
+        chunked = self._chunked(call, gv, lowered, length, sequences, state, rest, steps, name)
+        chunked_seq = relax.SeqExpr([self.bb._end_block()], chunked)
+        self.bb._begin_binding_block()
+        direct = self._bounded_call(call, gv, lowered, sequences, state, rest)
+        direct_seq = relax.SeqExpr([self.bb._end_block()], direct)
+        return emit(relax.If(long, chunked_seq, direct_seq), name)
+
+    def _bounded_call(
+        self,
+        call: Call,
+        loop: Any,
+        lowered: LoweredLoop,
+        sequences: list[Any],
+        state: list[Any],
+        rest: list[Any],
+    ) -> Any:
+        """One call of the loop kernel on at most ``LOOP_CHUNK`` steps, in a
+        function of its own whose length is declared bounded
+        (``tir_var_upper_bound``): Relax then plans the kernel's scratch
+        (the hoisted projections) statically and reuses it from call to
+        call, where a symbolic size would make the VM allocate fresh pages
+        at every call (a page fault per 4 KiB, slower than the loop)."""
+        steps = tirx.Var("steps", "int64")
+        seq_params = [
+            relax.Var(f"xs{i}", relax.TensorType([steps, *list(x.ty.shape.values)[1:]], x.ty.dtype))
+            for i, x in enumerate(sequences)
+        ]
+        carried = [relax.Var(f"state{i}", x.ty) for i, x in enumerate(state)]
+        others = [relax.Var(f"c{i}", r.ty) for i, r in enumerate(rest) if not _is_const(r)]
+        it = iter(others)
+        inner_rest = [r if _is_const(r) else next(it) for r in rest]
+        self.bb._begin_binding_block()
+        outs = _loop_outputs(lowered, steps)
+        result = self.bb.emit(
+            relax.call_dps_packed(loop, [*seq_params, *carried, *inner_rest], outs)
+        )
+        n_keep = len(lowered.outputs) + len(lowered.state)
+        kept = relax.Tuple([self.bb.emit(relax.TupleGetItem(result, i)) for i in range(n_keep)])
+        body = relax.SeqExpr([self.bb._end_block()], kept)
+        params = [*seq_params, *carried, *others]
+        ret = relax.TupleType([o for o in outs[:n_keep]])
+        function = relax.Function(params, body, ret, False).with_attr(
+            "tir_var_upper_bound", {"steps": LOOP_CHUNK}
+        )
+        gv = self.bb.add_func(function, f"bounded_{self.loops}")
+        self.loops += 1
+        emit = self.bb.emit
+        result = emit(relax.Call(gv, [*sequences, *state, *[r for r in rest if not _is_const(r)]]))
+        n_out = len(lowered.outputs)
+        ret = call.checked_type
+        assert isinstance(ret, TupleType)
+        stacked = self._rebuild(
+            ret.fields[0], iter([emit(relax.TupleGetItem(result, i)) for i in range(n_out)])
+        )
+        final = self._rebuild(
+            ret.fields[1],
+            iter([emit(relax.TupleGetItem(result, n_out + i)) for i in range(len(lowered.state))]),
+        )
+        return emit(relax.Tuple([stacked, final]))
+
+    def _in_chunks(
+        self,
+        call: Call,
+        gv: Any,
+        lowered: LoweredLoop,
+        length: Any,
+        sequences: list[Any],
+        state: list[Any],
+        rest: list[Any],
+        name: str,
+    ) -> Any:
+        """The loop kernel called on ``LOOP_CHUNK`` steps at a time, the
+        state passed on (one call when the length is symbolic)."""
+        emit = self.bb.emit
         n_out, n_state = len(lowered.outputs), len(lowered.state)
         pieces: list[list[Any]] = [[] for _ in range(n_out)]
         starts = range(0, max(length, 1), LOOP_CHUNK) if isinstance(length, int) else [0]
-        for start in starts:  # [RULE CHUNK] (a symbolic length: one call)
+        for start in starts:  # [RULE CHUNK]
             steps = min(LOOP_CHUNK, length - start) if isinstance(length, int) else length
             chunk = sequences
             if isinstance(length, int) and steps != length:
@@ -561,7 +670,7 @@ class _Lowering:
                     for x in sequences
                 ]
             outs = _loop_outputs(lowered, steps)
-            result = emit(relax.call_tir(gv, [*chunk, *state, *rest], outs))
+            result = emit(relax.call_dps_packed(gv, [*chunk, *state, *rest], outs))
             parts = [emit(relax.TupleGetItem(result, i)) for i in range(len(outs))]
             for i in range(n_out):
                 pieces[i].append(parts[i])
@@ -572,6 +681,138 @@ class _Lowering:
         stacked = self._rebuild(ret.fields[0], iter(stacked_leaves))
         final = self._rebuild(ret.fields[1], iter(state))
         return emit(relax.Tuple([stacked, final]), name)
+
+    def _chunked(
+        self,
+        call: Call,
+        loop: Any,
+        lowered: LoweredLoop,
+        length: Any,
+        sequences: list[Any],
+        state: list[Any],
+        rest: list[Any],
+        steps: list[Type],
+        name: str,
+    ) -> Any:
+        """[RULE CHUNK] A whole loop of symbolic length: a recursive Relax
+        function calls the loop kernel on ``LOOP_CHUNK`` steps at a time
+        (the chunk's rows copied out of the sequences), passes the state on
+        and writes each chunk's outputs into buffers of the whole length."""
+        emit = self.bb.emit
+        seq_types = [t for t in steps if isinstance(t, TensorType)]
+        sizes = [int(np.prod(t.shape, dtype=np.int64)) for t in seq_types]
+        out_sizes = [int(np.prod(leaf.shape, dtype=np.int64)) for leaf in lowered.outputs]
+        rows = tirx.Var("rows", "int64")
+        start = relax.Var("start", relax.TensorType([], "int64"))
+        seqs = [
+            relax.Var(f"xs{i}", relax.TensorType([rows, c], t.dtype))
+            for i, (t, c) in enumerate(zip(seq_types, sizes, strict=True))
+        ]
+        carried = [
+            relax.Var(f"state{i}", relax.TensorType(list(leaf.shape), leaf.dtype))
+            for i, leaf in enumerate(lowered.state)
+        ]
+        bufs = [
+            relax.Var(f"out{i}", relax.TensorType([rows, c], leaf.dtype))
+            for i, (leaf, c) in enumerate(zip(lowered.outputs, out_sizes, strict=True))
+        ]
+        others = [relax.Var(f"c{i}", r.ty) for i, r in enumerate(rest) if not _is_const(r)]
+        params = [start, *carried, *bufs, *seqs, *others]
+        ret = relax.TupleType(
+            [relax.TensorType(dtype=leaf.dtype, ndim=2) for leaf in lowered.outputs]
+            + [p.ty for p in carried]
+        )
+        stub = relax.Function(params, relax.SeqExpr([], relax.op.null_value()), ret, False)
+        gv = self.bb.add_func(stub, f"chunks_{self.loops}")
+        inner_rest = []
+        it = iter(others)
+        for r in rest:
+            inner_rest.append(r if _is_const(r) else next(it))
+
+        self.bb._begin_binding_block()
+        first = seq_types[0]
+        more = emit(
+            relax.call_tir(
+                self._executor("before_end", first.dtype),
+                [seqs[0], start],
+                relax.TensorType([], "bool"),
+            )
+        )
+        self.bb._begin_binding_block()
+        n = emit(
+            relax.call_tir(
+                self._executor("chunk_length", first.dtype, LOOP_CHUNK),
+                [seqs[0], start],
+                relax.TensorType([1], "int64"),
+            )
+        )
+        k = tirx.Var("k", "int64")
+        self.bb.match_cast(emit(relax.op.tensor_to_shape(n)), relax.ShapeType([k]))
+        chunk = []
+        for seq, t, c in zip(seqs, seq_types, sizes, strict=True):
+            part = emit(
+                relax.call_tir(
+                    self._executor("chunk_rows", t.dtype),
+                    [seq, start],
+                    relax.TensorType([k, c], t.dtype),
+                )
+            )
+            chunk.append(emit(self._reshape(part, [k, *[int(d) for d in t.shape]])))
+        outs = _loop_outputs(lowered, k)
+        result = emit(relax.call_dps_packed(loop, [*chunk, *carried, *inner_rest], outs))
+        n_out = len(lowered.outputs)
+        written = []
+        for i, (buf, leaf, c) in enumerate(zip(bufs, lowered.outputs, out_sizes, strict=True)):
+            part = emit(self._reshape(emit(relax.TupleGetItem(result, i)), [k, c]))
+            written.append(
+                emit(
+                    relax.op.call_tir_inplace(
+                        self._executor("write_rows", leaf.dtype), [buf, part, start], 0, buf.ty
+                    )
+                )
+            )
+        new_state = [emit(relax.TupleGetItem(result, n_out + i)) for i in range(len(carried))]
+        following = emit(relax.op.add(start, relax.const(np.int64(LOOP_CHUNK), "int64")))
+        again = emit(relax.Call(gv, [following, *new_state, *written, *seqs, *others]))
+        step = relax.SeqExpr([self.bb._end_block()], again)
+        done = relax.SeqExpr([], relax.Tuple([*bufs, *carried]))
+        value = emit(relax.If(more, step, done))
+        self.bb.update_func(
+            gv, relax.Function(params, relax.SeqExpr([self.bb._end_block()], value), ret, False)
+        )
+        self.loops += 1
+
+        # The call: buffers of the whole length, the sequences as rows.
+        rows_in = [
+            emit(self._reshape(x, [length, c])) for x, c in zip(sequences, sizes, strict=True)
+        ]
+        start_bufs = [
+            emit(
+                relax.call_tir(
+                    self._executor("zeros", leaf.dtype),
+                    [],
+                    relax.TensorType([length, c], leaf.dtype),
+                )
+            )
+            for leaf, c in zip(lowered.outputs, out_sizes, strict=True)
+        ]
+        args = [relax.const(np.int64(0), "int64"), *state, *start_bufs, *rows_in]
+        args += [r for r in rest if not _is_const(r)]
+        finished = emit(relax.Call(gv, args))
+        stacked = []
+        for i, leaf in enumerate(lowered.outputs):
+            part = emit(relax.TupleGetItem(finished, i))
+            stacked.append(emit(self._reshape(part, [length, *leaf.shape])))
+        final = [emit(relax.TupleGetItem(finished, n_out + i)) for i in range(len(carried))]
+        ret_type = call.checked_type
+        assert isinstance(ret_type, TupleType)
+        result_value = relax.Tuple(
+            [
+                self._rebuild(ret_type.fields[0], iter(stacked)),
+                self._rebuild(ret_type.fields[1], iter(final)),
+            ]
+        )
+        return emit(result_value, name)
 
     # ------------------------------------------------------ VM loops
     def _recursive_loop(self, call: Call, env: dict[Var, Any], name: str) -> Any:
@@ -665,7 +906,7 @@ class _Lowering:
                         relax.TensorType([row_size], leaf.dtype),
                     )
                 )
-                rows.append(emit(relax.op.reshape(row, [int(d) for d in leaf.shape[1:]])))
+                rows.append(emit(self._reshape(row, [int(d) for d in leaf.shape[1:]])))
             x_t = self._rebuild(body.params[0].checked_type, iter(rows))
             step_env = {**inner, body.params[0]: x_t, body.params[1]: state}
         step = self._chain(body.body, step_env)
@@ -705,7 +946,7 @@ class _Lowering:
         for b, value, leaf, c in zip(
             current, self._leaves(out, out_type), outs, sizes, strict=True
         ):
-            row = emit(relax.op.reshape(value, [c]))
+            row = emit(self._reshape(value, [c]))
             written.append(
                 emit(
                     relax.op.call_tir_inplace(
@@ -753,7 +994,7 @@ class _Lowering:
                     relax.TensorType([n, c], leaf.dtype),
                 )
             )
-            stacked.append(emit(relax.op.reshape(cut, [n, *[int(d) for d in leaf.shape]])))
+            stacked.append(emit(self._reshape(cut, [n, *[int(d) for d in leaf.shape]])))
         final_state = emit(relax.TupleGetItem(finished, len(outs) + 1))
         stacked_value = self._rebuild(out_type, iter(stacked))
         return emit(relax.Tuple([stacked_value, final_state]), name)
@@ -764,21 +1005,37 @@ class _Lowering:
             raise BackendError("a loop's body and condition must be function literals", call.span)
         return fn
 
-    def _executor(self, kernel: str, dtype: str) -> Any:
+    def _executor(self, kernel: str, dtype: str, *extra: Any) -> Any:
         """The executor kernel ``kernel`` for ``dtype``, added once."""
-        key = f"{kernel}_{dtype}"
+        key = "_".join([kernel, dtype, *map(str, extra)])
         gv = self.kernels.get(key)
         if gv is None:
-            func = self._on_target(getattr(executor_kernels, kernel)(dtype))
+            func = self._on_target(getattr(executor_kernels, kernel)(dtype, *extra))
             gv = self.bb.add_func(func, key)
             self.kernels[key] = (gv, None)  # type: ignore[assignment]
             return gv
         return gv[0]
 
+    def _reshape(self, value: Any, shape: list[Any]) -> Any:
+        """``value`` with ``shape``: a view of the same memory (the VM's
+        builtin), not a copy; Relax's own ``reshape`` outside a dataflow
+        block is an unscheduled copy kernel, 20 ms for a 3 MB tensor."""
+        dtype = value.ty.dtype
+        ty = relax.TensorType(list(shape), dtype)
+        return relax.op.call_pure_packed(
+            "vm.builtin.reshape", value, relax.ShapeExpr(list(shape)), ty_args=ty
+        )
+
     def _on_target(self, func: Any) -> Any:
         """An executor kernel for the target: on a GPU it runs as one
         thread (its steps are sequential: a running count of the rows
-        written; the data it moves is small beside the kernels')."""
+        written; the data it moves is small beside the kernels').
+
+        Its buffers never alias, and it says so (``tirx.noalias``): TVM's
+        LLVM code generator drops ``noalias`` from *every* function of a
+        module in which one function does not declare it, and the loop
+        kernels ran 2.3x slower without it."""
+        func = func.with_attr("tirx.noalias", True)
         if self.target.kind.name == "llvm":
             return func
         return _scheduled(executor_kernels.single_thread(func))
@@ -790,7 +1047,7 @@ class _Lowering:
         row = 1
         for d in dims[1:]:
             row = row * d
-        return self.bb.emit(relax.op.reshape(value, [dims[0] if dims else 1, row]))
+        return self.bb.emit(self._reshape(value, [dims[0] if dims else 1, row]))
 
     def _dims(self, value: Any, t: TensorType) -> list[Any]:
         """The dimensions of a tensor value: its static ones, variables
@@ -807,7 +1064,7 @@ class _Lowering:
 
     def _size_of(self, count: Any) -> Any:
         """A variable holding the value of the ``int64`` scalar ``count``."""
-        flat = self.bb.emit(relax.op.reshape(count, [1]))
+        flat = self.bb.emit(self._reshape(count, [1]))
         shape = self.bb.emit(relax.op.tensor_to_shape(flat))
         n = tirx.Var("n", "int64")
         self.bb.match_cast(shape, relax.ShapeType([n]))
@@ -829,14 +1086,14 @@ class _Lowering:
         for d in x_dims[k:]:
             size = size * d
         emit = self.bb.emit
-        flat_mask = emit(relax.op.reshape(mask, [rows]))
+        flat_mask = emit(self._reshape(mask, [rows]))
         counted = emit(
             relax.call_tir(
                 self._executor_fixed("count_true"), [flat_mask], relax.TensorType([1], "int64")
             )
         )
-        n = self._size_of(emit(relax.op.reshape(counted, [])))
-        flat_x = emit(relax.op.reshape(x, [rows, size]))
+        n = self._size_of(emit(self._reshape(counted, [])))
+        flat_x = emit(self._reshape(x, [rows, size]))
         picked = emit(
             relax.call_tir(
                 self._executor("mask_rows", x_type.dtype),
@@ -844,7 +1101,7 @@ class _Lowering:
                 relax.TensorType([n, size], x_type.dtype),
             )
         )
-        return emit(relax.op.reshape(picked, [n, *x_dims[k:]]), name)
+        return emit(self._reshape(picked, [n, *x_dims[k:]]), name)
 
     def _argwhere(self, call: Call, env: dict[Var, Any], name: str) -> Any:
         (x_arg,) = call.args
@@ -855,7 +1112,7 @@ class _Lowering:
         for d in dims:
             total = total * d
         emit = self.bb.emit
-        flat = emit(relax.op.reshape(x, [total]))
+        flat = emit(self._reshape(x, [total]))
         if x_type.dtype == "bool":
             counted = emit(
                 relax.call_tir(
@@ -871,7 +1128,7 @@ class _Lowering:
                     self._executor("count_nonzero", dtype), [flat], relax.TensorType([1], "int64")
                 )
             )
-        n = self._size_of(emit(relax.op.reshape(counted, [])))
+        n = self._size_of(emit(self._reshape(counted, [])))
         shape = emit(relax.op.shape_to_tensor(relax.ShapeExpr(dims)))
         return emit(
             relax.call_tir(
@@ -910,14 +1167,14 @@ class _Lowering:
         flat = emit(
             relax.call_tir(self._executor("fill", dtype), [value], relax.TensorType([total], dtype))
         )
-        return emit(relax.op.reshape(flat, dims), name)
+        return emit(self._reshape(flat, dims), name)
 
     def _dyn_reshape(self, call: Call, env: dict[Var, Any], name: str) -> Any:
         x_arg, shape_arg = call.args
         x = self._atom(x_arg, env)
         self._dims(x, x_arg.checked_type)
         dims = self._dyn_shape(self._atom(shape_arg, env), shape_arg.checked_type)
-        return self.bb.emit(relax.op.reshape(x, dims), name)
+        return self.bb.emit(self._reshape(x, dims), name)
 
     def _shape_of(self, call: Call, env: dict[Var, Any], name: str) -> Any:
         (x_arg,) = call.args
@@ -979,6 +1236,10 @@ def _located(fn: Function, name: str) -> Iterator[None]:
         if err.span is not None:
             raise
         raise BackendError(f"@{name}: {err.message}", fn.span) from None
+
+
+def _is_const(value: Any) -> bool:
+    return isinstance(value, tvm.ir.expr.Constant)
 
 
 def _leading_dim(t: Type) -> int | str:

@@ -324,7 +324,7 @@ def @main(%xs: Tensor[(10, 2, 3), float32], %h0: Tensor[(2, 3), float32]) {
         rng.standard_normal((2, 3)).astype(np.float32),
     )
     spec = next(iter(compiled.specializations.values()))
-    assert spec.program.module.script().count("R.call_tir(cls.loop_0") == 3
+    assert spec.program.module.script().count('R.call_dps_packed("effir_0_loop_0"') == 3
 
 
 def test_a_new_sequence_length_reuses_the_build_of_a_whole_loop(tmp_path: Path) -> None:
