@@ -73,6 +73,7 @@ import numpy as np
 import tvm
 import tvm_ffi
 from tvm import relax, tirx
+from tvm.relax.op.vm import kill_object
 
 from ...ir.expr import (
     Call,
@@ -773,6 +774,7 @@ class _Lowering:
             )
         new_state = [emit(relax.TupleGetItem(result, n_out + i)) for i in range(len(carried))]
         following = emit(relax.op.add(start, relax.const(np.int64(LOOP_CHUNK), "int64")))
+        self._release(result)
         again = emit(relax.Call(gv, [following, *new_state, *written, *seqs, *others]))
         step = relax.SeqExpr([self.bb._end_block()], again)
         done = relax.SeqExpr([], relax.Tuple([*bufs, *carried]))
@@ -955,6 +957,7 @@ class _Lowering:
                 )
             )
         following = emit(relax.op.add(count, relax.const(np.int64(1), "int64")))
+        self._release(step)
         again = emit(relax.Call(gv, [following, new_state, *written, *seqs, *caps]))
         more = relax.SeqExpr([self.bb._end_block()], again)
         done = relax.SeqExpr([], relax.Tuple([*bufs, count, state]))
@@ -998,6 +1001,14 @@ class _Lowering:
         final_state = emit(relax.TupleGetItem(finished, len(outs) + 1))
         stacked_value = self._rebuild(out_type, iter(stacked))
         return emit(relax.Tuple([stacked_value, final_state]), name)
+
+    def _release(self, value: Any) -> None:
+        """Drop the VM's reference to the tuple ``value`` before a loop's
+        recursive call: Relax frees a tensor after its last use but keeps a
+        tuple whose fields were taken, so every step's tuple (a chunk's
+        scratch, say) would live until the recursion unwinds, memory
+        growing with the number of steps."""
+        self.bb.emit(kill_object(value))
 
     def _literal(self, arg: Expr, env: dict[Var, Any], call: Call) -> Function:
         fn = env.get(arg) if isinstance(arg, Var) else arg
