@@ -24,6 +24,9 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/check_and_run.py
 	$(BIN)/python benchmarks/effect_passes.py
 	$(BIN)/python benchmarks/pipeline.py
+	$(BIN)/python benchmarks/kernels.py
+	$(BIN)/python benchmarks/gru_loop.py
+	$(BIN)/python benchmarks/executor.py
 
 # The GRU against numpy, PyTorch and JAX: the peers go into a venv of their
 # own (they are not effir's dependencies).

@@ -15,13 +15,12 @@ of ``--repeats`` calls, in one process, after warm-up.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from timing import median_after_warmup
 
 import effir
 from effir.backends.interpreter import interpret_a2
@@ -120,17 +119,6 @@ def dims_of(module: Any, args: tuple[Any, ...]) -> dict[str, int]:
     return dims
 
 
-def timed(action: Callable[[], object], repeats: int) -> float:
-    for _ in range(3):
-        action()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        action()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def gru_lm_args(module: effir.IRModule) -> list[np.ndarray]:
     rng = np.random.default_rng(0)
     args = []
@@ -162,13 +150,13 @@ def main() -> None:
     for name, module, args in cases:
         compiled = effir.compile(module)
         state = compiled.new_state()
-        vm = timed(
+        vm = median_after_warmup(
             lambda c=compiled, s=state, a=args: c(*a, state=s, sink=lambda *_: None), repeats
         )
         own = own_executor(compiled)
-        mine = timed(lambda o=own, a=args: o(*a), repeats)
+        mine = median_after_warmup(lambda o=own, a=args: o(*a), repeats)
         checked = effir.check(module)
-        alone = timed(
+        alone = median_after_warmup(
             lambda m=checked, a=args: effir.interpret(m, *a, sink=lambda *_: None), repeats
         )
         print(f"| {name} | {1e3 * vm:.3f} | {1e3 * mine:.3f} | {1e3 * alone:.3f} |", flush=True)

@@ -38,9 +38,18 @@ CASES = [  # (input, hidden, T, batch, JAX ms from TVM_NOTES.md or None)
 ]
 
 
-def gru_text(inputs: int, hidden: int) -> str:
+H = '#[version = "0.0.5"]\n'
+
+
+def gru_text(inputs: int, hidden: int, final_only: bool = False) -> str:
+    """The GRU over a sequence; ``final_only``: the loop keeps no per-step
+    outputs and the program returns the final state."""
     g = 3 * hidden
-    return f"""#[version = "0.0.5"]
+    out = "()" if final_only else "%h_new"
+    result = "%scan.1" if final_only else "%scan"
+    return (
+        H
+        + f"""
 def @main(%xs: Tensor[(t, b, {inputs}), float32], %h0: Tensor[(b, {hidden}), float32],
           %w: Tensor[({g}, {inputs}), float32], %u: Tensor[({g}, {hidden}), float32],
           %bias: Tensor[({g}), float32]) {{
@@ -53,11 +62,13 @@ def @main(%xs: Tensor[(t, b, {inputs}), float32], %h0: Tensor[(b, {hidden}), flo
     let %r = sigmoid(%gxs.1 + %ghs.1);
     let %n = tanh(%gxs.2 + %r * %ghs.2);
     let %h_new = (1f - %z) * %n + %z * %h;
-    (%h_new, %h_new)
+    ({out}, %h_new)
   }};
-  cf.foreach(%step, %xs, %h0)
+  let %scan = cf.foreach(%step, %xs, %h0);
+  {result}
 }}
 """
+    )
 
 
 def loop_body(inputs: int, hidden: int) -> Function:

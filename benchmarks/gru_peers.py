@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -46,6 +45,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from gru_loop import H, gru_text, numpy_gru
+from timing import median_after_warmup
 
 import effir
 from effir.backends.tvm.kernel import aligned_empty
@@ -71,37 +72,6 @@ def import_peers() -> None:
         jax, jnp = jax_module, jnp_module
     except ImportError:
         pass
-
-
-H = '#[version = "0.0.5"]\n'
-
-
-def gru_text(inputs: int, hidden: int, final_only: bool = False) -> str:
-    g = 3 * hidden
-    out = "()" if final_only else "%h_new"
-    result = "%scan.1" if final_only else "%scan"
-    return (
-        H
-        + f"""
-def @main(%xs: Tensor[(t, b, {inputs}), float32], %h0: Tensor[(b, {hidden}), float32],
-          %w: Tensor[({g}, {inputs}), float32], %u: Tensor[({g}, {hidden}), float32],
-          %bias: Tensor[({g}), float32]) {{
-  let %step = fn (%x: Tensor[(b, {inputs}), float32], %h: Tensor[(b, {hidden}), float32]) {{
-    let %gx = nn.dense(%x, %w) + %bias;
-    let %gh = nn.dense(%h, %u);
-    let %gxs = split(%gx, indices_or_sections=3, axis=1);
-    let %ghs = split(%gh, indices_or_sections=3, axis=1);
-    let %z = sigmoid(%gxs.0 + %ghs.0);
-    let %r = sigmoid(%gxs.1 + %ghs.1);
-    let %n = tanh(%gxs.2 + %r * %ghs.2);
-    let %h_new = (1f - %z) * %n + %z * %h;
-    ({out}, %h_new)
-  }};
-  let %scan = cf.foreach(%step, %xs, %h0);
-  {result}
-}}
-"""
-    )
 
 
 def masked_gru_text(inputs: int, hidden: int) -> str:
@@ -134,26 +104,6 @@ def @main(%xs: Tensor[(t, b, {inputs}), float32], %steps: Tensor[(t, b, 1), bool
 
 
 # ------------------------------------------------------------------ peers
-def sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1 / (1 + np.exp(-x))
-
-
-def numpy_gru(xs, h, w, u, bias):
-    outs = []
-    wt, ut = w.T, u.T
-    for x in xs:
-        gx = x @ wt + bias
-        gh = h @ ut
-        gx0, gx1, gx2 = np.split(gx, 3, axis=1)
-        gh0, gh1, gh2 = np.split(gh, 3, axis=1)
-        z = sigmoid(gx0 + gh0)
-        r = sigmoid(gx1 + gh1)
-        n = np.tanh(gx2 + r * gh2)
-        h = (1 - z) * n + z * h
-        outs.append(h)
-    return np.stack(outs), h
-
-
 def torch_gru(xs, h, w, u, bias):
     outs = []
     wt, ut = w.t(), u.t()
@@ -193,16 +143,11 @@ def jax_gru():
 
 # ------------------------------------------------------------------ timing
 def timed(action: Callable[[], object], repeats: int) -> float:
-    """Median seconds of ``repeats`` calls after three warm-up calls."""
-    for _ in range(3):
-        action()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        action()
-        times.append(time.perf_counter() - start)
-    time.sleep(0.3)  # thread pools spin a while after their work
-    return statistics.median(times)
+    """Median seconds of ``repeats`` calls after three warm-up calls, then a
+    pause: thread pools spin a while after their work."""
+    seconds = median_after_warmup(action, repeats)
+    time.sleep(0.3)
+    return seconds
 
 
 def gemm_rate() -> float:

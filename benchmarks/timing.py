@@ -17,3 +17,11 @@ def median_seconds(action: Callable[[], object], repeats: int = REPEATS) -> floa
         action()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def median_after_warmup(action: Callable[[], object], repeats: int, warmup: int = 3) -> float:
+    """Median seconds of ``repeats`` calls after ``warmup`` calls (caches,
+    thread pools and lazy builds warm)."""
+    for _ in range(warmup):
+        action()
+    return median_seconds(action, repeats)

@@ -127,6 +127,24 @@ Slot = str | int
 _Bindings = list[tuple[Var, Expr, bool]]
 
 
+def simple_operands(value: Expr) -> tuple[Expr, ...] | None:
+    """The operands of a call, tuple, projection or reference operation
+    (the values that open no block of their own); None for anything else."""
+    if isinstance(value, Call):
+        return (value.callee, *value.args)
+    if isinstance(value, Tuple):
+        return value.fields
+    if isinstance(value, TupleGetItem):
+        return (value.tuple_value,)
+    if isinstance(value, RefCreate):
+        return (value.value,)
+    if isinstance(value, RefRead):
+        return (value.ref,)
+    if isinstance(value, RefWrite):
+        return (value.ref, value.value)
+    return None
+
+
 def to_anf(module: IRModule) -> IRModule:
     """Every global function in A-normal form (cell initialisers are left
     alone); ``module`` itself when every function already is what this
@@ -166,36 +184,26 @@ def is_anf_output(fn: Function, on_call: Callable[[Call], None] | None = None) -
             if id(value) in seen:
                 normal = False
             seen.add(id(value))
-            if isinstance(value, Call):
-                if on_call is not None:
-                    on_call(value)
-                operands: tuple[Expr, ...] = (value.callee, *value.args)
-            elif isinstance(value, Tuple):
-                operands = value.fields
-            elif isinstance(value, TupleGetItem):
-                operands = (value.tuple_value,)
-            elif isinstance(value, RefCreate):
-                operands = (value.value,)
-            elif isinstance(value, RefRead):
-                operands = (value.ref,)
-            elif isinstance(value, RefWrite):
-                operands = (value.ref, value.value)
-            elif isinstance(value, If):
-                operands = (value.cond,)
-                blocks += (value.then_branch, value.else_branch)
-            elif isinstance(value, Match):
-                operands = (value.data,)
-                for clause in value.clauses:
-                    if id(clause) in seen:
-                        normal = False
-                    seen.add(id(clause))
-                    blocks.append(clause.body)
-            elif isinstance(value, Function):
-                operands = ()
-                blocks.append(value.body)
-            else:  # a let in a let's value
-                normal = False
-                continue
+            if isinstance(value, Call) and on_call is not None:
+                on_call(value)
+            operands = simple_operands(value)
+            if operands is None:  # a value with blocks of its own
+                if isinstance(value, If):
+                    operands = (value.cond,)
+                    blocks += (value.then_branch, value.else_branch)
+                elif isinstance(value, Match):
+                    operands = (value.data,)
+                    for clause in value.clauses:
+                        if id(clause) in seen:
+                            normal = False
+                        seen.add(id(clause))
+                        blocks.append(clause.body)
+                elif isinstance(value, Function):
+                    operands = ()
+                    blocks.append(value.body)
+                else:  # a let in a let's value
+                    normal = False
+                    continue
             if not all(is_atom(operand) for operand in operands):
                 normal = False
             if not normal and on_call is None:

@@ -30,18 +30,13 @@ from ..ir.expr import (
     Function,
     Let,
     Op,
-    RefCreate,
-    RefRead,
-    RefWrite,
-    Tuple,
-    TupleGetItem,
     is_atom,
 )
 from ..ir.module import IRModule
 from ..ir.node import Node
 from ..ir.op import op_def
 from ..ir.visitor import ExprMutator
-from .anf import is_anf_output, to_anf, to_anf_expr
+from .anf import is_anf_output, simple_operands, to_anf, to_anf_expr
 
 
 class _Explicate(ExprMutator):
@@ -126,21 +121,8 @@ def _simple_value(value: Expr, seen: set[int]) -> bool:
     if id(value) in seen:
         return False
     seen.add(id(value))
-    if isinstance(value, Call):
-        operands: tuple[Expr, ...] = (value.callee, *value.args)
-    elif isinstance(value, Tuple):
-        operands = value.fields
-    elif isinstance(value, TupleGetItem):
-        operands = (value.tuple_value,)
-    elif isinstance(value, RefCreate):
-        operands = (value.value,)
-    elif isinstance(value, RefRead):
-        operands = (value.ref,)
-    elif isinstance(value, RefWrite):
-        operands = (value.ref, value.value)
-    else:
-        return False
-    return all(is_atom(operand) for operand in operands)
+    operands = simple_operands(value)
+    return operands is not None and all(is_atom(operand) for operand in operands)
 
 
 def _scan(fn: Function) -> tuple[bool, bool]:

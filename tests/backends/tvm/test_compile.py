@@ -66,17 +66,24 @@ def assert_same_run(module: effir.IRModule, *args: Any, steps: int = 1) -> Any:
     return compiled
 
 
-def test_the_gru_language_model_runs_as_the_interpreter() -> None:
+def gru_lm(t: int, b: int) -> tuple[effir.IRModule, list[np.ndarray]]:
+    """examples/gru_lm.effir and random arguments for ``t`` steps of a batch
+    of ``b`` tokens."""
     module = effir.check(effir.parse((EXAMPLES / "gru_lm.effir").read_text()))
     rng = np.random.default_rng(0)
     args = []
     for param in module["main"].params:
-        t = param.type_annotation
-        shape = tuple({"t": 5, "b": 3}.get(d, d) for d in t.shape)
-        if t.dtype == "int32":
+        ty = param.type_annotation
+        shape = tuple({"t": t, "b": b}.get(d, d) for d in ty.shape)
+        if ty.dtype == "int32":
             args.append(rng.integers(0, 1000, shape).astype(np.int32))
         else:
             args.append((0.1 * rng.standard_normal(shape)).astype(np.float32))
+    return module, args
+
+
+def test_the_gru_language_model_runs_as_the_interpreter() -> None:
+    module, args = gru_lm(5, 3)
     compiled = assert_same_run(module, *args, steps=2)
     assert compiled.report.builds[0][3] == 1  # the recurrence is one compiled loop
 

@@ -15,6 +15,8 @@ import pytest
 
 import effir
 
+from .test_compile import gru_lm
+
 EXAMPLES = Path(__file__).parents[3] / "examples"
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
@@ -33,16 +35,7 @@ def runner(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_runner_runs_the_gru_model_as_the_interpreter(runner: Path, tmp_path: Path) -> None:
-    module = effir.check(effir.parse((EXAMPLES / "gru_lm.effir").read_text()))
-    rng = np.random.default_rng(0)
-    args = []
-    for param in module["main"].params:
-        t = param.type_annotation
-        shape = tuple({"t": 4, "b": 2}.get(d, d) for d in t.shape)
-        if t.dtype == "int32":
-            args.append(rng.integers(0, 1000, shape).astype(np.int32))
-        else:
-            args.append((0.1 * rng.standard_normal(shape)).astype(np.float32))
+    module, args = gru_lm(4, 2)
     compiled = effir.compile(module)
     compiled(*args, sink=lambda label, value: None)
     compiled.export(tmp_path / "model")
