@@ -2,9 +2,10 @@
 compiled (effir.compile), bit for bit for random values and integers, to
 1e-5 for floats. The programs draw from elementwise operators, reductions,
 matrix products, shape operators, ifs on data, loops over sequences (with
-and without an if in the body) and dropout on a PRNG cell, so the pipeline,
-fusion, the kernels and schedules, whole loops, VM loops and state passing
-are all exercised."""
+and without an if in the body), while loops of data-dependent length,
+boolean masks and dropout on a PRNG cell, so the pipeline, fusion, the
+kernels and schedules, whole loops, VM loops, the executor's dynamic-shape
+kernels and state passing are all exercised."""
 
 from __future__ import annotations
 
@@ -51,7 +52,18 @@ def static_programs(draw: st.DrawFn) -> Program:
         name = f"%v{k}"
         kind = draw(
             st.sampled_from(
-                ["unary", "binary", "reduce", "dense", "transpose", "if", "loop", "dropout"]
+                [
+                    "unary",
+                    "binary",
+                    "reduce",
+                    "dense",
+                    "transpose",
+                    "if",
+                    "loop",
+                    "dropout",
+                    "while",
+                    "mask",
+                ]
             )
         )
         if kind == "unary":
@@ -100,6 +112,21 @@ def static_programs(draw: st.DrawFn) -> Program:
                 f"let {name} = cf.foreach(fn (%xt: Tensor[(3), float32], %h: Tensor[(3), float32]) "
                 f"{{ let %n = {step}; (sum(%n), %n) }}, %x4, {h}).1;"
             )
+            out = (3,)
+        elif kind == "while":  # as many steps as the data asks, at most 20
+            h, _ = pick((3,))
+            lines.append(
+                f"let {name} = cf.while_loop("
+                "fn (%s: (int32, Tensor[(3), float32])) { less(sum(multiply(%s.1, %s.1)), 50f) }, "
+                "fn (%s: (int32, Tensor[(3), float32])) { "
+                "let %y = add(multiply(%s.1, 1.5f), 0.25f); (sum(%y), (add(%s.0, 1), %y)) }, "
+                f"(0, {h}), max_iterations=20).1.1;"
+            )
+            out = (3,)
+        elif kind == "mask":  # a data-dependent shape, reduced back to a static one
+            x, s = pick((4, 3))
+            mask = f"greater(sum({x}, axis=[1]), 0f)"  # the rows whose sum is positive
+            lines.append(f"let {name} = sum(boolean_mask({x}, {mask}), axis=[0]);")
             out = (3,)
         else:
             x, s = pick()
