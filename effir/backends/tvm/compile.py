@@ -30,13 +30,13 @@ import tvm_ffi
 from tvm import relax
 
 from ...ir.module import IRModule
-from ...ir.types import Type
 from ...ir.visitor import pre_order
 from ...passes.pipeline import STANDARD_PIPELINES, run_pipeline
 from ..interpreter import Sink, State
 from . import lower  # noqa: F401  (registers lower-tvm)
 from .errors import BackendError
-from .relax_lower import PRINT_FUNCTION, NeedsStatic, RelaxProgram, lower_to_relax
+from .relax_lower import PRINT_FUNCTION, RelaxProgram, lower_to_relax
+from .relax_types import NeedsStatic, static
 from .signature import Dims, Signature, call_entry, spec_of
 from .specialize import specialize
 from .target import make_target
@@ -290,15 +290,9 @@ def compile(  # noqa: A001  (effir.compile, as tvm.compile)
     report = CompileReport(_size(module), _size(optimised), time.perf_counter() - start)
     compiled = CompiledModule(module, optimised, tvm_target, report)
     main = optimised.functions.get("main")
-    if main is not None and all(_static(p.checked_type) for p in main.params):
+    if main is not None and all(static(p.checked_type) for p in main.params):
         compiled.specialization("main", {})
     return compiled
-
-
-def _static(t: Type) -> bool:
-    from .relax_lower import static
-
-    return static(t)
 
 
 def _size(module: IRModule) -> int:

@@ -311,9 +311,9 @@ def tvm_has_gpu() -> bool:
 
 
 def test_a_long_sequence_runs_in_chunks_with_the_state_passed_on(monkeypatch) -> None:
-    from effir.backends.tvm import relax_lower
+    from effir.backends.tvm import relax_loops
 
-    monkeypatch.setattr(relax_lower, "LOOP_CHUNK", 4)  # 10 steps: chunks of 4, 4 and 2
+    monkeypatch.setattr(relax_loops, "LOOP_CHUNK", 4)  # 10 steps: chunks of 4, 4 and 2
     module = parse(
         """
 def @main(%xs: Tensor[(10, 2, 3), float32], %h0: Tensor[(2, 3), float32]) {
