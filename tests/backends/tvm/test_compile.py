@@ -365,3 +365,23 @@ def @main(%xs: Tensor[(t, b, 3), float32], %h0: Tensor[(b, 3), float32]) {
     loaded = effir.load(tmp_path / "model")
     for xs in runs:
         assert_close(loaded(xs, h0), effir.interpret(module, xs, h0))
+
+
+def test_prints_inside_a_loop_come_out_in_order() -> None:
+    # io.print has no kernel: the loop runs in the VM, step by step, and the
+    # world token orders the prints.
+    module = parse(
+        """
+def @main(%xs: Tensor[(4, 2), float32]) {
+  cf.foreach(fn (%x: Tensor[(2), float32], %h: Tensor[(2), float32]) {
+    let %n = add(%x, %h);
+    debug.print(sum(%n), label="step");
+    (%n, %n)
+  }, %xs, zeros(shape=[2]))
+}
+"""
+    )
+    compiled = assert_same_run(module, np.arange(8, dtype=np.float32).reshape(4, 2))
+    printed: list[float] = []
+    compiled(np.ones((3, 2), np.float32), sink=lambda label, value: printed.append(float(value)))
+    assert printed == [2.0, 4.0, 6.0]
