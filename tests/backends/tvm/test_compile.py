@@ -383,5 +383,5 @@ def @main(%xs: Tensor[(4, 2), float32]) {
     )
     compiled = assert_same_run(module, np.arange(8, dtype=np.float32).reshape(4, 2))
     printed: list[float] = []
-    compiled(np.ones((3, 2), np.float32), sink=lambda label, value: printed.append(float(value)))
-    assert printed == [2.0, 4.0, 6.0]
+    compiled(np.ones((4, 2), np.float32), sink=lambda label, value: printed.append(float(value)))
+    assert printed == [2.0, 4.0, 6.0, 8.0]
