@@ -122,21 +122,29 @@ class Solver:
         Raises UnifyError naming the innermost mismatch."""
         # The common cases (a variable, two tensors) without a trampoline:
         # inference unifies at least once per binding.
-        var_a, var_b = self._last_var(expected), self._last_var(actual)
-        a, b = self.head(expected), self.head(actual)
-        if a is b:
-            return a
-        if isinstance(a, IncompleteType):
-            self._bind(a, b)
-            return b
-        if isinstance(b, IncompleteType):
-            self._bind(b, a)
-            return a
-        if isinstance(a, TensorType) and isinstance(b, TensorType):
-            return self._merge_tensors(var_a, a, var_b, b)
+        a, b, merged = self._unify_heads(expected, actual)
+        if merged is not None:
+            return merged
         # Heads are concrete here: the walk below finds no variable at their
         # roots, exactly as if it had started from `expected` and `actual`.
         return run(self._unify(a, b))
+
+    def _unify_heads(self, x: Type, y: Type) -> tuple[Type, Type, Type | None]:
+        """The heads of ``x`` and ``y`` and, when they unify without a walk
+        (the same type, a variable, two tensors), the merged type."""
+        var_a, var_b = self._last_var(x), self._last_var(y)
+        a, b = self.head(x), self.head(y)
+        if a is b:
+            return a, b, a
+        if isinstance(a, IncompleteType):
+            self._bind(a, b)
+            return a, b, b
+        if isinstance(b, IncompleteType):
+            self._bind(b, a)
+            return a, b, a
+        if isinstance(a, TensorType) and isinstance(b, TensorType):
+            return a, b, self._merge_tensors(var_a, a, var_b, b)
+        return a, b, None
 
     def _merge_tensors(
         self,
@@ -154,18 +162,9 @@ class Solver:
         return merged
 
     def _unify(self, a: Type, b: Type):
-        var_a, var_b = self._last_var(a), self._last_var(b)
-        a, b = self.head(a), self.head(b)
-        if a is b:
-            return a
-        if isinstance(a, IncompleteType):
-            self._bind(a, b)
-            return b
-        if isinstance(b, IncompleteType):
-            self._bind(b, a)
-            return a
-        if isinstance(a, TensorType) and isinstance(b, TensorType):
-            return self._merge_tensors(var_a, a, var_b, b)
+        a, b, merged = self._unify_heads(a, b)
+        if merged is not None:
+            return merged
         if isinstance(a, TupleType) and isinstance(b, TupleType):
             if len(a.fields) != len(b.fields):
                 raise UnifyError(
