@@ -717,9 +717,9 @@ def _var_uses(node: Node) -> Iterator[tuple[str, Var]]:
                     yield field_name, item
 
 
-def _expr_nodes(root: Expr) -> list[Node]:
-    """``pre_order(root)`` without the types (no type holds an expression):
-    the other nodes, nested functions included, in the same order."""
+def _expr_nodes(root: Expr, into_functions: bool = True) -> list[Node]:
+    """``pre_order(root)`` without the types (no type holds an expression),
+    and without entering nested functions unless ``into_functions``."""
     out: list[Node] = []
     stack: list[Node] = [root]
     seen: set[int] = set()
@@ -729,27 +729,17 @@ def _expr_nodes(root: Expr) -> list[Node]:
             continue
         seen.add(id(node))
         out.append(node)
-        if not isinstance(node, Var):  # a variable's only child is its type
-            stack.extend(reversed([c for c in node.children() if not isinstance(c, Type)]))
+        if isinstance(node, Var):  # a variable's only child is its type
+            continue
+        if isinstance(node, Function) and not into_functions:
+            continue
+        stack.extend(reversed([c for c in node.children() if not isinstance(c, Type)]))
     return out
 
 
 def _body_nodes(body: Expr) -> list[Node]:
-    """The nodes of a body in pre-order, not entering nested functions nor
-    types (no type holds an expression)."""
-    out: list[Node] = []
-    stack: list[Node] = [body]
-    seen: set[int] = set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        out.append(node)
-        if isinstance(node, Function | Var):  # a variable's only child is its type
-            continue
-        stack.extend(reversed([c for c in node.children() if not isinstance(c, Type)]))
-    return out
+    """The nodes of a body in pre-order, not entering nested functions."""
+    return _expr_nodes(body, into_functions=False)
 
 
 def _boolean(value: bool, span: Span | None) -> Constant:

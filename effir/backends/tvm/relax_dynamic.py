@@ -29,16 +29,15 @@ from .relax_types import scheduled
 class DynamicLowering:
     """The executor's kernels and shapes for ``_Lowering`` (relax_lower.py)."""
 
-    def _executor(self, kernel: str, dtype: str, *extra: Any) -> Any:
-        """The executor kernel ``kernel`` for ``dtype``, added once."""
-        key = "_".join([kernel, dtype, *map(str, extra)])
-        gv = self.kernels.get(key)
+    def _executor(self, kernel: str, *args: Any) -> Any:
+        """The executor kernel ``kernel`` (made by ``executor_kernels.kernel
+        (*args)``: a dtype, a chunk size), added to the module once."""
+        key = "_".join([kernel, *map(str, args)])
+        gv = self.executor_gvs.get(key)
         if gv is None:
-            func = self._on_target(getattr(executor_kernels, kernel)(dtype, *extra))
-            gv = self.bb.add_func(func, key)
-            self.kernels[key] = (gv, None)  # type: ignore[assignment]
-            return gv
-        return gv[0]
+            func = self._on_target(getattr(executor_kernels, kernel)(*args))
+            gv = self.executor_gvs[key] = self.bb.add_func(func, key)
+        return gv
 
     def _reshape(self, value: Any, shape: list[Any]) -> Any:
         """``value`` with ``shape``: a view of the same memory (the VM's
@@ -113,7 +112,7 @@ class DynamicLowering:
         flat_mask = emit(self._reshape(mask, [rows]))
         counted = emit(
             relax.call_tir(
-                self._executor_fixed("count_true"), [flat_mask], relax.TensorType([1], "int64")
+                self._executor("count_true"), [flat_mask], relax.TensorType([1], "int64")
             )
         )
         n = self._size_of(emit(self._reshape(counted, [])))
@@ -139,9 +138,7 @@ class DynamicLowering:
         flat = emit(self._reshape(x, [total]))
         if x_type.dtype == "bool":
             counted = emit(
-                relax.call_tir(
-                    self._executor_fixed("count_true"), [flat], relax.TensorType([1], "int64")
-                )
+                relax.call_tir(self._executor("count_true"), [flat], relax.TensorType([1], "int64"))
             )
             flat = emit(relax.op.astype(flat, "int8"))
             dtype = "int8"
@@ -206,15 +203,6 @@ class DynamicLowering:
         dims = self._dims(x, x_arg.checked_type)
         shape = self.bb.emit(relax.op.shape_to_tensor(relax.ShapeExpr(dims)))
         return self.bb.emit(relax.op.astype(shape, str(call.attrs["dtype"])), name)
-
-    def _executor_fixed(self, kernel: str) -> Any:
-        key = kernel
-        known = self.kernels.get(key)
-        if known is None:
-            gv = self.bb.add_func(self._on_target(getattr(executor_kernels, kernel)()), key)
-            self.kernels[key] = (gv, None)  # type: ignore[assignment]
-            return gv
-        return known[0]
 
 
 DYNAMIC: dict[str, Callable[..., Any]] = {

@@ -480,7 +480,7 @@ class LoopLowering:
         if is_while:
             first = int(limit) if limit is not None and 0 < limit <= 64 else 16
         else:
-            first = _leading(xs_arg.checked_type)  # type: ignore[union-attr]
+            first = int(_leading_dim(xs_arg.checked_type))  # type: ignore[union-attr]
         start_bufs = [
             emit(
                 relax.call_tir(
@@ -542,13 +542,6 @@ def _step_types(t: Type) -> list[Type]:
         return [s for f in t.fields for s in _step_types(f)]
     assert isinstance(t, TensorType)
     return [TensorType(t.shape[1:], t.dtype)]
-
-
-def _leading(t: Type) -> int:
-    while isinstance(t, TupleType):
-        t = t.fields[0]
-    assert isinstance(t, TensorType)
-    return int(t.shape[0])
 
 
 def _loop_outputs(lowered: LoweredLoop, length: int) -> list[Any]:

@@ -159,11 +159,11 @@ class _Lowering(LoopLowering, DynamicLowering):
         self.apart: dict[str, Any] = {}  # symbol -> PrimFunc [RULE APART]
         self.bb = relax.BlockBuilder()
         self.globals: dict[str, Any] = {}
-        self.kernels: dict[str, tuple[Any, KernelIR]] = {}
+        self.kernels: dict[str, tuple[Any, KernelIR]] = {}  # effir's, by text and types
+        self.executor_gvs: dict[str, Any] = {}  # the executor's (relax_dynamic.py)
         self.lifted: dict[int, _Closure] = {}
         self.fallbacks: dict[str, Callable[..., Any]] = {}
         self.loops = 0
-        self.print_calls = False
 
     # ------------------------------------------------------------ globals
     def run(self, entry: str) -> RelaxProgram:
@@ -234,16 +234,13 @@ class _Lowering(LoopLowering, DynamicLowering):
         while isinstance(expr, Let):
             value = expr.value
             if isinstance(value, Function):
-                self._bind_function(expr.var, value, env)
+                # A kernel, or a closure lifted where it is called [RULE
+                # CLOSURE]: no run-time value of its own.
+                env[expr.var] = value
             else:
                 env[expr.var] = self._value(value, env, expr.var.name_hint)
             expr = expr.body
         return self._value(expr, env, "result")
-
-    def _bind_function(self, var: Var, fn: Function, env: dict[Var, Any]) -> None:
-        """A let-bound function literal: a kernel, or a closure lifted to a
-        Relax function [RULE CLOSURE]; it has no run-time value of its own."""
-        env[var] = fn
 
     # ------------------------------------------------------------- values
     def _atom(self, expr: Expr, env: dict[Var, Any]) -> Any:
