@@ -39,12 +39,14 @@ def compile(module: IRModule, target: str = "llvm", **options):  # noqa: A001
     return compile_module(module, target, **options)
 
 
-def load(path):
+def load(path, key=None):
     """A program exported by ``compiled.export(path)``, ready to call
-    without effir's frontend or a compiler (effir/backends/tvm/artifact.py)."""
+    without effir's frontend or a compiler (effir/backends/tvm/artifact.py).
+    With ``key``, the artifact must carry a signature made with that key at
+    export (``compiled.export(path, key=key)``)."""
     from .backends.tvm.artifact import load as load_artifact
 
-    return load_artifact(path)
+    return load_artifact(path, key=key)
 
 
 __all__ = [

@@ -1,7 +1,7 @@
 // run_model: runs an exported effir program (compiled.export(path)) from C++,
 // through the TVM runtime that apache-tvm ships: no Python, no effir.
 //
-//   run_model ARTIFACT INPUT.npy... [--steps N] [--out DIR]
+//   run_model ARTIFACT INPUT.npy... [--steps N] [--out DIR] [--key-file FILE]
 //
 // It reads the artifact's manifest (effir-artifact.json), checks its format,
 // version and the SHA-256 of the files it uses, binds the entry's symbolic
@@ -11,6 +11,13 @@
 // to the next as effir's state passing does. It prints each result tensor
 // (shape, dtype, sum, first values) and, with --out, writes them as .npy:
 // result_0.npy ... for the user's results, state_<cell>_<k>.npy for the cells.
+//
+// What is checked is what runs: each file is read once and its checksum
+// taken over the bytes read; a library is loaded from a private copy of
+// those bytes. With --key-file, the manifest must carry the HMAC-SHA256
+// signature that compiled.export(path, key=...) wrote (effir-artifact.sig).
+// Every .npy header is validated (dtype, non-negative shape, no overflow,
+// data present) before anything is allocated or copied.
 //
 // Build (examples/cpp/Makefile does this):
 //   g++ -std=c++17 -O2 run_model.cc -I<tvm>/include -I<tvm_ffi>/include
@@ -24,7 +31,11 @@
 #include <tvm/ffi/extra/module.h>
 #include <tvm/ffi/function.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cstdlib>
 #include <cstdio>
@@ -117,33 +128,83 @@ std::string Sha256(const std::string& data) {
   return std::string(out, 64);
 }
 
-std::string CheckedFile(const std::string& root, const ffi::String& relative,
-                        const ffi::String& digest) {
+std::string FromHex(const std::string& hex) {
+  std::string raw;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+    raw.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  }
+  return raw;
+}
+
+// HMAC-SHA256 (RFC 2104) of the manifest, as artifact.py's export(key=...).
+std::string HmacSha256(std::string key, const std::string& message) {
+  if (key.size() > 64) key = FromHex(Sha256(key));
+  key.resize(64, '\0');
+  std::string inner(64, '\0'), outer(64, '\0');
+  for (int i = 0; i < 64; ++i) {
+    inner[i] = static_cast<char>(key[i] ^ 0x36);
+    outer[i] = static_cast<char>(key[i] ^ 0x5c);
+  }
+  return Sha256(outer + FromHex(Sha256(inner + message)));
+}
+
+// The bytes of ROOT/RELATIVE, read once, whose SHA-256 is DIGEST: a file
+// outside the artifact (by "..", an absolute path or a symbolic link), a
+// file that is not a regular file, or a checksum that does not match is
+// refused. The bytes checked are the bytes returned.
+std::string CheckedBytes(const std::string& root, const ffi::String& relative,
+                         const ffi::String& digest) {
   std::string rel(relative);
   if (rel.find("..") != std::string::npos || (!rel.empty() && rel[0] == '/')) {
     throw Failure("the manifest names a file outside the artifact: " + rel);
   }
   std::string path = root + "/" + rel;
-  std::ifstream probe(path);
-  if (!probe) throw Failure(root + ": " + rel + " is missing");
-  if (Sha256(ReadFile(path)) != std::string(digest)) {
+  char base[PATH_MAX], real[PATH_MAX];
+  if (!realpath(root.c_str(), base)) throw Failure(root + ": cannot resolve the artifact");
+  if (!realpath(path.c_str(), real)) throw Failure(root + ": " + rel + " is missing");
+  std::string prefix = std::string(base) + "/";
+  if (std::string(real).compare(0, prefix.size(), prefix) != 0) {
+    throw Failure("the manifest names a file outside the artifact: " + rel);
+  }
+  struct stat info;
+  if (stat(real, &info) != 0 || !S_ISREG(info.st_mode)) {
+    throw Failure(root + ": " + rel + " is not a regular file");
+  }
+  std::string data = ReadFile(real);
+  if (Sha256(data) != std::string(digest)) {
     throw Failure(root + ": " + rel + " is corrupt or truncated (its SHA-256 does not match)");
   }
+  return data;
+}
+
+// A private copy of a checked library, which the runtime loads: replacing
+// the artifact's file after the check has no effect on what runs.
+std::string PrivateCopy(const std::string& data) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string dir_template = std::string(tmp && *tmp ? tmp : "/tmp") + "/effir-run-XXXXXX";
+  std::vector<char> dir(dir_template.begin(), dir_template.end());
+  dir.push_back('\0');
+  if (!mkdtemp(dir.data())) throw Failure("cannot create a private directory in " + dir_template);
+  std::string path = std::string(dir.data()) + "/library.so";
+  std::ofstream out(path, std::ios::binary);
+  out.write(data.data(), static_cast<std::streamsize>(data.size()));
+  if (!out) throw Failure("cannot write " + path);
   return path;
 }
 
 // --------------------------------------------------------------------- .npy
 DLDataType DType(const std::string& descr) {
   // numpy's descr: byte order, kind, size ("<f4", "|b1", "<u4", "<i8"...)
-  if (descr.size() < 3) throw Failure("unsupported dtype " + descr);
+  if (descr.size() != 3 || descr[2] < '1' || descr[2] > '8') throw Failure("unsupported dtype " + descr);
   char kind = descr[1];
-  int bytes = std::stoi(descr.substr(2));
+  int bytes = descr[2] - '0';
   if (descr[0] == '>') throw Failure("big-endian .npy is not supported");
+  bool sized = bytes == 1 || bytes == 2 || bytes == 4 || bytes == 8;
   switch (kind) {
-    case 'f': return DLDataType{kDLFloat, static_cast<uint8_t>(bytes * 8), 1};
-    case 'i': return DLDataType{kDLInt, static_cast<uint8_t>(bytes * 8), 1};
-    case 'u': return DLDataType{kDLUInt, static_cast<uint8_t>(bytes * 8), 1};
-    case 'b': return DLDataType{kDLBool, 8, 1};
+    case 'f': if (bytes >= 2 && sized) return DLDataType{kDLFloat, static_cast<uint8_t>(bytes * 8), 1}; break;
+    case 'i': if (sized) return DLDataType{kDLInt, static_cast<uint8_t>(bytes * 8), 1}; break;
+    case 'u': if (sized) return DLDataType{kDLUInt, static_cast<uint8_t>(bytes * 8), 1}; break;
+    case 'b': if (bytes == 1) return DLDataType{kDLBool, 8, 1}; break;
   }
   throw Failure("unsupported dtype " + descr);
 }
@@ -160,22 +221,29 @@ std::string DTypeName(DLDataType t) {
   return kind + std::to_string(t.bits);
 }
 
-Tensor ReadNpy(const std::string& path) {
-  std::string raw = ReadFile(path);
+// A .npy file's tensor. Every field of the header is validated before
+// anything is allocated: a shape with a negative or non-numeric dimension,
+// a size that overflows, or data shorter than the shape says is refused.
+Tensor ParseNpy(const std::string& raw, const std::string& path) {
   if (raw.size() < 10 || raw.compare(0, 6, "\x93NUMPY") != 0) throw Failure(path + ": not a .npy file");
   size_t header_len, offset;
   if (raw[6] == 1) {
     header_len = uint8_t(raw[8]) | (uint8_t(raw[9]) << 8);
     offset = 10;
-  } else {
+  } else if ((raw[6] == 2 || raw[6] == 3) && raw.size() >= 12) {
     header_len = uint8_t(raw[8]) | (uint8_t(raw[9]) << 8) | (uint8_t(raw[10]) << 16) |
                  (size_t(uint8_t(raw[11])) << 24);
     offset = 12;
+  } else {
+    throw Failure(path + ": unsupported .npy version");
   }
+  if (header_len > raw.size() - offset) throw Failure(path + ": truncated header");
   std::string header = raw.substr(offset, header_len);
   auto field = [&](const std::string& key) {
     size_t at = header.find("'" + key + "'");
-    if (at == std::string::npos) throw Failure(path + ": no " + key + " in the header");
+    if (at == std::string::npos || header.find(':', at) == std::string::npos) {
+      throw Failure(path + ": no " + key + " in the header");
+    }
     return header.substr(header.find(':', at) + 1);
   };
   std::string descr = field("descr");
@@ -185,20 +253,36 @@ Tensor ReadNpy(const std::string& path) {
     throw Failure(path + ": Fortran-ordered arrays are not supported");
   }
   std::string shape_text = field("shape");
-  shape_text = shape_text.substr(shape_text.find('(') + 1);
-  shape_text = shape_text.substr(0, shape_text.find(')'));
+  size_t open = shape_text.find('('), close = shape_text.find(')');
+  if (open == std::string::npos || close == std::string::npos || close < open) {
+    throw Failure(path + ": malformed shape in the header");
+  }
+  shape_text = shape_text.substr(open + 1, close - open - 1);
   std::vector<int64_t> shape;
   std::stringstream dims(shape_text);
   for (std::string dim; std::getline(dims, dim, ',');) {
-    if (dim.find_first_not_of(" ") != std::string::npos) shape.push_back(std::stoll(dim));
+    dim.erase(0, dim.find_first_not_of(" "));
+    dim.erase(dim.find_last_not_of(" ") + 1);
+    if (dim.empty()) continue;
+    if (dim.size() > 18 || dim.find_first_not_of("0123456789") != std::string::npos) {
+      throw Failure(path + ": invalid dimension '" + dim + "' in the shape");
+    }
+    shape.push_back(std::stoll(dim));
   }
   DLDataType dtype = DType(descr);
+  uint64_t bytes = (dtype.bits + 7) / 8;
+  for (int64_t d : shape) {
+    if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes)) {
+      throw Failure(path + ": the shape's size overflows");
+    }
+  }
+  if (bytes > raw.size() - offset - header_len) throw Failure(path + ": truncated data");
   Tensor tensor = Empty(shape, dtype);
-  size_t bytes = static_cast<size_t>(tensor.numel()) * ((dtype.bits + 7) / 8);
-  if (raw.size() < offset + header_len + bytes) throw Failure(path + ": truncated data");
   std::memcpy(tensor.data_ptr(), raw.data() + offset + header_len, bytes);
   return tensor;
 }
+
+Tensor ReadNpy(const std::string& path) { return ParseNpy(ReadFile(path), path); }
 
 void WriteNpy(const std::string& path, const Tensor& t) {
   std::string shape = "(";
@@ -268,26 +352,37 @@ ffi::Any Rebuild(const ffi::Map<ffi::Any, ffi::Any>& type, std::vector<Tensor>::
 
 int Run(int argc, char** argv) {
   if (argc < 2) {
-    std::cerr << "usage: run_model ARTIFACT INPUT.npy... [--steps N] [--out DIR]\n";
+    std::cerr << "usage: run_model ARTIFACT INPUT.npy... [--steps N] [--out DIR] [--key-file FILE]\n";
     return 2;
   }
   std::string root = argv[1];
   std::vector<std::string> input_files;
   int steps = 1;
   std::string out_dir;
+  std::string key_file;
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--steps" && i + 1 < argc) {
       steps = std::stoi(argv[++i]);
     } else if (arg == "--out" && i + 1 < argc) {
       out_dir = argv[++i];
+    } else if (arg == "--key-file" && i + 1 < argc) {
+      key_file = argv[++i];
     } else {
       input_files.push_back(arg);
     }
   }
 
+  std::string manifest_text = ReadFile(root + "/effir-artifact.json");
+  if (!key_file.empty()) {
+    std::string recorded = ReadFile(root + "/effir-artifact.sig");
+    recorded.erase(recorded.find_last_not_of(" \n") + 1);
+    if (recorded != HmacSha256(ReadFile(key_file), manifest_text)) {
+      throw Failure(root + ": the manifest's signature does not match the key");
+    }
+  }
   ffi::String error;
-  ffi::Any parsed = ffi::json::Parse(ReadFile(root + "/effir-artifact.json"), &error);
+  ffi::Any parsed = ffi::json::Parse(manifest_text, &error);
   if (!error.empty()) throw Failure(root + ": the manifest is not valid JSON: " + std::string(error));
   auto manifest = parsed.cast<ffi::Map<ffi::Any, ffi::Any>>();
   if (!manifest.count("format") || manifest.at("format").cast<ffi::String>() != "effir-artifact") {
@@ -349,7 +444,7 @@ int Run(int argc, char** argv) {
     bool serves = true;
     for (const auto& [dim, size] : want) serves = serves && dims.count(dim) && dims.at(dim) == size;
     if (serves) {
-      library = CheckedFile(root, spec.at("library").cast<ffi::String>(), spec.at("sha256").cast<ffi::String>());
+      library = PrivateCopy(CheckedBytes(root, spec.at("library").cast<ffi::String>(), spec.at("sha256").cast<ffi::String>()));
     }
   }
   if (library.empty()) throw Failure("the artifact was not exported for these input shapes");
@@ -363,7 +458,8 @@ int Run(int argc, char** argv) {
     cell_types[name] = cell.at("type").cast<ffi::Map<ffi::Any, ffi::Any>>();
     for (const ffi::Any& f : cell.at("files").cast<ffi::Array<ffi::Any>>()) {
       auto file = f.cast<ffi::Map<ffi::Any, ffi::Any>>();
-      cells[name].push_back(ReadNpy(CheckedFile(root, file.at("file").cast<ffi::String>(), file.at("sha256").cast<ffi::String>())));
+      std::string rel(file.at("file").cast<ffi::String>());
+      cells[name].push_back(ParseNpy(CheckedBytes(root, rel, file.at("sha256").cast<ffi::String>()), rel));
     }
   }
 
@@ -375,6 +471,9 @@ int Run(int argc, char** argv) {
       true);
 
   ffi::Module executable = ffi::Module::LoadFromFile(library);
+  // Loaded: the private copy is no longer needed.
+  std::remove(library.c_str());
+  rmdir(library.substr(0, library.rfind('/')).c_str());
   ffi::Module vm = executable->GetFunction("vm_load_executable").value()().cast<ffi::Module>();
   constexpr int kPooledAllocator = 2;
   vm->GetFunction("vm_initialization").value()(static_cast<int>(kDLCPU), 0, kPooledAllocator);

@@ -19,15 +19,27 @@ files. Loading checks the format, the version and every checksum before it
 loads a library, so a corrupt, truncated or foreign artifact is a clear
 ``ArtifactError``, never a crash; ``.npy`` files are read with
 ``allow_pickle=False``: nothing in an artifact runs as Python.
+
+What is checked is what runs: each file is read once, its checksum taken
+over the bytes read, and a library is loaded from a private copy of those
+bytes, so replacing a file of the artifact after ``load`` has no effect.
+Checksums detect corruption; tampering is detected only with a key:
+``export(..., key=...)`` writes an HMAC-SHA256 of the manifest (which holds
+every file's checksum), and ``load(path, key=...)`` refuses an artifact
+whose manifest it does not authenticate (docs/backend.md, "Trust model").
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
+import io
 import json
 import os
 import shutil
+import stat
 import tempfile
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +48,7 @@ import tvm
 from tvm import relax
 
 from ...ir.diagnostics import Error
+from ...ops.effects import WORLD
 from ...runtime.values import PRNGKey
 from .compile import CompiledModule, printing_to
 from .errors import BackendError
@@ -55,6 +68,12 @@ from .signature import (
 FORMAT = "effir-artifact"
 VERSION = 1
 MANIFEST = "effir-artifact.json"
+SIGNATURE = "effir-artifact.sig"
+MAX_MANIFEST_BYTES = 64 << 20
+# The device each target kind runs on (a manifest naming another is refused).
+DEVICES = {"llvm": "cpu", "cuda": "cuda"}
+
+Key = bytes | str
 
 
 class ArtifactError(Error):
@@ -64,11 +83,13 @@ class ArtifactError(Error):
 
 
 # ================================================================= export
-def export(compiled: CompiledModule, path: str | os.PathLike[str]) -> Path:
+def export(compiled: CompiledModule, path: str | os.PathLike[str], key: Key | None = None) -> Path:
     """Write ``compiled`` with every specialisation built so far to the
     directory ``path`` (replaced as a whole, only once the new one is
     complete). Call the program once per shape binding it must serve, or
-    use ``compiled.specialization(entry, dims)``, before exporting."""
+    use ``compiled.specialization(entry, dims)``, before exporting. With a
+    ``key``, the manifest is signed (HMAC-SHA256) so that ``load(path,
+    key=...)`` detects tampering, not only corruption."""
     target = Path(path)
     built = [(key, spec) for key, spec in compiled.specializations.items()]
     if not built:
@@ -117,7 +138,10 @@ def export(compiled: CompiledModule, path: str | os.PathLike[str]) -> Path:
             "entries": entries,
             "cells": cells,
         }
-        (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        manifest_bytes = (json.dumps(manifest, indent=2) + "\n").encode()
+        (staging / MANIFEST).write_bytes(manifest_bytes)
+        if key is not None:
+            (staging / SIGNATURE).write_text(_signature(manifest_bytes, key) + "\n")
         if target.exists():
             old = target.with_name(f".{target.name}.old")
             shutil.rmtree(old, ignore_errors=True)
@@ -166,26 +190,48 @@ class LoadedModule:
         self.path = path
         self.target = str(manifest["target"])
         self.target_kind = str(manifest.get("target_kind", "llvm"))
+        if self.target_kind not in DEVICES:
+            raise ArtifactError(
+                f"{path / MANIFEST}: unknown target kind {self.target_kind!r} "
+                f"(known: {', '.join(DEVICES)})"
+            )
+        # Libraries are loaded from private copies of the bytes whose
+        # checksums were checked: what was checked is what runs.
+        self._private = Path(tempfile.mkdtemp(prefix="effir-load-"))
+        weakref.finalize(self, shutil.rmtree, self._private, True)
+        self._cells: list[tuple[str, Spec, list[np.ndarray]]] = []
+        for cell in manifest["cells"]:
+            name = str(cell["name"])
+            spec = spec_from_json(cell["type"], f"{MANIFEST}, cell {name}")
+            arrays = [_state_array(path, name, f["file"], f["sha256"]) for f in cell["files"]]
+            _check_cell(path, name, spec, arrays)
+            self._cells.append((name, spec, arrays))
+        cell_names = {WORLD} | {name for name, _, _ in self._cells}
         self.entries: dict[str, tuple[Signature, dict[tuple[tuple[str, int], ...], Path]]] = {}
         for entry, record in manifest["entries"].items():
             signature = Signature.from_json(record["signature"], f"{MANIFEST}, @{entry}")
+            unknown = sorted(set(signature.state_in + signature.state_out) - cell_names)
+            if unknown:
+                raise ArtifactError(
+                    f"{path / MANIFEST}: @{entry} passes the cell(s) {', '.join(unknown)}, "
+                    "which the artifact does not declare"
+                )
             libraries = {}
             for spec in record["specializations"]:
-                dims = tuple(sorted((str(k), int(v)) for k, v in spec["dims"].items()))
-                libraries[dims] = _checked(path, spec["library"], spec["sha256"])
-            self.entries[entry] = (signature, libraries)
-        self._cells = []
-        for cell in manifest["cells"]:
-            spec = spec_from_json(cell["type"], f"{MANIFEST}, cell {cell['name']}")
-            files = [_checked(path, f["file"], f["sha256"]) for f in cell["files"]]
-            self._cells.append((str(cell["name"]), spec, files))
+                dims = tuple(
+                    sorted((str(k), _dimension(path, k, v)) for k, v in spec["dims"].items())
+                )
+                data = _checked_bytes(path, spec["library"], spec["sha256"])
+                private = self._private / f"{len(list(self._private.iterdir()))}.so"
+                private.write_bytes(data)
+                libraries[dims] = private
+            self.entries[str(entry)] = (signature, libraries)
         self._functions: dict[Path, Any] = {}
 
     def new_state(self) -> CellValues:
         values = {}
-        for name, spec, files in self._cells:
-            arrays = iter([np.load(f, allow_pickle=False) for f in files])
-            values[name] = _rebuild(spec, arrays)
+        for name, spec, arrays in self._cells:
+            values[name] = _rebuild(spec, iter([a.copy() for a in arrays]))
         return CellValues(values)
 
     def signature(self, entry: str = "main") -> Signature:
@@ -229,7 +275,7 @@ class LoadedModule:
             except Exception as err:  # TVM's loader: a library it cannot read
                 raise ArtifactError(f"{library}: TVM cannot load this library: {err}") from None
             kind = self.target_kind
-            device = tvm.cpu() if kind == "llvm" else tvm.device(kind, 0)
+            device = tvm.device(DEVICES[kind], 0)
             if not device.exist:
                 raise ArtifactError(
                     f"{library}: built for {kind}, and this machine has no such device"
@@ -239,17 +285,28 @@ class LoadedModule:
         return known
 
 
-def load(path: str | os.PathLike[str]) -> LoadedModule:
+def load(path: str | os.PathLike[str], key: Key | None = None) -> LoadedModule:
     """The program exported to ``path`` (see ``export``); ArtifactError
-    when it is not a complete, intact effir artifact of this version."""
+    when it is not a complete, intact effir artifact of this version, or,
+    with a ``key``, when its manifest is not signed with that key."""
     root = Path(path)
     manifest_path = root / MANIFEST
-    if not manifest_path.is_file():
-        raise ArtifactError(f"{root}: not an effir artifact (no {MANIFEST})")
     try:
-        manifest = json.loads(manifest_path.read_text())
+        if not manifest_path.is_file():
+            raise ArtifactError(f"{root}: not an effir artifact (no {MANIFEST})")
+        if manifest_path.stat().st_size > MAX_MANIFEST_BYTES:
+            raise ArtifactError(f"{manifest_path}: the manifest is larger than any effir writes")
+        manifest_bytes = manifest_path.read_bytes()
+    except OSError as err:
+        raise ArtifactError(f"{manifest_path}: cannot read the manifest ({err.strerror})") from None
+    if key is not None:
+        _verify_signature(root, manifest_bytes, key)
+    try:
+        manifest = json.loads(manifest_bytes)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ArtifactError(f"{manifest_path}: the manifest is not valid JSON ({err})") from None
+    except RecursionError:
+        raise ArtifactError(f"{manifest_path}: the manifest is nested too deeply") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ArtifactError(f"{manifest_path}: not an effir artifact manifest")
     version = manifest.get("version")
@@ -262,19 +319,102 @@ def load(path: str | os.PathLike[str]) -> LoadedModule:
         return LoadedModule(root, manifest)
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise ArtifactError(f"{manifest_path}: malformed manifest ({err})") from None
+    except RecursionError:
+        raise ArtifactError(f"{manifest_path}: the manifest is nested too deeply") from None
 
 
-def _checked(root: Path, relative: str, digest: str) -> Path:
-    path = (root / relative).resolve()
-    if root.resolve() not in path.parents:
-        raise ArtifactError(f"{root / MANIFEST}: {relative!r} points outside the artifact")
-    if not path.is_file():
-        raise ArtifactError(f"{root}: {relative} is missing")
-    if _digest(path) != digest:
+def _signature(manifest: bytes, key: Key) -> str:
+    secret = key.encode() if isinstance(key, str) else bytes(key)
+    return hmac.new(secret, manifest, hashlib.sha256).hexdigest()
+
+
+def _verify_signature(root: Path, manifest: bytes, key: Key) -> None:
+    try:
+        recorded = (root / SIGNATURE).read_text().strip()
+    except FileNotFoundError:
+        raise ArtifactError(
+            f"{root}: the artifact is not signed (no {SIGNATURE}), and a key was given"
+        ) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ArtifactError(f"{root / SIGNATURE}: cannot read the signature ({err})") from None
+    if not hmac.compare_digest(recorded, _signature(manifest, key)):
+        raise ArtifactError(
+            f"{root}: the manifest's signature does not match the key: the artifact was "
+            "changed after it was exported, or signed with another key"
+        )
+
+
+def _dimension(root: Path, name: Any, value: Any) -> int:
+    if type(value) is not int or not 0 <= value < 1 << 63:
+        raise ArtifactError(
+            f"{root / MANIFEST}: dimension {name!r} must be a non-negative integer, not {value!r}"
+        )
+    return value
+
+
+def _checked_bytes(root: Path, relative: Any, digest: Any) -> bytes:
+    """The contents of ``root/relative``, read once, whose SHA-256 is
+    ``digest``: the bytes checked are the bytes returned."""
+    if not isinstance(relative, str) or not isinstance(digest, str):
+        raise ArtifactError(f"{root / MANIFEST}: a file entry must name a file and its sha256")
+    try:
+        base = root.resolve(strict=True)
+        path = (root / relative).resolve()
+        if base not in path.parents:
+            raise ArtifactError(f"{root / MANIFEST}: {relative!r} points outside the artifact")
+        path = path.resolve(strict=True)
+    except FileNotFoundError:
+        raise ArtifactError(f"{root}: {relative} is missing") from None
+    except (OSError, RuntimeError) as err:  # a symlink loop is a RuntimeError
+        raise ArtifactError(f"{root}: {relative} cannot be resolved ({err})") from None
+    try:
+        with open(path, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise ArtifactError(f"{root}: {relative} is not a regular file")
+            data = f.read()
+    except OSError as err:
+        raise ArtifactError(f"{root}: {relative} cannot be read ({err.strerror})") from None
+    if hashlib.sha256(data).hexdigest() != digest:
         raise ArtifactError(
             f"{root}: {relative} is corrupt or truncated (its SHA-256 does not match the manifest)"
         )
-    return path
+    return data
+
+
+def _state_array(root: Path, cell: str, relative: Any, digest: Any) -> np.ndarray:
+    data = _checked_bytes(root, relative, digest)
+    try:
+        return np.load(io.BytesIO(data), allow_pickle=False)
+    except (ValueError, OSError, EOFError) as err:
+        raise ArtifactError(
+            f"{root}: {relative}, a value of cell {cell}, is not a plain .npy array ({err})"
+        ) from None
+
+
+def _check_cell(root: Path, cell: str, spec: Spec, arrays: list[np.ndarray]) -> None:
+    """The cell's files hold exactly the tensors its type says."""
+    leaves: list[Spec] = []
+    stack = [spec]
+    while stack:
+        s = stack.pop()
+        if isinstance(s, TupleSpec):
+            stack.extend(reversed(s.fields))
+        else:
+            leaves.append(s)
+    if len(leaves) != len(arrays):
+        raise ArtifactError(
+            f"{root / MANIFEST}: cell {cell} has {len(arrays)} file(s) for {len(leaves)} tensor(s)"
+        )
+    for leaf, array in zip(leaves, arrays, strict=True):
+        if isinstance(leaf, TensorSpec):
+            expected = (tuple(leaf.shape), leaf.dtype)
+        else:  # a key: two uint32 words
+            expected = ((2,), "uint32")
+        if (array.shape, str(array.dtype)) != expected:
+            raise ArtifactError(
+                f"{root}: cell {cell} holds a {str(array.dtype)} array of shape {array.shape}, "
+                f"where its type says {expected[1]} of shape {expected[0]}"
+            )
 
 
 def _rebuild(spec: Spec, arrays: Any) -> Any:

@@ -267,12 +267,14 @@ class CompiledModule:
                 self.specializations[key] = spec
                 return spec
 
-    def export(self, path: Any) -> Any:
+    def export(self, path: Any, key: bytes | str | None = None) -> Any:
         """Write this program, with every specialisation built so far, to
-        the directory ``path`` (artifact.py); ``effir.load(path)`` runs it."""
+        the directory ``path`` (artifact.py); ``effir.load(path)`` runs it.
+        With a ``key`` the manifest is signed (HMAC-SHA256), and
+        ``effir.load(path, key=key)`` refuses a tampered artifact."""
         from .artifact import export
 
-        return export(self, path)
+        return export(self, path, key=key)
 
     def new_state(self, seed: int | None = None) -> State:
         return State(self.source, seed=seed)

@@ -71,3 +71,70 @@ def test_the_runner_runs_the_gru_model_as_the_interpreter(runner: Path, tmp_path
     assert "is corrupt or truncated" in done.stderr
     done = subprocess.run([runner, tmp_path / "model", inputs[0]], capture_output=True, text=True)
     assert done.returncode == 1 and "@main takes 9 inputs, got 1" in done.stderr
+
+
+@pytest.fixture(scope="module")
+def small_artifact(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    """A small exported program (signed with a key) and its input files."""
+    root = tmp_path_factory.mktemp("small")
+    module = effir.check(
+        effir.parse(
+            '#[version = "0.0.5"]\ndef @main(%x: Tensor[(n, 4), float32]) { tanh(%x) }',
+            source_name="small.effir",
+        )
+    )
+    compiled = effir.compile(module)
+    x = np.ones((2, 4), np.float32)
+    compiled(x)
+    compiled.export(root / "model", key=b"runner key")
+    np.save(root / "x.npy", x)
+    (root / "key").write_bytes(b"runner key")
+    return root, [str(root / "x.npy")]
+
+
+def run(runner: Path, *args: object) -> subprocess.CompletedProcess:
+    return subprocess.run([runner, *map(str, args)], capture_output=True, text=True, timeout=60)
+
+
+def npy_with_header(shape_text: str, data: bytes = b"\0" * 64) -> bytes:
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape_text + ", }"
+    header += " " * (63 - (len(header) + 10) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode() + data
+
+
+@pytest.mark.parametrize(
+    "shape", ["(-8, 4)", "(2, -4)", "(4611686018427387904, 4)", "(2, x)", "(2, 4"]
+)
+def test_a_malformed_npy_header_is_refused_not_a_crash(
+    runner: Path, small_artifact: tuple[Path, list[str]], tmp_path: Path, shape: str
+) -> None:
+    root, _ = small_artifact
+    bad = tmp_path / "bad.npy"
+    bad.write_bytes(npy_with_header(shape))
+    done = run(runner, root / "model", bad)
+    assert done.returncode == 1, (done.returncode, done.stderr)
+    assert "bad.npy" in done.stderr
+
+
+def test_a_library_symlinked_out_of_the_artifact_is_refused(
+    runner: Path, small_artifact: tuple[Path, list[str]], tmp_path: Path
+) -> None:
+    root, inputs = small_artifact
+    model = Path(shutil.copytree(root / "model", tmp_path / "model"))
+    library = next((model / "lib").iterdir())
+    outside = tmp_path / "outside.so"
+    shutil.move(library, outside)
+    library.symlink_to(outside)
+    done = run(runner, model, *inputs)
+    assert done.returncode == 1 and "outside the artifact" in done.stderr, done.stderr
+
+
+def test_the_runner_checks_a_signed_manifest_with_its_key(
+    runner: Path, small_artifact: tuple[Path, list[str]], tmp_path: Path
+) -> None:
+    root, inputs = small_artifact
+    done = run(runner, root / "model", *inputs, "--key-file", root / "key")
+    assert done.returncode == 0, done.stderr
+    (tmp_path / "other").write_bytes(b"another key")
+    done = run(runner, root / "model", *inputs, "--key-file", tmp_path / "other")
+    assert done.returncode == 1 and "signature does not match" in done.stderr
