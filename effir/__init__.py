@@ -3,6 +3,7 @@
 from . import ops  # noqa: F401  (registers every operator)
 from .backends.interpreter import Closure, Interpreter, State, interpret
 from .ir import (
+    ArgumentError,
     AttrError,
     EffectError,
     Error,
@@ -50,6 +51,7 @@ def load(path, key=None):
 
 
 __all__ = [
+    "ArgumentError",
     "AttrError",
     "Closure",
     "EffectError",

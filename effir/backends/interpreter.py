@@ -61,13 +61,13 @@ from ..ir.expr import (
 )
 from ..ir.module import IRModule
 from ..ir.op import OpDef, op_def
-from ..ir.printer import astext
 from ..ir.trampoline import run
-from ..ir.types import ANY, TensorType, TupleType, Type
+from ..ir.types import TensorType, TupleType, Type
 from ..ops.effects import WORLD
 from ..ops.relations import OpFailure
 from ..runtime import prng
-from ..runtime.values import ADTValue, PRNGKey, RefValue, describe_value, type_text
+from ..runtime.arguments import bind_arguments, check_argument, convert_argument
+from ..runtime.values import ADTValue, PRNGKey, RefValue, describe_value
 
 Sink = Callable[[str, Any], None]
 
@@ -79,12 +79,24 @@ class Env:
     """One activation's variables, chained to the enclosing closure's, and
     the values of the shared sub-expressions it has evaluated."""
 
-    __slots__ = ("values", "parent", "shared")
+    __slots__ = ("values", "parent", "shared", "dims")
 
     def __init__(self, parent: Env | None = None) -> None:
         self.values: dict[Var, Any] = {}
         self.parent = parent
         self.shared: dict[int, Any] | None = None
+        # The sizes the call's arguments gave the function's symbolic
+        # dimensions (the type of a loop that ran zero times needs them).
+        self.dims: dict[str, int] | None = None
+
+    def dim_sizes(self) -> dict[str, int]:
+        sizes: dict[str, int] = {}
+        env: Env | None = self
+        while env is not None:
+            for name, size in (env.dims or {}).items():
+                sizes.setdefault(name, size)
+            env = env.parent
+        return sizes
 
     def shared_value(self, expr: Expr) -> Any:
         env: Env | None = self
@@ -188,18 +200,21 @@ def interpret(
     state: State | None = None,
     sink: Sink | None = None,
     kernels: Mapping[Function | Call, Callable[..., Any]] | None = None,
+    **named: Any,
 ) -> Any:
-    """Run ``@entry`` on ``args`` and return its result.
+    """Run ``@entry`` on ``args`` (and ``named`` arguments, by parameter
+    name) and return its result.
 
     ``state`` holds the global cells and is updated in place (a fresh one
     from the declarations when None); ``sink(label, value)`` receives what
     ``debug.print`` prints (standard output by default); ``kernels`` maps
     functions to compiled code that runs in their place (the TVM backend's
-    executor). Run-time errors are ``effir.EvalError`` naming the operator
-    and the source location."""
+    executor). Arguments follow the input contract of
+    effir/runtime/arguments.py; run-time errors are ``effir.EvalError``
+    naming the operator and the source location."""
     if state is None:
         state = State(module)
-    return Interpreter(module, state, sink, kernels).call_global(entry, args)
+    return Interpreter(module, state, sink, kernels).call_global(entry, args, named)
 
 
 def interpret_a2(
@@ -209,6 +224,7 @@ def interpret_a2(
     state: State | None = None,
     sink: Sink | None = None,
     kernels: Mapping[Function | Call, Callable[..., Any]] | None = None,
+    **named: Any,
 ) -> Any:
     """Run a state-passing (A2) ``@entry`` as if it were the effectful
     program it came from: the current values of the cells the entry's
@@ -230,7 +246,11 @@ def interpret_a2(
     if unknown:
         raise EvalError(f"@{name} passes the state of @{unknown[0]}, which the state does not hold")
     values = tuple(np.int64(0) if c == WORLD else state[c] for c in state_in)
-    result = Interpreter(module, state, sink, kernels).call_global(name, (*args, *values))
+    params = module.functions[name].params
+    user = bind_arguments(
+        f"@{name}", [p.name_hint for p in params[: len(params) - len(state_in)]], args, named
+    )
+    result = Interpreter(module, state, sink, kernels).call_global(name, (*user, *values))
     if not state_out:
         return result
     for cell, value in zip(state_out, result[1:], strict=True):
@@ -262,17 +282,19 @@ class Interpreter:
         self._shared = shared_nodes(module)
 
     # ------------------------------------------------------------ entry
-    def call_global(self, name: str, args: tuple[Any, ...]) -> Any:
+    def call_global(
+        self, name: str, args: tuple[Any, ...], named: Mapping[str, Any] | None = None
+    ) -> Any:
         name = name.removeprefix("@")
         if name not in self.module.functions:
             known = ", ".join("@" + n for n in self.module.functions) or "none"
             raise EvalError(f"the module has no function @{name} (functions: {known})")
         closure = self._global(name)
         fn = closure.function
-        if len(args) != len(fn.params):
-            raise EvalError(f"@{name} takes {len(fn.params)} argument(s), got {len(args)}", fn.span)
+        bound = bind_arguments(f"@{name}", [p.name_hint for p in fn.params], args, named or {})
         converted = tuple(
-            _convert_argument(p, a, name) for p, a in zip(fn.params, args, strict=True)
+            convert_argument(a, p.type_annotation, f"argument %{p.name_hint} of @{name}")
+            for p, a in zip(fn.params, bound, strict=True)
         )
         return run(self._apply(closure, converted, None))
 
@@ -330,7 +352,13 @@ class Interpreter:
                     else:
                         result = yield self._eval(value, env)
                     if expr.var.type_annotation is not None:
-                        _check_value(result, expr.var.type_annotation, {}, expr.var, None)
+                        check_argument(
+                            result,
+                            expr.var.type_annotation,
+                            {},
+                            f"%{expr.var.name_hint}",
+                            expr.var.span,
+                        )
                     env.values[expr.var] = result
                     expr = expr.body
                 continue
@@ -347,7 +375,7 @@ class Interpreter:
                     definition = op_def(callee)
                     if "control_flow" not in definition.traits:
                         return self._call_simple_op(expr, definition, tuple(args))
-                    return (yield from self._run_control_flow(expr, definition, tuple(args)))
+                    return (yield from self._run_control_flow(expr, definition, tuple(args), env))
                 if isinstance(callee, Constructor):
                     return ADTValue(callee.name, tuple(args))
                 fn = (
@@ -410,8 +438,9 @@ class Interpreter:
         dims: dict[str, int] = {}
         for param, arg in zip(fn.params, args, strict=True):
             if param.type_annotation is not None:
-                _check_value(arg, param.type_annotation, dims, param, closure.name)
+                check_argument(arg, param.type_annotation, dims, _where(param, closure), param.span)
             env.values[param] = arg
+        env.dims = dims or None
         return fn.body, env
 
     def _apply(self, closure: Closure, args: tuple[Any, ...], span: Span | None):
@@ -430,13 +459,13 @@ class Interpreter:
         dims: dict[str, int] = {}
         for param, arg in zip(fn.params, args, strict=True):
             if param.type_annotation is not None:
-                _check_value(arg, param.type_annotation, dims, param, closure.name)
+                check_argument(arg, param.type_annotation, dims, _where(param, closure), param.span)
         try:
             return kernel(*args)
         except _RUNTIME_FAILURES as err:
             raise EvalError(f"{closure.name or 'a compiled function'}: {err}", span) from None
 
-    def _run_control_flow(self, call: Call, definition: OpDef, args: tuple[Any, ...]):
+    def _run_control_flow(self, call: Call, definition: OpDef, args: tuple[Any, ...], env: Env):
         """Generator: a control-flow operator, whose rule asks for its bodies
         to be run through the trampoline."""
         name = definition.name
@@ -449,7 +478,7 @@ class Interpreter:
         impl = _numpy_rule(definition, call)
         out_type = None
         if call.has_type:
-            out_type = call.checked_type.fields[0]  # type: ignore[attr-defined]
+            out_type = _with_sizes(call.checked_type.fields[0], env)  # type: ignore[attr-defined]
         try:
             steps = impl(args, call.attrs, out_type=out_type)
             request = next(steps)
@@ -568,57 +597,22 @@ def _match_pattern(pattern: Pattern, value: Any) -> dict[Var, Any] | None:
     return bindings
 
 
-def _convert_argument(param: Var, value: Any, fn_name: str) -> Any:
-    """Accept Python scalars and lists for tensor parameters, converted to the
-    declared dtype when no value changes kind (a float is never truncated to
-    an int); numpy arrays and scalars must already have the declared dtype."""
-    t = param.type_annotation
-    if isinstance(value, np.generic):
-        value = np.asarray(value)
-    if isinstance(t, TensorType) and isinstance(value, bool | int | float | list | tuple):
-        array = np.asarray(value)
-        target = np.dtype(t.dtype)
-        if (
-            array.dtype.kind == "f"
-            and target.kind != "f"
-            or (array.dtype.kind in "iu" and target.kind == "b")
-        ):
-            raise EvalError(
-                f"argument %{param.name_hint} of @{fn_name} expects {t.dtype}, got {value!r}"
-            )
-        return array.astype(target)
-    return value
+def _where(param: Var, closure: Closure) -> str:
+    name = f"%{param.name_hint}"
+    return f"parameter {name} of {closure.name}" if closure.name else name
 
 
-def _check_value(value: Any, t: Type, dims: dict[str, int], param: Var, fn: str | None) -> None:
-    """The run-time check of a parameter's annotation: dtype, rank, static
-    sizes, and one size per symbolic dimension within the call."""
-    where = f"parameter %{param.name_hint} of {fn}" if fn else f"%{param.name_hint}"
-    stack = [(value, t)]
-    while stack:
-        v, ty = stack.pop()
-        if isinstance(ty, TensorType):
-            if not isinstance(v, np.ndarray):
-                raise EvalError(f"{where} expects a tensor, got {describe_value(v)}", param.span)
-            if str(v.dtype) != ty.dtype or v.ndim != len(ty.shape):
-                raise EvalError(f"{where} expects {astext(ty)}, got {type_text(v)}", param.span)
-            for size, dim in zip(v.shape, ty.shape, strict=True):
-                if dim == ANY:
-                    continue
-                if isinstance(dim, int):
-                    ok = size == dim
-                else:
-                    ok = dims.setdefault(dim, size) == size
-                if not ok:
-                    raise EvalError(
-                        f"shape check failed: {where} expects {astext(ty)}, got shape "
-                        f"{tuple(v.shape)}"
-                        + (f" (with {dim} = {dims[dim]})" if isinstance(dim, str) else ""),
-                        param.span,
-                    )
-        elif isinstance(ty, TupleType):
-            if not isinstance(v, tuple) or len(v) != len(ty.fields):
-                raise EvalError(
-                    f"{where} expects {astext(ty)}, got {describe_value(v)}", param.span
-                )
-            stack.extend(zip(v, ty.fields, strict=True))
+def _with_sizes(t: Type, env: Env) -> Type:
+    """``t`` with the symbolic dimensions the enclosing calls bound replaced
+    by their sizes: the shape of a loop's stacked output when it ran zero
+    times (``xs[:0]``) is then known, as it is in compiled code."""
+    sizes = env.dim_sizes()
+    if not sizes:
+        return t
+    if isinstance(t, TupleType):
+        return TupleType(tuple(_with_sizes(f, env) for f in t.fields))
+    if isinstance(t, TensorType):
+        return TensorType(
+            tuple(sizes.get(d, d) if isinstance(d, str) else d for d in t.shape), t.dtype
+        )
+    return t

@@ -2,6 +2,7 @@
 structural equality and hashing, traversal, and the well-formedness check."""
 
 from .diagnostics import (
+    ArgumentError,
     AttrError,
     EffectError,
     Error,

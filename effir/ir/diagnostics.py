@@ -164,6 +164,12 @@ class EvalError(Error):
     kind = "runtime error"
 
 
+class ArgumentError(EvalError):
+    """An argument that does not fit its parameter, or a call that binds
+    its arguments wrongly: the same error from the interpreter, a compiled
+    module and a loaded artifact (effir/runtime/arguments.py)."""
+
+
 def caret_excerpt(span: Span) -> str:
     """The source line of a span with a caret (and tildes) under it."""
     line, col = span.source.line_col(span.start)

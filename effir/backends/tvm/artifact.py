@@ -246,7 +246,12 @@ class LoadedModule:
         return self.entries[name]
 
     def __call__(
-        self, *args: Any, entry: str = "main", state: CellValues | None = None, sink: Any = None
+        self,
+        *args: Any,
+        entry: str = "main",
+        state: CellValues | None = None,
+        sink: Any = None,
+        **named: Any,
     ) -> Any:
         signature, libraries = self._entry(entry)
         if state is None:
@@ -265,7 +270,7 @@ class LoadedModule:
             )
 
         with printing_to(sink):
-            return call_entry(function, signature, args, state)
+            return call_entry(function, signature, args, state, named, entry.removeprefix("@"))
 
     def _function(self, library: Path, entry: str) -> Any:
         known = self._functions.get(library)

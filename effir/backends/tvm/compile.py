@@ -205,8 +205,11 @@ class CompiledModule:
         entry: str = "main",
         state: State | None = None,
         sink: Sink | None = None,
+        **named: Any,
     ) -> Any:
-        """``@entry``'s result. ``state`` holds the program's global cells
+        """``@entry``'s result for ``args`` (and ``named`` arguments, by
+        parameter name: the input contract of effir/runtime/arguments.py,
+        as ``effir.interpret``). ``state`` holds the program's global cells
         (a fresh ``effir.State(source)`` when None) and is updated as the
         source program would update it; ``sink(label, value)`` receives
         prints (standard output when None)."""
@@ -216,7 +219,12 @@ class CompiledModule:
             state = State(self.source)
         with printing_to(sink):
             return call_entry(
-                lambda dims: self.specialization(name, dims).function(), signature, args, state
+                lambda dims: self.specialization(name, dims).function(),
+                signature,
+                args,
+                state,
+                named,
+                name,
             )
 
     def signature(self, entry: str = "main") -> Signature:

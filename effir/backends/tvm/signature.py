@@ -21,8 +21,9 @@ import tvm
 import tvm_ffi
 
 from ...ir.printer import astext
-from ...ir.types import ANY, KeyType, TensorType, TupleType, Type
+from ...ir.types import KeyType, TensorType, TupleType, Type
 from ...ops.effects import WORLD
+from ...runtime.arguments import bind_arguments, check_argument, convert_argument
 from ...runtime.values import PRNGKey, RefValue
 from .errors import BackendError
 
@@ -53,6 +54,16 @@ class TupleSpec:
 
 
 Spec = TensorSpec | KeySpec | TupleSpec
+
+
+def type_of(spec: Spec) -> Type:
+    """The effir type of values of ``spec`` (the input contract,
+    effir/runtime/arguments.py, checks values against types)."""
+    if isinstance(spec, TensorSpec):
+        return TensorType(spec.shape, spec.dtype)
+    if isinstance(spec, KeySpec):
+        return KeyType()
+    return TupleType(tuple(type_of(f) for f in spec.fields))
 
 
 def spec_of(t: Type) -> Spec:
@@ -137,50 +148,25 @@ class Signature:
             raise ValueError(f"{where}: missing or malformed field {err}") from None
         return Signature(params, state_in, state_out, result)
 
-    def bind(self, args: tuple[Any, ...]) -> Dims:
-        """The sizes ``args`` give the symbolic dimensions; BackendError for
-        an argument of the wrong shape or dtype, or a dimension given two
-        sizes."""
-        if len(args) != len(self.params):
-            raise BackendError(
-                f"the program takes {self.inputs} argument(s), got {len(args) - len(self.state_in)}"
-            )
+    def bind(
+        self, args: tuple[Any, ...], named: dict[str, Any] | None = None, entry: str = "main"
+    ) -> tuple[tuple[Any, ...], Dims]:
+        """The user's arguments (positional, then by name) converted and
+        checked as the interpreter does (effir/runtime/arguments.py), and
+        the sizes they give the symbolic dimensions; ArgumentError for an
+        argument that does not fit its parameter."""
+        user = self.params[: self.inputs]
+        bound = bind_arguments(f"@{entry}", [n for n, _ in user], args, named or {})
         dims: Dims = {}
-        for (name, spec), arg in zip(self.params, args, strict=True):
-            _bind(spec, arg, dims, f"argument %{name}")
-        return dims
-
-
-def _bind(spec: Spec, value: Any, dims: Dims, what: str) -> None:
-    work = [(spec, value, what)]
-    while work:
-        s, v, where = work.pop()
-        if isinstance(s, TupleSpec):
-            if not isinstance(v, tuple | list) or len(v) != len(s.fields):
-                raise BackendError(f"{where} must be a tuple of {len(s.fields)} values")
-            work.extend(
-                (f, x, f"{where}.{i}") for i, (f, x) in enumerate(zip(s.fields, v, strict=True))
-            )
-        elif isinstance(s, KeySpec):
-            data = v.data if isinstance(v, PRNGKey) else np.asarray(v)
-            if data.shape != (2,) or data.dtype != np.uint32:
-                raise BackendError(f"{where} must be a Key (random.key(...)), got {_shown(data)}")
-        else:
-            array = np.asarray(v)
-            if array.dtype != np.dtype(s.dtype) or array.ndim != len(s.shape):
-                raise BackendError(f"{where} must be a {s.text()}, got {_shown(array)}")
-            for d, n in zip(s.shape, array.shape, strict=True):
-                if isinstance(d, int):
-                    if d != n:
-                        raise BackendError(f"{where} must be a {s.text()}, got {_shown(array)}")
-                elif d != ANY and dims.setdefault(d, int(n)) != n:
-                    raise BackendError(
-                        f"{where}: dimension {d} is {dims[d]} in an earlier argument and {n} here"
-                    )
-
-
-def _shown(array: np.ndarray) -> str:
-    return f"an array of shape {tuple(array.shape)} and dtype {array.dtype}"
+        converted = []
+        for (name, spec), arg in zip(user, bound, strict=True):
+            t = type_of(spec)
+            # The interpreter's words: conversion is of the argument, the
+            # type check of the parameter (effir/backends/interpreter.py).
+            value = convert_argument(arg, t, f"argument %{name} of @{entry}")
+            check_argument(value, t, dims, f"parameter %{name} of @{entry}")
+            converted.append(value)
+        return tuple(converted), dims
 
 
 # -------------------------------------------------------------- conversion
@@ -209,15 +195,21 @@ def from_tvm(value: Any, spec: Spec) -> Any:
 
 
 def call_entry(
-    function: Callable[[Dims], Any], signature: Signature, args: tuple[Any, ...], cells: Any
+    function: Callable[[Dims], Any],
+    signature: Signature,
+    args: tuple[Any, ...],
+    cells: Any,
+    named: dict[str, Any] | None = None,
+    entry: str = "main",
 ) -> Any:
     """Run an entry as the interpreter runs it: the cells' values (from
     ``cells``, a ``State``) follow the arguments, the new values it returns
     are written back, the user's result is returned. ``function(dims)`` is
     the VM function for the arguments' binding of the dimensions."""
+    user, dims = signature.bind(args, named, entry)
     values = tuple(np.int64(0) if c == WORLD else cells[c] for c in signature.state_in)
-    inputs = (*args, *values)
-    run = function(signature.bind(inputs))
+    inputs = (*user, *values)
+    run = function(dims)
     tensors = [to_tvm(v, spec) for v, (_, spec) in zip(inputs, signature.params, strict=True)]
     result = from_tvm(run(*tensors), signature.result)
     if not signature.state_out:

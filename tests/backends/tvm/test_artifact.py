@@ -71,7 +71,9 @@ def test_shapes_it_was_not_exported_for_are_refused(exported) -> None:
     w = np.zeros((4, 4), np.float32)
     with pytest.raises(BackendError, match=r"exported for the dimensions .*'n': 2.*not \{'n': 3\}"):
         loaded(np.zeros((3, 4), np.float32), w)
-    with pytest.raises(BackendError, match=r"argument %w must be a Tensor\[\(4, 4\), float32\]"):
+    with pytest.raises(
+        effir.ArgumentError, match=r"parameter %w of @main expects Tensor\[\(4, 4\), float32\]"
+    ):
         loaded(np.zeros((2, 4), np.float32), np.zeros((3, 4), np.float32))
 
 

@@ -175,14 +175,18 @@ def test_a_static_program_is_built_by_compile() -> None:
     assert "TVM build (static)" in compiled.report.table()
 
 
-def test_arguments_of_the_wrong_shape_or_dtype_are_backend_errors() -> None:
+def test_arguments_of_the_wrong_shape_or_dtype_are_argument_errors() -> None:
+    """The interpreter's errors (the one input contract, effir/runtime/arguments.py)."""
     module = parse("def @main(%x: Tensor[(n, 4), float32], %y: Tensor[(n), float32]) { %y }")
     compiled = compile_module(module)
-    with pytest.raises(BackendError, match=r"argument %x must be a Tensor\[\(n, 4\), float32\]"):
+    with pytest.raises(
+        effir.ArgumentError,
+        match=r"shape check failed: parameter %x of @main expects Tensor\[\(n, 4\), float32\]",
+    ):
         compiled(np.zeros((2, 5), np.float32), np.zeros(2, np.float32))
-    with pytest.raises(BackendError, match="dimension n is 2 in an earlier argument and 3 here"):
+    with pytest.raises(effir.ArgumentError, match=r"got shape \(3,\) \(with n = 2\)"):
         compiled(np.zeros((2, 4), np.float32), np.zeros(3, np.float32))
-    with pytest.raises(BackendError, match="takes 2 argument"):
+    with pytest.raises(effir.ArgumentError, match="takes 2 argument"):
         compiled(np.zeros((2, 4), np.float32))
 
 

@@ -1,0 +1,187 @@
+"""The input contract: what a program accepts as arguments, the same for
+``effir.interpret``, a compiled module and a loaded artifact
+(docs/semantics.md, "Calling a program").
+
+One module so that the three agree by construction: a value one of them
+accepts, the others accept and convert the same way; a value one refuses,
+the others refuse with the same ``ArgumentError`` and message.
+
+- Arguments bind positionally, then by parameter name (``x=...``), as a
+  Python call binds them.
+- A tensor parameter takes a numpy array or scalar of its dtype; anything
+  that exports ``__dlpack__`` or ``__array__`` (JAX and PyTorch arrays on
+  the CPU), read without a copy where possible and then held to the same
+  dtype rule; Python scalars and (nested) lists, converted to the declared
+  dtype when no value changes kind (a float is never truncated to an int).
+- A key parameter takes a ``PRNGKey`` or two ``uint32`` words.
+- A tuple parameter takes a tuple or a list of the right length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..ir.diagnostics import ArgumentError, Span
+from ..ir.printer import astext
+from ..ir.types import ANY, KeyType, TensorType, TupleType, Type
+from .values import PRNGKey, describe_value, type_text
+
+_PYTHON_VALUES = (bool, int, float, list, tuple)
+
+
+def bind_arguments(
+    fn: str, names: Sequence[str], args: Sequence[Any], named: Mapping[str, Any]
+) -> tuple[Any, ...]:
+    """``args`` then ``named`` bound to the parameters ``names`` of ``fn``,
+    in parameter order; ArgumentError as Python's call binding would raise."""
+    if not named:
+        if len(args) != len(names):
+            raise ArgumentError(f"{fn} takes {len(names)} argument(s), got {len(args)}")
+        return tuple(args)
+    if len(args) > len(names):
+        raise ArgumentError(f"{fn} takes {len(names)} argument(s), got {len(args)}")
+    bound: dict[str, Any] = dict(zip(names, args, strict=False))
+    for name, value in named.items():
+        if name not in names:
+            known = ", ".join(names) or "none"
+            raise ArgumentError(f"{fn} has no parameter named {name!r} (parameters: {known})")
+        if name in bound:
+            raise ArgumentError(f"{fn} got two values for parameter {name!r}")
+        bound[name] = value
+    missing = [n for n in names if n not in bound]
+    if missing:
+        raise ArgumentError(f"{fn} is missing the argument(s) {', '.join(missing)}")
+    return tuple(bound[n] for n in names)
+
+
+def convert_argument(value: Any, t: Type | None, where: str) -> Any:
+    """``value`` as the program holds a value of type ``t``: numpy arrays
+    for tensors (from foreign arrays and Python values), ``PRNGKey`` for
+    keys, tuples for tuples. Types it does not constrain (functions,
+    references, ADTs) pass through; ``check_argument`` checks the rest."""
+    if t is None:
+        return value
+    # Iterative over nested tuple types: a post-order rebuild.
+    results: list[Any] = []
+    work: list[tuple[Any, Any, str, bool]] = [(value, t, where, False)]
+    while work:
+        v, ty, at, rebuilt = work.pop()
+        if rebuilt:  # every field of this tuple is converted: pop them
+            n = len(ty.fields)
+            fields = tuple(results[len(results) - n :])
+            del results[len(results) - n :]
+            results.append(fields)
+        elif isinstance(ty, TupleType):
+            if not isinstance(v, tuple | list) or len(v) != len(ty.fields):
+                raise ArgumentError(f"{at} expects {astext(ty)}, got {_describe(v)}")
+            work.append((v, ty, at, True))
+            work.extend(
+                (x, f, f"{at}.{i}", False)
+                for i, (x, f) in reversed(list(enumerate(zip(v, ty.fields, strict=True))))
+            )
+        elif isinstance(ty, TensorType):
+            results.append(as_array(v, ty.dtype, at))
+        elif isinstance(ty, KeyType):
+            results.append(as_key(v, at))
+        else:
+            results.append(v)
+    return results[0]
+
+
+def as_array(value: Any, dtype: str, where: str) -> np.ndarray:
+    """A tensor argument as a numpy array (``dtype`` is the declared one:
+    Python values are converted to it, arrays must already have it)."""
+    if isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, np.generic):
+        return np.asarray(value)
+    if isinstance(value, _PYTHON_VALUES):
+        try:
+            array = np.asarray(value)
+        except (ValueError, TypeError):
+            raise ArgumentError(f"{where} expects a {dtype} tensor, got a ragged list") from None
+        target = np.dtype(dtype)
+        if array.dtype == object or array.dtype.kind not in "biuf":
+            raise ArgumentError(f"{where} expects a {dtype} tensor, got {_describe(value)}")
+        if (array.dtype.kind == "f" and target.kind != "f") or (
+            array.dtype.kind in "iuf" and target.kind == "b"
+        ):
+            raise ArgumentError(f"{where} expects {dtype}, got {_describe(value)}")
+        return array.astype(target)
+    if hasattr(value, "__dlpack__"):
+        try:
+            return np.from_dlpack(value)
+        except (BufferError, TypeError, RuntimeError, ValueError):
+            pass  # on another device, or not readable as is: try __array__
+    if hasattr(value, "__array__"):
+        try:
+            return np.asarray(value)
+        except Exception as err:  # a foreign library's conversion error
+            raise ArgumentError(
+                f"{where}: a {type(value).__name__} that cannot be read as an array on the "
+                f"CPU ({err}); move it to the CPU first"
+            ) from None
+    raise ArgumentError(f"{where} expects a {dtype} tensor, got {_describe(value)}")
+
+
+def as_key(value: Any, where: str) -> PRNGKey:
+    """A key argument: a ``PRNGKey``, or its two ``uint32`` words."""
+    if isinstance(value, PRNGKey):
+        return value
+    if isinstance(value, np.ndarray | np.generic) or hasattr(value, "__array__"):
+        array = as_array(value, "uint32", where)
+        if array.shape == (2,) and array.dtype == np.uint32:
+            return PRNGKey(array)
+    raise ArgumentError(f"{where} expects a Key (random.key(...)), got {_describe(value)}")
+
+
+def check_argument(
+    value: Any, t: Type, dims: dict[str, int], where: str, span: Span | None = None
+) -> None:
+    """The run-time check of a parameter's type: dtype, rank, static sizes,
+    and one size per symbolic dimension across the call (``dims``)."""
+    stack = [(value, t, where)]
+    while stack:
+        v, ty, at = stack.pop()
+        if isinstance(ty, TensorType):
+            if not isinstance(v, np.ndarray):
+                raise ArgumentError(f"{at} expects a tensor, got {_describe(v)}", span)
+            if str(v.dtype) != ty.dtype or v.ndim != len(ty.shape):
+                raise ArgumentError(f"{at} expects {astext(ty)}, got {type_text(v)}", span)
+            for size, dim in zip(v.shape, ty.shape, strict=True):
+                if dim == ANY:
+                    continue
+                ok = size == dim if isinstance(dim, int) else dims.setdefault(dim, size) == size
+                if not ok:
+                    raise ArgumentError(
+                        f"shape check failed: {at} expects {astext(ty)}, got shape "
+                        f"{tuple(v.shape)}"
+                        + (f" (with {dim} = {dims[dim]})" if isinstance(dim, str) else ""),
+                        span,
+                    )
+        elif isinstance(ty, TupleType):
+            if not isinstance(v, tuple) or len(v) != len(ty.fields):
+                raise ArgumentError(f"{at} expects {astext(ty)}, got {_describe(v)}", span)
+            stack.extend(
+                (x, f, f"{at}.{i}") for i, (x, f) in enumerate(zip(v, ty.fields, strict=True))
+            )
+        elif isinstance(ty, KeyType) and not isinstance(v, PRNGKey):
+            raise ArgumentError(f"{at} expects a Key, got {_describe(v)}", span)
+
+
+def _describe(value: Any) -> str:
+    """A short description: a foreign array by its type, shape and dtype,
+    never its whole contents."""
+    if isinstance(value, np.ndarray):
+        return type_text(value)
+    if isinstance(value, list | tuple):
+        return f"a {type(value).__name__} of {len(value)} value(s)"
+    if isinstance(value, bool | int | float | np.generic | PRNGKey):
+        return describe_value(value, limit=60)
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if shape is not None and dtype is not None:
+        return f"a {type(value).__name__} of shape {tuple(shape)} and dtype {dtype}"
+    return f"a {type(value).__name__}"
