@@ -23,6 +23,7 @@ from .ir import (
     structural_hash,
 )
 from .passes.infer_type import check
+from .std import prelude
 
 # ``effir.TypeError``: the name users expect; the class is TypeCheckError so
 # that it never shadows Python's own TypeError inside effir.
@@ -62,6 +63,7 @@ __all__ = [
     "TypeCheckError",
     "TypeError",
     "check",
+    "prelude",
     "compile",
     "interpret",
     "load",

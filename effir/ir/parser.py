@@ -213,19 +213,29 @@ class Parser:
                 table[key] = previous
 
     # ---------------------------------------------------------------- module
-    def parse_module(self) -> IRModule:
+    def parse_module(self, base: IRModule | None = None) -> IRModule:
+        """The module the text defines; with ``base``, ``base`` extended by
+        it (the text may use ``base``'s functions, cells, types and
+        constructors, and may not define them again)."""
         self.read_metadata()
         self.read_header(required=True)
-        items = self.locate_items()
-        type_defs: dict[str, TypeData] = {}
-        functions: dict[str, Function] = {}
-        cells: dict[str, GlobalCell] = {}
+        if base is not None:
+            self.know(base)
+        items = self.locate_items(base)
+        type_defs: dict[str, TypeData] = dict(base.type_defs) if base else {}
+        functions: dict[str, Function] = dict(base.functions) if base else {}
+        cells: dict[str, GlobalCell] = dict(base.cells) if base else {}
+        type_ends: dict[int, int] = {}
         for item in items:
-            if item.keyword == "type":
+            if item.keyword in ("type", "extern"):
                 self.pos = item.start
                 data = self.p_type_def()
                 type_defs[data.name] = data
-                self.finish_item(item)
+                type_ends[item.start] = self.pos
+                if item is not items[-1]:
+                    self.finish_item(item)
+        main: Function | None = None
+        main_at = None
         for item in items:
             self.pos = item.start
             if item.keyword == "def":
@@ -234,10 +244,49 @@ class Parser:
             elif item.keyword == "global":
                 cell = run(self.p_cell())
                 cells[cell.name] = cell
-            else:
-                continue
+            elif item.keyword in ("type", "extern"):
+                self.pos = type_ends[item.start]
+            if item is items[-1] and self.pos != item.end:
+                # Relay's module body: an expression after the definitions.
+                main_at = self.peek()
+                try:
+                    main = run(self.p_main_expr())
+                except ParseError as err:
+                    note = (
+                        "after the definitions, the parser reads the module's body: an "
+                        "expression that becomes @main (or another 'def', 'type', 'global')"
+                    )
+                    raise ParseError(err.message, err.span, (*err.notes, note)) from None
             self.finish_item(item)
+        if main is not None:
+            if "main" in functions:
+                raise self.error(
+                    "the module's body expression becomes @main, and @main is already defined",
+                    main_at,
+                )
+            functions = {"main": main, **functions}
         return IRModule(functions, type_defs, cells)
+
+    def know(self, module: IRModule) -> None:
+        """Make ``module``'s globals, types and constructors known, as if
+        their definitions preceded the text."""
+        for name in module.functions:
+            self.global_kinds[name] = "function"
+        for name in module.cells:
+            self.global_kinds[name] = "cell"
+        for name, data in module.type_defs.items():
+            self.adt_arity[name] = len(data.type_params)
+        self.constructors.update(module.constructors)
+
+    def p_main_expr(self):
+        """Relay's module body: an expression after the definitions becomes
+        ``@main`` (a function literal gives its parameters, any other
+        expression a function of none)."""
+        start = self.peek()
+        expr = yield self.p_expr()
+        if isinstance(expr, Function):
+            return expr
+        return Function((), expr, span=self.span_from(start))
 
     def finish_item(self, item: _Item) -> None:
         if self.pos != item.end:
@@ -275,8 +324,9 @@ class Parser:
             )
         self.expect("]")
 
-    def locate_items(self) -> list[_Item]:
-        """Find the top-level definitions and collect the names they define."""
+    def locate_items(self, base: IRModule | None = None) -> list[_Item]:
+        """Find the top-level definitions and collect the names they define;
+        an expression after the last one (or alone) is the module's body."""
         tokens = self.tokens
         starts: list[int] = []
         depth = 0
@@ -289,27 +339,41 @@ class Parser:
                 elif value in _CLOSE:
                     depth -= 1
             elif kind == L.KEYWORD and depth == 0 and value in ("def", "type", "global"):
+                if starts and starts[-1] == index - 1 and tokens[index - 1][1] == "extern":
+                    continue  # `extern type`: the item starts at `extern`
                 starts.append(index)
+            elif kind == L.IDENT and value == "extern" and depth == 0:
+                if index + 1 < len(tokens) and _is(tokens[index + 1], L.KEYWORD, "type"):
+                    starts.append(index)
             elif kind in (L.METADATA, L.EOF):
                 break
         body_end = index
-        if not starts or starts[0] != first:
-            if first != body_end:
-                raise self.error(
-                    f"expected 'def', 'type' or 'global', found {L.describe(tokens[first])}",
-                    tokens[first],
-                )
+        if not starts and first != body_end:
+            # No definition at all: the whole text is the module's body.
+            return [_Item("expr", first, body_end, None)]
+        if starts and starts[0] != first:
+            raise self.error(
+                f"expected 'def', 'type' or 'global', found {L.describe(tokens[first])}",
+                tokens[first],
+            )
+        return self._items(starts, body_end, base)
+
+    def _items(self, starts: list[int], body_end: int, base: IRModule | None) -> list[_Item]:
+        tokens = self.tokens
         items: list[_Item] = []
         defined_at: dict[str, tuple] = {}
         for k, start in enumerate(starts):
             end = starts[k + 1] if k + 1 < len(starts) else body_end
             keyword = tokens[start][1]
-            name_token = tokens[start + 1] if start + 1 < len(tokens) else tokens[-1]
+            extern = keyword == "extern"
+            name_token = (
+                tokens[start + 1 + extern] if start + 1 + extern < len(tokens) else tokens[-1]
+            )
             name = None
-            if keyword == "type" and name_token[0] == L.IDENT:
+            if keyword in ("type", "extern") and name_token[0] == L.IDENT:
                 name = name_token[1]
                 key = "type " + name
-                self.adt_arity[name] = self._count_type_params(start + 2)
+                self.adt_arity[name] = self._count_type_params(start + 2 + extern)
             elif keyword in ("def", "global") and name_token[0] == L.GLOBAL:
                 name = name_token[1]
                 key = "@" + name
@@ -317,6 +381,8 @@ class Parser:
             else:
                 key = None
             if key is not None:
+                if base is not None and _defined_in(base, key):
+                    raise self.error(f"{key} is already defined in the module", name_token)
                 if key in defined_at:
                     first_token = defined_at[key]
                     line, col = self.source.line_col(first_token[2])
@@ -353,6 +419,9 @@ class Parser:
 
     # ------------------------------------------------------------ definitions
     def p_type_def(self) -> TypeData:
+        extern = _is(self.peek(), L.IDENT, "extern")
+        if extern:
+            self.next()
         self.expect("type")
         name_token = self.next()
         if name_token[0] != L.IDENT:
@@ -361,6 +430,9 @@ class Parser:
         self.check_name(name_token, "type name", RESERVED_TYPE_NAMES)
         undo: list = []
         params = self.p_type_params(undo)
+        if extern:  # Relay's opaque type: no constructors, no body
+            self.restore(undo)
+            return TypeData(name, params, (), span=self.span_from(name_token))
         self.expect("{")
         constructors: list[Constructor] = []
         while not self.at_punct("}"):
@@ -1117,10 +1189,14 @@ def _guard(action, parser_factory):
         raise parser.error("the program is nested too deeply to parse") from None
 
 
-def parse(text: str | bytes, source_name: str = "<string>") -> IRModule:
-    """Parse a module (a file starting with ``#[version = "0.0.5"]``)."""
+def parse(
+    text: str | bytes, source_name: str = "<string>", module: IRModule | None = None
+) -> IRModule:
+    """Parse a module (a file starting with ``#[version = "0.0.5"]``). With
+    ``module`` (``effir.prelude()``, say), the text is parsed into it: it
+    may use the module's definitions, and the result holds both."""
     text = _as_text(text, source_name)
-    return _guard(lambda p: p.parse_module(), lambda: Parser(text, source_name))
+    return _guard(lambda p: p.parse_module(module), lambda: Parser(text, source_name))
 
 
 def parse_expr(
@@ -1148,3 +1224,10 @@ def parse_expr(
         return expr
 
     return _guard(action, lambda: Parser(text, source_name))
+
+
+def _defined_in(module: IRModule, key: str) -> bool:
+    """Whether ``module`` already defines the item ``key`` ("@f", "type T")."""
+    if key.startswith("@"):
+        return key[1:] in module.functions or key[1:] in module.cells
+    return key.removeprefix("type ") in module.type_defs

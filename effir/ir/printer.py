@@ -330,6 +330,9 @@ class Printer:
 
     def type_def(self, data: TypeData):
         head = "type " + data.name + self.type_params(data.type_params)
+        if not data.constructors:  # an opaque type, as Relay's `extern type`
+            return "extern " + head
+            yield  # a generator, as every printing step
         lines = [head + " {"]
         for ctor in data.constructors:
             if ctor.inputs:

@@ -211,7 +211,7 @@ CASES = [
     (
         "junk at top level",
         H + "def @main() { 1 }\nfoo\n",
-        "unexpected 'foo' after the definition",
+        "unknown operator or constructor foo",
         3,
         1,
     ),

@@ -8,6 +8,7 @@ import pytest
 import effir
 
 STD = Path(__file__).parent / "relay_std"
+PRELUDE = Path(effir.__file__).parent / "std" / "prelude.rly"
 
 
 def without_header(text: str) -> str:
@@ -15,10 +16,8 @@ def without_header(text: str) -> str:
 
 
 PROGRAMS = {
-    "prelude": lambda: (STD / "prelude.rly").read_text(),
-    "prelude+nat": lambda: (
-        (STD / "prelude.rly").read_text() + without_header((STD / "nat.rly").read_text())
-    ),
+    "prelude": lambda: PRELUDE.read_text(),
+    "prelude+nat": lambda: PRELUDE.read_text() + without_header((STD / "nat.rly").read_text()),
     "gradient_cell": lambda: (STD / "gradient_cell.rly").read_text(),
 }
 
@@ -51,3 +50,73 @@ def test_prelude_contents():
         assert name in module
     assert not module["hd"].body.complete  # match? stays incomplete
     assert [len(f.type_params) for f in (module["map"], module["compose"])] == [2, 3]
+
+
+# ---------------------------------------------------------------- Relay text
+# What Relay's parser accepts, effir accepts: `extern type` (Relay's
+# core.rly), a module whose body is an expression (it becomes @main), and
+# files that use the prelude without defining it (parsed into the prelude).
+
+
+def test_extern_type_as_in_relays_core_rly():
+    module = effir.parse(
+        '#[version = "0.0.4"]\nextern type Storage\nextern type Pair[A, B]\n'
+        "def @keep(%s: Storage, %p: Pair[float32, int32]) -> Storage { %s }\n"
+    )
+    assert module.type_defs["Storage"].constructors == ()
+    assert len(module.type_defs["Pair"].type_params) == 2
+    effir.check(module)
+    text = effir.astext(module)
+    assert "extern type Storage\n" in text and "extern type Pair[A, B]\n" in text
+    effir.assert_structural_equal(effir.parse(text), module)
+
+
+@pytest.mark.parametrize(
+    "body, result",
+    [
+        ("fn (%x: float32) { multiply(%x, 2f) }", None),
+        ("@twice(3f)", 6.0),
+        ("let %y = 1f; add(%y, 2f)", 3.0),
+    ],
+)
+def test_a_module_body_expression_becomes_main(body, result):
+    text = '#[version = "0.0.5"]\ndef @twice(%x: float32) { multiply(%x, 2f) }\n' + body
+    module = effir.check(effir.parse(text))
+    assert list(module.functions)[0] == "main"
+    if result is None:
+        assert effir.interpret(module, 4.0) == 8.0
+    else:
+        assert effir.interpret(module) == result
+    assert effir.interpret(effir.check(effir.parse('#[version = "0.0.5"]\n2f'))) == 2.0
+
+
+def test_a_body_expression_and_a_main_are_refused():
+    with pytest.raises(effir.ParseError, match="@main is already defined") as err:
+        effir.parse('#[version = "0.0.5"]\ndef @main() { 1f }\n2f')
+    assert err.value.line == 3
+
+
+def test_relays_nat_rly_parses_into_the_prelude():
+    nat = effir.parse((STD / "nat.rly").read_text(), module=effir.prelude(), source_name="nat.rly")
+    effir.check(nat)
+    assert {"List", "Option", "Tree", "nat"} <= set(nat.type_defs)
+    assert "map" in nat and "nat_add" in nat
+    # The prelude itself is untouched (a module is immutable).
+    assert "nat_add" not in effir.prelude()
+    # nat.rly's own definitions use the prelude's: two plus one is three.
+    program = effir.parse(
+        '#[version = "0.0.5"]\ndef @main() { @nat_add(succ(succ(zero)), succ(zero)) }',
+        module=nat,
+    )
+    value = effir.interpret(effir.check(program))
+    depth = 0
+    while value.constructor == "succ":
+        value, depth = value.fields[0], depth + 1
+    assert depth == 3
+
+
+def test_a_definition_already_in_the_module_is_refused():
+    with pytest.raises(effir.ParseError, match="@map is already defined in the module"):
+        effir.parse('#[version = "0.0.5"]\ndef @map() { 1f }', module=effir.prelude())
+    with pytest.raises(effir.ParseError, match="type List is already defined in the module"):
+        effir.parse('#[version = "0.0.5"]\ntype List { Foo }', module=effir.prelude())
