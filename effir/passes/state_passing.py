@@ -47,10 +47,19 @@ How it works, in order:
    condition that writes state moves into the step), and a local
    ``ref(...)`` becomes a plain value from its creation on.
 
+A closure over a local reference may be passed down to a global function
+(``@map(%add_to_acc, %xs)``): the callee then reads and writes the
+reference, so it takes the reference's value as state like a cell's; each
+caller gets its own copy of the callee and of what the callee calls
+directly ([RULE DOWN], ``_copy_for_callers``), since another caller has
+other references or none.
+
 What is rejected, with a located error, rather than mis-compiled: a
 reference whose cell is not unique, a local reference used as a value (passed,
-stored, returned), a closure that touches a local reference and escapes it,
-and an ADT field holding functions that need different cells.
+stored, returned), a closure over a local reference that escapes its
+function (returned by it, stored in a reference or a data structure, or
+called where the reference is not live), and an ADT field holding functions
+that need different cells.
 """
 
 from __future__ import annotations
@@ -121,7 +130,14 @@ def state_passing(module: IRModule) -> IRModule:
     if specialised is not module:  # the copies need their types too
         module = check(specialised)
         nodes = {name: _expr_nodes(fn) for name, fn in module.functions.items()}
-    analysis = _Analysis(module, nodes)
+    copies: dict[str, str] = {}  # a copy made for a caller's local references -> that caller
+    while True:
+        try:
+            analysis = _Analysis(module, nodes, copies)
+            break
+        except _DownwardClosures as need:  # [RULE DOWN]
+            module = check(_copy_for_callers(module, need.pairs, copies))
+            nodes = {name: _expr_nodes(fn) for name, fn in module.functions.items()}
     result = _Translator(module, analysis).run()
     try:
         check(result)
@@ -287,14 +303,76 @@ def _copy_with_cells(fn: Function, fixed: dict[int, str]) -> Function:
     return dataclasses.replace(copy, params=params)
 
 
+# ------------------------------------------------------ downward closures
+class _DownwardClosures(Exception):
+    """Raised by the analysis: global functions that touch a caller's local
+    references (through a closure passed down to them) and need a copy of
+    their own for that caller, as (function, caller) pairs."""
+
+    def __init__(self, pairs: set[tuple[str, str]]) -> None:
+        super().__init__(pairs)
+        self.pairs = pairs
+
+
+def _copy_for_callers(
+    module: IRModule, pairs: set[tuple[str, str]], copies: dict[str, str]
+) -> IRModule:
+    """[RULE DOWN] A closure over a local reference, passed down to a global
+    function (``@map(%add_to_acc, %xs)``), makes that function read and
+    write the reference: it must then take the reference's value as state.
+    Another caller has other references (or none), so each caller gets its
+    own copy of the function and of every global function it calls directly
+    (recursion reaches the same copy), and the caller's direct calls go to
+    the copies; ``copies`` records each copy's caller."""
+    functions = dict(module.functions)
+    for callee, caller in sorted(pairs):
+        reach = [callee]
+        seen = {callee}
+        while reach:  # the global functions the callee calls directly
+            name = reach.pop()
+            for node in pre_order(functions[name]):
+                if isinstance(node, Call) and isinstance(node.callee, GlobalVar):
+                    other = node.callee.name
+                    if other in functions and other not in seen and other != caller:
+                        seen.add(other)
+                        reach.append(other)
+        renamed = {name: _fresh_name(f"{name}_in_{caller}", functions) for name in sorted(seen)}
+        for old, new in renamed.items():
+            copy = fresh_binders(functions[old], {})
+            assert isinstance(copy, Function)
+            functions[new] = _Redirect(renamed).mutate(copy)
+            copies[new] = caller
+        functions[caller] = _Redirect({callee: renamed[callee]}).mutate(functions[caller])
+    return IRModule(functions, module.type_defs, module.cells)
+
+
+class _Redirect(ExprMutator):
+    """Direct calls of the named global functions go to their copies."""
+
+    def __init__(self, renamed: dict[str, str]) -> None:
+        super().__init__()
+        self.renamed = renamed
+
+    def visit_Call(self, new: Node, old: Node) -> Node:
+        assert isinstance(new, Call)
+        callee = new.callee
+        if isinstance(callee, GlobalVar) and callee.name in self.renamed:
+            target = GlobalVar(self.renamed[callee.name], span=callee.span)
+            return Call(target, new.args, new.attrs, span=new.span)
+        return new
+
+
 # --------------------------------------------------------------- analysis
 class _Analysis:
     """Which cell each reference names, each function's signature, and the
     checks that make the translation sound."""
 
-    def __init__(self, module: IRModule, nodes: dict[str, list[Node]]) -> None:
+    def __init__(
+        self, module: IRModule, nodes: dict[str, list[Node]], copies: dict[str, str]
+    ) -> None:
         self.module = module
         self.nodes = nodes  # each global function's nodes, in pre-order (``_expr_nodes``)
+        self.copies = copies  # global copies made for a caller's local references
         self.flows = solve_flows(module)
         self.order: dict[str, int] = {name: i for i, name in enumerate(module.cells)}
         self.types: dict[str, Type] = {WORLD: WORLD_TYPE}
@@ -540,22 +618,74 @@ class _Analysis:
             g: Signature(self.sort(group_reads[g] | group_writes[g]), self.sort(group_writes[g]))
             for g in members
         }
+        downward: set[tuple[str, str]] = set()
+        escaped: list[tuple[Source, str]] = []
         for unit in self.unit_fn:
             for cell in reads[unit] | writes[unit]:
                 owner = self.owner.get(cell)
-                if owner is not None and not self.nested_in(unit, owner):
-                    span = self.unit_fn[unit].span
-                    for call, kind, found in self.call_sites[unit]:
-                        if cell in self.site_signature(kind, found).reads:
-                            span = call.span or span
-                            break
-                    raise EffectError(
-                        f"this touches the local reference created at "
-                        f"{_where(self.alloc_span[cell])} outside the function that created "
-                        "it (a closure over the reference escaped); state passing turns a "
-                        "local reference into plain values only when it does not escape",
-                        span,
-                    )
+                if owner is None or self.nested_in(unit, owner):
+                    continue
+                if unit[0] == "def":
+                    caller = self.top_level(owner)
+                    if self.copies.get(unit[1]) == caller:
+                        if self.called_only_from(unit, owner):
+                            continue
+                    elif self.calls_directly(caller, unit):
+                        downward.add((unit[1], caller))
+                        continue
+                escaped.append((unit, cell))
+        if downward:  # copies first: they may leave nothing that escapes
+            raise _DownwardClosures(downward)
+        if escaped:
+            unit, cell = escaped[0]
+            span = self.unit_fn[unit].span
+            for call, kind, found in self.call_sites[unit]:
+                if cell in self.site_signature(kind, found).reads:
+                    span = call.span or span
+                    break
+            raise EffectError(
+                f"this touches the local reference created at "
+                f"{_where(self.alloc_span[cell])} outside the function that created "
+                "it (a closure over the reference escaped); state passing turns a "
+                "local reference into plain values only when it does not escape",
+                span,
+            )
+
+    def top_level(self, unit: Source) -> str:
+        """The global function ``unit`` is (or is nested in)."""
+        while unit[0] != "def":
+            parent = self.parent[unit]
+            assert parent is not None  # every fn is nested in some def
+            unit = parent
+        return unit[1]
+
+    def calls_directly(self, caller: str, unit: Source) -> bool:
+        """Whether the global function ``caller`` (or a function nested in
+        it) calls ``unit`` directly: a closure may have been passed down."""
+        top = ("def", caller)
+        return any(
+            kind == "direct" and unit in found and self.nested_in(site_unit, top)
+            for site_unit, sites in self.call_sites.items()
+            for _, kind, found in sites
+        )
+
+    def called_only_from(self, unit: Source, owner: Source) -> bool:
+        """Whether the copy ``unit`` is only ever called directly, from
+        ``owner`` (or functions nested in it) and from copies made for the
+        same caller: then the owner's references are live at every call."""
+        caller = self.copies[unit[1]]
+        for site_unit, sites in self.call_sites.items():
+            for _, kind, found in sites:
+                if unit not in found:
+                    continue
+                if kind != "direct":
+                    return False  # called as a value: from anywhere
+                if not (
+                    self.nested_in(site_unit, owner)
+                    or self.copies.get(self.top_level(site_unit)) == caller
+                ):
+                    return False
+        return True
 
     def functions_of(self, atom: Expr) -> frozenset[Source]:
         """The functions ``atom`` may be."""
@@ -577,10 +707,13 @@ class _Analysis:
         return self.group_sig[self.group[next(iter(found))]]
 
     def _check_local_closures(self) -> None:
-        """A closure that touches a local reference may only be called or
-        given to a loop: stored or passed on, it could run after the
-        reference's activation is gone, or in another one."""
+        """A closure that touches a local reference may be called, given to
+        a loop, or passed down as an argument (the callee then takes the
+        reference's value as state, [RULE DOWN]); returned from the function
+        that created the reference or stored, it could run after that
+        activation is gone, or in another one."""
         touching: dict[Var, str] = {}
+        closures: dict[Function, str] = {}
         for fn in self.unit_fn.values():
             for node in self.body_nodes(fn):
                 if isinstance(node, Let) and isinstance(node.value, Function):
@@ -588,21 +721,17 @@ class _Analysis:
                     local = [c for c in sig.reads if c in self.owner]
                     if local:
                         touching[node.var] = local[0]
+                        closures[node.value] = local[0]
         if not touching:
             return
+        self._check_escapes(closures)
         for name in self.module.functions:
             for node in self.nodes[name]:
                 for field_name, child in _var_uses(node):
                     if child not in touching:
                         continue
-                    if isinstance(node, Call) and field_name == "callee":
-                        continue
-                    if (
-                        isinstance(node, Call)
-                        and isinstance(node.callee, Op)
-                        and "control_flow" in op_def(node.callee).traits
-                    ):
-                        continue
+                    if isinstance(node, Call) and field_name in ("callee", "args"):
+                        continue  # called, given to a loop or passed down
                     cell = touching[child]
                     raise EffectError(
                         f"%{child.name_hint} touches the local reference created at "
@@ -611,6 +740,29 @@ class _Analysis:
                         "reference's value is not known",
                         node.span or child.span,
                     )
+
+    def _check_escapes(self, closures: dict[Function, str]) -> None:
+        """A closure over a local reference must not reach the result of the
+        function owning the reference, nor any reference's contents (the
+        flows follow it through calls, tuples and constructors)."""
+        values = self.flows.values
+        stored_anywhere: set[Source] = set()
+        for key, found in values.items():
+            if isinstance(key, tuple) and key[0] == "content":
+                stored_anywhere |= found
+        for fn, cell in closures.items():
+            src = ("fn", fn)
+            owner = self.owner[cell]
+            stored = src in stored_anywhere
+            returned = self.flows.value_of(self.unit_fn[owner].body)
+            if src in returned or stored:
+                how = "stored in a reference" if stored else "returned by the function creating it"
+                raise EffectError(
+                    f"this closure touches the local reference created at "
+                    f"{_where(self.alloc_span[cell])} and escapes ({how}); it could then run "
+                    "where that reference's value is not known",
+                    fn.span,
+                )
 
     def _adt_fields(self) -> None:
         """Function-typed constructor fields that hold functions with state:

@@ -1,0 +1,134 @@
+"""State passing of local references captured by closures passed down to
+other functions ([RULE DOWN] in effir/passes/state_passing.py): the callee
+takes the reference's value as state, each caller with its own copy of the
+callee; what truly escapes (returned, stored) is still refused."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import effir
+from effir.backends.interpreter import interpret_a2
+from effir.passes.state_passing import state_passing
+
+H = '#[version = "0.0.5"]\n'
+
+TWICE = """
+def @apply_twice(%f: fn(float32) -> float32, %x: float32) -> float32 {
+  %f(%f(%x))
+}
+"""
+
+
+def a1_and_a2(text: str, module: effir.IRModule | None = None):
+    a1 = effir.check(effir.parse(H + text, module=module))
+    return a1, state_passing(a1)
+
+
+def assert_same(a1, a2, *args) -> None:
+    ref = effir.interpret(a1, *args)
+    out = interpret_a2(a2, *args)
+    np.testing.assert_equal(out, ref)
+
+
+def test_an_accumulator_closure_passed_to_a_global_function() -> None:
+    a1, a2 = a1_and_a2(
+        TWICE
+        + """
+def @main(%x: float32) {
+  let %acc = ref(0f);
+  let %g = fn (%y: float32) -> float32 {
+    ref_write(%acc, add(ref_read(%acc), %y));
+    multiply(%y, 2f)
+  };
+  let %r = @apply_twice(%g, %x);
+  (%r, ref_read(%acc))
+}
+"""
+    )
+    assert_same(a1, a2, np.float32(3))
+    assert effir.interpret(a1, np.float32(3))[1] == 9.0  # 3 + 6
+    # The callee takes the reference's value as state, in a copy of its own.
+    copy = a2["apply_twice_in_main"]
+    assert copy.attrs["state_in"] == ("%ref",) and copy.attrs["state_out"] == ("%ref",)
+    assert "state_in" not in a2["apply_twice"].attrs
+
+
+def test_two_callers_with_references_of_their_own() -> None:
+    a1, a2 = a1_and_a2(
+        TWICE
+        + """
+def @count(%x: float32) {
+  let %n = ref(0f);
+  let %r = @apply_twice(fn (%y: float32) -> float32 {
+    ref_write(%n, add(ref_read(%n), 1f)); %y
+  }, %x);
+  ref_read(%n)
+}
+def @main(%x: float32) {
+  let %total = ref(%x);
+  let %r = @apply_twice(fn (%y: float32) -> float32 {
+    ref_write(%total, multiply(ref_read(%total), %y)); add(%y, 1f)
+  }, %x);
+  (%r, ref_read(%total), @count(%x), @apply_twice(fn (%z: float32) { negative(%z) }, %x))
+}
+"""
+    )
+    assert_same(a1, a2, np.float32(2))
+
+
+def test_the_preludes_map_and_foldl_with_a_local_accumulator() -> None:
+    prelude = effir.prelude()
+    a1, a2 = a1_and_a2(
+        """
+def @main(%xs: List[float32]) {
+  let %seen = ref(0f);
+  let %doubled = @map(fn (%x: float32) -> float32 {
+    ref_write(%seen, add(ref_read(%seen), 1f));
+    multiply(%x, 2f)
+  }, %xs);
+  let %sum = @foldl(fn (%a: float32, %x: float32) -> float32 {
+    ref_write(%seen, add(ref_read(%seen), 10f));
+    add(%a, %x)
+  }, 0f, %doubled);
+  (%sum, ref_read(%seen))
+}
+""",
+        prelude,
+    )
+    cons = effir.parse_expr("Cons(1f, Cons(2f, Cons(3f, Nil)))", module=prelude)
+    xs = effir.Interpreter(prelude).evaluate(cons)
+    ref = effir.interpret(a1, xs)
+    assert float(ref[0]) == 12.0 and float(ref[1]) == 33.0
+    np.testing.assert_equal(interpret_a2(a2, xs), ref)
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        # returned by the function that owns the reference, through a callee
+        (
+            "let %r = ref(0f); let %g = fn () { ref_read(%r) }; @id(%g)",
+            "escapes (returned by the function creating it)",
+        ),
+        # inside a tuple that is returned
+        (
+            "let %r = ref(0f); let %g = fn () { ref_read(%r) }; (@id(%g), 1f)",
+            "escapes (returned by the function creating it)",
+        ),
+        # stored in a reference
+        (
+            "let %r = ref(0f); let %g = fn () { ref_read(%r) }; let %box = ref(@id(%g)); 1f",
+            "escapes (stored in a reference)",
+        ),
+    ],
+)
+def test_what_truly_escapes_is_refused(body: str, message: str) -> None:
+    text = "def @id[A](%x: A) -> A { %x }\ndef @main() {\n" + body + "\n}"
+    a1 = effir.check(effir.parse(H + text, source_name="escape.effir"))
+    with pytest.raises(effir.EffectError, match=re.escape(message)) as err:
+        state_passing(a1)
+    assert err.value.span is not None and err.value.span.source.name == "escape.effir"
