@@ -17,13 +17,14 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from . import __version__
-from .backends.interpreter import State, interpret_a2
+from .backends.interpreter import State, interpret_a2, state_cells
 from .ir import EffectError, Error, IRModule, TypeCheckError, astext, parse
 from .passes.infer_effects import check_effects, effect_text
 from .passes.infer_type import check
 from .passes.infra import PassContext, PrintIR, Timing, registered_passes
 from .passes.pipeline import STANDARD_PIPELINES, pipeline
 from .passes.verify_linear import linearity_errors
+from .runtime.limits import LimitSettingError, tensor_too_large
 from .runtime.values import PRNGKey, describe_value
 
 EXIT_OK, EXIT_USER_ERROR, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
@@ -143,12 +144,28 @@ def parse_arg_option(text: str) -> tuple[str, str]:
 
 
 def load_array(path: str) -> np.ndarray:
+    """The array in the ``.npy`` file ``path``; its header is read first, so
+    that a size over the limit (runtime/limits.py) is refused unread."""
     try:
-        return np.load(path, allow_pickle=False)
+        with open(path, "rb") as handle:
+            version = np.lib.format.read_magic(handle)
+            if version == (1, 0):
+                shape, _, dtype = np.lib.format.read_array_header_1_0(handle)
+            else:
+                shape, _, dtype = np.lib.format.read_array_header_2_0(handle)
+            message = tensor_too_large(shape, dtype, "the array")
+            if message is not None:
+                raise CommandError(f"{path}: {message}")
+            handle.seek(0)
+            return np.load(handle, allow_pickle=False)
     except FileNotFoundError:
         raise CommandError(f"{path}: no such file") from None
-    except (OSError, ValueError) as err:
-        raise CommandError(f"{path}: not a .npy array file ({err})") from None
+    except IsADirectoryError:
+        raise CommandError(f"{path}: is a directory") from None
+    except PermissionError:
+        raise CommandError(f"{path}: permission denied") from None
+    except (OSError, ValueError, EOFError, MemoryError, OverflowError) as err:
+        raise CommandError(f"{path}: not a .npy array file ({err or type(err).__name__})") from None
 
 
 def result_leaves(value: object, prefix: str) -> list[tuple[str, object]]:
@@ -175,7 +192,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     fn = module.functions[entry]
     # A state-passing entry takes its state from the cells' declarations, as
     # the effectful program it came from did (docs/passes.md).
-    state_params = len(fn.attrs.get("state_in", ()))
+    state_params = len(state_cells(fn, "state_in", entry))
     params = fn.params[: len(fn.params) - state_params]
     given = dict(parse_arg_option(text) for text in args.arg)
     names = [p.name_hint for p in params]
@@ -410,6 +427,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return runner(args)
     except Error as err:
         print(str(err), file=sys.stderr)
+        return EXIT_USER_ERROR
+    except LimitSettingError as err:
+        print(f"effir: {err}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("effir: interrupted", file=sys.stderr)
