@@ -196,8 +196,7 @@ def _check_state_attrs(name: str, fn: Function) -> None:
         cells = fn.attrs.get(attr, ())
         if not isinstance(cells, tuple) or not all(isinstance(c, str) for c in cells):
             raise WellFormedError(
-                f"{attr} of @{name} must be a list of cell names, such as [\"rng\"], "
-                f"got {cells!r}",
+                f'{attr} of @{name} must be a list of cell names, such as ["rng"], got {cells!r}',
                 fn.span,
             )
 
