@@ -11,13 +11,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from . import __version__
 from .backends.interpreter import State, interpret_a2, state_cells
+from .io_safety import output_directory, read_for_rewrite, rewrite
 from .ir import EffectError, Error, IRModule, TypeCheckError, astext, parse
 from .passes.infer_effects import check_effects, effect_text
 from .passes.infer_type import check
@@ -53,25 +53,6 @@ def read_input(path: str) -> tuple[bytes, str]:
         raise CommandError(f"{path}: {err.strerror or err}") from None
 
 
-def write_atomically(path: str, text: str) -> None:
-    """Replace ``path`` with ``text`` so that readers see the old or the new file,
-    never a half-written one, and keep the file's permissions."""
-    directory = os.path.dirname(os.path.abspath(path))
-    mode = os.stat(path).st_mode & 0o7777
-    fd, temp = tempfile.mkstemp(prefix=".effir-fmt-", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp, mode)
-        os.replace(temp, path)
-    except BaseException:
-        if os.path.exists(temp):
-            os.unlink(temp)
-        raise
-
-
 def load_module(path: str) -> tuple[IRModule, str, str]:
     data, name = read_input(path)
     module = parse(data, source_name=name)
@@ -87,15 +68,19 @@ def cmd_fmt(args: argparse.Namespace) -> int:
         raise CommandError("fmt: give one file, or use -i or --check for several")
     status = EXIT_OK
     for path in args.files:
+        if args.in_place:  # io_safety.py: what may be rewritten, and how
+            file = read_for_rewrite(path)
+            module = parse(file.data, source_name=path)
+            canonical = astext(module)
+            if canonical.encode("utf-8") != file.data:
+                rewrite(file, canonical)
+            continue
         module, original, name = load_module(path)
         canonical = astext(module)
         if args.check:
             if canonical != original:
                 print(f"would reformat {name}", file=sys.stderr)
                 status = EXIT_USER_ERROR
-        elif args.in_place:
-            if canonical != original:
-                write_atomically(path, canonical)
         else:
             sys.stdout.write(canonical)
     return status
@@ -270,9 +255,12 @@ def parse_dim(text: str) -> tuple[str, int]:
 
 def cmd_compile(args: argparse.Namespace) -> int:
     """Compile a program for a target and export it (docs/backend.md)."""
+    from .backends.tvm.artifact import MANIFEST
+    from .backends.tvm.compile import compile as compile_module
+
+    output_directory(args.output, MANIFEST)  # refused before any work (io_safety.py)
     module, _, name = load_module(args.file)
     check(module)
-    from .backends.tvm.compile import compile as compile_module
 
     compiled = compile_module(module, args.target)
     entry = args.entry.removeprefix("@")

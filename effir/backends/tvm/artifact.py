@@ -27,7 +27,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from ...io_safety import install_directory, staging_directory
 from ...ir.diagnostics import Error
 from ...runtime.values import PRNGKey
 from .compile import CompiledModule, printing_to
@@ -82,9 +82,7 @@ def export(compiled: CompiledModule, path: str | os.PathLike[str]) -> Path:
                 f"@{entry} for {dict(dims) or 'its static shapes'} has kernels of data-dependent "
                 "shape, built in Python when called: it runs here but cannot be exported"
             )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".effir-export-", dir=target.parent))
-    staging.chmod(0o755)
+    staging = staging_directory(target, MANIFEST)  # io_safety.py: what may be replaced
     try:
         (staging / "lib").mkdir()
         (staging / "state").mkdir()
@@ -118,18 +116,10 @@ def export(compiled: CompiledModule, path: str | os.PathLike[str]) -> Path:
             "cells": cells,
         }
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-        if target.exists():
-            old = target.with_name(f".{target.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            target.rename(old)
-            staging.rename(target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            staging.rename(target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return target
+    return install_directory(staging, target, MANIFEST)
 
 
 def _spec_of_value(value: Any) -> Spec:
