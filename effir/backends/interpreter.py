@@ -63,10 +63,10 @@ from ..ir.module import IRModule
 from ..ir.op import OpDef, op_def
 from ..ir.printer import astext
 from ..ir.trampoline import run
-from ..ir.types import ANY, KeyType, TensorType, TupleType, Type
+from ..ir.types import ANY, TensorType, TupleType, Type
 from ..ops.effects import WORLD
 from ..ops.relations import OpFailure
-from ..runtime.limits import OBJECT_BYTES, tensor_bytes, too_large
+from ..runtime.limits import static_bytes, too_large
 from ..runtime.values import ADTValue, RefValue, describe_value, type_text
 from .state import State
 
@@ -473,7 +473,7 @@ class Interpreter:
         from attributes or data check again (``ops.relations.allocation``),
         for untyped programs and ``?`` dimensions."""
         if call.has_type:
-            message = too_large(_static_bytes(call.checked_type), f"{name}: its result")
+            message = too_large(static_bytes(call.checked_type), f"{name}: its result")
             if message is not None:
                 raise EvalError(message, call.span)
         self._sized.add(id(call))
@@ -516,24 +516,6 @@ def shared_nodes(root: IRModule | Expr) -> set[int]:
                 seen.add(id(child))
                 stack.append(child)
     return shared
-
-
-def _static_bytes(t: Type) -> int:
-    """The bytes of the parts of a value of type ``t`` whose size the type
-    fixes (tensors with static shapes; a key or a tuple field as one object)."""
-    total = 0
-    stack = [t]
-    while stack:
-        ty = stack.pop()
-        if isinstance(ty, TensorType):
-            if all(isinstance(d, int) for d in ty.shape):
-                total += tensor_bytes(ty.shape, ty.dtype)  # type: ignore[arg-type]
-        elif isinstance(ty, TupleType):
-            total += OBJECT_BYTES * len(ty.fields)
-            stack.extend(ty.fields)
-        elif isinstance(ty, KeyType):
-            total += OBJECT_BYTES
-    return total
 
 
 def _failure_text(err: BaseException) -> str:

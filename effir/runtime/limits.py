@@ -30,6 +30,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from ..ir.types import KeyType, TensorType, TupleType, Type
+
 ENV = "EFFIR_MAX_TENSOR_BYTES"
 DEFAULT_MAX_BYTES = 4 << 30
 OBJECT_BYTES = 256
@@ -94,3 +96,21 @@ def tensor_too_large(shape: Iterable[int], dtype: str | np.dtype, what: str) -> 
 def objects_too_large(count: int, what: str) -> str | None:
     """``too_large`` for ``count`` values held as one Python object each."""
     return too_large(int(count) * OBJECT_BYTES, f"{what} ({count} values)")
+
+
+def static_bytes(t: Type) -> int:
+    """The bytes of the parts of a value of type ``t`` whose size the type
+    fixes (tensors with static shapes; a key or a tuple field as one object)."""
+    total = 0
+    stack = [t]
+    while stack:
+        ty = stack.pop()
+        if isinstance(ty, TensorType):
+            if all(isinstance(d, int) for d in ty.shape):
+                total += tensor_bytes(ty.shape, ty.dtype)  # type: ignore[arg-type]
+        elif isinstance(ty, TupleType):
+            total += OBJECT_BYTES * len(ty.fields)
+            stack.extend(ty.fields)
+        elif isinstance(ty, KeyType):
+            total += OBJECT_BYTES
+    return total

@@ -21,6 +21,22 @@ KEYED = H + (
 )
 
 
+def _effir(*args: str, memory: int = 3 << 30, timeout: float = 120) -> subprocess.CompletedProcess:
+    """The command in a process of its own, under an address-space cap."""
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+
+    return subprocess.run(
+        [sys.executable, "-m", "effir", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        preexec_fn=cap,
+        timeout=timeout,
+    )
+
+
 @pytest.mark.parametrize(
     ("body", "message"),
     [
@@ -62,17 +78,7 @@ def test_check_refuses_a_split_into_more_keys_than_memory_holds(tmp_path):
         tmp_path, "split.effir", H + "def @main() { random.split(random.key(0), num=100000000) }\n"
     )
 
-    def cap() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (1536 << 20, 1536 << 20))
-
-    done = subprocess.run(
-        [sys.executable, "-m", "effir", "check", path],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        preexec_fn=cap,
-        timeout=120,
-    )
+    done = _effir("check", path, memory=1536 << 20)
     assert done.returncode == 1, done.stderr
     assert "random.split: the new keys (100000000 values) would take" in done.stderr
     assert "split.effir:2:15: type error" in done.stderr
@@ -121,3 +127,33 @@ def test_opt_reports_the_inputs_type_error(tmp_path, capsys):
         err = capsys.readouterr().err
         assert "ill.effir:2:39: type error: add: the arguments must have the same dtype" in err
         assert "produced an invalid program" not in err
+
+
+def test_compile_refuses_dims_over_the_limit(tmp_path):
+    """`--dims t=100000000000` grew to 5.7 GB over a minute: the binding is
+    refused before any code is built, at the parameter it makes too large."""
+    done = _effir(
+        "compile",
+        str(ROOT / "examples" / "gru_lm.effir"),
+        "--dims",
+        "t=100000000000,b=4",
+        "-o",
+        str(tmp_path / "gru"),
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "gru_lm.effir:26:11: backend error: %tokens would take 1.46 TiB" in done.stderr
+    assert not (tmp_path / "gru").exists()
+
+
+def test_compile_refuses_an_intermediate_over_the_limit(tmp_path):
+    """A compiled `sum(zeros(...huge...))` ran for minutes in C."""
+    path = write(
+        tmp_path,
+        "sz.effir",
+        H + 'def @main() { sum(zeros(shape=[100000, 100000, 100000], dtype="float32")) }\n',
+    )
+    done = _effir("compile", path, "-o", str(tmp_path / "out"), timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert "sz.effir:2:19: backend error:" in done.stderr
+    assert "would take 3.55 PiB, more than the limit of 4 GiB" in done.stderr
