@@ -15,7 +15,9 @@ generators too: they yield ``(function, args)`` requests that run here.
 
 State: global cells live in an explicit ``State`` (each cell's ``RefValue``,
 initialised from its declaration); the caller owns it and sees it updated,
-never a hidden global. ``debug.print`` writes to the caller's ``sink``.
+never a hidden global. Each call is a transaction on it (state.py): the
+State's lock is held for the call, and a call that raises leaves every cell
+as it was. ``debug.print`` writes to the caller's ``sink``.
 
 Environments: one dict per function activation, chained to the closure's
 captured environment. Binders are unique (well-formedness), so a variable is
@@ -161,8 +163,8 @@ def interpret(
 ) -> Any:
     """Run ``@entry`` on ``args`` and return its result.
 
-    ``state`` holds the global cells and is updated in place (a fresh one
-    from the declarations when None); ``sink(label, value)`` receives what
+    ``state`` holds the global cells and is updated in place, all or
+    nothing, one call at a time (a fresh one from the declarations when None); ``sink(label, value)`` receives what
     ``debug.print`` prints (standard output by default); ``kernels`` maps
     functions to compiled code that runs in their place (the TVM backend's
     executor). Run-time errors are ``effir.EvalError`` naming the operator

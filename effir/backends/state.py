@@ -131,6 +131,11 @@ class State(Mapping[str, Any]):
         with self._lock:
             return {name: ref.value for name, ref in self.cells.items()}
 
+    # A State is one program instance: equal only to itself, and hashable
+    # (Mapping's __eq__ would compare arrays, whose truth is ambiguous).
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
     def __repr__(self) -> str:
         return "State(" + ", ".join(f"@{n}={r.value!r}" for n, r in self.cells.items()) + ")"
 

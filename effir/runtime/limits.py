@@ -23,6 +23,7 @@ located error with the message (a type error in a relation, an
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -45,7 +46,12 @@ class LimitSettingError(ValueError):
 
 def max_bytes() -> int:
     """The current limit in bytes (the environment's, else the default)."""
-    text = os.environ.get(ENV, "").strip()
+    return _parse_limit(os.environ.get(ENV, ""))
+
+
+@functools.lru_cache(maxsize=8)
+def _parse_limit(text: str) -> int:
+    text = text.strip()
     if not text:
         return DEFAULT_MAX_BYTES
     match = _SIZE.fullmatch(text)
@@ -89,8 +95,11 @@ def too_large(nbytes: int, what: str) -> str | None:
 def tensor_too_large(shape: Iterable[int], dtype: str | np.dtype, what: str) -> str | None:
     """``too_large`` for a tensor of ``shape`` and ``dtype``."""
     shape = tuple(int(d) for d in shape)
+    nbytes = tensor_bytes(shape, dtype)
+    if nbytes <= max_bytes():
+        return None
     dims = ", ".join(map(str, shape))
-    return too_large(tensor_bytes(shape, dtype), f"{what} of shape ({dims}) and dtype {dtype}")
+    return too_large(nbytes, f"{what} of shape ({dims}) and dtype {dtype}")
 
 
 def objects_too_large(count: int, what: str) -> str | None:
