@@ -255,13 +255,12 @@ def parse_dim(text: str) -> tuple[str, int]:
 
 def cmd_compile(args: argparse.Namespace) -> int:
     """Compile a program for a target and export it (docs/backend.md)."""
+    module, _, name = load_module(args.file)
+    check(module)
     from .backends.tvm.artifact import MANIFEST
     from .backends.tvm.compile import compile as compile_module
 
-    output_directory(args.output, MANIFEST)  # refused before any work (io_safety.py)
-    module, _, name = load_module(args.file)
-    check(module)
-
+    output_directory(args.output, MANIFEST)  # refused before compiling (io_safety.py)
     compiled = compile_module(module, args.target)
     entry = args.entry.removeprefix("@")
     if entry not in compiled.module.functions:
