@@ -221,9 +221,10 @@ def _check_replaceable(target: Path, given: str, manifest: str) -> None:
     except OSError as err:
         raise OutputError(f"{given}: {_reason(err)}") from None
     if not stat.S_ISDIR(status.st_mode):
+        kind = "a file" if stat.S_ISREG(status.st_mode) else _kind(status.st_mode)
         raise OutputError(
-            f"{given}: exists and is {'a file' if stat.S_ISREG(status.st_mode) else _kind(status.st_mode)}; "
-            "an artifact is a directory: remove it or choose another name"
+            f"{given}: exists and is {kind}; an artifact is a directory: remove it or "
+            "choose another name"
         )
     try:
         empty = not any(os.scandir(target))
@@ -265,7 +266,11 @@ def install_directory(staging: Path, target: Path, manifest: str) -> Path:
         # An artifact is there: move it aside under a fresh name, put the
         # new one in its place, then delete the old one.
         aside = Path(tempfile.mkdtemp(prefix=".effir-old-", dir=staging.parent))
-        os.rename(target, aside)
+        try:
+            os.rename(target, aside)
+        except BaseException:
+            os.rmdir(aside)
+            raise
         try:
             os.rename(staging, target)
         except BaseException:
