@@ -166,3 +166,27 @@ def test_compile_replaces_an_artifact_and_leaves_nothing_behind(tmp_path, capsys
         os.chmod(tmp_path, 0o755)
     assert f"cannot create the artifact in {tmp_path}: Permission denied" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.effir", "model"]
+
+
+def test_export_checks_the_directory_again_when_it_installs(tmp_path):
+    """`CompiledModule.export` (io_safety's staging and install, without the
+    command's early check): a directory that became something else while
+    the artifact was built is not replaced, and the new one is removed."""
+    manifest = "effir-artifact.json"
+    target = tmp_path / "model"
+    staging = effir.io_safety.staging_directory(target, manifest)
+    (staging / manifest).write_text("{}")
+    target.mkdir()
+    (target / "README").write_text("mine")  # written meanwhile
+    with pytest.raises(effir.io_safety.OutputError, match="not an effir artifact"):
+        effir.io_safety.install_directory(staging, target, manifest)
+    assert (target / "README").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    # An artifact there is replaced as a whole, nothing left beside it.
+    (target / "README").unlink()
+    (target / manifest).write_text("old")
+    staging = effir.io_safety.staging_directory(target, manifest)
+    (staging / manifest).write_text("new")
+    assert effir.io_safety.install_directory(staging, target, manifest) == target
+    assert (target / manifest).read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
