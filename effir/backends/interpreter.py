@@ -164,8 +164,9 @@ def interpret(
     """Run ``@entry`` on ``args`` and return its result.
 
     ``state`` holds the global cells and is updated in place, all or
-    nothing, one call at a time (a fresh one from the declarations when None); ``sink(label, value)`` receives what
-    ``debug.print`` prints (standard output by default); ``kernels`` maps
+    nothing, one call at a time (a fresh one from the declarations when
+    None); ``sink(label, value)`` receives what ``debug.print`` prints
+    (standard output by default); ``kernels`` maps
     functions to compiled code that runs in their place (the TVM backend's
     executor). Run-time errors are ``effir.EvalError`` naming the operator
     and the source location."""
