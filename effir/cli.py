@@ -11,19 +11,20 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from . import __version__
-from .backends.interpreter import State, interpret_a2
+from .backends.interpreter import State, interpret_a2, state_cells
+from .io_safety import output_directory, read_for_rewrite, rewrite
 from .ir import EffectError, Error, IRModule, TypeCheckError, astext, parse
 from .passes.infer_effects import check_effects, effect_text
 from .passes.infer_type import check
 from .passes.infra import PassContext, PrintIR, Timing, registered_passes
 from .passes.pipeline import STANDARD_PIPELINES, pipeline
 from .passes.verify_linear import linearity_errors
+from .runtime.limits import LimitSettingError, tensor_too_large
 from .runtime.values import PRNGKey, describe_value
 
 EXIT_OK, EXIT_USER_ERROR, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
@@ -52,25 +53,6 @@ def read_input(path: str) -> tuple[bytes, str]:
         raise CommandError(f"{path}: {err.strerror or err}") from None
 
 
-def write_atomically(path: str, text: str) -> None:
-    """Replace ``path`` with ``text`` so that readers see the old or the new file,
-    never a half-written one, and keep the file's permissions."""
-    directory = os.path.dirname(os.path.abspath(path))
-    mode = os.stat(path).st_mode & 0o7777
-    fd, temp = tempfile.mkstemp(prefix=".effir-fmt-", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp, mode)
-        os.replace(temp, path)
-    except BaseException:
-        if os.path.exists(temp):
-            os.unlink(temp)
-        raise
-
-
 def load_module(path: str) -> tuple[IRModule, str, str]:
     data, name = read_input(path)
     module = parse(data, source_name=name)
@@ -86,15 +68,19 @@ def cmd_fmt(args: argparse.Namespace) -> int:
         raise CommandError("fmt: give one file, or use -i or --check for several")
     status = EXIT_OK
     for path in args.files:
+        if args.in_place:  # io_safety.py: what may be rewritten, and how
+            file = read_for_rewrite(path)
+            module = parse(file.data, source_name=path)
+            canonical = astext(module)
+            if canonical.encode("utf-8") != file.data:
+                rewrite(file, canonical)
+            continue
         module, original, name = load_module(path)
         canonical = astext(module)
         if args.check:
             if canonical != original:
                 print(f"would reformat {name}", file=sys.stderr)
                 status = EXIT_USER_ERROR
-        elif args.in_place:
-            if canonical != original:
-                write_atomically(path, canonical)
         else:
             sys.stdout.write(canonical)
     return status
@@ -143,12 +129,28 @@ def parse_arg_option(text: str) -> tuple[str, str]:
 
 
 def load_array(path: str) -> np.ndarray:
+    """The array in the ``.npy`` file ``path``; its header is read first, so
+    that a size over the limit (runtime/limits.py) is refused unread."""
     try:
-        return np.load(path, allow_pickle=False)
+        with open(path, "rb") as handle:
+            version = np.lib.format.read_magic(handle)
+            if version == (1, 0):
+                shape, _, dtype = np.lib.format.read_array_header_1_0(handle)
+            else:
+                shape, _, dtype = np.lib.format.read_array_header_2_0(handle)
+            message = tensor_too_large(shape, dtype, "the array")
+            if message is not None:
+                raise CommandError(f"{path}: {message}")
+            handle.seek(0)
+            return np.load(handle, allow_pickle=False)
     except FileNotFoundError:
         raise CommandError(f"{path}: no such file") from None
-    except (OSError, ValueError) as err:
-        raise CommandError(f"{path}: not a .npy array file ({err})") from None
+    except IsADirectoryError:
+        raise CommandError(f"{path}: is a directory") from None
+    except PermissionError:
+        raise CommandError(f"{path}: permission denied") from None
+    except (OSError, ValueError, EOFError, MemoryError, OverflowError) as err:
+        raise CommandError(f"{path}: not a .npy array file ({err or type(err).__name__})") from None
 
 
 def result_leaves(value: object, prefix: str) -> list[tuple[str, object]]:
@@ -175,7 +177,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     fn = module.functions[entry]
     # A state-passing entry takes its state from the cells' declarations, as
     # the effectful program it came from did (docs/passes.md).
-    state_params = len(fn.attrs.get("state_in", ()))
+    state_params = len(state_cells(fn, "state_in", entry))
     params = fn.params[: len(fn.params) - state_params]
     given = dict(parse_arg_option(text) for text in args.arg)
     names = [p.name_hint for p in params]
@@ -255,8 +257,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
     """Compile a program for a target and export it (docs/backend.md)."""
     module, _, name = load_module(args.file)
     check(module)
+    from .backends.tvm.artifact import MANIFEST
     from .backends.tvm.compile import compile as compile_module
 
+    output_directory(args.output, MANIFEST)  # refused before compiling (io_safety.py)
     compiled = compile_module(module, args.target)
     entry = args.entry.removeprefix("@")
     if entry not in compiled.module.functions:
@@ -410,6 +414,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return runner(args)
     except Error as err:
         print(str(err), file=sys.stderr)
+        return EXIT_USER_ERROR
+    except LimitSettingError as err:
+        print(f"effir: {err}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("effir: interrupted", file=sys.stderr)

@@ -15,7 +15,9 @@ generators too: they yield ``(function, args)`` requests that run here.
 
 State: global cells live in an explicit ``State`` (each cell's ``RefValue``,
 initialised from its declaration); the caller owns it and sees it updated,
-never a hidden global. ``debug.print`` writes to the caller's ``sink``.
+never a hidden global. Each call is a transaction on it (state.py): the
+State's lock is held for the call, and a call that raises leaves every cell
+as it was. ``debug.print`` writes to the caller's ``sink``.
 
 Environments: one dict per function activation, chained to the closure's
 captured environment. Binders are unique (well-formedness), so a variable is
@@ -65,14 +67,24 @@ from ..ir.trampoline import run
 from ..ir.types import TensorType, TupleType, Type
 from ..ops.effects import WORLD
 from ..ops.relations import OpFailure
-from ..runtime import prng
 from ..runtime.arguments import bind_arguments, check_argument, convert_argument
-from ..runtime.values import ADTValue, PRNGKey, RefValue, describe_value
+from ..runtime.limits import static_bytes, too_large
+from ..runtime.values import ADTValue, RefValue, describe_value
+from .state import State
 
 Sink = Callable[[str, Any], None]
 
-# Numeric failures inside numpy rules that are the program's fault.
-_RUNTIME_FAILURES = (OpFailure, ValueError, IndexError, ZeroDivisionError, FloatingPointError)
+# Failures inside numpy rules that are the program's fault (a size no
+# memory holds included: the limit refuses most before numpy is asked).
+_RUNTIME_FAILURES = (
+    OpFailure,
+    ValueError,
+    IndexError,
+    ZeroDivisionError,
+    FloatingPointError,
+    MemoryError,
+    OverflowError,
+)
 
 
 class Env:
@@ -153,46 +165,6 @@ def print_sink(label: str, value: Any) -> None:
     print(f"{label}: {text}" if label else text, file=sys.stdout, flush=True)
 
 
-class State:
-    """The global state cells of one program instance.
-
-    Created from the module's declarations (each cell's initialiser runs
-    once); ``interpret`` reads and updates it in place. ``seed`` replaces the
-    initial key of every cell that holds a ``Key``: the first such cell (in
-    declaration order) starts from ``key(seed)`` (``jax.random.PRNGKey(seed)``
-    of a Python int), the k-th one after it from ``fold_in(key(seed), k)``.
-    """
-
-    def __init__(self, module: IRModule, seed: int | None = None) -> None:
-        self.cells: dict[str, RefValue] = {}
-        interpreter = Interpreter(module, self)
-        key_index = 0
-        for name, cell in module.cells.items():
-            ref = RefValue(interpreter.evaluate(cell.init), name)
-            if seed is not None and isinstance(ref.value, PRNGKey):
-                ref.value = _seeded_key(seed, key_index)
-                key_index += 1
-            self.cells[name] = ref
-
-    def __getitem__(self, name: str) -> Any:
-        """The current value held in cell ``name``."""
-        return self.cells[name.removeprefix("@")].value
-
-    def values(self) -> dict[str, Any]:
-        return {name: ref.value for name, ref in self.cells.items()}
-
-    def __repr__(self) -> str:
-        return "State(" + ", ".join(f"@{n}={r.value!r}" for n, r in self.cells.items()) + ")"
-
-
-def _seeded_key(seed: int, index: int) -> PRNGKey:
-    """As ``jax.random.PRNGKey(seed)`` for a Python int, folded with ``index``."""
-    key = prng.key(int(seed))
-    if index:
-        key = prng.fold_in(key, index)
-    return PRNGKey(key)
-
-
 def interpret(
     module: IRModule,
     *args: Any,
@@ -205,16 +177,18 @@ def interpret(
     """Run ``@entry`` on ``args`` (and ``named`` arguments, by parameter
     name) and return its result.
 
-    ``state`` holds the global cells and is updated in place (a fresh one
-    from the declarations when None); ``sink(label, value)`` receives what
-    ``debug.print`` prints (standard output by default); ``kernels`` maps
+    ``state`` holds the global cells and is updated in place, all or
+    nothing, one call at a time (a fresh one from the declarations when
+    None); ``sink(label, value)`` receives what ``debug.print`` prints
+    (standard output by default); ``kernels`` maps
     functions to compiled code that runs in their place (the TVM backend's
     executor). Arguments follow the input contract of
     effir/runtime/arguments.py; run-time errors are ``effir.EvalError``
     naming the operator and the source location."""
     if state is None:
         state = State(module)
-    return Interpreter(module, state, sink, kernels).call_global(entry, args, named)
+    with state.transaction():  # all or nothing, one call at a time (state.py)
+        return Interpreter(module, state, sink, kernels).call_global(entry, args, named)
 
 
 def interpret_a2(
@@ -239,24 +213,40 @@ def interpret_a2(
     name = entry.removeprefix("@")
     if name not in module.functions:
         raise EvalError(f"the module has no function @{name}")
-    attrs = module.functions[name].attrs
-    state_in = attrs.get("state_in", ())
-    state_out = attrs.get("state_out", ())
+    fn = module.functions[name]
+    state_in, state_out = (state_cells(fn, a, name) for a in ("state_in", "state_out"))
     unknown = [c for c in (*state_in, *state_out) if c != WORLD and c not in state.cells]
     if unknown:
         raise EvalError(f"@{name} passes the state of @{unknown[0]}, which the state does not hold")
-    values = tuple(np.int64(0) if c == WORLD else state[c] for c in state_in)
-    params = module.functions[name].params
-    user = bind_arguments(
-        f"@{name}", [p.name_hint for p in params[: len(params) - len(state_in)]], args, named
-    )
-    result = Interpreter(module, state, sink, kernels).call_global(name, (*user, *values))
-    if not state_out:
-        return result
-    for cell, value in zip(state_out, result[1:], strict=True):
-        if cell != WORLD:
-            state.cells[cell].value = value
-    return result[0]
+    # The lock is held from the read of the cells to the write of their new
+    # values, so that concurrent calls never start from the same state.
+    with state.transaction():
+        values = tuple(np.int64(0) if c == WORLD else state[c] for c in state_in)
+        params = fn.params
+        user = bind_arguments(
+            f"@{name}", [p.name_hint for p in params[: len(params) - len(state_in)]], args, named
+        )
+        result = Interpreter(module, state, sink, kernels).call_global(name, (*user, *values))
+        if not state_out:
+            return result
+        if not isinstance(result, tuple) or len(result) != 1 + len(state_out):
+            raise EvalError(
+                f"@{name} returns {describe_value(result)}, not its result followed by the "
+                f"{len(state_out)} state value(s) its state_out names",
+                fn.span,
+            )
+        for cell, value in zip(state_out, result[1:], strict=True):
+            if cell != WORLD:
+                state.cells[cell].value = value
+        return result[0]
+
+
+def state_cells(fn: Function, attr: str, name: str) -> tuple[str, ...]:
+    """The cells ``fn``'s ``state_in`` or ``state_out`` attribute names."""
+    cells = fn.attrs.get(attr, ())
+    if not isinstance(cells, tuple) or not all(isinstance(c, str) for c in cells):
+        raise EvalError(f"{attr} of @{name} must be a list of cell names, got {cells!r}", fn.span)
+    return cells
 
 
 class Interpreter:
@@ -280,6 +270,7 @@ class Interpreter:
         self.kernels = kernels or {}
         self._globals: dict[str, Closure] = {}
         self._shared = shared_nodes(module)
+        self._sized: set[int] = set()  # calls whose result size the limit allowed
 
     # ------------------------------------------------------------ entry
     def call_global(
@@ -463,18 +454,21 @@ class Interpreter:
         try:
             return kernel(*args)
         except _RUNTIME_FAILURES as err:
-            raise EvalError(f"{closure.name or 'a compiled function'}: {err}", span) from None
+            name = closure.name or "a compiled function"
+            raise EvalError(f"{name}: {_failure_text(err)}", span) from None
 
     def _run_control_flow(self, call: Call, definition: OpDef, args: tuple[Any, ...], env: Env):
         """Generator: a control-flow operator, whose rule asks for its bodies
         to be run through the trampoline."""
         name = definition.name
+        if id(call) not in self._sized:
+            self._check_size(call, name)
         kernel = self.kernels.get(call) if self.kernels else None
         if kernel is not None:  # the whole loop compiled: no step runs here
             try:
                 return kernel(*args)
             except _RUNTIME_FAILURES as err:
-                raise EvalError(f"{name}: {err}", call.span) from None
+                raise EvalError(f"{name}: {_failure_text(err)}", call.span) from None
         impl = _numpy_rule(definition, call)
         out_type = None
         if call.has_type:
@@ -491,16 +485,30 @@ class Interpreter:
         except StopIteration as done:
             return done.value
         except _RUNTIME_FAILURES as err:
-            raise EvalError(f"{name}: {err}", call.span) from None
+            raise EvalError(f"{name}: {_failure_text(err)}", call.span) from None
 
     def _call_simple_op(self, call: Call, definition: OpDef, args: tuple[Any, ...]) -> Any:
+        if id(call) not in self._sized:
+            self._check_size(call, definition.name)
         impl = _numpy_rule(definition, call)
         try:
             if definition.effect == "io":
                 return impl(args, call.attrs, sink=self.sink)
             return impl(args, call.attrs)
         except _RUNTIME_FAILURES as err:
-            raise EvalError(f"{definition.name}: {err}", call.span) from None
+            raise EvalError(f"{definition.name}: {_failure_text(err)}", call.span) from None
+
+    def _check_size(self, call: Call, name: str) -> None:
+        """Refuse, before it runs, an operator whose checked type says its
+        result is larger than the size limit (runtime/limits.py). Checked
+        once per call node: its type does not change. Rules whose sizes come
+        from attributes or data check again (``ops.relations.allocation``),
+        for untyped programs and ``?`` dimensions."""
+        if call.has_type:
+            message = too_large(static_bytes(call.checked_type), f"{name}: its result")
+            if message is not None:
+                raise EvalError(message, call.span)
+        self._sized.add(id(call))
 
     def _select_clause(self, match: Match, data: Any, env: Env) -> Expr:
         for clause in match.clauses:
@@ -540,6 +548,15 @@ def shared_nodes(root: IRModule | Expr) -> set[int]:
                 seen.add(id(child))
                 stack.append(child)
     return shared
+
+
+def _failure_text(err: BaseException) -> str:
+    """An operator's failure for its message (a MemoryError has no text)."""
+    if isinstance(err, MemoryError):
+        return f"out of memory{f' ({err})' if str(err) else ''}"
+    if isinstance(err, OverflowError):
+        return f"a size or value too large to represent ({err})"
+    return str(err)
 
 
 def _numpy_rule(definition: OpDef, call: Call) -> Any:

@@ -18,6 +18,7 @@ from .expr import (
     Clause,
     Constructor,
     Expr,
+    Function,
     GlobalVar,
     Op,
     PatternConstructor,
@@ -188,6 +189,18 @@ def _pattern_binders(clause: Clause) -> list[Var]:
     return found
 
 
+def _check_state_attrs(name: str, fn: Function) -> None:
+    """A state-passing function's ``state_in``/``state_out`` list the cells
+    (by name) whose values it takes and returns: anything else is no such list."""
+    for attr in ("state_in", "state_out"):
+        cells = fn.attrs.get(attr, ())
+        if not isinstance(cells, tuple) or not all(isinstance(c, str) for c in cells):
+            raise WellFormedError(
+                f'{attr} of @{name} must be a list of cell names, such as ["rng"], got {cells!r}',
+                fn.span,
+            )
+
+
 def check_well_formed(target: IRModule | Expr, module: IRModule | None = None) -> None:
     """Raise ``WellFormedError`` (with the location, when known) on the first
     broken rule; return None when ``target`` is well formed."""
@@ -196,7 +209,8 @@ def check_well_formed(target: IRModule | Expr, module: IRModule | None = None) -
             _Checker(target).check(data)
         for cell in target.cells.values():
             _Checker(target).check(cell)
-        for fn in target.functions.values():
+        for name, fn in target.functions.items():
+            _check_state_attrs(name, fn)
             _Checker(target).check(fn)
         return
     _Checker(module).check(target)

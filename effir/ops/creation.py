@@ -15,6 +15,7 @@ from ..runtime.values import as_tensor
 from .relations import (
     NumpyImpl,
     TypeRelation,
+    allocation,
     check_dims,
     expect_scalar,
     numpy_rule,
@@ -52,7 +53,8 @@ def _constant_rel(name: str) -> TypeRelation:
 
 def _constant_np(fill: int) -> NumpyImpl:
     def impl(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
-        return np.full(attrs["shape"], fill, dtype=attrs["dtype"])
+        shape = allocation(attrs["shape"], attrs["dtype"])
+        return np.full(shape, fill, dtype=attrs["dtype"])
 
     return impl
 
@@ -71,9 +73,10 @@ def _full_rel(args: tuple[Type, ...], attrs: Attrs) -> Type:
 
 def _filled(value: Any, shape: Sequence[int], dtype: str) -> np.ndarray:
     """``value`` cast to ``dtype`` (as ``cast`` does: NaN to int is not an error)."""
+    shape = allocation(shape, dtype)
     with np.errstate(invalid="ignore", over="ignore"):
         fill = as_tensor(value).astype(dtype)
-    return np.full(tuple(shape), fill, dtype=dtype)
+    return np.full(shape, fill, dtype=dtype)
 
 
 @numpy_rule("full")
@@ -92,7 +95,8 @@ def _dyn_constant_rel(name: str) -> TypeRelation:
 
 def _dyn_constant_np(fill: int) -> NumpyImpl:
     def impl(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
-        return np.full(shape_value(args[0]), fill, dtype=attrs["dtype"])
+        shape = allocation(shape_value(args[0]), attrs["dtype"])
+        return np.full(shape, fill, dtype=attrs["dtype"])
 
     return impl
 

@@ -9,11 +9,13 @@ from ..ir.node import Attrs
 from ..ir.op import AttrSpec, register_op
 from ..ir.types import IncompleteType, KeyType, TensorType, TupleType, Type
 from ..runtime import prng
+from ..runtime.limits import objects_too_large
 from ..runtime.values import PRNGKey, as_tensor
 from .relations import (
     NotReady,
     OpFailure,
     RelationError,
+    allocation,
     check_dims,
     describe,
     dtype_kind,
@@ -106,6 +108,9 @@ def _split_type(args: tuple[Type, ...], attrs: Attrs) -> Type:
     num = attrs["num"]
     if num < 0:
         raise RelationError(f"random.split: num must be >= 0, got {num}")
+    # The type lists one Key per new key: refuse a count no memory holds.
+    if (message := objects_too_large(num, "random.split: the new keys")) is not None:
+        raise RelationError(message)
     return TupleType(tuple(KeyType() for _ in range(num)))
 
 
@@ -162,7 +167,10 @@ def _key_numpy(args: tuple[Any, ...], attrs: Attrs) -> PRNGKey:
 
 @numpy_rule("random.split")
 def _split_numpy(args: tuple[Any, ...], attrs: Attrs) -> tuple[PRNGKey, ...]:
-    keys = prng.split(_key_data(args[0], "random.split"), attrs["num"])
+    key = _key_data(args[0], "random.split")
+    if (message := objects_too_large(attrs["num"], "random.split: the new keys")) is not None:
+        raise OpFailure(message)
+    keys = prng.split(key, attrs["num"])
     return tuple(PRNGKey(row) for row in keys)
 
 
@@ -175,20 +183,23 @@ def _fold_in_numpy(args: tuple[Any, ...], attrs: Attrs) -> PRNGKey:
 @numpy_rule("random.uniform")
 def _uniform_numpy(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
     key = _key_data(args[0], "random.uniform")
-    values = prng.uniform(key, attrs["shape"], attrs["dtype"], attrs["low"], attrs["high"])
+    shape = allocation(attrs["shape"], attrs["dtype"])
+    values = prng.uniform(key, shape, attrs["dtype"], attrs["low"], attrs["high"])
     return to_result(values, attrs["dtype"])
 
 
 @numpy_rule("random.normal")
 def _normal_numpy(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
     key = _key_data(args[0], "random.normal")
-    return to_result(prng.normal(key, attrs["shape"], attrs["dtype"]), attrs["dtype"])
+    shape = allocation(attrs["shape"], attrs["dtype"])
+    return to_result(prng.normal(key, shape, attrs["dtype"]), attrs["dtype"])
 
 
 @numpy_rule("random.bernoulli")
 def _bernoulli_numpy(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
     key = _key_data(args[0], "random.bernoulli")
-    return to_result(prng.bernoulli(key, attrs["p"], attrs["shape"]), "bool")
+    shape = allocation(attrs["shape"], "bool")
+    return to_result(prng.bernoulli(key, attrs["p"], shape), "bool")
 
 
 @numpy_rule("random.dropout")

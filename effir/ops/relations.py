@@ -30,6 +30,7 @@ import numpy as np
 
 from ..ir.op import op_def
 from ..ir.types import ANY, Dim, IncompleteType, TensorType, TupleType, Type
+from ..runtime.limits import tensor_too_large
 from ..runtime.values import as_tensor
 
 TypeRelation = Callable[..., Type]
@@ -293,6 +294,16 @@ def shape_tensor_rank(t: Type, what: str = "the shape") -> int:
             f"{what} must have a static length (the result's rank), got {describe(shape)}"
         )
     return shape.shape[0]
+
+
+def allocation(shape: Sequence[int], dtype: str | np.dtype) -> tuple[int, ...]:
+    """``shape`` for a new tensor of ``dtype`` that a rule creates, after the
+    size limit (runtime/limits.py) has agreed to it: a size the program
+    chooses is refused before numpy is asked for it."""
+    message = tensor_too_large(shape, dtype, "the result")
+    if message is not None:
+        raise OpFailure(message)
+    return tuple(int(d) for d in shape)
 
 
 def shape_value(value: Any) -> tuple[int, ...]:

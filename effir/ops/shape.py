@@ -15,6 +15,7 @@ from ..runtime.values import as_tensor
 from .relations import (
     OpFailure,
     RelationError,
+    allocation,
     check_dims,
     expect_dtype,
     expect_tensor,
@@ -584,7 +585,8 @@ def _broadcast_to_np(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
     x = as_tensor(args[0])
     try:
         # A copy: broadcast_to's view is read-only and aliases its elements.
-        return np.array(np.broadcast_to(x, attrs["shape"]))
+        shape = allocation(attrs["shape"], x.dtype)
+        return np.array(np.broadcast_to(x, shape))
     except ValueError:
         raise OpFailure(f"cannot broadcast {x.shape} to {tuple(attrs['shape'])}") from None
 

@@ -324,6 +324,8 @@ class PassContext:
                 raise PassError(
                     f"pass {p.name} requires {_INVARIANT_TEXT[invariant]}: {problem}{hint}"
                 )
+        if self.verify:
+            self._verify_input(module)
         for instrument in self.instruments:
             instrument.before(p, module)
         with collector_paced():
@@ -339,6 +341,19 @@ class PassContext:
             instrument.after(p, result, changed, seconds)
         return result
 
+    def _verify_input(self, module: IRModule) -> None:
+        """A program no verified pass produced (the pipeline's input) is
+        checked before the first pass, so that its own errors are reported
+        as the input's, not as an invalid program the pass produced. The
+        output of the pass before was checked already: nothing is repeated."""
+        last = self._last.get("valid")
+        if last is not None and last[0] is module:
+            return
+        from .infer_type import check
+
+        check(module)  # raises the input's own located errors
+        self._last["valid"] = (module, True)
+
     def _verify(self, p: Pass, before: IRModule, after: IRModule) -> None:
         """The output is well formed and well typed; a linear A2 input gives
         a linear output (key reuse the user wrote is the user's, not the
@@ -353,6 +368,7 @@ class PassContext:
                 err.span,
                 err.notes,
             ) from None
+        self._last["valid"] = (after, True)
         if not (self._is_a2(before) and self._is_a2(after)) or self._violations(before):
             return
         errors = self._violations(after)

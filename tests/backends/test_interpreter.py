@@ -10,7 +10,7 @@ import effir
 from effir.runtime.values import ADTValue, PRNGKey, RefValue
 
 HEADER = '#[version = "0.0.5"]\n'
-PRELUDE = (Path(__file__).parents[1] / "ir" / "relay_std" / "prelude.rly").read_text()
+PRELUDE = (Path(effir.__file__).parent / "std" / "prelude.rly").read_text()
 
 
 def module(text: str) -> effir.IRModule:

@@ -47,6 +47,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from ...io_safety import install_directory, staging_directory
 from ...ir.diagnostics import Error
 from ...ops.effects import WORLD
 from ...runtime.values import PRNGKey
@@ -103,9 +104,7 @@ def export(compiled: CompiledModule, path: str | os.PathLike[str], key: Key | No
                 f"@{entry} for {dict(dims) or 'its static shapes'} has kernels of data-dependent "
                 "shape, built in Python when called: it runs here but cannot be exported"
             )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".effir-export-", dir=target.parent))
-    staging.chmod(0o755)
+    staging = staging_directory(target, MANIFEST)  # io_safety.py: what may be replaced
     try:
         (staging / "lib").mkdir()
         (staging / "state").mkdir()
@@ -142,18 +141,10 @@ def export(compiled: CompiledModule, path: str | os.PathLike[str], key: Key | No
         (staging / MANIFEST).write_bytes(manifest_bytes)
         if key is not None:
             (staging / SIGNATURE).write_text(_signature(manifest_bytes, key) + "\n")
-        if target.exists():
-            old = target.with_name(f".{target.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            target.rename(old)
-            staging.rename(target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            staging.rename(target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return target
+    return install_directory(staging, target, MANIFEST)
 
 
 def _spec_of_value(value: Any) -> Spec:

@@ -12,7 +12,9 @@ values between numpy (as the interpreter gives them) and the VM's tensors.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -207,6 +209,19 @@ def call_entry(
     are written back, the user's result is returned. ``function(dims)`` is
     the VM function for the arguments' binding of the dimensions."""
     user, dims = signature.bind(args, named, entry)
+    # One call at a time on one state: the lock is held from the read of
+    # the cells to the write-back of their new values (effir/backends/state.py).
+    with cells.transaction():
+        return _run_entry(function, signature, user, dims, cells)
+
+
+def _run_entry(
+    function: Callable[[Dims], Any],
+    signature: Signature,
+    user: tuple[Any, ...],
+    dims: Dims,
+    cells: Any,
+) -> Any:
     values = tuple(np.int64(0) if c == WORLD else cells[c] for c in signature.state_in)
     inputs = (*user, *values)
     run = function(dims)
@@ -227,6 +242,14 @@ class CellValues:
 
     def __init__(self, values: dict[str, Any]) -> None:
         self.cells = {name: RefValue(value, name) for name, value in values.items()}
+        self._lock = threading.RLock()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[CellValues]:
+        """Hold the cells for one call (``State.transaction``): calls from
+        several threads on one state run one at a time."""
+        with self._lock:
+            yield self
 
     def __getitem__(self, name: str) -> Any:
         return self.cells[name.removeprefix("@")].value

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ...ir.expr import Expr, Var
 from ...ir.module import IRModule
 from ...ir.node import Node
 from ...ir.types import TensorType, Type
-from ...ir.visitor import ExprMutator
+from ...ir.visitor import ExprMutator, pre_order
 from ...passes.infer_type import check
+from ...runtime.limits import static_bytes, too_large
+from .errors import BackendError
 
 
 def substitute_dims(t: Type, dims: Mapping[str, int]) -> Type:
@@ -47,7 +50,20 @@ def specialize(module: IRModule, entry: str, dims: Mapping[str, int]) -> IRModul
     annotations and those inside it), type-checked again. Other functions
     keep their own dimensions (their calls bind them)."""
     if not dims:
-        return check(module)
+        return _check_sizes(check(module), entry)
     functions = dict(module.functions)
     functions[entry] = _Substitution(dims).mutate(module.functions[entry])  # type: ignore[assignment]
-    return check(IRModule(functions, module.type_defs, module.cells))
+    return _check_sizes(check(IRModule(functions, module.type_defs, module.cells)), entry)
+
+
+def _check_sizes(module: IRModule, entry: str) -> IRModule:
+    """Refuse a binding under which some value of ``@entry`` (an argument,
+    an intermediate, a result) is larger than the size limit, before any
+    code is built for it (runtime/limits.py)."""
+    for node in pre_order(module.functions[entry]):
+        if isinstance(node, Expr) and node.has_type:
+            what = f"%{node.name_hint}" if isinstance(node, Var) else "a value of this program"
+            message = too_large(static_bytes(node.checked_type), what)
+            if message is not None:
+                raise BackendError(message, node.span)
+    return module

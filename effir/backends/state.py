@@ -1,0 +1,290 @@
+"""``effir.State``: the global state cells of one program instance.
+
+The contract (docs/semantics.md §3.4):
+
+- **A mapping of cell names to values.** ``s["rng"]`` (or ``s["@rng"]``),
+  ``list(s)`` (the names, in declaration order), ``len(s)``, ``"rng" in s``;
+  ``s["rng"] = value`` checks ``value`` against the cell's type first (a
+  ``StateError`` otherwise). ``s.cells[name]`` is the ``RefValue`` the
+  program reads and writes.
+- **A call changes it completely or not at all.** Every call (``interpret``,
+  ``interpret_a2``) runs inside ``s.transaction()``: it takes the State's
+  lock, remembers each cell's value, and puts them all back if the call
+  raises. Values are never mutated in place (each operator makes new
+  arrays), so remembering them is remembering references.
+- **Threads may share it.** The lock is held from the first read of a cell
+  to the last write, so calls on one State from several threads run one
+  after another, each seeing the state the previous one left (a random
+  stream advances once per call, never twice from the same key). Calls on
+  separate States run in parallel. The lock is re-entrant: a ``sink`` that
+  calls the program again on the same State from the same thread does not
+  deadlock.
+- **Saved and loaded as ``.npz``.** ``s.save(path)`` writes one array per
+  tensor (tuples are numbered ``bn.0``, ``bn.1``; a key is its two
+  ``uint32`` words), without pickles; ``s.load(path)`` (a method: the
+  module gives the cells and their types) checks every array against its
+  cell before it replaces any value.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import zipfile
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..ir.diagnostics import EvalError
+from ..ir.printer import astext
+from ..ir.types import KeyType, RefType, TensorType, TupleType, Type
+from ..runtime import prng
+from ..runtime.values import PRNGKey, RefValue, describe_value, type_text
+
+if TYPE_CHECKING:
+    from ..ir.module import IRModule
+
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+class StateError(EvalError):
+    """A ``State`` used wrongly: a value of the wrong type for its cell, a
+    seed out of range, a file that does not hold this program's state."""
+
+    kind = "state error"
+
+
+class UnknownCellError(StateError, KeyError):
+    """A cell name the program does not declare (a ``KeyError`` too, so that
+    ``s.get(name)`` and ``name in s`` behave as for any mapping)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return self._render()
+
+
+class State(Mapping[str, Any]):
+    """The global state cells of one program instance.
+
+    Created from the module's declarations (each cell's initialiser runs
+    once); ``interpret`` reads and updates it in place, all or nothing.
+    ``seed`` replaces the initial key of every cell that holds a ``Key``:
+    the first such cell (in declaration order) starts from ``key(seed)``
+    (``jax.random.PRNGKey(seed)`` of a Python int), the k-th one after it
+    from ``fold_in(key(seed), k)``.
+    """
+
+    def __init__(self, module: IRModule, seed: int | None = None) -> None:
+        from .interpreter import Interpreter  # the initialisers are programs
+
+        if seed is not None and not (
+            isinstance(seed, int | np.integer) and _INT64[0] <= int(seed) <= _INT64[1]
+        ):
+            raise StateError(f"the seed must be an integer that fits in int64, got {seed!r}")
+        self.cells: dict[str, RefValue] = {}
+        self._types: dict[str, Type | None] = {}
+        self._lock = threading.RLock()
+        interpreter = Interpreter(module, self)
+        key_index = 0
+        for name, cell in module.cells.items():
+            ref = RefValue(interpreter.evaluate(cell.init), name)
+            if seed is not None and isinstance(ref.value, PRNGKey):
+                ref.value = _seeded_key(int(seed), key_index)
+                key_index += 1
+            self.cells[name] = ref
+            declared = cell.type.value if isinstance(cell.type, RefType) else None
+            self._types[name] = declared if declared is not None else _type_of_value(ref.value)
+
+    # ------------------------------------------------------------ mapping
+    def _name(self, name: str) -> str:
+        key = name.removeprefix("@") if isinstance(name, str) else name
+        if key not in self.cells:
+            known = ", ".join("@" + n for n in self.cells) or "none"
+            raise UnknownCellError(f"no state cell {name!r} (cells: {known})")
+        return key
+
+    def __getitem__(self, name: str) -> Any:
+        """The current value held in cell ``name``."""
+        return self.cells[self._name(name)].value
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        """Replace cell ``name``'s value, after checking it against the
+        cell's type (its declaration's, else its initial value's)."""
+        key = self._name(name)
+        converted = _checked(value, self._types[key], f"state cell @{key}")
+        with self._lock:
+            self.cells[key].value = converted
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self.cells))
+
+    def __len__(self) -> int:
+        return len(self.cells)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.removeprefix("@") in self.cells
+
+    def values(self) -> dict[str, Any]:  # type: ignore[override]
+        """A snapshot: each cell's name and current value (a dict, so that
+        two snapshots compare with ``==``)."""
+        with self._lock:
+            return {name: ref.value for name, ref in self.cells.items()}
+
+    # A State is one program instance: equal only to itself, and hashable
+    # (Mapping's __eq__ would compare arrays, whose truth is ambiguous).
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return "State(" + ", ".join(f"@{n}={r.value!r}" for n, r in self.cells.items()) + ")"
+
+    # -------------------------------------------------------- transactions
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[State]:
+        """Hold the State for one call: no other thread's call runs until
+        this one ends, and if it raises every cell gets its value back."""
+        with self._lock:
+            saved = [(ref, ref.value) for ref in self.cells.values()]
+            try:
+                yield self
+            except BaseException:
+                for ref, value in saved:
+                    ref.value = value
+                raise
+
+    # ------------------------------------------------------------- files
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write every cell's value to the ``.npz`` file ``path``."""
+        arrays: dict[str, np.ndarray] = {}
+        for name, value in self.values().items():
+            for leaf, array in _leaves(value, name):
+                arrays[leaf] = array
+        try:
+            with open(path, "wb") as handle:
+                np.savez(handle, **arrays)
+        except OSError as err:
+            raise StateError(f"{os.fspath(path)}: cannot write: {err.strerror or err}") from None
+
+    def load(self, path: str | os.PathLike[str]) -> State:
+        """Replace every cell's value with the one saved in ``path`` (by
+        ``save``), all or none: each array is checked against its cell first."""
+        where = os.fspath(path)
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                if not isinstance(data, np.lib.npyio.NpzFile):
+                    raise StateError(f"{where}: not a .npz file of saved state")
+                arrays = {name: data[name] for name in data.files}
+        except StateError:
+            raise
+        except FileNotFoundError:
+            raise StateError(f"{where}: no such file") from None
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+            raise StateError(f"{where}: not a .npz file of saved state ({err})") from None
+        new: dict[str, Any] = {}
+        for name in self.cells:
+            value = _assemble(arrays, name, self._types[name], where)
+            new[name] = _checked(value, self._types[name], f"{where}: state cell @{name}")
+        if arrays:
+            extra = sorted(arrays)[0]
+            raise StateError(f"{where}: holds {extra!r}, which is no cell of this program")
+        with self._lock:
+            for name, value in new.items():
+                self.cells[name].value = value
+        return self
+
+
+def _seeded_key(seed: int, index: int) -> PRNGKey:
+    """As ``jax.random.PRNGKey(seed)`` for a Python int, folded with ``index``."""
+    key = prng.key(int(seed))
+    if index:
+        key = prng.fold_in(key, index)
+    return PRNGKey(key)
+
+
+def _type_of_value(value: Any) -> Type | None:
+    """The type a cell's initial value has, for a cell declared without one
+    (None: a value this module does not check, such as an ADT)."""
+    if isinstance(value, PRNGKey):
+        return KeyType()
+    if isinstance(value, np.ndarray):
+        return TensorType(tuple(value.shape), str(value.dtype))
+    if isinstance(value, tuple):
+        fields = [_type_of_value(v) for v in value]
+        if all(f is not None for f in fields):
+            return TupleType(tuple(fields))  # type: ignore[arg-type]
+    return None
+
+
+def _checked(value: Any, t: Type | None, where: str) -> Any:
+    """``value`` as the cell of type ``t`` holds it (a fresh array: later
+    changes to the caller's buffer do not reach the state), or StateError."""
+    if isinstance(t, KeyType):
+        if isinstance(value, PRNGKey):
+            return value
+        array = _array(value)
+        if array is not None and array.dtype == np.uint32 and array.shape == (2,):
+            return PRNGKey(array)
+        raise StateError(f"{where} holds a Key, got {describe_value(value)}")
+    if isinstance(t, TupleType):
+        if not isinstance(value, tuple | list) or len(value) != len(t.fields):
+            raise StateError(f"{where} holds {astext(t)}, got {describe_value(value)}")
+        return tuple(
+            _checked(v, f, f"{where}, field {i}")
+            for i, (v, f) in enumerate(zip(value, t.fields, strict=True))
+        )
+    if isinstance(t, TensorType):
+        array = _array(value)
+        if array is None:
+            raise StateError(f"{where} holds {astext(t)}, got {describe_value(value)}")
+        same_kind = str(array.dtype) == t.dtype and array.ndim == len(t.shape)
+        if not same_kind or any(
+            isinstance(d, int) and d != size for d, size in zip(t.shape, array.shape, strict=False)
+        ):
+            raise StateError(f"{where} holds {astext(t)}, got {type_text(array)}")
+        return np.array(array, copy=True)
+    return value
+
+
+def _array(value: Any) -> np.ndarray | None:
+    """``value`` as an ndarray when it is array-like (numpy, JAX, lists)."""
+    if isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, PRNGKey | RefValue | str | bytes) or value is None:
+        return None
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError):
+        return None
+    return None if array.dtype == object else array
+
+
+def _leaves(value: Any, name: str) -> list[tuple[str, np.ndarray]]:
+    """The arrays ``save`` writes for one cell: ``name``, or ``name.0``... for
+    the fields of a tuple, a key as its two words."""
+    found: list[tuple[str, np.ndarray]] = []
+    stack = [(name, value)]
+    while stack:
+        leaf, v = stack.pop()
+        if isinstance(v, tuple):
+            stack.extend(reversed([(f"{leaf}.{i}", f) for i, f in enumerate(v)]))
+        elif isinstance(v, PRNGKey):
+            found.append((leaf, np.array(v.data)))
+        elif isinstance(v, np.ndarray):
+            found.append((leaf, v))
+        else:
+            raise StateError(
+                f"state cell @{name} holds {describe_value(v)}, which cannot be saved "
+                "(only tensors, keys and tuples of them)"
+            )
+    return found
+
+
+def _assemble(arrays: dict[str, np.ndarray], name: str, t: Type | None, where: str) -> Any:
+    """The value of cell ``name`` from the saved arrays (taken out of
+    ``arrays``), shaped as its type ``t``."""
+    if isinstance(t, TupleType):
+        return tuple(_assemble(arrays, f"{name}.{i}", f, where) for i, f in enumerate(t.fields))
+    if name not in arrays:
+        raise StateError(f"{where}: no value for {name!r}")
+    return arrays.pop(name)

@@ -1,0 +1,186 @@
+"""`effir.State`: a mapping of cells (read, checked write, iteration, save and
+load), all-or-nothing calls, and calls from several threads (docs/semantics.md
+§3.4)."""
+
+import numpy as np
+import pytest
+
+import effir
+from effir.backends.interpreter import interpret_a2
+from effir.backends.state import StateError
+from effir.runtime.values import PRNGKey
+
+from ..isolated import run_isolated
+
+H = '#[version = "0.0.5"]\n'
+CELLS = H + (
+    "global @rng: Ref[Key] = ref(random.key(0));\n"
+    "global @bn: Ref[(Tensor[(2), float32], Tensor[(2), float32])] = "
+    "ref((zeros(shape=[2]), ones(shape=[2])));\n"
+)
+# Dropout and batch norm update both cells; then a reshape that can fail.
+A1 = CELLS + (
+    "def @main(%x: Tensor[(4, 2), float32], %s: Tensor[(2), int64]) {\n"
+    "  let %d = nn.dropout(%x, @rng, rate=0.5);\n"
+    "  let %b = nn.batch_norm(%d, ones(shape=[2]), zeros(shape=[2]), @bn, training=True);\n"
+    "  dyn.reshape(%b, %s)\n"
+    "}\n"
+)
+A2 = H + (
+    "global @rng: Ref[Key] = ref(random.key(0));\n"
+    'def @main(%x: Tensor[(4), float32], %k: Key, state_in=["rng"], state_out=["rng"]) {\n'
+    "  let %ks = random.split(%k);\n"
+    "  (random.dropout(%x, %ks.1, rate=0.5), %ks.0)\n"
+    "}\n"
+)
+X = np.arange(8, dtype=np.float32).reshape(4, 2)
+
+
+def snapshot(state: effir.State) -> dict:
+    return {n: repr(v) for n, v in state.values().items()}
+
+
+def test_a_failed_interpret_leaves_the_state_as_it_was():
+    module = effir.check(effir.parse(A1))
+    state = effir.State(module)
+    before = snapshot(state)
+    with pytest.raises(effir.EvalError, match="dyn.reshape"):
+        effir.interpret(module, X, np.array([3, 3]), state=state)
+    assert snapshot(state) == before
+    # The same call that succeeds does change both cells.
+    effir.interpret(module, X, np.array([2, 4]), state=state)
+    after = snapshot(state)
+    assert after["rng"] != before["rng"] and after["bn"] != before["bn"]
+
+
+def test_a_failed_interpret_a2_leaves_the_state_as_it_was():
+    module = effir.parse(A2)
+    state = effir.State(module)
+    before = snapshot(state)
+    with pytest.raises(effir.EvalError):
+        interpret_a2(module, np.zeros(3, np.float32), state=state)
+    assert snapshot(state) == before
+
+
+def test_state_is_a_mapping_of_its_cells():
+    state = effir.State(effir.parse(A1))
+    assert list(state) == ["rng", "bn"]
+    assert len(state) == 2 and "rng" in state and "@bn" in state and "nope" not in state
+    assert dict(state).keys() == {"rng", "bn"}
+    assert state.get("nope") is None
+    with pytest.raises(StateError, match="no state cell 'nope' \\(cells: @rng, @bn\\)"):
+        state["nope"]
+
+
+def test_assigning_a_cell_checks_its_type():
+    state = effir.State(effir.parse(A1))
+    state["rng"] = np.array([7, 9], np.uint32)  # a key's two words
+    assert state["rng"] == PRNGKey([7, 9])
+    mean = np.full(2, 0.5, np.float32)
+    state["@bn"] = (mean, np.ones(2, np.float32))
+    mean[0] = 99  # the state holds its own copy
+    assert state["bn"][0][0] == 0.5
+    bad = [
+        ("rng", np.zeros(3, np.float32), "state cell @rng holds a Key, got"),
+        ("bn", np.zeros(2, np.float32), "holds (Tensor[(2), float32], Tensor[(2), float32])"),
+        ("bn", (np.zeros(2, np.float64), np.zeros(2, np.float32)), "field 0 holds"),
+        ("bn", (np.zeros(3, np.float32), np.zeros(2, np.float32)), "got Tensor[(3), float32]"),
+    ]
+    for name, value, message in bad:
+        with pytest.raises(StateError) as info:
+            state[name] = value
+        assert message in str(info.value)
+    assert state["bn"][0][0] == 0.5  # nothing changed
+
+
+def test_save_and_load_restore_every_cell_exactly(tmp_path):
+    module = effir.check(effir.parse(A1))
+    state = effir.State(module, seed=12345)
+    effir.interpret(module, X, np.array([2, 4]), state=state)
+    path = tmp_path / "state.npz"
+    state.save(path)
+    with np.load(path, allow_pickle=False) as data:
+        assert sorted(data.files) == ["bn.0", "bn.1", "rng"]
+    fresh = effir.State(module)
+    assert fresh.load(path) is fresh
+    assert fresh["rng"] == state["rng"]
+    for got, want in zip(fresh["bn"], state["bn"], strict=True):
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+    # The two states now run identically.
+    a = effir.interpret(module, X, np.array([2, 4]), state=state)
+    b = effir.interpret(module, X, np.array([2, 4]), state=fresh)
+    assert np.array_equal(a, b)
+
+
+def test_load_refuses_a_file_that_does_not_fit(tmp_path):
+    state = effir.State(effir.parse(A1))
+    before = snapshot(state)
+    cases = [
+        ({"rng": np.zeros(2, np.uint32)}, "no value for 'bn.0'"),
+        (
+            {"rng": np.zeros(2, np.uint32), "bn.0": np.zeros(2, np.float32), "bn.1": np.zeros(3)},
+            "state cell @bn, field 1 holds Tensor[(2), float32], got Tensor[(3), float64]",
+        ),
+        (
+            {
+                "rng": np.zeros(2, np.uint32),
+                "bn.0": np.zeros(2, np.float32),
+                "bn.1": np.zeros(2, np.float32),
+                "extra": np.zeros(1),
+            },
+            "holds 'extra', which is no cell of this program",
+        ),
+    ]
+    for arrays, message in cases:
+        path = tmp_path / "s.npz"
+        np.savez(path, **arrays)
+        with pytest.raises(StateError) as info:
+            state.load(path)
+        assert message in str(info.value)
+        assert snapshot(state) == before
+    (tmp_path / "junk.npz").write_bytes(b"not a zip")
+    with pytest.raises(StateError, match="not a .npz file of saved state"):
+        state.load(tmp_path / "junk.npz")
+    with pytest.raises(StateError, match="no such file"):
+        state.load(tmp_path / "missing.npz")
+
+
+def test_threads_sharing_a_state_advance_it_once_per_call():
+    """Eight threads, four calls each, one State: the key advances 32 times,
+    as 32 sequential calls do (it advanced 24 times: calls read the same key).
+    In a process of its own, with a tiny switch interval to provoke races."""
+    run_isolated(
+        f"""
+        import sys, threading
+        import numpy as np
+        import effir
+        from effir.backends.interpreter import interpret_a2
+
+        sys.setswitchinterval(1e-6)
+        module = effir.parse({A2!r})
+        x = np.ones(4, np.float32)
+        sequential = effir.State(module)
+        for _ in range(32):
+            interpret_a2(module, x, state=sequential)
+        shared = effir.State(module)
+        barrier = threading.Barrier(8)
+        errors = []
+
+        def worker():
+            try:
+                barrier.wait()
+                for _ in range(4):
+                    interpret_a2(module, x, state=shared)
+            except Exception as err:
+                errors.append(err)
+
+        threads = [threading.Thread(target=worker) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        assert shared["rng"] == sequential["rng"], (shared["rng"], sequential["rng"])
+        print("ok")
+        """
+    ).check()
