@@ -36,6 +36,7 @@ from ..interpreter import Sink, State
 from . import lower  # noqa: F401  (registers lower-tvm)
 from .errors import BackendError
 from .relax_lower import PRINT_FUNCTION, RelaxProgram, lower_to_relax
+from .relax_memory import relax_pipeline
 from .relax_types import NeedsStatic, static
 from .signature import Dims, Signature, call_entry, spec_of
 from .specialize import specialize
@@ -98,34 +99,6 @@ tvm_ffi.register_global_func(PRINT_FUNCTION, _print, override=True)
 
 
 # ------------------------------------------------------------ one binding
-def _relax_pipeline(target: Any) -> Any:
-    """Relax's default lowering; for a GPU, the small operators Relax
-    legalises itself (the scalar arithmetic of loop counters, reshapes) get
-    TVM's default GPU schedule (one thread per element), which every kernel
-    needs there. effir's own kernels arrive scheduled."""
-    if target.kind.name == "llvm":
-        return "default"
-    from tvm.relax import transform
-
-    return tvm.transform.Sequential(
-        [
-            transform.LegalizeOps(),
-            tvm.s_tir.transform.DefaultGPUSchedule(),
-            transform.RewriteDataflowReshape(),
-            transform.ToNonDataflow(),
-            transform.RemovePurityChecking(),
-            transform.CallTIRRewrite(),
-            transform.StaticPlanBlockMemory(),
-            transform.LowerAllocTensor(),
-            transform.KillAfterLastUse(),
-            transform.LowerRuntimeBuiltin(),
-            transform.ComputePrimValue(),
-            transform.VMShapeLower(),
-            transform.AttachGlobalSymbol(),
-        ]
-    )
-
-
 class Specialization:
     """One binding of the entry's dimensions: the Relax program, built."""
 
@@ -136,7 +109,7 @@ class Specialization:
             tvm_ffi.register_global_func(name, function, override=True)
         with target:
             self.executable = relax.build(
-                program.module, target=target, relax_pipeline=_relax_pipeline(target)
+                program.module, target=target, relax_pipeline=relax_pipeline(target)
             )
         device = tvm.device("cpu" if target.kind.name == "llvm" else target.kind.name, 0)
         self.device = device
