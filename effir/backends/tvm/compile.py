@@ -40,7 +40,7 @@ from .relax_memory import relax_pipeline
 from .relax_types import NeedsStatic, static
 from .signature import Dims, Signature, call_entry, spec_of
 from .specialize import specialize
-from .target import make_target
+from .target import building, make_target
 
 PIPELINE = STANDARD_PIPELINES["O2"] + ",fuse,lower-tvm"
 
@@ -107,7 +107,7 @@ class Specialization:
         self.target = target
         for name, function in program.fallbacks.items():
             tvm_ffi.register_global_func(name, function, override=True)
-        with target:
+        with building(target):
             self.executable = relax.build(
                 program.module, target=target, relax_pipeline=relax_pipeline(target)
             )

@@ -112,6 +112,7 @@ from .relax_dynamic import DYNAMIC, DynamicLowering
 from .relax_fallback import PythonKernel
 from .relax_loops import LoopLowering
 from .relax_types import NeedsStatic, named_dims, relax_type, scheduled, static
+from .target import building
 
 PRINT_FUNCTION = "effir.print"
 """The packed function ``io.print`` calls: ``(label: str, value) -> None``."""
@@ -188,7 +189,7 @@ class _Lowering(LoopLowering, DynamicLowering):
             self.bb.update_func(self.globals[name], function)
         module = self.bb.finalize()
         if self.apart:
-            with self.target:
+            with building(self.target):
                 library = tvm.compile(tvm.IRModule(self.apart), target=self.target)
             module = module.with_attr("external_mods", [library.mod])
         return RelaxProgram(module, entry, self.fallbacks, len(self.kernels), self.loops)
