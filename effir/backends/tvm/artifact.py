@@ -28,12 +28,12 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import tvm
-from tvm import relax
 
 from ...ir.diagnostics import Error
 from ...runtime.values import PRNGKey
@@ -51,6 +51,7 @@ from .signature import (
     spec_from_json,
     spec_to_json,
 )
+from .thread_vms import ThreadVMs
 
 FORMAT = "effir-artifact"
 VERSION = 1
@@ -179,7 +180,8 @@ class LoadedModule:
             spec = spec_from_json(cell["type"], f"{MANIFEST}, cell {cell['name']}")
             files = [_checked(path, f["file"], f["sha256"]) for f in cell["files"]]
             self._cells.append((str(cell["name"]), spec, files))
-        self._functions: dict[Path, Any] = {}
+        self._vms: dict[Path, ThreadVMs] = {}  # per library, one VM per thread
+        self._lock = threading.Lock()
 
     def new_state(self) -> CellValues:
         values = {}
@@ -222,21 +224,28 @@ class LoadedModule:
             return call_entry(function, signature, args, state)
 
     def _function(self, library: Path, entry: str) -> Any:
-        known = self._functions.get(library)
-        if known is None:
-            try:
-                executable = tvm.runtime.load_module(str(library))
-            except Exception as err:  # TVM's loader: a library it cannot read
-                raise ArtifactError(f"{library}: TVM cannot load this library: {err}") from None
-            kind = self.target_kind
-            device = tvm.cpu() if kind == "llvm" else tvm.device(kind, 0)
-            if not device.exist:
-                raise ArtifactError(
-                    f"{library}: built for {kind}, and this machine has no such device"
-                )
-            vm = relax.VirtualMachine(executable, device)
-            known = self._functions[library] = vm[entry]
-        return known
+        """``entry`` of the calling thread's VM for ``library`` (loaded
+        once, whichever threads ask at once: thread_vms.py)."""
+        vms = self._vms.get(library)
+        if vms is None:
+            with self._lock:
+                vms = self._vms.get(library)
+                if vms is None:
+                    vms = self._vms[library] = ThreadVMs(self._load(library), self._device(library))
+        return vms.function(entry)
+
+    def _load(self, library: Path) -> Any:
+        try:
+            return tvm.runtime.load_module(str(library))
+        except Exception as err:  # TVM's loader: a library it cannot read
+            raise ArtifactError(f"{library}: TVM cannot load this library: {err}") from None
+
+    def _device(self, library: Path) -> Any:
+        kind = self.target_kind
+        device = tvm.cpu() if kind == "llvm" else tvm.device(kind, 0)
+        if not device.exist:
+            raise ArtifactError(f"{library}: built for {kind}, and this machine has no such device")
+        return device
 
 
 def load(path: str | os.PathLike[str]) -> LoadedModule:

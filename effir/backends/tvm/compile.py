@@ -41,6 +41,7 @@ from .relax_types import NeedsStatic, static
 from .signature import Dims, Signature, call_entry, spec_of
 from .specialize import specialize
 from .target import building, make_target
+from .thread_vms import ThreadVMs
 
 PIPELINE = STANDARD_PIPELINES["O2"] + ",fuse,lower-tvm"
 
@@ -113,8 +114,8 @@ class Specialization:
             )
         device = tvm.device("cpu" if target.kind.name == "llvm" else target.kind.name, 0)
         self.device = device
-        self._vm: Any = None
-        self._lock = threading.Lock()
+        self._vms = ThreadVMs(self.executable, device)
+        self._device_found = False
 
     def source(self, kind: str = "cuda") -> str:
         """The generated code of the kernels for a device (``"cuda"``): the
@@ -141,16 +142,15 @@ class Specialization:
         return not self.program.fallbacks
 
     def function(self) -> Any:
-        if self._vm is None:
-            with self._lock:
-                if self._vm is None:
-                    if not self.device.exist:
-                        raise BackendError(
-                            f"this program was built for {self.target.kind.name}, and this "
-                            "machine has no such device"
-                        )
-                    self._vm = relax.VirtualMachine(self.executable, self.device)
-        return self._vm[self.program.entry]
+        """The entry's function in the calling thread's VM (thread_vms.py)."""
+        if not self._device_found:
+            if not self.device.exist:
+                raise BackendError(
+                    f"this program was built for {self.target.kind.name}, and this "
+                    "machine has no such device"
+                )
+            self._device_found = True
+        return self._vms.function(self.program.entry)
 
 
 # ------------------------------------------------------------ the program
@@ -215,12 +215,21 @@ class CompiledModule:
         that differs only in those reuses the build. Which dimensions must
         be static is learnt by lowering: each attempt that meets a kernel
         of a symbolic dimension's shape (NeedsStatic) adds the dimension
-        and lowers again."""
+        and lowers again.
+
+        Threads: a build that serves ``dims`` is looked up without the lock
+        (the tables only grow, and a set of static dimensions is replaced,
+        never changed), so calls at known shapes never wait for a build;
+        builds happen under the lock, so two threads meeting a new binding
+        at once build it once."""
+        known = self.specializations.get(_key(entry, dims, self.static_dims.get(entry, set())))
+        if known is not None:
+            return known
         with self._lock:
             static_dims = self.static_dims.setdefault(entry, set())
             while True:
                 bound = {d: v for d, v in dims.items() if d in static_dims}
-                key = (entry, tuple(sorted(bound.items())))
+                key = _key(entry, dims, static_dims)
                 spec = self.specializations.get(key)
                 if spec is not None:
                     return spec
@@ -231,7 +240,7 @@ class CompiledModule:
                         specialize(self.module, entry, bound), entry, self.target, symbolic
                     )
                 except NeedsStatic as need:
-                    static_dims |= need.dims
+                    static_dims = self.static_dims[entry] = static_dims | need.dims
                     continue
                 spec = Specialization(program, self.target)
                 self.report.builds.append(
@@ -266,6 +275,11 @@ def compile(  # noqa: A001  (effir.compile, as tvm.compile)
     if main is not None and all(static(p.checked_type) for p in main.params):
         compiled.specialization("main", {})
     return compiled
+
+
+def _key(entry: str, dims: Dims, static_dims: set[str]) -> tuple[str, tuple[tuple[str, int], ...]]:
+    """The specialisations' key: the entry and its bound dimensions."""
+    return entry, tuple(sorted((d, v) for d, v in dims.items() if d in static_dims))
 
 
 def _size(module: IRModule) -> int:
