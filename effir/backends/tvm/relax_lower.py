@@ -37,8 +37,10 @@ Algorithm
    - a function literal that is not primitive is lifted to a private Relax
      function taking its free variables first; a call of a let-bound one
      calls that function [RULE CLOSURE];
-   - ``if`` is a Relax ``If`` whose branches are blocks of their own; a
-     ``match`` on tuples binds the patterns' variables by projection;
+   - ``if`` is a Relax ``If`` whose branches are blocks of their own (the
+     tensors a branch allocates get storage of their own, whatever flows
+     out of it: relax_memory.py [RULE BRANCH]); a ``match`` on tuples
+     binds the patterns' variables by projection;
    - ``io.print`` calls the packed function ``effir.print`` (registered by
      the Python runtime and by the C++ runner) and advances the world token;
    - a loop that cannot be one TIR function (``cf.while_loop``, a
