@@ -39,13 +39,13 @@ import os
 import shutil
 import stat
 import tempfile
+import threading
 import weakref
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import tvm
-from tvm import relax
 
 from ...io_safety import install_directory, staging_directory
 from ...ir.diagnostics import Error
@@ -65,6 +65,7 @@ from .signature import (
     spec_from_json,
     spec_to_json,
 )
+from .thread_vms import ThreadVMs
 
 FORMAT = "effir-artifact"
 VERSION = 1
@@ -217,7 +218,8 @@ class LoadedModule:
                 private.write_bytes(data)
                 libraries[dims] = private
             self.entries[str(entry)] = (signature, libraries)
-        self._functions: dict[Path, Any] = {}
+        self._vms: dict[Path, ThreadVMs] = {}  # per library, one VM per thread
+        self._lock = threading.Lock()
 
     def new_state(self) -> CellValues:
         values = {}
@@ -264,21 +266,28 @@ class LoadedModule:
             return call_entry(function, signature, args, state, named, entry.removeprefix("@"))
 
     def _function(self, library: Path, entry: str) -> Any:
-        known = self._functions.get(library)
-        if known is None:
-            try:
-                executable = tvm.runtime.load_module(str(library))
-            except Exception as err:  # TVM's loader: a library it cannot read
-                raise ArtifactError(f"{library}: TVM cannot load this library: {err}") from None
-            kind = self.target_kind
-            device = tvm.device(DEVICES[kind], 0)
-            if not device.exist:
-                raise ArtifactError(
-                    f"{library}: built for {kind}, and this machine has no such device"
-                )
-            vm = relax.VirtualMachine(executable, device)
-            known = self._functions[library] = vm[entry]
-        return known
+        """``entry`` of the calling thread's VM for ``library`` (loaded
+        once, whichever threads ask at once: thread_vms.py)."""
+        vms = self._vms.get(library)
+        if vms is None:
+            with self._lock:
+                vms = self._vms.get(library)
+                if vms is None:
+                    vms = self._vms[library] = ThreadVMs(self._load(library), self._device(library))
+        return vms.function(entry)
+
+    def _load(self, library: Path) -> Any:
+        try:
+            return tvm.runtime.load_module(str(library))
+        except Exception as err:  # TVM's loader: a library it cannot read
+            raise ArtifactError(f"{library}: TVM cannot load this library: {err}") from None
+
+    def _device(self, library: Path) -> Any:
+        kind = self.target_kind
+        device = tvm.device(DEVICES[kind], 0)
+        if not device.exist:
+            raise ArtifactError(f"{library}: built for {kind}, and this machine has no such device")
+        return device
 
 
 def load(path: str | os.PathLike[str], key: Key | None = None) -> LoadedModule:

@@ -36,10 +36,12 @@ from ..interpreter import Sink, State
 from . import lower  # noqa: F401  (registers lower-tvm)
 from .errors import BackendError
 from .relax_lower import PRINT_FUNCTION, RelaxProgram, lower_to_relax
+from .relax_memory import relax_pipeline
 from .relax_types import NeedsStatic, static
 from .signature import Dims, Signature, call_entry, spec_of
 from .specialize import specialize
-from .target import make_target
+from .target import building, make_target
+from .thread_vms import ThreadVMs
 
 PIPELINE = STANDARD_PIPELINES["O2"] + ",fuse,lower-tvm"
 
@@ -98,34 +100,6 @@ tvm_ffi.register_global_func(PRINT_FUNCTION, _print, override=True)
 
 
 # ------------------------------------------------------------ one binding
-def _relax_pipeline(target: Any) -> Any:
-    """Relax's default lowering; for a GPU, the small operators Relax
-    legalises itself (the scalar arithmetic of loop counters, reshapes) get
-    TVM's default GPU schedule (one thread per element), which every kernel
-    needs there. effir's own kernels arrive scheduled."""
-    if target.kind.name == "llvm":
-        return "default"
-    from tvm.relax import transform
-
-    return tvm.transform.Sequential(
-        [
-            transform.LegalizeOps(),
-            tvm.s_tir.transform.DefaultGPUSchedule(),
-            transform.RewriteDataflowReshape(),
-            transform.ToNonDataflow(),
-            transform.RemovePurityChecking(),
-            transform.CallTIRRewrite(),
-            transform.StaticPlanBlockMemory(),
-            transform.LowerAllocTensor(),
-            transform.KillAfterLastUse(),
-            transform.LowerRuntimeBuiltin(),
-            transform.ComputePrimValue(),
-            transform.VMShapeLower(),
-            transform.AttachGlobalSymbol(),
-        ]
-    )
-
-
 class Specialization:
     """One binding of the entry's dimensions: the Relax program, built."""
 
@@ -134,14 +108,14 @@ class Specialization:
         self.target = target
         for name, function in program.fallbacks.items():
             tvm_ffi.register_global_func(name, function, override=True)
-        with target:
+        with building(target):
             self.executable = relax.build(
-                program.module, target=target, relax_pipeline=_relax_pipeline(target)
+                program.module, target=target, relax_pipeline=relax_pipeline(target)
             )
         device = tvm.device("cpu" if target.kind.name == "llvm" else target.kind.name, 0)
         self.device = device
-        self._vm: Any = None
-        self._lock = threading.Lock()
+        self._vms = ThreadVMs(self.executable, device)
+        self._device_found = False
 
     def source(self, kind: str = "cuda") -> str:
         """The generated code of the kernels for a device (``"cuda"``): the
@@ -168,16 +142,15 @@ class Specialization:
         return not self.program.fallbacks
 
     def function(self) -> Any:
-        if self._vm is None:
-            with self._lock:
-                if self._vm is None:
-                    if not self.device.exist:
-                        raise BackendError(
-                            f"this program was built for {self.target.kind.name}, and this "
-                            "machine has no such device"
-                        )
-                    self._vm = relax.VirtualMachine(self.executable, self.device)
-        return self._vm[self.program.entry]
+        """The entry's function in the calling thread's VM (thread_vms.py)."""
+        if not self._device_found:
+            if not self.device.exist:
+                raise BackendError(
+                    f"this program was built for {self.target.kind.name}, and this "
+                    "machine has no such device"
+                )
+            self._device_found = True
+        return self._vms.function(self.program.entry)
 
 
 # ------------------------------------------------------------ the program
@@ -250,12 +223,21 @@ class CompiledModule:
         that differs only in those reuses the build. Which dimensions must
         be static is learnt by lowering: each attempt that meets a kernel
         of a symbolic dimension's shape (NeedsStatic) adds the dimension
-        and lowers again."""
+        and lowers again.
+
+        Threads: a build that serves ``dims`` is looked up without the lock
+        (the tables only grow, and a set of static dimensions is replaced,
+        never changed), so calls at known shapes never wait for a build;
+        builds happen under the lock, so two threads meeting a new binding
+        at once build it once."""
+        known = self.specializations.get(_key(entry, dims, self.static_dims.get(entry, set())))
+        if known is not None:
+            return known
         with self._lock:
             static_dims = self.static_dims.setdefault(entry, set())
             while True:
                 bound = {d: v for d, v in dims.items() if d in static_dims}
-                key = (entry, tuple(sorted(bound.items())))
+                key = _key(entry, dims, static_dims)
                 spec = self.specializations.get(key)
                 if spec is not None:
                     return spec
@@ -266,7 +248,7 @@ class CompiledModule:
                         specialize(self.module, entry, bound), entry, self.target, symbolic
                     )
                 except NeedsStatic as need:
-                    static_dims |= need.dims
+                    static_dims = self.static_dims[entry] = static_dims | need.dims
                     continue
                 spec = Specialization(program, self.target)
                 self.report.builds.append(
@@ -303,6 +285,11 @@ def compile(  # noqa: A001  (effir.compile, as tvm.compile)
     if main is not None and all(static(p.checked_type) for p in main.params):
         compiled.specialization("main", {})
     return compiled
+
+
+def _key(entry: str, dims: Dims, static_dims: set[str]) -> tuple[str, tuple[tuple[str, int], ...]]:
+    """The specialisations' key: the entry and its bound dimensions."""
+    return entry, tuple(sorted((d, v) for d, v in dims.items() if d in static_dims))
 
 
 def _size(module: IRModule) -> int:

@@ -50,7 +50,7 @@ from . import te_ops  # noqa: F401  (registers the te rules)
 from .errors import BackendError
 from .rules import TEValue
 from .schedule import schedule_prim_func
-from .target import make_target
+from .target import building, make_target
 
 KEY = TensorType((2,), "uint32")
 """A PRNG key's tensor: the two threefry words."""
@@ -399,7 +399,7 @@ def lower_kernel(
 def _build(fn: Function, target: Any, dims: dict[str, int], schedule: bool) -> Kernel:
     lowered = lower_kernel(fn, target, dims, schedule)
     try:
-        with target:
+        with building(target):
             executable = tvm.compile(lowered.module, target=target)
     except RuntimeError as err:  # TVM's InternalError: a schedule or rule bug
         raise BackendError(f"TVM failed to build kernel {lowered.name}: {err}", fn.span) from err

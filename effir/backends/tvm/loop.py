@@ -114,7 +114,7 @@ from ...runtime.values import PRNGKey
 from . import random_ops, te_ops  # noqa: F401  (the te rules)
 from .errors import BackendError
 from .schedule import INLINE_BUDGET, expression_cost
-from .target import make_target
+from .target import building, make_target
 
 VECTOR_BYTES = 64
 """Width of the host's vector registers (AVX-512); a narrower machine splits
@@ -1215,7 +1215,8 @@ def _compile(
     parallel: bool,
 ) -> _Compiled:
     lowered = lower_loop(body, dims, captured, functions, module, parallel)
-    executable = tvm.compile(tvm.IRModule({"main": lowered.func}), target=target)
+    with building(target):
+        executable = tvm.compile(tvm.IRModule({"main": lowered.func}), target=target)
     return _Compiled(executable["main"], lowered)
 
 

@@ -37,8 +37,10 @@ Algorithm
    - a function literal that is not primitive is lifted to a private Relax
      function taking its free variables first; a call of a let-bound one
      calls that function [RULE CLOSURE];
-   - ``if`` is a Relax ``If`` whose branches are blocks of their own; a
-     ``match`` on tuples binds the patterns' variables by projection;
+   - ``if`` is a Relax ``If`` whose branches are blocks of their own (the
+     tensors a branch allocates get storage of their own, whatever flows
+     out of it: relax_memory.py [RULE BRANCH]); a ``match`` on tuples
+     binds the patterns' variables by projection;
    - ``io.print`` calls the packed function ``effir.print`` (registered by
      the Python runtime and by the C++ runner) and advances the world token;
    - a loop that cannot be one TIR function (``cf.while_loop``, a
@@ -112,6 +114,7 @@ from .relax_dynamic import DYNAMIC, DynamicLowering
 from .relax_fallback import PythonKernel
 from .relax_loops import LoopLowering
 from .relax_types import NeedsStatic, named_dims, relax_type, scheduled, static
+from .target import building
 
 PRINT_FUNCTION = "effir.print"
 """The packed function ``io.print`` calls: ``(label: str, value) -> None``."""
@@ -188,7 +191,7 @@ class _Lowering(LoopLowering, DynamicLowering):
             self.bb.update_func(self.globals[name], function)
         module = self.bb.finalize()
         if self.apart:
-            with self.target:
+            with building(self.target):
                 library = tvm.compile(tvm.IRModule(self.apart), target=self.target)
             module = module.with_attr("external_mods", [library.mod])
         return RelaxProgram(module, entry, self.fallbacks, len(self.kernels), self.loops)

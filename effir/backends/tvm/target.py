@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
@@ -34,3 +36,22 @@ def make_target(name: str | Any) -> Any:
     if name == "cuda":
         return cuda_target()
     raise ValueError(f'unknown target {name!r}: use "llvm" or "cuda"')
+
+
+@contextlib.contextmanager
+def building(target: Any) -> Iterator[None]:
+    """Where effir builds code for ``target`` (``tvm.compile``,
+    ``relax.build``): inside ``with target``, with TVM's TIR pipeline as
+    the current PassContext configures it, less TIR's common-subexpression
+    elimination. That pass skips the bodies of ``Let`` expressions when it
+    counts and places an expression's binding, but then substitutes its
+    variable inside them too: an index used inside a kernel's ``Let``
+    expressions (the threefry rounds of ``random.dropout``, the [RULE LET]
+    bindings of te_ops.py) and computed twice by a later statement was
+    replaced before its binding, and the build failed ("variable cse_v1 has been
+    used before definition", any dropout of 32 elements or more). LLVM and
+    NVCC eliminate common subexpressions themselves, so nothing is lost."""
+    current = tvm.transform.PassContext.current()
+    config = {**current.config, "tirx.disable_cse_tir": True}
+    with target, tvm.transform.PassContext(opt_level=current.opt_level, config=config):
+        yield

@@ -1,0 +1,117 @@
+"""Relax's build pipeline as effir runs it: TVM's default lowering, with its
+static memory planning kept to the block it plans.
+
+Why
+---
+``StaticPlanBlockMemory`` (TVM 0.27) gives tensors whose lifetimes do not
+overlap one storage. Its pool of free storages is one per function, not one
+per block: a tensor allocated inside an ``If`` branch and dead before the
+branch ends puts its storage back into that pool, and a later allocation
+after the ``If`` (or in the other branch) takes it. The storage itself is
+created (``memory.alloc_storage``) where the token is first used, inside the
+branch, so the later ``alloc_tensor`` refers to a variable that is out of
+scope: after ``KillAfterLastUse`` its register is null, and the VM crashes
+in ``StorageObj::AllocTensor``. A key split inside a branch and split again
+after it was enough (issue 12).
+
+What this module does
+---------------------
+[RULE BRANCH] Before the planner runs, every ``builtin.alloc_tensor`` inside
+an ``If`` branch (at any depth, so loop bodies and nested ``if``\\ s too) is
+lowered as ``LowerAllocTensor`` would lower an unplanned one: a storage of
+its own, then the tensor in it. The planner then sees only the allocations
+of functions' top-level blocks, whose storages are in scope for the rest of
+the function, and plans them as before. A branch's tensors are not shared
+with each other; the VM's pooled allocator recycles their storage from one
+call (or loop step) to the next, so this costs a pool lookup per tensor,
+not a system allocation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tvm
+from tvm import relax
+from tvm.relax import transform
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+_ALLOC_TENSOR = tvm.ir.Op.get("relax.builtin.alloc_tensor")
+
+
+def relax_pipeline(target: Any) -> Any:
+    """TVM's default Relax lowering (``relax.get_pipeline("default")``)
+    with [RULE BRANCH] before the static memory planning; for a GPU, the
+    small operators Relax legalises itself (the scalar arithmetic of loop
+    counters, reshapes) get TVM's default GPU schedule (one thread per
+    element), which every kernel needs there. effir's own kernels arrive
+    scheduled."""
+    gpu = target.kind.name != "llvm"
+    passes = [relax.backend.DispatchSampling(), relax.backend.DispatchSortScan()] if not gpu else []
+    passes.append(transform.LegalizeOps())
+    if gpu:
+        passes.append(tvm.s_tir.transform.DefaultGPUSchedule())
+    passes += [
+        transform.RewriteDataflowReshape(),
+        transform.ToNonDataflow(),
+        transform.RemovePurityChecking(),
+        transform.CallTIRRewrite(),
+        own_storage_in_branches(),
+        transform.StaticPlanBlockMemory(),
+    ]
+    if not gpu:
+        passes.append(transform.RewriteCUDAGraph())
+    passes += [
+        transform.LowerAllocTensor(),
+        transform.KillAfterLastUse(),
+        transform.LowerRuntimeBuiltin(),
+        transform.ComputePrimValue(),
+        transform.VMShapeLower(),
+        transform.AttachGlobalSymbol(),
+    ]
+    return tvm.transform.Sequential(passes)
+
+
+def own_storage_in_branches() -> Any:
+    """[RULE BRANCH] as a Relax module pass."""
+
+    @tvm.transform.module_pass(opt_level=0, name="effir.OwnStorageInBranches")
+    def run(module: Any, _context: Any) -> Any:
+        rewriter = _BranchAllocations(module)
+        for gv, function in list(module.functions.items()):
+            if isinstance(function, relax.Function):
+                rewriter.builder_.update_func(gv, rewriter.visit_expr(function))
+        return rewriter.builder_.get()
+
+    return run
+
+
+@mutator
+class _BranchAllocations(PyExprMutator):  # type: ignore[misc]
+    """Lowers the ``builtin.alloc_tensor``\\ s inside ``If`` branches."""
+
+    def __init__(self, module: Any) -> None:
+        super().__init__(module)
+        self.depth = 0  # how many If branches enclose the current binding
+
+    def visit_if_(self, op: Any) -> Any:
+        self.depth += 1
+        try:
+            return super().visit_if_(op)
+        finally:
+            self.depth -= 1
+
+    def visit_call_(self, op: Any) -> Any:
+        call = super().visit_call_(op)
+        if self.depth == 0 or not call.op.same_as(_ALLOC_TENSOR):
+            return call
+        shape, dtype, device, scope = call.args
+        element = tvm.DataType(dtype.value)
+        nbytes: Any = tvm.tirx.const((element.bits * element.lanes + 7) // 8, "int64")
+        for dim in shape.values:
+            nbytes = nbytes * dim
+        storage = self.builder_.emit(
+            relax.op.memory.alloc_storage(relax.ShapeExpr([nbytes]), device, scope, "uint8"),
+            "storage",
+        )
+        return relax.op.memory.alloc_tensor(storage, 0, shape, dtype, device)
