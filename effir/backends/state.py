@@ -96,6 +96,17 @@ class State(Mapping[str, Any]):
             declared = cell.type.value if isinstance(cell.type, RefType) else None
             self._types[name] = declared if declared is not None else _type_of_value(ref.value)
 
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> State:
+        """A State of cells holding ``values`` (name -> value), each cell's
+        type that of its value: the state of a program known only by its
+        values, such as one reloaded from an artifact (``effir.load``)."""
+        state = cls.__new__(cls)
+        state.cells = {name: RefValue(value, name) for name, value in values.items()}
+        state._types = {name: _type_of_value(value) for name, value in values.items()}
+        state._lock = threading.RLock()
+        return state
+
     # ------------------------------------------------------------ mapping
     def _name(self, name: str) -> str:
         key = name.removeprefix("@") if isinstance(name, str) else name

@@ -51,10 +51,10 @@ from ...io_safety import install_directory, staging_directory
 from ...ir.diagnostics import Error
 from ...ops.effects import WORLD
 from ...runtime.values import PRNGKey
+from ..state import State
 from .compile import CompiledModule, printing_to
 from .errors import BackendError
 from .signature import (
-    CellValues,
     Dims,
     KeySpec,
     Signature,
@@ -221,11 +221,11 @@ class LoadedModule:
         self._vms: dict[Path, ThreadVMs] = {}  # per library, one VM per thread
         self._lock = threading.Lock()
 
-    def new_state(self) -> CellValues:
+    def new_state(self) -> State:
         values = {}
         for name, spec, arrays in self._cells:
             values[name] = _rebuild(spec, iter([a.copy() for a in arrays]))
-        return CellValues(values)
+        return State.from_values(values)
 
     def signature(self, entry: str = "main") -> Signature:
         return self._entry(entry)[0]
@@ -242,7 +242,7 @@ class LoadedModule:
         self,
         *args: Any,
         entry: str = "main",
-        state: CellValues | None = None,
+        state: State | None = None,
         sink: Any = None,
         **named: Any,
     ) -> Any:

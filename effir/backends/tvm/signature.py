@@ -12,9 +12,7 @@ values between numpy (as the interpreter gives them) and the VM's tensors.
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +24,7 @@ from ...ir.printer import astext
 from ...ir.types import KeyType, TensorType, TupleType, Type
 from ...ops.effects import WORLD
 from ...runtime.arguments import bind_arguments, check_argument, convert_argument
-from ...runtime.values import PRNGKey, RefValue
+from ...runtime.values import PRNGKey
 from .errors import BackendError
 
 Dims = dict[str, int]
@@ -233,26 +231,3 @@ def _run_entry(
         if cell != WORLD:
             cells.cells[cell].value = value
     return result[0]
-
-
-class CellValues:
-    """The global cells of a reloaded program (``effir.load``): what
-    ``effir.State`` is for a program with its IR, built from stored
-    values instead of the cells' declarations."""
-
-    def __init__(self, values: dict[str, Any]) -> None:
-        self.cells = {name: RefValue(value, name) for name, value in values.items()}
-        self._lock = threading.RLock()
-
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[CellValues]:
-        """Hold the cells for one call (``State.transaction``): calls from
-        several threads on one state run one at a time."""
-        with self._lock:
-            yield self
-
-    def __getitem__(self, name: str) -> Any:
-        return self.cells[name.removeprefix("@")].value
-
-    def values(self) -> dict[str, Any]:
-        return {name: ref.value for name, ref in self.cells.items()}

@@ -137,3 +137,24 @@ def test_export_needs_a_build_and_replaces_a_directory_whole(tmp_path: Path) -> 
     compiled.export(tmp_path / "model")
     assert not (tmp_path / "model" / "stale-file").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["model"]  # no staging left behind
+
+
+def test_a_loaded_programs_state_is_an_effir_state(exported, tmp_path: Path) -> None:
+    """The same State contract as with the IR: a mapping, checked
+    assignment, save and load, all-or-nothing calls."""
+    loaded = effir.load(exported[0])
+    state = loaded.new_state()
+    assert isinstance(state, effir.State)
+    assert sorted(state) == ["count", "rng"] and len(state) == 2
+    w = np.eye(4, dtype=np.float32)
+    loaded(np.ones((2, 4), np.float32), w, state=state, sink=lambda l, v: None)
+    state.save(tmp_path / "state.npz")
+    again = loaded.new_state().load(tmp_path / "state.npz")
+    assert np.array_equal(again["rng"].data, state["rng"].data)
+    assert again["count"] == state["count"] == 1
+    with pytest.raises(effir.EvalError, match="count"):
+        state["count"] = np.zeros((3,), np.int64)
+    before = state.values()
+    with pytest.raises(effir.ArgumentError):
+        loaded(np.ones((2, 5), np.float32), w, state=state)
+    assert state.values() == before
