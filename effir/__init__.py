@@ -2,6 +2,7 @@
 
 from . import ops  # noqa: F401  (registers every operator)
 from .backends.interpreter import Closure, Interpreter, State, interpret
+from .backends.tvm.errors import BackendError, CompileError  # no TVM import
 from .ir import (
     AttrError,
     EffectError,
@@ -49,7 +50,9 @@ def load(path):
 
 __all__ = [
     "AttrError",
+    "BackendError",
     "Closure",
+    "CompileError",
     "EffectError",
     "Error",
     "EvalError",
