@@ -433,19 +433,28 @@ def _schedule_symbolic(func: Any, target: Any) -> Any:
     time it would never be written, so each reduction's initialisation is
     moved before its loop (``decompose_reduction``). effir's schedules read
     static extents (schedule.py): on a CPU TVM's loops stay as they are; on
-    a GPU, TVM's default schedule (one thread per element) binds them."""
+    a GPU each block's spatial loops are fused and bound to threads."""
     sch = tvm.s_tir.Schedule(tvm.IRModule({"main": func}))
     root = sch.get_sblock(sch.mod["main"].body.block.name_hint)
+    on_gpu = target.kind.name != "llvm"
     for block in sch.get_child_blocks(root):
-        kinds = [int(iv.iter_type) for iv in sch.get(block).iter_vars]
-        if _REDUCE in kinds:  # TE's loops: the spatial ones, then the reduction's
-            sch.decompose_reduction(block, sch.get_loops(block)[kinds.index(_REDUCE)])
-    if target.kind.name == "llvm":
-        return sch.mod
-    with target:
-        return tvm.s_tir.transform.DefaultGPUSchedule()(sch.mod)
+        reduce = [int(iv.iter_type) for iv in sch.get(block).iter_vars].count(_REDUCE)
+        loops = sch.get_loops(block)
+        spatial = len(loops) - reduce  # TE's loops: the spatial ones, then the reduction's
+        if on_gpu:
+            if spatial:
+                fused = sch.fuse(*loops[:spatial])
+            else:  # a unit loop above the reduction's (or the block)
+                fused = sch.add_unit_loop(loops[0] if loops else block)
+            outer, inner = sch.split(fused, [None, _GPU_THREADS])
+            sch.bind(outer, "blockIdx.x")
+            sch.bind(inner, "threadIdx.x")
+        if reduce:
+            sch.decompose_reduction(block, sch.get_loops(block)[2 if on_gpu else spatial])
+    return sch.mod
 
 
+_GPU_THREADS = 256
 _REDUCE = 2  # tirx.IterVar.CommReduce
 
 

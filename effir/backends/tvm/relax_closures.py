@@ -26,7 +26,7 @@ from ...ir.expr import Call, Constructor, Function, GlobalVar, Var
 from ...passes.fuse import is_primitive
 from .errors import BackendError
 from .relax_adts import tag as _tag
-from .relax_types import relax_type
+from .relax_types import declare, relax_type
 
 
 class ClosureLowering:
@@ -54,9 +54,12 @@ class ClosureLowering:
         gv = self.constructor_functions.get(ctor.name)
         if gv is None:
             params = [relax.Var(f"field{i}", relax_type(t)) for i, t in enumerate(ctor.inputs)]
-            value = relax.Tuple([_tag(self._ctor_index(ctor)), *params])
-            function = relax.Function(params, relax.SeqExpr([], value), relax.ObjectType(), True)
-            gv = self.bb.add_func(function.with_attr("effir_stub", ctor.name), f"make_{ctor.name}")
+            gv = declare(self.bb, params, relax.ObjectType(), f"make_{ctor.name}")
+            self.bb._begin_binding_block()
+            value = self.bb.emit(relax.Tuple([_tag(self._ctor_index(ctor)), *params]))
+            body = relax.SeqExpr([self.bb._end_block()], value)
+            function = relax.Function(params, body, relax.ObjectType(), False)
+            self.bb.update_func(gv, function.with_attr("effir_name", gv.name_hint))
             self.constructor_functions[ctor.name] = gv
         return self.bb.emit(relax.op.make_closure(gv, relax.Tuple([])), ctor.name)
 

@@ -36,9 +36,12 @@ Algorithm
      whatever the length [RULE CHUNK];
    - a function literal that is not primitive is lifted to a private Relax
      function taking its free variables first; a call of a let-bound one
-     calls that function [RULE CLOSURE];
+     calls that function [RULE CLOSURE]; one used as a value is a VM
+     closure (relax_closures.py [RULE VMCLOSURE]);
    - ``if`` is a Relax ``If`` whose branches are blocks of their own; a
-     ``match`` on tuples binds the patterns' variables by projection;
+     ``match`` on tuples binds the patterns' variables by projection, one
+     on constructors tests tags (relax_adts.py [RULE ADT], where ADT values
+     are tagged VM tuples);
    - ``io.print`` calls the packed function ``effir.print`` (registered by
      the Python runtime and by the C++ runner) and advances the world token;
    - a loop that cannot be one TIR function (``cf.while_loop``, a
@@ -59,13 +62,14 @@ Algorithm
 
 The parts: relax_types.py (the types, [RULE SYMBOLIC]), relax_loops.py
 ([RULE LOOP], [RULE CHUNK], [RULE VMLOOP]), relax_dynamic.py ([RULE DYN]),
-relax_symbolic.py ([RULE SHAPEPOLY]) and relax_fallback.py ([FALLBACK]); this module is the walk over the
-program and its calls, kernels and closures.
+relax_symbolic.py ([RULE SHAPEPOLY]), relax_fallback.py ([FALLBACK]),
+relax_adts.py ([RULE ADT]) and relax_closures.py ([RULE VMCLOSURE]); this
+module is the walk over the program and its calls, kernels and closures.
 
-Known limitations: ADTs (constructors and matches on them), references
-and closures that escape (stored, returned or passed to a global) are not
-compiled: BackendError, naming the construct; run such programs with the
-interpreter.
+Known limitations: references left after state passing, a ``match?`` that
+may fail and a kernel used as a value are not compiled: CompileError,
+naming the construct (compilable.py refuses them when the program is
+compiled); run such programs with the interpreter.
 """
 
 from __future__ import annotations
@@ -363,7 +367,8 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
             inner[v] = param
             body_params.append(param)
         body = self._block(fn.body, inner)
-        self.bb.update_func(gv, relax.Function(body_params, body, ret, False))
+        function = relax.Function(body_params, body, ret, False)
+        self.bb.update_func(gv, function.with_attr("effir_name", gv.name_hint))  # unique
         return closure
 
     # ------------------------------------------------------------ kernels

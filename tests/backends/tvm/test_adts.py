@@ -6,6 +6,7 @@ still not compiled refused by ``effir.compile`` with a located
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -189,3 +190,10 @@ def test_an_adt_the_entry_takes_is_refused_when_compiling() -> None:
     module = parse(LIST + "def @main(%o: Option[Tensor[(n), float32]]) { match (%o) { _ => 0 } }")
     with pytest.raises(effir.CompileError, match="@main: compiled code takes and gives"):
         effir.compile(module)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_an_adt_program_builds_for_cuda_and_compiles_to_ptx() -> None:
+    compiled = effir.compile(parse(BUILD_AND_FOLD), target="cuda")
+    (spec,) = compiled.specializations.values()
+    assert ".entry" in spec.ptx()

@@ -93,3 +93,13 @@ def test_a_masked_program_exports_loads_and_runs_from_cpp(
         assert done.returncode == 0, done.stderr
         from_cpp = tuple(np.load(out / f"result_{i}.npy") for i in range(len(ref)))
         assert_close(from_cpp, ref)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_a_masked_program_builds_for_cuda_and_compiles_to_ptx() -> None:
+    # Symbolic kernels on a GPU: their spatial loops bound to threads, each
+    # reduction's initial value before its loop (kernel.py).
+    compiled = effir.compile(parse(MASKED), target="cuda")
+    (spec,) = compiled.specializations.values()
+    assert spec.exportable
+    assert ".entry" in spec.ptx()
