@@ -103,3 +103,33 @@ def test_a_masked_program_builds_for_cuda_and_compiles_to_ptx() -> None:
     (spec,) = compiled.specializations.values()
     assert spec.exportable
     assert ".entry" in spec.ptx()
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+def test_an_adt_program_with_closures_runs_from_cpp(
+    runner: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    # Lists, match, VM closures (test_adts.py) need nothing of Python.
+    from .test_adts import BUILD_AND_FOLD, X, Y
+
+    args = {"n": np.int32(6), "x": X, "y": Y}
+    for name, value in args.items():
+        np.save(tmp_path / f"{name}.npy", value)
+    run_isolated(
+        f"""
+        import effir
+        from tests.backends.tvm.test_compile import parse
+        from tests.backends.tvm.test_adts import BUILD_AND_FOLD
+        effir.compile(parse(BUILD_AND_FOLD)).export({str(tmp_path / "model")!r})
+        """
+    ).check()
+    done = subprocess.run(
+        [runner, tmp_path / "model", *(tmp_path / f"{name}.npy" for name in args)]
+        + ["--out", tmp_path],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    ref = effir.interpret(parse(BUILD_AND_FOLD), *args.values())
+    assert_close((np.load(tmp_path / "result_0.npy"), np.load(tmp_path / "result_1.npy")), ref)
