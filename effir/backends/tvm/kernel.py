@@ -401,7 +401,10 @@ def _lower(fn: Function, tvm_target: Any, dims: dict[str, Any], schedule: bool) 
     if not schedule:
         module = tvm.IRModule({"main": func})
     elif any(isinstance(v, tirx.Var) for v in dims.values()):
-        module = _schedule_symbolic(func, tvm_target)
+        try:
+            module = _schedule_symbolic(func, tvm_target)
+        except RuntimeError as err:  # TVM's ScheduleError: the caller builds it per shape
+            raise BackendError(f"TVM could not schedule {name} for symbolic sizes") from err
     else:
         module = schedule_prim_func(func, tvm_target)
     # Inlining one producer into two places copies its let variables; give
