@@ -47,6 +47,17 @@ def test_kernels_after_a_mask_build_once_for_every_count() -> None:
     assert all(spec.exportable for spec in compiled.specializations.values())
 
 
+def test_an_entry_of_unknown_size_builds_once() -> None:
+    # A ``?`` of the entry's own types is named by a cast of the argument.
+    module = parse("def @main(%x: Tensor[(?, 3), float32]) { sum(tanh(%x), axis=[1]) }")
+    compiled = assert_same_run(module, X)
+    for rows in (0, 2):
+        x = X[:rows]
+        assert_close(compiled(x), effir.interpret(module, x))
+    (spec,) = compiled.specializations.values()
+    assert spec.exportable
+
+
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 def test_a_masked_program_exports_loads_and_runs_from_cpp(
     runner: Path,  # noqa: F811
