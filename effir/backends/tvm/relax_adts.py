@@ -76,10 +76,7 @@ class AdtLowering:
 
     def _fields(self, value: Any, ctor: Constructor, data_type: Type) -> list[Any]:
         """The fields of ``value``, known to be built by ``ctor``."""
-        definition = self.module.type_defs[ctor.adt]
-        args = data_type.args if isinstance(data_type, TypeCall) else ()
-        mapping = dict(zip(definition.type_params, args, strict=False))
-        types = [substitute(t, mapping) for t in ctor.inputs]
+        types = self._field_types(ctor, data_type)
         tuple_type = relax.TupleType(
             [relax.TensorType([], "int64"), *(relax_type(t) for t in types)]
         )
@@ -144,6 +141,7 @@ class AdtLowering:
         return self._chain(clause.body, inner)
 
     def _field_types(self, ctor: Constructor, data_type: Type) -> list[Type]:
+        """The types of ``ctor``'s fields in a value of ``data_type``."""
         definition = self.module.type_defs[ctor.adt]
         args = data_type.args if isinstance(data_type, TypeCall) else ()
         mapping = dict(zip(definition.type_params, args, strict=False))
