@@ -2,6 +2,7 @@
 
 from . import ops  # noqa: F401  (registers every operator)
 from .backends.interpreter import Closure, Interpreter, State, interpret
+from .backends.tvm.errors import BackendError, CompileError  # no TVM import
 from .ir import (
     ArgumentError,
     AttrError,
@@ -54,7 +55,9 @@ def load(path, key=None):
 __all__ = [
     "ArgumentError",
     "AttrError",
+    "BackendError",
     "Closure",
+    "CompileError",
     "EffectError",
     "Error",
     "EvalError",

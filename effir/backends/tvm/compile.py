@@ -34,6 +34,7 @@ from ...ir.visitor import pre_order
 from ...passes.pipeline import STANDARD_PIPELINES, run_pipeline
 from ..interpreter import Sink, State
 from . import lower  # noqa: F401  (registers lower-tvm)
+from .compilable import refuse_uncompilable
 from .errors import BackendError
 from .relax_lower import PRINT_FUNCTION, RelaxProgram, lower_to_relax
 from .relax_memory import relax_pipeline
@@ -279,6 +280,7 @@ def compile(  # noqa: A001  (effir.compile, as tvm.compile)
     tvm_target = make_target(target)
     start = time.perf_counter()
     optimised = run_pipeline(module, pipeline)
+    refuse_uncompilable(optimised)
     report = CompileReport(_size(module), _size(optimised), time.perf_counter() - start)
     compiled = CompiledModule(module, optimised, tvm_target, report)
     main = optimised.functions.get("main")

@@ -12,3 +12,11 @@ class BackendError(Error):
     location of the construct when it has one."""
 
     kind = "backend error"
+
+
+class CompileError(BackendError):
+    """A construct ``effir.compile`` cannot compile, refused when the program
+    is compiled (never at a later call), at the construct's location. A
+    BackendError, so code that catches those keeps working."""
+
+    kind = "compile error"

@@ -48,7 +48,7 @@ from ...passes.infer_type import infer_expr
 from ...runtime.values import PRNGKey
 from . import te_ops  # noqa: F401  (registers the te rules)
 from .errors import BackendError
-from .rules import TEValue
+from .rules import TEValue, dim_value, symbolic_dims
 from .schedule import schedule_prim_func
 from .target import building, make_target
 
@@ -57,16 +57,17 @@ KEY = TensorType((2,), "uint32")
 
 
 # ================================================================== types
-def concrete_type(t: Type, dims: Mapping[str, int], what: str = "a type") -> Type:
-    """``t`` with every symbolic dimension replaced by its value in ``dims``;
-    BackendError for a dimension left unknown."""
+def concrete_type(t: Type, dims: Mapping[str, Any], what: str = "a type") -> Type:
+    """``t`` with every symbolic dimension replaced by its value in ``dims``
+    (a TIR variable, kept as its name: symbolic, rules.py); BackendError for
+    a dimension left unknown."""
     if isinstance(t, TensorType):
         shape = []
         for d in t.shape:
             if isinstance(d, int):
                 shape.append(d)
             elif d != ANY and d in dims:
-                shape.append(int(dims[d]))
+                shape.append(d if isinstance(dims[d], tirx.Var) else int(dims[d]))
             else:
                 shown = "?" if d == ANY else d
                 raise BackendError(
@@ -376,6 +377,14 @@ def lower_kernel(
     dims = dict(dims or {})
     if any(not p.has_type for p in fn.params) or not _body_typed(fn):
         infer_expr(fn)
+    symbolic = {d: v for d, v in dims.items() if isinstance(v, tirx.Var)}
+    if symbolic:
+        with symbolic_dims(symbolic):
+            return _lower(fn, tvm_target, dims, schedule)
+    return _lower(fn, tvm_target, dims, schedule)
+
+
+def _lower(fn: Function, tvm_target: Any, dims: dict[str, Any], schedule: bool) -> KernelIR:
     name = str(fn.attrs.get("global_symbol", "")) or "kernel"
     builder = _Builder(dims)
     params = tuple(
@@ -389,7 +398,15 @@ def lower_kernel(
     outputs = builder.outputs(value, result)
     signature = _Signature(params, result, _flat(params), tuple(leaves(result)))
     func = relax_alignment(te.create_prim_func(builder.inputs + builder.constant_inputs + outputs))
-    module = schedule_prim_func(func, tvm_target) if schedule else tvm.IRModule({"main": func})
+    if not schedule:
+        module = tvm.IRModule({"main": func})
+    elif any(isinstance(v, tirx.Var) for v in dims.values()):
+        try:
+            module = _schedule_symbolic(func, tvm_target)
+        except RuntimeError as err:  # TVM's ScheduleError: the caller builds it per shape
+            raise BackendError(f"TVM could not schedule {name} for symbolic sizes") from err
+    else:
+        module = schedule_prim_func(func, tvm_target)
     # Inlining one producer into two places copies its let variables; give
     # each binding its own variable (TVM's analyzer rejects a rebinding).
     module = tvm.tirx.transform.ConvertSSA()(module)
@@ -411,6 +428,37 @@ def _build(fn: Function, target: Any, dims: dict[str, int], schedule: bool) -> K
         target,
         list(lowered.constants),
     )
+
+
+def _schedule_symbolic(func: Any, target: Any) -> Any:
+    """A kernel of symbolic sizes. A reduction's initial value is written
+    inside its loop, on the first step: over an axis that is empty at run
+    time it would never be written, so each reduction's initialisation is
+    moved before its loop (``decompose_reduction``). effir's schedules read
+    static extents (schedule.py): on a CPU TVM's loops stay as they are; on
+    a GPU each block's spatial loops are fused and bound to threads."""
+    sch = tvm.s_tir.Schedule(tvm.IRModule({"main": func}))
+    root = sch.get_sblock(sch.mod["main"].body.block.name_hint)
+    on_gpu = target.kind.name != "llvm"
+    for block in sch.get_child_blocks(root):
+        reduce = [int(iv.iter_type) for iv in sch.get(block).iter_vars].count(_REDUCE)
+        loops = sch.get_loops(block)
+        spatial = len(loops) - reduce  # TE's loops: the spatial ones, then the reduction's
+        if on_gpu:
+            if spatial:
+                fused = sch.fuse(*loops[:spatial])
+            else:  # a unit loop above the reduction's (or the block)
+                fused = sch.add_unit_loop(loops[0] if loops else block)
+            outer, inner = sch.split(fused, [None, _GPU_THREADS])
+            sch.bind(outer, "blockIdx.x")
+            sch.bind(inner, "threadIdx.x")
+        if reduce:
+            sch.decompose_reduction(block, sch.get_loops(block)[2 if on_gpu else spatial])
+    return sch.mod
+
+
+_GPU_THREADS = 256
+_REDUCE = 2  # tirx.IterVar.CommReduce
 
 
 def _flat(types: Sequence[Type]) -> tuple[TensorType, ...]:
@@ -440,7 +488,8 @@ class _Builder:
         tensors = []
         for k, leaf in enumerate(leaves(t)):
             name = f"{param.name_hint}_{k}" if not isinstance(t, TensorType) else param.name_hint
-            tensors.append(te.placeholder(leaf.shape, leaf.dtype, name=_identifier(name)))
+            shape = [dim_value(d) for d in leaf.shape]
+            tensors.append(te.placeholder(shape, leaf.dtype, name=_identifier(name)))
         self.inputs.extend(tensors)
         self.env[id(param)] = _rebuild_te(t, iter(tensors))
 
@@ -505,6 +554,10 @@ class _Builder:
             raise
         except RuntimeError as err:  # TVM's own errors (InternalError...)
             raise BackendError(f"{name}: TVM rejected the lowering: {err}", call.span) from err
+        except (TypeError, ValueError) as err:  # a size a rule needs static (rules.py)
+            if not any(isinstance(v, tirx.Var) for v in self.dims.values()):
+                raise
+            raise BackendError(f"{name} needs static sizes", call.span) from err
         _check_value(value, out_type, name, call)
         return value
 
@@ -584,12 +637,20 @@ def _check_value(value: TEValue, t: Type, name: str, call: Call) -> None:
     got = _flatten_te(value)
     want = leaves(t)
     ok = len(got) == len(want) and all(
-        tuple(int(d) for d in g.shape) == tuple(w.shape) and str(g.dtype) == w.dtype
+        len(g.shape) == len(w.shape)
+        and all(_same_dim(a, b) for a, b in zip(g.shape, w.shape, strict=True))
+        and str(g.dtype) == w.dtype
         for g, w in zip(got, want, strict=True)
     )
     if not ok:
-        shown = ", ".join(f"{tuple(int(d) for d in g.shape)} {g.dtype}" for g in got)
+        shown = ", ".join(f"{tuple(str(d) for d in g.shape)} {g.dtype}" for g in got)
         raise BackendError(f"the te rule of {name} gave {shown}, expected {astext(t)}", call.span)
+
+
+def _same_dim(got: Any, want: int | str) -> bool:
+    if isinstance(got, tirx.IntImm):
+        return int(got) == want
+    return isinstance(want, str) and got.same_as(dim_value(want))
 
 
 # =================================================================== CUDA

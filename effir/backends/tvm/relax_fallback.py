@@ -1,10 +1,12 @@
 """[FALLBACK] Kernels of data-dependent shape, built per concrete shape.
 
-A primitive function whose types keep a ``?`` dimension (a kernel after
-``boolean_mask``, say) cannot be compiled before its shapes are known. The
-lowering calls it as a Python packed function that builds the kernel for
-the shapes it meets (kernel.build_kernel) and caches it. Such a program
-runs from Python only; ``export`` refuses it.
+A kernel whose types keep a ``?`` dimension is compiled once with symbolic
+sizes (relax_symbolic.py [RULE SHAPEPOLY]); the few that cannot be (a
+result size no name gives, such as a concatenation of two masked tensors;
+a ``te`` rule that needs a static size, such as the random operators')
+come here. The lowering calls such a kernel as a Python packed function
+that builds it for the shapes it meets (kernel.build_kernel) and caches it.
+Such a program runs from Python only; ``export`` refuses it.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ from ...ir.visitor import free_vars
 from .errors import BackendError
 from .kernel import leaves
 from .loop import LoweredLoop, lower_loop
-from .relax_types import is_const, relax_type, static
+from .relax_types import declare, is_const, relax_type, static
 
 LOOP_CHUNK = 1024
 """Steps per call of a whole-loop kernel [RULE CHUNK]."""
@@ -234,8 +234,7 @@ class LoopLowering:
             [relax.TensorType(dtype=leaf.dtype, ndim=2) for leaf in lowered.outputs]
             + [p.ty for p in carried]
         )
-        stub = relax.Function(params, relax.SeqExpr([], relax.op.null_value()), ret, False)
-        gv = self.bb.add_func(stub, f"chunks_{self.loops}")
+        gv = declare(self.bb, params, ret, f"chunks_{self.loops}")
         inner_rest = []
         it = iter(others)
         for r in rest:
@@ -379,8 +378,7 @@ class LoopLowering:
             [relax.TensorType(dtype=leaf.dtype, ndim=2) for leaf in outs]
             + [relax.TensorType([], "int64"), relax_type(state_type)]
         )
-        stub = relax.Function(params, relax.SeqExpr([], relax.op.null_value()), ret, False)
-        gv = self.bb.add_func(stub, f"vm_loop_{self.loops}")
+        gv = declare(self.bb, params, ret, f"vm_loop_{self.loops}")
         self.loops += 1
 
         inner: dict[Var, Any] = dict(functions)

@@ -36,11 +36,14 @@ Algorithm
      whatever the length [RULE CHUNK];
    - a function literal that is not primitive is lifted to a private Relax
      function taking its free variables first; a call of a let-bound one
-     calls that function [RULE CLOSURE];
+     calls that function [RULE CLOSURE]; one used as a value is a VM
+     closure (relax_closures.py [RULE VMCLOSURE]);
    - ``if`` is a Relax ``If`` whose branches are blocks of their own (the
      tensors a branch allocates get storage of their own, whatever flows
      out of it: relax_memory.py [RULE BRANCH]); a ``match`` on tuples
-     binds the patterns' variables by projection;
+     binds the patterns' variables by projection, one on constructors
+     tests tags (relax_adts.py [RULE ADT], where ADT values are tagged VM
+     tuples);
    - ``io.print`` calls the packed function ``effir.print`` (registered by
      the Python runtime and by the C++ runner) and advances the world token;
    - a loop that cannot be one TIR function (``cf.while_loop``, a
@@ -52,26 +55,28 @@ Algorithm
      the ``dyn.*`` operators, ``shape_of``) runs as the executor's kernels
      (executor_kernels.py): count, allocate once the size is known
      (``tensor_to_shape``), fill [RULE DYN].
-4. [FALLBACK] A primitive function whose types keep a ``?`` dimension
-   cannot be compiled ahead of its shapes: it runs as a Python packed
-   function that builds its kernel per concrete shape (cached). Such a
-   program runs in Python only; ``export`` refuses it.
+4. [RULE SHAPEPOLY] A primitive function whose types keep a ``?``
+   dimension (a kernel after ``boolean_mask``) is compiled once with its
+   sizes as variables bound from its arguments' run-time shapes
+   (relax_symbolic.py); where that cannot be done, [FALLBACK]: a Python
+   packed function that builds it per concrete shape (cached), and such a
+   program runs in Python only (``export`` refuses it).
 
 The parts: relax_types.py (the types, [RULE SYMBOLIC]), relax_loops.py
-([RULE LOOP], [RULE CHUNK], [RULE VMLOOP]), relax_dynamic.py ([RULE DYN])
-and relax_fallback.py ([FALLBACK]); this module is the walk over the
-program and its calls, kernels and closures.
+([RULE LOOP], [RULE CHUNK], [RULE VMLOOP]), relax_dynamic.py ([RULE DYN]),
+relax_symbolic.py ([RULE SHAPEPOLY]), relax_fallback.py ([FALLBACK]),
+relax_adts.py ([RULE ADT]) and relax_closures.py ([RULE VMCLOSURE]); this
+module is the walk over the program and its calls, kernels and closures.
 
-Known limitations: ADTs (constructors and matches on them), references
-and closures that escape (stored, returned or passed to a global) are not
-compiled: BackendError, naming the construct; run such programs with the
-interpreter.
+Known limitations: references left after state passing, a ``match?`` that
+may fail and a kernel used as a value are not compiled: CompileError,
+naming the construct (compilable.py refuses them when the program is
+compiled); run such programs with the interpreter.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -108,18 +113,18 @@ from ...ir.types import TupleType, Type
 from ...ir.visitor import free_vars, pre_order
 from ...passes.fuse import PRIMITIVE, is_primitive
 from ...passes.infer_type import infer_expr
-from .errors import BackendError
-from .kernel import KernelIR, leaves, lower_kernel
+from .errors import BackendError, CompileError
+from .kernel import KernelIR, lower_kernel
+from .relax_adts import AdtLowering, has_constructor_pattern
+from .relax_closures import ClosureLowering
 from .relax_dynamic import DYNAMIC, DynamicLowering
-from .relax_fallback import PythonKernel
 from .relax_loops import LoopLowering
-from .relax_types import NeedsStatic, named_dims, relax_type, scheduled, static
+from .relax_symbolic import SymbolicLowering
+from .relax_types import NeedsStatic, declare, named_dims, relax_type, scheduled, static
 from .target import building
 
 PRINT_FUNCTION = "effir.print"
 """The packed function ``io.print`` calls: ``(label: str, value) -> None``."""
-
-_fallback_ids = itertools.count()
 
 
 # ================================================================== types
@@ -141,8 +146,13 @@ def lower_to_relax(
     """``module`` (checked, specialised, A2 or pure) as a Relax module whose
     public function ``entry`` is the program's entry. ``symbolic`` names
     the entry's dimensions left symbolic; NeedsStatic when code needs one
-    of them static."""
-    return _Lowering(module, target, symbolic).run(entry)
+    of them static, CompileError for what is not compiled."""
+    try:
+        return _Lowering(module, target, symbolic).run(entry)
+    except CompileError:
+        raise
+    except BackendError as err:
+        raise CompileError(err.message, err.span, err.notes) from None
 
 
 @dataclass
@@ -153,7 +163,7 @@ class _Closure:
     captured: list[Var]
 
 
-class _Lowering(LoopLowering, DynamicLowering):
+class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, ClosureLowering):
     def __init__(self, module: IRModule, target: Any, symbolic: tuple[str, ...] = ()) -> None:
         self.module = module
         self.target = target
@@ -164,7 +174,8 @@ class _Lowering(LoopLowering, DynamicLowering):
         self.globals: dict[str, Any] = {}
         self.kernels: dict[str, tuple[Any, KernelIR]] = {}  # effir's, by text and types
         self.executor_gvs: dict[str, Any] = {}  # the executor's (relax_dynamic.py)
-        self.lifted: dict[int, _Closure] = {}
+        self.lifted: dict[tuple[int, bool], _Closure] = {}
+        self.constructor_functions: dict[str, Any] = {}  # relax_closures.py
         self.fallbacks: dict[str, Callable[..., Any]] = {}
         self.loops = 0
 
@@ -180,8 +191,7 @@ class _Lowering(LoopLowering, DynamicLowering):
                     relax.Var(p.name_hint, relax_type(p.checked_type, symbols)) for p in fn.params
                 ]
                 ret = relax_type(fn.body.checked_type, symbols)
-            stub = relax.Function(params, relax.SeqExpr([], relax.op.null_value()), ret, False)
-            self.globals[name] = self.bb.add_func(stub, name)
+            self.globals[name] = declare(self.bb, params, ret, name)
         for name in reached:
             fn = self.module.functions[name]
             with _located(fn, name):
@@ -251,25 +261,20 @@ class _Lowering(LoopLowering, DynamicLowering):
             value = env.get(expr)
             if value is None:
                 raise BackendError(f"%{expr.name_hint} is not bound here", expr.span)
-            if isinstance(value, Function):
-                raise BackendError(
-                    f"the function %{expr.name_hint} is used as a value (stored, returned or "
-                    "passed on): closures that escape are not compiled",
-                    expr.span,
-                )
+            if isinstance(value, Function):  # a closure that escapes [RULE VMCLOSURE]
+                return self._closure_value(value, env, expr)
             return value
         if isinstance(expr, Constant):
             return relax.const(np.array(expr.data, order="C"), str(expr.data.dtype))
-        if isinstance(expr, GlobalVar):
-            raise BackendError(
-                f"the global @{expr.name} is used as a value: only calls of globals are compiled",
-                expr.span,
-            )
+        if isinstance(expr, Constructor):
+            return self._construct(expr, [], expr.name)
+        if isinstance(expr, GlobalVar) and expr.name in self.globals:
+            return self._global_value(expr)
         raise BackendError(f"{type(expr).__name__} is not compiled", expr.span)
 
     def _value(self, expr: Expr, env: dict[Var, Any], name: str) -> Any:
         emit = self.bb.emit
-        if isinstance(expr, Var | Constant | GlobalVar):
+        if isinstance(expr, Var | Constant | GlobalVar | Constructor):
             return self._atom(expr, env)
         if isinstance(expr, Tuple):
             return emit(relax.Tuple([self._atom(f, env) for f in expr.fields]), name)
@@ -281,6 +286,8 @@ class _Lowering(LoopLowering, DynamicLowering):
             other = self._block(expr.else_branch, dict(env))
             return emit(relax.If(cond, then, other), name)
         if isinstance(expr, Match):
+            if has_constructor_pattern(expr):
+                return self._adt_match(expr, env, name)
             return self._match(expr, env)
         if isinstance(expr, Call):
             return self._call(expr, env, name)
@@ -321,14 +328,11 @@ class _Lowering(LoopLowering, DynamicLowering):
         if isinstance(callee, Op):
             return self._operator(call, env, name)
         if isinstance(callee, Constructor):
-            raise BackendError(
-                f"the constructor {callee.name} (an ADT) is not compiled; run it with the "
-                "interpreter",
-                call.span,
-            )
+            return self._construct(callee, [self._atom(a, env) for a in call.args], name)
         if isinstance(callee, GlobalVar):
             args = [self._atom(a, env) for a in call.args]
-            return self.bb.emit(relax.Call(self.globals[callee.name], args), name)
+            result = self.bb.emit(relax.Call(self.globals[callee.name], args), name)
+            return self._typed(result, call.checked_type)  # a polymorphic callee's
         if isinstance(callee, Var) and isinstance(env.get(callee), Function):
             fn = env[callee]
             if is_primitive(fn):
@@ -336,33 +340,38 @@ class _Lowering(LoopLowering, DynamicLowering):
             closure = self._lift(fn, env, callee.name_hint)
             args = [env[v] for v in closure.captured] + [self._atom(a, env) for a in call.args]
             return self.bb.emit(relax.Call(closure.gv, args), name)
+        if isinstance(callee, Var) and callee in env:  # a function value [RULE VMCLOSURE]
+            return self._invoke(env[callee], call, env, name)
         raise BackendError(
             f"a call of {astext(callee)}, a function computed at run time, is not compiled",
             call.span,
         )
 
-    def _lift(self, fn: Function, env: dict[Var, Any], name: str) -> _Closure:
+    def _lift(
+        self, fn: Function, env: dict[Var, Any], name: str, captured_last: bool = False
+    ) -> _Closure:
         """[RULE CLOSURE] ``fn`` as a private Relax function of its free
-        variables and parameters (lifted once)."""
-        known = self.lifted.get(id(fn))
+        variables and parameters (lifted once); ``captured_last`` puts the
+        free variables last, as a VM closure binds them (relax_closures.py)."""
+        known = self.lifted.get((id(fn), captured_last))
         if known is not None:
             return known
         captured = [v for v in free_vars(fn) if not isinstance(env.get(v), Function)]
         inner_functions = {v: env[v] for v in free_vars(fn) if isinstance(env.get(v), Function)}
-        params = [relax.Var(v.name_hint, relax_type(v.checked_type)) for v in captured]
-        params += [relax.Var(p.name_hint, relax_type(p.checked_type)) for p in fn.params]
+        order = [*fn.params, *captured] if captured_last else [*captured, *fn.params]
+        params = [relax.Var(v.name_hint, relax_type(v.checked_type)) for v in order]
         ret = relax_type(fn.body.checked_type)
-        stub = relax.Function(params, relax.SeqExpr([], relax.op.null_value()), ret, False)
-        gv = self.bb.add_func(stub, f"lifted_{name}")
-        closure = self.lifted[id(fn)] = _Closure(gv, captured)
+        gv = declare(self.bb, params, ret, f"lifted_{name}")
+        closure = self.lifted[(id(fn), captured_last)] = _Closure(gv, captured)
         inner = dict(inner_functions)
         body_params = []
-        for v in [*captured, *fn.params]:
+        for v in order:
             param = relax.Var(v.name_hint, relax_type(v.checked_type))
             inner[v] = param
             body_params.append(param)
         body = self._block(fn.body, inner)
-        self.bb.update_func(gv, relax.Function(body_params, body, ret, False))
+        function = relax.Function(body_params, body, ret, False)
+        self.bb.update_func(gv, function.with_attr("effir_name", gv.name_hint))  # unique
         return closure
 
     # ------------------------------------------------------------ kernels
@@ -376,7 +385,7 @@ class _Lowering(LoopLowering, DynamicLowering):
         args = [self._atom(a, env) for a in arguments]
         if not (all(static(t) for t in types) and static(result_type)):
             self._needs_static([*types, result_type])
-            return self._fallback(fn, args, types, result_type, name)
+            return self._shape_polymorphic(fn, args, types, result_type, name)
         gv, lowered = self._kernel(fn)
         inputs = [leaf for arg, t in zip(args, types, strict=True) for leaf in self._leaves(arg, t)]
         inputs += [relax.const(c, str(c.dtype)) for c in lowered.constants]
@@ -396,11 +405,12 @@ class _Lowering(LoopLowering, DynamicLowering):
         if needed:
             raise NeedsStatic(needed)
 
-    def _kernel(self, fn: Function) -> tuple[str, KernelIR]:
+    def _kernel(self, fn: Function, sizes: dict[str, Any] | None = None) -> tuple[str, KernelIR]:
+        """``fn``'s kernel (``sizes``: its symbolic ones, [RULE SHAPEPOLY])."""
         key = astext(fn) + "|" + ",".join(astext(p.checked_type) for p in fn.params)
         known = self.kernels.get(key)
         if known is None:
-            lowered = lower_kernel(fn, self.target)
+            lowered = lower_kernel(fn, self.target, sizes)
             symbol = self._compiled_apart(lowered.module["main"], _identifier(lowered.name))
             known = self.kernels[key] = (symbol, lowered)
         return known
@@ -430,22 +440,6 @@ class _Lowering(LoopLowering, DynamicLowering):
         if not isinstance(t, TupleType):
             return next(parts)
         return self.bb.emit(relax.Tuple([self._rebuild(f, parts) for f in t.fields]))
-
-    def _fallback(
-        self, fn: Function, args: list[Any], types: list[Type], result: Type, name: str
-    ) -> Any:
-        """[FALLBACK] A kernel of data-dependent shape, built per concrete
-        shape when called, as a Python packed function."""
-        packed = f"effir.fallback.{next(_fallback_ids)}"
-        self.fallbacks[packed] = PythonKernel(fn, self.target, types, result)
-        inputs = [leaf for arg, t in zip(args, types, strict=True) for leaf in self._leaves(arg, t)]
-        outs = [relax_type(t) for t in leaves(result)]
-        ty = outs[0] if len(outs) == 1 else relax.TupleType(outs)
-        value = self.bb.emit(relax.op.call_pure_packed(packed, *inputs, ty_args=ty), name)
-        if len(outs) == 1:
-            return value
-        parts = iter([self.bb.emit(relax.TupleGetItem(value, i)) for i in range(len(outs))])
-        return self._rebuild(result, parts)
 
     # ---------------------------------------------------------- operators
     def _operator(self, call: Call, env: dict[Var, Any], name: str) -> Any:

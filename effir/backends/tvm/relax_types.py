@@ -4,7 +4,9 @@
 [TYPES] Each effir type becomes a Relax type: a tensor of static shape a
 tensor of that shape, one with a ``?`` (data-dependent) dimension a tensor
 of known rank; a ``Key`` the ``uint32[2]`` tensor of its threefry words;
-the world token an ``int64`` scalar tensor; tuples stay tuples.
+the world token an ``int64`` scalar tensor; tuples stay tuples; an ADT
+value, a function value and a type parameter's are ``Object``s
+(relax_adts.py [RULE ADT], relax_closures.py [RULE VMCLOSURE]).
 
 [RULE SYMBOLIC] A dimension the build leaves symbolic (a loop's length) is
 a TIR variable of the entry function; code that needs it static raises
@@ -19,7 +21,17 @@ import tvm
 from tvm import relax
 
 from ...ir.printer import astext
-from ...ir.types import ANY, FuncType, KeyType, TensorType, TupleType, Type
+from ...ir.types import (
+    ANY,
+    FuncType,
+    GlobalTypeVar,
+    KeyType,
+    TensorType,
+    TupleType,
+    Type,
+    TypeCall,
+    TypeVar,
+)
 from ...ir.visitor import pre_order
 from .errors import BackendError
 
@@ -38,13 +50,11 @@ def relax_type(t: Type, symbols: dict[str, Any] | None = None) -> Any:
         return relax.TensorType([2], "uint32")
     if isinstance(t, TupleType):
         return relax.TupleType([relax_type(f, symbols) for f in t.fields])
-    if isinstance(t, FuncType):
-        return relax.FuncType(
-            [relax_type(a, symbols) for a in t.arg_types], relax_type(t.ret_type, symbols), False
-        )
-    raise BackendError(
-        f"values of type {astext(t)} are not compiled (ADTs and references run in the interpreter)"
-    )
+    if isinstance(t, FuncType | TypeCall | GlobalTypeVar | TypeVar):
+        # a VM closure (relax_closures.py), an ADT value or a type
+        # parameter's (relax_adts.py)
+        return relax.ObjectType()
+    raise BackendError(f"values of type {astext(t)} are not compiled")
 
 
 class NeedsStatic(Exception):
@@ -86,3 +96,12 @@ def scheduled(func: Any) -> Any:
 
 def is_const(value: Any) -> bool:
     return isinstance(value, tvm.ir.expr.Constant)
+
+
+def declare(bb: Any, params: list[Any], ret: Any, name: str) -> Any:
+    """A function's global, declared by a stub to define later (so that
+    recursive calls refer to it). The stub carries its name: the
+    BlockBuilder returns the global of an existing structurally equal
+    function, and two stubs of one signature would otherwise be one."""
+    stub = relax.Function(params, relax.SeqExpr([], relax.op.null_value()), ret, False)
+    return bb.add_func(stub.with_attr("effir_stub", name), name)

@@ -14,7 +14,12 @@ dtype; a scalar is a 0-d tensor) or a tuple of TE values (for tuple-typed
 arguments and results, as ``stack`` takes and ``split`` gives). A ``Key`` is
 a ``uint32`` tensor of shape ``(2,)``: the two threefry words, as
 ``PRNGKey.data`` holds them. ``out_type`` is the call's checked type, with
-every dimension static (the kernel builder substitutes concrete shapes).
+every dimension static (the kernel builder substitutes concrete shapes),
+except inside ``symbolic_dims``: there a named dimension is a TIR variable
+(``dim_value``), for kernels compiled once for every size of a
+data-dependent dimension (relax_symbolic.py). A rule that needs a static
+size raises TypeError or ValueError on such a dimension, and the kernel is
+then not compiled symbolically.
 
 The rule must compute exactly what the numpy rule computes: bit for bit for
 integers, booleans and random bits, to 1e-5 relative for floats.
@@ -22,7 +27,9 @@ integers, booleans and random bits, to 1e-5 relative for floats.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 from ...ir.node import Attrs
@@ -46,3 +53,25 @@ def te_rule(*names: str) -> Callable[[TERule], TERule]:
 
 def has_te_rule(op_name: str) -> bool:
     return "te" in op_def(op_name).rules
+
+
+_SYMBOLIC: ContextVar[Mapping[str, Any] | None] = ContextVar("effir_symbolic_dims", default=None)
+
+
+@contextlib.contextmanager
+def symbolic_dims(dims: Mapping[str, Any]) -> Iterator[None]:
+    """Within: the dimension names in ``dims`` are these TIR variables."""
+    token = _SYMBOLIC.set(dims)
+    try:
+        yield
+    finally:
+        _SYMBOLIC.reset(token)
+
+
+def dim_value(d: int | str) -> Any:
+    """A type's dimension as a rule uses it: an int, or the TIR variable of
+    a named dimension inside ``symbolic_dims``; None for any other name."""
+    if isinstance(d, int):
+        return d
+    dims = _SYMBOLIC.get()
+    return None if dims is None else dims.get(d)

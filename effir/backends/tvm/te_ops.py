@@ -65,7 +65,7 @@ from ...ir.types import TensorType, TupleType, Type
 from ...ops.reduce import reduce_axes
 from ...ops.shape import _slices
 from .errors import BackendError
-from .rules import te_rule
+from .rules import dim_value, te_rule
 
 PrimExpr = Any  # tvm.tirx.PrimExpr
 Tensor = Any  # tvm.te.Tensor
@@ -76,9 +76,10 @@ def static_shape(t: Type) -> tuple[int, ...]:
     """The dimensions of a tensor type, which must all be known integers."""
     if not isinstance(t, TensorType):
         raise BackendError(f"expected a tensor type, got {t!r}")
-    if not t.is_static:
+    dims = tuple(dim_value(d) for d in t.shape)  # a TIR variable: symbolic (rules.py)
+    if any(d is None for d in dims):
         raise BackendError(f"a kernel needs static shapes, got {t!r}")
-    return tuple(int(d) for d in t.shape)
+    return dims
 
 
 def _out(t: Type) -> tuple[tuple[int, ...], str]:
@@ -86,7 +87,7 @@ def _out(t: Type) -> tuple[tuple[int, ...], str]:
 
 
 def _shape(x: Tensor) -> tuple[int, ...]:
-    return tuple(int(d) for d in x.shape)
+    return tuple(int(d) if isinstance(d, tirx.IntImm) else d for d in x.shape)
 
 
 def _dtype(x: Tensor | PrimExpr) -> str:
@@ -589,10 +590,8 @@ def _reduce_rule(name: str) -> Callable[..., Tensor]:
             name=name,
         )
         if name == "mean":
-            count = float(np.prod([in_shape[a] for a in axes]))
-            return te.compute(
-                shape, lambda *i: (total(*i) / _const(count, acc)).astype(dtype), name="mean_div"
-            )
+            count = _count([in_shape[a] for a in axes], acc)
+            return te.compute(shape, lambda *i: (total(*i) / count).astype(dtype), name="mean_div")
         if acc != dtype:
             return te.compute(shape, lambda *i: cast_value(total(*i), dtype), name=f"{name}_cast")
         return total
@@ -1047,11 +1046,19 @@ def _mean_kept(
     """``sum(fn(x)) / count`` over ``axes`` (kept), in x's dtype (the
     numpy rules' ``mean_over``)."""
     shape = _shape(x)
-    count = float(np.prod([shape[a] for a in axes]))
-    if count == 0:
+    if any(shape[a] == 0 for a in axes):
         return _empty_reduction("mean", _kept(shape, axes), _dtype(x))
     total = _reduce_kept(x, axes, te.sum, fn, f"{name}_sum")
-    return te.compute(_shape(total), lambda *i: total(*i) / _const(count, _dtype(x)), name=name)
+    count = _count([shape[a] for a in axes], _dtype(x))
+    return te.compute(_shape(total), lambda *i: total(*i) / count, name=name)
+
+
+def _count(sizes: Sequence[Any], dtype: str) -> PrimExpr:
+    """The number of elements of ``sizes`` as a ``dtype`` value (symbolic
+    sizes, rules.py, give an expression: 0 / 0 is NaN at run time too)."""
+    if all(isinstance(d, int) for d in sizes):
+        return _const(float(np.prod(sizes)), dtype)
+    return math.prod(sizes).astype(dtype)
 
 
 def _channel(v: Tensor, dtype: str, index: Sequence[PrimExpr], axis: int) -> PrimExpr:

@@ -1,0 +1,207 @@
+"""ADT values and ``match`` in the Relax lowering [RULE ADT].
+
+A value of an algebraic data type is a VM tuple: its constructor's tag (an
+``int64`` scalar tensor, the constructor's position in its type's
+definition) and then its fields, ``Cons(%h, %t)`` as ``(0, %h, %t)`` and
+``Nil`` as ``(1,)``. Relax's types are not recursive, so an ADT value (and
+a value of a type parameter, in a polymorphic function) has Relax type
+``Object``; where its parts are used it is cast (``match_cast``, checked by
+the VM) to the tuple of its constructor's fields.
+
+A ``match`` is a chain of tests, the first clause first: each clause's
+pattern is tested as one boolean (nested ``If``s: a field is cast and
+tested only once the tags above it matched), then an ``If`` runs the
+clause's body with its variables bound, or the rest of the chain. The last
+clause of a complete ``match`` is not tested. A ``match?`` whose clauses
+may all fail is not compiled (the interpreter's failure is an error that a
+compiled program cannot raise yet).
+
+The methods are a mixin of relax_lower's ``_Lowering``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from tvm import relax
+
+from ...ir.expr import (
+    Clause,
+    Constructor,
+    Match,
+    Pattern,
+    PatternConstructor,
+    PatternTuple,
+    PatternVar,
+    Var,
+)
+from ...ir.types import TupleType, Type, TypeCall
+from ...passes.type_solver import substitute
+from .errors import BackendError
+from .relax_types import relax_type
+
+
+def has_constructor_pattern(match: Match) -> bool:
+    """Whether ``match`` tests constructors (a tuple-only match binds)."""
+    return any(refutable(c.pattern) for c in match.clauses)
+
+
+def tag(index: int) -> Any:
+    """The tag of a value built by a type's ``index``-th constructor."""
+    return relax.const(np.int64(index), "int64")
+
+
+class AdtLowering:
+    """Constructors and matches for ``_Lowering`` (relax_lower.py)."""
+
+    # ---------------------------------------------------------- values
+    def _construct(self, ctor: Constructor, args: list[Any], name: str) -> Any:
+        """``C(args)``: the tuple of its tag and fields."""
+        if not args and ctor.inputs:  # a function value (relax_closures.py)
+            return self._constructor_value(ctor)
+        return self.bb.emit(relax.Tuple([tag(self._ctor_index(ctor)), *args]), name)
+
+    def _ctor_index(self, ctor: Constructor) -> int:
+        data = self.module.type_defs[ctor.adt]
+        return [c.name for c in data.constructors].index(ctor.name)
+
+    def _typed(self, value: Any, t: Type) -> Any:
+        """``value`` with the Relax type of ``t``: a value that reached here
+        as an ``Object`` (a field, a type parameter's value) is cast."""
+        want = relax_type(t)
+        if isinstance(value.ty, relax.ObjectType) and not isinstance(want, relax.ObjectType):
+            return self.bb.match_cast(value, want)
+        return value
+
+    def _fields(self, value: Any, ctor: Constructor, data_type: Type) -> list[Any]:
+        """The fields of ``value``, known to be built by ``ctor``."""
+        types = self._field_types(ctor, data_type)
+        tuple_type = relax.TupleType(
+            [relax.TensorType([], "int64"), *(relax_type(t) for t in types)]
+        )
+        cast = self.bb.match_cast(value, tuple_type)
+        return [self.bb.emit(relax.TupleGetItem(cast, i + 1)) for i in range(len(types))]
+
+    # ----------------------------------------------------------- match
+    def _adt_match(self, expr: Match, env: dict[Var, Any], name: str) -> Any:
+        data = self._atom(expr.data, env)
+        clauses = list(expr.clauses)
+        if not expr.complete and refutable(clauses[-1].pattern):
+            raise BackendError("a match? whose clauses may all fail is not compiled", expr.span)
+        # Built from the last clause back: each clause's block holds its
+        # test and an If of its body and the blocks after it.
+        rest: Any = None
+        for k in range(len(clauses) - 1, -1, -1):
+            outermost = k == 0
+            if not outermost:
+                self.bb._begin_binding_block()
+            try:
+                value = self._clause(clauses[k], data, expr.data.checked_type, env, rest, name)
+            finally:
+                if not outermost:
+                    block = self.bb._end_block()
+            if not outermost:
+                rest = relax.SeqExpr([block], value)
+        return self._typed(value, expr.checked_type)
+
+    def _clause(
+        self, clause: Clause, data: Any, data_type: Type, env: dict[Var, Any], rest: Any, name: str
+    ) -> Any:
+        if rest is None:  # the last clause: it matches
+            return self._clause_body(clause, data, data_type, env)
+        test = self._test(clause.pattern, data, data_type)
+        body = self._branch(lambda: self._clause_body(clause, data, data_type, env))
+        return self.bb.emit(relax.If(test, body, rest), name)
+
+    def _branch(self, make: Any) -> Any:
+        self.bb._begin_binding_block()
+        try:
+            value = make()
+        finally:
+            block = self.bb._end_block()
+        return relax.SeqExpr([block], value)
+
+    def _clause_body(self, clause: Clause, data: Any, data_type: Type, env: dict[Var, Any]) -> Any:
+        inner = dict(env)
+        work = [(clause.pattern, data, data_type)]
+        while work:
+            pattern, value, t = work.pop()
+            if isinstance(pattern, PatternVar):
+                inner[pattern.var] = self._typed(value, pattern.var.checked_type)
+            elif isinstance(pattern, PatternTuple):
+                fields = t.fields if isinstance(t, TupleType) else [None] * len(pattern.patterns)
+                for i, (sub, ft) in enumerate(zip(pattern.patterns, fields, strict=True)):
+                    work.append((sub, self.bb.emit(relax.TupleGetItem(value, i)), ft))
+            elif isinstance(pattern, PatternConstructor):
+                if pattern.patterns:
+                    parts = self._fields(value, pattern.constructor, t)
+                    types = self._field_types(pattern.constructor, t)
+                    work.extend(zip(pattern.patterns, parts, types, strict=True))
+        return self._chain(clause.body, inner)
+
+    def _field_types(self, ctor: Constructor, data_type: Type) -> list[Type]:
+        """The types of ``ctor``'s fields in a value of ``data_type``."""
+        definition = self.module.type_defs[ctor.adt]
+        args = data_type.args if isinstance(data_type, TypeCall) else ()
+        mapping = dict(zip(definition.type_params, args, strict=False))
+        return [substitute(t, mapping) for t in ctor.inputs]
+
+    def _test(self, pattern: Pattern, value: Any, t: Type) -> Any:
+        """A boolean scalar: whether ``value`` matches ``pattern``."""
+        if not refutable(pattern):
+            return relax.const(np.bool_(True), "bool")
+        if isinstance(pattern, PatternTuple):
+            fields = t.fields if isinstance(t, TupleType) else [None] * len(pattern.patterns)
+            test = None
+            for i, (sub, ft) in enumerate(zip(pattern.patterns, fields, strict=True)):
+                if refutable(sub):
+                    part = self._test(sub, self.bb.emit(relax.TupleGetItem(value, i)), ft)
+                    test = part if test is None else self._both(test, part)
+            return test
+        assert isinstance(pattern, PatternConstructor)
+        found = self._tag_of(value)
+        same = self.bb.emit(relax.op.equal(found, tag(self._ctor_index(pattern.constructor))))
+        if not any(refutable(p) for p in pattern.patterns):
+            return same
+
+        def fields_match() -> Any:
+            parts = self._fields(value, pattern.constructor, t)
+            types = self._field_types(pattern.constructor, t)
+            test = None
+            for sub, part, ft in zip(pattern.patterns, parts, types, strict=True):
+                if refutable(sub):
+                    one = self._test(sub, part, ft)
+                    test = one if test is None else self._both(test, one)
+            return test
+
+        false = self._branch(lambda: relax.const(np.bool_(False), "bool"))
+        return self.bb.emit(relax.If(same, self._branch(fields_match), false))
+
+    def _tag_of(self, value: Any) -> Any:
+        """The tag of an ADT value: its tuple's first field (read without a
+        cast, whose check would need the constructor)."""
+        if isinstance(value.ty, relax.TupleType):
+            return self.bb.emit(relax.TupleGetItem(value, 0))
+        return self.bb.emit(
+            relax.Call(
+                relax.ExternFunc("vm.builtin.tuple_getitem"),
+                [value, relax.prim_value(0)],
+                ty_args=[relax.TensorType([], "int64")],
+            )
+        )
+
+    def _both(self, a: Any, b: Any) -> Any:
+        return self.bb.emit(relax.op.logical_and(a, b))
+
+
+def refutable(pattern: Pattern) -> bool:
+    """Whether ``pattern`` may fail to match (it tests a constructor)."""
+    work = [pattern]
+    while work:
+        p = work.pop()
+        if isinstance(p, PatternConstructor):
+            return True
+        if isinstance(p, PatternTuple):
+            work.extend(p.patterns)
+    return False

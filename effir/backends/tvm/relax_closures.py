@@ -1,0 +1,72 @@
+"""Functions as values in the Relax lowering [RULE VMCLOSURE].
+
+A function literal called where it is bound is lifted and called directly
+(relax_lower.py [RULE CLOSURE]). One used as a value (passed to a global
+such as a ``foldl``, stored in an ADT, returned) becomes a VM closure:
+``make_closure`` of its lifted function with the captured variables, which
+the VM binds as the *last* arguments (``VMClosure::BindLastArgs``), so the
+function lifted for a closure takes its parameters first. A global used as
+a value is a closure that captures nothing; so is a constructor used as a
+value (a function building its tagged tuple, relax_adts.py). A call of a function computed
+at run time is ``invoke_closure``; its result, of a Relax ``Object`` type
+where the callee's type is unknown, is cast to the call's type.
+
+A primitive function (a kernel) is not a value here: ``CompileError``.
+
+The methods are a mixin of relax_lower's ``_Lowering``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tvm import relax
+
+from ...ir.expr import Call, Constructor, Function, GlobalVar, Var
+from ...passes.fuse import is_primitive
+from .errors import BackendError
+from .relax_adts import tag as _tag
+from .relax_types import declare, relax_type
+
+
+class ClosureLowering:
+    """Closures as values for ``_Lowering`` (relax_lower.py)."""
+
+    def _closure_value(self, fn: Function, env: dict[Var, Any], var: Var) -> Any:
+        """The VM closure of the function literal ``fn`` bound to ``var``."""
+        if is_primitive(fn):
+            raise BackendError(
+                f"the kernel %{var.name_hint} is used as a value (stored, returned or passed "
+                "on): only its calls are compiled",
+                var.span,
+            )
+        closure = self._lift(fn, env, var.name_hint, captured_last=True)
+        captured = relax.Tuple([env[v] for v in closure.captured])
+        return self.bb.emit(relax.op.make_closure(closure.gv, captured), var.name_hint)
+
+    def _global_value(self, gv: GlobalVar) -> Any:
+        """A global function as a value: a closure of no captured variable."""
+        return self.bb.emit(relax.op.make_closure(self.globals[gv.name], relax.Tuple([])))
+
+    def _constructor_value(self, ctor: Constructor) -> Any:
+        """A constructor that takes arguments, as a value: the closure of a
+        function building its value (made once per constructor)."""
+        gv = self.constructor_functions.get(ctor.name)
+        if gv is None:
+            params = [relax.Var(f"field{i}", relax_type(t)) for i, t in enumerate(ctor.inputs)]
+            gv = declare(self.bb, params, relax.ObjectType(), f"make_{ctor.name}")
+            self.bb._begin_binding_block()
+            value = self.bb.emit(relax.Tuple([_tag(self._ctor_index(ctor)), *params]))
+            body = relax.SeqExpr([self.bb._end_block()], value)
+            function = relax.Function(params, body, relax.ObjectType(), False)
+            self.bb.update_func(gv, function.with_attr("effir_name", gv.name_hint))
+            self.constructor_functions[ctor.name] = gv
+        return self.bb.emit(relax.op.make_closure(gv, relax.Tuple([])), ctor.name)
+
+    def _invoke(self, closure: Any, call: Call, env: dict[Var, Any], name: str) -> Any:
+        """A call of a function value."""
+        args = relax.Tuple([self._atom(a, env) for a in call.args])
+        result = self.bb.emit(
+            relax.op.invoke_closure(closure, args, [relax_type(call.checked_type)]), name
+        )
+        return self._typed(result, call.checked_type)
