@@ -1209,13 +1209,7 @@ def parse_expr(
         parser.read_metadata()
         parser.read_header(required=False)
         if module is not None:
-            for name in module.functions:
-                parser.global_kinds[name] = "function"
-            for name in module.cells:
-                parser.global_kinds[name] = "cell"
-            for name, data in module.type_defs.items():
-                parser.adt_arity[name] = len(data.type_params)
-            parser.constructors.update(module.constructors)
+            parser.know(module)
         if parser.at(L.EOF) or parser.at(L.METADATA):
             raise parser.error("empty input: expected an expression")
         expr = run(parser.p_expr())

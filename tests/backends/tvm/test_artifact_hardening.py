@@ -7,6 +7,7 @@ artifact was changed."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -111,11 +112,11 @@ def test_huge_or_mistyped_dims_are_an_artifact_error(exported: Path, tmp_path: P
         effir.load(path)
 
 
-def test_a_pickled_state_file_is_refused_at_load(exported: Path, tmp_path: Path) -> None:
-    path = fresh(exported, tmp_path)
+def replace_state_file(path: Path, array: np.ndarray, allow_pickle: bool = False) -> None:
+    """Put ``array`` in the count cell's file, its checksum updated."""
     state_file = path / "state" / "count.0.npy"
-    np.save(state_file, np.array([{"pickled": 1}], dtype=object), allow_pickle=True)
-    digest = __import__("hashlib").sha256(state_file.read_bytes()).hexdigest()
+    np.save(state_file, array, allow_pickle=allow_pickle)
+    digest = hashlib.sha256(state_file.read_bytes()).hexdigest()
 
     def rehash(manifest: dict) -> None:
         for cell in manifest["cells"]:
@@ -124,23 +125,18 @@ def test_a_pickled_state_file_is_refused_at_load(exported: Path, tmp_path: Path)
                     f["sha256"] = digest
 
     edit_manifest(path, rehash)
+
+
+def test_a_pickled_state_file_is_refused_at_load(exported: Path, tmp_path: Path) -> None:
+    path = fresh(exported, tmp_path)
+    replace_state_file(path, np.array([{"pickled": 1}], dtype=object), allow_pickle=True)
     with pytest.raises(ArtifactError, match="count"):
         effir.load(path)
 
 
 def test_a_state_file_of_the_wrong_type_is_refused_at_load(exported: Path, tmp_path: Path) -> None:
     path = fresh(exported, tmp_path)
-    state_file = path / "state" / "count.0.npy"
-    np.save(state_file, np.zeros((3,), np.int64))
-    digest = __import__("hashlib").sha256(state_file.read_bytes()).hexdigest()
-
-    def rehash(manifest: dict) -> None:
-        for cell in manifest["cells"]:
-            for f in cell["files"]:
-                if f["file"] == "state/count.0.npy":
-                    f["sha256"] = digest
-
-    edit_manifest(path, rehash)
+    replace_state_file(path, np.zeros((3,), np.int64))
     with pytest.raises(ArtifactError, match="count"):
         effir.load(path)
 
