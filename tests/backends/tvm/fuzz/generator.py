@@ -19,6 +19,8 @@ choices always give the same program and the same arguments.
 from __future__ import annotations
 
 import random
+import re
+import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -109,6 +111,7 @@ class Program:
     features: frozenset[str]
     steps: int = 2  # calls from one State (dropout keys and cells carry over)
     label: str = ""
+    fragments: tuple[str, ...] = ()  # what the program is made of, in order
 
     def __repr__(self) -> str:
         return f"\n# {self.label} features={sorted(self.features)}\n{self.text}"
@@ -170,6 +173,7 @@ class _Gen:
     counter: int = 0
     np_rng: np.random.Generator | None = None
     n_steps: int | None = None  # the value of the symbolic dimension n
+    names: list[str] = field(default_factory=list)  # the fragments drawn
 
     # ------------------------------------------------------------ helpers
     def choice(self, options):
@@ -219,23 +223,33 @@ class _Gen:
             name = self.param(tensor_type(shape, "float32"), self.floats(shape), "x")
             self.values.append(Value(name, shape, "float32"))
 
-    def build(self, fragments: int) -> Program:
+    def build(self, fragments: int, only: str | None = None) -> Program:
         self.float_inputs()
         menu = sorted(self.features - {"deep"})
         for _ in range(fragments):  # a feature, then one of its fragments
             feature = self.choice(menu)
-            self.used.add(feature)
-            self.choice(_FRAGMENTS[feature])(self)
+            self.fragment(feature, self.choice(_FRAGMENTS[feature]))
+        if only is not None:
+            feature, kind = fragment_named(only)
+            self.fragment(feature, kind)
         return self.finish(steps=2)
+
+    def fragment(self, feature: str, kind: Callable[[_Gen], None]) -> None:
+        self.used.add(feature)
+        self.names.append(kind.__name__.removeprefix("f_"))
+        kind(self)
 
     def finish(self, steps: int) -> Program:
         outs = list(dict.fromkeys(self.outputs[-3:] + self.forced))
-        params = ", ".join(f"{n}: {t}" for n, t, _ in self.params)
         body = "\n  ".join(self.lines)
+        used = body + " ".join(outs) + "".join(self.defs)
+        # Parameters no fragment used are left out: a smaller program to read.
+        self.params = [p for p in self.params if re.search(re.escape(p[0]) + r"\b", used)]
+        params = ", ".join(f"{n}: {t}" for n, t, _ in self.params)
         text = HEADER + (LIST_ADT if self.uses_list else "") + RNG_CELL + "".join(self.defs)
         text += f"def @main({params}) {{\n  {body}\n  ({', '.join(outs)},)\n}}\n"
         args = [value for _, _, value in self.params]
-        return Program(text, args, frozenset(self.used), steps)
+        return Program(text, args, frozenset(self.used), steps, fragments=tuple(self.names))
 
     # ------------------------------------------------- base (the old static programs)
     def f_unary(self) -> None:
@@ -641,6 +655,7 @@ _FRAGMENTS: dict[str, list[Callable[[_Gen], None]]] = {
     "deep": [],
 }
 assert set(_FRAGMENTS) == set(FEATURES)
+FRAGMENT_NAMES = [k.__name__.removeprefix("f_") for ks in _FRAGMENTS.values() for k in ks]
 
 
 def check_features(features: Iterable[str]) -> frozenset[str]:
@@ -651,14 +666,31 @@ def check_features(features: Iterable[str]) -> frozenset[str]:
     return features
 
 
-def generate(chooser: Chooser, features: Iterable[str], max_fragments: int = 7) -> Program:
-    """One program of 2 to ``max_fragments`` fragments drawn from ``features``
-    (``deep`` excepted: see ``generate_deep``)."""
+def fragment_named(name: str) -> tuple[str, Callable[[_Gen], None]]:
+    """The feature and the method of fragment ``name`` (``f_<name>``)."""
+    for feature, kinds in _FRAGMENTS.items():
+        for kind in kinds:
+            if kind.__name__ == f"f_{name}":
+                return feature, kind
+    raise ValueError(f"no fragment {name!r}; known: {FRAGMENT_NAMES}")
+
+
+def generate(
+    chooser: Chooser,
+    features: Iterable[str],
+    max_fragments: int = 7,
+    min_fragments: int = 2,
+    only: str | None = None,
+) -> Program:
+    """One program of ``min_fragments`` to ``max_fragments`` fragments drawn
+    from ``features`` (``deep`` excepted: see ``generate_deep``), then the
+    fragment named ``only`` when given (the smallest program that shows
+    one class of defect)."""
     features = check_features(features)
-    if not features - {"deep"}:
+    if not features - {"deep"} and only is None:
         raise ValueError("generate needs a feature other than 'deep'")
     gen = _Gen(chooser, features)
-    return gen.build(chooser.integer(2, max_fragments))
+    return gen.build(chooser.integer(min_fragments, max_fragments), only)
 
 
 # ---------------------------------------------------------------- the deep bucket
@@ -718,23 +750,33 @@ _DEEP_KINDS: list[tuple[str, Callable[[_Gen, int], None]]] = [
 ]
 
 
-def generate_deep(chooser: Chooser, features: Iterable[str], depth: int | None = None) -> Program:
+def generate_deep(
+    chooser: Chooser, features: Iterable[str], depth: int | None = None, kind: str | None = None
+) -> Program:
     """One deep program: a recursion, a while loop, a foreach or (with ``adt``)
-    a list of ``depth`` steps (drawn from ``DEEP_DEPTHS`` when None), called once."""
+    a list of ``depth`` steps (drawn from ``DEEP_DEPTHS`` when None), called
+    once; ``kind`` names which (drawn when None)."""
     features = check_features(features)
     gen = _Gen(chooser, features)
     gen.float_inputs()
     kinds = [(k, f) for k, f in _DEEP_KINDS if k != "adt-list" or "adt" in features]
-    name, kind = gen.choice(kinds)
+    name, deep = gen.choice(kinds) if kind is None else (kind, dict(_DEEP_KINDS)[kind])
     depth = depth if depth is not None else gen.choice(DEEP_DEPTHS)
-    kind(gen, depth)
+    deep(gen, depth)
     gen.used.add("deep")
+    gen.names.append(f"deep_{name}")
     program = gen.finish(steps=1)
     program.label = f"deep {name} {depth}"
     return program
 
 
-def programs(seed: int, count: int, features: Iterable[str], deep_share: int = 0) -> list[Program]:
+def programs(
+    seed: int,
+    count: int,
+    features: Iterable[str],
+    deep_share: int = 0,
+    max_fragments: int = 7,
+) -> list[Program]:
     """``count`` programs from ``seed``: program ``i`` is a function of
     ``(seed, i)`` only, so any one can be regenerated alone. With ``deep`` in
     ``features`` one program in ``deep_share`` is a deep one."""
@@ -745,7 +787,30 @@ def programs(seed: int, count: int, features: Iterable[str], deep_share: int = 0
         if "deep" in features and deep_share and i % deep_share == deep_share - 1:
             program = generate_deep(chooser, features)
         else:
-            program = generate(chooser, features)
+            program = generate(chooser, features, max_fragments, min(2, max_fragments))
         program.label = f"seed {seed} #{i}" + (f" ({program.label})" if program.label else "")
         result.append(program)
+    return result
+
+
+def one_fragment_programs(seed: int, per_fragment: int, features: Iterable[str]) -> list[Program]:
+    """``per_fragment`` programs of exactly one fragment for each fragment of
+    ``features``, and (with ``deep``) one deep program of each kind at
+    10,000 steps: the smallest programs, so an outcome names its class."""
+    features = check_features(features)
+    result = []
+    for feature in sorted(features - {"deep"}):
+        for kind in dict.fromkeys(k.__name__.removeprefix("f_") for k in _FRAGMENTS[feature]):
+            for i in range(per_fragment):
+                chooser = RandomChooser(zlib.crc32(f"{seed} {kind} {i}".encode()))
+                program = generate(chooser, [feature], 0, 0, only=kind)
+                program.label = f"seed {seed} {kind} #{i}"
+                result.append(program)
+    if "deep" in features:
+        for i, (name, _) in enumerate(_DEEP_KINDS):
+            if name == "adt-list" and "adt" not in features:
+                continue
+            program = generate_deep(RandomChooser(seed + i), features, 10000, name)
+            program.label = f"seed {seed} deep {name}"
+            result.append(program)
     return result

@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from .generator import FEATURES, Program, programs
+from .generator import FEATURES, Program, one_fragment_programs, programs
 
 ROOT = Path(__file__).resolve().parents[4]
 OUTCOMES = ("ok", "mismatch", "non-effir-error", "crash", "timeout", "refused", "invalid")
@@ -329,18 +329,26 @@ def run_programs(
     return outcomes
 
 
-def summary(progs: Sequence[Program], outcomes: Sequence[Outcome], show: int = 2) -> str:
-    """A table of outcomes (all programs, then per feature) and the first
-    ``show`` programs of each outcome other than ok."""
+def summary(
+    progs: Sequence[Program], outcomes: Sequence[Outcome], show: int = 2, by: str = "feature"
+) -> str:
+    """A table of outcomes (all programs, then per feature, or per fragment
+    with ``by="fragment"``) and the first ``show`` programs of each outcome
+    other than ok."""
     total = Counter(o.kind for o in outcomes)
     kinds = [k for k in OUTCOMES if total[k]] or ["ok"]
     rows = [("all", total)]
-    for feature in FEATURES:
-        counts = Counter(
-            o.kind for p, o in zip(progs, outcomes, strict=True) if feature in p.features
-        )
-        if counts:
-            rows.append((feature, counts))
+    pairs = list(zip(progs, outcomes, strict=True))
+    if by == "feature":
+        groups = {f: [o for p, o in pairs if f in p.features] for f in FEATURES}
+    else:
+        groups = {}
+        for p, o in pairs:
+            for name in dict.fromkeys(p.fragments):
+                groups.setdefault(name, []).append(o)
+    for name, group in groups.items():
+        if group:
+            rows.append((name, Counter(o.kind for o in group)))
     width = max(len(name) for name, _ in rows)
     lines = [" " * width + "".join(f"{k:>17}" for k in kinds)]
     for name, counts in rows:
@@ -364,18 +372,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per program")
     parser.add_argument("--show", type=int, default=2, help="programs shown per outcome")
     parser.add_argument("--only", type=int, nargs="*", help="only these program numbers")
+    parser.add_argument("--max-fragments", type=int, default=7)
+    parser.add_argument(
+        "--one-fragment",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N programs of one fragment per fragment kind (and one deep program per kind), "
+        "tabulated per fragment, instead of --count random programs",
+    )
     parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     ns = parser.parse_args(argv)
     if ns.worker:
         worker(ns.worker[0], int(ns.worker[1]))
         return 0
     features = [f for f in ns.features.split(",") if f]
-    progs = programs(ns.seed, ns.count, features, ns.deep_share)
+    if ns.one_fragment:
+        progs = one_fragment_programs(ns.seed, ns.one_fragment, features)
+    else:
+        progs = programs(ns.seed, ns.count, features, ns.deep_share, ns.max_fragments)
     if ns.only:
         progs = [progs[i] for i in ns.only]
     began = time.monotonic()
     outcomes = run_programs(progs, ns.batch, ns.timeout)
-    print(summary(progs, outcomes, ns.show))
+    print(summary(progs, outcomes, ns.show, "fragment" if ns.one_fragment else "feature"))
     print(f"\n{len(progs)} programs in {time.monotonic() - began:.0f} s")
     return 1 if any(o.kind in FAILURES for o in outcomes) else 0
 
