@@ -34,7 +34,8 @@ FEATURES: dict[str, str] = {
     "int": "integer dtypes int8..uint64 at their boundary values (0, 1, -1, min, max): "
     "wrap-around arithmetic, negative, divide, power, sum, casts, comparisons",
     "keys_if": "keys and dropout through if (a key returned from a branch, dropout in one "
-    "branch then after the if) and through match on tuples",
+    "branch then after the if) and through match on tuples; random.split with num 0, 1, 3; "
+    "three dropouts over 100,000 elements",
     "foreach_forms": "cf.foreach over a static length: map (state ()), scan (output ()), "
     "several inputs and states, an if in the body",
     "foreach_symbolic": "the foreach forms over a symbolic length n (0 included)",
@@ -45,7 +46,8 @@ FEATURES: dict[str, str] = {
     "dynamic": "data-dependent shapes (boolean_mask, argwhere) with kernels after them, "
     "results of ? shape",
     "errors": "inputs that make the interpreter raise: integer division by zero, a negative "
-    "integer power, take(mode=fast) out of range, a bad dyn.reshape, max of an empty axis",
+    "integer power, take(mode=fast) out of range, a bad dyn.reshape or reshape of a ? "
+    "dimension, dyn.zeros of a negative size, max/min/argmax/take over an empty axis",
     "deep": "recursion, while loops and foreach of up to 10,000 steps (the deep bucket)",
 }
 
@@ -431,6 +433,23 @@ class _Gen:
         )
         self.bind(f"add(nn.dropout({a}, @rng, rate=0.5f), {x.name})", x.shape, "float32")
 
+    def f_split_num(self) -> None:
+        k = self.bind(f"random.key({self.c.integer(0, 100)})", (), "key", False, False)
+        num = self.choice([0, 1, 3])
+        p = self.bind(f"random.split({k}, num={num})", (), "keys", False, False)
+        if num:
+            self.bind(f"random.normal({p}.{num - 1}, shape=[3])", (3,), "float32")
+        else:
+            self.forced.append(p)
+
+    def f_dropouts_large(self) -> None:  # CSE and memory planning at a large size
+        x = self.pick((3,))
+        big = self.bind(f"add(zeros(shape=[100000]), sum({x.name}))", (100000,), "float32", False)
+        a = self.bind(f"nn.dropout({big}, @rng, rate=0.5f)", (100000,), "float32", False, False)
+        b = self.bind(f"nn.dropout({big}, @rng, rate=0.5f)", (100000,), "float32", False, False)
+        c = self.bind(f"nn.dropout({a}, @rng, rate=0.5f)", (100000,), "float32", False, False)
+        self.bind(f"sum(add(add({a}, {b}), {c}))", (), "float32", pool=False)
+
     def f_match_tuple(self) -> None:
         x = self.pick()
         y = self.pick(x.shape)
@@ -602,13 +621,32 @@ class _Gen:
         r = self.bind(f"dyn.reshape({x.name}, {s})", ("?", "?"), "float32", pool=False)
         self.forced.append(self.bind(f"sum({r}, axis=[1])", ("?",), "float32", pool=False))
 
-    def f_err_empty_max(self) -> None:
+    def f_err_empty_axis(self) -> None:
         data = self.floats((3,))
         if self.chance(2):
             data = -np.abs(data) - 0.5  # the mask keeps nothing
         x = self.param(F3, data, "e")
         m = self.bind(f"boolean_mask({x}, greater({x}, 0f))", ("?",), "float32", pool=False)
-        self.forced.append(self.bind(f"max({m}, axis=[0])", (), "float32", pool=False))
+        op = self.choice(["max", "min", "argmax", "take"])
+        if op == "take":
+            expr, dtype = f"take({m}, 0, axis=0)", "float32"
+        else:
+            expr, dtype = f"{op}({m}, axis=[0])", "int32" if op == "argmax" else "float32"
+        self.forced.append(self.bind(expr, (), dtype, pool=False))
+
+    def f_err_dyn_shape(self) -> None:
+        shape = self.choice([[2, 3], [2, -3], [0, 1], [-1, 2]])
+        s = self.param(tensor_type((2,), "int32"), np.array(shape, np.int32), "e")
+        op = self.choice(["dyn.zeros", "dyn.ones"])
+        z = self.bind(f"{op}({s})", ("?", "?"), "float32", pool=False)
+        self.forced.append(self.bind(f"sum({z})", (), "float32", pool=False))
+
+    def f_err_reshape_unknown(self) -> None:
+        x = self.pick((4, 3))
+        m = self.bind(f"boolean_mask({x.name}, greater({x.name}, 0f))", ("?",), "float32", False)
+        newshape = self.choice(["[2, -1]", "[-1, 3]", "[-1]", "[3, 2]"])
+        r = self.bind(f"reshape({m}, newshape={newshape})", (), "float32", pool=False)
+        self.forced.append(self.bind(f"sum({r})", (), "float32", pool=False))
 
 
 # One table: feature -> its fragments (methods of _Gen).
@@ -638,6 +676,8 @@ _FRAGMENTS: dict[str, list[Callable[[_Gen], None]]] = {
         _Gen.f_key_from_branch,
         _Gen.f_dropout_in_both,
         _Gen.f_match_tuple,
+        _Gen.f_split_num,
+        _Gen.f_dropouts_large,
     ],
     "foreach_forms": [_Gen.f_foreach_static],
     "foreach_symbolic": [_Gen.f_foreach_symbolic],
@@ -650,7 +690,9 @@ _FRAGMENTS: dict[str, list[Callable[[_Gen], None]]] = {
         _Gen.f_err_power,
         _Gen.f_err_take,
         _Gen.f_err_reshape,
-        _Gen.f_err_empty_max,
+        _Gen.f_err_empty_axis,
+        _Gen.f_err_dyn_shape,
+        _Gen.f_err_reshape_unknown,
     ],
     "deep": [],
 }

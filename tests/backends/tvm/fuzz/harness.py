@@ -59,6 +59,9 @@ ROOT = Path(__file__).resolve().parents[4]
 OUTCOMES = ("ok", "mismatch", "non-effir-error", "crash", "timeout", "refused", "invalid")
 FAILURES = ("mismatch", "non-effir-error", "crash", "timeout", "invalid")
 START, RESULT = "@@fuzz-start", "@@fuzz-result"
+# A program text that makes the worker kill itself with SIGSEGV: the
+# harness's own test that a crash is attributed to its program.
+SELF_TEST_CRASH = "@@fuzz-self-test-crash"
 
 
 @dataclass
@@ -225,6 +228,8 @@ def worker(path: str, start: int) -> None:
         text, args, steps = batch[index]
         print(f"{START} {index}", flush=True)
         began = time.perf_counter()
+        if text == SELF_TEST_CRASH:
+            os.kill(os.getpid(), signal.SIGSEGV)
         try:
             outcome = run_one(text, args, steps)
         except Exception as exc:  # noqa: BLE001 (a harness bug: say where)
