@@ -45,6 +45,11 @@ ENABLED = frozenset(
     }
 )
 assert ENABLED <= set(FEATURES)
+# EFFIR_FUZZ_FEATURES=int,keys_if (or "all") runs other features without
+# editing ENABLED: how to check a fix before switching its feature on.
+if os.environ.get("EFFIR_FUZZ_FEATURES"):
+    _asked = os.environ["EFFIR_FUZZ_FEATURES"]
+    ENABLED = frozenset(FEATURES if _asked == "all" else _asked.split(","))
 SEED = 0
 MIXED = 6  # random programs of several fragments, after one of each fragment
 
