@@ -216,9 +216,6 @@ class _Gen:
         pool = pool if shape is not None else [v for v in pool if v.static]
         return self.choice(pool)
 
-    def has(self, shape: Shape, dtype: str) -> bool:
-        return any(v.shape == shape and v.dtype == dtype for v in self.values)
-
     # ------------------------------------------------------------ program
     def float_inputs(self) -> None:
         for shape in [(4, 3), (4, 3), (3, 3), (3,), (5, 3)]:
@@ -386,7 +383,7 @@ class _Gen:
             target = self.choice(INT_DTYPES)
             self.bind(f'cast({x.name}, dtype="{target}")', (4,), target)
         else:  # into the float world, where the base fragments pick it up
-            self.bind(f'cast({x.name}, dtype="float32")', (4,), "float32", pool=False)
+            self.bind(f'cast({x.name}, dtype="float32")', (4,), "float32")
 
     def f_int_compare(self) -> None:
         x = self.int_value()
@@ -485,21 +482,17 @@ class _Gen:
         h = self.pick((3,))
         form = self.choice(["map", "scan", "multi"])
         if form == "map":  # the state is (); the closure captures %h
-            ys = self.bind(
+            r = self.whole(
                 f"cf.foreach(fn (%xt: {F3}, %u: ()) "
-                f"{{ ({self.foreach_step('%xt', h.name)}, ()) }}, {xs}, ()).0",
-                (dim, 3),
-                "float32",
-                pool=False,
+                f"{{ ({self.foreach_step('%xt', h.name)}, ()) }}, {xs}, ())"
             )
-            self.bind(f"sum({ys}, axis=[0])", (3,), "float32")
+            self.bind(f"sum({r}.0, axis=[0])", (3,), "float32")
         elif form == "scan":  # the per-step output is ()
-            self.bind(
+            r = self.whole(
                 f"cf.foreach(fn (%xt: {F3}, %h: {F3}) "
-                f"{{ ((), {self.foreach_step('%xt', '%h')}) }}, {xs}, {h.name}).1",
-                (3,),
-                "float32",
+                f"{{ ((), {self.foreach_step('%xt', '%h')}) }}, {xs}, {h.name})"
             )
+            self.bind(f"{r}.1", (3,), "float32")
         else:  # two inputs, two states, two outputs
             ys = self.bind(f"multiply({xs}, 0.5f)", (dim, 3), "float32", pool=False)
             state = f"({F3}, float32)"
@@ -515,6 +508,14 @@ class _Gen:
             self.bind(f"{r}.1.0", (3,), "float32")
             self.outputs += [f"{r}.0.1", f"{r}.1.1"]
 
+    def whole(self, loop: str) -> str:
+        """A loop's whole result, returned as well half of the time: its
+        ``()`` part (a map's state, a scan's outputs) must be built then."""
+        r = self.bind(loop, (), "tuple", pool=False, output=False)
+        if self.chance(2):
+            self.forced.append(r)
+        return r
+
     def f_foreach_static(self) -> None:
         self.foreach("static")
 
@@ -528,15 +529,16 @@ class _Gen:
     def f_while_no_outputs(self) -> None:
         h = self.pick((3,))
         state = f"(int32, {F3})"
-        limit = self.c.integer(0, 8)
+        limit: int | str = self.c.integer(0, 8)
+        if self.chance(2):  # known only at run time: partial evaluation cannot unroll it
+            limit = self.param("int32", np.array(limit, np.int32), "n")
         cap = f", max_iterations={self.c.integer(0, 10)}" if self.chance(2) else ""
-        self.bind(
+        r = self.whole(
             f"cf.while_loop(fn (%s: {state}) {{ less(%s.0, {limit}) }}, "
             f"fn (%s: {state}) {{ ((), (add(%s.0, 1), tanh(add(%s.1, 0.5f)))) }}, "
-            f"(0, {h.name}){cap}).1.1",
-            (3,),
-            "float32",
+            f"(0, {h.name}){cap})"
         )
+        self.bind(f"{r}.1.1", (3,), "float32")
 
     def f_while_tuple_outputs(self) -> None:
         h = self.pick((3,))
