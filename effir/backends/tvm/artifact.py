@@ -37,7 +37,7 @@ from tvm import relax
 
 from ...ir.diagnostics import Error
 from ...runtime.values import PRNGKey
-from .compile import CompiledModule, printing_to
+from .compile import CompiledModule, printing_to, runner
 from .errors import BackendError
 from .signature import (
     CellValues,
@@ -96,7 +96,12 @@ def export(compiled: CompiledModule, path: str | os.PathLike[str]) -> Path:
                 entry, {"signature": compiled.signature(entry).to_json(), "specializations": []}
             )
             record["specializations"].append(
-                {"dims": dict(dims), "library": library, "sha256": _digest(staging / library)}
+                {
+                    "dims": dict(dims),
+                    "library": library,
+                    "sha256": _digest(staging / library),
+                    "recursive": spec.program.recursive,
+                }
             )
         cells = []
         state = compiled.new_state()
@@ -167,12 +172,15 @@ class LoadedModule:
         self.target = str(manifest["target"])
         self.target_kind = str(manifest.get("target_kind", "llvm"))
         self.entries: dict[str, tuple[Signature, dict[tuple[tuple[str, int], ...], Path]]] = {}
+        self.recursive: set[Path] = set()  # run on a large stack (vm_run.py)
         for entry, record in manifest["entries"].items():
             signature = Signature.from_json(record["signature"], f"{MANIFEST}, @{entry}")
             libraries = {}
             for spec in record["specializations"]:
                 dims = tuple(sorted((str(k), int(v)) for k, v in spec["dims"].items()))
                 libraries[dims] = _checked(path, spec["library"], spec["sha256"])
+                if spec.get("recursive", False):
+                    self.recursive.add(libraries[dims])
             self.entries[entry] = (signature, libraries)
         self._cells = []
         for cell in manifest["cells"]:
@@ -236,7 +244,7 @@ class LoadedModule:
                 )
             vm = relax.VirtualMachine(executable, device)
             known = self._functions[library] = vm[entry]
-        return known
+        return runner(known, library in self.recursive)
 
 
 def load(path: str | os.PathLike[str]) -> LoadedModule:

@@ -40,6 +40,7 @@ from .relax_types import NeedsStatic, static
 from .signature import Dims, Signature, call_entry, spec_of
 from .specialize import specialize
 from .target import make_target
+from .vm_run import effir_errors, on_large_stack
 
 PIPELINE = STANDARD_PIPELINES["O2"] + ",fuse,lower-tvm"
 
@@ -82,6 +83,17 @@ def printing_to(sink: Sink | None) -> Iterator[None]:
         yield
     finally:
         _sinks.current = previous
+
+
+def runner(function: Any, recursive: bool) -> Any:
+    """A VM function as a call runs it (vm_run.py): failed checks raise
+    ``EvalError``; a recursive program runs on a thread with a large
+    stack, printing where this thread prints."""
+    function = effir_errors(function)
+    if not recursive:
+        return function
+    sink = getattr(_sinks, "current", None)
+    return on_large_stack(function, lambda: printing_to(sink))
 
 
 def _print(label: str, value: Any) -> None:
@@ -214,10 +226,13 @@ class CompiledModule:
         signature = self.signature(name)
         if state is None:
             state = State(self.source)
+
+        def function(dims: Dims) -> Any:
+            spec = self.specialization(name, dims)
+            return runner(spec.function(), spec.program.recursive)
+
         with printing_to(sink):
-            return call_entry(
-                lambda dims: self.specialization(name, dims).function(), signature, args, state
-            )
+            return call_entry(function, signature, args, state)
 
     def signature(self, entry: str = "main") -> Signature:
         """What ``@entry`` takes and gives."""

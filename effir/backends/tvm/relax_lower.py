@@ -104,6 +104,7 @@ from ...ir.op import op_def
 from ...ir.printer import astext
 from ...ir.types import TupleType, Type
 from ...ir.visitor import free_vars, pre_order
+from ...passes.call_graph import recursive
 from ...passes.fuse import PRIMITIVE, is_primitive
 from ...passes.infer_type import infer_expr
 from .errors import BackendError
@@ -112,6 +113,7 @@ from .relax_dynamic import DYNAMIC, DynamicLowering
 from .relax_fallback import PythonKernel
 from .relax_loops import LoopLowering
 from .relax_types import NeedsStatic, named_dims, relax_type, scheduled, static
+from .vm_run import MAX_DEPTH
 
 PRINT_FUNCTION = "effir.print"
 """The packed function ``io.print`` calls: ``(label: str, value) -> None``."""
@@ -130,6 +132,7 @@ class RelaxProgram:
     fallbacks: dict[str, Callable[..., Any]] = field(default_factory=dict)
     kernels: int = 0
     loops: int = 0
+    recursive: bool = False  # runs on a large stack (vm_run.py [RULE STACK])
 
 
 def lower_to_relax(
@@ -148,6 +151,7 @@ class _Closure:
 
     gv: Any
     captured: list[Var]
+    deep: bool  # takes the depth of recursion first [RULE DEPTH]
 
 
 class _Lowering(LoopLowering, DynamicLowering):
@@ -164,11 +168,16 @@ class _Lowering(LoopLowering, DynamicLowering):
         self.lifted: dict[int, _Closure] = {}
         self.fallbacks: dict[str, Callable[..., Any]] = {}
         self.loops = 0
+        self.recursive: set[str] = set()  # globals on a cycle of calls [RULE DEPTH]
+        self.depth: Any = None  # the depth of recursion where code is lowered
+        self.recursion = False  # whether the program may recurse (vm_run.py)
 
     # ------------------------------------------------------------ globals
     def run(self, entry: str) -> RelaxProgram:
         self.entry = entry
         reached = self._reachable(entry)
+        self.recursive = recursive(self.module) & set(reached)
+        self.recursion = bool(self.recursive)
         for name in reached:  # [GLOBALS] declare, then define
             fn = self.module.functions[name]
             symbols = self.symbols if name == entry else None
@@ -177,21 +186,45 @@ class _Lowering(LoopLowering, DynamicLowering):
                     relax.Var(p.name_hint, relax_type(p.checked_type, symbols)) for p in fn.params
                 ]
                 ret = relax_type(fn.body.checked_type, symbols)
+            if name in self.recursive:  # [RULE DEPTH]
+                params.insert(0, relax.Var("depth", relax.TensorType([], "int64")))
             stub = relax.Function(params, relax.SeqExpr([], relax.op.null_value()), ret, False)
-            self.globals[name] = self.bb.add_func(stub, name)
+            label = f"{name}_recursive" if name == entry and name in self.recursive else name
+            self.globals[name] = self.bb.add_func(stub, label)
         for name in reached:
             fn = self.module.functions[name]
             with _located(fn, name):
                 function = self._function(fn, name)
-            if name == entry:
+            if name == entry and name not in self.recursive:
                 function = function.with_attr("global_symbol", entry)
             self.bb.update_func(self.globals[name], function)
+        if entry in self.recursive:  # the entry as it is called: depth 0
+            self._entry_of_recursive(entry)
         module = self.bb.finalize()
         if self.apart:
             with self.target:
                 library = tvm.compile(tvm.IRModule(self.apart), target=self.target)
             module = module.with_attr("external_mods", [library.mod])
-        return RelaxProgram(module, entry, self.fallbacks, len(self.kernels), self.loops)
+        return RelaxProgram(
+            module, entry, self.fallbacks, len(self.kernels), self.loops, self.recursion
+        )
+
+    def _entry_of_recursive(self, entry: str) -> None:
+        """[RULE DEPTH] The public entry of a recursive entry function: its
+        parameters, then a call at depth 0."""
+        fn = self.module.functions[entry]
+        params = [
+            relax.Var(p.name_hint, relax_type(p.checked_type, self.symbols)) for p in fn.params
+        ]
+        ret = relax_type(fn.body.checked_type, self.symbols)
+
+        def call() -> Any:
+            zero = relax.const(np.int64(0), "int64")
+            return self.bb.emit(relax.Call(self.globals[entry], [zero, *params]))
+
+        body = self._seq(call)
+        function = relax.Function(params, body, ret, False).with_attr("global_symbol", entry)
+        self.bb.add_func(function, entry)
 
     def _reachable(self, entry: str) -> list[str]:
         if entry not in self.module.functions:
@@ -207,18 +240,56 @@ class _Lowering(LoopLowering, DynamicLowering):
                         work.append(node.name)
         return order
 
-    def _function(self, fn: Function, name: str, captured: list[Var] | None = None) -> Any:
-        """A Relax function of ``fn`` (its captured variables first)."""
+    def _function(self, fn: Function, name: str) -> Any:
+        """A Relax function of the global ``fn`` (taking the depth of
+        recursion first when it is recursive [RULE DEPTH])."""
         env: dict[Var, Any] = {}
         params = []
-        symbols = self.symbols if name == self.entry and captured is None else None
-        for v in [*(captured or []), *fn.params]:
+        symbols = self.symbols if name == self.entry else None
+        for v in fn.params:
             param = relax.Var(v.name_hint, relax_type(v.checked_type, symbols))
             env[v] = param
             params.append(param)
-        body = self._block(fn.body, env)
+        depth = None
+        if name in self.recursive:
+            depth = relax.Var("depth", relax.TensorType([], "int64"))
+            params.insert(0, depth)
+        body = self._guarded_body(fn, env, depth, f"@{name}")
         ret = relax_type(fn.body.checked_type, symbols)
         return relax.Function(params, body, ret, False).with_attr("effir_name", name)
+
+    def _guarded_body(self, fn: Function, env: dict[Var, Any], depth: Any, name: str) -> Any:
+        """``fn``'s body lowered at ``depth`` (None: not recursive), which
+        first checks that the depth is below ``MAX_DEPTH`` [RULE DEPTH]."""
+        if depth is None:
+            saved, self.depth = self.depth, None
+            try:
+                return self._block(fn.body, env)
+            finally:
+                self.depth = saved
+
+        def body() -> Any:
+            ok = self.bb.emit(relax.op.less(depth, relax.const(np.int64(MAX_DEPTH), "int64")))
+            self._check(
+                ok,
+                f"{name}: recursion deeper than {MAX_DEPTH} nested calls (the limit of "
+                "compiled code)",
+                fn.span,
+            )
+            return self._chain(fn.body, env)
+
+        saved, self.depth = self.depth, depth
+        try:
+            return self._seq(body)
+        finally:
+            self.depth = saved
+
+    def _deeper(self) -> Any:
+        """[RULE DEPTH] The depth a call of a recursive function runs at."""
+        one = relax.const(np.int64(1), "int64")
+        if self.depth is None:
+            return one
+        return self.bb.emit(relax.op.add(self.depth, one))
 
     # ------------------------------------------------------------- blocks
     def _block(self, expr: Expr, env: dict[Var, Any]) -> Any:
@@ -325,6 +396,8 @@ class _Lowering(LoopLowering, DynamicLowering):
             )
         if isinstance(callee, GlobalVar):
             args = [self._atom(a, env) for a in call.args]
+            if callee.name in self.recursive:
+                args.insert(0, self._deeper())
             return self.bb.emit(relax.Call(self.globals[callee.name], args), name)
         if isinstance(callee, Var) and isinstance(env.get(callee), Function):
             fn = env[callee]
@@ -332,6 +405,8 @@ class _Lowering(LoopLowering, DynamicLowering):
                 return self._kernel_call(fn, call.args, env, name)
             closure = self._lift(fn, env, callee.name_hint)
             args = [env[v] for v in closure.captured] + [self._atom(a, env) for a in call.args]
+            if closure.deep:
+                args.insert(0, self._deeper())
             return self.bb.emit(relax.Call(closure.gv, args), name)
         raise BackendError(
             f"a call of {astext(callee)}, a function computed at run time, is not compiled",
@@ -340,27 +415,63 @@ class _Lowering(LoopLowering, DynamicLowering):
 
     def _lift(self, fn: Function, env: dict[Var, Any], name: str) -> _Closure:
         """[RULE CLOSURE] ``fn`` as a private Relax function of its free
-        variables and parameters (lifted once)."""
+        variables and parameters (lifted once). One that calls itself, or
+        a recursive global, or another closure, takes the depth of
+        recursion first [RULE DEPTH]."""
         known = self.lifted.get(id(fn))
         if known is not None:
             return known
         captured = [v for v in free_vars(fn) if not isinstance(env.get(v), Function)]
         inner_functions = {v: env[v] for v in free_vars(fn) if isinstance(env.get(v), Function)}
+        itself = any(f is fn for f in inner_functions.values())
+        deep = itself or self._calls_deeper(fn, inner_functions)
+        self.recursion = self.recursion or itself
         params = [relax.Var(v.name_hint, relax_type(v.checked_type)) for v in captured]
         params += [relax.Var(p.name_hint, relax_type(p.checked_type)) for p in fn.params]
+        if deep:
+            params.insert(0, relax.Var("depth", relax.TensorType([], "int64")))
         ret = relax_type(fn.body.checked_type)
         stub = relax.Function(params, relax.SeqExpr([], relax.op.null_value()), ret, False)
         gv = self.bb.add_func(stub, f"lifted_{name}")
-        closure = self.lifted[id(fn)] = _Closure(gv, captured)
+        closure = self.lifted[id(fn)] = _Closure(gv, captured, deep)
         inner = dict(inner_functions)
         body_params = []
         for v in [*captured, *fn.params]:
             param = relax.Var(v.name_hint, relax_type(v.checked_type))
             inner[v] = param
             body_params.append(param)
-        body = self._block(fn.body, inner)
+        depth = None
+        if deep:
+            depth = relax.Var("depth", relax.TensorType([], "int64"))
+            body_params.insert(0, depth)
+        if itself:
+            body = self._guarded_body(fn, inner, depth, f"%{name}")
+        else:  # passes its caller's depth on, checks none itself
+            saved, self.depth = self.depth, depth
+            try:
+                body = self._block(fn.body, inner)
+            finally:
+                self.depth = saved
         self.bb.update_func(gv, relax.Function(body_params, body, ret, False))
         return closure
+
+    def _calls_deeper(self, fn: Function, functions: dict[Var, Any]) -> bool:
+        """[RULE DEPTH] Whether ``fn`` calls a recursive global or a closure
+        (which may recurse): it must pass the depth of recursion on."""
+        bound = dict(functions)
+        for node in pre_order(fn.body):
+            if isinstance(node, Let) and isinstance(node.value, Function):
+                bound[node.var] = node.value
+        for node in pre_order(fn.body):
+            if isinstance(node, Call):
+                callee = node.callee
+                if isinstance(callee, GlobalVar) and callee.name in self.recursive:
+                    return True
+                if isinstance(callee, Var):
+                    target = bound.get(callee)
+                    if not isinstance(target, Function) or not is_primitive(target):
+                        return True
+        return False
 
     # ------------------------------------------------------------ kernels
     def _kernel_call(
@@ -450,7 +561,7 @@ class _Lowering(LoopLowering, DynamicLowering):
         if definition.name == "cf.foreach":
             return self._foreach(call, env, name)
         if definition.name == "cf.while_loop":
-            return self._recursive_loop(call, env, name)
+            return self._while_loop(call, env, name)
         if definition.name == "io.print":
             return self._print(call, env, name)
         dynamic = DYNAMIC.get(definition.name)
