@@ -93,6 +93,7 @@ class _Steps:
     guard: Callable[[list[Any], list[Any]], Any] | None
     advance: Callable[[Any, list[Any], list[Any]], tuple[Any, list[Any]]]
     stride: int = 1
+    depth: int | None = None  # which fixed value is the depth of recursion [RULE DEPTH]
 
 
 class LoopLowering:
@@ -401,6 +402,7 @@ class LoopLowering:
             fixed=fixed,
             guard=None,
             advance=advance,
+            depth=depth,
         )
         _, final = self._levels(steps, self._count_of(length), "foreach")
         stacked = [
@@ -451,6 +453,7 @@ class LoopLowering:
             fixed=fixed,
             guard=guard,
             advance=advance,
+            depth=depth,
         )
         top = _int64(int(limit)) if limit is not None else _int64(int(NO_LIMIT))
         count, final = self._levels(steps, top, "while")
@@ -563,9 +566,18 @@ class LoopLowering:
             it = iter(passed)
             fixed = [v if is_const(v) else next(it) for v in steps.fixed]
             params = [count, limit, *carried, *passed]
-            stub = relax.Function(params, relax.SeqExpr([], relax.op.null_value()), ret, False)
-            gv = self.bb.add_func(stub, f"{kind}_{self.loops}_level{level}")
+            gv = self._declare(params, ret, f"{kind}_{self.loops}_level{level}")
             return _Level(gv, params, count, limit, carried, fixed, passed)
+
+        def deeper(f: _Level) -> list[Any]:
+            """The fixed values a call from ``f`` passes: the depth of
+            recursion, if the loop counts it, one more (each call of a
+            level is a native call [RULE DEPTH])."""
+            if steps.depth is None:
+                return f.passed
+            at = next(i for i, v in enumerate(f.passed) if v is f.fixed[steps.depth])
+            one = emit(relax.op.add(f.passed[at], _int64(1)))
+            return [*f.passed[:at], one, *f.passed[at + 1 :]]
 
         def stopped(f: _Level, flag: bool) -> Any:
             return relax.SeqExpr([], relax.Tuple([f.count, *f.carried, relax.const(flag, "bool")]))
@@ -576,7 +588,7 @@ class LoopLowering:
 
         def step() -> Any:
             count, carried = steps.advance(f.count, f.carried, f.fixed)
-            return emit(relax.Call(f.gv, [count, f.limit, *carried, *f.passed]))
+            return emit(relax.Call(f.gv, [count, f.limit, *carried, *deeper(f)]))
 
         def checked() -> Any:
             if steps.guard is None:
@@ -598,14 +610,14 @@ class LoopLowering:
 
             def again(g: _Level = g, inner: Any = inner, span: int = span) -> Any:
                 sub = emit(relax.op.minimum(emit(relax.op.add(g.count, _int64(span))), g.limit))
-                result = emit(relax.Call(inner, [g.count, sub, *g.carried, *g.passed]))
+                result = emit(relax.Call(inner, [g.count, sub, *g.carried, *deeper(g)]))
                 parts = [emit(relax.TupleGetItem(result, i)) for i in range(n_carried + 2)]
                 self._release(result)
                 at_end = emit(relax.op.greater_equal(parts[0], g.limit))
                 done = emit(relax.op.logical_or(parts[-1], at_end))
 
                 def more() -> Any:
-                    return emit(relax.Call(g.gv, [parts[0], g.limit, *parts[1:-1], *g.passed]))
+                    return emit(relax.Call(g.gv, [parts[0], g.limit, *parts[1:-1], *deeper(g)]))
 
                 return emit(relax.If(done, relax.SeqExpr([], relax.Tuple(parts)), self._seq(more)))
 
@@ -623,13 +635,13 @@ class LoopLowering:
     ) -> int | None:
         """[RULE DEPTH] (relax_lower.py) A VM loop whose body calls what may
         recurse takes the depth of recursion, as one of its fixed values
-        (its index; None when it takes none), counting the native calls
-        its levels may add: a recursion through a loop stops before the
-        stack runs out, however deep the loop goes."""
+        (its index; None when it takes none). Each call of one of the
+        loop's levels counts one more (``_levels``), so that the depth
+        counts native calls and a recursion through a loop stops before
+        the stack runs out, however deep the loop goes."""
         if self.depth is None or not any(self._calls_deeper(f, known) for f in functions):
             return None
-        frames = _int64((LEVELS + 1) * LEVEL_STEPS)
-        fixed.append(self.bb.emit(relax.op.add(self.depth, frames)))
+        fixed.append(self.bb.emit(relax.op.add(self.depth, _int64(1))))
         return len(fixed) - 1
 
     @contextlib.contextmanager

@@ -171,6 +171,7 @@ class _Lowering(LoopLowering, DynamicLowering):
         self.recursive: set[str] = set()  # globals on a cycle of calls [RULE DEPTH]
         self.depth: Any = None  # the depth of recursion where code is lowered
         self.recursion = False  # whether the program may recurse (vm_run.py)
+        self.stubs = 0  # functions declared (_declare)
 
     # ------------------------------------------------------------ globals
     def run(self, entry: str) -> RelaxProgram:
@@ -188,9 +189,8 @@ class _Lowering(LoopLowering, DynamicLowering):
                 ret = relax_type(fn.body.checked_type, symbols)
             if name in self.recursive:  # [RULE DEPTH]
                 params.insert(0, relax.Var("depth", relax.TensorType([], "int64")))
-            stub = relax.Function(params, relax.SeqExpr([], relax.op.null_value()), ret, False)
             label = f"{name}_recursive" if name == entry and name in self.recursive else name
-            self.globals[name] = self.bb.add_func(stub, label)
+            self.globals[name] = self._declare(params, ret, label)
         for name in reached:
             fn = self.module.functions[name]
             with _located(fn, name):
@@ -208,6 +208,19 @@ class _Lowering(LoopLowering, DynamicLowering):
         return RelaxProgram(
             module, entry, self.fallbacks, len(self.kernels), self.loops, self.recursion
         )
+
+    def _declare(self, params: list[Any], ret: Any, name: str) -> Any:
+        """A function to define later (so that calls, recursive ones
+        included, can refer to it now): a stub of its signature. The stub
+        carries its name: BlockBuilder.add_func returns the function it
+        already has when one is structurally equal, and two stubs of one
+        signature are, so two functions of one signature (``@f`` and
+        ``@g`` of ``(int32) -> float32``, or two loops over the same
+        types) became one, and calls of one ran the other."""
+        body = relax.SeqExpr([], relax.op.null_value())
+        self.stubs += 1
+        stub = relax.Function(params, body, ret, False).with_attr("effir_stub", self.stubs)
+        return self.bb.add_func(stub, name)
 
     def _entry_of_recursive(self, entry: str) -> None:
         """[RULE DEPTH] The public entry of a recursive entry function: its
@@ -269,7 +282,7 @@ class _Lowering(LoopLowering, DynamicLowering):
                 self.depth = saved
 
         def body() -> Any:
-            ok = self.bb.emit(relax.op.less(depth, relax.const(np.int64(MAX_DEPTH), "int64")))
+            ok = self.bb.emit(relax.op.less_equal(depth, relax.const(np.int64(MAX_DEPTH), "int64")))
             self._check(
                 ok,
                 f"{name}: recursion deeper than {MAX_DEPTH} nested calls (the limit of "
@@ -431,8 +444,7 @@ class _Lowering(LoopLowering, DynamicLowering):
         if deep:
             params.insert(0, relax.Var("depth", relax.TensorType([], "int64")))
         ret = relax_type(fn.body.checked_type)
-        stub = relax.Function(params, relax.SeqExpr([], relax.op.null_value()), ret, False)
-        gv = self.bb.add_func(stub, f"lifted_{name}")
+        gv = self._declare(params, ret, f"lifted_{name}")
         closure = self.lifted[id(fn)] = _Closure(gv, captured, deep)
         inner = dict(inner_functions)
         body_params = []

@@ -12,6 +12,7 @@ so that short runs cross the chunk and level boundaries."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ import pytest
 import effir
 from effir.backends.tvm import relax_loops
 from effir.backends.tvm.compile import compile as compile_module
+from effir.backends.tvm.vm_run import MAX_DEPTH
 from effir.ir.diagnostics import EvalError
 from tests.backends.tvm.test_compile import assert_close
 from tests.isolated import run_isolated
@@ -57,9 +59,7 @@ def _foreach(form: str, arity: int, body: str) -> str:
         result = f"((), {new_h})"
     else:
         result = f"((tanh(%g), sum(%g)), {new_h})"
-    return (
-        f"cf.foreach(fn ({x_param}, %h: {h_type}) {{ {unpack} {g} {result} }}, {seqs}, {init})"
-    )
+    return f"cf.foreach(fn ({x_param}, %h: {h_type}) {{ {unpack} {g} {result} }}, {seqs}, {init})"
 
 
 def foreach_program(length: str, body: str) -> effir.IRModule:
@@ -82,20 +82,23 @@ def small_levels() -> Any:
 
 
 @pytest.fixture(scope="module")
-def foreach_runs(small_levels: Any) -> dict[tuple[str, str], list[tuple[Any, Any]]]:
+def foreach_runs(small_levels: Any) -> dict[tuple[str, str], Any]:
     """Per (length, body): the compiled and the interpreted results of each run."""
     rng = np.random.default_rng(0)
     runs = {}
     for length in LENGTHS:
         for body in BODIES:
             module = foreach_program(length, body)
-            compiled = compile_module(module)
-            results = []
-            for t in RUNS[length]:
-                xs = rng.standard_normal((t, 2)).astype(np.float32)
-                ys = rng.standard_normal((t, 3)).astype(np.float32)
-                results.append((compiled(xs, ys), effir.interpret(module, xs, ys)))
-            runs[length, body] = results
+            try:
+                compiled = compile_module(module)
+                results = []
+                for t in RUNS[length]:
+                    xs = rng.standard_normal((t, 2)).astype(np.float32)
+                    ys = rng.standard_normal((t, 3)).astype(np.float32)
+                    results.append((compiled(xs, ys), effir.interpret(module, xs, ys)))
+                runs[length, body] = results
+            except Exception as err:  # reported by each case of this program
+                runs[length, body] = err
     return runs
 
 
@@ -107,7 +110,10 @@ def test_every_form_of_foreach_runs_as_the_interpreter(
     foreach_runs: Any, length: str, form: str, arity: int, body: str
 ) -> None:
     index = FORMS.index(form) * len(ARITIES) + ARITIES.index(arity)
-    for out, ref in foreach_runs[length, body]:
+    runs = foreach_runs[length, body]
+    if isinstance(runs, Exception):
+        raise runs
+    for out, ref in runs:
         assert_close(out[index], ref[index])
 
 
@@ -196,29 +202,125 @@ def test_every_form_of_while_loop_runs_as_the_interpreter(
 
 
 # ------------------------------------------------------------- deep runs
-DEEP_LOOPS = """
+DEEP = """
+import os, tempfile
 import numpy as np, effir
 from effir.backends.tvm.compile import compile as compile_module
 from tests.backends.tvm.test_compile import assert_close
 module = effir.check(effir.parse('''#[version = "0.0.5"]
-def @main(%x: Tensor[(2), float32], %limit: float32, %xs: Tensor[(t, 2), float32]) {
+def @count(%n: int32) -> float32 {
+  if (less_equal(%n, 0)) { 0f } else { add(@count(subtract(%n, 1)), 0.5f) }
+}
+def @main(%x: Tensor[(2), float32], %limit: float32, %xs: Tensor[(t, 2), float32], %n: int32) {
   (cf.while_loop(fn (%v: Tensor[(2), float32]) { less(sum(%v), %limit) },
                  fn (%v: Tensor[(2), float32]) { let %w = add(%v, 1f); (sum(%w), %w) }, %x),
    cf.foreach(fn (%r: Tensor[(2), float32], %h: Tensor[(2), float32]) {
-     let %n = if (greater(sum(%r), 1000f)) { %h } else { add(%h, %r) };
-     (sum(%n), %n)
-   }, %xs, %x))
+     let %s = if (greater(sum(%r), 1000f)) { %h } else { add(%h, %r) };
+     (sum(%s), %s)
+   }, %xs, %x),
+   @count(%n))
 }'''))
 compiled = compile_module(module)
-args = (np.zeros(2, np.float32), np.array(20000, np.float32), np.ones((STEPS, 2), np.float32))
+args = (np.zeros(2, np.float32), np.array(20000, np.float32), np.ones((10000, 2), np.float32),
+        np.array(10000, np.int32))
 out = compiled(*args)
-assert out[0][0].shape == (10000,) and out[1][0].shape == (STEPS,), (out[0][0].shape,)
+assert out[0][0].shape == (10000,) and out[1][0].shape == (10000,) and out[2] == 5000
 assert_close(out, effir.interpret(module, *args))
+with tempfile.TemporaryDirectory() as tmp:  # a loaded artifact runs as deep
+    compiled.export(os.path.join(tmp, "deep"))
+    assert_close(effir.load(os.path.join(tmp, "deep"))(*args), out)
 print("same")
 """
 
 
-def test_loops_of_ten_thousand_steps_run_as_the_interpreter() -> None:
-    # A VM loop is a recursion the VM runs natively: 10,000 steps as one
-    # recursion overflowed the native stack [RULE LEVELS].
-    run_isolated(DEEP_LOOPS.replace("STEPS", "10000")).check()
+def test_loops_and_recursion_ten_thousand_deep_run_as_the_interpreter() -> None:
+    # The VM runs each call of a VM function as a native recursion: a loop
+    # of 10,000 steps as one recursion overflowed the native stack
+    # [RULE LEVELS], and so did a recursion 10,000 deep [RULE STACK].
+    run_isolated(DEEP).check()
+
+
+GUARD = """
+import numpy as np, effir
+from effir.backends.tvm import relax_lower
+relax_lower.MAX_DEPTH = 300
+from effir.backends.tvm.compile import compile as compile_module
+module = effir.check(effir.parse('''#[version = "0.0.5"]
+def @count(%n: int32) -> float32 {
+  if (less_equal(%n, 0)) { 0f } else { add(@count(subtract(%n, 1)), 0.5f) }
+}
+def @walk(%n: int32, %one: int32) -> float32 {
+  if (less_equal(%n, 0)) { 0f } else {
+    cf.while_loop(fn (%s: (int32, float32)) { less(%s.0, %one) },
+                  fn (%s: (int32, float32)) {
+                    ((), (add(%s.0, 1), add(%s.1, add(@walk(subtract(%n, 1), %one), 1f))))
+                  }, (0, 0f)).1.1
+  }
+}
+def @main(%n: int32, %m: int32, %k: int32, %one: int32) {
+  let %f = fn (%i: int32) -> float32 {
+    if (less_equal(%i, 0)) { 0f } else { add(%f(subtract(%i, 1)), 2f) }
+  };
+  (@count(%n), @walk(%m, %one), %f(%k))
+}''', source_name="guard.effir"))
+compiled = compile_module(module)
+def run(n, m, k):
+    return compiled(*[np.array(v, np.int32) for v in (n, m, k, 1)])
+for args in [(6, 7, 8), (299, 1, 1), (1, 40, 1), (1, 1, 290)]:  # within the limit
+    out = run(*args)
+    if max(args) < 10:
+        assert out == effir.interpret(module, *[np.array(v, np.int32) for v in (*args, 1)])
+for args, name in [((310, 1, 1), "@count"), ((1, 60, 1), "@walk"), ((1, 1, 400), "%f")]:
+    try:
+        run(*args)
+    except effir.EvalError as err:
+        assert f"{name}: recursion deeper than 300 nested calls" in str(err), str(err)
+        assert "guard.effir:" in str(err), str(err)
+    else:
+        raise AssertionError(f"{args} ran")
+print("stopped")
+"""
+
+
+def test_a_recursion_past_the_depth_limit_is_an_eval_error_naming_the_function() -> None:
+    # A global, a recursion through a VM loop (whose levels count as the
+    # native calls they are), a let-bound closure: each stops at the limit
+    # (300 here, MAX_DEPTH otherwise) with an EvalError instead of a crash.
+    run_isolated(GUARD).check()
+
+
+def test_only_recursive_programs_run_on_the_large_stack() -> None:
+    recursive = parse(
+        """
+def @down(%n: int32) -> int32 {
+  if (less_equal(%n, 0)) { debug.print(%n, label="bottom"); %n } else { @down(subtract(%n, 1)) }
+}
+def @main(%n: int32) { @down(%n) }
+"""
+    )
+    compiled = compile_module(recursive)
+    printed: list[str] = []
+    compiled(np.array(3, np.int32), sink=lambda label, value: printed.append(label))
+    assert printed == ["bottom"]  # prints on the worker thread reach the caller's sink
+    assert all(s.program.recursive for s in compiled.specializations.values())
+    loop = foreach_program("static", "vm")
+    assert not any(s.program.recursive for s in compile_module(loop).specializations.values())
+
+
+@pytest.mark.skipif(not os.environ.get("EFFIR_NIGHTLY"), reason="nightly: about a minute")
+def test_a_recursion_to_the_depth_limit_fits_the_large_stack() -> None:
+    # MAX_DEPTH nested calls fit STACK_BYTES: the real limit, not a patched one.
+    code = GUARD.replace("relax_lower.MAX_DEPTH = 300", "")
+    for small, large in [
+        (
+            "(299, 1, 1), (1, 40, 1), (1, 1, 290)",
+            f"({MAX_DEPTH - 1}, 1, 1), (1, {MAX_DEPTH // 8}, 1)",
+        ),
+        ("(310, 1, 1)", f"({MAX_DEPTH + 10}, 1, 1)"),
+        ("(1, 60, 1)", f"(1, {MAX_DEPTH // 6}, 1)"),
+        ("(1, 1, 400)", f"(1, 1, {MAX_DEPTH + 10})"),
+        ("deeper than 300", f"deeper than {MAX_DEPTH}"),
+    ]:
+        assert small in code
+        code = code.replace(small, large)
+    run_isolated(code, timeout=900).check()
