@@ -324,3 +324,22 @@ def test_a_recursion_to_the_depth_limit_fits_the_large_stack() -> None:
         assert small in code
         code = code.replace(small, large)
     run_isolated(code, timeout=900).check()
+
+
+def test_two_functions_of_one_signature_stay_two() -> None:
+    # Each global was declared as a stub of its signature, and TVM's
+    # BlockBuilder.add_func gives back an equal function it already has:
+    # @half's calls ran @twice.
+    module = parse(
+        """
+def @half(%n: int32) -> float32 {
+  if (less_equal(%n, 0)) { 0f } else { add(@half(subtract(%n, 1)), 0.5f) }
+}
+def @twice(%n: int32) -> float32 {
+  if (less_equal(%n, 0)) { 0f } else { add(@twice(subtract(%n, 1)), 2f) }
+}
+def @main(%n: int32) { (@half(%n), @twice(%n)) }
+"""
+    )
+    n = np.array(5, np.int32)
+    assert_close(compile_module(module)(n), effir.interpret(module, n))
