@@ -113,7 +113,7 @@ from .relax_dynamic import DYNAMIC, DynamicLowering
 from .relax_fallback import PythonKernel
 from .relax_loops import LoopLowering
 from .relax_types import NeedsStatic, named_dims, relax_type, scheduled, static
-from .vm_run import MAX_DEPTH
+from .vm_run import MAX_DEPTH, deeper_kernel
 
 PRINT_FUNCTION = "effir.print"
 """The packed function ``io.print`` calls: ``(label: str, value) -> None``."""
@@ -267,42 +267,37 @@ class _Lowering(LoopLowering, DynamicLowering):
         if name in self.recursive:
             depth = relax.Var("depth", relax.TensorType([], "int64"))
             params.insert(0, depth)
-        body = self._guarded_body(fn, env, depth, f"@{name}")
+        body = self._at_depth_of(fn, env, depth)
         ret = relax_type(fn.body.checked_type, symbols)
         return relax.Function(params, body, ret, False).with_attr("effir_name", name)
 
-    def _guarded_body(self, fn: Function, env: dict[Var, Any], depth: Any, name: str) -> Any:
-        """``fn``'s body lowered at ``depth`` (None: not recursive), which
-        first checks that the depth is below ``MAX_DEPTH`` [RULE DEPTH]."""
-        if depth is None:
-            saved, self.depth = self.depth, None
-            try:
-                return self._block(fn.body, env)
-            finally:
-                self.depth = saved
-
-        def body() -> Any:
-            ok = self.bb.emit(relax.op.less_equal(depth, relax.const(np.int64(MAX_DEPTH), "int64")))
-            self._check(
-                ok,
-                f"{name}: recursion deeper than {MAX_DEPTH} nested calls (the limit of "
-                "compiled code)",
-                fn.span,
-            )
-            return self._chain(fn.body, env)
-
+    def _at_depth_of(self, fn: Function, env: dict[Var, Any], depth: Any) -> Any:
+        """``fn``'s body lowered where the depth of recursion is ``depth``
+        (a parameter, or None)."""
         saved, self.depth = self.depth, depth
         try:
-            return self._seq(body)
+            return self._block(fn.body, env)
         finally:
             self.depth = saved
 
-    def _deeper(self) -> Any:
-        """[RULE DEPTH] The depth a call of a recursive function runs at."""
+    def _deeper(self, callee: str, span: Any) -> Any:
+        """[RULE DEPTH] The depth a call of the recursive ``callee`` runs
+        at: one more than here, checked against ``MAX_DEPTH`` by one small
+        kernel (an ``EvalError`` naming ``callee`` past it); 1 from code
+        that is not recursive."""
         one = relax.const(np.int64(1), "int64")
         if self.depth is None:
             return one
-        return self.bb.emit(relax.op.add(self.depth, one))
+        if self.target.kind.name != "llvm":  # a GPU kernel cannot stop the host
+            return self.bb.emit(relax.op.add(self.depth, one))
+        where = f"{span}: " if span is not None else ""
+        text = f"{where}{callee}: recursion deeper than {MAX_DEPTH} nested calls (the limit of compiled code)"
+        key = "deeper:" + text
+        gv = self.executor_gvs.get(key)
+        if gv is None:
+            func = self._on_target(deeper_kernel(MAX_DEPTH, text))
+            gv = self.executor_gvs[key] = self.bb.add_func(func, "deeper")
+        return self.bb.emit(relax.call_tir(gv, [self.depth], relax.TensorType([], "int64")))
 
     # ------------------------------------------------------------- blocks
     def _block(self, expr: Expr, env: dict[Var, Any]) -> Any:
@@ -410,7 +405,8 @@ class _Lowering(LoopLowering, DynamicLowering):
         if isinstance(callee, GlobalVar):
             args = [self._atom(a, env) for a in call.args]
             if callee.name in self.recursive:
-                args.insert(0, self._deeper())
+                called = self.module.functions[callee.name]
+                args.insert(0, self._deeper(f"@{callee.name}", called.span))
             return self.bb.emit(relax.Call(self.globals[callee.name], args), name)
         if isinstance(callee, Var) and isinstance(env.get(callee), Function):
             fn = env[callee]
@@ -419,7 +415,7 @@ class _Lowering(LoopLowering, DynamicLowering):
             closure = self._lift(fn, env, callee.name_hint)
             args = [env[v] for v in closure.captured] + [self._atom(a, env) for a in call.args]
             if closure.deep:
-                args.insert(0, self._deeper())
+                args.insert(0, self._deeper(f"%{callee.name_hint}", fn.span))
             return self.bb.emit(relax.Call(closure.gv, args), name)
         raise BackendError(
             f"a call of {astext(callee)}, a function computed at run time, is not compiled",
@@ -456,14 +452,7 @@ class _Lowering(LoopLowering, DynamicLowering):
         if deep:
             depth = relax.Var("depth", relax.TensorType([], "int64"))
             body_params.insert(0, depth)
-        if itself:
-            body = self._guarded_body(fn, inner, depth, f"%{name}")
-        else:  # passes its caller's depth on, checks none itself
-            saved, self.depth = self.depth, depth
-            try:
-                body = self._block(fn.body, inner)
-            finally:
-                self.depth = saved
+        body = self._at_depth_of(fn, inner, depth)
         self.bb.update_func(gv, relax.Function(body_params, body, ret, False))
         return closure
 

@@ -57,6 +57,20 @@ def check_kernel(message: str) -> Any:
     return kernel
 
 
+def deeper_kernel(limit: int, message: str) -> Any:
+    """[RULE CHECK] ``out = depth + 1``, failing with ``message`` when that
+    passes ``limit``: the depth of recursion a call runs at, and its check,
+    in one VM instruction (relax_lower.py [RULE DEPTH])."""
+    text = EVAL_ERROR + message
+
+    @T.prim_func(private=True, s_tir=True)
+    def kernel(depth: T.Buffer((), "int64"), out: T.Buffer((), "int64")):
+        assert depth[()] < T.int64(limit), text
+        out[()] = depth[()] + T.int64(1)
+
+    return kernel
+
+
 def effir_errors(function: Callable[..., Any]) -> Callable[..., Any]:
     """``function`` (a VM function) raising a failed check [RULE CHECK] as
     an ``EvalError``."""
