@@ -42,10 +42,17 @@ Algorithm
    - ``io.print`` calls the packed function ``effir.print`` (registered by
      the Python runtime and by the C++ runner) and advances the world token;
    - a loop that cannot be one TIR function (``cf.while_loop``, a
-     ``cf.foreach`` with control flow in its body or of data-dependent
-     length) is a recursive Relax function the VM runs step by step; its
-     per-step outputs go to buffers that double when full, written in
-     place, cut to the steps run at the end [RULE VMLOOP];
+     ``cf.foreach`` with control flow or effects in its body) is a VM loop
+     the VM runs step by step, in levels of recursive functions so that
+     its native depth stays bounded [RULE VMLOOP] [RULE LEVELS]; its
+     per-step outputs go to buffers written in place, cut to the steps run;
+   - [RULE DEPTH] a global on a cycle of the call graph (and a closure that
+     calls itself or may call one) takes its depth of recursion first;
+     each call passes it on through a kernel that adds one and fails with
+     an ``EvalError`` naming the callee past ``MAX_DEPTH`` nested calls,
+     and a VM loop in such code counts its levels' calls too. Such a
+     program runs on a thread with a large stack (vm_run.py [RULE STACK]);
+     a recursive entry is a wrapper calling its body at depth 0;
    - an operator of data-dependent shape (``boolean_mask``, ``argwhere``,
      the ``dyn.*`` operators, ``shape_of``) runs as the executor's kernels
      (executor_kernels.py): count, allocate once the size is known
@@ -56,9 +63,10 @@ Algorithm
    program runs in Python only; ``export`` refuses it.
 
 The parts: relax_types.py (the types, [RULE SYMBOLIC]), relax_loops.py
-([RULE LOOP], [RULE CHUNK], [RULE VMLOOP]), relax_dynamic.py ([RULE DYN])
-and relax_fallback.py ([FALLBACK]); this module is the walk over the
-program and its calls, kernels and closures.
+([RULE LOOP], [RULE CHUNK], [RULE VMLOOP], [RULE LEVELS]),
+relax_dynamic.py ([RULE DYN]), relax_fallback.py ([FALLBACK]) and
+vm_run.py (run-time checks, the large stack); this module is the walk over
+the program and its calls, kernels and closures.
 
 Known limitations: ADTs (constructors and matches on them), references
 and closures that escape (stored, returned or passed to a global) are not
