@@ -88,6 +88,7 @@ def effir_errors(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 _pool: ThreadPoolExecutor | None = None
+_worker = threading.local()
 _pool_lock = threading.Lock()
 
 
@@ -99,7 +100,11 @@ def on_large_stack(
     settings are, such as where prints go); the caller waits for it."""
 
     def call(*args: Any) -> Any:
+        if getattr(_worker, "active", False):  # already on a large stack (a nested call)
+            return function(*args)
+
         def work() -> Any:
+            _worker.active = True
             with context():
                 return function(*args)
 

@@ -71,3 +71,36 @@ def test_the_runner_runs_the_gru_model_as_the_interpreter(runner: Path, tmp_path
     assert "is corrupt or truncated" in done.stderr
     done = subprocess.run([runner, tmp_path / "model", inputs[0]], capture_output=True, text=True)
     assert done.returncode == 1 and "@main takes 9 inputs, got 1" in done.stderr
+
+
+def test_the_runner_runs_a_recursion_ten_thousand_deep(runner: Path, tmp_path: Path) -> None:
+    # The VM nests a native call per call of a recursive function: the
+    # runner runs on a large stack, and past the limit the program stops
+    # with the compiled check's message (vm_run.py).
+    module = effir.check(
+        effir.parse(
+            """#[version = "0.0.5"]
+def @count(%n: int32) -> float32 {
+  if (less_equal(%n, 0)) { 0f } else { add(@count(subtract(%n, 1)), 0.5f) }
+}
+def @main(%n: int32) { @count(%n) }
+"""
+        )
+    )
+    compiled = effir.compile(module)
+    compiled(np.array(1, np.int32))
+    compiled.export(tmp_path / "model")
+    for n, status in [(10_000, 0), (200_000, 1)]:
+        np.save(tmp_path / "n.npy", np.array(n, np.int32))
+        out = tmp_path / f"out{n}"
+        out.mkdir()
+        done = subprocess.run(
+            [runner, tmp_path / "model", tmp_path / "n.npy", "--out", out],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == status, done.stderr
+        if status == 0:
+            assert np.load(out / "result_0.npy") == np.float32(5000.0)
+        else:
+            assert "@count: recursion deeper than" in done.stderr, done.stderr
