@@ -28,17 +28,34 @@ def references(module: IRModule) -> dict[str, list[str]]:
 
 
 def definition_order(module: IRModule) -> list[str]:
-    """Global functions, callees before callers (strongly connected components
-    of the reference graph in reverse topological order, Tarjan's algorithm
-    without recursion), so that a caller sees its callees' inferred result
-    types; within a cycle, module order."""
+    """Global functions, callees before callers, so that a caller sees its
+    callees' inferred result types; within a cycle, module order."""
+    return [name for component in components(module) for name in component]
+
+
+def recursive(module: IRModule) -> set[str]:
+    """The global functions on a cycle of the reference graph (which may
+    call themselves, directly or through others)."""
+    refs = references(module)
+    return {
+        name
+        for component in components(module)
+        for name in component
+        if len(component) > 1 or name in refs[name]
+    }
+
+
+def components(module: IRModule) -> list[list[str]]:
+    """The strongly connected components of the reference graph in reverse
+    topological order (Tarjan's algorithm without recursion), each in
+    module order."""
     names = list(module.functions)
     refs = references(module)
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     on_stack: set[str] = set()
     stack: list[str] = []
-    order: list[str] = []
+    order: list[list[str]] = []
     for root in names:
         if root in index:
             continue
@@ -68,5 +85,5 @@ def definition_order(module: IRModule) -> list[str]:
                     component.append(member)
                     if member == node:
                         break
-                order.extend(sorted(component, key=names.index))
+                order.append(sorted(component, key=names.index))
     return order

@@ -24,6 +24,7 @@
 //       -L<tvm>/lib -L<tvm_ffi>/lib -ltvm_runtime -ltvm_ffi -Wl,-rpath,...
 
 #include <dlpack/dlpack.h>
+#include <pthread.h>
 #include <tvm/ffi/container/array.h>
 #include <tvm/ffi/container/map.h>
 #include <tvm/ffi/container/tensor.h>
@@ -526,16 +527,50 @@ int Run(int argc, char** argv) {
   return 0;
 }
 
-}  // namespace
 
-int main(int argc, char** argv) {
+int Guarded(int argc, char** argv) {
   try {
     return Run(argc, argv);
   } catch (const Failure& err) {
     std::cerr << "run_model: " << err.what() << "\n";
     return 1;
   } catch (const std::exception& err) {
+    // A failed run-time check of compiled code says "effir.EvalError: <where>: <what>".
     std::cerr << "run_model: " << err.what() << "\n";
     return 1;
   }
+}
+
+struct Invocation {
+  int argc;
+  char** argv;
+  int status;
+};
+
+void* RunOnLargeStack(void* data) {
+  auto* call = static_cast<Invocation*>(data);
+  call->status = Guarded(call->argc, call->argv);
+  return nullptr;
+}
+
+}  // namespace
+
+// The Relax VM runs each call of a VM function as a native recursion (about
+// 3.5 KB of stack a call), and compiled recursion may nest up to MAX_DEPTH
+// (100,000) calls before it stops with an EvalError: the program runs on a
+// thread with a 1 GiB stack, as effir.load runs recursive programs
+// (effir/backends/tvm/vm_run.py [RULE STACK]). Only the pages a run touches
+// are committed.
+int main(int argc, char** argv) {
+  Invocation call{argc, argv, 1};
+  pthread_attr_t attr;
+  pthread_t thread;
+  if (pthread_attr_init(&attr) != 0 || pthread_attr_setstacksize(&attr, std::size_t{1} << 30) != 0 ||
+      pthread_create(&thread, &attr, RunOnLargeStack, &call) != 0) {
+    std::cerr << "run_model: no thread with a large stack; running on the main thread\n";
+    return Guarded(argc, argv);
+  }
+  pthread_join(thread, nullptr);
+  pthread_attr_destroy(&attr);
+  return call.status;
 }

@@ -52,7 +52,7 @@ from ...ir.diagnostics import Error
 from ...ops.effects import WORLD
 from ...runtime.values import PRNGKey
 from ..state import State
-from .compile import CompiledModule, printing_to
+from .compile import CompiledModule, printing_to, runner
 from .errors import BackendError
 from .signature import (
     Dims,
@@ -117,7 +117,12 @@ def export(compiled: CompiledModule, path: str | os.PathLike[str], key: Key | No
                 entry, {"signature": compiled.signature(entry).to_json(), "specializations": []}
             )
             record["specializations"].append(
-                {"dims": dict(dims), "library": library, "sha256": _digest(staging / library)}
+                {
+                    "dims": dict(dims),
+                    "library": library,
+                    "sha256": _digest(staging / library),
+                    "recursive": spec.program.recursive,
+                }
             )
         cells = []
         state = compiled.new_state()
@@ -200,6 +205,7 @@ class LoadedModule:
             self._cells.append((name, spec, arrays))
         cell_names = {WORLD} | {name for name, _, _ in self._cells}
         self.entries: dict[str, tuple[Signature, dict[tuple[tuple[str, int], ...], Path]]] = {}
+        self.recursive: set[Path] = set()  # run on a large stack (vm_run.py)
         for entry, record in manifest["entries"].items():
             signature = Signature.from_json(record["signature"], f"{MANIFEST}, @{entry}")
             unknown = sorted(set(signature.state_in + signature.state_out) - cell_names)
@@ -217,6 +223,8 @@ class LoadedModule:
                 private = self._private / f"{len(list(self._private.iterdir()))}.so"
                 private.write_bytes(data)
                 libraries[dims] = private
+                if spec.get("recursive", False) is True:
+                    self.recursive.add(private)
             self.entries[str(entry)] = (signature, libraries)
         self._vms: dict[Path, ThreadVMs] = {}  # per library, one VM per thread
         self._lock = threading.Lock()
@@ -267,14 +275,15 @@ class LoadedModule:
 
     def _function(self, library: Path, entry: str) -> Any:
         """``entry`` of the calling thread's VM for ``library`` (loaded
-        once, whichever threads ask at once: thread_vms.py)."""
+        once, whichever threads ask at once: thread_vms.py), run as a
+        compiled module runs it (vm_run.py: errors, the large stack)."""
         vms = self._vms.get(library)
         if vms is None:
             with self._lock:
                 vms = self._vms.get(library)
                 if vms is None:
                     vms = self._vms[library] = ThreadVMs(self._load(library), self._device(library))
-        return vms.function(entry)
+        return runner(vms.function(entry), library in self.recursive)
 
     def _load(self, library: Path) -> Any:
         try:

@@ -43,6 +43,7 @@ from .signature import Dims, Signature, call_entry, spec_of
 from .specialize import specialize
 from .target import building, make_target
 from .thread_vms import ThreadVMs
+from .vm_run import effir_errors, on_large_stack
 
 PIPELINE = STANDARD_PIPELINES["O2"] + ",fuse,lower-tvm"
 
@@ -85,6 +86,17 @@ def printing_to(sink: Sink | None) -> Iterator[None]:
         yield
     finally:
         _sinks.current = previous
+
+
+def runner(function: Any, recursive: bool) -> Any:
+    """A VM function as a call runs it (vm_run.py): failed checks raise
+    ``EvalError``; a recursive program runs on a thread with a large
+    stack, printing where this thread prints."""
+    function = effir_errors(function)
+    if not recursive:
+        return function
+    sink = getattr(_sinks, "current", None)
+    return on_large_stack(function, lambda: printing_to(sink))
 
 
 def _print(label: str, value: Any) -> None:
@@ -191,15 +203,13 @@ class CompiledModule:
         signature = self.signature(name)
         if state is None:
             state = State(self.source)
+
+        def function(dims: Dims) -> Any:
+            spec = self.specialization(name, dims)
+            return runner(spec.function(), spec.program.recursive)
+
         with printing_to(sink):
-            return call_entry(
-                lambda dims: self.specialization(name, dims).function(),
-                signature,
-                args,
-                state,
-                named,
-                name,
-            )
+            return call_entry(function, signature, args, state, named, name)
 
     def signature(self, entry: str = "main") -> Signature:
         """What ``@entry`` takes and gives."""

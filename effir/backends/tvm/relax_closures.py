@@ -45,8 +45,34 @@ class ClosureLowering:
         return self.bb.emit(relax.op.make_closure(closure.gv, captured), var.name_hint)
 
     def _global_value(self, gv: GlobalVar) -> Any:
-        """A global function as a value: a closure of no captured variable."""
-        return self.bb.emit(relax.op.make_closure(self.globals[gv.name], relax.Tuple([])))
+        """A global function as a value: a closure of no captured variable
+        (of a function calling it at depth 1 when the global counts its
+        depth of recursion, relax_lower.py [RULE DEPTH]). A program with
+        function values runs on the large stack (vm_run.py)."""
+        self.recursion = True
+        target = self.globals[gv.name]
+        if gv.name in self.recursive:
+            target = self._at_depth_one(gv.name)
+        return self.bb.emit(relax.op.make_closure(target, relax.Tuple([])))
+
+    def _at_depth_one(self, name: str) -> Any:
+        """The recursive global ``name`` without its depth parameter: it
+        calls the global at depth 1 (made once)."""
+        key = "value:" + name
+        gv = self.constructor_functions.get(key)
+        if gv is None:
+            fn = self.module.functions[name]
+            params = [relax.Var(p.name_hint, relax_type(p.checked_type)) for p in fn.params]
+            ret = relax_type(fn.body.checked_type)
+            gv = declare(self.bb, params, ret, f"value_{name}")
+            self.bb._begin_binding_block()
+            one = relax.const(1, "int64")
+            value = self.bb.emit(relax.Call(self.globals[name], [one, *params]))
+            body = relax.SeqExpr([self.bb._end_block()], value)
+            function = relax.Function(params, body, ret, False)
+            self.bb.update_func(gv, function.with_attr("effir_name", gv.name_hint))
+            self.constructor_functions[key] = gv
+        return gv
 
     def _constructor_value(self, ctor: Constructor) -> Any:
         """A constructor that takes arguments, as a value: the closure of a

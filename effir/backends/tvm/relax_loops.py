@@ -6,21 +6,44 @@
   one call each, the state passed on: the kernel's prologue holds the
   hoisted input projections of its steps, so memory stays bounded whatever
   the length. With a static length the chunks are unrolled; with a
-  symbolic one the VM chooses at run time between one call in a function
-  whose length is declared bounded (its scratch then planned once) and a
-  recursive function over chunks.
+  symbolic or data-dependent (``?``) one the VM chooses at run time between
+  one call in a function whose length is declared bounded (its scratch
+  then planned once) and a VM loop over chunks [RULE LEVELS].
 - [RULE VMLOOP] A loop that cannot be one TIR function (``cf.while_loop``,
-  a ``cf.foreach`` with control flow in its body or of data-dependent
-  length) is a recursive Relax function the VM runs step by step; its
-  per-step outputs go to buffers that double when full, written in place,
-  cut to the steps run at the end. Each step releases its result tuple
-  before recursing, so memory does not grow with the steps.
+  a ``cf.foreach`` with control flow or effects in its body) is a VM loop
+  the VM runs step by step [RULE LEVELS]; its per-step outputs go to
+  buffers written in place (of the sequence's length for ``foreach``;
+  doubled when full for ``while_loop``), cut to the steps run at the end.
+  Each step releases its result tuple before going on, so memory does not
+  grow with the steps.
+- [RULE LEVELS] The VM has no loop instruction a Relax program can reach:
+  a loop is a recursive function, and the VM runs each call of a VM
+  function as a native C++ recursion (vm.cc: InvokeBytecode -> RunLoop),
+  about 3.5 KB of native stack per call. A loop of N steps as one
+  recursion overflowed the stack near 2,000-4,000 steps. So a loop is
+  ``LEVELS + 1`` functions: level 0 runs at most ``LEVEL_STEPS`` steps (up
+  to a count limit it is given) and returns; level ``i`` calls level
+  ``i - 1`` again and again, at most ``LEVEL_STEPS`` times, each time with
+  the limit ``LEVEL_STEPS ** i`` steps further; the top level calls
+  ``LEVELS - 1`` until the loop ends. The native depth is at most
+  ``LEVELS * LEVEL_STEPS`` plus one call per ``LEVEL_STEPS ** LEVELS``
+  (33 million) steps, whatever the length; each step costs one comparison
+  of its count with the limit more than a single recursion would.
+  docs/backend.md says why not the VM's own jumps.
+
+Every loop form is one of two builders over the shared levels
+(``_levels``): ``_foreach_in_vm`` and ``_while_loop``; map (state ``()``),
+scan (per-step output ``()``), several sequences and several states, and
+static, symbolic or ``?`` lengths all go through the same code.
 
 The methods are a mixin of relax_lower's ``_Lowering``.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,45 +52,71 @@ from tvm import relax, tirx
 from tvm.relax.op.vm import kill_object
 
 from ...ir.expr import Call, Expr, Function, Var
-from ...ir.op import op_def
 from ...ir.printer import astext
-from ...ir.types import TensorType, TupleType, Type
+from ...ir.types import ANY, TensorType, TupleType, Type
 from ...ir.visitor import free_vars
 from .errors import BackendError
 from .kernel import leaves
 from .loop import LoweredLoop, lower_loop
 from .relax_types import declare, is_const, relax_type, static
+from .vm_run import check_kernel
 
 LOOP_CHUNK = 1024
 """Steps per call of a whole-loop kernel [RULE CHUNK]."""
+
+LEVEL_STEPS = 32
+"""Calls one level of a VM loop makes before it returns [RULE LEVELS]."""
+
+LEVELS = 5
+"""Levels below the top one of a VM loop [RULE LEVELS]."""
+
+NO_LIMIT = np.int64(2**62)
+"""The count limit of a loop that has none (a ``while_loop`` without
+``max_iterations``)."""
+
+INT64 = relax.TensorType([], "int64")
+BOOL = relax.TensorType([], "bool")
+
+
+@dataclass
+class _Steps:
+    """What one VM loop's levels need: the values carried from step to step
+    and those every step reads (sequences, captured values), and the two
+    parts of a step. ``guard(carried, fixed)`` emits the test that may end
+    the loop before a step (``while_loop``'s condition; None for
+    ``foreach``); ``advance(count, carried, fixed)`` emits one step and
+    gives the next count and carried values."""
+
+    carried: list[Any]
+    carried_types: list[Any]
+    fixed: list[Any]
+    guard: Callable[[list[Any], list[Any]], Any] | None
+    advance: Callable[[Any, list[Any], list[Any]], tuple[Any, list[Any]]]
+    stride: int = 1
+    depth: int | None = None  # which fixed value is the depth of recursion [RULE DEPTH]
 
 
 class LoopLowering:
     """The loops of ``_Lowering`` (relax_lower.py)."""
 
+    # ------------------------------------------------------------ foreach
     def _foreach(self, call: Call, env: dict[Var, Any], name: str) -> Any:
-        """[RULE LOOP] ``cf.foreach(body, xs, init)`` as one TIR loop."""
+        """[RULE LOOP] ``cf.foreach(body, xs, init)`` as one TIR loop when
+        its body allows, else a VM loop."""
         body_arg, xs_arg, init_arg = call.args
-        body = env.get(body_arg) if isinstance(body_arg, Var) else body_arg
-        if not isinstance(body, Function):
-            raise BackendError("a cf.foreach body must be a function literal", call.span)
+        body = self._literal(body_arg, env, call)
         functions = {v: f for v, f in env.items() if isinstance(f, Function)}
         captured = [v for v in free_vars(body) if v not in functions]
         xs_type = xs_arg.checked_type
-        length: Any = _leading_dim(xs_type)
         step_types = [*_step_types(xs_type), init_arg.checked_type, body.checked_type]
         step_types += [v.checked_type for v in captured]
         self._needs_static(step_types)
-        if isinstance(length, str) and length in self.symbols and all(map(static, step_types)):
-            length = self.symbols[length]  # a whole loop of symbolic length
-        elif not static(xs_type) or not static(init_arg.checked_type):
-            return self._recursive_loop(call, env, name)
-        if self.target.kind.name != "llvm":  # a whole TIR loop is a CPU schedule
-            return self._recursive_loop(call, env, name)
+        if self.target.kind.name != "llvm" or not all(map(static, step_types)):
+            return self._foreach_in_vm(call, env, name)  # a whole TIR loop is a CPU schedule
         try:
             lowered = lower_loop(body, {}, captured, functions, self.module, parallel=True)
         except BackendError:  # control flow or effects in the body: a VM loop
-            return self._recursive_loop(call, env, name)
+            return self._foreach_in_vm(call, env, name)
         func = tvm.tirx.transform.ConvertSSA()(tvm.IRModule({"main": lowered.func}))["main"]
         gv = self._compiled_apart(func, f"loop_{self.loops}")
         self.loops += 1
@@ -77,31 +126,59 @@ class LoopLowering:
         for v in captured:
             rest += self._leaves(self._atom(v, env), v.checked_type)
         rest += [relax.const(c, str(c.dtype)) for c in lowered.constants]
-        emit = self.bb.emit
+        length = _leading_dim(xs_type)
         if isinstance(length, int):
             return self._in_chunks(call, gv, lowered, length, sequences, state, rest, name)
-        # A symbolic length: up to LOOP_CHUNK steps, one call on the sequences
-        # as they are; more, the chunked loop (its copies of the chunks'
-        # rows cost less than a prologue of the whole length would hold).
-        steps = _step_types(xs_type)
-        first = [t for t in steps if isinstance(t, TensorType)][0]
-        size = int(np.prod(first.shape, dtype=np.int64))
-        rows = emit(self._reshape(sequences[0], [length, size]))
-        chunk_limit = relax.const(np.int64(LOOP_CHUNK), "int64")
-        long = emit(
-            relax.call_tir(
-                self._executor("before_end", first.dtype),
-                [rows, chunk_limit],
-                relax.TensorType([], "bool"),
-            )
+        # A symbolic or ``?`` length: up to LOOP_CHUNK steps, one call on
+        # the sequences as they are; more, the chunked loop (its copies of
+        # the chunks' rows cost less than a prologue of the whole length
+        # would hold).
+        xs_leaves = leaves(xs_type)
+        rows = [self._rows(x, t) for x, t in zip(sequences, xs_leaves, strict=True)]
+        steps = self._length(call, rows, xs_leaves)
+        emit = self.bb.emit
+        long = emit(relax.op.greater(self._count_of(steps), _int64(LOOP_CHUNK)))
+        chunked = self._seq(
+            lambda: self._chunked(call, gv, lowered, steps, rows, state, rest, xs_leaves)
         )
-        self.bb._begin_binding_block()
-        chunked = self._chunked(call, gv, lowered, length, sequences, state, rest, steps, name)
-        chunked_seq = relax.SeqExpr([self.bb._end_block()], chunked)
-        self.bb._begin_binding_block()
-        direct = self._bounded_call(call, gv, lowered, sequences, state, rest)
-        direct_seq = relax.SeqExpr([self.bb._end_block()], direct)
-        return emit(relax.If(long, chunked_seq, direct_seq), name)
+        direct = self._seq(
+            lambda: self._bounded_call(call, gv, lowered, sequences, xs_leaves, state, rest)
+        )
+        return emit(relax.If(long, chunked, direct), name)
+
+    def _length(self, call: Call, rows: list[Any], xs_types: list[TensorType]) -> Any:
+        """The number of steps of sequences given as (rows, row size)
+        views: the rows of the first, which every other must have (checked
+        at run time where a ``?`` lets them differ)."""
+        lengths = [r.ty.shape.values[0] for r in rows]
+        if any(t.shape[0] == ANY for t in xs_types):
+            first = self._count_of(lengths[0])
+            for other in lengths[1:]:
+                same = self.bb.emit(relax.op.equal(first, self._count_of(other)))
+                self._check(same, "cf.foreach: the sequences have different lengths", call.span)
+        return lengths[0]
+
+    def _count_of(self, dim: Any) -> Any:
+        """An ``int64`` scalar tensor holding the dimension ``dim``."""
+        if isinstance(dim, int | tirx.IntImm):
+            return _int64(int(dim))
+        flat = self.bb.emit(relax.op.shape_to_tensor(relax.ShapeExpr([dim])))
+        return self.bb.emit(self._reshape(flat, []))
+
+    def _check(self, ok: Any, message: str, span: Any) -> None:
+        """[RULE CHECK] (vm_run.py) Stop the program with an ``EvalError``
+        saying ``message`` at ``span`` when the ``bool`` scalar ``ok`` is
+        false. On a GPU the check is left out: a kernel there cannot stop
+        the host."""
+        if self.target.kind.name != "llvm":
+            return
+        text = f"{span}: {message}" if span is not None else message
+        key = "check:" + text
+        gv = self.executor_gvs.get(key)
+        if gv is None:
+            func = self._on_target(check_kernel(text))
+            gv = self.executor_gvs[key] = self.bb.add_func(func, "check")
+        self.bb.emit(relax.Call(gv, [ok]))
 
     def _bounded_call(
         self,
@@ -109,6 +186,7 @@ class LoopLowering:
         loop: Any,
         lowered: LoweredLoop,
         sequences: list[Any],
+        xs_types: list[TensorType],
         state: list[Any],
         rest: list[Any],
     ) -> Any:
@@ -120,79 +198,62 @@ class LoopLowering:
         at every call (a page fault per 4 KiB, slower than the loop)."""
         steps = tirx.Var("steps", "int64")
         seq_params = [
-            relax.Var(f"xs{i}", relax.TensorType([steps, *list(x.ty.shape.values)[1:]], x.ty.dtype))
-            for i, x in enumerate(sequences)
+            relax.Var(f"xs{i}", relax.TensorType([steps, *t.shape[1:]], t.dtype))
+            for i, t in enumerate(xs_types)
         ]
         carried = [relax.Var(f"state{i}", x.ty) for i, x in enumerate(state)]
         others = [relax.Var(f"c{i}", r.ty) for i, r in enumerate(rest) if not is_const(r)]
         it = iter(others)
         inner_rest = [r if is_const(r) else next(it) for r in rest]
-        self.bb._begin_binding_block()
         outs = _loop_outputs(lowered, steps)
-        result = self.bb.emit(
-            relax.call_dps_packed(loop, [*seq_params, *carried, *inner_rest], outs)
-        )
         n_keep = len(lowered.outputs) + len(lowered.state)
-        kept = relax.Tuple([self.bb.emit(relax.TupleGetItem(result, i)) for i in range(n_keep)])
-        body = relax.SeqExpr([self.bb._end_block()], kept)
+
+        def kept() -> Any:
+            parts, _ = self._dps_call(loop, [*seq_params, *carried, *inner_rest], outs)
+            return relax.Tuple(parts[:n_keep])
+
         params = [*seq_params, *carried, *others]
-        ret = relax.TupleType([o for o in outs[:n_keep]])
-        function = relax.Function(params, body, ret, False).with_attr(
+        ret = relax.TupleType(list(outs[:n_keep]))
+        function = relax.Function(params, self._seq(kept), ret, False).with_attr(
             "tir_var_upper_bound", {"steps": LOOP_CHUNK}
         )
         gv = self.bb.add_func(function, f"bounded_{self.loops}")
         self.loops += 1
         emit = self.bb.emit
         result = emit(relax.Call(gv, [*sequences, *state, *[r for r in rest if not is_const(r)]]))
-        n_out = len(lowered.outputs)
-        ret = call.checked_type
-        assert isinstance(ret, TupleType)
-        stacked = self._rebuild(
-            ret.fields[0], iter([emit(relax.TupleGetItem(result, i)) for i in range(n_out)])
-        )
-        final = self._rebuild(
-            ret.fields[1],
-            iter([emit(relax.TupleGetItem(result, n_out + i)) for i in range(len(lowered.state))]),
-        )
-        return emit(relax.Tuple([stacked, final]))
+        parts = [emit(relax.TupleGetItem(result, i)) for i in range(n_keep)]
+        return self._loop_result(call, parts[: len(lowered.outputs)], parts[len(lowered.outputs) :])
 
     def _in_chunks(
         self,
         call: Call,
         gv: Any,
         lowered: LoweredLoop,
-        length: Any,
+        length: int,
         sequences: list[Any],
         state: list[Any],
         rest: list[Any],
         name: str,
     ) -> Any:
-        """The loop kernel called on ``LOOP_CHUNK`` steps at a time, the
-        state passed on (one call when the length is symbolic)."""
+        """[RULE CHUNK] The loop kernel called on ``LOOP_CHUNK`` steps at a
+        time (a static length: the chunks unrolled), the state passed on."""
         emit = self.bb.emit
         n_out, n_state = len(lowered.outputs), len(lowered.state)
         pieces: list[list[Any]] = [[] for _ in range(n_out)]
-        starts = range(0, max(length, 1), LOOP_CHUNK) if isinstance(length, int) else [0]
-        for start in starts:  # [RULE CHUNK]
-            steps = min(LOOP_CHUNK, length - start) if isinstance(length, int) else length
+        for start in range(0, max(length, 1), LOOP_CHUNK):
+            steps = min(LOOP_CHUNK, length - start)
             chunk = sequences
-            if isinstance(length, int) and steps != length:
+            if steps != length:
                 chunk = [
                     emit(relax.op.strided_slice(x, [0], [start], [start + steps]))
                     for x in sequences
                 ]
-            outs = _loop_outputs(lowered, steps)
-            result = emit(relax.call_dps_packed(gv, [*chunk, *state, *rest], outs))
-            parts = [emit(relax.TupleGetItem(result, i)) for i in range(len(outs))]
+            parts, _ = self._dps_call(gv, [*chunk, *state, *rest], _loop_outputs(lowered, steps))
             for i in range(n_out):
                 pieces[i].append(parts[i])
             state = parts[n_out : n_out + n_state]
-        stacked_leaves = [p[0] if len(p) == 1 else emit(relax.op.concat(p, axis=0)) for p in pieces]
-        ret = call.checked_type
-        assert isinstance(ret, TupleType)
-        stacked = self._rebuild(ret.fields[0], iter(stacked_leaves))
-        final = self._rebuild(ret.fields[1], iter(state))
-        return emit(relax.Tuple([stacked, final]), name)
+        stacked = [p[0] if len(p) == 1 else emit(relax.op.concat(p, axis=0)) for p in pieces]
+        return self._loop_result(call, stacked, state, name)
 
     def _chunked(
         self,
@@ -200,105 +261,65 @@ class LoopLowering:
         loop: Any,
         lowered: LoweredLoop,
         length: Any,
-        sequences: list[Any],
+        rows: list[Any],
         state: list[Any],
         rest: list[Any],
-        steps: list[Type],
-        name: str,
+        xs_types: list[TensorType],
     ) -> Any:
-        """[RULE CHUNK] A whole loop of symbolic length: a recursive Relax
-        function calls the loop kernel on ``LOOP_CHUNK`` steps at a time
-        (the chunk's rows copied out of the sequences), passes the state on
-        and writes each chunk's outputs into buffers of the whole length."""
+        """[RULE CHUNK] A whole loop of symbolic length as a VM loop over
+        chunks [RULE LEVELS]: each step calls the loop kernel on the next
+        ``LOOP_CHUNK`` rows of the sequences (copied out), passes the state
+        on and writes the chunk's outputs into buffers of the whole length."""
         emit = self.bb.emit
-        seq_types = [t for t in steps if isinstance(t, TensorType)]
-        sizes = [int(np.prod(t.shape, dtype=np.int64)) for t in seq_types]
+        sizes = [int(np.prod(t.shape[1:], dtype=np.int64)) for t in xs_types]
         out_sizes = [int(np.prod(leaf.shape, dtype=np.int64)) for leaf in lowered.outputs]
-        rows = tirx.Var("rows", "int64")
-        start = relax.Var("start", relax.TensorType([], "int64"))
-        seqs = [
-            relax.Var(f"xs{i}", relax.TensorType([rows, c], t.dtype))
-            for i, (t, c) in enumerate(zip(seq_types, sizes, strict=True))
-        ]
-        carried = [
-            relax.Var(f"state{i}", relax.TensorType(list(leaf.shape), leaf.dtype))
-            for i, leaf in enumerate(lowered.state)
-        ]
-        bufs = [
-            relax.Var(f"out{i}", relax.TensorType([rows, c], leaf.dtype))
-            for i, (leaf, c) in enumerate(zip(lowered.outputs, out_sizes, strict=True))
-        ]
-        others = [relax.Var(f"c{i}", r.ty) for i, r in enumerate(rest) if not is_const(r)]
-        params = [start, *carried, *bufs, *seqs, *others]
-        ret = relax.TupleType(
-            [relax.TensorType(dtype=leaf.dtype, ndim=2) for leaf in lowered.outputs]
-            + [p.ty for p in carried]
-        )
-        gv = declare(self.bb, params, ret, f"chunks_{self.loops}")
-        inner_rest = []
-        it = iter(others)
-        for r in rest:
-            inner_rest.append(r if is_const(r) else next(it))
+        n_state = len(lowered.state)
+        n_fixed = len(rows)
 
-        self.bb._begin_binding_block()
-        first = seq_types[0]
-        more = emit(
-            relax.call_tir(
-                self._executor("before_end", first.dtype),
-                [seqs[0], start],
-                relax.TensorType([], "bool"),
-            )
-        )
-        self.bb._begin_binding_block()
-        n = emit(
-            relax.call_tir(
-                self._executor("chunk_length", first.dtype, LOOP_CHUNK),
-                [seqs[0], start],
-                relax.TensorType([1], "int64"),
-            )
-        )
-        k = tirx.Var("k", "int64")
-        self.bb.match_cast(emit(relax.op.tensor_to_shape(n)), relax.ShapeType([k]))
-        chunk = []
-        for seq, t, c in zip(seqs, seq_types, sizes, strict=True):
-            part = emit(
+        def advance(start: Any, carried: list[Any], fixed: list[Any]) -> tuple[Any, list[Any]]:
+            seqs, inner_rest = fixed[:n_fixed], fixed[n_fixed:]
+            n = emit(
                 relax.call_tir(
-                    self._executor("chunk_rows", t.dtype),
-                    [seq, start],
-                    relax.TensorType([k, c], t.dtype),
+                    self._executor("chunk_length", xs_types[0].dtype, LOOP_CHUNK),
+                    [seqs[0], start],
+                    relax.TensorType([1], "int64"),
                 )
             )
-            chunk.append(emit(self._reshape(part, [k, *[int(d) for d in t.shape]])))
-        outs = _loop_outputs(lowered, k)
-        result = emit(relax.call_dps_packed(loop, [*chunk, *carried, *inner_rest], outs))
-        n_out = len(lowered.outputs)
-        written = []
-        for i, (buf, leaf, c) in enumerate(zip(bufs, lowered.outputs, out_sizes, strict=True)):
-            part = emit(self._reshape(emit(relax.TupleGetItem(result, i)), [k, c]))
-            written.append(
-                emit(
-                    relax.op.call_tir_inplace(
-                        self._executor("write_rows", leaf.dtype), [buf, part, start], 0, buf.ty
+            k = tirx.Var("k", "int64")
+            self.bb.match_cast(emit(relax.op.tensor_to_shape(n)), relax.ShapeType([k]))
+            chunk = []
+            for seq, t, c in zip(seqs, xs_types, sizes, strict=True):
+                part = emit(
+                    relax.call_tir(
+                        self._executor("chunk_rows", t.dtype),
+                        [seq, start],
+                        relax.TensorType([k, c], t.dtype),
                     )
                 )
-            )
-        new_state = [emit(relax.TupleGetItem(result, n_out + i)) for i in range(len(carried))]
-        following = emit(relax.op.add(start, relax.const(np.int64(LOOP_CHUNK), "int64")))
-        self._release(result)
-        again = emit(relax.Call(gv, [following, *new_state, *written, *seqs, *others]))
-        step = relax.SeqExpr([self.bb._end_block()], again)
-        done = relax.SeqExpr([], relax.Tuple([*bufs, *carried]))
-        value = emit(relax.If(more, step, done))
-        self.bb.update_func(
-            gv, relax.Function(params, relax.SeqExpr([self.bb._end_block()], value), ret, False)
-        )
-        self.loops += 1
+                chunk.append(emit(self._reshape(part, [k, *[int(d) for d in t.shape[1:]]])))
+            args = [*chunk, *carried[:n_state], *inner_rest]
+            parts, result = self._dps_call(loop, args, _loop_outputs(lowered, k))
+            written = []
+            bufs = carried[n_state:]
+            for buf, part, leaf, c in zip(
+                bufs, parts[: len(bufs)], lowered.outputs, out_sizes, strict=True
+            ):
+                flat = emit(self._reshape(part, [k, c]))
+                written.append(
+                    emit(
+                        relax.op.call_tir_inplace(
+                            self._executor("write_rows", leaf.dtype),
+                            [buf, flat, start],
+                            0,
+                            buf.ty,
+                        )
+                    )
+                )
+            new_state = parts[len(lowered.outputs) : len(lowered.outputs) + n_state]
+            self._release(result)
+            return emit(relax.op.add(start, _int64(LOOP_CHUNK))), [*new_state, *written]
 
-        # The call: buffers of the whole length, the sequences as rows.
-        rows_in = [
-            emit(self._reshape(x, [length, c])) for x, c in zip(sequences, sizes, strict=True)
-        ]
-        start_bufs = [
+        bufs = [
             emit(
                 relax.call_tir(
                     self._executor("zeros", leaf.dtype),
@@ -308,197 +329,138 @@ class LoopLowering:
             )
             for leaf, c in zip(lowered.outputs, out_sizes, strict=True)
         ]
-        args = [relax.const(np.int64(0), "int64"), *state, *start_bufs, *rows_in]
-        args += [r for r in rest if not is_const(r)]
-        finished = emit(relax.Call(gv, args))
-        stacked = []
-        for i, leaf in enumerate(lowered.outputs):
-            part = emit(relax.TupleGetItem(finished, i))
-            stacked.append(emit(self._reshape(part, [length, *leaf.shape])))
-        final = [emit(relax.TupleGetItem(finished, n_out + i)) for i in range(len(carried))]
-        ret_type = call.checked_type
-        assert isinstance(ret_type, TupleType)
-        result_value = relax.Tuple(
-            [
-                self._rebuild(ret_type.fields[0], iter(stacked)),
-                self._rebuild(ret_type.fields[1], iter(final)),
-            ]
+        steps = _Steps(
+            carried=[*state, *bufs],
+            carried_types=[s.ty for s in state]
+            + [relax.TensorType(dtype=leaf.dtype, ndim=2) for leaf in lowered.outputs],
+            fixed=[*rows, *rest],
+            guard=None,
+            advance=advance,
+            stride=LOOP_CHUNK,
         )
-        return emit(result_value, name)
+        _, final = self._levels(steps, self._count_of(length), "chunks")
+        stacked = [
+            emit(self._reshape(buf, [length, *leaf.shape]))
+            for buf, leaf in zip(final[n_state:], lowered.outputs, strict=True)
+        ]
+        return self._loop_result(call, stacked, final[:n_state])
 
-    # ------------------------------------------------------ VM loops
-    def _recursive_loop(self, call: Call, env: dict[Var, Any], name: str) -> Any:
-        """[RULE VMLOOP] A loop the VM runs: a private recursive Relax
-        function of (steps done, state, output buffers, sequences, captured
-        values). ``cf.while_loop`` asks its condition at each step and
-        collects its outputs in buffers that double when full
-        (executor_kernels.py); ``cf.foreach`` takes row ``count`` of its
-        sequences and fills buffers of their length. At the end the
-        buffers are cut to the steps run."""
-        is_while = op_def(call.callee).name == "cf.while_loop"  # type: ignore[arg-type]
-        self._needs_static([a.checked_type for a in call.args] + [call.checked_type])
-        functions = {v: f for v, f in env.items() if isinstance(f, Function)}
-        if is_while:
-            cond_arg, body_arg, init_arg = call.args
-            cond: Function | None = self._literal(cond_arg, env, call)
-            xs_arg = None
-        else:
-            body_arg, xs_arg, init_arg = call.args
-            cond = None
+    # ------------------------------------------------------------ VM loops
+    def _foreach_in_vm(self, call: Call, env: dict[Var, Any], name: str) -> Any:
+        """[RULE VMLOOP] ``cf.foreach`` step by step in the VM: step
+        ``count`` takes row ``count`` of each sequence and writes row
+        ``count`` of buffers of the sequences' length."""
+        body_arg, xs_arg, init_arg = call.args
         body = self._literal(body_arg, env, call)
-        captured = []
-        for fn in [f for f in (cond, body) if f is not None]:
-            captured += [v for v in free_vars(fn) if v not in functions and v not in captured]
-        step_type = body.body.checked_type
-        assert isinstance(step_type, TupleType)
-        out_type, state_type = step_type.fields
-        outs = leaves(out_type)
-        for leaf in outs:
-            if not leaf.is_static:
+        functions = {v: f for v, f in env.items() if isinstance(f, Function)}
+        captured = [v for v in free_vars(body) if v not in functions]
+        xs_type = xs_arg.checked_type
+        self._needs_static(_step_types(xs_type) + [init_arg.checked_type, body.checked_type])
+        out_type, state_type = self._body_types(body, call)
+        outs, sizes = _outputs(out_type)
+        xs_leaves = leaves(xs_type)
+        for leaf in xs_leaves:
+            if not all(isinstance(d, int) for d in leaf.shape[1:]):
                 raise BackendError(
-                    f"a loop whose per-step output ({astext(leaf)}) has a data-dependent shape "
-                    "is not compiled",
+                    f"a cf.foreach over a sequence whose steps ({astext(leaf)}) have a "
+                    "data-dependent shape is not compiled",
                     call.span,
                 )
-        sizes = [int(np.prod(leaf.shape, dtype=np.int64)) for leaf in outs]
-        xs_leaves = [] if xs_arg is None else leaves(xs_arg.checked_type)
-
-        # The recursive function.
-        cap = tirx.Var("cap", "int64")
-        count = relax.Var("count", relax.TensorType([], "int64"))
-        state = relax.Var("state", relax_type(state_type))
-        bufs = [
-            relax.Var(f"buf{i}", relax.TensorType([cap, c], leaf.dtype))
-            for i, (leaf, c) in enumerate(zip(outs, sizes, strict=True))
-        ]
-        seqs = [relax.Var(f"xs{i}", relax_type(t)) for i, t in enumerate(xs_leaves)]
-        caps = [relax.Var(v.name_hint, relax_type(v.checked_type)) for v in captured]
-        params = [count, state, *bufs, *seqs, *caps]
-        ret = relax.TupleType(
-            [relax.TensorType(dtype=leaf.dtype, ndim=2) for leaf in outs]
-            + [relax.TensorType([], "int64"), relax_type(state_type)]
-        )
-        gv = declare(self.bb, params, ret, f"vm_loop_{self.loops}")
-        self.loops += 1
-
-        inner: dict[Var, Any] = dict(functions)
-        inner.update(zip(captured, caps, strict=True))
         emit = self.bb.emit
-        self.bb._begin_binding_block()
-        if is_while:
-            assert cond is not None
-            go = self._chain(cond.body, {**inner, cond.params[0]: state})
-        else:
-            flat = self._rows(seqs[0], xs_leaves[0])
-            go = emit(
-                relax.call_tir(
-                    self._executor("before_end", xs_leaves[0].dtype),
-                    [flat, count],
-                    relax.TensorType([], "bool"),
-                )
-            )
-        limit = call.attrs.get("max_iterations")
-        if limit is not None:
-            below = emit(relax.op.less(count, relax.const(np.int64(limit), "int64")))
-            go = emit(relax.op.logical_and(go, below))
-        # One more step.
-        self.bb._begin_binding_block()
-        if is_while:
-            step_env = {**inner, body.params[0]: state}
-        else:
-            rows = []
-            for seq, leaf in zip(seqs, xs_leaves, strict=True):
-                flat = self._rows(seq, leaf)
+        sequences = self._leaves(self._atom(xs_arg, env), xs_type)
+        rows = [self._rows(x, t) for x, t in zip(sequences, xs_leaves, strict=True)]
+        length = self._length(call, rows, xs_leaves)
+        n_rows = len(rows)
+        fixed = [*rows, *[self._atom(v, env) for v in captured]]
+        depth = self._depth_into(fixed, [body], functions)
+
+        def advance(count: Any, carried: list[Any], fixed: list[Any]) -> tuple[Any, list[Any]]:
+            with self._at_depth(fixed, depth):
+                return step(count, carried, fixed)
+
+        def step(count: Any, carried: list[Any], fixed: list[Any]) -> tuple[Any, list[Any]]:
+            step_rows = []
+            for seq, leaf in zip(fixed[:n_rows], xs_leaves, strict=True):
                 row_size = int(np.prod(leaf.shape[1:], dtype=np.int64))
                 row = emit(
                     relax.call_tir(
                         self._executor("take_row", leaf.dtype),
-                        [flat, count],
+                        [seq, count],
                         relax.TensorType([row_size], leaf.dtype),
                     )
                 )
-                rows.append(emit(self._reshape(row, [int(d) for d in leaf.shape[1:]])))
-            x_t = self._rebuild(body.params[0].checked_type, iter(rows))
-            step_env = {**inner, body.params[0]: x_t, body.params[1]: state}
-        step = self._chain(body.body, step_env)
-        out = emit(relax.TupleGetItem(step, 0))
-        new_state = emit(relax.TupleGetItem(step, 1))
-        current = list(bufs)
-        if is_while:  # double the buffers when they are full
-            full = emit(
-                relax.call_tir(
-                    self._executor("at_capacity", outs[0].dtype),
-                    [bufs[0], count],
-                    relax.TensorType([], "bool"),
-                )
-            )
-            self.bb._begin_binding_block()
-            grown = [
-                emit(
-                    relax.call_tir(
-                        self._executor("grow", leaf.dtype),
-                        [b],
-                        relax.TensorType([cap * 2, c], leaf.dtype),
-                    )
-                )
-                for b, leaf, c in zip(bufs, outs, sizes, strict=True)
-            ]
-            grown_seq = relax.SeqExpr(
-                [self.bb._end_block()], relax.Tuple(grown) if grown else relax.Tuple([])
-            )
-            same_seq = relax.SeqExpr([], relax.Tuple(list(bufs)))
-            chosen = emit(relax.If(full, grown_seq, same_seq))
-            new_cap = tirx.Var("cap", "int64")
-            current = []
-            for i, (leaf, c) in enumerate(zip(outs, sizes, strict=True)):
-                part = emit(relax.TupleGetItem(chosen, i))
-                current.append(self.bb.match_cast(part, relax.TensorType([new_cap, c], leaf.dtype)))
-        written = []
-        for b, value, leaf, c in zip(
-            current, self._leaves(out, out_type), outs, sizes, strict=True
-        ):
-            row = emit(self._reshape(value, [c]))
-            written.append(
-                emit(
-                    relax.op.call_tir_inplace(
-                        self._executor("write_row", leaf.dtype), [b, row, count], 0, b.ty
-                    )
-                )
-            )
-        following = emit(relax.op.add(count, relax.const(np.int64(1), "int64")))
-        self._release(step)
-        again = emit(relax.Call(gv, [following, new_state, *written, *seqs, *caps]))
-        more = relax.SeqExpr([self.bb._end_block()], again)
-        done = relax.SeqExpr([], relax.Tuple([*bufs, count, state]))
-        result = emit(relax.If(go, more, done))
-        body_seq = relax.SeqExpr([self.bb._end_block()], result)
-        self.bb.update_func(gv, relax.Function(params, body_seq, ret, False))
+                step_rows.append(emit(self._reshape(row, [int(d) for d in leaf.shape[1:]])))
+            x_t = self._rebuild(body.params[0].checked_type, iter(step_rows))
+            inner = {**functions, **dict(zip(captured, fixed[n_rows:], strict=False))}
+            inner.update({body.params[0]: x_t, body.params[1]: carried[0]})
+            return self._step(body, inner, count, carried, out_type, outs, grow=False)
 
-        # The call: empty buffers, then the outputs cut to the steps run.
-        if is_while:
-            first = int(limit) if limit is not None and 0 < limit <= 64 else 16
-        else:
-            first = int(_leading_dim(xs_arg.checked_type))  # type: ignore[union-attr]
-        start_bufs = [
-            emit(
-                relax.call_tir(
-                    self._executor("zeros", leaf.dtype),
-                    [],
-                    relax.TensorType([first, c], leaf.dtype),
-                )
-            )
-            for leaf, c in zip(outs, sizes, strict=True)
+        bufs = [self._zeros([length, c], leaf.dtype) for leaf, c in zip(outs, sizes, strict=True)]
+        steps = _Steps(
+            carried=[self._atom(init_arg, env), *bufs],
+            carried_types=[relax_type(state_type)] + _buffer_types(outs),
+            fixed=fixed,
+            guard=None,
+            advance=advance,
+            depth=depth,
+        )
+        _, final = self._levels(steps, self._count_of(length), "foreach")
+        stacked = [
+            emit(self._reshape(buf, [length, *leaf.shape]))
+            for buf, leaf in zip(final[1:], outs, strict=True)
         ]
-        args = [relax.const(np.int64(0), "int64"), self._atom(init_arg, env), *start_bufs]
-        if xs_arg is not None:
-            args += self._leaves(self._atom(xs_arg, env), xs_arg.checked_type)
-        args += [self._atom(v, env) for v in captured]
-        finished = emit(relax.Call(gv, args))
-        steps = emit(relax.TupleGetItem(finished, len(outs)))
-        n = self._size_of(steps)
+        return emit(relax.Tuple([self._rebuild(out_type, iter(stacked)), final[0]]), name)
+
+    def _while_loop(self, call: Call, env: dict[Var, Any], name: str) -> Any:
+        """[RULE VMLOOP] ``cf.while_loop(cond, body, init)`` in the VM: the
+        condition before each step, the outputs in buffers that double
+        when full, cut to the steps run."""
+        cond_arg, body_arg, init_arg = call.args
+        self._needs_static([a.checked_type for a in call.args] + [call.checked_type])
+        cond = self._literal(cond_arg, env, call)
+        body = self._literal(body_arg, env, call)
+        functions = {v: f for v, f in env.items() if isinstance(f, Function)}
+        captured: list[Var] = []
+        for fn in (cond, body):
+            captured += [v for v in free_vars(fn) if v not in functions and v not in captured]
+        out_type, state_type = self._body_types(body, call)
+        outs, sizes = _outputs(out_type)
+        emit = self.bb.emit
+
+        fixed = [self._atom(v, env) for v in captured]
+        depth = self._depth_into(fixed, [cond, body], functions)
+
+        def scope(fixed: list[Any]) -> dict[Var, Any]:
+            return {**functions, **dict(zip(captured, fixed, strict=False))}
+
+        def guard(carried: list[Any], fixed: list[Any]) -> Any:
+            with self._at_depth(fixed, depth):
+                return self._chain(cond.body, {**scope(fixed), cond.params[0]: carried[0]})
+
+        def advance(count: Any, carried: list[Any], fixed: list[Any]) -> tuple[Any, list[Any]]:
+            inner = {**scope(fixed), body.params[0]: carried[0]}
+            with self._at_depth(fixed, depth):
+                return self._step(body, inner, count, carried, out_type, outs, grow=True)
+
+        limit = call.attrs.get("max_iterations")
+        first = int(limit) if limit is not None and 0 < limit <= 64 else 16
+        steps = _Steps(
+            carried=[
+                self._atom(init_arg, env),
+                *[self._zeros([first, c], leaf.dtype) for leaf, c in zip(outs, sizes, strict=True)],
+            ],
+            carried_types=[relax_type(state_type)] + _buffer_types(outs),
+            fixed=fixed,
+            guard=guard,
+            advance=advance,
+            depth=depth,
+        )
+        top = _int64(int(limit)) if limit is not None else _int64(int(NO_LIMIT))
+        count, final = self._levels(steps, top, "while")
+        n = self._size_of(count)
         stacked = []
-        for i, (leaf, c) in enumerate(zip(outs, sizes, strict=True)):
-            buf = emit(relax.TupleGetItem(finished, i))
+        for buf, leaf in zip(final[1:], outs, strict=True):
+            c = int(np.prod(leaf.shape, dtype=np.int64))
             cut = emit(
                 relax.call_tir(
                     self._executor("prefix", leaf.dtype),
@@ -507,23 +469,305 @@ class LoopLowering:
                 )
             )
             stacked.append(emit(self._reshape(cut, [n, *[int(d) for d in leaf.shape]])))
-        final_state = emit(relax.TupleGetItem(finished, len(outs) + 1))
-        stacked_value = self._rebuild(out_type, iter(stacked))
-        return emit(relax.Tuple([stacked_value, final_state]), name)
+        return emit(relax.Tuple([self._rebuild(out_type, iter(stacked)), final[0]]), name)
+
+    def _step(
+        self,
+        body: Function,
+        env: dict[Var, Any],
+        count: Any,
+        carried: list[Any],
+        out_type: Type,
+        outs: list[TensorType],
+        grow: bool,
+    ) -> tuple[Any, list[Any]]:
+        """One step of a VM loop: the body, its outputs written to row
+        ``count`` of the buffers (doubled first when full, if ``grow``)."""
+        emit = self.bb.emit
+        step = self._chain(body.body, env)
+        out = emit(relax.TupleGetItem(step, 0))
+        new_state = emit(relax.TupleGetItem(step, 1))
+        bufs = carried[1:]
+        sizes = [int(np.prod(leaf.shape, dtype=np.int64)) for leaf in outs]
+        if grow and outs:
+            bufs = self._grown(bufs, outs, sizes, count)
+        written = []
+        for buf, value, leaf, c in zip(bufs, self._leaves(out, out_type), outs, sizes, strict=True):
+            row = emit(self._reshape(value, [c]))
+            written.append(
+                emit(
+                    relax.op.call_tir_inplace(
+                        self._executor("write_row", leaf.dtype),
+                        [buf, row, count],
+                        0,
+                        buf.ty,
+                    )
+                )
+            )
+        self._release(step)
+        return emit(relax.op.add(count, _int64(1))), [new_state, *written]
+
+    def _grown(
+        self, bufs: list[Any], outs: list[TensorType], sizes: list[int], count: Any
+    ) -> list[Any]:
+        """The output buffers, each with twice its rows when they are full."""
+        emit = self.bb.emit
+        cap = tirx.Var("cap", "int64")
+        shaped = [
+            self.bb.match_cast(b, relax.TensorType([cap, c], leaf.dtype))
+            for b, leaf, c in zip(bufs, outs, sizes, strict=True)
+        ]
+        full = emit(
+            relax.call_tir(self._executor("at_capacity", outs[0].dtype), [shaped[0], count], BOOL)
+        )
+
+        def doubled() -> Any:
+            return relax.Tuple(
+                [
+                    emit(
+                        relax.call_tir(
+                            self._executor("grow", leaf.dtype),
+                            [b],
+                            relax.TensorType([cap * 2, c], leaf.dtype),
+                        )
+                    )
+                    for b, leaf, c in zip(shaped, outs, sizes, strict=True)
+                ]
+            )
+
+        chosen = emit(relax.If(full, self._seq(doubled), relax.SeqExpr([], relax.Tuple(shaped))))
+        now = tirx.Var("cap", "int64")
+        return [
+            self.bb.match_cast(
+                emit(relax.TupleGetItem(chosen, i)), relax.TensorType([now, c], leaf.dtype)
+            )
+            for i, (leaf, c) in enumerate(zip(outs, sizes, strict=True))
+        ]
+
+    # -------------------------------------------------------------- levels
+    def _levels(self, steps: _Steps, limit: Any, kind: str) -> tuple[Any, list[Any]]:
+        """[RULE LEVELS] Run ``steps`` from count 0 until ``guard`` says
+        stop or the count reaches ``limit`` (an ``int64`` scalar); the
+        final count and carried values."""
+        n_carried = len(steps.carried)
+        ret = relax.TupleType([INT64, *steps.carried_types, BOOL])
+        emit = self.bb.emit
+
+        def declare_level(level: int) -> _Level:
+            count, limit = relax.Var("count", INT64), relax.Var("limit", INT64)
+            carried = [
+                relax.Var(f"carried{i}", _shaped(t)) for i, t in enumerate(steps.carried_types)
+            ]
+            passed = [
+                relax.Var(f"fixed{i}", _loose(v.ty))
+                for i, v in enumerate(steps.fixed)
+                if not is_const(v)
+            ]
+            it = iter(passed)
+            fixed = [v if is_const(v) else next(it) for v in steps.fixed]
+            params = [count, limit, *carried, *passed]
+            gv = declare(self.bb, params, ret, f"{kind}_{self.loops}_level{level}")
+            return _Level(gv, params, count, limit, carried, fixed, passed)
+
+        def deeper(f: _Level) -> list[Any]:
+            """The fixed values a call from ``f`` passes: the depth of
+            recursion, if the loop counts it, one more (each call of a
+            level is a native call [RULE DEPTH])."""
+            if steps.depth is None:
+                return f.passed
+            at = next(i for i, v in enumerate(f.passed) if v is f.fixed[steps.depth])
+            one = emit(relax.op.add(f.passed[at], _int64(1)))
+            return [*f.passed[:at], one, *f.passed[at + 1 :]]
+
+        def stopped(f: _Level, flag: bool) -> Any:
+            return relax.SeqExpr([], relax.Tuple([f.count, *f.carried, relax.const(flag, "bool")]))
+
+        # Level 0: one step while count < limit (and the guard holds), then
+        # itself again.
+        f = declare_level(0)
+
+        def step() -> Any:
+            count, carried = steps.advance(f.count, f.carried, f.fixed)
+            return emit(relax.Call(f.gv, [count, f.limit, *carried, *deeper(f)]))
+
+        def checked() -> Any:
+            if steps.guard is None:
+                return step()
+            go = steps.guard(f.carried, f.fixed)
+            return emit(relax.If(go, self._seq(step), stopped(f, True)))
+
+        def level0() -> Any:
+            more = emit(relax.op.less(f.count, f.limit))
+            return emit(relax.If(more, self._seq(checked), stopped(f, False)))
+
+        self.bb.update_func(f.gv, relax.Function(f.params, self._seq(level0), ret, False))
+
+        # Level i: level i - 1 again and again, each time up to ``span``
+        # steps further, until the loop stops or the count reaches the limit.
+        inner, span = f.gv, steps.stride * LEVEL_STEPS
+        for level in range(1, LEVELS + 1):
+            g = declare_level(level)
+
+            def again(g: _Level = g, inner: Any = inner, span: int = span) -> Any:
+                sub = emit(relax.op.minimum(emit(relax.op.add(g.count, _int64(span))), g.limit))
+                result = emit(relax.Call(inner, [g.count, sub, *g.carried, *deeper(g)]))
+                parts = [emit(relax.TupleGetItem(result, i)) for i in range(n_carried + 2)]
+                self._release(result)
+                at_end = emit(relax.op.greater_equal(parts[0], g.limit))
+                done = emit(relax.op.logical_or(parts[-1], at_end))
+
+                def more() -> Any:
+                    return emit(relax.Call(g.gv, [parts[0], g.limit, *parts[1:-1], *deeper(g)]))
+
+                return emit(relax.If(done, relax.SeqExpr([], relax.Tuple(parts)), self._seq(more)))
+
+            self.bb.update_func(g.gv, relax.Function(g.params, self._seq(again), ret, False))
+            inner, span = g.gv, span * LEVEL_STEPS
+        self.loops += 1
+        passed = [v for v in steps.fixed if not is_const(v)]
+        result = emit(relax.Call(inner, [_int64(0), limit, *steps.carried, *passed]))
+        parts = [emit(relax.TupleGetItem(result, i)) for i in range(n_carried + 1)]
+        return parts[0], parts[1:]
+
+    # ------------------------------------------------------------- helpers
+    def _depth_into(
+        self, fixed: list[Any], functions: list[Function], known: dict[Var, Any]
+    ) -> int | None:
+        """[RULE DEPTH] (relax_lower.py) A VM loop whose body calls what may
+        recurse takes the depth of recursion, as one of its fixed values
+        (its index; None when it takes none). Each call of one of the
+        loop's levels counts one more (``_levels``), so that the depth
+        counts native calls and a recursion through a loop stops before
+        the stack runs out, however deep the loop goes."""
+        if self.depth is None or not any(self._calls_deeper(f, known) for f in functions):
+            return None
+        fixed.append(self.bb.emit(relax.op.add(self.depth, _int64(1))))
+        return len(fixed) - 1
+
+    @contextlib.contextmanager
+    def _at_depth(self, fixed: list[Any], index: int | None) -> Iterator[None]:
+        """Lower a loop's step inside its level function: the depth of
+        recursion there is its parameter (or none)."""
+        saved, self.depth = self.depth, None if index is None else fixed[index]
+        try:
+            yield
+        finally:
+            self.depth = saved
+
+    def _seq(self, build: Callable[[], Any]) -> Any:
+        """The bindings ``build`` emits, ending in the value it returns, as a
+        block of their own (a branch of an ``If``, a function's body).
+        TVM's public BlockBuilder scopes (``bb.function``) cannot nest a
+        function inside another one being built, nor build an ``If``'s
+        branches: this is the one place the loops open a block by hand."""
+        self.bb._begin_binding_block()
+        try:
+            value = build()
+        finally:
+            block = self.bb._end_block()
+        return relax.SeqExpr([block], value)
+
+    def _dps_call(self, kernel: Any, args: list[Any], outs: list[Any]) -> tuple[list[Any], Any]:
+        """``kernel`` (a loop kernel compiled apart) called on ``args``: its
+        outputs as a list, and the call's value (to release)."""
+        emit = self.bb.emit
+        if len(outs) == 1:
+            value = emit(relax.call_dps_packed(kernel, args, outs[0]))
+            return [value], None
+        value = emit(relax.call_dps_packed(kernel, args, outs))
+        return [emit(relax.TupleGetItem(value, i)) for i in range(len(outs))], value
+
+    def _loop_result(self, call: Call, stacked: list[Any], state: list[Any], name: str = "") -> Any:
+        """``(stacked outputs, final state)`` of ``call``'s type, from leaves."""
+        ret = call.checked_type
+        assert isinstance(ret, TupleType)
+        value = relax.Tuple(
+            [self._rebuild(ret.fields[0], iter(stacked)), self._rebuild(ret.fields[1], iter(state))]
+        )
+        return self.bb.emit(value, name)
+
+    def _zeros(self, shape: list[Any], dtype: str) -> Any:
+        return self.bb.emit(
+            relax.call_tir(self._executor("zeros", dtype), [], relax.TensorType(shape, dtype))
+        )
+
+    def _body_types(self, body: Function, call: Call) -> tuple[Type, Type]:
+        """A loop body's per-step output and state types."""
+        step_type = body.body.checked_type
+        assert isinstance(step_type, TupleType)
+        out_type, state_type = step_type.fields
+        for leaf in leaves(out_type):
+            if not leaf.is_static:
+                raise BackendError(
+                    f"a loop whose per-step output ({astext(leaf)}) has a data-dependent shape "
+                    "is not compiled",
+                    call.span,
+                )
+        return out_type, state_type
 
     def _release(self, value: Any) -> None:
-        """Drop the VM's reference to the tuple ``value`` before a loop's
-        recursive call: Relax frees a tensor after its last use but keeps a
-        tuple whose fields were taken, so every step's tuple (a chunk's
-        scratch, say) would live until the recursion unwinds, memory
-        growing with the number of steps."""
-        self.bb.emit(kill_object(value))
+        """Drop the VM's reference to the tuple ``value`` before a loop goes
+        on: Relax frees a tensor after its last use but keeps a tuple whose
+        fields were taken, so every step's tuple (a chunk's scratch, say)
+        would live until the loop ends, memory growing with its steps."""
+        if value is not None:
+            self.bb.emit(kill_object(value))
 
     def _literal(self, arg: Expr, env: dict[Var, Any], call: Call) -> Function:
         fn = env.get(arg) if isinstance(arg, Var) else arg
         if not isinstance(fn, Function):
             raise BackendError("a loop's body and condition must be function literals", call.span)
         return fn
+
+
+@dataclass
+class _Level:
+    """One level's function while it is built: its parameters."""
+
+    gv: Any
+    params: list[Any]
+    count: Any
+    limit: Any
+    carried: list[Any]
+    fixed: list[Any]  # the fixed values as the level sees them (constants kept)
+    passed: list[Any]  # the fixed values it takes as parameters
+
+
+def _int64(value: int) -> Any:
+    return relax.const(np.int64(value), "int64")
+
+
+def _outputs(out_type: Type) -> tuple[list[TensorType], list[int]]:
+    """A loop's per-step output leaves and their sizes."""
+    outs = leaves(out_type)
+    return outs, [int(np.prod(leaf.shape, dtype=np.int64)) for leaf in outs]
+
+
+def _buffer_types(outs: list[TensorType]) -> list[Any]:
+    """The types of the (rows, row size) buffers of a loop's outputs."""
+    return [relax.TensorType(dtype=leaf.dtype, ndim=2) for leaf in outs]
+
+
+def _loose(ty: Any) -> Any:
+    """``ty`` with every dimension that is not a constant forgotten: the
+    type of a parameter taking such values in a function of its own (a
+    symbolic variable belongs to the function that defines it)."""
+    if isinstance(ty, relax.TupleType):
+        return relax.TupleType([_loose(f) for f in ty.fields])
+    if isinstance(ty, relax.TensorType) and ty.shape is not None:
+        dims = list(ty.shape.values)
+        if not all(isinstance(d, tirx.IntImm) for d in dims):
+            return relax.TensorType(dtype=ty.dtype, ndim=len(dims))
+    return ty
+
+
+def _shaped(ty: Any) -> Any:
+    """A tensor type of known rank and unknown shape with its dimensions
+    named (the parameter of a function of its own, which defines them), so
+    that calls taking the parameter know its shape."""
+    if isinstance(ty, relax.TensorType) and ty.shape is None and ty.ndim >= 0:
+        return relax.TensorType([tirx.Var(f"d{i}", "int64") for i in range(ty.ndim)], ty.dtype)
+    return ty
 
 
 def _leading_dim(t: Type) -> int | str:
@@ -542,7 +786,7 @@ def _step_types(t: Type) -> list[Type]:
     return [TensorType(t.shape[1:], t.dtype)]
 
 
-def _loop_outputs(lowered: LoweredLoop, length: int) -> list[Any]:
+def _loop_outputs(lowered: LoweredLoop, length: Any) -> list[Any]:
     """The loop function's output tensors: the stacked outputs, the final
     state, the prologue's scratch (discarded)."""
     rows = lowered.scratch_rows(length)

@@ -47,10 +47,17 @@ Algorithm
    - ``io.print`` calls the packed function ``effir.print`` (registered by
      the Python runtime and by the C++ runner) and advances the world token;
    - a loop that cannot be one TIR function (``cf.while_loop``, a
-     ``cf.foreach`` with control flow in its body or of data-dependent
-     length) is a recursive Relax function the VM runs step by step; its
-     per-step outputs go to buffers that double when full, written in
-     place, cut to the steps run at the end [RULE VMLOOP];
+     ``cf.foreach`` with control flow or effects in its body) is a VM loop
+     the VM runs step by step, in levels of recursive functions so that
+     its native depth stays bounded [RULE VMLOOP] [RULE LEVELS]; its
+     per-step outputs go to buffers written in place, cut to the steps run;
+   - [RULE DEPTH] a global on a cycle of the call graph (and a closure that
+     calls itself or may call one) takes its depth of recursion first;
+     each call passes it on through a kernel that adds one and fails with
+     an ``EvalError`` naming the callee past ``MAX_DEPTH`` nested calls,
+     and a VM loop in such code counts its levels' calls too. Such a
+     program runs on a thread with a large stack (vm_run.py [RULE STACK]);
+     a recursive entry is a wrapper calling its body at depth 0;
    - an operator of data-dependent shape (``boolean_mask``, ``argwhere``,
      the ``dyn.*`` operators, ``shape_of``) runs as the executor's kernels
      (executor_kernels.py): count, allocate once the size is known
@@ -63,10 +70,12 @@ Algorithm
    program runs in Python only (``export`` refuses it).
 
 The parts: relax_types.py (the types, [RULE SYMBOLIC]), relax_loops.py
-([RULE LOOP], [RULE CHUNK], [RULE VMLOOP]), relax_dynamic.py ([RULE DYN]),
-relax_symbolic.py ([RULE SHAPEPOLY]), relax_fallback.py ([FALLBACK]),
-relax_adts.py ([RULE ADT]) and relax_closures.py ([RULE VMCLOSURE]); this
-module is the walk over the program and its calls, kernels and closures.
+([RULE LOOP], [RULE CHUNK], [RULE VMLOOP], [RULE LEVELS]),
+relax_dynamic.py ([RULE DYN]), relax_symbolic.py ([RULE SHAPEPOLY]),
+relax_fallback.py ([FALLBACK]), relax_adts.py ([RULE ADT]),
+relax_closures.py ([RULE VMCLOSURE]) and vm_run.py (run-time checks, the
+large stack); this module is the walk over the program and its calls,
+kernels and closures.
 
 Known limitations: references left after state passing, a ``match?`` that
 may fail and a kernel used as a value are not compiled: CompileError,
@@ -111,6 +120,7 @@ from ...ir.op import op_def
 from ...ir.printer import astext
 from ...ir.types import TupleType, Type
 from ...ir.visitor import free_vars, pre_order
+from ...passes.call_graph import recursive
 from ...passes.fuse import PRIMITIVE, is_primitive
 from ...passes.infer_type import infer_expr
 from .errors import BackendError, CompileError
@@ -122,6 +132,7 @@ from .relax_loops import LoopLowering
 from .relax_symbolic import SymbolicLowering
 from .relax_types import NeedsStatic, declare, named_dims, relax_type, scheduled, static
 from .target import building
+from .vm_run import MAX_DEPTH, deeper_kernel
 
 PRINT_FUNCTION = "effir.print"
 """The packed function ``io.print`` calls: ``(label: str, value) -> None``."""
@@ -138,6 +149,7 @@ class RelaxProgram:
     fallbacks: dict[str, Callable[..., Any]] = field(default_factory=dict)
     kernels: int = 0
     loops: int = 0
+    recursive: bool = False  # runs on a large stack (vm_run.py [RULE STACK])
 
 
 def lower_to_relax(
@@ -161,6 +173,7 @@ class _Closure:
 
     gv: Any
     captured: list[Var]
+    deep: bool  # takes the depth of recursion first [RULE DEPTH]
 
 
 class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, ClosureLowering):
@@ -178,11 +191,16 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
         self.constructor_functions: dict[str, Any] = {}  # relax_closures.py
         self.fallbacks: dict[str, Callable[..., Any]] = {}
         self.loops = 0
+        self.recursive: set[str] = set()  # globals on a cycle of calls [RULE DEPTH]
+        self.depth: Any = None  # the depth of recursion where code is lowered
+        self.recursion = False  # whether the program may recurse (vm_run.py)
 
     # ------------------------------------------------------------ globals
     def run(self, entry: str) -> RelaxProgram:
         self.entry = entry
         reached = self._reachable(entry)
+        self.recursive = recursive(self.module) & set(reached)
+        self.recursion = bool(self.recursive)
         for name in reached:  # [GLOBALS] declare, then define
             fn = self.module.functions[name]
             symbols = self.symbols if name == entry else None
@@ -191,20 +209,44 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
                     relax.Var(p.name_hint, relax_type(p.checked_type, symbols)) for p in fn.params
                 ]
                 ret = relax_type(fn.body.checked_type, symbols)
-            self.globals[name] = declare(self.bb, params, ret, name)
+            if name in self.recursive:  # [RULE DEPTH]
+                params.insert(0, relax.Var("depth", relax.TensorType([], "int64")))
+            label = f"{name}_recursive" if name == entry and name in self.recursive else name
+            self.globals[name] = declare(self.bb, params, ret, label)
         for name in reached:
             fn = self.module.functions[name]
             with _located(fn, name):
                 function = self._function(fn, name)
-            if name == entry:
+            if name == entry and name not in self.recursive:
                 function = function.with_attr("global_symbol", entry)
             self.bb.update_func(self.globals[name], function)
+        if entry in self.recursive:  # the entry as it is called: depth 0
+            self._entry_of_recursive(entry)
         module = self.bb.finalize()
         if self.apart:
             with building(self.target):
                 library = tvm.compile(tvm.IRModule(self.apart), target=self.target)
             module = module.with_attr("external_mods", [library.mod])
-        return RelaxProgram(module, entry, self.fallbacks, len(self.kernels), self.loops)
+        return RelaxProgram(
+            module, entry, self.fallbacks, len(self.kernels), self.loops, self.recursion
+        )
+
+    def _entry_of_recursive(self, entry: str) -> None:
+        """[RULE DEPTH] The public entry of a recursive entry function: its
+        parameters, then a call at depth 0."""
+        fn = self.module.functions[entry]
+        params = [
+            relax.Var(p.name_hint, relax_type(p.checked_type, self.symbols)) for p in fn.params
+        ]
+        ret = relax_type(fn.body.checked_type, self.symbols)
+
+        def call() -> Any:
+            zero = relax.const(np.int64(0), "int64")
+            return self.bb.emit(relax.Call(self.globals[entry], [zero, *params]))
+
+        body = self._seq(call)
+        function = relax.Function(params, body, ret, False).with_attr("global_symbol", entry)
+        self.bb.add_func(function, entry)
 
     def _reachable(self, entry: str) -> list[str]:
         if entry not in self.module.functions:
@@ -220,18 +262,51 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
                         work.append(node.name)
         return order
 
-    def _function(self, fn: Function, name: str, captured: list[Var] | None = None) -> Any:
-        """A Relax function of ``fn`` (its captured variables first)."""
+    def _function(self, fn: Function, name: str) -> Any:
+        """A Relax function of the global ``fn`` (taking the depth of
+        recursion first when it is recursive [RULE DEPTH])."""
         env: dict[Var, Any] = {}
         params = []
-        symbols = self.symbols if name == self.entry and captured is None else None
-        for v in [*(captured or []), *fn.params]:
+        symbols = self.symbols if name == self.entry else None
+        for v in fn.params:
             param = relax.Var(v.name_hint, relax_type(v.checked_type, symbols))
             env[v] = param
             params.append(param)
-        body = self._block(fn.body, env)
+        depth = None
+        if name in self.recursive:
+            depth = relax.Var("depth", relax.TensorType([], "int64"))
+            params.insert(0, depth)
+        body = self._at_depth_of(fn, env, depth)
         ret = relax_type(fn.body.checked_type, symbols)
         return relax.Function(params, body, ret, False).with_attr("effir_name", name)
+
+    def _at_depth_of(self, fn: Function, env: dict[Var, Any], depth: Any) -> Any:
+        """``fn``'s body lowered where the depth of recursion is ``depth``
+        (a parameter, or None)."""
+        saved, self.depth = self.depth, depth
+        try:
+            return self._block(fn.body, env)
+        finally:
+            self.depth = saved
+
+    def _deeper(self, callee: str, span: Any) -> Any:
+        """[RULE DEPTH] The depth a call of the recursive ``callee`` runs
+        at: one more than here, checked against ``MAX_DEPTH`` by one small
+        kernel (an ``EvalError`` naming ``callee`` past it); 1 from code
+        that is not recursive."""
+        one = relax.const(np.int64(1), "int64")
+        if self.depth is None:
+            return one
+        if self.target.kind.name != "llvm":  # a GPU kernel cannot stop the host
+            return self.bb.emit(relax.op.add(self.depth, one))
+        where = f"{span}: " if span is not None else ""
+        text = f"{where}{callee}: recursion deeper than {MAX_DEPTH} nested calls (the limit of compiled code)"
+        key = "deeper:" + text
+        gv = self.executor_gvs.get(key)
+        if gv is None:
+            func = self._on_target(deeper_kernel(MAX_DEPTH, text))
+            gv = self.executor_gvs[key] = self.bb.add_func(func, "deeper")
+        return self.bb.emit(relax.call_tir(gv, [self.depth], relax.TensorType([], "int64")))
 
     # ------------------------------------------------------------- blocks
     def _block(self, expr: Expr, env: dict[Var, Any]) -> Any:
@@ -331,6 +406,9 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
             return self._construct(callee, [self._atom(a, env) for a in call.args], name)
         if isinstance(callee, GlobalVar):
             args = [self._atom(a, env) for a in call.args]
+            if callee.name in self.recursive:
+                called = self.module.functions[callee.name]
+                args.insert(0, self._deeper(f"@{callee.name}", called.span))
             result = self.bb.emit(relax.Call(self.globals[callee.name], args), name)
             return self._typed(result, call.checked_type)  # a polymorphic callee's
         if isinstance(callee, Var) and isinstance(env.get(callee), Function):
@@ -339,6 +417,8 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
                 return self._kernel_call(fn, call.args, env, name)
             closure = self._lift(fn, env, callee.name_hint)
             args = [env[v] for v in closure.captured] + [self._atom(a, env) for a in call.args]
+            if closure.deep:
+                args.insert(0, self._deeper(f"%{callee.name_hint}", fn.span))
             return self.bb.emit(relax.Call(closure.gv, args), name)
         if isinstance(callee, Var) and callee in env:  # a function value [RULE VMCLOSURE]
             return self._invoke(env[callee], call, env, name)
@@ -352,27 +432,59 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
     ) -> _Closure:
         """[RULE CLOSURE] ``fn`` as a private Relax function of its free
         variables and parameters (lifted once); ``captured_last`` puts the
-        free variables last, as a VM closure binds them (relax_closures.py)."""
+        free variables last, as a VM closure binds them (relax_closures.py).
+        One called where it is bound that calls itself, a recursive global
+        or another closure takes the depth of recursion first [RULE DEPTH];
+        a VM closure does not (the VM's ``invoke_closure`` passes only the
+        call's arguments): a program with function values runs on the large
+        stack (vm_run.py) instead."""
         known = self.lifted.get((id(fn), captured_last))
         if known is not None:
             return known
         captured = [v for v in free_vars(fn) if not isinstance(env.get(v), Function)]
         inner_functions = {v: env[v] for v in free_vars(fn) if isinstance(env.get(v), Function)}
+        itself = any(f is fn for f in inner_functions.values())
+        deep = not captured_last and (itself or self._calls_deeper(fn, inner_functions))
+        self.recursion = self.recursion or itself or captured_last
         order = [*fn.params, *captured] if captured_last else [*captured, *fn.params]
         params = [relax.Var(v.name_hint, relax_type(v.checked_type)) for v in order]
+        if deep:
+            params.insert(0, relax.Var("depth", relax.TensorType([], "int64")))
         ret = relax_type(fn.body.checked_type)
         gv = declare(self.bb, params, ret, f"lifted_{name}")
-        closure = self.lifted[(id(fn), captured_last)] = _Closure(gv, captured)
+        closure = self.lifted[(id(fn), captured_last)] = _Closure(gv, captured, deep)
         inner = dict(inner_functions)
         body_params = []
         for v in order:
             param = relax.Var(v.name_hint, relax_type(v.checked_type))
             inner[v] = param
             body_params.append(param)
-        body = self._block(fn.body, inner)
+        depth = None
+        if deep:
+            depth = relax.Var("depth", relax.TensorType([], "int64"))
+            body_params.insert(0, depth)
+        body = self._at_depth_of(fn, inner, depth)
         function = relax.Function(body_params, body, ret, False)
         self.bb.update_func(gv, function.with_attr("effir_name", gv.name_hint))  # unique
         return closure
+
+    def _calls_deeper(self, fn: Function, functions: dict[Var, Any]) -> bool:
+        """[RULE DEPTH] Whether ``fn`` calls a recursive global or a closure
+        (which may recurse): it must pass the depth of recursion on."""
+        bound = dict(functions)
+        for node in pre_order(fn.body):
+            if isinstance(node, Let) and isinstance(node.value, Function):
+                bound[node.var] = node.value
+        for node in pre_order(fn.body):
+            if isinstance(node, Call):
+                callee = node.callee
+                if isinstance(callee, GlobalVar) and callee.name in self.recursive:
+                    return True
+                if isinstance(callee, Var):
+                    target = bound.get(callee)
+                    if not isinstance(target, Function) or not is_primitive(target):
+                        return True
+        return False
 
     # ------------------------------------------------------------ kernels
     def _kernel_call(
@@ -447,7 +559,7 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
         if definition.name == "cf.foreach":
             return self._foreach(call, env, name)
         if definition.name == "cf.while_loop":
-            return self._recursive_loop(call, env, name)
+            return self._while_loop(call, env, name)
         if definition.name == "io.print":
             return self._print(call, env, name)
         dynamic = DYNAMIC.get(definition.name)

@@ -138,3 +138,42 @@ def test_the_runner_checks_a_signed_manifest_with_its_key(
     (tmp_path / "other").write_bytes(b"another key")
     done = run(runner, root / "model", *inputs, "--key-file", tmp_path / "other")
     assert done.returncode == 1 and "signature does not match" in done.stderr
+
+
+def test_the_runner_runs_a_recursion_ten_thousand_deep(
+    runner: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The VM nests a native call per call of a recursive function: the
+    # runner runs on a large stack, and past the limit (20,000 here, to
+    # keep the test short) the program stops with the compiled check's
+    # message (vm_run.py).
+    from effir.backends.tvm import relax_lower
+
+    monkeypatch.setattr(relax_lower, "MAX_DEPTH", 20_000)
+    module = effir.check(
+        effir.parse(
+            """#[version = "0.0.5"]
+def @count(%n: int32) -> float32 {
+  if (less_equal(%n, 0)) { 0f } else { add(@count(subtract(%n, 1)), 0.5f) }
+}
+def @main(%n: int32) { @count(%n) }
+"""
+        )
+    )
+    compiled = effir.compile(module)
+    compiled(np.array(1, np.int32))
+    compiled.export(tmp_path / "model")
+    for n, status in [(10_000, 0), (20_010, 1)]:
+        np.save(tmp_path / "n.npy", np.array(n, np.int32))
+        out = tmp_path / f"out{n}"
+        out.mkdir()
+        done = subprocess.run(
+            [runner, tmp_path / "model", tmp_path / "n.npy", "--out", out],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == status, done.stderr
+        if status == 0:
+            assert np.load(out / "result_0.npy") == np.float32(5000.0)
+        else:
+            assert "@count: recursion deeper than" in done.stderr, done.stderr
