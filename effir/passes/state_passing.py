@@ -714,17 +714,18 @@ class _Analysis:
         activation is gone, or in another one."""
         touching: dict[Var, str] = {}
         closures: dict[Function, str] = {}
-        for fn in self.unit_fn.values():
-            for node in self.body_nodes(fn):
-                if isinstance(node, Let) and isinstance(node.value, Function):
-                    sig = self.signature_of(("fn", node.value))
-                    local = [c for c in sig.reads if c in self.owner]
-                    if local:
-                        touching[node.var] = local[0]
-                        closures[node.value] = local[0]
-        if not touching:
+        for src in self.unit_fn:
+            if src[0] == "fn":
+                local = [c for c in self.signature_of(src).reads if c in self.owner]
+                if local:
+                    closures[src[1]] = local[0]
+        if not closures:
             return
         self._check_escapes(closures)
+        for fn in self.unit_fn.values():
+            for node in self.body_nodes(fn):
+                if isinstance(node, Let) and node.value in closures:
+                    touching[node.var] = closures[node.value]
         for name in self.module.functions:
             for node in self.nodes[name]:
                 for field_name, child in _var_uses(node):
@@ -750,13 +751,30 @@ class _Analysis:
         for key, found in values.items():
             if isinstance(key, tuple) and key[0] == "content":
                 stored_anywhere |= found
-        for fn, cell in closures.items():
+        # The closures that touch the reference themselves are reported
+        # first (the others only share a call site's signature with them).
+        own_first = sorted(
+            closures.items(),
+            key=lambda item: item[1] not in self.reads.get(("fn", item[0]), set())
+            and item[1] not in self.writes.get(("fn", item[0]), set()),
+        )
+        for fn, cell in own_first:
             src = ("fn", fn)
             owner = self.owner[cell]
             stored = src in stored_anywhere
             returned = self.flows.value_of(self.unit_fn[owner].body)
-            if src in returned or stored:
-                how = "stored in a reference" if stored else "returned by the function creating it"
+            # Passed back to the function owning the reference (recursion):
+            # there it would meet another activation's reference.
+            again = any(src in self.flows.value_of(p) for p in self.unit_fn[owner].params)
+            if src in returned or stored or again:
+                how = (
+                    "stored in a reference"
+                    if stored
+                    else "passed back to the function creating it, whose next activation has "
+                    "a reference of its own"
+                    if again
+                    else "returned by the function creating it"
+                )
                 raise EffectError(
                     f"this closure touches the local reference created at "
                     f"{_where(self.alloc_span[cell])} and escapes ({how}); it could then run "

@@ -132,3 +132,39 @@ def test_what_truly_escapes_is_refused(body: str, message: str) -> None:
     with pytest.raises(effir.EffectError, match=re.escape(message)) as err:
         state_passing(a1)
     assert err.value.span is not None and err.value.span.source.name == "escape.effir"
+
+
+def test_a_closure_passed_back_to_its_owner_is_refused() -> None:
+    """Recursion hands the closure to another activation of the function
+    that created its reference: that activation's reference is another."""
+    text = """
+def @own(%f: fn(float32) -> float32, %n: int32) -> float32 {
+  let %r = ref(1f);
+  let %v = %f(2f);
+  if (greater(%n, 0)) {
+    add(%v, @own(fn (%y: float32) -> float32 {
+      ref_write(%r, add(ref_read(%r), %y)); ref_read(%r)
+    }, subtract(%n, 1)))
+  } else { add(%v, ref_read(%r)) }
+}
+def @main(%n: int32) { @own(fn (%y: float32) -> float32 { %y }, %n) }
+"""
+    a1 = effir.check(effir.parse(H + text, source_name="own.effir"))
+    with pytest.raises(effir.EffectError, match="passed back to the function creating it") as err:
+        state_passing(a1)
+    assert err.value.line == 7  # the closure over %r
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "def @main() { let %r = ref(5f); fn () -> float32 { ref_write(%r, 1f); ref_read(%r) } }",
+        "def @main() { let %r = ref(0f); let %g = fn () -> float32 { ref_read(%r) }; "
+        "fn () -> float32 { %g() } }",
+        "def @mk() { let %r = ref(0f); fn () -> float32 { ref_read(%r) } }\ndef @main() { @mk() }",
+    ],
+)
+def test_a_closure_returned_bare_is_refused(text: str) -> None:
+    a1 = effir.check(effir.parse(H + text))
+    with pytest.raises(effir.EffectError, match="escapes"):
+        state_passing(a1)

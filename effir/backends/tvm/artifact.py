@@ -93,6 +93,8 @@ def export(compiled: CompiledModule, path: str | os.PathLike[str], key: Key | No
     ``key``, the manifest is signed (HMAC-SHA256) so that ``load(path,
     key=...)`` detects tampering, not only corruption."""
     target = Path(path)
+    if key is not None:
+        _key_bytes(key)  # refused before anything is written
     built = [(key, spec) for key, spec in compiled.specializations.items()]
     if not built:
         raise ArtifactError(
@@ -200,8 +202,11 @@ class LoadedModule:
         for cell in manifest["cells"]:
             name = str(cell["name"])
             spec = spec_from_json(cell["type"], f"{MANIFEST}, cell {name}")
-            arrays = [_state_array(path, name, f["file"], f["sha256"]) for f in cell["files"]]
-            _check_cell(path, name, spec, arrays)
+            expected = _cell_leaves(path, name, spec, cell["files"])
+            arrays = [
+                _state_array(path, name, f["file"], f["sha256"], leaf)
+                for f, leaf in zip(cell["files"], expected, strict=True)
+            ]
             self._cells.append((name, spec, arrays))
         cell_names = {WORLD} | {name for name, _, _ in self._cells}
         self.entries: dict[str, tuple[Signature, dict[tuple[tuple[str, int], ...], Path]]] = {}
@@ -305,14 +310,9 @@ def load(path: str | os.PathLike[str], key: Key | None = None) -> LoadedModule:
     with a ``key``, when its manifest is not signed with that key."""
     root = Path(path)
     manifest_path = root / MANIFEST
-    try:
-        if not manifest_path.is_file():
-            raise ArtifactError(f"{root}: not an effir artifact (no {MANIFEST})")
-        if manifest_path.stat().st_size > MAX_MANIFEST_BYTES:
-            raise ArtifactError(f"{manifest_path}: the manifest is larger than any effir writes")
-        manifest_bytes = manifest_path.read_bytes()
-    except OSError as err:
-        raise ArtifactError(f"{manifest_path}: cannot read the manifest ({err.strerror})") from None
+    if not manifest_path.exists():
+        raise ArtifactError(f"{root}: not an effir artifact (no {MANIFEST})")
+    manifest_bytes = _read_regular(manifest_path, MAX_MANIFEST_BYTES, str(manifest_path))
     if key is not None:
         _verify_signature(root, manifest_bytes, key)
     try:
@@ -338,20 +338,32 @@ def load(path: str | os.PathLike[str], key: Key | None = None) -> LoadedModule:
 
 
 def _signature(manifest: bytes, key: Key) -> str:
-    secret = key.encode() if isinstance(key, str) else bytes(key)
-    return hmac.new(secret, manifest, hashlib.sha256).hexdigest()
+    return hmac.new(_key_bytes(key), manifest, hashlib.sha256).hexdigest()
+
+
+def _key_bytes(key: Any) -> bytes:
+    """A signing key: non-empty bytes or text. Anything else is refused, not
+    converted (``bytes(5)`` is five zero bytes: a key anyone could guess)."""
+    if isinstance(key, str):
+        secret = key.encode()
+    elif isinstance(key, bytes | bytearray | memoryview):
+        secret = bytes(key)
+    else:
+        raise ArtifactError(f"a signing key must be bytes or str, not {type(key).__name__}")
+    if not secret:
+        raise ArtifactError("a signing key must not be empty")
+    return secret
 
 
 def _verify_signature(root: Path, manifest: bytes, key: Key) -> None:
-    try:
-        recorded = (root / SIGNATURE).read_text().strip()
-    except FileNotFoundError:
+    expected = _signature(manifest, key).encode()
+    path = root / SIGNATURE
+    if not path.exists() and not path.is_symlink():
         raise ArtifactError(
             f"{root}: the artifact is not signed (no {SIGNATURE}), and a key was given"
-        ) from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise ArtifactError(f"{root / SIGNATURE}: cannot read the signature ({err})") from None
-    if not hmac.compare_digest(recorded, _signature(manifest, key)):
+        )
+    recorded = _checked_bytes(root, SIGNATURE, None, limit=1024).strip()
+    if not hmac.compare_digest(recorded, expected):
         raise ArtifactError(
             f"{root}: the manifest's signature does not match the key: the artifact was "
             "changed after it was exported, or signed with another key"
@@ -366,10 +378,31 @@ def _dimension(root: Path, name: Any, value: Any) -> int:
     return value
 
 
-def _checked_bytes(root: Path, relative: Any, digest: Any) -> bytes:
+def _read_regular(path: Path, limit: int | None, what: str) -> bytes:
+    """The bytes of the regular file ``path`` (at most ``limit``): a FIFO or
+    a device is refused before it is read (opened without blocking)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise ArtifactError(f"{what} is missing") from None
+    except OSError as err:
+        raise ArtifactError(f"{what} cannot be read ({err.strerror})") from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ArtifactError(f"{what} is not a regular file")
+        if limit is not None and info.st_size > limit:
+            raise ArtifactError(f"{what} is larger than any effir writes")
+        try:
+            return f.read()
+        except OSError as err:
+            raise ArtifactError(f"{what} cannot be read ({err.strerror})") from None
+
+
+def _checked_bytes(root: Path, relative: Any, digest: Any, limit: int | None = None) -> bytes:
     """The contents of ``root/relative``, read once, whose SHA-256 is
-    ``digest``: the bytes checked are the bytes returned."""
-    if not isinstance(relative, str) or not isinstance(digest, str):
+    ``digest`` (when not None): the bytes checked are the bytes returned."""
+    if not isinstance(relative, str) or not isinstance(digest, str | None):
         raise ArtifactError(f"{root / MANIFEST}: a file entry must name a file and its sha256")
     try:
         base = root.resolve(strict=True)
@@ -381,54 +414,65 @@ def _checked_bytes(root: Path, relative: Any, digest: Any) -> bytes:
         raise ArtifactError(f"{root}: {relative} is missing") from None
     except (OSError, RuntimeError) as err:  # a symlink loop is a RuntimeError
         raise ArtifactError(f"{root}: {relative} cannot be resolved ({err})") from None
-    try:
-        with open(path, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                raise ArtifactError(f"{root}: {relative} is not a regular file")
-            data = f.read()
-    except OSError as err:
-        raise ArtifactError(f"{root}: {relative} cannot be read ({err.strerror})") from None
-    if hashlib.sha256(data).hexdigest() != digest:
+    data = _read_regular(path, limit, f"{root}: {relative}")
+    if digest is not None and hashlib.sha256(data).hexdigest() != digest:
         raise ArtifactError(
             f"{root}: {relative} is corrupt or truncated (its SHA-256 does not match the manifest)"
         )
     return data
 
 
-def _state_array(root: Path, cell: str, relative: Any, digest: Any) -> np.ndarray:
+def _cell_leaves(root: Path, cell: str, spec: Spec, files: Any) -> list[tuple[tuple, str]]:
+    """The (shape, dtype) of each tensor the cell's type says its files
+    hold, in order; ArtifactError when the files are not one per tensor."""
+    leaves: list[tuple[tuple, str]] = []
+    stack = [spec]
+    while stack:
+        s = stack.pop()
+        if isinstance(s, TupleSpec):
+            stack.extend(reversed(s.fields))
+        elif isinstance(s, TensorSpec):
+            leaves.append((tuple(s.shape), s.dtype))
+        else:  # a key: two uint32 words
+            leaves.append(((2,), "uint32"))
+    if not isinstance(files, list) or len(files) != len(leaves):
+        count = len(files) if isinstance(files, list) else "no list of"
+        raise ArtifactError(
+            f"{root / MANIFEST}: cell {cell} has {count} file(s) for {len(leaves)} tensor(s)"
+        )
+    return leaves
+
+
+def _state_array(
+    root: Path, cell: str, relative: Any, digest: Any, expected: tuple[tuple, str]
+) -> np.ndarray:
+    """A cell's tensor: its header is checked against the cell's type
+    before any data is read or allocated (a header may claim petabytes)."""
     data = _checked_bytes(root, relative, digest)
+    buffer = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(buffer)
+        read_header = (
+            np.lib.format.read_array_header_1_0
+            if version == (1, 0)
+            else np.lib.format.read_array_header_2_0
+        )
+        shape, fortran, dtype = read_header(buffer)
+    except (ValueError, OSError, EOFError, SyntaxError) as err:
+        raise ArtifactError(
+            f"{root}: {relative}, a value of cell {cell}, is not a plain .npy array ({err})"
+        ) from None
+    if (tuple(shape), str(dtype)) != expected or fortran:
+        raise ArtifactError(
+            f"{root}: cell {cell} holds a {dtype} array of shape {tuple(shape)}, "
+            f"where its type says {expected[1]} of shape {expected[0]}"
+        )
     try:
         return np.load(io.BytesIO(data), allow_pickle=False)
     except (ValueError, OSError, EOFError) as err:
         raise ArtifactError(
             f"{root}: {relative}, a value of cell {cell}, is not a plain .npy array ({err})"
         ) from None
-
-
-def _check_cell(root: Path, cell: str, spec: Spec, arrays: list[np.ndarray]) -> None:
-    """The cell's files hold exactly the tensors its type says."""
-    leaves: list[Spec] = []
-    stack = [spec]
-    while stack:
-        s = stack.pop()
-        if isinstance(s, TupleSpec):
-            stack.extend(reversed(s.fields))
-        else:
-            leaves.append(s)
-    if len(leaves) != len(arrays):
-        raise ArtifactError(
-            f"{root / MANIFEST}: cell {cell} has {len(arrays)} file(s) for {len(leaves)} tensor(s)"
-        )
-    for leaf, array in zip(leaves, arrays, strict=True):
-        if isinstance(leaf, TensorSpec):
-            expected = (tuple(leaf.shape), leaf.dtype)
-        else:  # a key: two uint32 words
-            expected = ((2,), "uint32")
-        if (array.shape, str(array.dtype)) != expected:
-            raise ArtifactError(
-                f"{root}: cell {cell} holds a {str(array.dtype)} array of shape {array.shape}, "
-                f"where its type says {expected[1]} of shape {expected[0]}"
-            )
 
 
 def _rebuild(spec: Spec, arrays: Any) -> Any:

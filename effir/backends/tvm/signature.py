@@ -21,7 +21,7 @@ import tvm
 import tvm_ffi
 
 from ...ir.printer import astext
-from ...ir.types import KeyType, TensorType, TupleType, Type
+from ...ir.types import ANY, DTYPES, KeyType, TensorType, TupleType, Type
 from ...ops.effects import WORLD
 from ...runtime.arguments import bind_arguments, check_argument, convert_argument
 from ...runtime.values import PRNGKey
@@ -95,12 +95,11 @@ def spec_from_json(data: Any, where: str) -> Spec:
         if not isinstance(shape, list) or not isinstance(dtype, str):
             raise ValueError(f"{where}: a tensor needs a shape list and a dtype")
         for d in shape:
-            if not (isinstance(d, int) and d >= 0 or isinstance(d, str) and d):
+            size = type(d) is int and 0 <= d < 1 << 63
+            if not (size or isinstance(d, str) and d.isidentifier() or d == ANY):
                 raise ValueError(f"{where}: bad dimension {d!r}")
-        try:
-            np.dtype(dtype)
-        except TypeError:
-            raise ValueError(f"{where}: unknown dtype {dtype!r}") from None
+        if dtype not in DTYPES:
+            raise ValueError(f"{where}: unknown dtype {dtype!r}")
         return TensorSpec(tuple(shape), dtype)
     if data.get("key") is True:
         return KeySpec()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -172,3 +173,93 @@ def test_a_signed_artifact_is_checked_with_its_key(exported: Path, tmp_path: Pat
     with pytest.raises(ArtifactError, match="signature"):
         effir.load(signed, key=b"secret key")
     effir.load(signed)  # without a key, the signature is not checked
+
+
+def test_a_fifo_in_the_artifact_is_refused_not_waited_on(exported: Path, tmp_path: Path) -> None:
+    """Opening a FIFO blocks until a writer comes: the loader must refuse
+    it (in a subprocess with a time-out, so that a hang is a failure)."""
+    from tests.isolated import run_isolated
+
+    signed = fresh(exported.with_name("signed"), tmp_path, "signed")
+    library = next((signed / "lib").iterdir())
+    library.unlink()
+    os.mkfifo(library)
+    sig = fresh(exported.with_name("signed"), tmp_path, "sig")
+    (sig / SIGNATURE).unlink()
+    os.mkfifo(sig / SIGNATURE)
+    run = run_isolated(
+        f"""
+        import effir
+        from effir.backends.tvm.artifact import ArtifactError
+        for path, key in [({str(signed)!r}, None), ({str(sig)!r}, b"secret key")]:
+            try:
+                effir.load(path, key=key)
+            except ArtifactError as err:
+                print("refused:", err.message)
+        """,
+        timeout=120,
+    ).check()
+    assert run.stdout.count("is not a regular file") == 2, run.stdout
+
+
+def test_a_signature_that_is_not_ascii_is_an_artifact_error(exported: Path, tmp_path: Path) -> None:
+    signed = fresh(exported.with_name("signed"), tmp_path, "signed")
+    (signed / SIGNATURE).write_text("é" * 64)
+    with pytest.raises(ArtifactError, match="signature does not match"):
+        effir.load(signed, key=b"secret key")
+
+
+@pytest.mark.parametrize("key", [5, 0, True, -1, 1.5, "", b""])
+def test_a_key_that_is_not_non_empty_bytes_or_text_is_refused(
+    exported: Path, tmp_path: Path, key: object
+) -> None:
+    """``bytes(5)`` is five zero bytes, and HMAC pads a key with zeros: an
+    int would sign with a key anyone can guess."""
+    with pytest.raises(ArtifactError, match="signing key"):
+        effir.load(exported.with_name("signed"), key=key)
+    compiled = effir.compile(program())
+    with pytest.raises(ArtifactError, match="signing key"):
+        compiled.export(tmp_path / "never", key=key)
+    assert not (tmp_path / "never").exists()
+
+
+def test_a_state_header_claiming_petabytes_is_refused_before_reading(
+    exported: Path, tmp_path: Path
+) -> None:
+    path = fresh(exported, tmp_path)
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (1000000000000000,), }"
+    header += " " * (63 - (len(header) + 10) % 64) + "\n"
+    data = b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode()
+    (path / "state" / "count.0.npy").write_bytes(data)
+    digest = hashlib.sha256(data).hexdigest()
+
+    def rehash(manifest: dict) -> None:
+        for cell in manifest["cells"]:
+            for f in cell["files"]:
+                if f["file"] == "state/count.0.npy":
+                    f["sha256"] = digest
+
+    edit_manifest(path, rehash)
+    with pytest.raises(ArtifactError, match="where its type says"):
+        effir.load(path)
+
+
+@pytest.mark.parametrize("bad", [True, 1 << 63, -1, "1x", "x y"])
+def test_a_malformed_parameter_dimension_is_an_artifact_error(
+    exported: Path, tmp_path: Path, bad: object
+) -> None:
+    path = fresh(exported, tmp_path)
+    edit_manifest(
+        path,
+        lambda m: m["entries"]["main"]["signature"]["params"][0]["type"].update(tensor=[bad, 4]),
+    )
+    with pytest.raises(ArtifactError, match="bad dimension"):
+        effir.load(path)
+    edit_manifest(
+        path,
+        lambda m: m["entries"]["main"]["signature"]["params"][0]["type"].update(
+            tensor=["n", 4], dtype="object"
+        ),
+    )
+    with pytest.raises(ArtifactError, match="unknown dtype"):
+        effir.load(path)
