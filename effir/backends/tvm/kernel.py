@@ -389,7 +389,10 @@ def lower_kernel(
     outputs = builder.outputs(value, result)
     signature = _Signature(params, result, _flat(params), tuple(leaves(result)))
     func = relax_alignment(te.create_prim_func(builder.inputs + builder.constant_inputs + outputs))
-    module = schedule_prim_func(func, tvm_target) if schedule else tvm.IRModule({"main": func})
+    # A kernel without outputs (``random.split(k, num=0)``) computes nothing
+    # and has no block to schedule.
+    scheduled = schedule and bool(outputs)
+    module = schedule_prim_func(func, tvm_target) if scheduled else tvm.IRModule({"main": func})
     # Inlining one producer into two places copies its let variables; give
     # each binding its own variable (TVM's analyzer rejects a rebinding).
     module = tvm.tirx.transform.ConvertSSA()(module)
@@ -551,8 +554,16 @@ def _describe(node: Expr) -> str:
 
 
 def _immediate(data: np.ndarray) -> bool:
-    """A scalar TIR can hold as an immediate (an int64 at most)."""
-    return not (data.dtype == np.uint64 and int(data) >= 2**63)
+    """A scalar TIR can hold as an immediate (an int64 at most), and one
+    TVM's simplifier reasons about soundly: it folds ``x == INT_MIN`` and
+    ``x <= INT_MIN`` to false for a 32- or 64-bit x (its bound analysis
+    takes the most negative value for minus infinity), so that constant is
+    a kernel input instead (te_ops.py [RULE WRAP])."""
+    if data.dtype == np.uint64:
+        return int(data) < 2**63
+    if data.dtype.kind == "i" and data.dtype.itemsize >= 4:
+        return int(data) != np.iinfo(data.dtype).min
+    return True
 
 
 def _identifier(name: str) -> str:

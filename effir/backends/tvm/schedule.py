@@ -643,6 +643,10 @@ def _same_domain(sch: Any, producer: Any, consumer: Any) -> bool:
 
 
 # =================================================================== GPU
+ORDERED = "effir_ordered"
+"""Annotation of a reduction whose combiner is not associative (integer
+``power``'s bit loop): it runs in order, never split across threads."""
+
 GPU_THREADS = 256
 """Threads per block for a loop nest bound by ``_bind_threads``."""
 
@@ -658,7 +662,8 @@ def _schedule_gpu(func: Any, target: Any) -> Any:
     inline_within_budget(sch)
     blocks = _Blocks(sch)
     anchors = [b for b in blocks.all() if blocks.is_reduction(b)]
-    if len(anchors) == 1:
+    ordered = any(ORDERED in sch.get(b).annotations for b in anchors)
+    if len(anchors) == 1 and not ordered:
         rules = (dlight.gpu.Matmul(), dlight.gpu.GEMV(), dlight.gpu.Reduction())
         with target:
             for rule in (*rules, dlight.gpu.GeneralReduction()):
