@@ -38,7 +38,7 @@ from tvm import relax
 from ...ir.diagnostics import Error
 from ...runtime.values import PRNGKey
 from .compile import CompiledModule, printing_to
-from .errors import BackendError
+from .errors import BackendError, run_time_error
 from .signature import (
     CellValues,
     Dims,
@@ -219,7 +219,12 @@ class LoadedModule:
             )
 
         with printing_to(sink):
-            return call_entry(function, signature, args, state)
+            try:
+                return call_entry(function, signature, args, state)
+            except Error:
+                raise
+            except Exception as err:  # inside compiled code (TVM, a packed function)
+                raise run_time_error(err, entry.removeprefix("@")) from None
 
     def _function(self, library: Path, entry: str) -> Any:
         known = self._functions.get(library)

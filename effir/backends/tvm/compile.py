@@ -29,13 +29,14 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
+from ...ir.diagnostics import Error
 from ...ir.module import IRModule
 from ...ir.visitor import pre_order
 from ...passes.pipeline import STANDARD_PIPELINES, run_pipeline
 from ..interpreter import Sink, State
 from . import lower  # noqa: F401  (registers lower-tvm)
-from .errors import BackendError
-from .relax_lower import PRINT_FUNCTION, RelaxProgram, lower_to_relax
+from .errors import BackendError, run_time_error, site_message
+from .relax_lower import PRINT_FUNCTION, RelaxProgram, label_text, lower_to_relax
 from .relax_types import NeedsStatic, static
 from .signature import Dims, Signature, call_entry, spec_of
 from .specialize import specialize
@@ -85,13 +86,19 @@ def printing_to(sink: Sink | None) -> Iterator[None]:
 
 
 def _print(label: str, value: Any) -> None:
-    """``effir.print``: the packed function ``io.print`` calls."""
+    """``effir.print``: the packed function ``io.print`` calls. A failure
+    (a label standard output cannot encode) is reported as the
+    interpreter's: ``debug.print: ...``."""
     sink: Sink | None = getattr(_sinks, "current", None)
     array = np.from_dlpack(value).copy()
+    text = label_text(str(label))
     if sink is None:
-        print(f"{label}: {array}" if label else array)
+        try:
+            print(f"{text}: {array}" if text else array)
+        except (ValueError, OSError) as err:
+            raise RuntimeError(site_message("debug.print", str(err), None)) from None
     else:
-        sink(str(label), array)
+        sink(text, array)
 
 
 tvm_ffi.register_global_func(PRINT_FUNCTION, _print, override=True)
@@ -215,9 +222,14 @@ class CompiledModule:
         if state is None:
             state = State(self.source)
         with printing_to(sink):
-            return call_entry(
-                lambda dims: self.specialization(name, dims).function(), signature, args, state
-            )
+            try:
+                return call_entry(
+                    lambda dims: self.specialization(name, dims).function(), signature, args, state
+                )
+            except Error:
+                raise
+            except Exception as err:  # inside compiled code (TVM, a packed function)
+                raise run_time_error(err, name) from None
 
     def signature(self, entry: str = "main") -> Signature:
         """What ``@entry`` takes and gives."""

@@ -1,8 +1,12 @@
-"""The TVM backend's user-facing error."""
+"""The TVM backend's user-facing errors: BackendError at compile time, and
+the EvalError a failure inside compiled code is turned into."""
 
 from __future__ import annotations
 
-from ...ir.diagnostics import Error
+import json
+from typing import Any
+
+from ...ir.diagnostics import Error, EvalError, Source, Span
 
 
 class BackendError(Error):
@@ -12,3 +16,71 @@ class BackendError(Error):
     location of the construct when it has one."""
 
     kind = "backend error"
+
+
+SITE_MARK = "[effir-site "
+"""How a run-time check's message starts inside a TVM error: the mark, a
+JSON object (op, message, source, line, column, end column, source line),
+and ``]``. te_ops.py [RULE CHECK] writes it into a kernel's assertion; the
+message is self-contained, so an exported artifact and the C++ runner
+report the same text without the source program."""
+
+
+def run_time_error(err: BaseException, entry: str) -> EvalError:
+    """The ``effir.EvalError`` a failure inside compiled code (a TVM error,
+    or an exception of a packed function the code called) is reported as:
+    the operator and source location of the check that failed when the
+    error carries a site (SITE_MARK), else the error's own last line with
+    the entry's name. No TVM exception type reaches a user."""
+    text = str(err)
+    site = _site(text)
+    if site is not None:
+        return site
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    summary = lines[-1] if lines else type(err).__name__
+    for prefix in ("tvm.error.", "InternalError: ", "RuntimeError: "):
+        summary = summary.removeprefix(prefix)
+    return EvalError(f"@{entry}: compiled code failed: {summary}")
+
+
+def _site(text: str) -> EvalError | None:
+    start = text.find(SITE_MARK)
+    if start < 0:
+        return None
+    body = text[start + len(SITE_MARK) :]
+    try:
+        info, _ = json.JSONDecoder().raw_decode(body)
+        message = f"{info['op']}: {info['message']}"
+    except (ValueError, KeyError, TypeError):
+        return None
+    return EvalError(message, located_span(info))
+
+
+def located_span(info: dict[str, Any]) -> Span | None:
+    """A span rebuilt from a site's line, columns and source line (the
+    only line the message shows), so that the error renders as the
+    interpreter's does."""
+    try:
+        line, column, end = int(info["line"]), int(info["column"]), int(info["end"])
+        source = Source(str(info["source"]), "\n" * (line - 1) + str(info["text"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+    offset = line - 1 + column - 1
+    return Span(source, offset, max(offset + 1, line - 1 + end - 1))
+
+
+def site_message(op: str, message: str, span: Span | None) -> str:
+    """The assertion message of a check at ``span`` (see SITE_MARK)."""
+    info: dict[str, Any] = {"op": op, "message": message}
+    if span is not None:
+        line, column = span.source.line_col(span.start)
+        end_line, end = span.source.line_col(max(span.start, span.end - 1))
+        info.update(
+            source=span.source.name,
+            line=line,
+            column=column,
+            end=end + 1 if end_line == line else column + 1,
+            text=span.source.line_text(line),
+        )
+    rendered = EvalError(f"{op}: {message}", span)
+    return f"{rendered}\n{SITE_MARK}{json.dumps(info, ensure_ascii=True)}]"

@@ -114,6 +114,26 @@ from .relax_loops import LoopLowering
 from .relax_types import NeedsStatic, named_dims, relax_type, scheduled, static
 
 PRINT_FUNCTION = "effir.print"
+_ESCAPED_LABEL = "\x00effir-utf8-hex:"
+
+
+def print_label(label: str) -> str:
+    """A print label as TVM can hold it (UTF-8): a label that is not (a
+    lone surrogate) is carried as the hex of its surrogate-passing bytes."""
+    try:
+        label.encode("utf-8")
+    except UnicodeEncodeError:
+        return _ESCAPED_LABEL + label.encode("utf-8", "surrogatepass").hex()
+    return label
+
+
+def label_text(label: str) -> str:
+    """The label ``print_label`` carried."""
+    if label.startswith(_ESCAPED_LABEL):
+        return bytes.fromhex(label.removeprefix(_ESCAPED_LABEL)).decode("utf-8", "surrogatepass")
+    return label
+
+
 """The packed function ``io.print`` calls: ``(label: str, value) -> None``."""
 
 _fallback_ids = itertools.count()
@@ -374,6 +394,8 @@ class _Lowering(LoopLowering, DynamicLowering):
         if not (all(static(t) for t in types) and static(result_type)):
             self._needs_static([*types, result_type])
             return self._fallback(fn, args, types, result_type, name)
+        if not leaves(result_type):  # nothing to compute (random.split(k, num=0))
+            return self._rebuild(result_type, iter(()))
         gv, lowered = self._kernel(fn)
         inputs = [leaf for arg, t in zip(args, types, strict=True) for leaf in self._leaves(arg, t)]
         inputs += [relax.const(c, str(c.dtype)) for c in lowered.constants]
@@ -381,8 +403,8 @@ class _Lowering(LoopLowering, DynamicLowering):
         result = self.bb.emit(
             relax.call_dps_packed(gv, inputs, outs if len(outs) > 1 else outs[0]), name
         )
-        if len(outs) == 1:
-            return result
+        if len(outs) == 1:  # a tensor, or a tuple of one (random.split(k, num=1))
+            return self._rebuild(result_type, iter([result]))
         parts = iter([self.bb.emit(relax.TupleGetItem(result, i)) for i in range(len(outs))])
         return self._rebuild(result_type, parts)
 
@@ -472,7 +494,7 @@ class _Lowering(LoopLowering, DynamicLowering):
         self.bb.emit(
             relax.Call(
                 relax.ExternFunc(PRINT_FUNCTION),
-                [tvm.ir.StringImm(label), value],
+                [tvm.ir.StringImm(print_label(label)), value],
                 ty_args=[relax.ObjectType()],
             )
         )
