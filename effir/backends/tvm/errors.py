@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import tvm_ffi
+
 from ...ir.diagnostics import Error, EvalError, Source, Span
 
 
@@ -84,3 +86,22 @@ def site_message(op: str, message: str, span: Span | None) -> str:
         )
     rendered = EvalError(f"{op}: {message}", span)
     return f"{rendered}\n{SITE_MARK}{json.dumps(info, ensure_ascii=True)}]"
+
+
+FAIL_FUNCTION = "effir.fail"
+"""The packed function a failed run-time check calls with its site message
+(te_ops.py [RULE CHECK]); it raises, and TVM returns the error."""
+
+
+VALUE_MARK = "<effir-value>"
+"""Where a check's message shows a run-time value (``_fail`` fills it in)."""
+
+
+def _fail(message: str, *values: Any) -> int:
+    text = str(message)
+    for value in values:
+        text = text.replace(VALUE_MARK, str(int(value)), 2)  # the rendered text and the JSON
+    raise RuntimeError(text)
+
+
+tvm_ffi.register_global_func(FAIL_FUNCTION, _fail, override=True)

@@ -49,6 +49,7 @@ from ...runtime.values import PRNGKey
 from . import te_ops  # noqa: F401  (registers the te rules)
 from .errors import BackendError
 from .rules import TEValue
+from .te_ops import check_site
 from .schedule import schedule_prim_func
 from .target import make_target
 
@@ -377,7 +378,7 @@ def lower_kernel(
     if any(not p.has_type for p in fn.params) or not _body_typed(fn):
         infer_expr(fn)
     name = str(fn.attrs.get("global_symbol", "")) or "kernel"
-    builder = _Builder(dims)
+    builder = _Builder(dims, checked=str(tvm_target.kind.name) == "llvm")
     params = tuple(
         concrete_type(p.type_annotation or p.checked_type, dims, f"parameter %{p.name_hint}")
         for p in fn.params
@@ -432,8 +433,9 @@ def _body_typed(fn: Function) -> bool:
 class _Builder:
     """Evaluates a kernel body to TE values (step 2)."""
 
-    def __init__(self, dims: Mapping[str, int]) -> None:
+    def __init__(self, dims: Mapping[str, int], checked: bool = True) -> None:
         self.dims = dims
+        self.checked = checked  # run-time checks (te_ops.py [RULE CHECK]): CPU only
         self.env: dict[int, TEValue] = {}
         self.inputs: list[Any] = []  # the parameters' placeholders
         self.constant_inputs: list[Any] = []
@@ -501,7 +503,8 @@ class _Builder:
             raise BackendError(f"operator {name} {why}: it cannot be part of a kernel", call.span)
         out_type = concrete_type(call.checked_type, self.dims, f"the result of {name}")
         try:
-            value = rule(args, call.attrs, out_type)
+            with check_site(name, call.span, self.checked):
+                value = rule(args, call.attrs, out_type)
         except BackendError as err:
             raise BackendError(f"{name}: {err.message}", err.span or call.span) from None
         except Error:

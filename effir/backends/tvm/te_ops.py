@@ -23,10 +23,18 @@ as the numpy rules do (numpy's own float16 loops do the same).
 [RULE DIV] Integer division truncates toward zero (C, TVM), not numpy's
 floor, and the most negative integer divided by -1 wraps to itself. The
 divisor is made safe before dividing: x86 traps on a zero divisor and on
-``INT_MIN / -1``, and a vectorised select evaluates both sides. A kernel
-cannot raise, so a division by zero gives 0 where the interpreter fails;
-likewise ``power`` with a negative integer exponent gives 0, and ``take``
-with ``mode="fast"`` clips an out-of-range index instead of failing.
+``INT_MIN / -1``, and a vectorised select evaluates both sides. A division
+by zero fails [RULE CHECK].
+
+[RULE CHECK] Where the interpreter fails on a value (an integer division
+by zero, ``power`` with a negative integer exponent, ``take`` with
+``mode="fast"`` of an index out of range), the kernel fails too: the
+element's value is ``if_then_else(bad, effir.fail(site), value)``, a
+packed call on the failing branch only (a compare per element, nothing
+more), whose message is the interpreter's error, operator and source
+location included (errors.py ``site_message``); the call path turns the
+TVM error into that ``effir.EvalError``. CUDA kernels cannot call back
+into the host and do not check (the value computed is as if unchecked).
 
 [RULE MATH] TVM's ``tanh`` for LLVM is ``(1 - e^-2x) / (1 + e^-2x)``, off by
 6e-5 relative near zero, and its ``exp`` calls libm once per element, which
@@ -64,18 +72,21 @@ order than numpy's pairwise sums.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 from tvm import te, tirx
 
+from ...ir.diagnostics import Span
 from ...ir.node import Attrs
 from ...ir.types import TensorType, TupleType, Type
 from ...ops.reduce import reduce_axes
 from ...ops.shape import _slices
-from .errors import BackendError
+from .errors import FAIL_FUNCTION, VALUE_MARK, BackendError, site_message
 from .rules import te_rule
 from .schedule import ORDERED
 
@@ -309,6 +320,39 @@ def nan_min(a: PrimExpr, b: PrimExpr) -> PrimExpr:
     return _lets([a, b], lambda a, b: _select(tirx.Or(_is_nan(a), a < b), a, b))
 
 
+# ============================================================== checks
+_sites = threading.local()
+
+
+@contextlib.contextmanager
+def check_site(op: str, span: Span | None, checked: bool) -> Iterator[None]:
+    """The operator call whose rule runs now: the site of its checks
+    (none when ``checked`` is false: a CUDA kernel)."""
+    previous = getattr(_sites, "current", None)
+    _sites.current = (op, span) if checked else None
+    try:
+        yield
+    finally:
+        _sites.current = previous
+
+
+def fail_if(bad: PrimExpr, value: PrimExpr, message: str, *shown: PrimExpr) -> PrimExpr:
+    """``value``, failing with the interpreter's ``message`` where ``bad``
+    holds [RULE CHECK]; each ``{}`` of the message shows one of ``shown``
+    (int64 values) at run time."""
+    site = getattr(_sites, "current", None)
+    if site is None or _kind(_dtype(value)) == "u":
+        # An unsigned value's check does not build yet (TVM's simplifier
+        # makes "uint from negative value -1" of it): unchecked for now.
+        return value
+    text = site_message(site[0], message.replace("{}", VALUE_MARK), site[1])
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    call = tirx.call_packed(FAIL_FUNCTION, text, *shown)
+    dtype = _dtype(value)  # (no cast of the call: TVM folds it as a constant)
+    failure = _select(call == 0, _const(0, dtype), _const(1, dtype))
+    return tirx.if_then_else(bad, failure, value)
+
+
 # ============================================================ wrapping
 _LOW = 0xFFFFFFFF
 
@@ -483,7 +527,8 @@ def int_divide(a: PrimExpr, b: PrimExpr) -> PrimExpr:
             numerator = _select(b == minus_one, wrap_sub(zero, a), a)
         else:
             safe, numerator = _select(b == zero, one, b), a
-        return tirx.truncdiv(numerator, safe) * nonzero
+        quotient = tirx.truncdiv(numerator, safe) * nonzero
+        return fail_if(b == zero, quotient, "integer division by zero")
 
     return _lets([a, b], body)
 
@@ -528,7 +573,14 @@ def int_power(a: Tensor, b: Tensor, out_type: Type) -> Tensor:
 
     def final(*i: PrimExpr) -> PrimExpr:
         if _kind(exp_dtype) == "i":  # a negative exponent fails [RULE CHECK]
-            return _select(_load_broadcast(b, i) < _const(0, exp_dtype), zero, result(*i))
+            return _let(
+                _load_broadcast(b, i),
+                lambda e: fail_if(
+                    e < _const(0, exp_dtype),
+                    _select(e < _const(0, exp_dtype), zero, result(*i)),
+                    "integer power with a negative exponent",
+                ),
+            )
         return result(*i)
 
     return te.compute(shape, final, name="power")
@@ -705,7 +757,8 @@ def _reduce_rule(name: str) -> Callable[..., Tensor]:
         if not axes:  # over no axis at all: the identity (a mean over 1 element)
             return te.compute(shape, lambda *i: x(*i), name=name)
         if any(in_shape[a] == 0 for a in axes):
-            return _empty_reduction(name, shape, dtype)
+            empty = next(a for a in axes if in_shape[a] == 0)
+            return _empty_reduction(name, shape, dtype, empty)
         raxes, in_index = reduction_layout(in_shape, axes, attrs["keepdims"])
         # [RULE BOOL] booleans reduce as int8 (max is any, min is all).
         acc = "int8" if dtype == "bool" else compute_dtype(dtype)
@@ -731,15 +784,22 @@ for _op in ("sum", "mean", "max", "min", "prod"):
     te_rule(_op)(_reduce_rule(_op))
 
 
-def _empty_reduction(name: str, shape: Sequence[int], dtype: str) -> Tensor:
+def _empty_reduction(name: str, shape: Sequence[int], dtype: str, axis: int = 0) -> Tensor:
     """A reduction over an empty axis: TVM's loop over it never runs, and
     the initial value is written inside it, so the result is given directly:
-    0 for a sum, 1 for a product, NaN for a mean (0 / 0). (max, min and
-    argmax of an empty axis fail in the interpreter; a kernel gives 0.)"""
+    0 for a sum, 1 for a product, NaN for a mean (0 / 0). max, min and
+    argmax of an empty axis fail, as in the interpreter [RULE CHECK]."""
     value = {"prod": 1, "mean": math.nan}.get(name, 0)
     if dtype == "bool":
         value = bool(value)
-    return te.compute(shape, lambda *i: _const(value, dtype), name=f"{name}_empty")
+    message = f"{name} of an empty axis (axis {axis} has length 0)"
+    fails = name in ("max", "min", "argmax")
+
+    def body(*i: PrimExpr) -> PrimExpr:
+        constant = _const(value, dtype)
+        return fail_if(tirx.const(True, "bool"), constant, message) if fails else constant
+
+    return te.compute(shape, body, name=f"{name}_empty")
 
 
 def _argmax_reducer(last: bool, is_float: bool) -> Any:
@@ -778,7 +838,8 @@ def _argmax(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
     if not axes:
         return te.compute(shape, lambda *i: _const(0, "int32"), name="argmax")
     if any(in_shape[a] == 0 for a in axes):
-        return _empty_reduction("argmax", shape, "int32")
+        empty = next(a for a in axes if in_shape[a] == 0)
+        return _empty_reduction("argmax", shape, "int32", empty)
     raxes, in_index = reduction_layout(in_shape, axes, attrs["keepdims"])
     strides = [int(np.prod([in_shape[b] for b in axes[k + 1 :]])) for k in range(len(axes))]
     flat = sum((k.var * s for k, s in zip(raxes[:-1], strides[:-1], strict=True)), raxes[-1].var)
@@ -993,13 +1054,27 @@ def _take(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
         axis = attrs["axis"] % len(x.shape)
     size = _shape(x)[axis]
     rank = len(indices.shape)
-    if size == 0:  # nothing to take from; only an empty result type-checks at run time
-        return te.compute(shape, lambda *i: _const(0, out_type.dtype), name="take")
+    if size == 0:  # nothing to take from: fails unless nothing is taken [RULE CHECK]
+        message = f"cannot take from axis {axis} of size 0"
+        return te.compute(
+            shape,
+            lambda *i: fail_if(tirx.const(True, "bool"), _const(0, out_type.dtype), message),
+            name="take",
+        )
 
     def body(*i: PrimExpr) -> PrimExpr:
         before, picked, after = i[:axis], i[axis : axis + rank], i[axis + rank :]
-        position = _take_index(indices(*picked), size, mode)
-        return x(*before, position, *after)
+        if mode != "fast":
+            return x(*before, _take_index(indices(*picked), size, mode), *after)
+
+        index = indices(*picked)  # (a load: a let cannot index a buffer)
+        dtype = _dtype(index)
+        bad = index >= _const(size, dtype)
+        if _kind(dtype) == "i":
+            bad = tirx.Or(index < _const(0, dtype), bad)
+        value = x(*before, _take_index(index, size, mode), *after)
+        message = f"index {{}} is out of range for axis {axis} of size {size}"
+        return fail_if(bad, value, message, index.astype("int64"))
 
     return te.compute(shape, body, name="take")
 

@@ -116,3 +116,99 @@ def test_integer_ops_wrap_as_the_interpreter_at_boundary_values() -> None:
     run = run_isolated(code).check()
     problems = json.loads(run.stdout.strip().splitlines()[-1])
     assert not problems, "\n".join(problems)
+
+
+ERROR_CASES = [
+    (
+        "%x: Tensor[(4), int32], %y: Tensor[(4), int32]",
+        "divide(%x, %y)",
+        "[1, 2, 3, 4]",
+        "[1, 0, 3, 1]",
+        "int32",
+    ),
+    (
+        "%x: Tensor[(4), int64], %y: Tensor[(4), int64]",
+        "power(%x, %y)",
+        "[1, 2, 3, 4]",
+        "[1, 2, -1, 1]",
+        "int64",
+    ),
+    (
+        "%x: Tensor[(4), int32], %y: Tensor[(2), int32]",
+        'take(%x, %y, axis=0, mode="fast")',
+        "[1, 2, 3, 4]",
+        "[1, 7]",
+        "int32",
+    ),
+    (
+        "%x: Tensor[(0), int32], %y: Tensor[(2), int32]",
+        "take(%x, %y, axis=0)",
+        "[]",
+        "[1, 0]",
+        "int32",
+    ),
+    (
+        "%x: Tensor[(2, 0), float32], %y: Tensor[(1), float32]",
+        "max(%x, axis=[1])",
+        "[[], []]",
+        "[0]",
+        "float32",
+    ),
+    (
+        "%x: Tensor[(2, 0), int32], %y: Tensor[(1), int32]",
+        "min(%x, axis=[1])",
+        "[[], []]",
+        "[0]",
+        "int32",
+    ),
+    (
+        "%x: Tensor[(2, 0), float32], %y: Tensor[(1), float32]",
+        "argmax(%x, axis=[1])",
+        "[[], []]",
+        "[0]",
+        "float32",
+    ),
+]
+
+
+def test_compiled_code_fails_as_the_interpreter_with_operator_and_location() -> None:
+    """Found returning 0: integer division by zero, a negative integer
+    power, take mode="fast" out of range, take from an empty axis, max/min/
+    argmax over an empty axis. Each now raises the interpreter's EvalError
+    (same text: operator, message, location)."""
+    lines = ["import numpy as np, effir", "from effir.backends.tvm.compile import compile as C"]
+    for params, body, x, y, dtype in ERROR_CASES:
+        src = f"{HEADER}def @main({params}) {{\n  {body}\n}}\n"
+        lines += [
+            f"m = effir.check(effir.parse({src!r}, source_name='e.effir'))",
+            f"args = (np.array({x}, '{dtype}').reshape({'(2, 0)' if x == '[[], []]' else '-1'}), np.array({y}, 'int32' if 'take' in {body!r} else '{dtype}'))",
+            "got = []",
+            "for f in (lambda: effir.interpret(m, *args), lambda: C(m)(*args)):",
+            "    try:",
+            "        f(); got.append('no error')",
+            "    except Exception as e:",
+            "        got.append(f'{type(e).__name__}: {e}')",
+            "print(repr(got[0])); print(repr(got[1]))",
+            "assert got[0] == got[1] and got[0].startswith('EvalError'), got",
+        ]
+    run_isolated("\n".join(lines)).check()
+
+
+def test_small_compiled_differences() -> None:
+    """random.split(num=0) failed to compile (AttributeError); a print
+    label with a lone surrogate raised UnicodeEncodeError."""
+    code = f"""
+import numpy as np, effir
+from effir.runtime.values import PRNGKey
+from effir.backends.tvm.compile import compile as C
+m = effir.check(effir.parse({HEADER!r} + 'def @main(%k: Key) {{ (random.split(%k, num=0), random.split(%k, num=1)) }}'))
+k = PRNGKey(np.array([1, 2], np.uint32))
+assert repr(C(m)(k)) == repr(effir.interpret(m, k))
+src = {HEADER!r} + 'def @main(%x: Tensor[(2), float32]) {{ debug.print(%x, label="a\\\\ud800b") }}'
+m = effir.check(effir.parse(src))
+seen, ref = [], []
+C(m)(np.ones(2, np.float32), sink=lambda label, v: seen.append(label))
+effir.interpret(m, np.ones(2, np.float32), sink=lambda label, v: ref.append(label))
+assert seen == ref == ["a\\ud800b"], (seen, ref)
+"""
+    run_isolated(code).check()
