@@ -49,9 +49,9 @@ from ...runtime.values import PRNGKey
 from . import te_ops  # noqa: F401  (registers the te rules)
 from .errors import BackendError
 from .rules import TEValue
-from .te_ops import check_site
 from .schedule import schedule_prim_func
 from .target import make_target
+from .te_ops import check_site
 
 KEY = TensorType((2,), "uint32")
 """A PRNG key's tensor: the two threefry words."""
