@@ -47,7 +47,7 @@ from ...ir.visitor import post_order
 from ...passes.infer_type import infer_expr
 from ...runtime.values import PRNGKey
 from . import te_ops  # noqa: F401  (registers the te rules)
-from .errors import BackendError
+from .errors import BackendError, run_time_error
 from .rules import TEValue
 from .schedule import schedule_prim_func
 from .target import make_target
@@ -253,7 +253,12 @@ class Kernel:
                 copies.append((out, scratch))
                 out = scratch
             handles.append(_handle(out))
-        self._function(*handles[: len(inputs)], *self._constant_handles, *handles[len(inputs) :])
+        try:
+            self._function(
+                *handles[: len(inputs)], *self._constant_handles, *handles[len(inputs) :]
+            )
+        except Exception as err:  # a failed check [RULE CHECK], or TVM's own
+            raise run_time_error(err, self.name) from None
         for out, scratch in copies:
             out[...] = scratch
 

@@ -341,7 +341,7 @@ def fail_if(bad: PrimExpr, value: PrimExpr, message: str, *shown: PrimExpr) -> P
     holds [RULE CHECK]; each ``{}`` of the message shows one of ``shown``
     (int64 values) at run time."""
     site = getattr(_sites, "current", None)
-    if site is None or _kind(_dtype(value)) == "u":
+    if site is None:
         # An unsigned value's check does not build yet (TVM's simplifier
         # makes "uint from negative value -1" of it): unchecked for now.
         return value
@@ -528,7 +528,13 @@ def int_divide(a: PrimExpr, b: PrimExpr) -> PrimExpr:
         else:
             safe, numerator = _select(b == zero, one, b), a
         quotient = tirx.truncdiv(numerator, safe) * nonzero
-        return fail_if(b == zero, quotient, "integer division by zero")
+        # compared as int64 for unsigned: TVM's analyzer turns the branch
+        # condition `b != 0` into `b <= -1` and fails to make a negative uint.
+        if _kind(dtype) == "u":
+            bad = b.astype("int64") == _const(0, "int64")
+        else:
+            bad = b == zero
+        return fail_if(bad, quotient, "integer division by zero")
 
     return _lets([a, b], body)
 

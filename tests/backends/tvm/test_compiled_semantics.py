@@ -120,6 +120,13 @@ def test_integer_ops_wrap_as_the_interpreter_at_boundary_values() -> None:
 
 ERROR_CASES = [
     (
+        "%x: Tensor[(3), uint8], %y: Tensor[(3), uint8]",
+        "divide(%x, %y)",
+        "[1, 2, 3]",
+        "[1, 0, 3]",
+        "uint8",
+    ),
+    (
         "%x: Tensor[(4), int32], %y: Tensor[(4), int32]",
         "divide(%x, %y)",
         "[1, 2, 3, 4]",
