@@ -4,6 +4,7 @@ the EvalError a failure inside compiled code is turned into."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import tvm_ffi
@@ -34,8 +35,10 @@ def run_time_error(err: BaseException, entry: str) -> EvalError:
     the operator and source location of the check that failed when the
     error carries a site (SITE_MARK), else the error's own last line with
     the entry's name. No TVM exception type reaches a user."""
+    if isinstance(err, Error):
+        return EvalError(err.message, err.span, err.notes)
     text = str(err)
-    site = _site(text)
+    site = _site(text) or _rendered(text)
     if site is not None:
         return site
     lines = [line.strip() for line in text.splitlines() if line.strip()]
@@ -56,6 +59,36 @@ def _site(text: str) -> EvalError | None:
     except (ValueError, KeyError, TypeError):
         return None
     return EvalError(message, located_span(info))
+
+
+_RENDERED = re.compile(
+    r"^(?P<source>.+?):(?P<line>\d+):(?P<column>\d+): [a-z -]+: (?P<message>.+)$"
+)
+
+
+def _rendered(text: str) -> EvalError | None:
+    """An effir error raised inside a packed function the compiled code
+    called (a fallback kernel, a loop's body), which TVM hands back as its
+    rendered text: ``file:line:col: kind: message``, the source line and
+    the caret line."""
+    lines = text.splitlines()
+    for k, line in enumerate(lines):
+        found = _RENDERED.match(line.strip())
+        if found is None:
+            continue
+        source = lines[k + 1][2:] if k + 1 < len(lines) else ""
+        caret = lines[k + 2][2:] if k + 2 < len(lines) else ""
+        column = int(found["column"])
+        width = len(caret.strip()) if caret.strip().startswith("^") else 1
+        info = {
+            "source": found["source"],
+            "line": found["line"],
+            "column": column,
+            "end": column + max(width, 1),
+            "text": source,
+        }
+        return EvalError(found["message"], located_span(info))
+    return None
 
 
 def located_span(info: dict[str, Any]) -> Span | None:
@@ -97,11 +130,30 @@ VALUE_MARK = "<effir-value>"
 """Where a check's message shows a run-time value (``_fail`` fills it in)."""
 
 
+CHECK_FUNCTION = "effir.check"
+"""The packed function a run-time check of shapes in the Relax program calls
+(relax_dynamic.py): ``(ok, message, *values)``; it raises when ``ok`` is 0."""
+
+
+def _filled(message: str, values: tuple[Any, ...]) -> str:
+    """``message`` with each VALUE_MARK replaced by the next value, in the
+    rendered text and in the site's JSON alike."""
+    parts = str(message).split(SITE_MARK)
+    for k, part in enumerate(parts):
+        for value in values:
+            part = part.replace(VALUE_MARK, str(int(value)), 1)
+        parts[k] = part
+    return SITE_MARK.join(parts)
+
+
 def _fail(message: str, *values: Any) -> int:
-    text = str(message)
-    for value in values:
-        text = text.replace(VALUE_MARK, str(int(value)), 2)  # the rendered text and the JSON
-    raise RuntimeError(text)
+    raise RuntimeError(_filled(message, values))
+
+
+def _check(ok: Any, message: str, *values: Any) -> None:
+    if not int(ok):
+        raise RuntimeError(_filled(message, values))
 
 
 tvm_ffi.register_global_func(FAIL_FUNCTION, _fail, override=True)
+tvm_ffi.register_global_func(CHECK_FUNCTION, _check, override=True)

@@ -219,3 +219,71 @@ effir.interpret(m, np.ones(2, np.float32), sink=lambda label, v: ref.append(labe
 assert seen == ref == ["a\\ud800b"], (seen, ref)
 """
     run_isolated(code).check()
+
+
+DYNAMIC_CASES = [
+    ("%x: Tensor[(?), float32]", "reshape(%x, newshape=[2, 3])", "np.ones(5, 'float32'),"),
+    (
+        "%x: Tensor[(6), float32], %s: Tensor[(2), int64]",
+        "dyn.reshape(%x, %s)",
+        "np.ones(6, 'float32'), np.array([4, 2])",
+    ),
+    (
+        "%x: Tensor[(?), float32], %m: Tensor[(?), bool]",
+        "boolean_mask(%x, %m)",
+        "np.ones(4, 'float32'), np.array([True, False, True])",
+    ),
+    ("%s: Tensor[(2), int64]", 'dyn.zeros(%s, dtype="float32")', "np.array([2, -3]),"),
+]
+
+
+def test_shape_errors_of_dynamic_operators_are_the_interpreters() -> None:
+    """Found as RuntimeError, `ValueError: Check failed` or
+    `InternalError: std::bad_alloc`: a bad reshape of a `?` dimension, a bad
+    dyn.reshape, a boolean_mask of the wrong shape, dyn.zeros([2, -3]).
+    Also: dyn.reshape's special values 0 and -1 compile."""
+    lines = ["import numpy as np, effir", "from effir.backends.tvm.compile import compile as C"]
+    for params, body, args in DYNAMIC_CASES:
+        src = f"{HEADER}def @main({params}) {{\n  {body}\n}}\n"
+        lines += [
+            f"m = effir.check(effir.parse({src!r}, source_name='d.effir'))",
+            f"args = ({args})",
+            "got = []",
+            "for f in (lambda: effir.interpret(m, *args), lambda: C(m)(*args)):",
+            "    try:",
+            "        f(); got.append('no error')",
+            "    except Exception as e:",
+            "        got.append(f'{type(e).__name__}: {e}')",
+            "assert got[0] == got[1] and got[0].startswith('EvalError'), got",
+        ]
+    src = f"{HEADER}def @main(%x: Tensor[(2, 6), float32], %s: Tensor[(3), int64]) {{ dyn.reshape(%x, %s) }}"
+    lines += [
+        f"m = effir.check(effir.parse({src!r}))",
+        "c = C(m)",
+        "x = np.arange(12, dtype=np.float32).reshape(2, 6)",
+        "for s in ([0, -1, 2], [-1, 3, 1], [0, 0, -1]):",
+        "    s = np.array(s)",
+        "    assert np.array_equal(c(x, s), effir.interpret(m, x, s)), s",
+    ]
+    run_isolated("\n".join(lines)).check()
+
+
+def test_a_loaded_artifact_fails_as_the_interpreter(tmp_path) -> None:
+    """The artifact's call path turns a failed check into the same EvalError."""
+    code = f"""
+import numpy as np, effir
+from effir.backends.tvm.compile import compile as C
+src = {HEADER!r} + 'def @main(%x: Tensor[(3), int32], %y: Tensor[(3), int32]) {{\\n  divide(%x, %y)\\n}}\\n'
+m = effir.check(effir.parse(src, source_name='a.effir'))
+C(m).export({str(tmp_path / "art")!r})
+loaded = effir.load({str(tmp_path / "art")!r})
+x, y = np.array([1, 2, 3], 'int32'), np.array([1, 0, 1], 'int32')
+got = []
+for f in (lambda: effir.interpret(m, x, y), lambda: loaded(x, y)):
+    try:
+        f(); got.append('no error')
+    except Exception as e:
+        got.append(f'{{type(e).__name__}}: {{e}}')
+assert got[0] == got[1] and 'divide: integer division by zero' in got[0], got
+"""
+    run_isolated(code).check()
