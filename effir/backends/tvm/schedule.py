@@ -242,7 +242,7 @@ def inline_within_budget(sch: Any) -> None:
 
 def _may_inline(blocks: _Blocks, block: Any) -> bool:
     store = blocks.store(block)
-    if store is None:
+    if store is None or KEEP in blocks.sch.get(block).annotations:
         return False
     mine = expression_cost(store.value)
     buffer = str(store.buffer.name)
@@ -643,6 +643,10 @@ def _same_domain(sch: Any, producer: Any, consumer: Any) -> bool:
 
 
 # =================================================================== GPU
+KEEP = "effir_keep"
+"""Annotation of a block never inlined: a run-time check computed once
+(te_ops.py [RULE CHECK]), which inlining would repeat per element."""
+
 ORDERED = "effir_ordered"
 """Annotation of a reduction whose combiner is not associative (integer
 ``power``'s bit loop): it runs in order, never split across threads."""

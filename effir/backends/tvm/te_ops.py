@@ -28,12 +28,14 @@ by zero fails [RULE CHECK].
 
 [RULE CHECK] Where the interpreter fails on a value (an integer division
 by zero, ``power`` with a negative integer exponent, ``take`` with
-``mode="fast"`` of an index out of range), the kernel fails too: the
-element's value is ``if_then_else(bad, effir.fail(site), value)``, a
-packed call on the failing branch only (a compare per element, nothing
-more), whose message is the interpreter's error, operator and source
-location included (errors.py ``site_message``); the call path turns the
-TVM error into that ``effir.EvalError``. CUDA kernels cannot call back
+``mode="fast"`` of an index out of range, an empty axis), the kernel fails
+too, by calling the packed function ``effir.fail`` with the interpreter's
+error, operator and source location included (errors.py
+``site_message``); the call path turns the TVM error into that
+``effir.EvalError``. ``checked_once`` checks a whole output before it is
+used (a count, then one call; a call inside the element loop would stop
+its vectorisation: a division ran 4x slower); ``fail_if`` checks one
+element (``take``, whose message shows the index). CUDA kernels cannot call back
 into the host and do not check (the value computed is as if unchecked).
 
 [RULE MATH] TVM's ``tanh`` for LLVM is ``(1 - e^-2x) / (1 + e^-2x)``, off by
@@ -88,7 +90,7 @@ from ...ops.reduce import reduce_axes
 from ...ops.shape import _slices
 from .errors import FAIL_FUNCTION, VALUE_MARK, BackendError, site_message
 from .rules import te_rule
-from .schedule import ORDERED
+from .schedule import KEEP, ORDERED
 
 PrimExpr = Any  # tvm.tirx.PrimExpr
 Tensor = Any  # tvm.te.Tensor
@@ -353,6 +355,37 @@ def fail_if(bad: PrimExpr, value: PrimExpr, message: str, *shown: PrimExpr) -> P
     return tirx.if_then_else(bad, failure, value)
 
 
+def checked_once(out: Tensor, bad: Callable[..., PrimExpr], message: str) -> Tensor:
+    """``out``, failing with the interpreter's ``message`` when ``bad(i)``
+    holds at some index i of it [RULE CHECK], checked once per call, not
+    per element: a count of the bad indices (a reduction that vectorises),
+    a 0-d block (never inlined) that calls ``effir.fail`` when the count is
+    not zero, and ``out`` plus that block's zero, read once per element."""
+    site = getattr(_sites, "current", None)
+    shape = _shape(out)
+    if site is None or int(np.prod(shape)) == 0:
+        return out
+    dtype = _dtype(out)
+
+    def flag(*i: PrimExpr) -> PrimExpr:
+        return _select(bad(*i), _const(1, "int32"), _const(0, "int32"))
+
+    if shape:
+        axes = [te.reduce_axis((0, n), name=f"c{d}") for d, n in enumerate(shape)]
+        count = te.compute(
+            (), lambda: te.sum(flag(*(a.var for a in axes)), axis=axes), name="check_count"
+        )
+    else:
+        count = te.compute((), lambda: flag(), name="check_count")
+    guard = te.compute(
+        (),
+        lambda: fail_if(count() > _const(0, "int32"), _const(0, dtype), message),
+        name="check",
+        attrs={KEEP: 1},
+    )
+    return te.compute(shape, lambda *i: out(*i) + guard(), name=f"{out.op.name}_checked")
+
+
 # ============================================================ wrapping
 _LOW = 0xFFFFFFFF
 
@@ -527,14 +560,7 @@ def int_divide(a: PrimExpr, b: PrimExpr) -> PrimExpr:
             numerator = _select(b == minus_one, wrap_sub(zero, a), a)
         else:
             safe, numerator = _select(b == zero, one, b), a
-        quotient = tirx.truncdiv(numerator, safe) * nonzero
-        # compared as int64 for unsigned: TVM's analyzer turns the branch
-        # condition `b != 0` into `b <= -1` and fails to make a negative uint.
-        if _kind(dtype) == "u":
-            bad = b.astype("int64") == _const(0, "int64")
-        else:
-            bad = b == zero
-        return fail_if(bad, quotient, "integer division by zero")
+        return tirx.truncdiv(numerator, safe) * nonzero  # zero divisors: checked_once
 
     return _lets([a, b], body)
 
@@ -577,19 +603,14 @@ def int_power(a: Tensor, b: Tensor, out_type: Type) -> Tensor:
         attrs={ORDERED: 1},
     )
 
-    def final(*i: PrimExpr) -> PrimExpr:
-        if _kind(exp_dtype) == "i":  # a negative exponent fails [RULE CHECK]
-            return _let(
-                _load_broadcast(b, i),
-                lambda e: fail_if(
-                    e < _const(0, exp_dtype),
-                    _select(e < _const(0, exp_dtype), zero, result(*i)),
-                    "integer power with a negative exponent",
-                ),
-            )
-        return result(*i)
-
-    return te.compute(shape, final, name="power")
+    power = te.compute(shape, lambda *i: result(*i), name="power")
+    if _kind(exp_dtype) != "i":
+        return power
+    return checked_once(  # a negative exponent fails [RULE CHECK]
+        power,
+        lambda *i: _load_broadcast(b, i) < _const(0, exp_dtype),
+        "integer power with a negative exponent",
+    )
 
 
 def _divide(a: PrimExpr, b: PrimExpr) -> PrimExpr:
@@ -633,7 +654,17 @@ def _arith_rule(name: str) -> Callable[..., Tensor]:
     def rule(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
         if name == "power" and _kind(_dtype(args[0])) != "f":
             return int_power(args[0], args[1], out_type)
-        return _map(name, out_type, args, _widened(_dtype(args[0]), fn))
+        out = _map(name, out_type, args, _widened(_dtype(args[0]), fn))
+        if name == "divide" and _kind(_dtype(args[0])) != "f":
+            divisor = args[1]
+
+            def zero(*i: PrimExpr) -> PrimExpr:
+                # as int64: TVM's analyzer turns the branch condition of an
+                # unsigned `b == 0` into `b <= -1` and cannot make a negative uint
+                return _load_broadcast(divisor, i).astype("int64") == _const(0, "int64")
+
+            return checked_once(out, zero, "integer division by zero")
+        return out
 
     return rule
 
