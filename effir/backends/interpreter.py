@@ -67,7 +67,12 @@ from ..ir.trampoline import run
 from ..ir.types import TensorType, TupleType, Type
 from ..ops.effects import WORLD
 from ..ops.relations import OpFailure
-from ..runtime.arguments import bind_arguments, check_argument, convert_argument
+from ..runtime.arguments import (
+    bind_arguments,
+    check_argument,
+    check_call_options,
+    convert_argument,
+)
 from ..runtime.limits import static_bytes, too_large
 from ..runtime.values import ADTValue, RefValue, describe_value
 from .state import State
@@ -167,6 +172,7 @@ def print_sink(label: str, value: Any) -> None:
 
 def interpret(
     module: IRModule,
+    /,
     *args: Any,
     entry: str = "main",
     state: State | None = None,
@@ -185,6 +191,7 @@ def interpret(
     executor). Arguments follow the input contract of
     effir/runtime/arguments.py; run-time errors are ``effir.EvalError``
     naming the operator and the source location."""
+    check_call_options(entry, state, sink, State)
     if state is None:
         state = State(module)
     with state.transaction():  # all or nothing, one call at a time (state.py)
@@ -193,6 +200,7 @@ def interpret(
 
 def interpret_a2(
     module: IRModule,
+    /,
     *args: Any,
     entry: str = "main",
     state: State | None = None,
@@ -208,6 +216,7 @@ def interpret_a2(
     dropped at the end. ``interpret(a1, *args, state=s1)`` and
     ``interpret_a2(a2, *args, state=s2)`` then compare result for result and
     state for state."""
+    check_call_options(entry, state, sink, State)
     if state is None:
         state = State(module)
     name = entry.removeprefix("@")

@@ -99,32 +99,60 @@ def as_array(value: Any, dtype: str, where: str) -> np.ndarray:
     if isinstance(value, np.generic):
         return np.asarray(value)
     if isinstance(value, _PYTHON_VALUES):
-        try:
-            array = np.asarray(value)
-        except (ValueError, TypeError):
-            raise ArgumentError(f"{where} expects a {dtype} tensor, got a ragged list") from None
-        target = np.dtype(dtype)
-        if array.dtype == object or array.dtype.kind not in "biuf":
-            raise ArgumentError(f"{where} expects a {dtype} tensor, got {_describe(value)}")
-        if (array.dtype.kind == "f" and target.kind != "f") or (
-            array.dtype.kind in "iuf" and target.kind == "b"
-        ):
-            raise ArgumentError(f"{where} expects {dtype}, got {_describe(value)}")
-        return array.astype(target)
-    if hasattr(value, "__dlpack__"):
+        return _from_python(value, np.dtype(dtype), where)
+    # A foreign array: its library's own errors (of any type) are reported
+    # as the argument's, never passed on.
+    try:
+        exports_dlpack = hasattr(value, "__dlpack__")
+    except Exception:
+        exports_dlpack = False
+    if exports_dlpack:
         try:
             return np.from_dlpack(value)
-        except (BufferError, TypeError, RuntimeError, ValueError):
+        except Exception:
             pass  # on another device, or not readable as is: try __array__
-    if hasattr(value, "__array__"):
+    try:
+        has_array = hasattr(value, "__array__")
+    except Exception:
+        has_array = False
+    if has_array:
         try:
             return np.asarray(value)
-        except Exception as err:  # a foreign library's conversion error
+        except Exception as err:
             raise ArgumentError(
                 f"{where}: a {type(value).__name__} that cannot be read as an array on the "
-                f"CPU ({err}); move it to the CPU first"
+                f"CPU ({type(err).__name__}); move it to the CPU first"
             ) from None
     raise ArgumentError(f"{where} expects a {dtype} tensor, got {_describe(value)}")
+
+
+def _from_python(value: Any, target: np.dtype, where: str) -> np.ndarray:
+    """Python scalars and (nested) lists as an array of the declared dtype,
+    refused when a value would change: a float truncated to an int, a
+    number made a bool, an int out of the dtype's range, a finite float
+    that overflows."""
+    try:
+        array = np.asarray(value)
+    except Exception:  # ragged, or elements that are not numbers
+        raise ArgumentError(
+            f"{where} expects a {target} tensor, got a ragged list or one of other values"
+        ) from None
+    if array.dtype == object or array.dtype.kind not in "biuf":
+        raise ArgumentError(f"{where} expects a {target} tensor, got {_describe(value)}")
+    if (array.dtype.kind == "f" and target.kind != "f") or (
+        array.dtype.kind in "iuf" and target.kind == "b"
+    ):
+        raise ArgumentError(f"{where} expects {target}, got {_describe(value)}")
+    with np.errstate(all="ignore"):
+        converted = array.astype(target)
+        changed = (
+            not np.array_equal(converted.astype(array.dtype), array)
+            if target.kind in "iu"
+            else bool(np.any(np.isinf(converted) & np.isfinite(array)))
+        )
+    if changed:
+        raise ArgumentError(f"{where} expects {target}, got a value out of its range")
+    return converted
 
 
 def as_key(value: Any, where: str) -> PRNGKey:
@@ -179,9 +207,35 @@ def _describe(value: Any) -> str:
         return type_text(value)
     if isinstance(value, list | tuple):
         return f"a {type(value).__name__} of {len(value)} value(s)"
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an int of {value.bit_length()} bits"
     if isinstance(value, bool | int | float | np.generic | PRNGKey):
         return describe_value(value, limit=60)
-    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
-    if shape is not None and dtype is not None:
-        return f"a {type(value).__name__} of shape {tuple(shape)} and dtype {dtype}"
+    try:
+        shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+        if shape is not None and dtype is not None:
+            return f"a {type(value).__name__} of shape {tuple(shape)} and dtype {dtype}"
+    except Exception:  # a foreign object whose attributes fail
+        pass
     return f"a {type(value).__name__}"
+
+
+def check_call_options(entry: Any, state: Any, sink: Any, state_type: type) -> None:
+    """The keyword options of a call (``entry``, ``state``, ``sink``), which
+    a parameter of the same name cannot be given by: it is passed by
+    position (a mistake here would otherwise surface deep inside the call)."""
+    if not isinstance(entry, str):
+        raise ArgumentError(
+            f"entry= names the function to run, got {_describe(entry)} (a parameter named "
+            "entry is passed by position)"
+        )
+    if state is not None and not isinstance(state, state_type):
+        raise ArgumentError(
+            f"state= must be an effir.State, got {_describe(state)} (a parameter named state "
+            "is passed by position)"
+        )
+    if sink is not None and not callable(sink):
+        raise ArgumentError(
+            f"sink= must be a function (label, value), got {_describe(sink)} (a parameter "
+            "named sink is passed by position)"
+        )

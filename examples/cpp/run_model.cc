@@ -74,6 +74,26 @@ struct Failure : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A failed run-time check of the compiled code (effir.fail in a kernel,
+// effir.check on shapes): the interpreter's located message, printed as the
+// runner's error (the TVM error that carries it back adds a traceback).
+std::string g_check_failure;
+
+// The check's message: its rendered part (before the site's JSON), each
+// value mark filled in with the next value.
+std::string CheckMessage(ffi::PackedArgs args, int first_value) {
+  std::string text(args[first_value - 1].cast<ffi::String>());
+  size_t site = text.find("\n[effir-site ");
+  if (site != std::string::npos) text = text.substr(0, site);
+  const std::string mark = "<effir-value>";
+  for (int k = first_value; k < args.size(); ++k) {
+    size_t at = text.find(mark);
+    if (at == std::string::npos) break;
+    text.replace(at, mark.size(), std::to_string(args[k].cast<int64_t>()));
+  }
+  return text;
+}
+
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Failure(path + ": cannot open");
@@ -471,6 +491,21 @@ int Run(int argc, char** argv) {
       }),
       true);
 
+  // A failed check (te_ops.py [RULE CHECK]) raises with its message.
+  ffi::Function::SetGlobal(
+      "effir.fail", ffi::Function::FromPacked([](ffi::PackedArgs args, ffi::Any* rv) {
+        g_check_failure = CheckMessage(args, 1);
+        TVM_FFI_THROW(RuntimeError) << g_check_failure;
+      }),
+      true);
+  ffi::Function::SetGlobal(
+      "effir.check", ffi::Function::FromPacked([](ffi::PackedArgs args, ffi::Any* rv) {
+        if (args[0].cast<int64_t>() != 0) return;
+        g_check_failure = CheckMessage(args, 2);
+        TVM_FFI_THROW(RuntimeError) << g_check_failure;
+      }),
+      true);
+
   ffi::Module executable = ffi::Module::LoadFromFile(library);
   // Loaded: the private copy is no longer needed.
   std::remove(library.c_str());
@@ -535,6 +570,10 @@ int Guarded(int argc, char** argv) {
     std::cerr << "run_model: " << err.what() << "\n";
     return 1;
   } catch (const std::exception& err) {
+    if (!g_check_failure.empty()) {  // the compiled program failed, as the interpreter would
+      std::cerr << g_check_failure << "\n";
+      return 1;
+    }
     // A failed run-time check of compiled code says "effir.EvalError: <where>: <what>".
     std::cerr << "run_model: " << err.what() << "\n";
     return 1;

@@ -163,3 +163,53 @@ def test_keyword_arguments_with_state() -> None:
     x = np.ones(3, np.float32)
     ref = effir.interpret(module, x, state=effir.State(module))
     np.testing.assert_array_equal(effir.interpret(module, x=x, state=effir.State(module)), ref)
+
+
+class Raises:
+    """A foreign array whose library fails in its own way."""
+
+    def __init__(self, error: type[BaseException]) -> None:
+        self.error = error
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        raise self.error("from the foreign library")
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        raise self.error("from the foreign library")
+
+
+@pytest.mark.parametrize(
+    "h, message",
+    [
+        (Raises(KeyError), "cannot be read as an array on the CPU"),
+        (Raises(ZeroDivisionError), "cannot be read as an array on the CPU"),
+        ([[Raises(ZeroDivisionError)] * 3] * 2, "ragged list or one of other values"),
+        ([[10**5000] * 3] * 2, "expects a float32 tensor"),
+        ([[1e40, 0.0, 0.0]] * 2, "out of its range"),
+    ],
+)
+def test_foreign_failures_and_values_out_of_range_are_argument_errors(
+    callers, h: Any, message: str
+) -> None:
+    seen = messages(callers, XS, h)
+    assert len(seen) == 1 and message in seen.pop()
+
+
+def test_python_ints_out_of_the_dtypes_range_are_refused() -> None:
+    module = effir.parse('#[version = "0.0.5"]\ndef @main(%x: uint8, %y: int32) { %x }')
+    for x, y in [(300, 1), (-1, 1), (1, 2**32 + 7)]:
+        with pytest.raises(ArgumentError, match="out of its range"):
+            effir.interpret(module, x, y)
+    with pytest.raises(ArgumentError, match="an int of 16610 bits"):
+        effir.interpret(effir.parse('#[version = "0.0.5"]\ndef @main(%x: bool) { %x }'), 10**5000)
+
+
+@pytest.mark.parametrize("caller", CALLERS)
+def test_a_call_option_given_the_wrong_value_is_an_argument_error(callers, caller: str) -> None:
+    call = callers[caller]
+    with pytest.raises(ArgumentError, match="state= must be an effir.State"):
+        call(XS, H, state=np.float32(1))
+    with pytest.raises(ArgumentError, match="entry= names the function"):
+        call(XS, H, entry=3)
+    with pytest.raises(ArgumentError, match="sink= must be a function"):
+        call(XS, H, sink="stdout")

@@ -50,10 +50,11 @@ import tvm
 from ...io_safety import install_directory, staging_directory
 from ...ir.diagnostics import Error
 from ...ops.effects import WORLD
+from ...runtime.arguments import check_call_options
 from ...runtime.values import PRNGKey
 from ..state import State
 from .compile import CompiledModule, printing_to, runner
-from .errors import BackendError
+from .errors import BackendError, run_time_error
 from .signature import (
     Dims,
     KeySpec,
@@ -259,6 +260,7 @@ class LoadedModule:
         sink: Any = None,
         **named: Any,
     ) -> Any:
+        check_call_options(entry, state, sink, State)
         signature, libraries = self._entry(entry)
         if state is None:
             state = self.new_state()
@@ -276,7 +278,12 @@ class LoadedModule:
             )
 
         with printing_to(sink):
-            return call_entry(function, signature, args, state, named, entry.removeprefix("@"))
+            try:
+                return call_entry(function, signature, args, state, named, entry.removeprefix("@"))
+            except Error:
+                raise
+            except Exception as err:  # inside compiled code (TVM, a packed function)
+                raise run_time_error(err, entry.removeprefix("@")) from None
 
     def _function(self, library: Path, entry: str) -> Any:
         """``entry`` of the calling thread's VM for ``library`` (loaded

@@ -29,14 +29,16 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
+from ...ir.diagnostics import Error
 from ...ir.module import IRModule
 from ...ir.visitor import pre_order
 from ...passes.pipeline import STANDARD_PIPELINES, run_pipeline
+from ...runtime.arguments import check_call_options
 from ..interpreter import Sink, State
 from . import lower  # noqa: F401  (registers lower-tvm)
 from .compilable import refuse_uncompilable
-from .errors import BackendError
-from .relax_lower import PRINT_FUNCTION, RelaxProgram, lower_to_relax
+from .errors import BackendError, run_time_error, site_message
+from .relax_lower import PRINT_FUNCTION, RelaxProgram, label_text, lower_to_relax
 from .relax_memory import relax_pipeline
 from .relax_types import NeedsStatic, static
 from .signature import Dims, Signature, call_entry, spec_of
@@ -100,13 +102,19 @@ def runner(function: Any, recursive: bool) -> Any:
 
 
 def _print(label: str, value: Any) -> None:
-    """``effir.print``: the packed function ``io.print`` calls."""
+    """``effir.print``: the packed function ``io.print`` calls. A failure
+    (a label standard output cannot encode) is reported as the
+    interpreter's: ``debug.print: ...``."""
     sink: Sink | None = getattr(_sinks, "current", None)
     array = np.from_dlpack(value).copy()
+    text = label_text(str(label))
     if sink is None:
-        print(f"{label}: {array}" if label else array)
+        try:
+            print(f"{text}: {array}" if text else array)
+        except (ValueError, OSError) as err:
+            raise RuntimeError(site_message("debug.print", str(err), None)) from None
     else:
-        sink(str(label), array)
+        sink(text, array)
 
 
 tvm_ffi.register_global_func(PRINT_FUNCTION, _print, override=True)
@@ -199,6 +207,7 @@ class CompiledModule:
         (a fresh ``effir.State(source)`` when None) and is updated as the
         source program would update it; ``sink(label, value)`` receives
         prints (standard output when None)."""
+        check_call_options(entry, state, sink, State)
         name = entry.removeprefix("@")
         signature = self.signature(name)
         if state is None:
@@ -209,7 +218,12 @@ class CompiledModule:
             return runner(spec.function(), spec.program.recursive)
 
         with printing_to(sink):
-            return call_entry(function, signature, args, state, named, name)
+            try:
+                return call_entry(function, signature, args, state, named, name)
+            except Error:
+                raise
+            except Exception as err:  # inside compiled code (TVM, a packed function)
+                raise run_time_error(err, name) from None
 
     def signature(self, entry: str = "main") -> Signature:
         """What ``@entry`` takes and gives."""

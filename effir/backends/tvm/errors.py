@@ -1,8 +1,15 @@
-"""The TVM backend's user-facing error."""
+"""The TVM backend's user-facing errors: BackendError at compile time, and
+the EvalError a failure inside compiled code is turned into."""
 
 from __future__ import annotations
 
-from ...ir.diagnostics import Error
+import json
+import re
+from typing import Any
+
+import tvm_ffi
+
+from ...ir.diagnostics import Error, EvalError, Source, Span
 
 
 class BackendError(Error):
@@ -20,3 +27,141 @@ class CompileError(BackendError):
     BackendError, so code that catches those keeps working."""
 
     kind = "compile error"
+
+
+SITE_MARK = "[effir-site "
+"""How a run-time check's message starts inside a TVM error: the mark, a
+JSON object (op, message, source, line, column, end column, source line),
+and ``]``. te_ops.py [RULE CHECK] writes it into a kernel's assertion; the
+message is self-contained, so an exported artifact and the C++ runner
+report the same text without the source program."""
+
+
+def run_time_error(err: BaseException, entry: str) -> EvalError:
+    """The ``effir.EvalError`` a failure inside compiled code (a TVM error,
+    or an exception of a packed function the code called) is reported as:
+    the operator and source location of the check that failed when the
+    error carries a site (SITE_MARK), else the error's own last line with
+    the entry's name. No TVM exception type reaches a user."""
+    if isinstance(err, Error):
+        return EvalError(err.message, err.span, err.notes)
+    text = str(err)
+    site = _site(text) or _rendered(text)
+    if site is not None:
+        return site
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    summary = lines[-1] if lines else type(err).__name__
+    for prefix in ("tvm.error.", "InternalError: ", "RuntimeError: "):
+        summary = summary.removeprefix(prefix)
+    return EvalError(f"@{entry}: compiled code failed: {summary}")
+
+
+def _site(text: str) -> EvalError | None:
+    start = text.find(SITE_MARK)
+    if start < 0:
+        return None
+    body = text[start + len(SITE_MARK) :]
+    try:
+        info, _ = json.JSONDecoder().raw_decode(body)
+        message = f"{info['op']}: {info['message']}"
+    except (ValueError, KeyError, TypeError):
+        return None
+    return EvalError(message, located_span(info))
+
+
+_RENDERED = re.compile(
+    r"^(?P<source>.+?):(?P<line>\d+):(?P<column>\d+): [a-z -]+: (?P<message>.+)$"
+)
+
+
+def _rendered(text: str) -> EvalError | None:
+    """An effir error raised inside a packed function the compiled code
+    called (a fallback kernel, a loop's body), which TVM hands back as its
+    rendered text: ``file:line:col: kind: message``, the source line and
+    the caret line."""
+    lines = text.splitlines()
+    for k, line in enumerate(lines):
+        found = _RENDERED.match(line.strip())
+        if found is None:
+            continue
+        source = lines[k + 1][2:] if k + 1 < len(lines) else ""
+        caret = lines[k + 2][2:] if k + 2 < len(lines) else ""
+        column = int(found["column"])
+        width = len(caret.strip()) if caret.strip().startswith("^") else 1
+        info = {
+            "source": found["source"],
+            "line": found["line"],
+            "column": column,
+            "end": column + max(width, 1),
+            "text": source,
+        }
+        return EvalError(found["message"], located_span(info))
+    return None
+
+
+def located_span(info: dict[str, Any]) -> Span | None:
+    """A span rebuilt from a site's line, columns and source line (the
+    only line the message shows), so that the error renders as the
+    interpreter's does."""
+    try:
+        line, column, end = int(info["line"]), int(info["column"]), int(info["end"])
+        source = Source(str(info["source"]), "\n" * (line - 1) + str(info["text"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+    offset = line - 1 + column - 1
+    return Span(source, offset, max(offset + 1, line - 1 + end - 1))
+
+
+def site_message(op: str, message: str, span: Span | None) -> str:
+    """The assertion message of a check at ``span`` (see SITE_MARK)."""
+    info: dict[str, Any] = {"op": op, "message": message}
+    if span is not None:
+        line, column = span.source.line_col(span.start)
+        end_line, end = span.source.line_col(max(span.start, span.end - 1))
+        info.update(
+            source=span.source.name,
+            line=line,
+            column=column,
+            end=end + 1 if end_line == line else column + 1,
+            text=span.source.line_text(line),
+        )
+    rendered = EvalError(f"{op}: {message}", span)
+    return f"{rendered}\n{SITE_MARK}{json.dumps(info, ensure_ascii=True)}]"
+
+
+FAIL_FUNCTION = "effir.fail"
+"""The packed function a failed run-time check calls with its site message
+(te_ops.py [RULE CHECK]); it raises, and TVM returns the error."""
+
+
+VALUE_MARK = "<effir-value>"
+"""Where a check's message shows a run-time value (``_fail`` fills it in)."""
+
+
+CHECK_FUNCTION = "effir.check"
+"""The packed function a run-time check of shapes in the Relax program calls
+(relax_dynamic.py): ``(ok, message, *values)``; it raises when ``ok`` is 0."""
+
+
+def _filled(message: str, values: tuple[Any, ...]) -> str:
+    """``message`` with each VALUE_MARK replaced by the next value, in the
+    rendered text and in the site's JSON alike."""
+    parts = str(message).split(SITE_MARK)
+    for k, part in enumerate(parts):
+        for value in values:
+            part = part.replace(VALUE_MARK, str(int(value)), 1)
+        parts[k] = part
+    return SITE_MARK.join(parts)
+
+
+def _fail(message: str, *values: Any) -> int:
+    raise RuntimeError(_filled(message, values))
+
+
+def _check(ok: Any, message: str, *values: Any) -> None:
+    if not int(ok):
+        raise RuntimeError(_filled(message, values))
+
+
+tvm_ffi.register_global_func(FAIL_FUNCTION, _fail, override=True)
+tvm_ffi.register_global_func(CHECK_FUNCTION, _check, override=True)

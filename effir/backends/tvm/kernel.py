@@ -47,10 +47,11 @@ from ...ir.visitor import post_order
 from ...passes.infer_type import infer_expr
 from ...runtime.values import PRNGKey
 from . import te_ops  # noqa: F401  (registers the te rules)
-from .errors import BackendError
+from .errors import BackendError, run_time_error
 from .rules import TEValue, dim_value, symbolic_dims
 from .schedule import schedule_prim_func
 from .target import building, make_target
+from .te_ops import check_site
 
 KEY = TensorType((2,), "uint32")
 """A PRNG key's tensor: the two threefry words."""
@@ -253,7 +254,12 @@ class Kernel:
                 copies.append((out, scratch))
                 out = scratch
             handles.append(_handle(out))
-        self._function(*handles[: len(inputs)], *self._constant_handles, *handles[len(inputs) :])
+        try:
+            self._function(
+                *handles[: len(inputs)], *self._constant_handles, *handles[len(inputs) :]
+            )
+        except Exception as err:  # a failed check [RULE CHECK], or TVM's own
+            raise run_time_error(err, self.name) from None
         for out, scratch in copies:
             out[...] = scratch
 
@@ -386,7 +392,7 @@ def lower_kernel(
 
 def _lower(fn: Function, tvm_target: Any, dims: dict[str, Any], schedule: bool) -> KernelIR:
     name = str(fn.attrs.get("global_symbol", "")) or "kernel"
-    builder = _Builder(dims)
+    builder = _Builder(dims, checked=str(tvm_target.kind.name) == "llvm")
     params = tuple(
         concrete_type(p.type_annotation or p.checked_type, dims, f"parameter %{p.name_hint}")
         for p in fn.params
@@ -398,7 +404,9 @@ def _lower(fn: Function, tvm_target: Any, dims: dict[str, Any], schedule: bool) 
     outputs = builder.outputs(value, result)
     signature = _Signature(params, result, _flat(params), tuple(leaves(result)))
     func = relax_alignment(te.create_prim_func(builder.inputs + builder.constant_inputs + outputs))
-    if not schedule:
+    # A kernel without outputs (``random.split(k, num=0)``) computes nothing
+    # and has no block to schedule.
+    if not schedule or not outputs:
         module = tvm.IRModule({"main": func})
     elif any(isinstance(v, tirx.Var) for v in dims.values()):
         try:
@@ -477,8 +485,9 @@ def _body_typed(fn: Function) -> bool:
 class _Builder:
     """Evaluates a kernel body to TE values (step 2)."""
 
-    def __init__(self, dims: Mapping[str, int]) -> None:
+    def __init__(self, dims: Mapping[str, int], checked: bool = True) -> None:
         self.dims = dims
+        self.checked = checked  # run-time checks (te_ops.py [RULE CHECK]): CPU only
         self.env: dict[int, TEValue] = {}
         self.inputs: list[Any] = []  # the parameters' placeholders
         self.constant_inputs: list[Any] = []
@@ -547,7 +556,8 @@ class _Builder:
             raise BackendError(f"operator {name} {why}: it cannot be part of a kernel", call.span)
         out_type = concrete_type(call.checked_type, self.dims, f"the result of {name}")
         try:
-            value = rule(args, call.attrs, out_type)
+            with check_site(name, call.span, self.checked):
+                value = rule(args, call.attrs, out_type)
         except BackendError as err:
             raise BackendError(f"{name}: {err.message}", err.span or call.span) from None
         except Error:
@@ -604,8 +614,16 @@ def _describe(node: Expr) -> str:
 
 
 def _immediate(data: np.ndarray) -> bool:
-    """A scalar TIR can hold as an immediate (an int64 at most)."""
-    return not (data.dtype == np.uint64 and int(data) >= 2**63)
+    """A scalar TIR can hold as an immediate (an int64 at most), and one
+    TVM's simplifier reasons about soundly: it folds ``x == INT_MIN`` and
+    ``x <= INT_MIN`` to false for a 32- or 64-bit x (its bound analysis
+    takes the most negative value for minus infinity), so that constant is
+    a kernel input instead (te_ops.py [RULE WRAP])."""
+    if data.dtype == np.uint64:
+        return int(data) < 2**63
+    if data.dtype.kind == "i" and data.dtype.itemsize >= 4:
+        return int(data) != np.iinfo(data.dtype).min
+    return True
 
 
 def _identifier(name: str) -> str:

@@ -16,13 +16,14 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import tvm
 from tvm import relax, tirx
 
 from ...ir.expr import Call, Var
 from ...ir.op import op_def
 from ...ir.types import TensorType
 from . import executor_kernels
-from .errors import BackendError
+from .errors import CHECK_FUNCTION, VALUE_MARK, BackendError, site_message
 from .relax_types import scheduled
 
 
@@ -93,6 +94,19 @@ class DynamicLowering:
         self.bb.match_cast(shape, relax.ShapeType([n]))
         return n
 
+    def _check_shape(self, call: Call, ok: Any, message: str, values: list[Any]) -> None:
+        """Fail as the interpreter does unless ``ok`` (a condition on shape
+        variables) holds: ``message`` shows ``values`` at its VALUE_MARKs
+        (te_ops.py [RULE CHECK]; here a packed call per operator call, on
+        shapes, never per element)."""
+        op = op_def(call.callee).name  # type: ignore[arg-type]
+        text = site_message(op, message, call.span).encode("utf-8", "backslashreplace").decode()
+        flag = tirx.Select(ok, tirx.const(1, "int64"), tirx.const(0, "int64"))
+        args = [flag, tvm.ir.StringImm(text), *(_int64(v) for v in values)]
+        self.bb.emit(
+            relax.Call(relax.ExternFunc(CHECK_FUNCTION), args, ty_args=[relax.ObjectType()])
+        )
+
     # --------------------------------------------------- dynamic shapes
     def _boolean_mask(self, call: Call, env: dict[Var, Any], name: str) -> Any:
         """``x[mask]``: count, allocate, fill [RULE DYN]."""
@@ -108,6 +122,16 @@ class DynamicLowering:
         size = 1
         for d in x_dims[k:]:
             size = size * d
+        mask_dims = self._dims(mask, mask_type)
+        same = tirx.const(True, "bool")
+        for m, d in zip(mask_dims, x_dims, strict=False):
+            same = tirx.And(same, tirx.EQ(_int64(m), _int64(d)))
+        if not (isinstance(same, tirx.IntImm) and int(same)):
+            message = (
+                f"the mask's shape {_shape_text(k)} does not match the data's shape "
+                f"{_shape_text(len(x_dims))}"
+            )
+            self._check_shape(call, same, message, [*mask_dims, *x_dims])
         emit = self.bb.emit
         flat_mask = emit(self._reshape(mask, [rows]))
         counted = emit(
@@ -177,6 +201,10 @@ class DynamicLowering:
         dtype = str(call.attrs["dtype"])
         shape_arg = call.args[-1]
         dims = self._dyn_shape(self._atom(shape_arg, env), shape_arg.checked_type)
+        ok = tirx.const(True, "bool")
+        for d in dims:
+            ok = tirx.And(ok, d >= tirx.const(0, "int64"))
+        self._check_shape(call, ok, f"negative size in shape {_shape_text(len(dims))}", dims)
         if op == "dyn.full":
             value = self.bb.emit(relax.op.astype(self._atom(call.args[0], env), dtype))
         else:
@@ -193,8 +221,11 @@ class DynamicLowering:
     def _dyn_reshape(self, call: Call, env: dict[Var, Any], name: str) -> Any:
         x_arg, shape_arg = call.args
         x = self._atom(x_arg, env)
-        self._dims(x, x_arg.checked_type)
-        dims = self._dyn_shape(self._atom(shape_arg, env), shape_arg.checked_type)
+        x_dims = self._dims(x, x_arg.checked_type)
+        asked = self._dyn_shape(self._atom(shape_arg, env), shape_arg.checked_type)
+        dims, ok, total = _resolved_newshape(x_dims, asked)
+        message = f"cannot reshape {VALUE_MARK} elements into shape {_shape_text(len(asked))}"
+        self._check_shape(call, ok, message, [total, *asked])
         return self.bb.emit(self._reshape(x, dims), name)
 
     def _shape_of(self, call: Call, env: dict[Var, Any], name: str) -> Any:
@@ -203,6 +234,50 @@ class DynamicLowering:
         dims = self._dims(x, x_arg.checked_type)
         shape = self.bb.emit(relax.op.shape_to_tensor(relax.ShapeExpr(dims)))
         return self.bb.emit(relax.op.astype(shape, str(call.attrs["dtype"])), name)
+
+
+def _shape_text(rank: int) -> str:
+    """A shape as Python prints a tuple, with a VALUE_MARK per dimension."""
+    if rank == 1:
+        return f"({VALUE_MARK},)"
+    return "(" + ", ".join([VALUE_MARK] * rank) + ")"
+
+
+def _int64(d: Any) -> Any:
+    return tirx.const(d, "int64") if isinstance(d, int) else d
+
+
+def _resolved_newshape(x_dims: list[Any], asked: list[Any]) -> tuple[list[Any], Any, Any]:
+    """``dyn.reshape``'s shape as the interpreter reads it (Relay's special
+    values: 0 copies the input's dimension, one -1 is inferred), whether it
+    is valid, and the input's size: shape arithmetic the VM evaluates."""
+    one, zero = tirx.const(1, "int64"), tirx.const(0, "int64")
+    total: Any = one
+    for d in x_dims:
+        total = total * _int64(d)
+    copied = []
+    ok: Any = tirx.const(True, "bool")
+    minus_ones: Any = zero
+    for i, s in enumerate(asked):
+        ok = tirx.And(ok, s >= tirx.const(-1, "int64"))
+        minus_ones = minus_ones + tirx.Select(s == -1, one, zero)
+        if i < len(x_dims):
+            copied.append(tirx.Select(s == 0, _int64(x_dims[i]), s))
+        else:
+            ok = tirx.And(ok, s != 0)
+            copied.append(s)
+    known: Any = one
+    for c in copied:
+        known = known * tirx.Select(c == -1, one, c)
+    inferred = tirx.floordiv(total, tirx.max(known, one))
+    dims = [tirx.Select(c == -1, inferred, c) for c in copied]
+    size: Any = one
+    for d in dims:
+        size = size * d
+    ok = tirx.And(ok, minus_ones <= one)
+    ok = tirx.And(ok, tirx.Or(minus_ones == zero, known > zero))
+    ok = tirx.And(ok, size == total)
+    return dims, ok, total
 
 
 DYNAMIC: dict[str, Callable[..., Any]] = {

@@ -155,7 +155,7 @@ class LoopLowering:
             first = self._count_of(lengths[0])
             for other in lengths[1:]:
                 same = self.bb.emit(relax.op.equal(first, self._count_of(other)))
-                self._check(same, "cf.foreach: the sequences have different lengths", call.span)
+                self._check_loop(same, "cf.foreach: the sequences have different lengths", call.span)
         return lengths[0]
 
     def _count_of(self, dim: Any) -> Any:
@@ -165,7 +165,7 @@ class LoopLowering:
         flat = self.bb.emit(relax.op.shape_to_tensor(relax.ShapeExpr([dim])))
         return self.bb.emit(self._reshape(flat, []))
 
-    def _check(self, ok: Any, message: str, span: Any) -> None:
+    def _check_loop(self, ok: Any, message: str, span: Any) -> None:
         """[RULE CHECK] (vm_run.py) Stop the program with an ``EvalError``
         saying ``message`` at ``span`` when the ``bool`` scalar ``ok`` is
         false. On a GPU the check is left out: a kernel there cannot stop

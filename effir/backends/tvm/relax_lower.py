@@ -124,7 +124,7 @@ from ...passes.call_graph import recursive
 from ...passes.fuse import PRIMITIVE, is_primitive
 from ...passes.infer_type import infer_expr
 from .errors import BackendError, CompileError
-from .kernel import KernelIR, lower_kernel
+from .kernel import KernelIR, leaves, lower_kernel
 from .relax_adts import AdtLowering, has_constructor_pattern
 from .relax_closures import ClosureLowering
 from .relax_dynamic import DYNAMIC, DynamicLowering
@@ -135,6 +135,26 @@ from .target import building
 from .vm_run import MAX_DEPTH, deeper_kernel
 
 PRINT_FUNCTION = "effir.print"
+_ESCAPED_LABEL = "\x00effir-utf8-hex:"
+
+
+def print_label(label: str) -> str:
+    """A print label as TVM can hold it (UTF-8): a label that is not (a
+    lone surrogate) is carried as the hex of its surrogate-passing bytes."""
+    try:
+        label.encode("utf-8")
+    except UnicodeEncodeError:
+        return _ESCAPED_LABEL + label.encode("utf-8", "surrogatepass").hex()
+    return label
+
+
+def label_text(label: str) -> str:
+    """The label ``print_label`` carried."""
+    if label.startswith(_ESCAPED_LABEL):
+        return bytes.fromhex(label.removeprefix(_ESCAPED_LABEL)).decode("utf-8", "surrogatepass")
+    return label
+
+
 """The packed function ``io.print`` calls: ``(label: str, value) -> None``."""
 
 
@@ -498,6 +518,8 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
         if not (all(static(t) for t in types) and static(result_type)):
             self._needs_static([*types, result_type])
             return self._shape_polymorphic(fn, args, types, result_type, name)
+        if not leaves(result_type):  # nothing to compute (random.split(k, num=0))
+            return self._rebuild(result_type, iter(()))
         gv, lowered = self._kernel(fn)
         inputs = [leaf for arg, t in zip(args, types, strict=True) for leaf in self._leaves(arg, t)]
         inputs += [relax.const(c, str(c.dtype)) for c in lowered.constants]
@@ -505,8 +527,8 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
         result = self.bb.emit(
             relax.call_dps_packed(gv, inputs, outs if len(outs) > 1 else outs[0]), name
         )
-        if len(outs) == 1:
-            return result
+        if len(outs) == 1:  # a tensor, or a tuple of one (random.split(k, num=1))
+            return self._rebuild(result_type, iter([result]))
         parts = iter([self.bb.emit(relax.TupleGetItem(result, i)) for i in range(len(outs))])
         return self._rebuild(result_type, parts)
 
@@ -581,7 +603,7 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
         self.bb.emit(
             relax.Call(
                 relax.ExternFunc(PRINT_FUNCTION),
-                [tvm.ir.StringImm(label), value],
+                [tvm.ir.StringImm(print_label(label)), value],
                 ty_args=[relax.ObjectType()],
             )
         )

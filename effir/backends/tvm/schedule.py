@@ -242,7 +242,7 @@ def inline_within_budget(sch: Any) -> None:
 
 def _may_inline(blocks: _Blocks, block: Any) -> bool:
     store = blocks.store(block)
-    if store is None:
+    if store is None or KEEP in blocks.sch.get(block).annotations:
         return False
     mine = expression_cost(store.value)
     buffer = str(store.buffer.name)
@@ -643,6 +643,14 @@ def _same_domain(sch: Any, producer: Any, consumer: Any) -> bool:
 
 
 # =================================================================== GPU
+KEEP = "effir_keep"
+"""Annotation of a block never inlined: a run-time check computed once
+(te_ops.py [RULE CHECK]), which inlining would repeat per element."""
+
+ORDERED = "effir_ordered"
+"""Annotation of a reduction whose combiner is not associative (integer
+``power``'s bit loop): it runs in order, never split across threads."""
+
 GPU_THREADS = 256
 """Threads per block for a loop nest bound by ``_bind_threads``."""
 
@@ -658,7 +666,8 @@ def _schedule_gpu(func: Any, target: Any) -> Any:
     inline_within_budget(sch)
     blocks = _Blocks(sch)
     anchors = [b for b in blocks.all() if blocks.is_reduction(b)]
-    if len(anchors) == 1:
+    ordered = any(ORDERED in sch.get(b).annotations for b in anchors)
+    if len(anchors) == 1 and not ordered:
         rules = (dlight.gpu.Matmul(), dlight.gpu.GEMV(), dlight.gpu.Reduction())
         with target:
             for rule in (*rules, dlight.gpu.GeneralReduction()):

@@ -23,10 +23,20 @@ as the numpy rules do (numpy's own float16 loops do the same).
 [RULE DIV] Integer division truncates toward zero (C, TVM), not numpy's
 floor, and the most negative integer divided by -1 wraps to itself. The
 divisor is made safe before dividing: x86 traps on a zero divisor and on
-``INT_MIN / -1``, and a vectorised select evaluates both sides. A kernel
-cannot raise, so a division by zero gives 0 where the interpreter fails;
-likewise ``power`` with a negative integer exponent gives 0, and ``take``
-with ``mode="fast"`` clips an out-of-range index instead of failing.
+``INT_MIN / -1``, and a vectorised select evaluates both sides. A division
+by zero fails [RULE CHECK].
+
+[RULE CHECK] Where the interpreter fails on a value (an integer division
+by zero, ``power`` with a negative integer exponent, ``take`` with
+``mode="fast"`` of an index out of range, an empty axis), the kernel fails
+too, by calling the packed function ``effir.fail`` with the interpreter's
+error, operator and source location included (errors.py
+``site_message``); the call path turns the TVM error into that
+``effir.EvalError``. ``checked_once`` checks a whole output before it is
+used (a count, then one call; a call inside the element loop would stop
+its vectorisation: a division ran 4x slower); ``fail_if`` checks one
+element (``take``, whose message shows the index). CUDA kernels cannot call back
+into the host and do not check (the value computed is as if unchecked).
 
 [RULE MATH] TVM's ``tanh`` for LLVM is ``(1 - e^-2x) / (1 + e^-2x)``, off by
 6e-5 relative near zero, and its ``exp`` calls libm once per element, which
@@ -44,28 +54,43 @@ schedule's inline budget, schedule.py [RULE BUDGET], bounds what that
 costs; integer ``power`` is staged over several computes for the same
 reason.)
 
-Known imprecisions: TVM's LLVM code generator marks 32- and 64-bit integer
-``+ - *`` no-signed-wrap (unsigned: no-unsigned-wrap). Stored results wrap as
-numpy's do, but LLVM may fold a comparison of an overflowing sum computed in
-the same kernel as if it had not overflowed. Floating-point sums are
-accumulated in a different order than numpy's pairwise sums.
+[RULE WRAP] Integer ``+ - *`` wrap modulo 2^bits, as numpy's do. TVM's
+LLVM code generator marks 32- and 64-bit integer ``+ - *`` no-signed-wrap
+(unsigned: no-unsigned-wrap), so an overflow is undefined behaviour that
+LLVM exploits: ``0u32 - x`` folds to 0 (it can only not wrap when x is 0),
+``x + 4294967295u32`` to 4294967295, ``x - INT_MIN`` keeps INT_MIN, and a
+comparison of an overflowing sum folds as if it had not overflowed. Every
+integer ``+ - *`` of the rules (elementwise, reductions, ``power``,
+``divide``, ``nn.dense``) goes through ``wrap_add``/``wrap_sub``/
+``wrap_mul``, which never overflow in TVM's sense: 8- and 16-bit operations
+carry no flags; 32-bit ones are computed exactly in 64 bits and truncated;
+64-bit ones are computed on 32-bit halves held in uint64 (whose sums and
+products fit) and reassembled with shifts and masks. LLVM narrows the
+32-bit form back to one flag-free instruction.
+
+Known imprecisions: floating-point sums are accumulated in a different
+order than numpy's pairwise sums.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 from tvm import te, tirx
 
+from ...ir.diagnostics import Span
 from ...ir.node import Attrs
 from ...ir.types import TensorType, TupleType, Type
 from ...ops.reduce import reduce_axes
 from ...ops.shape import _slices
-from .errors import BackendError
+from .errors import FAIL_FUNCTION, VALUE_MARK, BackendError, site_message
 from .rules import dim_value, te_rule
+from .schedule import KEEP, ORDERED
 
 PrimExpr = Any  # tvm.tirx.PrimExpr
 Tensor = Any  # tvm.te.Tensor
@@ -298,10 +323,190 @@ def nan_min(a: PrimExpr, b: PrimExpr) -> PrimExpr:
     return _lets([a, b], lambda a, b: _select(tirx.Or(_is_nan(a), a < b), a, b))
 
 
+# ============================================================== checks
+_sites = threading.local()
+
+
+@contextlib.contextmanager
+def check_site(op: str, span: Span | None, checked: bool) -> Iterator[None]:
+    """The operator call whose rule runs now: the site of its checks
+    (none when ``checked`` is false: a CUDA kernel)."""
+    previous = getattr(_sites, "current", None)
+    _sites.current = (op, span) if checked else None
+    try:
+        yield
+    finally:
+        _sites.current = previous
+
+
+def fail_if(bad: PrimExpr, value: PrimExpr, message: str, *shown: PrimExpr) -> PrimExpr:
+    """``value``, failing with the interpreter's ``message`` where ``bad``
+    holds [RULE CHECK]; each ``{}`` of the message shows one of ``shown``
+    (int64 values) at run time."""
+    site = getattr(_sites, "current", None)
+    if site is None:
+        # An unsigned value's check does not build yet (TVM's simplifier
+        # makes "uint from negative value -1" of it): unchecked for now.
+        return value
+    text = site_message(site[0], message.replace("{}", VALUE_MARK), site[1])
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    call = tirx.call_packed(FAIL_FUNCTION, text, *shown)
+    dtype = _dtype(value)  # (no cast of the call: TVM folds it as a constant)
+    failure = _select(call == 0, _const(0, dtype), _const(1, dtype))
+    return tirx.if_then_else(bad, failure, value)
+
+
+def checked_once(out: Tensor, bad: Callable[..., PrimExpr], message: str) -> Tensor:
+    """``out``, failing with the interpreter's ``message`` when ``bad(i)``
+    holds at some index i of it [RULE CHECK], checked once per call, not
+    per element: a count of the bad indices (a reduction that vectorises),
+    a 0-d block (never inlined) that calls ``effir.fail`` when the count is
+    not zero, and ``out`` plus that block's zero, read once per element."""
+    site = getattr(_sites, "current", None)
+    shape = _shape(out)
+    if site is None or int(np.prod(shape)) == 0:
+        return out
+    dtype = _dtype(out)
+
+    def flag(*i: PrimExpr) -> PrimExpr:
+        return _select(bad(*i), _const(1, "int32"), _const(0, "int32"))
+
+    if shape:
+        axes = [te.reduce_axis((0, n), name=f"c{d}") for d, n in enumerate(shape)]
+        count = te.compute(
+            (), lambda: te.sum(flag(*(a.var for a in axes)), axis=axes), name="check_count"
+        )
+    else:
+        count = te.compute((), lambda: flag(), name="check_count")
+    guard = te.compute(
+        (),
+        lambda: fail_if(count() > _const(0, "int32"), _const(0, dtype), message),
+        name="check",
+        attrs={KEEP: 1},
+    )
+    return te.compute(shape, lambda *i: out(*i) + guard(), name=f"{out.op.name}_checked")
+
+
+# ============================================================ wrapping
+_LOW = 0xFFFFFFFF
+
+
+def _bits_of(x: PrimExpr, shift: int, width: int) -> PrimExpr:
+    """Bits ``shift .. shift + width`` of a 64-bit integer, as a
+    non-negative value of its own dtype."""
+    dtype = _dtype(x)
+    shifted = x >> _const(shift, dtype) if shift else x
+    return tirx.bitwise_and(shifted, _const((1 << width) - 1, dtype))
+
+
+def _joined(low: PrimExpr, high: PrimExpr) -> PrimExpr:
+    """``high * 2^32 + low`` modulo 2^64, of the low 32 bits of each: a
+    shift and an or, which carry no overflow flags."""
+    dtype = _dtype(low)
+    return tirx.bitwise_or(_bits_of(high, 0, 32) << _const(32, dtype), _bits_of(low, 0, 32))
+
+
+def _add64(a: PrimExpr, b: PrimExpr, carry: int) -> PrimExpr:
+    """``a + b + carry`` modulo 2^64 by 32-bit halves in a's own dtype (the
+    high halves signed for int64): no sum leaves the dtype's range."""
+    dtype = _dtype(a)
+    thirty_two = _const(32, dtype)
+
+    def body(a: PrimExpr, b: PrimExpr) -> PrimExpr:
+        low = _bits_of(a, 0, 32) + _bits_of(b, 0, 32)
+        if carry:
+            low = low + _const(carry, dtype)
+        return _let(
+            low, lambda lo: _joined(lo, (a >> thirty_two) + (b >> thirty_two) + (lo >> thirty_two))
+        )
+
+    return _lets([a, b], body)
+
+
+def _mul64(a: PrimExpr, b: PrimExpr) -> PrimExpr:
+    """``a * b`` modulo 2^64 in a's own dtype: a = ah 2^32 + al (al in
+    [0, 2^32), ah a signed or unsigned 32-bit value), al split again into
+    16-bit pieces, so that every product and sum stays in range. (Only the
+    operands are let-bound: TVM's bound analysis fails on nested lets here.)"""
+    dtype = _dtype(a)
+    c16, c32 = _const(16, dtype), _const(32, dtype)
+
+    def body(a: PrimExpr, b: PrimExpr) -> PrimExpr:
+        a1, a0, b1, b0 = (
+            _bits_of(a, 16, 16),
+            _bits_of(a, 0, 16),
+            _bits_of(b, 16, 16),
+            _bits_of(b, 0, 16),
+        )
+        mid = a1 * b0 + a0 * b1
+        low = a0 * b0 + (_bits_of(mid, 0, 16) << c16)
+        cross = _bits_of(_bits_of(a, 0, 32) * (b >> c32), 0, 32) + _bits_of(
+            (a >> c32) * _bits_of(b, 0, 32), 0, 32
+        )
+        return _joined(low, a1 * b1 + (mid >> c16) + (low >> c32) + cross)
+
+    return _lets([a, b], body)
+
+
+def _wrap32(op: str, a: PrimExpr, b: PrimExpr) -> PrimExpr:
+    """A 32-bit ``op`` computed exactly in 64 bits (never negative for
+    unsigned), reduced modulo 2^32 into the dtype's range by masks, then
+    narrowed: a cast of an in-range value, which TVM's simplifier cannot
+    turn back into the overflowing 32-bit operation."""
+    dtype = _dtype(a)
+    wide = "uint64" if _kind(dtype) == "u" else "int64"
+    aw, bw = a.astype(wide), b.astype(wide)
+    if op == "-" and wide == "uint64":
+        exact = aw + _const(1 << 32, wide) - bw
+    else:
+        exact = {"+": aw + bw, "-": aw - bw, "*": aw * bw}[op]
+    low = tirx.bitwise_and(exact, _const(_LOW, wide))
+    if wide == "int64":  # sign-extend bit 31
+        sign = _const(1 << 31, wide)
+        low = tirx.bitwise_xor(low, sign) - sign
+    return low.astype(dtype)
+
+
+def _wrapping(op: str, a: PrimExpr, b: PrimExpr) -> PrimExpr:
+    dtype = _dtype(a)
+    kind = _kind(dtype)
+    bits = 0 if kind in "bf" else np.dtype(dtype).itemsize * 8
+    plain = {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b}[op]
+    if bits < 32:  # floats, booleans and narrow integers: no overflow flags
+        return plain()
+    if bits == 32:
+        return _wrap32(op, a, b)
+    if op == "+":
+        return _add64(a, b, 0)
+    if op == "-":  # a + ~b + 1
+        return _add64(a, tirx.bitwise_not(b), 1)
+    return _mul64(a, b)
+
+
+def wrap_add(a: PrimExpr, b: PrimExpr) -> PrimExpr:
+    """``a + b``, wrapping for integers [RULE WRAP]."""
+    return _wrapping("+", a, b)
+
+
+def wrap_sub(a: PrimExpr, b: PrimExpr) -> PrimExpr:
+    return _wrapping("-", a, b)
+
+
+def wrap_mul(a: PrimExpr, b: PrimExpr) -> PrimExpr:
+    return _wrapping("*", a, b)
+
+
+def _sum_reducer(dtype: str) -> Any:
+    """``te.sum``, wrapping for integers of 32 bits and more [RULE WRAP]."""
+    if _kind(dtype) in "bf" or np.dtype(dtype).itemsize < 4:
+        return te.sum
+    return te.comm_reducer(wrap_add, lambda dtype: _const(0, dtype), name="wrap_sum")
+
+
 # ============================================================ elementwise
 def _negative(x: PrimExpr) -> PrimExpr:
     dtype = _dtype(x)
-    return -x if _kind(dtype) == "f" else _const(0, dtype) - x
+    return -x if _kind(dtype) == "f" else wrap_sub(_const(0, dtype), x)
 
 
 def _relu(x: PrimExpr) -> PrimExpr:
@@ -353,58 +558,59 @@ def int_divide(a: PrimExpr, b: PrimExpr) -> PrimExpr:
         if _kind(dtype) == "i":
             minus_one = _const(-1, dtype)
             safe = _select(tirx.Or(b == zero, b == minus_one), one, b)
-            numerator = _select(b == minus_one, zero - a, a)
+            numerator = _select(b == minus_one, wrap_sub(zero, a), a)
         else:
             safe, numerator = _select(b == zero, one, b), a
-        return tirx.truncdiv(numerator, safe) * nonzero
+        return tirx.truncdiv(numerator, safe) * nonzero  # zero divisors: checked_once
 
     return _lets([a, b], body)
 
 
 def int_power(a: Tensor, b: Tensor, out_type: Type) -> Tensor:
     """``a ** b`` for integers by repeated squaring over every bit of ``b``,
-    wrapping as numpy's integer power does; a negative exponent gives 0
-    [RULE DIV]. One compute per squaring and per bit: as one expression the
-    squarings would nest 64 lets deep, each used twice [RULE LET], which
-    TVM's LLVM code generator expands exponentially."""
+    wrapping as numpy's integer power does; a negative exponent fails
+    [RULE CHECK]. One reduction over the exponent's bits, in order, whose
+    accumulator is (result, square, started): as one expression the
+    squarings would nest 64 lets deep, each used twice [RULE LET], and as
+    one compute per bit a 64-bit power is 128 blocks (a minute to build).
+    Products wrap by ``wrap_mul`` [RULE WRAP]."""
     shape, dtype = _out(out_type)
     exp_dtype = _dtype(b)
     bits = np.dtype(exp_dtype).itemsize * 8
     zero, one = _const(0, dtype), _const(1, dtype)
 
-    def bit_set(index: Sequence[PrimExpr], bit: int) -> PrimExpr:
+    def combine(acc: tuple[PrimExpr, ...], step: tuple[PrimExpr, ...]) -> tuple[PrimExpr, ...]:
+        result, square, started = acc
+        on, first, _ = step
+
+        base = _select(started != zero, square, first)
+        taken = _select(on != zero, base, one)
+        return wrap_mul(result, taken), _let(base, lambda v: wrap_mul(v, v)), one
+
+    reducer = te.comm_reducer(
+        combine, lambda t0, t1, t2: (_const(1, t0), _const(0, t1), _const(0, t2)), name="power"
+    )
+    k = te.reduce_axis((0, bits), name="bit")
+
+    def bit_of(index: Sequence[PrimExpr]) -> PrimExpr:
         e = _load_broadcast(b, index)
-        shifted = tirx.bitwise_and(e >> _const(bit, exp_dtype), _const(1, exp_dtype))
-        return shifted != _const(0, exp_dtype)
+        shifted = tirx.bitwise_and(e >> k.var.astype(exp_dtype), _const(1, exp_dtype))
+        return _select(shifted != _const(0, exp_dtype), one, zero)
 
-    base = te.compute(shape, lambda *i: _load_broadcast(a, i), name="power_base")
-    result = te.compute(shape, lambda *i: one, name="power_one")
-    for bit in range(bits):
-        result = _power_step(result, base, bit, bit_set, one)
-        if bit + 1 < bits:
-            base = te.compute(shape, _squared(base), name="power_square")
+    result, _, _ = te.compute(
+        shape,
+        lambda *i: reducer((bit_of(i), _load_broadcast(a, i), zero), axis=k),
+        name="power_bits",
+        attrs={ORDERED: 1},
+    )
 
-    def final(*i: PrimExpr) -> PrimExpr:
-        if _kind(exp_dtype) == "i":
-            return _select(_load_broadcast(b, i) < _const(0, exp_dtype), zero, result(*i))
-        return result(*i)
-
-    return te.compute(shape, final, name="power")
-
-
-def _squared(base: Tensor) -> Callable[..., PrimExpr]:
-    return lambda *i: _let(base(*i), lambda v: v * v)
-
-
-def _power_step(
-    result: Tensor, base: Tensor, bit: int, bit_set: Callable[..., PrimExpr], one: PrimExpr
-) -> Tensor:
-    """``result * (base if bit `bit` of the exponent is set else 1)``: each
-    input read once."""
-    return te.compute(
-        _shape(result),
-        lambda *i: result(*i) * _select(bit_set(i, bit), base(*i), one),
-        name="power_step",
+    power = te.compute(shape, lambda *i: result(*i), name="power")
+    if _kind(exp_dtype) != "i":
+        return power
+    return checked_once(  # a negative exponent fails [RULE CHECK]
+        power,
+        lambda *i: _load_broadcast(b, i) < _const(0, exp_dtype),
+        "integer power with a negative exponent",
     )
 
 
@@ -427,9 +633,9 @@ def _not_equal(a: PrimExpr, b: PrimExpr) -> PrimExpr:
 
 
 _ARITH: dict[str, Callable[[PrimExpr, PrimExpr], PrimExpr]] = {
-    "add": lambda a, b: a + b,
-    "subtract": lambda a, b: a - b,
-    "multiply": lambda a, b: a * b,
+    "add": wrap_add,
+    "subtract": wrap_sub,
+    "multiply": wrap_mul,
     "divide": _divide,
     "power": te.power,  # floats; integers: int_power
 }
@@ -449,7 +655,17 @@ def _arith_rule(name: str) -> Callable[..., Tensor]:
     def rule(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
         if name == "power" and _kind(_dtype(args[0])) != "f":
             return int_power(args[0], args[1], out_type)
-        return _map(name, out_type, args, _widened(_dtype(args[0]), fn))
+        out = _map(name, out_type, args, _widened(_dtype(args[0]), fn))
+        if name == "divide" and _kind(_dtype(args[0])) != "f":
+            divisor = args[1]
+
+            def zero(*i: PrimExpr) -> PrimExpr:
+                # as int64: TVM's analyzer turns the branch condition of an
+                # unsigned `b == 0` into `b <= -1` and cannot make a negative uint
+                return _load_broadcast(divisor, i).astype("int64") == _const(0, "int64")
+
+            return checked_once(out, zero, "integer division by zero")
+        return out
 
     return rule
 
@@ -550,7 +766,7 @@ def reduction_layout(
 
 
 def _product_reducer() -> Any:
-    return te.comm_reducer(lambda a, b: a * b, lambda dtype: _const(1, dtype), name="prod")
+    return te.comm_reducer(wrap_mul, lambda dtype: _const(1, dtype), name="prod")
 
 
 def _nan_reducer(name: str) -> Any:
@@ -562,7 +778,7 @@ def _nan_reducer(name: str) -> Any:
 
 def _reducer(name: str, dtype: str) -> Any:
     if name in ("sum", "mean"):
-        return te.sum
+        return _sum_reducer(dtype)
     if name == "prod":
         return _product_reducer()
     if _kind(dtype) == "f":
@@ -579,7 +795,8 @@ def _reduce_rule(name: str) -> Callable[..., Tensor]:
         if not axes:  # over no axis at all: the identity (a mean over 1 element)
             return te.compute(shape, lambda *i: x(*i), name=name)
         if any(in_shape[a] == 0 for a in axes):
-            return _empty_reduction(name, shape, dtype)
+            empty = next(a for a in axes if in_shape[a] == 0)
+            return _empty_reduction(name, shape, dtype, empty)
         raxes, in_index = reduction_layout(in_shape, axes, attrs["keepdims"])
         # [RULE BOOL] booleans reduce as int8 (max is any, min is all).
         acc = "int8" if dtype == "bool" else compute_dtype(dtype)
@@ -603,15 +820,22 @@ for _op in ("sum", "mean", "max", "min", "prod"):
     te_rule(_op)(_reduce_rule(_op))
 
 
-def _empty_reduction(name: str, shape: Sequence[int], dtype: str) -> Tensor:
+def _empty_reduction(name: str, shape: Sequence[int], dtype: str, axis: int = 0) -> Tensor:
     """A reduction over an empty axis: TVM's loop over it never runs, and
     the initial value is written inside it, so the result is given directly:
-    0 for a sum, 1 for a product, NaN for a mean (0 / 0). (max, min and
-    argmax of an empty axis fail in the interpreter; a kernel gives 0.)"""
+    0 for a sum, 1 for a product, NaN for a mean (0 / 0). max, min and
+    argmax of an empty axis fail, as in the interpreter [RULE CHECK]."""
     value = {"prod": 1, "mean": math.nan}.get(name, 0)
     if dtype == "bool":
         value = bool(value)
-    return te.compute(shape, lambda *i: _const(value, dtype), name=f"{name}_empty")
+    message = f"{name} of an empty axis (axis {axis} has length 0)"
+    fails = name in ("max", "min", "argmax")
+
+    def body(*i: PrimExpr) -> PrimExpr:
+        constant = _const(value, dtype)
+        return fail_if(tirx.const(True, "bool"), constant, message) if fails else constant
+
+    return te.compute(shape, body, name=f"{name}_empty")
 
 
 def _argmax_reducer(last: bool, is_float: bool) -> Any:
@@ -650,7 +874,8 @@ def _argmax(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
     if not axes:
         return te.compute(shape, lambda *i: _const(0, "int32"), name="argmax")
     if any(in_shape[a] == 0 for a in axes):
-        return _empty_reduction("argmax", shape, "int32")
+        empty = next(a for a in axes if in_shape[a] == 0)
+        return _empty_reduction("argmax", shape, "int32", empty)
     raxes, in_index = reduction_layout(in_shape, axes, attrs["keepdims"])
     strides = [int(np.prod([in_shape[b] for b in axes[k + 1 :]])) for k in range(len(axes))]
     flat = sum((k.var * s for k, s in zip(raxes[:-1], strides[:-1], strict=True)), raxes[-1].var)
@@ -865,13 +1090,27 @@ def _take(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
         axis = attrs["axis"] % len(x.shape)
     size = _shape(x)[axis]
     rank = len(indices.shape)
-    if size == 0:  # nothing to take from; only an empty result type-checks at run time
-        return te.compute(shape, lambda *i: _const(0, out_type.dtype), name="take")
+    if size == 0:  # nothing to take from: fails unless nothing is taken [RULE CHECK]
+        message = f"cannot take from axis {axis} of size 0"
+        return te.compute(
+            shape,
+            lambda *i: fail_if(tirx.const(True, "bool"), _const(0, out_type.dtype), message),
+            name="take",
+        )
 
     def body(*i: PrimExpr) -> PrimExpr:
         before, picked, after = i[:axis], i[axis : axis + rank], i[axis + rank :]
-        position = _take_index(indices(*picked), size, mode)
-        return x(*before, position, *after)
+        if mode != "fast":
+            return x(*before, _take_index(indices(*picked), size, mode), *after)
+
+        index = indices(*picked)  # (a load: a let cannot index a buffer)
+        dtype = _dtype(index)
+        bad = index >= _const(size, dtype)
+        if _kind(dtype) == "i":
+            bad = tirx.Or(index < _const(0, dtype), bad)
+        value = x(*before, _take_index(index, size, mode), *after)
+        message = f"index {{}} is out of range for axis {axis} of size {size}"
+        return fail_if(bad, value, message, index.astype("int64"))
 
     return te.compute(shape, body, name="take")
 
@@ -920,7 +1159,9 @@ def _dense(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
     k = te.reduce_axis((0, _shape(x)[-1]), name="k")
     product = te.compute(
         shape,
-        lambda *i: te.sum(cast_value(x(*i[:-1], k), acc) * cast_value(w(i[-1], k), acc), axis=k),
+        lambda *i: _sum_reducer(acc)(
+            wrap_mul(cast_value(x(*i[:-1], k), acc), cast_value(w(i[-1], k), acc)), axis=k
+        ),
         name="dense",
     )
     return _as_compute(product, dtype, "dense_cast")
@@ -952,7 +1193,7 @@ def _matmul(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
         bb = _batch_index(b_shape[:-2], batch)
         lhs = a(*ab, k, m) if ta else a(*ab, m, k)
         rhs = b(*bb, n, k) if tb else b(*bb, k, n)
-        return te.sum(cast_value(lhs, acc) * cast_value(rhs, acc), axis=k)
+        return _sum_reducer(acc)(wrap_mul(cast_value(lhs, acc), cast_value(rhs, acc)), axis=k)
 
     return _as_compute(te.compute(shape, body, name="matmul"), dtype, "matmul_cast")
 

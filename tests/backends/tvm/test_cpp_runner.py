@@ -177,3 +177,34 @@ def @main(%n: int32) { @count(%n) }
             assert np.load(out / "result_0.npy") == np.float32(5000.0)
         else:
             assert "@count: recursion deeper than" in done.stderr, done.stderr
+
+
+def test_the_runner_fails_as_the_interpreter(runner: Path, tmp_path: Path) -> None:
+    """A failed run-time check (integer division by zero; a bad dyn.reshape)
+    prints the interpreter's located message and exits non-zero."""
+    header = '#[version = "0.0.5"]\n'
+    cases = [
+        (
+            "def @main(%x: Tensor[(3), int32], %y: Tensor[(3), int32]) {\n  divide(%x, %y)\n}\n",
+            [np.array([1, 2, 3], "int32"), np.array([1, 0, 1], "int32")],
+        ),
+        (
+            "def @main(%x: Tensor[(6), float32], %s: Tensor[(2), int64]) {\n"
+            "  dyn.reshape(%x, %s)\n}\n",
+            [np.ones(6, "float32"), np.array([4, 2], "int64")],
+        ),
+    ]
+    for k, (text, args) in enumerate(cases):
+        module = effir.check(effir.parse(header + text, source_name="fails.effir"))
+        with pytest.raises(effir.EvalError) as expected:
+            effir.interpret(module, *args)
+        effir.compile(module).export(tmp_path / f"model{k}")
+        inputs = []
+        for i, a in enumerate(args):
+            np.save(tmp_path / f"in{k}_{i}.npy", a)
+            inputs.append(str(tmp_path / f"in{k}_{i}.npy"))
+        done = subprocess.run(
+            [runner, tmp_path / f"model{k}", *inputs], capture_output=True, text=True
+        )
+        assert done.returncode != 0
+        assert str(expected.value) in done.stderr, done.stderr

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import effir
 from effir.backends.tvm import te_ops  # noqa: F401  (registers the rules)
 from effir.backends.tvm.errors import BackendError
 from effir.backends.tvm.kernel import build_kernel
@@ -461,17 +462,19 @@ def test_exp_tanh_sigmoid_over_the_float32_range() -> None:
 
 
 def test_integer_division_truncates_and_never_traps() -> None:
-    """[RULE DIV] C's truncation; INT_MIN / -1 wraps; a zero divisor gives 0
-    (the interpreter raises; a kernel must not kill the process)."""
+    """[RULE DIV] C's truncation; INT_MIN / -1 wraps; a zero divisor fails
+    as in the interpreter [RULE CHECK], without trapping."""
     a = np.array([7, -7, 7, -7, -128, 5, -3], "int8")
     b = np.array([2, 2, -2, -2, -1, 1, 7], "int8")
     check("divide", a, b)
     fn, _ = one_op("divide", (a, b))
-    zero = np.zeros_like(b)
-    assert np.array_equal(build_kernel(fn, "llvm")(a, zero), np.zeros_like(a))
+    with pytest.raises(effir.EvalError, match="divide: integer division by zero"):
+        build_kernel(fn, "llvm")(a, np.zeros_like(b))
     u = np.array([7, 0, 255], "uint8")
     fn, _ = one_op("divide", (u, u))
-    assert np.array_equal(build_kernel(fn, "llvm")(u, np.array([2, 0, 0], "uint8")), [3, 0, 0])
+    assert np.array_equal(build_kernel(fn, "llvm")(u, np.array([2, 1, 5], "uint8")), [3, 0, 51])
+    with pytest.raises(effir.EvalError, match="divide: integer division by zero"):
+        build_kernel(fn, "llvm")(u, np.array([2, 0, 0], "uint8"))
 
 
 def test_integer_overflow_wraps() -> None:
