@@ -1,0 +1,136 @@
+"""Each command on deep programs: is its time linear in the depth?
+
+Prints a table: for each construct of `tests/deep_programs.py` (nested
+tuples, closures, references, ifs, lets, calls, a long infix chain, a flat
+let chain) and each stage of a command, the median seconds at each size and
+the ratio of the largest size's time to the smallest's (4 for 5k -> 20k
+when the stage is linear; 16 when it is quadratic). The stages:
+
+- parse: `effir.parse` of the text;
+- print: `effir.astext` of the parsed module (`effir fmt` is parse + print);
+- check: `effir.check` and `check_effects` (what `effir check` runs);
+- opt -O2: the -O2 pipeline with each pass's output verified (what
+  `effir opt -O2` runs, less its parse and print).
+
+Run with `.venv/bin/python benchmarks/deep.py` (sizes 5k/10k/20k, a few
+minutes); `--sizes 1000,2000,4000` chooses the sizes, `--limit S` gives up on
+a cell after S seconds (and on the larger sizes of its row).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.deep_programs
+
+import effir  # noqa: E402
+from effir.passes.infer_effects import check_effects  # noqa: E402
+from effir.passes.infra import PassContext  # noqa: E402
+from effir.passes.pipeline import pipeline  # noqa: E402
+from tests.deep_programs import DEEP_PROGRAMS  # noqa: E402
+
+
+def _check(module: effir.IRModule) -> None:
+    effir.check(module)
+    check_effects(module)
+
+
+def _opt(module: effir.IRModule) -> None:
+    pipeline("O2")(module, PassContext(verify=True))
+
+
+STAGES: dict[str, Callable[[effir.IRModule], object]] = {
+    "print": effir.astext,
+    "check": _check,
+    "opt -O2": _opt,
+}
+"""Each stage after parsing, run on a freshly parsed module (a checked
+module remembers it was checked)."""
+
+
+class _OverLimit(Exception):
+    pass
+
+
+def _on_alarm(signum: int, frame: object) -> None:
+    raise _OverLimit
+
+
+def time_stage(text: str, stage: str, repeats: int, limit: float) -> tuple[float, bool]:
+    """Median seconds of ``stage`` on ``text``, and whether it ended in an
+    effir error (a program the command rejects, as it should). Raises
+    ``_OverLimit`` when one run takes more than ``limit`` seconds."""
+    times, failed = [], False
+    for _ in range(repeats):
+        module = None if stage == "parse" else effir.parse(text)
+        signal.setitimer(signal.ITIMER_REAL, limit)
+        start = time.perf_counter()
+        try:
+            if module is None:
+                effir.parse(text)
+            else:
+                STAGES[stage](module)
+        except effir.Error:
+            failed = True
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), failed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="5000,10000,20000", help="comma-separated depths")
+    parser.add_argument("--repeats", type=int, default=1, help="runs per cell (the median)")
+    parser.add_argument("--limit", type=float, default=60.0, help="seconds before giving up")
+    parser.add_argument("--only", default="", help="constructs whose name contains this")
+    parser.add_argument("--stages", default="parse,print,check,opt -O2")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    stages = [s.strip() for s in args.stages.split(",")]
+    signal.signal(signal.SIGALRM, _on_alarm)
+
+    heads = [f"{n // 1000}k s" if n % 1000 == 0 else f"{n} s" for n in sizes]
+    ratio_head = f"{heads[-1][:-2]}/{heads[0][:-2]}"
+    header = f"| {'construct':20} | {'stage':7} | " + " | ".join(f"{h:>7}" for h in heads)
+    header += f" | {ratio_head:>7} |"
+    print(header)
+    print("|" + "|".join("-" * len(cell) for cell in header.split("|")[1:-1]) + "|")
+    sys.stdout.flush()
+    rejected = False
+    for name, generate in DEEP_PROGRAMS.items():
+        if args.only not in name:
+            continue
+        texts = [generate(n) for n in sizes]
+        for stage in stages:
+            cells, seconds = [], []
+            for text in texts:
+                if len(cells) > len(seconds):  # a smaller size went over the limit
+                    cells.append(f"{'-':>7}")
+                    continue
+                try:
+                    t, failed = time_stage(text, stage, args.repeats, args.limit)
+                except _OverLimit:
+                    cells.append(f"{'>' + format(args.limit, 'g'):>7}")
+                    continue
+                rejected |= failed
+                seconds.append(t)
+                cells.append(f"{t:6.2f}{'*' if failed else ' '}")
+            if len(seconds) == len(sizes) and seconds[0] > 0:
+                ratio = f"{seconds[-1] / seconds[0]:7.1f}"
+            else:
+                ratio = f"{'-':>7}"
+            print(f"| {name:20} | {stage:7} | " + " | ".join(cells) + f" | {ratio} |")
+            sys.stdout.flush()
+    if rejected:
+        print("\n* the command rejects the program with an effir error (as it should)")
+
+
+if __name__ == "__main__":
+    main()

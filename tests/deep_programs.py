@@ -1,0 +1,89 @@
+"""Deep programs as text, one generator per construct, each a function of a
+size ``n`` (nesting depth, or length of a flat chain).
+
+Shared by `benchmarks/deep.py` (the 5k/10k/20k table) and the tests that
+show each command's work grows linearly with ``n``. Every program is well
+typed; ``nested ref(`` is one that state passing rejects (the references
+escape), so ``effir opt`` on it times the error path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+H = '#[version = "0.0.5"]\n'
+
+
+def _main(params: str, body: str) -> str:
+    return H + f"def @main({params}) {{\n  {body}\n}}\n"
+
+
+def nested_tuples(n: int) -> str:
+    """``((((%x, %x), %x), %x) ...)``: a tuple type ``n`` deep."""
+    return _main("%x: float32", "(" * n + "%x" + ", %x)" * n)
+
+
+def nested_fns(n: int) -> str:
+    """``fn () { fn () { ... %x } }``: closures ``n`` deep, a function type
+    ``n`` deep."""
+    return _main("%x: float32", "fn () { " * n + "%x" + " }" * n)
+
+
+def nested_refs(n: int) -> str:
+    """``ref(ref(... %x))``: a reference type ``n`` deep."""
+    return _main("%x: float32", "ref(" * n + "%x" + ")" * n)
+
+
+def nested_ref_reads(n: int) -> str:
+    """``ref_read(ref(ref_read(ref(... %x))))``: local references that
+    state passing turns into plain values."""
+    return _main("%x: float32", "ref_read(ref(" * n + "%x" + "))" * n)
+
+
+def nested_ifs(n: int) -> str:
+    """``if (%c) { if (%c) { ... } else { %x } } else { %x }``."""
+    return _main("%c: bool, %x: float32", "if (%c) { " * n + "%x" + " } else { %x }" * n)
+
+
+def nested_lets(n: int) -> str:
+    """``let %v = { let %v = { ... }; %v }; %v``: lets in value position."""
+    return _main("%x: float32", "let %v = { " * n + "%x" + " }; %v" * n)
+
+
+def nested_calls(n: int) -> str:
+    """``negative(negative(... %x))``."""
+    return _main("%x: float32", "negative(" * n + "%x" + ")" * n)
+
+
+def nested_global_calls(n: int) -> str:
+    """``@f(@f(... %x))``: calls of a global function."""
+    body = "@f(" * n + "%x" + ")" * n
+    return _main("%x: float32", body).replace(
+        "def @main", "def @f(%y: float32) -> float32 { %y }\ndef @main"
+    )
+
+
+def infix_chain(n: int) -> str:
+    """``%x + %x + ... + %x``: ``n`` infix operators, left-nested calls."""
+    return _main("%x: float32", "%x" + " + %x" * n)
+
+
+def let_chain(n: int) -> str:
+    """``let %v1 = %v0 + 1f; let %v2 = %v1 + 1f; ...``: ``n`` flat bindings."""
+    lets = "".join(f"let %v{i} = %v{i - 1} + 1f;\n  " for i in range(1, n))
+    return H + f"def @main(%v0: float32) {{\n  {lets}%v{n - 1}\n}}\n"
+
+
+DEEP_PROGRAMS: dict[str, Callable[[int], str]] = {
+    "nested tuples": nested_tuples,
+    "nested fn": nested_fns,
+    "nested ref(": nested_refs,
+    "nested ref_read(ref(": nested_ref_reads,
+    "nested if": nested_ifs,
+    "nested let": nested_lets,
+    "nested op calls": nested_calls,
+    "nested @f calls": nested_global_calls,
+    "infix chain": infix_chain,
+    "flat let chain": let_chain,
+}
+"""Each construct's generator, by the name the benchmark table shows."""
