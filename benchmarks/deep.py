@@ -24,34 +24,12 @@ import signal
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.deep_programs
 
 import effir  # noqa: E402
-from effir.passes.infer_effects import check_effects  # noqa: E402
-from effir.passes.infra import PassContext  # noqa: E402
-from effir.passes.pipeline import pipeline  # noqa: E402
-from tests.deep_programs import DEEP_PROGRAMS  # noqa: E402
-
-
-def _check(module: effir.IRModule) -> None:
-    effir.check(module)
-    check_effects(module)
-
-
-def _opt(module: effir.IRModule) -> None:
-    pipeline("O2")(module, PassContext(verify=True))
-
-
-STAGES: dict[str, Callable[[effir.IRModule], object]] = {
-    "print": effir.astext,
-    "check": _check,
-    "opt -O2": _opt,
-}
-"""Each stage after parsing, run on a freshly parsed module (a checked
-module remembers it was checked)."""
+from tests.deep_programs import DEEP_PROGRAMS, STAGES, stage_action  # noqa: E402
 
 
 class _OverLimit(Exception):
@@ -68,14 +46,11 @@ def time_stage(text: str, stage: str, repeats: int, limit: float) -> tuple[float
     ``_OverLimit`` when one run takes more than ``limit`` seconds."""
     times, failed = [], False
     for _ in range(repeats):
-        module = None if stage == "parse" else effir.parse(text)
+        action = stage_action(stage, text)
         signal.setitimer(signal.ITIMER_REAL, limit)
         start = time.perf_counter()
         try:
-            if module is None:
-                effir.parse(text)
-            else:
-                STAGES[stage](module)
+            action()
         except effir.Error:
             failed = True
         finally:
@@ -90,7 +65,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="runs per cell (the median)")
     parser.add_argument("--limit", type=float, default=60.0, help="seconds before giving up")
     parser.add_argument("--only", default="", help="constructs whose name contains this")
-    parser.add_argument("--stages", default="parse,print,check,opt -O2")
+    parser.add_argument("--stages", default=",".join(STAGES))
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     stages = [s.strip() for s in args.stages.split(",")]

@@ -9,7 +9,13 @@ escape), so ``effir opt`` on it times the error path.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+
+import effir
+from effir.passes.infer_effects import check_effects
+from effir.passes.infra import PassContext
+from effir.passes.pipeline import pipeline
 
 H = '#[version = "0.0.5"]\n'
 
@@ -21,6 +27,14 @@ def _main(params: str, body: str) -> str:
 def nested_tuples(n: int) -> str:
     """``((((%x, %x), %x), %x) ...)``: a tuple type ``n`` deep."""
     return _main("%x: float32", "(" * n + "%x" + ", %x)" * n)
+
+
+def nested_tuples_of_unknown(n: int) -> str:
+    """``nested tuples`` in a closure whose parameter's type inference
+    learns only at the call, after typing the body: the tuple types hold an
+    unknown all along."""
+    tuples = "(" * n + "%y" + ", %y)" * n
+    return _main("%x: float32", f"let %f = fn (%y) {{ {tuples} }};\n  %f(%x)")
 
 
 def nested_fns(n: int) -> str:
@@ -76,6 +90,7 @@ def let_chain(n: int) -> str:
 
 DEEP_PROGRAMS: dict[str, Callable[[int], str]] = {
     "nested tuples": nested_tuples,
+    "tuples of an unknown": nested_tuples_of_unknown,
     "nested fn": nested_fns,
     "nested ref(": nested_refs,
     "nested ref_read(ref(": nested_ref_reads,
@@ -87,3 +102,46 @@ DEEP_PROGRAMS: dict[str, Callable[[int], str]] = {
     "flat let chain": let_chain,
 }
 """Each construct's generator, by the name the benchmark table shows."""
+
+STAGES = ("parse", "print", "check", "opt -O2")
+"""What the commands do to a program: `effir fmt` parses and prints it,
+`effir check` parses and checks it (types and effects), `effir opt -O2`
+parses it and runs the -O2 passes with each output verified."""
+
+
+def stage_action(stage: str, text: str) -> Callable[[], object]:
+    """``stage`` of a command on the program ``text``, ready to run: the
+    parse itself, or the stage on a module parsed beforehand (afresh: a
+    module once checked is not checked again)."""
+    if stage == "parse":
+        return lambda: effir.parse(text)
+    module = effir.parse(text)
+    if stage == "print":
+        return lambda: effir.astext(module)
+    if stage == "check":
+        return lambda: (effir.check(module), check_effects(module))
+    if stage == "opt -O2":
+        return lambda: pipeline("O2")(module, PassContext(verify=True))
+    raise ValueError(f"unknown stage {stage!r}")
+
+
+def work(action: Callable[[], object]) -> int:
+    """The lines of Python that ``action()`` executes (calls and returns
+    included): a measure of its time that does not depend on the machine or
+    its load, so a test can show that work grows linearly with a program's
+    size without timing anything. (Loops inside C, such as copying a long
+    string, are not counted.)"""
+    count = 0
+
+    def trace(frame: object, event: str, arg: object) -> Callable:
+        nonlocal count
+        count += 1
+        return trace
+
+    previous = sys.gettrace()
+    sys.settrace(trace)
+    try:
+        action()
+    finally:
+        sys.settrace(previous)
+    return count
