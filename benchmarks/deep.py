@@ -14,12 +14,16 @@ when the stage is linear; 16 when it is quadratic). The stages:
 
 Run with `.venv/bin/python benchmarks/deep.py` (sizes 5k/10k/20k, a few
 minutes); `--sizes 1000,2000,4000` chooses the sizes, `--limit S` gives up on
-a cell after S seconds (and on the larger sizes of its row).
+a cell after S seconds (and on the larger sizes of its row). `--work` counts
+the lines of Python each stage executes instead (`tests.deep_programs.work`,
+slow: use sizes in the hundreds): the same on any machine under any load,
+and what the linear-work tests check.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import signal
 import statistics
 import sys
@@ -29,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.deep_programs
 
 import effir  # noqa: E402
-from tests.deep_programs import DEEP_PROGRAMS, STAGES, stage_action  # noqa: E402
+from tests.deep_programs import DEEP_PROGRAMS, STAGES, stage_action, work  # noqa: E402
 
 
 class _OverLimit(Exception):
@@ -47,6 +51,7 @@ def time_stage(text: str, stage: str, repeats: int, limit: float) -> tuple[float
     times, failed = [], False
     for _ in range(repeats):
         action = stage_action(stage, text)
+        gc.collect()  # the garbage of the runs before is not this run's
         signal.setitimer(signal.ITIMER_REAL, limit)
         start = time.perf_counter()
         try:
@@ -59,6 +64,20 @@ def time_stage(text: str, stage: str, repeats: int, limit: float) -> tuple[float
     return statistics.median(times), failed
 
 
+def work_of_stage(text: str, stage: str) -> int:
+    """Lines of Python ``stage`` executes on ``text`` (`work`): the
+    machine-independent measure the linear-work tests assert on."""
+    action = stage_action(stage, text)
+
+    def run() -> None:
+        try:
+            action()
+        except effir.Error:
+            pass
+
+    return work(run)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="5000,10000,20000", help="comma-separated depths")
@@ -66,15 +85,20 @@ def main() -> None:
     parser.add_argument("--limit", type=float, default=60.0, help="seconds before giving up")
     parser.add_argument("--only", default="", help="constructs whose name contains this")
     parser.add_argument("--stages", default=",".join(STAGES))
+    parser.add_argument(
+        "--work", action="store_true", help="count lines of Python executed instead of seconds"
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     stages = [s.strip() for s in args.stages.split(",")]
     signal.signal(signal.SIGALRM, _on_alarm)
 
-    heads = [f"{n // 1000}k s" if n % 1000 == 0 else f"{n} s" for n in sizes]
-    ratio_head = f"{heads[-1][:-2]}/{heads[0][:-2]}"
-    header = f"| {'construct':20} | {'stage':7} | " + " | ".join(f"{h:>7}" for h in heads)
-    header += f" | {ratio_head:>7} |"
+    unit = "lines" if args.work else "s"
+    heads = [f"{n // 1000}k {unit}" if n % 1000 == 0 else f"{n} {unit}" for n in sizes]
+    ratio_head = f"{heads[-1].split()[0]}/{heads[0].split()[0]}"
+    width = max(7, *(len(h) for h in heads), len(ratio_head))
+    header = f"| {'construct':20} | {'stage':7} | " + " | ".join(h.rjust(width) for h in heads)
+    header += f" | {ratio_head.rjust(width)} |"
     print(header)
     print("|" + "|".join("-" * len(cell) for cell in header.split("|")[1:-1]) + "|")
     sys.stdout.flush()
@@ -89,6 +113,11 @@ def main() -> None:
                 if len(cells) > len(seconds):  # a smaller size went over the limit
                     cells.append(f"{'-':>7}")
                     continue
+                if args.work:
+                    lines = work_of_stage(text, stage)
+                    seconds.append(lines)
+                    cells.append(f"{lines / 1e6:6.2f}M")
+                    continue
                 try:
                     t, failed = time_stage(text, stage, args.repeats, args.limit)
                 except _OverLimit:
@@ -101,7 +130,8 @@ def main() -> None:
                 ratio = f"{seconds[-1] / seconds[0]:7.1f}"
             else:
                 ratio = f"{'-':>7}"
-            print(f"| {name:20} | {stage:7} | " + " | ".join(cells) + f" | {ratio} |")
+            row = " | ".join(c.rjust(width) for c in [*cells, ratio])
+            print(f"| {name:20} | {stage:7} | {row} |")
             sys.stdout.flush()
     if rejected:
         print("\n* the command rejects the program with an effir error (as it should)")
