@@ -16,6 +16,7 @@ import effir
 from effir.passes.infer_effects import check_effects
 from effir.passes.infra import PassContext
 from effir.passes.pipeline import pipeline
+from effir.passes.verify_linear import linearity_errors
 
 H = '#[version = "0.0.5"]\n'
 
@@ -106,7 +107,9 @@ DEEP_PROGRAMS: dict[str, Callable[[int], str]] = {
 STAGES = ("parse", "print", "check", "opt -O2")
 """What the commands do to a program: `effir fmt` parses and prints it,
 `effir check` parses and checks it (types and effects), `effir opt -O2`
-parses it and runs the -O2 passes with each output verified."""
+parses it and runs the -O2 passes with each output verified. (Also
+``check --linear``: what `effir check --linear` adds, the linearity check
+of keys and the world token.)"""
 
 
 def stage_action(stage: str, text: str) -> Callable[[], object]:
@@ -122,6 +125,9 @@ def stage_action(stage: str, text: str) -> Callable[[], object]:
         return lambda: (effir.check(module), check_effects(module))
     if stage == "opt -O2":
         return lambda: pipeline("O2")(module, PassContext(verify=True))
+    if stage == "check --linear":  # the linearity check, on a checked module
+        effir.check(module)
+        return lambda: linearity_errors(module)
     raise ValueError(f"unknown stage {stage!r}")
 
 

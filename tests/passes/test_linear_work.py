@@ -6,7 +6,8 @@ solver's occurs check walked a let's whole type at each binding, and the
 completeness check every variable's whole type; effect inference walked
 each expression's whole type for what it may hold; partial evaluation
 walked each closure's whole body for its free variables; state passing
-scanned every reference per allocation."""
+scanned every reference per allocation; the linearity check walked each
+value's whole type for a key."""
 
 import pytest
 
@@ -42,6 +43,11 @@ def assert_linear(stage: str, construct: str) -> None:
 @pytest.mark.parametrize("construct", list(DEEP_PROGRAMS))
 def test_check_is_linear(construct: str) -> None:
     assert_linear("check", construct)
+
+
+@pytest.mark.parametrize("construct", list(DEEP_PROGRAMS))
+def test_the_linearity_check_is_linear(construct: str) -> None:
+    assert_linear("check --linear", construct)
 
 
 @pytest.mark.parametrize("construct", list(DEEP_PROGRAMS))
