@@ -97,7 +97,8 @@ def main() -> None:
     heads = [f"{n // 1000}k {unit}" if n % 1000 == 0 else f"{n} {unit}" for n in sizes]
     ratio_head = f"{heads[-1].split()[0]}/{heads[0].split()[0]}"
     width = max(7, *(len(h) for h in heads), len(ratio_head))
-    header = f"| {'construct':20} | {'stage':7} | " + " | ".join(h.rjust(width) for h in heads)
+    sw = max(len(s) for s in ["stage", *stages])
+    header = f"| {'construct':20} | {'stage':{sw}} | " + " | ".join(h.rjust(width) for h in heads)
     header += f" | {ratio_head.rjust(width)} |"
     print(header)
     print("|" + "|".join("-" * len(cell) for cell in header.split("|")[1:-1]) + "|")
@@ -131,7 +132,7 @@ def main() -> None:
             else:
                 ratio = f"{'-':>7}"
             row = " | ".join(c.rjust(width) for c in [*cells, ratio])
-            print(f"| {name:20} | {stage:7} | {row} |")
+            print(f"| {name:20} | {stage:{sw}} | {row} |")
             sys.stdout.flush()
     if rejected:
         print("\n* the command rejects the program with an effir error (as it should)")
