@@ -22,6 +22,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/parse_print.py
 	$(BIN)/python benchmarks/check_and_run.py
+	$(BIN)/python benchmarks/deep.py
 	$(BIN)/python benchmarks/effect_passes.py
 	$(BIN)/python benchmarks/pipeline.py
 	$(BIN)/python benchmarks/kernels.py

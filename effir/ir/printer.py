@@ -96,6 +96,68 @@ def _indent(level: int) -> str:
     return "  " * min(level, MAX_INDENT)
 
 
+class _Text:
+    """Printed text as a tree of pieces, written out once at the end.
+
+    Each construct's text holds its parts' texts: joined as strings, every
+    level of nesting would copy all the text below it again (quadratic in
+    the depth); a piece costs the same at any depth. ``length`` and
+    ``multiline`` are what the layout rules ask of a text."""
+
+    __slots__ = ("pieces", "length", "multiline")
+
+    def __init__(self, pieces: list[Text]) -> None:
+        self.pieces = pieces
+        length, multiline = 0, False
+        for piece in pieces:
+            if isinstance(piece, str):
+                length += len(piece)
+                multiline = multiline or "\n" in piece
+            else:
+                length += piece.length
+                multiline = multiline or piece.multiline
+        self.length, self.multiline = length, multiline
+
+    def __str__(self) -> str:
+        out: list[str] = []
+        stack: list[Text] = [self]
+        while stack:
+            piece = stack.pop()
+            if isinstance(piece, str):
+                out.append(piece)
+            else:
+                stack.extend(reversed(piece.pieces))
+        return "".join(out)
+
+
+Text = str | _Text
+
+
+def _cat(*pieces: Text) -> _Text:
+    return _Text(list(pieces))
+
+
+def _join(separator: str, items: list[Text]) -> Text:
+    if len(items) == 1:
+        return items[0]
+    if all(isinstance(item, str) for item in items):
+        return separator.join(items)  # type: ignore[arg-type]
+    pieces: list[Text] = []
+    for i, item in enumerate(items):
+        if i:
+            pieces.append(separator)
+        pieces.append(item)
+    return _Text(pieces)
+
+
+def _length(text: Text) -> int:
+    return len(text) if isinstance(text, str) else text.length
+
+
+def _multiline(text: Text) -> bool:
+    return "\n" in text if isinstance(text, str) else text.multiline
+
+
 def quote(text: str) -> str:
     """A string literal the lexer reads back as ``text``."""
     out = []
@@ -276,8 +338,10 @@ class Printer:
     def reset_names(self) -> None:
         self.var_names: dict[Var, str] = {}
         self.used_names: set[str] = set()
+        self.suffixes: dict[str, int] = {}
         self.type_var_names: dict[TypeVar, str] = {}
         self.used_type_names: set[str] = set(self.reserved_type_names)
+        self.type_suffixes: dict[str, int] = {}
         self.graph_names: dict[int, str] = {}
         self.graph_counter = 0
 
@@ -288,24 +352,30 @@ class Printer:
             base = _sanitize(var.name_hint, "v")
             if base == "_" and var.name_hint != "_":
                 base = "v_"  # `%_` reads back as a `_` binding, which may print as `value;`
-            name = self._fresh(base, self.used_names)
+            name = self._fresh(base, self.used_names, self.suffixes)
             self.var_names[var] = name
         return "%" + name
 
     def type_var_name(self, tv: TypeVar) -> str:
         name = self.type_var_names.get(tv)
         if name is None:
-            name = self._fresh(_sanitize(tv.name, "T"), self.used_type_names)
+            name = self._fresh(_sanitize(tv.name, "T"), self.used_type_names, self.type_suffixes)
             self.type_var_names[tv] = name
         return name
 
     @staticmethod
-    def _fresh(base: str, used: set[str]) -> str:
-        name, k = base, 0
+    def _fresh(base: str, used: set[str], suffixes: dict[str, int]) -> str:
+        """``base``, or ``base_k`` with the least k free. Names are never
+        freed, so the search goes on from where the last one for ``base``
+        stopped (from 0 at each use, 10,000 variables named ``%v`` would
+        cost 50 million tries)."""
+        k = suffixes.get(base, 0)
+        name = base if k == 0 else f"{base}_{k}"
         while name in used:
             k += 1
             name = f"{base}_{k}"
         used.add(name)
+        suffixes[base] = k
         return name
 
     # --------------------------------------------------------------- modules
@@ -321,8 +391,8 @@ class Printer:
         for name, fn in mod.functions.items():
             self.reset_names()
             layout = _Layout(fn, 0)
-            parts.append("def @" + name + run(self.function_rest(fn, layout, 0)))
-        text = "\n\n".join(parts) + "\n"
+            parts.append(_cat("def @", name, run(self.function_rest(fn, layout, 0))))
+        text = str(_join("\n\n", parts)) + "\n"
         return text + self.metadata_section()
 
     def metadata_section(self) -> str:
@@ -339,47 +409,48 @@ class Printer:
                 inputs = []
                 for t in ctor.inputs:
                     inputs.append((yield self.type_(t)))
-                lines.append(f"  {ctor.name}({', '.join(inputs)}),")
+                lines.append(_cat(f"  {ctor.name}(", _join(", ", inputs), "),"))
             else:
                 lines.append(f"  {ctor.name},")
         lines.append("}")
-        return "\n".join(lines)
+        return _join("\n", lines)
 
     def cell(self, cell: GlobalCell):
-        text = "global @" + cell.name
+        annotation: Text = ""
         if cell.type is not None:
-            text += ": " + (yield self.type_(cell.type))
+            annotation = _cat(": ", (yield self.type_(cell.type)))
         layout = _Layout(cell.init, 1)
         init = yield self.block(cell.init, layout, layout.root_block)
-        if "\n" in init:
-            init = "{\n" + _indent(1) + init + "\n}"
-        return text + " = ref(" + init + ");"
+        if _multiline(init):
+            init = _cat("{\n", _indent(1), init, "\n}")
+        return _cat("global @", cell.name, annotation, " = ref(", init, ");")
 
     # ----------------------------------------------------------- expressions
     def top_expr(self, expr: Expr) -> str:
         layout = _Layout(expr, 0)
         text = run(self.block(expr, layout, layout.root_block))
-        return text + "\n" + self.metadata_section()
+        return str(text) + "\n" + self.metadata_section()
 
     def block(self, head: Expr, layout: _Layout, block: _Block, own: bool = False):
         """The lines of a block (its first line unindented, the rest indented).
 
         ``own``: the head is a shared let being printed at its graph binding."""
         indent = _indent(block.level)
-        lines: list[str] = []
+        lines: list[Text] = []
         node = head
         shared = layout.shared
         while isinstance(node, Let) and (id(node) not in shared or (own and node is head)):
             var = node.var
             name = self.var_name(var)
             value = yield self.inline(node.value, layout, node, "value", block.level)
+            line: Text
             if var.name_hint == "_" and var not in layout.used_vars and var.type_annotation is None:
-                line = value + ";"
+                line = _cat(value, ";")
             else:
-                annotation = ""
+                annotation: Text = ""
                 if var.type_annotation is not None:
-                    annotation = ": " + (yield self.type_(var.type_annotation))
-                line = f"let {name}{annotation} = {value};"
+                    annotation = _cat(": ", (yield self.type_(var.type_annotation)))
+                line = _cat("let ", name, annotation, " = ", value, ";")
             if block.pending:
                 lines.extend(block.pending)
                 block.pending.clear()
@@ -390,7 +461,7 @@ class Printer:
             lines.extend(block.pending)
             block.pending.clear()
         lines.append(result)
-        return ("\n" + indent).join(lines)
+        return _join("\n" + indent, lines)
 
     def inline(self, expr: Expr, layout: _Layout, parent: Expr | None, slot: Any, level: int):
         """Text of ``expr`` where it is used: an atom, a graph name, or itself."""
@@ -406,14 +477,14 @@ class Printer:
                 name = f"%{self.graph_counter}"
                 self.graph_counter += 1
                 self.graph_names[key] = name
-                line = f"{name} = {text};"
+                line = _cat(name, " = ", text, ";")
                 if home is not None:
                     home.pending.append(line)
             return name
         if isinstance(expr, Let):  # a let in a non-block position prints as { ... }
             block = layout.block_for(parent, slot, level + 1)
             body = yield self.block(expr, layout, block)
-            return "{\n" + _indent(block.level) + body + "\n" + _indent(level) + "}"
+            return _cat("{\n", _indent(block.level), body, "\n", _indent(level), "}")
         return (yield self.node(expr, layout, level))
 
     def atom(self, expr: Expr) -> str:
@@ -446,28 +517,30 @@ class Printer:
             callee = yield self.inline(expr.callee, layout, expr, "callee", level)
             if id(expr.callee) not in layout.shared:
                 if _is_nullary_value(expr.callee):
-                    callee += "()"  # `Nil(%x)` would read as a call of the constructor
+                    callee = _cat(callee, "()")  # `Nil(%x)` would read as a call of the constructor
                 elif isinstance(expr.callee, Function | If | Match):
-                    callee = "(" + callee + ")"
-            parts = []
+                    callee = _cat("(", callee, ")")
+            parts: list[Text] = []
             for i, arg in enumerate(expr.args):
                 parts.append((yield self.inline(arg, layout, expr, i, level)))
             parts.extend(self.call_attrs(expr))
-            return callee + "(" + ", ".join(parts) + ")"
+            return _cat(callee, "(", _join(", ", parts), ")")
         if isinstance(expr, Tuple):
             parts = []
             for i, field in enumerate(expr.fields):
                 parts.append((yield self.inline(field, layout, expr, i, level)))
             if len(parts) == 1:
-                return "(" + parts[0] + ",)"
-            return "(" + ", ".join(parts) + ")"
+                return _cat("(", parts[0], ",)")
+            return _cat("(", _join(", ", parts), ")")
         if isinstance(expr, TupleGetItem):
             inner = yield self.inline(expr.tuple_value, layout, expr, "tuple", level)
-            if isinstance(expr.tuple_value, Function | If | Match) or _BARE_INT.match(inner):
-                inner = "(" + inner + ")"  # `1.0` would read back as a float literal
-            return f"{inner}.{expr.index}"
+            if isinstance(expr.tuple_value, Function | If | Match) or (
+                isinstance(inner, str) and _BARE_INT.match(inner)
+            ):
+                inner = _cat("(", inner, ")")  # `1.0` would read back as a float literal
+            return _cat(inner, f".{expr.index}")
         if isinstance(expr, Function):
-            return "fn " + (yield self.function_rest(expr, layout, level))
+            return _cat("fn ", (yield self.function_rest(expr, layout, level)))
         if isinstance(expr, If):
             cond = yield self.inline(expr.cond, layout, expr, "cond", level)
             then_block = layout.block_for(expr, "then", level + 1)
@@ -475,36 +548,38 @@ class Printer:
             then_text = yield self.block(expr.then_branch, layout, then_block)
             else_text = yield self.block(expr.else_branch, layout, else_block)
             inner, outer = _indent(then_block.level), _indent(level)
-            return (
-                f"if ({cond}) {{\n{inner}{then_text}\n{outer}}} else {{\n"
-                f"{_indent(else_block.level)}{else_text}\n{outer}}}"
-            )
+            return _cat(
+                "if (", cond, ") {\n", inner, then_text, "\n", outer, "} else {\n",
+                _indent(else_block.level), else_text, "\n", outer, "}",
+            )  # fmt: skip
         if isinstance(expr, Match):
             data = yield self.inline(expr.data, layout, expr, "data", level)
             keyword = "match" if expr.complete else "match?"
-            lines = [f"{keyword} ({data}) {{"]
+            lines: list[Text] = [_cat(keyword, " (", data, ") {")]
             clause_indent = _indent(level + 1)
             for i, clause in enumerate(expr.clauses):
                 pattern = yield self.pattern(clause.pattern)
                 block = layout.block_for(expr, i, level + 2)
                 body = yield self.block(clause.body, layout, block)
-                if "\n" in body:
-                    body = "{\n" + _indent(block.level) + body + "\n" + clause_indent + "}"
-                lines.append(f"{clause_indent}{pattern} => {body},")
+                if _multiline(body):
+                    body = _cat("{\n", _indent(block.level), body, "\n", clause_indent, "}")
+                lines.append(_cat(clause_indent, pattern, " => ", body, ","))
             lines.append(_indent(level) + "}")
-            return "\n".join(lines)
+            return _join("\n", lines)
         if isinstance(expr, RefCreate):
-            return "ref(" + (yield self.inline(expr.value, layout, expr, "value", level)) + ")"
+            value = yield self.inline(expr.value, layout, expr, "value", level)
+            return _cat("ref(", value, ")")
         if isinstance(expr, RefRead):
-            return "ref_read(" + (yield self.inline(expr.ref, layout, expr, "ref", level)) + ")"
+            ref = yield self.inline(expr.ref, layout, expr, "ref", level)
+            return _cat("ref_read(", ref, ")")
         if isinstance(expr, RefWrite):
             ref = yield self.inline(expr.ref, layout, expr, "ref", level)
             value = yield self.inline(expr.value, layout, expr, "value", level)
-            return f"ref_write({ref}, {value})"
+            return _cat("ref_write(", ref, ", ", value, ")")
         if isinstance(expr, Let):  # a shared let, printed at its graph binding
             block = layout.content_blocks.get(id(expr)) or _Block(None, level + 1)
             body = yield self.block(expr, layout, block, own=True)
-            return "{\n" + _indent(block.level) + body + "\n" + _indent(level) + "}"
+            return _cat("{\n", _indent(block.level), body, "\n", _indent(level), "}")
         raise TypeError(f"cannot print {type(expr).__name__}")
 
     def call_attrs(self, call: Call) -> list[str]:
@@ -521,27 +596,28 @@ class Printer:
     def function_rest(self, fn: Function, layout: _Layout, level: int):
         """``[T](%x: A, attr=v) -> R {`` body ``}`` (after ``fn`` or ``def @f``)."""
         head = self.type_params(fn.type_params)
-        params = []
+        params: list[Text] = []
         for param in fn.params:
-            text = self.var_name(param)
+            text: Text = self.var_name(param)
             if param.type_annotation is not None:
-                text += ": " + (yield self.type_(param.type_annotation))
+                text = _cat(text, ": ", (yield self.type_(param.type_annotation)))
             params.append(text)
         params.extend(f"{k}={attr_text(v)}" for k, v in sorted(fn.attrs.items()))
-        ret = ""
+        ret: Text = ""
         if fn.ret_type is not None:
-            ret = " -> " + (yield self.type_(fn.ret_type))
-        one_line = ", ".join(params)
-        if len(head) + len(one_line) + len(ret) > WRAP_SIGNATURE_AT and len(params) > 1:
+            ret = _cat(" -> ", (yield self.type_(fn.ret_type)))
+        one_line = _join(", ", params) if params else ""
+        signature: Text
+        if len(head) + _length(one_line) + _length(ret) > WRAP_SIGNATURE_AT and len(params) > 1:
             # One parameter a line, with a trailing comma, as black and rustfmt do.
             inner = _indent(level + 1)
-            text = head + "(\n" + "".join(f"{inner}{p},\n" for p in params) + _indent(level) + ")"
+            lines = [_cat(inner, p, ",\n") for p in params]
+            signature = _cat(head, "(\n", *lines, _indent(level), ")")
         else:
-            text = head + "(" + one_line + ")"
-        text += ret
+            signature = _cat(head, "(", one_line, ")")
         block = layout.block_for(fn, "body", level + 1)
         body = yield self.block(fn.body, layout, block)
-        return text + " {\n" + _indent(block.level) + body + "\n" + _indent(level) + "}"
+        return _cat(signature, ret, " {\n", _indent(block.level), body, "\n", _indent(level), "}")
 
     def type_params(self, params: tuple[TypeVar, ...]) -> str:
         if not params:
@@ -552,24 +628,24 @@ class Printer:
         if isinstance(pattern, PatternWildcard):
             return "_"
         if isinstance(pattern, PatternVar):
-            text = self.var_name(pattern.var)
+            text: Text = self.var_name(pattern.var)
             if pattern.var.type_annotation is not None:
-                text += ": " + (yield self.type_(pattern.var.type_annotation))
+                text = _cat(text, ": ", (yield self.type_(pattern.var.type_annotation)))
             return text
         if isinstance(pattern, PatternConstructor):
             if not pattern.patterns:
                 return pattern.constructor.name
-            parts = []
+            parts: list[Text] = []
             for p in pattern.patterns:
                 parts.append((yield self.pattern(p)))
-            return pattern.constructor.name + "(" + ", ".join(parts) + ")"
+            return _cat(pattern.constructor.name, "(", _join(", ", parts), ")")
         if isinstance(pattern, PatternTuple):
             parts = []
             for p in pattern.patterns:
                 parts.append((yield self.pattern(p)))
             if len(parts) == 1:
-                return "(" + parts[0] + ",)"
-            return "(" + ", ".join(parts) + ")"
+                return _cat("(", parts[0], ",)")
+            return _cat("(", _join(", ", parts), ")")
         raise TypeError(f"cannot print pattern {type(pattern).__name__}")
 
     # ----------------------------------------------------------------- types
@@ -580,24 +656,24 @@ class Printer:
             dims = ", ".join(str(d) for d in t.shape)
             return f"Tensor[({dims}), {t.dtype}]"
         if isinstance(t, TupleType):
-            parts = []
+            parts: list[Text] = []
             for field in t.fields:
                 parts.append((yield self.type_(field)))
             if len(parts) == 1:
-                return "(" + parts[0] + ",)"
-            return "(" + ", ".join(parts) + ")"
+                return _cat("(", parts[0], ",)")
+            return _cat("(", _join(", ", parts) if parts else "", ")")
         if isinstance(t, FuncType):
             head = self.type_params(t.type_params)
-            args = []
+            args: list[Text] = []
             for a in t.arg_types:
                 args.append((yield self.type_(a)))
             ret = yield self.type_(t.ret_type)
             effects = ""
             if t.effects is not None:
                 effects = "{" + ", ".join(t.effects) + "} "
-            return f"fn {head}({', '.join(args)}) -> {effects}{ret}"
+            return _cat("fn ", head, "(", _join(", ", args) if args else "", ") -> ", effects, ret)
         if isinstance(t, RefType):
-            return "Ref[" + (yield self.type_(t.value)) + "]"
+            return _cat("Ref[", (yield self.type_(t.value)), "]")
         if isinstance(t, KeyType):
             return "Key"
         if isinstance(t, IncompleteType):
@@ -612,7 +688,7 @@ class Printer:
             args = []
             for a in t.args:
                 args.append((yield self.type_(a)))
-            return t.func.name + "[" + ", ".join(args) + "]"
+            return _cat(t.func.name, "[", _join(", ", args), "]")
         raise TypeError(f"cannot print type {type(t).__name__}")
 
 
@@ -624,15 +700,16 @@ def astext(node: IRModule | Node) -> str:
     if isinstance(node, Expr):
         return printer.top_expr(node)
     if isinstance(node, Type):
-        return run(printer.type_(node))
+        return str(run(printer.type_(node)))
     if isinstance(node, TypeData):
-        return run(printer.type_def(node))
+        return str(run(printer.type_def(node)))
     if isinstance(node, GlobalCell):
-        return run(printer.cell(node)) + "\n" + printer.metadata_section()
+        return str(run(printer.cell(node))) + "\n" + printer.metadata_section()
     if isinstance(node, Pattern):
-        return run(printer.pattern(node))
+        return str(run(printer.pattern(node)))
     if isinstance(node, Clause):
-        return run(printer.pattern(node.pattern)) + " => " + printer.top_expr(node.body).rstrip()
+        pattern = str(run(printer.pattern(node.pattern)))
+        return pattern + " => " + printer.top_expr(node.body).rstrip()
     if isinstance(node, Attrs):  # pragma: no cover - convenience
         return ", ".join(f"{k}={attr_text(v)}" for k, v in node.items())
     raise TypeError(f"cannot print {type(node).__name__}")

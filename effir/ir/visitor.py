@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 
 from .expr import Function, Let, PatternVar, Var
 from .node import Node
+from .types import Type
 
 
 def pre_order(root: Node) -> Iterator[Node]:
@@ -50,6 +51,42 @@ def free_vars(fn: Function) -> list[Var]:
             seen.add(id(node))
             used.append(node)
     return [v for v in used if id(v) not in bound]
+
+
+def free_vars_by_function(root: Node) -> dict[Function, list[Var]]:
+    """``free_vars`` of every function in ``root`` (``root`` included), in
+    one walk: inner functions first, each body walked without entering the
+    functions inside it, whose free variables it takes from theirs. (A walk
+    of each function's whole body is quadratic in the nesting depth.)"""
+    free: dict[Function, list[Var]] = {}
+    for node in post_order(root):
+        if isinstance(node, Function):
+            free[node] = _free_in(node, free)
+    return free
+
+
+def _free_in(fn: Function, free: dict[Function, list[Var]]) -> list[Var]:
+    used: dict[Var, None] = {}  # in order of first occurrence
+    bound: set[Var] = set(fn.params)
+    stack: list[Node] = [fn.body]
+    seen: set[int] = set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, Var):
+            used.setdefault(node)
+        elif isinstance(node, Function):
+            for var in free[node]:
+                used.setdefault(var)
+        else:
+            if isinstance(node, Let | PatternVar):
+                bound.add(node.var)
+            stack.extend(
+                child for child in reversed(list(node.children())) if not isinstance(child, Type)
+            )
+    return [v for v in used if v not in bound]
 
 
 def post_order(root: Node) -> list[Node]:

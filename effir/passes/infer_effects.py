@@ -146,6 +146,7 @@ class _EffectInference:
         self.functions: list[tuple[Source, Function]] = []
         self.binders: list[Var] = []  # every variable binder, for annotations
         self.bodies: dict[Source, list[Node]] = {}
+        self.holds = _Holds()
 
     def flows(self, key: object) -> set[Source]:
         found = self.values.get(key)
@@ -157,7 +158,7 @@ class _EffectInference:
         target = self.flows(key)
         before = len(target)
         if isinstance(key, Expr) and key.has_type and sources:
-            sources = _holdable(sources, key.checked_type)
+            sources = _holdable(sources, self.holds(key.checked_type))
         target |= sources
         return len(target) != before
 
@@ -417,26 +418,45 @@ class _EffectInference:
                     )
 
 
-def _holdable(sources: set[Source], t: Type) -> set[Source]:
-    """The sources a value of type ``t`` may be or contain [RULE T]: a
-    tensor or a key holds no function and no reference, whatever the
+class _Holds:
+    """What a value of a type may be or contain [RULE T]: (functions,
+    references). A tensor or a key holds neither, whatever the
     field-insensitive flows say (a tuple's projection gets every field's
-    sources); a function type holds functions, a ``Ref`` references."""
-    functions = refs = False
-    stack = [t]
-    while stack and not (functions and refs):
-        current = stack.pop()
-        if isinstance(current, TensorType | KeyType):
-            continue
-        if isinstance(current, TupleType):
-            stack.extend(current.fields)
-        elif isinstance(current, FuncType):
-            functions = True
-        elif isinstance(current, RefType):
-            refs = True
-            stack.append(current.value)
-        else:  # ADTs, type variables, unknown types: anything
-            functions = refs = True
+    sources); a function type holds functions, a ``Ref`` references; ADTs,
+    type variables and unknown types anything. Each type is walked once
+    (types hash by identity): the types of nested expressions share their
+    parts, and a walk per expression would be quadratic in the depth."""
+
+    def __init__(self) -> None:
+        self._memo: dict[Type, tuple[bool, bool]] = {}
+
+    def __call__(self, t: Type) -> tuple[bool, bool]:
+        memo = self._memo
+        stack: list[tuple[Type, list[Type] | None]] = [(t, None)]
+        while stack:
+            node, parts = stack.pop()
+            if parts is not None:  # its parts are done
+                functions = any(memo[p][0] for p in parts)
+                refs = isinstance(node, RefType) or any(memo[p][1] for p in parts)
+                memo[node] = (functions, refs)
+            elif node in memo:
+                continue
+            elif isinstance(node, TensorType | KeyType):
+                memo[node] = (False, False)
+            elif isinstance(node, FuncType):
+                memo[node] = (True, False)
+            elif isinstance(node, TupleType | RefType):
+                parts = list(node.fields) if isinstance(node, TupleType) else [node.value]
+                stack.append((node, parts))
+                stack.extend((p, None) for p in parts)
+            else:
+                memo[node] = (True, True)
+        return memo[t]
+
+
+def _holdable(sources: set[Source], holds: tuple[bool, bool]) -> set[Source]:
+    """The sources a value may be, given what its type ``holds``."""
+    functions, refs = holds
     if functions and refs:
         return sources
     keep = {"def", "fn", "ctor"} if functions else set()

@@ -231,7 +231,8 @@ class TypeInferencer:
         var_types: dict[Var, Type] = {}
         if not self.errors:
             var_types = {v: resolve(t, memo) for v, t in self.var_types.items()}
-            unknown = [v for v, t in var_types.items() if not _complete(t)]
+            complete = _Completeness()
+            unknown = [v for v, t in var_types.items() if not complete(t)]
             # Name the variables with nothing known first: they need the annotation.
             bare = [
                 v
@@ -856,17 +857,33 @@ def _match_dims(param: Type, arg: Type, dims: dict[str, object], force: bool) ->
     return None
 
 
-def _complete(t: Type) -> bool:
-    """No unknown left in a resolved type."""
-    if isinstance(t, TensorType):
-        return True
-    stack = [t]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, IncompleteType):
-            return False
-        stack.extend(c for c in node.children() if isinstance(c, Type))
-    return True
+class _Completeness:
+    """Whether resolved types hold no unknown. The resolved types of a
+    program share their parts (a let's type is part of the next one's), so
+    each part is walked once for all of them: a walk per type would be
+    quadratic in a chain."""
+
+    def __init__(self) -> None:
+        self._memo: dict[Type, bool] = {}  # types hash by identity
+
+    def __call__(self, t: Type) -> bool:
+        memo = self._memo
+        stack: list[tuple[Type, list[Type] | None]] = [(t, None)]
+        while stack:
+            node, parts = stack.pop()
+            if parts is not None:  # its parts are done
+                memo[node] = all(memo[p] for p in parts)
+            elif node in memo:
+                continue
+            elif isinstance(node, TensorType):
+                memo[node] = True
+            elif isinstance(node, IncompleteType):
+                memo[node] = False
+            else:
+                parts = [c for c in node.children() if isinstance(c, Type)]
+                stack.append((node, parts))
+                stack.extend((p, None) for p in parts)
+        return memo[t]
 
 
 def _has_symbols(t: Type) -> bool:

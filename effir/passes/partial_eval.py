@@ -77,6 +77,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -109,7 +110,7 @@ from ..ir.module import IRModule
 from ..ir.op import get_op, op_def
 from ..ir.trampoline import Computation, run
 from ..ir.types import IncompleteType, TensorType, TupleType, Type, TypeVar
-from ..ir.visitor import free_vars, pre_order
+from ..ir.visitor import free_vars_by_function, pre_order
 from .anf import fresh_binders, to_anf
 from .dce import dce
 from .infer_effects import infer_effects
@@ -193,14 +194,16 @@ class _Evaluator:
         self.module = module
         self.budget = budget
         self.inlining: list[Function] = []  # the functions being inlined, innermost last
-        self.sizes: dict[int, int] = {}
+        self.sizes: dict[Function, int] = {}  # nodes hash by identity
         self.tails: set[Var] = set()  # variables made for the value of a block's tail
         self.store: dict[RefId, _Entry] = {}
         self.escaped: set[LocalRef] = set()
         self.local_refs: dict[Var, LocalRef] = {}  # residual atoms of tracked local refs
         self._global_touch: dict[str, _Touch] | None = None
         self.closure_touch: dict[int, tuple[Function, _Touch]] = {}
-        self.free: dict[int, tuple[Function, list[Var]]] = {}
+        # The free variables of each function of the code being evaluated,
+        # found for a whole global function or inlined copy at once.
+        self.free: dict[Function, list[Var]] = {}
         # Every binding made in an environment, with what it replaced: a
         # block undoes its own at its end instead of copying the environment
         # at its start (a copy per block is quadratic in the program).
@@ -208,6 +211,7 @@ class _Evaluator:
 
     def global_function(self, name: str) -> Function:
         fn = self.module.functions[name]
+        self.free.update(free_vars_by_function(fn))
         self.inlining = [fn]
         self.store = {}
         env = {p: PV(p) for p in fn.params}
@@ -278,10 +282,14 @@ class _Evaluator:
         """What a closure of ``fn`` made in ``env`` knows: its free
         variables' values (a copy of all of ``env`` per closure would be
         quadratic)."""
-        known = self.free.get(id(fn))
-        if known is None:
-            known = self.free[id(fn)] = (fn, free_vars(fn))
-        return {v: env[v] for v in known[1] if v in env}
+        return {v: env[v] for v in self.free_vars(fn) if v in env}
+
+    def free_vars(self, fn: Function) -> list[Var]:
+        known = self.free.get(fn)
+        if known is None:  # made by the pass
+            self.free.update(free_vars_by_function(fn))
+            known = self.free[fn]
+        return known
 
     def emit(self, var: Var, value: Expr, out: _Bindings, **known: Any) -> PV:
         out.append((var, value))
@@ -345,7 +353,7 @@ class _Evaluator:
         """A closure is made: the local references it mentions escape."""
         if not any(ref not in self.escaped for ref in self.local_refs.values()):
             return
-        free = [env[n] for n in pre_order(fn) if isinstance(n, Var) and n in env]
+        free = [env[v] for v in self.free_vars(fn) if v in env]
         self.uses([pv for pv in free if isinstance(pv.ref, LocalRef)], out)
 
     def snapshot(self) -> dict[RefId, _Entry]:
@@ -729,9 +737,12 @@ class _Evaluator:
         return self.emit(Var(name.rsplit(".", 1)[-1]), call, out)
 
     def size_of(self, fn: Function) -> int:
-        size = self.sizes.get(id(fn))
+        """``fn``'s number of nodes, or ``MAX_INLINE + 1`` if larger: what
+        decides inlining, without a walk of each of many nested functions'
+        whole bodies."""
+        size = self.sizes.get(fn)
         if size is None:
-            size = self.sizes[id(fn)] = sum(1 for _ in pre_order(fn))
+            size = self.sizes[fn] = sum(1 for _ in islice(pre_order(fn), MAX_INLINE + 1))
         return size
 
     def inlinable(self, fn: Function, arity: int) -> bool:
@@ -746,6 +757,7 @@ class _Evaluator:
         self.budget -= self.size_of(fn)
         copy = fresh_binders(fn)
         assert isinstance(copy, Function)
+        self.free.update(free_vars_by_function(copy))
         env = dict(target.env or ())
         for param, arg in zip(copy.params, args, strict=True):
             env[param] = arg

@@ -484,8 +484,9 @@ class _Analysis:
                             ref_vars[node.var] = ref_vars[node.value]
                 if isinstance(node, RefRead | RefWrite):
                     self.target[node] = self._cell_of(node)
+        bound = set(ref_vars.values())  # one set, not a scan per allocation
         for node, name in self.alloc_name.items():
-            if not any(v == name for v in ref_vars.values()):
+            if name not in bound:
                 raise EffectError(
                     "this local reference is used as a value (it is not bound by a let "
                     "and only read and written); state passing can turn a local reference "

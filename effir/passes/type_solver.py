@@ -45,6 +45,10 @@ class Solver:
 
     def __init__(self) -> None:
         self._bound: dict[IncompleteType, Type] = {}
+        # What each compound type reached when the occurs check last walked
+        # it (see `_occurs`): its unbound variables then, or None for more
+        # than `_MAX_UNKNOWNS` of them. Types hash by identity.
+        self._unknowns: dict[Type, frozenset[IncompleteType] | None] = {}
 
     # ----------------------------------------------------------- lookup
     def head(self, t: Type) -> Type:
@@ -214,13 +218,62 @@ class Solver:
         self._bound[var] = t
 
     def _occurs(self, var: IncompleteType, t: Type) -> bool:
-        stack = [t]
+        """Whether ``var`` is in ``t`` (through the bindings).
+
+        Inference binds a variable to a type that holds earlier variables'
+        types: in a chain of lets, each one's type contains the previous
+        one's. A walk of the whole type at each binding is quadratic in the
+        program, so each compound type remembers the unbound variables it
+        reached when it was last walked (`_unknowns`). Bindings only ever
+        replace unbound variables, so whatever ``t`` reaches now it reaches
+        through those: a later walk goes on from them instead of through the
+        type's structure again, and ends at types without any unknown at
+        once. Shared parts are walked once per check."""
+        cache = self._unknowns
+        reached: dict[Type, frozenset[IncompleteType] | None] = {}
+        stack: list[tuple[Type, list[Type] | None]] = [(self.head(t), None)]
         while stack:
-            t = self.head(stack.pop())
-            if t is var:
-                return True
-            stack.extend(c for c in t.children() if isinstance(c, Type))
+            node, below = stack.pop()
+            if below is not None:  # its parts are done
+                found: set[IncompleteType] | None = set()
+                for part in below:
+                    unknowns = reached[part]
+                    if unknowns is None or found is None:
+                        found = None
+                    elif unknowns:
+                        found |= unknowns
+                        if len(found) > _MAX_UNKNOWNS:
+                            found = None
+                reached[node] = cache[node] = None if found is None else frozenset(found)
+                continue
+            if node in reached:
+                continue
+            if isinstance(node, IncompleteType):
+                if node is var:
+                    return True
+                reached[node] = frozenset((node,))
+                continue
+            known = cache.get(node)
+            if isinstance(node, _LEAF_TYPES) or known == _NONE:
+                reached[node] = _NONE
+                continue
+            # The unbound variables it reached last time (their heads now),
+            # or its parts. (No type is its own part: nothing finds it again
+            # before its parts are done.)
+            parts = known or (c for c in node.children() if isinstance(c, Type))
+            below = [self.head(part) for part in parts]
+            reached[node] = _NONE
+            stack.append((node, below))
+            stack.extend((part, None) for part in below)
         return False
+
+
+_MAX_UNKNOWNS = 32
+"""The most unbound variables a type remembers having reached (a type with
+more is walked in full at each check: large types with many unknowns are
+rare, and a set per type must stay small)."""
+
+_NONE: frozenset[IncompleteType] = frozenset()
 
 
 _LEAF_TYPES = (TensorType, KeyType, TypeVar, GlobalTypeVar)

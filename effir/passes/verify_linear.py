@@ -385,6 +385,7 @@ class _Verifier:
         self.free: dict[Function, list[tuple[Var, Path]]] | None = None
         self.shared = _shared_nodes(module)
         self.holds: dict[Type, bool] = {}
+        self.adt_holds: dict[str, bool] = {}
         self.queue: list[tuple[Function, dict[Var, Val], _Place | None]] = []
         self.env: dict[Var, Val] = {}
         self.state = _PathState()
@@ -509,11 +510,40 @@ class _Verifier:
 
     # ------------------------------------------------------------- places
     def holds_key(self, ty: Type | None) -> bool:
+        """Whether a value of type ``ty`` may hold a key: in its tuple
+        fields, type arguments or an ADT's constructors. Each part of a type
+        is looked at once: the types of nested tuples share their parts,
+        and a walk of each whole type would be quadratic in the depth."""
         if ty is None:
             return False
-        known = self.holds.get(ty)
+        holds = self.holds
+        stack: list[tuple[Type, list[Type] | None]] = [(ty, None)]
+        while stack:
+            t, parts = stack.pop()
+            if parts is not None:  # its parts are done
+                holds[t] = any(holds[p] for p in parts) or (
+                    isinstance(t, TypeCall) and self.adt_holds_key(t.func.name)
+                )
+            elif t in holds:
+                continue
+            elif isinstance(t, KeyType):
+                holds[t] = True
+            elif isinstance(t, TupleType | TypeCall):
+                parts = list(t.fields if isinstance(t, TupleType) else t.args)
+                stack.append((t, parts))
+                stack.extend((p, None) for p in parts)
+            else:
+                holds[t] = False
+        return holds[ty]
+
+    def adt_holds_key(self, name: str) -> bool:
+        """Whether a constructor of the ADT ``name`` may hold a key (its
+        definition walked once)."""
+        known = self.adt_holds.get(name)
         if known is None:
-            known, stack, adts = False, [ty], set()
+            data = self.module.type_defs.get(name)
+            stack = [i for c in data.constructors for i in c.inputs] if data is not None else []
+            known, adts = False, {name}
             while stack and not known:
                 t = stack.pop()
                 if isinstance(t, KeyType):
@@ -522,11 +552,11 @@ class _Verifier:
                     stack.extend(t.fields)
                 elif isinstance(t, TypeCall):
                     stack.extend(t.args)
-                    data = self.module.type_defs.get(t.func.name)
-                    if data is not None and data.name not in adts:
-                        adts.add(data.name)
-                        stack.extend(i for c in data.constructors for i in c.inputs)
-            self.holds[ty] = known
+                    inner = self.module.type_defs.get(t.func.name)
+                    if inner is not None and inner.name not in adts:
+                        adts.add(inner.name)
+                        stack.extend(i for c in inner.constructors for i in c.inputs)
+            self.adt_holds[name] = known
         return known
 
     def linear_at(self, place: _Place, path: Path) -> bool:

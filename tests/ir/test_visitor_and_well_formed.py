@@ -111,3 +111,28 @@ def test_errors_carry_the_source_location_when_known():
     with pytest.raises(WellFormedError) as info:
         effir.check_well_formed(bad)
     assert str(info.value).startswith("w.effir:")
+
+
+def test_free_vars_by_function_agrees_with_free_vars_of_each_function():
+    from effir.ir.visitor import free_vars, free_vars_by_function, pre_order
+
+    text = """#[version = "0.0.5"]
+    type List[A] { Cons(A, List[A]), Nil }
+    def @main(%x: float32, %xs: List[float32]) {
+      let %a = %x + 1f;
+      let %f = fn (%p: float32) {
+        let %g = fn (%q: float32) { (%q, %p, %a, %x) };
+        match (%xs) { Cons(%h, _) => %g(%h), Nil => %g(%p) }
+      };
+      let %k = fn () { fn (%r: float32) { %r + %a } };
+      (%f(%x), %k()(%a))
+    }
+    """
+    root = effir.parse(text)["main"]
+    table = free_vars_by_function(root)
+    functions = [n for n in pre_order(root) if isinstance(n, Function)]
+    assert len(functions) == 5 and set(table) == set(functions)
+    for fn in functions:
+        assert table[fn] == free_vars(fn)  # the same variables, in the same order
+    names = {tuple(v.name_hint for v in table[fn]) for fn in functions}
+    assert names == {(), ("a", "x", "xs"), ("p", "a", "x"), ("a",)}

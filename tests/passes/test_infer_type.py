@@ -417,3 +417,29 @@ def test_infer_expr_types_a_closed_expression():
     assert effir.astext(infer_expr(expr)) == "fn (Tensor[(n, 3), float32]) -> Tensor[(n), float32]"
     with pytest.raises(effir.TypeError, match="condition of if"):
         infer_expr(effir.parse_expr("if (1) { 2 } else { 3 }"))
+
+
+@pytest.mark.parametrize(
+    "body, what",
+    [
+        ("let %f = fn (%g) { %g(%g) }; 0", "in a call"),
+        # The occurs check goes on from the unknowns a type reached when it
+        # was last walked (%s's type, walked when %s was bound, holds %y's):
+        # it still finds %y in it when %y is unified with it.
+        (
+            "let %f = fn (%c: bool, %y) { let %t = ((%y, %y), %y); let %s = (%t, %t);"
+            " if (%c) { %y } else { %s } }; 0",
+            "in the branches of if",
+        ),
+        (
+            "let %f = fn (%c: bool, %y) { let %t = ((%y, %y), %y); let %s = (%t, %t);"
+            " let %u = (%s, 1f); if (%c) { %u } else { %y } }; 0",
+            "in the branches of if",
+        ),
+    ],
+)
+def test_a_type_that_would_contain_itself_is_a_mismatch(body: str, what: str) -> None:
+    module = effir.parse('#[version = "0.0.5"]\ndef @main() { ' + body + " }")
+    with pytest.raises(effir.TypeCheckError, match=f"type mismatch {what}") as info:
+        effir.check(module)
+    assert len(info.value.errors) == 1
