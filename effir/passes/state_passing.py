@@ -756,8 +756,10 @@ class _Analysis:
         # first (the others only share a call site's signature with them).
         own_first = sorted(
             closures.items(),
-            key=lambda item: item[1] not in self.reads.get(("fn", item[0]), set())
-            and item[1] not in self.writes.get(("fn", item[0]), set()),
+            key=lambda item: (
+                item[1] not in self.reads.get(("fn", item[0]), set())
+                and item[1] not in self.writes.get(("fn", item[0]), set())
+            ),
         )
         for fn, cell in own_first:
             src = ("fn", fn)

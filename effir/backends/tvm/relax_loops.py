@@ -155,7 +155,9 @@ class LoopLowering:
             first = self._count_of(lengths[0])
             for other in lengths[1:]:
                 same = self.bb.emit(relax.op.equal(first, self._count_of(other)))
-                self._check_loop(same, "cf.foreach: the sequences have different lengths", call.span)
+                self._check_loop(
+                    same, "cf.foreach: the sequences have different lengths", call.span
+                )
         return lengths[0]
 
     def _count_of(self, dim: Any) -> Any:
