@@ -87,7 +87,7 @@ from ...ir.diagnostics import Span
 from ...ir.node import Attrs
 from ...ir.types import TensorType, TupleType, Type
 from ...ops.reduce import reduce_axes
-from ...ops.shape import _slices
+from ...ops.shape import _show_newshape, _slices
 from .errors import FAIL_FUNCTION, VALUE_MARK, BackendError, site_message
 from .rules import dim_value, te_rule
 from .schedule import KEEP, ORDERED
@@ -911,7 +911,23 @@ def _reshape(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
     (x,) = args
     shape, _ = _out(out_type)
     in_shape = _shape(x)
-    return te.compute(shape, lambda *i: x(*_unravel(_ravel(i, shape), in_shape)), name="reshape")
+    if all(isinstance(d, int) for d in in_shape):
+        return te.compute(
+            shape, lambda *i: x(*_unravel(_ravel(i, shape), in_shape)), name="reshape"
+        )
+    # A symbolic input (after boolean_mask) may hold another number of
+    # elements than the static result: checked at run time, as the
+    # interpreter does [RULE CHECK].
+    size: PrimExpr = _const(1, "int64")
+    for d in in_shape:
+        size = size * tirx.Cast("int64", d) if not isinstance(d, int) else size * d
+    wanted = int(np.prod(shape, dtype=np.int64))
+    message = "cannot reshape {} elements into shape " + _show_newshape(attrs["newshape"])
+    return te.compute(
+        shape,
+        lambda *i: fail_if(size != wanted, x(*_unravel(_ravel(i, shape), in_shape)), message, size),
+        name="reshape",
+    )
 
 
 @te_rule("transpose")
