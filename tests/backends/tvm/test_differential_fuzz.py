@@ -24,29 +24,11 @@ import pytest
 from .fuzz.generator import FEATURES, Program, one_fragment_programs, programs
 from .fuzz.harness import SELF_TEST_CRASH, Outcome, _differ, run_batch, run_programs, summary
 
-# The features the compiled path handles today. Switch a feature on here when
-# the fix of its class lands (the lead's checklist, issue 12); every feature
-# of FEATURES not listed is a known failing class, shown by
-# `python -m tests.backends.tvm.fuzz.harness --one-fragment 3`.
-ENABLED = frozenset(
-    {
-        "base",
-        "foreach_forms",
-        "dynamic",
-        # Failing on the starting commit (issue 12), to switch on as fixes land:
-        # "int",               wrong wrap-around (uint negative/subtract give 0, x+UINT_MAX
-        #                      gives UINT_MAX), TVM errors on uint, SIGFPE after a wrap
-        # "keys_if",           segfault: a key or dropout through if; split(num=0|1) and
-        #                      three dropouts of 100,000 elements: TVM errors
-        # "foreach_symbolic",  TVM InternalError "Tuple must be TupleType" on a length n
-        # "foreach_unknown",   ValueError: '?' on a ? length
-        # "while_forms",       IndexError: a while loop without per-step outputs
-        # "adt",               refused: ADTs are not compiled (and refused at the call)
-        # "errors",            compiled code returns where the interpreter raises, or
-        #                      raises TVM errors (also on a valid dyn.reshape with -1)
-        # "deep",              segfault: recursion, while and foreach of 4,000 steps
-    }
-)
+# Every feature: each class of issue 12 is fixed (keys and dropout through
+# `if`, integer wrap-around, every foreach/while form and length, ADTs,
+# errors raised as the interpreter's, loops and recursion 10,000 deep). A
+# class that breaks again shows here with its program.
+ENABLED = frozenset(FEATURES)
 assert ENABLED <= set(FEATURES)
 # EFFIR_FUZZ_FEATURES=int,keys_if (or "all") runs other features without
 # editing ENABLED: how to check a fix before switching its feature on.

@@ -561,10 +561,14 @@ class _Gen:
         self.uses_list = True
         n = self.counter + 1
         lst = f"List[{F3}]"
+        # Short lists step with tanh; a deep one (10,000 elements) with an
+        # exact step, since 10,000 tanh of TVM's and numpy's, each within an
+        # ulp, drift apart beyond 1e-5.
+        step = "tanh(%x)" if length is None else "add(%x, 1f)"
         self.defs.append(
             f"def @build{n}(%n: int32, %x: {F3}) -> {lst} {{\n"
             f"  if (less_equal(%n, 0)) {{ Nil }} else "
-            f"{{ Cons(%x, @build{n}(subtract(%n, 1), tanh(%x))) }}\n}}\n"
+            f"{{ Cons(%x, @build{n}(subtract(%n, 1), {step})) }}\n}}\n"
             f"def @fold{n}(%l: {lst}, %acc: {F3}) -> {F3} {{\n"
             f"  match (%l) {{ Cons(%h, %t) => @fold{n}(%t, add(%acc, %h)), Nil => %acc }}\n}}\n"
         )
