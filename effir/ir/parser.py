@@ -23,6 +23,7 @@ import numpy as np
 
 from . import lexer as L
 from . import metadata
+from .collector import collector_paced
 from .diagnostics import AttrError, ParseError, Source, Span, WellFormedError
 from .expr import (
     Call,
@@ -1182,7 +1183,8 @@ def _guard(action, parser_factory):
     """Run a parse, turning the rare non-ParseError failure into a ParseError."""
     parser = parser_factory()
     try:
-        return action(parser)
+        with collector_paced():
+            return action(parser)
     except RecursionError:
         # The parser does not recurse, but nested attribute values (lists of
         # lists...) are built and checked recursively: point where it stopped.

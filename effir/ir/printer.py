@@ -34,6 +34,7 @@ import re
 from typing import Any
 
 from . import metadata
+from .collector import collector_paced
 from .expr import (
     Call,
     Clause,
@@ -694,6 +695,11 @@ class Printer:
 
 def astext(node: IRModule | Node) -> str:
     """Canonical text of a module, expression, type or other IR node."""
+    with collector_paced():
+        return _astext(node)
+
+
+def _astext(node: IRModule | Node) -> str:
     printer = Printer()
     if isinstance(node, IRModule):
         return printer.module(node)

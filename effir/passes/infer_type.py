@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from ..ir.collector import collector_paced
 from ..ir.diagnostics import Span, TypeCheckError
 from ..ir.expr import (
     Call,
@@ -111,7 +112,7 @@ def check(module: IRModule) -> IRModule:
     context verifying what a pass already checked, costs nothing.)"""
     if _LAST_CHECKED.holds(module):
         return module
-    with _LAST_CHECKED.checking(module):
+    with _LAST_CHECKED.checking(module), collector_paced():
         check_well_formed(module)
         TypeInferencer(module).run()
     return module

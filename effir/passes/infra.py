@@ -29,15 +29,13 @@ text such as ``explicate,state-passing,dce`` into a ``Sequential``.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO, TypeVar
 
+from ..ir.collector import COLLECTOR_THRESHOLD, collector_paced  # noqa: F401
 from ..ir.diagnostics import Error, LinearityError, TypeCheckError, WellFormedError
 from ..ir.expr import Call, Expr, Function, GlobalVar, Let, Op, RefRead, RefWrite, is_atom
 from ..ir.module import IRModule
@@ -177,43 +175,6 @@ def lookup_pass(name: str) -> Pass:
     except KeyError:
         known = ", ".join(sorted(_REGISTRY))
         raise PassError(f"unknown pass {name!r} (known passes: {known})") from None
-
-
-# ----------------------------------------------------------- the collector
-COLLECTOR_THRESHOLD = 100_000
-"""Allocations between two young-generation collections while a pass runs
-(CPython's default is 700)."""
-
-_pacing = threading.Lock()
-_paced = 0  # passes running (several threads may run pipelines)
-_saved: tuple[int, ...] = ()
-
-
-@contextlib.contextmanager
-def collector_paced() -> Iterator[None]:
-    """Python's cyclic garbage collector, paced for a pass. A pass
-    allocates millions of IR nodes that stay alive, and with the default
-    thresholds each full collection walks all of them: the collector's share
-    of a pass grows with the program (a third of the time at 100,000
-    bindings). IR is acyclic, so reference counting frees what a pass drops;
-    collecting every ``COLLECTOR_THRESHOLD`` allocations instead of every 700
-    keeps cycles (generator frames) in check at a fraction of the cost, as
-    mypy does. The thresholds are restored when the last pass running ends;
-    a collector that is off, or paced more slowly already, is left alone."""
-    global _paced, _saved
-    with _pacing:
-        if _paced == 0:
-            _saved = gc.get_threshold()
-            if 0 < _saved[0] < COLLECTOR_THRESHOLD:
-                gc.set_threshold(COLLECTOR_THRESHOLD, *_saved[1:])
-        _paced += 1
-    try:
-        yield
-    finally:
-        with _pacing:
-            _paced -= 1
-            if _paced == 0:
-                gc.set_threshold(*_saved)
 
 
 # --------------------------------------------------------------- instruments

@@ -95,6 +95,10 @@ std::string CheckMessage(ffi::PackedArgs args, int first_value) {
 }
 
 std::string ReadFile(const std::string& path) {
+  // A FIFO or a device would block or never end: only regular files are read.
+  struct stat info;
+  if (stat(path.c_str(), &info) != 0) throw Failure(path + ": cannot open");
+  if (!S_ISREG(info.st_mode)) throw Failure(path + ": not a regular file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Failure(path + ": cannot open");
   std::ostringstream out;
@@ -167,6 +171,15 @@ std::string HmacSha256(std::string key, const std::string& message) {
     outer[i] = static_cast<char>(key[i] ^ 0x5c);
   }
   return Sha256(outer + FromHex(Sha256(inner + message)));
+}
+
+// Whether A and B are equal, in a time that does not depend on where they
+// differ (a signature compared byte by byte would leak how much of it is right).
+bool SameBytes(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
 }
 
 // The bytes of ROOT/RELATIVE, read once, whose SHA-256 is DIGEST: a file
@@ -398,7 +411,9 @@ int Run(int argc, char** argv) {
   if (!key_file.empty()) {
     std::string recorded = ReadFile(root + "/effir-artifact.sig");
     recorded.erase(recorded.find_last_not_of(" \n") + 1);
-    if (recorded != HmacSha256(ReadFile(key_file), manifest_text)) {
+    std::string key = ReadFile(key_file);  // its bytes exactly, as export(key=...) took them
+    if (key.empty()) throw Failure(key_file + ": an empty key signs nothing");
+    if (!SameBytes(recorded, HmacSha256(key, manifest_text))) {
       throw Failure(root + ": the manifest's signature does not match the key");
     }
   }
