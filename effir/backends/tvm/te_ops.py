@@ -510,6 +510,10 @@ def _negative(x: PrimExpr) -> PrimExpr:
 
 
 def _relu(x: PrimExpr) -> PrimExpr:
+    # An unsigned value is never negative: the identity (TVM's simplifier
+    # rejects `x < 0u` with "negative uint" while rewriting it).
+    if _kind(_dtype(x)) == "u":
+        return x
     # `x < 0` is false for NaN, which passes through as numpy's maximum(x, 0).
     zero = _const(0, _dtype(x))
     return _select(x < zero, zero, x)
@@ -810,10 +814,30 @@ def _reduce_rule(name: str) -> Callable[..., Tensor]:
             count = _count([in_shape[a] for a in axes], acc)
             return te.compute(shape, lambda *i: (total(*i) / count).astype(dtype), name="mean_div")
         if acc != dtype:
-            return te.compute(shape, lambda *i: cast_value(total(*i), dtype), name=f"{name}_cast")
+            total = te.compute(shape, lambda *i: cast_value(total(*i), dtype), name=f"{name}_cast")
+        if name in ("max", "min"):
+            return _unless_empty_at_run_time(total, name, in_shape, axes)
         return total
 
     return rule
+
+
+def _unless_empty_at_run_time(
+    out: Tensor, name: str, in_shape: Sequence[Any], axes: Sequence[int]
+) -> Tensor:
+    """``out``, failing as the interpreter does when an axis it reduces,
+    of a size known only at run time (after boolean_mask), is empty then
+    [RULE CHECK] (a static empty axis is ``_empty_reduction``'s)."""
+    symbolic = [a for a in axes if not isinstance(in_shape[a], int)]
+    if not symbolic:
+        return out
+    empty = in_shape[symbolic[0]] == 0
+    for a in symbolic[1:]:
+        empty = tirx.Or(empty, in_shape[a] == 0)
+    message = f"{name} of an empty axis (axis {symbolic[0]} has length 0)"
+    return te.compute(
+        _shape(out), lambda *i: fail_if(empty, out(*i), message), name=f"{name}_checked"
+    )
 
 
 for _op in ("sum", "mean", "max", "min", "prod"):
@@ -887,7 +911,7 @@ def _argmax(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
         lambda *i: reducer((flat, value_of(x(*in_index(i)))), axis=raxes),
         name="argmax",
     )
-    return index
+    return _unless_empty_at_run_time(index, "argmax", in_shape, axes)
 
 
 # ================================================================== shape

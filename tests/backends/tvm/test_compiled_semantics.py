@@ -287,3 +287,45 @@ for f in (lambda: effir.interpret(m, x, y), lambda: loaded(x, y)):
 assert got[0] == got[1] and 'divide: integer division by zero' in got[0], got
 """
     run_isolated(code).check()
+
+
+def test_reductions_over_an_axis_empty_only_at_run_time_fail_as_the_interpreter() -> None:
+    """max/min/argmax of a boolean_mask result that is empty at run time
+    (a symbolic axis): the interpreter's EvalError, not a value (found by
+    the differential fuzzer)."""
+    run_isolated(
+        """
+        import numpy as np, effir
+        for op in ["min", "max", "argmax"]:
+            m = effir.check(effir.parse(
+                '#[version = "0.0.5"]\\ndef @main(%e: Tensor[(3,), float32]) {\\n'
+                '  let %v = boolean_mask(%e, greater(%e, 0f));\\n'
+                f'  {op}(%v, axis=[0])\\n}}\\n', source_name="e.effir"))
+            c = effir.compile(m)
+            for e in (np.array([1, -2, 3], np.float32), np.array([-1, -2, -3], np.float32)):
+                got = []
+                for f in (lambda: effir.interpret(m, e), lambda: c(e)):
+                    try:
+                        got.append(repr(f()))
+                    except effir.EvalError as err:
+                        got.append(str(err))
+                assert got[0] == got[1], got
+        print("ok")
+        """
+    ).check()
+
+
+def test_relu_of_unsigned_integers_compiles_as_the_identity() -> None:
+    """TVM's simplifier refused `x < 0u` ("negative uint") while compiling
+    nn.relu of an unsigned tensor (found by the differential fuzzer)."""
+    run_isolated(
+        """
+        import numpy as np, effir
+        for dt in ["uint8", "uint16", "uint32", "uint64", "int8"]:
+            m = effir.check(effir.parse(
+                f'#[version = "0.0.5"]\\ndef @main(%x: Tensor[(4,), {dt}]) {{ nn.relu(%x) }}'))
+            x = np.array([0, 1, 200, 255] if dt[0] == "u" else [-3, 0, 5, -128], dt)
+            assert np.array_equal(effir.compile(m)(x), effir.interpret(m, x)), dt
+        print("ok")
+        """
+    ).check()
