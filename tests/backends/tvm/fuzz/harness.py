@@ -325,13 +325,39 @@ def _run_worker(path: str, start: int, count: int, results: list, timeout: float
 
 
 def run_programs(
-    progs: Sequence[Program], batch_size: int = 50, timeout: float = 120.0
+    progs: Sequence[Program],
+    batch_size: int = 50,
+    timeout: float = 120.0,
+    progress: Callable[[int, list[Outcome]], None] | None = None,
 ) -> list[Outcome]:
-    """``progs`` in batches of ``batch_size`` programs per worker process."""
+    """``progs`` in batches of ``batch_size`` programs per worker process;
+    ``progress(first, outcomes)`` is told each batch's outcomes as it ends, so a
+    long (nightly) run reports as it goes rather than only at the end."""
     outcomes: list[Outcome] = []
     for lo in range(0, len(progs), batch_size):
-        outcomes += run_batch(progs[lo : lo + batch_size], timeout)
+        done = run_batch(progs[lo : lo + batch_size], timeout)
+        outcomes += done
+        if progress is not None:
+            progress(lo, done)
     return outcomes
+
+
+def _progress_printer(
+    progs: Sequence[Program], began: float
+) -> Callable[[int, list[Outcome]], None]:
+    """A ``progress`` callback printing running totals and each failure's label."""
+    total: Counter = Counter()
+
+    def report(first: int, done: list[Outcome]) -> None:
+        total.update(o.kind for o in done)
+        for offset, outcome in enumerate(done):
+            if outcome.kind in FAILURES:
+                print(f"  {outcome.kind}: {progs[first + offset].label}", flush=True)
+        counts = ", ".join(f"{k} {total[k]}" for k in OUTCOMES if total[k])
+        elapsed = time.monotonic() - began
+        print(f"[{first + len(done)}/{len(progs)} in {elapsed:.0f} s] {counts}", flush=True)
+
+    return report
 
 
 def summary(
@@ -399,7 +425,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.only:
         progs = [progs[i] for i in ns.only]
     began = time.monotonic()
-    outcomes = run_programs(progs, ns.batch, ns.timeout)
+    outcomes = run_programs(progs, ns.batch, ns.timeout, _progress_printer(progs, began))
     print(summary(progs, outcomes, ns.show, "fragment" if ns.one_fragment else "feature"))
     print(f"\n{len(progs)} programs in {time.monotonic() - began:.0f} s")
     return 1 if any(o.kind in FAILURES for o in outcomes) else 0
