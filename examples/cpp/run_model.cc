@@ -74,9 +74,10 @@ struct Failure : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// A failed run-time check of the compiled code (effir.fail in a kernel,
-// effir.check on shapes): the interpreter's located message, printed as the
-// runner's error (the TVM error that carries it back adds a traceback).
+// A failed run-time check of the compiled code (effir.check, called by a CPU
+// kernel or by the VM: effir/backends/tvm/errors.py [RULE CHECK]): the
+// interpreter's located message, printed as the runner's error (the TVM
+// error that carries it back adds a traceback).
 std::string g_check_failure;
 
 // The check's message: its rendered part (before the site's JSON), each
@@ -506,13 +507,7 @@ int Run(int argc, char** argv) {
       }),
       true);
 
-  // A failed check (te_ops.py [RULE CHECK]) raises with its message.
-  ffi::Function::SetGlobal(
-      "effir.fail", ffi::Function::FromPacked([](ffi::PackedArgs args, ffi::Any* rv) {
-        g_check_failure = CheckMessage(args, 1);
-        TVM_FFI_THROW(RuntimeError) << g_check_failure;
-      }),
-      true);
+  // A failed run-time check raises with its message (errors.py [RULE CHECK]).
   ffi::Function::SetGlobal(
       "effir.check", ffi::Function::FromPacked([](ffi::PackedArgs args, ffi::Any* rv) {
         if (args[0].cast<int64_t>() != 0) return;
@@ -589,7 +584,6 @@ int Guarded(int argc, char** argv) {
       std::cerr << g_check_failure << "\n";
       return 1;
     }
-    // A failed run-time check of compiled code says "effir.EvalError: <where>: <what>".
     std::cerr << "run_model: " << err.what() << "\n";
     return 1;
   }

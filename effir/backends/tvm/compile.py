@@ -45,7 +45,7 @@ from .signature import Dims, Signature, call_entry, spec_of
 from .specialize import specialize
 from .target import building, make_target
 from .thread_vms import ThreadVMs
-from .vm_run import effir_errors, on_large_stack
+from .vm_run import on_large_stack
 
 PIPELINE = STANDARD_PIPELINES["O2"] + ",fuse,lower-tvm"
 
@@ -91,10 +91,10 @@ def printing_to(sink: Sink | None) -> Iterator[None]:
 
 
 def runner(function: Any, recursive: bool) -> Any:
-    """A VM function as a call runs it (vm_run.py): failed checks raise
-    ``EvalError``; a recursive program runs on a thread with a large
-    stack, printing where this thread prints."""
-    function = effir_errors(function)
+    """A VM function as a call runs it (vm_run.py): a recursive program
+    runs on a thread with a large stack, printing where this thread prints.
+    (The caller turns a failed check into an ``EvalError``: errors.py
+    ``run_time_error``.)"""
     if not recursive:
         return function
     sink = getattr(_sinks, "current", None)

@@ -29,12 +29,59 @@ class CompileError(BackendError):
     kind = "compile error"
 
 
+# [RULE CHECK] One mechanism for every run-time check of compiled code
+# (an operator's check in a kernel, te_checks.py; a shape checked by the VM,
+# relax_dynamic.py; the depth of recursion, vm_run.py), on every target:
+#
+# - One message format (``site_message``): the interpreter's error as it
+#   renders, then SITE_MARK, the site as JSON (operator, message, source,
+#   line, columns, source line) and ``]``. Self-contained: an exported
+#   artifact and the C++ runner report the same text without the source.
+#   A VALUE_MARK stands where the message shows a run-time value.
+# - One carrier: the packed function ``effir.check(ok, message, *values)``,
+#   which raises the message, its value marks filled in, when ``ok`` is 0.
+#   It is called on the host only: by a CPU kernel itself, when one of its
+#   checks fails (nothing is called while they pass); by the VM, on shape
+#   values, or on the error code a GPU kernel computed (a GPU kernel cannot
+#   stop the host). effir registers it for Python (here), the C++ runner
+#   registers its own (examples/cpp/run_model.cc), which prints the
+#   rendered part.
+# - One decoder (``run_time_error``): any exception out of compiled code
+#   becomes an ``EvalError``, located at the check's site when its text
+#   carries one. No TVM exception type reaches a user.
+
 SITE_MARK = "[effir-site "
-"""How a run-time check's message starts inside a TVM error: the mark, a
-JSON object (op, message, source, line, column, end column, source line),
-and ``]``. te_ops.py [RULE CHECK] writes it into a kernel's assertion; the
-message is self-contained, so an exported artifact and the C++ runner
-report the same text without the source program."""
+"""Where the site's JSON starts in a check's message (see [RULE CHECK])."""
+
+VALUE_MARK = "<effir-value>"
+"""Where a check's message shows a run-time value (filled in when it fails)."""
+
+CHECK_FUNCTION = "effir.check"
+"""The packed function every run-time check calls: ``(ok, message,
+*values)``, raising ``message`` with its values when ``ok`` is 0."""
+
+
+def site_message(op: str, message: str, span: Span | None) -> str:
+    """The message of a check of ``op`` at ``span`` (see [RULE CHECK])."""
+    info: dict[str, Any] = {"op": op, "message": message}
+    if span is not None:
+        line, column = span.source.line_col(span.start)
+        end_line, end = span.source.line_col(max(span.start, span.end - 1))
+        info.update(
+            source=span.source.name,
+            line=line,
+            column=column,
+            end=end + 1 if end_line == line else column + 1,
+            text=span.source.line_text(line),
+        )
+    rendered = EvalError(f"{op}: {message}", span)
+    return f"{rendered}\n{SITE_MARK}{json.dumps(info, ensure_ascii=True)}]"
+
+
+def check_failure(message: str, *values: Any) -> EvalError:
+    """The EvalError of a failed check whose ``message`` (``site_message``)
+    shows ``values``."""
+    return run_time_error(RuntimeError(_filled(message, values)), "")
 
 
 def run_time_error(err: BaseException, entry: str) -> EvalError:
@@ -112,37 +159,6 @@ def located_span(info: dict[str, Any]) -> Span | None:
     return Span(source, offset, max(offset + 1, line - 1 + end - 1))
 
 
-def site_message(op: str, message: str, span: Span | None) -> str:
-    """The assertion message of a check at ``span`` (see SITE_MARK)."""
-    info: dict[str, Any] = {"op": op, "message": message}
-    if span is not None:
-        line, column = span.source.line_col(span.start)
-        end_line, end = span.source.line_col(max(span.start, span.end - 1))
-        info.update(
-            source=span.source.name,
-            line=line,
-            column=column,
-            end=end + 1 if end_line == line else column + 1,
-            text=span.source.line_text(line),
-        )
-    rendered = EvalError(f"{op}: {message}", span)
-    return f"{rendered}\n{SITE_MARK}{json.dumps(info, ensure_ascii=True)}]"
-
-
-FAIL_FUNCTION = "effir.fail"
-"""The packed function a failed run-time check calls with its site message
-(te_ops.py [RULE CHECK]); it raises, and TVM returns the error."""
-
-
-VALUE_MARK = "<effir-value>"
-"""Where a check's message shows a run-time value (``_fail`` fills it in)."""
-
-
-CHECK_FUNCTION = "effir.check"
-"""The packed function a run-time check of shapes in the Relax program calls
-(relax_dynamic.py): ``(ok, message, *values)``; it raises when ``ok`` is 0."""
-
-
 def _filled(message: str, values: tuple[Any, ...]) -> str:
     """``message`` with each VALUE_MARK replaced by the next value, in the
     rendered text and in the site's JSON alike."""
@@ -154,14 +170,9 @@ def _filled(message: str, values: tuple[Any, ...]) -> str:
     return SITE_MARK.join(parts)
 
 
-def _fail(message: str, *values: Any) -> int:
-    raise RuntimeError(_filled(message, values))
-
-
 def _check(ok: Any, message: str, *values: Any) -> None:
     if not int(ok):
         raise RuntimeError(_filled(message, values))
 
 
-tvm_ffi.register_global_func(FAIL_FUNCTION, _fail, override=True)
 tvm_ffi.register_global_func(CHECK_FUNCTION, _check, override=True)

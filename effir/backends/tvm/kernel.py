@@ -47,11 +47,11 @@ from ...ir.visitor import post_order
 from ...passes.infer_type import infer_expr
 from ...runtime.values import PRNGKey
 from . import te_ops  # noqa: F401  (registers the te rules)
-from .errors import BackendError, run_time_error
+from .errors import BackendError, check_failure, run_time_error
 from .rules import TEValue, dim_value, symbolic_dims
 from .schedule import schedule_prim_func
 from .target import building, make_target
-from .te_ops import check_site
+from .te_checks import ERROR_SHAPE, check_site, collecting_checks, error_output
 
 KEY = TensorType((2,), "uint32")
 """A PRNG key's tensor: the two threefry words."""
@@ -183,6 +183,7 @@ class Kernel:
         executable: Any,
         target: Any,
         constants: list[np.ndarray],
+        checks: tuple[str, ...] = (),
     ) -> None:
         self.name = name
         self.signature = signature
@@ -190,6 +191,7 @@ class Kernel:
         self.executable = executable
         self.target = target
         self._constants = constants
+        self.checks = checks  # te_checks.py: an error output after the outputs
         self._on_cpu = target.kind.name == "llvm"
         self._function: Any = None
         self._constant_handles: list[Any] = []
@@ -239,7 +241,9 @@ class Kernel:
 
     def _run(self, inputs: list[np.ndarray], outs: list[np.ndarray]) -> None:
         if self._empty_result:
-            return  # nothing to compute
+            return  # nothing to compute (and nothing checked)
+        if self.checks:
+            outs = [*outs, np.zeros(ERROR_SHAPE, np.int64)]
         if not self._on_cpu:
             self._run_on_device(inputs, outs)
             return
@@ -278,6 +282,10 @@ class Kernel:
         self._function(*args, *self._constant_handles, *results)  # type: ignore[misc]
         for out, result in zip(outs, results, strict=True):
             out[...] = result.numpy()
+        if self.checks:  # the device's error code, tested here (te_checks.py)
+            code, value = (int(v) for v in outs[-1])
+            if code:
+                raise check_failure(self.checks[code - 1], value)
 
     # -------------------------------------------------------- inspecting
     def source(self, kind: str = "") -> str:
@@ -363,12 +371,16 @@ class KernelIR:
     generation: what ``build_kernel`` compiles on its own, and what the
     Relax lowering (relax_lower.py) puts into a whole program's module.
     The function's parameters are the inputs' tensors, then the
-    constants' (``constants`` holds their data), then the outputs'."""
+    constants' (``constants`` holds their data), then the outputs', then
+    the error output when the kernel checks something."""
 
     name: str
     signature: _Signature
     module: Any  # IRModule with the scheduled PrimFunc "main"
     constants: tuple[np.ndarray, ...]
+    checks: tuple[str, ...] = ()
+    """The messages of the kernel's run-time checks (te_checks.py): when
+    there are any, its last parameter is the ``int64[2]`` error output."""
 
 
 def lower_kernel(
@@ -392,17 +404,20 @@ def lower_kernel(
 
 def _lower(fn: Function, tvm_target: Any, dims: dict[str, Any], schedule: bool) -> KernelIR:
     name = str(fn.attrs.get("global_symbol", "")) or "kernel"
-    builder = _Builder(dims, checked=str(tvm_target.kind.name) == "llvm")
+    builder = _Builder(dims)
     params = tuple(
         concrete_type(p.type_annotation or p.checked_type, dims, f"parameter %{p.name_hint}")
         for p in fn.params
     )
     for p, t in zip(fn.params, params, strict=True):
         builder.bind_param(p, t)
-    value = builder.evaluate(fn.body)
+    with collecting_checks() as checks:
+        value = builder.evaluate(fn.body)
     result = concrete_type(fn.body.checked_type, dims, "the result")
     outputs = builder.outputs(value, result)
     signature = _Signature(params, result, _flat(params), tuple(leaves(result)))
+    if checks:
+        outputs = [*outputs, error_output(checks, on_host=tvm_target.kind.name == "llvm")]
     func = relax_alignment(te.create_prim_func(builder.inputs + builder.constant_inputs + outputs))
     # A kernel without outputs (``random.split(k, num=0)``) computes nothing
     # and has no block to schedule.
@@ -418,7 +433,9 @@ def _lower(fn: Function, tvm_target: Any, dims: dict[str, Any], schedule: bool) 
     # Inlining one producer into two places copies its let variables; give
     # each binding its own variable (TVM's analyzer rejects a rebinding).
     module = tvm.tirx.transform.ConvertSSA()(module)
-    return KernelIR(name, signature, module, tuple(builder.constants))
+    return KernelIR(
+        name, signature, module, tuple(builder.constants), tuple(c.text for c in checks)
+    )
 
 
 def _build(fn: Function, target: Any, dims: dict[str, int], schedule: bool) -> Kernel:
@@ -435,6 +452,7 @@ def _build(fn: Function, target: Any, dims: dict[str, int], schedule: bool) -> K
         executable,
         target,
         list(lowered.constants),
+        lowered.checks,
     )
 
 
@@ -485,9 +503,8 @@ def _body_typed(fn: Function) -> bool:
 class _Builder:
     """Evaluates a kernel body to TE values (step 2)."""
 
-    def __init__(self, dims: Mapping[str, int], checked: bool = True) -> None:
+    def __init__(self, dims: Mapping[str, int]) -> None:
         self.dims = dims
-        self.checked = checked  # run-time checks (te_ops.py [RULE CHECK]): CPU only
         self.env: dict[int, TEValue] = {}
         self.inputs: list[Any] = []  # the parameters' placeholders
         self.constant_inputs: list[Any] = []
@@ -556,7 +573,7 @@ class _Builder:
             raise BackendError(f"operator {name} {why}: it cannot be part of a kernel", call.span)
         out_type = concrete_type(call.checked_type, self.dims, f"the result of {name}")
         try:
-            with check_site(name, call.span, self.checked):
+            with check_site(name, call.span):
                 value = rule(args, call.attrs, out_type)
         except BackendError as err:
             raise BackendError(f"{name}: {err.message}", err.span or call.span) from None

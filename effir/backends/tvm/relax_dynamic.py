@@ -96,16 +96,31 @@ class DynamicLowering:
 
     def _check_shape(self, call: Call, ok: Any, message: str, values: list[Any]) -> None:
         """Fail as the interpreter does unless ``ok`` (a condition on shape
-        variables) holds: ``message`` shows ``values`` at its VALUE_MARKs
-        (te_ops.py [RULE CHECK]; here a packed call per operator call, on
-        shapes, never per element)."""
+        variables) holds: ``message``'s ``{}`` show ``values`` (errors.py
+        [RULE CHECK]; here once per operator call, on shapes, never per
+        element)."""
         op = op_def(call.callee).name  # type: ignore[arg-type]
-        text = site_message(op, message, call.span).encode("utf-8", "backslashreplace").decode()
+        self._emit_check(ok, site_message(op, message.replace("{}", VALUE_MARK), call.span), values)
+
+    def _emit_check(self, ok: Any, text: str, values: list[Any]) -> None:
+        """[RULE CHECK] (errors.py) ``effir.check(ok, text, *values)`` on the
+        host, where ``ok`` and ``values`` are expressions of shape
+        variables and ``text`` is a ``site_message``."""
+        text = text.encode("utf-8", "backslashreplace").decode()
         flag = tirx.Select(ok, tirx.const(1, "int64"), tirx.const(0, "int64"))
         args = [flag, tvm.ir.StringImm(text), *(_int64(v) for v in values)]
         self.bb.emit(
             relax.Call(relax.ExternFunc(CHECK_FUNCTION), args, ty_args=[relax.ObjectType()])
         )
+
+    def _test_error_code(self, error: Any, checks: tuple[str, ...]) -> None:
+        """A GPU kernel's error output (te_checks.py), copied to the host
+        and tested: the failing check's message, with its value."""
+        shape = self.bb.emit(relax.op.tensor_to_shape(error))
+        code, value = tirx.Var("error_code", "int64"), tirx.Var("error_value", "int64")
+        self.bb.match_cast(shape, relax.ShapeType([code, value]))
+        for k, text in enumerate(checks):
+            self._emit_check(tirx.NE(code, tirx.const(k + 1, "int64")), text, [value])
 
     # --------------------------------------------------- dynamic shapes
     def _boolean_mask(self, call: Call, env: dict[Var, Any], name: str) -> Any:

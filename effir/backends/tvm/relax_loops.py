@@ -59,7 +59,6 @@ from .errors import BackendError
 from .kernel import leaves
 from .loop import LoweredLoop, lower_loop
 from .relax_types import declare, is_const, relax_type, static
-from .vm_run import check_kernel
 
 LOOP_CHUNK = 1024
 """Steps per call of a whole-loop kernel [RULE CHUNK]."""
@@ -152,11 +151,14 @@ class LoopLowering:
         at run time where a ``?`` lets them differ)."""
         lengths = [r.ty.shape.values[0] for r in rows]
         if any(t.shape[0] == ANY for t in xs_types):
-            first = self._count_of(lengths[0])
+            # as the interpreter's message, which sorts the lengths
+            shown = " [{}, {}]" if len(lengths) == 2 else ""
             for other in lengths[1:]:
-                same = self.bb.emit(relax.op.equal(first, self._count_of(other)))
-                self._check_loop(
-                    same, "cf.foreach: the sequences have different lengths", call.span
+                self._check_shape(
+                    call,
+                    tirx.EQ(lengths[0], other),
+                    f"the sequences have different lengths{shown}",
+                    [tirx.min(lengths[0], other), tirx.max(lengths[0], other)] if shown else [],
                 )
         return lengths[0]
 
@@ -166,21 +168,6 @@ class LoopLowering:
             return _int64(int(dim))
         flat = self.bb.emit(relax.op.shape_to_tensor(relax.ShapeExpr([dim])))
         return self.bb.emit(self._reshape(flat, []))
-
-    def _check_loop(self, ok: Any, message: str, span: Any) -> None:
-        """[RULE CHECK] (vm_run.py) Stop the program with an ``EvalError``
-        saying ``message`` at ``span`` when the ``bool`` scalar ``ok`` is
-        false. On a GPU the check is left out: a kernel there cannot stop
-        the host."""
-        if self.target.kind.name != "llvm":
-            return
-        text = f"{span}: {message}" if span is not None else message
-        key = "check:" + text
-        gv = self.executor_gvs.get(key)
-        if gv is None:
-            func = self._on_target(check_kernel(text))
-            gv = self.executor_gvs[key] = self.bb.add_func(func, "check")
-        self.bb.emit(relax.Call(gv, [ok]))
 
     def _bounded_call(
         self,

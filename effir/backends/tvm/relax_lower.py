@@ -132,6 +132,7 @@ from .relax_loops import LoopLowering
 from .relax_symbolic import SymbolicLowering
 from .relax_types import NeedsStatic, declare, named_dims, relax_type, scheduled, static
 from .target import building
+from .te_checks import ERROR_SHAPE
 from .vm_run import MAX_DEPTH, deeper_kernel
 
 PRINT_FUNCTION = "effir.print"
@@ -317,16 +318,21 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
         one = relax.const(np.int64(1), "int64")
         if self.depth is None:
             return one
-        if self.target.kind.name != "llvm":  # a GPU kernel cannot stop the host
-            return self.bb.emit(relax.op.add(self.depth, one))
-        where = f"{span}: " if span is not None else ""
-        text = f"{where}{callee}: recursion deeper than {MAX_DEPTH} nested calls (the limit of compiled code)"
-        key = "deeper:" + text
-        gv = self.executor_gvs.get(key)
-        if gv is None:
-            func = self._on_target(deeper_kernel(MAX_DEPTH, text))
-            gv = self.executor_gvs[key] = self.bb.add_func(func, "deeper")
-        return self.bb.emit(relax.call_tir(gv, [self.depth], relax.TensorType([], "int64")))
+        on_host = self.target.kind.name == "llvm"
+        key = f"deeper:{callee}:{span}"
+        known = self.executor_gvs.get(key)
+        if known is None:
+            func, text = deeper_kernel(MAX_DEPTH, callee, span, on_host)
+            known = self.executor_gvs[key] = (
+                self.bb.add_func(self._on_target(func), "deeper"),
+                text,
+            )
+        gv, text = known
+        outs = [relax.TensorType([], "int64"), relax.TensorType(list(ERROR_SHAPE), "int64")]
+        result = self.bb.emit(relax.call_tir(gv, [self.depth], outs))
+        if not on_host:
+            self._test_error_code(self.bb.emit(relax.TupleGetItem(result, 1)), (text,))
+        return self.bb.emit(relax.TupleGetItem(result, 0))
 
     # ------------------------------------------------------------- blocks
     def _block(self, expr: Expr, env: dict[Var, Any]) -> Any:
@@ -524,13 +530,34 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
         inputs = [leaf for arg, t in zip(args, types, strict=True) for leaf in self._leaves(arg, t)]
         inputs += [relax.const(c, str(c.dtype)) for c in lowered.constants]
         outs = [relax_type(t) for t in lowered.signature.outputs]
+        return self._call_kernel(gv, inputs, outs, lowered.checks, result_type, name)
+
+    def _call_kernel(
+        self,
+        gv: str,
+        inputs: list[Any],
+        outs: list[Any],
+        checks: tuple[str, ...],
+        result_type: Type,
+        name: str,
+    ) -> Any:
+        """The call of a kernel (``outs``: its outputs' types) as a value of
+        ``result_type``. A kernel with checks has an error output more
+        (te_checks.py): a CPU kernel raises by itself, a GPU kernel's error
+        code is tested on the host after it."""
+        if checks:
+            outs = [*outs, relax.TensorType(list(ERROR_SHAPE), "int64")]
         result = self.bb.emit(
             relax.call_dps_packed(gv, inputs, outs if len(outs) > 1 else outs[0]), name
         )
         if len(outs) == 1:  # a tensor, or a tuple of one (random.split(k, num=1))
             return self._rebuild(result_type, iter([result]))
-        parts = iter([self.bb.emit(relax.TupleGetItem(result, i)) for i in range(len(outs))])
-        return self._rebuild(result_type, parts)
+        parts = [self.bb.emit(relax.TupleGetItem(result, i)) for i in range(len(outs))]
+        if checks:
+            error = parts.pop()
+            if self.target.kind.name != "llvm":
+                self._test_error_code(error, checks)
+        return self._rebuild(result_type, iter(parts))
 
     def _needs_static(self, types: list[Type]) -> None:
         """[RULE SYMBOLIC] Code whose types name the entry's symbolic

@@ -122,13 +122,7 @@ class SymbolicLowering:
         inputs = inputs + [relax.const(c, str(c.dtype)) for c in lowered.constants]
         outs = [relax_type(t, sizes) for t in lowered.signature.outputs]
         result_type = typed.body.checked_type
-        result = self.bb.emit(
-            relax.call_dps_packed(gv, inputs, outs if len(outs) > 1 else outs[0]), name
-        )
-        if len(outs) == 1:
-            return result
-        parts = iter([self.bb.emit(relax.TupleGetItem(result, i)) for i in range(len(outs))])
-        return self._rebuild(result_type, parts)
+        return self._call_kernel(gv, inputs, outs, lowered.checks, result_type, name)
 
     def _fallback(
         self, fn: Function, inputs: list[Any], types: list[Type], result: Type, name: str

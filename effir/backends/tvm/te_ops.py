@@ -28,15 +28,10 @@ by zero fails [RULE CHECK].
 
 [RULE CHECK] Where the interpreter fails on a value (an integer division
 by zero, ``power`` with a negative integer exponent, ``take`` with
-``mode="fast"`` of an index out of range, an empty axis), the kernel fails
-too, by calling the packed function ``effir.fail`` with the interpreter's
-error, operator and source location included (errors.py
-``site_message``); the call path turns the TVM error into that
-``effir.EvalError``. ``checked_once`` checks a whole output before it is
-used (a count, then one call; a call inside the element loop would stop
-its vectorisation: a division ran 4x slower); ``fail_if`` checks one
-element (``take``, whose message shows the index). CUDA kernels cannot call back
-into the host and do not check (the value computed is as if unchecked).
+``mode="fast"`` of an index out of range, an empty axis), the rule states
+the check with ``te_checks.require`` and computes a safe value there; the
+kernel computes its checks once per call into an error code and fails with
+the interpreter's located error, on every target (te_checks.py, errors.py).
 
 [RULE MATH] TVM's ``tanh`` for LLVM is ``(1 - e^-2x) / (1 + e^-2x)``, off by
 6e-5 relative near zero, and its ``exp`` calls libm once per element, which
@@ -74,23 +69,21 @@ order than numpy's pairwise sums.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 from tvm import te, tirx
 
-from ...ir.diagnostics import Span
 from ...ir.node import Attrs
 from ...ir.types import TensorType, TupleType, Type
 from ...ops.reduce import reduce_axes
 from ...ops.shape import _show_newshape, _slices
-from .errors import FAIL_FUNCTION, VALUE_MARK, BackendError, site_message
+from .errors import BackendError
 from .rules import dim_value, te_rule
-from .schedule import KEEP, ORDERED
+from .schedule import ORDERED
+from .te_checks import require
 
 PrimExpr = Any  # tvm.tirx.PrimExpr
 Tensor = Any  # tvm.te.Tensor
@@ -323,70 +316,6 @@ def nan_min(a: PrimExpr, b: PrimExpr) -> PrimExpr:
     return _lets([a, b], lambda a, b: _select(tirx.Or(_is_nan(a), a < b), a, b))
 
 
-# ============================================================== checks
-_sites = threading.local()
-
-
-@contextlib.contextmanager
-def check_site(op: str, span: Span | None, checked: bool) -> Iterator[None]:
-    """The operator call whose rule runs now: the site of its checks
-    (none when ``checked`` is false: a CUDA kernel)."""
-    previous = getattr(_sites, "current", None)
-    _sites.current = (op, span) if checked else None
-    try:
-        yield
-    finally:
-        _sites.current = previous
-
-
-def fail_if(bad: PrimExpr, value: PrimExpr, message: str, *shown: PrimExpr) -> PrimExpr:
-    """``value``, failing with the interpreter's ``message`` where ``bad``
-    holds [RULE CHECK]; each ``{}`` of the message shows one of ``shown``
-    (int64 values) at run time."""
-    site = getattr(_sites, "current", None)
-    if site is None:
-        # An unsigned value's check does not build yet (TVM's simplifier
-        # makes "uint from negative value -1" of it): unchecked for now.
-        return value
-    text = site_message(site[0], message.replace("{}", VALUE_MARK), site[1])
-    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    call = tirx.call_packed(FAIL_FUNCTION, text, *shown)
-    dtype = _dtype(value)  # (no cast of the call: TVM folds it as a constant)
-    failure = _select(call == 0, _const(0, dtype), _const(1, dtype))
-    return tirx.if_then_else(bad, failure, value)
-
-
-def checked_once(out: Tensor, bad: Callable[..., PrimExpr], message: str) -> Tensor:
-    """``out``, failing with the interpreter's ``message`` when ``bad(i)``
-    holds at some index i of it [RULE CHECK], checked once per call, not
-    per element: a count of the bad indices (a reduction that vectorises),
-    a 0-d block (never inlined) that calls ``effir.fail`` when the count is
-    not zero, and ``out`` plus that block's zero, read once per element."""
-    site = getattr(_sites, "current", None)
-    shape = _shape(out)
-    if site is None or int(np.prod(shape)) == 0:
-        return out
-    dtype = _dtype(out)
-
-    def flag(*i: PrimExpr) -> PrimExpr:
-        return _select(bad(*i), _const(1, "int32"), _const(0, "int32"))
-
-    if shape:
-        axes = [te.reduce_axis((0, n), name=f"c{d}") for d, n in enumerate(shape)]
-        count = te.compute(
-            (), lambda: te.sum(flag(*(a.var for a in axes)), axis=axes), name="check_count"
-        )
-    else:
-        count = te.compute((), lambda: flag(), name="check_count")
-    guard = te.compute(
-        (),
-        lambda: fail_if(count() > _const(0, "int32"), _const(0, dtype), message),
-        name="check",
-        attrs={KEEP: 1},
-    )
-    return te.compute(shape, lambda *i: out(*i) + guard(), name=f"{out.op.name}_checked")
-
-
 # ============================================================ wrapping
 _LOW = 0xFFFFFFFF
 
@@ -565,7 +494,7 @@ def int_divide(a: PrimExpr, b: PrimExpr) -> PrimExpr:
             numerator = _select(b == minus_one, wrap_sub(zero, a), a)
         else:
             safe, numerator = _select(b == zero, one, b), a
-        return tirx.truncdiv(numerator, safe) * nonzero  # zero divisors: checked_once
+        return tirx.truncdiv(numerator, safe) * nonzero  # zero divisors: checked [RULE CHECK]
 
     return _lets([a, b], body)
 
@@ -609,13 +538,13 @@ def int_power(a: Tensor, b: Tensor, out_type: Type) -> Tensor:
     )
 
     power = te.compute(shape, lambda *i: result(*i), name="power")
-    if _kind(exp_dtype) != "i":
-        return power
-    return checked_once(  # a negative exponent fails [RULE CHECK]
-        power,
-        lambda *i: _load_broadcast(b, i) < _const(0, exp_dtype),
-        "integer power with a negative exponent",
-    )
+    if _kind(exp_dtype) == "i":  # a negative exponent fails [RULE CHECK]
+        require(
+            shape,
+            lambda *i: _load_broadcast(b, i) < _const(0, exp_dtype),
+            "integer power with a negative exponent",
+        )
+    return power
 
 
 def _divide(a: PrimExpr, b: PrimExpr) -> PrimExpr:
@@ -668,7 +597,7 @@ def _arith_rule(name: str) -> Callable[..., Tensor]:
                 # unsigned `b == 0` into `b <= -1` and cannot make a negative uint
                 return _load_broadcast(divisor, i).astype("int64") == _const(0, "int64")
 
-            return checked_once(out, zero, "integer division by zero")
+            require(_shape(out), zero, "integer division by zero")
         return out
 
     return rule
@@ -835,9 +764,8 @@ def _unless_empty_at_run_time(
     for a in symbolic[1:]:
         empty = tirx.Or(empty, in_shape[a] == 0)
     message = f"{name} of an empty axis (axis {symbolic[0]} has length 0)"
-    return te.compute(
-        _shape(out), lambda *i: fail_if(empty, out(*i), message), name=f"{name}_checked"
-    )
+    require(_shape(out), lambda *i: empty, message)
+    return out
 
 
 for _op in ("sum", "mean", "max", "min", "prod"):
@@ -853,13 +781,9 @@ def _empty_reduction(name: str, shape: Sequence[int], dtype: str, axis: int = 0)
     if dtype == "bool":
         value = bool(value)
     message = f"{name} of an empty axis (axis {axis} has length 0)"
-    fails = name in ("max", "min", "argmax")
-
-    def body(*i: PrimExpr) -> PrimExpr:
-        constant = _const(value, dtype)
-        return fail_if(tirx.const(True, "bool"), constant, message) if fails else constant
-
-    return te.compute(shape, body, name=f"{name}_empty")
+    if name in ("max", "min", "argmax"):
+        require(shape, lambda *i: tirx.const(True, "bool"), message)
+    return te.compute(shape, lambda *i: _const(value, dtype), name=f"{name}_empty")
 
 
 def _argmax_reducer(last: bool, is_float: bool) -> Any:
@@ -947,9 +871,13 @@ def _reshape(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
         size = size * tirx.Cast("int64", d) if not isinstance(d, int) else size * d
     wanted = int(np.prod(shape, dtype=np.int64))
     message = "cannot reshape {} elements into shape " + _show_newshape(attrs["newshape"])
-    return te.compute(
+    require(shape, lambda *i: size != wanted, message, lambda *i: size)
+    zero = _const(0, _dtype(x))
+    return te.compute(  # (nothing read where the check fails: x may be smaller)
         shape,
-        lambda *i: fail_if(size != wanted, x(*_unravel(_ravel(i, shape), in_shape)), message, size),
+        lambda *i: tirx.if_then_else(
+            size != wanted, zero, x(*_unravel(_ravel(i, shape), in_shape))
+        ),
         name="reshape",
     )
 
@@ -1132,26 +1060,27 @@ def _take(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
     rank = len(indices.shape)
     if size == 0:  # nothing to take from: fails unless nothing is taken [RULE CHECK]
         message = f"cannot take from axis {axis} of size 0"
-        return te.compute(
-            shape,
-            lambda *i: fail_if(tirx.const(True, "bool"), _const(0, out_type.dtype), message),
-            name="take",
-        )
+        require(shape, lambda *i: tirx.const(True, "bool"), message)
+        return te.compute(shape, lambda *i: _const(0, out_type.dtype), name="take")
 
     def body(*i: PrimExpr) -> PrimExpr:
         before, picked, after = i[:axis], i[axis : axis + rank], i[axis + rank :]
-        if mode != "fast":
-            return x(*before, _take_index(indices(*picked), size, mode), *after)
+        return x(*before, _take_index(indices(*picked), size, mode), *after)
 
-        index = indices(*picked)  # (a load: a let cannot index a buffer)
-        dtype = _dtype(index)
-        bad = index >= _const(size, dtype)
-        if _kind(dtype) == "i":
-            bad = tirx.Or(index < _const(0, dtype), bad)
-        value = x(*before, _take_index(index, size, mode), *after)
-        message = f"index {{}} is out of range for axis {axis} of size {size}"
-        return fail_if(bad, value, message, index.astype("int64"))
+    if mode == "fast":  # clipped, and checked [RULE CHECK]
 
+        def bad(*i: PrimExpr) -> PrimExpr:
+            index = indices(*i[axis : axis + rank])  # (a load: a let cannot index a buffer)
+            dtype = _dtype(index)
+            out = index >= _const(size, dtype)
+            return tirx.Or(index < _const(0, dtype), out) if _kind(dtype) == "i" else out
+
+        require(  # over the result: nothing fails where nothing is taken
+            shape,
+            bad,
+            f"index {{}} is out of range for axis {axis} of size {size}",
+            lambda *i: indices(*i[axis : axis + rank]).astype("int64"),
+        )
     return te.compute(shape, body, name="take")
 
 

@@ -1,13 +1,5 @@
-"""Running a VM function: effir's run-time errors, and a native stack deep
-enough for recursion.
-
-[RULE CHECK] Compiled code checks what the interpreter checks at run time
-(sequences of one length, the depth of a recursion) with a one-statement
-TIR kernel ``assert ok, "effir.EvalError: <where>: <message>"``: TVM's
-generated code returns the error, the VM raises it (a ``RuntimeError`` in
-Python, a C++ exception in the C++ runner) and ``effir_errors`` turns it
-into the ``effir.EvalError`` the interpreter raises. A TIR assert needs
-nothing registered at run time, so exported programs check the same.
+"""Running a VM function: a native stack deep enough for recursion, and
+the kernel that counts its depth.
 
 [RULE STACK] The Relax VM runs each call of a VM function as a native C++
 recursion (vm.cc: InvokeBytecode -> RunLoop), about 3.5 KB of native stack
@@ -15,7 +7,8 @@ per call: a thread's 8 MB stack holds some 2,000 nested calls, and a deeper
 recursion crashed the process. Loops are bounded by their levels
 (relax_loops.py [RULE LEVELS]); a user's recursion needs a stack as deep
 as it goes. So compiled recursion counts its depth and stops with an
-``EvalError`` past ``MAX_DEPTH`` calls (relax_lower.py [RULE DEPTH]), and a
+``EvalError`` past ``MAX_DEPTH`` calls (relax_lower.py [RULE DEPTH]; the
+check is a kernel's, errors.py [RULE CHECK]), and a
 program whose call graph is recursive runs on a worker thread whose stack
 (``STACK_BYTES``) holds ``MAX_DEPTH`` calls with room to spare. Programs
 without recursion run on the caller's thread and pay nothing.
@@ -29,12 +22,11 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from typing import Any
 
-from tvm.script import tirx as T
+import tvm
+from tvm import te, tirx
 
-from ...ir.diagnostics import EvalError
-
-EVAL_ERROR = "effir.EvalError: "
-"""How a message of [RULE CHECK] starts."""
+from ...ir.diagnostics import Span
+from .te_checks import check_site, collecting_checks, error_output, require
 
 MAX_DEPTH = 100_000
 """Nested calls of recursive functions a compiled program may make [RULE STACK]."""
@@ -45,46 +37,24 @@ call of ``MAX_DEPTH`` (a call takes about 3.5 KB). Only the pages a run
 touches are ever committed."""
 
 
-def check_kernel(message: str) -> Any:
-    """[RULE CHECK] A PrimFunc that fails with ``message`` when its ``bool``
-    scalar argument is false."""
-    text = EVAL_ERROR + message
-
-    @T.prim_func(private=True, s_tir=True)
-    def kernel(ok: T.Buffer((), "bool")):
-        assert ok[()], text
-
-    return kernel
-
-
-def deeper_kernel(limit: int, message: str) -> Any:
-    """[RULE CHECK] ``out = depth + 1``, failing with ``message`` when that
-    passes ``limit``: the depth of recursion a call runs at, and its check,
-    in one VM instruction (relax_lower.py [RULE DEPTH])."""
-    text = EVAL_ERROR + message
-
-    @T.prim_func(private=True, s_tir=True)
-    def kernel(depth: T.Buffer((), "int64"), out: T.Buffer((), "int64")):
-        assert depth[()] < T.int64(limit), text
-        out[()] = depth[()] + T.int64(1)
-
-    return kernel
-
-
-def effir_errors(function: Callable[..., Any]) -> Callable[..., Any]:
-    """``function`` (a VM function) raising a failed check [RULE CHECK] as
-    an ``EvalError``."""
-
-    def call(*args: Any) -> Any:
-        try:
-            return function(*args)
-        except RuntimeError as err:
-            text = str(err)
-            if text.startswith(EVAL_ERROR):
-                raise EvalError(text.removeprefix(EVAL_ERROR)) from None
-            raise
-
-    return call
+def deeper_kernel(limit: int, callee: str, span: Span | None, on_host: bool) -> Any:
+    """``out = depth + 1``, failing past ``limit`` (te_checks.py: with its
+    error output) as a call of ``callee`` at ``span``: the depth of recursion
+    a call runs at, and its check, in one VM instruction (relax_lower.py
+    [RULE DEPTH]). Returns the PrimFunc and the check's message."""
+    depth = te.placeholder((), "int64", name="depth")
+    out = te.compute((), lambda: depth() + tirx.const(1, "int64"), name="deeper")
+    message = f"recursion deeper than {limit} nested calls (the limit of compiled code)"
+    with collecting_checks() as checks, check_site(callee, span):
+        require((), lambda: depth() >= tirx.const(limit, "int64"), message)
+    error = error_output(checks, on_host)
+    func = te.create_prim_func([depth, out, error])
+    if not on_host:  # one GPU thread computes it (relax_dynamic.py _on_target): no scratch
+        sch = tvm.s_tir.Schedule(tvm.IRModule({"main": func}))
+        for name in ("check_0", "check_code", "check_value"):
+            sch.compute_inline(sch.get_sblock(name))
+        func = sch.mod["main"]
+    return func.without_attr("global_symbol"), checks[0].text
 
 
 _pool: ThreadPoolExecutor | None = None

@@ -1,0 +1,201 @@
+"""Run-time checks of a kernel: where the interpreter fails on a value, the
+compiled kernel fails too, on every target (errors.py [RULE CHECK]).
+
+A ``te`` rule states what it checks with ``require(shape, bad, message,
+shown)``: the call fails when ``bad(*i)`` holds at some index ``i`` of
+``shape`` (nothing fails over an empty shape, as the interpreter fails only
+when an element is computed), with the interpreter's ``message`` whose
+``{}`` shows ``shown(*i)`` of the first failing index (row-major order).
+The rule's own result stays a safe value wherever the check fails (a
+clipped index, a divisor made non-zero): the check decides, not the value.
+
+The kernel being lowered collects the checks of its operator calls
+(``collecting_checks``, ``check_site``) and ``error_output`` computes them
+into one more output, ``effir_error``, an ``int64[2]``: the code (0, or
+``k + 1`` for the first check ``k`` that fails, in the order of the
+operator calls) and the value the failing check shows. Each check is one
+reduction over its shape, before any loop of the program's own: never per
+element inside a hot loop (a branch there stops vectorisation; a division
+checked per element ran 4x slower).
+
+- On the host (LLVM) the kernel itself calls ``effir.check`` with the
+  failing check's message when the code is not 0 (a 0-d block, never
+  inlined): nothing is called while every check passes.
+- On a GPU the code is computed on the device; a kernel cannot stop the
+  host, so the VM copies the two numbers to the host after the kernel and
+  calls ``effir.check`` per check (relax_dynamic.py ``_test_error_code``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from tvm import te, tirx
+
+from ...ir.diagnostics import Span
+from .errors import CHECK_FUNCTION, VALUE_MARK, site_message
+from .schedule import KEEP
+
+PrimExpr = Any  # tvm.tirx.PrimExpr
+Tensor = Any  # tvm.te.Tensor
+
+ERROR_OUTPUT = "effir_error"
+"""The name of a checked kernel's extra output (its last parameter)."""
+
+ERROR_SHAPE = (2,)
+"""The error output: the code, then the value its message shows."""
+
+_NONE = np.iinfo(np.int64).max  # "no failing index"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check of one operator call: its located message (errors.py
+    ``site_message``, a VALUE_MARK where the value shows), and where it
+    fails."""
+
+    text: str
+    shape: tuple[Any, ...]
+    bad: Callable[..., PrimExpr]
+    shown: Callable[..., PrimExpr] | None
+
+
+_state = threading.local()
+
+
+@contextlib.contextmanager
+def collecting_checks() -> Iterator[list[Check]]:
+    """The checks the rules state while the block runs (one kernel's)."""
+    previous = getattr(_state, "checks", None)
+    checks: list[Check] = []
+    _state.checks = checks
+    try:
+        yield checks
+    finally:
+        _state.checks = previous
+
+
+@contextlib.contextmanager
+def check_site(op: str, span: Span | None) -> Iterator[None]:
+    """The operator call whose rule runs now: the site of its checks."""
+    previous = getattr(_state, "site", None)
+    _state.site = (op, span)
+    try:
+        yield
+    finally:
+        _state.site = previous
+
+
+def require(
+    shape: Sequence[Any],
+    bad: Callable[..., PrimExpr],
+    message: str,
+    shown: Callable[..., PrimExpr] | None = None,
+) -> None:
+    """Fail with the interpreter's ``message`` where ``bad(*i)`` holds for
+    an index ``i`` of ``shape``; its ``{}`` shows ``shown(*i)``. Outside a
+    kernel that collects checks (a loop kernel's step) nothing is checked."""
+    checks = getattr(_state, "checks", None)
+    site = getattr(_state, "site", None)
+    if checks is None or site is None:
+        return
+    if any(isinstance(d, int | tirx.IntImm) and int(d) == 0 for d in shape):
+        return  # nothing is computed, nothing fails
+    text = site_message(site[0], message.replace("{}", VALUE_MARK), site[1])
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    checks.append(Check(text, tuple(shape), bad, shown))
+
+
+def error_output(checks: Sequence[Check], on_host: bool) -> Tensor:
+    """The ``effir_error`` output of a kernel with ``checks`` (see above)."""
+    firsts = [_first_failing(c, k) for k, c in enumerate(checks)]
+    zero = tirx.const(0, "int64")
+
+    def failing(k: int) -> PrimExpr:
+        return firsts[k]() < tirx.const(_NONE, "int64")
+
+    def code() -> PrimExpr:
+        out = zero
+        for k in reversed(range(len(checks))):
+            out = tirx.Select(failing(k), tirx.const(k + 1, "int64"), out)
+        return out
+
+    def value() -> PrimExpr:
+        out = zero
+        for k in reversed(range(len(checks))):
+            check = checks[k]
+            if check.shown is not None:
+                index = _unravel(firsts[k](), check.shape)
+                shown = check.shown(*index).astype("int64")
+                out = tirx.if_then_else(failing(k), shown, out)  # loads only where it fails
+        return out
+
+    codes = te.compute((), code, name="check_code")
+    values = te.compute((), value, name="check_value")
+    if on_host:
+        raised = te.compute(
+            (), lambda: _raise(checks, codes(), values()), name="check", attrs={KEEP: 1}
+        )
+        return te.compute(
+            ERROR_SHAPE,
+            lambda j: tirx.Select(j == 0, codes() + raised(), values()),
+            name=ERROR_OUTPUT,
+        )
+    return te.compute(
+        ERROR_SHAPE, lambda j: tirx.Select(j == 0, codes(), values()), name=ERROR_OUTPUT
+    )
+
+
+def _raise(checks: Sequence[Check], code: PrimExpr, value: PrimExpr) -> PrimExpr:
+    """0, after calling ``effir.check`` (which raises) with the message of
+    the failing check when ``code`` is not 0."""
+    out = tirx.const(0, "int64")
+    for k in reversed(range(len(checks))):
+        call = tirx.call_packed(CHECK_FUNCTION, tirx.const(0, "int64"), checks[k].text, value)
+        # (compared, not cast: TVM folds a cast of the call as a constant)
+        failed = tirx.Select(call == 0, tirx.const(0, "int64"), tirx.const(1, "int64"))
+        out = tirx.if_then_else(code == tirx.const(k + 1, "int64"), failed, out)
+    return out
+
+
+def _first_failing(check: Check, k: int) -> Tensor:
+    """A 0-d tensor: the row-major position of the first index where the
+    check fails, or ``_NONE``. One reduction over the check's shape."""
+    none = tirx.const(_NONE, "int64")
+    if not check.shape:
+        return te.compute(
+            (),
+            lambda: tirx.Select(check.bad(), tirx.const(0, "int64"), none),
+            name=f"check_{k}",
+        )
+    axes = [te.reduce_axis((0, d), name=f"c{d_}") for d_, d in enumerate(check.shape)]
+    flat = _ravel([a.var for a in axes], check.shape)
+    return te.compute(
+        (),
+        lambda: te.min(tirx.Select(check.bad(*(a.var for a in axes)), flat, none), axis=axes),
+        name=f"check_{k}",
+    )
+
+
+def _ravel(index: Sequence[PrimExpr], shape: Sequence[Any]) -> PrimExpr:
+    flat: PrimExpr = tirx.const(0, "int64")
+    for i, d in zip(index, shape, strict=True):
+        flat = flat * tirx.Cast("int64", d) + tirx.Cast("int64", i)
+    return flat
+
+
+def _unravel(flat: PrimExpr, shape: Sequence[Any]) -> list[PrimExpr]:
+    """The index of the row-major position ``flat``, each of the dtype of
+    the loop variables over its dimension (int32 for a static one)."""
+    index = []
+    for d in reversed(shape):
+        dtype = "int32" if isinstance(d, int) else str(d.dtype)
+        size = tirx.Cast("int64", d)
+        index.append(tirx.Cast(dtype, tirx.truncmod(flat, size)))
+        flat = tirx.truncdiv(flat, size)
+    return index[::-1]
