@@ -113,6 +113,22 @@ def require(
 
 def error_output(checks: Sequence[Check], on_host: bool) -> Tensor:
     """The ``effir_error`` output of a kernel with ``checks`` (see above)."""
+    codes, values = _code_and_value(checks)
+    if on_host:
+        raised = _raising(checks, codes, values)
+        return te.compute(
+            ERROR_SHAPE,
+            lambda j: tirx.Select(j == 0, codes() + raised(), values()),
+            name=ERROR_OUTPUT,
+        )
+    return te.compute(
+        ERROR_SHAPE, lambda j: tirx.Select(j == 0, codes(), values()), name=ERROR_OUTPUT
+    )
+
+
+def _code_and_value(checks: Sequence[Check]) -> tuple[Tensor, Tensor]:
+    """0-d tensors: the code of the first failing check (0 if none) and
+    the value its message shows."""
     firsts = [_first_failing(c, k) for k, c in enumerate(checks)]
     zero = tirx.const(0, "int64")
 
@@ -135,20 +151,18 @@ def error_output(checks: Sequence[Check], on_host: bool) -> Tensor:
                 out = tirx.if_then_else(failing(k), shown, out)  # loads only where it fails
         return out
 
-    codes = te.compute((), code, name="check_code")
-    values = te.compute((), value, name="check_value")
-    if on_host:
-        raised = te.compute(
-            (), lambda: _raise(checks, codes(), values()), name="check", attrs={KEEP: 1}
-        )
-        return te.compute(
-            ERROR_SHAPE,
-            lambda j: tirx.Select(j == 0, codes() + raised(), values()),
-            name=ERROR_OUTPUT,
-        )
-    return te.compute(
-        ERROR_SHAPE, lambda j: tirx.Select(j == 0, codes(), values()), name=ERROR_OUTPUT
-    )
+    return te.compute((), code, name="check_code"), te.compute((), value, name="check_value")
+
+
+def raising(checks: Sequence[Check]) -> Tensor:
+    """A 0-d ``int64`` tensor, 0, whose computation calls ``effir.check``
+    when one of ``checks`` fails: what a CPU kernel on a hot path (the depth
+    of recursion, vm_run.py) adds to an output instead of an error output."""
+    return _raising(checks, *_code_and_value(checks))
+
+
+def _raising(checks: Sequence[Check], codes: Tensor, values: Tensor) -> Tensor:
+    return te.compute((), lambda: _raise(checks, codes(), values()), name="check", attrs={KEEP: 1})
 
 
 def _raise(checks: Sequence[Check], code: PrimExpr, value: PrimExpr) -> PrimExpr:
