@@ -59,6 +59,7 @@ from .errors import BackendError
 from .kernel import leaves
 from .loop import LoweredLoop, lower_loop
 from .relax_types import declare, is_const, relax_type, static
+from .te_checks import collecting_checks
 
 LOOP_CHUNK = 1024
 """Steps per call of a whole-loop kernel [RULE CHUNK]."""
@@ -113,8 +114,11 @@ class LoopLowering:
         if self.target.kind.name != "llvm" or not all(map(static, step_types)):
             return self._foreach_in_vm(call, env, name)  # a whole TIR loop is a CPU schedule
         try:
-            lowered = lower_loop(body, {}, captured, functions, self.module, parallel=True)
-        except BackendError:  # control flow or effects in the body: a VM loop
+            with collecting_checks() as checks:
+                lowered = lower_loop(body, {}, captured, functions, self.module, parallel=True)
+            if checks:  # te_checks.py: the VM loop's step kernels check, a loop kernel cannot
+                raise BackendError("a run-time check in the loop body")
+        except BackendError:  # control flow, effects or checks in the body: a VM loop
             return self._foreach_in_vm(call, env, name)
         func = tvm.tirx.transform.ConvertSSA()(tvm.IRModule({"main": lowered.func}))["main"]
         gv = self._compiled_apart(func, f"loop_{self.loops}")

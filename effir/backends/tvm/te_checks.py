@@ -99,11 +99,11 @@ def require(
 ) -> None:
     """Fail with the interpreter's ``message`` where ``bad(*i)`` holds for
     an index ``i`` of ``shape``; its ``{}`` shows ``shown(*i)``. Outside a
-    kernel that collects checks (a loop kernel's step) nothing is checked."""
+    kernel that collects checks nothing is checked."""
     checks = getattr(_state, "checks", None)
-    site = getattr(_state, "site", None)
-    if checks is None or site is None:
+    if checks is None:
         return
+    site = getattr(_state, "site", None) or ("compiled code", None)
     if any(isinstance(d, int | tirx.IntImm) and int(d) == 0 for d in shape):
         return  # nothing is computed, nothing fails
     text = site_message(site[0], message.replace("{}", VALUE_MARK), site[1])

@@ -224,3 +224,33 @@ def test_recursion_depth_is_checked_on_cuda_too() -> None:
     host = spec.program.module.script()
     assert "count: recursion deeper than" in host and '"effir.check"' in host
     assert "assert" not in spec.source("cuda").lower()
+
+
+def test_a_checked_operation_in_a_loop_body_fails_as_the_interpreter() -> None:
+    """Found returning a value: a loop compiled into one kernel (a
+    ``cf.foreach`` of symbolic length) skipped its body's checks; such a
+    body now runs as a VM loop whose step kernels check."""
+    run_isolated(
+        f"""
+        import numpy as np, effir
+        text = {HEADER!r} + '''def @main(%xs: Tensor[(n, 2), int32], %y: Tensor[(2), int32]) {{
+          cf.foreach(fn (%x: Tensor[(2), int32], %h: Tensor[(2), int32]) {{
+            (%x, divide(add(%h, %x), %y))
+          }}, %xs, %y)
+        }}
+        '''
+        m = effir.check(effir.parse(text, source_name="loop.effir"))
+        c = effir.compile(m)
+        for y in ([1, 2], [1, 0]):
+            args = (np.ones((3, 2), "int32"), np.array(y, "int32"))
+            got = []
+            for f in (lambda: effir.interpret(m, *args), lambda: c(*args)):
+                try:
+                    got.append(repr(f()))
+                except effir.EvalError as err:
+                    got.append(str(err))
+            assert got[0] == got[1], got
+        assert "divide: integer division by zero" in got[0], got
+        print("ok")
+        """
+    ).check()
