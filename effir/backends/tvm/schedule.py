@@ -645,7 +645,7 @@ def _same_domain(sch: Any, producer: Any, consumer: Any) -> bool:
 # =================================================================== GPU
 KEEP = "effir_keep"
 """Annotation of a block never inlined: a run-time check computed once
-(te_ops.py [RULE CHECK]), which inlining would repeat per element."""
+(te_checks.py), which inlining would repeat per element."""
 
 ORDERED = "effir_ordered"
 """Annotation of a reduction whose combiner is not associative (integer
