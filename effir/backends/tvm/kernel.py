@@ -635,7 +635,7 @@ def _immediate(data: np.ndarray) -> bool:
     TVM's simplifier reasons about soundly: it folds ``x == INT_MIN`` and
     ``x <= INT_MIN`` to false for a 32- or 64-bit x (its bound analysis
     takes the most negative value for minus infinity), so that constant is
-    a kernel input instead (te_ops.py [RULE WRAP])."""
+    a kernel input instead (te_ops [RULE WRAP])."""
     if data.dtype == np.uint64:
         return int(data) < 2**63
     if data.dtype.kind == "i" and data.dtype.itemsize >= 4:

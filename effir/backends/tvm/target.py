@@ -47,7 +47,7 @@ def building(target: Any) -> Iterator[None]:
     counts and places an expression's binding, but then substitutes its
     variable inside them too: an index used inside a kernel's ``Let``
     expressions (the threefry rounds of ``random.dropout``, the [RULE LET]
-    bindings of te_ops.py) and computed twice by a later statement was
+    bindings of te_ops) and computed twice by a later statement was
     replaced before its binding, and the build failed ("variable cse_v1 has been
     used before definition", any dropout of 32 elements or more). LLVM and
     NVCC eliminate common subexpressions themselves, so nothing is lost."""

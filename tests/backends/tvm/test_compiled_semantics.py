@@ -1,7 +1,7 @@
 """Compiled code has the interpreter's semantics (issue 12): integer
 arithmetic wraps bit for bit as numpy's does for every integer dtype
-(te_ops.py [RULE WRAP]), and where the interpreter fails, compiled code
-fails with the same ``effir.EvalError`` (te_ops.py [RULE CHECK]). Compiled
+(te_ops [RULE WRAP]), and where the interpreter fails, compiled code
+fails with the same ``effir.EvalError`` (te_ops [RULE CHECK]). Compiled
 runs go through ``tests/isolated.py``: a trap (a division by zero) would
 kill the process."""
 

@@ -1,4 +1,4 @@
-"""The ``te`` rules (effir/backends/tvm/te_ops.py) against the numpy rules.
+"""The ``te`` rules (effir/backends/tvm/te_ops) against the numpy rules.
 
 Each case builds a one-operator kernel with ``build_kernel`` (scheduled for
 the host CPU, as the backend runs it) on small random inputs and compares

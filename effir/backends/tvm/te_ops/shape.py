@@ -1,0 +1,306 @@
+"""Shape and indexing rules: ``reshape``, ``transpose``, ``concatenate``,
+``split``, slicing, ``take`` [RULE CHECK], fills. The rules' reasons are
+the package's docstring."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from tvm import te, tirx
+
+from ....ir.node import Attrs
+from ....ir.types import TupleType, Type
+from ....ops.shape import _show_newshape, _slices
+from ..rules import te_rule
+from ..te_checks import require
+from .common import _const, _dtype, _kind, _map, _out, _shape, static_shape
+from .elementwise import cast_value
+
+PrimExpr = Any  # tvm.tirx.PrimExpr
+Tensor = Any  # tvm.te.Tensor
+
+
+def _ravel(index: Sequence[PrimExpr], shape: Sequence[int]) -> PrimExpr:
+    flat: PrimExpr = _const(0, "int32")
+    for i, d in zip(index, shape, strict=True):
+        flat = flat * d + i
+    return flat
+
+
+def _unravel(flat: PrimExpr, shape: Sequence[int]) -> list[PrimExpr]:
+    index = []
+    for d in reversed(shape):
+        index.append(tirx.indexmod(flat, d) if d != 1 else _const(0, "int32"))
+        flat = tirx.indexdiv(flat, d)
+    return index[::-1]
+
+
+@te_rule("reshape")
+def _reshape(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
+    (x,) = args
+    shape, _ = _out(out_type)
+    in_shape = _shape(x)
+    if all(isinstance(d, int) for d in in_shape):
+        return te.compute(
+            shape, lambda *i: x(*_unravel(_ravel(i, shape), in_shape)), name="reshape"
+        )
+    # A symbolic input (after boolean_mask) may hold another number of
+    # elements than the static result: checked at run time, as the
+    # interpreter does [RULE CHECK].
+    size: PrimExpr = _const(1, "int64")
+    for d in in_shape:
+        size = size * tirx.Cast("int64", d) if not isinstance(d, int) else size * d
+    wanted = int(np.prod(shape, dtype=np.int64))
+    message = "cannot reshape {} elements into shape " + _show_newshape(
+        attrs["newshape"]
+    )
+    require(shape, lambda *i: size != wanted, message, lambda *i: size)
+    zero = _const(0, _dtype(x))
+    return te.compute(  # (nothing read where the check fails: x may be smaller)
+        shape,
+        lambda *i: tirx.if_then_else(
+            size != wanted, zero, x(*_unravel(_ravel(i, shape), in_shape))
+        ),
+        name="reshape",
+    )
+
+
+@te_rule("transpose")
+def _transpose(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
+    (x,) = args
+    rank = len(x.shape)
+    axes = attrs["axes"]
+    perm = [a % rank for a in axes] if axes is not None else list(reversed(range(rank)))
+    shape, _ = _out(out_type)
+
+    def body(*i: PrimExpr) -> PrimExpr:
+        index: list[PrimExpr] = [0] * rank
+        for out_axis, in_axis in enumerate(perm):
+            index[in_axis] = i[out_axis]
+        return x(*index)
+
+    return te.compute(shape, body, name="transpose")
+
+
+@te_rule("expand_dims")
+def _expand_dims(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
+    """New axes of size 1 at ``axis``; the other axes keep their order."""
+    (x,) = args
+    shape, _ = _out(out_type)
+    rank = len(x.shape)
+    axis = attrs["axis"] + rank + 1 if attrs["axis"] < 0 else attrs["axis"]
+    kept = [d for d in range(len(shape)) if not axis <= d < axis + attrs["num_newaxis"]]
+    return te.compute(shape, lambda *i: x(*(i[d] for d in kept)), name="expand_dims")
+
+
+@te_rule("squeeze")
+def _squeeze(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
+    """The listed axes (every axis of size 1 when none is) removed."""
+    (x,) = args
+    shape, _ = _out(out_type)
+    in_shape = _shape(x)
+    if attrs["axis"] is None:
+        squeezed = {d for d, n in enumerate(in_shape) if n == 1}
+    else:
+        squeezed = {a % len(in_shape) for a in attrs["axis"]}
+
+    def body(*i: PrimExpr) -> PrimExpr:
+        outs = iter(i)
+        return x(*(0 if d in squeezed else next(outs) for d in range(len(in_shape))))
+
+    return te.compute(shape, body, name="squeeze")
+
+
+def _pick(
+    position: PrimExpr,
+    starts: Sequence[int],
+    loads: Sequence[Callable[[PrimExpr], PrimExpr]],
+) -> PrimExpr:
+    """``loads[k](position - starts[k])`` for the last k with ``starts[k] <=
+    position``: the lazy ``if_then_else`` reads only the chosen input."""
+    value = loads[-1](position - starts[-1])
+    for k in range(len(loads) - 2, -1, -1):
+        value = tirx.if_then_else(
+            position < starts[k + 1], loads[k](position - starts[k]), value
+        )
+    return value
+
+
+def _at(
+    x: Tensor, index: Sequence[PrimExpr], axis: int, position: PrimExpr
+) -> PrimExpr:
+    full = list(index)
+    full[axis] = position
+    return x(*full)
+
+
+@te_rule("concatenate")
+def _concatenate(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
+    fields = [f for f in args[0] if _shape(f)[attrs["axis"] % len(f.shape)] > 0]
+    shape, _ = _out(out_type)
+    axis = attrs["axis"] % len(shape)
+    if not fields:  # every input is empty along the axis: so is the output
+        return te.compute(shape, lambda *i: args[0][0](*i), name="concatenate")
+    starts = list(np.cumsum([0] + [_shape(f)[axis] for f in fields[:-1]]))
+
+    def body(*i: PrimExpr) -> PrimExpr:
+        loads = [lambda p, f=f: _at(f, i, axis, p) for f in fields]
+        return _pick(i[axis], [int(s) for s in starts], loads)
+
+    return te.compute(shape, body, name="concatenate")
+
+
+@te_rule("stack")
+def _stack(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
+    fields = list(args[0])
+    shape, _ = _out(out_type)
+    axis = attrs["axis"] % len(shape)
+
+    def body(*i: PrimExpr) -> PrimExpr:
+        rest = i[:axis] + i[axis + 1 :]
+        loads = [lambda p, f=f: f(*rest) for f in fields]
+        return _pick(i[axis], list(range(len(fields))), loads)
+
+    return te.compute(shape, body, name="stack")
+
+
+def _sliced(
+    x: Tensor, shape: Sequence[int], starts: dict[int, tuple[int, int]], name: str
+) -> Tensor:
+    """``x[start + i * step]`` along each axis of ``starts`` (axis -> (start, step))."""
+
+    def body(*i: PrimExpr) -> PrimExpr:
+        index = []
+        for d, v in enumerate(i):
+            if d in starts:
+                start, step = starts[d]
+                index.append(v * step + start if step != 1 else v + start)
+            else:
+                index.append(v)
+        return x(*index)
+
+    return te.compute(shape, body, name=name)
+
+
+@te_rule("split")
+def _split(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> tuple[Tensor, ...]:
+    """numpy.split: piece k is ``x[bounds[k]:bounds[k + 1]]`` along the axis,
+    with Python's clipping of the bounds."""
+    (x,) = args
+    in_shape = _shape(x)
+    axis = attrs["axis"] % len(in_shape)
+    spec = attrs["indices_or_sections"]
+    size = in_shape[axis]
+    if isinstance(spec, int):
+        step = size // spec
+        bounds: list[int | None] = [k * step for k in range(spec)] + [None]
+    else:
+        bounds = [0, *spec, None]
+    assert isinstance(out_type, TupleType)
+    pieces = []
+    for k, field in enumerate(out_type.fields):
+        start = range(size)[bounds[k] : bounds[k + 1]].start
+        pieces.append(_sliced(x, static_shape(field), {axis: (start, 1)}, "split"))
+    return tuple(pieces)
+
+
+@te_rule("strided_slice")
+def _strided_slice(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
+    """Python slicing per axis (the numpy rule's plan): element i of an axis
+    is ``range(n)[begin:end:stride][i]``."""
+    (x,) = args
+    in_shape = _shape(x)
+    plan = _slices(attrs, len(in_shape))
+    starts = {}
+    for axis, (b, e, s) in plan.items():
+        r = range(in_shape[axis])[b:e:s]
+        starts[axis] = (r.start, r.step)
+    shape, _ = _out(out_type)
+    return _sliced(x, shape, starts, "strided_slice")
+
+
+def _take_index(index: PrimExpr, size: int, mode: str) -> PrimExpr:
+    """An index in [0, size): wrapped (Python's modulo) or clipped ("clip"
+    and "fast", which the interpreter checks and a kernel cannot [RULE DIV])."""
+    dtype = _dtype(index)
+    signed = _kind(dtype) == "i"
+    if mode == "wrap":
+        n = _const(size, dtype)
+        wrapped = tirx.floormod(index, n) if signed else tirx.truncmod(index, n)
+        return wrapped.astype("int32")
+    clipped = te.min(index, _const(size - 1, dtype))
+    if signed:
+        clipped = te.max(clipped, _const(0, dtype))
+    return clipped.astype("int32")
+
+
+@te_rule("take")
+def _take(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
+    x, indices = args
+    shape, _ = _out(out_type)
+    mode = attrs["mode"]
+    if attrs["axis"] is None:
+        flat_shape = (int(np.prod(_shape(x))),)
+        flat = te.compute(
+            flat_shape, lambda i: x(*_unravel(i, _shape(x))), name="take_flat"
+        )
+        x, axis = flat, 0
+    else:
+        axis = attrs["axis"] % len(x.shape)
+    size = _shape(x)[axis]
+    rank = len(indices.shape)
+    if size == 0:  # nothing to take from: fails unless nothing is taken [RULE CHECK]
+        message = f"cannot take from axis {axis} of size 0"
+        require(shape, lambda *i: tirx.const(True, "bool"), message)
+        return te.compute(shape, lambda *i: _const(0, out_type.dtype), name="take")
+
+    def body(*i: PrimExpr) -> PrimExpr:
+        before, picked, after = i[:axis], i[axis : axis + rank], i[axis + rank :]
+        return x(*before, _take_index(indices(*picked), size, mode), *after)
+
+    if mode == "fast":  # clipped, and checked [RULE CHECK]
+
+        def bad(*i: PrimExpr) -> PrimExpr:
+            index = indices(
+                *i[axis : axis + rank]
+            )  # (a load: a let cannot index a buffer)
+            dtype = _dtype(index)
+            out = index >= _const(size, dtype)
+            return (
+                tirx.Or(index < _const(0, dtype), out) if _kind(dtype) == "i" else out
+            )
+
+        require(  # over the result: nothing fails where nothing is taken
+            shape,
+            bad,
+            f"index {{}} is out of range for axis {axis} of size {size}",
+            lambda *i: indices(*i[axis : axis + rank]).astype("int64"),
+        )
+    return te.compute(shape, body, name="take")
+
+
+@te_rule("broadcast_to")
+def _broadcast_to(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
+    return _map("broadcast_to", out_type, args, lambda x: x)
+
+
+def _fill_rule(value: int) -> Callable[..., Tensor]:
+    def rule(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
+        shape, dtype = _out(out_type)
+        return te.compute(shape, lambda *i: _const(value, dtype), name="fill")
+
+    return rule
+
+
+te_rule("zeros")(_fill_rule(0))
+te_rule("ones")(_fill_rule(1))
+
+
+@te_rule("full")
+def _full(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
+    """The fill value cast to the dtype, as ``cast`` does."""
+    (value,) = args
+    shape, dtype = _out(out_type)
+    return te.compute(shape, lambda *i: cast_value(value(), dtype), name="full")
