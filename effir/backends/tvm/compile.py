@@ -127,8 +127,6 @@ class Specialization:
     def __init__(self, program: RelaxProgram, target: Any) -> None:
         self.program = program
         self.target = target
-        for name, function in program.fallbacks.items():
-            tvm_ffi.register_global_func(name, function, override=True)
         with building(target):
             self.executable = relax.build(
                 program.module, target=target, relax_pipeline=relax_pipeline(target)
@@ -157,10 +155,6 @@ class Specialization:
         with self.target:
             ptx = nvcc.compile_cuda(self.source("cuda"), target_format="ptx", compiler="nvcc")
         return bytes(ptx).decode()
-
-    @property
-    def exportable(self) -> bool:
-        return not self.program.fallbacks
 
     def function(self) -> Any:
         """The entry's function in the calling thread's VM (thread_vms.py)."""

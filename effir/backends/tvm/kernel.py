@@ -68,7 +68,7 @@ def concrete_type(t: Type, dims: Mapping[str, Any], what: str = "a type") -> Typ
             if isinstance(d, int):
                 shape.append(d)
             elif d != ANY and d in dims:
-                shape.append(d if isinstance(dims[d], tirx.Var) else int(dims[d]))
+                shape.append(d if _symbolic(dims[d]) else int(dims[d]))
             else:
                 shown = "?" if d == ANY else d
                 raise BackendError(
@@ -383,7 +383,7 @@ def lower_kernel(
     dims = dict(dims or {})
     if any(not p.has_type for p in fn.params) or not _body_typed(fn):
         infer_expr(fn)
-    symbolic = {d: v for d, v in dims.items() if isinstance(v, tirx.Var)}
+    symbolic = {d: v for d, v in dims.items() if _symbolic(v)}
     if symbolic:
         with symbolic_dims(symbolic):
             return _lower(fn, tvm_target, dims, schedule)
@@ -408,11 +408,13 @@ def _lower(fn: Function, tvm_target: Any, dims: dict[str, Any], schedule: bool) 
     # and has no block to schedule.
     if not schedule or not outputs:
         module = tvm.IRModule({"main": func})
-    elif any(isinstance(v, tirx.Var) for v in dims.values()):
+    elif any(_symbolic(v) for v in dims.values()):
         try:
             module = _schedule_symbolic(func, tvm_target)
         except RuntimeError as err:  # TVM's ScheduleError: the caller builds it per shape
-            raise BackendError(f"TVM could not schedule {name} for symbolic sizes") from err
+            raise BackendError(
+                f"TVM could not schedule {name} for sizes known only at run time", fn.span
+            ) from err
     else:
         module = schedule_prim_func(func, tvm_target)
     # Inlining one producer into two places copies its let variables; give
@@ -565,7 +567,7 @@ class _Builder:
         except RuntimeError as err:  # TVM's own errors (InternalError...)
             raise BackendError(f"{name}: TVM rejected the lowering: {err}", call.span) from err
         except (TypeError, ValueError) as err:  # a size a rule needs static (rules.py)
-            if not any(isinstance(v, tirx.Var) for v in self.dims.values()):
+            if not any(_symbolic(v) for v in self.dims.values()):
                 raise
             raise BackendError(f"{name} needs static sizes", call.span) from err
         _check_value(value, out_type, name, call)
@@ -668,7 +670,15 @@ def _check_value(value: TEValue, t: Type, name: str, call: Call) -> None:
 def _same_dim(got: Any, want: int | str) -> bool:
     if isinstance(got, tirx.IntImm):
         return int(got) == want
-    return isinstance(want, str) and got.same_as(dim_value(want))
+    return isinstance(want, str) and bool(
+        tvm_ffi.structural_equal(got, dim_value(want), map_free_vars=False)
+    )
+
+
+def _symbolic(size: Any) -> bool:
+    """Whether a bound dimension is a size known at run time: a TIR
+    variable, or an expression of them ([RULE SHAPEPOLY])."""
+    return isinstance(size, tvm.ir.expr.Expr) and not isinstance(size, tirx.IntImm)
 
 
 # =================================================================== CUDA

@@ -65,14 +65,14 @@ Algorithm
 4. [RULE SHAPEPOLY] A primitive function whose types keep a ``?``
    dimension (a kernel after ``boolean_mask``) is compiled once with its
    sizes as variables bound from its arguments' run-time shapes
-   (relax_symbolic.py); where that cannot be done, [FALLBACK]: a Python
-   packed function that builds it per concrete shape (cached), and such a
-   program runs in Python only (``export`` refuses it).
+   (relax_symbolic.py, symbolic_shapes.py): its sizes are expressions of
+   those variables, checked at run time where the interpreter checks
+   them; every compiled program exports.
 
 The parts: relax_types.py (the types, [RULE SYMBOLIC]), relax_loops.py
 ([RULE LOOP], [RULE CHUNK], [RULE VMLOOP], [RULE LEVELS]),
-relax_dynamic.py ([RULE DYN]), relax_symbolic.py ([RULE SHAPEPOLY]),
-relax_fallback.py ([FALLBACK]), relax_adts.py ([RULE ADT]),
+relax_dynamic.py ([RULE DYN]), relax_symbolic.py and symbolic_shapes.py
+([RULE SHAPEPOLY]), relax_adts.py ([RULE ADT]),
 relax_closures.py ([RULE VMCLOSURE]) and vm_run.py (run-time checks, the
 large stack); this module is the walk over the program and its calls,
 kernels and closures.
@@ -86,8 +86,8 @@ compiled); run such programs with the interpreter.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -161,12 +161,11 @@ def label_text(label: str) -> str:
 # ================================================================== types
 @dataclass
 class RelaxProgram:
-    """A lowered specialisation: the Relax module, and the Python packed
-    functions it calls [FALLBACK] (empty for an exportable program)."""
+    """A lowered specialisation: the Relax module (it calls no Python:
+    every program exports)."""
 
     module: Any  # tvm.IRModule
     entry: str
-    fallbacks: dict[str, Callable[..., Any]] = field(default_factory=dict)
     kernels: int = 0
     loops: int = 0
     recursive: bool = False  # runs on a large stack (vm_run.py [RULE STACK])
@@ -209,7 +208,6 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
         self.executor_gvs: dict[str, Any] = {}  # the executor's (relax_dynamic.py)
         self.lifted: dict[tuple[int, bool], _Closure] = {}
         self.constructor_functions: dict[str, Any] = {}  # relax_closures.py
-        self.fallbacks: dict[str, Callable[..., Any]] = {}
         self.loops = 0
         self.recursive: set[str] = set()  # globals on a cycle of calls [RULE DEPTH]
         self.depth: Any = None  # the depth of recursion where code is lowered
@@ -247,9 +245,7 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
             with building(self.target):
                 library = tvm.compile(tvm.IRModule(self.apart), target=self.target)
             module = module.with_attr("external_mods", [library.mod])
-        return RelaxProgram(
-            module, entry, self.fallbacks, len(self.kernels), self.loops, self.recursion
-        )
+        return RelaxProgram(module, entry, len(self.kernels), self.loops, self.recursion)
 
     def _entry_of_recursive(self, entry: str) -> None:
         """[RULE DEPTH] The public entry of a recursive entry function: its

@@ -81,6 +81,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
+import tvm_ffi
 from tvm import te, tirx
 
 from ...ir.diagnostics import Span
@@ -91,6 +92,7 @@ from ...ops.shape import _show_newshape, _slices
 from .errors import FAIL_FUNCTION, VALUE_MARK, BackendError, site_message
 from .rules import dim_value, te_rule
 from .schedule import KEEP, ORDERED
+from .symbolic_shapes import sliced
 
 PrimExpr = Any  # tvm.tirx.PrimExpr
 Tensor = Any  # tvm.te.Tensor
@@ -147,12 +149,24 @@ def _lets(values: Sequence[PrimExpr], body: Callable[..., PrimExpr]) -> PrimExpr
     return _let(values[0], lambda v: _lets(values[1:], lambda *rest: body(v, *rest)))
 
 
-def _load_broadcast(x: Tensor, index: Sequence[PrimExpr]) -> PrimExpr:
+def _load_broadcast(
+    x: Tensor, index: Sequence[PrimExpr], out: Sequence[Any] | None = None
+) -> PrimExpr:
     """``x`` at ``index`` of the broadcast result (numpy's rule: trailing
-    dimensions align, a dimension of size 1 stretches)."""
+    dimensions align, a dimension of size 1 stretches). A size known only
+    at run time that is not the result's (``out``) may be the 1 that
+    stretches: read at 0 where it is (symbolic_shapes.py [RULE SIZECHECK])."""
     shape = _shape(x)
     offset = len(index) - len(shape)
-    return x(*(0 if d == 1 else index[offset + k] for k, d in enumerate(shape)))
+    return x(*(_stretched(d, index[offset + k], out, offset + k) for k, d in enumerate(shape)))
+
+
+def _stretched(d: Any, i: PrimExpr, out: Sequence[Any] | None, position: int) -> PrimExpr:
+    if isinstance(d, int):
+        return 0 if d == 1 else i
+    if out is None or tvm_ffi.structural_equal(d, out[position], map_free_vars=False):
+        return i
+    return _select(d == 1, tirx.const(0, _dtype(i)), i)
 
 
 def _name(op: str) -> str:
@@ -166,7 +180,7 @@ def _map(
     shape, _ = _out(out_type)
     return te.compute(
         shape,
-        lambda *i: _lets([_load_broadcast(x, i) for x in inputs], fn),
+        lambda *i: _lets([_load_broadcast(x, i, shape) for x in inputs], fn),
         name=_name(name),
     )
 
@@ -935,7 +949,9 @@ def _reshape(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
     (x,) = args
     shape, _ = _out(out_type)
     in_shape = _shape(x)
-    if all(isinstance(d, int) for d in in_shape):
+    if all(isinstance(d, int) for d in in_shape) or not all(isinstance(d, int) for d in shape):
+        # (a result of sizes known at run time: its element count is checked
+        # before the kernel runs, symbolic_shapes.py [RULE SIZECHECK])
         return te.compute(
             shape, lambda *i: x(*_unravel(_ravel(i, shape), in_shape)), name="reshape"
         )
@@ -1019,16 +1035,19 @@ def _at(x: Tensor, index: Sequence[PrimExpr], axis: int, position: PrimExpr) -> 
 
 @te_rule("concatenate")
 def _concatenate(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
-    fields = [f for f in args[0] if _shape(f)[attrs["axis"] % len(f.shape)] > 0]
+    # (an input empty at run time has a start equal to the next one's: never picked)
+    fields = [f for f in args[0] if _shape(f)[attrs["axis"] % len(f.shape)] != 0]
     shape, _ = _out(out_type)
     axis = attrs["axis"] % len(shape)
     if not fields:  # every input is empty along the axis: so is the output
         return te.compute(shape, lambda *i: args[0][0](*i), name="concatenate")
-    starts = list(np.cumsum([0] + [_shape(f)[axis] for f in fields[:-1]]))
+    starts: list[Any] = [0]
+    for f in fields[:-1]:
+        starts.append(starts[-1] + _shape(f)[axis])
 
     def body(*i: PrimExpr) -> PrimExpr:
         loads = [lambda p, f=f: _at(f, i, axis, p) for f in fields]
-        return _pick(i[axis], [int(s) for s in starts], loads)
+        return _pick(i[axis], starts, loads)
 
     return te.compute(shape, body, name="concatenate")
 
@@ -1076,13 +1095,18 @@ def _split(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> tuple[Tensor,
     size = in_shape[axis]
     if isinstance(spec, int):
         step = size // spec
-        bounds: list[int | None] = [k * step for k in range(spec)] + [None]
+        bounds: list[Any] = [k * step for k in range(spec)] + [None]
     else:
         bounds = [0, *spec, None]
     assert isinstance(out_type, TupleType)
     pieces = []
     for k, field in enumerate(out_type.fields):
-        start = range(size)[bounds[k] : bounds[k + 1]].start
+        if isinstance(size, int):
+            start = range(size)[bounds[k] : bounds[k + 1]].start
+        elif isinstance(spec, int):  # a size known at run time, checked divisible
+            start = bounds[k]
+        else:
+            start = sliced(size, bounds[k], bounds[k + 1], 1)[0]
         pieces.append(_sliced(x, static_shape(field), {axis: (start, 1)}, "split"))
     return tuple(pieces)
 
@@ -1096,8 +1120,11 @@ def _strided_slice(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tenso
     plan = _slices(attrs, len(in_shape))
     starts = {}
     for axis, (b, e, s) in plan.items():
-        r = range(in_shape[axis])[b:e:s]
-        starts[axis] = (r.start, r.step)
+        if isinstance(in_shape[axis], int):
+            r = range(in_shape[axis])[b:e:s]
+            starts[axis] = (r.start, r.step)
+        else:  # a size known only at run time
+            starts[axis] = (sliced(in_shape[axis], b, e, s)[0], s)
     shape, _ = _out(out_type)
     return _sliced(x, shape, starts, "strided_slice")
 
