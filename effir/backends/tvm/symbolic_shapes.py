@@ -44,7 +44,7 @@ from ...ir.expr import Call, Constant, Expr, Function, Let, Op, Tuple, TupleGetI
 from ...ir.op import op_def
 from ...ir.types import ANY, TensorType, TupleType, Type
 from ...ir.visitor import post_order
-from ...ops.relations import RelationError
+from ...ops.relations import RelationError, merging_sizes
 from ...ops.shape import _slices
 from .errors import VALUE_MARK, BackendError
 
@@ -152,7 +152,7 @@ def _call_type(call: Call, sizes: KernelSizes) -> Type:
         rule = _broadcast
     if rule is not None and any(_names(t) for t in args):
         return rule(call, args, sizes)
-    result = _relation(call, args)
+    result = _relation(call, args, sizes)
     if any(d == ANY for leaf in _leaves(result) for d in leaf.shape):
         raise BackendError(
             f"{name}: a result size that depends on sizes known only at run time "
@@ -162,10 +162,23 @@ def _call_type(call: Call, sizes: KernelSizes) -> Type:
     return result
 
 
-def _relation(call: Call, args: tuple[Type, ...]) -> Type:
+def _relation(call: Call, args: tuple[Type, ...], sizes: KernelSizes | None = None) -> Type:
+    """The operator's type relation on ``args``; with ``sizes``, two sizes
+    it needs equal are checked equal at run time [RULE SIZECHECK]."""
     definition = op_def(call.callee)  # type: ignore[arg-type]
+
+    def merge(a: Dim, b: Dim, what: str) -> Dim:
+        assert sizes is not None
+        x, y = sizes.expr(a), sizes.expr(b)
+        message = f"{what} do not match: {VALUE_MARK} vs {VALUE_MARK}"
+        sizes.check(call, x == y, message, [x, y])
+        return b if isinstance(b, int) else a
+
     try:
-        return definition.rules["type"](args, call.attrs)  # type: ignore[no-any-return]
+        if sizes is None:
+            return definition.rules["type"](args, call.attrs)  # type: ignore[no-any-return]
+        with merging_sizes(merge):
+            return definition.rules["type"](args, call.attrs)  # type: ignore[no-any-return]
     except RelationError as err:
         raise BackendError(
             f"{err.message} (sizes known only at run time, {_shown(args)}, "

@@ -378,7 +378,7 @@ def checked_once(out: Tensor, bad: Callable[..., PrimExpr], message: str) -> Ten
     not zero, and ``out`` plus that block's zero, read once per element."""
     site = getattr(_sites, "current", None)
     shape = _shape(out)
-    if site is None or int(np.prod(shape)) == 0:
+    if site is None or any(isinstance(d, int) and d == 0 for d in shape):
         return out
     dtype = _dtype(out)
 
@@ -915,8 +915,10 @@ def _argmax(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
         empty = next(a for a in axes if in_shape[a] == 0)
         return _empty_reduction("argmax", shape, "int32", empty)
     raxes, in_index = reduction_layout(in_shape, axes, attrs["keepdims"])
-    strides = [int(np.prod([in_shape[b] for b in axes[k + 1 :]])) for k in range(len(axes))]
+    strides = [math.prod([in_shape[b] for b in axes[k + 1 :]]) for k in range(len(axes))]
     flat = sum((k.var * s for k, s in zip(raxes[:-1], strides[:-1], strict=True)), raxes[-1].var)
+    if _dtype(flat) != "int32":  # loops over sizes known at run time count in int64
+        flat = flat.astype("int32")
     value_of = _as_comparable
     is_float = _kind(_dtype(x)) == "f"
     reducer = _argmax_reducer(attrs["select_last_index"], is_float)
@@ -1129,16 +1131,23 @@ def _strided_slice(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tenso
     return _sliced(x, shape, starts, "strided_slice")
 
 
-def _take_index(index: PrimExpr, size: int, mode: str) -> PrimExpr:
+def _sized(size: Any, dtype: str) -> PrimExpr:
+    """A size (an int, or an expression of sizes known at run time) as ``dtype``."""
+    return _const(size, dtype) if isinstance(size, int) else tirx.Cast(dtype, size)
+
+
+def _take_index(index: PrimExpr, size: Any, mode: str) -> PrimExpr:
     """An index in [0, size): wrapped (Python's modulo) or clipped ("clip"
     and "fast", which the interpreter checks and a kernel cannot [RULE DIV])."""
     dtype = _dtype(index)
     signed = _kind(dtype) == "i"
     if mode == "wrap":
-        n = _const(size, dtype)
+        n = _sized(size, dtype)
+        if not isinstance(size, int):  # 0 at run time fails before (``_take``)
+            n = tirx.max(n, _const(1, dtype))
         wrapped = tirx.floormod(index, n) if signed else tirx.truncmod(index, n)
         return wrapped.astype("int32")
-    clipped = te.min(index, _const(size - 1, dtype))
+    clipped = te.min(index, _sized(size, dtype) - _const(1, dtype))
     if signed:
         clipped = te.max(clipped, _const(0, dtype))
     return clipped.astype("int32")
@@ -1150,7 +1159,7 @@ def _take(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
     shape, _ = _out(out_type)
     mode = attrs["mode"]
     if attrs["axis"] is None:
-        flat_shape = (int(np.prod(_shape(x))),)
+        flat_shape = (math.prod(_shape(x)),)
         flat = te.compute(flat_shape, lambda i: x(*_unravel(i, _shape(x))), name="take_flat")
         x, axis = flat, 0
     else:
@@ -1168,16 +1177,24 @@ def _take(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
     def body(*i: PrimExpr) -> PrimExpr:
         before, picked, after = i[:axis], i[axis : axis + rank], i[axis + rank :]
         if mode != "fast":
-            return x(*before, _take_index(indices(*picked), size, mode), *after)
+            value = x(*before, _take_index(indices(*picked), size, mode), *after)
+            if isinstance(size, int):
+                return value
+            # a size known at run time may be 0: nothing to take from
+            message = f"cannot take from axis {axis} of size 0"
+            return fail_if(size == 0, value, message)
 
         index = indices(*picked)  # (a load: a let cannot index a buffer)
         dtype = _dtype(index)
-        bad = index >= _const(size, dtype)
+        bad = index >= _sized(size, dtype)
         if _kind(dtype) == "i":
             bad = tirx.Or(index < _const(0, dtype), bad)
         value = x(*before, _take_index(index, size, mode), *after)
-        message = f"index {{}} is out of range for axis {axis} of size {size}"
-        return fail_if(bad, value, message, index.astype("int64"))
+        if isinstance(size, int):
+            message = f"index {{}} is out of range for axis {axis} of size {size}"
+            return fail_if(bad, value, message, index.astype("int64"))
+        message = f"index {{}} is out of range for axis {axis} of size {{}}"
+        return fail_if(bad, value, message, index.astype("int64"), _sized(size, "int64"))
 
     return te.compute(shape, body, name="take")
 
@@ -1430,7 +1447,9 @@ def _batch_norm_train(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> tu
     axis = attrs["axis"] % len(shape)
     channels = shape[axis]
     others = [d for d in range(len(shape)) if d != axis]
-    n = int(np.prod([shape[d] for d in others]))
+    n = math.prod([shape[d] for d in others])
+    if not isinstance(n, int):
+        return _batch_norm_train_symbolic(args, attrs, n)
     if n == 1:
         raise BackendError(
             "nn.batch_norm_train: expected more than 1 value per channel when training, "
@@ -1488,6 +1507,71 @@ def _batch_norm_train(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> tu
             keep * cast_value(running_var(c), cd) + moment * (var(*stat_index(c)) * unbias),
             dtype,
         ),
+        name="batch_norm_new_var",
+    )
+    return y, new_mean, new_var
+
+
+def _batch_norm_train_symbolic(args: tuple[Any, ...], attrs: Attrs, n: PrimExpr) -> tuple:
+    """``nn.batch_norm_train`` where the number of values per channel, ``n``,
+    is known at run time (after a mask): as above, with the numpy rule's
+    cases decided at run time: n == 1 fails [RULE CHECK], n == 0 leaves
+    the running statistics unchanged (y is then empty)."""
+    x, gamma, beta, running_mean, running_var = args
+    dtype = _dtype(x)
+    cd = compute_dtype(dtype)
+    shape = _shape(x)
+    axis = attrs["axis"] % len(shape)
+    channels = shape[axis]
+    others = [d for d in range(len(shape)) if d != axis]
+    xc = _as_compute(x, cd, "batch_norm_widen")
+    total = _reduce_kept(xc, others, te.sum, lambda v: v, "batch_norm_mean_sum")
+    count = _count([shape[a] for a in others], cd)
+    mean = te.compute(_shape(total), lambda *i: total(*i) / count, name="batch_norm_mean")
+    centred = te.compute(
+        shape, lambda *i: xc(*i) - _at_kept(mean, i, others), name="batch_norm_centre"
+    )
+    squares = _reduce_kept(
+        centred, others, te.sum, lambda v: _let(v, lambda c: c * c), "batch_norm_var_sum"
+    )
+    var = te.compute(_shape(squares), lambda *i: squares(*i) / count, name="batch_norm_var")
+    eps = _scalar(attrs["epsilon"], cd)
+    y = te.compute(
+        shape,
+        lambda *i: cast_value(
+            centred(*i) / te.sqrt(_at_kept(var, i, others) + eps) * _channel(gamma, cd, i, axis)
+            + _channel(beta, cd, i, axis),
+            dtype,
+        ),
+        name="batch_norm_train",
+    )
+    np_cd = np.dtype(cd).type
+    momentum = np_cd(attrs["momentum"])
+    keep = _const(float(np_cd(1) - momentum), cd)
+    moment = _const(float(momentum), cd)
+    wide = tirx.Cast("float64", n)
+    unbias = (wide / tirx.max(wide - _const(1.0, "float64"), _const(1.0, "float64"))).astype(cd)
+    message = "expected more than 1 value per channel when training, got input of shape " + (
+        "(" + ", ".join(["{}"] * len(shape)) + ("," if len(shape) == 1 else "") + ")"
+    )
+    shown = [_sized(d, "int64") for d in shape]
+
+    def stat_index(c: PrimExpr) -> list[PrimExpr]:
+        return [c if d == axis else 0 for d in range(len(shape))]
+
+    def updated(running: Tensor, batch: PrimExpr) -> PrimExpr:
+        value = keep * cast_value(running, cd) + moment * batch
+        kept = _select(n == 0, cast_value(running, cd), value)
+        return cast_value(fail_if(n == 1, kept, message, *shown), dtype)
+
+    new_mean = te.compute(
+        (channels,),
+        lambda c: updated(running_mean(c), mean(*stat_index(c))),
+        name="batch_norm_new_mean",
+    )
+    new_var = te.compute(
+        (channels,),
+        lambda c: updated(running_var(c), var(*stat_index(c)) * unbias),
         name="batch_norm_new_var",
     )
     return y, new_mean, new_var
