@@ -60,7 +60,7 @@ KEY = TensorType((2,), "uint32")
 # ================================================================== types
 def concrete_type(t: Type, dims: Mapping[str, Any], what: str = "a type") -> Type:
     """``t`` with every symbolic dimension replaced by its value in ``dims``
-    (a TIR variable, kept as its name: symbolic, rules.py); BackendError for
+    (a TIR variable or expression, kept as its name: symbolic, rules.py); BackendError for
     a dimension left unknown."""
     if isinstance(t, TensorType):
         shape = []
