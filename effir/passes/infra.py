@@ -375,11 +375,13 @@ class Pass:
 
 
 class Sequential(Pass):
-    """Passes run in order; itself a pass (nestable, registrable). Members
-    are passes, registered names or decorated functions. It requires what
-    its members require that no earlier member establishes, and
+    """Passes run in order; itself a pass (nestable). Members are passes,
+    registered names (or pipeline text) or decorated functions. It requires
+    of its input what a member requires that must come from the input (no
+    earlier member establishes it, every earlier one ``preserves`` it), and
     establishes what its members establish and later members keep
-    (establish again or declare in ``preserves``)."""
+    (establish again or preserve). Each member's own requirements are
+    checked again when it runs."""
 
     passes: tuple[Pass, ...]
     requirers: dict[str, str]
@@ -394,9 +396,11 @@ class Sequential(Pass):
         requires: dict[str, str] = {}  # invariant: the first member requiring it
         held: set[str] = set()
         kept = set(INVARIANTS)
+        from_input = set(INVARIANTS)  # what still holds if it held on the input
         for member in members:
-            for invariant in member.requires - held:
+            for invariant in member.requires & from_input:
                 requires.setdefault(invariant, _requirer(member, invariant))
+            from_input = (from_input & member.preserves) - member.establishes
             held = set(member.establishes) | (held & member.preserves)
             kept &= member.establishes | member.preserves
         super().__init__(
