@@ -53,7 +53,7 @@ def compile(  # noqa: A001
     opt_level: int | None = None,
     dims=None,
     entry: str = "main",
-    verbose=False,
+    verbose=None,
 ):
     """``module`` through the optimisation pipeline and compiled by TVM for
     ``target``: a callable ``CompiledModule``; ``compiled.report`` says what
@@ -68,7 +68,8 @@ def compile(  # noqa: A001
       (``{"n": 8}`` or a list); other shapes build at their first call.
     - ``entry``: the function ``dims`` are for (default ``main``).
     - ``verbose``: progress lines (specialisations, kernels, times) on
-      standard error (or the stream given); quiet by default.
+      standard error (or the stream given); by default quiet in library
+      calls and scripts, on in a Jupyter notebook.
 
     See effir/backends/tvm/compile.py and docs/backend.md."""
     from .backends.tvm.compile import compile as compile_module

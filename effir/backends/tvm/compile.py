@@ -116,6 +116,19 @@ def _dims_text(dims: Dims) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(dims.items())) or "static"
 
 
+def in_notebook() -> bool:
+    """Whether this is a Jupyter kernel (IPython's ZMQ shell), where
+    progress lines are on by default."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return False
+    try:
+        shell = ipython.get_ipython()
+    except Exception:  # an IPython too old or half imported: not a notebook
+        return False
+    return type(shell).__name__ == "ZMQInteractiveShell"
+
+
 class Progress:
     """Progress lines of a build (``effir: ...`` on standard error, or a
     stream): on in the CLI, off in library calls unless ``verbose``."""
@@ -377,7 +390,7 @@ def compile(  # noqa: A001  (effir.compile, as tvm.compile)
     opt_level: int | None = None,
     dims: Mapping[str, int] | Sequence[Mapping[str, int]] | None = None,
     entry: str = "main",
-    verbose: bool | TextIO = False,
+    verbose: bool | TextIO | None = None,
 ) -> CompiledModule:
     """Compile ``module`` with TVM: a ``CompiledModule`` that is called as
     the interpreter runs ``@main`` (same arguments, same ``State``).
@@ -398,8 +411,9 @@ def compile(  # noqa: A001  (effir.compile, as tvm.compile)
       first call (an entry without symbolic dimensions is built at once).
     - ``verbose``: progress lines (the pipeline, each specialisation, its
       kernels, how long) on standard error, or on the stream given;
-      ``compiled.verbose`` turns them on or off later. ``effir compile``
-      prints them unless ``-q``.
+      ``compiled.verbose`` turns them on or off later. By default (None)
+      they are off in library calls and scripts, on in a Jupyter notebook;
+      ``effir compile`` prints them unless ``-q``.
 
     The passes run in the current ``PassContext`` (its instruments and
     verification). ``compiled.report`` (``CompileReport``) says what was
@@ -416,6 +430,8 @@ def compile(  # noqa: A001  (effir.compile, as tvm.compile)
     if not isinstance(passes, Pass):
         raise PassError(f"effir.compile: pipeline must be text or a Pass, not {pipeline!r}")
     tvm_target = make_target(target)
+    if verbose is None:
+        verbose = in_notebook()
     progress = Progress(verbose)
     progress(f"optimising: {passes.spelled() or '(no pass)'}")
     start = time.perf_counter()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 import io
+import sys
 
 import numpy as np
 import pytest
@@ -91,6 +92,23 @@ def test_verbose_progress_dims_opt_level_and_the_report(capsys):
     x = np.ones((2, 4), np.float32)
     np.testing.assert_allclose(compiled(x), np.tanh(x + 1), rtol=1e-6)
     assert len(report.builds) == 1  # n=2 was built already
+
+
+def test_progress_is_on_by_default_only_in_a_notebook(monkeypatch):
+    from effir.backends.tvm import compile as compile_py
+
+    assert not compile_py.in_notebook()  # pytest is no Jupyter kernel
+
+    class ZMQInteractiveShell:  # what a Jupyter kernel's get_ipython() returns
+        pass
+
+    class FakeIPython:
+        @staticmethod
+        def get_ipython():
+            return ZMQInteractiveShell()
+
+    monkeypatch.setitem(sys.modules, "IPython", FakeIPython)
+    assert compile_py.in_notebook()
 
 
 def test_quiet_by_default_and_verbose_on_stderr(capfd):
