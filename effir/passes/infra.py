@@ -159,27 +159,20 @@ class Option:
 
     def parse(self, text: str) -> Any:
         """The value the word ``text`` denotes; ValueError says what was expected."""
+        return self.validate(self._convert(text))
+
+    def _convert(self, text: str) -> Any:
         if self.type is bool:
             if text.lower() in ("true", "1", "on"):
                 return True
             if text.lower() in ("false", "0", "off"):
                 return False
             raise ValueError(f"expected true or false, got {text!r}")
-        if self.type is int:
-            try:
-                return self.validate(int(text, 10))
-            except ValueError as err:
-                if "at least" in str(err):
-                    raise
-                raise ValueError(f"expected an integer, got {text!r}") from None
-        if self.type is float:
-            try:
-                return self.validate(float(text))
-            except ValueError as err:
-                if "at least" in str(err):
-                    raise
-                raise ValueError(f"expected a number, got {text!r}") from None
-        return text
+        try:
+            return self.type(text) if self.type is not int else int(text, 10)
+        except ValueError:
+            expected = {int: "an integer", float: "a number"}.get(self.type, "a value")
+            raise ValueError(f"expected {expected}, got {text!r}") from None
 
     def validate(self, value: Any) -> Any:
         """``value`` if it is one this option takes; ValueError otherwise."""
@@ -202,11 +195,11 @@ def _word(value: Any) -> str:
 
 @dataclass(frozen=True)
 class _CallPlan:
-    """How a pass's function is called: ``extra`` positional arguments after
-    the module or function (a module pass: the context; a function pass: the
-    module, then the context), whether it takes ``context=`` by keyword."""
+    """How a pass's function is called: what its positional parameters
+    after the module (or function) receive, each "module" or "context",
+    and whether it takes ``context=`` by keyword."""
 
-    extra: int = 0
+    positional: tuple[str, ...] = ()
     context_keyword: bool = False
 
 
@@ -214,7 +207,10 @@ def _plan(
     transform: Callable[..., Any], per_function: bool, docs: Mapping[str, str | Option] | None
 ) -> tuple[_CallPlan, tuple[Option, ...]]:
     """What ``transform``'s signature says: how to call it, and its options
-    (the parameters after the first that have a default of an option type)."""
+    (the parameters after the first that have a default of an option type).
+    A parameter named ``module`` or ``context`` receives that; others
+    without a default receive, in order, the module (a function pass) and
+    the context."""
     try:
         signature = inspect.signature(transform)
     except (TypeError, ValueError):  # a builtin without a signature: f(module)
@@ -224,24 +220,27 @@ def _plan(
     except Exception:  # an annotation that does not resolve: use the defaults' types
         hints = {}
     params = list(signature.parameters.values())[1:]
-    extra, keyword, options = 0, False, []
-    most = 2 if per_function else 1
+    slots = ["module", "context"] if per_function else ["context"]
+    positional: list[str] = []
+    keyword, options = False, []
     for param in params:
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
-        if param.name == "context":
-            if param.kind == param.KEYWORD_ONLY or extra >= most:
-                keyword = True
-            else:
-                extra = most
-            continue
-        if param.default is param.empty:
-            if param.kind == param.KEYWORD_ONLY or extra >= most:
+        wanted = param.name if param.name in slots else None
+        if wanted is None and param.default is param.empty:
+            wanted = next((slot for slot in slots if slot not in positional), None)
+            if wanted is None or param.kind == param.KEYWORD_ONLY:
                 raise PassError(
                     f"{_where(transform)}: parameter {param.name!r} needs a default to be an "
                     "option of the pass"
                 )
-            extra += 1
+        if wanted is not None:
+            if param.kind == param.KEYWORD_ONLY:
+                if wanted != "context":
+                    raise PassError(f"{_where(transform)}: {param.name!r} must be positional")
+                keyword = True
+            else:
+                positional.append(wanted)
             continue
         kind = hints.get(param.name, type(param.default))
         if kind not in OPTION_TYPES:
@@ -257,7 +256,7 @@ def _plan(
             f"{_where(transform)}: options= names {', '.join(sorted(unknown))}, which "
             "are not parameters with a default"
         )
-    return _CallPlan(extra, keyword), tuple(options)
+    return _CallPlan(tuple(positional), keyword), tuple(options)
 
 
 def _where(transform: Callable[..., Any]) -> str:
@@ -344,11 +343,11 @@ class Pass:
         """The transformation itself, with its options: no requirement check,
         no instrument, no verification (``context.run`` does those)."""
         options = dict(self.values)
-        extra = (context,) if self._call.extra else ()
+        given = {"module": module, "context": context}
+        extra = tuple(given[slot] for slot in self._call.positional)
         keywords = {"context": context} if self._call.context_keyword else {}
         if not self.per_function:
             return self.transform(module, *extra, **keywords, **options)
-        extra = (module, context)[: self._call.extra]
         functions = {
             name: self.transform(fn, *extra, **keywords, **options)
             for name, fn in module.functions.items()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ..ir.diagnostics import Source, Span
 from ..ir.module import IRModule
-from .infra import PassContext, PassError, Sequential, lookup_pass, registered_passes
+from .infra import Pass, PassContext, PassError, Sequential, lookup_pass, registered_passes
 
 STANDARD_PIPELINES = {
     "O0": "",
@@ -70,8 +70,8 @@ class _Reader:
             self.pos += 1
         return self.text[start : self.pos], start
 
-    def items(self) -> list:
-        items: list = []
+    def items(self) -> list[Pass]:
+        items: list[Pass] = []
         text = self.text
         if not text.strip():
             raise self.error("empty pass name in the pipeline ''", 0)
@@ -112,12 +112,12 @@ class _Reader:
                 raise self.error(f"expected ',' between passes, found {text[self.pos]!r}", self.pos)
             self.pos += 1
 
-    def options(self, p):  # noqa: ANN001, ANN201
+    def options(self, p: Pass) -> Pass:
         """``{name=value ...}`` after a pass's name: the pass with them set."""
         text = self.text
         brace = self.pos
         self.pos += 1
-        values = {}
+        values: dict[str, object] = {}
         while True:
             self.skip_spaces()
             if self.pos < len(text) and text[self.pos] == ",":

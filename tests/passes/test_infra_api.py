@@ -291,3 +291,30 @@ def test_a_call_of_an_op_pass_keeps_types_checked_under_verify(scratch):
     module = effir.parse('#[version = "0.0.5"]\ndef @main(%x: int32) -> float32 { 1f }')
     with pytest.raises(PassError, match="pass wrong-type produced an invalid program"):
         pipeline("wrong-type")(module, PassContext(verify=True))
+
+
+def test_what_a_pass_function_receives_follows_its_parameters(scratch):
+    seen: list[tuple[str, ...]] = []
+
+    @function_pass(name="fn-context")
+    def fn_context(fn: Function, context: PassContext) -> Function:
+        seen.append(("fn-context", type(fn).__name__, type(context).__name__))
+        return fn
+
+    @function_pass(name="fn-module")
+    def fn_module(fn: Function, module: IRModule, *, context: PassContext) -> Function:
+        seen.append(("fn-module", type(module).__name__, type(context).__name__))
+        return fn
+
+    @module_pass(name="mod-keyword")
+    def mod_keyword(module: IRModule, *, context: PassContext, level: int = 1) -> IRModule:
+        seen.append(("mod-keyword", type(context).__name__, str(level)))
+        return module
+
+    scratch += ["fn-context", "fn-module", "mod-keyword"]
+    pipeline("fn-context,fn-module,mod-keyword{level=3}")(effir.parse(ADD_ZERO))
+    assert seen == [
+        ("fn-context", "Function", "PassContext"),
+        ("fn-module", "IRModule", "PassContext"),
+        ("mod-keyword", "PassContext", "3"),
+    ]
