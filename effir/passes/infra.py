@@ -410,7 +410,7 @@ class Sequential(Pass):
             doc or "runs " + ",".join(m.spelled() for m in members),
             frozenset(kept),
             options=(),
-            defined_at=f"{__name__}.Sequential",
+            defined_at=f"{__name__}.Sequential({name})",
         )
         object.__setattr__(self, "passes", members)
         object.__setattr__(self, "requirers", requires)
@@ -569,6 +569,7 @@ class RegistrationError(PassError, ValueError):
 _REGISTRY: dict[str, Pass] = {}
 _registry_lock = threading.RLock()
 _loaded = False
+_loading = False
 
 BUILTIN_PASS_PACKAGES = ("effir.passes",)
 """Packages whose modules define the built-in passes (each registers its
@@ -609,20 +610,25 @@ def unregister_pass(name: str) -> None:
 
 
 def _load_builtins() -> None:
-    """Import the modules that define the built-in passes, once."""
-    global _loaded
+    """Import the modules that define the built-in passes, once (a look-up
+    made while they are imported sees what is registered so far)."""
+    global _loaded, _loading
     if _loaded:
         return
-    with _registry_lock:
-        if _loaded:
+    with _registry_lock:  # another thread waits here until the modules are in
+        if _loaded or _loading:  # _loading: this thread, importing them
             return
-        _loaded = True
-        names = list(BUILTIN_PASS_MODULES)
-        for package in BUILTIN_PASS_PACKAGES:
-            paths = importlib.import_module(package).__path__
-            names += [f"{package}.{m.name}" for m in pkgutil.iter_modules(paths)]
-        for name in sorted(names):
-            importlib.import_module(name)
+        _loading = True
+        try:
+            names = list(BUILTIN_PASS_MODULES)
+            for package in BUILTIN_PASS_PACKAGES:
+                paths = importlib.import_module(package).__path__
+                names += [f"{package}.{m.name}" for m in pkgutil.iter_modules(paths)]
+            for name in sorted(names):
+                importlib.import_module(name)
+            _loaded = True
+        finally:
+            _loading = False
 
 
 def registered_passes() -> dict[str, Pass]:
@@ -782,7 +788,9 @@ class PassContext:
         for invariant in sorted(p.requires):
             problem = INVARIANTS[invariant](module)
             if problem is not None:
-                makers = [q.name for q in _REGISTRY.values() if invariant in q.establishes]
+                makers = [
+                    q.name for q in registered_passes().values() if invariant in q.establishes
+                ]
                 hint = f"; run {' or '.join(sorted(makers))} first" if makers else ""
                 raise PassError(
                     f"pass {_requirer(p, invariant)} requires {_INVARIANT_TEXT[invariant]}: "

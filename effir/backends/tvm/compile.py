@@ -40,11 +40,11 @@ from ...runtime.arguments import check_call_options
 from ..interpreter import Sink, State
 from . import lower  # noqa: F401  (registers lower-tvm)
 from .compilable import refuse_uncompilable
-from .errors import BackendError, run_time_error, site_message
+from .errors import BackendError, CompileError, run_time_error, site_message
 from .relax_lower import PRINT_FUNCTION, RelaxProgram, label_text, lower_to_relax
 from .relax_memory import relax_pipeline
 from .relax_types import NeedsStatic, static
-from .signature import Dims, Signature, call_entry, spec_of
+from .signature import Dims, Signature, TensorSpec, TupleSpec, call_entry, spec_of
 from .specialize import specialize
 from .target import building, make_target
 from .thread_vms import ThreadVMs
@@ -455,8 +455,31 @@ def compile(  # noqa: A001  (effir.compile, as tvm.compile)
         compiled.specialization(entry, {})
     bindings = [dims] if isinstance(dims, Mapping) else list(dims or ())
     for binding in bindings:
-        compiled.specialization(entry, dict(binding))
+        compiled.specialization(entry, _binding(compiled, entry, binding))
     return compiled
+
+
+def _binding(compiled: CompiledModule, entry: str, dims: Mapping[str, int]) -> Dims:
+    """``dims`` checked against ``entry``'s symbolic dimensions: each one
+    bound, to a size, and no other."""
+    needed: set[str] = set()
+    pending = [spec for _, spec in compiled.signature(entry).params]
+    while pending:
+        spec = pending.pop()
+        if isinstance(spec, TupleSpec):
+            pending += spec.fields
+        elif isinstance(spec, TensorSpec):
+            needed |= {d for d in spec.shape if isinstance(d, str) and d != "?"}
+    shown = ", ".join(sorted(needed)) or "none"
+    for name, size in dims.items():
+        if name not in needed:
+            raise CompileError(f"dims: @{entry} has no dimension {name} (its dimensions: {shown})")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise CompileError(f"dims: {name} must be a size (an int >= 0), not {size!r}")
+    missing = sorted(needed - set(dims))
+    if missing:
+        raise CompileError(f"dims {dict(dims)}: no size for {', '.join(missing)}")
+    return dict(dims)
 
 
 def _key(entry: str, dims: Dims, static_dims: set[str]) -> tuple[str, tuple[tuple[str, int], ...]]:

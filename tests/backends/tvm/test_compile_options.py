@@ -67,6 +67,11 @@ def test_options_are_checked_before_anything_is_built():
         effir.compile(module, pipeline="O2,fuse{max-fused-ops=lots},lower-tvm")
     with pytest.raises(CompileError, match="unknown option -arch"):
         effir.compile(module, target="llvm -arch=sm_90")
+    symbolic = effir.parse(SYMBOLIC)  # the pipeline runs, nothing is built
+    with pytest.raises(CompileError, match="@main has no dimension m \\(its dimensions: n\\)"):
+        effir.compile(symbolic, dims={"m": 2})
+    with pytest.raises(CompileError, match="n must be a size"):
+        effir.compile(symbolic, dims=[{"n": "two"}])
 
 
 def test_verbose_progress_dims_opt_level_and_the_report(capsys):
