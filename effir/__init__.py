@@ -1,6 +1,9 @@
 """effir: a Relay-style functional IR for effectful, dynamic ML programs."""
 
-from . import ops  # noqa: F401  (registers every operator)
+from . import (
+    ops,  # noqa: F401  (registers every operator)
+    transform,
+)
 from .backends.interpreter import Closure, Interpreter, State, interpret
 from .backends.tvm.errors import BackendError, CompileError  # no TVM import
 from .ir import (
@@ -25,6 +28,15 @@ from .ir import (
 )
 from .passes.infer_type import check
 from .std import prelude
+from .transform import (
+    Pass,
+    PassContext,
+    PassError,
+    Sequential,
+    function_pass,
+    module_pass,
+    pipeline,
+)
 
 # ``effir.TypeError``: the name users expect; the class is TypeCheckError so
 # that it never shadows Python's own TypeError inside effir.
@@ -33,13 +45,44 @@ TypeError = TypeCheckError  # noqa: A001
 __version__ = "0.1.0"
 
 
-def compile(module: IRModule, target: str = "llvm", **options):  # noqa: A001
+def compile(  # noqa: A001
+    module: IRModule,
+    target="llvm",
+    pipeline=None,
+    *,
+    opt_level: int | None = None,
+    dims=None,
+    entry: str = "main",
+    verbose=None,
+):
     """``module`` through the optimisation pipeline and compiled by TVM for
-    ``target`` ("llvm": this CPU; "cuda"): a callable ``CompiledModule``
-    (effir/backends/tvm/compile.py). Imports TVM on first use."""
+    ``target``: a callable ``CompiledModule``; ``compiled.report`` says what
+    was built and what it cost. Imports TVM on first use.
+
+    - ``target``: ``"llvm"`` (this CPU), ``"cuda"``, or a TVM target string
+      (``"llvm -mcpu=skylake-avx512"``, ``"cuda -arch=sm_90"``), dict or Target.
+    - ``pipeline``: pipeline text (``"O2,fuse{max-fused-ops=16},lower-tvm"``)
+      or a ``Pass``; by default the pipeline of ``opt_level``.
+    - ``opt_level``: 0, 1 or 2 (default: the current ``PassContext``'s, 2).
+    - ``dims``: bindings of the entry's symbolic dimensions to build now
+      (``{"n": 8}`` or a list); other shapes build at their first call.
+    - ``entry``: the function ``dims`` are for (default ``main``).
+    - ``verbose``: progress lines (specialisations, kernels, times) on
+      standard error (or the stream given); by default quiet in library
+      calls and scripts, on in a Jupyter notebook.
+
+    See effir/backends/tvm/compile.py and docs/backend.md."""
     from .backends.tvm.compile import compile as compile_module
 
-    return compile_module(module, target, **options)
+    return compile_module(
+        module,
+        target,
+        pipeline,
+        opt_level=opt_level,
+        dims=dims,
+        entry=entry,
+        verbose=verbose,
+    )
 
 
 def load(path, key=None):
@@ -62,10 +105,18 @@ __all__ = [
     "Error",
     "EvalError",
     "Interpreter",
+    "Pass",
+    "PassContext",
+    "PassError",
+    "Sequential",
     "State",
     "TypeCheckError",
     "TypeError",
     "check",
+    "function_pass",
+    "module_pass",
+    "pipeline",
+    "transform",
     "prelude",
     "compile",
     "interpret",
