@@ -90,6 +90,13 @@ class IRModule:
 
         return astext(self)
 
+    def _repr_html_(self) -> str:
+        """Jupyter shows a module as its highlighted text (effir/highlight.py)."""
+        from ..highlight import html
+        from .printer import astext
+
+        return html(astext(self))
+
 
 def check_constructor_name(name: str) -> None:
     """A constructor name must read back as that constructor, not as a
