@@ -3,6 +3,7 @@
 from . import ops  # noqa: F401  (registers every operator)
 from .backends.interpreter import Closure, Interpreter, State, interpret
 from .backends.tvm.errors import BackendError, CompileError  # no TVM import
+from .graph import visualize
 from .ir import (
     ArgumentError,
     AttrError,
@@ -70,6 +71,7 @@ __all__ = [
     "compile",
     "interpret",
     "load",
+    "visualize",
     "IRModule",
     "LinearityError",
     "ParseError",
