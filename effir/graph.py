@@ -470,6 +470,9 @@ class Graph:
     def __init__(self, svg: str) -> None:
         self.svg = svg
 
+    def __repr__(self) -> str:
+        return f"<effir dataflow picture: {len(self.svg)} bytes of SVG>"
+
     def _repr_svg_(self) -> str:
         return self.svg
 
