@@ -1,8 +1,8 @@
 """Executing the tutorials in notebooks/ headless, top to bottom.
 
-nbclient runs each notebook in a fresh kernel of this Python (ipykernel's
-native kernel: the interpreter that runs the tests, so the effir under test)
-with notebooks/ as the working directory; a cell that raises stops the run
+nbclient runs each notebook in a fresh ipykernel of this very interpreter
+(``sys.executable``, whatever kernels a user has installed: so the effir
+under test) with notebooks/ as the working directory; a cell that raises stops the run
 with a ``CellExecutionError`` that shows the cell and its traceback.
 ``python -m tests.notebooks.runner`` (``make notebooks``) executes them all
 and saves their outputs in place.
@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 
 import nbformat
+from jupyter_client.kernelspec import KernelSpec
+from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
 NOTEBOOKS_DIR = Path(__file__).parents[2] / "notebooks"
@@ -25,12 +27,24 @@ def notebooks() -> list[Path]:
     return sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
 
 
+class ThisPythonKernel(KernelManager):
+    """A kernel manager whose kernel is ipykernel on ``sys.executable``."""
+
+    @property
+    def kernel_spec(self) -> KernelSpec:
+        return KernelSpec(
+            argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            display_name="Python 3 (effir)",
+            language="python",
+        )
+
+
 def execute(nb: nbformat.NotebookNode, cwd: Path = NOTEBOOKS_DIR) -> nbformat.NotebookNode:
     """Run every cell of ``nb`` in a fresh kernel; raise on the first error."""
     client = NotebookClient(
         nb,
+        km=ThisPythonKernel(kernel_name="python3"),
         timeout=CELL_TIMEOUT_S,
-        kernel_name="python3",
         resources={"metadata": {"path": str(cwd)}},
     )
     client.execute()
