@@ -1,6 +1,9 @@
 """effir: a Relay-style functional IR for effectful, dynamic ML programs."""
 
-from . import ops  # noqa: F401  (registers every operator)
+from . import (
+    ops,  # noqa: F401  (registers every operator)
+    transform,
+)
 from .backends.interpreter import Closure, Interpreter, State, interpret
 from .backends.tvm.errors import BackendError, CompileError  # no TVM import
 from .graph import visualize
@@ -26,6 +29,15 @@ from .ir import (
 )
 from .passes.infer_type import check
 from .std import prelude
+from .transform import (
+    Pass,
+    PassContext,
+    PassError,
+    Sequential,
+    function_pass,
+    module_pass,
+    pipeline,
+)
 
 # ``effir.TypeError``: the name users expect; the class is TypeCheckError so
 # that it never shadows Python's own TypeError inside effir.
@@ -63,10 +75,18 @@ __all__ = [
     "Error",
     "EvalError",
     "Interpreter",
+    "Pass",
+    "PassContext",
+    "PassError",
+    "Sequential",
     "State",
     "TypeCheckError",
     "TypeError",
     "check",
+    "function_pass",
+    "module_pass",
+    "pipeline",
+    "transform",
     "prelude",
     "compile",
     "interpret",

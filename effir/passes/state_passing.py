@@ -105,6 +105,7 @@ from .dce import child_fields
 from .explicate import explicate
 from .infer_effects import Source, solve_flows
 from .infer_type import check
+from .infra import module_pass
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,11 @@ class Signature:
         return bool(self.reads)
 
 
+@module_pass(
+    name="state-passing",
+    establishes={"anf", "a2"},
+    doc="global state becomes parameters and results (A1 -> A2)",
+)
 def state_passing(module: IRModule) -> IRModule:
     """The A2 form of ``module`` (see the module docstring); raises
     EffectError, located, for what it cannot turn into state passing."""

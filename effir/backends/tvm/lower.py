@@ -25,12 +25,21 @@ from ...ir.types import ANY, KeyType, TensorType, TupleType, Type
 from ...ir.visitor import ExprMutator, pre_order
 from ...passes.fuse import PRIMITIVE, is_primitive
 from ...passes.infer_type import check
-from ...passes.infra import Pass, register_pass
-from . import random_ops, te_ops  # noqa: F401  (the te rules)
+from ...passes.infra import module_pass
 
 
+@module_pass(
+    name="lower-tvm",
+    requires={"anf"},
+    establishes={"anf"},
+    doc="pure operator calls TVM can compute, outside fused groups, become one-call kernels",
+)
 def lower_tvm(module: IRModule) -> IRModule:
-    """``module`` with each qualifying operator call wrapped (see above)."""
+    """``module`` with each qualifying operator call wrapped (see above).
+    The te rules (and TVM) are imported when the pass runs, not when it is
+    registered: ``effir opt --list-passes`` imports no TVM."""
+    from . import random_ops, te_ops  # noqa: F401  (the te rules)
+
     module = check(module)
     functions = {name: _Wrapper(fn).mutate(fn) for name, fn in module.functions.items()}
     return IRModule(functions, module.type_defs, module.cells)  # type: ignore[arg-type]
@@ -105,14 +114,3 @@ class _Wrapper(ExprMutator):
             inner = Let(new.var, value.body, new.body, span=new.span)
             return Let(value.var, value.value, inner, span=value.span)
         return new
-
-
-register_pass(
-    Pass(
-        "lower-tvm",
-        lower_tvm,
-        requires=frozenset({"anf"}),
-        establishes=frozenset({"anf"}),
-        doc="pure operator calls TVM can compute, outside fused groups, become one-call kernels",
-    )
-)
