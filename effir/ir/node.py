@@ -38,13 +38,6 @@ class Node:
         except Exception:  # a repr must never fail, even on a malformed node
             return f"<{type(self).__name__} at {id(self):#x}>"
 
-    def _repr_html_(self) -> str:
-        """Jupyter shows a node as its highlighted text (effir/highlight.py)."""
-        from ..highlight import html
-        from .printer import astext
-
-        return html(astext(self))
-
     def children(self) -> Iterator[Node]:
         """Direct child nodes (binders included), in field order."""
         for name, kind in self.FIELDS:
@@ -54,6 +47,13 @@ class Node:
                     yield value
             elif kind in ("nodes", "defs"):
                 yield from value
+
+    def _repr_html_(self) -> str:
+        """Jupyter shows a node as its highlighted text (effir/highlight.py)."""
+        from ..highlight import html
+        from .printer import astext
+
+        return html(astext(self))
 
 
 def _freeze_value(value: Any) -> Any:
