@@ -242,8 +242,8 @@ class _Builder:
                 label = f"@{callee.name}"
             elif isinstance(callee, Constructor):
                 label = callee.name
-            else:
-                label = "call"
+            else:  # a closure: named by its variable where it has one
+                label = f"call %{callee.name_hint}" if isinstance(callee, Var) else "call"
                 operands.insert(0, callee)
         elif isinstance(expr, Tuple):
             label, operands = "tuple", list(expr.fields)
@@ -352,7 +352,7 @@ def _layout(root: Box, edges: list[tuple[Box, Box, str]]) -> None:
             x = box.x + (box.w - width) / 2
             row_h = max(c.h for c in layer)
             for child in layer:
-                child.x, child.y = x, y + (row_h - child.h) / 2
+                child.x, child.y = x, y  # top-aligned: a layer reads as a row
                 x += child.w + GAP_X
             y += row_h + GAP_Y
 
