@@ -6,6 +6,7 @@ from . import (
 )
 from .backends.interpreter import Closure, Interpreter, State, interpret
 from .backends.tvm.errors import BackendError, CompileError  # no TVM import
+from .graph import visualize
 from .ir import (
     ArgumentError,
     AttrError,
@@ -121,6 +122,7 @@ __all__ = [
     "compile",
     "interpret",
     "load",
+    "visualize",
     "IRModule",
     "LinearityError",
     "ParseError",

@@ -319,6 +319,28 @@ def cmd_compile(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_graph(args: argparse.Namespace) -> int:
+    """A dataflow picture of a program's functions, as SVG (effir/graph.py)."""
+    from .graph import visualize
+
+    module, _, name = load_module(args.file)
+    names = [n.removeprefix("@") for n in args.function] or None
+    for fn_name in names or ():
+        if fn_name not in module.functions:
+            known = ", ".join("@" + n for n in module.functions) or "none"
+            raise CommandError(f"{name}: no function @{fn_name} (functions: {known})")
+    svg = visualize(module, names).svg
+    if args.output:
+        try:
+            with open(args.output, "w", encoding="utf-8") as handle:
+                handle.write(svg)
+        except OSError as err:
+            raise CommandError(f"{args.output}: {err.strerror or err}") from None
+    else:
+        sys.stdout.write(svg + "\n")
+    return EXIT_OK
+
+
 def _tensor_specs(spec: object) -> list:
     from .backends.tvm.signature import TensorSpec, TupleSpec
 
@@ -450,6 +472,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="sizes of the entry's symbolic dimensions to build for (repeat for more shapes)",
     )
     compile_cmd.set_defaults(run=cmd_compile)
+
+    graph = commands.add_parser("graph", help="draw a program's dataflow as SVG")
+    graph.add_argument("file", metavar="FILE", help="a file, or - for standard input")
+    graph.add_argument("-o", "--output", metavar="OUT.svg", help="write the picture to OUT.svg")
+    graph.add_argument(
+        "--function",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="draw only this function (repeat for more; default: all)",
+    )
+    graph.set_defaults(run=cmd_graph)
     return parser
 
 

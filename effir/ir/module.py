@@ -76,6 +76,13 @@ class IRModule:
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name.removeprefix("@") in self._functions
 
+    def _repr_html_(self) -> str:
+        """Jupyter shows a module as its highlighted text (effir/highlight.py)."""
+        from ..highlight import html
+        from .printer import astext
+
+        return html(astext(self))
+
     def with_function(self, name: str, fn: Function) -> IRModule:
         return IRModule({**self._functions, name: fn}, self._type_defs, self._cells)
 

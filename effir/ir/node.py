@@ -59,6 +59,13 @@ class Node:
             elif kind in ("nodes", "defs"):
                 yield from value
 
+    def _repr_html_(self) -> str:
+        """Jupyter shows a node as its highlighted text (effir/highlight.py)."""
+        from ..highlight import html
+        from .printer import astext
+
+        return html(astext(self))
+
 
 def _freeze_value(value: Any) -> Any:
     if isinstance(value, list | tuple):
