@@ -32,6 +32,55 @@ TypeError = TypeCheckError  # noqa: A001
 
 __version__ = "0.1.0"
 
+# --- the Python frontend (issue 15, docs/frontend.md) ---
+from .frontend import (  # noqa: E402
+    Cell,
+    Key,
+    ModuleBuilder,
+    Ref,
+    Tensor,
+    TupleOf,
+    call,
+    cell,
+    cond,
+    emit,
+    foreach,
+    function,
+    op,
+    read,
+    var,
+    while_loop,
+    write,
+)
+from .ir import FrontendError  # noqa: E402
+
+random = op.random  # ``effir.random.key(0)``
+nn = op.nn
+
+_FRONTEND_NAMES = [
+    "Cell",
+    "FrontendError",
+    "Key",
+    "ModuleBuilder",
+    "Ref",
+    "Tensor",
+    "TupleOf",
+    "call",
+    "cell",
+    "cond",
+    "emit",
+    "foreach",
+    "function",
+    "nn",
+    "op",
+    "random",
+    "read",
+    "var",
+    "while_loop",
+    "write",
+]
+# --- end of the Python frontend ---
+
 
 def compile(module: IRModule, target: str = "llvm", **options):  # noqa: A001
     """``module`` through the optimisation pipeline and compiled by TVM for
@@ -82,4 +131,5 @@ __all__ = [
     "parse_expr",
     "structural_equal",
     "structural_hash",
+    *_FRONTEND_NAMES,
 ]
