@@ -20,6 +20,8 @@ from .builder import (
     write,
 )
 from .opns import build_namespace
+from .script import ScriptFunction, script
+from .trace import TracedFunction, trace
 from .values import Cell, Key, Ref, Tensor, TupleOf, as_type, cell
 
 _operators.install()
@@ -41,6 +43,10 @@ __all__ = [
     "function",
     "op",
     "read",
+    "script",
+    "ScriptFunction",
+    "trace",
+    "TracedFunction",
     "var",
     "while_loop",
     "write",
