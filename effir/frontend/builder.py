@@ -252,7 +252,9 @@ def apply_op(name: str, args: tuple[Any, ...], attrs: dict[str, Any]) -> Any:
         raise FrontendError(err.message, span) from None
     if not building() and all(is_concrete(a) for a in args):
         return run_eagerly(name, args, normalized, span)
-    dtype = next((d for d in map(dtype_hint, args) if d is not None), None)
+    dtype = None
+    if definition.traits & {"broadcast", "elementwise"}:  # numbers take the tensors' dtype
+        dtype = next((d for d in map(dtype_hint, args) if d is not None), None)
     exprs = tuple(to_expr(a, dtype) for a in args)
     call = Call(definition.op, exprs, normalized, span=span)
     return emit(call) if building() else call

@@ -674,8 +674,8 @@ class _Converter:
         self, stmt: ast.If, rest: list[ast.stmt], env: dict[str, Any], live_out: set[str]
     ) -> _Return:
         pred = self.expr(stmt.test, env)
-        then_stmts = stmt.body + rest
-        else_stmts = stmt.orelse + rest
+        then_stmts = stmt.body if _always_returns(stmt.body) else stmt.body + rest
+        else_stmts = stmt.orelse if _always_returns(stmt.orelse) else stmt.orelse + rest
         if not isinstance(pred, Expr):
             result = self.block(then_stmts if bool(pred) else else_stmts, env, live_out)
             if result is None:
@@ -1229,6 +1229,16 @@ def _returns(stmt: ast.If) -> bool:
         if isinstance(node, ast.FunctionDef | ast.Lambda | ast.expr):
             continue
         stack.extend(ast.iter_child_nodes(node))
+    return False
+
+
+def _always_returns(stmts: list[ast.stmt]) -> bool:
+    """Whether every path through ``stmts`` ends in a return."""
+    for stmt in stmts:
+        if isinstance(stmt, ast.Return):
+            return True
+        if isinstance(stmt, ast.If) and _always_returns(stmt.body) and _always_returns(stmt.orelse):
+            return True
     return False
 
 
