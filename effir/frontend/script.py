@@ -200,10 +200,11 @@ class _ModuleContext:
 
 
 class _Return:
-    """A block that ended in ``return value``."""
+    """A block that ended in ``return value`` (at ``node``)."""
 
-    def __init__(self, value: Any) -> None:
+    def __init__(self, value: Any, node: ast.AST | None = None) -> None:
         self.value = value
+        self.node = node
 
 
 class _Collector:
@@ -420,11 +421,12 @@ class _Converter:
             result = self.block(node.body, env, set())
             if not isinstance(result, _Return):
                 raise self.error(
-                    node,
-                    f"{self.sf.name} does not return a value on every path",
+                    node.body[-1],
+                    f"{self.sf.name} does not return a value on every path: "
+                    "it can end after this statement",
                     "end every path with `return value`",
                 )
-            body = B._close(block, self.value_expr(result.value, node))
+            body = B._close(block, self.value_expr(result.value, result.node or node))
             cells = dict(block.root.cells)
         body = _rebuild(body)
         return Function(tuple(params), body, ret, span=self.span(node)), cells
@@ -473,7 +475,7 @@ class _Converter:
         if isinstance(stmt, ast.Return):
             if stmt.value is None:
                 raise self.error(stmt, "return without a value", "return a value")
-            return _Return(self.expr(stmt.value, env))
+            return _Return(self.expr(stmt.value, env), stmt)
         if isinstance(stmt, ast.Assign):
             if isinstance(stmt.value, ast.List) and not stmt.value.elts:
                 for t in stmt.targets:
