@@ -230,7 +230,7 @@ def test_refused(case):
     source = _source(CASES[case])
     ns = define(source)
     with pytest.raises(effir.FrontendError) as err:
-        ns["f"].module
+        _ = ns["f"].module
     e = err.value
     assert e.line == marked_line(source), (case, str(e))
     assert e.source_name.startswith("<effir-test-")
@@ -251,7 +251,7 @@ def test_missing_annotation_and_varargs():
     """
     ns = define(source)
     with pytest.raises(effir.FrontendError, match="no type annotation") as err:
-        ns["g"].module
+        _ = ns["g"].module
     assert err.value.line == marked_line(source)
     source = """
     @effir.script
@@ -259,7 +259,7 @@ def test_missing_annotation_and_varargs():
         return xs
     """
     with pytest.raises(effir.FrontendError, match=r"\*args"):
-        define(source)["g"].module
+        _ = define(source)["g"].module
 
 
 def test_column_points_at_the_construct():
@@ -271,6 +271,6 @@ def test_column_points_at_the_construct():
     )
     ns = define(source)
     with pytest.raises(effir.FrontendError) as err:
-        ns["f"].module
+        _ = ns["f"].module
     line = source.splitlines()[err.value.line - 1]
     assert line[err.value.column - 1 :].startswith("z // y")
