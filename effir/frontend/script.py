@@ -799,16 +799,24 @@ class _Converter:
         def bind(inner: dict[str, Any], x: Any) -> None:
             self.assign(stmt.target, x, inner)
 
-        init = self.initial(env, carried, stmt)
+        init = _one(self.initial(env, carried, stmt))
+        n = len(carried)
 
         def body(x: Any, state: Any) -> Any:
-            return self.step(
-                stmt, env, carried, outputs, state, lambda inner: bind(inner, x), live_after
+            outs, new_state = self.step(
+                stmt,
+                env,
+                carried,
+                outputs,
+                _many(state, n),
+                lambda inner: bind(inner, x),
+                live_after,
             )
+            return _one(outs), _one(new_state)
 
         with span_scope(self.span(stmt)):
             outs, final = B.foreach(body, xs, init)
-        self.finish_loop(env, carried, outputs, outs, final)
+        self.finish_loop(env, carried, outputs, _many(outs, len(outputs)), _many(final, n))
 
     def range_args(self, it: ast.expr, env: dict[str, Any]) -> tuple | None:
         if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name)):
@@ -864,9 +872,12 @@ class _Converter:
                 "assign a variable of the condition in the loop body",
             )
 
+        n = len(carried)
+        init = _one(init)
+
         def cond(state: Any) -> Any:
             inner = dict(env)
-            inner.update(zip(carried, state, strict=True))
+            inner.update(zip(carried, _many(state, n), strict=True))
             value = self.expr(stmt.test, inner)
             if not isinstance(value, Expr):
                 raise self.error(
@@ -877,11 +888,14 @@ class _Converter:
             return value
 
         def body(state: Any) -> Any:
-            return self.step(stmt, env, carried, outputs, state, None, live_after)
+            outs, new_state = self.step(
+                stmt, env, carried, outputs, _many(state, n), None, live_after
+            )
+            return _one(outs), _one(new_state)
 
         with span_scope(self.span(stmt)):
             outs, final = B.while_loop(cond, body, init, outputs=True)
-        self.finish_loop(env, carried, outputs, outs, final)
+        self.finish_loop(env, carried, outputs, _many(outs, len(outputs)), _many(final, n))
 
     # -------------------------------------------------------- expressions
     def expr(self, node: ast.expr, env: dict[str, Any], lambda_slot: bool = False) -> Any:
@@ -1200,6 +1214,15 @@ class _Converter:
             abs: "effir.op.maximum(x, -x)",
         }
         raise self.error(node, f"{names[fn]} is not supported here", hints[fn])
+
+
+def _one(values: tuple) -> Any:
+    """A loop's state or outputs: one value as itself, several as a tuple."""
+    return values[0] if len(values) == 1 else values
+
+
+def _many(value: Any, n: int) -> tuple:
+    return (value,) if n == 1 else tuple(value)
 
 
 def _is_numpy(fn: Any) -> bool:
