@@ -11,15 +11,16 @@ import numpy as np
 import effir
 from effir import Tensor
 
-F32 = "float32"
-H = Tensor[("b", 64), F32]
+F32, I32 = "float32", "int32"
+T, B, ANY = "t", "b", "?"  # symbolic dimensions (names in the text), and an unknown one
+H = Tensor[(B, 64), F32]
 rng = effir.cell("rng", effir.random.key(0))
 bn = effir.cell("bn", (np.zeros(64, F32), np.ones(64, F32)))
 
 
 @effir.script
 def gru_cell(
-    x: Tensor[("b", 32), F32],
+    x: Tensor[(B, 32), F32],
     h: H,
     w: Tensor[(192, 32), F32],
     u: Tensor[(192, 64), F32],
@@ -39,7 +40,7 @@ def gru_cell(
 
 @effir.script
 def main(
-    tokens: Tensor[("t", "b"), "int32"],
+    tokens: Tensor[(T, B), I32],
     embed: Tensor[(1000, 32), F32],
     w: Tensor[(192, 32), F32],
     u: Tensor[(192, 64), F32],
@@ -48,7 +49,7 @@ def main(
     beta: Tensor[(64,), F32],
     proj: Tensor[(1000, 64), F32],
     h0: H,
-) -> Tensor[("?", 1000), F32]:
+) -> Tensor[(ANY, 1000), F32]:
     xs = effir.op.take(embed, tokens, axis=0)
     xs_dropped = effir.nn.dropout(xs, rng, rate=0.1)
     h = h0

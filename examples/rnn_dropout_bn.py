@@ -13,15 +13,16 @@ import numpy as np
 import effir
 from effir import Tensor
 
-F32 = "float32"
+F32, I32 = "float32", "int32"
+T, B, ANY = "t", "b", "?"  # symbolic dimensions (names in the text), and an unknown one
 rng = effir.cell("rng", effir.random.key(0))
 bn = effir.cell("bn", (np.zeros(16, F32), np.ones(16, F32)))
 
 
 @effir.script
 def main(
-    xs: Tensor[("t", "b", 8), F32],
-    h0: Tensor[("b", 16), F32],
+    xs: Tensor[(T, B, 8), F32],
+    h0: Tensor[(B, 16), F32],
     w_x: Tensor[(16, 8), F32],
     w_h: Tensor[(16, 16), F32],
     bias: Tensor[(16,), F32],
@@ -53,8 +54,8 @@ def model(xs, h0, w_x, w_h, bias, gamma, beta):
 
 
 TYPES = (
-    Tensor[("t", "b", 8), F32],
-    Tensor[("b", 16), F32],
+    Tensor[(T, B, 8), F32],
+    Tensor[(B, 16), F32],
     Tensor[(16, 8), F32],
     Tensor[(16, 16), F32],
     Tensor[(16,), F32],
