@@ -53,6 +53,8 @@ class _Root:
 
     def __init__(self) -> None:
         self.names: set[str] = set()
+        self.counters: dict[str, int] = {}
+        self.slots = 0  # places kept for closures (script.py) to fill at the end
         self.cells: dict[str, Cell] = {}
         self.hints: dict[int, tuple[Var, Type]] = {}
 
@@ -94,11 +96,15 @@ def fresh_name(hint: str) -> str:
     hint = hint or "t"
     if block is None:
         return hint
-    names = block.root.names
-    name, n = hint, 0
-    while name in names:
+    root = block.root
+    names, counters = root.names, root.counters
+    name, n = hint, counters.get(hint, 0)
+    if n:
+        name = f"{hint}{n}"
+    while name in names:  # each hint's counter only moves forward: linear overall
         n += 1
         name = f"{hint}{n}"
+    counters[hint] = n + 1
     names.add(name)
     return name
 
@@ -180,11 +186,9 @@ def type_hint(expr: Expr) -> Type | None:
     if isinstance(expr, Var):
         if expr.type_annotation is not None:
             return expr.type_annotation
-        for block in reversed(_blocks()):
-            found = block.root.hints.get(id(expr))
-            if found is not None and found[0] is expr:
-                return found[1]
-        return None
+        blocks = _blocks()
+        found = blocks[-1].root.hints.get(id(expr)) if blocks else None
+        return found[1] if found is not None and found[0] is expr else None
     if isinstance(expr, Constant):
         return TensorType(expr.data.shape, str(expr.data.dtype))
     if isinstance(expr, Tuple):

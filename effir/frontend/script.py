@@ -428,7 +428,9 @@ class _Converter:
                 )
             body = B._close(block, self.value_expr(result.value, result.node or node))
             cells = dict(block.root.cells)
-        body = _rebuild(body)
+            slots = block.root.slots
+        if slots:
+            body = _rebuild(body)
         return Function(tuple(params), body, ret, span=self.span(node)), cells
 
     def value_expr(self, value: Any, node: ast.AST) -> Expr:
@@ -451,15 +453,21 @@ class _Converter:
         self, stmts: list[ast.stmt], env: dict[str, Any], live_out: set[str]
     ) -> _Return | None:
         """Convert ``stmts`` in ``env`` (updated); a ``_Return`` if they return."""
-        lives = [set(live_out)]
-        for stmt in reversed(stmts):
-            lives.append(live_in([stmt], lives[-1]))
-        lives.reverse()  # lives[i + 1]: live after stmts[i]
+        # What is live after each compound statement (the only ones that need
+        # it); one backward pass, a copy kept only there, so straight-line
+        # code costs linear time.
+        after: dict[int, set[str]] = {}
+        live = set(live_out)
+        for i in range(len(stmts) - 1, -1, -1):
+            stmt = stmts[i]
+            if isinstance(stmt, ast.If | ast.For | ast.While):
+                after[i] = set(live)
+            live = live_in([stmt], live)
         for i, stmt in enumerate(stmts):
             with span_scope(self.span(stmt)):
                 if isinstance(stmt, ast.If) and _returns(stmt):
                     return self.returning_if(stmt, stmts[i + 1 :], env, live_out)
-                result = self.statement(stmt, env, lives[i + 1])
+                result = self.statement(stmt, env, after.get(i, _NOTHING_LIVE))
             if result is not None:
                 if i + 1 < len(stmts):
                     raise self.error(stmts[i + 1], "code after return never runs", "remove it")
@@ -555,7 +563,8 @@ class _Converter:
         block = B.current_block()
         slot = _Slot()
         if block is not None:
-            block.bindings.append((slot, slot))  # filled by _fill_slots if used
+            block.bindings.append((slot, slot))  # filled by _rebuild if used
+            block.root.slots += 1
         env = dict(env)  # the names in scope where it is defined
         staged = _Staged(self, node, env, slot)
         if isinstance(node, ast.FunctionDef):
@@ -1214,6 +1223,9 @@ class _Converter:
             abs: "effir.op.maximum(x, -x)",
         }
         raise self.error(node, f"{names[fn]} is not supported here", hints[fn])
+
+
+_NOTHING_LIVE: set[str] = set()
 
 
 def _one(values: tuple) -> Any:
