@@ -89,6 +89,8 @@ _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Div: operator.truediv,
     ast.MatMult: operator.matmul,
     ast.Pow: operator.pow,
+    ast.BitAnd: operator.and_,  # on bool tensors: logical_and
+    ast.BitOr: operator.or_,
 }
 _COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge}
 
@@ -789,20 +791,26 @@ class _Converter:
         if range_args is not None:
             xs: Any = np.arange(*range_args, dtype=np.int32)
         else:
-            xs = self.expr(it, env)
-            if isinstance(xs, list | _EmptyList) or not (
-                isinstance(xs, Expr | np.ndarray) or isinstance(xs, tuple)
-            ):
+            zipped = (
+                isinstance(it, ast.Call)
+                and isinstance(it.func, ast.Name)
+                and self.lookup(it.func, env) is zip
+            )
+            if zipped:  # for a, b in zip(xs, ys): one foreach over the tuple (xs, ys)
+                if it.keywords or not it.args:
+                    raise self.error(it, "zip takes the sequences only", "zip(xs, ys)")
+                xs = tuple(self.expr(a, env) for a in it.args)
+                if not all(isinstance(x, Expr | np.ndarray) for x in xs):
+                    raise self.error(
+                        it, "zip of values that are not tensors", "zip tensors of one length"
+                    )
+            else:
+                xs = self.expr(it, env)
+            if not isinstance(xs, Expr | np.ndarray) and not zipped:
                 raise self.error(
                     it,
                     "a Python for loop over a value that is not a tensor",
-                    "iterate over a tensor's leading axis (for x in xs) or range(n)",
-                )
-            if isinstance(xs, tuple) and not isinstance(stmt.target, ast.Tuple):
-                raise self.error(
-                    it,
-                    "a for loop over a Python tuple",
-                    "iterate over a tensor, or unpack the tuple by hand",
+                    "iterate over a tensor's leading axis (for x in xs), zip(xs, ys) or range(n)",
                 )
 
         def bind(inner: dict[str, Any], x: Any) -> None:

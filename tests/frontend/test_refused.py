@@ -183,10 +183,16 @@ CASES = {
     r = range(3)  # <-
     return x
     """,
-    "zip": """
+    "enumerate": """
     z = x
-    for a in zip(x, y):  # <-
+    for a in enumerate(x):  # <-
         z = a
+    return z
+    """,
+    "for_over_python_tuple": """
+    z = x
+    for v in (x, y):  # <-
+        z = z + v
     return z
     """,
     "starred": """

@@ -348,3 +348,16 @@ def test_spans_of_script_nodes_point_into_the_python_file():
     let = rnn.module["rnn"].body
     assert let.span.source.name == __file__
     assert "for x in xs" in let.span.source.line_text(let.span.line)
+
+
+@effir.script
+def pairs_and_slices(xs: SEQ, ys: SEQ, x: V):
+    acc = x
+    for a, b in zip(xs, ys):
+        acc = acc + a * b
+    head = x[1:3]
+    return acc, head, np.float32(effir.op.cast(x, dtype="int32")), (x > 0.0) | (x < -1.0)
+
+
+def test_tuple_iteration_slices_casts_bitwise_bool_ops():
+    agree(pairs_and_slices, xs, xs * 2.0, x4)
