@@ -797,7 +797,7 @@ class _Converter:
                 and self.lookup(it.func, env) is zip
             )
             if zipped:  # for a, b in zip(xs, ys): one foreach over the tuple (xs, ys)
-                if it.keywords or not it.args:
+                if any(k.arg != "strict" for k in it.keywords) or not it.args:
                     raise self.error(it, "zip takes the sequences only", "zip(xs, ys)")
                 xs = tuple(self.expr(a, env) for a in it.args)
                 if not all(isinstance(x, Expr | np.ndarray) for x in xs):

@@ -353,7 +353,7 @@ def test_spans_of_script_nodes_point_into_the_python_file():
 @effir.script
 def pairs_and_slices(xs: SEQ, ys: SEQ, x: V):
     acc = x
-    for a, b in zip(xs, ys):
+    for a, b in zip(xs, ys, strict=True):
         acc = acc + a * b
     head = x[1:3]
     return acc, head, np.float32(effir.op.cast(x, dtype="int32")), (x > 0.0) | (x < -1.0)
