@@ -8,8 +8,9 @@ one, an operator on expressions returns the call (a nested expression) and an
 operator on concrete values (numpy arrays, numbers, keys) runs at once through
 the interpreter's numpy rule: the same user code runs eagerly and builds IR.
 
-This is a thin layer of its own: when effir/ir's let-builder lands (issue 14)
-``_Block`` can delegate to it.
+Each block's let-chain is an ``effir.ir.builder.LetBuilder`` (the one the
+passes use); this module adds what a Python frontend needs on top: the stack
+of blocks being built, names from the Python code, type hints, cells.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ..ir.builder import LetBuilder
 from ..ir.diagnostics import AttrError, Error, EvalError, FrontendError
 from ..ir.expr import (
     Call,
@@ -60,11 +62,12 @@ class _Root:
 
 
 class _Block:
-    """One let-chain being built."""
+    """One let-chain being built (its bindings are a ``LetBuilder``'s)."""
 
     def __init__(self, root: _Root) -> None:
         self.root = root
-        self.bindings: list[tuple[Var, Expr]] = []
+        self.lets = LetBuilder()
+        self.bindings: list[tuple[Var, Expr]] = self.lets.bindings
 
 
 def _blocks() -> list[_Block]:
@@ -163,10 +166,7 @@ def _block(new_root: bool = False) -> Iterator[_Block]:
 def _close(block: _Block, result: Expr) -> Expr:
     """The let-chain of ``block`` ending in ``result`` (built from the end,
     without recursion)."""
-    body = result
-    for var, value in reversed(block.bindings):
-        body = Let(var, value, body, span=value.span)
-    return body
+    return block.lets.finish(result)
 
 
 def build_body(body_fn: Callable[..., Any], *args: Any, new_root: bool = False) -> tuple[Expr, Any]:
