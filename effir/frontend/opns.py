@@ -8,28 +8,29 @@ from __future__ import annotations
 
 import inspect
 import keyword
+from collections.abc import Callable
 from typing import Any
 
 from ..ir.op import OpDef, all_ops
 from .builder import apply_op, foreach, while_loop
 
 
-class OpFunction:
-    """A registered operator as a Python function."""
+def op_function(definition: OpDef) -> Callable[..., Any]:
+    """The operator as a plain Python function (so ``help()`` shows its
+    signature and documentation); ``.op_name`` names the operator."""
+    name = definition.name
 
-    def __init__(self, definition: OpDef) -> None:
-        self.definition = definition
-        self.op_name = definition.name
-        self.__name__ = definition.name.rsplit(".", 1)[-1]
-        self.__qualname__ = definition.name
-        self.__doc__ = _doc(definition)
-        self.__signature__ = _signature(definition)
+    def fn(*args: Any, **attrs: Any) -> Any:
+        return apply_op(name, args, attrs)
 
-    def __call__(self, *args: Any, **attrs: Any) -> Any:
-        return apply_op(self.op_name, args, attrs)
-
-    def __repr__(self) -> str:
-        return f"<effir operator {self.op_name}{self.__signature__}>"
+    family, _, leaf = name.rpartition(".")
+    fn.__name__ = leaf
+    fn.__qualname__ = leaf
+    fn.__module__ = "effir.op" + (f".{family}" if family else "")
+    fn.__doc__ = _doc(definition)
+    fn.__signature__ = _signature(definition)  # type: ignore[attr-defined]
+    fn.op_name = name  # type: ignore[attr-defined]
+    return fn
 
 
 def _signature(definition: OpDef) -> inspect.Signature:
@@ -98,7 +99,7 @@ def build_namespace() -> Namespace:
                 child = Namespace(f"{space.__name__}.{family}")
                 setattr(space, family, child)
             space = child
-        fn: Any = OpFunction(definition)
+        fn: Any = op_function(definition)
         if definition.name == "cf.foreach":
             fn = _cf_foreach
         elif definition.name == "cf.while_loop":

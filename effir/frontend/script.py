@@ -43,7 +43,6 @@ from .liveness import (
     live_in,
     target_names,
 )
-from .opns import OpFunction
 from .spans import python_span, span_scope
 from .values import Cell, as_type, to_expr
 
@@ -1130,7 +1129,7 @@ class _Converter:
             return self.numpy_call(node, callee, args, kwargs)
         if callee in (range, len, float, int, bool, abs, min, max, sum, zip, enumerate):
             return self.builtin_call(node, callee, args, kwargs)
-        if isinstance(callee, OpFunction) or callable(callee):
+        if callable(callee):
             args = [self.callable_arg(a, node) for a in args]
             return callee(*args, **kwargs)
         raise self.error(node.func, f"{_describe(callee)} is not callable")
