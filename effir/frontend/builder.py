@@ -29,6 +29,7 @@ from ..ir.expr import (
     Constant,
     Expr,
     Function,
+    GlobalCell,
     GlobalVar,
     If,
     Let,
@@ -59,6 +60,9 @@ class _Root:
         self.slots = 0  # places kept for closures (script.py) to fill at the end
         self.cells: dict[str, Cell] = {}
         self.hints: dict[int, tuple[Var, Type]] = {}
+        # Globals of scripted or traced functions this one calls (their modules).
+        self.functions: dict[str, Function] = {}
+        self.declarations: dict[str, GlobalCell] = {}
 
 
 class _Block:
@@ -283,6 +287,21 @@ def run_eagerly(name: str, args: tuple[Any, ...], attrs: Attrs, span: Any) -> An
         raise EvalError(f"{name}: {err}", span) from None
 
 
+def call_module_function(module: IRModule, name: str, args: tuple[Any, ...]) -> Any:
+    """Inside a function being built, a call of ``@name`` of ``module`` (a
+    scripted or traced function's), whose globals and cells join the
+    module being built."""
+    block = current_block()
+    assert block is not None
+    block.root.functions.update(module.functions)
+    block.root.declarations.update(module.cells)
+    result = call(GlobalVar(name, span=current_span()), *args)
+    ret = module.functions[name].ret_type
+    if ret is not None and isinstance(result, Var):
+        block.root.hints[id(result)] = (result, ret)
+    return result
+
+
 def call(callee: Any, *args: Any) -> Any:
     """A call of a function value (a closure, ``@global``) on ``args``."""
     expr = Call(to_expr(callee), tuple(to_expr(a) for a in args), span=current_span())
@@ -411,6 +430,7 @@ def foreach(body: Any, xs: Any, init: Any = ()) -> tuple[Any, Any]:
     fn_body, _ = build_body(step, x, s)
     fn = Function((x, s), fn_body, span=span)
     result = apply_op("cf.foreach", (emit(fn, "step") if building() else fn, xs, init), {})
+    _loop_hint(result, holder[0], _length_hint(xs), init)
     outs = TupleGetItem(result, 0, span=span)
     final = TupleGetItem(result, 1, span=span)
     return unflatten(outs, holder[0]), unflatten(final, init)
@@ -449,10 +469,39 @@ def while_loop(
         cond_f, step_f = emit(cond_f, "cond"), emit(step_f, "body")
     attrs = {"max_iterations": max_iterations}
     result = apply_op("cf.while_loop", (cond_f, step_f, init), attrs)
+    _loop_hint(result, holder[0], "?", init)
     final = unflatten(TupleGetItem(result, 1, span=span), init)
     if outputs:
         return unflatten(TupleGetItem(result, 0, span=span), holder[0]), final
     return final
+
+
+def _length_hint(xs: Any) -> Any:
+    if isinstance(xs, tuple | list):
+        return _length_hint(xs[0]) if xs else None
+    t = type_hint(xs) if isinstance(xs, Expr) else None
+    if isinstance(t, TensorType) and t.ndim:
+        return t.shape[0]
+    return np.shape(xs)[0] if isinstance(xs, np.ndarray) and xs.ndim else None
+
+
+def _loop_hint(result: Any, out: Any, length: Any, init: Any) -> None:
+    """The type of a loop's result, when the builder knows it: outputs
+    stacked along ``length``, and the state's type."""
+    block = current_block()
+    if block is None or not isinstance(result, Var) or length is None:
+        return
+
+    def stacked(value: Any) -> Type | None:
+        if isinstance(value, tuple | list):
+            fields = [stacked(v) for v in value]
+            return None if any(f is None for f in fields) else TupleType(tuple(fields))
+        t = _structure_type(value)
+        return TensorType((length, *t.shape), t.dtype) if isinstance(t, TensorType) else None
+
+    outs, state = stacked(out), _structure_type(init)
+    if outs is not None and state is not None:
+        block.root.hints[id(result)] = (result, TupleType((outs, state)))
 
 
 def _foreach_eager(body: Callable[..., Any], xs: Any, init: Any) -> tuple[Any, Any]:
@@ -515,6 +564,8 @@ class ModuleBuilder:
     def __init__(self) -> None:
         self._functions: dict[str, Function] = {}
         self._cells: dict[str, Cell] = {}
+        self._other_functions: dict[str, Function] = {}
+        self._declarations: dict[str, GlobalCell] = {}
         self._ret: list[Any] = []
 
     def add_cell(self, name: str, value: Any, type: Any = None) -> Cell:  # noqa: A002
@@ -551,6 +602,7 @@ class ModuleBuilder:
                 raise FrontendError(f"@{name} has no result", span, hint="call builder.ret(value)")
             body = _close(block, to_expr(result))
             self._cells.update(block.root.cells)
+            self.add_globals(block.root)
         self._functions[name] = Function(
             tuple(params), body, as_type(ret_type) if ret_type is not None else None, span=span
         )
@@ -566,9 +618,16 @@ class ModuleBuilder:
     def add_cells_of(self, cells: dict[str, Cell]) -> None:
         self._cells.update(cells)
 
+    def add_globals(self, root: _Root) -> None:
+        """The globals of the scripted/traced functions a built one calls."""
+        self._other_functions.update(root.functions)
+        self._declarations.update(root.declarations)
+
     def get(self) -> IRModule:
         """The module built so far."""
-        return IRModule(self._functions, (), {n: c.declaration for n, c in self._cells.items()})
+        functions = {**self._other_functions, **self._functions}
+        cells = {**self._declarations, **{n: c.declaration for n, c in self._cells.items()}}
+        return IRModule(functions, (), cells)
 
     @property
     def module(self) -> IRModule:

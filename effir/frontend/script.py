@@ -144,6 +144,10 @@ class ScriptFunction:
         self._module: IRModule | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Eagerly, the Python function; while a function is being built
+        (``effir.trace``, the builder), a call of ``@name``."""
+        if B.building() and not kwargs:
+            return B.call_module_function(self.module, self.name, args)
         return self.fn(*args, **kwargs)
 
     @property

@@ -28,6 +28,9 @@ class TracedFunction:
         self.__wrapped__ = fn
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Eagerly, the Python function; while building, a call of ``@name``."""
+        if B.building() and not kwargs:
+            return B.call_module_function(self.module, self.name, args)
         return self.fn(*args, **kwargs)
 
     def interpret(self, *args: Any, **kwargs: Any) -> Any:
@@ -58,6 +61,7 @@ def trace(
             raise FrontendError(f"{name} returned None", span, hint="return the result")
         body = B._close(block, to_expr(result))
         cells: dict[str, Cell] = dict(block.root.cells)
+        mb.add_globals(block.root)
     mb.add_cells_of(cells)
     mb.add_function(name, Function(tuple(params), body, span=span))
     return TracedFunction(fn, mb.get(), name)

@@ -118,3 +118,36 @@ def test_trace_uses_annotations_and_names():
     np.testing.assert_array_equal(traced.interpret(x), f(x))
     with pytest.raises(effir.FrontendError, match="no type"):
         effir.trace(lambda x: x)
+
+
+@effir.script
+def scripted_step(
+    x: effir.Tensor[(2, 4), F32], h: effir.Tensor[(2, 4), F32]
+) -> (
+    effir.Tensor[(2, 4), F32],
+    effir.Tensor[(2, 4), F32],
+):
+    if np.sum(x) > 0.0:
+        h = np.tanh(x + h)
+    else:
+        h = h * 0.5
+    return h, h
+
+
+def traced_model(xs, h0):
+    outs, h = effir.foreach(scripted_step, xs, h0)  # a scripted function as a loop body
+    return scripted_step(outs[0], h)
+
+
+def test_trace_composes_with_scripted_functions():
+    traced = effir.trace(traced_model, effir.Tensor[("t", 2, 4), F32], effir.Tensor[(2, 4), F32])
+    module = traced.module
+    assert set(module.functions) == {"traced_model", "scripted_step"}
+    effir.check(module)
+    effir.assert_structural_equal(effir.parse(effir.astext(module)), module)
+    rs = np.random.default_rng(2)
+    xs, h0 = rs.standard_normal((3, 2, 4)).astype(F32), rs.standard_normal((2, 4)).astype(F32)
+    got = traced.interpret(xs, h0)
+    want = traced_model(xs, h0)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
