@@ -16,13 +16,16 @@ from ..ir.diagnostics import FrontendError
 from ..ir.expr import Constant, Expr, Function, GlobalVar, Tuple, TupleGetItem
 from ..ir.types import TensorType, TupleType
 from .builder import apply_op, building, call, emit, type_hint
-from .spans import current_span
+from .spans import caller_span, current_span
 
 _LOCAL = threading.local()
 
 
 def tracing() -> bool:
-    return getattr(_LOCAL, "tracing", 0) > 0
+    """Whether a Python truth test of an expression must be refused: while
+    tracing, and whenever a function is being built (a Python ``if`` in a
+    helper called from scripted code or a ``mb.function`` block too)."""
+    return getattr(_LOCAL, "tracing", 0) > 0 or building()
 
 
 class tracing_scope:
@@ -96,9 +99,9 @@ def _iter(self: Expr):
 def _bool(self: Expr) -> bool:
     if tracing() and not isinstance(self, Function | GlobalVar | Constant):
         raise FrontendError(
-            "a Python `if`/`while`/`and`/`or` on a traced value: its truth is known only "
-            "when the program runs",
-            current_span(),
+            "a Python `if`/`while`/`and`/`or`/`not` on a traced value: its truth is known "
+            "only when the program runs",
+            caller_span(),
             hint="write effir.cond(pred, then_fn, else_fn) or effir.while_loop(...), "
             "or convert the function with @effir.script",
         )
@@ -109,7 +112,7 @@ def _no_conversion(kind: str):
     def method(self: Expr) -> Any:
         raise FrontendError(
             f"{kind}() of an effir value: its value is known only when the program runs",
-            current_span(),
+            caller_span(),
             hint="keep it an effir value (effir.op.cast for dtypes)",
         )
 

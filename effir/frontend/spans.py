@@ -71,6 +71,12 @@ def current_span() -> Span | None:
     stack = _stack()
     if stack and stack[-1] is not None:
         return stack[-1]
+    return caller_span()
+
+
+def caller_span() -> Span | None:
+    """The line of the first Python frame outside effir's own package (where
+    user code is running now, whatever node is being converted)."""
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename

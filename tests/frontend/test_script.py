@@ -361,3 +361,22 @@ def pairs_and_slices(xs: SEQ, ys: SEQ, x: V):
 
 def test_tuple_iteration_slices_casts_bitwise_bool_ops():
     agree(pairs_and_slices, xs, xs * 2.0, x4)
+
+
+def helper_with_python_if(a, b):
+    if a < b:  # a Python if on effir values, in a helper the script calls
+        return a
+    return b
+
+
+@effir.script
+def calls_helper(x: S, y: S):
+    return helper_with_python_if(x, y)
+
+
+def test_python_if_in_a_called_helper_is_refused_not_silently_true():
+    import inspect
+
+    with pytest.raises(effir.FrontendError, match="traced value") as err:
+        _ = calls_helper.module
+    assert err.value.line == inspect.getsourcelines(helper_with_python_if)[1] + 1
