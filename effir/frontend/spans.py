@@ -4,12 +4,10 @@ node (the builder, ``effir.trace``) or the AST node it came from
 
 from __future__ import annotations
 
-import contextlib
 import linecache
 import os
 import sys
 import threading
-from collections.abc import Iterator
 
 from ..ir.diagnostics import Source, Span
 
@@ -46,16 +44,21 @@ def line_span(filename: str, line: int) -> Span:
     return python_span(filename, line, indent, len(text.rstrip()))
 
 
-@contextlib.contextmanager
-def span_scope(span: Span | None) -> Iterator[None]:
+class span_scope:  # noqa: N801 (used as a function: ``with span_scope(span):``)
     """Nodes built inside carry ``span`` (the script converter's AST node)
-    instead of the calling Python line."""
-    stack = _stack()
-    stack.append(span)
-    try:
-        yield
-    finally:
-        stack.pop()
+    instead of the calling Python line. A class, not a generator: the
+    converter enters one per AST node."""
+
+    __slots__ = ("span",)
+
+    def __init__(self, span: Span | None) -> None:
+        self.span = span
+
+    def __enter__(self) -> None:
+        _stack().append(self.span)
+
+    def __exit__(self, *exc: object) -> None:
+        _stack().pop()
 
 
 def _stack() -> list[Span | None]:
