@@ -778,6 +778,28 @@ class _Converter:
         for name, value in zip(outputs, outs, strict=True):
             env[name] = value
 
+    def type_numbers(self, stmt, env, carried, outputs, bind, live_after) -> None:
+        """A carried variable that starts as a Python number (``s = 0``)
+        takes the dtype its first step gives it (``s = s + x`` with a float32
+        ``x``: float32), as the eager Python would compute: the body is
+        converted once, aside, with the numbers as they are."""
+        numbers = [
+            n for n in carried if isinstance(env[n], int | float) and not isinstance(env[n], bool)
+        ]
+        if not numbers:
+            return
+        try:
+            with B._block():  # a throwaway block: this conversion is only looked at
+                _, new_state = self.step(
+                    stmt, env, carried, outputs, tuple(env[n] for n in carried), bind, live_after
+                )
+        except Error:
+            return  # the real conversion reports it
+        for name, value in zip(carried, new_state, strict=True):
+            dtype = B.dtype_hint(value) if name in numbers else None
+            if dtype is not None and dtype != "bool":
+                env[name] = to_expr(env[name], dtype)
+
     def initial(self, env: dict[str, Any], carried: tuple[str, ...], stmt: ast.stmt) -> tuple:
         return tuple(self.value_expr(env[n], stmt) for n in carried)
 
@@ -819,6 +841,14 @@ class _Converter:
         def bind(inner: dict[str, Any], x: Any) -> None:
             self.assign(stmt.target, x, inner)
 
+        step_x = (
+            B._step_like(xs)
+            if not isinstance(xs, np.ndarray)
+            else Var("x", TensorType(xs.shape[1:], str(xs.dtype)))
+        )
+        self.type_numbers(
+            stmt, env, carried, outputs, lambda inner: bind(inner, step_x), live_after
+        )
         init = _one(self.initial(env, carried, stmt))
         n = len(carried)
 
@@ -859,6 +889,15 @@ class _Converter:
         step = args[2] if len(args) == 3 else 1
         if not isinstance(step, int) or step == 0:
             raise self.error(stmt.iter, "the step of range must be a nonzero Python int")
+        counter = Var("i", TensorType((), "int32"))
+        self.type_numbers(
+            stmt,
+            env,
+            carried,
+            outputs,
+            lambda inner: self.assign(stmt.target, counter, inner),
+            live_after,
+        )
         init = (to_expr(start, "int32"), *self.initial(env, carried, stmt))
 
         def cond(state: Any) -> Any:
@@ -884,6 +923,7 @@ class _Converter:
 
     def while_loop(self, stmt: ast.While, env: dict[str, Any], live_after: set[str]) -> None:
         carried, outputs = self.loop_state(stmt, env, live_after)
+        self.type_numbers(stmt, env, carried, outputs, None, live_after)
         init = self.initial(env, carried, stmt)
         if not carried:
             raise self.error(
