@@ -2,7 +2,9 @@
 
 - the builder (``effir.var``, ``effir.op``, ``effir.ModuleBuilder``,
   ``effir.cond``/``foreach``/``while_loop``): builder.py, values.py, opns.py;
-- ``@effir.script``: AST conversion (script.py, with liveness.py);
+- ``@effir.script``: AST conversion (script.py; the converter in
+  script_convert.py, script_stmts.py, script_exprs.py, script_values.py;
+  liveness.py);
 - ``effir.trace``: records what a Python function does on placeholders (trace.py).
 """
 
