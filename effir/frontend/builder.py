@@ -169,7 +169,11 @@ def _block(new_root: bool = False) -> Iterator[_Block]:
 
 def _close(block: _Block, result: Expr) -> Expr:
     """The let-chain of ``block`` ending in ``result`` (built from the end,
-    without recursion)."""
+    without recursion); a result that is the last binding's variable ends
+    the chain as that binding's value (``f(x)``, not ``let %t = f(x); %t``)."""
+    bindings = block.bindings
+    if bindings and bindings[-1][0] is result and isinstance(result, Var):
+        result = block.lets.pop()[1]
     return block.lets.finish(result)
 
 

@@ -392,6 +392,8 @@ class StatementConverter:
         ]
         if not numbers:
             return
+        root = B.current_block().root
+        names, counters = set(root.names), dict(root.counters)
         try:
             with B._block():  # a throwaway block: this conversion is only looked at
                 _, new_state = self.step(
@@ -399,6 +401,8 @@ class StatementConverter:
                 )
         except Error:
             return  # the real conversion reports it
+        finally:
+            root.names, root.counters = names, counters  # its names are free again
         for name, value in zip(carried, new_state, strict=True):
             dtype = B.dtype_hint(value) if name in numbers else None
             if dtype is not None and dtype != "bool":

@@ -93,8 +93,8 @@ def test_spans_point_at_the_building_line():
         y = effir.op.tanh(x)  # the line
         mb.ret(y)
     line = inspect.currentframe().f_lineno - 2
-    let = mb.get()["main"].body
-    assert let.value.span.source.name == __file__ and let.value.span.line == line
+    body = mb.get()["main"].body  # tanh(%x): the chain's last value ends it
+    assert body.span.source.name == __file__ and body.span.line == line
     # a type error found later points at the Python line
     with mb.function("bad", [x]):
         mb.ret(effir.op.nn.dense(x, x))  # ill-typed
