@@ -144,3 +144,25 @@ def test_scripted_rnn_compiles_and_agrees():
     )
     result.check()
     assert "ok" in result.stdout
+
+
+def test_scripted_examples_through_the_pass_pipeline():
+    """Every registered optimisation, after the effect passes, on the scripted
+    models (verified after each pass) keeps their results bit for bit."""
+    from effir.passes.infra import PassContext, registered_passes
+    from effir.passes.pipeline import run_pipeline
+
+    passes = registered_passes()
+    names = [n for n in sorted(passes) if n not in ("split-keys", "explicate", "state-passing")]
+    steps = [s for n in names for s in (["to-anf"] if passes[n].requires else []) + [n]]
+    for name, make_args in sorted(CASES.items()):
+        a1 = effir.check(load(name).main.module)
+        context = PassContext(verify=True)
+        a2 = run_pipeline(a1, "explicate,state-passing", context)
+        optimised = effir.check(run_pipeline(a2, ",".join(steps), context))
+        args = make_args(5)
+        want = run(a1, args)
+        got = run(optimised, args, a2=True)
+        same(got[0], want[0])
+        for cell in want[1]:
+            same(got[1][cell], want[1][cell])
