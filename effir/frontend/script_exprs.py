@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..ir.diagnostics import Error, FrontendError
-from ..ir.expr import Expr
+from ..ir.expr import Expr, Var
 from ..ir.types import TensorType, TupleType
 from . import builder as B
 from .script import GlobalCallable, ScriptFunction
@@ -290,7 +290,9 @@ class ExpressionConverter:
                     node, "keyword arguments to a nested function", "pass them by position"
                 )
             var = callee.closure()
-            return B.call(var, *args)
+            result = B.call(var, *args)
+            self.hint_call(callee, args, result)
+            return result
         if isinstance(callee, GlobalCallable):
             if kwargs:
                 raise self.error(
@@ -306,6 +308,28 @@ class ExpressionConverter:
         if callable(callee):
             return callee(*args, **kwargs)
         raise self.error(node.func, f"{_describe(callee)} is not callable")
+
+    def hint_call(self, callee: Staged, args: list, result: Any) -> None:
+        """The type hint of a closure call's result: its body converted once
+        more, aside, on the arguments (not for a function already being
+        looked at so: recursion)."""
+        block = B.current_block()
+        if block is None or not isinstance(result, Var) or callee.hinting:
+            return
+        root = block.root
+        names, counters = set(root.names), dict(root.counters)
+        callee.hinting = True
+        try:
+            with B._block():  # a throwaway block
+                value = callee(*args)
+                hint = B.type_hint(self.value_expr(value, callee.node))
+        except Error:
+            hint = None
+        finally:
+            callee.hinting = False
+            root.names, root.counters = names, counters
+        if hint is not None:
+            root.hints[id(result)] = (result, hint)
 
     def print_call(self, node: ast.Call, args: list, kwargs: dict) -> Any:
         if kwargs:

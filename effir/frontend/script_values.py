@@ -48,6 +48,7 @@ class Staged:
     ) -> None:
         self.conv, self.node, self.env, self.slot = conv, node, env, slot
         self.var: Var | None = None
+        self.hinting = False  # being converted aside for a type hint
 
     def params(self) -> list[str]:
         args = self.node.args

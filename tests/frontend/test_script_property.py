@@ -1,6 +1,7 @@
 """Random Python functions in @effir.script's subset (arithmetic, if/else,
 for over a tensor with carried state and per-step outputs, while with a
-counter, nested functions): the scripted module, interpreted, equals the
+counter, nested functions, early returns in branches, sums started as Python
+numbers): the scripted module, interpreted, equals the
 Python run eagerly, and round-trips through text."""
 
 import os
@@ -107,6 +108,15 @@ def programs(draw):
     for _ in range(draw(st.integers(1, 6))):
         gen.statement(1, 0)
     results = draw(st.lists(st.sampled_from(gen.vars), min_size=1, max_size=3))
+    if draw(st.booleans()):  # an early return in a branch, of the same structure
+        early = [draw(st.sampled_from(gen.vars)) for _ in results]
+        gen.emit(f"if np.sum({gen.var()}) > np.sum({gen.var()}):", 1)
+        gen.emit(f"return ({', '.join(early)},)", 2)
+    if draw(st.booleans()):  # a sum started as a Python number
+        gen.emit("total = 0", 1)
+        gen.emit("for r in xs:", 1)
+        gen.emit(f"total = total + np.sum(r * {gen.var()})", 2)
+        gen.emit(f"{results[0]} = {results[0]} + total", 1)
     body = "\n".join(gen.lines)
     return (
         "@effir.script\n"
