@@ -187,10 +187,18 @@ def build_body(body_fn: Callable[..., Any], *args: Any, new_root: bool = False) 
 
 
 # ------------------------------------------------------------ type hints
-def type_hint(expr: Expr) -> Type | None:
+_HINT_DEPTH = 4
+
+
+def type_hint(expr: Expr, depth: int = 0) -> Type | None:
     """The type of ``expr`` as far as the builder can tell without a full
     check (parameter annotations and operators' type relations); None when
-    unknown. Used for Python numbers' dtypes, unpacking and indexing."""
+    unknown. Used for Python numbers' dtypes, unpacking and indexing. Looks
+    at most ``_HINT_DEPTH`` nested expressions deep (inside a function every
+    call is bound, so its arguments are variables; an unbound expression
+    built outside one may be deep): no recursion proportional to a program."""
+    if depth > _HINT_DEPTH:
+        return None
     if isinstance(expr, Var):
         if expr.type_annotation is not None:
             return expr.type_annotation
@@ -200,10 +208,10 @@ def type_hint(expr: Expr) -> Type | None:
     if isinstance(expr, Constant):
         return TensorType(expr.data.shape, str(expr.data.dtype))
     if isinstance(expr, Tuple):
-        fields = [type_hint(f) for f in expr.fields]
+        fields = [type_hint(f, depth + 1) for f in expr.fields]
         return None if any(f is None for f in fields) else TupleType(tuple(fields))
     if isinstance(expr, TupleGetItem):
-        t = type_hint(expr.tuple_value)
+        t = type_hint(expr.tuple_value, depth + 1)
         if isinstance(t, TupleType) and 0 <= expr.index < len(t.fields):
             return t.fields[expr.index]
         return None
@@ -214,18 +222,18 @@ def type_hint(expr: Expr) -> Type | None:
     if isinstance(expr, Let):
         while isinstance(expr, Let):
             expr = expr.body
-        return type_hint(expr)
+        return type_hint(expr, depth + 1)
     if isinstance(expr, If):
-        return type_hint(expr.then_branch)
+        return type_hint(expr.then_branch, depth + 1)
     if isinstance(expr, RefRead):
-        t = type_hint(expr.ref)
+        t = type_hint(expr.ref, depth + 1)
         return t.value if isinstance(t, RefType) else None
     if isinstance(expr, Call) and isinstance(expr.callee, Op):
         definition = lookup_op(expr.callee.name)
         relation = definition.rules.get("type") if definition else None
         if relation is None or "control_flow" in definition.traits:
             return None
-        args = [type_hint(a) for a in expr.args]
+        args = [type_hint(a, depth + 1) for a in expr.args]
         if any(a is None for a in args):
             return None
         try:

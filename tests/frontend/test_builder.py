@@ -193,3 +193,17 @@ def test_foreach_with_tuple_state_and_outputs():
 def test_emit_outside_a_function_is_refused():
     with pytest.raises(effir.FrontendError, match="emit outside"):
         effir.emit(effir.op.tanh(effir.var("x")))
+
+
+def test_a_deep_expression_built_outside_a_function():
+    """No recursion proportional to the expression: type hints look a few
+    levels deep only."""
+    x = effir.var("x", effir.Tensor[(3,), F32])
+    acc = x
+    for _ in range(3000):
+        acc = acc + 1.0
+    mb = effir.ModuleBuilder()
+    with mb.function("main", [x]):
+        mb.ret(acc)
+    out = effir.interpret(mb.get(), np.zeros(3, F32))
+    np.testing.assert_array_equal(out, np.full(3, 3000, F32))
