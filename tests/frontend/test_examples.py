@@ -121,18 +121,23 @@ def test_python_examples_run_eagerly():
 
 def check_compiled_rnn() -> None:
     """The scripted RNN compiled by TVM gives the interpreter's results, key
-    and statistics (run in a process of its own: compiled code)."""
+    and statistics, and the compiled .effir example's bit for bit (run in a
+    process of its own: compiled code)."""
     example = load("rnn_dropout_bn")
     module = effir.check(example.main.module)
-    compiled = effir.compile(module)
+    reference = effir.check(effir.parse((EXAMPLES / "rnn_dropout_bn.effir").read_text()))
     args = rnn_args(4)
-    s1, s2 = effir.State(module), effir.State(module)
+    s1, s2, s3 = effir.State(module), effir.State(module), effir.State(reference)
     want = effir.interpret(module, *args, state=s1)
-    got = compiled(*args, state=s2)
+    got = effir.compile(module)(*args, state=s2)
+    ref = effir.compile(reference)(*args, state=s3)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
     assert s1["rng"] == s2["rng"]
     np.testing.assert_allclose(s1["bn"][0], s2["bn"][0], rtol=1e-5, atol=1e-6)
+    same(got, ref)
+    same(s2["bn"], s3["bn"])
+    assert s2["rng"] == s3["rng"]
     print("ok")
 
 
