@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/kernels.py
 	$(BIN)/python benchmarks/gru_loop.py
 	$(BIN)/python benchmarks/executor.py
+	$(BIN)/python benchmarks/frontend.py
 
 # The GRU against numpy, PyTorch and JAX: the peers go into a venv of their
 # own (they are not effir's dependencies).

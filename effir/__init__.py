@@ -45,6 +45,63 @@ TypeError = TypeCheckError  # noqa: A001
 
 __version__ = "0.1.0"
 
+# --- the Python frontend (issue 15, docs/frontend.md) ---
+from .frontend import (  # noqa: E402
+    Cell,
+    Key,
+    ModuleBuilder,
+    Ref,
+    ScriptFunction,
+    Tensor,
+    TracedFunction,
+    TupleOf,
+    call,
+    cell,
+    cond,
+    emit,
+    foreach,
+    function,
+    op,
+    read,
+    script,
+    trace,
+    var,
+    while_loop,
+    write,
+)
+from .ir import FrontendError  # noqa: E402
+
+random = op.random  # ``effir.random.key(0)``
+nn = op.nn
+
+_FRONTEND_NAMES = [
+    "Cell",
+    "FrontendError",
+    "Key",
+    "ModuleBuilder",
+    "Ref",
+    "ScriptFunction",
+    "Tensor",
+    "TracedFunction",
+    "TupleOf",
+    "call",
+    "cell",
+    "cond",
+    "emit",
+    "foreach",
+    "function",
+    "nn",
+    "op",
+    "random",
+    "read",
+    "script",
+    "trace",
+    "var",
+    "while_loop",
+    "write",
+]
+# --- end of the Python frontend ---
+
 
 def compile(  # noqa: A001
     module: IRModule,
@@ -135,4 +192,5 @@ __all__ = [
     "parse_expr",
     "structural_equal",
     "structural_hash",
+    *_FRONTEND_NAMES,
 ]
