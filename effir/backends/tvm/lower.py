@@ -17,11 +17,12 @@ Calls inside primitive functions are left alone (they are a kernel's body).
 
 from __future__ import annotations
 
+from ...ir import type_tree
 from ...ir.expr import Call, Constant, Function, Let, Op, Var
 from ...ir.module import IRModule
 from ...ir.node import Node
 from ...ir.op import op_def
-from ...ir.types import ANY, KeyType, TensorType, TupleType, Type
+from ...ir.types import ANY, KeyType, TensorType, Type
 from ...ir.visitor import ExprMutator, pre_order
 from ...passes.fuse import PRIMITIVE, is_primitive
 from ...passes.infer_type import check
@@ -40,11 +41,12 @@ def static_type(t: Type) -> bool:
     """A type whose values have shapes known before the kernel runs: integer
     or named dimensions (a named one is bound by the arguments' shapes when
     the kernel is called), not ``?``."""
-    if isinstance(t, TensorType):
-        return all(d != ANY for d in t.shape)
-    if isinstance(t, TupleType):
-        return all(static_type(f) for f in t.fields)
-    return isinstance(t, KeyType)
+    return all(
+        all(d != ANY for d in leaf.shape)
+        if isinstance(leaf, TensorType)
+        else isinstance(leaf, KeyType)
+        for leaf in type_tree.leaves(t)
+    )
 
 
 def wrappable(call: Call) -> bool:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import tvm_ffi
 
+from ...ir import type_tree
 from ...ir.expr import Function, Var
 from ...ir.types import KeyType, TensorType, TupleType, Type
 from ...ir.visitor import ExprMutator
@@ -72,32 +73,24 @@ class _Rename(ExprMutator):
 
 
 def _static_type(t: Type, arrays: Any) -> Type:
-    if isinstance(t, TupleType):
-        return TupleType(tuple(_static_type(f, arrays) for f in t.fields))
-    array = next(arrays)
-    if isinstance(t, KeyType):
-        return t
-    assert isinstance(t, TensorType)
-    return TensorType(tuple(int(n) for n in array.shape), t.dtype)
+    def leaf(ty: Type, array: Any) -> Type:
+        if isinstance(ty, KeyType):
+            return ty
+        assert isinstance(ty, TensorType)
+        return TensorType(tuple(int(n) for n in array.shape), ty.dtype)
+
+    return type_tree.unflatten(t, arrays, leaf, lambda fields: TupleType(tuple(fields)))
 
 
 def _regroup(types: list[Type], arrays: Any) -> list[Any]:
-    def one(t: Type) -> Any:
-        if isinstance(t, TupleType):
-            return tuple(one(f) for f in t.fields)
-        a = next(arrays)
-        return PRNGKey(a) if isinstance(t, KeyType) else a
+    def leaf(ty: Type, a: Any) -> Any:
+        return PRNGKey(a) if isinstance(ty, KeyType) else a
 
-    return [one(t) for t in types]
+    return [type_tree.unflatten(t, arrays, leaf) for t in types]
 
 
 def _flatten_result(value: Any) -> list[np.ndarray]:
-    out: list[np.ndarray] = []
-    stack = [value]
-    while stack:
-        top = stack.pop()
-        if isinstance(top, tuple):
-            stack.extend(reversed(top))
-        else:
-            out.append(top.data if isinstance(top, PRNGKey) else np.asarray(top))
-    return out
+    return [
+        top.data if isinstance(top, PRNGKey) else np.asarray(top)
+        for top in type_tree.tuple_leaves(value)
+    ]

@@ -51,6 +51,7 @@ import tvm
 from tvm import relax, tirx
 from tvm.relax.op.vm import kill_object
 
+from ...ir import type_tree
 from ...ir.expr import Call, Expr, Function, Var
 from ...ir.printer import astext
 from ...ir.types import ANY, TensorType, TupleType, Type
@@ -773,19 +774,20 @@ def _shaped(ty: Any) -> Any:
 
 
 def _leading_dim(t: Type) -> int | str:
-    while isinstance(t, TupleType):
-        t = t.fields[0]
-    assert isinstance(t, TensorType)
-    return t.shape[0]
+    """The length of a sequence of type ``t`` (its first tensor's)."""
+    first = type_tree.leaves(t)[0]
+    assert isinstance(first, TensorType)
+    return first.shape[0]
 
 
 def _step_types(t: Type) -> list[Type]:
     """The types of one step of a sequence of type ``t`` (the leading axis
     dropped)."""
-    if isinstance(t, TupleType):
-        return [s for f in t.fields for s in _step_types(f)]
-    assert isinstance(t, TensorType)
-    return [TensorType(t.shape[1:], t.dtype)]
+    steps: list[Type] = []
+    for leaf in type_tree.leaves(t):
+        assert isinstance(leaf, TensorType)
+        steps.append(TensorType(leaf.shape[1:], leaf.dtype))
+    return steps
 
 
 def _loop_outputs(lowered: LoweredLoop, length: Any) -> list[Any]:

@@ -94,6 +94,7 @@ import numpy as np
 import tvm
 from tvm import relax, tirx
 
+from ...ir import type_tree
 from ...ir.expr import (
     Call,
     Constant,
@@ -118,7 +119,7 @@ from ...ir.expr import (
 from ...ir.module import IRModule
 from ...ir.op import op_def
 from ...ir.printer import astext
-from ...ir.types import TupleType, Type
+from ...ir.types import Type
 from ...ir.visitor import free_vars, pre_order
 from ...passes.call_graph import recursive
 from ...passes.fuse import PRIMITIVE, is_primitive
@@ -563,17 +564,11 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
 
     def _leaves(self, value: Any, t: Type) -> list[Any]:
         """The tensors of a value of type ``t`` (a tuple's, in order)."""
-        if not isinstance(t, TupleType):
-            return [value]
-        out = []
-        for i, f in enumerate(t.fields):
-            out += self._leaves(self.bb.emit(relax.TupleGetItem(value, i)), f)
-        return out
+        return type_tree.flatten(t, value, lambda v, i: self.bb.emit(relax.TupleGetItem(v, i)))
 
     def _rebuild(self, t: Type, parts: Any) -> Any:
-        if not isinstance(t, TupleType):
-            return next(parts)
-        return self.bb.emit(relax.Tuple([self._rebuild(f, parts) for f in t.fields]))
+        """The value of type ``t`` made of the next of ``parts``."""
+        return type_tree.unflatten(t, parts, make=lambda fields: self.bb.emit(relax.Tuple(fields)))
 
     # ---------------------------------------------------------- operators
     def _operator(self, call: Call, env: dict[Var, Any], name: str) -> Any:

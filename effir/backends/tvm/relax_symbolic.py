@@ -36,6 +36,7 @@ from typing import Any
 import tvm_ffi
 from tvm import relax, tirx
 
+from ...ir import type_tree
 from ...ir.diagnostics import Error
 from ...ir.expr import Function, Var
 from ...ir.types import ANY, KeyType, TensorType, TupleType, Type
@@ -75,10 +76,7 @@ class SymbolicLowering:
         sizes: dict[str, Any] = {}
         tensors = iter(inputs)
 
-        def named(t: Type) -> Type:
-            if isinstance(t, TupleType):
-                return TupleType(tuple(named(f) for f in t.fields))
-            value = next(tensors)
+        def named_leaf(t: Type, value: Any) -> Type:
             if isinstance(t, KeyType) or (isinstance(t, TensorType) and t.is_static):
                 return t
             assert isinstance(t, TensorType)
@@ -87,6 +85,9 @@ class SymbolicLowering:
                 d if d != ANY else self._size_name(dims[k], sizes) for k, d in enumerate(t.shape)
             ]
             return TensorType(tuple(shape), t.dtype)
+
+        def named(t: Type) -> Type:
+            return type_tree.unflatten(t, tensors, named_leaf, lambda f: TupleType(tuple(f)))
 
         params = {p: Var(p.name_hint, named(p.checked_type), span=p.span) for p in fn.params}
         body = _Rename(params).mutate(fn.body)
