@@ -331,10 +331,7 @@ def build_kernel(
     """The compiled kernel of ``fn`` (cached: the same function, dimensions
     and target build once). ``dims`` binds symbolic dimensions; ``schedule``
     False builds TVM's unscheduled loops (for comparisons)."""
-    tvm_target = make_target(target)
-    dims = dict(dims or {})
-    if any(not p.has_type for p in fn.params) or not _body_typed(fn):
-        infer_expr(fn)
+    tvm_target, dims = _prepared(fn, target, dims)
     # The text shows parameter types only where annotated: add the inferred ones.
     types = tuple(astext(p.checked_type) for p in fn.params)
     key = (astext(fn), types, tuple(sorted(dims.items())), str(tvm_target), schedule)
@@ -345,6 +342,18 @@ def build_kernel(
     kernel = _build(fn, tvm_target, dims, schedule)
     with _CACHE_LOCK:
         return _CACHE.setdefault(key, kernel)
+
+
+def _prepared(
+    fn: Function, target: str | Any, dims: Mapping[str, Any] | None
+) -> tuple[Any, dict[str, Any]]:
+    """The target and the bound dimensions of a build of ``fn``, which is
+    typed first where it is not."""
+    tvm_target = make_target(target)
+    bound = dict(dims or {})
+    if any(not p.has_type for p in fn.params) or not _body_typed(fn):
+        infer_expr(fn)
+    return tvm_target, bound
 
 
 _CACHE: dict[tuple[Any, ...], Kernel] = {}
@@ -378,10 +387,7 @@ def lower_kernel(
 ) -> KernelIR:
     """``fn`` (a typed primitive function) as scheduled TIR for ``target``;
     ``dims`` binds its symbolic dimensions."""
-    tvm_target = make_target(target)
-    dims = dict(dims or {})
-    if any(not p.has_type for p in fn.params) or not _body_typed(fn):
-        infer_expr(fn)
+    tvm_target, dims = _prepared(fn, target, dims)
     symbolic = {d: v for d, v in dims.items() if isinstance(v, tirx.Var)}
     if symbolic:
         with symbolic_dims(symbolic):

@@ -49,6 +49,24 @@ def static_type(t: Type) -> bool:
     )
 
 
+def one_call_kernel(call: Call) -> tuple[Function, list[Var]]:
+    """A primitive function computing ``call`` alone, and the variables it
+    is called on: each variable argument becomes a parameter, constants
+    stay in its body."""
+    params, operands, args = [], [], []
+    for arg in call.args:
+        if isinstance(arg, Var):
+            param = Var(f"p{len(params)}", arg.checked_type)
+            params.append(param)
+            operands.append(arg)
+            args.append(param)
+        else:
+            args.append(arg)
+    body = Call(call.callee, tuple(args), call.attrs, span=call.span)
+    fn = Function(tuple(params), body, call.checked_type, attrs=PRIMITIVE, span=call.span)
+    return fn, operands
+
+
 def wrappable(call: Call) -> bool:
     if not isinstance(call.callee, Op) or not call.has_type:
         return False
@@ -77,19 +95,7 @@ class _Wrapper(ExprMutator):
         assert isinstance(new, Call) and isinstance(old, Call)
         if id(old) in self.inside or not wrappable(old):
             return new
-        params = []
-        operands = []
-        args = []
-        for arg in old.args:
-            if isinstance(arg, Var):
-                param = Var(f"p{len(params)}", arg.checked_type)
-                params.append(param)
-                operands.append(arg)
-                args.append(param)
-            else:
-                args.append(arg)
-        body = Call(old.callee, tuple(args), old.attrs, span=old.span)
-        fn = Function(tuple(params), body, old.checked_type, attrs=PRIMITIVE, span=old.span)
+        fn, operands = one_call_kernel(old)
         assert isinstance(old.callee, Op)
         fn_var = Var("kernel_" + old.callee.name.replace(".", "_"))
         return Let(fn_var, fn, Call(fn_var, tuple(operands), span=old.span), span=old.span)

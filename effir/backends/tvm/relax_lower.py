@@ -122,16 +122,17 @@ from ...ir.printer import astext
 from ...ir.types import Type
 from ...ir.visitor import free_vars, pre_order
 from ...passes.call_graph import recursive
-from ...passes.fuse import PRIMITIVE, is_primitive
+from ...passes.fuse import is_primitive
 from ...passes.infer_type import infer_expr
 from .errors import BackendError, CompileError
 from .kernel import KernelIR, leaves, lower_kernel
+from .lower import one_call_kernel
 from .relax_adts import AdtLowering, has_constructor_pattern
 from .relax_closures import ClosureLowering
 from .relax_dynamic import DYNAMIC, DynamicLowering
 from .relax_loops import LoopLowering
 from .relax_symbolic import SymbolicLowering
-from .relax_types import NeedsStatic, declare, named_dims, relax_type, scheduled, static
+from .relax_types import NeedsStatic, block, declare, named_dims, relax_type, scheduled, static
 from .target import building
 from .vm_run import MAX_DEPTH, deeper_kernel
 
@@ -265,7 +266,7 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
             zero = relax.const(np.int64(0), "int64")
             return self.bb.emit(relax.Call(self.globals[entry], [zero, *params]))
 
-        body = self._seq(call)
+        body = block(self.bb, call)
         function = relax.Function(params, body, ret, False).with_attr("global_symbol", entry)
         self.bb.add_func(function, entry)
 
@@ -332,12 +333,7 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
     # ------------------------------------------------------------- blocks
     def _block(self, expr: Expr, env: dict[Var, Any]) -> Any:
         """``expr`` as a Relax sequence of bindings ending in its value."""
-        self.bb._begin_binding_block()
-        try:
-            value = self._chain(expr, env)
-        finally:
-            block = self.bb._end_block()
-        return relax.SeqExpr([block], value)
+        return block(self.bb, lambda: self._chain(expr, env))
 
     def _chain(self, expr: Expr, env: dict[Var, Any]) -> Any:
         while isinstance(expr, Let):
@@ -610,16 +606,7 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
 def _one_call_kernel(call: Call) -> Function:
     """A primitive function computing ``call`` alone (what ``lower-tvm``
     makes of a call whose types became static only once specialised)."""
-    params, args = [], []
-    for arg in call.args:
-        if isinstance(arg, Var):
-            param = Var(f"p{len(params)}", arg.checked_type)
-            params.append(param)
-            args.append(param)
-        else:
-            args.append(arg)
-    body = Call(call.callee, tuple(args), call.attrs, span=call.span)
-    fn = Function(tuple(params), body, call.checked_type, attrs=PRIMITIVE, span=call.span)
+    fn, _ = one_call_kernel(call)
     infer_expr(fn)
     return fn
 

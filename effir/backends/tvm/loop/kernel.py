@@ -7,7 +7,7 @@ calls, one set per thread."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,16 +35,7 @@ class _Compiled:
     lowered: LoweredLoop
 
 
-def _compile(
-    body: Function,
-    dims: Mapping[str, int],
-    captured: Sequence[Var],
-    functions: Mapping[Var, Function],
-    module: IRModule | None,
-    target: Any,
-    parallel: bool,
-) -> _Compiled:
-    lowered = lower_loop(body, dims, captured, functions, module, parallel)
+def _compile(lowered: LoweredLoop, target: Any) -> _Compiled:
     with building(target):
         executable = tvm.compile(tvm.IRModule({"main": lowered.func}), target=target)
     return _Compiled(executable["main"], lowered)
@@ -146,15 +137,10 @@ class LoopKernel:
         """The build for ``dims`` (the values of the symbolic dimensions)."""
         key = tuple(sorted((dims or {}).items()))
         if key not in self._builds:
-            self._builds[key] = _compile(
-                self.body,
-                dict(key),
-                self.captured,
-                self.functions,
-                self.module,
-                self.target,
-                self.parallel,
+            lowered = lower_loop(
+                self.body, dict(key), self.captured, self.functions, self.module, self.parallel
             )
+            self._builds[key] = _compile(lowered, self.target)
         return self._builds[key]
 
     def __call__(self, xs: Any, init: Any, *captured: Any) -> tuple[Any, Any]:
