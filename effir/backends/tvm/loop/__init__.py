@@ -44,7 +44,7 @@ The algorithm
    consumers. When a step has too few rows for a register tile (batch 1),
    the ``T`` axis is padded to a multiple of the tile (``padded_length``).
 5. [SCHED] The prologue and the step are each a PrimFunc
-   (``te.create_prim_func``) scheduled by ``_schedule``: spatial blocks are
+   (``te.create_prim_func``) scheduled by ``cpu_schedule``: spatial blocks are
    inlined into their consumers (within schedule.py's budget on the
    expression's size, and neither into a reduction nor at several reading
    sites when expensive); contractions get a register tile (up to 8 rows x
