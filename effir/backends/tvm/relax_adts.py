@@ -39,7 +39,7 @@ from ...ir.expr import (
 from ...ir.types import TupleType, Type, TypeCall
 from ...passes.type_solver import substitute
 from .errors import BackendError
-from .relax_types import block, relax_type
+from .relax_types import relax_type
 
 
 def has_constructor_pattern(match: Match) -> bool:
@@ -94,8 +94,7 @@ class AdtLowering:
         data_type = expr.data.checked_type
         rest: Any = None
         for k in range(len(clauses) - 1, 0, -1):
-            rest = block(
-                self.bb,
+            rest = self.bb.block(
                 lambda k=k, rest=rest: self._clause(clauses[k], data, data_type, env, rest, name),
             )
         value = self._clause(clauses[0], data, data_type, env, rest, name)
@@ -107,7 +106,7 @@ class AdtLowering:
         if rest is None:  # the last clause: it matches
             return self._clause_body(clause, data, data_type, env)
         test = self._test(clause.pattern, data, data_type)
-        body = block(self.bb, lambda: self._clause_body(clause, data, data_type, env))
+        body = self.bb.block(lambda: self._clause_body(clause, data, data_type, env))
         return self.bb.emit(relax.If(test, body, rest), name)
 
     def _clause_body(self, clause: Clause, data: Any, data_type: Type, env: dict[Var, Any]) -> Any:
@@ -163,8 +162,8 @@ class AdtLowering:
                     test = one if test is None else self._both(test, one)
             return test
 
-        false = block(self.bb, lambda: relax.const(np.bool_(False), "bool"))
-        return self.bb.emit(relax.If(same, block(self.bb, fields_match), false))
+        false = self.bb.block(lambda: relax.const(np.bool_(False), "bool"))
+        return self.bb.emit(relax.If(same, self.bb.block(fields_match), false))
 
     def _tag_of(self, value: Any) -> Any:
         """The tag of an ADT value: its tuple's first field (read without a

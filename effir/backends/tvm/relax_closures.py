@@ -26,7 +26,7 @@ from ...ir.expr import Call, Constructor, Function, GlobalVar, Var
 from ...passes.fuse import is_primitive
 from .errors import BackendError
 from .relax_adts import tag as _tag
-from .relax_types import block, declare, relax_type
+from .relax_types import declare, relax_type
 
 
 class ClosureLowering:
@@ -66,8 +66,8 @@ class ClosureLowering:
             ret = relax_type(fn.body.checked_type)
             gv = declare(self.bb, params, ret, f"value_{name}")
             one = relax.const(1, "int64")
-            body = block(
-                self.bb, lambda: self.bb.emit(relax.Call(self.globals[name], [one, *params]))
+            body = self.bb.block(
+                lambda: self.bb.emit(relax.Call(self.globals[name], [one, *params]))
             )
             function = relax.Function(params, body, ret, False)
             self.bb.update_func(gv, function.with_attr("effir_name", gv.name_hint))
@@ -82,7 +82,7 @@ class ClosureLowering:
             params = [relax.Var(f"field{i}", relax_type(t)) for i, t in enumerate(ctor.inputs)]
             gv = declare(self.bb, params, relax.ObjectType(), f"make_{ctor.name}")
             fields = [_tag(self._ctor_index(ctor)), *params]
-            body = block(self.bb, lambda: self.bb.emit(relax.Tuple(fields)))
+            body = self.bb.block(lambda: self.bb.emit(relax.Tuple(fields)))
             function = relax.Function(params, body, relax.ObjectType(), False)
             self.bb.update_func(gv, function.with_attr("effir_name", gv.name_hint))
             self.constructor_functions[ctor.name] = gv

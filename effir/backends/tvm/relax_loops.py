@@ -59,7 +59,7 @@ from ...ir.visitor import free_vars
 from .errors import BackendError
 from .kernel import leaves
 from .loop import LoweredLoop, lower_loop
-from .relax_types import block, declare, is_const, relax_type, static
+from .relax_types import declare, is_const, relax_type, static
 from .vm_run import check_kernel
 
 LOOP_CHUNK = 1024
@@ -139,11 +139,10 @@ class LoopLowering:
         steps = self._length(call, rows, xs_leaves)
         emit = self.bb.emit
         long = emit(relax.op.greater(self._count_of(steps), _int64(LOOP_CHUNK)))
-        chunked = block(
-            self.bb, lambda: self._chunked(call, gv, lowered, steps, rows, state, rest, xs_leaves)
+        chunked = self.bb.block(
+            lambda: self._chunked(call, gv, lowered, steps, rows, state, rest, xs_leaves)
         )
-        direct = block(
-            self.bb,
+        direct = self.bb.block(
             lambda: self._bounded_call(call, gv, lowered, sequences, xs_leaves, state, rest),
         )
         return emit(relax.If(long, chunked, direct), name)
@@ -218,7 +217,7 @@ class LoopLowering:
 
         params = [*seq_params, *carried, *others]
         ret = relax.TupleType(list(outs[:n_keep]))
-        function = relax.Function(params, block(self.bb, kept), ret, False).with_attr(
+        function = relax.Function(params, self.bb.block(kept), ret, False).with_attr(
             "tir_var_upper_bound", {"steps": LOOP_CHUNK}
         )
         gv = self.bb.add_func(function, f"bounded_{self.loops}")
@@ -479,7 +478,7 @@ class LoopLowering:
             )
 
         chosen = emit(
-            relax.If(full, block(self.bb, doubled), relax.SeqExpr([], relax.Tuple(shaped)))
+            relax.If(full, self.bb.block(doubled), relax.SeqExpr([], relax.Tuple(shaped)))
         )
         now = tirx.Var("cap", "int64")
         return [
@@ -539,13 +538,13 @@ class LoopLowering:
             if steps.guard is None:
                 return step()
             go = steps.guard(f.carried, f.fixed)
-            return emit(relax.If(go, block(self.bb, step), stopped(f, True)))
+            return emit(relax.If(go, self.bb.block(step), stopped(f, True)))
 
         def level0() -> Any:
             more = emit(relax.op.less(f.count, f.limit))
-            return emit(relax.If(more, block(self.bb, checked), stopped(f, False)))
+            return emit(relax.If(more, self.bb.block(checked), stopped(f, False)))
 
-        self.bb.update_func(f.gv, relax.Function(f.params, block(self.bb, level0), ret, False))
+        self.bb.update_func(f.gv, relax.Function(f.params, self.bb.block(level0), ret, False))
 
         # Level i: level i - 1 again and again, each time up to ``span``
         # steps further, until the loop stops or the count reaches the limit.
@@ -565,10 +564,10 @@ class LoopLowering:
                     return emit(relax.Call(g.gv, [parts[0], g.limit, *parts[1:-1], *deeper(g)]))
 
                 return emit(
-                    relax.If(done, relax.SeqExpr([], relax.Tuple(parts)), block(self.bb, more))
+                    relax.If(done, relax.SeqExpr([], relax.Tuple(parts)), self.bb.block(more))
                 )
 
-            self.bb.update_func(g.gv, relax.Function(g.params, block(self.bb, again), ret, False))
+            self.bb.update_func(g.gv, relax.Function(g.params, self.bb.block(again), ret, False))
             inner, span = g.gv, span * LEVEL_STEPS
         self.loops += 1
         passed = [v for v in steps.fixed if not is_const(v)]

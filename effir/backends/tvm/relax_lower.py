@@ -128,11 +128,12 @@ from .errors import BackendError, CompileError
 from .kernel import KernelIR, leaves, lower_kernel
 from .lower import one_call_kernel
 from .relax_adts import AdtLowering, has_constructor_pattern
+from .relax_builder import Builder
 from .relax_closures import ClosureLowering
 from .relax_dynamic import DYNAMIC, DynamicLowering
 from .relax_loops import LoopLowering
 from .relax_symbolic import SymbolicLowering
-from .relax_types import NeedsStatic, block, declare, named_dims, relax_type, scheduled, static
+from .relax_types import NeedsStatic, declare, named_dims, relax_type, scheduled, static
 from .target import building
 from .vm_run import MAX_DEPTH, deeper_kernel
 
@@ -205,7 +206,7 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
         self.symbols = {name: tirx.Var(name, "int64") for name in symbolic}
         self.entry = ""
         self.apart: dict[str, Any] = {}  # symbol -> PrimFunc [RULE APART]
-        self.bb = relax.BlockBuilder()
+        self.bb = Builder()
         self.globals: dict[str, Any] = {}
         self.kernels: dict[str, tuple[Any, KernelIR]] = {}  # effir's, by text and types
         self.executor_gvs: dict[str, Any] = {}  # the executor's (relax_dynamic.py)
@@ -266,7 +267,7 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
             zero = relax.const(np.int64(0), "int64")
             return self.bb.emit(relax.Call(self.globals[entry], [zero, *params]))
 
-        body = block(self.bb, call)
+        body = self.bb.block(call)
         function = relax.Function(params, body, ret, False).with_attr("global_symbol", entry)
         self.bb.add_func(function, entry)
 
@@ -333,7 +334,7 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
     # ------------------------------------------------------------- blocks
     def _block(self, expr: Expr, env: dict[Var, Any]) -> Any:
         """``expr`` as a Relax sequence of bindings ending in its value."""
-        return block(self.bb, lambda: self._chain(expr, env))
+        return self.bb.block(lambda: self._chain(expr, env))
 
     def _chain(self, expr: Expr, env: dict[Var, Any]) -> Any:
         while isinstance(expr, Let):

@@ -15,7 +15,6 @@ a TIR variable of the entry function; code that needs it static raises
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import tvm
@@ -106,28 +105,3 @@ def declare(bb: Any, params: list[Any], ret: Any, name: str) -> Any:
     function, and two stubs of one signature would otherwise be one."""
     stub = relax.Function(params, relax.SeqExpr([], relax.op.null_value()), ret, False)
     return bb.add_func(stub.with_attr("effir_stub", name), name)
-
-
-def block(bb: Any, build: Callable[[], Any]) -> Any:
-    """The bindings ``build`` emits with ``bb``, ending in the value it
-    returns, as a ``SeqExpr`` of their own: a function's body, a branch of
-    an ``If``, a ``match`` clause.
-
-    This is the one place effir opens a binding block itself, through
-    ``BlockBuilder._begin_binding_block``/``_end_block``: TVM's public
-    scopes cannot make these blocks. ``bb.function`` adds a global function
-    once its body is done (a loop's level calls its own global while it is
-    built: that global is declared first, ``declare``) and cannot hold
-    another function's body while it is built; ``bb.dataflow`` makes a
-    dataflow block, which may hold neither an ``If`` nor an impure call;
-    nothing public makes the branch of an ``If``. Recording the bindings
-    apart (``bb.normalize``, then ``relax.VarBinding``) would skip what the
-    builder's own ``emit`` and ``match_cast`` keep (the symbolic variables
-    a ``match_cast`` defines, the binding table), and a nested expression
-    that normalising emits would land in the enclosing block."""
-    bb._begin_binding_block()
-    try:
-        value = build()
-    finally:
-        bindings = bb._end_block()
-    return relax.SeqExpr([bindings], value)
