@@ -30,6 +30,12 @@ from typing import Any
 
 from tvm import relax
 
+_MODULE_METHODS = frozenset(
+    {"add_func", "update_func", "get", "finalize", "normalize", "get_unique_name", "call_te"}
+)
+"""What ``Builder`` takes from TVM's builder as it is: the module's functions,
+normalising, fresh names, a TE function added as a PrimFunc."""
+
 
 class Builder:
     """A ``relax.BlockBuilder`` whose bindings go to effir's own blocks."""
@@ -39,9 +45,14 @@ class Builder:
         self._frames: list[list[Any]] = []
 
     def __getattr__(self, name: str) -> Any:
-        """The module's methods (``add_func``, ``update_func``, ``finalize``,
-        ``normalize``, ...) are TVM's builder's."""
-        return getattr(self._bb, name)
+        """The module's methods are TVM's builder's; the others of TVM's
+        (``emit_te``, ``emit_output``, ...) would bind into a block of
+        TVM's, which is never open [RULE FLAT], so they are refused here."""
+        if name in _MODULE_METHODS:
+            return getattr(self._bb, name)
+        raise AttributeError(
+            f"Builder.{name}: bind with emit or match_cast inside Builder.block (relax_builder.py)"
+        )
 
     def block(self, build: Callable[[], Any]) -> Any:
         """The bindings ``build`` emits, ending in the value it returns, as a
