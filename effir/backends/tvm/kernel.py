@@ -38,6 +38,7 @@ import tvm
 import tvm_ffi
 from tvm import te, tirx
 
+from ...ir import type_tree
 from ...ir.diagnostics import Error
 from ...ir.expr import Call, Constant, Expr, Function, Let, Op, Tuple, TupleGetItem, Var
 from ...ir.op import op_def
@@ -62,9 +63,16 @@ def concrete_type(t: Type, dims: Mapping[str, Any], what: str = "a type") -> Typ
     """``t`` with every symbolic dimension replaced by its value in ``dims``
     (a TIR variable or expression, kept as its name: symbolic, rules.py); BackendError for
     a dimension left unknown."""
-    if isinstance(t, TensorType):
+
+    def concrete(leaf: Type) -> Type:
+        if isinstance(leaf, KeyType):
+            return leaf
+        if not isinstance(leaf, TensorType):
+            raise BackendError(
+                f"a kernel computes tensors, tuples and keys, not {astext(leaf)} ({what})"
+            )
         shape = []
-        for d in t.shape:
+        for d in leaf.shape:
             if isinstance(d, int):
                 shape.append(d)
             elif d != ANY and d in dims:
@@ -73,43 +81,36 @@ def concrete_type(t: Type, dims: Mapping[str, Any], what: str = "a type") -> Typ
                 shown = "?" if d == ANY else d
                 raise BackendError(
                     f"a kernel needs static shapes: dimension {shown} of {what} "
-                    f"({astext(t)}) is not known"
+                    f"({astext(leaf)}) is not known"
                 )
-        return TensorType(tuple(shape), t.dtype)
-    if isinstance(t, TupleType):
-        return TupleType(tuple(concrete_type(f, dims, what) for f in t.fields))
-    if isinstance(t, KeyType):
-        return t
-    raise BackendError(f"a kernel computes tensors, tuples and keys, not {astext(t)} ({what})")
+        return TensorType(tuple(shape), leaf.dtype)
+
+    return type_tree.map_leaves(t, concrete)
 
 
 def leaves(t: Type) -> list[TensorType]:
-    """The tensors a value of type ``t`` is made of, in order."""
+    """The tensors a value of type ``t`` is made of, in order (a key is
+    ``KEY``)."""
     out: list[TensorType] = []
-    stack = [t]
-    while stack:
-        top = stack.pop()
-        if isinstance(top, TupleType):
-            stack.extend(reversed(top.fields))
-        elif isinstance(top, KeyType):
+    for leaf in type_tree.leaves(t):
+        if isinstance(leaf, KeyType):
             out.append(KEY)
         else:
-            assert isinstance(top, TensorType)
-            out.append(top)
+            assert isinstance(leaf, TensorType)
+            out.append(leaf)
     return out
 
 
 def _flatten_value(value: Any, t: Type, out: list[Any], what: str) -> None:
     """Append the arrays of ``value`` (of type ``t``) to ``out``."""
-    stack: list[tuple[Any, Type, str]] = [(value, t, what)]
-    while stack:
-        v, ty, name = stack.pop()
-        if isinstance(ty, TupleType):
-            if not isinstance(v, tuple) or len(v) != len(ty.fields):
-                raise BackendError(f"{name} must be a tuple of {len(ty.fields)} values")
-            for k in range(len(v) - 1, -1, -1):
-                stack.append((v[k], ty.fields[k], f"{name}.{k}"))
-        elif isinstance(ty, KeyType):
+
+    def mismatch(path: tuple[int, ...], ty: TupleType, _v: Any) -> BackendError:
+        name = what + "".join(f".{k}" for k in path)
+        return BackendError(f"{name} must be a tuple of {len(ty.fields)} values")
+
+    values = type_tree.flatten(t, value, mismatch=mismatch)
+    for ty, v in zip(type_tree.leaves(t), values, strict=True):
+        if isinstance(ty, KeyType):
             out.append(v.data if isinstance(v, PRNGKey) else np.asarray(v))
         else:
             out.append(v if isinstance(v, np.ndarray) else np.asarray(v))
@@ -117,11 +118,9 @@ def _flatten_value(value: Any, t: Type, out: list[Any], what: str) -> None:
 
 def _rebuild(t: Type, arrays: Iterator[np.ndarray]) -> Any:
     """The value of type ``t`` made of the next arrays (keys as ``PRNGKey``)."""
-    if isinstance(t, TupleType):
-        return tuple(_rebuild(f, arrays) for f in t.fields)  # tuple depth is small
-    if isinstance(t, KeyType):
-        return PRNGKey(next(arrays))
-    return next(arrays)
+    return type_tree.unflatten(
+        t, arrays, lambda ty, a: PRNGKey(a) if isinstance(ty, KeyType) else a
+    )
 
 
 # ================================================================ arrays
@@ -332,10 +331,7 @@ def build_kernel(
     """The compiled kernel of ``fn`` (cached: the same function, dimensions
     and target build once). ``dims`` binds symbolic dimensions; ``schedule``
     False builds TVM's unscheduled loops (for comparisons)."""
-    tvm_target = make_target(target)
-    dims = dict(dims or {})
-    if any(not p.has_type for p in fn.params) or not _body_typed(fn):
-        infer_expr(fn)
+    tvm_target, dims = _prepared(fn, target, dims)
     # The text shows parameter types only where annotated: add the inferred ones.
     types = tuple(astext(p.checked_type) for p in fn.params)
     key = (astext(fn), types, tuple(sorted(dims.items())), str(tvm_target), schedule)
@@ -346,6 +342,18 @@ def build_kernel(
     kernel = _build(fn, tvm_target, dims, schedule)
     with _CACHE_LOCK:
         return _CACHE.setdefault(key, kernel)
+
+
+def _prepared(
+    fn: Function, target: str | Any, dims: Mapping[str, Any] | None
+) -> tuple[Any, dict[str, Any]]:
+    """The target and the bound dimensions of a build of ``fn``, which is
+    typed first where it is not."""
+    tvm_target = make_target(target)
+    bound = dict(dims or {})
+    if any(not p.has_type for p in fn.params) or not _body_typed(fn):
+        infer_expr(fn)
+    return tvm_target, bound
 
 
 _CACHE: dict[tuple[Any, ...], Kernel] = {}
@@ -379,10 +387,7 @@ def lower_kernel(
 ) -> KernelIR:
     """``fn`` (a typed primitive function) as scheduled TIR for ``target``;
     ``dims`` binds its symbolic dimensions."""
-    tvm_target = make_target(target)
-    dims = dict(dims or {})
-    if any(not p.has_type for p in fn.params) or not _body_typed(fn):
-        infer_expr(fn)
+    tvm_target, dims = _prepared(fn, target, dims)
     symbolic = {d: v for d, v in dims.items() if _symbolic(v)}
     if symbolic:
         with symbolic_dims(symbolic):
@@ -502,7 +507,7 @@ class _Builder:
             shape = [dim_value(d) for d in leaf.shape]
             tensors.append(te.placeholder(shape, leaf.dtype, name=_identifier(name)))
         self.inputs.extend(tensors)
-        self.env[id(param)] = _rebuild_te(t, iter(tensors))
+        self.env[id(param)] = type_tree.unflatten(t, tensors)
 
     def evaluate(self, body: Expr) -> TEValue:
         while isinstance(body, Let):
@@ -593,7 +598,7 @@ class _Builder:
         inputs = {t.op for t in self.inputs + self.constant_inputs}
         seen: set[Any] = set()
         outs = []
-        for t in _flatten_te(value):
+        for t in type_tree.tuple_leaves(value):
             if t.op in inputs or (t.op, t.value_index) in seen:
                 t = _copy(t)
             seen.add((t.op, t.value_index))
@@ -633,28 +638,10 @@ def _identifier(name: str) -> str:
     return cleaned if cleaned and not cleaned[0].isdigit() else f"p_{cleaned}"
 
 
-def _rebuild_te(t: Type, tensors: Iterator[Any]) -> TEValue:
-    if isinstance(t, TupleType):
-        return tuple(_rebuild_te(f, tensors) for f in t.fields)
-    return next(tensors)
-
-
-def _flatten_te(value: TEValue) -> list[Any]:
-    out: list[Any] = []
-    stack = [value]
-    while stack:
-        top = stack.pop()
-        if isinstance(top, tuple):
-            stack.extend(reversed(top))
-        else:
-            out.append(top)
-    return out
-
-
 def _check_value(value: TEValue, t: Type, name: str, call: Call) -> None:
     """A rule's result must have the call's type: a mismatch is a bug in the
     rule, reported here rather than as wrong values later."""
-    got = _flatten_te(value)
+    got = type_tree.tuple_leaves(value)
     want = leaves(t)
     ok = len(got) == len(want) and all(
         len(g.shape) == len(w.shape)

@@ -17,11 +17,12 @@ Calls inside primitive functions are left alone (they are a kernel's body).
 
 from __future__ import annotations
 
+from ...ir import type_tree
 from ...ir.expr import Call, Constant, Function, Let, Op, Var
 from ...ir.module import IRModule
 from ...ir.node import Node
 from ...ir.op import op_def
-from ...ir.types import ANY, KeyType, TensorType, TupleType, Type
+from ...ir.types import ANY, KeyType, TensorType, Type
 from ...ir.visitor import ExprMutator, pre_order
 from ...passes.fuse import PRIMITIVE, is_primitive
 from ...passes.infer_type import check
@@ -49,11 +50,30 @@ def static_type(t: Type) -> bool:
     """A type whose values have shapes known before the kernel runs: integer
     or named dimensions (a named one is bound by the arguments' shapes when
     the kernel is called), not ``?``."""
-    if isinstance(t, TensorType):
-        return all(d != ANY for d in t.shape)
-    if isinstance(t, TupleType):
-        return all(static_type(f) for f in t.fields)
-    return isinstance(t, KeyType)
+    return all(
+        all(d != ANY for d in leaf.shape)
+        if isinstance(leaf, TensorType)
+        else isinstance(leaf, KeyType)
+        for leaf in type_tree.leaves(t)
+    )
+
+
+def one_call_kernel(call: Call) -> tuple[Function, list[Var]]:
+    """A primitive function computing ``call`` alone, and the variables it
+    is called on: each variable argument becomes a parameter, constants
+    stay in its body."""
+    params, operands, args = [], [], []
+    for arg in call.args:
+        if isinstance(arg, Var):
+            param = Var(f"p{len(params)}", arg.checked_type)
+            params.append(param)
+            operands.append(arg)
+            args.append(param)
+        else:
+            args.append(arg)
+    body = Call(call.callee, tuple(args), call.attrs, span=call.span)
+    fn = Function(tuple(params), body, call.checked_type, attrs=PRIMITIVE, span=call.span)
+    return fn, operands
 
 
 def wrappable(call: Call) -> bool:
@@ -84,19 +104,7 @@ class _Wrapper(ExprMutator):
         assert isinstance(new, Call) and isinstance(old, Call)
         if id(old) in self.inside or not wrappable(old):
             return new
-        params = []
-        operands = []
-        args = []
-        for arg in old.args:
-            if isinstance(arg, Var):
-                param = Var(f"p{len(params)}", arg.checked_type)
-                params.append(param)
-                operands.append(arg)
-                args.append(param)
-            else:
-                args.append(arg)
-        body = Call(old.callee, tuple(args), old.attrs, span=old.span)
-        fn = Function(tuple(params), body, old.checked_type, attrs=PRIMITIVE, span=old.span)
+        fn, operands = one_call_kernel(old)
         assert isinstance(old.callee, Op)
         fn_var = Var("kernel_" + old.callee.name.replace(".", "_"))
         return Let(fn_var, fn, Call(fn_var, tuple(operands), span=old.span), span=old.span)

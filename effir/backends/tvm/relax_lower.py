@@ -94,6 +94,7 @@ import numpy as np
 import tvm
 from tvm import relax, tirx
 
+from ...ir import type_tree
 from ...ir.expr import (
     Call,
     Constant,
@@ -118,14 +119,16 @@ from ...ir.expr import (
 from ...ir.module import IRModule
 from ...ir.op import op_def
 from ...ir.printer import astext
-from ...ir.types import TupleType, Type
+from ...ir.types import Type
 from ...ir.visitor import free_vars, pre_order
 from ...passes.call_graph import recursive
-from ...passes.fuse import PRIMITIVE, is_primitive
+from ...passes.fuse import is_primitive
 from ...passes.infer_type import infer_expr
 from .errors import BackendError, CompileError
 from .kernel import KernelIR, leaves, lower_kernel
+from .lower import one_call_kernel
 from .relax_adts import AdtLowering, has_constructor_pattern
+from .relax_builder import Builder
 from .relax_closures import ClosureLowering
 from .relax_dynamic import DYNAMIC, DynamicLowering
 from .relax_loops import LoopLowering
@@ -202,7 +205,7 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
         self.symbols = {name: tirx.Var(name, "int64") for name in symbolic}
         self.entry = ""
         self.apart: dict[str, Any] = {}  # symbol -> PrimFunc [RULE APART]
-        self.bb = relax.BlockBuilder()
+        self.bb = Builder()
         self.globals: dict[str, Any] = {}
         self.kernels: dict[str, tuple[Any, KernelIR]] = {}  # effir's, by text and types
         self.executor_gvs: dict[str, Any] = {}  # the executor's (relax_dynamic.py)
@@ -260,7 +263,7 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
             zero = relax.const(np.int64(0), "int64")
             return self.bb.emit(relax.Call(self.globals[entry], [zero, *params]))
 
-        body = self._seq(call)
+        body = self.bb.block(call)
         function = relax.Function(params, body, ret, False).with_attr("global_symbol", entry)
         self.bb.add_func(function, entry)
 
@@ -327,12 +330,7 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
     # ------------------------------------------------------------- blocks
     def _block(self, expr: Expr, env: dict[Var, Any]) -> Any:
         """``expr`` as a Relax sequence of bindings ending in its value."""
-        self.bb._begin_binding_block()
-        try:
-            value = self._chain(expr, env)
-        finally:
-            block = self.bb._end_block()
-        return relax.SeqExpr([block], value)
+        return self.bb.block(lambda: self._chain(expr, env))
 
     def _chain(self, expr: Expr, env: dict[Var, Any]) -> Any:
         while isinstance(expr, Let):
@@ -559,17 +557,11 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
 
     def _leaves(self, value: Any, t: Type) -> list[Any]:
         """The tensors of a value of type ``t`` (a tuple's, in order)."""
-        if not isinstance(t, TupleType):
-            return [value]
-        out = []
-        for i, f in enumerate(t.fields):
-            out += self._leaves(self.bb.emit(relax.TupleGetItem(value, i)), f)
-        return out
+        return type_tree.flatten(t, value, lambda v, i: self.bb.emit(relax.TupleGetItem(v, i)))
 
     def _rebuild(self, t: Type, parts: Any) -> Any:
-        if not isinstance(t, TupleType):
-            return next(parts)
-        return self.bb.emit(relax.Tuple([self._rebuild(f, parts) for f in t.fields]))
+        """The value of type ``t`` made of the next of ``parts``."""
+        return type_tree.unflatten(t, parts, make=lambda fields: self.bb.emit(relax.Tuple(fields)))
 
     # ---------------------------------------------------------- operators
     def _operator(self, call: Call, env: dict[Var, Any], name: str) -> Any:
@@ -611,16 +603,7 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
 def _one_call_kernel(call: Call) -> Function:
     """A primitive function computing ``call`` alone (what ``lower-tvm``
     makes of a call whose types became static only once specialised)."""
-    params, args = [], []
-    for arg in call.args:
-        if isinstance(arg, Var):
-            param = Var(f"p{len(params)}", arg.checked_type)
-            params.append(param)
-            args.append(param)
-        else:
-            args.append(arg)
-    body = Call(call.callee, tuple(args), call.attrs, span=call.span)
-    fn = Function(tuple(params), body, call.checked_type, attrs=PRIMITIVE, span=call.span)
+    fn, _ = one_call_kernel(call)
     infer_expr(fn)
     return fn
 
