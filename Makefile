@@ -4,12 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-peers clean
+.PHONY: demo test lint bench bench-peers notebooks clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[test,dev]"
+	$(BIN)/pip install --quiet -e ".[test,dev,notebooks]"
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -18,6 +18,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check effir tests benchmarks examples
 	$(BIN)/python -m pytest
+
+# Re-execute the tutorials and save their outputs (they are committed executed;
+# `make test` runs them too, without saving). Open them: .venv/bin/jupyter lab notebooks/
+notebooks: $(STAMP)
+	$(BIN)/python -m tests.notebooks.runner
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/parse_print.py
@@ -28,6 +33,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/kernels.py
 	$(BIN)/python benchmarks/gru_loop.py
 	$(BIN)/python benchmarks/executor.py
+	$(BIN)/python benchmarks/frontend.py
 
 # The GRU against numpy, PyTorch and JAX: the peers go into a venv of their
 # own (they are not effir's dependencies).

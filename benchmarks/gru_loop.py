@@ -1,5 +1,5 @@
 """A GRU over a sequence: the whole cf.foreach compiled into one TVM function
-(effir/backends/tvm/loop.py) against a numpy loop, one step per iteration.
+(effir/backends/tvm/loop/) against a numpy loop, one step per iteration.
 
 Cases (float32): input and hidden 256, T=100, batch 1 and 32 (the sizes of
 TVM_NOTES.md, where JAX's jit(lax.scan) took 1.81 ms and 14.5 ms on the same

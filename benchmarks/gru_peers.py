@@ -81,7 +81,7 @@ def masked_gru_text(inputs: int, hidden: int) -> str:
     there (``maximum(z, done)``), so a finished row's state is carried
     unchanged, exactly (``0 * n + 1 * h``). The mask is a float, not a
     boolean: TVM 0.27 does not vectorise a select on a vector of booleans
-    (loop.py), and the gate costs one maximum a step."""
+    (loop/), and the gate costs one maximum a step."""
     g = 3 * hidden
     return (
         H

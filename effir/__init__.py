@@ -1,8 +1,12 @@
 """effir: a Relay-style functional IR for effectful, dynamic ML programs."""
 
-from . import ops  # noqa: F401  (registers every operator)
+from . import (
+    ops,  # noqa: F401  (registers every operator)
+    transform,
+)
 from .backends.interpreter import Closure, Interpreter, State, interpret
 from .backends.tvm.errors import BackendError, CompileError  # no TVM import
+from .graph import visualize
 from .ir import (
     ArgumentError,
     AttrError,
@@ -25,6 +29,15 @@ from .ir import (
 )
 from .passes.infer_type import check
 from .std import prelude
+from .transform import (
+    Pass,
+    PassContext,
+    PassError,
+    Sequential,
+    function_pass,
+    module_pass,
+    pipeline,
+)
 
 # ``effir.TypeError``: the name users expect; the class is TypeCheckError so
 # that it never shadows Python's own TypeError inside effir.
@@ -32,14 +45,102 @@ TypeError = TypeCheckError  # noqa: A001
 
 __version__ = "0.1.0"
 
+# --- the Python frontend (issue 15, docs/frontend.md) ---
+from .frontend import (  # noqa: E402
+    Cell,
+    Key,
+    ModuleBuilder,
+    Ref,
+    ScriptFunction,
+    Tensor,
+    TracedFunction,
+    TupleOf,
+    call,
+    cell,
+    cond,
+    emit,
+    foreach,
+    function,
+    op,
+    read,
+    script,
+    trace,
+    var,
+    while_loop,
+    write,
+)
+from .ir import FrontendError  # noqa: E402
 
-def compile(module: IRModule, target: str = "llvm", **options):  # noqa: A001
+random = op.random  # ``effir.random.key(0)``
+nn = op.nn
+
+_FRONTEND_NAMES = [
+    "Cell",
+    "FrontendError",
+    "Key",
+    "ModuleBuilder",
+    "Ref",
+    "ScriptFunction",
+    "Tensor",
+    "TracedFunction",
+    "TupleOf",
+    "call",
+    "cell",
+    "cond",
+    "emit",
+    "foreach",
+    "function",
+    "nn",
+    "op",
+    "random",
+    "read",
+    "script",
+    "trace",
+    "var",
+    "while_loop",
+    "write",
+]
+# --- end of the Python frontend ---
+
+
+def compile(  # noqa: A001
+    module: IRModule,
+    target="llvm",
+    pipeline=None,
+    *,
+    opt_level: int | None = None,
+    dims=None,
+    entry: str = "main",
+    verbose=None,
+):
     """``module`` through the optimisation pipeline and compiled by TVM for
-    ``target`` ("llvm": this CPU; "cuda"): a callable ``CompiledModule``
-    (effir/backends/tvm/compile.py). Imports TVM on first use."""
+    ``target``: a callable ``CompiledModule``; ``compiled.report`` says what
+    was built and what it cost. Imports TVM on first use.
+
+    - ``target``: ``"llvm"`` (this CPU), ``"cuda"``, or a TVM target string
+      (``"llvm -mcpu=skylake-avx512"``, ``"cuda -arch=sm_90"``), dict or Target.
+    - ``pipeline``: pipeline text (``"O2,fuse{max-fused-ops=16},lower-tvm"``)
+      or a ``Pass``; by default the pipeline of ``opt_level``.
+    - ``opt_level``: 0, 1 or 2 (default: the current ``PassContext``'s, 2).
+    - ``dims``: bindings of the entry's symbolic dimensions to build now
+      (``{"n": 8}`` or a list); other shapes build at their first call.
+    - ``entry``: the function ``dims`` are for (default ``main``).
+    - ``verbose``: progress lines (specialisations, kernels, times) on
+      standard error (or the stream given); by default quiet in library
+      calls and scripts, on in a Jupyter notebook.
+
+    See effir/backends/tvm/compile.py and docs/backend.md."""
     from .backends.tvm.compile import compile as compile_module
 
-    return compile_module(module, target, **options)
+    return compile_module(
+        module,
+        target,
+        pipeline,
+        opt_level=opt_level,
+        dims=dims,
+        entry=entry,
+        verbose=verbose,
+    )
 
 
 def load(path, key=None):
@@ -62,14 +163,23 @@ __all__ = [
     "Error",
     "EvalError",
     "Interpreter",
+    "Pass",
+    "PassContext",
+    "PassError",
+    "Sequential",
     "State",
     "TypeCheckError",
     "TypeError",
     "check",
+    "function_pass",
+    "module_pass",
+    "pipeline",
+    "transform",
     "prelude",
     "compile",
     "interpret",
     "load",
+    "visualize",
     "IRModule",
     "LinearityError",
     "ParseError",
@@ -82,4 +192,5 @@ __all__ = [
     "parse_expr",
     "structural_equal",
     "structural_hash",
+    *_FRONTEND_NAMES,
 ]

@@ -21,11 +21,10 @@ from .io_safety import output_directory, read_for_rewrite, rewrite
 from .ir import EffectError, Error, IRModule, TypeCheckError, astext, parse
 from .passes.infer_effects import check_effects, effect_text
 from .passes.infer_type import check
-from .passes.infra import PassContext, PrintIR, Timing, registered_passes
-from .passes.pipeline import STANDARD_PIPELINES, pipeline
 from .passes.verify_linear import linearity_errors
 from .runtime.limits import LimitSettingError, tensor_too_large
 from .runtime.values import PRNGKey, describe_value
+from .transform import STANDARD_PIPELINES, PassContext, PrintIR, Timing, pipeline, registered_passes
 
 EXIT_OK, EXIT_USER_ERROR, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -217,7 +216,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def list_passes() -> str:
+    """Every registered pass: its name and one-line description, what it
+    requires and establishes, its options; then the standard pipelines."""
+    lines = []
+    for p in registered_passes().values():
+        lines.append(p.describe())
+    lines.append("")
+    lines.append("standard pipelines (-O LEVEL, opt_level=LEVEL):")
+    for name, text in STANDARD_PIPELINES.items():
+        lines.append(f"  {name}: {text or '(no pass)'}")
+    return "\n".join(lines) + "\n"
+
+
 def cmd_opt(args: argparse.Namespace) -> int:
+    if args.list_passes:
+        sys.stdout.write(list_passes())
+        return EXIT_OK
+    if args.file is None:
+        raise CommandError("opt: give a FILE (or --list-passes)")
     if (args.pipeline is None) == (args.level is None):
         raise CommandError("opt: give a pipeline with -p, or a standard one with -O1/-O2")
     passes = pipeline(args.pipeline if args.pipeline is not None else args.level)
@@ -230,7 +247,8 @@ def cmd_opt(args: argparse.Namespace) -> int:
         instruments.append(PrintIR("after"))
     elif args.print_after_change:
         instruments.append(PrintIR("after-change"))
-    context = PassContext(instruments=instruments, verify=not args.no_verify)
+    level = int(args.level[1:]) if args.level is not None else PassContext().opt_level
+    context = PassContext(opt_level=level, instruments=instruments, verify=not args.no_verify)
     module = passes(module, context)
     text = astext(module)
     if args.output:
@@ -261,7 +279,13 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from .backends.tvm.compile import compile as compile_module
 
     output_directory(args.output, MANIFEST)  # refused before compiling (io_safety.py)
-    compiled = compile_module(module, args.target)
+    compiled = compile_module(
+        module,
+        args.target,
+        args.pipeline,
+        opt_level=None if args.pipeline is not None else args.level,
+        verbose=not args.quiet,  # progress on standard error
+    )
     entry = args.entry.removeprefix("@")
     if entry not in compiled.module.functions:
         known = ", ".join("@" + n for n in compiled.module.functions) or "none"
@@ -292,6 +316,28 @@ def cmd_compile(args: argparse.Namespace) -> int:
     path = compiled.export(args.output)
     print(compiled.report.table())
     print(f"exported to {path}")
+    return EXIT_OK
+
+
+def cmd_graph(args: argparse.Namespace) -> int:
+    """A dataflow picture of a program's functions, as SVG (effir/graph.py)."""
+    from .graph import visualize
+
+    module, _, name = load_module(args.file)
+    names = [n.removeprefix("@") for n in args.function] or None
+    for fn_name in names or ():
+        if fn_name not in module.functions:
+            known = ", ".join("@" + n for n in module.functions) or "none"
+            raise CommandError(f"{name}: no function @{fn_name} (functions: {known})")
+    svg = visualize(module, names).svg
+    if args.output:
+        try:
+            with open(args.output, "w", encoding="utf-8") as handle:
+                handle.write(svg)
+        except OSError as err:
+            raise CommandError(f"{args.output}: {err.strerror or err}") from None
+    else:
+        sys.stdout.write(svg + "\n")
     return EXIT_OK
 
 
@@ -334,15 +380,19 @@ def build_parser() -> argparse.ArgumentParser:
     check.set_defaults(run=cmd_check)
 
     opt = commands.add_parser("opt", help="run passes and print the result")
-    opt.add_argument("file", metavar="FILE", help="a file, or - for standard input")
+    opt.add_argument("file", nargs="?", metavar="FILE", help="a file, or - for standard input")
     opt.add_argument(
         "-p",
         "--passes",
         dest="pipeline",
         metavar="PIPELINE",
-        help="comma-separated pass names, e.g. explicate,state-passing ("
-        + ", ".join(sorted(registered_passes()))
-        + ")",
+        help="comma-separated pass names with options in braces, e.g. "
+        "explicate,state-passing,fuse{max-fused-ops=32} (--list-passes shows them)",
+    )
+    opt.add_argument(
+        "--list-passes",
+        action="store_true",
+        help="print every pass with its description and options, and exit",
     )
     opt.add_argument(
         "-O",
@@ -391,7 +441,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     compile_cmd.add_argument("file", metavar="FILE", help="a file, or - for standard input")
     compile_cmd.add_argument(
-        "--target", choices=["llvm", "cuda"], default="llvm", help="llvm (this CPU) or cuda"
+        "--target",
+        default="llvm",
+        help='llvm (this CPU), cuda, or a TVM target such as "llvm -mcpu=skylake-avx512" '
+        'or "cuda -arch=sm_90"',
+    )
+    passes = compile_cmd.add_mutually_exclusive_group()
+    passes.add_argument(
+        "-O",
+        dest="level",
+        type=int,
+        choices=[0, 1, 2],
+        default=None,
+        metavar="LEVEL",
+        help="the optimisation level: 0, 1 or 2 (default 2)",
+    )
+    passes.add_argument(
+        "-p", "--passes", dest="pipeline", metavar="PIPELINE", help="the passes to run instead"
+    )
+    compile_cmd.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress lines on standard error"
     )
     compile_cmd.add_argument("-o", "--output", required=True, metavar="DIR", help="the artifact")
     compile_cmd.add_argument("--entry", default="main", help="the entry (default: main)")
@@ -403,6 +472,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="sizes of the entry's symbolic dimensions to build for (repeat for more shapes)",
     )
     compile_cmd.set_defaults(run=cmd_compile)
+
+    graph = commands.add_parser("graph", help="draw a program's dataflow as SVG")
+    graph.add_argument("file", metavar="FILE", help="a file, or - for standard input")
+    graph.add_argument("-o", "--output", metavar="OUT.svg", help="write the picture to OUT.svg")
+    graph.add_argument(
+        "--function",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="draw only this function (repeat for more; default: all)",
+    )
+    graph.set_defaults(run=cmd_graph)
     return parser
 
 

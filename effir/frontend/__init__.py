@@ -1,1 +1,55 @@
-"""Frontends: Python source and traces to effir IR. See docs/architecture.md."""
+"""Frontends: Python to effir IR (docs/frontend.md).
+
+- the builder (``effir.var``, ``effir.op``, ``effir.ModuleBuilder``,
+  ``effir.cond``/``foreach``/``while_loop``): builder.py, values.py, opns.py;
+- ``@effir.script``: AST conversion (script.py; the converter in
+  script_convert.py, script_stmts.py, script_exprs.py, script_values.py;
+  liveness.py);
+- ``effir.trace``: records what a Python function does on placeholders (trace.py).
+"""
+
+from . import operators as _operators
+from .builder import (
+    ModuleBuilder,
+    call,
+    cond,
+    emit,
+    foreach,
+    function,
+    read,
+    var,
+    while_loop,
+    write,
+)
+from .opns import build_namespace
+from .script import ScriptFunction, script
+from .trace import TracedFunction, trace
+from .values import Cell, Key, Ref, Tensor, TupleOf, as_type, cell
+
+_operators.install()
+op = build_namespace()
+
+__all__ = [
+    "Cell",
+    "Key",
+    "ModuleBuilder",
+    "Ref",
+    "Tensor",
+    "TupleOf",
+    "as_type",
+    "call",
+    "cell",
+    "cond",
+    "emit",
+    "foreach",
+    "function",
+    "op",
+    "read",
+    "script",
+    "ScriptFunction",
+    "trace",
+    "TracedFunction",
+    "var",
+    "while_loop",
+    "write",
+]

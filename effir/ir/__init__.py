@@ -7,6 +7,7 @@ from .diagnostics import (
     EffectError,
     Error,
     EvalError,
+    FrontendError,
     LinearityError,
     ParseError,
     Source,

@@ -194,3 +194,25 @@ class LinearityError(Error):
     """Which rule: "use" (a key or the world token used twice, or the world
     token dropped), "drop" (new state dropped), "shape" (a state-passing
     signature or return)."""
+
+
+class FrontendError(Error):
+    """Python code that the frontend (``effir.script``, ``effir.trace``, the
+    builder) cannot turn into effir: located at the Python file, line and
+    column, with a one-line ``hint`` of what to write instead."""
+
+    kind = "frontend error"
+
+    def __init__(
+        self,
+        message: str,
+        span: Span | None = None,
+        notes: tuple[str, ...] = (),
+        hint: str | None = None,
+    ):
+        self.hint = hint
+        super().__init__(message, span, notes)
+
+    def _render(self) -> str:
+        text = super()._render()
+        return f"{text}\nhint: {self.hint}" if self.hint else text

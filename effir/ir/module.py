@@ -76,6 +76,13 @@ class IRModule:
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name.removeprefix("@") in self._functions
 
+    def _repr_html_(self) -> str:
+        """Jupyter shows a module as its highlighted text (effir/highlight.py)."""
+        from ..highlight import html
+        from .printer import astext
+
+        return html(astext(self))
+
     def with_function(self, name: str, fn: Function) -> IRModule:
         return IRModule({**self._functions, name: fn}, self._type_defs, self._cells)
 
@@ -85,10 +92,20 @@ class IRModule:
     def with_cell(self, cell: GlobalCell) -> IRModule:
         return IRModule(self._functions, self._type_defs, {**self._cells, cell.name: cell})
 
-    def __repr__(self) -> str:
+    def __str__(self) -> str:
+        """The program in the text format (what ``print`` shows)."""
         from .printer import astext
 
         return astext(self)
+
+    def __repr__(self) -> str:
+        """One line: what the module defines (``print(module)`` shows the text)."""
+        parts = [", ".join("@" + name for name in self._functions) or "no function"]
+        if self._cells:
+            parts.append("cells " + ", ".join("@" + name for name in self._cells))
+        if self._type_defs:
+            parts.append("types " + ", ".join(self._type_defs))
+        return f"<IRModule: {'; '.join(parts)}>"
 
 
 def check_constructor_name(name: str) -> None:

@@ -31,12 +31,23 @@ class Node:
     span: Span | None = field(default=None, kw_only=True)
 
     def __repr__(self) -> str:
-        from .printer import astext  # printing is the readable repr
-
+        """``<Call: add(%x, 1f)>``: the node's kind and its text."""
         try:
-            return f"<{type(self).__name__}: {astext(self)}>"
+            return f"<{type(self).__name__}: {self._text()}>"
         except Exception:  # a repr must never fail, even on a malformed node
             return f"<{type(self).__name__} at {id(self):#x}>"
+
+    def __str__(self) -> str:
+        """The node in the text format (what ``print`` shows)."""
+        try:
+            return self._text()
+        except Exception:
+            return repr(self)
+
+    def _text(self) -> str:
+        from .printer import astext  # printing is the readable repr
+
+        return astext(self).rstrip("\n")
 
     def children(self) -> Iterator[Node]:
         """Direct child nodes (binders included), in field order."""
@@ -47,6 +58,13 @@ class Node:
                     yield value
             elif kind in ("nodes", "defs"):
                 yield from value
+
+    def _repr_html_(self) -> str:
+        """Jupyter shows a node as its highlighted text (effir/highlight.py)."""
+        from ..highlight import html
+        from .printer import astext
+
+        return html(astext(self))
 
 
 def _freeze_value(value: Any) -> Any:

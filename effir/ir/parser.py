@@ -17,6 +17,8 @@ The only exception the parser raises is ``ParseError``.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
+from types import GeneratorType
 from typing import Any
 
 import numpy as np
@@ -55,7 +57,7 @@ from .module import IRModule, check_constructor_name
 from .names import KEYWORDS, require_name
 from .node import EMPTY_ATTRS, Attrs
 from .op import all_ops, lookup_op
-from .trampoline import run
+from .trampoline import Computation, run
 from .types import (
     ANY,
     DTYPES,
@@ -94,6 +96,7 @@ _OPEN = frozenset({"(", "[", "{", "#["})
 _CLOSE = frozenset({")", "]", "}"})
 _METADATA_KIND = metadata.KIND
 _TERMINATORS = frozenset({",", ")", ";", "]", "}"})
+_ATTRIBUTE = object()  # what an attribute in a list of arguments or parameters gives
 
 
 def _is(token: tuple, kind: str, value: Any = None) -> bool:
@@ -191,6 +194,35 @@ class Parser:
             require_name(token[1], what, reserved)
         except WellFormedError as err:
             raise self.error(err.message, token) from None
+
+    def p_comma_list(
+        self,
+        close: str,
+        item: Callable[[], Any],
+        *,
+        empty: bool = True,
+        trailing: bool = True,
+    ) -> Computation[list]:
+        """The items of a comma-separated list up to ``close`` (consumed).
+        ``item()`` parses one: it returns the item, or a production (a
+        generator) that gives it. With ``empty`` the list may have no item;
+        with ``trailing`` a comma may end it. Every list of the grammar is
+        parsed here, so all give the same error: "expected ',' or ')'"."""
+        items: list = []
+        if empty and self.at_punct(close):
+            self.pos += 1
+            return items
+        while True:
+            value = item()
+            if type(value) is GeneratorType:
+                value = yield value
+            items.append(value)
+            if not self.accept(","):
+                break
+            if trailing and self.at_punct(close):
+                break
+        self.expect(close, f"',' or '{close}'")
+        return items
 
     # ----------------------------------------------------------------- scopes
     def bind_local(self, name: str, var: Var, undo: list) -> None:
@@ -435,8 +467,8 @@ class Parser:
             self.restore(undo)
             return TypeData(name, params, (), span=self.span_from(name_token))
         self.expect("{")
-        constructors: list[Constructor] = []
-        while not self.at_punct("}"):
+
+        def constructor() -> Constructor:
             ctor_token = self.next()
             if ctor_token[0] != L.IDENT:
                 raise self.error(
@@ -451,26 +483,21 @@ class Parser:
                 raise self.error(err.message, ctor_token) from None
             inputs: list[Type] = []
             if self.accept("("):
-                while not self.at_punct(")"):
-                    inputs.append(run(self.p_type()))
-                    if not self.accept(","):
-                        break
-                self.expect(")", "',' or ')'")
+                inputs = run(self.p_comma_list(")", self.p_type))
             ctor = Constructor(ctor_token[1], tuple(inputs), name, span=self.span_from(ctor_token))
             self.constructors[ctor.name] = ctor
-            constructors.append(ctor)
-            if not self.accept(","):
-                break
-        self.expect("}", "',' or '}'")
+            return ctor
+
+        constructors = run(self.p_comma_list("}", constructor))
         self.restore(undo)
         return TypeData(name, params, tuple(constructors), span=self.span_from(name_token))
 
     def p_type_params(self, undo: list) -> tuple[TypeVar, ...]:
         if not self.accept("["):
             return ()
-        params: list[TypeVar] = []
         seen: set[str] = set()
-        while True:
+
+        def type_param() -> TypeVar:
             token = self.next()
             if token[0] != L.IDENT:
                 raise self.error(
@@ -482,11 +509,9 @@ class Parser:
             seen.add(token[1])
             tv = TypeVar(token[1], span=self.span_from(token))
             self.bind_type_var(token[1], tv, undo)
-            params.append(tv)
-            if not self.accept(","):
-                break
-        self.expect("]", "',' or ']'")
-        return tuple(params)
+            return tv
+
+        return tuple(run(self.p_comma_list("]", type_param, empty=False, trailing=False)))
 
     def p_def(self):
         start = self.expect("def")
@@ -527,10 +552,10 @@ class Parser:
         undo: list = []
         type_params = self.p_type_params(undo)
         self.expect("(")
-        params: list[Var] = []
         attrs: dict[str, Any] = {}
         seen: dict[str, tuple] = {}
-        while not self.at_punct(")"):
+
+        def parameter():
             token = self.peek()
             if token[0] == L.LOCAL:
                 if attrs:
@@ -539,25 +564,24 @@ class Parser:
                 if token[1] in seen:
                     raise self.error(f"parameter %{token[1]} is declared twice", token)
                 seen[token[1]] = token
-                annotation = None
-                if self.accept(":"):
-                    annotation = yield self.p_type()
-                params.append(Var(token[1], annotation, span=self.span_from(token)))
-            elif token[0] == L.IDENT and _is(self.peek(1), L.PUNCT, "="):
+                if not self.at_punct(":"):
+                    return Var(token[1], None, span=self.span_from(token))
+                self.next()
+                return self.p_annotated_var(token)
+            if token[0] == L.IDENT and _is(self.peek(1), L.PUNCT, "="):
                 self.check_name(token, "function attribute name", KEYWORDS)
                 self.next()
                 self.next()
                 if token[1] in attrs:
                     raise self.error(f"attribute '{token[1]}' is given twice", token)
-                attrs[token[1]] = yield self.p_attr_value()
-            else:
-                raise self.error(
-                    f"expected a parameter such as %x, an attribute or ')', found {L.describe(token)}",
-                    token,
-                )
-            if not self.accept(","):
-                break
-        self.expect(")", "',' or ')'")
+                return self.p_attribute(token[1], attrs)
+            raise self.error(
+                f"expected a parameter such as %x, an attribute or ')', found {L.describe(token)}",
+                token,
+            )
+
+        items = yield self.p_comma_list(")", parameter)
+        params: list[Var] = [p for p in items if p is not _ATTRIBUTE]
         ret_type = None
         if self.accept("->"):
             ret_type = yield self.p_type()
@@ -699,29 +723,8 @@ class Parser:
                 return expr
             if token[1] == "(":
                 self.next()
-                args: list[Expr] = []
-                attrs: dict[str, Any] = {}
-                attr_tokens: dict[str, tuple] = {}
-                while not self.at_punct(")"):
-                    arg_token = self.peek()
-                    if arg_token[0] == L.IDENT and _is(self.peek(1), L.PUNCT, "="):
-                        self.next()
-                        self.next()
-                        if arg_token[1] in attrs:
-                            raise self.error(
-                                f"attribute '{arg_token[1]}' is given twice", arg_token
-                            )
-                        attrs[arg_token[1]] = yield self.p_attr_value()
-                        attr_tokens[arg_token[1]] = arg_token
-                    else:
-                        if attrs:
-                            raise self.error("arguments must come before attributes", arg_token)
-                        arg = self.quick_atom()
-                        args.append(arg if arg is not None else (yield self.p_expr()))
-                    if not self.accept(","):
-                        break
-                self.expect(")", "',' or ')'")
-                expr = self.make_call(expr, tuple(args), attrs, start, attr_tokens)
+                args, attrs, attr_tokens = yield self.p_arguments()
+                expr = self.make_call(expr, args, attrs, start, attr_tokens)
             elif token[1] == ".":
                 self.next()
                 index = self.next()
@@ -734,6 +737,30 @@ class Parser:
                 )
             else:
                 return expr
+
+    def p_arguments(self):
+        """A call's arguments and attributes after its ``(``: the arguments,
+        the attributes' values and the token naming each attribute."""
+        attrs: dict[str, Any] = {}
+        attr_tokens: dict[str, tuple] = {}
+
+        def argument():
+            arg_token = self.peek()
+            if arg_token[0] == L.IDENT and _is(self.peek(1), L.PUNCT, "="):
+                self.next()
+                self.next()
+                if arg_token[1] in attrs:
+                    raise self.error(f"attribute '{arg_token[1]}' is given twice", arg_token)
+                attr_tokens[arg_token[1]] = arg_token
+                return self.p_attribute(arg_token[1], attrs)
+            if attrs:
+                raise self.error("arguments must come before attributes", arg_token)
+            arg = self.quick_atom()
+            return arg if arg is not None else self.p_expr()
+
+        items = yield self.p_comma_list(")", argument)
+        args = tuple(a for a in items if a is not _ATTRIBUTE) if attrs else tuple(items)
+        return args, attrs, attr_tokens
 
     def p_primary(self):
         token = self.peek()
@@ -796,13 +823,8 @@ class Parser:
         if self.accept(")"):
             return first
         self.expect(",", "',' or ')'")
-        fields = [first]
-        while not self.at_punct(")"):
-            fields.append((yield self.p_expr()))
-            if not self.accept(","):
-                break
-        self.expect(")", "',' or ')'")
-        return Tuple(tuple(fields), span=self.span_from(start))
+        rest = yield self.p_comma_list(")", self.p_expr)
+        return Tuple((first, *rest), span=self.span_from(start))
 
     def p_if(self):
         start = self.expect("if")
@@ -824,19 +846,17 @@ class Parser:
             complete = False
         data = yield self.p_binary()
         self.expect("{", "'{' to open the match clauses")
-        clauses: list[Clause] = []
-        while not self.at_punct("}"):
-            clause_start = self.peek()
-            undo: list = []
-            pattern = yield self.p_pattern(undo)
-            self.expect("=>", "'=>' after the pattern")
-            body = yield self.p_binary()
-            self.restore(undo)
-            clauses.append(Clause(pattern, body, span=self.span_from(clause_start)))
-            if not self.accept(","):
-                break
-        self.expect("}", "',' or '}'")
+        clauses = yield self.p_comma_list("}", self.p_clause)
         return Match(data, tuple(clauses), complete, span=self.span_from(start))
+
+    def p_clause(self):
+        clause_start = self.peek()
+        undo: list = []
+        pattern = yield self.p_pattern(undo)
+        self.expect("=>", "'=>' after the pattern")
+        body = yield self.p_binary()
+        self.restore(undo)
+        return Clause(pattern, body, span=self.span_from(clause_start))
 
     def p_pattern(self, undo: list):
         token = self.next()
@@ -858,11 +878,7 @@ class Parser:
                 raise self.unknown_name(token, "constructor", self.constructors)
             patterns: list = []
             if self.accept("("):
-                while not self.at_punct(")"):
-                    patterns.append((yield self.p_pattern(undo)))
-                    if not self.accept(","):
-                        break
-                self.expect(")", "',' or ')'")
+                patterns = yield self.p_comma_list(")", lambda: self.p_pattern(undo))
             if len(patterns) != len(ctor.inputs):
                 raise self.error(
                     f"constructor {value} takes {len(ctor.inputs)} fields, "
@@ -871,15 +887,8 @@ class Parser:
                 )
             return PatternConstructor(ctor, tuple(patterns), span=self.span_from(token))
         if kind == L.PUNCT and value == "(":
-            patterns = []
-            trailing = False
-            while not self.at_punct(")"):
-                patterns.append((yield self.p_pattern(undo)))
-                trailing = False
-                if not self.accept(","):
-                    break
-                trailing = True
-            self.expect(")", "',' or ')'")
+            patterns = yield self.p_comma_list(")", lambda: self.p_pattern(undo))
+            trailing = _is(self.tokens[self.pos - 2], L.PUNCT, ",")  # `(%x,)` is a 1-tuple
             if len(patterns) == 1 and not trailing:
                 return patterns[0]
             return PatternTuple(tuple(patterns), span=self.span_from(token))
@@ -980,17 +989,23 @@ class Parser:
             )
         return Call(callee, args, EMPTY_ATTRS, span=span)
 
+    def p_attribute(self, name: str, attrs: dict[str, Any]):
+        """The value of attribute ``name`` (after ``name =``), stored in
+        ``attrs``; gives ``_ATTRIBUTE``, which is no argument or parameter."""
+        attrs[name] = yield self.p_attr_value()
+        return _ATTRIBUTE
+
+    def p_annotated_var(self, token: tuple):
+        """A parameter ``%x: T`` after its ``:``."""
+        annotation = yield self.p_type()
+        return Var(token[1], annotation, span=self.span_from(token))
+
     def p_attr_value(self):
         token = self.next()
         kind, value = token[0], token[1]
         if kind == L.PUNCT and value in ("[", "("):
             closing = "]" if value == "[" else ")"
-            items: list[Any] = []
-            while not self.at_punct(closing):
-                items.append((yield self.p_attr_value()))
-                if not self.accept(","):
-                    break
-            self.expect(closing, f"',' or '{closing}'")
+            items = yield self.p_comma_list(closing, self.p_attr_value)
             return tuple(items)
         negative = False
         if kind == L.PUNCT and value == "-":
@@ -1030,12 +1045,7 @@ class Parser:
             undo: list = []
             type_params = self.p_type_params(undo)
             self.expect("(", "'(' to open the parameter types")
-            args: list[Type] = []
-            while not self.at_punct(")"):
-                args.append((yield self.p_type()))
-                if not self.accept(","):
-                    break
-            self.expect(")", "',' or ')'")
+            args: list[Type] = yield self.p_comma_list(")", self.p_type)
             self.expect("->", "'->' and the return type")
             effects = None
             if self.at_punct("{"):
@@ -1050,11 +1060,7 @@ class Parser:
             if self.accept(")"):
                 return fields[0]
             self.expect(",", "',' or ')'")
-            while not self.at_punct(")"):
-                fields.append((yield self.p_type()))
-                if not self.accept(","):
-                    break
-            self.expect(")", "',' or ')'")
+            fields.extend((yield self.p_comma_list(")", self.p_type)))
             return TupleType(tuple(fields), span=self.span_from(token))
         if kind == L.IDENT:
             if value == "Tensor" and self.at_punct("["):
@@ -1075,11 +1081,7 @@ class Parser:
             if arity is not None:
                 args = []
                 if self.accept("["):
-                    while not self.at_punct("]"):
-                        args.append((yield self.p_type()))
-                        if not self.accept(","):
-                            break
-                    self.expect("]", "',' or ']'")
+                    args = yield self.p_comma_list("]", self.p_type)
                 if len(args) != arity:
                     raise self.error(
                         f"type {value} takes {arity} type argument(s), got {len(args)}", token
@@ -1097,23 +1099,21 @@ class Parser:
     def p_tensor_type(self, start: tuple) -> TensorType:
         self.expect("[")
         self.expect("(", "'(' to open the shape")
-        dims: list[int | str] = []
-        while not self.at_punct(")"):
+
+        def dim() -> int | str:
             token = self.next()
             if token[0] == L.INT and token[1][1] is None:
-                dims.append(int(token[1][0]))
-            elif token[0] == L.IDENT and is_dim(token[1]):
-                dims.append(token[1])
-            elif _is(token, L.PUNCT, "?"):
-                dims.append(ANY)
-            else:
-                raise self.error(
-                    f"expected a dimension (an integer, a name or ?), found {L.describe(token)}",
-                    token,
-                )
-            if not self.accept(","):
-                break
-        self.expect(")", "',' or ')'")
+                return int(token[1][0])
+            if token[0] == L.IDENT and is_dim(token[1]):
+                return token[1]
+            if _is(token, L.PUNCT, "?"):
+                return ANY
+            raise self.error(
+                f"expected a dimension (an integer, a name or ?), found {L.describe(token)}",
+                token,
+            )
+
+        dims: list[int | str] = run(self.p_comma_list(")", dim))
         self.expect(",", "',' and the dtype")
         dtype_token = self.next()
         if dtype_token[0] != L.IDENT or dtype_token[1] not in DTYPES:
@@ -1126,27 +1126,24 @@ class Parser:
 
     def p_effects(self) -> tuple[str, ...]:
         self.expect("{")
-        items: list[str] = []
-        while not self.at_punct("}"):
+
+        def effect() -> str:
             token = self.next()
             if token[0] == L.IDENT and token[1] in EFFECT_KEYWORDS:
-                items.append(token[1])
-            elif token[0] == L.IDENT and token[1] in ("read", "write"):
+                return token[1]
+            if token[0] == L.IDENT and token[1] in ("read", "write"):
                 cell = self.next()
                 if cell[0] != L.GLOBAL:
                     raise self.error(
                         f"expected a state cell such as @rng, found {L.describe(cell)}", cell
                     )
-                items.append(f"{token[1]} @{cell[1]}")
-            else:
-                raise self.error(
-                    f"expected an effect (io, random, read @cell, write @cell), found {L.describe(token)}",
-                    token,
-                )
-            if not self.accept(","):
-                break
-        self.expect("}", "',' or '}'")
-        return normalize_effects(items)
+                return f"{token[1]} @{cell[1]}"
+            raise self.error(
+                f"expected an effect (io, random, read @cell, write @cell), found {L.describe(token)}",
+                token,
+            )
+
+        return normalize_effects(run(self.p_comma_list("}", effect)))
 
     # ---------------------------------------------------------- diagnostics
     def undefined_local(self, token: tuple) -> ParseError:

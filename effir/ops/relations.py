@@ -23,7 +23,9 @@ are equal or one is ``?``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -131,12 +133,33 @@ def show_dim(d: Dim) -> str:
 
 
 def merge_dim(a: Dim, b: Dim, what: str = "dimensions") -> Dim:
-    """The more precise of two dimensions that must be equal."""
+    """The more precise of two dimensions that must be equal (inside
+    ``merging_sizes``: two that may be, as the given merge decides)."""
     if a == ANY:
         return b
     if b == ANY or a == b:
         return a
+    merge = _MERGE.get()
+    if merge is not None and not (is_static(a) and is_static(b)):
+        return merge(a, b, what)
     raise RelationError(f"{what} do not match: {show_dim(a)} vs {show_dim(b)}")
+
+
+SizeMerge = Callable[[Dim, Dim, str], Dim]
+_MERGE: ContextVar[SizeMerge | None] = ContextVar("effir_merge_sizes", default=None)
+
+
+@contextlib.contextmanager
+def merging_sizes(merge: SizeMerge) -> Iterator[None]:
+    """Within: ``merge_dim`` of two different dimensions, not both static,
+    is ``merge(a, b, what)`` instead of an error. A compiler typing code
+    whose names stand for sizes known only at run time (the TVM backend's
+    kernels after a mask) checks there that they are equal."""
+    token = _MERGE.set(merge)
+    try:
+        yield
+    finally:
+        _MERGE.reset(token)
 
 
 def broadcast_dim(a: Dim, b: Dim) -> Dim:

@@ -121,6 +121,7 @@ from ..ir.node import Node
 from ..ir.op import op_def
 from ..ir.trampoline import Computation, run
 from ..ir.visitor import ExprMutator, post_order, pre_order
+from .infra import module_pass
 
 Slot = str | int
 # A block's bindings: variable, value, and whether the value is pinned.
@@ -145,6 +146,11 @@ def simple_operands(value: Expr) -> tuple[Expr, ...] | None:
     return None
 
 
+@module_pass(
+    name="to-anf",
+    establishes={"anf", "bbnf"},
+    doc="every intermediate value bound by a let, in evaluation order",
+)
 def to_anf(module: IRModule) -> IRModule:
     """Every global function in A-normal form (cell initialisers are left
     alone); ``module`` itself when every function already is what this

@@ -107,9 +107,10 @@ from ..ir.printer import astext
 from ..ir.structural import structural_equal
 from ..ir.trampoline import Computation, run
 from .dce import CallFacts, child_fields, scan
-from .infra import Pass, register_pass
+from .infra import module_pass
 
 
+@module_pass(name="cse", doc="merges repeated pure computations in scope")
 def cse(module: IRModule) -> IRModule:
     """``module`` with repeated pure computations merged (the module itself
     if there are none)."""
@@ -341,5 +342,3 @@ def _same_annotation(a: Var, b: Var) -> bool:
 
 
 __all__ = ["cse"]
-
-register_pass(Pass("cse", cse, doc="merges repeated pure computations in scope"))

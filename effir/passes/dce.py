@@ -125,7 +125,7 @@ from ..ir.op import op_def
 from ..ir.trampoline import Computation, run
 from ..ir.visitor import pre_order
 from .infer_effects import EffectInfo, infer_effects, solve_flows
-from .infra import Pass, register_pass
+from .infra import module_pass
 
 # What a call may do to references, local ones included (CallFacts.refs).
 READ, WRITE, ALLOC, IO = "read", "write", "alloc", "io"
@@ -348,6 +348,10 @@ def _call_removable(call: Call, facts: CallFacts) -> bool:
 
 
 # ---------------------------------------------------------------------- pass
+@module_pass(
+    name="dce",
+    doc="removes let bindings whose variable is unused and whose value has no effect",
+)
 def dce(module: IRModule) -> IRModule:
     """``module`` without its dead bindings (the module itself if it has none)."""
     facts = CallFacts(module)
@@ -442,11 +446,3 @@ class _Sweep:
 
 
 __all__ = ["CallFacts", "child_fields", "dce", "scan"]
-
-register_pass(
-    Pass(
-        "dce",
-        dce,
-        doc="removes let bindings whose variable is unused and whose value has no effect",
-    )
-)

@@ -37,6 +37,7 @@ from ..ir.node import Node
 from ..ir.op import op_def
 from ..ir.visitor import ExprMutator
 from .anf import is_anf_output, simple_operands, to_anf, to_anf_expr
+from .infra import module_pass
 
 
 class _Explicate(ExprMutator):
@@ -77,6 +78,11 @@ class _Explicate(ExprMutator):
         return result
 
 
+@module_pass(
+    name="explicate",
+    establishes={"anf"},
+    doc="effectful surface operators become reads and writes of their cells (A1)",
+)
 def explicate(module: IRModule) -> IRModule:
     """Every surface effectful operator rewritten into A1 reads and writes;
     ``module`` itself when there is nothing to rewrite or normalise."""

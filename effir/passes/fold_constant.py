@@ -106,7 +106,7 @@ from ..ir.structural import structural_equal
 from ..ir.types import TensorType, TupleType, Type
 from .dce import child_fields
 from .infer_type import check
-from .infra import Pass, register_pass
+from .infra import Option, module_pass
 
 DEFAULT_MAX_ELEMENTS = 1024
 """The largest result (in elements, over all its tensors) that is folded."""
@@ -122,6 +122,14 @@ _UNKNOWN = object()
 _MAX_ROUNDS = 8
 
 
+@module_pass(
+    name="fold-constant",
+    doc="calls of pure operators on constants, projections of tuple literals, "
+    "ifs on constants and lets of atoms are computed at compile time",
+    options={
+        "max_elements": Option("largest result (in elements) computed at compile time", minimum=0)
+    },
+)
 def fold_constant(module: IRModule, max_elements: int = DEFAULT_MAX_ELEMENTS) -> IRModule:
     """``module`` with constant sub-expressions computed (see the module doc).
     Returns ``module`` itself when nothing changed."""
@@ -542,13 +550,3 @@ def _as_constant(value: Any, t: Type, old: Expr) -> Expr | None:
             return None
         return Tuple(tuple(fields), span=old.span)  # type: ignore[arg-type]
     return None
-
-
-register_pass(
-    Pass(
-        "fold-constant",
-        fold_constant,
-        doc="calls of pure operators on constants, projections of tuple literals, "
-        "ifs on constants and lets of atoms are computed at compile time",
-    )
-)

@@ -149,7 +149,7 @@ from ..ir.op import OpDef, op_def
 from ..ir.trampoline import Computation, run
 from ..ir.types import ANY, TensorType, Type
 from .infer_type import check
-from .infra import Pass, register_pass
+from .infra import Option, module_pass
 
 MAX_FUSED_OPS = 256
 """Most operator calls in one group [RULE N] (Relay's ``relay.FuseOps.max_depth``)."""
@@ -184,6 +184,12 @@ def is_primitive(fn: Function) -> bool:
     return bool(fn.attrs.get("Primitive", 0))
 
 
+@module_pass(
+    name="fuse",
+    requires={"anf"},
+    doc="groups of pure operator calls in a block become one primitive function (a kernel)",
+    options={"max_fused_ops": Option("most operator calls in one kernel", minimum=1)},
+)
 def fuse(module: IRModule, max_fused_ops: int = MAX_FUSED_OPS) -> IRModule:
     """``module`` with each group of fusable operator calls made one
     primitive function (the module itself when there is none)."""
@@ -520,12 +526,3 @@ def _name(callees: list[Expr]) -> str:
 
 
 __all__ = ["MAX_FUSED_OPS", "PRIMITIVE", "fuse", "fusion_kind", "is_primitive"]
-
-register_pass(
-    Pass(
-        "fuse",
-        fuse,
-        requires=frozenset({"anf"}),
-        doc="groups of pure operator calls in a block become one primitive function (a kernel)",
-    )
-)

@@ -115,7 +115,7 @@ from .anf import fresh_binders, to_anf
 from .dce import dce
 from .infer_effects import infer_effects
 from .infer_type import check
-from .infra import Pass, register_pass
+from .infra import module_pass
 
 MAX_ELEMENTS = 1024
 MAX_INLINE = 200
@@ -173,6 +173,11 @@ _NOTHING = _Touch(frozenset(), frozenset())
 _ANYTHING = _Touch(None, None)
 
 
+@module_pass(
+    name="partial-eval",
+    establishes={"anf"},
+    doc="fold constants, resolve static ifs, matches and projections, inline known calls",
+)
 def partial_eval(module: IRModule) -> IRModule:
     """Every global function partially evaluated (see the module docstring)."""
     module = check(to_anf(module))  # residual closures need their parameters' types
@@ -925,13 +930,3 @@ def _substitute(expr: Expr, env: dict[Var, PV]) -> Expr:
         if kind == "node" and isinstance(value, Var) and value in env:
             changes[name] = env[value].atom
     return dataclasses.replace(expr, **changes) if changes else expr
-
-
-register_pass(
-    Pass(
-        "partial-eval",
-        partial_eval,
-        establishes=frozenset({"anf"}),
-        doc="fold constants, resolve static ifs, matches and projections, inline known calls",
-    )
-)

@@ -1,97 +1,159 @@
-"""The registered passes and pipelines written as text.
+"""Pipelines written as text, and the standard pipelines.
 
-Each pass module defines its transformation; here each is registered once
-under its kebab-case name with the invariants it requires and establishes
-(`infra.Pass`). ``pipeline("explicate,state-passing,split-keys")`` gives a
-``Sequential``; ``effir opt -p`` and the transform tests use the same text.
-A standard pipeline (``-O1``, ``-O2``) is a name for a text.
+``pipeline("explicate,state-passing,fuse{max-fused-ops=32}")`` gives a
+``Sequential``; ``effir opt -p``, ``effir.compile(pipeline=...)`` and the
+transform tests use the same text. Each item is a registered pass's name
+(passes register themselves where they are defined: infra.py) with, as
+MLIR writes them, options in braces (``name=value``, separated by spaces or
+commas), or a standard pipeline's name (``O2``). Every mistake (an unknown
+pass, an unknown option, a value of the wrong type) is a ``PassError``
+located in the text.
 """
 
 from __future__ import annotations
 
+from ..ir.diagnostics import Source, Span
 from ..ir.module import IRModule
-from .anf import to_anf
-from .explicate import explicate
-from .infra import Pass, PassContext, PassError, Sequential, lookup_pass, register_pass
-from .split_keys import split_keys
-from .state_passing import state_passing
-from .to_bbnf import to_bbnf
-from .to_gnf import to_gnf
-
-# Passes that register themselves where they are defined.
-from . import cse, dce, fold_constant, fuse, partial_eval, simplify  # noqa: E402, F401  isort: skip
-
-register_pass(
-    Pass(
-        "to-anf",
-        to_anf,
-        establishes=frozenset({"anf", "bbnf"}),
-        doc="every intermediate value bound by a let, in evaluation order",
-    )
-)
-register_pass(
-    Pass(
-        "to-bbnf",
-        to_bbnf,
-        establishes=frozenset({"bbnf"}),
-        doc="every block a let chain; sharing across blocks bound in their common block",
-    )
-)
-register_pass(
-    Pass(
-        "to-gnf",
-        to_gnf,
-        establishes=frozenset({"gnf"}),
-        doc="pure let-bound values written where they are used (graph form, for display)",
-    )
-)
-register_pass(
-    Pass(
-        "explicate",
-        explicate,
-        establishes=frozenset({"anf"}),
-        doc="effectful surface operators become reads and writes of their cells (A1)",
-    )
-)
-register_pass(
-    Pass(
-        "state-passing",
-        state_passing,
-        establishes=frozenset({"anf", "a2"}),
-        doc="global state becomes parameters and results (A1 -> A2)",
-    )
-)
-register_pass(
-    Pass(
-        "split-keys",
-        split_keys,
-        requires=frozenset({"a2"}),
-        doc="a chain of key splits in a block becomes one split (changes random values)",
-    )
-)
+from .infra import Pass, PassContext, PassError, Sequential, lookup_pass, registered_passes
 
 STANDARD_PIPELINES = {
     "O0": "",
     "O1": "explicate,state-passing",
     "O2": "explicate,state-passing,partial-eval,simplify,cse,dce",
 }
-"""What ``effir opt -O1``/``-O2`` run: the effect passes, then (-O2) partial
-evaluation and the basic-block optimisations."""
+"""What ``opt_level`` 0, 1 and 2 select (``effir opt -O2``,
+``PassContext(opt_level=2)``, ``effir.compile(opt_level=2)``): nothing, the
+effect passes, then (2) partial evaluation and the basic-block
+optimisations."""
+
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
 
 
-def pipeline(text: str) -> Sequential:
-    """The passes a pipeline text names, in order: pass names separated by
-    commas, or a standard pipeline's name (``O2``). PassError names an
-    unknown pass and lists the known ones."""
-    text = text.strip()
-    if text.lstrip("-") in STANDARD_PIPELINES:
-        text = STANDARD_PIPELINES[text.lstrip("-")]
-        if not text:
-            return Sequential(())
-    names = [name.strip() for name in text.split(",")]
-    if not text or any(not name for name in names):
-        raise PassError(f"empty pass name in the pipeline {text!r}")
-    return Sequential(tuple(lookup_pass(name) for name in names))
+def standard_pipeline(opt_level: int | None = None) -> Sequential:
+    """The standard pipeline of ``opt_level`` (default: the current
+    context's)."""
+    level = PassContext.current().opt_level if opt_level is None else opt_level
+    if f"O{level}" not in STANDARD_PIPELINES or isinstance(level, bool):
+        raise PassError(f"opt_level must be 0, 1 or 2, not {level!r}")
+    return pipeline(f"O{level}")
+
+
+def pipeline(text: str | None = None, name: str = "pipeline") -> Sequential:
+    """The passes a pipeline text names, in order (see the module's
+    docstring); without text, the current context's standard pipeline."""
+    if text is None:
+        return standard_pipeline()
+    return Sequential(_Reader(text).items(), name=name, doc=text.strip())
+
+
+class _Reader:
+    """A hand-written scanner: one pass over the text, located errors."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.source = Source("<pipeline>", text)
+        self.pos = 0
+
+    def error(self, message: str, start: int, end: int | None = None, note: str = "") -> PassError:
+        span = Span(self.source, start, max(end if end is not None else start + 1, start + 1))
+        return PassError(message, span, (note,) if note else ())
+
+    def skip_spaces(self) -> None:
+        while self.pos < len(self.text) and self.text[self.pos].isspace():
+            self.pos += 1
+
+    def word(self, stop: str) -> tuple[str, int]:
+        start = self.pos
+        while self.pos < len(self.text) and self.text[self.pos] not in stop:
+            if self.text[self.pos].isspace():
+                break
+            self.pos += 1
+        return self.text[start : self.pos], start
+
+    def items(self) -> list[Pass]:
+        items: list[Pass] = []
+        text = self.text
+        if not text.strip():
+            raise self.error("empty pass name in the pipeline ''", 0)
+        while True:
+            self.skip_spaces()
+            start = self.pos
+            while self.pos < len(text) and text[self.pos] in _NAME_CHARS:
+                self.pos += 1
+            name = text[start : self.pos]
+            if not name:
+                if self.pos < len(text) and text[self.pos] in ",{}" or self.pos == len(text):
+                    raise self.error(f"empty pass name in the pipeline {text.strip()!r}", start)
+                raise self.error(f"unexpected {text[self.pos]!r} in the pipeline", self.pos)
+            standard = name.lstrip("-")
+            if standard in STANDARD_PIPELINES:
+                body = STANDARD_PIPELINES[standard]
+                items += list(pipeline(body)) if body else []
+                self.skip_spaces()
+                if self.pos < len(text) and text[self.pos] == "{":
+                    raise self.error(
+                        f"{standard} is a standard pipeline: it takes no options", start
+                    )
+            else:
+                try:
+                    p = lookup_pass(name)
+                except PassError as err:
+                    raise self.error(
+                        err.message, start, self.pos, note=_did_you_mean(name)
+                    ) from None
+                self.skip_spaces()
+                if self.pos < len(text) and text[self.pos] == "{":
+                    p = self.options(p)
+                items.append(p)
+            self.skip_spaces()
+            if self.pos == len(text):
+                return items
+            if text[self.pos] != ",":
+                raise self.error(f"expected ',' between passes, found {text[self.pos]!r}", self.pos)
+            self.pos += 1
+
+    def options(self, p: Pass) -> Pass:
+        """``{name=value ...}`` after a pass's name: the pass with them set."""
+        text = self.text
+        brace = self.pos
+        self.pos += 1
+        values: dict[str, object] = {}
+        while True:
+            self.skip_spaces()
+            if self.pos < len(text) and text[self.pos] == ",":
+                self.pos += 1
+                continue
+            if self.pos == len(text):
+                raise self.error(f"unclosed '{{' of the options of pass {p.name}", brace)
+            if text[self.pos] == "}":
+                self.pos += 1
+                return p.with_options(**values) if values else p
+            key, key_start = self.word("=,{}")
+            if not key:
+                raise self.error(f"expected an option name, found {text[self.pos]!r}", self.pos)
+            try:
+                option = p.option(key)
+            except PassError as err:
+                raise self.error(err.message, key_start, self.pos) from None
+            if self.pos >= len(text) or text[self.pos] != "=":
+                raise self.error(
+                    f"expected '=' and a value after option {key} of pass {p.name}", self.pos
+                )
+            self.pos += 1
+            value, value_start = self.word(",{}")
+            try:
+                values[option.name] = option.parse(value)
+            except ValueError as err:
+                raise self.error(
+                    f"option {option.text_name} of pass {p.name}: {err}", value_start, self.pos
+                ) from None
+
+
+def _did_you_mean(name: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, list(registered_passes()), n=1)
+    return f"did you mean {close[0]}?" if close else ""
 
 
 def run_pipeline(module: IRModule, text: str, context: PassContext | None = None) -> IRModule:

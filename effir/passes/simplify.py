@@ -83,9 +83,14 @@ from ..ir.module import IRModule
 from ..ir.op import call_op, op_def
 from ..ir.types import TensorType, TupleType
 from .fold_constant import Rewriter, rewrite_functions, same_type, type_of
-from .infra import Pass, register_pass
+from .infra import module_pass
 
 
+@module_pass(
+    name="simplify",
+    doc="algebraic identities that keep every bit: x * 1, tuples of projections, "
+    "reshape of reshape, transpose of transpose, casts to the same dtype...",
+)
 def simplify(module: IRModule) -> IRModule:
     """``module`` with the algebraic rewrites of the module doc applied.
     Returns ``module`` itself when nothing changed."""
@@ -342,13 +347,3 @@ RULES: dict[str, Rule] = {
     "negative": _negative,
 }
 """The rewrite of each operator that has one."""
-
-
-register_pass(
-    Pass(
-        "simplify",
-        simplify,
-        doc="algebraic identities that keep every bit: x * 1, tuples of projections, "
-        "reshape of reshape, transpose of transpose, casts to the same dtype...",
-    )
-)

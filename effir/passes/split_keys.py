@@ -39,10 +39,16 @@ from ..ir.module import IRModule
 from ..ir.node import Attrs, Node
 from ..ir.op import op_def
 from ..ir.visitor import ExprMutator, block_heads, pre_order
+from .infra import module_pass
 
 _SPLIT = op_def("random.split")
 
 
+@module_pass(
+    name="split-keys",
+    requires={"a2"},
+    doc="a chain of key splits in a block becomes one split (changes random values)",
+)
 def split_keys(module: IRModule) -> IRModule:
     """Every chain of two or more key splits in a block becomes one split."""
     functions = {name: _split_function(fn) for name, fn in module.functions.items()}

@@ -58,8 +58,14 @@ from ..ir.expr import (
 from ..ir.module import IRModule
 from ..ir.visitor import pre_order
 from .anf import expression_edges, lifted_nodes, normal_form
+from .infra import module_pass
 
 
+@module_pass(
+    name="to-bbnf",
+    establishes={"bbnf"},
+    doc="every block a let chain; sharing across blocks bound in their common block",
+)
 def to_bbnf(module: IRModule) -> IRModule:
     """Every global function in basic-block normal form (cell initialisers
     are left alone)."""

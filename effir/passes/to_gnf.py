@@ -49,9 +49,15 @@ from ..ir.expr import ATOM_TYPES, Expr, Function, Let, Var
 from ..ir.module import IRModule
 from ..ir.trampoline import Computation, run
 from .anf import Facts, expression_edges, pins, with_children
+from .infra import module_pass
 from .to_bbnf import located
 
 
+@module_pass(
+    name="to-gnf",
+    establishes={"gnf"},
+    doc="pure let-bound values written where they are used (graph form, for display)",
+)
 def to_gnf(module: IRModule) -> IRModule:
     """Every global function in graph normal form (cell initialisers are
     left alone)."""

@@ -212,7 +212,7 @@ def test_parse_expr_with_a_module_context():
 
 
 def test_repr_is_the_text():
-    assert repr(effir.parse_expr("add(1, 2)")) == "<Call: add(1, 2)\n>"
+    assert repr(effir.parse_expr("add(1, 2)")) == "<Call: add(1, 2)>"
 
 
 @pytest.mark.parametrize("text", ["%x", "@f", "Foo", "nope.op(1)"])
@@ -272,3 +272,19 @@ def test_a_bare_nullary_constructor_node_is_not_well_formed():
     mod = IRModule({"f": Function((), Tuple((nil,)))}, {"L": TypeData("L", (), (nil,))})
     with pytest.raises(WellFormedError, match="its value is the call N()"):
         effir.check_well_formed(mod)
+
+
+def test_reprs_are_clean_and_str_is_the_text():
+    module = effir.parse(
+        H + "global @rng: Ref[Key] = ref(random.key(0));\n"
+        "type T { A }\n"
+        "def @f(%x: float32) { add(%x, 1f) }\n"
+        "def @main() { @f(2f) }\n"
+    )
+    fn = module["f"]
+    assert repr(fn.body) == "<Call: add(%x, 1f)>" and str(fn.body) == "add(%x, 1f)"
+    assert repr(fn) == "<Function: fn (%x: float32) {\n  add(%x, 1f)\n}>"
+    assert repr(fn.params[0]) == "<Var: %x>"
+    assert repr(module) == "<IRModule: @f, @main; cells @rng; types T>"
+    assert str(module) == effir.astext(module) and "\n" not in repr(module)
+    assert repr(effir.IRModule()) == "<IRModule: no function>"

@@ -48,7 +48,9 @@ import numpy as np
 import tvm
 
 from ...io_safety import install_directory, staging_directory
+from ...ir import type_tree
 from ...ir.diagnostics import Error
+from ...ir.types import KeyType, TensorType
 from ...ops.effects import WORLD
 from ...runtime.arguments import check_call_options
 from ...runtime.values import PRNGKey
@@ -65,6 +67,7 @@ from .signature import (
     call_entry,
     spec_from_json,
     spec_to_json,
+    type_of,
 )
 from .thread_vms import ThreadVMs
 
@@ -102,12 +105,6 @@ def export(compiled: CompiledModule, path: str | os.PathLike[str], key: Key | No
             "nothing to export: the program has not been built for any shape yet; call it "
             "once (or compiled.specialization('main', dims)) for each shape it must serve"
         )
-    for (entry, dims), spec in built:
-        if not spec.exportable:
-            raise ArtifactError(
-                f"@{entry} for {dict(dims) or 'its static shapes'} has kernels of data-dependent "
-                "shape, built in Python when called: it runs here but cannot be exported"
-            )
     staging = staging_directory(target, MANIFEST)  # io_safety.py: what may be replaced
     try:
         (staging / "lib").mkdir()
@@ -167,9 +164,9 @@ def _spec_of_value(value: Any) -> Spec:
 
 
 def _arrays(value: Any, spec: Spec) -> list[np.ndarray]:
-    if isinstance(spec, TupleSpec):
-        return [a for v, f in zip(value, spec.fields, strict=True) for a in _arrays(v, f)]
-    return [np.asarray(value.data if isinstance(value, PRNGKey) else value)]
+    """The arrays of a cell's value, in order."""
+    leaves = type_tree.flatten(type_of(spec), value)
+    return [np.asarray(v.data if isinstance(v, PRNGKey) else v) for v in leaves]
 
 
 def _digest(path: Path) -> str:
@@ -432,16 +429,10 @@ def _checked_bytes(root: Path, relative: Any, digest: Any, limit: int | None = N
 def _cell_leaves(root: Path, cell: str, spec: Spec, files: Any) -> list[tuple[tuple, str]]:
     """The (shape, dtype) of each tensor the cell's type says its files
     hold, in order; ArtifactError when the files are not one per tensor."""
-    leaves: list[tuple[tuple, str]] = []
-    stack = [spec]
-    while stack:
-        s = stack.pop()
-        if isinstance(s, TupleSpec):
-            stack.extend(reversed(s.fields))
-        elif isinstance(s, TensorSpec):
-            leaves.append((tuple(s.shape), s.dtype))
-        else:  # a key: two uint32 words
-            leaves.append(((2,), "uint32"))
+    leaves = [
+        (tuple(t.shape), t.dtype) if isinstance(t, TensorType) else ((2,), "uint32")  # a key
+        for t in type_tree.leaves(type_of(spec))
+    ]
     if not isinstance(files, list) or len(files) != len(leaves):
         count = len(files) if isinstance(files, list) else "no list of"
         raise ArtifactError(
@@ -483,7 +474,7 @@ def _state_array(
 
 
 def _rebuild(spec: Spec, arrays: Any) -> Any:
-    if isinstance(spec, TupleSpec):
-        return tuple(_rebuild(f, arrays) for f in spec.fields)
-    array = next(arrays)
-    return PRNGKey(array) if isinstance(spec, KeySpec) else array
+    """The value of ``spec`` made of the next arrays (keys as ``PRNGKey``)."""
+    return type_tree.unflatten(
+        type_of(spec), arrays, lambda t, a: PRNGKey(a) if isinstance(t, KeyType) else a
+    )

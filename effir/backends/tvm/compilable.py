@@ -16,7 +16,10 @@ at the first such construct, naming it:
   them (what a caller can pass and receive).
 
 The lowering's own checks remain (relax_lower.py); each raises
-``CompileError`` too.
+``CompileError`` too, among them a kernel after a data-dependent shape
+whose sizes cannot be related (symbolic_shapes.py): that depends on which
+run-time sizes the lowering finds equal, so it is decided there, when the
+program is built (by ``effir.compile`` for an entry of static shapes).
 """
 
 from __future__ import annotations

@@ -18,11 +18,12 @@ this executor, and what it costs.
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple, TextIO
 
 import numpy as np
 import tvm
@@ -32,33 +33,69 @@ from tvm import relax
 from ...ir.diagnostics import Error
 from ...ir.module import IRModule
 from ...ir.visitor import pre_order
-from ...passes.pipeline import STANDARD_PIPELINES, run_pipeline
+from ...passes.infra import Pass, PassContext, PassError
+from ...passes.pipeline import STANDARD_PIPELINES
+from ...passes.pipeline import pipeline as parse_pipeline
 from ...runtime.arguments import check_call_options
 from ..interpreter import Sink, State
 from . import lower  # noqa: F401  (registers lower-tvm)
 from .compilable import refuse_uncompilable
-from .errors import BackendError, run_time_error, site_message
+from .errors import BackendError, CompileError, run_time_error, site_message
 from .relax_lower import PRINT_FUNCTION, RelaxProgram, label_text, lower_to_relax
 from .relax_memory import relax_pipeline
 from .relax_types import NeedsStatic, static
-from .signature import Dims, Signature, call_entry, spec_of
+from .signature import Dims, Signature, TensorSpec, TupleSpec, call_entry, spec_of
 from .specialize import specialize
 from .target import building, make_target
 from .thread_vms import ThreadVMs
 from .vm_run import on_large_stack
 
-PIPELINE = STANDARD_PIPELINES["O2"] + ",fuse,lower-tvm"
+COMPILE_PIPELINES = {
+    0: STANDARD_PIPELINES["O1"] + ",lower-tvm",
+    1: STANDARD_PIPELINES["O1"] + ",fuse,lower-tvm",
+    2: STANDARD_PIPELINES["O2"] + ",fuse,lower-tvm",
+}
+"""What ``effir.compile`` runs at each ``opt_level``: the standard pipeline
+(the effect passes always: the backend compiles state-passing programs),
+then fusion (1 and 2) and the lowering to kernels."""
+
+PIPELINE = COMPILE_PIPELINES[2]
+
+
+class Build(NamedTuple):
+    """One specialisation TVM built: the dimensions it binds (``{}``: a
+    static entry, or dimensions left symbolic), how long lowering and the
+    build took, how many kernels and whole compiled loops it has, and the
+    entry it serves. A tuple too: ``dims, seconds, kernels, loops, entry``."""
+
+    dims: Dims
+    seconds: float
+    kernels: int
+    loops: int
+    entry: str = "main"
 
 
 @dataclass
 class CompileReport:
-    """What compiling did and what it cost."""
+    """What compiling did and what it cost (``compiled.report``).
+
+    ``nodes_before``/``nodes_after``: IR nodes before and after the
+    pipeline; ``pipeline_seconds``: its time; ``builds``: one ``Build`` per
+    specialisation built so far (a call at a new shape adds one);
+    ``pipeline``: the passes run, as pipeline text; ``target``: the TVM
+    target. ``table()`` shows it all (``effir compile`` prints it)."""
 
     nodes_before: int
     nodes_after: int
     pipeline_seconds: float
-    builds: list[tuple[Dims, float, int, int]] = field(default_factory=list)
-    # (dims, seconds, kernels, whole loops) per specialisation
+    builds: list[Build] = field(default_factory=list)
+    pipeline: str = ""
+    target: str = ""
+
+    @property
+    def build_seconds(self) -> float:
+        """The time of every TVM build so far."""
+        return sum(b.seconds for b in self.builds)
 
     def table(self) -> str:
         rows = [
@@ -66,13 +103,45 @@ class CompileReport:
             ("IR nodes after", f"{self.nodes_after}"),
             ("pipeline", f"{self.pipeline_seconds:.2f} s"),
         ]
-        for dims, seconds, kernels, loops in self.builds:
-            shown = ", ".join(f"{k}={v}" for k, v in sorted(dims.items())) or "static"
+        for dims, seconds, kernels, loops, _ in self.builds:
+            shown = _dims_text(dims)
             rows.append(
                 (f"TVM build ({shown})", f"{seconds:.2f} s, {kernels} kernels, {loops} loops")
             )
         width = max(len(name) for name, _ in rows)
         return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+def _dims_text(dims: Dims) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(dims.items())) or "static"
+
+
+def in_notebook() -> bool:
+    """Whether this is a Jupyter kernel (IPython's ZMQ shell), where
+    progress lines are on by default."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return False
+    try:
+        shell = ipython.get_ipython()
+    except Exception:  # an IPython too old or half imported: not a notebook
+        return False
+    return type(shell).__name__ == "ZMQInteractiveShell"
+
+
+class Progress:
+    """Progress lines of a build (``effir: ...`` on standard error, or a
+    stream): on in the CLI, off in library calls unless ``verbose``."""
+
+    def __init__(self, verbose: bool | TextIO = False) -> None:
+        self.stream: TextIO | None = (
+            None if verbose is False else sys.stderr if verbose is True else verbose
+        )
+
+    def __call__(self, message: str) -> None:
+        if self.stream is not None:
+            self.stream.write(f"effir: {message}\n")
+            self.stream.flush()
 
 
 # ------------------------------------------------------------------ output
@@ -127,8 +196,6 @@ class Specialization:
     def __init__(self, program: RelaxProgram, target: Any) -> None:
         self.program = program
         self.target = target
-        for name, function in program.fallbacks.items():
-            tvm_ffi.register_global_func(name, function, override=True)
         with building(target):
             self.executable = relax.build(
                 program.module, target=target, relax_pipeline=relax_pipeline(target)
@@ -157,10 +224,6 @@ class Specialization:
         with self.target:
             ptx = nvcc.compile_cuda(self.source("cuda"), target_format="ptx", compiler="nvcc")
         return bytes(ptx).decode()
-
-    @property
-    def exportable(self) -> bool:
-        return not self.program.fallbacks
 
     def function(self) -> Any:
         """The entry's function in the calling thread's VM (thread_vms.py)."""
@@ -192,6 +255,11 @@ class CompiledModule:
         self.specializations: dict[tuple[str, tuple[tuple[str, int], ...]], Specialization] = {}
         self.static_dims: dict[str, set[str]] = {}  # per entry, learnt (specialization)
         self._lock = threading.Lock()
+        self.verbose: bool | TextIO = False
+        """Progress lines for the builds to come (see ``compile``)."""
+
+    def progress(self, message: str) -> None:
+        Progress(self.verbose)(message)
 
     def __call__(
         self,
@@ -267,6 +335,9 @@ class CompiledModule:
                 if spec is not None:
                     return spec
                 start = time.perf_counter()
+                self.progress(
+                    f"building @{entry} ({_dims_text(bound)}) for {self.target.kind.name}"
+                )
                 symbolic = tuple(sorted(d for d in dims if d not in static_dims))
                 try:
                     program = lower_to_relax(
@@ -274,11 +345,21 @@ class CompiledModule:
                     )
                 except NeedsStatic as need:
                     static_dims = self.static_dims[entry] = static_dims | need.dims
+                    self.progress(
+                        f"kernels of @{entry} need {', '.join(sorted(need.dims))} known: "
+                        "lowering again"
+                    )
                     continue
-                spec = Specialization(program, self.target)
-                self.report.builds.append(
-                    (bound, time.perf_counter() - start, program.kernels, program.loops)
+                self.progress(
+                    f"@{entry} ({_dims_text(bound)}): {program.kernels} kernels, "
+                    f"{program.loops} compiled loops; TVM builds them"
                 )
+                spec = Specialization(program, self.target)
+                build = Build(
+                    bound, time.perf_counter() - start, program.kernels, program.loops, entry
+                )
+                self.report.builds.append(build)
+                self.progress(f"built @{entry} ({_dims_text(bound)}) in {build.seconds:.2f} s")
                 self.specializations[key] = spec
                 return spec
 
@@ -296,21 +377,103 @@ class CompiledModule:
 
 
 def compile(  # noqa: A001  (effir.compile, as tvm.compile)
-    module: IRModule, target: str | Any = "llvm", pipeline: str = PIPELINE
+    module: IRModule,
+    target: str | Mapping[str, Any] | Any = "llvm",
+    pipeline: str | Pass | None = None,
+    *,
+    opt_level: int | None = None,
+    dims: Mapping[str, int] | Sequence[Mapping[str, int]] | None = None,
+    entry: str = "main",
+    verbose: bool | TextIO | None = None,
 ) -> CompiledModule:
-    """``module`` optimised for ``target`` ("llvm" or "cuda"); kernels are
-    built per binding of the entry's symbolic dimensions, at its first call
-    (at once when the entry has none)."""
+    """Compile ``module`` with TVM: a ``CompiledModule`` that is called as
+    the interpreter runs ``@main`` (same arguments, same ``State``).
+
+    - ``target``: ``"llvm"`` (this CPU, with its vector extensions),
+      ``"cuda"`` (sm_90), or what TVM users write: ``"llvm
+      -mcpu=skylake-avx512"``, ``"cuda -arch=sm_80"``, a config dict, a
+      ``tvm.target.Target``.
+    - ``pipeline``: the passes to run, as pipeline text
+      (``"O2,fuse{max-fused-ops=16},lower-tvm"``) or a ``Pass``; by
+      default the one of ``opt_level`` (``COMPILE_PIPELINES``). It must
+      leave a state-passing program (``state-passing``) for the backend.
+    - ``opt_level``: 0 (the effect passes and the lowering only), 1 (and
+      fusion) or 2 (and partial evaluation, simplification, cse, dce);
+      default: the current ``PassContext``'s (2). Not with ``pipeline``.
+    - ``dims``: bindings of ``entry``'s symbolic dimensions to build now
+      (``{"n": 8}`` or a list of them); any other shape is built at its
+      first call (an entry without symbolic dimensions is built at once).
+    - ``verbose``: progress lines (the pipeline, each specialisation, its
+      kernels, how long) on standard error, or on the stream given;
+      ``compiled.verbose`` turns them on or off later. By default (None)
+      they are off in library calls and scripts, on in a Jupyter notebook;
+      ``effir compile`` prints them unless ``-q``.
+
+    The passes run in the current ``PassContext`` (its instruments and
+    verification). ``compiled.report`` (``CompileReport``) says what was
+    done and what it cost. Imports TVM on first use."""
+    if pipeline is not None and opt_level is not None:
+        raise PassError("effir.compile: give a pipeline or an opt_level, not both")
+    context = PassContext.current()
+    level = context.opt_level if opt_level is None else opt_level
+    if pipeline is None:
+        if level not in COMPILE_PIPELINES or isinstance(level, bool):
+            raise PassError(f"opt_level must be 0, 1 or 2, not {level!r}")
+        pipeline = COMPILE_PIPELINES[level]
+    passes = parse_pipeline(pipeline) if isinstance(pipeline, str) else pipeline
+    if not isinstance(passes, Pass):
+        raise PassError(f"effir.compile: pipeline must be text or a Pass, not {pipeline!r}")
     tvm_target = make_target(target)
+    if verbose is None:
+        verbose = in_notebook()
+    progress = Progress(verbose)
+    progress(f"optimising: {passes.spelled() or '(no pass)'}")
     start = time.perf_counter()
-    optimised = run_pipeline(module, pipeline)
+    optimised = passes(module, context)
     refuse_uncompilable(optimised)
-    report = CompileReport(_size(module), _size(optimised), time.perf_counter() - start)
+    report = CompileReport(
+        _size(module),
+        _size(optimised),
+        time.perf_counter() - start,
+        pipeline=passes.spelled(),
+        target=str(tvm_target),
+    )
+    progress(
+        f"optimised in {report.pipeline_seconds:.2f} s "
+        f"({report.nodes_before} -> {report.nodes_after} IR nodes)"
+    )
     compiled = CompiledModule(module, optimised, tvm_target, report)
-    main = optimised.functions.get("main")
+    compiled.verbose = verbose
+    main = optimised.functions.get(entry)
     if main is not None and all(static(p.checked_type) for p in main.params):
-        compiled.specialization("main", {})
+        compiled.specialization(entry, {})
+    bindings = [dims] if isinstance(dims, Mapping) else list(dims or ())
+    for binding in bindings:
+        compiled.specialization(entry, _binding(compiled, entry, binding))
     return compiled
+
+
+def _binding(compiled: CompiledModule, entry: str, dims: Mapping[str, int]) -> Dims:
+    """``dims`` checked against ``entry``'s symbolic dimensions: each one
+    bound, to a size, and no other."""
+    needed: set[str] = set()
+    pending = [spec for _, spec in compiled.signature(entry).params]
+    while pending:
+        spec = pending.pop()
+        if isinstance(spec, TupleSpec):
+            pending += spec.fields
+        elif isinstance(spec, TensorSpec):
+            needed |= {d for d in spec.shape if isinstance(d, str) and d != "?"}
+    shown = ", ".join(sorted(needed)) or "none"
+    for name, size in dims.items():
+        if name not in needed:
+            raise CompileError(f"dims: @{entry} has no dimension {name} (its dimensions: {shown})")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise CompileError(f"dims: {name} must be a size (an int >= 0), not {size!r}")
+    missing = sorted(needed - set(dims))
+    if missing:
+        raise CompileError(f"dims {dict(dims)}: no size for {', '.join(missing)}")
+    return dict(dims)
 
 
 def _key(entry: str, dims: Dims, static_dims: set[str]) -> tuple[str, tuple[tuple[str, int], ...]]:

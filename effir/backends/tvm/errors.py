@@ -123,7 +123,7 @@ _RENDERED = re.compile(
 
 def _rendered(text: str) -> EvalError | None:
     """An effir error raised inside a packed function the compiled code
-    called (a fallback kernel, a loop's body), which TVM hands back as its
+    called (``effir.print``, say), which TVM hands back as its
     rendered text: ``file:line:col: kind: message``, the source line and
     the caret line."""
     lines = text.splitlines()

@@ -38,6 +38,7 @@ import tvm
 import tvm_ffi
 from tvm import te, tirx
 
+from ...ir import type_tree
 from ...ir.diagnostics import Error
 from ...ir.expr import Call, Constant, Expr, Function, Let, Op, Tuple, TupleGetItem, Var
 from ...ir.op import op_def
@@ -51,7 +52,7 @@ from .errors import BackendError, check_failure, run_time_error
 from .rules import TEValue, dim_value, symbolic_dims
 from .schedule import schedule_prim_func
 from .target import building, make_target
-from .te_checks import ERROR_SHAPE, check_site, collecting_checks, error_output
+from .te_checks import check_site, collecting_checks, error_output, error_shape
 
 KEY = TensorType((2,), "uint32")
 """A PRNG key's tensor: the two threefry words."""
@@ -60,56 +61,56 @@ KEY = TensorType((2,), "uint32")
 # ================================================================== types
 def concrete_type(t: Type, dims: Mapping[str, Any], what: str = "a type") -> Type:
     """``t`` with every symbolic dimension replaced by its value in ``dims``
-    (a TIR variable, kept as its name: symbolic, rules.py); BackendError for
+    (a TIR variable or expression, kept as its name: symbolic, rules.py); BackendError for
     a dimension left unknown."""
-    if isinstance(t, TensorType):
+
+    def concrete(leaf: Type) -> Type:
+        if isinstance(leaf, KeyType):
+            return leaf
+        if not isinstance(leaf, TensorType):
+            raise BackendError(
+                f"a kernel computes tensors, tuples and keys, not {astext(leaf)} ({what})"
+            )
         shape = []
-        for d in t.shape:
+        for d in leaf.shape:
             if isinstance(d, int):
                 shape.append(d)
             elif d != ANY and d in dims:
-                shape.append(d if isinstance(dims[d], tirx.Var) else int(dims[d]))
+                shape.append(d if _symbolic(dims[d]) else int(dims[d]))
             else:
                 shown = "?" if d == ANY else d
                 raise BackendError(
                     f"a kernel needs static shapes: dimension {shown} of {what} "
-                    f"({astext(t)}) is not known"
+                    f"({astext(leaf)}) is not known"
                 )
-        return TensorType(tuple(shape), t.dtype)
-    if isinstance(t, TupleType):
-        return TupleType(tuple(concrete_type(f, dims, what) for f in t.fields))
-    if isinstance(t, KeyType):
-        return t
-    raise BackendError(f"a kernel computes tensors, tuples and keys, not {astext(t)} ({what})")
+        return TensorType(tuple(shape), leaf.dtype)
+
+    return type_tree.map_leaves(t, concrete)
 
 
 def leaves(t: Type) -> list[TensorType]:
-    """The tensors a value of type ``t`` is made of, in order."""
+    """The tensors a value of type ``t`` is made of, in order (a key is
+    ``KEY``)."""
     out: list[TensorType] = []
-    stack = [t]
-    while stack:
-        top = stack.pop()
-        if isinstance(top, TupleType):
-            stack.extend(reversed(top.fields))
-        elif isinstance(top, KeyType):
+    for leaf in type_tree.leaves(t):
+        if isinstance(leaf, KeyType):
             out.append(KEY)
         else:
-            assert isinstance(top, TensorType)
-            out.append(top)
+            assert isinstance(leaf, TensorType)
+            out.append(leaf)
     return out
 
 
 def _flatten_value(value: Any, t: Type, out: list[Any], what: str) -> None:
     """Append the arrays of ``value`` (of type ``t``) to ``out``."""
-    stack: list[tuple[Any, Type, str]] = [(value, t, what)]
-    while stack:
-        v, ty, name = stack.pop()
-        if isinstance(ty, TupleType):
-            if not isinstance(v, tuple) or len(v) != len(ty.fields):
-                raise BackendError(f"{name} must be a tuple of {len(ty.fields)} values")
-            for k in range(len(v) - 1, -1, -1):
-                stack.append((v[k], ty.fields[k], f"{name}.{k}"))
-        elif isinstance(ty, KeyType):
+
+    def mismatch(path: tuple[int, ...], ty: TupleType, _v: Any) -> BackendError:
+        name = what + "".join(f".{k}" for k in path)
+        return BackendError(f"{name} must be a tuple of {len(ty.fields)} values")
+
+    values = type_tree.flatten(t, value, mismatch=mismatch)
+    for ty, v in zip(type_tree.leaves(t), values, strict=True):
+        if isinstance(ty, KeyType):
             out.append(v.data if isinstance(v, PRNGKey) else np.asarray(v))
         else:
             out.append(v if isinstance(v, np.ndarray) else np.asarray(v))
@@ -117,11 +118,9 @@ def _flatten_value(value: Any, t: Type, out: list[Any], what: str) -> None:
 
 def _rebuild(t: Type, arrays: Iterator[np.ndarray]) -> Any:
     """The value of type ``t`` made of the next arrays (keys as ``PRNGKey``)."""
-    if isinstance(t, TupleType):
-        return tuple(_rebuild(f, arrays) for f in t.fields)  # tuple depth is small
-    if isinstance(t, KeyType):
-        return PRNGKey(next(arrays))
-    return next(arrays)
+    return type_tree.unflatten(
+        t, arrays, lambda ty, a: PRNGKey(a) if isinstance(ty, KeyType) else a
+    )
 
 
 # ================================================================ arrays
@@ -243,7 +242,7 @@ class Kernel:
         if self._empty_result:
             return  # nothing to compute (and nothing checked)
         if self.checks:
-            outs = [*outs, np.zeros(ERROR_SHAPE, np.int64)]
+            outs = [*outs, np.zeros(error_shape(self.checks), np.int64)]
         if not self._on_cpu:
             self._run_on_device(inputs, outs)
             return
@@ -283,9 +282,9 @@ class Kernel:
         for out, result in zip(outs, results, strict=True):
             out[...] = result.numpy()
         if self.checks:  # the device's error code, tested here (te_checks.py)
-            code, value = (int(v) for v in outs[-1])
+            code, *values = (int(v) for v in outs[-1])
             if code:
-                raise check_failure(self.checks[code - 1], value)
+                raise check_failure(self.checks[code - 1], *values)
 
     # -------------------------------------------------------- inspecting
     def source(self, kind: str = "") -> str:
@@ -340,10 +339,7 @@ def build_kernel(
     """The compiled kernel of ``fn`` (cached: the same function, dimensions
     and target build once). ``dims`` binds symbolic dimensions; ``schedule``
     False builds TVM's unscheduled loops (for comparisons)."""
-    tvm_target = make_target(target)
-    dims = dict(dims or {})
-    if any(not p.has_type for p in fn.params) or not _body_typed(fn):
-        infer_expr(fn)
+    tvm_target, dims = _prepared(fn, target, dims)
     # The text shows parameter types only where annotated: add the inferred ones.
     types = tuple(astext(p.checked_type) for p in fn.params)
     key = (astext(fn), types, tuple(sorted(dims.items())), str(tvm_target), schedule)
@@ -354,6 +350,18 @@ def build_kernel(
     kernel = _build(fn, tvm_target, dims, schedule)
     with _CACHE_LOCK:
         return _CACHE.setdefault(key, kernel)
+
+
+def _prepared(
+    fn: Function, target: str | Any, dims: Mapping[str, Any] | None
+) -> tuple[Any, dict[str, Any]]:
+    """The target and the bound dimensions of a build of ``fn``, which is
+    typed first where it is not."""
+    tvm_target = make_target(target)
+    bound = dict(dims or {})
+    if any(not p.has_type for p in fn.params) or not _body_typed(fn):
+        infer_expr(fn)
+    return tvm_target, bound
 
 
 _CACHE: dict[tuple[Any, ...], Kernel] = {}
@@ -380,7 +388,7 @@ class KernelIR:
     constants: tuple[np.ndarray, ...]
     checks: tuple[str, ...] = ()
     """The messages of the kernel's run-time checks (te_checks.py): when
-    there are any, its last parameter is the ``int64[2]`` error output."""
+    there are any, its last parameter is the error output (``error_shape``)."""
 
 
 def lower_kernel(
@@ -391,11 +399,8 @@ def lower_kernel(
 ) -> KernelIR:
     """``fn`` (a typed primitive function) as scheduled TIR for ``target``;
     ``dims`` binds its symbolic dimensions."""
-    tvm_target = make_target(target)
-    dims = dict(dims or {})
-    if any(not p.has_type for p in fn.params) or not _body_typed(fn):
-        infer_expr(fn)
-    symbolic = {d: v for d, v in dims.items() if isinstance(v, tirx.Var)}
+    tvm_target, dims = _prepared(fn, target, dims)
+    symbolic = {d: v for d, v in dims.items() if _symbolic(v)}
     if symbolic:
         with symbolic_dims(symbolic):
             return _lower(fn, tvm_target, dims, schedule)
@@ -423,11 +428,13 @@ def _lower(fn: Function, tvm_target: Any, dims: dict[str, Any], schedule: bool) 
     # and has no block to schedule.
     if not schedule or not outputs:
         module = tvm.IRModule({"main": func})
-    elif any(isinstance(v, tirx.Var) for v in dims.values()):
+    elif any(_symbolic(v) for v in dims.values()):
         try:
             module = _schedule_symbolic(func, tvm_target)
         except RuntimeError as err:  # TVM's ScheduleError: the caller builds it per shape
-            raise BackendError(f"TVM could not schedule {name} for symbolic sizes") from err
+            raise BackendError(
+                f"TVM could not schedule {name} for sizes known only at run time", fn.span
+            ) from err
     else:
         module = schedule_prim_func(func, tvm_target)
     # Inlining one producer into two places copies its let variables; give
@@ -517,7 +524,7 @@ class _Builder:
             shape = [dim_value(d) for d in leaf.shape]
             tensors.append(te.placeholder(shape, leaf.dtype, name=_identifier(name)))
         self.inputs.extend(tensors)
-        self.env[id(param)] = _rebuild_te(t, iter(tensors))
+        self.env[id(param)] = type_tree.unflatten(t, tensors)
 
     def evaluate(self, body: Expr) -> TEValue:
         while isinstance(body, Let):
@@ -582,7 +589,7 @@ class _Builder:
         except RuntimeError as err:  # TVM's own errors (InternalError...)
             raise BackendError(f"{name}: TVM rejected the lowering: {err}", call.span) from err
         except (TypeError, ValueError) as err:  # a size a rule needs static (rules.py)
-            if not any(isinstance(v, tirx.Var) for v in self.dims.values()):
+            if not any(_symbolic(v) for v in self.dims.values()):
                 raise
             raise BackendError(f"{name} needs static sizes", call.span) from err
         _check_value(value, out_type, name, call)
@@ -608,7 +615,7 @@ class _Builder:
         inputs = {t.op for t in self.inputs + self.constant_inputs}
         seen: set[Any] = set()
         outs = []
-        for t in _flatten_te(value):
+        for t in type_tree.tuple_leaves(value):
             if t.op in inputs or (t.op, t.value_index) in seen:
                 t = _copy(t)
             seen.add((t.op, t.value_index))
@@ -648,28 +655,10 @@ def _identifier(name: str) -> str:
     return cleaned if cleaned and not cleaned[0].isdigit() else f"p_{cleaned}"
 
 
-def _rebuild_te(t: Type, tensors: Iterator[Any]) -> TEValue:
-    if isinstance(t, TupleType):
-        return tuple(_rebuild_te(f, tensors) for f in t.fields)
-    return next(tensors)
-
-
-def _flatten_te(value: TEValue) -> list[Any]:
-    out: list[Any] = []
-    stack = [value]
-    while stack:
-        top = stack.pop()
-        if isinstance(top, tuple):
-            stack.extend(reversed(top))
-        else:
-            out.append(top)
-    return out
-
-
 def _check_value(value: TEValue, t: Type, name: str, call: Call) -> None:
     """A rule's result must have the call's type: a mismatch is a bug in the
     rule, reported here rather than as wrong values later."""
-    got = _flatten_te(value)
+    got = type_tree.tuple_leaves(value)
     want = leaves(t)
     ok = len(got) == len(want) and all(
         len(g.shape) == len(w.shape)
@@ -685,7 +674,15 @@ def _check_value(value: TEValue, t: Type, name: str, call: Call) -> None:
 def _same_dim(got: Any, want: int | str) -> bool:
     if isinstance(got, tirx.IntImm):
         return int(got) == want
-    return isinstance(want, str) and got.same_as(dim_value(want))
+    return isinstance(want, str) and bool(
+        tvm_ffi.structural_equal(got, dim_value(want), map_free_vars=False)
+    )
+
+
+def _symbolic(size: Any) -> bool:
+    """Whether a bound dimension is a size known at run time: a TIR
+    variable, or an expression of them ([RULE SHAPEPOLY])."""
+    return isinstance(size, tvm.ir.expr.Expr) and not isinstance(size, tirx.IntImm)
 
 
 # =================================================================== CUDA

@@ -17,20 +17,30 @@ Calls inside primitive functions are left alone (they are a kernel's body).
 
 from __future__ import annotations
 
+from ...ir import type_tree
 from ...ir.expr import Call, Constant, Function, Let, Op, Var
 from ...ir.module import IRModule
 from ...ir.node import Node
 from ...ir.op import op_def
-from ...ir.types import ANY, KeyType, TensorType, TupleType, Type
+from ...ir.types import ANY, KeyType, TensorType, Type
 from ...ir.visitor import ExprMutator, pre_order
 from ...passes.fuse import PRIMITIVE, is_primitive
 from ...passes.infer_type import check
-from ...passes.infra import Pass, register_pass
-from . import random_ops, te_ops  # noqa: F401  (the te rules)
+from ...passes.infra import module_pass
 
 
+@module_pass(
+    name="lower-tvm",
+    requires={"anf"},
+    establishes={"anf"},
+    doc="pure operator calls TVM can compute, outside fused groups, become one-call kernels",
+)
 def lower_tvm(module: IRModule) -> IRModule:
-    """``module`` with each qualifying operator call wrapped (see above)."""
+    """``module`` with each qualifying operator call wrapped (see above).
+    The te rules (and TVM) are imported when the pass runs, not when it is
+    registered: ``effir opt --list-passes`` imports no TVM."""
+    from . import random_ops, te_ops  # noqa: F401  (the te rules)
+
     module = check(module)
     functions = {name: _Wrapper(fn).mutate(fn) for name, fn in module.functions.items()}
     return IRModule(functions, module.type_defs, module.cells)  # type: ignore[arg-type]
@@ -40,11 +50,30 @@ def static_type(t: Type) -> bool:
     """A type whose values have shapes known before the kernel runs: integer
     or named dimensions (a named one is bound by the arguments' shapes when
     the kernel is called), not ``?``."""
-    if isinstance(t, TensorType):
-        return all(d != ANY for d in t.shape)
-    if isinstance(t, TupleType):
-        return all(static_type(f) for f in t.fields)
-    return isinstance(t, KeyType)
+    return all(
+        all(d != ANY for d in leaf.shape)
+        if isinstance(leaf, TensorType)
+        else isinstance(leaf, KeyType)
+        for leaf in type_tree.leaves(t)
+    )
+
+
+def one_call_kernel(call: Call) -> tuple[Function, list[Var]]:
+    """A primitive function computing ``call`` alone, and the variables it
+    is called on: each variable argument becomes a parameter, constants
+    stay in its body."""
+    params, operands, args = [], [], []
+    for arg in call.args:
+        if isinstance(arg, Var):
+            param = Var(f"p{len(params)}", arg.checked_type)
+            params.append(param)
+            operands.append(arg)
+            args.append(param)
+        else:
+            args.append(arg)
+    body = Call(call.callee, tuple(args), call.attrs, span=call.span)
+    fn = Function(tuple(params), body, call.checked_type, attrs=PRIMITIVE, span=call.span)
+    return fn, operands
 
 
 def wrappable(call: Call) -> bool:
@@ -75,19 +104,7 @@ class _Wrapper(ExprMutator):
         assert isinstance(new, Call) and isinstance(old, Call)
         if id(old) in self.inside or not wrappable(old):
             return new
-        params = []
-        operands = []
-        args = []
-        for arg in old.args:
-            if isinstance(arg, Var):
-                param = Var(f"p{len(params)}", arg.checked_type)
-                params.append(param)
-                operands.append(arg)
-                args.append(param)
-            else:
-                args.append(arg)
-        body = Call(old.callee, tuple(args), old.attrs, span=old.span)
-        fn = Function(tuple(params), body, old.checked_type, attrs=PRIMITIVE, span=old.span)
+        fn, operands = one_call_kernel(old)
         assert isinstance(old.callee, Op)
         fn_var = Var("kernel_" + old.callee.name.replace(".", "_"))
         return Let(fn_var, fn, Call(fn_var, tuple(operands), span=old.span), span=old.span)
@@ -105,14 +122,3 @@ class _Wrapper(ExprMutator):
             inner = Let(new.var, value.body, new.body, span=new.span)
             return Let(value.var, value.value, inner, span=value.span)
         return new
-
-
-register_pass(
-    Pass(
-        "lower-tvm",
-        lower_tvm,
-        requires=frozenset({"anf"}),
-        establishes=frozenset({"anf"}),
-        doc="pure operator calls TVM can compute, outside fused groups, become one-call kernels",
-    )
-)

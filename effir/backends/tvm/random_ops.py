@@ -106,10 +106,11 @@ from ...ir.node import Attrs
 from ...ir.types import TensorType, Type
 from ...runtime import prng
 from .errors import BackendError
-from .rules import te_rule
+from .rules import dim_value, te_rule
 
 PrimExpr = Any  # a tvm.tirx expression
 Index = tuple[PrimExpr, ...]
+Dim = Any  # an int, or an int64 expression of symbolic sizes
 
 _U32, _U64 = "uint32", "uint64"
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))  # as prng.threefry2x32
@@ -199,20 +200,33 @@ class _Lets:
         return body
 
 
-def _stage(shape: Sequence[int], element: Callable[[Index], PrimExpr], name: str) -> te.Tensor:
+def _stage(shape: Sequence[Dim], element: Callable[[Index], PrimExpr], name: str) -> te.Tensor:
     """One TE stage: ``element(index)`` at every index of ``shape``."""
     return te.compute(tuple(shape), lambda *index: element(index), name=name)
 
 
-def _size(shape: Sequence[int]) -> int:
-    return int(np.prod(shape, dtype=np.int64))
+def _size(shape: Sequence[Dim]) -> Dim:
+    """The number of elements: an int, or (a symbolic shape, [RULE
+    SHAPEPOLY] in relax_symbolic.py) an ``int64`` expression of the sizes."""
+    if all(isinstance(d, int) for d in shape):
+        return int(np.prod(shape, dtype=np.int64))
+    size: PrimExpr = tvm.tirx.const(1, "int64")
+    for d in shape:
+        size = size * _cast("int64", d) if not isinstance(d, int) else size * d
+    return size
 
 
-def _index_dtype(size: int) -> str:
+def _index_dtype(size: Dim) -> str:
+    if not isinstance(size, int):
+        return "int64"  # a symbolic size may be large
     return "int64" if size > 2**31 - 1 else "int32"
 
 
-def _reshaped(shape: Sequence[int], element: Callable[[Index], PrimExpr], name: str) -> te.Tensor:
+def _dim(d: Dim, dtype: str) -> PrimExpr:
+    return tvm.tirx.const(d, dtype) if isinstance(d, int) else _cast(dtype, d)
+
+
+def _reshaped(shape: Sequence[Dim], element: Callable[[Index], PrimExpr], name: str) -> te.Tensor:
     """The output stage of shape ``shape``: ``element`` of the row-major
     flat index. The stages before it are flat (1-d), so that a schedule can
     compute them in the output's vector tiles whatever its shape."""
@@ -221,16 +235,20 @@ def _reshaped(shape: Sequence[int], element: Callable[[Index], PrimExpr], name: 
     def at(index: Index) -> PrimExpr:
         flat = tvm.tirx.const(0, dtype)
         for i, dim in zip(index, shape, strict=True):
-            flat = flat * tvm.tirx.const(dim, dtype) + _cast(dtype, i)
+            flat = flat * _dim(dim, dtype) + _cast(dtype, i)
         return element((flat,))
 
     return _stage(shape, at, name)
 
 
-def _static_shape(out_type: Type, name: str) -> tuple[int, ...]:
-    if not isinstance(out_type, TensorType) or not all(isinstance(d, int) for d in out_type.shape):
-        raise BackendError(f"{name}: a kernel needs a static result type, got {out_type}")
-    return tuple(int(d) for d in out_type.shape)  # type: ignore[arg-type]
+def _result_shape(out_type: Type, name: str) -> tuple[Dim, ...]:
+    """The result's shape: ints, or the variables of its symbolic sizes
+    (rules.py ``dim_value``), for which the counters below are the same
+    expressions of the flat index."""
+    dims = tuple(dim_value(d) for d in out_type.shape) if isinstance(out_type, TensorType) else ()
+    if not isinstance(out_type, TensorType) or any(d is None for d in dims):
+        raise BackendError(f"{name}: a kernel needs a known result shape, got {out_type}")
+    return dims
 
 
 def _float_dtype(dtype: str, name: str) -> str:
@@ -276,7 +294,7 @@ def _key_schedule(key: te.Tensor, j: int) -> PrimExpr:
 Counters = Callable[[Index], tuple[PrimExpr, PrimExpr]]
 
 
-def _threefry(key: te.Tensor, shape: Sequence[int], counters: Counters, name: str) -> te.Tensor:
+def _threefry(key: te.Tensor, shape: Sequence[Dim], counters: Counters, name: str) -> te.Tensor:
     """threefry2x32 of ``counters(index)`` under ``key`` at every index of
     ``shape``, as a uint64 tensor holding ``(x0 << 32) | x1``.
 
@@ -309,12 +327,14 @@ def _threefry(key: te.Tensor, shape: Sequence[int], counters: Counters, name: st
     return state
 
 
-def _flat_counters(size: int) -> Counters:
-    """JAX's ``iota_2x32_shape``: the flat index as (high, low) uint32 words."""
+def _flat_counters(size: Dim) -> Counters:
+    """JAX's ``iota_2x32_shape``: the flat index as (high, low) uint32 words
+    (a symbolic size: an ``int64`` index, whose high word is computed)."""
+    wide = not isinstance(size, int) or size > 2**32
 
     def counters(index: Index) -> tuple[PrimExpr, PrimExpr]:
         (flat,) = index
-        high = _cast(_U32, flat >> tvm.tirx.const(32, _dtype(flat))) if size > 2**32 else _u32(0)
+        high = _cast(_U32, flat >> tvm.tirx.const(32, _dtype(flat))) if wide else _u32(0)
         return high, _cast(_U32, flat)
 
     return counters
@@ -369,7 +389,7 @@ def _uniform_value(state: te.Tensor, index: Index, dtype: str, low: float, high:
 
 
 def _uniform(
-    key: te.Tensor, shape: Sequence[int], dtype: str, low: float, high: float, name: str
+    key: te.Tensor, shape: Sequence[Dim], dtype: str, low: float, high: float, name: str
 ) -> te.Tensor:
     size = _size(shape)
     state = _threefry(key, (size,), _flat_counters(size), name)
@@ -393,7 +413,7 @@ def _horner(coefficients: Sequence[float], w: PrimExpr) -> PrimExpr:
     return p
 
 
-def _log_f32(x: te.Tensor, shape: Sequence[int], name: str) -> Callable[[Index], PrimExpr]:
+def _log_f32(x: te.Tensor, shape: Sequence[Dim], name: str) -> Callable[[Index], PrimExpr]:
     """prng._log_f32 of ``x + 1`` (float32), for the positive, finite values
     ``normal`` gives it: Cephes' logf as Eigen evaluates it. The reduced
     mantissa ``m`` (read 14 times) is a stage; the rest an expression for
@@ -442,7 +462,7 @@ def _log_f32(x: te.Tensor, shape: Sequence[int], name: str) -> Callable[[Index],
     return log_of
 
 
-def _erfinv(v: te.Tensor, shape: Sequence[int], name: str) -> Callable[[Index], PrimExpr]:
+def _erfinv(v: te.Tensor, shape: Sequence[Dim], name: str) -> Callable[[Index], PrimExpr]:
     """prng.erfinv of the float32 or float64 ``v``: ``w = -log1p(-v * v)``,
     then Giles' polynomials in ``w``, times ``v``. Stages for the values
     read many times (``x = -v * v``, ``w``); the polynomials and the
@@ -496,7 +516,7 @@ def _erfinv(v: te.Tensor, shape: Sequence[int], name: str) -> Callable[[Index], 
     return result
 
 
-def _normal(key: te.Tensor, shape: Sequence[int], dtype: str, name: str) -> te.Tensor:
+def _normal(key: te.Tensor, shape: Sequence[Dim], dtype: str, name: str) -> te.Tensor:
     """prng.normal: ``sqrt(2) * erfinv(uniform(nextafter(-1, 0), 1))``;
     float16 goes through float32's erfinv, as XLA's."""
     dt = np.dtype(dtype)
@@ -556,7 +576,7 @@ def fold_in_te(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> te.Tensor
 def uniform_te(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> te.Tensor:
     (key,) = args
     _check_key(key, "random.uniform")
-    shape = _static_shape(out_type, "random.uniform")
+    shape = _result_shape(out_type, "random.uniform")
     dtype = _float_dtype(attrs["dtype"], "random.uniform")
     low, high = float(attrs["low"]), float(attrs["high"])
     return _uniform(key, shape, dtype, low, high, "random_uniform")
@@ -566,7 +586,7 @@ def uniform_te(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> te.Tensor
 def normal_te(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> te.Tensor:
     (key,) = args
     _check_key(key, "random.normal")
-    shape = _static_shape(out_type, "random.normal")
+    shape = _result_shape(out_type, "random.normal")
     return _normal(key, shape, _float_dtype(attrs["dtype"], "random.normal"), "random_normal")
 
 
@@ -574,7 +594,7 @@ def normal_te(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> te.Tensor:
 def bernoulli_te(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> te.Tensor:
     (key,) = args
     _check_key(key, "random.bernoulli")
-    shape = _static_shape(out_type, "random.bernoulli")
+    shape = _result_shape(out_type, "random.bernoulli")
     p = float(attrs["p"])
     size = _size(shape)
     state = _threefry(key, (size,), _flat_counters(size), "random_bernoulli")
@@ -587,7 +607,7 @@ def dropout_te(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> te.Tensor
     x, key = args
     _check_key(key, "random.dropout")
     dtype = _float_dtype(str(x.dtype), "random.dropout")
-    shape = tuple(int(d) for d in x.shape)
+    shape = tuple(int(d) if isinstance(d, tvm.tirx.IntImm) else d for d in x.shape)
     rate = float(attrs["rate"])
     if not 0.0 <= rate <= 1.0:
         raise BackendError(f"random.dropout: rate must be in [0, 1], got {rate}")
@@ -607,11 +627,13 @@ def dropout_te(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> te.Tensor
     def element(index: Index) -> PrimExpr:
         flat = tvm.tirx.const(0, index_dtype)
         for i, stride in zip(index, strides, strict=True):
-            flat = flat + _cast(index_dtype, i) * tvm.tirx.const(stride, index_dtype)
-        if size == 1:
-            kept = x(*index) / _const(divisor, dtype)
-        else:
-            kept = x(*index) * _const(t(1.0) / divisor, dtype)
+            flat = flat + _cast(index_dtype, i) * _dim(stride, index_dtype)
+        divided = x(*index) / _const(divisor, dtype)
+        multiplied = x(*index) * _const(t(1.0) / divisor, dtype)
+        if isinstance(size, int):
+            kept = divided if size == 1 else multiplied
+        else:  # a symbolic size: which of flax's two, decided at run time
+            kept = _select(size == 1, divided, multiplied)
         return _select(_bernoulli_value(state, (flat,), keep), kept, zero)
 
     return _stage(shape, element, "random_dropout")

@@ -91,18 +91,13 @@ class AdtLowering:
             raise BackendError("a match? whose clauses may all fail is not compiled", expr.span)
         # Built from the last clause back: each clause's block holds its
         # test and an If of its body and the blocks after it.
+        data_type = expr.data.checked_type
         rest: Any = None
-        for k in range(len(clauses) - 1, -1, -1):
-            outermost = k == 0
-            if not outermost:
-                self.bb._begin_binding_block()
-            try:
-                value = self._clause(clauses[k], data, expr.data.checked_type, env, rest, name)
-            finally:
-                if not outermost:
-                    block = self.bb._end_block()
-            if not outermost:
-                rest = relax.SeqExpr([block], value)
+        for k in range(len(clauses) - 1, 0, -1):
+            rest = self.bb.block(
+                lambda k=k, rest=rest: self._clause(clauses[k], data, data_type, env, rest, name),
+            )
+        value = self._clause(clauses[0], data, data_type, env, rest, name)
         return self._typed(value, expr.checked_type)
 
     def _clause(
@@ -111,16 +106,8 @@ class AdtLowering:
         if rest is None:  # the last clause: it matches
             return self._clause_body(clause, data, data_type, env)
         test = self._test(clause.pattern, data, data_type)
-        body = self._branch(lambda: self._clause_body(clause, data, data_type, env))
+        body = self.bb.block(lambda: self._clause_body(clause, data, data_type, env))
         return self.bb.emit(relax.If(test, body, rest), name)
-
-    def _branch(self, make: Any) -> Any:
-        self.bb._begin_binding_block()
-        try:
-            value = make()
-        finally:
-            block = self.bb._end_block()
-        return relax.SeqExpr([block], value)
 
     def _clause_body(self, clause: Clause, data: Any, data_type: Type, env: dict[Var, Any]) -> Any:
         inner = dict(env)
@@ -175,8 +162,8 @@ class AdtLowering:
                     test = one if test is None else self._both(test, one)
             return test
 
-        false = self._branch(lambda: relax.const(np.bool_(False), "bool"))
-        return self.bb.emit(relax.If(same, self._branch(fields_match), false))
+        false = self.bb.block(lambda: relax.const(np.bool_(False), "bool"))
+        return self.bb.emit(relax.If(same, self.bb.block(fields_match), false))
 
     def _tag_of(self, value: Any) -> Any:
         """The tag of an ADT value: its tuple's first field (read without a

@@ -65,10 +65,10 @@ class ClosureLowering:
             params = [relax.Var(p.name_hint, relax_type(p.checked_type)) for p in fn.params]
             ret = relax_type(fn.body.checked_type)
             gv = declare(self.bb, params, ret, f"value_{name}")
-            self.bb._begin_binding_block()
             one = relax.const(1, "int64")
-            value = self.bb.emit(relax.Call(self.globals[name], [one, *params]))
-            body = relax.SeqExpr([self.bb._end_block()], value)
+            body = self.bb.block(
+                lambda: self.bb.emit(relax.Call(self.globals[name], [one, *params]))
+            )
             function = relax.Function(params, body, ret, False)
             self.bb.update_func(gv, function.with_attr("effir_name", gv.name_hint))
             self.constructor_functions[key] = gv
@@ -81,9 +81,8 @@ class ClosureLowering:
         if gv is None:
             params = [relax.Var(f"field{i}", relax_type(t)) for i, t in enumerate(ctor.inputs)]
             gv = declare(self.bb, params, relax.ObjectType(), f"make_{ctor.name}")
-            self.bb._begin_binding_block()
-            value = self.bb.emit(relax.Tuple([_tag(self._ctor_index(ctor)), *params]))
-            body = relax.SeqExpr([self.bb._end_block()], value)
+            fields = [_tag(self._ctor_index(ctor)), *params]
+            body = self.bb.block(lambda: self.bb.emit(relax.Tuple(fields)))
             function = relax.Function(params, body, relax.ObjectType(), False)
             self.bb.update_func(gv, function.with_attr("effir_name", gv.name_hint))
             self.constructor_functions[ctor.name] = gv

@@ -25,6 +25,7 @@ from ...ir.types import TensorType
 from . import executor_kernels
 from .errors import CHECK_FUNCTION, VALUE_MARK, BackendError, site_message
 from .relax_types import scheduled
+from .te_checks import error_shape
 
 
 class DynamicLowering:
@@ -115,12 +116,14 @@ class DynamicLowering:
 
     def _test_error_code(self, error: Any, checks: tuple[str, ...]) -> None:
         """A GPU kernel's error output (te_checks.py), copied to the host
-        and tested: the failing check's message, with its value."""
+        and tested: the failing check's message, with its values."""
         shape = self.bb.emit(relax.op.tensor_to_shape(error))
-        code, value = tirx.Var("error_code", "int64"), tirx.Var("error_value", "int64")
-        self.bb.match_cast(shape, relax.ShapeType([code, value]))
+        code = tirx.Var("error_code", "int64")
+        values = [tirx.Var(f"error_value{n}", "int64") for n in range(error_shape(checks)[0] - 1)]
+        self.bb.match_cast(shape, relax.ShapeType([code, *values]))
         for k, text in enumerate(checks):
-            self._emit_check(tirx.NE(code, tirx.const(k + 1, "int64")), text, [value])
+            shown = values[: max(1, text.count(VALUE_MARK))]
+            self._emit_check(tirx.NE(code, tirx.const(k + 1, "int64")), text, shown)
 
     # --------------------------------------------------- dynamic shapes
     def _boolean_mask(self, call: Call, env: dict[Var, Any], name: str) -> Any:

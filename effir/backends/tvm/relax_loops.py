@@ -42,7 +42,7 @@ The methods are a mixin of relax_lower's ``_Lowering``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +51,7 @@ import tvm
 from tvm import relax, tirx
 from tvm.relax.op.vm import kill_object
 
+from ...ir import type_tree
 from ...ir.expr import Call, Expr, Function, Var
 from ...ir.printer import astext
 from ...ir.types import ANY, TensorType, TupleType, Type
@@ -141,11 +142,11 @@ class LoopLowering:
         steps = self._length(call, rows, xs_leaves)
         emit = self.bb.emit
         long = emit(relax.op.greater(self._count_of(steps), _int64(LOOP_CHUNK)))
-        chunked = self._seq(
+        chunked = self.bb.block(
             lambda: self._chunked(call, gv, lowered, steps, rows, state, rest, xs_leaves)
         )
-        direct = self._seq(
-            lambda: self._bounded_call(call, gv, lowered, sequences, xs_leaves, state, rest)
+        direct = self.bb.block(
+            lambda: self._bounded_call(call, gv, lowered, sequences, xs_leaves, state, rest),
         )
         return emit(relax.If(long, chunked, direct), name)
 
@@ -207,7 +208,7 @@ class LoopLowering:
 
         params = [*seq_params, *carried, *others]
         ret = relax.TupleType(list(outs[:n_keep]))
-        function = relax.Function(params, self._seq(kept), ret, False).with_attr(
+        function = relax.Function(params, self.bb.block(kept), ret, False).with_attr(
             "tir_var_upper_bound", {"steps": LOOP_CHUNK}
         )
         gv = self.bb.add_func(function, f"bounded_{self.loops}")
@@ -271,24 +272,14 @@ class LoopLowering:
 
         def advance(start: Any, carried: list[Any], fixed: list[Any]) -> tuple[Any, list[Any]]:
             seqs, inner_rest = fixed[:n_fixed], fixed[n_fixed:]
-            n = emit(
-                relax.call_tir(
-                    self._executor("chunk_length", xs_types[0].dtype, LOOP_CHUNK),
-                    [seqs[0], start],
-                    relax.TensorType([1], "int64"),
-                )
+            n = self._executor_call(
+                "chunk_length", xs_types[0].dtype, [seqs[0], start], [1], "int64", LOOP_CHUNK
             )
             k = tirx.Var("k", "int64")
             self.bb.match_cast(emit(relax.op.tensor_to_shape(n)), relax.ShapeType([k]))
             chunk = []
             for seq, t, c in zip(seqs, xs_types, sizes, strict=True):
-                part = emit(
-                    relax.call_tir(
-                        self._executor("chunk_rows", t.dtype),
-                        [seq, start],
-                        relax.TensorType([k, c], t.dtype),
-                    )
-                )
+                part = self._executor_call("chunk_rows", t.dtype, [seq, start], [k, c])
                 chunk.append(emit(self._reshape(part, [k, *[int(d) for d in t.shape[1:]]])))
             args = [*chunk, *carried[:n_state], *inner_rest]
             parts, result = self._dps_call(loop, args, _loop_outputs(lowered, k))
@@ -298,44 +289,25 @@ class LoopLowering:
                 bufs, parts[: len(bufs)], lowered.outputs, out_sizes, strict=True
             ):
                 flat = emit(self._reshape(part, [k, c]))
-                written.append(
-                    emit(
-                        relax.op.call_tir_inplace(
-                            self._executor("write_rows", leaf.dtype),
-                            [buf, flat, start],
-                            0,
-                            buf.ty,
-                        )
-                    )
-                )
+                written.append(self._write_into("write_rows", buf, flat, start, leaf.dtype))
             new_state = parts[len(lowered.outputs) : len(lowered.outputs) + n_state]
             self._release(result)
             return emit(relax.op.add(start, _int64(LOOP_CHUNK))), [*new_state, *written]
 
         bufs = [
-            emit(
-                relax.call_tir(
-                    self._executor("zeros", leaf.dtype),
-                    [],
-                    relax.TensorType([length, c], leaf.dtype),
-                )
-            )
+            self._zeros([length, c], leaf.dtype)
             for leaf, c in zip(lowered.outputs, out_sizes, strict=True)
         ]
         steps = _Steps(
             carried=[*state, *bufs],
-            carried_types=[s.ty for s in state]
-            + [relax.TensorType(dtype=leaf.dtype, ndim=2) for leaf in lowered.outputs],
+            carried_types=[s.ty for s in state] + _buffer_types(lowered.outputs),
             fixed=[*rows, *rest],
             guard=None,
             advance=advance,
             stride=LOOP_CHUNK,
         )
         _, final = self._levels(steps, self._count_of(length), "chunks")
-        stacked = [
-            emit(self._reshape(buf, [length, *leaf.shape]))
-            for buf, leaf in zip(final[n_state:], lowered.outputs, strict=True)
-        ]
+        stacked = self._stacked(final[n_state:], lowered.outputs, length)
         return self._loop_result(call, stacked, final[:n_state])
 
     # ------------------------------------------------------------ VM loops
@@ -375,13 +347,7 @@ class LoopLowering:
             step_rows = []
             for seq, leaf in zip(fixed[:n_rows], xs_leaves, strict=True):
                 row_size = int(np.prod(leaf.shape[1:], dtype=np.int64))
-                row = emit(
-                    relax.call_tir(
-                        self._executor("take_row", leaf.dtype),
-                        [seq, count],
-                        relax.TensorType([row_size], leaf.dtype),
-                    )
-                )
+                row = self._executor_call("take_row", leaf.dtype, [seq, count], [row_size])
                 step_rows.append(emit(self._reshape(row, [int(d) for d in leaf.shape[1:]])))
             x_t = self._rebuild(body.params[0].checked_type, iter(step_rows))
             inner = {**functions, **dict(zip(captured, fixed[n_rows:], strict=False))}
@@ -398,10 +364,7 @@ class LoopLowering:
             depth=depth,
         )
         _, final = self._levels(steps, self._count_of(length), "foreach")
-        stacked = [
-            emit(self._reshape(buf, [length, *leaf.shape]))
-            for buf, leaf in zip(final[1:], outs, strict=True)
-        ]
+        stacked = self._stacked(final[1:], outs, length)
         return emit(relax.Tuple([self._rebuild(out_type, iter(stacked)), final[0]]), name)
 
     def _while_loop(self, call: Call, env: dict[Var, Any], name: str) -> Any:
@@ -454,13 +417,7 @@ class LoopLowering:
         stacked = []
         for buf, leaf in zip(final[1:], outs, strict=True):
             c = int(np.prod(leaf.shape, dtype=np.int64))
-            cut = emit(
-                relax.call_tir(
-                    self._executor("prefix", leaf.dtype),
-                    [buf],
-                    relax.TensorType([n, c], leaf.dtype),
-                )
-            )
+            cut = self._executor_call("prefix", leaf.dtype, [buf], [n, c])
             stacked.append(emit(self._reshape(cut, [n, *[int(d) for d in leaf.shape]])))
         return emit(relax.Tuple([self._rebuild(out_type, iter(stacked)), final[0]]), name)
 
@@ -487,16 +444,7 @@ class LoopLowering:
         written = []
         for buf, value, leaf, c in zip(bufs, self._leaves(out, out_type), outs, sizes, strict=True):
             row = emit(self._reshape(value, [c]))
-            written.append(
-                emit(
-                    relax.op.call_tir_inplace(
-                        self._executor("write_row", leaf.dtype),
-                        [buf, row, count],
-                        0,
-                        buf.ty,
-                    )
-                )
-            )
+            written.append(self._write_into("write_row", buf, row, count, leaf.dtype))
         self._release(step)
         return emit(relax.op.add(count, _int64(1))), [new_state, *written]
 
@@ -510,25 +458,19 @@ class LoopLowering:
             self.bb.match_cast(b, relax.TensorType([cap, c], leaf.dtype))
             for b, leaf, c in zip(bufs, outs, sizes, strict=True)
         ]
-        full = emit(
-            relax.call_tir(self._executor("at_capacity", outs[0].dtype), [shaped[0], count], BOOL)
-        )
+        full = self._executor_call("at_capacity", outs[0].dtype, [shaped[0], count], [], "bool")
 
         def doubled() -> Any:
             return relax.Tuple(
                 [
-                    emit(
-                        relax.call_tir(
-                            self._executor("grow", leaf.dtype),
-                            [b],
-                            relax.TensorType([cap * 2, c], leaf.dtype),
-                        )
-                    )
+                    self._executor_call("grow", leaf.dtype, [b], [cap * 2, c])
                     for b, leaf, c in zip(shaped, outs, sizes, strict=True)
                 ]
             )
 
-        chosen = emit(relax.If(full, self._seq(doubled), relax.SeqExpr([], relax.Tuple(shaped))))
+        chosen = emit(
+            relax.If(full, self.bb.block(doubled), relax.SeqExpr([], relax.Tuple(shaped)))
+        )
         now = tirx.Var("cap", "int64")
         return [
             self.bb.match_cast(
@@ -587,13 +529,13 @@ class LoopLowering:
             if steps.guard is None:
                 return step()
             go = steps.guard(f.carried, f.fixed)
-            return emit(relax.If(go, self._seq(step), stopped(f, True)))
+            return emit(relax.If(go, self.bb.block(step), stopped(f, True)))
 
         def level0() -> Any:
             more = emit(relax.op.less(f.count, f.limit))
-            return emit(relax.If(more, self._seq(checked), stopped(f, False)))
+            return emit(relax.If(more, self.bb.block(checked), stopped(f, False)))
 
-        self.bb.update_func(f.gv, relax.Function(f.params, self._seq(level0), ret, False))
+        self.bb.update_func(f.gv, relax.Function(f.params, self.bb.block(level0), ret, False))
 
         # Level i: level i - 1 again and again, each time up to ``span``
         # steps further, until the loop stops or the count reaches the limit.
@@ -612,9 +554,11 @@ class LoopLowering:
                 def more() -> Any:
                     return emit(relax.Call(g.gv, [parts[0], g.limit, *parts[1:-1], *deeper(g)]))
 
-                return emit(relax.If(done, relax.SeqExpr([], relax.Tuple(parts)), self._seq(more)))
+                return emit(
+                    relax.If(done, relax.SeqExpr([], relax.Tuple(parts)), self.bb.block(more))
+                )
 
-            self.bb.update_func(g.gv, relax.Function(g.params, self._seq(again), ret, False))
+            self.bb.update_func(g.gv, relax.Function(g.params, self.bb.block(again), ret, False))
             inner, span = g.gv, span * LEVEL_STEPS
         self.loops += 1
         passed = [v for v in steps.fixed if not is_const(v)]
@@ -647,19 +591,6 @@ class LoopLowering:
         finally:
             self.depth = saved
 
-    def _seq(self, build: Callable[[], Any]) -> Any:
-        """The bindings ``build`` emits, ending in the value it returns, as a
-        block of their own (a branch of an ``If``, a function's body).
-        TVM's public BlockBuilder scopes (``bb.function``) cannot nest a
-        function inside another one being built, nor build an ``If``'s
-        branches: this is the one place the loops open a block by hand."""
-        self.bb._begin_binding_block()
-        try:
-            value = build()
-        finally:
-            block = self.bb._end_block()
-        return relax.SeqExpr([block], value)
-
     def _dps_call(self, kernel: Any, args: list[Any], outs: list[Any]) -> tuple[list[Any], Any]:
         """``kernel`` (a loop kernel compiled apart) called on ``args``: its
         outputs as a list, and the call's value (to release)."""
@@ -679,10 +610,32 @@ class LoopLowering:
         )
         return self.bb.emit(value, name)
 
+    def _stacked(self, bufs: list[Any], outs: Sequence[Any], length: Any) -> list[Any]:
+        """The (rows, row size) buffers of a loop's per-step outputs ``outs``
+        (tensor types or leaves) viewed as the outputs stacked over
+        ``length`` steps."""
+        return [
+            self.bb.emit(self._reshape(buf, [length, *leaf.shape]))
+            for buf, leaf in zip(bufs, outs, strict=True)
+        ]
+
     def _zeros(self, shape: list[Any], dtype: str) -> Any:
-        return self.bb.emit(
-            relax.call_tir(self._executor("zeros", dtype), [], relax.TensorType(shape, dtype))
-        )
+        return self._executor_call("zeros", dtype, [], shape)
+
+    def _executor_call(
+        self, kernel: str, dtype: str, args: list[Any], shape: list[Any], out: str = "", *extra: Any
+    ) -> Any:
+        """The executor's ``kernel`` for ``dtype`` (executor_kernels.py;
+        ``extra``: its other parameters) called on ``args``: a new tensor of
+        ``shape`` and of dtype ``out`` (``dtype`` when empty)."""
+        ty = relax.TensorType(shape, out or dtype)
+        return self.bb.emit(relax.call_tir(self._executor(kernel, dtype, *extra), args, ty))
+
+    def _write_into(self, kernel: str, buf: Any, value: Any, at: Any, dtype: str) -> Any:
+        """``buf`` with ``value`` written at row ``at`` in place, by the
+        executor's ``kernel`` (``write_row``, ``write_rows``)."""
+        call = relax.op.call_tir_inplace(self._executor(kernel, dtype), [buf, value, at], 0, buf.ty)
+        return self.bb.emit(call)
 
     def _body_types(self, body: Function, call: Call) -> tuple[Type, Type]:
         """A loop body's per-step output and state types."""
@@ -736,7 +689,7 @@ def _outputs(out_type: Type) -> tuple[list[TensorType], list[int]]:
     return outs, [int(np.prod(leaf.shape, dtype=np.int64)) for leaf in outs]
 
 
-def _buffer_types(outs: list[TensorType]) -> list[Any]:
+def _buffer_types(outs: Sequence[Any]) -> list[Any]:
     """The types of the (rows, row size) buffers of a loop's outputs."""
     return [relax.TensorType(dtype=leaf.dtype, ndim=2) for leaf in outs]
 
@@ -764,19 +717,20 @@ def _shaped(ty: Any) -> Any:
 
 
 def _leading_dim(t: Type) -> int | str:
-    while isinstance(t, TupleType):
-        t = t.fields[0]
-    assert isinstance(t, TensorType)
-    return t.shape[0]
+    """The length of a sequence of type ``t`` (its first tensor's)."""
+    first = type_tree.leaves(t)[0]
+    assert isinstance(first, TensorType)
+    return first.shape[0]
 
 
 def _step_types(t: Type) -> list[Type]:
     """The types of one step of a sequence of type ``t`` (the leading axis
     dropped)."""
-    if isinstance(t, TupleType):
-        return [s for f in t.fields for s in _step_types(f)]
-    assert isinstance(t, TensorType)
-    return [TensorType(t.shape[1:], t.dtype)]
+    steps: list[Type] = []
+    for leaf in type_tree.leaves(t):
+        assert isinstance(leaf, TensorType)
+        steps.append(TensorType(leaf.shape[1:], leaf.dtype))
+    return steps
 
 
 def _loop_outputs(lowered: LoweredLoop, length: Any) -> list[Any]:

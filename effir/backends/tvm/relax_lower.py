@@ -65,14 +65,14 @@ Algorithm
 4. [RULE SHAPEPOLY] A primitive function whose types keep a ``?``
    dimension (a kernel after ``boolean_mask``) is compiled once with its
    sizes as variables bound from its arguments' run-time shapes
-   (relax_symbolic.py); where that cannot be done, [FALLBACK]: a Python
-   packed function that builds it per concrete shape (cached), and such a
-   program runs in Python only (``export`` refuses it).
+   (relax_symbolic.py, symbolic_shapes.py): its sizes are expressions of
+   those variables, checked at run time where the interpreter checks
+   them; every compiled program exports.
 
 The parts: relax_types.py (the types, [RULE SYMBOLIC]), relax_loops.py
 ([RULE LOOP], [RULE CHUNK], [RULE VMLOOP], [RULE LEVELS]),
-relax_dynamic.py ([RULE DYN]), relax_symbolic.py ([RULE SHAPEPOLY]),
-relax_fallback.py ([FALLBACK]), relax_adts.py ([RULE ADT]),
+relax_dynamic.py ([RULE DYN]), relax_symbolic.py and symbolic_shapes.py
+([RULE SHAPEPOLY]), relax_adts.py ([RULE ADT]),
 relax_closures.py ([RULE VMCLOSURE]) and vm_run.py (run-time checks, the
 large stack); this module is the walk over the program and its calls,
 kernels and closures.
@@ -86,14 +86,15 @@ compiled); run such programs with the interpreter.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import tvm
 from tvm import relax, tirx
 
+from ...ir import type_tree
 from ...ir.expr import (
     Call,
     Constant,
@@ -118,21 +119,23 @@ from ...ir.expr import (
 from ...ir.module import IRModule
 from ...ir.op import op_def
 from ...ir.printer import astext
-from ...ir.types import TupleType, Type
+from ...ir.types import Type
 from ...ir.visitor import free_vars, pre_order
 from ...passes.call_graph import recursive
-from ...passes.fuse import PRIMITIVE, is_primitive
+from ...passes.fuse import is_primitive
 from ...passes.infer_type import infer_expr
 from .errors import BackendError, CompileError
 from .kernel import KernelIR, leaves, lower_kernel
+from .lower import one_call_kernel
 from .relax_adts import AdtLowering, has_constructor_pattern
+from .relax_builder import Builder
 from .relax_closures import ClosureLowering
 from .relax_dynamic import DYNAMIC, DynamicLowering
 from .relax_loops import LoopLowering
 from .relax_symbolic import SymbolicLowering
 from .relax_types import NeedsStatic, declare, named_dims, relax_type, scheduled, static
 from .target import building
-from .te_checks import ERROR_SHAPE
+from .te_checks import error_shape
 from .vm_run import MAX_DEPTH, deeper_kernel
 
 PRINT_FUNCTION = "effir.print"
@@ -162,12 +165,11 @@ def label_text(label: str) -> str:
 # ================================================================== types
 @dataclass
 class RelaxProgram:
-    """A lowered specialisation: the Relax module, and the Python packed
-    functions it calls [FALLBACK] (empty for an exportable program)."""
+    """A lowered specialisation: the Relax module (it calls no Python:
+    every program exports)."""
 
     module: Any  # tvm.IRModule
     entry: str
-    fallbacks: dict[str, Callable[..., Any]] = field(default_factory=dict)
     kernels: int = 0
     loops: int = 0
     recursive: bool = False  # runs on a large stack (vm_run.py [RULE STACK])
@@ -204,13 +206,12 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
         self.symbols = {name: tirx.Var(name, "int64") for name in symbolic}
         self.entry = ""
         self.apart: dict[str, Any] = {}  # symbol -> PrimFunc [RULE APART]
-        self.bb = relax.BlockBuilder()
+        self.bb = Builder()
         self.globals: dict[str, Any] = {}
         self.kernels: dict[str, tuple[Any, KernelIR]] = {}  # effir's, by text and types
         self.executor_gvs: dict[str, Any] = {}  # the executor's (relax_dynamic.py)
         self.lifted: dict[tuple[int, bool], _Closure] = {}
         self.constructor_functions: dict[str, Any] = {}  # relax_closures.py
-        self.fallbacks: dict[str, Callable[..., Any]] = {}
         self.loops = 0
         self.recursive: set[str] = set()  # globals on a cycle of calls [RULE DEPTH]
         self.depth: Any = None  # the depth of recursion where code is lowered
@@ -248,9 +249,7 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
             with building(self.target):
                 library = tvm.compile(tvm.IRModule(self.apart), target=self.target)
             module = module.with_attr("external_mods", [library.mod])
-        return RelaxProgram(
-            module, entry, self.fallbacks, len(self.kernels), self.loops, self.recursion
-        )
+        return RelaxProgram(module, entry, len(self.kernels), self.loops, self.recursion)
 
     def _entry_of_recursive(self, entry: str) -> None:
         """[RULE DEPTH] The public entry of a recursive entry function: its
@@ -265,7 +264,7 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
             zero = relax.const(np.int64(0), "int64")
             return self.bb.emit(relax.Call(self.globals[entry], [zero, *params]))
 
-        body = self._seq(call)
+        body = self.bb.block(call)
         function = relax.Function(params, body, ret, False).with_attr("global_symbol", entry)
         self.bb.add_func(function, entry)
 
@@ -331,7 +330,7 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
         depth = relax.TensorType([], "int64")
         if on_host:  # the kernel raises by itself
             return self.bb.emit(relax.call_tir(gv, [self.depth], depth))
-        outs = [depth, relax.TensorType(list(ERROR_SHAPE), "int64")]
+        outs = [depth, relax.TensorType(list(error_shape((text,))), "int64")]
         result = self.bb.emit(relax.call_tir(gv, [self.depth], outs))
         self._test_error_code(self.bb.emit(relax.TupleGetItem(result, 1)), (text,))
         return self.bb.emit(relax.TupleGetItem(result, 0))
@@ -339,12 +338,7 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
     # ------------------------------------------------------------- blocks
     def _block(self, expr: Expr, env: dict[Var, Any]) -> Any:
         """``expr`` as a Relax sequence of bindings ending in its value."""
-        self.bb._begin_binding_block()
-        try:
-            value = self._chain(expr, env)
-        finally:
-            block = self.bb._end_block()
-        return relax.SeqExpr([block], value)
+        return self.bb.block(lambda: self._chain(expr, env))
 
     def _chain(self, expr: Expr, env: dict[Var, Any]) -> Any:
         while isinstance(expr, Let):
@@ -547,8 +541,10 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
         ``result_type``. A kernel with checks has an error output more
         (te_checks.py): a CPU kernel raises by itself, a GPU kernel's error
         code is tested on the host after it."""
+        if not outs:  # nothing to compute (random.split(k, num=0) after a mask)
+            return self._rebuild(result_type, iter(()))
         if checks:
-            outs = [*outs, relax.TensorType(list(ERROR_SHAPE), "int64")]
+            outs = [*outs, relax.TensorType(list(error_shape(checks)), "int64")]
         result = self.bb.emit(
             relax.call_dps_packed(gv, inputs, outs if len(outs) > 1 else outs[0]), name
         )
@@ -592,17 +588,11 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
 
     def _leaves(self, value: Any, t: Type) -> list[Any]:
         """The tensors of a value of type ``t`` (a tuple's, in order)."""
-        if not isinstance(t, TupleType):
-            return [value]
-        out = []
-        for i, f in enumerate(t.fields):
-            out += self._leaves(self.bb.emit(relax.TupleGetItem(value, i)), f)
-        return out
+        return type_tree.flatten(t, value, lambda v, i: self.bb.emit(relax.TupleGetItem(v, i)))
 
     def _rebuild(self, t: Type, parts: Any) -> Any:
-        if not isinstance(t, TupleType):
-            return next(parts)
-        return self.bb.emit(relax.Tuple([self._rebuild(f, parts) for f in t.fields]))
+        """The value of type ``t`` made of the next of ``parts``."""
+        return type_tree.unflatten(t, parts, make=lambda fields: self.bb.emit(relax.Tuple(fields)))
 
     # ---------------------------------------------------------- operators
     def _operator(self, call: Call, env: dict[Var, Any], name: str) -> Any:
@@ -644,16 +634,7 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
 def _one_call_kernel(call: Call) -> Function:
     """A primitive function computing ``call`` alone (what ``lower-tvm``
     makes of a call whose types became static only once specialised)."""
-    params, args = [], []
-    for arg in call.args:
-        if isinstance(arg, Var):
-            param = Var(f"p{len(params)}", arg.checked_type)
-            params.append(param)
-            args.append(param)
-        else:
-            args.append(arg)
-    body = Call(call.callee, tuple(args), call.attrs, span=call.span)
-    fn = Function(tuple(params), body, call.checked_type, attrs=PRIMITIVE, span=call.span)
+    fn, _ = one_call_kernel(call)
     infer_expr(fn)
     return fn
 

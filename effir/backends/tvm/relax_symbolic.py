@@ -2,9 +2,11 @@
 [RULE SHAPEPOLY].
 
 A primitive function whose types keep a ``?`` dimension (``tanh`` of a
-``boolean_mask``, a ``sum`` over its rows) cannot be compiled for one
-shape. It is compiled once, with its sizes as variables, and lives in the
-VM's executable like any kernel, so the program exports:
+``boolean_mask``, a ``sum`` over its rows, a concatenation of two masked
+tensors, a dropout of one) cannot be compiled for one shape. It is
+compiled once, with its sizes as variables, and lives in the VM's
+executable like any kernel, so every such program exports, reloads with
+``effir.load`` and runs from the C++ runner:
 
 1. Each ``?`` of a parameter's type gets the size the VM knows for it: the
    Relax shape of the argument (a variable bound where the executor's
@@ -12,45 +14,40 @@ VM's executable like any kernel, so the program exports:
    ``match_cast`` of the argument. Equal sizes (the same Relax expression)
    get one name, ``dyn0``, ``dyn1``, ...; a size the VM knows as a number
    becomes that number.
-2. The function is typed again with these names in place of the ``?``s, so
-   that its result's dimensions are named too (``tanh`` of ``(dyn0, 3)`` is
-   ``(dyn0, 3)``).
-3. Its kernel is lowered with each name a TIR variable (kernel.py, the
-   rules' ``symbolic_dims``); the TIR function binds them from its
+2. The function's body is typed again with these names in place of the
+   ``?``s (symbolic_shapes.py): every size in it is an int or a name, a
+   name standing for an ``int64`` expression of the parameters' sizes
+   (``dyn2 = dyn0 + dyn1`` for a concatenation) [RULE SIZEEXPR]; sizes the
+   types cannot relate but the interpreter checks at run time (two masks'
+   counts meeting in an ``add``) are checked before the kernel runs, with
+   numpy's broadcasting, and fail with the interpreter's ``EvalError``
+   [RULE SIZECHECK].
+3. Its kernel is lowered with each name its TIR expression (kernel.py, the
+   rules' ``symbolic_dims``); the TIR function binds the variables from its
    arguments' shapes when called, and checks that tensors sharing a name
-   agree. The call's output shapes are the names' Relax expressions.
+   agree. The call's output shapes are the same expressions of the VM's
+   sizes.
 
-Where a step fails (two sizes the types cannot relate, a result whose size
-no name gives, a ``te`` rule that needs a static size, such as the random
-operators'), the kernel is built per concrete shape from Python
-(relax_fallback.py [FALLBACK]); only such programs cannot be exported.
+What cannot be done so (an operator whose sizes the types cannot relate
+and symbolic_shapes.py has no rule for, a ``te`` rule that needs a static
+size) is not compiled: a ``CompileError`` naming the operator, at its
+location.
 
 The methods are a mixin of relax_lower's ``_Lowering``.
 """
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import tvm_ffi
 from tvm import relax, tirx
 
-from ...ir.diagnostics import Error
-from ...ir.expr import Function, Var
+from ...ir.expr import Function, Let, Var
 from ...ir.types import ANY, KeyType, TensorType, TupleType, Type
-from ...ir.visitor import ExprMutator
-from ...passes.infer_type import infer_expr
-from .errors import BackendError
-from .kernel import leaves
-from .relax_fallback import PythonKernel
+from ...ir.visitor import ExprMutator, pre_order
 from .relax_types import relax_type
-
-_fallback_ids = itertools.count()
-
-
-class _NotSymbolic(Exception):
-    """This kernel cannot be compiled for symbolic sizes (step 1 or 2)."""
+from .symbolic_shapes import KernelSizes, type_kernel
 
 
 class SymbolicLowering:
@@ -60,19 +57,29 @@ class SymbolicLowering:
         self, fn: Function, args: list[Any], types: list[Type], result: Type, name: str
     ) -> Any:
         """[RULE SHAPEPOLY] The call of ``fn``, a kernel whose types keep a
-        ``?``: compiled once for every size, or per shape from Python."""
+        ``?``: compiled once for every size."""
         inputs = [leaf for arg, t in zip(args, types, strict=True) for leaf in self._leaves(arg, t)]
-        try:
-            typed, sizes = self._named_sizes(fn, inputs)
-            return self._symbolic_call(typed, sizes, inputs, name)
-        except _NotSymbolic:
-            pass
-        return self._fallback(fn, inputs, types, result, name)
+        typed, sizes, known = self._named_sizes(fn, inputs)
+        for check in sizes.checks:  # [RULE SIZECHECK], before the kernel runs
+            self._check_shape(
+                check.call,
+                sizes.substituted(check.ok, known),
+                check.message,
+                [sizes.substituted(v, known) for v in check.values],
+            )
+        gv, lowered = self._kernel(typed, dict(sizes.exprs))
+        inputs = inputs + [relax.const(c, str(c.dtype)) for c in lowered.constants]
+        relax_sizes = {d: sizes.substituted(e, known) for d, e in sizes.exprs.items()}
+        outs = [relax_type(t, relax_sizes) for t in lowered.signature.outputs]
+        result_type = typed.body.checked_type
+        return self._call_kernel(gv, inputs, outs, lowered.checks, result_type, name)
 
-    def _named_sizes(self, fn: Function, inputs: list[Any]) -> tuple[Function, dict[str, Any]]:
-        """Steps 1 and 2: ``fn`` typed with named sizes, and each name's
-        Relax expression."""
-        sizes: dict[str, Any] = {}
+    def _named_sizes(
+        self, fn: Function, inputs: list[Any]
+    ) -> tuple[Function, KernelSizes, dict[str, Any]]:
+        """Steps 1 and 2: a copy of ``fn`` typed with named sizes, the
+        sizes, and each parameter size's Relax expression."""
+        known: dict[str, Any] = {}
         tensors = iter(inputs)
 
         def named(t: Type) -> Type:
@@ -83,61 +90,32 @@ class SymbolicLowering:
                 return t
             assert isinstance(t, TensorType)
             dims = self._dims(value, t)
-            shape = [
-                d if d != ANY else self._size_name(dims[k], sizes) for k, d in enumerate(t.shape)
-            ]
+            shape = [d if d != ANY else _size_name(dims[k], known) for k, d in enumerate(t.shape)]
             return TensorType(tuple(shape), t.dtype)
 
-        params = {p: Var(p.name_hint, named(p.checked_type), span=p.span) for p in fn.params}
-        body = _Rename(params).mutate(fn.body)
-        typed = Function(tuple(params.values()), body, None, fn.type_params, fn.attrs, span=fn.span)
-        try:
-            infer_expr(typed)
-        except Error as err:  # sizes the types cannot relate (dyn0 against dyn1)
-            raise _NotSymbolic from err
-        for leaf in leaves(typed.body.checked_type):
-            if any(isinstance(d, str) and d not in sizes for d in leaf.shape):
-                raise _NotSymbolic  # a result size no name gives
-        return typed, sizes
+        mapping = {p: Var(p.name_hint, named(p.checked_type), span=p.span) for p in fn.params}
+        for node in pre_order(fn.body):  # fresh let variables, typed below
+            if isinstance(node, Let):
+                mapping[node.var] = Var(node.var.name_hint, span=node.var.span)
+        body = _Rename(mapping).mutate(fn.body)
+        params = tuple(mapping[p] for p in fn.params)
+        typed = Function(params, body, None, fn.type_params, fn.attrs, span=fn.span)
+        for p in params:
+            p.set_checked_type(p.type_annotation)
+        sizes = KernelSizes(list(known))
+        type_kernel(typed, sizes)
+        return typed, sizes, known
 
-    @staticmethod
-    def _size_name(size: Any, sizes: dict[str, Any]) -> int | str:
-        if isinstance(size, int | tirx.IntImm):
-            return int(size)
-        for known, expr in sizes.items():
-            if tvm_ffi.structural_equal(expr, size, map_free_vars=False):
-                return known
-        name = f"dyn{len(sizes)}"
-        sizes[name] = size
-        return name
 
-    def _symbolic_call(
-        self, typed: Function, sizes: dict[str, Any], inputs: list[Any], name: str
-    ) -> Any:
-        """Step 3: the kernel compiled with symbolic sizes, called."""
-        try:
-            gv, lowered = self._kernel(typed, {d: tirx.Var(d, "int64") for d in sizes})
-        except BackendError as err:  # a rule that needs a static size
-            raise _NotSymbolic from err
-        inputs = inputs + [relax.const(c, str(c.dtype)) for c in lowered.constants]
-        outs = [relax_type(t, sizes) for t in lowered.signature.outputs]
-        result_type = typed.body.checked_type
-        return self._call_kernel(gv, inputs, outs, lowered.checks, result_type, name)
-
-    def _fallback(
-        self, fn: Function, inputs: list[Any], types: list[Type], result: Type, name: str
-    ) -> Any:
-        """[FALLBACK] A kernel built per concrete shape when called, as a
-        Python packed function (relax_fallback.py)."""
-        packed = f"effir.fallback.{next(_fallback_ids)}"
-        self.fallbacks[packed] = PythonKernel(fn, self.target, types, result)
-        outs = [relax_type(t) for t in leaves(result)]
-        ty = outs[0] if len(outs) == 1 else relax.TupleType(outs)
-        value = self.bb.emit(relax.op.call_pure_packed(packed, *inputs, ty_args=ty), name)
-        if len(outs) == 1:
-            return value
-        parts = iter([self.bb.emit(relax.TupleGetItem(value, i)) for i in range(len(outs))])
-        return self._rebuild(result, parts)
+def _size_name(size: Any, sizes: dict[str, Any]) -> int | str:
+    if isinstance(size, int | tirx.IntImm):
+        return int(size)
+    for known, expr in sizes.items():
+        if tvm_ffi.structural_equal(expr, size, map_free_vars=False):
+            return known
+    name = f"dyn{len(sizes)}"
+    sizes[name] = size
+    return name
 
 
 class _Rename(ExprMutator):

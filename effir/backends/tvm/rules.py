@@ -16,10 +16,11 @@ a ``uint32`` tensor of shape ``(2,)``: the two threefry words, as
 ``PRNGKey.data`` holds them. ``out_type`` is the call's checked type, with
 every dimension static (the kernel builder substitutes concrete shapes),
 except inside ``symbolic_dims``: there a named dimension is a TIR variable
-(``dim_value``), for kernels compiled once for every size of a
-data-dependent dimension (relax_symbolic.py). A rule that needs a static
-size raises TypeError or ValueError on such a dimension, and the kernel is
-then not compiled symbolically.
+or an ``int64`` expression of them (``dim_value``), for kernels compiled
+once for every size of a data-dependent dimension (relax_symbolic.py,
+symbolic_shapes.py). A rule that needs a static size raises TypeError or
+ValueError on such a dimension, and the program is then refused
+(``CompileError`` naming the operator).
 
 The rule must compute exactly what the numpy rule computes: bit for bit for
 integers, booleans and random bits, to 1e-5 relative for floats.
@@ -60,7 +61,8 @@ _SYMBOLIC: ContextVar[Mapping[str, Any] | None] = ContextVar("effir_symbolic_dim
 
 @contextlib.contextmanager
 def symbolic_dims(dims: Mapping[str, Any]) -> Iterator[None]:
-    """Within: the dimension names in ``dims`` are these TIR variables."""
+    """Within: the dimension names in ``dims`` are these TIR variables (or
+    expressions of them)."""
     token = _SYMBOLIC.set(dims)
     try:
         yield
@@ -69,8 +71,9 @@ def symbolic_dims(dims: Mapping[str, Any]) -> Iterator[None]:
 
 
 def dim_value(d: int | str) -> Any:
-    """A type's dimension as a rule uses it: an int, or the TIR variable of
-    a named dimension inside ``symbolic_dims``; None for any other name."""
+    """A type's dimension as a rule uses it: an int, or the TIR variable
+    (or expression) of a named dimension inside ``symbolic_dims``; None for
+    any other name."""
     if isinstance(d, int):
         return d
     dims = _SYMBOLIC.get()

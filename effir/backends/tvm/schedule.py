@@ -73,15 +73,13 @@ from typing import Any
 
 import numpy as np
 import tvm
-import tvm_ffi
 from tvm import s_tir, tirx
 from tvm_ffi import get_global_func
 
+from .schedule_common import strip_casts, uses, vector_lanes
+
 INLINE_BUDGET = 3000
 """Most let-substituted expression nodes an inlining may produce [RULE BUDGET]."""
-
-VECTOR_BYTES = 64
-"""Bytes per vector register (AVX-512; LLVM splits them on narrower CPUs)."""
 
 _get_realize = get_global_func("s_tir.schedule.GetSBlockRealize")
 _ScheduleError = s_tir.ScheduleError
@@ -126,11 +124,6 @@ class _Blocks:
     def store(self, block: Any) -> Any:
         body = self.sch.get(block).body
         return body if isinstance(body, tirx.BufferStore) else None
-
-
-def _lanes(dtype: str) -> int:
-    """Elements of ``dtype`` per vector register."""
-    return max(1, VECTOR_BYTES // np.dtype(dtype).itemsize)
 
 
 def _divisor(extent: int, candidates: tuple[int, ...]) -> int:
@@ -318,7 +311,7 @@ class _CpuScheduler:
         else:  # a vector times a matrix: one row
             i_loop = sch.add_unit_loop(j_loop)
         m = int(sch.get(i_loop).extent)
-        lanes = _lanes(operands.acc_dtype)
+        lanes = vector_lanes(operands.acc_dtype)
         if operands.j_contiguous:
             self._matmul_tiles(block, i_loop, j_loop, k_loop, m, operands, lanes)
         elif m >= 8 and operands.rhs_on_jk:
@@ -329,7 +322,9 @@ class _CpuScheduler:
 
     def _pack_rhs(self, block: Any, operands: _MatmulInfo) -> None:
         sch = self.sch
-        jt = _divisor(operands.n, (2 * _lanes(operands.acc_dtype), _lanes(operands.acc_dtype)))
+        jt = _divisor(
+            operands.n, (2 * vector_lanes(operands.acc_dtype), vector_lanes(operands.acc_dtype))
+        )
         packed = sch.cache_read(block, operands.rhs_index, "global")
         if operands.rhs_j_first:
             sch.transform_layout(
@@ -426,7 +421,7 @@ class _CpuScheduler:
             # with let statements, which TVM's vectoriser gets wrong.
             return
         dtype = str(store.value.ty)
-        lanes = _lanes(dtype)
+        lanes = vector_lanes(dtype)
         if spatial and _innermost_is_spatial(sch, block):
             inner = spatial[-1]
             sch.reorder(*spatial[:-1], *reduce, inner)
@@ -460,7 +455,7 @@ class _CpuScheduler:
             return
         fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
         dtype = str(store.value.ty)
-        lanes = _lanes(dtype)
+        lanes = vector_lanes(dtype)
         vt = _divisor(int(sch.get(fused).extent), (lanes, lanes // 2, lanes // 4))
         if vt < 4:
             return
@@ -511,12 +506,6 @@ class _MatmulInfo:
     acc_dtype: str
 
 
-def _strip_casts(e: Any) -> Any:
-    while isinstance(e, tirx.Cast):
-        e = e.value
-    return e
-
-
 def _matmul_operands(sch: Any, block: Any) -> _MatmulInfo | None:
     """The roles in a block ``C[s] = C[s] + A[..] * B[..]`` with one
     reduction iterator and at least one spatial one, or None."""
@@ -532,17 +521,17 @@ def _matmul_operands(sch: Any, block: Any) -> _MatmulInfo | None:
     value = store.value
     if not isinstance(value, tirx.Add):
         return None
-    product = _strip_casts(value.b)
+    product = strip_casts(value.b)
     if not isinstance(product, tirx.Mul):
         return None
-    lhs, rhs = _strip_casts(product.a), _strip_casts(product.b)
+    lhs, rhs = strip_casts(product.a), strip_casts(product.b)
     if not (isinstance(lhs, _Load) and isinstance(rhs, _Load)):
         return None
     j_var = info.iter_vars[spatial[-1]].var
     k_var = info.iter_vars[reduce[0]].var
-    if _uses(lhs, j_var) and not _uses(rhs, j_var):
+    if uses(lhs, j_var) and not uses(rhs, j_var):
         lhs, rhs = rhs, lhs
-    if not _uses(rhs, j_var) or not _uses(rhs, k_var) or not _uses(lhs, k_var):
+    if not uses(rhs, j_var) or not uses(rhs, k_var) or not uses(lhs, k_var):
         return None
     reads = [str(r.source.name) for r in info.reads]
     if str(rhs.source.name) not in reads:
@@ -565,18 +554,6 @@ def _matmul_operands(sch: Any, block: Any) -> _MatmulInfo | None:
 
 def _is(e: Any, var: Any) -> bool:
     return isinstance(e, tirx.Var) and e.same_as(var)
-
-
-def _uses(e: Any, var: Any) -> bool:
-    found = False
-
-    def visit(v: Any) -> None:
-        nonlocal found
-        if v.same_as(var):
-            found = True
-
-    tvm_ffi.structural_walk(e, (tirx.Var, visit), order="post")
-    return found
 
 
 def _loop_roles(sch: Any, rf: Any, factor_axis: int, at: Any = None) -> dict[str, Any]:
@@ -607,7 +584,7 @@ def _loop_roles(sch: Any, rf: Any, factor_axis: int, at: Any = None) -> dict[str
         if role is None:
             continue
         for lp in loops:  # the innermost loop the binding uses
-            if _uses(value, sch.get(lp).loop_var):
+            if uses(value, sch.get(lp).loop_var):
                 roles[role] = lp
     return roles
 

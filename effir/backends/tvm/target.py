@@ -11,6 +11,8 @@ from typing import Any
 
 import tvm
 
+from .errors import CompileError
+
 
 @cache
 def host_cpu() -> str:
@@ -27,15 +29,85 @@ def cuda_target(arch: str = "sm_90") -> Any:
     return tvm.target.Target({"kind": "cuda", "arch": arch}, host=llvm_target())
 
 
-def make_target(name: str | Any) -> Any:
-    """``"llvm"`` or ``"cuda"`` (or a ``tvm.target.Target``) as a Target."""
+TARGET_KINDS = ("llvm", "cuda")
+
+
+def make_target(name: str | dict[str, Any] | Any) -> Any:
+    """A Target from what users write: ``"llvm"`` (the host CPU) or
+    ``"cuda"`` (sm_90, with the host CPU as host), the strings TVM users
+    write (``"llvm -mcpu=skylake-avx512 -mattr=+avx2,+fma"``,
+    ``"cuda -arch=sm_80"``: TVM 0.27 itself refuses them), a TVM config
+    dict (``{"kind": "llvm", "mcpu": ...}``) or a ``tvm.target.Target``.
+    An unknown kind or option is a ``CompileError`` listing the known ones."""
     if isinstance(name, tvm.target.Target):
         return name
-    if name == "llvm":
-        return llvm_target()
-    if name == "cuda":
-        return cuda_target()
-    raise ValueError(f'unknown target {name!r}: use "llvm" or "cuda"')
+    config = dict(name) if isinstance(name, dict) else _target_config(name)
+    kind = config.get("kind")
+    if kind not in TARGET_KINDS:
+        raise CompileError(f"unknown target {name!r}: its kind must be llvm or cuda")
+    options = _options(kind)
+    unknown = [k for k in config if k not in options]
+    if unknown:
+        known = ", ".join(sorted(k for k in options if k not in ("kind", "tag", "keys")))
+        raise CompileError(
+            f"target {name!r}: unknown option -{unknown[0]} (options of {kind}: {known})"
+        )
+    for key, value in list(config.items()):
+        if isinstance(value, str) and key != "kind":
+            config[key] = _option_value(name, key, value, str(options.get(key, "str")))
+    if kind == "llvm":
+        config.setdefault("mcpu", host_cpu())
+        return _target(name, config)
+    config.setdefault("arch", "sm_90")
+    return _target(name, config, host=llvm_target())
+
+
+@cache
+def _options(kind: str) -> dict[str, str]:
+    """The options of a target kind and their TVM types ("int", "Array<str>"...)."""
+    probe = {"kind": kind, "arch": "sm_90"} if kind == "cuda" else {"kind": kind}
+    return {str(k): str(v) for k, v in tvm.target.Target(probe).kind.options.items()}
+
+
+def _target_config(text: Any) -> dict[str, Any]:
+    """``"kind -key=value -flag ..."`` as a config dict (values still text)."""
+    if not isinstance(text, str) or not text.split():
+        raise CompileError(
+            f'unknown target {text!r}: use "llvm" or "cuda" (with -key=value options)'
+        )
+    kind, *flags = text.split()
+    config: dict[str, Any] = {"kind": kind}
+    for flag in flags:
+        if not flag.startswith("-") or flag in ("-", "--"):
+            raise CompileError(f"target {text!r}: expected -key=value, found {flag!r}")
+        key, sep, value = flag.lstrip("-").partition("=")
+        config[key] = value if sep else "true"
+    return config
+
+
+def _option_value(name: Any, key: str, value: str, kind: str) -> Any:
+    """A target option's text as TVM's type for it."""
+    try:
+        if kind.startswith("Array"):
+            return [v for v in value.split(",") if v]
+        if kind == "int":
+            return int(value)
+        if kind == "bool":
+            if value.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(value)
+            return value.lower() in ("true", "1")
+    except ValueError:
+        raise CompileError(f"target {name!r}: -{key} takes {kind}, not {value!r}") from None
+    return value
+
+
+def _target(name: Any, config: dict[str, Any], host: Any = None) -> Any:
+    try:
+        return (
+            tvm.target.Target(config, host=host) if host is not None else tvm.target.Target(config)
+        )
+    except Exception as err:  # TVM's own message, as an effir error
+        raise CompileError(f"target {name!r}: {err}") from None
 
 
 @contextlib.contextmanager

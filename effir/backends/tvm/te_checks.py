@@ -5,15 +5,17 @@ A ``te`` rule states what it checks with ``require(shape, bad, message,
 shown)``: the call fails when ``bad(*i)`` holds at some index ``i`` of
 ``shape`` (nothing fails over an empty shape, as the interpreter fails only
 when an element is computed), with the interpreter's ``message`` whose
-``{}`` shows ``shown(*i)`` of the first failing index (row-major order).
+``{}``s show ``shown(*i)`` (one value, or a tuple: one per ``{}``) of the
+first failing index (row-major order).
 The rule's own result stays a safe value wherever the check fails (a
 clipped index, a divisor made non-zero): the check decides, not the value.
 
 The kernel being lowered collects the checks of its operator calls
 (``collecting_checks``, ``check_site``) and ``error_output`` computes them
-into one more output, ``effir_error``, an ``int64[2]``: the code (0, or
-``k + 1`` for the first check ``k`` that fails, in the order of the
-operator calls) and the value the failing check shows. Each check is one
+into one more output, ``effir_error``, an ``int64[1 + n]``: the code (0,
+or ``k + 1`` for the first check ``k`` that fails, in the order of the
+operator calls) and the values the failing check shows (``n``: the most
+any of the kernel's checks shows, at least 1; ``error_shape``). Each check is one
 reduction over its shape, before any loop of the program's own: never per
 element inside a hot loop (a branch there stops vectorisation; a division
 checked per element ran 4x slower).
@@ -22,7 +24,7 @@ checked per element ran 4x slower).
   failing check's message when the code is not 0 (a 0-d block, never
   inlined): nothing is called while every check passes.
 - On a GPU the code is computed on the device; a kernel cannot stop the
-  host, so the VM copies the two numbers to the host after the kernel and
+  host, so the VM copies the numbers to the host after the kernel and
   calls ``effir.check`` per check (relax_dynamic.py ``_test_error_code``).
 """
 
@@ -47,8 +49,13 @@ Tensor = Any  # tvm.te.Tensor
 ERROR_OUTPUT = "effir_error"
 """The name of a checked kernel's extra output (its last parameter)."""
 
-ERROR_SHAPE = (2,)
-"""The error output: the code, then the value its message shows."""
+
+def error_shape(texts: Sequence[str]) -> tuple[int]:
+    """The error output of a kernel whose checks' messages are ``texts``:
+    the code, then the values the failing check's message shows (as many
+    as the most any message shows, at least one)."""
+    return (1 + max([1, *(t.count(VALUE_MARK) for t in texts)]),)
+
 
 _NONE = np.iinfo(np.int64).max  # "no failing index"
 
@@ -62,7 +69,7 @@ class Check:
     text: str
     shape: tuple[Any, ...]
     bad: Callable[..., PrimExpr]
-    shown: Callable[..., PrimExpr] | None
+    shown: Callable[..., PrimExpr | tuple[PrimExpr, ...]] | None
 
 
 _state = threading.local()
@@ -95,11 +102,12 @@ def require(
     shape: Sequence[Any],
     bad: Callable[..., PrimExpr],
     message: str,
-    shown: Callable[..., PrimExpr] | None = None,
+    shown: Callable[..., PrimExpr | tuple[PrimExpr, ...]] | None = None,
 ) -> None:
     """Fail with the interpreter's ``message`` where ``bad(*i)`` holds for
-    an index ``i`` of ``shape``; its ``{}`` shows ``shown(*i)``. Outside a
-    kernel that collects checks nothing is checked."""
+    an index ``i`` of ``shape``; its ``{}`` shows ``shown(*i)`` (a tuple
+    where it shows more than one value). Outside a kernel that collects
+    checks nothing is checked."""
     checks = getattr(_state, "checks", None)
     if checks is None:
         return
@@ -114,21 +122,24 @@ def require(
 def error_output(checks: Sequence[Check], on_host: bool) -> Tensor:
     """The ``effir_error`` output of a kernel with ``checks`` (see above)."""
     codes, values = _code_and_value(checks)
+    shape = error_shape([c.text for c in checks])
     if on_host:
         raised = _raising(checks, codes, values)
         return te.compute(
-            ERROR_SHAPE,
-            lambda j: tirx.Select(j == 0, codes() + raised(), values()),
+            shape,
+            lambda j: tirx.Select(j == 0, codes() + raised(), values(tirx.max(j, 1) - 1)),
             name=ERROR_OUTPUT,
         )
     return te.compute(
-        ERROR_SHAPE, lambda j: tirx.Select(j == 0, codes(), values()), name=ERROR_OUTPUT
+        shape,
+        lambda j: tirx.Select(j == 0, codes(), values(tirx.max(j, 1) - 1)),
+        name=ERROR_OUTPUT,
     )
 
 
 def _code_and_value(checks: Sequence[Check]) -> tuple[Tensor, Tensor]:
-    """0-d tensors: the code of the first failing check (0 if none) and
-    the value its message shows."""
+    """The code of the first failing check (0 if none, a 0-d tensor) and
+    the values its message shows (a 1-d tensor, 0 past its values)."""
     firsts = [_first_failing(c, k) for k, c in enumerate(checks)]
     zero = tirx.const(0, "int64")
 
@@ -141,17 +152,28 @@ def _code_and_value(checks: Sequence[Check]) -> tuple[Tensor, Tensor]:
             out = tirx.Select(failing(k), tirx.const(k + 1, "int64"), out)
         return out
 
-    def value() -> PrimExpr:
+    def value(j: PrimExpr) -> PrimExpr:
         out = zero
         for k in reversed(range(len(checks))):
             check = checks[k]
             if check.shown is not None:
                 index = _unravel(firsts[k](), check.shape)
-                shown = check.shown(*index).astype("int64")
-                out = tirx.if_then_else(failing(k), shown, out)  # loads only where it fails
+                shown = check.shown(*index)
+                chosen = zero
+                for n, v in reversed(list(enumerate(_values(shown)))):
+                    chosen = tirx.Select(j == n, v.astype("int64"), chosen)
+                out = tirx.if_then_else(failing(k), chosen, out)  # loads only where it fails
         return out
 
-    return te.compute((), code, name="check_code"), te.compute((), value, name="check_value")
+    width = error_shape([c.text for c in checks])[0] - 1
+    return (
+        te.compute((), code, name="check_code"),
+        te.compute((width,), value, name="check_value"),
+    )
+
+
+def _values(shown: PrimExpr | tuple[PrimExpr, ...]) -> tuple[PrimExpr, ...]:
+    return tuple(shown) if isinstance(shown, tuple | list) else (shown,)
 
 
 def raising(checks: Sequence[Check]) -> Tensor:
@@ -162,15 +184,16 @@ def raising(checks: Sequence[Check]) -> Tensor:
 
 
 def _raising(checks: Sequence[Check], codes: Tensor, values: Tensor) -> Tensor:
-    return te.compute((), lambda: _raise(checks, codes(), values()), name="check", attrs={KEEP: 1})
+    return te.compute((), lambda: _raise(checks, codes(), values), name="check", attrs={KEEP: 1})
 
 
-def _raise(checks: Sequence[Check], code: PrimExpr, value: PrimExpr) -> PrimExpr:
+def _raise(checks: Sequence[Check], code: PrimExpr, values: Tensor) -> PrimExpr:
     """0, after calling ``effir.check`` (which raises) with the message of
-    the failing check when ``code`` is not 0."""
+    the failing check, and its values, when ``code`` is not 0."""
     out = tirx.const(0, "int64")
     for k in reversed(range(len(checks))):
-        call = tirx.call_packed(CHECK_FUNCTION, tirx.const(0, "int64"), checks[k].text, value)
+        shown = [values(n) for n in range(max(1, checks[k].text.count(VALUE_MARK)))]
+        call = tirx.call_packed(CHECK_FUNCTION, tirx.const(0, "int64"), checks[k].text, *shown)
         # (compared, not cast: TVM folds a cast of the call as a constant)
         failed = tirx.Select(call == 0, tirx.const(0, "int64"), tirx.const(1, "int64"))
         out = tirx.if_then_else(code == tirx.const(k + 1, "int64"), failed, out)

@@ -1,4 +1,4 @@
-"""A whole cf.foreach compiled into one TVM function (effir/backends/tvm/loop.py),
+"""A whole cf.foreach compiled into one TVM function (effir/backends/tvm/loop/),
 checked against the interpreter: a GRU (fused, symbolic batch, one build per
 batch and none per length; lengths 0, 1 and not a multiple of the row tile;
 as the interpreter's loop kernel; as effir.compile's pipeline leaves it;
@@ -13,10 +13,9 @@ import numpy as np
 import pytest
 
 import effir
-from effir.backends.tvm import loop
 from effir.backends.tvm.compile import PIPELINE
 from effir.backends.tvm.errors import BackendError
-from effir.backends.tvm.loop import LoopKernel, build_loop
+from effir.backends.tvm.loop import LoopKernel, build_loop, cpu_schedule
 from effir.ir.expr import Call, Function, Let, Op, Var
 from effir.ir.visitor import pre_order
 from effir.passes.pipeline import run_pipeline
@@ -187,7 +186,7 @@ def test_tuple_state_and_tuple_outputs(threads: str, monkeypatch: pytest.MonkeyP
     """Also with every contraction and elementwise block on the thread pool
     (the threshold lowered: these sizes are too small to pay for it)."""
     if threads == "parallel":
-        monkeypatch.setattr(loop, "PARALLEL_MIN_WORK", 1)
+        monkeypatch.setattr(cpu_schedule, "PARALLEL_MIN_WORK", 1)
     mod = module(LSTM)
     _, body, _ = foreach_of(mod)
     kernel = build_loop(body, parallel=threads == "parallel")

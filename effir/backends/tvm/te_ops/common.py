@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import tvm_ffi
 from tvm import te, tirx
 
 from ....ir.types import TensorType, Type
@@ -69,12 +70,24 @@ def _lets(values: Sequence[PrimExpr], body: Callable[..., PrimExpr]) -> PrimExpr
     return _let(values[0], lambda v: _lets(values[1:], lambda *rest: body(v, *rest)))
 
 
-def _load_broadcast(x: Tensor, index: Sequence[PrimExpr]) -> PrimExpr:
+def _load_broadcast(
+    x: Tensor, index: Sequence[PrimExpr], out: Sequence[Any] | None = None
+) -> PrimExpr:
     """``x`` at ``index`` of the broadcast result (numpy's rule: trailing
-    dimensions align, a dimension of size 1 stretches)."""
+    dimensions align, a dimension of size 1 stretches). A size known only
+    at run time that is not the result's (``out``) may be the 1 that
+    stretches: read at 0 where it is (symbolic_shapes.py [RULE SIZECHECK])."""
     shape = _shape(x)
     offset = len(index) - len(shape)
-    return x(*(0 if d == 1 else index[offset + k] for k, d in enumerate(shape)))
+    return x(*(_stretched(d, index[offset + k], out, offset + k) for k, d in enumerate(shape)))
+
+
+def _stretched(d: Any, i: PrimExpr, out: Sequence[Any] | None, position: int) -> PrimExpr:
+    if isinstance(d, int):
+        return 0 if d == 1 else i
+    if out is None or tvm_ffi.structural_equal(d, out[position], map_free_vars=False):
+        return i
+    return _select(d == 1, tirx.const(0, _dtype(i)), i)
 
 
 def _name(op: str) -> str:
@@ -88,7 +101,7 @@ def _map(
     shape, _ = _out(out_type)
     return te.compute(
         shape,
-        lambda *i: _lets([_load_broadcast(x, i) for x in inputs], fn),
+        lambda *i: _lets([_load_broadcast(x, i, shape) for x in inputs], fn),
         name=_name(name),
     )
 

@@ -97,9 +97,7 @@ def int_divide(a: PrimExpr, b: PrimExpr) -> PrimExpr:
             numerator = _select(b == minus_one, wrap_sub(zero, a), a)
         else:
             safe, numerator = _select(b == zero, one, b), a
-        return (
-            tirx.truncdiv(numerator, safe) * nonzero
-        )  # zero divisors: checked [RULE CHECK]
+        return tirx.truncdiv(numerator, safe) * nonzero  # zero divisors: checked [RULE CHECK]
 
     return _lets([a, b], body)
 
@@ -117,9 +115,7 @@ def int_power(a: Tensor, b: Tensor, out_type: Type) -> Tensor:
     bits = np.dtype(exp_dtype).itemsize * 8
     zero, one = _const(0, dtype), _const(1, dtype)
 
-    def combine(
-        acc: tuple[PrimExpr, ...], step: tuple[PrimExpr, ...]
-    ) -> tuple[PrimExpr, ...]:
+    def combine(acc: tuple[PrimExpr, ...], step: tuple[PrimExpr, ...]) -> tuple[PrimExpr, ...]:
         result, square, started = acc
         on, first, _ = step
 
@@ -135,13 +131,13 @@ def int_power(a: Tensor, b: Tensor, out_type: Type) -> Tensor:
     k = te.reduce_axis((0, bits), name="bit")
 
     def bit_of(index: Sequence[PrimExpr]) -> PrimExpr:
-        e = _load_broadcast(b, index)
+        e = _load_broadcast(b, index, shape)
         shifted = tirx.bitwise_and(e >> k.var.astype(exp_dtype), _const(1, exp_dtype))
         return _select(shifted != _const(0, exp_dtype), one, zero)
 
     result, _, _ = te.compute(
         shape,
-        lambda *i: reducer((bit_of(i), _load_broadcast(a, i), zero), axis=k),
+        lambda *i: reducer((bit_of(i), _load_broadcast(a, i, shape), zero), axis=k),
         name="power_bits",
         attrs={ORDERED: 1},
     )
@@ -150,7 +146,7 @@ def int_power(a: Tensor, b: Tensor, out_type: Type) -> Tensor:
     if _kind(exp_dtype) == "i":  # a negative exponent fails [RULE CHECK]
         require(
             shape,
-            lambda *i: _load_broadcast(b, i) < _const(0, exp_dtype),
+            lambda *i: _load_broadcast(b, i, shape) < _const(0, exp_dtype),
             "integer power with a negative exponent",
         )
     return power
@@ -204,7 +200,8 @@ def _arith_rule(name: str) -> Callable[..., Tensor]:
             def zero(*i: PrimExpr) -> PrimExpr:
                 # as int64: TVM's analyzer turns the branch condition of an
                 # unsigned `b == 0` into `b <= -1` and cannot make a negative uint
-                return _load_broadcast(divisor, i).astype("int64") == _const(0, "int64")
+                at = _load_broadcast(divisor, i, _shape(out))
+                return at.astype("int64") == _const(0, "int64")
 
             require(_shape(out), zero, "integer division by zero")
         return out
@@ -216,9 +213,7 @@ def _compare_rule(name: str) -> Callable[..., Tensor]:
     fn = _COMPARE[name]
 
     def rule(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
-        return _map(
-            name, out_type, args, lambda a, b: fn(_as_comparable(a), _as_comparable(b))
-        )
+        return _map(name, out_type, args, lambda a, b: fn(_as_comparable(a), _as_comparable(b)))
 
     return rule
 

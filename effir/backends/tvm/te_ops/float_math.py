@@ -50,9 +50,7 @@ def exp_f32(x: PrimExpr) -> PrimExpr:
                     p = p * r + _const(c, f32)
                 y = p * r * r + r + _const(1.0, f32)
                 ni = n.astype("int32")
-                return _let(
-                    ni >> 1, lambda half: y * _pow2_f32(half) * _pow2_f32(ni - half)
-                )
+                return _let(ni >> 1, lambda half: y * _pow2_f32(half) * _pow2_f32(ni - half))
 
             return _let(r, poly)
 

@@ -8,13 +8,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from tvm import te
+from tvm import te, tirx
 
 from ....ir.node import Attrs
 from ....ir.types import Type
 from ..errors import BackendError
 from ..rules import te_rule
-from .common import _const, _count, _dtype, _let, _out, _shape
+from ..te_checks import require
+from .common import _const, _count, _dtype, _let, _out, _select, _shape
 from .elementwise import cast_value
 from .float_math import exp_of
 from .reductions import _empty_reduction, compute_dtype, reduction_layout
@@ -77,9 +78,7 @@ def _matmul(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
         bb = _batch_index(b_shape[:-2], batch)
         lhs = a(*ab, k, m) if ta else a(*ab, m, k)
         rhs = b(*bb, n, k) if tb else b(*bb, k, n)
-        return _sum_reducer(acc)(
-            wrap_mul(cast_value(lhs, acc), cast_value(rhs, acc)), axis=k
-        )
+        return _sum_reducer(acc)(wrap_mul(cast_value(lhs, acc), cast_value(rhs, acc)), axis=k)
 
     return _as_compute(te.compute(shape, body, name="matmul"), dtype, "matmul_cast")
 
@@ -198,9 +197,7 @@ def _layer_norm(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
         lambda *i: xc(*i) - _at_kept(mean, i, [axis]),
         name="layer_norm_centre",
     )
-    var = _mean_kept(
-        centred, [axis], lambda v: _let(v, lambda c: c * c), "layer_norm_var"
-    )
+    var = _mean_kept(centred, [axis], lambda v: _let(v, lambda c: c * c), "layer_norm_var")
     eps = _scalar(attrs["epsilon"], cd)
 
     def body(*i: PrimExpr) -> PrimExpr:
@@ -227,9 +224,7 @@ def _batch_norm_infer(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Te
         def ch(v: Tensor) -> PrimExpr:
             return _channel(v, cd, i, axis)
 
-        y = (cast_value(x(*i), cd) - ch(mean)) / te.sqrt(ch(var) + eps) * ch(
-            gamma
-        ) + ch(beta)
+        y = (cast_value(x(*i), cd) - ch(mean)) / te.sqrt(ch(var) + eps) * ch(gamma) + ch(beta)
         return cast_value(y, dtype)
 
     return te.compute(_shape(x), body, name="batch_norm_infer")
@@ -247,7 +242,9 @@ def _batch_norm_train(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> tu
     axis = attrs["axis"] % len(shape)
     channels = shape[axis]
     others = [d for d in range(len(shape)) if d != axis]
-    n = int(np.prod([shape[d] for d in others]))
+    n = math.prod([shape[d] for d in others])
+    if not isinstance(n, int):
+        return _batch_norm_train_symbolic(args, attrs, n)
     if n == 1:
         raise BackendError(
             "nn.batch_norm_train: expected more than 1 value per channel when training, "
@@ -261,8 +258,7 @@ def _batch_norm_train(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> tu
         y = te.compute(
             shape,
             lambda *i: cast_value(
-                cast_value(x(*i), cd) * _channel(gamma, cd, i, axis)
-                + _channel(beta, cd, i, axis),
+                cast_value(x(*i), cd) * _channel(gamma, cd, i, axis) + _channel(beta, cd, i, axis),
                 dtype,
             ),
             name="batch_norm_train",
@@ -277,16 +273,12 @@ def _batch_norm_train(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> tu
     centred = te.compute(
         shape, lambda *i: xc(*i) - _at_kept(mean, i, others), name="batch_norm_centre"
     )
-    var = _mean_kept(
-        centred, others, lambda v: _let(v, lambda c: c * c), "batch_norm_var"
-    )
+    var = _mean_kept(centred, others, lambda v: _let(v, lambda c: c * c), "batch_norm_var")
     eps = _scalar(attrs["epsilon"], cd)
     y = te.compute(
         shape,
         lambda *i: cast_value(
-            centred(*i)
-            / te.sqrt(_at_kept(var, i, others) + eps)
-            * _channel(gamma, cd, i, axis)
+            centred(*i) / te.sqrt(_at_kept(var, i, others) + eps) * _channel(gamma, cd, i, axis)
             + _channel(beta, cd, i, axis),
             dtype,
         ),
@@ -312,10 +304,76 @@ def _batch_norm_train(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> tu
     new_var = te.compute(
         (channels,),
         lambda c: cast_value(
-            keep * cast_value(running_var(c), cd)
-            + moment * (var(*stat_index(c)) * unbias),
+            keep * cast_value(running_var(c), cd) + moment * (var(*stat_index(c)) * unbias),
             dtype,
         ),
+        name="batch_norm_new_var",
+    )
+    return y, new_mean, new_var
+
+
+def _batch_norm_train_symbolic(args: tuple[Any, ...], attrs: Attrs, n: PrimExpr) -> tuple:
+    """``nn.batch_norm_train`` where the number of values per channel, ``n``,
+    is known at run time (after a mask): as above, with the numpy rule's
+    cases decided at run time: n == 1 fails [RULE CHECK], n == 0 leaves
+    the running statistics unchanged (y is then empty)."""
+    x, gamma, beta, running_mean, running_var = args
+    dtype = _dtype(x)
+    cd = compute_dtype(dtype)
+    shape = _shape(x)
+    axis = attrs["axis"] % len(shape)
+    channels = shape[axis]
+    others = [d for d in range(len(shape)) if d != axis]
+    xc = _as_compute(x, cd, "batch_norm_widen")
+    total = _reduce_kept(xc, others, te.sum, lambda v: v, "batch_norm_mean_sum")
+    count = _count([shape[a] for a in others], cd)
+    mean = te.compute(_shape(total), lambda *i: total(*i) / count, name="batch_norm_mean")
+    centred = te.compute(
+        shape, lambda *i: xc(*i) - _at_kept(mean, i, others), name="batch_norm_centre"
+    )
+    squares = _reduce_kept(
+        centred, others, te.sum, lambda v: _let(v, lambda c: c * c), "batch_norm_var_sum"
+    )
+    var = te.compute(_shape(squares), lambda *i: squares(*i) / count, name="batch_norm_var")
+    eps = _scalar(attrs["epsilon"], cd)
+    y = te.compute(
+        shape,
+        lambda *i: cast_value(
+            centred(*i) / te.sqrt(_at_kept(var, i, others) + eps) * _channel(gamma, cd, i, axis)
+            + _channel(beta, cd, i, axis),
+            dtype,
+        ),
+        name="batch_norm_train",
+    )
+    np_cd = np.dtype(cd).type
+    momentum = np_cd(attrs["momentum"])
+    keep = _const(float(np_cd(1) - momentum), cd)
+    moment = _const(float(momentum), cd)
+    wide = tirx.Cast("float64", n)
+    unbias = (wide / tirx.max(wide - _const(1.0, "float64"), _const(1.0, "float64"))).astype(cd)
+    # the interpreter's message shows the input's shape, its run-time sizes too
+    dims = ", ".join(str(d) if isinstance(d, int) else "{}" for d in shape)
+    message = "expected more than 1 value per channel when training, got input of shape " + (
+        f"({dims}{',' if len(shape) == 1 else ''})"
+    )
+    shown = tuple(tirx.Cast("int64", d) for d in shape if not isinstance(d, int))
+    require((), lambda: n == 1, message, lambda: shown)
+
+    def stat_index(c: PrimExpr) -> list[PrimExpr]:
+        return [c if d == axis else 0 for d in range(len(shape))]
+
+    def updated(running: Tensor, batch: PrimExpr) -> PrimExpr:
+        value = keep * cast_value(running, cd) + moment * batch
+        return cast_value(_select(n == 0, cast_value(running, cd), value), dtype)
+
+    new_mean = te.compute(
+        (channels,),
+        lambda c: updated(running_mean(c), mean(*stat_index(c))),
+        name="batch_norm_new_mean",
+    )
+    new_var = te.compute(
+        (channels,),
+        lambda c: updated(running_var(c), var(*stat_index(c)) * unbias),
         name="batch_norm_new_var",
     )
     return y, new_mean, new_var

@@ -8,7 +8,6 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
 from tvm import te, tirx
 
 from ....ir.node import Attrs
@@ -60,12 +59,8 @@ def _product_reducer() -> Any:
 def _nan_reducer(name: str) -> Any:
     """max/min that propagate NaN [RULE NAN]; the identity is -inf/+inf."""
     if name == "max":
-        return te.comm_reducer(
-            nan_max, lambda dtype: _const(-math.inf, dtype), name="nan_max"
-        )
-    return te.comm_reducer(
-        nan_min, lambda dtype: _const(math.inf, dtype), name="nan_min"
-    )
+        return te.comm_reducer(nan_max, lambda dtype: _const(-math.inf, dtype), name="nan_max")
+    return te.comm_reducer(nan_min, lambda dtype: _const(math.inf, dtype), name="nan_min")
 
 
 def _reducer(name: str, dtype: str) -> Any:
@@ -100,13 +95,9 @@ def _reduce_rule(name: str) -> Callable[..., Tensor]:
         )
         if name == "mean":
             count = _count([in_shape[a] for a in axes], acc)
-            return te.compute(
-                shape, lambda *i: (total(*i) / count).astype(dtype), name="mean_div"
-            )
+            return te.compute(shape, lambda *i: (total(*i) / count).astype(dtype), name="mean_div")
         if acc != dtype:
-            total = te.compute(
-                shape, lambda *i: cast_value(total(*i), dtype), name=f"{name}_cast"
-            )
+            total = te.compute(shape, lambda *i: cast_value(total(*i), dtype), name=f"{name}_cast")
         if name in ("max", "min"):
             return _unless_empty_at_run_time(total, name, in_shape, axes)
         return total
@@ -135,9 +126,7 @@ for _op in ("sum", "mean", "max", "min", "prod"):
     te_rule(_op)(_reduce_rule(_op))
 
 
-def _empty_reduction(
-    name: str, shape: Sequence[int], dtype: str, axis: int = 0
-) -> Tensor:
+def _empty_reduction(name: str, shape: Sequence[int], dtype: str, axis: int = 0) -> Tensor:
     """A reduction over an empty axis: TVM's loop over it never runs, and
     the initial value is written inside it, so the result is given directly:
     0 for a sum, 1 for a product, NaN for a mean (0 / 0). max, min and
@@ -190,13 +179,13 @@ def _argmax(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
         empty = next(a for a in axes if in_shape[a] == 0)
         return _empty_reduction("argmax", shape, "int32", empty)
     raxes, in_index = reduction_layout(in_shape, axes, attrs["keepdims"])
-    strides = [
-        int(np.prod([in_shape[b] for b in axes[k + 1 :]])) for k in range(len(axes))
-    ]
+    strides = [math.prod([in_shape[b] for b in axes[k + 1 :]]) for k in range(len(axes))]
     flat = sum(
         (k.var * s for k, s in zip(raxes[:-1], strides[:-1], strict=True)),
         raxes[-1].var,
     )
+    if _dtype(flat) != "int32":  # loops over sizes known at run time count in int64
+        flat = flat.astype("int32")
     value_of = _as_comparable
     is_float = _kind(_dtype(x)) == "f"
     reducer = _argmax_reducer(attrs["select_last_index"], is_float)

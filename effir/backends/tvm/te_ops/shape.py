@@ -4,6 +4,7 @@ the package's docstring."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -14,6 +15,7 @@ from ....ir.node import Attrs
 from ....ir.types import TupleType, Type
 from ....ops.shape import _show_newshape, _slices
 from ..rules import te_rule
+from ..symbolic_shapes import sliced
 from ..te_checks import require
 from .common import _const, _dtype, _kind, _map, _out, _shape, static_shape
 from .elementwise import cast_value
@@ -42,7 +44,9 @@ def _reshape(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
     (x,) = args
     shape, _ = _out(out_type)
     in_shape = _shape(x)
-    if all(isinstance(d, int) for d in in_shape):
+    if all(isinstance(d, int) for d in in_shape) or not all(isinstance(d, int) for d in shape):
+        # (a result of sizes known at run time: its element count is checked
+        # before the kernel runs, symbolic_shapes.py [RULE SIZECHECK])
         return te.compute(
             shape, lambda *i: x(*_unravel(_ravel(i, shape), in_shape)), name="reshape"
         )
@@ -53,9 +57,7 @@ def _reshape(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
     for d in in_shape:
         size = size * tirx.Cast("int64", d) if not isinstance(d, int) else size * d
     wanted = int(np.prod(shape, dtype=np.int64))
-    message = "cannot reshape {} elements into shape " + _show_newshape(
-        attrs["newshape"]
-    )
+    message = "cannot reshape {} elements into shape " + _show_newshape(attrs["newshape"])
     require(shape, lambda *i: size != wanted, message, lambda *i: size)
     zero = _const(0, _dtype(x))
     return te.compute(  # (nothing read where the check fails: x may be smaller)
@@ -122,15 +124,11 @@ def _pick(
     position``: the lazy ``if_then_else`` reads only the chosen input."""
     value = loads[-1](position - starts[-1])
     for k in range(len(loads) - 2, -1, -1):
-        value = tirx.if_then_else(
-            position < starts[k + 1], loads[k](position - starts[k]), value
-        )
+        value = tirx.if_then_else(position < starts[k + 1], loads[k](position - starts[k]), value)
     return value
 
 
-def _at(
-    x: Tensor, index: Sequence[PrimExpr], axis: int, position: PrimExpr
-) -> PrimExpr:
+def _at(x: Tensor, index: Sequence[PrimExpr], axis: int, position: PrimExpr) -> PrimExpr:
     full = list(index)
     full[axis] = position
     return x(*full)
@@ -138,16 +136,19 @@ def _at(
 
 @te_rule("concatenate")
 def _concatenate(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
-    fields = [f for f in args[0] if _shape(f)[attrs["axis"] % len(f.shape)] > 0]
+    # (an input empty at run time has a start equal to the next one's: never picked)
+    fields = [f for f in args[0] if _shape(f)[attrs["axis"] % len(f.shape)] != 0]
     shape, _ = _out(out_type)
     axis = attrs["axis"] % len(shape)
     if not fields:  # every input is empty along the axis: so is the output
         return te.compute(shape, lambda *i: args[0][0](*i), name="concatenate")
-    starts = list(np.cumsum([0] + [_shape(f)[axis] for f in fields[:-1]]))
+    starts: list[Any] = [0]
+    for f in fields[:-1]:
+        starts.append(starts[-1] + _shape(f)[axis])
 
     def body(*i: PrimExpr) -> PrimExpr:
         loads = [lambda p, f=f: _at(f, i, axis, p) for f in fields]
-        return _pick(i[axis], [int(s) for s in starts], loads)
+        return _pick(i[axis], starts, loads)
 
     return te.compute(shape, body, name="concatenate")
 
@@ -195,13 +196,18 @@ def _split(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> tuple[Tensor,
     size = in_shape[axis]
     if isinstance(spec, int):
         step = size // spec
-        bounds: list[int | None] = [k * step for k in range(spec)] + [None]
+        bounds: list[Any] = [k * step for k in range(spec)] + [None]
     else:
         bounds = [0, *spec, None]
     assert isinstance(out_type, TupleType)
     pieces = []
     for k, field in enumerate(out_type.fields):
-        start = range(size)[bounds[k] : bounds[k + 1]].start
+        if isinstance(size, int):
+            start = range(size)[bounds[k] : bounds[k + 1]].start
+        elif isinstance(spec, int):  # a size known at run time, checked divisible
+            start = bounds[k]
+        else:
+            start = sliced(size, bounds[k], bounds[k + 1], 1)[0]
         pieces.append(_sliced(x, static_shape(field), {axis: (start, 1)}, "split"))
     return tuple(pieces)
 
@@ -215,22 +221,32 @@ def _strided_slice(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tenso
     plan = _slices(attrs, len(in_shape))
     starts = {}
     for axis, (b, e, s) in plan.items():
-        r = range(in_shape[axis])[b:e:s]
-        starts[axis] = (r.start, r.step)
+        if isinstance(in_shape[axis], int):
+            r = range(in_shape[axis])[b:e:s]
+            starts[axis] = (r.start, r.step)
+        else:  # a size known only at run time
+            starts[axis] = (sliced(in_shape[axis], b, e, s)[0], s)
     shape, _ = _out(out_type)
     return _sliced(x, shape, starts, "strided_slice")
 
 
-def _take_index(index: PrimExpr, size: int, mode: str) -> PrimExpr:
+def _sized(size: Any, dtype: str) -> PrimExpr:
+    """A size (an int, or an expression of sizes known at run time) as ``dtype``."""
+    return _const(size, dtype) if isinstance(size, int) else tirx.Cast(dtype, size)
+
+
+def _take_index(index: PrimExpr, size: Any, mode: str) -> PrimExpr:
     """An index in [0, size): wrapped (Python's modulo) or clipped ("clip"
     and "fast", which the interpreter checks and a kernel cannot [RULE DIV])."""
     dtype = _dtype(index)
     signed = _kind(dtype) == "i"
     if mode == "wrap":
-        n = _const(size, dtype)
+        n = _sized(size, dtype)
+        if not isinstance(size, int):  # 0 at run time fails (``_take``)
+            n = tirx.max(n, _const(1, dtype))
         wrapped = tirx.floormod(index, n) if signed else tirx.truncmod(index, n)
         return wrapped.astype("int32")
-    clipped = te.min(index, _const(size - 1, dtype))
+    clipped = te.min(index, _sized(size, dtype) - _const(1, dtype))
     if signed:
         clipped = te.max(clipped, _const(0, dtype))
     return clipped.astype("int32")
@@ -242,19 +258,20 @@ def _take(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
     shape, _ = _out(out_type)
     mode = attrs["mode"]
     if attrs["axis"] is None:
-        flat_shape = (int(np.prod(_shape(x))),)
-        flat = te.compute(
-            flat_shape, lambda i: x(*_unravel(i, _shape(x))), name="take_flat"
-        )
+        flat_shape = (math.prod(_shape(x)),)
+        flat = te.compute(flat_shape, lambda i: x(*_unravel(i, _shape(x))), name="take_flat")
         x, axis = flat, 0
     else:
         axis = attrs["axis"] % len(x.shape)
     size = _shape(x)[axis]
     rank = len(indices.shape)
-    if size == 0:  # nothing to take from: fails unless nothing is taken [RULE CHECK]
-        message = f"cannot take from axis {axis} of size 0"
-        require(shape, lambda *i: tirx.const(True, "bool"), message)
+    empty = f"cannot take from axis {axis} of size 0"
+    if isinstance(size, int) and size == 0:
+        # nothing to take from: fails unless nothing is taken [RULE CHECK]
+        require(shape, lambda *i: tirx.const(True, "bool"), empty)
         return te.compute(shape, lambda *i: _const(0, out_type.dtype), name="take")
+    if not isinstance(size, int) and mode != "fast":  # a size 0 at run time fails
+        require(shape, lambda *i: size == 0, empty)
 
     def body(*i: PrimExpr) -> PrimExpr:
         before, picked, after = i[:axis], i[axis : axis + rank], i[axis + rank :]
@@ -263,20 +280,21 @@ def _take(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
     if mode == "fast":  # clipped, and checked [RULE CHECK]
 
         def bad(*i: PrimExpr) -> PrimExpr:
-            index = indices(
-                *i[axis : axis + rank]
-            )  # (a load: a let cannot index a buffer)
+            index = indices(*i[axis : axis + rank])  # (a load: a let cannot index a buffer)
             dtype = _dtype(index)
-            out = index >= _const(size, dtype)
-            return (
-                tirx.Or(index < _const(0, dtype), out) if _kind(dtype) == "i" else out
-            )
+            out = index >= _sized(size, dtype)
+            return tirx.Or(index < _const(0, dtype), out) if _kind(dtype) == "i" else out
 
+        def shown(*i: PrimExpr) -> PrimExpr | tuple[PrimExpr, ...]:
+            index = indices(*i[axis : axis + rank]).astype("int64")
+            return index if isinstance(size, int) else (index, _sized(size, "int64"))
+
+        shown_size = size if isinstance(size, int) else "{}"  # a run-time size shows too
         require(  # over the result: nothing fails where nothing is taken
             shape,
             bad,
-            f"index {{}} is out of range for axis {axis} of size {size}",
-            lambda *i: indices(*i[axis : axis + rank]).astype("int64"),
+            f"index {{}} is out of range for axis {axis} of size {shown_size}",
+            shown,
         )
     return te.compute(shape, body, name="take")
 

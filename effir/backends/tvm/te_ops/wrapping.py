@@ -28,9 +28,7 @@ def _joined(low: PrimExpr, high: PrimExpr) -> PrimExpr:
     """``high * 2^32 + low`` modulo 2^64, of the low 32 bits of each: a
     shift and an or, which carry no overflow flags."""
     dtype = _dtype(low)
-    return tirx.bitwise_or(
-        _bits_of(high, 0, 32) << _const(32, dtype), _bits_of(low, 0, 32)
-    )
+    return tirx.bitwise_or(_bits_of(high, 0, 32) << _const(32, dtype), _bits_of(low, 0, 32))
 
 
 def _add64(a: PrimExpr, b: PrimExpr, carry: int) -> PrimExpr:
@@ -45,9 +43,7 @@ def _add64(a: PrimExpr, b: PrimExpr, carry: int) -> PrimExpr:
             low = low + _const(carry, dtype)
         return _let(
             low,
-            lambda lo: _joined(
-                lo, (a >> thirty_two) + (b >> thirty_two) + (lo >> thirty_two)
-            ),
+            lambda lo: _joined(lo, (a >> thirty_two) + (b >> thirty_two) + (lo >> thirty_two)),
         )
 
     return _lets([a, b], body)

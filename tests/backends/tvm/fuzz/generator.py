@@ -44,7 +44,7 @@ FEATURES: dict[str, str] = {
     "without max_iterations",
     "adt": "a List ADT built by recursion and folded by match",
     "dynamic": "data-dependent shapes (boolean_mask, argwhere) with kernels after them, "
-    "results of ? shape",
+    "results of ? shape, two masks' counts meeting in one kernel, dropout over a mask",
     "errors": "inputs that make the interpreter raise: integer division by zero, a negative "
     "integer power, take(mode=fast) out of range, a bad dyn.reshape or reshape of a ? "
     "dimension, dyn.zeros of a negative size, max/min/argmax/take over an empty axis",
@@ -591,6 +591,31 @@ class _Gen:
         d = self.bind(f"nn.dense({m}, %x2)", ("?", 3), "float32", pool=False)
         self.bind(f"max(add({d}, 1f), axis=[1])", ("?",), "float32", pool=False)
 
+    def f_masks_meet(self) -> None:
+        """Two masks' counts in one kernel: numpy's broadcasting (checked at
+        run time: counts that do not broadcast fail in both), sizes that
+        are arithmetic on the counts, random numbers over a masked tensor."""
+        x = self.pick((4, 3))
+        rows = f"sum({x.name}, axis=[1])"
+        low, high = self.choice(["-1f", "0f", "0.5f"]), self.choice(["-0.5f", "0f", "1f"])
+        y = self.bind(f"boolean_mask({x.name}, greater({rows}, {low}))", ("?", 3), "float32", False)
+        z = self.bind(f"boolean_mask({x.name}, less({rows}, {high}))", ("?", 3), "float32", False)
+        expr, shape = self.choice(
+            [
+                (f"add({y}, {z})", ("?", 3)),
+                (f"where(greater({y}, 0f), {y}, {z})", ("?", 3)),
+                (f"concatenate(({y}, tanh({z})))", ("?", 3)),
+                (f"reshape(tanh({z}), newshape=[-1])", ("?",)),
+                (f"strided_slice({y}, begin=[1], end=[-1])", ("?", 3)),
+                (f"split({z}, indices_or_sections=[1])", ()),
+                (f"nn.dropout({y}, @rng, rate=0.5f)", ("?", 3)),
+            ]
+        )
+        if not shape:  # a tuple of two pieces: the second's rows
+            expr, shape = f"{expr}.1", ("?", 3)
+        r = self.bind(expr, shape, "float32", pool=False)
+        self.forced.append(self.bind(f"sum({r}, axis=[0])", shape[1:], "float32", pool=False))
+
     def f_argwhere(self) -> None:
         x = self.pick((4, 3))
         w = self.bind(f"argwhere(greater({x.name}, 0.5f))", ("?", 2), "int32", pool=False)
@@ -694,7 +719,12 @@ _FRAGMENTS: dict[str, list[Callable[[_Gen], None]]] = {
     "foreach_unknown": [_Gen.f_foreach_unknown],
     "while_forms": [_Gen.f_while_no_outputs, _Gen.f_while_tuple_outputs],
     "adt": [_Gen.f_adt_list],
-    "dynamic": [_Gen.f_mask_then_kernels, _Gen.f_mask_rows_dense, _Gen.f_argwhere],
+    "dynamic": [
+        _Gen.f_mask_then_kernels,
+        _Gen.f_mask_rows_dense,
+        _Gen.f_argwhere,
+        _Gen.f_masks_meet,
+    ],
     "errors": [
         _Gen.f_err_divide,
         _Gen.f_err_power,

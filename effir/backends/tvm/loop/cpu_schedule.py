@@ -1,0 +1,268 @@
+"""[SCHED] The CPU schedule of a loop's prologue and step (each a PrimFunc
+made by ``te.create_prim_func``): spatial blocks inlined into their
+consumers within schedule.py's budget, contractions register-tiled,
+packings copied tile by tile, other blocks vectorised along a contiguous
+innermost axis; heavy blocks on TVM's thread pool. A block whose schedule
+TVM rejects keeps its plain loops (slower, never wrong)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import tvm
+import tvm_ffi
+from tvm import s_tir, tirx
+
+from ..schedule import INLINE_BUDGET, expression_cost
+from ..schedule_common import static_extent, strip_casts, uses, vector_lanes
+from .graph import MATERIALIZE, ROW_TILE, tiles_within_step
+
+PARALLEL_MIN_WORK = 1 << 17
+"""Multiply-adds (or elements times expression size) from which a block
+runs on TVM's thread pool (``build_loop(parallel=True)``); below, starting
+the pool's tasks costs more than the work saves. Measured on 2 cores: a
+768 x 256 matrix-vector product per step (2**17.6) gains, as the two halves
+of the weight then stay in the two cores' L2 caches; 2**16 loses."""
+SYMBOLIC_EXTENT = 64
+"""What a symbolic extent (the sequence length) counts for in work estimates."""
+
+INLINE_MAX_COPIED = 100
+"""Largest expression (IR nodes) inlined into more than one reading site;
+larger ones (a sigmoid read twice) are computed once into a buffer."""
+
+
+def _accesses(block: Any) -> list[list[Any]]:
+    """Index lists of every buffer read and write in ``block``'s body and init."""
+    found: list[list[Any]] = []
+
+    def on_access(node: Any) -> None:
+        found.append(list(node.indices))
+
+    for stmt in (block.body, block.init):
+        if stmt is not None:
+            tvm_ffi.structural_walk(stmt, ((tvm.ir.expr.TensorLoad, tirx.BufferStore), on_access))
+    return found
+
+
+def _contiguous(block: Any, var: Any, lanes: int) -> bool:
+    """Every access moves by one element (or not at all) as ``var`` steps
+    through a vector of ``lanes``: vectorising ``var`` gives vector loads."""
+
+    def const_multiple(e: Any) -> bool:
+        return isinstance(e, tirx.IntImm) and int(e.value) % lanes == 0
+
+    for indices in _accesses(block):
+        if not indices:
+            continue
+        *outer, last = indices
+        for e in outer:
+            if uses(e, var) and not (
+                isinstance(e, tirx.FloorDiv) and e.a.same_as(var) and const_multiple(e.b)
+            ):
+                return False
+        if not uses(last, var):
+            continue
+        if last.same_as(var):
+            continue
+        if isinstance(last, tirx.FloorMod) and last.a.same_as(var) and const_multiple(last.b):
+            continue
+        if isinstance(last, tirx.Add) and (
+            (last.a.same_as(var) and not uses(last.b, var))
+            or (last.b.same_as(var) and not uses(last.a, var))
+        ):
+            continue
+        return False
+    return True
+
+
+def _is_copy(block: Any) -> bool:
+    """A block that only moves data (its value is one buffer read)."""
+    body = block.body
+    if not isinstance(body, tirx.BufferStore):
+        return False
+    return isinstance(strip_casts(body.value), tvm.ir.expr.TensorLoad)
+
+
+def _size(stmt: Any) -> int:
+    """The number of IR nodes in ``stmt``."""
+    count = 0
+
+    def on_node(_node: Any) -> None:
+        nonlocal count
+        count += 1
+
+    tvm_ffi.structural_walk(stmt, on_node)
+    return count
+
+
+def _binds_bool(block: Any) -> bool:
+    found = tvm_ffi.structural_walk(
+        block.body,
+        (tirx.Let, lambda let: tvm_ffi.VisitInterrupt(let) if str(let.var.ty) == "bool" else None),
+    )
+    return found is not None
+
+
+def _is_reduction(block: Any) -> bool:
+    return any(iv.iter_type != tirx.IterVar.DataPar for iv in block.iter_vars)
+
+
+def schedule(func: Any, parallel: bool, unscheduled: list[str]) -> Any:
+    """[SCHED] A CPU schedule for a stage created by ``te.create_prim_func``.
+    Each block's steps are kept only if TVM accepts them all: a block whose
+    schedule TVM finds illegal keeps its plain loops (slower, never wrong)
+    and its name goes to ``unscheduled``."""
+    sch = s_tir.Schedule(func)
+    _inline(sch, sch.get_sblock("root"))
+    for name in [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]:
+        saved = sch.copy()
+        try:
+            b = sch.get_sblock(name)
+            node = sch.get(b)
+            if _is_reduction(node):
+                _tile_contraction(sch, b, node, parallel)
+            elif MATERIALIZE in node.annotations:
+                _pack_loops(sch, b)
+            else:
+                _vectorize(sch, b, node, parallel)
+        except (s_tir.ScheduleError, tvm.error.InternalError):
+            sch = saved
+            unscheduled.append(str(name))
+    return sch.mod["main"]
+
+
+def _pack_loops(sch: Any, b: Any) -> None:
+    """A packing ``Bp[no, k, ni] = B[no * w + ni, k]`` (``graph.Graph._panel``)
+    copied a (w x 16) tile at a time, a vector of w along ni: the writes are
+    contiguous, the strided reads stay within the tile's cache lines (36 us
+    for a 768 x 256 float32 weight, against 88 us element by element)."""
+    no, k, ni = sch.get_loops(b)
+    extent = static_extent(sch.get(k).extent)
+    if extent is not None and extent % 16 == 0:
+        ko, ki = sch.split(k, [None, 16])
+        sch.reorder(no, ko, ki, ni)
+    sch.vectorize(ni)
+
+
+def _inline(sch: Any, root: Any) -> None:
+    """Inline spatial blocks into their consumers, consumers first, except
+    outputs, packings, producers of a reduction (which would recompute them
+    for every output element) unless they only move data, an expensive
+    producer read at several places (each would get a copy), and where the
+    consumer would outgrow schedule.py's INLINE_BUDGET (RULE BUDGET there:
+    LLVM code generation substitutes every let)."""
+    outputs = {sch.get(b).name_hint for b in sch.get_output_blocks(root)}
+    for b in reversed(sch.get_child_blocks(root)):
+        node = sch.get(b)
+        if node.name_hint in outputs or MATERIALIZE in node.annotations or _is_reduction(node):
+            continue
+        if not isinstance(node.body, tirx.BufferStore):
+            continue
+        consumers = [sch.get(c) for c in sch.get_consumers(b)]
+        if any(_is_reduction(c) for c in consumers) and not _is_copy(node):
+            continue
+        mine = expression_cost(node.body.value)
+        name = str(node.body.buffer.name)
+        sites = 0
+        fits = True
+        for c in consumers:
+            if not isinstance(c.body, tirx.BufferStore):
+                fits = False
+                break
+            theirs = expression_cost(c.body.value)
+            reads = theirs.reads.get(name, 0)
+            sites += reads
+            fits = fits and theirs.size + reads * mine.size <= INLINE_BUDGET
+        if not fits or (sites > 1 and mine.size > INLINE_MAX_COPIED):
+            continue
+        try:
+            sch.compute_inline(b)
+        except s_tir.ScheduleError:
+            pass
+
+
+def _vectorize(sch: Any, b: Any, node: Any, parallel: bool) -> None:
+    """Vectorise the innermost loop of a spatial block when it is
+    contiguous; spread the other loops over the thread pool when the block
+    is heavy (elements times expression size reach PARALLEL_MIN_WORK)."""
+    loops = sch.get_loops(b)
+    if not loops or not node.iter_vars:
+        return
+    extent = static_extent(node.iter_vars[-1].dom.extent)
+    dtype = node.body.buffer.dtype if isinstance(node.body, tirx.BufferStore) else "float32"
+    lanes = vector_lanes(str(dtype))
+    if extent is None or extent < 2 or not _contiguous(node, node.iter_vars[-1].var, lanes):
+        return
+    if _binds_bool(node):
+        return  # TVM 0.27's vectoriser fails on a let-bound vector of booleans
+    inner = loops[-1]
+    if extent > lanes:
+        if extent % lanes:
+            return
+        _, inner = sch.split(inner, [None, lanes])
+    sch.vectorize(inner)
+    outer = sch.get_loops(b)[:-1]
+    elements = math.prod(static_extent(iv.dom.extent) or SYMBOLIC_EXTENT for iv in node.iter_vars)
+    if parallel and outer and elements * _size(node.body) >= PARALLEL_MIN_WORK:
+        sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+
+
+def _tile_contraction(sch: Any, b: Any, node: Any, parallel: bool) -> None:
+    """Register tile: rows x ``width`` output elements accumulate in
+    registers over the reduction, ``width`` vectorised (two vectors)."""
+    spatial = [iv for iv in node.iter_vars if iv.iter_type == tirx.IterVar.DataPar]
+    n_spatial = len(spatial)
+    if n_spatial == 0 or len(node.iter_vars) != len(sch.get_loops(b)):
+        return
+    store = node.body
+    dtype = str(store.buffer.dtype) if isinstance(store, tirx.BufferStore) else "float32"
+    lanes = vector_lanes(dtype)
+    n_extent = static_extent(spatial[-1].dom.extent)
+    if n_extent is None or n_extent % lanes or not _contiguous(node, spatial[-1].var, lanes):
+        return
+    width = 2 * lanes if n_extent % (2 * lanes) == 0 else lanes
+    loops = sch.get_loops(b)
+    rows, n_loop, reduce_loops = loops[: n_spatial - 1], loops[n_spatial - 1], loops[n_spatial:]
+    no, ni = sch.split(n_loop, [None, width])
+    budget = ROW_TILE if width == 2 * lanes else 12
+    outer, tile_rows = _tile_rows(
+        sch, rows, [static_extent(iv.dom.extent) for iv in spatial[:-1]], budget
+    )
+    sch.reorder(*outer, no, *reduce_loops, *tile_rows, ni)
+    local = sch.cache_write(b, 0, "local")
+    sch.reverse_compute_at(local, no)
+    for row in tile_rows:
+        sch.unroll(row)
+    sch.vectorize(ni)
+    write_back = sch.get_loops(local)[-1]
+    sch.vectorize(write_back)
+    work = math.prod(static_extent(iv.dom.extent) or SYMBOLIC_EXTENT for iv in node.iter_vars)
+    if parallel and work >= PARALLEL_MIN_WORK:
+        tiles = [*outer, no]
+        sch.parallel(sch.fuse(*tiles) if len(tiles) > 1 else no)
+    init = sch.decompose_reduction(b, reduce_loops[0])
+    sch.vectorize(sch.get_loops(init)[-1])
+
+
+def _tile_rows(
+    sch: Any, rows: list[Any], extents: list[int | None], budget: int
+) -> tuple[list[Any], list[Any]]:
+    """Split the row loops of a contraction into loops over tiles and the
+    (at most ``budget``) rows of one tile. The step axis of a batched
+    prologue is the only symbolic extent (first, a multiple of ROW_TILE)."""
+    if not rows:
+        return [], []
+    step = rows[0] if extents[0] is None else None
+    static = rows[1:] if step is not None else rows
+    total = math.prod(e for e in extents if e is not None)
+    divisor = max(d for d in range(1, budget + 1) if total % d == 0)
+    if static and (step is None or tiles_within_step(total)):
+        fused = sch.fuse(*static) if len(static) > 1 else static[0]
+        tiles, tile = sch.split(fused, [None, divisor])
+        return ([step] if step is not None else []) + [tiles], [tile]
+    # Few rows per step: a tile spans steps (the padded length divides).
+    per_step = 1 << int(math.log2(max(1, budget // total)))
+    tiles, tile = sch.split(step, [None, min(per_step, ROW_TILE)])
+    fused = [sch.fuse(*static) if len(static) > 1 else static[0]] if static else []
+    return [tiles], [tile, *fused]

@@ -1,0 +1,249 @@
+"""[LOOP] The loop PrimFunc: the prologue, the state copied into a double
+buffer, a serial loop over the steps whose one block binds the scheduled
+step's buffers (``match_buffer``) to where their data lives at step ``t``,
+the final state copied out; and ``lower_loop``, every step from the body
+to that function. [RULE ALIGN] (the package's docstring) for the buffers'
+declared alignment."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import tvm
+import tvm_ffi
+from tvm import s_tir, te, tirx
+from tvm.ir import Range
+
+from ....ir import type_tree
+from ....ir.expr import Function, Var
+from ....ir.module import IRModule
+from ..errors import BackendError
+from .cpu_schedule import schedule
+from .evaluate import StepTE
+from .graph import ROW_TILE, Graph, Stages, TensorMap, hoist
+from .values import Leaf
+
+
+def _param(name: str, shape: Sequence[Any], dtype: str) -> Any:
+    """A loop-function parameter [RULE ALIGN]."""
+    return tirx.decl_buffer(
+        list(shape),
+        dtype,
+        name,
+        data_alignment=max(1, tvm.DataType(dtype).bits // 8),
+        offset_factor=1,
+    )
+
+
+def _view(buf: Any) -> Any:
+    """A buffer like ``buf`` whose offset a ``match_buffer`` binds."""
+    return tirx.decl_buffer(
+        list(buf.shape),
+        buf.dtype,
+        buf.name,
+        elem_offset=tirx.Var(f"{buf.name}_offset", "int32"),
+        data_alignment=max(1, tvm.DataType(buf.dtype).bits // 8),
+        offset_factor=1,
+    )
+
+
+def _region(buf: Any, lead: Sequence[Any]) -> Any:
+    """``buf[lead..., :, ...]``: the sub-tensor at the leading indices ``lead``."""
+    ranges = [Range.from_min_extent(i, 1) for i in lead]
+    ranges += [Range.from_min_extent(0, d) for d in list(buf.shape)[len(lead) :]]
+    return tirx.BufferRegion(buf, ranges)
+
+
+def _copy(dst: Any, dst_lead: Sequence[Any], src: Any, src_lead: Sequence[Any], name: str) -> Any:
+    """A block copying ``src[src_lead]`` to ``dst[dst_lead]``."""
+    shape = list(dst.shape)[len(dst_lead) :]
+    idx = [tirx.Var(f"i{k}", "int32") for k in range(len(shape))]
+    stmt: Any = tirx.BufferStore(dst, tirx.BufferLoad(src, [*src_lead, *idx]), [*dst_lead, *idx])
+    for var, extent in reversed(list(zip(idx, shape, strict=True))):
+        stmt = tirx.For(var, tirx.const(0, "int32"), extent, tirx.ForKind.SERIAL, stmt)
+    block = s_tir.SBlock([], [_region(src, src_lead)], [_region(dst, dst_lead)], name, stmt)
+    return s_tir.SBlockRealize([], True, block)
+
+
+def _stage_body(func: Any, mapping: Mapping[Any, Any]) -> tuple[Any, list[Any]]:
+    """A stage's statement with its parameter buffers replaced by
+    ``mapping``'s, and the buffers it allocates."""
+    for param, buf in list(mapping.items()):
+        for old, new in zip(param.shape, buf.shape, strict=True):
+            if isinstance(old, tirx.Var) and not old.same_as(new):
+                mapping = {**mapping, old: new}  # a renewed symbolic length
+    root = func.body.block
+    body = tvm_ffi.structural_map(root.body, (tirx.Var, lambda v: mapping.get(v, v)))
+    return body, list(root.alloc_buffers)
+
+
+@dataclass
+class _Interface:
+    """The step's placeholders, in the loop function's parameter order."""
+
+    x: list[te.Tensor]
+    state: list[te.Tensor]
+    captured: list[te.Tensor]  # captured leaves, then constants
+    outputs: list[te.Tensor]  # out_t leaves
+    xs: list[te.Tensor]  # the prologue's placeholders of the whole sequences
+    length: Any  # T
+
+
+def _loop_function(io: _Interface, stages: Stages, schedule: Callable[[Any], Any]) -> Any:
+    """[LOOP] The PrimFunc ``main(xs..., init..., captured..., outs...,
+    final..., hoisted...)``: the prologue, the loop over the scheduled step
+    with its buffers bound by ``match_buffer``, the final state."""
+    length = io.length
+    xs = [_param(f"xs{i}", [length, *t.shape], t.dtype) for i, t in enumerate(io.x)]
+    init = [_param(f"init{i}", t.shape, t.dtype) for i, t in enumerate(io.state)]
+    caps = [_param(f"captured{i}", t.shape, t.dtype) for i, t in enumerate(io.captured)]
+    outs = [_param(f"outs{i}", [length, *t.shape], t.dtype) for i, t in enumerate(io.outputs)]
+    final = [_param(f"final{i}", t.shape, t.dtype) for i, t in enumerate(io.state)]
+    hoisted = [
+        _param(f"hoisted{i}", t.shape, t.dtype) for i, t in enumerate(stages.prologue_outputs)
+    ]
+    doubled = [
+        tirx.decl_buffer([2, *t.shape], t.dtype, f"state{i}") for i, t in enumerate(io.state)
+    ]
+    stmts: list[Any] = []
+    allocs: list[Any] = list(doubled)
+
+    if stages.prologue_outputs:
+        pro = schedule(te.create_prim_func([*stages.prologue_inputs, *stages.prologue_outputs]))
+        sources = TensorMap()
+        for ph, buf in zip([*io.xs, *io.captured], [*xs, *caps], strict=True):
+            sources[ph] = buf
+        params = list(pro.params)
+        mapping = {p: sources[ph] for p, ph in zip(params, stages.prologue_inputs, strict=False)}
+        mapping.update(zip(params[len(stages.prologue_inputs) :], hoisted, strict=True))
+        stmt, extra = _stage_body(pro, mapping)
+        stmts.append(stmt)
+        allocs += extra
+    stmts += [
+        _copy(d, [0], i, [], f"init{k}") for k, (d, i) in enumerate(zip(doubled, init, strict=True))
+    ]
+
+    # The step: every parameter buffer bound to where its data lives at step t.
+    t = tirx.Var("t", "int32")
+    step = schedule(te.create_prim_func([*stages.step_inputs, *stages.step_outputs]))
+    sources = TensorMap()
+    for ph, buf in zip(io.x, xs, strict=True):
+        sources[ph] = (buf, [t])
+    for ph, buf in zip(io.state, doubled, strict=True):
+        sources[ph] = (buf, [tirx.floormod(t, 2)])
+    for ph, buf in zip(io.captured, caps, strict=True):
+        sources[ph] = (buf, [])
+    for ph, buf, seq in zip(stages.hoisted_views, hoisted, stages.hoisted_seq, strict=True):
+        sources[ph] = (buf, [t] if seq else [])
+    params = list(step.params)
+    places = [sources[ph] for ph in stages.step_inputs]
+    places += [(buf, [t]) for buf in outs] + [(buf, [tirx.floormod(t + 1, 2)]) for buf in doubled]
+    mapping = {}
+    matches, reads, writes = [], [], []
+    for k, (param, (buf, lead)) in enumerate(zip(params, places, strict=True)):
+        region = _region(buf, lead)
+        (reads if k < len(stages.step_inputs) else writes).append(region)
+        if lead:
+            mapping[param] = _view(param)
+            matches.append(s_tir.MatchBufferRegion(mapping[param], region))
+        else:
+            mapping[param] = buf
+    stmt, extra = _stage_body(step, mapping)
+    allocs += extra
+    block = s_tir.SBlock([], reads, writes, "step", stmt, match_buffers=matches)
+    realize = s_tir.SBlockRealize([], True, block)
+    stmts.append(tirx.For(t, tirx.const(0, "int32"), length, tirx.ForKind.SERIAL, realize))
+    last = [tirx.floormod(length, 2)]
+    stmts += [
+        _copy(f, [], d, last, f"final{k}")
+        for k, (f, d) in enumerate(zip(final, doubled, strict=True))
+    ]
+
+    body = tirx.SeqStmt(stmts) if len(stmts) > 1 else stmts[0]
+    root = s_tir.SBlock([], [], [], "root", body, alloc_buffers=allocs)
+    params = [*xs, *init, *caps, *outs, *final, *hoisted]
+    func = tirx.PrimFunc(params, s_tir.SBlockRealize([], True, root))
+    attrs = {"global_symbol": "main", "tirx.noalias": True, "s_tir": True}
+    for key, value in attrs.items():
+        func = func.with_attr(key, value)
+    return func
+
+
+@dataclass
+class LoweredLoop:
+    """A whole loop as TIR, before code generation, and what its parameters
+    are: ``func(xs..., init..., captured..., constants..., outs..., final...,
+    scratch...)`` (see ``_loop_function``)."""
+
+    func: Any  # the PrimFunc
+    x: list[Leaf]
+    state: list[Leaf]
+    captured: list[Leaf]
+    constants: list[np.ndarray]
+    outputs: list[Leaf]
+    scratch: list[tuple[Leaf, bool]]  # prologue results; True: with a leading T
+    padded: bool  # that leading axis is padded_length(T)
+    unscheduled: list[str]  # blocks left with plain loops (cpu_schedule.schedule)
+
+    def scratch_rows(self, length: int) -> int:
+        """The rows of the scratch buffers with a leading T, for ``length`` steps."""
+        return -(-length // ROW_TILE) * ROW_TILE if self.padded else length
+
+
+def lower_loop(
+    body: Function,
+    dims: Mapping[str, int],
+    captured: Sequence[Var],
+    functions: Mapping[Var, Function],
+    module: IRModule | None,
+    parallel: bool,
+) -> LoweredLoop:
+    """[EVAL] to [LOOP]: the loop over ``body`` as one scheduled PrimFunc."""
+    builder = StepTE(dims, captured, functions, module)
+    x_ph, s_ph, result = builder.evaluate(body)
+    if not isinstance(result, tuple) or len(result) != 2:
+        raise BackendError("a loop body returns (out_t, new_state)", body.span)
+    out_t, new_state = result
+    x_leaves, s_leaves = type_tree.tuple_leaves(x_ph), type_tree.tuple_leaves(s_ph)
+    cap_leaves = [t for v in captured for t in type_tree.tuple_leaves(builder.captured[v])]
+    cap_leaves += [ph for ph, _ in builder.constants]
+    out_leaves, new_leaves = type_tree.tuple_leaves(out_t), type_tree.tuple_leaves(new_state)
+    if [(tuple(t.shape), t.dtype) for t in new_leaves] != [
+        (tuple(t.shape), t.dtype) for t in s_leaves
+    ]:
+        raise BackendError("the new state's types differ from the state's", body.span)
+    graph = Graph(x_leaves, s_leaves, cap_leaves, out_leaves + new_leaves)
+    graph.classify()
+    graph.pack()
+    graph.classify()
+    length = tirx.Var("T", "int32")
+    xs_ph = [te.placeholder([length, *t.shape], t.dtype, name=f"{t.op.name}_seq") for t in x_leaves]
+    stages = hoist(graph, xs_ph, length)
+
+    unscheduled: list[str] = []
+    func = _loop_function(
+        _Interface(x_leaves, s_leaves, cap_leaves, out_leaves, xs_ph, length),
+        stages,
+        lambda f: schedule(f, parallel, unscheduled),
+    )
+
+    def leaf(t: te.Tensor) -> Leaf:
+        return Leaf(tuple(int(d) for d in t.shape), str(t.dtype))
+
+    return LoweredLoop(
+        func,
+        [leaf(t) for t in x_leaves],
+        [leaf(t) for t in s_leaves],
+        [leaf(t) for t in cap_leaves[: len(cap_leaves) - len(builder.constants)]],
+        [data for _, data in builder.constants],
+        [leaf(t) for t in out_leaves],
+        [
+            (Leaf(tuple(int(d) for d in t.shape[1 if seq else 0 :]), str(t.dtype)), seq)
+            for t, seq in zip(stages.prologue_outputs, stages.hoisted_seq, strict=True)
+        ],
+        stages.padded,
+        unscheduled,
+    )

@@ -1,0 +1,655 @@
+"""The builder every frontend shares: let-chains (``emit``), functions,
+control flow from Python callables (``cond``, ``foreach``, ``while_loop``),
+operator application with eager dispatch, and modules with state cells.
+
+Inside a function being built, every operator call is bound to a fresh
+variable in program order (a let-chain), so effects keep their order; outside
+one, an operator on expressions returns the call (a nested expression) and an
+operator on concrete values (numpy arrays, numbers, keys) runs at once through
+the interpreter's numpy rule: the same user code runs eagerly and builds IR.
+
+Each block's let-chain is an ``effir.ir.builder.LetBuilder`` (the one the
+passes use); this module adds what a Python frontend needs on top: the stack
+of blocks being built, names from the Python code, type hints, cells.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from ..ir.builder import LetBuilder
+from ..ir.diagnostics import AttrError, Error, EvalError, FrontendError
+from ..ir.expr import (
+    Call,
+    Constant,
+    Expr,
+    Function,
+    GlobalCell,
+    GlobalVar,
+    If,
+    Let,
+    Op,
+    RefRead,
+    RefWrite,
+    Tuple,
+    TupleGetItem,
+    Var,
+)
+from ..ir.module import IRModule
+from ..ir.node import Attrs
+from ..ir.op import lookup_op
+from ..ir.types import KeyType, RefType, TensorType, TupleType, Type
+from ..runtime.values import RefValue
+from .spans import current_span
+from .values import Cell, as_type, is_concrete, to_expr, to_value
+
+_LOCAL = threading.local()
+
+
+class _Root:
+    """One global function being built: its used names and the cells it reads."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+        self.counters: dict[str, int] = {}
+        self.slots = 0  # places kept for closures (script.py) to fill at the end
+        self.cells: dict[str, Cell] = {}
+        self.hints: dict[int, tuple[Var, Type]] = {}
+        # Globals of scripted or traced functions this one calls (their modules).
+        self.functions: dict[str, Function] = {}
+        self.declarations: dict[str, GlobalCell] = {}
+
+
+class _Block:
+    """One let-chain being built (its bindings are a ``LetBuilder``'s)."""
+
+    def __init__(self, root: _Root) -> None:
+        self.root = root
+        self.lets = LetBuilder()
+        self.bindings: list[tuple[Var, Expr]] = self.lets.bindings
+
+
+def _blocks() -> list[_Block]:
+    blocks = getattr(_LOCAL, "blocks", None)
+    if blocks is None:
+        blocks = _LOCAL.blocks = []
+    return blocks
+
+
+def current_block() -> _Block | None:
+    blocks = _blocks()
+    return blocks[-1] if blocks else None
+
+
+def building() -> bool:
+    """Whether a function body is being built (operators emit bindings)."""
+    return bool(_blocks())
+
+
+def note_cell(cell: Cell) -> None:
+    """Record that the function being built uses ``cell``."""
+    block = current_block()
+    if block is not None:
+        block.root.cells[cell.name] = cell
+
+
+def fresh_name(hint: str) -> str:
+    block = current_block()
+    hint = hint or "t"
+    if block is None:
+        return hint
+    root = block.root
+    names, counters = root.names, root.counters
+    name, n = hint, counters.get(hint, 0)
+    if n:
+        name = f"{hint}{n}"
+    while name in names:  # each hint's counter only moves forward: linear overall
+        n += 1
+        name = f"{hint}{n}"
+    counters[hint] = n + 1
+    names.add(name)
+    return name
+
+
+def new_var(name: str, type_annotation: Type | None = None) -> Var:
+    var = Var(fresh_name(name), type_annotation, span=current_span())
+    return var
+
+
+def var(name: str, type: Any = None) -> Var:  # noqa: A002
+    """A variable (a function parameter): ``effir.var("x", effir.Tensor[(n, 8), "float32"])``."""
+    return Var(name, as_type(type) if type is not None else None, span=current_span())
+
+
+def emit(value: Any, name: str | None = None) -> Any:
+    """Bind ``value`` to a fresh variable in the let-chain being built and
+    return the variable (atoms are returned as they are)."""
+    expr = to_expr(value)
+    if isinstance(expr, Var | GlobalVar | Constant | Op) and name is None:
+        return expr
+    block = current_block()
+    if block is None:
+        raise FrontendError(
+            "emit outside a function being built",
+            current_span(),
+            hint="call it inside `with builder.function(...)`, effir.trace or @effir.script",
+        )
+    hint = type_hint(expr)
+    var = Var(fresh_name(name or _name_for(expr)), span=expr.span or current_span())
+    block.bindings.append((var, expr))
+    if hint is not None:
+        block.root.hints[id(var)] = (var, hint)
+    return var
+
+
+def _name_for(expr: Expr) -> str:
+    if isinstance(expr, Call) and isinstance(expr.callee, Op):
+        return expr.callee.name.rsplit(".", 1)[-1]
+    if isinstance(expr, Function):
+        return "f"
+    return "t"
+
+
+@contextlib.contextmanager
+def _block(new_root: bool = False) -> Iterator[_Block]:
+    blocks = _blocks()
+    root = _Root() if new_root or not blocks else blocks[-1].root
+    block = _Block(root)
+    blocks.append(block)
+    try:
+        yield block
+    finally:
+        blocks.pop()
+
+
+def _close(block: _Block, result: Expr) -> Expr:
+    """The let-chain of ``block`` ending in ``result`` (built from the end,
+    without recursion); a result that is the last binding's variable ends
+    the chain as that binding's value (``f(x)``, not ``let %t = f(x); %t``)."""
+    bindings = block.bindings
+    if bindings and bindings[-1][0] is result and isinstance(result, Var):
+        result = block.lets.pop()[1]
+    return block.lets.finish(result)
+
+
+def build_body(body_fn: Callable[..., Any], *args: Any, new_root: bool = False) -> tuple[Expr, Any]:
+    """Run ``body_fn(*args)`` in a new let-chain: the chain ending in its
+    result, and the result as the Python value it returned."""
+    with _block(new_root) as block:
+        result = body_fn(*args)
+        body = to_expr(result)
+        return _close(block, body), result
+
+
+# ------------------------------------------------------------ type hints
+_HINT_DEPTH = 4
+
+
+def type_hint(expr: Expr, depth: int = 0) -> Type | None:
+    """The type of ``expr`` as far as the builder can tell without a full
+    check (parameter annotations and operators' type relations); None when
+    unknown. Used for Python numbers' dtypes, unpacking and indexing. Looks
+    at most ``_HINT_DEPTH`` nested expressions deep (inside a function every
+    call is bound, so its arguments are variables; an unbound expression
+    built outside one may be deep): no recursion proportional to a program."""
+    if depth > _HINT_DEPTH:
+        return None
+    if isinstance(expr, Var):
+        if expr.type_annotation is not None:
+            return expr.type_annotation
+        blocks = _blocks()
+        found = blocks[-1].root.hints.get(id(expr)) if blocks else None
+        return found[1] if found is not None and found[0] is expr else None
+    if isinstance(expr, Constant):
+        return TensorType(expr.data.shape, str(expr.data.dtype))
+    if isinstance(expr, Tuple):
+        fields = [type_hint(f, depth + 1) for f in expr.fields]
+        return None if any(f is None for f in fields) else TupleType(tuple(fields))
+    if isinstance(expr, TupleGetItem):
+        t = type_hint(expr.tuple_value, depth + 1)
+        if isinstance(t, TupleType) and 0 <= expr.index < len(t.fields):
+            return t.fields[expr.index]
+        return None
+    if isinstance(expr, GlobalVar):
+        block = current_block()
+        cell = block.root.cells.get(expr.name) if block is not None else None
+        return RefType(cell.value_type) if cell is not None and cell.value_type else None
+    if isinstance(expr, Let):
+        while isinstance(expr, Let):
+            expr = expr.body
+        return type_hint(expr, depth + 1)
+    if isinstance(expr, If):
+        return type_hint(expr.then_branch, depth + 1)
+    if isinstance(expr, RefRead):
+        t = type_hint(expr.ref, depth + 1)
+        return t.value if isinstance(t, RefType) else None
+    if isinstance(expr, Call) and isinstance(expr.callee, Op):
+        definition = lookup_op(expr.callee.name)
+        relation = definition.rules.get("type") if definition else None
+        if relation is None or "control_flow" in definition.traits:
+            return None
+        args = [type_hint(a, depth + 1) for a in expr.args]
+        if any(a is None for a in args):
+            return None
+        try:
+            return relation(tuple(args), expr.attrs)
+        except Exception:  # a hint only: effir.check reports the real error
+            return None
+    return None
+
+
+def dtype_hint(value: Any) -> str | None:
+    if isinstance(value, Expr):
+        t = type_hint(value)
+        return t.dtype if isinstance(t, TensorType) else None
+    if isinstance(value, np.ndarray | np.generic):
+        return str(value.dtype)
+    return None
+
+
+# ------------------------------------------------------------ operators
+def apply_op(name: str, args: tuple[Any, ...], attrs: dict[str, Any]) -> Any:
+    """``name(*args, **attrs)``: built (and bound, inside a function) when an
+    argument is an expression or a function is being built, else run eagerly."""
+    definition = lookup_op(name)
+    if definition is None:
+        raise FrontendError(f"unknown operator {name!r}", current_span())
+    span = current_span()
+    if definition.num_inputs is not None and len(args) != definition.num_inputs:
+        raise FrontendError(
+            f"{name} takes {definition.num_inputs} argument(s), got {len(args)}",
+            span,
+            hint=f"{name}({', '.join(f'x{i}' for i in range(definition.num_inputs))}, attr=...)",
+        )
+    try:
+        normalized = definition.normalize_attrs(attrs)
+    except AttrError as err:
+        raise FrontendError(err.message, span) from None
+    if not building() and all(is_concrete(a) for a in args):
+        return run_eagerly(name, args, normalized, span)
+    dtype = None
+    if definition.traits & {"broadcast", "elementwise"}:  # numbers take the tensors' dtype
+        dtype = next((d for d in map(dtype_hint, args) if d is not None), None)
+    exprs = tuple(to_expr(a, dtype) for a in args)
+    call = Call(definition.op, exprs, normalized, span=span)
+    return emit(call) if building() else call
+
+
+def run_eagerly(name: str, args: tuple[Any, ...], attrs: Attrs, span: Any) -> Any:
+    """An operator on concrete values, by its numpy rule (as the interpreter runs it)."""
+    from ..backends.interpreter import _RUNTIME_FAILURES, print_sink
+
+    definition = lookup_op(name)
+    impl = definition.rules.get("numpy")
+    if impl is None:
+        raise EvalError(f"operator {name} has no numpy rule registered", span)
+    values = tuple(to_value(a) for a in args)
+    try:
+        if definition.effect == "io":
+            return impl(values, attrs, sink=print_sink)
+        return impl(values, attrs)
+    except Error:
+        raise
+    except _RUNTIME_FAILURES as err:
+        raise EvalError(f"{name}: {err}", span) from None
+
+
+def call_module_function(module: IRModule, name: str, args: tuple[Any, ...]) -> Any:
+    """Inside a function being built, a call of ``@name`` of ``module`` (a
+    scripted or traced function's), whose globals and cells join the
+    module being built."""
+    block = current_block()
+    assert block is not None
+    block.root.functions.update(module.functions)
+    block.root.declarations.update(module.cells)
+    result = call(GlobalVar(name, span=current_span()), *args)
+    ret = module.functions[name].ret_type
+    if ret is not None and isinstance(result, Var):
+        block.root.hints[id(result)] = (result, ret)
+    return result
+
+
+def call(callee: Any, *args: Any) -> Any:
+    """A call of a function value (a closure, ``@global``) on ``args``."""
+    expr = Call(to_expr(callee), tuple(to_expr(a) for a in args), span=current_span())
+    return emit(expr) if building() else expr
+
+
+def read(ref: Any) -> Any:
+    """The value in a reference cell (``!ref``); on a cell run eagerly, its value."""
+    if isinstance(ref, Cell) and not building():
+        return ref.eager.value
+    if isinstance(ref, RefValue):
+        return ref.value
+    expr = RefRead(to_expr(ref), span=current_span())
+    return emit(expr) if building() else expr
+
+
+def write(ref: Any, value: Any) -> Any:
+    """Store ``value`` in a reference cell (``ref := value``)."""
+    if not building() and isinstance(ref, Cell | RefValue) and is_concrete(value):
+        (ref.eager if isinstance(ref, Cell) else ref).value = to_value(value)
+        return ()
+    expr = RefWrite(to_expr(ref), to_expr(value), span=current_span())
+    return emit(expr) if building() else expr
+
+
+# ------------------------------------------------------------ structure
+def unflatten(expr: Expr, like: Any) -> Any:
+    """``expr`` shaped as the Python value ``like``: a tuple becomes a tuple
+    of projections, so that bodies see the structure their user gave."""
+    if isinstance(like, tuple | list) and not isinstance(expr, Tuple):
+        return tuple(
+            unflatten(TupleGetItem(expr, i, span=expr.span), f) for i, f in enumerate(like)
+        )
+    if isinstance(like, tuple | list) and isinstance(expr, Tuple):
+        return tuple(unflatten(e, f) for e, f in zip(expr.fields, like, strict=True))
+    return expr
+
+
+def _param(name: str, like: Any) -> Var:
+    """A closure parameter for a value shaped like ``like`` (annotated when
+    the builder knows its type exactly)."""
+    t = _structure_type(like)
+    return new_var(name, t)
+
+
+def _structure_type(like: Any) -> Type | None:
+    if isinstance(like, tuple | list):
+        fields = [_structure_type(f) for f in like]
+        return None if any(f is None for f in fields) else TupleType(tuple(fields))
+    if isinstance(like, Expr):
+        t = type_hint(like)
+        return t if _complete(t) else None
+    if isinstance(like, np.ndarray | np.generic):
+        return TensorType(np.shape(like), str(like.dtype))
+    if isinstance(like, bool):
+        return TensorType((), "bool")
+    if isinstance(like, int):
+        return TensorType((), "int32")
+    if isinstance(like, float):
+        return TensorType((), "float32")
+    return None
+
+
+def _complete(t: Type | None) -> bool:
+    if isinstance(t, TensorType):
+        return True
+    if isinstance(t, TupleType):
+        return all(_complete(f) for f in t.fields)
+    return isinstance(t, KeyType)
+
+
+def _step_like(xs: Any) -> Any:
+    """A value shaped like one step of ``xs`` (for the body parameter's type)."""
+    if isinstance(xs, tuple | list):
+        return tuple(_step_like(x) for x in xs)
+    t = type_hint(xs) if isinstance(xs, Expr) else None
+    if isinstance(t, TensorType) and t.ndim >= 1:
+        return Var("x", TensorType(t.shape[1:], t.dtype))
+    return None
+
+
+def _as_fn(value: Any, what: str) -> Callable[..., Any]:
+    if isinstance(value, Expr):
+        return lambda *args: call(value, *args)
+    if not callable(value):
+        raise FrontendError(
+            f"{what} must be a Python function, got {type(value).__name__}", current_span()
+        )
+    return value
+
+
+def cond(pred: Any, then_fn: Any, else_fn: Any) -> Any:
+    """``if pred { then_fn() } else { else_fn() }``; each function builds its
+    branch, both return values of the same structure. On a concrete ``pred``
+    only the chosen branch runs (eagerly)."""
+    if is_concrete(pred) and not building():
+        chosen = then_fn if bool(np.asarray(to_value(pred))) else else_fn
+        return _as_fn(chosen, "a branch of effir.cond")()
+    span = current_span()
+    pred_expr = to_expr(pred)
+    then_body, then_result = build_body(_as_fn(then_fn, "the then branch"))
+    else_body, _ = build_body(_as_fn(else_fn, "the else branch"))
+    result = emit(If(pred_expr, then_body, else_body, span=span), "if")
+    return unflatten(result, then_result)
+
+
+def foreach(body: Any, xs: Any, init: Any = ()) -> tuple[Any, Any]:
+    """``cf.foreach``: ``body(x_t, state) -> (out_t, new_state)`` over the
+    leading axis of ``xs`` (or of each tensor of a tuple); returns the
+    stacked outputs and the final state, shaped as the body returned them."""
+    if not building() and is_concrete(xs) and is_concrete(init):
+        return _foreach_eager(_as_fn(body, "the body of effir.foreach"), xs, init)
+    span = current_span()
+    x = _param("x", _step_like(xs))
+    s = _param("state", init)
+    holder: list[Any] = []
+
+    def step(x: Var, s: Var) -> Any:
+        out, new_state = _as_fn(body, "the body of effir.foreach")(
+            unflatten(x, xs if isinstance(xs, tuple | list) else None),
+            unflatten(s, init),
+        )
+        holder.append(out)
+        return (out, new_state)
+
+    fn_body, _ = build_body(step, x, s)
+    fn = Function((x, s), fn_body, span=span)
+    result = apply_op("cf.foreach", (emit(fn, "step") if building() else fn, xs, init), {})
+    _loop_hint(result, holder[0], _length_hint(xs), init)
+    outs = TupleGetItem(result, 0, span=span)
+    final = TupleGetItem(result, 1, span=span)
+    return unflatten(outs, holder[0]), unflatten(final, init)
+
+
+def while_loop(
+    cond_fn: Any,
+    body: Any,
+    init: Any,
+    max_iterations: int | None = None,
+    outputs: bool = False,
+) -> Any:
+    """``cf.while_loop``: while ``cond_fn(state)``, ``state = body(state)``;
+    returns the final state. With ``outputs=True`` the body returns ``(out,
+    new_state)`` and the result is ``(stacked outs, final state)``."""
+    if not building() and is_concrete(init):
+        return _while_eager(cond_fn, body, init, max_iterations, outputs)
+    span = current_span()
+    c = _param("state", init)
+    cond_body, _ = build_body(
+        lambda s: _as_fn(cond_fn, "the loop condition")(unflatten(s, init)), c
+    )
+    s = _param("state", init)
+    holder: list[Any] = []
+
+    def step(s: Var) -> Any:
+        got = _as_fn(body, "the loop body")(unflatten(s, init))
+        out, new_state = got if outputs else ((), got)
+        holder.append(out)
+        return (out, new_state)
+
+    fn_body, _ = build_body(step, s)
+    cond_f = Function((c,), cond_body, span=span)
+    step_f = Function((s,), fn_body, span=span)
+    if building():
+        cond_f, step_f = emit(cond_f, "cond"), emit(step_f, "body")
+    attrs = {"max_iterations": max_iterations}
+    result = apply_op("cf.while_loop", (cond_f, step_f, init), attrs)
+    _loop_hint(result, holder[0], "?", init)
+    final = unflatten(TupleGetItem(result, 1, span=span), init)
+    if outputs:
+        return unflatten(TupleGetItem(result, 0, span=span), holder[0]), final
+    return final
+
+
+def _length_hint(xs: Any) -> Any:
+    if isinstance(xs, tuple | list):
+        return _length_hint(xs[0]) if xs else None
+    t = type_hint(xs) if isinstance(xs, Expr) else None
+    if isinstance(t, TensorType) and t.ndim:
+        return t.shape[0]
+    return np.shape(xs)[0] if isinstance(xs, np.ndarray) and xs.ndim else None
+
+
+def _loop_hint(result: Any, out: Any, length: Any, init: Any) -> None:
+    """The type of a loop's result, when the builder knows it: outputs
+    stacked along ``length``, and the state's type."""
+    block = current_block()
+    if block is None or not isinstance(result, Var) or length is None:
+        return
+
+    def stacked(value: Any) -> Type | None:
+        if isinstance(value, tuple | list):
+            fields = [stacked(v) for v in value]
+            return None if any(f is None for f in fields) else TupleType(tuple(fields))
+        t = _structure_type(value)
+        return TensorType((length, *t.shape), t.dtype) if isinstance(t, TensorType) else None
+
+    outs, state = stacked(out), _structure_type(init)
+    if outs is not None and state is not None:
+        block.root.hints[id(result)] = (result, TupleType((outs, state)))
+
+
+def _foreach_eager(body: Callable[..., Any], xs: Any, init: Any) -> tuple[Any, Any]:
+    values = to_value(xs)
+    state = init
+    length = len(values[0]) if isinstance(values, tuple) else len(values)
+    outs = []
+    for t in range(length):
+        x_t = (
+            tuple(np.asarray(v[t]) for v in values)
+            if isinstance(values, tuple)
+            else np.asarray(values[t])
+        )
+        out, state = body(x_t, state)
+        outs.append(out)
+    return _stack(outs), state
+
+
+def _stack(outs: list[Any]) -> Any:
+    if outs and isinstance(outs[0], tuple):
+        return tuple(_stack([o[i] for o in outs]) for i in range(len(outs[0])))
+    return np.stack([np.asarray(to_value(o)) for o in outs]) if outs else np.zeros((0,))
+
+
+def _while_eager(cond_fn, body, init, max_iterations, outputs):
+    state, outs, n = init, [], 0
+    while max_iterations is None or n < max_iterations:
+        if not bool(np.asarray(to_value(cond_fn(state)))):
+            break
+        got = body(state)
+        out, state = got if outputs else ((), got)
+        outs.append(out)
+        n += 1
+    return (_stack(outs) if outputs else None, state) if outputs else state
+
+
+# ------------------------------------------------------------ functions and modules
+def function(
+    params: list[Var] | tuple[Var, ...], body_fn: Callable[..., Any], ret_type: Any = None
+) -> Function:
+    """A function of ``params`` whose body ``body_fn(*params)`` builds."""
+    span = current_span()
+    body, _ = build_body(body_fn, *params)
+    return Function(
+        tuple(params), body, as_type(ret_type) if ret_type is not None else None, span=span
+    )
+
+
+class ModuleBuilder:
+    """Builds an ``IRModule``: global functions, ``emit``-ed let-chains and
+    state cells.
+
+    >>> mb = ModuleBuilder()
+    >>> rng = mb.add_cell("rng", effir.random.key(0))
+    >>> x = effir.var("x", effir.Tensor[(4,), "float32"])
+    >>> with mb.function("main", [x]):
+    ...     mb.ret(effir.op.nn.dropout(x, rng, rate=0.5))
+    """
+
+    def __init__(self) -> None:
+        self._functions: dict[str, Function] = {}
+        self._cells: dict[str, Cell] = {}
+        self._other_functions: dict[str, Function] = {}
+        self._declarations: dict[str, GlobalCell] = {}
+        self._ret: list[Any] = []
+
+    def add_cell(self, name: str, value: Any, type: Any = None) -> Cell:  # noqa: A002
+        """Declare ``@name`` holding ``value`` (no ``RefCreate`` needed)."""
+        made = value if isinstance(value, Cell) else Cell(name, value, type)
+        self._cells[name] = made
+        return made
+
+    def add_function(self, name: str, fn: Function) -> GlobalVar:
+        self._functions[name] = fn
+        return GlobalVar(name, span=current_span())
+
+    def global_var(self, name: str) -> GlobalVar:
+        """``@name``, for calls to a function defined (or to be defined) here."""
+        return GlobalVar(name, span=current_span())
+
+    @contextlib.contextmanager
+    def function(
+        self, name: str, params: list[Var] | tuple[Var, ...] = (), ret_type: Any = None
+    ) -> Iterator[ModuleBuilder]:
+        """Build ``@name``: ``emit`` and operators inside bind in order, and
+        ``ret(value)`` gives the result."""
+        span = current_span()
+        with _block(new_root=True) as block:
+            for p in params:
+                block.root.names.add(p.name_hint)
+            self._ret.append(_NO_RESULT)
+            try:
+                yield self
+                result = self._ret[-1]
+            finally:
+                self._ret.pop()
+            if result is _NO_RESULT:
+                raise FrontendError(f"@{name} has no result", span, hint="call builder.ret(value)")
+            body = _close(block, to_expr(result))
+            self._cells.update(block.root.cells)
+            self.add_globals(block.root)
+        self._functions[name] = Function(
+            tuple(params), body, as_type(ret_type) if ret_type is not None else None, span=span
+        )
+
+    def emit(self, value: Any, name: str | None = None) -> Any:
+        return emit(value, name)
+
+    def ret(self, value: Any) -> None:
+        if not self._ret:
+            raise FrontendError("ret outside builder.function(...)", current_span())
+        self._ret[-1] = value
+
+    def add_cells_of(self, cells: dict[str, Cell]) -> None:
+        self._cells.update(cells)
+
+    def add_globals(self, root: _Root) -> None:
+        """The globals of the scripted/traced functions a built one calls."""
+        self._other_functions.update(root.functions)
+        self._declarations.update(root.declarations)
+
+    def get(self) -> IRModule:
+        """The module built so far."""
+        functions = {**self._other_functions, **self._functions}
+        cells = {**self._declarations, **{n: c.declaration for n, c in self._cells.items()}}
+        return IRModule(functions, (), cells)
+
+    @property
+    def module(self) -> IRModule:
+        return self.get()
+
+    def state(self):
+        """A fresh interpreter ``State`` for the module's cells."""
+        from ..backends.interpreter import State
+
+        return State(self.get())
+
+
+_NO_RESULT = object()

@@ -1,0 +1,167 @@
+"""Python operators on effir expressions: ``x + y``, ``x @ w``, ``-x``,
+``x < y``, ``t[0]``, ``f(x)``, unpacking ``a, b = t``.
+
+They are installed on ``Expr`` when the frontend is imported (``==`` and
+``!=`` are not: nodes compare by identity, as the IR's algorithms need; use
+``effir.op.equal``). A Python ``if``/``while`` on a value being traced is
+refused with a located error naming ``effir.cond``/``effir.while_loop``.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from ..ir.diagnostics import FrontendError
+from ..ir.expr import Constant, Expr, Function, GlobalVar, Tuple, TupleGetItem
+from ..ir.types import TensorType, TupleType
+from .builder import apply_op, building, call, emit, type_hint
+from .spans import caller_span, current_span
+
+_LOCAL = threading.local()
+
+
+def tracing() -> bool:
+    """Whether a Python truth test of an expression must be refused: while
+    tracing, and whenever a function is being built (a Python ``if`` in a
+    helper called from scripted code or a ``mb.function`` block too)."""
+    return getattr(_LOCAL, "tracing", 0) > 0 or building()
+
+
+class tracing_scope:
+    """Inside, a Python truth test of an expression is an error."""
+
+    def __enter__(self) -> None:
+        _LOCAL.tracing = getattr(_LOCAL, "tracing", 0) + 1
+
+    def __exit__(self, *exc: object) -> None:
+        _LOCAL.tracing -= 1
+
+
+def _binary(name: str, reflected: bool = False):
+    def method(self: Expr, other: Any) -> Any:
+        return apply_op(name, (other, self) if reflected else (self, other), {})
+
+    method.__name__ = f"__{'r' if reflected else ''}{name}__"
+    return method
+
+
+def _neg(self: Expr) -> Any:
+    return apply_op("negative", (self,), {})
+
+
+def _pos(self: Expr) -> Any:
+    return self
+
+
+def _getitem(self: Expr, index: Any) -> Any:
+    """``t[i]`` on a tuple (a projection); on a tensor, ``x[i]`` takes
+    element ``i`` of the leading axis and ``x[a:b]`` slices it."""
+    t = type_hint(self)
+    if isinstance(index, int) and not isinstance(t, TensorType):
+        if isinstance(self, Tuple):
+            return self.fields[index]
+        if isinstance(t, TupleType):
+            if not -len(t.fields) <= index < len(t.fields):
+                raise FrontendError(
+                    f"index {index} out of range for a tuple of {len(t.fields)}", current_span()
+                )
+            index %= len(t.fields)
+        elif index < 0:
+            raise FrontendError(
+                "a negative index into a tuple of unknown length",
+                current_span(),
+                hint="index from the front",
+            )
+        return TupleGetItem(self, index, span=current_span())
+    if isinstance(index, slice):
+        if index.step not in (None, 1):
+            raise FrontendError("a slice with a step", current_span(), hint="x[a:b]")
+        begin = 0 if index.start is None else index.start
+        end = 2**31 - 1 if index.stop is None else index.stop
+        return apply_op("strided_slice", (self,), {"begin": [begin], "end": [end], "axes": [0]})
+    return apply_op("take", (self, index), {"axis": 0})
+
+
+def _iter(self: Expr):
+    t = type_hint(self)
+    if isinstance(self, Tuple):
+        return iter(self.fields)
+    if isinstance(t, TupleType):
+        return iter([TupleGetItem(self, i, span=current_span()) for i in range(len(t.fields))])
+    raise FrontendError(
+        "cannot unpack a value whose tuple length is not known here",
+        current_span(),
+        hint="index it: t[0], t[1]",
+    )
+
+
+def _bool(self: Expr) -> bool:
+    if tracing() and not isinstance(self, Function | GlobalVar | Constant):
+        raise FrontendError(
+            "a Python `if`/`while`/`and`/`or`/`not` on a traced value: its truth is known "
+            "only when the program runs",
+            caller_span(),
+            hint="write effir.cond(pred, then_fn, else_fn) or effir.while_loop(...), "
+            "or convert the function with @effir.script",
+        )
+    return True
+
+
+def _no_conversion(kind: str):
+    def method(self: Expr) -> Any:
+        raise FrontendError(
+            f"{kind}() of an effir value: its value is known only when the program runs",
+            caller_span(),
+            hint="keep it an effir value (effir.op.cast for dtypes)",
+        )
+
+    return method
+
+
+def _call(self: Expr, *args: Any) -> Any:
+    return call(self, *args)
+
+
+def _emit(self: Expr, name: str | None = None) -> Any:
+    return emit(self, name) if building() else self
+
+
+_METHODS = {
+    "__add__": _binary("add"),
+    "__radd__": _binary("add", True),
+    "__sub__": _binary("subtract"),
+    "__rsub__": _binary("subtract", True),
+    "__mul__": _binary("multiply"),
+    "__rmul__": _binary("multiply", True),
+    "__truediv__": _binary("divide"),
+    "__rtruediv__": _binary("divide", True),
+    "__matmul__": _binary("nn.matmul"),
+    "__rmatmul__": _binary("nn.matmul", True),
+    "__pow__": _binary("power"),
+    "__rpow__": _binary("power", True),
+    "__lt__": _binary("less"),
+    "__le__": _binary("less_equal"),
+    "__gt__": _binary("greater"),
+    "__ge__": _binary("greater_equal"),
+    "__and__": _binary("logical_and"),
+    "__rand__": _binary("logical_and", True),
+    "__or__": _binary("logical_or"),
+    "__ror__": _binary("logical_or", True),
+    "__neg__": _neg,
+    "__pos__": _pos,
+    "__getitem__": _getitem,
+    "__iter__": _iter,
+    "__bool__": _bool,
+    "__float__": _no_conversion("float"),
+    "__int__": _no_conversion("int"),
+    "__index__": _no_conversion("index"),
+    "__call__": _call,
+    "__array_ufunc__": None,  # numpy defers to the reflected operators
+}
+
+
+def install() -> None:
+    """Put the operators on ``Expr`` (idempotent)."""
+    for name, method in _METHODS.items():
+        setattr(Expr, name, method)

@@ -1,0 +1,141 @@
+"""``@effir.script``: converts a Python function's AST into effir.
+
+The converter walks the statements once, keeping an environment from Python
+names to values (effir expressions, Python constants, tuples), and builds
+through the shared builder (builder.py), so every operator call is bound in
+program order and carries the span of its Python expression. Control flow:
+
+- ``if``/``elif``/``else`` becomes an ``if`` expression returning the names
+  its branches assign that are live after it (liveness.py); an ``if`` whose
+  branches ``return`` takes the rest of the block into each branch;
+- ``for x in xs`` / ``for i in range(n)`` becomes ``cf.foreach`` (over
+  ``arange(n)`` for a constant ``n``) and ``while`` (or a range with a
+  run-time bound) ``cf.while_loop``, their state the carried variables and
+  their outputs the lists built with ``.append``;
+- calls of other scripted functions become calls of globals (recursion
+  included), nested ``def``/``lambda`` closures, ``print`` ``debug.print``.
+
+Anything else raises ``effir.FrontendError`` at the Python line and column
+with a hint (docs/frontend.md lists them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..ir.diagnostics import FrontendError
+from ..ir.expr import GlobalVar, Var
+from ..ir.module import IRModule
+from ..ir.types import Type
+from . import builder as B
+from .values import as_type
+
+
+class ScriptFunction:
+    """A Python function with its effir conversion. Calling it runs the
+    Python function (eagerly, on numpy arrays); ``.module`` is the converted
+    module (``@name`` plus the scripted functions it calls and the cells it
+    uses), ``.interpret(*args)`` runs it through effir's interpreter."""
+
+    def __init__(self, fn: Callable[..., Any], name: str | None = None) -> None:
+        self.fn = fn
+        self.name = name or fn.__name__
+        self.__name__ = fn.__name__
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+        self._module: IRModule | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Eagerly, the Python function; while a function is being built
+        (``effir.trace``, the builder), a call of ``@name``."""
+        if B.building() and not kwargs:
+            return B.call_module_function(self.module, self.name, args)
+        return self.fn(*args, **kwargs)
+
+    @property
+    def module(self) -> IRModule:
+        if self._module is None:
+            self._module = convert_module(self)
+        return self._module
+
+    def interpret(self, *args: Any, **kwargs: Any) -> Any:
+        from ..backends.interpreter import interpret
+
+        return interpret(self.module, *args, entry=self.name, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<effir.script {self.name}>"
+
+
+def script(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> Any:
+    """``@effir.script``: convert a Python function to effir (lazily, on the
+    first use of ``.module``). See docs/frontend.md for the subset."""
+    if fn is None:
+        return lambda f: ScriptFunction(f, name)
+    return ScriptFunction(fn, name)
+
+
+def convert_module(entry: ScriptFunction) -> IRModule:
+    """``entry`` and every scripted function it reaches, as one module."""
+    from .script_convert import Converter  # the converter imports this module
+
+    mb = B.ModuleBuilder()
+    context = ModuleContext()
+    context.need(entry)
+    while context.pending:
+        sf = context.pending.pop()
+        fn, cells = Converter(sf, context).convert()
+        mb.add_function(sf.name, fn)
+        mb.add_cells_of(cells)
+    return mb.get()
+
+
+class ModuleContext:
+    def __init__(self) -> None:
+        self.known: dict[str, ScriptFunction] = {}
+        self.pending: list[ScriptFunction] = []
+
+    def need(self, sf: ScriptFunction) -> GlobalVar:
+        other = self.known.get(sf.name)
+        if other is None:
+            self.known[sf.name] = sf
+            self.pending.append(sf)
+        elif other is not sf:
+            raise FrontendError(
+                f"two scripted functions are named {sf.name}",
+                hint="give one another name with @effir.script(name=...)",
+            )
+        return GlobalVar(sf.name)
+
+
+class GlobalCallable:
+    """A scripted function used from converted code: calls become calls of
+    ``@name``; its return annotation types the result (for unpacking)."""
+
+    def __init__(self, gv: GlobalVar, sf: ScriptFunction) -> None:
+        self.gv, self.sf = gv, sf
+
+    def __call__(self, *args: Any) -> Any:
+        result = B.call(self.gv, *args)
+        ret = _return_type(self.sf.fn)
+        if ret is not None and isinstance(result, Var):
+            block = B.current_block()
+            if block is not None:
+                block.root.hints[id(result)] = (result, ret)
+        return result
+
+
+def _return_type(fn: Callable[..., Any]) -> Type | None:
+    ann = fn.__annotations__.get("return")
+    if ann is None:
+        return None
+    if isinstance(ann, str):
+        try:
+            ann = eval(ann, fn.__globals__)  # noqa: S307 (the user's own annotation)
+        except Exception:
+            return None
+    try:
+        return as_type(ann)
+    except FrontendError:
+        return None

@@ -1,0 +1,215 @@
+"""Python values meeting effir: type spellings (``effir.Tensor[(n, 8),
+"float32"]``), module state cells, and the conversions between Python
+values (numbers, numpy arrays, tuples, keys) and effir expressions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..ir.diagnostics import FrontendError
+from ..ir.expr import Call, Constant, Expr, GlobalCell, GlobalVar, Tuple, const
+from ..ir.op import call_op
+from ..ir.types import DTYPES, KeyType, RefType, TensorType, TupleType, Type
+from ..runtime.values import PRNGKey, RefValue
+from .spans import current_span
+
+
+class _TensorSpelling:
+    """``Tensor[(n, 256), "float32"]``: a tensor type (``Tensor[(3,)]`` is float32;
+    a str dimension is symbolic, ``"?"`` unknown)."""
+
+    def __getitem__(self, item: Any) -> TensorType:
+        if isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], str):
+            shape, dtype = item
+        else:
+            shape, dtype = item, "float32"
+        if isinstance(shape, int | str):
+            shape = (shape,)
+        if dtype not in DTYPES:
+            raise FrontendError(
+                f"unknown dtype {dtype!r}", current_span(), hint=f"one of {', '.join(DTYPES)}"
+            )
+        return TensorType(tuple(shape), dtype)
+
+    def __repr__(self) -> str:
+        return "effir.Tensor"
+
+
+class _RefSpelling:
+    """``Ref[T]``: the type of a reference cell holding a ``T``."""
+
+    def __getitem__(self, item: Any) -> RefType:
+        return RefType(as_type(item))
+
+    def __repr__(self) -> str:
+        return "effir.Ref"
+
+
+class _TupleSpelling:
+    """``TupleOf[A, B]``: a tuple type (a Python tuple of types works too)."""
+
+    def __getitem__(self, item: Any) -> TupleType:
+        items = item if isinstance(item, tuple) else (item,)
+        return TupleType(tuple(as_type(t) for t in items))
+
+
+Tensor = _TensorSpelling()
+Ref = _RefSpelling()
+TupleOf = _TupleSpelling()
+Key = KeyType()
+
+
+def as_type(spec: Any) -> Type:
+    """A type from its Python spelling: a Type, a tuple of spellings, a dtype
+    name (a scalar)."""
+    if isinstance(spec, Type):
+        return spec
+    if isinstance(spec, tuple):
+        return TupleType(tuple(as_type(t) for t in spec))
+    if isinstance(spec, str) and spec in DTYPES:
+        return TensorType((), spec)
+    raise FrontendError(
+        f"{spec!r} is not an effir type",
+        current_span(),
+        hint='write effir.Tensor[(n, 8), "float32"], effir.Key, effir.Ref[T] or a tuple of types',
+    )
+
+
+class Cell:
+    """A module-level state cell, declared with its initial value: stands for
+    ``@name`` in built code and for its ``RefValue`` when run eagerly."""
+
+    def __init__(self, name: str, value: Any, type: Any = None) -> None:  # noqa: A002
+        init = to_expr(value)
+        value_type = as_type(type) if type is not None else static_type(init)
+        self.name = name
+        self.global_var = GlobalVar(name, span=current_span())
+        self.declaration = GlobalCell(
+            name,
+            RefType(value_type) if value_type is not None else None,
+            init,
+            span=current_span(),
+        )
+        self._eager: RefValue | None = None
+
+    @property
+    def value_type(self) -> Type | None:
+        t = self.declaration.type
+        return t.value if isinstance(t, RefType) else None
+
+    @property
+    def eager(self) -> RefValue:
+        """The cell's value for eager runs, created from the initial value."""
+        if self._eager is None:
+            from ..backends.interpreter import Interpreter
+            from ..ir.module import IRModule
+
+            init = self.declaration.init
+            self._eager = RefValue(Interpreter(IRModule()).evaluate(init), self.name)
+        return self._eager
+
+    def __repr__(self) -> str:
+        return f"<effir cell @{self.name}>"
+
+
+def cell(name: str, value: Any, type: Any = None) -> Cell:  # noqa: A002
+    """A state cell ``@name`` holding ``value`` (a number, a numpy array, a
+    key from ``effir.random.key(seed)``, a tuple of these, or an expression);
+    no ``RefCreate`` wrapping needed."""
+    return Cell(name, value, type)
+
+
+# ------------------------------------------------------------ conversions
+def is_concrete(value: Any) -> bool:
+    """A value eager execution can compute with (no expression inside)."""
+    if isinstance(value, tuple | list):
+        return all(is_concrete(v) for v in value)
+    return isinstance(
+        value, np.ndarray | np.generic | bool | int | float | PRNGKey | RefValue | Cell
+    )
+
+
+def is_symbolic(value: Any) -> bool:
+    if isinstance(value, tuple | list):
+        return any(is_symbolic(v) for v in value)
+    return isinstance(value, Expr)
+
+
+def to_expr(value: Any, dtype: str | None = None) -> Expr:
+    """``value`` as an expression; a Python number takes ``dtype`` (the other
+    operand's) when given, else int32 / float32."""
+    if isinstance(value, Expr):
+        return value
+    span = current_span()
+    if isinstance(value, Cell):
+        from .builder import note_cell
+
+        note_cell(value)
+        return value.global_var
+    if isinstance(value, bool):
+        return Constant(np.asarray(value), span=span)
+    if isinstance(value, int | float):
+        if dtype is not None and dtype != "bool":
+            if isinstance(value, float) and not dtype.startswith("float"):
+                dtype = "float32"
+            return Constant(np.asarray(value, dtype=dtype), span=span)
+        return Constant(const(value).data, span=span)
+    if isinstance(value, np.ndarray | np.generic):
+        return Constant(np.asarray(value), span=span)
+    if isinstance(value, tuple | list):
+        return Tuple(tuple(to_expr(v, dtype) for v in value), span=span)
+    if isinstance(value, PRNGKey):
+        return _key_expr(value)
+    raise FrontendError(
+        f"a Python {type(value).__name__} cannot be used as an effir value",
+        span,
+        hint="use numbers, numpy arrays, tuples, keys or effir values",
+    )
+
+
+def _key_expr(key: PRNGKey) -> Expr:
+    """``random.key(seed)`` for a key that a seed makes."""
+    from ..runtime import prng
+
+    hi, lo = int(key.data[0]), int(key.data[1])
+    seed = (hi << 32) | lo
+    for value, dtype in ((lo, "int32"), (seed, "int64"), (seed - (1 << 64), "int64")):
+        try:
+            array = np.asarray(value, dtype=dtype)
+        except OverflowError:
+            continue
+        if int(array) == value and np.array_equal(prng.key(array), key.data):
+            return call_op("random.key", Constant(array, span=current_span()))
+    raise FrontendError(
+        f"{key!r} is not the key of a seed",
+        current_span(),
+        hint="declare the cell with effir.random.key(seed)",
+    )
+
+
+def to_value(value: Any) -> Any:
+    """``value`` for a numpy rule: arrays (Python numbers as int32/float32),
+    tuples, keys, the eager ``RefValue`` of a cell."""
+    if isinstance(value, Cell):
+        return value.eager
+    if isinstance(value, tuple | list):
+        return tuple(to_value(v) for v in value)
+    if isinstance(value, bool | int | float):
+        return const(value).data
+    if isinstance(value, np.generic):
+        return np.asarray(value)
+    return value
+
+
+def static_type(expr: Expr) -> Type | None:
+    """The type of a constant-like expression, if simple to tell."""
+    if isinstance(expr, Constant):
+        return TensorType(expr.data.shape, str(expr.data.dtype))
+    if isinstance(expr, Tuple):
+        fields = [static_type(f) for f in expr.fields]
+        return None if any(f is None for f in fields) else TupleType(tuple(fields))
+    if isinstance(expr, Call) and getattr(expr.callee, "name", None) == "random.key":
+        return KeyType()
+    return None

@@ -1,0 +1,70 @@
+"""effir.transform: the pass API (as TVM's ``tvm.transform``).
+
+Write a pass with a decorator; it is registered where it is defined, so
+pipeline text, ``effir opt`` and ``effir.compile`` find it by name::
+
+    @effir.transform.function_pass(name="add-zero", requires={"anf"})
+    def add_zero(fn, module, context):
+        ...  # a Function in, a Function out
+
+    with effir.PassContext(instruments=[effir.transform.PrintIR("after-change")]):
+        out = effir.pipeline("O2,add-zero,fuse{max-fused-ops=32}")(module)
+
+The pieces (docs/passes.md): ``Pass`` (a named ``IRModule -> IRModule``
+with the invariants it requires and establishes, and its options),
+``Sequential`` (passes in order, itself a pass), ``PassContext`` (per
+thread: instruments, verification, per-pass options, ``opt_level``),
+``pipeline(text)``, the registry (``register_pass``, ``get_pass``,
+``registered_passes``) and the instruments ``Timing`` and ``PrintIR``.
+"""
+
+from __future__ import annotations
+
+from .passes.infra import (
+    INVARIANTS,
+    OPT_LEVELS,
+    Instrument,
+    Option,
+    Pass,
+    PassContext,
+    PassError,
+    PrintIR,
+    RegistrationError,
+    Sequential,
+    Timing,
+    as_pass,
+    function_pass,
+    get_pass,
+    lookup_pass,
+    module_pass,
+    register_pass,
+    registered_passes,
+    unregister_pass,
+)
+from .passes.pipeline import STANDARD_PIPELINES, pipeline, run_pipeline, standard_pipeline
+
+__all__ = [
+    "INVARIANTS",
+    "OPT_LEVELS",
+    "STANDARD_PIPELINES",
+    "Instrument",
+    "Option",
+    "Pass",
+    "PassContext",
+    "PassError",
+    "PrintIR",
+    "RegistrationError",
+    "Sequential",
+    "Timing",
+    "as_pass",
+    "function_pass",
+    "get_pass",
+    "lookup_pass",
+    "module_pass",
+    "pipeline",
+    "register_pass",
+    "registered_passes",
+    "run_pipeline",
+    "standard_pipeline",
+    "unregister_pass",
+]
