@@ -275,7 +275,11 @@ def _take(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
 
     def body(*i: PrimExpr) -> PrimExpr:
         before, picked, after = i[:axis], i[axis : axis + rank], i[axis + rank :]
-        return x(*before, _take_index(indices(*picked), size, mode), *after)
+        value = x(*before, _take_index(indices(*picked), size, mode), *after)
+        if isinstance(size, int):
+            return value
+        # nothing read from an axis of size 0 at run time (the check fails)
+        return tirx.if_then_else(size == 0, _const(0, out_type.dtype), value)
 
     if mode == "fast":  # clipped, and checked [RULE CHECK]
 
