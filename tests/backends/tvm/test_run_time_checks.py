@@ -238,6 +238,19 @@ def test_kernels_after_boolean_mask_check_on_cuda_too() -> None:
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_a_check_showing_two_run_time_values_builds_for_cuda() -> None:
+    """take mode=fast after a mask shows the index and the axis's run-time
+    size: the device's error output holds both, the VM tests it."""
+    compiled = effir.compile(effir.parse(source("take_masked")), target="cuda")
+    (spec,) = compiled.specializations.values()
+    host = spec.program.module.script()
+    mark = "<effir-value>"
+    assert f"take: index {mark} is out of range for axis 0 of size {mark}" in host
+    assert "R.tensor_to_shape" in host and "error_value1" in host
+    assert "assert" not in spec.source("cuda").lower()
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_recursion_depth_is_checked_on_cuda_too() -> None:
     compiled = effir.compile(effir.parse(RECURSION, source_name="r.effir"), target="cuda")
     (spec,) = compiled.specializations.values()
