@@ -312,7 +312,7 @@ class Evaluator(Unrolling):
             self.store = end
             self.flush(block[0], set(end) - pending)
             residual.append(assemble(*block))
-        self.store = {k: before[k] for k in unchanged}
+        self.store = {k: e for k, e in before.items() if k in unchanged}  # in store order
         for k in unchanged - pending:
             self.store[k].dirty = False
         return residual
