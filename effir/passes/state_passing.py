@@ -70,6 +70,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..ir.analysis import operand_fields
 from ..ir.diagnostics import EffectError, Span, TypeCheckError, WellFormedError
 from ..ir.expr import (
     Call,
@@ -101,7 +102,6 @@ from ..ir.visitor import ExprMutator, pre_order
 from ..ops.control import LoopBody, LoopShape
 from ..ops.effects import WORLD, WORLD_TYPE
 from .anf import fresh_binders
-from .dce import child_fields
 from .explicate import explicate
 from .infer_effects import Source, solve_flows
 from .infer_type import check
@@ -408,7 +408,7 @@ class _Analysis:
         used = self.used
         while stack:
             node, unit, own = stack.pop()
-            for name, many in child_fields(node):  # the variables it uses
+            for name, many in operand_fields(node):  # the variables it uses
                 value = getattr(node, name)
                 if many:
                     used.update(v for v in value if isinstance(v, Var))
