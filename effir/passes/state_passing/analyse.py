@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from ...ir.analysis import operand_fields
 from ...ir.diagnostics import EffectError, Span
 from ...ir.expr import (
     Call,
@@ -31,7 +32,6 @@ from ...ir.node import Node
 from ...ir.op import op_def
 from ...ir.types import FuncType, RefType, Type
 from ...ops.effects import WORLD, WORLD_TYPE
-from ..dce import child_fields
 from ..infer_effects import Source, solve_flows
 from .signature import Signature, where
 from .specialise import DownwardClosures
@@ -82,7 +82,7 @@ class Analysis:
         used = self.used
         while stack:
             node, unit, own = stack.pop()
-            for name, many in child_fields(node):  # the variables it uses
+            for name, many in operand_fields(node):  # the variables it uses
                 value = getattr(node, name)
                 if many:
                     used.update(v for v in value if isinstance(v, Var))
