@@ -796,11 +796,11 @@ class _FreshBinders(ExprMutator):
         assert isinstance(old, Var)
         return self.fresh.get(old, new)
 
-    def _rebuild(self, node: Node) -> Node:
+    def rebuild(self, node: Node) -> Node:
         # With copy_all every compound node is copied, so that the copy
         # shares nothing with the original (a shared `ref(...)` would be one
         # reference, not two).
-        rebuilt = super()._rebuild(node)
+        rebuilt = super().rebuild(node)
         if self.copy_all and rebuilt is node and isinstance(node, Expr) and not is_atom(node):
             rebuilt = dataclasses.replace(node)
         return rebuilt
