@@ -80,8 +80,8 @@ entries), ``evaluator`` (blocks, the store, compounds, calls and inlining),
 
 from __future__ import annotations
 
+from ...ir.functor import pre_order
 from ...ir.module import IRModule
-from ...ir.visitor import pre_order
 from ..anf import to_anf
 from ..dce import dce
 from ..infer_type import check

@@ -7,6 +7,7 @@ import dataclasses
 from itertools import islice
 from typing import Any
 
+from ...ir.analysis import free_vars_by_function
 from ...ir.expr import (
     Call,
     Clause,
@@ -28,10 +29,10 @@ from ...ir.expr import (
     Var,
     is_atom,
 )
+from ...ir.functor import pre_order
 from ...ir.module import IRModule
 from ...ir.op import op_def
 from ...ir.trampoline import Computation, run
-from ...ir.visitor import free_vars_by_function, pre_order
 from ..anf import fresh_binders
 from .static import annotated, fold, static_match
 from .touches import (

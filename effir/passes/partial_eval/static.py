@@ -16,8 +16,8 @@ from ...ir.expr import (
     PatternWildcard,
     Var,
 )
+from ...ir.functor import pre_order
 from ...ir.types import IncompleteType, TensorType, TupleType, TypeVar
-from ...ir.visitor import pre_order
 from .values import MAX_ELEMENTS, PV
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...ir.expr import Call, Expr, Function, GlobalVar, Let, Op, RefCreate, RefRead, RefWrite, Var
+from ...ir.functor import pre_order
 from ...ir.module import IRModule
 from ...ir.op import op_def
 from ...ir.types import TensorType
-from ...ir.visitor import pre_order
 from ..infer_effects import infer_effects
 from .values import Entry, RefId
 

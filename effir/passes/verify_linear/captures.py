@@ -3,12 +3,11 @@ uses of them), and the nodes that graph form shares (evaluated once)."""
 
 from __future__ import annotations
 
-from ...ir.expr import Clause, Expr, Function, Pattern, TupleGetItem, Var, is_atom
+from ...ir import analysis
+from ...ir.expr import Expr, Function, Let, PatternVar, TupleGetItem, Var
+from ...ir.functor import Visitor, on, post_order, pre_order
 from ...ir.module import IRModule
-from ...ir.node import Node
 from ...ir.types import IncompleteType, Type
-from ...ir.visitor import post_order, pre_order
-from .locations import slots
 from .places import Path
 
 
@@ -30,39 +29,10 @@ def free_vars_with_paths(module: IRModule) -> dict[Function, list[tuple[Var, Pat
 
 
 def _free_in(fn: Function, free: dict[Function, list[tuple[Var, Path]]]) -> list[tuple[Var, Path]]:
-    used: dict[tuple[Var, Path], None] = {}
-    bound: set[Var] = set(fn.params)
-    stack: list[Node] = [fn.body]
-    seen: set[int] = set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if isinstance(node, TupleGetItem):
-            path: list[int] = []
-            base: Expr = node
-            while isinstance(base, TupleGetItem):
-                path.append(base.index)
-                base = base.tuple_value
-            if isinstance(base, Var):
-                used.setdefault((base, tuple(reversed(path))))
-            else:
-                stack.append(base)
-            continue
-        if isinstance(node, Var):
-            used.setdefault((node, ()))
-            continue
-        if isinstance(node, Function):
-            for item in free.get(node, ()):
-                used.setdefault(item)
-            continue
-        for kind, child in reversed(slots(node)):
-            if kind in ("def", "defs"):
-                if isinstance(child, Var):
-                    bound.add(child)
-            elif isinstance(child, Expr | Pattern | Clause):
-                stack.append(child)
+    walk = _Uses(free)
+    walk.bound.update(fn.params)
+    walk.visit(fn.body)
+    used, bound = walk.used, walk.bound
     paths: dict[Var, set[Path]] = {}
     for var, path in used:
         paths.setdefault(var, set()).add(path)
@@ -73,23 +43,44 @@ def _free_in(fn: Function, free: dict[Function, list[tuple[Var, Path]]]) -> list
     ]
 
 
+class _Uses(Visitor):
+    """The places a body uses (a variable with the projection path applied
+    to it) in order of first use, and the variables it binds; nested
+    functions contribute their own free places without being entered."""
+
+    def __init__(self, free: dict[Function, list[tuple[Var, Path]]]) -> None:
+        super().__init__()
+        self.free = free
+        self.used: dict[tuple[Var, Path], None] = {}
+        self.bound: set[Var] = set()
+
+    @on(TupleGetItem)
+    def _project(self, node: TupleGetItem) -> bool:
+        path: list[int] = []
+        base: Expr = node
+        while isinstance(base, TupleGetItem):
+            path.append(base.index)
+            base = base.tuple_value
+        if isinstance(base, Var):
+            self.used.setdefault((base, tuple(reversed(path))))
+            return False
+        return True
+
+    @on(Var)
+    def _var(self, node: Var) -> None:
+        self.used.setdefault((node, ()))
+
+    @on(Function)
+    def _function(self, node: Function) -> bool:
+        for item in self.free.get(node, ()):
+            self.used.setdefault(item)
+        return False
+
+    @on(Let, PatternVar)
+    def _binder(self, node: Let | PatternVar) -> None:
+        self.bound.add(node.var)
+
+
 def shared_nodes(module: IRModule) -> set[int]:
     """Expressions reached along more than one edge (graph form)."""
-    seen: set[int] = set()
-    shared: set[int] = set()
-    stack: list[Node] = list(module.functions.values())
-    while stack:
-        node = stack.pop()
-        for child in node.children():
-            if not isinstance(child, Expr):
-                if isinstance(child, Clause):  # a match's clause: walk its body
-                    stack.append(child)
-                continue
-            if is_atom(child):
-                continue
-            if id(child) in seen:
-                shared.add(id(child))
-            else:
-                seen.add(id(child))
-                stack.append(child)
-    return shared
+    return analysis.shared_nodes(*module.functions.values())

@@ -7,20 +7,20 @@ import re
 
 from ...ir.diagnostics import Span
 from ...ir.expr import Var
-from ...ir.node import Node
+from ...ir.node import Node, child_slots
 from .places import Site
 
 
-def slots(node: Node) -> list[tuple[str, Node]]:
-    """A node's children with their field kinds, in ``children()`` order."""
-    out: list[tuple[str, Node]] = []
-    for name, kind in type(node).FIELDS:
-        value = getattr(node, name)
-        if kind in ("node", "def"):
-            if value is not None:
-                out.append((kind, value))
-        elif kind in ("nodes", "defs"):
-            out.extend((kind, v) for v in value)
+def slots(node: Node) -> list[tuple[bool, Node]]:
+    """A node's children, each with whether it is a binder, in field order
+    (a ``Site``'s index counts in this list)."""
+    out: list[tuple[bool, Node]] = []
+    for slot in child_slots(type(node)):
+        value = getattr(node, slot.name)
+        if slot.many:
+            out.extend((slot.binder, v) for v in value)
+        elif value is not None:
+            out.append((slot.binder, value))
     return out
 
 
@@ -35,8 +35,8 @@ def locate(parent: Node, index: int) -> Span | None:
     if span is None:
         return None
     source, cursor = span.source, span.start
-    for i, (kind, child) in enumerate(slots(parent)):
-        if isinstance(child, Var) and kind in ("node", "nodes"):
+    for i, (binder, child) in enumerate(slots(parent)):
+        if isinstance(child, Var) and not binder:
             pattern = _LOCAL_RES.get(child.name_hint)
             if pattern is None:
                 pattern = re.compile(r"%" + re.escape(child.name_hint) + r"(?![A-Za-z0-9_])")
