@@ -17,11 +17,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .expr import ATOM_TYPES, Clause, Expr, Function, Let, PatternVar, Var
+from .expr import ATOM_TYPES, Function, Let, PatternVar, Var
 from .functor import post_order, pre_order
 from .node import EXPR, Node, child_slots
-
-_OPERAND = (Expr, Clause)
 
 
 def operand_fields(node: Node) -> tuple[tuple[str, bool], ...]:
@@ -42,11 +40,12 @@ def operands(node: Node) -> list[Node]:
     """The expressions and clauses ``node`` holds in use fields, atoms
     included, in field order."""
     found: list[Node] = []
-    for name, many in operand_fields(node):
+    fields = _OPERAND_FIELDS.get(type(node)) or operand_fields(node)
+    for name, many in fields:
         value = getattr(node, name)
         if many:
-            found.extend(v for v in value if isinstance(v, _OPERAND))
-        elif isinstance(value, _OPERAND):
+            found.extend(value)
+        elif value is not None:
             found.append(value)
     return found
 

@@ -43,11 +43,15 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, TypeVar
 
-from .expr import Let, Pattern
-from .node import EXPR, PATTERN, TYPE, Node, Slot, child_slots
-from .types import Type
+from .expr import Let
+from .node import EXPR, PATTERN, TYPE, Node, child_slots
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+Plan = tuple[Any, Any, tuple[tuple[str, bool], ...], bool]
+"""Of a node class, for one functor class: (hook, after-hook, walked fields
+as ``(name, holds a tuple)``, whether there is anything to do at all)."""
 
 
 def on(*classes: type) -> Callable[[F], F]:
@@ -81,10 +85,7 @@ class Functor:
 
     _rules: ClassVar[dict[type, Callable[..., Any]]] = {}
     _after_rules: ClassVar[dict[type, Callable[..., Any]]] = {}
-    _plans: ClassVar[dict[type, tuple[Any, Any, tuple[Slot, ...]]]] = {}
-    # Values a walked field may hold that are not walked (a field annotated
-    # ``Expr`` holds no type, but a generic one may).
-    _skip: ClassVar[tuple[type, ...]] = (Type,)
+    _plans: ClassVar[dict[type, Plan]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -100,7 +101,6 @@ class Functor:
         cls._rules.update(cls.extra_rules())
         cls._after_rules = {c: getattr(cls, n) for c, n in after_rules.items()}
         cls._plans = {}
-        cls._skip = (() if cls.types else (Type,)) + (() if cls.patterns else (Pattern,))
 
     @classmethod
     def extra_rules(cls) -> dict[type, Callable[..., Any]]:
@@ -109,9 +109,9 @@ class Functor:
         return {}
 
     @classmethod
-    def plan(cls, node_type: type) -> tuple[Any, Any, tuple[Slot, ...]]:
-        """(hook, after-hook, walked child fields) of a node class, resolved
-        once per functor class and node class."""
+    def plan(cls, node_type: type) -> Plan:
+        """The hooks and walked fields of a node class, resolved once per
+        functor class and node class."""
         try:
             return cls._plans[node_type]
         except KeyError:
@@ -122,25 +122,24 @@ class Functor:
                 rule = cls._rules.get(klass)
             if after_rule is None:
                 after_rule = cls._after_rules.get(klass)
-        slots = tuple(
-            s
+        fields = tuple(
+            (s.name, s.many)
             for s in child_slots(node_type)
             if (cls.binders or not s.binder)
             and (cls.types or s.role != TYPE)
             and (cls.patterns or s.role != PATTERN)
         )
-        plan = cls._plans[node_type] = (rule, after_rule, slots)
+        plan = cls._plans[node_type] = (rule, after_rule, fields, bool(rule or fields))
         return plan
 
     def children(self, node: Node) -> list[Node]:
         """The children of ``node`` this functor walks, in field order."""
-        excluded = self._skip
         found: list[Node] = []
-        for slot in self.plan(type(node))[2]:
-            value = getattr(node, slot.name)
-            if slot.many:
-                found.extend(v for v in value if not isinstance(v, excluded))
-            elif value is not None and not isinstance(value, excluded):
+        for name, many in self.plan(type(node))[2]:
+            value = getattr(node, name)
+            if many:
+                found.extend(value)
+            elif value is not None:
                 found.append(value)
         return found
 
@@ -161,7 +160,7 @@ class Visitor(Functor):
         stack: list[tuple[Node, bool]] = [(root, False)]
         while stack:
             node, done = stack.pop()
-            rule, after_rule, _ = plan(type(node))
+            rule, after_rule, _, _ = plan(type(node))
             if done:
                 after_rule(self, node)
                 continue
@@ -217,27 +216,26 @@ class Mutator(Functor):
     def rebuild(self, node: Node) -> Node:
         """``node`` with each walked child replaced by ``child(c)``; ``node``
         itself when none changed."""
-        excluded = self._skip
         child = self.child
         changes: dict[str, Any] = {}
-        for slot in self.plan(type(node))[2]:
-            value = getattr(node, slot.name)
-            if slot.many:
-                items = tuple(v if isinstance(v, excluded) else child(v) for v in value)
+        for name, many in self.plan(type(node))[2]:
+            value = getattr(node, name)
+            if many:
+                items = tuple(child(v) for v in value)
                 for a, b in zip(items, value, strict=True):
                     if a is not b:
-                        changes[slot.name] = items
+                        changes[name] = items
                         break
-            elif value is not None and not isinstance(value, excluded):
+            elif value is not None:
                 new = child(value)
                 if new is not value:
-                    changes[slot.name] = new
+                    changes[name] = new
         return dataclasses.replace(node, **changes) if changes else node
 
     def mutate(self, root: Node) -> Node:
         memo = self.memo
+        plans = self._plans
         plan = self.plan
-        excluded = self._skip
         binders = self.binders
         body_first = self.body_first
         stack: list[tuple[Node, int]] = [(root, ENTER)]
@@ -247,34 +245,28 @@ class Mutator(Functor):
                 if id(node) in memo:
                     continue
                 if isinstance(node, Let):
+                    stack.append((node, BOUND))
                     if body_first:
-                        stack.append((node, BOUND))
                         stack.append((node.body, ENTER))
                     else:
-                        stack.append((node, BOUND))
                         stack.append((node.value, ENTER))
                         if binders:
                             stack.append((node.var, ENTER))
                     continue
-                rule, _, slots = plan(type(node))
+                node_plan = plans.get(type(node)) or plan(type(node))
+                if not node_plan[3]:
+                    continue  # no hook and nothing below: it stays as it is
                 pending: list[Node] = []
-                for slot in slots:
-                    value = getattr(node, slot.name)
-                    if slot.many:
-                        for v in value:
-                            if id(v) not in memo and not isinstance(v, excluded):
-                                sub = plan(type(v))
-                                if sub[0] is not None or sub[2]:
-                                    pending.append(v)
-                    elif value is not None and id(value) not in memo:
-                        if not isinstance(value, excluded):
-                            sub = plan(type(value))
-                            if sub[0] is not None or sub[2]:
-                                pending.append(value)
+                for name, many in node_plan[2]:
+                    value = getattr(node, name)
+                    for v in value if many else (value,):
+                        if v is not None and id(v) not in memo:
+                            if (plans.get(type(v)) or plan(type(v)))[3]:
+                                pending.append(v)
                 if pending:
                     stack.append((node, DONE))
                     stack.extend((c, ENTER) for c in reversed(pending))
-                elif slots or rule is not None:
+                else:
                     memo[id(node)] = self.finish(node)
             elif phase == BOUND:
                 assert isinstance(node, Let)

@@ -116,11 +116,11 @@ from ..ir.expr import (
     Var,
     is_atom,
 )
+from ..ir.functor import Mutator, on, post_order, pre_order
 from ..ir.module import IRModule
 from ..ir.node import Node
 from ..ir.op import op_def
 from ..ir.trampoline import Computation, run
-from ..ir.visitor import ExprMutator, post_order, pre_order
 
 Slot = str | int
 # A block's bindings: variable, value, and whether the value is pinned.
@@ -780,7 +780,13 @@ class _Normalizer:
 
 
 # ----------------------------------------------------------- fresh binders
-class _FreshBinders(ExprMutator):
+class _FreshBinders(Mutator):
+    """New variables for the binders (a binder and its uses are one node,
+    so one memoised rewrite renames both)."""
+
+    binders = True
+    types = True
+
     def __init__(self, binders: set[Var], replace: dict[Var, Expr], copy_all: bool) -> None:
         super().__init__()
         self.copy_all = copy_all
@@ -792,7 +798,8 @@ class _FreshBinders(ExprMutator):
             self.fresh[v] = copy
         self.fresh.update(replace)
 
-    def visit_Var(self, new: Node, old: Node) -> Node:
+    @on(Var)
+    def _var(self, new: Node, old: Node) -> Node:
         assert isinstance(old, Var)
         return self.fresh.get(old, new)
 

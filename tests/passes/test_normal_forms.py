@@ -425,16 +425,16 @@ def test_10000_nested_calls_at_the_default_recursion_limit(default_recursion_lim
     assert let_count(to_gnf(anf)) == 0
 
 
-def test_fresh_binders_shares_no_compound_node() -> None:
-    """A copy must not share a compound node with its original, however
-    small: a shared ``ref(0f)`` would be one reference, not two (state
-    passing copies functions per caller and tells references apart by node)."""
+def test_fresh_binders_copies_every_compound_node_and_renames_binders() -> None:
     from effir.passes.anf import fresh_binders
 
     fn = effir.parse(
-        '#[version = "0.0.5"]\ndef @main(%x: float32) { let %n = ref(0f); ref_read(%n) }'
+        '#[version = "0.0.5"]\n'
+        "def @main(%x: float32) { let %r = ref(%x); let %y = ref_read(%r); (%y, %r) }\n"
     )["main"]
-    copy = fresh_binders(fn)
-    original = {id(n) for n in pre_order(fn) if isinstance(n, Expr) and not is_atom(n)}
-    copied = [n for n in pre_order(copy) if isinstance(n, Expr) and not is_atom(n)]
-    assert copied and not any(id(n) in original for n in copied)
+    copy = fresh_binders(fn.body)
+    originals = {id(n) for n in pre_order(fn.body) if isinstance(n, Expr)}
+    compound = [n for n in pre_order(copy) if isinstance(n, Expr) and not is_atom(n)]
+    assert compound and not any(id(n) in originals for n in compound)
+    binders = [n.var for n in pre_order(copy) if isinstance(n, Let)]
+    assert binders and not any(id(v) in originals for v in binders)
