@@ -8,6 +8,7 @@ from itertools import islice
 from typing import Any
 
 from ...ir.analysis import free_vars_by_function
+from ...ir.builder import LetBuilder
 from ...ir.expr import (
     Call,
     Clause,
@@ -46,7 +47,7 @@ from .touches import (
     union,
 )
 from .unroll import Unrolling
-from .values import MAX_INLINE, PV, Bindings, Entry, LocalRef, RefId
+from .values import MAX_INLINE, PV, Entry, LocalRef, RefId
 
 
 class Evaluator(Unrolling):
@@ -90,18 +91,18 @@ class Evaluator(Unrolling):
     def block_parts(self, expr: Expr, env: dict[Var, PV]):
         """``expr`` evaluated in a scope of its own: its bindings, the binding
         of its tail computation (if any) and its value's atom."""
-        out: Bindings = []
+        out = LetBuilder()
         tail = Var("result", span=expr.span)
         mark = len(self.trail)
         value = yield from self.value(expr, env, out, tail)
         self.undo(mark)
         self.uses([value], out)
         tail_binding = None
-        if out and out[-1][0] is value.atom and value.atom in self.tails:
+        if out.bindings and out.bindings[-1][0] is value.atom and value.atom in self.tails:
             tail_binding = out.pop()
         return out, tail_binding, value.atom
 
-    def value(self, expr: Expr, env: dict[Var, PV], out: Bindings, tail: Var | None = None):
+    def value(self, expr: Expr, env: dict[Var, PV], out: LetBuilder, tail: Var | None = None):
         """Evaluate ``expr`` into ``out``; its PV (``tail`` names its last value)."""
         while isinstance(expr, Let):
             pv = yield from self.compound(expr.var, expr.value, env, out)
@@ -151,8 +152,8 @@ class Evaluator(Unrolling):
             known = self.free[fn]
         return known
 
-    def emit(self, var: Var, value: Expr, out: Bindings, **known: Any) -> PV:
-        out.append((var, value))
+    def emit(self, var: Var, value: Expr, out: LetBuilder, **known: Any) -> PV:
+        out.bind(var, value)
         return PV(var, **known)
 
     # ------------------------------------------------------------ store
@@ -162,21 +163,19 @@ class Evaluator(Unrolling):
             return None
         return pv.ref
 
-    def flush(self, out: Bindings, ids: set[RefId] | None = None) -> None:
+    def flush(self, out: LetBuilder, ids: set[RefId] | None = None) -> None:
         """Write back the dirty values (of ``ids``; None: all of them)."""
         for ref_id, entry in list(self.store.items()):
             if entry.dirty and (ids is None or ref_id in ids):
                 entry.dirty = False
                 self.uses([entry.value], out)
-                out.append(
-                    (Var("_", span=entry.target.span), RefWrite(entry.target, entry.value.atom))
-                )
+                out.bind(Var("_", span=entry.target.span), RefWrite(entry.target, entry.value.atom))
 
     def forget(self, ids: set[RefId]) -> None:
         for ref_id in ids:
             self.store.pop(ref_id, None)
 
-    def touch(self, touched: Touch, out: Bindings) -> None:
+    def touch(self, touched: Touch, out: LetBuilder) -> None:
         """Before an unknown computation: write back what it may read or write."""
         cells = global_ids(self.store) if touched.cells is None else set(touched.cells)
         self.flush(out, cells)
@@ -185,7 +184,7 @@ class Evaluator(Unrolling):
         """After an unknown computation: forget what it may have written."""
         self.forget(global_ids(self.store) if touched.writes is None else set(touched.writes))
 
-    def uses(self, values: list[PV], out: Bindings) -> None:
+    def uses(self, values: list[PV], out: LetBuilder) -> None:
         """``values`` are used as values (not read or written through): a
         local reference among them escapes (it is written back and no
         longer tracked), and a global cell among them may be read and written
@@ -202,14 +201,14 @@ class Evaluator(Unrolling):
                 entry = self.store.pop(pv.ref, None)
                 if entry is not None and entry.dirty:
                     work.append(entry.value)
-                    out.append((Var("_"), RefWrite(entry.target, entry.value.atom)))
+                    out.bind(Var("_"), RefWrite(entry.target, entry.value.atom))
             elif isinstance(pv.ref, str):
                 entry = self.store.pop(pv.ref, None)
                 if entry is not None and entry.dirty:
                     work.append(entry.value)
-                    out.append((Var("_"), RefWrite(entry.target, entry.value.atom)))
+                    out.bind(Var("_"), RefWrite(entry.target, entry.value.atom))
 
-    def capture(self, fn: Function, env: dict[Var, PV], out: Bindings) -> None:
+    def capture(self, fn: Function, env: dict[Var, PV], out: LetBuilder) -> None:
         """A closure is made: the local references it mentions escape."""
         if not any(ref not in self.escaped for ref in self.local_refs.values()):
             return
@@ -243,7 +242,7 @@ class Evaluator(Unrolling):
         return ANYTHING
 
     # -------------------------------------------------------- compounds
-    def compound(self, var: Var, expr: Expr, env: dict[Var, PV], out: Bindings):
+    def compound(self, var: Var, expr: Expr, env: dict[Var, PV], out: LetBuilder):
         if is_atom(expr):
             return self.atom(expr, env)
         if isinstance(expr, Tuple):
@@ -336,7 +335,7 @@ class Evaluator(Unrolling):
             self.undo(mark)
         return Function(tuple(params), body, fn.ret_type, fn.type_params, fn.attrs, span=fn.span)
 
-    def match(self, var: Var, expr: Match, env: dict[Var, PV], out: Bindings):
+    def match(self, var: Var, expr: Match, env: dict[Var, PV], out: LetBuilder):
         data = self.atom(expr.data, env)
         if data.ctor is not None:
             for clause in expr.clauses:
@@ -361,7 +360,7 @@ class Evaluator(Unrolling):
         return self.emit(var, residual, out)
 
     # ------------------------------------------------------- references
-    def ref_create(self, var: Var, expr: RefCreate, env: dict[Var, PV], out: Bindings) -> PV:
+    def ref_create(self, var: Var, expr: RefCreate, env: dict[Var, PV], out: LetBuilder) -> PV:
         value = self.atom(expr.value, env)
         self.uses([value], out)
         ref = LocalRef(var.name_hint)
@@ -369,7 +368,7 @@ class Evaluator(Unrolling):
         self.store[ref] = Entry(value, dirty=False, target=var)
         return self.emit(var, RefCreate(value.atom, span=expr.span), out, ref=ref)
 
-    def ref_read(self, var: Var, expr: RefRead, env: dict[Var, PV], out: Bindings) -> PV:
+    def ref_read(self, var: Var, expr: RefRead, env: dict[Var, PV], out: LetBuilder) -> PV:
         ref = self.atom(expr.ref, env)
         ref_id = self.tracked(ref)
         if ref_id is None:
@@ -383,7 +382,7 @@ class Evaluator(Unrolling):
         self.store[ref_id] = Entry(pv, dirty=False, target=ref.atom)
         return pv
 
-    def ref_write(self, var: Var, expr: RefWrite, env: dict[Var, PV], out: Bindings) -> PV:
+    def ref_write(self, var: Var, expr: RefWrite, env: dict[Var, PV], out: LetBuilder) -> PV:
         ref = self.atom(expr.ref, env)
         value = self.atom(expr.value, env)
         ref_id = self.tracked(ref)
@@ -398,7 +397,7 @@ class Evaluator(Unrolling):
         return self.emit(var, Tuple((), span=expr.span), out, fields=())
 
     # ------------------------------------------------------------ calls
-    def call(self, var: Var, call: Call, env: dict[Var, PV], out: Bindings):
+    def call(self, var: Var, call: Call, env: dict[Var, PV], out: LetBuilder):
         callee = call.callee
         args = [self.atom(a, env) for a in call.args]
         if isinstance(callee, Op):
@@ -426,7 +425,7 @@ class Evaluator(Unrolling):
         self.touched(touched)
         return pv
 
-    def loop(self, var: Var, call: Call, args: list[PV], env: dict[Var, PV], out: Bindings):
+    def loop(self, var: Var, call: Call, args: list[PV], env: dict[Var, PV], out: LetBuilder):
         """A control-flow operator: unrolled when short and static, else
         residualised with its bodies partially evaluated."""
         unrolled = yield from self.unroll(call, args, env, out)
@@ -465,7 +464,7 @@ class Evaluator(Unrolling):
         size = self.size_of(fn)
         return size <= MAX_INLINE and size <= self.budget
 
-    def inline(self, target: PV, args: list[PV], out: Bindings):
+    def inline(self, target: PV, args: list[PV], out: LetBuilder):
         fn = target.fn
         assert fn is not None
         self.budget -= self.size_of(fn)
@@ -482,12 +481,9 @@ class Evaluator(Unrolling):
             self.inlining.pop()
 
 
-def assemble(out: Bindings, tail_binding: tuple[Var, Expr] | None, atom: Expr) -> Expr:
+def assemble(out: LetBuilder, tail_binding: tuple[Var, Expr] | None, atom: Expr) -> Expr:
     """A let chain of ``out`` ending in the tail computation or atom. The
     write-backs appended after the tail computation was evaluated go before
     it: it touched no dirty value (that would have been written back before
     it), and so a tail call stays a tail call."""
-    result = tail_binding[1] if tail_binding is not None else atom
-    for var, bound in reversed(out):
-        result = Let(var, bound, result, span=bound.span)
-    return result
+    return out.finish(tail_binding[1] if tail_binding is not None else atom)

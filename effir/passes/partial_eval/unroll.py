@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ...ir.builder import LetBuilder
 from ...ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
 from ...ir.op import get_op, op_def
 from ...ir.types import TensorType, TupleType, Type
 from .static import fold, fold_tuple, leading_length
-from .values import MAX_INLINE, MAX_UNROLL, PV, Bindings, Entry, LocalRef, RefId
+from .values import MAX_INLINE, MAX_UNROLL, PV, Entry, LocalRef, RefId
 
 if TYPE_CHECKING:
     from .evaluator import Evaluator
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 class Unrolling:
     """The evaluator's rules for unrolling loops."""
 
-    def unroll(self: Evaluator, call: Call, args: list[PV], env: dict[Var, PV], out: Bindings):
+    def unroll(self: Evaluator, call: Call, args: list[PV], env: dict[Var, PV], out: LetBuilder):
         """A short loop with a static trip count, one inlined body per step;
         None when it does not qualify."""
         if not call.has_type:
@@ -66,7 +67,7 @@ class Unrolling:
         return fn if self.size_of(fn.fn) <= MAX_INLINE else None
 
     def unroll_while(
-        self: Evaluator, call: Call, args: list[PV], env: dict[Var, PV], out: Bindings
+        self: Evaluator, call: Call, args: list[PV], env: dict[Var, PV], out: LetBuilder
     ):
         """``cf.while_loop`` whose condition is a constant at every step and
         false within ``MAX_UNROLL`` steps (or ``max_iterations``). The steps
@@ -80,7 +81,7 @@ class Unrolling:
         limit = call.attrs["max_iterations"]
         saved = (self.store, set(self.escaped), self.budget)
         self.store = self.snapshot()
-        trial: Bindings = []
+        trial = LetBuilder()
         state, outputs = args[2], []
         while True:
             if limit is not None and len(outputs) >= limit:
@@ -100,7 +101,7 @@ class Unrolling:
         stacked = self.stack_or_empty(outputs, result_type.fields[0], trial)
         if stacked is None:
             return self.abandon(saved)
-        out.extend(trial)
+        out.bindings.extend(trial.bindings)
         return self.emit(
             Var("while"), Tuple((stacked.atom, state.atom)), out, fields=(stacked, state)
         )
@@ -111,7 +112,7 @@ class Unrolling:
         self.store, self.escaped, self.budget = saved
 
     def stack_or_empty(
-        self: Evaluator, outputs: list[PV], stacked_type: Type, out: Bindings
+        self: Evaluator, outputs: list[PV], stacked_type: Type, out: LetBuilder
     ) -> PV | None:
         """The stacked outputs; for zero steps, empty tensors of the static
         per-step shapes (None if a shape is not static)."""
@@ -128,7 +129,7 @@ class Unrolling:
         empty = np.zeros((0, *shape), dtype=stacked_type.dtype)
         return PV(Constant(empty), const=empty)
 
-    def step_of(self: Evaluator, xs: PV, t: int, out: Bindings, span) -> PV:
+    def step_of(self: Evaluator, xs: PV, t: int, out: LetBuilder, span) -> PV:
         """Step ``t`` of a sequence (a tensor or a tuple of tensors), as the
         operator's rule takes it: ``xs[t]``."""
         if xs.fields is not None:
@@ -140,7 +141,7 @@ class Unrolling:
         index = np.asarray(t, dtype="int32")
         return self.apply("take", [xs, PV(Constant(index), const=index)], {"axis": 0}, out, span)
 
-    def stack(self: Evaluator, outputs: list[PV], stacked_type: Type, out: Bindings) -> PV:
+    def stack(self: Evaluator, outputs: list[PV], stacked_type: Type, out: LetBuilder) -> PV:
         if isinstance(stacked_type, TupleType):
             parts = [
                 self.stack([self.project(o, i, out) for o in outputs], f, out)
@@ -150,17 +151,17 @@ class Unrolling:
         packed = self.tuple_of(outputs, out)
         return self.apply("stack", [packed], {"axis": 0}, out, None)
 
-    def tuple_of(self: Evaluator, parts: list[PV], out: Bindings) -> PV:
+    def tuple_of(self: Evaluator, parts: list[PV], out: LetBuilder) -> PV:
         return self.emit(
             Var("tuple"), Tuple(tuple(p.atom for p in parts)), out, fields=tuple(parts)
         )
 
-    def project(self: Evaluator, pv: PV, index: int, out: Bindings) -> PV:
+    def project(self: Evaluator, pv: PV, index: int, out: LetBuilder) -> PV:
         if pv.fields is not None:
             return pv.fields[index]
         return self.emit(Var("field"), TupleGetItem(pv.atom, index), out)
 
-    def apply(self: Evaluator, name: str, args: list[PV], attrs: dict, out: Bindings, span) -> PV:
+    def apply(self: Evaluator, name: str, args: list[PV], attrs: dict, out: LetBuilder, span) -> PV:
         definition = op_def(name)
         call = Call(
             get_op(name), tuple(a.atom for a in args), definition.normalize_attrs(attrs), span=span

@@ -51,6 +51,3 @@ class Entry:
     value: PV
     dirty: bool
     target: Expr
-
-
-Bindings = list[tuple[Var, Expr]]
