@@ -179,6 +179,24 @@ def _value_children(node: Node) -> list[Node]:
     return found
 
 
+def body_nodes(body: Node) -> list[Node]:
+    """Each node of ``body`` once (every field kind), parents first, not
+    entering function literals: a literal is listed, its body is not (what
+    one activation of the enclosing function evaluates or binds)."""
+    found: list[Node] = []
+    seen: set[int] = set()
+    stack = [body]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        found.append(node)
+        if not isinstance(node, Function):
+            stack.extend(reversed(list(node.children())))
+    return found
+
+
 def block_heads(root: Node) -> set[int]:
     """Identities of the lets that start a block (a let chain): every let
     that is not the body of another let."""
@@ -189,6 +207,7 @@ def block_heads(root: Node) -> set[int]:
 
 __all__ = [
     "block_heads",
+    "body_nodes",
     "free_vars",
     "free_vars_by_function",
     "operand_fields",

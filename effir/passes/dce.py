@@ -102,12 +102,11 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from ..ir.analysis import operands, scan
+from ..ir.analysis import body_nodes, operands, scan
 from ..ir.expr import (
     ATOM_TYPES,
     Call,
     Constructor,
-    Expr,
     Function,
     Let,
     Op,
@@ -117,7 +116,7 @@ from ..ir.expr import (
     Var,
     is_atom,
 )
-from ..ir.functor import Mutator, Visitor, on, pre_order
+from ..ir.functor import Mutator, pre_order
 from ..ir.module import IRModule
 from ..ir.node import Node
 from ..ir.op import op_def
@@ -188,25 +187,6 @@ def _direct(node: Node) -> set[str]:
     return set()
 
 
-class _BodyNodes(Visitor):
-    """The nodes of a body, not entering nested functions."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.found: list[Node] = []
-
-    @on(Node)
-    def _node(self, node: Node) -> bool:
-        self.found.append(node)
-        return not isinstance(node, Function)
-
-
-def _body_nodes(body: Expr) -> list[Node]:
-    walk = _BodyNodes()
-    walk.visit(body)
-    return walk.found
-
-
 def _reference_effects(module: IRModule) -> dict[Call, frozenset[str]]:
     """For each call, what it may do to references: its own effect plus the
     latent effects of every function it may call (a fixpoint over the call
@@ -218,7 +198,7 @@ def _reference_effects(module: IRModule) -> dict[Call, frozenset[str]]:
     for src, fn in units:
         latent[src] = set()
         calls[src] = []
-        for node in _body_nodes(fn.body):
+        for node in body_nodes(fn.body):
             latent[src] |= _direct(node)
             if isinstance(node, Call):
                 calls[src].append((node, flows.callees_of(node)))

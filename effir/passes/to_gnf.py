@@ -49,7 +49,7 @@ from ..ir.expr import ATOM_TYPES, Expr, Function, Let, Var
 from ..ir.functor import Mutator
 from ..ir.module import IRModule
 from ..ir.node import Node
-from .anf import Facts, expression_edges, pins
+from .anf_sharing import Facts, expression_edges, pins
 from .to_bbnf import located
 
 

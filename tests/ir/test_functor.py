@@ -148,6 +148,7 @@ def test_analyses() -> None:
     assert analysis.free_vars_by_function(root) == {inner: [x], root: []}
     assert analysis.use_counts(root) == {x: 2, y: 1, f: 1}
     assert analysis.operands(shared) == [shared.callee, x, y]
+    assert analysis.body_nodes(root.body) == [root.body, f, inner]  # not inner.body
 
 
 class _NegNeg(RewritePattern):

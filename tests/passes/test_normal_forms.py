@@ -16,7 +16,8 @@ from effir.backends.interpreter import interpret, interpret_a2
 from effir.ir import Function, If, IRModule, Let, TensorType, Tuple, TupleGetItem, Var, call_op
 from effir.ir.expr import Call, Expr, Op, is_atom
 from effir.ir.visitor import pre_order
-from effir.passes.anf import Facts, to_anf, to_anf_expr
+from effir.passes.anf import to_anf, to_anf_expr
+from effir.passes.anf_sharing import Facts
 from effir.passes.infra import Pass, PassContext, PassError, anf_problem
 from effir.passes.pipeline import lookup_pass, run_pipeline
 from effir.passes.to_bbnf import bbnf_problem, to_bbnf
