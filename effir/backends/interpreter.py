@@ -37,8 +37,10 @@ from typing import Any
 
 import numpy as np
 
+from ..ir import analysis
 from ..ir.diagnostics import EvalError, Span
 from ..ir.expr import (
+    ATOM_TYPES,
     Call,
     Constant,
     Constructor,
@@ -332,7 +334,7 @@ class Interpreter:
         position loop here instead of nesting. A shared sub-expression is
         evaluated once per activation (``fresh``: this is that evaluation)."""
         while True:
-            if not fresh and id(expr) in self._shared and not isinstance(expr, _ATOMS):
+            if not fresh and id(expr) in self._shared and not isinstance(expr, ATOM_TYPES):
                 value = env.shared_value(expr)
                 if value is _MISSING:
                     value = yield self._eval(expr, env, fresh=True)
@@ -344,7 +346,7 @@ class Interpreter:
                     value = expr.value
                     if isinstance(value, Function):
                         result = Closure(value, env, expr.var.name_hint)
-                    elif isinstance(value, _ATOMS):
+                    elif isinstance(value, ATOM_TYPES):
                         result = self._atom(value, env)
                     elif id(value) not in self._shared and (simple := _simple_op(value)):
                         args = tuple(self._atom(a, env) for a in value.args)
@@ -362,14 +364,16 @@ class Interpreter:
                     env.values[expr.var] = result
                     expr = expr.body
                 continue
-            if isinstance(expr, _ATOMS):
+            if isinstance(expr, ATOM_TYPES):
                 return self._atom(expr, env)
             if isinstance(expr, Call):
                 callee = expr.callee
                 args = []
                 for a in expr.args:
                     args.append(
-                        self._atom(a, env) if isinstance(a, _ATOMS) else (yield self._eval(a, env))
+                        self._atom(a, env)
+                        if isinstance(a, ATOM_TYPES)
+                        else (yield self._eval(a, env))
                     )
                 if isinstance(callee, Op):
                     definition = op_def(callee)
@@ -380,7 +384,7 @@ class Interpreter:
                     return ADTValue(callee.name, tuple(args))
                 fn = (
                     self._atom(callee, env)
-                    if isinstance(callee, _ATOMS)
+                    if isinstance(callee, ATOM_TYPES)
                     else (yield self._eval(callee, env))
                 )
                 if isinstance(fn, ConstructorFunction):
@@ -407,7 +411,9 @@ class Interpreter:
                 fields = []
                 for f in expr.fields:
                     fields.append(
-                        self._atom(f, env) if isinstance(f, _ATOMS) else (yield self._eval(f, env))
+                        self._atom(f, env)
+                        if isinstance(f, ATOM_TYPES)
+                        else (yield self._eval(f, env))
                     )
                 return tuple(fields)
             if isinstance(expr, TupleGetItem):
@@ -531,32 +537,18 @@ class Interpreter:
         )
 
 
-_ATOMS = (Var, Constant, GlobalVar, Constructor, Op)
 _MISSING = object()
 
 
 def shared_nodes(root: IRModule | Expr) -> set[int]:
     """Identities of the expressions reachable along more than one path
-    (each node counted once per distinct parent edge)."""
-    roots: list[Any]
+    (``effir.ir.analysis.shared_nodes`` of the functions and cell initial
+    values of a module, or of one expression)."""
     if isinstance(root, IRModule):
-        roots = list(root.functions.values()) + [c.init for c in root.cells.values()]
-    else:
-        roots = [root]
-    seen: set[int] = set()
-    shared: set[int] = set()
-    stack = list(roots)
-    while stack:
-        node = stack.pop()
-        for child in node.children():
-            if not isinstance(child, Expr) or isinstance(child, _ATOMS):
-                continue
-            if id(child) in seen:
-                shared.add(id(child))
-            else:
-                seen.add(id(child))
-                stack.append(child)
-    return shared
+        return analysis.shared_nodes(
+            *root.functions.values(), *(c.init for c in root.cells.values())
+        )
+    return analysis.shared_nodes(root)
 
 
 def _failure_text(err: BaseException) -> str:
@@ -583,7 +575,7 @@ def _simple_op(expr: Expr) -> OpDef | None:
     definition = op_def(expr.callee)
     if "control_flow" in definition.traits:
         return None
-    return definition if all(isinstance(a, _ATOMS) for a in expr.args) else None
+    return definition if all(isinstance(a, ATOM_TYPES) for a in expr.args) else None
 
 
 def _truth(cond: Any, expr: If) -> bool:

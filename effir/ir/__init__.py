@@ -43,6 +43,7 @@ from .expr import (
     const,
     is_atom,
 )
+from .functor import Mutator, Visitor, after, on
 from .module import IRModule
 from .node import EMPTY_ATTRS, Attrs, Node
 from .op import AttrSpec, OpDef, all_ops, call_op, get_op, lookup_op, op_def, register_op

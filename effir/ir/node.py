@@ -7,17 +7,27 @@ well-formedness check) need no per-class code. Kinds:
 - ``node``: one child node (or ``None``);
 - ``nodes``: a tuple of child nodes;
 - ``def``/``defs``: binders (a ``Var`` or ``TypeVar`` introduced here);
+- ``ctordefs``: the constructors an ADT defines (binders of their names;
+  their ``inputs`` are compared where they are defined);
 - ``attr``: a plain value compared with ``==`` (names, indices, ``Attrs``);
 - ``data``: a numpy array compared bit for bit.
 
 Nodes compare by identity (``is``); use ``structural_equal`` for content.
+
+``child_slots(cls)`` is the one reading of ``FIELDS`` that walks use: which
+fields hold child nodes, whether a tuple of them, whether binders, and
+whether they hold types or patterns (from the field's annotation). Every
+traversal (``effir.ir.functor``) goes through it, so every field kind is
+handled the same way everywhere.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from .diagnostics import Span
 
@@ -50,14 +60,74 @@ class Node:
         return astext(self).rstrip("\n")
 
     def children(self) -> Iterator[Node]:
-        """Direct child nodes (binders included), in field order."""
-        for name, kind in self.FIELDS:
-            value = getattr(self, name)
-            if kind in ("node", "def"):
-                if value is not None:
-                    yield value
-            elif kind in ("nodes", "defs"):
+        """Direct child nodes (binders, types and constructor definitions
+        included), in field order."""
+        for slot in child_slots(type(self)):
+            value = getattr(self, slot.name)
+            if slot.many:
                 yield from value
+            elif value is not None:
+                yield value
+
+
+# What each field kind holds: (a tuple of nodes, binders); None: no node.
+_KINDS: dict[str, tuple[bool, bool] | None] = {
+    "node": (False, False),
+    "nodes": (True, False),
+    "def": (False, True),
+    "defs": (True, True),
+    "ctordefs": (True, True),
+    "attr": None,
+    "data": None,
+}
+
+# Names in a field's annotation that only types are (``Type | None``,
+# ``tuple[TypeVar, ...]``).
+_TYPE_WORDS = frozenset({"Type", "TypeVar", "GlobalTypeVar", "None", "tuple"})
+
+EXPR, TYPE, PATTERN = "expr", "type", "pattern"
+
+
+class Slot(NamedTuple):
+    """A field of a node class that holds child nodes."""
+
+    name: str
+    many: bool  # a tuple of nodes (else one node or None)
+    binder: bool  # ``def``/``defs``/``ctordefs``: introduced here
+    role: str  # EXPR (expressions, clauses, constructors), TYPE or PATTERN
+
+
+_SLOTS: dict[type, tuple[Slot, ...]] = {}
+
+
+def child_slots(cls: type[Node]) -> tuple[Slot, ...]:
+    """The child fields of ``cls`` in field order, computed once per class."""
+    slots = _SLOTS.get(cls)
+    if slots is None:
+        annotations = {f.name: str(f.type) for f in dataclasses.fields(cls)}
+        found = []
+        for name, kind in cls.FIELDS:
+            if kind not in _KINDS:
+                raise TypeError(f"{cls.__name__}.{name}: unknown field kind {kind!r}")
+            shape = _KINDS[kind]
+            if shape is not None:
+                found.append(Slot(name, *shape, _role(cls, annotations.get(name, ""))))
+        slots = _SLOTS[cls] = tuple(found)
+    return slots
+
+
+def _role(cls: type, annotation: str) -> str:
+    from .expr import Pattern  # the node classes are defined after this base
+    from .types import Type
+
+    if issubclass(cls, Type):
+        return TYPE
+    words = set(re.findall(r"\w+", annotation))
+    if issubclass(cls, Pattern) or "Pattern" in words:
+        return PATTERN
+    if words and words <= _TYPE_WORDS:
+        return TYPE
+    return EXPR
 
     def _repr_html_(self) -> str:
         """Jupyter shows a node as its highlighted text (effir/highlight.py)."""

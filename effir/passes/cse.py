@@ -86,6 +86,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Hashable
 
+from ..ir.analysis import operand_fields, scan
 from ..ir.expr import (
     Call,
     Clause,
@@ -106,7 +107,7 @@ from ..ir.op import op_def
 from ..ir.printer import astext
 from ..ir.structural import structural_equal
 from ..ir.trampoline import Computation, run
-from .dce import CallFacts, child_fields, scan
+from .dce import CallFacts
 from .infra import module_pass
 
 
@@ -213,7 +214,7 @@ class _Merger:
         atoms (most values in A-normal form), without a generator; None
         when one is not."""
         changes = {}
-        for name, many in child_fields(node):
+        for name, many in operand_fields(node):
             value = getattr(node, name)
             if many:
                 items = []

@@ -93,23 +93,20 @@ reference it creates itself stays; a shared node that may allocate counts
 as effectful [RULE S].
 
 Each node is visited once (a shared node once, its result reused), so the
-pass is linear in the program's size. Let chains are loops, nesting is a
-generator per level driven by ``effir.ir.trampoline.run``: no Python
-recursion proportional to the program.
+pass is linear in the program's size. Step 1 is ``effir.ir.analysis.scan``;
+step 3 is a ``Mutator`` of ``effir.ir.functor`` in its ``body_first`` mode
+(iterative: no Python recursion proportional to the program).
 """
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
 from functools import cached_property
 
+from ..ir.analysis import body_nodes, operands, scan
 from ..ir.expr import (
     ATOM_TYPES,
     Call,
-    Clause,
     Constructor,
-    Expr,
     Function,
     Let,
     Op,
@@ -119,11 +116,10 @@ from ..ir.expr import (
     Var,
     is_atom,
 )
+from ..ir.functor import Mutator, pre_order
 from ..ir.module import IRModule
 from ..ir.node import Node
 from ..ir.op import op_def
-from ..ir.trampoline import Computation, run
-from ..ir.visitor import pre_order
 from .infer_effects import EffectInfo, infer_effects, solve_flows
 from .infra import module_pass
 
@@ -191,22 +187,6 @@ def _direct(node: Node) -> set[str]:
     return set()
 
 
-def _body_nodes(body: Expr) -> list[Node]:
-    """The nodes of a body, not entering nested functions."""
-    found: list[Node] = []
-    seen: set[int] = set()
-    stack: list[Node] = [body]
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        found.append(node)
-        if not isinstance(node, Function):
-            stack.extend(node.children())
-    return found
-
-
 def _reference_effects(module: IRModule) -> dict[Call, frozenset[str]]:
     """For each call, what it may do to references: its own effect plus the
     latent effects of every function it may call (a fixpoint over the call
@@ -218,7 +198,7 @@ def _reference_effects(module: IRModule) -> dict[Call, frozenset[str]]:
     for src, fn in units:
         latent[src] = set()
         calls[src] = []
-        for node in _body_nodes(fn.body):
+        for node in body_nodes(fn.body):
             latent[src] |= _direct(node)
             if isinstance(node, Call):
                 calls[src].append((node, flows.callees_of(node)))
@@ -243,58 +223,9 @@ def _reference_effects(module: IRModule) -> dict[Call, frozenset[str]]:
 
 
 # --------------------------------------------------------------- effect-free
-def scan(root: Node) -> tuple[list[Node], set[int]]:
-    """The non-atomic expressions and clauses under ``root``, children before
-    parents, each once; and the ids of those reachable along more than one
-    edge (shared sub-expressions, the text's graph form)."""
-    order: list[Node] = []
-    seen: set[int] = set()
-    reached: set[int] = set()
-    shared: set[int] = set()
-    stack: list[tuple[Node, bool]] = [(root, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            order.append(node)
-            continue
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        stack.append((node, True))
-        for child in _operands(node):
-            if id(child) in reached:
-                shared.add(id(child))
-            else:
-                reached.add(id(child))
-            if id(child) not in seen:
-                stack.append((child, False))
-    return order, shared
-
-
 def _operands(node: Node) -> list[Node]:
-    """The non-atomic expressions and clauses ``node`` holds (not binders,
-    types or patterns, which are not evaluated)."""
-    found: list[Node] = []
-    for name, many in child_fields(node):
-        value = getattr(node, name)
-        for v in value if many else (value,):
-            if isinstance(v, _OPERAND) and not isinstance(v, ATOM_TYPES):
-                found.append(v)
-    return found
-
-
-def child_fields(node: Node) -> tuple[tuple[str, bool], ...]:
-    """The child fields of ``node``'s class: (name, holds a tuple)."""
-    fields = _FIELDS.get(type(node))
-    if fields is None:
-        fields = _FIELDS[type(node)] = tuple(
-            (name, kind == "nodes") for name, kind in type(node).FIELDS if kind in ("node", "nodes")
-        )
-    return fields
-
-
-_FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}
-_OPERAND = (Expr, Clause)
+    """The non-atomic expressions and clauses ``node`` evaluates."""
+    return [v for v in operands(node) if not isinstance(v, ATOM_TYPES)]
 
 
 def _effect_free(order: list[Node], shared: set[int], facts: CallFacts) -> set[int]:
@@ -358,91 +289,34 @@ def dce(module: IRModule) -> IRModule:
     functions = {}
     for name, fn in module.functions.items():
         order, shared = scan(fn)
-        functions[name] = run(_Sweep(_effect_free(order, shared, facts), shared).visit(fn))
+        functions[name] = _Sweep(_effect_free(order, shared, facts)).mutate(fn)
     if all(functions[n] is fn for n, fn in module.functions.items()):
         return module
     return IRModule(functions, module.type_defs, module.cells)
 
 
-@dataclass
-class _Sweep:
-    """The reverse sweep of step 3; ``free`` holds the effect-free nodes."""
+class _Sweep(Mutator):
+    """The reverse sweep of step 3; ``free`` holds the effect-free nodes.
+    Bodies are swept before values (``body_first``), and each variable a
+    kept node holds is marked used as the node is rebuilt."""
 
-    free: set[int]
-    shared: set[int]
-    used: set[Var] = field(default_factory=set)
-    memo: dict[int, Expr] = field(default_factory=dict)
+    body_first = True
+    patterns = False
 
-    def visit(self, expr: Expr) -> Computation[Expr]:
-        done = self.memo.get(id(expr))
-        if done is not None:
-            return done
-        if isinstance(expr, Let):
-            result = yield from self._chain(expr)
-        else:
-            result = yield from self._generic(expr)
-        self.memo[id(expr)] = result
-        return result
+    def __init__(self, free: set[int]) -> None:
+        super().__init__()
+        self.free = free
+        self.used: set[Var] = set()
 
-    def _chain(self, first: Let) -> Computation[Expr]:
-        chain = [first]
-        while isinstance(chain[-1].body, Let) and id(chain[-1].body) not in self.shared:
-            chain.append(chain[-1].body)
-        tail = chain[-1].body
-        body = self._atom(tail) if is_atom(tail) else (yield self.visit(tail))
-        for let in reversed(chain):
-            if let.var not in self.used and (is_atom(let.value) or id(let.value) in self.free):
-                continue  # dead: its value is never visited, so its uses never count
-            value = let.value
-            if is_atom(value):
-                value = self._atom(value)
-            elif id(value) in self.shared or not self._flat(value):
-                value = yield self.visit(value)
-            if value is not let.value or body is not let.body:
-                let = dataclasses.replace(let, value=value, body=body)
-            body = let
-        return body
+    def keep(self, let: Let) -> bool:
+        value = let.value
+        return let.var in self.used or not (is_atom(value) or id(value) in self.free)
 
-    def _generic(self, node: Node) -> Computation[Node]:
-        changes = {}
-        for name, kind in type(node).FIELDS:
-            value = getattr(node, name)
-            if kind == "node" and isinstance(value, Expr | Clause):
-                new = self._atom(value) if is_atom(value) else (yield self.visit(value))
-                if new is not value:
-                    changes[name] = new
-            elif kind == "nodes":
-                items = []
-                for item in value:
-                    if isinstance(item, Expr | Clause) and not is_atom(item):
-                        items.append((yield self.visit(item)))
-                    else:
-                        items.append(self._atom(item))
-                if any(a is not b for a, b in zip(items, value, strict=True)):
-                    changes[name] = tuple(items)
-        return dataclasses.replace(node, **changes) if changes else node
-
-    def _flat(self, node: Node) -> bool:
-        """Whether every operand of ``node`` is an atom; if so they are marked
-        used, which is all that visiting it would do (it stays as it is).
-        Most values of a program in A-normal form are such, and need no
-        generator."""
-        operands = []
-        for name, many in child_fields(node):
-            value = getattr(node, name)
-            for v in value if many else (value,):
-                if isinstance(v, _OPERAND):
-                    if not isinstance(v, ATOM_TYPES):
-                        return False
-                    operands.append(v)
-        for v in operands:
-            self._atom(v)
-        return True
-
-    def _atom(self, node: Node) -> Node:
+    def child(self, node: Node) -> Node:
         if isinstance(node, Var):
             self.used.add(node)
-        return node
+            return node
+        return self.memo.get(id(node), node)
 
 
-__all__ = ["CallFacts", "child_fields", "dce", "scan"]
+__all__ = ["CallFacts", "dce"]

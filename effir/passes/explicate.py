@@ -24,6 +24,7 @@ has its function normalised again.
 
 from __future__ import annotations
 
+from ..ir.builder import LetBuilder
 from ..ir.expr import (
     Call,
     Expr,
@@ -32,15 +33,14 @@ from ..ir.expr import (
     Op,
     is_atom,
 )
+from ..ir.functor import Mutator, on
 from ..ir.module import IRModule
-from ..ir.node import Node
 from ..ir.op import op_def
-from ..ir.visitor import ExprMutator
 from .anf import is_anf_output, simple_operands, to_anf, to_anf_expr
 from .infra import module_pass
 
 
-class _Explicate(ExprMutator):
+class _Explicate(Mutator):
     """Applies the rules in a function in A-normal form. ``normal`` stays
     True while every expansion is a normal block, spliced in place."""
 
@@ -48,8 +48,8 @@ class _Explicate(ExprMutator):
         super().__init__()
         self.normal = True
 
-    def visit_Call(self, new: Node, old: Node) -> Node:
-        assert isinstance(new, Call)
+    @on(Call)
+    def _call(self, new: Call, old: Call) -> Expr:
         if isinstance(new.callee, Op):
             rule = op_def(new.callee).rules.get("explicate")
             if rule is not None:
@@ -59,23 +59,21 @@ class _Explicate(ExprMutator):
                 return expansion
         return new
 
-    def visit_Let(self, new: Node, old: Node) -> Node:
+    @on(Let)
+    def _let(self, new: Let, old: Let) -> Expr:
         # ``let %v = (let %a = e; ...; tail); body`` becomes ``let %a = e;
         # ...; let %v = tail; body``, each let with its value's span, as
         # ``to_anf`` flattens it. (In A-normal form no let's value is a let,
         # so only an expansion makes one.)
-        assert isinstance(new, Let) and isinstance(old, Let)
         if not self.normal or not isinstance(new.value, Let) or isinstance(old.value, Let):
             return new
-        inner: list[Let] = []
+        b = LetBuilder()
         value: Expr = new.value
         while isinstance(value, Let):
-            inner.append(value)
+            b.bind(value.var, value.value)
             value = value.body
-        result: Expr = Let(new.var, value, new.body, span=value.span)
-        for let in reversed(inner):
-            result = Let(let.var, let.value, result, span=let.value.span)
-        return result
+        b.bind(new.var, value)
+        return b.finish(new.body)
 
 
 @module_pass(

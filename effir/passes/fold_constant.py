@@ -5,7 +5,8 @@ establishes nothing new (A-normal form and A2 are kept when the input has
 them). Every value the program computes stays bit-identical.
 
 Rewrites, bottom-up, in one walk over each global function (a second walk
-only where removing dead bindings exposed more, see ``rewrite_functions``):
+only where removing dead bindings exposed more, see
+``effir.ir.rewrite.apply_patterns``):
 
 1. **Calls.** ``op(c1, ..., cn)`` becomes a ``Constant`` (or a tuple of
    constants) when ``op`` has the effect kind ``pure`` and not the trait
@@ -68,58 +69,38 @@ Soundness rules, cited in the code:
   hold ``%b``: a second holder of a key or of the world token breaks the
   linearity of an A2 program. Other dead code is dead-code elimination's.
 
-How it runs without Python recursion: ``Rewriter`` walks the tree with an
-explicit stack, finishing a ``let``'s value before it visits the body, so
-that what a variable holds (``values``) is known at every use. ``simplify``
-uses the same walker.
+How it runs: the rewrites are three ``RewritePattern``s (``PATTERNS``)
+applied by the greedy driver of ``effir.ir.rewrite``, whose walk finishes a
+``let``'s value before it visits the body, so that what a variable holds
+is known at every use; ``simplify`` uses the same driver with its own
+patterns.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import warnings
-from collections import Counter
-from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from ..ir.expr import (
-    ATOM_TYPES,
-    Call,
-    Clause,
-    Constant,
-    Expr,
-    If,
-    Let,
-    Op,
-    Tuple,
-    TupleGetItem,
-    Var,
-    is_atom,
-)
+from ..ir.expr import Call, Constant, Expr, If, Op, Tuple, TupleGetItem, Var, is_atom
 from ..ir.module import IRModule
-from ..ir.node import Node
 from ..ir.op import op_def
-from ..ir.structural import structural_equal
+from ..ir.rewrite import (
+    UNKNOWN,
+    PatternRewriter,
+    RewritePattern,
+    apply_patterns,
+    same_type,
+    type_of,
+)
 from ..ir.types import TensorType, TupleType, Type
-from .dce import child_fields
 from .infer_type import check
 from .infra import Option, module_pass
 
 DEFAULT_MAX_ELEMENTS = 1024
 """The largest result (in elements, over all its tensors) that is folded."""
-
-# A tuple literal nested deeper than this is not looked into (bounds the
-# recursion of ``constant_value`` by a constant, not by the program's size).
-_MAX_TUPLE_DEPTH = 32
-
-_UNKNOWN = object()
-
-# Rounds of rewriting and dead-binding removal at most (one or two suffice:
-# every round but the last shrinks the program).
-_MAX_ROUNDS = 8
 
 
 @module_pass(
@@ -133,391 +114,85 @@ _MAX_ROUNDS = 8
 def fold_constant(module: IRModule, max_elements: int = DEFAULT_MAX_ELEMENTS) -> IRModule:
     """``module`` with constant sub-expressions computed (see the module doc).
     Returns ``module`` itself when nothing changed."""
-    return rewrite_functions(module, lambda: _Folder(max_elements))
+    return apply_patterns(module, lambda: patterns(max_elements), check)
 
 
-def rewrite_functions(module: IRModule, rewriter: Callable[[], Rewriter]) -> IRModule:
-    """Each global function of ``module`` through a fresh ``rewriter()``,
-    then, where it changed, without the trivial bindings it left dead
-    [RULE L]; ``module`` itself when nothing changed.
-
-    Removing a binding can expose a new opportunity to the expression
-    around a block (``(let %t = (c,); (c,)).0`` becomes ``(c,).0``): then
-    the whole module is checked and rewritten again, so that the result is
-    a fixpoint (running the pass twice gives what running it once gave)."""
-    for _ in range(_MAX_ROUNDS):
-        check(module)
-        functions, again = {}, False
-        for name, fn in module.functions.items():
-            new = rewriter().rewrite(fn)
-            if new is not fn:
-                cleaned = _DeadBindings(new).rewrite(new)
-                again = again or cleaned is not new
-                new = cleaned
-            functions[name] = new
-        if all(functions[name] is fn for name, fn in module.functions.items()):
-            return module
-        module = IRModule(functions, module.type_defs, module.cells)
-        if not again:
-            break
-    return module
+def patterns(max_elements: int = DEFAULT_MAX_ELEMENTS) -> list[RewritePattern]:
+    """The rewrites 1-3 of the module doc (4 is the driver's)."""
+    return [FoldCall(max_elements), FoldProjection(), FoldIf()]
 
 
-# ------------------------------------------------------------------ walker
-class Rewriter:
-    """Bottom-up rewriting of a typed expression, without recursion.
+class FoldCall(RewritePattern):
+    """1. ``op(c1, ..., cn)`` of a pure operator on constants: its value."""
 
-    Like ``ExprMutator``, with three differences that rewrites needing a
-    variable's value want:
+    roots: ClassVar[tuple[type, ...]] = (Call,)
 
-    - a ``let``'s value is rewritten before its body is visited, and
-      ``values[var]`` then holds the rewritten value for every use;
-    - variables in use positions are replaced by ``subst``; binders never
-      are. A ``let`` bound to an atom of the same type is substituted and
-      disappears [RULE S] [RULE T];
-    - types are not traversed, and a node that replaces another gets its
-      ``checked_type`` (every rewrite keeps the type exactly [RULE T]), so
-      rules further up can ask the type of a rewritten argument.
-
-    Subclasses override ``visit(new, old)``: ``new`` is ``old`` with its
-    children rewritten; the result replaces ``old``."""
-
-    substitute_atoms = True
-
-    def __init__(self) -> None:
-        self.memo: dict[int, Node] = {}
-        self.values: dict[Var, Expr] = {}
-        self.subst: dict[Var, Expr] = {}
-        self._used: set[Var] = set()
-        self._flattened: set[Var] = set()
-        # Identities of the shared nodes, originals and their rewritten forms.
-        self._shared: set[int] = set()
-
-    def visit(self, new: Expr, old: Expr) -> Expr:
-        return new
-
-    def rewrite(self, root: Expr) -> Expr:
-        memo = self.memo
-        self._shared = _shared_nodes(root)
-        # (node, phase): 0 enter, 1 a let's value is done, 2 children are done.
-        stack: list[tuple[Node, int]] = [(root, 0)]
-        while stack:
-            node, phase = stack.pop()
-            if phase == 0:
-                if id(node) in memo or _is_leaf(node):
-                    continue
-                if isinstance(node, Let):
-                    stack.append((node, 2))
-                    stack.append((node, 1))
-                    stack.append((node.value, 0))
-                    continue
-                pending = [c for c in _children(node) if not (_is_leaf(c) or id(c) in memo)]
-                if pending:
-                    stack.append((node, 2))
-                    stack.extend((c, 0) for c in reversed(pending))
-                else:  # nothing to visit below (most values in A-normal form)
-                    self._done(node)
-            elif phase == 1:
-                assert isinstance(node, Let)
-                self._bind(node)
-                stack.append((node.body, 0))
-            else:
-                self._done(node)
-        return memo.get(id(root), root)  # type: ignore[return-value]
-
-    def _done(self, node: Node) -> None:
-        result = self.memo[id(node)] = self._finish(node)
-        if id(node) in self._shared:
-            self._shared.add(id(result))
-
-    def new(self, expr: Expr) -> Expr:
-        """The rewritten form of an original child expression."""
-        if isinstance(expr, Var):
-            self._used.add(expr)
-            return self.subst.get(expr, expr)
-        return self.memo.get(id(expr), expr)  # type: ignore[return-value]
-
-    def resolve(self, expr: Expr) -> Expr:
-        """What a rewritten expression is: a let-bound variable's rewritten
-        value (followed through variables bound to variables), else itself."""
-        while isinstance(expr, Var) and expr in self.values:
-            expr = self.values[expr]
-        return expr
-
-    def constant_value(self, expr: Expr, depth: int = 0) -> Any:
-        """The value of a rewritten expression when it is a constant (an
-        array, or a tuple of such values), else ``_UNKNOWN``."""
-        expr = self.resolve(expr)
-        if isinstance(expr, Constant):
-            return expr.data
-        if isinstance(expr, Tuple) and depth < _MAX_TUPLE_DEPTH:
-            fields = tuple(self.constant_value(f, depth + 1) for f in expr.fields)
-            return _UNKNOWN if any(f is _UNKNOWN for f in fields) else fields
-        return _UNKNOWN
-
-    # ------------------------------------------------------------ internals
-    def _bind(self, let: Let) -> None:
-        value = self.new(let.value)
-        recursive = let.var in self._used  # [RULE S]
-        if (
-            isinstance(value, Let)
-            and not isinstance(let.value, Let)
-            and not recursive
-            and not self._shares_a_let(value)
-        ):
-            # A rewrite made the value a block: its lets will move before
-            # this one (``_flatten``), which then binds the block's end.
-            self._flattened.add(let.var)
-            while isinstance(value, Let):
-                value = value.body
-        self.values[let.var] = value
-        # [RULE A] an atom; [RULE T] of the same type.
-        if (
-            self.substitute_atoms
-            and isinstance(value, Var | Constant)
-            and not recursive
-            and same_type(let.var, let.value)
-            and not _annotation_needed(let.var, value)
-        ):
-            self.subst[let.var] = value
-
-    def _shares_a_let(self, block: Expr) -> bool:
-        """Whether a let of the chain ``block`` is shared (the text's graph
-        form): moving its binding out would bind it twice."""
-        while isinstance(block, Let):
-            if id(block) in self._shared:
-                return True
-            block = block.body
-        return False
-
-    def _finish(self, node: Node) -> Node:
-        if isinstance(node, Let) and node.var in self._flattened:
-            return self._flatten(node)
-        if isinstance(node, Let) and node.var in self.subst:
-            return self.new(node.body)
-        changes: dict[str, Any] = {}
-        for name, many in child_fields(node):
-            value = getattr(node, name)
-            if not many:
-                if isinstance(value, Expr):
-                    new = self.new(value)
-                    if new is not value:
-                        changes[name] = new
-            else:
-                items = tuple(
-                    self.new(v) if isinstance(v, Expr) else self.memo.get(id(v), v) for v in value
-                )
-                if any(a is not b for a, b in zip(items, value, strict=True)):
-                    changes[name] = items
-        rebuilt = dataclasses.replace(node, **changes) if changes else node
-        if not isinstance(node, Expr):
-            return rebuilt
-        assert isinstance(rebuilt, Expr)
-        result = self.visit(rebuilt, node)
-        if result is not node and not result.has_type and node.has_type:
-            result.set_checked_type(node.checked_type)  # [RULE T]
-        return result
-
-    def _flatten(self, old: Let) -> Expr:
-        """``let %r = (let %a = v; b); rest`` as ``let %a = v; let %r = b;
-        rest`` (or ``let %a = v; rest[%r := b]`` when ``b`` is an atom), when
-        a rewrite made the value a block (an ``if`` on a constant whose
-        branch is one): A-normal form stays A-normal form. Binders are
-        unique, so nothing is captured, and the block's lets still run
-        first."""
-        inner: list[Let] = []
-        value = self.new(old.value)
-        while isinstance(value, Let):
-            inner.append(value)
-            value = value.body
-        body = self.new(old.body)
-        result = body if old.var in self.subst else Let(old.var, value, body, span=old.span)
-        for binding in reversed(inner):
-            result = Let(binding.var, binding.value, result, span=binding.span)
-            if old.has_type:  # each let of the chain has the type of its end
-                result.set_checked_type(old.checked_type)
-        if old.has_type and not result.has_type:
-            result.set_checked_type(old.checked_type)
-        return result
-
-
-class _DeadBindings(Rewriter):
-    """Removes the lets whose variable is unused and whose value can neither
-    fail nor have an effect: an atom, a tuple of atoms, a projection of an
-    atom [RULE L]. Lets are finished body first, so removing one (and the
-    uses its value made) can make an earlier one dead in the same walk."""
-
-    substitute_atoms = False
-
-    def __init__(self, root: Expr) -> None:
-        super().__init__()
-        self.uses = _use_counts(root)
-
-    def visit(self, new: Expr, old: Expr) -> Expr:
-        if (
-            isinstance(new, Let)
-            and self.uses[new.var] == 0
-            and _trivial(new.value)
-            and not _annotation_needed(new.var, new.value)
-        ):
-            for var in _atoms_of(new.value):
-                self.uses[var] -= 1
-            return new.body
-        return new
-
-
-def _trivial(expr: Expr) -> bool:
-    if isinstance(expr, Tuple):
-        return all(is_atom(f) for f in expr.fields)
-    if isinstance(expr, TupleGetItem):
-        return is_atom(expr.tuple_value)
-    return isinstance(expr, Var | Constant)
-
-
-def _atoms_of(expr: Expr) -> list[Var]:
-    if isinstance(expr, Tuple):
-        return [f for f in expr.fields if isinstance(f, Var)]
-    if isinstance(expr, TupleGetItem):
-        expr = expr.tuple_value
-    return [expr] if isinstance(expr, Var) else []
-
-
-def _use_counts(root: Node) -> Counter[Var]:
-    """How many times each variable is used (a shared node counts once)."""
-    uses: Counter[Var] = Counter()
-    seen: set[int] = set()
-    stack = [root]
-    while stack:
-        for child in _children(stack.pop()):
-            if isinstance(child, Var):
-                uses[child] += 1
-            elif not _is_leaf(child) and id(child) not in seen:
-                seen.add(id(child))
-                stack.append(child)
-    return uses
-
-
-def _shared_nodes(root: Node) -> set[int]:
-    """Identities of the expressions with more than one parent (the text's
-    graph form): moving a binding out of one would bind it twice."""
-    seen: set[int] = set()
-    shared: set[int] = set()
-    stack = [root]
-    while stack:
-        for child in _children(stack.pop()):
-            if _is_leaf(child):
-                continue
-            if id(child) in seen:
-                shared.add(id(child))
-            else:
-                seen.add(id(child))
-                stack.append(child)
-    return shared
-
-
-def _is_leaf(node: Node) -> bool:
-    return isinstance(node, ATOM_TYPES)  # atoms are expressions
-
-
-def _children(node: Node) -> list[Node]:
-    """The expressions (and match clauses) below ``node``; not its binders,
-    patterns or types."""
-    found: list[Node] = []
-    for name, many in child_fields(node):
-        value = getattr(node, name)
-        if many:
-            found.extend(v for v in value if isinstance(v, Expr | Clause))
-        elif isinstance(value, Expr | Clause):
-            found.append(value)
-    return found
-
-
-def type_of(expr: Expr) -> Type | None:
-    """The checked type; a constant made by a pass has its array's type."""
-    if expr.has_type:
-        return expr.checked_type
-    if isinstance(expr, Constant):
-        return TensorType(expr.data.shape, expr.dtype)
-    return None
-
-
-def _annotation_needed(var: Var, value: Expr) -> bool:
-    """Whether substituting ``value`` for ``var`` may drop the only
-    annotation that fixes ``value``'s type [RULE T]."""
-    return (
-        var.type_annotation is not None and isinstance(value, Var) and value.type_annotation is None
-    )
-
-
-def same_type(a: Expr | Type | None, b: Expr | Type | None) -> bool:
-    """Both known and structurally equal [RULE T]."""
-    ta = type_of(a) if isinstance(a, Expr) else a
-    tb = type_of(b) if isinstance(b, Expr) else b
-    return ta is not None and tb is not None and structural_equal(ta, tb)
-
-
-# ------------------------------------------------------------------ folding
-class _Folder(Rewriter):
     def __init__(self, max_elements: int) -> None:
-        super().__init__()
         self.max_elements = max_elements
 
-    def visit(self, new: Expr, old: Expr) -> Expr:
-        if isinstance(new, Call) and isinstance(new.callee, Op):
-            return self._fold_call(new, old)
-        if isinstance(new, TupleGetItem):
-            return self._fold_projection(new, old)
-        if isinstance(new, If):
-            return self._fold_if(new, old)
-        return new
-
-    def _fold_call(self, call: Call, old: Expr) -> Expr:
-        definition = op_def(call.callee)  # type: ignore[arg-type]
+    def match_and_rewrite(self, new: Expr, old: Expr, rewriter: PatternRewriter) -> Expr | None:
+        assert isinstance(new, Call)
+        if not isinstance(new.callee, Op):
+            return None
+        definition = op_def(new.callee)
         if definition.effect != "pure" or "control_flow" in definition.traits:
-            return call
+            return None
         impl = definition.rules.get("numpy")
         result_type = type_of(old)
         if impl is None or result_type is None:
-            return call
-        if _static_size(result_type) is None or _static_size(result_type) > self.max_elements:
-            return call
-        args = tuple(self.constant_value(a) for a in call.args)
-        if any(a is _UNKNOWN for a in args):
-            return call
+            return None
+        size = _static_size(result_type)
+        if size is None or size > self.max_elements:
+            return None
+        args = tuple(rewriter.constant_value(a) for a in new.args)
+        if any(a is UNKNOWN for a in args):
+            return None
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                value = impl(args, call.attrs)
+                value = impl(args, new.attrs)
         except Exception:  # the run-time error stays at run time
-            return call
-        folded = _as_constant(value, result_type, old)
-        return call if folded is None else folded  # [RULE V] [RULE T]
+            return None
+        return _as_constant(value, result_type, old)  # [RULE V] [RULE T]
 
-    def _fold_projection(self, get: TupleGetItem, old: Expr) -> Expr:
-        tup = get.tuple_value
+
+class FoldProjection(RewritePattern):
+    """2. ``(a, b).1``, and ``%t.1`` with ``let %t = (a, b)``: ``b``."""
+
+    roots: ClassVar[tuple[type, ...]] = (TupleGetItem,)
+
+    def match_and_rewrite(self, new: Expr, old: Expr, rewriter: PatternRewriter) -> Expr | None:
+        assert isinstance(new, TupleGetItem)
+        tup = new.tuple_value
         if isinstance(tup, Tuple):
             # A literal: the other fields are evaluated too, so they must be atoms.
-            field = tup.fields[get.index]
-            others = (f for i, f in enumerate(tup.fields) if i != get.index)
+            field = tup.fields[new.index]
+            others = (f for i, f in enumerate(tup.fields) if i != new.index)
             if all(is_atom(f) for f in others) and same_type(field, old):  # [RULE T]
                 return field
-            return get
-        value = self.resolve(tup)
+            return None
+        value = rewriter.resolve(tup)
         if isinstance(value, Tuple):
-            field = value.fields[get.index]
+            field = value.fields[new.index]
             if isinstance(field, Var | Constant) and same_type(field, old):  # [RULE A] [RULE T]
                 return field
-        return get
+        return None
 
-    def _fold_if(self, node: If, old: Expr) -> Expr:
-        cond = self.constant_value(node.cond)
+
+class FoldIf(RewritePattern):
+    """3. ``if (True) {A} else {B}``: ``A``."""
+
+    roots: ClassVar[tuple[type, ...]] = (If,)
+
+    def match_and_rewrite(self, new: Expr, old: Expr, rewriter: PatternRewriter) -> Expr | None:
+        assert isinstance(new, If) and isinstance(old, If)
+        cond = rewriter.constant_value(new.cond)
         if not isinstance(cond, np.ndarray) or cond.dtype != np.bool_ or cond.ndim != 0:
-            return node
-        assert isinstance(old, If)
+            return None
         taken, old_taken = (
-            (node.then_branch, old.then_branch) if cond else (node.else_branch, old.else_branch)
+            (new.then_branch, old.then_branch) if cond else (new.else_branch, old.else_branch)
         )
-        return taken if same_type(old_taken, old) else node  # [RULE T]
+        return taken if same_type(old_taken, old) else None  # [RULE T]
 
 
 def _static_size(t: Type) -> int | None:

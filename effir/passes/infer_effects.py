@@ -33,9 +33,9 @@ in inference mode only reads it), ``io`` operators add ``io``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from ..ir.analysis import body_nodes
 from ..ir.diagnostics import EffectError
 from ..ir.expr import (
     Call,
@@ -122,21 +122,6 @@ def solve_flows(module: IRModule) -> _EffectInference:
 # Sources are hashable: ("def", name), ("fn", Function), ("ctor", name),
 # ("cell", name), ("alloc", RefCreate).
 Source = tuple
-
-
-def _children_in(fn_body: Expr) -> Iterator[Node]:
-    """Every node of a body, not entering nested functions (pre-order, no recursion)."""
-    stack: list[Node] = [fn_body]
-    seen: set[int] = set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        yield node
-        if isinstance(node, Function):
-            continue
-        stack.extend(reversed(list(node.children())))
 
 
 class _EffectInference:
@@ -339,11 +324,11 @@ class _EffectInference:
 
     def effects(self, roots: list[tuple[Source, Function]]) -> EffectInfo:
         units = roots + self.functions
-        body_nodes = {src: list(_children_in(fn.body)) for src, fn in units}
+        nodes_of = {src: body_nodes(fn.body) for src, fn in units}
         direct: dict[Source, set[str]] = {}
         calls: dict[Source, list[tuple[Call, set[Source]]]] = {}
         own: dict[Call, set[str]] = {}
-        for src, nodes in body_nodes.items():
+        for src, nodes in nodes_of.items():
             direct[src] = set()
             calls[src] = []
             for n in nodes:

@@ -67,8 +67,9 @@ linearity); others, such as the inner reshape's, are dead-code
 elimination's to remove.
 
 Operator names appear here, unlike in generic passes: an algebraic identity
-is a fact about one operator. The rules are a table (``RULES``) keyed by
-name, one function each.
+is a fact about one operator. Each rewrite is a ``RewritePattern`` (listed
+in ``PATTERNS``), run by the greedy driver of ``effir.ir.rewrite``; an
+operator's rule names it in ``ops``.
 """
 
 from __future__ import annotations
@@ -81,8 +82,9 @@ import numpy as np
 from ..ir.expr import Call, Constant, Expr, Op, Tuple, TupleGetItem, Var, is_atom
 from ..ir.module import IRModule
 from ..ir.op import call_op, op_def
+from ..ir.rewrite import PatternRewriter, RewritePattern, apply_patterns, same_type, type_of
 from ..ir.types import TensorType, TupleType
-from .fold_constant import Rewriter, rewrite_functions, same_type, type_of
+from .infer_type import check
 from .infra import module_pass
 
 
@@ -94,61 +96,52 @@ from .infra import module_pass
 def simplify(module: IRModule) -> IRModule:
     """``module`` with the algebraic rewrites of the module doc applied.
     Returns ``module`` itself when nothing changed."""
-    return rewrite_functions(module, _Simplifier)
+    return apply_patterns(module, lambda: [p() for p in PATTERNS], check)
 
 
-class _Simplifier(Rewriter):
-    def visit(self, new: Expr, old: Expr) -> Expr:
-        if isinstance(new, Call) and isinstance(new.callee, Op):
-            rule = RULES.get(new.callee.name)
-            if rule is not None:
-                result = rule(self, new, old)
-                if result is not None:
-                    return result
-        elif isinstance(new, Tuple):
-            return self._tuple_of_projections(new, old)
-        return new
+class TupleOfProjections(RewritePattern):
+    """``(%t.0, ..., %t.(n-1))`` of an ``n``-tuple ``%t``: ``%t``."""
 
-    def _tuple_of_projections(self, tup: Tuple, old: Expr) -> Expr:
+    roots = (Tuple,)
+
+    def match_and_rewrite(self, tup: Expr, old: Expr, rw: PatternRewriter) -> Expr | None:
+        assert isinstance(tup, Tuple)
         source: Var | None = None
         for i, field in enumerate(tup.fields):
-            get = self.resolve(field) if isinstance(field, Var) else field
+            get = rw.resolve(field) if isinstance(field, Var) else field
             if not (isinstance(get, TupleGetItem) and get.index == i):
-                return tup
+                return None
             if not isinstance(get.tuple_value, Var) or source not in (None, get.tuple_value):
-                return tup
+                return None
             source = get.tuple_value
         if source is None:  # the unit ()
-            return tup
+            return None
         source_type = type_of(source)
         if isinstance(source_type, TupleType) and len(source_type.fields) == len(tup.fields):
             if same_type(source, old):  # [RULE T]
                 return source
-        return tup
-
-    # ------------------------------------------------------------ helpers
-    def producer(self, expr: Expr, name: str) -> Call | None:
-        """The call of operator ``name`` that ``expr`` is (directly, or as
-        the value of the variable it is), when its argument is an atom
-        [RULE A]; else None."""
-        value = self.resolve(expr)
-        if (
-            isinstance(value, Call)
-            and isinstance(value.callee, Op)
-            and value.callee.name == name
-            and is_atom(value.args[0])
-        ):
-            return value
         return None
 
-    def constant(self, expr: Expr) -> np.ndarray | None:
-        value = self.resolve(expr)
-        return value.data if isinstance(value, Constant) else None
+
+# ---------------------------------------------------------------- helpers
+def _producer(rw: PatternRewriter, expr: Expr, name: str) -> Call | None:
+    """The call of operator ``name`` that ``expr`` is (directly, or as the
+    value of the variable it is), when its argument is an atom [RULE A];
+    else None."""
+    value = rw.resolve(expr)
+    if (
+        isinstance(value, Call)
+        and isinstance(value.callee, Op)
+        and value.callee.name == name
+        and is_atom(value.args[0])
+    ):
+        return value
+    return None
 
 
-Rule = Callable[[_Simplifier, Call, Expr], Expr | None]
-"""``rule(pass, call, old)``: the replacement of ``call`` (``old`` before its
-arguments were rewritten, with its checked type), or None to keep it."""
+def _constant(rw: PatternRewriter, expr: Expr) -> np.ndarray | None:
+    value = rw.resolve(expr)
+    return value.data if isinstance(value, Constant) else None
 
 
 def _same_as_arg(x: Expr, old: Expr) -> Expr | None:
@@ -238,48 +231,83 @@ def _is_one(a: np.ndarray) -> np.ndarray:
     return a == 1
 
 
-def _add(p: _Simplifier, call: Call, old: Expr) -> Expr | None:
-    a, b = call.args
-    if _additive_identity(p.constant(b)):
-        return _same_as_arg(a, old)
-    if _additive_identity(p.constant(a)):
-        return _same_as_arg(b, old)
-    return None
+class AddIdentity(RewritePattern):
+    """``x + 0`` (integers) and ``x + (-0.0)`` (floats): ``x``."""
+
+    roots = (Call,)
+    ops = ("add",)
+
+    def match_and_rewrite(self, call: Expr, old: Expr, rw: PatternRewriter) -> Expr | None:
+        assert isinstance(call, Call)
+        a, b = call.args
+        if _additive_identity(_constant(rw, b)):
+            return _same_as_arg(a, old)
+        if _additive_identity(_constant(rw, a)):
+            return _same_as_arg(b, old)
+        return None
 
 
-def _subtract(p: _Simplifier, call: Call, old: Expr) -> Expr | None:
-    a, b = call.args
-    return _same_as_arg(a, old) if _subtractive_identity(p.constant(b)) else None
+class SubtractIdentity(RewritePattern):
+    """``x - 0`` (integers) and ``x - (+0.0)`` (floats): ``x``."""
+
+    roots = (Call,)
+    ops = ("subtract",)
+
+    def match_and_rewrite(self, call: Expr, old: Expr, rw: PatternRewriter) -> Expr | None:
+        assert isinstance(call, Call)
+        a, b = call.args
+        return _same_as_arg(a, old) if _subtractive_identity(_constant(rw, b)) else None
 
 
-def _multiply(p: _Simplifier, call: Call, old: Expr) -> Expr | None:
-    a, b = call.args
-    if _one(p.constant(b)):
-        return _same_as_arg(a, old)
-    if _one(p.constant(a)):
-        return _same_as_arg(b, old)
-    return None
+class MultiplyIdentity(RewritePattern):
+    """``x * 1`` and ``1 * x``: ``x``."""
+
+    roots = (Call,)
+    ops = ("multiply",)
+
+    def match_and_rewrite(self, call: Expr, old: Expr, rw: PatternRewriter) -> Expr | None:
+        assert isinstance(call, Call)
+        a, b = call.args
+        if _one(_constant(rw, b)):
+            return _same_as_arg(a, old)
+        if _one(_constant(rw, a)):
+            return _same_as_arg(b, old)
+        return None
 
 
-def _divide(p: _Simplifier, call: Call, old: Expr) -> Expr | None:
-    a, b = call.args
-    return _same_as_arg(a, old) if _one(p.constant(b)) else None
+class DivideIdentity(RewritePattern):
+    """``x / 1``: ``x``."""
+
+    roots = (Call,)
+    ops = ("divide",)
+
+    def match_and_rewrite(self, call: Expr, old: Expr, rw: PatternRewriter) -> Expr | None:
+        assert isinstance(call, Call)
+        a, b = call.args
+        return _same_as_arg(a, old) if _one(_constant(rw, b)) else None
 
 
 # ------------------------------------------------------------------ shapes
-def _reshape(p: _Simplifier, call: Call, old: Expr) -> Expr | None:
-    (x,) = call.args
-    newshape = call.attrs["newshape"]
-    inner = p.producer(x, "reshape")
-    if inner is not None and 0 not in newshape:
-        x = inner.args[0]
-        identity = _same_as_arg(x, old)
-        return (
-            identity
-            if identity is not None
-            else _rebuilt(old, "reshape", x, newshape=list(newshape))
-        )
-    return _same_as_arg(x, old)
+class ReshapeOfReshape(RewritePattern):
+    """``reshape(reshape(x, a), b)``: ``reshape(x, b)``; a reshape to ``x``'s own type: ``x``."""
+
+    roots = (Call,)
+    ops = ("reshape",)
+
+    def match_and_rewrite(self, call: Expr, old: Expr, rw: PatternRewriter) -> Expr | None:
+        assert isinstance(call, Call)
+        (x,) = call.args
+        newshape = call.attrs["newshape"]
+        inner = _producer(rw, x, "reshape")
+        if inner is not None and 0 not in newshape:
+            x = inner.args[0]
+            identity = _same_as_arg(x, old)
+            return (
+                identity
+                if identity is not None
+                else _rebuilt(old, "reshape", x, newshape=list(newshape))
+            )
+        return _same_as_arg(x, old)
 
 
 def _permutation(axes: tuple[int, ...] | None, rank: int) -> tuple[int, ...]:
@@ -288,62 +316,92 @@ def _permutation(axes: tuple[int, ...] | None, rank: int) -> tuple[int, ...]:
     return tuple(a + rank if a < 0 else a for a in axes)
 
 
-def _transpose(p: _Simplifier, call: Call, old: Expr) -> Expr | None:
-    (x,) = call.args
-    x_type = type_of(x)
-    if not isinstance(x_type, TensorType):
-        return None
-    q = _permutation(call.attrs["axes"], x_type.ndim)
-    inner = p.producer(x, "transpose")
-    if inner is not None:
+class TransposeOfTranspose(RewritePattern):
+    """``transpose(transpose(x, p), q)``: one transpose; by the identity: ``x``."""
+
+    roots = (Call,)
+    ops = ("transpose",)
+
+    def match_and_rewrite(self, call: Expr, old: Expr, rw: PatternRewriter) -> Expr | None:
+        assert isinstance(call, Call)
+        (x,) = call.args
+        x_type = type_of(x)
+        if not isinstance(x_type, TensorType):
+            return None
+        q = _permutation(call.attrs["axes"], x_type.ndim)
+        inner = _producer(rw, x, "transpose")
+        if inner is not None:
+            x = inner.args[0]
+            inner_p = _permutation(inner.attrs["axes"], x_type.ndim)
+            q = tuple(inner_p[i] for i in q)
+        if q == tuple(range(len(q))):
+            return _same_as_arg(x, old)
+        if inner is None:
+            return None
+        return _rebuilt(old, "transpose", x, axes=list(q))
+
+
+class SqueezeOfExpandDims(RewritePattern):
+    """``squeeze`` of the axes ``expand_dims`` inserted: ``x``."""
+
+    roots = (Call,)
+    ops = ("squeeze",)
+
+    def match_and_rewrite(self, call: Expr, old: Expr, rw: PatternRewriter) -> Expr | None:
+        assert isinstance(call, Call)
+        (y,) = call.args
+        inner = _producer(rw, y, "expand_dims")
+        axes = call.attrs["axis"]
+        if inner is None or axes is None:
+            return None
         x = inner.args[0]
-        inner_p = _permutation(inner.attrs["axes"], x_type.ndim)
-        q = tuple(inner_p[i] for i in q)
-    if q == tuple(range(len(q))):
-        return _same_as_arg(x, old)
-    if inner is None:
+        x_type = type_of(x)
+        if not isinstance(x_type, TensorType):
+            return None
+        rank = x_type.ndim
+        axis, count = inner.attrs["axis"], inner.attrs["num_newaxis"]
+        start = axis + rank + 1 if axis < 0 else axis
+        squeezed = {a + rank + count if a < 0 else a for a in axes}
+        if len(squeezed) == len(axes) and squeezed == set(range(start, start + count)):
+            return _same_as_arg(x, old)
         return None
-    return _rebuilt(old, "transpose", x, axes=list(q))
 
 
-def _squeeze(p: _Simplifier, call: Call, old: Expr) -> Expr | None:
-    (y,) = call.args
-    inner = p.producer(y, "expand_dims")
-    axes = call.attrs["axis"]
-    if inner is None or axes is None:
-        return None
-    x = inner.args[0]
-    x_type = type_of(x)
-    if not isinstance(x_type, TensorType):
-        return None
-    rank = x_type.ndim
-    axis, count = inner.attrs["axis"], inner.attrs["num_newaxis"]
-    start = axis + rank + 1 if axis < 0 else axis
-    squeezed = {a + rank + count if a < 0 else a for a in axes}
-    if len(squeezed) == len(axes) and squeezed == set(range(start, start + count)):
-        return _same_as_arg(x, old)
-    return None
+class CastToSameType(RewritePattern):
+    """``cast`` to ``x``'s own dtype: ``x``."""
+
+    roots = (Call,)
+    ops = ("cast",)
+
+    def match_and_rewrite(self, call: Expr, old: Expr, rw: PatternRewriter) -> Expr | None:
+        assert isinstance(call, Call)
+        (x,) = call.args
+        return _same_as_arg(x, old)  # the same type means the same dtype
 
 
-def _cast(p: _Simplifier, call: Call, old: Expr) -> Expr | None:
-    (x,) = call.args
-    return _same_as_arg(x, old)  # the same type means the same dtype
+class NegativeOfNegative(RewritePattern):
+    """``negative(negative(x))``: ``x``."""
+
+    roots = (Call,)
+    ops = ("negative",)
+
+    def match_and_rewrite(self, call: Expr, old: Expr, rw: PatternRewriter) -> Expr | None:
+        assert isinstance(call, Call)
+        inner = _producer(rw, call.args[0], "negative")
+        return None if inner is None else _same_as_arg(inner.args[0], old)
 
 
-def _negative(p: _Simplifier, call: Call, old: Expr) -> Expr | None:
-    inner = p.producer(call.args[0], "negative")
-    return None if inner is None else _same_as_arg(inner.args[0], old)
-
-
-RULES: dict[str, Rule] = {
-    "add": _add,
-    "subtract": _subtract,
-    "multiply": _multiply,
-    "divide": _divide,
-    "reshape": _reshape,
-    "transpose": _transpose,
-    "squeeze": _squeeze,
-    "cast": _cast,
-    "negative": _negative,
-}
-"""The rewrite of each operator that has one."""
+PATTERNS: tuple[type[RewritePattern], ...] = (
+    TupleOfProjections,
+    AddIdentity,
+    SubtractIdentity,
+    MultiplyIdentity,
+    DivideIdentity,
+    ReshapeOfReshape,
+    TransposeOfTranspose,
+    SqueezeOfExpandDims,
+    CastToSameType,
+    NegativeOfNegative,
+)
+"""The rewrites of the module doc, one class each (operator rules keyed by
+``ops``)."""

@@ -34,11 +34,13 @@ from __future__ import annotations
 
 from collections import Counter
 
+from ..ir.analysis import block_heads, use_counts
+from ..ir.builder import LetBuilder
 from ..ir.expr import Call, Expr, Function, Let, Op, TupleGetItem, Var
+from ..ir.functor import Mutator, on
 from ..ir.module import IRModule
 from ..ir.node import Attrs, Node
 from ..ir.op import op_def
-from ..ir.visitor import ExprMutator, block_heads, pre_order
 from .infra import module_pass
 
 _SPLIT = op_def("random.split")
@@ -56,22 +58,10 @@ def split_keys(module: IRModule) -> IRModule:
 
 
 def _split_function(fn: Function) -> Function:
-    uses = _use_counts(fn)
+    uses = use_counts(fn)
     result = _Blocks(uses).mutate(fn)
     assert isinstance(result, Function)
     return result
-
-
-def _use_counts(root: Node) -> Counter:
-    uses: Counter = Counter()
-    for node in pre_order(root):
-        for name, kind in type(node).FIELDS:
-            value = getattr(node, name)
-            if kind == "node" and isinstance(value, Var):
-                uses[value] += 1
-            elif kind == "nodes":
-                uses.update(v for v in value if isinstance(v, Var))
-    return uses
 
 
 def _is_pair_split(value: Expr) -> bool:
@@ -84,7 +74,7 @@ def _is_pair_split(value: Expr) -> bool:
     )
 
 
-class _Blocks(ExprMutator):
+class _Blocks(Mutator):
     """Rewrites each block (a maximal let chain) once, at its head."""
 
     def __init__(self, uses: Counter) -> None:
@@ -96,10 +86,10 @@ class _Blocks(ExprMutator):
         self.heads = block_heads(root)
         return super().mutate(root)
 
-    def visit_Let(self, new: Node, old: Node) -> Node:
+    @on(Let)
+    def _let(self, new: Let, old: Let) -> Expr:
         if id(old) not in self.heads:
             return new
-        assert isinstance(new, Let)
         return _rewrite_block(new, self.uses)
 
 
@@ -157,9 +147,9 @@ def _rewrite_block(head: Let, uses: Counter) -> Expr:
                     else:
                         new_index = position if index == 1 else 0
                         replaced[place] = (var, TupleGetItem(tree, new_index, span=value.span))
-    result = tail
-    for i in range(len(bindings) - 1, -1, -1):
-        binding = replaced.get(i, bindings[i])
+    b = LetBuilder()
+    for i, original in enumerate(bindings):
+        binding = replaced.get(i, original)
         if binding is not None:
-            result = Let(binding[0], binding[1], result, span=binding[1].span)
-    return result
+            b.bind(*binding)
+    return b.finish(tail)

@@ -57,7 +57,8 @@ from ..ir.expr import (
 )
 from ..ir.module import IRModule
 from ..ir.visitor import pre_order
-from .anf import expression_edges, lifted_nodes, normal_form
+from .anf import normal_form
+from .anf_sharing import expression_edges, lifted_nodes
 from .infra import module_pass
 
 

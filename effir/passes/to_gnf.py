@@ -46,9 +46,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ..ir.expr import ATOM_TYPES, Expr, Function, Let, Var
+from ..ir.functor import Mutator
 from ..ir.module import IRModule
-from ..ir.trampoline import Computation, run
-from .anf import Facts, expression_edges, pins, with_children
+from ..ir.node import Node
+from .anf_sharing import Facts, expression_edges, pins
 from .infra import module_pass
 from .to_bbnf import located
 
@@ -69,7 +70,7 @@ def to_gnf_expr(expr: Expr) -> Expr:
     """``expr`` with its movable, unannotated lets substituted away."""
     if isinstance(expr, ATOM_TYPES):
         return expr
-    return run(_Graph(expr).visit(expr))
+    return _Graph(expr).mutate(expr)  # type: ignore[return-value]
 
 
 def gnf_problem(module: IRModule) -> str | None:
@@ -121,66 +122,41 @@ def _captured(facts: Facts) -> set[Var]:
     return {v for v, d in bound_at.items() if deepest_use.get(v, 0) > d}
 
 
-class _Graph:
-    """One walk in evaluation order: a let's value is rebuilt (with the
-    substitutions made so far), then either substituted for its variable or
-    kept. Binders are unique, so one substitution map serves the whole walk;
-    shared nodes are rebuilt once."""
+class _Graph(Mutator):
+    """One walk in evaluation order of bindings: a let's value is rebuilt
+    (with the substitutions made so far), then either substituted for its
+    variable (``bind``) or kept. Binders are unique, so one substitution
+    map serves the whole walk; shared nodes are rebuilt once (memo)."""
+
+    patterns = False
 
     def __init__(self, root: Expr) -> None:
+        super().__init__()
         facts = Facts(root)
         self.recursive = facts.recursive
-        self.shared = facts.shared
         self.captured = _captured(facts)
         self.subst: dict[Var, Expr] = {}
-        self.memo: dict[int, Expr] = {}
         self.pinned: dict[int, bool] = {}  # of rebuilt nodes, by identity
         self.keep: list[Expr] = []  # rebuilt nodes stay alive: their ids are keys
 
-    def visit(self, node: Expr) -> Computation[Expr]:
+    def child(self, node: Node) -> Node:
         if isinstance(node, Var):
             return self.subst.get(node, node)
-        if isinstance(node, ATOM_TYPES):
-            return node
-        done = self.memo.get(id(node))
-        if done is not None:
-            return done
-        if isinstance(node, Let):
-            result = yield self._chain(node)
-        else:
-            children = []
-            for _, child, _ in expression_edges(node):
-                children.append((yield self.visit(child)))
-            result = self._register(with_children(node, children))
-        self.memo[id(node)] = result
-        return result
+        return self.memo.get(id(node), node)
 
-    def _chain(self, head: Let) -> Computation[Expr]:
-        """A let chain as a loop (a let in it reached another way too is
-        visited on its own, so that it is rebuilt once)."""
-        kept: list[tuple[Let, Expr | None]] = []
-        node: Expr = head
-        while True:
-            assert isinstance(node, Let)
-            value = yield self.visit(node.value)
-            var = node.var
-            if var.type_annotation is None and var not in self.captured and self._movable(value):
-                self.subst[node.var] = value
-                kept.append((node, None))
-            else:
-                kept.append((node, value))
-            body = node.body
-            if isinstance(body, Let) and id(body) not in self.shared:
-                node = body
-                continue
-            result = yield self.visit(body)
-            break
-        for let, value in reversed(kept):
-            if value is not None:
-                result = self._register(with_children(let, [value, result]))
-        return result
+    def bind(self, let: Let) -> None:
+        value = self.child(let.value)
+        var = let.var
+        if var.type_annotation is None and var not in self.captured and self._movable(value):
+            self.subst[var] = value  # type: ignore[assignment]
 
-    def _movable(self, value: Expr) -> bool:
+    def finish(self, node: Node) -> Node:
+        if isinstance(node, Let) and node.var in self.subst:
+            return self.child(node.body)
+        rebuilt = self.rebuild(node)
+        return self._register(rebuilt) if isinstance(rebuilt, Expr) else rebuilt
+
+    def _movable(self, value: Node) -> bool:
         if isinstance(value, ATOM_TYPES):
             return not (isinstance(value, Var) and value in self.recursive)
         return not self.pinned[id(value)]

@@ -16,7 +16,8 @@ from effir.backends.interpreter import interpret, interpret_a2
 from effir.ir import Function, If, IRModule, Let, TensorType, Tuple, TupleGetItem, Var, call_op
 from effir.ir.expr import Call, Expr, Op, is_atom
 from effir.ir.visitor import pre_order
-from effir.passes.anf import Facts, to_anf, to_anf_expr
+from effir.passes.anf import to_anf, to_anf_expr
+from effir.passes.anf_sharing import Facts
 from effir.passes.infra import Pass, PassContext, PassError, anf_problem
 from effir.passes.pipeline import lookup_pass, run_pipeline
 from effir.passes.to_bbnf import bbnf_problem, to_bbnf
@@ -423,3 +424,18 @@ def test_10000_nested_calls_at_the_default_recursion_limit(default_recursion_lim
     assert let_count(anf) == 9_999 and anf_problem(anf) is None
     assert let_count(to_bbnf(module)) == 0  # nested calls are one basic block
     assert let_count(to_gnf(anf)) == 0
+
+
+def test_fresh_binders_copies_every_compound_node_and_renames_binders() -> None:
+    from effir.passes.anf import fresh_binders
+
+    fn = effir.parse(
+        '#[version = "0.0.5"]\n'
+        "def @main(%x: float32) { let %r = ref(%x); let %y = ref_read(%r); (%y, %r) }\n"
+    )["main"]
+    copy = fresh_binders(fn.body)
+    originals = {id(n) for n in pre_order(fn.body) if isinstance(n, Expr)}
+    compound = [n for n in pre_order(copy) if isinstance(n, Expr) and not is_atom(n)]
+    assert compound and not any(id(n) in originals for n in compound)
+    binders = [n.var for n in pre_order(copy) if isinstance(n, Let)]
+    assert binders and not any(id(v) in originals for v in binders)

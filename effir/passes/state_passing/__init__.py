@@ -70,9 +70,9 @@ from __future__ import annotations
 
 from ...ir.diagnostics import EffectError, TypeCheckError, WellFormedError
 from ...ir.expr import Call, Op, RefCreate
+from ...ir.functor import pre_order
 from ...ir.module import IRModule
 from ...ir.op import op_def
-from ...ir.visitor import pre_order
 from ..explicate import explicate
 from ..infer_type import check
 from ..infra import module_pass

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from ...ir.analysis import operand_fields
 from ...ir.diagnostics import EffectError, Span
 from ...ir.expr import (
     Call,
@@ -26,12 +27,12 @@ from ...ir.expr import (
     RefWrite,
     Var,
 )
+from ...ir.functor import Visitor, after, on
 from ...ir.module import IRModule
 from ...ir.node import Node
 from ...ir.op import op_def
 from ...ir.types import FuncType, RefType, Type
 from ...ops.effects import WORLD, WORLD_TYPE
-from ..dce import child_fields
 from ..infer_effects import Source, solve_flows
 from .signature import Signature, where
 from .specialise import DownwardClosures
@@ -74,43 +75,21 @@ class Analysis:
 
     # ----------------------------------------------------------- units
     def _units(self) -> None:
-        """Every function (def or fn) with its lexically enclosing function."""
-        # (node, the enclosing function, the node's own name if it is a def)
-        stack: list[tuple[Node, Source | None, Source | None]] = []
+        """Every function (def or fn) with its lexically enclosing function,
+        the variables used and bound, and the local references, numbered
+        in the reverse of the order in which a walk of the module's
+        functions finishes them."""
+        walk = _Units(self)
         for name, fn in self.module.functions.items():
-            stack.append((fn, None, ("def", name)))
-        used = self.used
-        while stack:
-            node, unit, own = stack.pop()
-            for name, many in child_fields(node):  # the variables it uses
-                value = getattr(node, name)
-                if many:
-                    used.update(v for v in value if isinstance(v, Var))
-                elif isinstance(value, Var):
-                    used.add(value)
-            if isinstance(node, Function):
-                src: Source = own if own is not None else ("fn", node)
-                if src in self.unit_fn:
-                    continue
-                self.parent[src] = unit
-                self.unit_fn[src] = node
-                self.unit_of[node] = src
-                for child in node.children():
-                    stack.append((child, src, None))
-                continue
-            if isinstance(node, Let):
-                self.bound.add(node.var)
-            if isinstance(node, RefCreate):
-                k = len(self.alloc_name)
-                name = f"%ref{k}" if k else "%ref"
-                self.alloc_name[node] = name
-                self.alloc_span[name] = node.span
-                self.types[name] = node.value.checked_type
-                self.owner[name] = unit
-                self.order[name] = len(self.module.cells) + k
-            for child in node.children():
-                if not isinstance(child, Type):  # no type holds a variable or a function
-                    stack.append((child, unit, None))
+            walk.root = ("def", name)
+            walk.visit(fn)
+        for k, (node, unit) in enumerate(reversed(walk.allocs)):
+            name = f"%ref{k}" if k else "%ref"
+            self.alloc_name[node] = name
+            self.alloc_span[name] = node.span
+            self.types[name] = node.value.checked_type
+            self.owner[name] = unit
+            self.order[name] = len(self.module.cells) + k
         self.order[WORLD] = len(self.order) + 1
 
     def body_nodes(self, fn: Function) -> list[Node]:
@@ -554,34 +533,83 @@ class _UnionFind:
 
 def var_uses(node: Node) -> Iterator[tuple[str, Var]]:
     """The variables ``node`` uses directly (not binds), with their fields."""
-    for field_name, kind in type(node).FIELDS:
+    for field_name, many in operand_fields(node):
         value = getattr(node, field_name)
-        if kind == "node" and isinstance(value, Var):
-            yield field_name, value
-        elif kind == "nodes":
+        if many:
             for item in value:
                 if isinstance(item, Var):
                     yield field_name, item
+        elif isinstance(value, Var):
+            yield field_name, value
+
+
+class _Units(Visitor):
+    """Gathers what ``Analysis._units`` needs in one walk of a global
+    function (``root`` names it): the enclosing function of each function
+    and reference, the variables used and bound."""
+
+    binders = True
+
+    def __init__(self, analysis: Analysis) -> None:
+        super().__init__()
+        self.a = analysis
+        self.root: Source = ("def", "")
+        self.units: list[Source] = []  # the functions around the node visited
+        self.allocs: list[tuple[RefCreate, Source | None]] = []  # in post-order
+
+    @on(Node)
+    def _node(self, node: Node) -> bool | None:
+        used = self.a.used
+        for name, many in operand_fields(node):  # the variables it uses
+            value = getattr(node, name)
+            if many:
+                used.update(v for v in value if isinstance(v, Var))
+            elif isinstance(value, Var):
+                used.add(value)
+        if isinstance(node, Let):
+            self.a.bound.add(node.var)
+        elif isinstance(node, Function):
+            src: Source = ("fn", node) if self.units else self.root
+            if src in self.a.unit_fn:
+                return False
+            self.a.parent[src] = self.units[-1] if self.units else None
+            self.a.unit_fn[src] = node
+            self.a.unit_of[node] = src
+            self.units.append(src)
+        return None
+
+    @after(Function)
+    def _left(self, node: Function) -> None:
+        self.units.pop()
+
+    @after(RefCreate)
+    def _ref(self, node: RefCreate) -> None:
+        self.allocs.append((node, self.units[-1] if self.units else None))
+
+
+class _Nodes(Visitor):
+    """The nodes of an expression in pre-order, types left out, nested
+    functions entered or not."""
+
+    binders = True
+
+    def __init__(self, into_functions: bool) -> None:
+        super().__init__()
+        self.into_functions = into_functions
+        self.out: list[Node] = []
+
+    @on(Node)
+    def _node(self, node: Node) -> bool:
+        self.out.append(node)
+        return self.into_functions or not isinstance(node, Function)
 
 
 def expr_nodes(root: Expr, into_functions: bool = True) -> list[Node]:
     """``pre_order(root)`` without the types (no type holds an expression),
     and without entering nested functions unless ``into_functions``."""
-    out: list[Node] = []
-    stack: list[Node] = [root]
-    seen: set[int] = set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        out.append(node)
-        if isinstance(node, Var):  # a variable's only child is its type
-            continue
-        if isinstance(node, Function) and not into_functions:
-            continue
-        stack.extend(reversed([c for c in node.children() if not isinstance(c, Type)]))
-    return out
+    walk = _Nodes(into_functions)
+    walk.visit(root)
+    return walk.out
 
 
 def body_nodes(body: Expr) -> list[Node]:

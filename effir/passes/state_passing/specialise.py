@@ -10,9 +10,9 @@ import dataclasses
 
 from ...ir.builder import fresh_name
 from ...ir.expr import Call, Expr, Function, GlobalVar, RefRead, RefWrite, Var
+from ...ir.functor import Mutator, on, pre_order
 from ...ir.module import IRModule
 from ...ir.node import Node
-from ...ir.visitor import ExprMutator, pre_order
 from ..anf import fresh_binders
 
 
@@ -94,7 +94,7 @@ def _reference_parameters(functions: dict[str, Function]) -> dict[str, set[int]]
     return found
 
 
-class _CellArguments(ExprMutator):
+class _CellArguments(Mutator):
     def __init__(self, cells, functions, copies, specialised, work, ref_params) -> None:
         super().__init__()
         self.ref_params = ref_params
@@ -104,8 +104,8 @@ class _CellArguments(ExprMutator):
         self.specialised = specialised
         self.work = work
 
-    def visit_Call(self, new: Node, old: Node) -> Node:
-        assert isinstance(new, Call)
+    @on(Call)
+    def _call(self, new: Call, old: Call) -> Expr:
         callee = new.callee
         if not (isinstance(callee, GlobalVar) and callee.name in self.functions):
             return new
@@ -188,15 +188,15 @@ def copy_for_callers(
     return IRModule(functions, module.type_defs, module.cells)
 
 
-class _Redirect(ExprMutator):
+class _Redirect(Mutator):
     """Direct calls of the named global functions go to their copies."""
 
     def __init__(self, renamed: dict[str, str]) -> None:
         super().__init__()
         self.renamed = renamed
 
-    def visit_Call(self, new: Node, old: Node) -> Node:
-        assert isinstance(new, Call)
+    @on(Call)
+    def _call(self, new: Call, old: Call) -> Expr:
         callee = new.callee
         if isinstance(callee, GlobalVar) and callee.name in self.renamed:
             target = GlobalVar(self.renamed[callee.name], span=callee.span)

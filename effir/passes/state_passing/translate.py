@@ -35,12 +35,12 @@ from ...ir.expr import (
     TypeData,
     Var,
 )
+from ...ir.functor import Mutator, on, pre_order
 from ...ir.module import IRModule
-from ...ir.node import Attrs, Node
+from ...ir.node import Attrs
 from ...ir.op import op_def
 from ...ir.trampoline import Computation, run
 from ...ir.types import FuncType, TupleType, Type
-from ...ir.visitor import ExprMutator, pre_order
 from ...ops.effects import WORLD
 from .analyse import Analysis
 from .loops import LoopTranslation
@@ -373,15 +373,15 @@ class Translator(LoopTranslation):
         self.bind_call(var, new_call, sig, sigma, b)
 
 
-class _Constructors(ExprMutator):
+class _Constructors(Mutator):
     """Constructor nodes replaced by those of the rewritten ADT definitions."""
 
     def __init__(self, constructors: dict[str, Constructor]) -> None:
         super().__init__()
         self.constructors = constructors
 
-    def visit_Constructor(self, new: Node, old: Node) -> Node:
-        assert isinstance(new, Constructor)
+    @on(Constructor)
+    def _constructor(self, new: Constructor, old: Constructor) -> Expr:
         return self.constructors.get(new.name, new)
 
 

@@ -1,0 +1,333 @@
+"""One way to walk and rewrite the IR: ``Visitor`` and ``Mutator``.
+
+Modelled on TVM's ``ExprFunctor`` family (relax/expr_functor.h), written
+for Python and for programs too deep for Python's recursion:
+
+- **Typed dispatch.** A hook is a method marked ``@on(NodeClass, ...)``;
+  each functor class builds its table (node class -> hook) once, when the
+  class is created, and resolves a node's class through its MRO once per
+  node class. Nothing is looked up by method name at run time.
+- **Iterative.** The walk is an explicit stack: depth is limited by memory,
+  not by ``sys.getrecursionlimit()``. A ``let`` chain of any length is a
+  loop over that stack.
+- **Memoised.** A node reached along several edges (a shared
+  sub-expression, the text's graph form) is visited once; a mutator
+  returns the same rewritten node for every edge, so sharing survives.
+- **Uniform over fields.** Children are the fields ``child_slots`` reads
+  from ``FIELDS`` (``node``, ``nodes``, ``def``, ``defs``, ``ctordefs``).
+  Three class attributes choose which a functor walks: ``binders`` (the
+  ``def`` kinds: let variables, parameters, pattern variables, ADT
+  constructors), ``types`` (annotations, return types, type parameters)
+  and ``patterns`` (match patterns). Expressions and clauses are always
+  walked.
+
+``Visitor`` (analyses): ``visit(root)`` calls each ``@on`` hook with the
+node before its children (return ``False`` to skip the children) and each
+``@after`` hook after them. ``Mutator`` (rewrites): ``mutate(root)``
+rebuilds bottom-up; a hook ``(self, new, old) -> Node`` gets ``new``, the
+node with its children already rewritten, and ``old``, the original, and
+returns the replacement. A ``let``'s value is rewritten before its body is
+entered and ``bind(let)`` is called in between (what a variable holds is
+known at its uses); with ``body_first = True`` the body is rewritten first
+and ``keep(let)`` decides whether the binding stays (its value is then
+never visited: a backward sweep, as dead-code elimination wants).
+
+``pre_order`` and ``post_order`` iterate every node once (all fields);
+shared analyses (free variables, shared nodes, uses) are in
+``effir.ir.analysis``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar, TypeVar
+
+from .expr import Let
+from .node import EXPR, PATTERN, TYPE, Node, child_slots
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+Plan = tuple[Any, Any, tuple[tuple[str, bool], ...], bool]
+"""Of a node class, for one functor class: (hook, after-hook, walked fields
+as ``(name, holds a tuple)``, whether there is anything to do at all)."""
+
+
+def on(*classes: type) -> Callable[[F], F]:
+    """Marks a functor method as the hook for ``classes`` (and their
+    subclasses, unless one has a hook of its own)."""
+
+    def mark(fn: F) -> F:
+        fn.__effir_on__ = getattr(fn, "__effir_on__", ()) + classes  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+def after(*classes: type) -> Callable[[F], F]:
+    """Marks a ``Visitor`` method as called after the children of
+    ``classes`` nodes have been visited (post-order)."""
+
+    def mark(fn: F) -> F:
+        fn.__effir_after__ = getattr(fn, "__effir_after__", ()) + classes  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+class Functor:
+    """The shared part: which fields are walked, and the hook tables."""
+
+    binders: ClassVar[bool] = False
+    types: ClassVar[bool] = False
+    patterns: ClassVar[bool] = True
+
+    _rules: ClassVar[dict[type, Callable[..., Any]]] = {}
+    _after_rules: ClassVar[dict[type, Callable[..., Any]]] = {}
+    _plans: ClassVar[dict[type, Plan]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        rules: dict[type, str] = {}
+        after_rules: dict[type, str] = {}
+        for klass in reversed(cls.__mro__):
+            for name, attr in vars(klass).items():
+                for node_cls in getattr(attr, "__effir_on__", ()):
+                    rules[node_cls] = name
+                for node_cls in getattr(attr, "__effir_after__", ()):
+                    after_rules[node_cls] = name
+        cls._rules = {c: getattr(cls, n) for c, n in rules.items()}
+        cls._rules.update(cls.extra_rules())
+        cls._after_rules = {c: getattr(cls, n) for c, n in after_rules.items()}
+        cls._plans = {}
+
+    @classmethod
+    def extra_rules(cls) -> dict[type, Callable[..., Any]]:
+        """Hooks found otherwise than by ``@on`` (the ``visit_<Class>``
+        names of ``ExprMutator``); built once per class."""
+        return {}
+
+    @classmethod
+    def plan(cls, node_type: type) -> Plan:
+        """The hooks and walked fields of a node class, resolved once per
+        functor class and node class."""
+        try:
+            return cls._plans[node_type]
+        except KeyError:
+            pass
+        rule = after_rule = None
+        for klass in node_type.__mro__:
+            if rule is None:
+                rule = cls._rules.get(klass)
+            if after_rule is None:
+                after_rule = cls._after_rules.get(klass)
+        fields = tuple(
+            (s.name, s.many)
+            for s in child_slots(node_type)
+            if (cls.binders or not s.binder)
+            and (cls.types or s.role != TYPE)
+            and (cls.patterns or s.role != PATTERN)
+        )
+        plan = cls._plans[node_type] = (rule, after_rule, fields, bool(rule or fields))
+        return plan
+
+    def children(self, node: Node) -> list[Node]:
+        """The children of ``node`` this functor walks, in field order."""
+        found: list[Node] = []
+        for name, many in self.plan(type(node))[2]:
+            value = getattr(node, name)
+            if many:
+                found.extend(value)
+            elif value is not None:
+                found.append(value)
+        return found
+
+
+class Visitor(Functor):
+    """An analysis: each node once, ``@on`` hooks before the children (a
+    hook returning ``False`` skips them), ``@after`` hooks after them."""
+
+    binders = True
+
+    def __init__(self) -> None:
+        self.seen: set[int] = set()
+
+    def visit(self, root: Node) -> None:
+        seen = self.seen
+        plan = self.plan
+        children = self.children
+        stack: list[tuple[Node, bool]] = [(root, False)]
+        while stack:
+            node, done = stack.pop()
+            rule, after_rule, _, _ = plan(type(node))
+            if done:
+                after_rule(self, node)
+                continue
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if rule is not None and rule(self, node) is False:
+                continue
+            if after_rule is not None:
+                stack.append((node, True))
+            stack.extend((c, False) for c in reversed(children(node)) if id(c) not in seen)
+
+
+ENTER, BOUND, DONE = 0, 1, 2
+
+
+class Mutator(Functor):
+    """A rewrite, bottom-up: ``@on(Cls)`` hooks ``(self, new, old) -> Node``.
+
+    ``memo`` maps the identity of each original node visited to its
+    replacement; unchanged nodes keep their identity (so an unchanged
+    program is returned as it is, and ``mutate(x) is x`` tells "nothing
+    changed")."""
+
+    body_first: ClassVar[bool] = False
+    """Rewrite a ``let``'s body before its value, and ask ``keep``."""
+
+    def __init__(self) -> None:
+        self.memo: dict[int, Node] = {}
+
+    # -------------------------------------------------------- to override
+    def bind(self, let: Let) -> None:
+        """Called when ``let``'s value is rewritten, before its body is
+        entered (``body_first`` off)."""
+
+    def keep(self, let: Let) -> bool:
+        """Whether ``let`` stays, asked when its body is rewritten and
+        before its value is visited (``body_first`` on): False drops it."""
+        return True
+
+    def child(self, node: Node) -> Node:
+        """The replacement of an original child (memoised, else itself)."""
+        return self.memo.get(id(node), node)
+
+    def finish(self, node: Node) -> Node:
+        """The replacement of ``node`` once its children are done: rebuilt
+        with their replacements, then through its hook."""
+        rule = self.plan(type(node))[0]
+        new = self.rebuild(node)
+        return new if rule is None else rule(self, new, node)
+
+    # ------------------------------------------------------------ the walk
+    def rebuild(self, node: Node) -> Node:
+        """``node`` with each walked child replaced by ``child(c)``; ``node``
+        itself when none changed."""
+        child = self.child
+        changes: dict[str, Any] = {}
+        for name, many in self.plan(type(node))[2]:
+            value = getattr(node, name)
+            if many:
+                items = tuple(child(v) for v in value)
+                for a, b in zip(items, value, strict=True):
+                    if a is not b:
+                        changes[name] = items
+                        break
+            elif value is not None:
+                new = child(value)
+                if new is not value:
+                    changes[name] = new
+        return dataclasses.replace(node, **changes) if changes else node
+
+    def mutate(self, root: Node) -> Node:
+        memo = self.memo
+        plans = self._plans
+        plan = self.plan
+        binders = self.binders
+        body_first = self.body_first
+        stack: list[tuple[Node, int]] = [(root, ENTER)]
+        while stack:
+            node, phase = stack.pop()
+            if phase == ENTER:
+                if id(node) in memo:
+                    continue
+                if isinstance(node, Let):
+                    stack.append((node, BOUND))
+                    if body_first:
+                        stack.append((node.body, ENTER))
+                    else:
+                        stack.append((node.value, ENTER))
+                        if binders:
+                            stack.append((node.var, ENTER))
+                    continue
+                node_plan = plans.get(type(node)) or plan(type(node))
+                if not node_plan[3]:
+                    continue  # no hook and nothing below: it stays as it is
+                pending: list[Node] = []
+                for name, many in node_plan[2]:
+                    value = getattr(node, name)
+                    for v in value if many else (value,):
+                        if v is not None and id(v) not in memo:
+                            if (plans.get(type(v)) or plan(type(v)))[3]:
+                                pending.append(v)
+                if pending:
+                    stack.append((node, DONE))
+                    stack.extend((c, ENTER) for c in reversed(pending))
+                else:
+                    memo[id(node)] = self.finish(node)
+            elif phase == BOUND:
+                assert isinstance(node, Let)
+                if body_first:
+                    body = self.child(node.body)  # the body's uses count first
+                    if not self.keep(node):
+                        memo[id(node)] = body
+                        continue
+                    stack.append((node, DONE))
+                    stack.append((node.value, ENTER))
+                    if binders:
+                        stack.append((node.var, ENTER))
+                else:
+                    self.bind(node)
+                    stack.append((node, DONE))
+                    stack.append((node.body, ENTER))
+            else:
+                memo[id(node)] = self.finish(node)
+        return self.child(root)
+
+
+def pre_order(root: Node) -> Iterator[Node]:
+    """Each node reachable from ``root`` once (every field kind), parents
+    before children, children in field order."""
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        yield node
+        stack.extend(reversed(list(node.children())))
+
+
+def post_order(root: Node) -> list[Node]:
+    """Each node reachable from ``root`` once (every field kind), children
+    before parents."""
+    order: list[Node] = []
+    seen: set[int] = set()
+    stack: list[tuple[Node, bool]] = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        stack.extend((c, False) for c in reversed(list(node.children())) if id(c) not in seen)
+    return order
+
+
+__all__ = [
+    "EXPR",
+    "Functor",
+    "Mutator",
+    "Visitor",
+    "after",
+    "on",
+    "post_order",
+    "pre_order",
+]
