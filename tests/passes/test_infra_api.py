@@ -145,6 +145,7 @@ def test_options_in_pipeline_text_are_validated_with_a_location():
 
     too_small = _error("fuse{max-fused-ops=0}")
     assert "must be at least 1" in too_small.message
+    assert "must be at least 0" in _error("partial-eval{fuel=-1}").message
 
     assert "unclosed '{'" in _error("fuse{max-fused-ops=2").message
     assert "expected '='" in _error("fuse{max-fused-ops}").message
@@ -318,3 +319,18 @@ def test_what_a_pass_function_receives_follows_its_parameters(scratch):
         ("fn-module", "IRModule", "PassContext"),
         ("mod-keyword", "PassContext", "3"),
     ]
+
+
+def test_partial_eval_fuel_bounds_what_inlining_may_add():
+    """``partial-eval{fuel=N}``: with no fuel a known call is not inlined;
+    the default (ten times the input's size) inlines it."""
+    text = """#[version = "0.0.5"]
+def @double(%x: Tensor[(2), float32]) -> Tensor[(2), float32] { add(%x, %x) }
+def @main(%y: Tensor[(2), float32]) -> Tensor[(2), float32] { @double(%y) }
+"""
+    calls = lambda m: sum(  # noqa: E731
+        1 for n in effir.ir.functor.pre_order(m["main"]) if type(n).__name__ == "GlobalVar"
+    )
+    assert calls(pipeline("partial-eval")(effir.parse(text))) == 0
+    assert calls(pipeline("partial-eval{fuel=1}")(effir.parse(text))) == 1
+    assert pipeline("partial-eval{fuel=1000}").spelled() == "partial-eval{fuel=1000}"

@@ -85,7 +85,7 @@ from ...ir.module import IRModule
 from ..anf import to_anf
 from ..dce import dce
 from ..infer_type import check
-from ..infra import PassError, module_pass
+from ..infra import Option, PassError, module_pass
 from .evaluator import Evaluator
 from .values import MAX_ELEMENTS, MAX_INLINE, MAX_UNROLL
 
@@ -96,6 +96,11 @@ __all__ = ["MAX_ELEMENTS", "MAX_INLINE", "MAX_UNROLL", "partial_eval"]
     name="partial-eval",
     establishes={"anf"},
     doc="fold constants, resolve static ifs, matches and projections, inline known calls",
+    options={
+        "fuel": Option(
+            "nodes inlining and unrolling may add (0: ten times the input's size)", minimum=0
+        )
+    },
 )
 def partial_eval(module: IRModule, fuel: int = 0) -> IRModule:
     """Every global function partially evaluated (see the module docstring).
