@@ -69,6 +69,13 @@ class Node:
             elif value is not None:
                 yield value
 
+    def _repr_html_(self) -> str:
+        """Jupyter shows a node as its highlighted text (effir/highlight.py)."""
+        from ..highlight import html
+        from .printer import astext
+
+        return html(astext(self))
+
 
 # What each field kind holds: (a tuple of nodes, binders); None: no node.
 _KINDS: dict[str, tuple[bool, bool] | None] = {
@@ -128,13 +135,6 @@ def _role(cls: type, annotation: str) -> str:
     if words and words <= _TYPE_WORDS:
         return TYPE
     return EXPR
-
-    def _repr_html_(self) -> str:
-        """Jupyter shows a node as its highlighted text (effir/highlight.py)."""
-        from ..highlight import html
-        from .printer import astext
-
-        return html(astext(self))
 
 
 def _freeze_value(value: Any) -> Any:
