@@ -44,14 +44,15 @@ from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, TypeVar
 
 from .expr import Let
-from .node import EXPR, PATTERN, TYPE, Node, child_slots
+from .node import EXPR, PATTERN, TYPE, Node, child_nodes, child_slots
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-Plan = tuple[Any, Any, tuple[tuple[str, bool], ...], bool]
+Plan = tuple[Any, Any, tuple[tuple[str, bool], ...], bool, Any]
 """Of a node class, for one functor class: (hook, after-hook, walked fields
-as ``(name, holds a tuple)``, whether there is anything to do at all)."""
+as ``(name, holds a tuple)``, whether there is anything to do at all,
+before-hook)."""
 
 
 def on(*classes: type) -> Callable[[F], F]:
@@ -60,6 +61,18 @@ def on(*classes: type) -> Callable[[F], F]:
 
     def mark(fn: F) -> F:
         fn.__effir_on__ = getattr(fn, "__effir_on__", ()) + classes  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+def before(*classes: type) -> Callable[[F], F]:
+    """Marks a ``Mutator`` method ``(self, node) -> Node | None`` as asked
+    when a ``classes`` node (not a ``let``) is reached: a node it returns
+    is the replacement, and the children are not visited."""
+
+    def mark(fn: F) -> F:
+        fn.__effir_before__ = getattr(fn, "__effir_before__", ()) + classes  # type: ignore[attr-defined]
         return fn
 
     return mark
@@ -85,21 +98,26 @@ class Functor:
 
     _rules: ClassVar[dict[type, Callable[..., Any]]] = {}
     _after_rules: ClassVar[dict[type, Callable[..., Any]]] = {}
+    _before_rules: ClassVar[dict[type, Callable[..., Any]]] = {}
     _plans: ClassVar[dict[type, Plan]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         rules: dict[type, str] = {}
         after_rules: dict[type, str] = {}
+        before_rules: dict[type, str] = {}
         for klass in reversed(cls.__mro__):
             for name, attr in vars(klass).items():
                 for node_cls in getattr(attr, "__effir_on__", ()):
                     rules[node_cls] = name
                 for node_cls in getattr(attr, "__effir_after__", ()):
                     after_rules[node_cls] = name
+                for node_cls in getattr(attr, "__effir_before__", ()):
+                    before_rules[node_cls] = name
         cls._rules = {c: getattr(cls, n) for c, n in rules.items()}
         cls._rules.update(cls.extra_rules())
         cls._after_rules = {c: getattr(cls, n) for c, n in after_rules.items()}
+        cls._before_rules = {c: getattr(cls, n) for c, n in before_rules.items()}
         cls._plans = {}
 
     @classmethod
@@ -116,12 +134,14 @@ class Functor:
             return cls._plans[node_type]
         except KeyError:
             pass
-        rule = after_rule = None
+        rule = after_rule = before_rule = None
         for klass in node_type.__mro__:
             if rule is None:
                 rule = cls._rules.get(klass)
             if after_rule is None:
                 after_rule = cls._after_rules.get(klass)
+            if before_rule is None:
+                before_rule = cls._before_rules.get(klass)
         fields = tuple(
             (s.name, s.many)
             for s in child_slots(node_type)
@@ -129,7 +149,8 @@ class Functor:
             and (cls.types or s.role != TYPE)
             and (cls.patterns or s.role != PATTERN)
         )
-        plan = cls._plans[node_type] = (rule, after_rule, fields, bool(rule or fields))
+        walked = bool(rule or fields or before_rule)
+        plan = cls._plans[node_type] = (rule, after_rule, fields, walked, before_rule)
         return plan
 
     def children(self, node: Node) -> list[Node]:
@@ -160,7 +181,7 @@ class Visitor(Functor):
         stack: list[tuple[Node, bool]] = [(root, False)]
         while stack:
             node, done = stack.pop()
-            rule, after_rule, _, _ = plan(type(node))
+            rule, after_rule = plan(type(node))[:2]
             if done:
                 after_rule(self, node)
                 continue
@@ -174,7 +195,7 @@ class Visitor(Functor):
             stack.extend((c, False) for c in reversed(children(node)) if id(c) not in seen)
 
 
-ENTER, BOUND, DONE = 0, 1, 2
+ENTER, BOUND, DONE, BLOCK = 0, 1, 2, 3
 
 
 class Mutator(Functor):
@@ -188,6 +209,11 @@ class Mutator(Functor):
     body_first: ClassVar[bool] = False
     """Rewrite a ``let``'s body before its value, and ask ``keep``."""
 
+    blocks: ClassVar[bool] = False
+    """Rewrite each block (a let chain, as ``ends_block`` cuts it) as a
+    whole: its values in order (``bind`` after each), its tail, then
+    ``finish_block(chain)``. (``body_first`` off.)"""
+
     def __init__(self) -> None:
         self.memo: dict[int, Node] = {}
 
@@ -200,6 +226,19 @@ class Mutator(Functor):
         """Whether ``let`` stays, asked when its body is rewritten and
         before its value is visited (``body_first`` on): False drops it."""
         return True
+
+    def ends_block(self, let: Let) -> bool:
+        """Whether ``let``, the body of another, starts a block of its own
+        (``blocks`` on)."""
+        return False
+
+    def finish_block(self, chain: list[Let]) -> Node:
+        """The replacement of the block ``chain`` (``blocks`` on) once its
+        values and tail are done: by default each let finished, last first."""
+        memo = self.memo
+        for let in reversed(chain):
+            memo[id(let)] = self.finish(let)
+        return memo[id(chain[0])]
 
     def child(self, node: Node) -> Node:
         """The replacement of an original child (memoised, else itself)."""
@@ -221,11 +260,9 @@ class Mutator(Functor):
         for name, many in self.plan(type(node))[2]:
             value = getattr(node, name)
             if many:
-                items = tuple(child(v) for v in value)
-                for a, b in zip(items, value, strict=True):
-                    if a is not b:
-                        changes[name] = items
-                        break
+                items = tuple(map(child, value))
+                if items != value:  # nodes compare by identity
+                    changes[name] = items
             elif value is not None:
                 new = child(value)
                 if new is not value:
@@ -238,11 +275,15 @@ class Mutator(Functor):
         plan = self.plan
         binders = self.binders
         body_first = self.body_first
-        stack: list[tuple[Node, int]] = [(root, ENTER)]
+        blocks = self.blocks
+        stack: list[tuple[Any, int]] = [(root, ENTER)]
         while stack:
             node, phase = stack.pop()
             if phase == ENTER:
                 if id(node) in memo:
+                    continue
+                if blocks and isinstance(node, Let):
+                    self._enter_block(node, stack)
                     continue
                 if isinstance(node, Let):
                     stack.append((node, BOUND))
@@ -256,6 +297,11 @@ class Mutator(Functor):
                 node_plan = plans.get(type(node)) or plan(type(node))
                 if not node_plan[3]:
                     continue  # no hook and nothing below: it stays as it is
+                if node_plan[4] is not None:
+                    replacement = node_plan[4](self, node)
+                    if replacement is not None:
+                        memo[id(node)] = replacement
+                        continue
                 pending: list[Node] = []
                 for name, many in node_plan[2]:
                     value = getattr(node, name)
@@ -268,9 +314,13 @@ class Mutator(Functor):
                     stack.extend((c, ENTER) for c in reversed(pending))
                 else:
                     memo[id(node)] = self.finish(node)
+            elif phase == BLOCK:
+                memo[id(node[0])] = self.finish_block(node)
             elif phase == BOUND:
                 assert isinstance(node, Let)
-                if body_first:
+                if blocks:
+                    self.bind(node)
+                elif body_first:
                     body = self.child(node.body)  # the body's uses count first
                     if not self.keep(node):
                         memo[id(node)] = body
@@ -287,6 +337,21 @@ class Mutator(Functor):
                 memo[id(node)] = self.finish(node)
         return self.child(root)
 
+    def _enter_block(self, head: Let, stack: list[tuple[Any, int]]) -> None:
+        chain = [head]
+        while True:
+            body = chain[-1].body
+            if not isinstance(body, Let) or id(body) in self.memo or self.ends_block(body):
+                break
+            chain.append(body)
+        stack.append((chain, BLOCK))
+        stack.append((chain[-1].body, ENTER))
+        for let in reversed(chain):
+            stack.append((let, BOUND))
+            stack.append((let.value, ENTER))
+            if self.binders:
+                stack.append((let.var, ENTER))
+
 
 def pre_order(root: Node) -> Iterator[Node]:
     """Each node reachable from ``root`` once (every field kind), parents
@@ -299,7 +364,9 @@ def pre_order(root: Node) -> Iterator[Node]:
             continue
         seen.add(id(node))
         yield node
-        stack.extend(reversed(list(node.children())))
+        children = child_nodes(node)
+        children.reverse()
+        stack.extend(children)
 
 
 def post_order(root: Node) -> list[Node]:
@@ -317,7 +384,9 @@ def post_order(root: Node) -> list[Node]:
             continue
         seen.add(id(node))
         stack.append((node, True))
-        stack.extend((c, False) for c in reversed(list(node.children())) if id(c) not in seen)
+        children = child_nodes(node)
+        children.reverse()
+        stack.extend((c, False) for c in children if id(c) not in seen)
     return order
 
 
@@ -327,6 +396,7 @@ __all__ = [
     "Mutator",
     "Visitor",
     "after",
+    "before",
     "on",
     "post_order",
     "pre_order",

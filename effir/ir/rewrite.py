@@ -82,18 +82,22 @@ class _Table:
 
     def lookup(self, node: Expr) -> tuple[RewritePattern, ...]:
         cls = type(node)
+        if cls is Call and type(node.callee) is Op:  # type: ignore[attr-defined]
+            name = node.callee.name  # type: ignore[attr-defined]
+            found = self._by_op.get(name)
+            if found is None:
+                found = self._by_op[name] = tuple(
+                    p
+                    for p in self.patterns
+                    if issubclass(cls, p.roots) and (not p.ops or name in p.ops)
+                )
+            return found
         found = self._by_class.get(cls)
         if found is None:
             found = self._by_class[cls] = tuple(
-                p for p in self.patterns if issubclass(cls, p.roots)
+                p for p in self.patterns if issubclass(cls, p.roots) and not p.ops
             )
-        if cls is Call and isinstance(node.callee, Op):  # type: ignore[attr-defined]
-            name = node.callee.name  # type: ignore[attr-defined]
-            by_op = self._by_op.get(name)
-            if by_op is None:
-                by_op = self._by_op[name] = tuple(p for p in found if not p.ops or name in p.ops)
-            return by_op
-        return tuple(p for p in found if not p.ops)
+        return found
 
 
 class PatternRewriter(Mutator):

@@ -125,9 +125,9 @@ Algorithm
 4. Rebuild the block: a group of one member stays a plain call; a larger one
    becomes ``let %fused_<ops> = fn (...) {...}; let %out = %fused_<ops>(...)``.
 
-The pass is linear in the program's size; let chains are loops, nesting is
-a generator per level (``effir.ir.trampoline``): no Python recursion
-proportional to the program.
+The pass is linear in the program's size; the walk is a ``Mutator`` of
+``effir.ir.functor`` in its ``blocks`` mode (a block is rewritten once its
+values and tail are): no Python recursion proportional to the program.
 
 Known limitations: a group has one output (Relay's multi-output tuple groups
 are not formed); an elementwise producer of two groups stays its own kernel
@@ -143,10 +143,10 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ..ir.expr import Call, Clause, Constant, Expr, Function, Let, Op, Var, is_atom
+from ..ir.functor import Mutator, before
 from ..ir.module import IRModule
 from ..ir.node import Attrs, Node
 from ..ir.op import OpDef, op_def
-from ..ir.trampoline import Computation, run
 from ..ir.types import ANY, TensorType, Type
 from .infer_type import check
 from .infra import Option, module_pass
@@ -201,7 +201,7 @@ def fuse(module: IRModule, max_fused_ops: int = MAX_FUSED_OPS) -> IRModule:
     functions = {}
     for name, fn in module.functions.items():
         fuser = _Fuser(facts[name].uses, facts[name].shared, max_fused_ops)
-        functions[name] = run(fuser.visit(fn))
+        functions[name] = fuser.mutate(fn)
     if all(functions[n] is fn for n, fn in module.functions.items()):
         return module
     return IRModule(functions, module.type_defs, module.cells)
@@ -245,15 +245,6 @@ class _Facts:
                             reached.add(id(child))
                             stack.append(child)
         return _Facts(uses, shared, untyped)
-
-
-def _flat_call(node: Node) -> bool:
-    """An operator call on atoms: no block inside, nothing to visit."""
-    return (
-        isinstance(node, Call)
-        and isinstance(node.callee, Op)
-        and all(is_atom(arg) for arg in node.args)
-    )
 
 
 def _static(t: Type) -> bool:
@@ -376,58 +367,31 @@ class _Grouping:
         return None  # feeds both sides, or a prologue of a matmul-like anchor
 
 
-@dataclass
-class _Fuser:
-    uses: dict[Var, int]
-    shared: set[int]
-    max_fused_ops: int
-    memo: dict[int, Expr] = field(default_factory=dict)
+class _Fuser(Mutator):
+    """The walk of step 2-4: each block once its values and tail are
+    rewritten (nested blocks first [RULE B]); a kernel is never fused again."""
 
-    # --------------------------------------------------------- the walk
-    def visit(self, expr: Expr) -> Computation[Expr]:
-        done = self.memo.get(id(expr))
-        if done is not None:
-            return done
-        if isinstance(expr, Let):
-            result = yield from self._chain(expr)
-        elif isinstance(expr, Function) and is_primitive(expr):
-            result = expr  # a kernel already: never fused again
-        else:
-            result = yield from self._generic(expr)
-        self.memo[id(expr)] = result
-        return result
+    blocks = True
+    patterns = False
 
-    def _child(self, node: Node) -> Computation[Node]:
-        if not isinstance(node, Expr | Clause) or is_atom(node) or _flat_call(node):
-            return node
-        return (yield self.visit(node))
+    def __init__(self, uses: dict[Var, int], shared: set[int], max_fused_ops: int) -> None:
+        super().__init__()
+        self.uses = uses
+        self.shared = shared
+        self.max_fused_ops = max_fused_ops
 
-    def _generic(self, node: Node) -> Computation[Node]:
-        changes = {}
-        for name, kind in type(node).FIELDS:
-            value = getattr(node, name)
-            if kind == "node":
-                new = yield from self._child(value)
-                if new is not value:
-                    changes[name] = new
-            elif kind == "nodes":
-                items = []
-                for item in value:
-                    items.append((yield from self._child(item)))
-                if any(a is not b for a, b in zip(items, value, strict=True)):
-                    changes[name] = tuple(items)
-        return dataclasses.replace(node, **changes) if changes else node
+    def ends_block(self, let: Let) -> bool:
+        return id(let) in self.shared
+
+    @before(Function)
+    def _kernel(self, fn: Function) -> Function | None:
+        return fn if is_primitive(fn) else None
 
     # -------------------------------------------------------- one block
-    def _chain(self, first: Let) -> Computation[Expr]:
-        chain = [first]
-        while isinstance(chain[-1].body, Let) and id(chain[-1].body) not in self.shared:
-            chain.append(chain[-1].body)
+    def finish_block(self, chain: list[Let]) -> Expr:  # type: ignore[override]
         tail = chain[-1].body
-        values = []
-        for let in chain:  # nested blocks first [RULE B]
-            values.append((yield from self._child(let.value)))
-        new_tail = yield from self._child(tail)
+        values = [self.child(let.value) for let in chain]
+        new_tail = self.child(tail)
 
         exprs: list[Expr] = [let.value for let in chain] + [tail]
         kinds = [None if id(e) in self.shared else _candidate_kind(e) for e in exprs]
