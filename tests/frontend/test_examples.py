@@ -119,33 +119,39 @@ def test_python_examples_run_eagerly():
     assert normed2.shape == (15, 16)
 
 
-def check_compiled_rnn() -> None:
-    """The scripted RNN compiled by TVM gives the interpreter's results, key
-    and statistics, and the compiled .effir example's bit for bit (run in a
-    process of its own: compiled code)."""
-    example = load("rnn_dropout_bn")
-    module = effir.check(example.main.module)
-    reference = effir.check(effir.parse((EXAMPLES / "rnn_dropout_bn.effir").read_text()))
-    args = rnn_args(4)
-    s1, s2, s3 = effir.State(module), effir.State(module), effir.State(reference)
-    want = effir.interpret(module, *args, state=s1)
-    got = effir.compile(module)(*args, state=s2)
-    ref = effir.compile(reference)(*args, state=s3)
-    for g, w in zip(got, want, strict=True):
-        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
-    assert s1["rng"] == s2["rng"]
-    np.testing.assert_allclose(s1["bn"][0], s2["bn"][0], rtol=1e-5, atol=1e-6)
-    same(got, ref)
-    same(s2["bn"], s3["bn"])
-    assert s2["rng"] == s3["rng"]
+def check_compiled(name: str) -> None:
+    """The scripted and the traced example compiled by TVM give the
+    interpreter's results, key and statistics, and the compiled .effir
+    example's bit for bit (run in a process of its own: compiled code)."""
+    example = load(name)
+    reference = effir.check(effir.parse((EXAMPLES / f"{name}.effir").read_text()))
+    args = CASES[name](4)
+    s_ref = effir.State(reference)
+    ref = effir.compile(reference)(*args, state=s_ref)
+    for module in (effir.check(example.main.module), effir.check(example.traced())):
+        s_int, s_comp = effir.State(module), effir.State(module)
+        want = effir.interpret(module, *args, state=s_int)
+        got = effir.compile(module)(*args, state=s_comp)
+        for g, w in zip(_leaves(got), _leaves(want), strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+        same(got, ref)
+        for cell in module.cells:
+            same(s_comp[cell], s_ref[cell])
+            if isinstance(s_int[cell], PRNGKey):
+                assert s_int[cell] == s_comp[cell]
     print("ok")
 
 
-def test_scripted_rnn_compiles_and_agrees():
+def _leaves(value):
+    return [leaf for v in value for leaf in _leaves(v)] if isinstance(value, tuple) else [value]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_scripted_and_traced_examples_compile_and_agree(name):
     from tests.isolated import run_isolated
 
     result = run_isolated(
-        "from tests.frontend.test_examples import check_compiled_rnn; check_compiled_rnn()"
+        f"from tests.frontend.test_examples import check_compiled; check_compiled({name!r})"
     )
     result.check()
     assert "ok" in result.stdout
