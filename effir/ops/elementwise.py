@@ -5,9 +5,11 @@ from typing import Any
 
 import numpy as np
 
+from ..ir.expr import Expr
 from ..ir.node import Attrs
 from ..ir.op import AttrSpec, register_op
 from ..ir.types import TensorType, Type
+from ..ir.vjp import Args, Grads, VjpContext, defvjp, not_differentiable
 from ..runtime.values import as_tensor
 from .relations import (
     NumpyImpl,
@@ -236,3 +238,59 @@ def _cast_impl(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
     """numpy's ``astype``: float to int truncates toward zero; a float out of
     the int's range (or NaN) gives an undefined value, as in C; nonzero is True."""
     return to_result(as_tensor(args[0]), attrs["dtype"])
+
+
+# ------------------------------------------------------------------- vjp
+# The backward of each operator, in effir's own operators (effir.ir.vjp).
+# A broadcasting operator's cotangent is summed back to each argument's
+# shape (``ctx.unbroadcast``).
+
+
+@defvjp("add")
+def _add_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    out_type = ctx.tensor_type(out)
+    return tuple(ctx.unbroadcast(ct, out_type, a) for a in args)
+
+
+@defvjp("subtract")
+def _subtract_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    out_type = ctx.tensor_type(out)
+    return (
+        ctx.unbroadcast(ct, out_type, args[0]),
+        ctx.unbroadcast(ctx.op("negative", ct), out_type, args[1]),
+    )
+
+
+@defvjp("multiply")
+def _multiply_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    x, y = args
+    out_type = ctx.tensor_type(out)
+    return (
+        ctx.unbroadcast(ctx.op("multiply", ct, y), out_type, x),
+        ctx.unbroadcast(ctx.op("multiply", ct, x), out_type, y),
+    )
+
+
+@defvjp("negative")
+def _negative_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    return (ctx.op("negative", ct),)
+
+
+@defvjp("exp")
+def _exp_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    return (ctx.op("multiply", ct, out),)
+
+
+@defvjp("tanh")
+def _tanh_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    # d tanh = 1 - tanh^2
+    dtype = ctx.tensor_type(out).dtype
+    one = ctx.const(1, dtype)
+    slope = ctx.op("subtract", one, ctx.op("multiply", out, out))
+    return (ctx.op("multiply", ct, slope),)
+
+
+not_differentiable(
+    "equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
+    "logical_and", "logical_or", "logical_not",
+)  # fmt: skip

@@ -1,0 +1,185 @@
+"""Vector-Jacobian product rules: the contract between operators and ``grad``.
+
+Each differentiable operator registers, beside its other rules in
+``effir/ops/<family>.py``, a ``"vjp"`` rule written in effir's own
+operators, so that the backward program is optimised and compiled like any
+other (JAX's ``primitive_transposes``/``defvjp`` tables, Relay's
+``FPrimalGradient``). An operator that has no derivative (comparisons,
+integer and key operators, ``argwhere``, random bits) registers
+``NOT_DIFFERENTIABLE`` instead, so that "no rule" always means "forgotten".
+
+A rule is called once per forward call, after the forward program has been
+type-checked::
+
+    @defvjp("exp")
+    def _exp_vjp(ctx, args, attrs, out, ct):
+        return (ctx.op("multiply", ct, out),)
+
+- ``args``: the call's arguments (atoms of the forward program: variables
+  and constants; ``ctx.type_of`` gives their types);
+- ``attrs``: the call's normalised attributes;
+- ``out``: the forward result (an atom), for rules that reuse it;
+- ``ct``: the cotangent of the result, an expression of the result's type;
+  for an operator returning a tuple, a Python tuple with one entry per
+  field, ``None`` where that field has no cotangent (zero).
+
+It returns one entry per argument: the cotangent of that argument (an
+expression of the argument's type), or ``None`` for zero (an integer
+index, a key, an argument the result does not depend on smoothly).
+Everything the rule computes is emitted through ``ctx`` into the backward
+block, so each value is bound once and located at the forward call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .builder import LetBuilder
+from .diagnostics import Error, Span
+from .expr import Call, Expr
+from .node import Attrs
+from .op import lookup_op
+from .types import TensorType, Type
+
+Args = tuple[Expr, ...]  # a forward call's arguments
+Grads = Sequence["Expr | None"]  # one cotangent per argument; None is zero
+VjpRule = Callable[["VjpContext", Args, Attrs, Expr, Any], Grads]
+
+
+class _NotDifferentiable:
+    """The ``"vjp"`` rule of an operator that has no derivative."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NOT_DIFFERENTIABLE"
+
+
+NOT_DIFFERENTIABLE = _NotDifferentiable()
+
+
+class DifferentiationError(Error):
+    """A program cannot be differentiated as asked (names what and where)."""
+
+
+def defvjp(*names: str) -> Callable[[VjpRule], VjpRule]:
+    """Register the decorated function as the ``"vjp"`` rule of ``names``."""
+
+    def register(rule: VjpRule) -> VjpRule:
+        for name in names:
+            definition = lookup_op(name)
+            if definition is None:
+                raise ValueError(f"defvjp: unknown operator {name!r}")
+            if "vjp" in definition.rules:
+                raise ValueError(f"defvjp: operator {name} already has a vjp rule")
+            definition.rules["vjp"] = rule
+        return rule
+
+    return register
+
+
+def not_differentiable(*names: str) -> None:
+    """Declare that ``names`` have no derivative (their inputs get none)."""
+    for name in names:
+        definition = lookup_op(name)
+        if definition is None:
+            raise ValueError(f"not_differentiable: unknown operator {name!r}")
+        definition.rules["vjp"] = NOT_DIFFERENTIABLE
+
+
+def vjp_rule(call: Call) -> VjpRule | _NotDifferentiable:
+    """The rule of ``call``'s operator, or a DifferentiationError naming the
+    operator and the call's location."""
+    definition = lookup_op(getattr(call.callee, "name", ""))
+    rule = None if definition is None else definition.rules.get("vjp")
+    if rule is None:
+        name = getattr(call.callee, "name", type(call.callee).__name__)
+        raise DifferentiationError(
+            f"operator {name} has no vjp rule: it cannot be differentiated", call.span
+        )
+    return rule
+
+
+class VjpContext:
+    """What a rule emits its backward computation through: a let-builder in
+    the forward call's span scope, plus the helpers most rules need."""
+
+    __slots__ = ("builder", "call")
+
+    def __init__(self, builder: LetBuilder, call: Call) -> None:
+        self.builder = builder
+        self.call = call
+
+    @property
+    def span(self) -> Span | None:
+        return self.call.span
+
+    # ------------------------------------------------------------ emitting
+    def emit(self, value: Expr, name_hint: str = "g") -> Expr:
+        """Bind ``value`` in the backward block; returns the variable."""
+        with self.builder.span(self.call.span):
+            return self.builder.emit(value, name_hint)
+
+    def op(self, name: str, *args: Expr, **attrs: Any) -> Expr:
+        """Emit ``name(*args, **attrs)`` (attributes validated); returns the variable."""
+        with self.builder.span(self.call.span):
+            return self.builder.emit(self.builder.call_op(name, *args, **attrs), "g")
+
+    def const(self, value: Any, dtype: str) -> Expr:
+        with self.builder.span(self.call.span):
+            return self.builder.const(value, dtype)
+
+    def get(self, value: Expr, index: int) -> Expr:
+        """Emit the projection ``value.index``."""
+        with self.builder.span(self.call.span):
+            return self.builder.emit_get(value, index, "g")
+
+    # --------------------------------------------------------------- types
+    def type_of(self, atom: Expr) -> Type:
+        """The checked type of a forward atom (argument or result)."""
+        return atom.checked_type
+
+    def tensor_type(self, atom: Expr) -> TensorType:
+        ty = atom.checked_type
+        if not isinstance(ty, TensorType):
+            raise DifferentiationError(
+                f"expected a tensor, got {type(ty).__name__}", self.call.span
+            )
+        return ty
+
+    # ------------------------------------------------------------- helpers
+    def zeros_like(self, atom: Expr) -> Expr:
+        """A zero tensor of ``atom``'s (forward) type; symbolic shapes read
+        the shape at run time."""
+        ty = self.tensor_type(atom)
+        if ty.is_static:
+            return self.op("zeros", shape=list(ty.shape), dtype=ty.dtype)
+        shape = self.op("shape_of", atom, dtype="int64")
+        return self.op("dyn.zeros", shape, dtype=ty.dtype)
+
+    def unbroadcast(self, grad: Expr, grad_type: TensorType, like: Expr) -> Expr:
+        """Sum ``grad`` (of ``grad_type``, a broadcast result's shape) down to
+        the shape of ``like``: the adjoint of numpy broadcasting."""
+        target = self.tensor_type(like)
+        extra = grad_type.ndim - target.ndim
+        if extra < 0:
+            raise DifferentiationError(
+                "unbroadcast: the gradient has fewer axes than the argument", self.call.span
+            )
+        if extra:
+            grad = self.op("sum", grad, axis=list(range(extra)), keepdims=False)
+        kept = []
+        pairs = zip(grad_type.shape[extra:], target.shape, strict=True)
+        for axis, (have, want) in enumerate(pairs):
+            if want == 1 and have != 1:
+                kept.append(axis)
+            elif have != want:  # a symbolic dimension that may be 1 at run time
+                raise DifferentiationError(
+                    f"unbroadcast: cannot tell whether dimension {want} of an argument "
+                    f"was broadcast to {have}",
+                    self.call.span,
+                )
+        if kept:
+            grad = self.op("sum", grad, axis=kept, keepdims=True)
+        return grad
