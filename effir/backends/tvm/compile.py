@@ -175,7 +175,9 @@ def _print(label: str, value: Any) -> None:
     (a label standard output cannot encode) is reported as the
     interpreter's: ``debug.print: ...``."""
     sink: Sink | None = getattr(_sinks, "current", None)
-    array = np.from_dlpack(value).copy()
+    # a value printed by GPU code is in the GPU's memory: copied to the host
+    on_host = value.device.dlpack_device_type() == tvm.cpu(0).dlpack_device_type()
+    array = np.from_dlpack(value).copy() if on_host else value.numpy()
     text = label_text(str(label))
     if sink is None:
         try:

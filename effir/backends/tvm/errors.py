@@ -96,8 +96,10 @@ def run_time_error(err: BaseException, entry: str) -> EvalError:
     site = _site(text) or _rendered(text)
     if site is not None:
         return site
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    summary = lines[-1] if lines else type(err).__name__
+    # The last line that says something: a CUDA failure's text can end in
+    # a line of stray bytes (a NUL), which once left the message empty.
+    lines = [line.strip() for line in text.splitlines() if any(c.isalnum() for c in line)]
+    summary = "".join(c for c in lines[-1] if c.isprintable()) if lines else type(err).__name__
     for prefix in ("tvm.error.", "InternalError: ", "RuntimeError: "):
         summary = summary.removeprefix(prefix)
     return EvalError(f"@{entry}: compiled code failed: {summary}")

@@ -5,11 +5,15 @@
 from __future__ import annotations
 
 import contextlib
+import shutil
+import threading
 from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
 import tvm
+import tvm_ffi
+from tvm.support import nvcc
 
 from .errors import CompileError
 
@@ -26,7 +30,18 @@ def llvm_target() -> Any:
 
 def cuda_target(arch: str = "sm_90") -> Any:
     """CUDA for ``arch`` (an H100 is sm_90), with the host CPU as host."""
-    return tvm.target.Target({"kind": "cuda", "arch": arch}, host=llvm_target())
+    return tvm.target.Target({**CUDA_DEFAULTS, "arch": arch}, host=llvm_target())
+
+
+# What a CUDA target says unless the user's says otherwise: sm_90 (an H100
+# or H200), and the limits of every GPU from sm_70 on, which TVM's GPU
+# rules otherwise assume with a warning per kernel.
+CUDA_DEFAULTS = {
+    "kind": "cuda",
+    "arch": "sm_90",
+    "max_shared_memory_per_block": 49152,
+    "max_threads_per_block": 1024,
+}
 
 
 TARGET_KINDS = ("llvm", "cuda")
@@ -58,8 +73,7 @@ def make_target(name: str | dict[str, Any] | Any) -> Any:
     if kind == "llvm":
         config.setdefault("mcpu", host_cpu())
         return _target(name, config)
-    config.setdefault("arch", "sm_90")
-    return _target(name, config, host=llvm_target())
+    return _target(name, {**CUDA_DEFAULTS, **config}, host=llvm_target())
 
 
 @cache
@@ -125,5 +139,33 @@ def building(target: Any) -> Iterator[None]:
     NVCC eliminate common subexpressions themselves, so nothing is lost."""
     current = tvm.transform.PassContext.current()
     config = {**current.config, "tirx.disable_cse_tir": True}
-    with target, tvm.transform.PassContext(opt_level=current.opt_level, config=config):
-        yield
+    outer = getattr(_effir_build, "active", False)
+    _effir_build.active = True
+    try:
+        with target, tvm.transform.PassContext(opt_level=current.opt_level, config=config):
+            yield
+    finally:
+        _effir_build.active = outer
+
+
+# ------------------------------------------------------------ CUDA compiler
+# TVM compiles the CUDA code it generates with NVRTC by default. NVRTC
+# rejects what TVM's GPU matmul rule generates for some shapes (the GRU's
+# dense at batch 32: ``alignas(4) float2 dense_reindex_local_ptr[8]``,
+# "alignment cannot be set to less than the default alignment"), which
+# nvcc compiles: found on the first run on a real GPU, where the build
+# failed at the first call. effir's own builds therefore use nvcc when the
+# CUDA toolkit is installed (as ``Specialization.ptx`` already did), and
+# TVM's default otherwise; other TVM builds in the process keep TVM's
+# choice (the flag is set only inside ``building``, per thread).
+_effir_build = threading.local()
+_tvm_cuda_compile = nvcc.tvm_callback_cuda_compile
+
+
+def _cuda_compile(code: str) -> Any:
+    if getattr(_effir_build, "active", False) and shutil.which("nvcc") is not None:
+        return nvcc.compile_cuda(code, target_format="fatbin", compiler="nvcc")
+    return _tvm_cuda_compile(code)
+
+
+tvm_ffi.register_global_func("tvm_callback_cuda_compile", _cuda_compile, override=True)
