@@ -122,3 +122,43 @@ def test_cast_to_or_from_integers_has_no_cotangent():
     for x, dtype in ((np.arange(3.0), "int32"), (np.arange(3), "float64")):
         backward = Backward("cast", [type_of_value(x)], {"dtype": dtype})
         assert backward.present == [False]
+
+
+# ----------------------------------------------------------------- reductions
+@st.composite
+def reduction(draw):
+    shape = draw(st.lists(st.integers(1, 3), min_size=1, max_size=3).map(tuple))
+    axis = draw(
+        st.none() | st.lists(st.integers(-len(shape), len(shape) - 1), max_size=2, unique=True)
+    )
+    if axis is not None and len({a % len(shape) for a in axis}) != len(axis):
+        axis = [axis[0]]
+    return shape, {"axis": axis, "keepdims": draw(st.booleans()), "exclude": draw(st.booleans())}
+
+
+@pytest.mark.parametrize("name", ["sum", "mean", "max", "min", "prod"])
+@FEW
+@given(case=reduction(), seed=st.integers(0, 2**16))
+def test_reduction(name, case, seed):
+    shape, attrs = case
+    check_vjp(name, [rand(np.random.default_rng(seed), shape)], seed=seed, **attrs)
+
+
+def test_max_min_split_ties_evenly():
+    x = np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]])
+    for name in ("max", "min"):
+        (g,) = check_vjp(name, [x], axis=[1], directions=0)
+        ct = np.random.default_rng(0).standard_normal(2)
+        hit = x == (x.max(1) if name == "max" else x.min(1))[:, None]
+        np.testing.assert_allclose(g, hit * (ct / hit.sum(1))[:, None])
+
+
+@pytest.mark.parametrize("zeros", [[1], [0, 2]])
+def test_prod_with_zeros(zeros):
+    x = np.array([2.0, 3.0, 5.0, 7.0])
+    x[zeros] = 0.0
+    (g,) = check_vjp("prod", [x], directions=0)
+    ct = np.random.default_rng(0).standard_normal(())
+    expected = [ct * np.prod(np.delete(x, i)) for i in range(4)]
+    np.testing.assert_allclose(g, expected)
+    check_vjp("prod", [x])  # one zero: still smooth there
