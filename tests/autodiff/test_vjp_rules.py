@@ -162,3 +162,130 @@ def test_prod_with_zeros(zeros):
     expected = [ct * np.prod(np.delete(x, i)) for i in range(4)]
     np.testing.assert_allclose(g, expected)
     check_vjp("prod", [x])  # one zero: still smooth there
+
+
+# ---------------------------------------------------------------------- shape
+nonempty = st.lists(st.integers(1, 3), min_size=1, max_size=3).map(tuple)
+
+
+@FEW
+@given(shape=shapes, seed=st.integers(0, 2**16), flat=st.booleans())
+def test_reshape_and_dyn_reshape(shape, seed, flat):
+    x = rand(np.random.default_rng(seed), shape)
+    newshape = [-1] if flat else list(reversed(shape))
+    check_vjp("reshape", [x], seed=seed, newshape=newshape)
+    check_vjp("dyn.reshape", [x, np.array(newshape, dtype=np.int64)], seed=seed)
+
+
+@FEW
+@given(shape=shapes, data=st.data())
+def test_transpose(shape, data):
+    axes = data.draw(st.none() | st.permutations(range(len(shape))))
+    x = rand(np.random.default_rng(len(shape)), shape)
+    check_vjp("transpose", [x], axes=None if axes is None else list(axes))
+
+
+@FEW
+@given(shape=shapes, data=st.data())
+def test_expand_dims(shape, data):
+    axis = data.draw(st.integers(-len(shape) - 1, len(shape)))
+    count = data.draw(st.integers(0, 2))
+    check_vjp("expand_dims", [rand(np.random.default_rng(0), shape)], axis=axis, num_newaxis=count)
+
+
+@FEW
+@given(shape=st.lists(st.sampled_from([1, 2]), max_size=4).map(tuple), data=st.data())
+def test_squeeze(shape, data):
+    ones = [i for i, d in enumerate(shape) if d == 1]
+    axis = data.draw(
+        st.none() | st.lists(st.sampled_from(ones), unique=True) if ones else st.none()
+    )
+    check_vjp("squeeze", [rand(np.random.default_rng(0), shape)], axis=axis)
+
+
+@FEW
+@given(shapes=broadcast_pair(), seed=st.integers(0, 2**16))
+def test_broadcast_to(shapes, seed):
+    small, big = sorted(shapes, key=len)
+    target = np.broadcast_shapes(small, big)
+    check_vjp("broadcast_to", [rand(np.random.default_rng(seed), small)], shape=list(target))
+
+
+@FEW
+@given(shape=nonempty, data=st.data())
+def test_concatenate_and_stack(shape, data):
+    rng = np.random.default_rng(len(shape))
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    sizes = data.draw(st.lists(st.integers(0, 3), min_size=1, max_size=3))
+    parts = []
+    for size in sizes:
+        s = list(shape)
+        s[axis] = size
+        parts.append(rand(rng, tuple(s)))
+    check_vjp("concatenate", [tuple(parts)], axis=axis)
+    same = tuple(rand(rng, shape) for _ in sizes)
+    check_vjp("stack", [same], axis=data.draw(st.integers(-len(shape) - 1, len(shape))))
+
+
+@FEW
+@given(shape=nonempty, data=st.data())
+def test_split(shape, data):
+    axis = data.draw(st.integers(0, len(shape) - 1))
+    spec = data.draw(
+        st.sampled_from([d for d in (1, 2, 3) if shape[axis] % d == 0])
+        | st.lists(st.integers(0, 4), max_size=2).map(sorted)
+    )
+    x = rand(np.random.default_rng(0), shape)
+    pieces = len(spec) + 1 if isinstance(spec, list) else spec
+    with_ct = data.draw(st.lists(st.booleans(), min_size=pieces, max_size=pieces))
+    check_vjp("split", [x], with_ct=with_ct, indices_or_sections=spec, axis=axis)
+
+
+@st.composite
+def slicing(draw):
+    shape = draw(nonempty)
+    begin, end, strides = [], [], []
+    for d in shape[: draw(st.integers(1, len(shape)))]:
+        begin.append(draw(st.integers(-d - 1, d + 1)))
+        end.append(draw(st.integers(-d - 1, d + 1)))
+        strides.append(draw(st.sampled_from([1, 2, -1, -2])))
+    return shape, {"begin": begin, "end": end, "strides": strides}
+
+
+@FEW
+@given(case=slicing(), seed=st.integers(0, 2**16))
+def test_strided_slice_and_strided_set(case, seed):
+    shape, attrs = case
+    rng = np.random.default_rng(seed)
+    x = rand(rng, shape)
+    check_vjp("strided_slice", [x], seed=seed, **attrs)
+    v = rand(rng, np.asarray(x[tuple(slice(*t) for t in zip(*attrs.values(), strict=True))]).shape)
+    check_vjp("strided_set", [x, v], seed=seed, **attrs)
+
+
+@FEW
+@given(shape=nonempty, data=st.data(), seed=st.integers(0, 2**16))
+def test_take_and_scatter_add(shape, data, seed):
+    rng = np.random.default_rng(seed)
+    axis = data.draw(st.none() | st.integers(-len(shape), len(shape) - 1))
+    mode = data.draw(st.sampled_from(["clip", "wrap", "fast"]))
+    size = int(np.prod(shape)) if axis is None else shape[axis]
+    index_shape = data.draw(st.lists(st.integers(1, 4), max_size=2).map(tuple))
+    low, high = (0, size) if mode == "fast" else (-size - 2, size + 2)
+    indices = rng.integers(low, high, index_shape).astype(np.int32)
+    x = rand(rng, shape)
+    (g, none) = check_vjp("take", [x, indices], seed=seed, axis=axis, mode=mode)
+    assert none is None
+    if axis is not None:
+        updates = rand(rng, np.take(x, np.clip(indices, 0, size - 1), axis=axis).shape)
+        check_vjp("scatter_add", [x, indices, updates], seed=seed, axis=axis, mode=mode)
+
+
+def test_embedding_backward_accumulates_repeated_rows():
+    table = np.zeros((4, 2))
+    tokens = np.array([[1, 3], [1, 1]], dtype=np.int32)
+    (g, _) = check_vjp("take", [table, tokens], axis=0, directions=0)
+    ct = np.random.default_rng(0).standard_normal((2, 2, 2))
+    expected = np.zeros((4, 2))
+    np.add.at(expected, tokens, ct)
+    np.testing.assert_allclose(g, expected)
