@@ -20,6 +20,7 @@ from effir.ir.visitor import post_order
 from effir.ir.vjp import NOT_DIFFERENTIABLE, DifferentiationError, VjpContext, vjp_rule
 from effir.runtime.values import PRNGKey
 
+from ..isolated import run_isolated
 from .vjp_harness import check_vjp, evaluate
 
 F64 = np.float64
@@ -555,3 +556,14 @@ def test_concatenate_of_a_leading_symbolic_size_is_refused_with_its_location():
     types = [TupleType((sym(("n", 3)), sym((4, 3))))]
     with pytest.raises(DifferentiationError, match="only the last input's may be"):
         check_vjp("concatenate", [(np.ones((2, 3)), np.ones((4, 3)))], types=types, axis=0)
+
+
+# ------------------------------------------------------------------ compiled
+def test_compiled_backward_programs_equal_the_interpreter():
+    """dense, softmax, take's scatter-add, batch_norm_train, dropout and
+    strided_slice's strided_set, compiled as one module (compiled code: in a
+    fresh process)."""
+    script = "from tests.autodiff.vjp_harness import compiled_backward_check\n"
+    script += "print(compiled_backward_check())\n"
+    result = run_isolated(script).check()
+    assert result.stdout.strip().endswith("ok")
