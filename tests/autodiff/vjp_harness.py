@@ -222,6 +222,8 @@ def compiled_backward_check() -> str:
         ),
         ("random.dropout", [f32(4, 5), PRNGKey([3, 4])], {"rate": 0.3}),
         ("strided_slice", [f32(5, 4)], {"begin": [4, 0], "end": [0, 4], "strides": [-2, 3]}),
+        # a symbolic number of tokens: the scatter's sizes are read at run time
+        ("take", [f32(5, 2), np.array([4, 0, 4], np.int32)], {"axis": 0, "tokens": "n"}),
     ]
     functions: dict[str, Function] = {}
     params: list[Var] = []
@@ -229,7 +231,10 @@ def compiled_backward_check() -> str:
     args: list[Any] = []
     for k, (name, inputs, attrs) in enumerate(cases):
         with_ct = [True, False, False] if name == "nn.batch_norm_train" else None
-        backward = Backward(name, [type_of_value(v) for v in inputs], attrs, with_ct)
+        types = [type_of_value(v) for v in inputs]
+        if attrs.pop("tokens", None):
+            types[1] = TensorType(("n",), "int32")
+        backward = Backward(name, types, attrs, with_ct)
         out = evaluate(name, inputs, attrs)
         ct = out[0] if with_ct else out
         fn = backward.module["main"]
