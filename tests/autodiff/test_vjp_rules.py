@@ -560,9 +560,9 @@ def test_concatenate_of_a_leading_symbolic_size_is_refused_with_its_location():
 
 # ------------------------------------------------------------------ compiled
 def test_compiled_backward_programs_equal_the_interpreter():
-    """dense, softmax, take's scatter-add, batch_norm_train, dropout and
-    strided_slice's strided_set, compiled as one module (compiled code: in a
-    fresh process)."""
+    """dense, softmax, take's scatter-add (static and symbolic token counts),
+    batch_norm_train, dropout, strided_slice's strided_set and boolean_mask's
+    scatter back, compiled as one module (compiled code: in a fresh process)."""
     script = "from tests.autodiff.vjp_harness import compiled_backward_check\n"
     script += "print(compiled_backward_check())\n"
     result = run_isolated(script).check()

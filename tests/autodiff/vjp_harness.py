@@ -224,6 +224,8 @@ def compiled_backward_check() -> str:
         ("strided_slice", [f32(5, 4)], {"begin": [4, 0], "end": [0, 4], "strides": [-2, 3]}),
         # a symbolic number of tokens: the scatter's sizes are read at run time
         ("take", [f32(5, 2), np.array([4, 0, 4], np.int32)], {"axis": 0, "tokens": "n"}),
+        # rows selected at run time (argwhere), scattered back
+        ("boolean_mask", [f32(3, 4), np.array([True, False, True])], {}),
     ]
     functions: dict[str, Function] = {}
     params: list[Var] = []
