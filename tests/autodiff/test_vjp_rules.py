@@ -21,7 +21,7 @@ from effir.ir.vjp import NOT_DIFFERENTIABLE, DifferentiationError, VjpContext, v
 from effir.runtime.values import PRNGKey
 
 from ..isolated import run_isolated
-from .vjp_harness import check_vjp, evaluate
+from .vjp_harness import Backward, check_vjp, evaluate, type_of_value
 
 F64 = np.float64
 FEW = settings(max_examples=8)
@@ -118,16 +118,12 @@ def test_relu_slope_at_zero_is_zero():
 def test_cast_between_floats(src, dst):
     x = np.arange(4, dtype=src)
     # the backward program casts the cotangent back
-    from .vjp_harness import Backward, type_of_value
-
     backward = Backward("cast", [type_of_value(x)], {"dtype": dst})
     (g,) = backward([x], np.ones(4, dst))
     assert g.dtype == np.dtype(src) and np.all(g == 1)
 
 
 def test_cast_to_or_from_integers_has_no_cotangent():
-    from .vjp_harness import Backward, type_of_value
-
     for x, dtype in ((np.arange(3.0), "int32"), (np.arange(3), "float64")):
         backward = Backward("cast", [type_of_value(x)], {"dtype": dtype})
         assert backward.present == [False]
@@ -567,3 +563,22 @@ def test_compiled_backward_programs_equal_the_interpreter():
     script += "print(compiled_backward_check())\n"
     result = run_isolated(script).check()
     assert result.stdout.strip().endswith("ok")
+
+
+@pytest.mark.parametrize(
+    ("name", "inputs", "attrs"),
+    [
+        ("divide", [np.arange(3), np.ones(3, np.int64)], {}),
+        ("nn.relu", [np.arange(3)], {}),
+        ("sum", [np.arange(3)], {}),
+        ("max", [np.arange(3)], {}),
+        ("take", [np.arange(3), np.array([0, 2], np.int32)], {}),
+        ("reshape", [np.arange(4)], {"newshape": [2, 2]}),
+        ("nn.dense", [np.ones((2, 3), np.int8), np.ones((4, 3), np.int8)], {"out_dtype": "int32"}),
+        ("where", [np.array([True, False]), np.arange(2), np.arange(2)], {}),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_integer_values_have_no_cotangent(name, inputs, attrs):
+    backward = Backward(name, [type_of_value(v) for v in inputs], attrs)
+    assert not any(backward.present)
