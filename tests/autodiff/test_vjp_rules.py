@@ -582,3 +582,31 @@ def test_compiled_backward_programs_equal_the_interpreter():
 def test_integer_values_have_no_cotangent(name, inputs, attrs):
     backward = Backward(name, [type_of_value(v) for v in inputs], attrs)
     assert not any(backward.present)
+
+
+HALF = [
+    ("power", [TensorType((3,), "float16")] * 2, {}),
+    ("maximum", [TensorType((3,), "float16"), TensorType((1,), "float16")], {}),
+    ("prod", [TensorType((3, 2), "float16")], {}),
+    ("nn.log_softmax", [TensorType((3, 2), "float16")], {}),
+    ("nn.layer_norm", [TensorType((3, 2), "float16")] + [TensorType((2,), "float16")] * 2, {}),
+    (
+        "nn.batch_norm_train",
+        [TensorType((3, 2), "float16")] + [TensorType((2,), "float16")] * 4,
+        {},
+    ),
+    (
+        "nn.dense",
+        [TensorType((3, 2), "float16"), TensorType((4, 2), "float16")],
+        {"out_dtype": "float32"},
+    ),
+    ("full", [TensorType((), "float16")], {"shape": [2], "dtype": "float32"}),
+]
+
+
+@pytest.mark.parametrize(("name", "types", "attrs"), HALF, ids=[c[0] for c in HALF])
+def test_rules_type_check_in_float16(name, types, attrs):
+    """The rules' constants take the values' dtype; a widened result
+    (out_dtype, a float32 fill) gives its cotangent back in the input's."""
+    backward = Backward(name, types, attrs)
+    assert any(backward.present)
