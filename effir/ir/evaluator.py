@@ -25,7 +25,7 @@ equation and what is known of its inputs):
 - **Iterative.** A rule returns its value, or is a generator (a
   *computation*) that ``yield``s sub-computations, ``self.eval(child,
   *args)`` or a helper generator of the pass, and receives their values;
-  ``run`` drives them with a list as the stack (the values of a walk are
+  ``drive`` runs them with a list as the stack (the values of a walk are
   never generators themselves). A rule must ``yield``, never ``yield
   from``, the evaluation of another node: each level of a ``yield from``
   chain is a level of C recursion when the chain resumes, and a chain as
@@ -42,7 +42,9 @@ equation and what is known of its inputs):
   the state before them, ``enter_branch``/``leave_branch`` bracket each,
   ``join`` makes one state (and value) of their ends. ``scoped(node, body,
   *args)`` evaluates a function body between ``enter_scope`` and
-  ``leave_scope``. The defaults do nothing, for a pass with no state.
+  ``leave_scope``. Both evaluate a body through ``body(node, expr,
+  *args)``, which a pass that makes a block of each body overrides. The
+  defaults do nothing, for a pass with no state.
 - **Defaults** for other nodes: a ``Function`` is a value (its body is not
   evaluated: a closure runs when it is called, if the pass wants it to);
   any other node evaluates its expression children in field order, which
@@ -83,7 +85,7 @@ class Evaluator(Functor):
     # ------------------------------------------------------------ driving
     def evaluate(self, expr: Expr, *args: Any) -> Any:
         """The value of ``expr`` in the context ``args``, run to completion."""
-        return self.run(self.eval(expr, *args))
+        return self.drive(self.eval(expr, *args))
 
     def eval(self, node: Node, *args: Any) -> Any:
         """``node``'s rule applied: its value, or a computation to ``yield``."""
@@ -92,7 +94,7 @@ class Evaluator(Functor):
         return plan[0](self, node, *args)
 
     @staticmethod
-    def run(computation: Any) -> Any:
+    def drive(computation: Any) -> Any:
         """Drive ``computation`` (or return a value as it is) with a list as
         the stack: depth is limited by memory, not by Python's recursion."""
         if type(computation) is not GeneratorType:
@@ -159,17 +161,23 @@ class Evaluator(Functor):
         start = self.fork(node)
         ends = []
         for index, body in enumerate(bodies):
-            mark = self.enter_branch(node, index, start)
-            value = yield self.eval(body, *args)
+            mark = self.enter_branch(node, index, start, *args)
+            value = yield self.body(node, body, *args)
             ends.append(self.leave_branch(node, index, mark, value))
         return self.join(node, start, ends)
+
+    def body(self, node: Node, body: Expr, *args: Any) -> Any:
+        """How a body of ``node`` (a branch, a function's body) is evaluated:
+        as any expression, unless the pass makes a block of each."""
+        return self.eval(body, *args)
 
     def fork(self, node: Node) -> Any:
         """The state before the branches of ``node``."""
         return None
 
-    def enter_branch(self, node: Node, index: int, start: Any) -> Any:
-        """Branch ``index`` begins from ``start``; returns a mark for ``leave_branch``."""
+    def enter_branch(self, node: Node, index: int, start: Any, *args: Any) -> Any:
+        """Branch ``index`` begins from ``start`` (bind a clause's pattern
+        variables here); returns a mark for ``leave_branch``."""
         return None
 
     def leave_branch(self, node: Node, index: int, mark: Any, value: Any) -> Any:
@@ -186,7 +194,7 @@ class Evaluator(Functor):
         ``leave_scope``, which runs even when the body raises."""
         mark = self.enter_scope(node)
         try:
-            return (yield self.eval(body, *args))
+            return (yield self.body(node, body, *args))
         finally:
             self.leave_scope(node, mark)
 

@@ -108,7 +108,7 @@ class Consts(Evaluator):
     def fork(self, node):
         return dict(self.store)
 
-    def enter_branch(self, node, index, start):
+    def enter_branch(self, node, index, start, *args):
         self.store = dict(start)
 
     def leave_branch(self, node, index, mark, value):
