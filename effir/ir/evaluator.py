@@ -42,7 +42,7 @@ equation and what is known of its inputs):
   the state before them, ``enter_branch``/``leave_branch`` bracket each,
   ``join`` makes one state (and value) of their ends. ``scoped(node, body,
   *args)`` evaluates a function body between ``enter_scope`` and
-  ``leave_scope``. Both evaluate a body through ``body(node, expr,
+  ``leave_scope``. Both evaluate a body through ``body(node, index, expr,
   *args)``, which a pass that makes a block of each body overrides. The
   defaults do nothing, for a pass with no state.
 - **Defaults** for other nodes: a ``Function`` is a value (its body is not
@@ -162,13 +162,13 @@ class Evaluator(Functor):
         ends = []
         for index, body in enumerate(bodies):
             mark = self.enter_branch(node, index, start, *args)
-            value = yield self.body(node, body, *args)
+            value = yield self.body(node, index, body, *args)
             ends.append(self.leave_branch(node, index, mark, value))
         return self.join(node, start, ends)
 
-    def body(self, node: Node, body: Expr, *args: Any) -> Any:
-        """How a body of ``node`` (a branch, a function's body) is evaluated:
-        as any expression, unless the pass makes a block of each."""
+    def body(self, node: Node, index: int, body: Expr, *args: Any) -> Any:
+        """How body ``index`` of ``node`` (a branch, a function's body) is
+        evaluated: as any expression, unless the pass makes a block of each."""
         return self.eval(body, *args)
 
     def fork(self, node: Node) -> Any:
@@ -194,7 +194,7 @@ class Evaluator(Functor):
         ``leave_scope``, which runs even when the body raises."""
         mark = self.enter_scope(node)
         try:
-            return (yield self.body(node, body, *args))
+            return (yield self.body(node, 0, body, *args))
         finally:
             self.leave_scope(node, mark)
 

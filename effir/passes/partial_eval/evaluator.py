@@ -312,7 +312,7 @@ class PartialEvaluator(Unrolling, Evaluator):
         self.store = {k: dataclasses.replace(e) for k, e in before.items()}
         return mark
 
-    def body(self, node: Node, body: Expr, env: dict[Var, PV]) -> Computation:  # type: ignore[override]
+    def body(self, node: Node, index: int, body: Expr, env: dict[Var, PV]) -> Computation:  # type: ignore[override]
         """A branch as a block of its own (its parts), a function's body
         as a whole block."""
         if isinstance(node, Function):
