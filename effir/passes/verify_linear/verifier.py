@@ -566,10 +566,7 @@ class Verifier(Evaluator):
 
     @on(Call)
     def _call(self, call: Call, site: Site, ctx: Span | None, tail: bool):
-        val = yield self.ev_call(call, call.span or ctx)
-        return self.done(val, call, site, tail)
-
-    def ev_call(self, call: Call, ctx: Span | None):
+        ctx = call.span or ctx
         callee = call.callee
         op = op_def(callee) if isinstance(callee, Op) else None
         control = op is not None and "control_flow" in op.traits
@@ -611,7 +608,7 @@ class Verifier(Evaluator):
                     else:
                         what = f"the new value of @{cell} (from {name})"
                     self.oblige(result, (1 + j,), what, "produced", span)
-        return self.keep(result)
+        return self.done(self.keep(result), call, site, tail)
 
     def thread(self, call: Call, init: tuple[Place, Path], result: Place, loop, span) -> None:
         """[RULE WORLD] a world token in a loop's initial state is the body's
