@@ -31,7 +31,10 @@ equation and what is known of its inputs):
   chain is a level of C recursion when the chain resumes, and a chain as
   deep as the program (500 nested inlinings) overflows it. An exception
   raised below is thrown into the rule that asked, so ``try``/``finally``
-  in a rule runs in order.
+  in a rule runs in order. A computation that *returns* a computation
+  (``return self.eval(branch, env)``) is replaced by it on the stack: a
+  proper tail call, so an interpreter's loop of tail calls runs in
+  constant stack.
 - **Let chains** are one loop in one frame: the default ``Let`` rule
   evaluates each value, calls ``bind(let, value, *args)``, and evaluates
   the tail, so a 100,000-binding chain is one stack entry. A pass whose
@@ -110,6 +113,10 @@ class Evaluator(Functor):
                 else:
                     child, error = top.throw(error), None
             except StopIteration as stop:
+                if type(stop.value) is GeneratorType:  # a tail call: in its place
+                    stack[-1] = stop.value
+                    value, error = None, None
+                    continue
                 stack.pop()
                 if not stack:
                     return stop.value
