@@ -228,7 +228,9 @@ def test_a_chain_of_500_inlined_calls_needs_no_python_recursion(default_recursio
         for i in range(n)
     )
     defs += f"def @f{n}(%x: Tensor[(4), float32]) -> Tensor[(4), float32] {{ %x }}\n"
-    text = '#[version = "0.0.5"]\n' + cells + defs + "def @main(%x: Tensor[(4), float32]) { @f0(%x) }"
+    text = (
+        '#[version = "0.0.5"]\n' + cells + defs + "def @main(%x: Tensor[(4), float32]) { @f0(%x) }"
+    )
     module = effir.parse(text)
     after = effir.check(partial_eval(module))
     assert "@f1(" not in effir.astext(after["main"])  # the whole chain inlined
