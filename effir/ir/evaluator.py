@@ -59,8 +59,10 @@ equation and what is known of its inputs):
 Real users: ``passes/partial_eval/evaluator.py`` (rules per compound,
 inlining and unrolling through ``yield``), ``passes/state_passing/
 translate.py`` (rules per bound value, threading each cell's current
-value) and ``passes/verify_linear/verifier.py`` (rules per expression,
-forking and joining the keys used on each path).
+value), ``passes/verify_linear/verifier.py`` (rules per expression,
+forking and joining the keys used on each path) and
+``backends/interpreter.py`` (rules per expression in an environment, tail
+positions returned as continuations).
 """
 
 from __future__ import annotations
