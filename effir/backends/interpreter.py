@@ -5,13 +5,16 @@ right rather than fast: values are numpy arrays and plain Python objects
 (``effir.runtime.values``), each operator runs its registered numpy rule, and
 the program's control is a loop over an explicit stack.
 
-How it runs without Python recursion: evaluation is a generator per pending
-function body (``_eval``), driven by ``ir.trampoline.run``. Inside one body,
-let chains, ``if``, ``match`` and calls in tail position are a loop in the same
-generator (calls in tail position replace the current body: proper tail
-calls); a non-tail call pushes one generator. A 10,000-deep recursion is a
-10,000-element list, not 10,000 Python frames. Control-flow operators are
-generators too: they yield ``(function, args)`` requests that run here.
+How it runs without Python recursion: the interpreter is an
+``effir.ir.evaluator.Evaluator``, one rule per expression class, in an
+environment; a rule yields the evaluation of a compound sub-expression to
+the walker's stack. A let chain is a loop in one rule; the expression in
+tail position of a ``let``, an ``if``, a ``match`` or a call's body is
+*returned* as the rule's continuation, which replaces the rule on the stack
+(proper tail calls); a non-tail evaluation pushes one entry. A 10,000-deep
+recursion is a 10,000-element list, not 10,000 Python frames. Control-flow
+operators are generators too: they yield ``(function, args)`` requests
+that run here.
 
 State: global cells live in an explicit ``State`` (each cell's ``RefValue``,
 initialised from its declaration); the caller owns it and sees it updated,
@@ -39,6 +42,7 @@ import numpy as np
 
 from ..ir import analysis
 from ..ir.diagnostics import EvalError, Span
+from ..ir.evaluator import Evaluator
 from ..ir.expr import (
     ATOM_TYPES,
     Call,
@@ -63,9 +67,10 @@ from ..ir.expr import (
     TupleGetItem,
     Var,
 )
+from ..ir.functor import on
 from ..ir.module import IRModule
+from ..ir.node import Node
 from ..ir.op import OpDef, op_def
-from ..ir.trampoline import run
 from ..ir.types import TensorType, TupleType, Type
 from ..ops.effects import WORLD
 from ..ops.relations import OpFailure
@@ -260,8 +265,9 @@ def state_cells(fn: Function, attr: str, name: str) -> tuple[str, ...]:
     return cells
 
 
-class Interpreter:
-    """Evaluates expressions of one module against one ``State``."""
+class Interpreter(Evaluator):
+    """Evaluates expressions of one module against one ``State``: rules
+    ``(expr, env) -> value``."""
 
     def __init__(
         self,
@@ -298,12 +304,12 @@ class Interpreter:
             convert_argument(a, p.type_annotation, f"argument %{p.name_hint} of @{name}")
             for p, a in zip(fn.params, bound, strict=True)
         )
-        return run(self._apply(closure, converted, None))
+        return self.drive(self._apply(closure, converted, None))
 
     def evaluate(self, expr: Expr) -> Any:
         """The value of a closed expression."""
         self._shared |= shared_nodes(expr)
-        return run(self._eval(expr, Env()))
+        return self.drive(self.eval(expr, Env()))
 
     def _global(self, name: str) -> Closure:
         closure = self._globals.get(name)
@@ -329,110 +335,131 @@ class Interpreter:
         assert isinstance(expr, Op)
         raise EvalError(f"operator {expr.name} used as a value", expr.span)
 
-    def _eval(self, expr: Expr, env: Env, fresh: bool = False):
-        """Generator: the value of ``expr`` in ``env``. Positions in tail
-        position loop here instead of nesting. A shared sub-expression is
-        evaluated once per activation (``fresh``: this is that evaluation)."""
-        while True:
-            if not fresh and id(expr) in self._shared and not isinstance(expr, ATOM_TYPES):
-                value = env.shared_value(expr)
-                if value is _MISSING:
-                    value = yield self._eval(expr, env, fresh=True)
-                    env.remember(expr, value)
-                return value
-            fresh = False
-            if isinstance(expr, Let):
-                while isinstance(expr, Let):
-                    value = expr.value
-                    if isinstance(value, Function):
-                        result = Closure(value, env, expr.var.name_hint)
-                    elif isinstance(value, ATOM_TYPES):
-                        result = self._atom(value, env)
-                    elif id(value) not in self._shared and (simple := _simple_op(value)):
-                        args = tuple(self._atom(a, env) for a in value.args)
-                        result = self._call_simple_op(value, simple, args)
-                    else:
-                        result = yield self._eval(value, env)
-                    if expr.var.type_annotation is not None:
-                        check_argument(
-                            result,
-                            expr.var.type_annotation,
-                            {},
-                            f"%{expr.var.name_hint}",
-                            expr.var.span,
-                        )
-                    env.values[expr.var] = result
-                    expr = expr.body
-                continue
-            if isinstance(expr, ATOM_TYPES):
-                return self._atom(expr, env)
-            if isinstance(expr, Call):
-                callee = expr.callee
-                args = []
-                for a in expr.args:
-                    args.append(
-                        self._atom(a, env)
-                        if isinstance(a, ATOM_TYPES)
-                        else (yield self._eval(a, env))
-                    )
-                if isinstance(callee, Op):
-                    definition = op_def(callee)
-                    if "control_flow" not in definition.traits:
-                        return self._call_simple_op(expr, definition, tuple(args))
-                    return (yield from self._run_control_flow(expr, definition, tuple(args), env))
-                if isinstance(callee, Constructor):
-                    return ADTValue(callee.name, tuple(args))
-                fn = (
-                    self._atom(callee, env)
-                    if isinstance(callee, ATOM_TYPES)
-                    else (yield self._eval(callee, env))
+    def eval(self, expr: Node, env: Env) -> Any:  # type: ignore[override]
+        """The value of ``expr`` in ``env``, or its computation. A shared
+        sub-expression is evaluated once per activation."""
+        if id(expr) in self._shared and not isinstance(expr, ATOM_TYPES):
+            value = env.shared_value(expr)
+            if value is _MISSING:
+                return self._evaluate_shared(expr, env)
+            return value
+        plan = self._plans.get(type(expr)) or self.plan(type(expr))
+        return plan[0](self, expr, env)  # Evaluator.eval, inlined: the hottest call
+
+    def _evaluate_shared(self, expr: Expr, env: Env):
+        value = yield Evaluator.eval(self, expr, env)
+        env.remember(expr, value)
+        return value
+
+    @on(*ATOM_TYPES)
+    def _atom_rule(self, expr: Expr, env: Env) -> Any:
+        return self._atom(expr, env)
+
+    @on(Let)
+    def _let(self, expr: Let, env: Env):
+        """A let chain in one loop; its body is the continuation."""
+        while isinstance(expr, Let):
+            value = expr.value
+            if isinstance(value, Function):
+                result = Closure(value, env, expr.var.name_hint)
+            elif isinstance(value, ATOM_TYPES):
+                result = self._atom(value, env)
+            elif id(value) not in self._shared and (simple := _simple_op(value)):
+                args = tuple(self._atom(a, env) for a in value.args)
+                result = self._call_simple_op(value, simple, args)
+            else:
+                result = yield self.eval(value, env)
+            if expr.var.type_annotation is not None:
+                check_argument(
+                    result,
+                    expr.var.type_annotation,
+                    {},
+                    f"%{expr.var.name_hint}",
+                    expr.var.span,
                 )
-                if isinstance(fn, ConstructorFunction):
-                    return ADTValue(fn.constructor.name, tuple(args))
-                if not isinstance(fn, Closure):
-                    raise EvalError(f"calling a value that is not a function: {fn!r}", expr.span)
-                kernel = self.kernels.get(fn.function) if self.kernels else None
-                if kernel is not None:
-                    return self._run_kernel(kernel, fn, tuple(args), expr.span)
-                # A call in tail position: continue with the callee's body here.
-                expr, env = self._enter(fn, tuple(args), expr.span)
-                continue
-            if isinstance(expr, If):
-                cond = yield self._eval(expr.cond, env)
-                expr = expr.then_branch if _truth(cond, expr) else expr.else_branch
-                continue
-            if isinstance(expr, Match):
-                data = yield self._eval(expr.data, env)
-                expr = self._select_clause(expr, data, env)
-                continue
-            if isinstance(expr, Function):
-                return Closure(expr, env)
-            if isinstance(expr, Tuple):
-                fields = []
-                for f in expr.fields:
-                    fields.append(
-                        self._atom(f, env)
-                        if isinstance(f, ATOM_TYPES)
-                        else (yield self._eval(f, env))
-                    )
-                return tuple(fields)
-            if isinstance(expr, TupleGetItem):
-                value = yield self._eval(expr.tuple_value, env)
-                if not isinstance(value, tuple) or not 0 <= expr.index < len(value):
-                    raise EvalError(
-                        f"cannot take field {expr.index} of {describe_value(value)}", expr.span
-                    )
-                return value[expr.index]
-            if isinstance(expr, RefCreate):
-                return RefValue((yield self._eval(expr.value, env)))
-            if isinstance(expr, RefRead):
-                ref = yield self._eval(expr.ref, env)
-                return _expect_ref(ref, expr).value
-            if isinstance(expr, RefWrite):
-                ref = _expect_ref((yield self._eval(expr.ref, env)), expr)
-                ref.value = yield self._eval(expr.value, env)
-                return ()
-            raise EvalError(f"cannot evaluate {type(expr).__name__}", expr.span)
+            env.values[expr.var] = result
+            expr = expr.body
+        return self.eval(expr, env)
+
+    @on(Call)
+    def _call(self, expr: Call, env: Env):
+        callee = expr.callee
+        args = []
+        for a in expr.args:
+            args.append(
+                self._atom(a, env) if isinstance(a, ATOM_TYPES) else (yield self.eval(a, env))
+            )
+        if isinstance(callee, Op):
+            definition = op_def(callee)
+            if "control_flow" not in definition.traits:
+                return self._call_simple_op(expr, definition, tuple(args))
+            return (yield self._run_control_flow(expr, definition, tuple(args), env))
+        if isinstance(callee, Constructor):
+            return ADTValue(callee.name, tuple(args))
+        fn = (
+            self._atom(callee, env)
+            if isinstance(callee, ATOM_TYPES)
+            else (yield self.eval(callee, env))
+        )
+        if isinstance(fn, ConstructorFunction):
+            return ADTValue(fn.constructor.name, tuple(args))
+        if not isinstance(fn, Closure):
+            raise EvalError(f"calling a value that is not a function: {fn!r}", expr.span)
+        kernel = self.kernels.get(fn.function) if self.kernels else None
+        if kernel is not None:
+            return self._run_kernel(kernel, fn, tuple(args), expr.span)
+        # A call in tail position: the callee's body continues in its place.
+        body, env = self._enter(fn, tuple(args), expr.span)
+        return self.eval(body, env)
+
+    @on(If)
+    def _if(self, expr: If, env: Env):
+        cond = yield self.eval(expr.cond, env)
+        return self.eval(expr.then_branch if _truth(cond, expr) else expr.else_branch, env)
+
+    @on(Match)
+    def _match(self, expr: Match, env: Env):
+        data = yield self.eval(expr.data, env)
+        return self.eval(self._select_clause(expr, data, env), env)
+
+    @on(Function)
+    def _function(self, expr: Function, env: Env) -> Closure:
+        return Closure(expr, env)
+
+    @on(Tuple)
+    def _tuple(self, expr: Tuple, env: Env):
+        fields = []
+        for f in expr.fields:
+            fields.append(
+                self._atom(f, env) if isinstance(f, ATOM_TYPES) else (yield self.eval(f, env))
+            )
+        return tuple(fields)
+
+    @on(TupleGetItem)
+    def _get(self, expr: TupleGetItem, env: Env):
+        value = yield self.eval(expr.tuple_value, env)
+        if not isinstance(value, tuple) or not 0 <= expr.index < len(value):
+            raise EvalError(f"cannot take field {expr.index} of {describe_value(value)}", expr.span)
+        return value[expr.index]
+
+    @on(RefCreate)
+    def _ref_create(self, expr: RefCreate, env: Env):
+        return RefValue((yield self.eval(expr.value, env)))
+
+    @on(RefRead)
+    def _ref_read(self, expr: RefRead, env: Env):
+        ref = yield self.eval(expr.ref, env)
+        return _expect_ref(ref, expr).value
+
+    @on(RefWrite)
+    def _ref_write(self, expr: RefWrite, env: Env):
+        ref = _expect_ref((yield self.eval(expr.ref, env)), expr)
+        ref.value = yield self.eval(expr.value, env)
+        return ()
+
+    @on(Node)
+    def _other(self, expr: Node, env: Env) -> Any:
+        raise EvalError(f"cannot evaluate {type(expr).__name__}", getattr(expr, "span", None))
 
     def _enter(self, closure: Closure, args: tuple[Any, ...], span: Span | None):
         """Bind a call's arguments: the body to evaluate and its environment."""
@@ -454,7 +481,7 @@ class Interpreter:
         if kernel is not None:
             return self._run_kernel(kernel, closure, args, span)
         body, env = self._enter(closure, args, span)
-        return (yield self._eval(body, env))
+        return (yield self.eval(body, env))
 
     def _run_kernel(self, kernel, closure: Closure, args: tuple[Any, ...], span: Span | None):
         """A compiled function's result; its parameter checks are the body's."""

@@ -15,6 +15,7 @@ from .diagnostics import (
     TypeCheckError,
     WellFormedError,
 )
+from .evaluator import Evaluator
 from .expr import (
     Call,
     Clause,

@@ -105,6 +105,13 @@ def _rewrite_block(head: Let, uses: Counter) -> Expr:
     for i, (_, value) in enumerate(bindings):
         if isinstance(value, TupleGetItem) and value.tuple_value in splits:
             halves.setdefault(value.tuple_value, {}).setdefault(value.index, []).append(i)
+    # The splits of each key, in binding order: looking a consumer up there
+    # keeps the block linear (a scan of every split per split was quadratic).
+    consumers: dict[Var, list[tuple[int, Var]]] = {}
+    for other, j in splits.items():
+        value = bindings[j][1]
+        assert isinstance(value, Call)
+        consumers.setdefault(value.args[0], []).append((j, other))
     # next[s] = the split that consumes s's first half, and nothing else does.
     following: dict[Var, Var] = {}
     for var, i in splits.items():
@@ -115,10 +122,8 @@ def _rewrite_block(head: Let, uses: Counter) -> Expr:
         first = bindings[parts[0][0]][0]
         if uses[first] != 1:
             continue
-        for other, j in splits.items():
-            value = bindings[j][1]
-            assert isinstance(value, Call)
-            if j > i and value.args[0] is first:
+        for j, other in consumers.get(first, ()):
+            if j > i:
                 following[var] = other
     starts = set(following) - set(following.values())
     if not starts:

@@ -213,3 +213,26 @@ def test_write_backs_come_in_a_fixed_order():
     (output,) = outputs
     assert output.index("ref_write(%r1, 1f)") < output.index("ref_write(%r2, 2f)")
     assert output.index("ref_write(%r1, 3f)") < output.index("ref_write(%r2, 4f)")
+
+
+def test_a_chain_of_500_inlined_calls_needs_no_python_recursion(default_recursion_limit):
+    """``benchmarks/effect_passes.py``'s 500 functions calling each other:
+    each call inlined into the previous one, 500 deep. The evaluator used
+    to nest a ``yield from`` chain per inlined call, which resumes through
+    C recursion: RecursionError."""
+    n = 500
+    cells = "global @rng: Ref[Key] = ref(random.key(0));\n"
+    defs = "".join(
+        f"def @f{i}(%x: Tensor[(4), float32]) -> Tensor[(4), float32] {{\n"
+        f"  @f{i + 1}(nn.dropout(%x, @rng, rate=0.1f))\n}}\n"
+        for i in range(n)
+    )
+    defs += f"def @f{n}(%x: Tensor[(4), float32]) -> Tensor[(4), float32] {{ %x }}\n"
+    text = (
+        '#[version = "0.0.5"]\n' + cells + defs + "def @main(%x: Tensor[(4), float32]) { @f0(%x) }"
+    )
+    module = effir.parse(text)
+    after = effir.check(partial_eval(module))
+    assert "@f1(" not in effir.astext(after["main"])  # the whole chain inlined
+    x = np.ones(4, np.float32)
+    assert np.array_equal(effir.interpret(module, x), effir.interpret(after, x))

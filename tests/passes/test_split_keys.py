@@ -113,3 +113,18 @@ def test_removing_an_unused_dropout_changes_no_other_value():
         (a2_, c2), key2 = run(dropped, 3)
         assert np.array_equal(a, a2_) and np.array_equal(c, c2)
         assert np.array_equal(key.data, key2.data)
+
+
+def test_the_work_is_linear_in_the_splits_of_a_block():
+    """Twice the splits in one block, at most about twice the lines of
+    Python executed (``work``: not time). Each split used to look at every
+    other split of its block for the one consuming its first half."""
+    from tests.deep_programs import work
+
+    def split_work(n: int) -> int:
+        a2 = state_passing(effir.parse(dropouts([0.5] * n)))
+        return work(lambda: split_keys(a2))
+
+    split_work(20)  # warm: imports and caches filled once
+    small, large = split_work(150), split_work(300)
+    assert large <= 2.1 * small, f"{small} lines for 150 splits, {large} for 300: not linear"

@@ -86,7 +86,7 @@ from ..anf import to_anf
 from ..dce import dce
 from ..infer_type import check
 from ..infra import Option, PassError, module_pass
-from .evaluator import Evaluator
+from .evaluator import PartialEvaluator
 from .values import MAX_ELEMENTS, MAX_INLINE, MAX_UNROLL
 
 __all__ = ["MAX_ELEMENTS", "MAX_INLINE", "MAX_UNROLL", "partial_eval"]
@@ -113,7 +113,7 @@ def partial_eval(module: IRModule, fuel: int = 0) -> IRModule:
         )
     module = check(to_anf(module))  # residual closures need their parameters' types
     size = sum(1 for fn in module.functions.values() for _ in pre_order(fn))
-    evaluator = Evaluator(module, budget=fuel if fuel > 0 else 10 * size)
+    evaluator = PartialEvaluator(module, budget=fuel if fuel > 0 else 10 * size)
     functions = {name: evaluator.global_function(name) for name in module.functions}
     # The bindings of values resolved statically (a tuple whose fields were
     # used one by one) are dead now; left in place, a dead tuple would still

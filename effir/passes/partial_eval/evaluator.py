@@ -1,5 +1,12 @@
 """The partial evaluator proper: blocks, the store of known references,
-compounds, references, calls and inlining (see the package docstring)."""
+compounds, references, calls and inlining (see the package docstring).
+
+It is an ``effir.ir.evaluator.Evaluator``: one rule per class of compound
+expression, ``(node, var, env, out)``: the variable its value is bound to,
+the static values of the variables in scope, and the builder the residual
+bindings go to. A rule that evaluates a body (a branch, a closure, an
+inlined call, an unrolled step) yields it to the walker's stack, so 500
+calls inlined into one another need no Python recursion."""
 
 from __future__ import annotations
 
@@ -9,7 +16,9 @@ from typing import Any
 
 from ...ir.analysis import free_vars_by_function
 from ...ir.builder import LetBuilder
+from ...ir.evaluator import Computation, Evaluator
 from ...ir.expr import (
+    ATOM_TYPES,
     Call,
     Clause,
     Constant,
@@ -28,12 +37,11 @@ from ...ir.expr import (
     Tuple,
     TupleGetItem,
     Var,
-    is_atom,
 )
-from ...ir.functor import pre_order
+from ...ir.functor import on, pre_order
 from ...ir.module import IRModule
+from ...ir.node import Node
 from ...ir.op import op_def
-from ...ir.trampoline import Computation, run
 from ..anf import fresh_binders
 from .static import annotated, fold, static_match
 from .touches import (
@@ -50,7 +58,7 @@ from .unroll import Unrolling
 from .values import MAX_INLINE, PV, Entry, LocalRef, RefId
 
 
-class Evaluator(Unrolling):
+class PartialEvaluator(Unrolling, Evaluator):
     def __init__(self, module: IRModule, budget: int) -> None:
         self.module = module
         self.budget = budget
@@ -76,7 +84,7 @@ class Evaluator(Unrolling):
         self.inlining = [fn]
         self.store = {}
         env = {p: PV(p) for p in fn.params}
-        body = run(self.block(fn.body, env))
+        body = self.drive(self.block(fn.body, env))
         return Function(fn.params, body, fn.ret_type, fn.type_params, fn.attrs, span=fn.span)
 
     # ----------------------------------------------------------- blocks
@@ -84,7 +92,7 @@ class Evaluator(Unrolling):
         """A function body as a residual let chain, in a scope of its own; at
         its end the global cells' dirty values are written back (a local
         reference that has not escaped is dead when its function returns)."""
-        parts = yield from self.block_parts(expr, env)
+        parts = yield self.block_parts(expr, env)
         self.flush(parts[0], global_ids(self.store))
         return assemble(*parts)
 
@@ -94,7 +102,7 @@ class Evaluator(Unrolling):
         out = LetBuilder()
         tail = Var("result", span=expr.span)
         mark = len(self.trail)
-        value = yield from self.value(expr, env, out, tail)
+        value = yield self.value(expr, env, out, tail)
         self.undo(mark)
         self.uses([value], out)
         tail_binding = None
@@ -105,13 +113,13 @@ class Evaluator(Unrolling):
     def value(self, expr: Expr, env: dict[Var, PV], out: LetBuilder, tail: Var | None = None):
         """Evaluate ``expr`` into ``out``; its PV (``tail`` names its last value)."""
         while isinstance(expr, Let):
-            pv = yield from self.compound(expr.var, expr.value, env, out)
-            self.bind(env, expr.var, pv)
+            pv = yield self.eval(expr.value, expr.var, env, out)
+            self.bind_var(env, expr.var, pv)
             expr = expr.body
         if tail is None:
             tail = Var("result", span=expr.span)
         self.tails.add(tail)
-        return (yield from self.compound(tail, expr, env, out))
+        return (yield self.eval(expr, tail, env, out))
 
     def atom(self, expr: Expr, env: dict[Var, PV]) -> PV:
         if isinstance(expr, Var):
@@ -125,7 +133,7 @@ class Evaluator(Unrolling):
                 return PV(expr, ref=expr.name)
         return PV(expr)
 
-    def bind(self, env: dict[Var, PV], var: Var, pv: PV) -> None:
+    def bind_var(self, env: dict[Var, PV], var: Var, pv: PV) -> None:
         self.trail.append((env, var, env.get(var)))
         env[var] = pv
 
@@ -242,64 +250,80 @@ class Evaluator(Unrolling):
         return ANYTHING
 
     # -------------------------------------------------------- compounds
-    def compound(self, var: Var, expr: Expr, env: dict[Var, PV], out: LetBuilder):
-        if is_atom(expr):
-            return self.atom(expr, env)
-        if isinstance(expr, Tuple):
-            fields = tuple(self.atom(f, env) for f in expr.fields)
-            tuple_expr = Tuple(tuple(f.atom for f in fields), span=expr.span)
-            return self.emit(var, tuple_expr, out, fields=fields)
-        if isinstance(expr, TupleGetItem):
-            whole = self.atom(expr.tuple_value, env)
-            if whole.fields is not None:
-                return whole.fields[expr.index]
-            return self.emit(var, TupleGetItem(whole.atom, expr.index, span=expr.span), out)
-        if isinstance(expr, Function):
-            self.capture(expr, env, out)
-            residual = yield from self.closure(expr, env)
-            return self.emit(var, residual, out, fn=expr, env=self.captured(expr, env))
-        if isinstance(expr, If):
-            cond = self.atom(expr.cond, env)
-            if cond.const is not None and cond.const.shape == ():
-                taken = expr.then_branch if bool(cond.const) else expr.else_branch
-                mark = len(self.trail)
-                result = yield from self.value(taken, env, out)
-                self.undo(mark)
-                return result
-            branches = yield from self.branches([expr.then_branch, expr.else_branch], env)
-            return self.emit(var, If(cond.atom, *branches, span=expr.span), out)
-        if isinstance(expr, Match):
-            return (yield from self.match(var, expr, env, out))
-        if isinstance(expr, Call):
-            return (yield from self.call(var, expr, env, out))
-        if isinstance(expr, RefCreate):
-            return self.ref_create(var, expr, env, out)
-        if isinstance(expr, RefRead):
-            return self.ref_read(var, expr, env, out)
-        if isinstance(expr, RefWrite):
-            return self.ref_write(var, expr, env, out)
+    @on(*ATOM_TYPES)
+    def _atom(self, expr: Expr, var: Var, env: dict[Var, PV], out: LetBuilder) -> PV:
+        return self.atom(expr, env)
+
+    @on(Tuple)
+    def _tuple(self, expr: Tuple, var: Var, env: dict[Var, PV], out: LetBuilder) -> PV:
+        fields = tuple(self.atom(f, env) for f in expr.fields)
+        tuple_expr = Tuple(tuple(f.atom for f in fields), span=expr.span)
+        return self.emit(var, tuple_expr, out, fields=fields)
+
+    @on(TupleGetItem)
+    def _get(self, expr: TupleGetItem, var: Var, env: dict[Var, PV], out: LetBuilder) -> PV:
+        whole = self.atom(expr.tuple_value, env)
+        if whole.fields is not None:
+            return whole.fields[expr.index]
+        return self.emit(var, TupleGetItem(whole.atom, expr.index, span=expr.span), out)
+
+    @on(Function)
+    def _function(self, expr: Function, var: Var, env: dict[Var, PV], out: LetBuilder):
+        self.capture(expr, env, out)
+        residual = yield self.closure(expr, env)
+        return self.emit(var, residual, out, fn=expr, env=self.captured(expr, env))
+
+    @on(If)
+    def _if(self, expr: If, var: Var, env: dict[Var, PV], out: LetBuilder):
+        cond = self.atom(expr.cond, env)
+        if cond.const is not None and cond.const.shape == ():
+            taken = expr.then_branch if bool(cond.const) else expr.else_branch
+            mark = len(self.trail)
+            result = yield self.value(taken, env, out)
+            self.undo(mark)
+            return result
+        branches = yield self.branches(expr, [expr.then_branch, expr.else_branch], env)
+        return self.emit(var, If(cond.atom, *branches, span=expr.span), out)
+
+    @on(Let)
+    def _let(self, expr: Let, var: Var, env: dict[Var, PV], out: LetBuilder):
+        raise TypeError("partial-eval: unexpected Let")  # pragma: no cover
+
+    @on(Node)
+    def _other(self, expr: Node, var: Var, env: dict[Var, PV], out: LetBuilder):
         raise TypeError(f"partial-eval: unexpected {type(expr).__name__}")  # pragma: no cover
 
-    def branches(self, bodies: list[Expr], env: dict[Var, PV], patterns=None):
-        """Residual blocks for the branches of an unknown ``if``/``match``.
+    # ---------------------------------------------------------- branches
+    # The residual blocks of an unknown ``if``/``match``. Every branch
+    # starts from the store as it is. A dirty value that every branch
+    # leaves as it found it stays pending after the branches; every other
+    # dirty value is written back at the end of each branch that has it, so
+    # that all paths agree. A value stays known only where no branch
+    # changed it.
+    def fork(self, node: Node) -> dict[RefId, Entry]:
+        return self.snapshot()
 
-        Every branch starts from the store as it is. A dirty value that every
-        branch leaves as it found it stays pending after the branches; every
-        other dirty value is written back at the end of each branch that has
-        it, so that all paths agree. A value stays known only where no branch
-        changed it."""
-        before = self.snapshot()
-        parts = []
-        for i, body in enumerate(bodies):
-            mark = len(self.trail)
-            if patterns is not None:
-                for node in pre_order(patterns[i]):
-                    if isinstance(node, PatternVar):
-                        self.bind(env, node.var, PV(node.var))
-            self.store = {k: dataclasses.replace(e) for k, e in before.items()}
-            block = yield self.block_parts(body, env)
-            self.undo(mark)
-            parts.append((block, self.store))
+    def enter_branch(self, node, index: int, before, env: dict[Var, PV]) -> int:  # type: ignore[override]
+        mark = len(self.trail)
+        if isinstance(node, Match):
+            for p in pre_order(node.clauses[index].pattern):
+                if isinstance(p, PatternVar):
+                    self.bind_var(env, p.var, PV(p.var))
+        self.store = {k: dataclasses.replace(e) for k, e in before.items()}
+        return mark
+
+    def body(self, node: Node, index: int, body: Expr, env: dict[Var, PV]) -> Computation:  # type: ignore[override]
+        """A branch as a block of its own (its parts), a function's body
+        as a whole block."""
+        if isinstance(node, Function):
+            return self.block(body, env)
+        return self.block_parts(body, env)
+
+    def leave_branch(self, node: Node, index: int, mark: int, block):
+        self.undo(mark)
+        return block, self.store
+
+    def join(self, node: Node, before: dict[RefId, Entry], parts) -> list[Expr]:
         ends = [end for _, end in parts]
         unchanged = {
             k
@@ -325,17 +349,23 @@ class Evaluator(Unrolling):
         params = []
         for p in fn.params:
             typed = annotated(p)
-            self.bind(env, p, PV(typed))
+            self.bind_var(env, p, PV(typed))
             params.append(typed)
-        outer, self.store = self.store, {}
         try:
-            body = yield self.block(fn.body, env)
+            body = yield self.scoped(fn, fn.body, env)
         finally:
-            self.store = outer
             self.undo(mark)
         return Function(tuple(params), body, fn.ret_type, fn.type_params, fn.attrs, span=fn.span)
 
-    def match(self, var: Var, expr: Match, env: dict[Var, PV], out: LetBuilder):
+    def enter_scope(self, node: Node) -> dict[RefId, Entry]:
+        outer, self.store = self.store, {}
+        return outer
+
+    def leave_scope(self, node: Node, outer: dict[RefId, Entry]) -> None:
+        self.store = outer
+
+    @on(Match)
+    def _match(self, expr: Match, var: Var, env: dict[Var, PV], out: LetBuilder):
         data = self.atom(expr.data, env)
         if data.ctor is not None:
             for clause in expr.clauses:
@@ -345,13 +375,12 @@ class Evaluator(Unrolling):
                 if bound is not False:
                     mark = len(self.trail)
                     for v, pv in bound.items():
-                        self.bind(env, v, pv)
-                    result = yield from self.value(clause.body, env, out)
+                        self.bind_var(env, v, pv)
+                    result = yield self.value(clause.body, env, out)
                     self.undo(mark)
                     return result
         bodies = [c.body for c in expr.clauses]
-        patterns = [c.pattern for c in expr.clauses]
-        residual_bodies = yield from self.branches(bodies, env, patterns)
+        residual_bodies = yield self.branches(expr, bodies, env)
         clauses = tuple(
             Clause(c.pattern, body, span=c.span)
             for c, body in zip(expr.clauses, residual_bodies, strict=True)
@@ -360,7 +389,8 @@ class Evaluator(Unrolling):
         return self.emit(var, residual, out)
 
     # ------------------------------------------------------- references
-    def ref_create(self, var: Var, expr: RefCreate, env: dict[Var, PV], out: LetBuilder) -> PV:
+    @on(RefCreate)
+    def ref_create(self, expr: RefCreate, var: Var, env: dict[Var, PV], out: LetBuilder) -> PV:
         value = self.atom(expr.value, env)
         self.uses([value], out)
         ref = LocalRef(var.name_hint)
@@ -368,7 +398,8 @@ class Evaluator(Unrolling):
         self.store[ref] = Entry(value, dirty=False, target=var)
         return self.emit(var, RefCreate(value.atom, span=expr.span), out, ref=ref)
 
-    def ref_read(self, var: Var, expr: RefRead, env: dict[Var, PV], out: LetBuilder) -> PV:
+    @on(RefRead)
+    def ref_read(self, expr: RefRead, var: Var, env: dict[Var, PV], out: LetBuilder) -> PV:
         ref = self.atom(expr.ref, env)
         ref_id = self.tracked(ref)
         if ref_id is None:
@@ -382,7 +413,8 @@ class Evaluator(Unrolling):
         self.store[ref_id] = Entry(pv, dirty=False, target=ref.atom)
         return pv
 
-    def ref_write(self, var: Var, expr: RefWrite, env: dict[Var, PV], out: LetBuilder) -> PV:
+    @on(RefWrite)
+    def ref_write(self, expr: RefWrite, var: Var, env: dict[Var, PV], out: LetBuilder) -> PV:
         ref = self.atom(expr.ref, env)
         value = self.atom(expr.value, env)
         ref_id = self.tracked(ref)
@@ -397,13 +429,14 @@ class Evaluator(Unrolling):
         return self.emit(var, Tuple((), span=expr.span), out, fields=())
 
     # ------------------------------------------------------------ calls
-    def call(self, var: Var, call: Call, env: dict[Var, PV], out: LetBuilder):
+    @on(Call)
+    def call(self, call: Call, var: Var, env: dict[Var, PV], out: LetBuilder):
         callee = call.callee
         args = [self.atom(a, env) for a in call.args]
         if isinstance(callee, Op):
             definition = op_def(callee)
             if "control_flow" in definition.traits:
-                return (yield from self.loop(var, call, args, env, out))
+                return (yield self.loop(var, call, args, env, out))
             self.uses(args, out)
             rebuilt = Call(callee, tuple(a.atom for a in args), call.attrs, span=call.span)
             folded = fold(definition, rebuilt, args)
@@ -416,7 +449,7 @@ class Evaluator(Unrolling):
             return self.emit(var, rebuilt, out, ctor=callee, fields=tuple(args))
         target = self.atom(callee, env)
         if target.fn is not None and self.inlinable(target.fn, len(args)):
-            return (yield from self.inline(target, args, out))
+            return (yield self.inline(target, args, out))
         self.uses(args, out)
         touched = self.touches_of(target)
         self.touch(touched, out)
@@ -428,7 +461,7 @@ class Evaluator(Unrolling):
     def loop(self, var: Var, call: Call, args: list[PV], env: dict[Var, PV], out: LetBuilder):
         """A control-flow operator: unrolled when short and static, else
         residualised with its bodies partially evaluated."""
-        unrolled = yield from self.unroll(call, args, env, out)
+        unrolled = yield self.unroll(call, args, env, out)
         if unrolled is not None:
             return unrolled
         touched = NOTHING
@@ -436,7 +469,7 @@ class Evaluator(Unrolling):
         for a, pv in zip(call.args, args, strict=True):
             if isinstance(a, Function):
                 self.capture(a, env, out)
-                residual_args.append((yield from self.closure(a, env)))
+                residual_args.append((yield self.closure(a, env)))
                 touched = union(touched, self.closure_touches(a))
             else:
                 self.uses([pv], out)
@@ -476,7 +509,7 @@ class Evaluator(Unrolling):
             env[param] = arg
         self.inlining.append(fn)
         try:
-            return (yield from self.value(copy.body, env, out))
+            return (yield self.value(copy.body, env, out))
         finally:
             self.inlining.pop()
 

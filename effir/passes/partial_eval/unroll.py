@@ -21,20 +21,22 @@ from .static import fold, fold_tuple, leading_length
 from .values import MAX_INLINE, MAX_UNROLL, PV, Entry, LocalRef, RefId
 
 if TYPE_CHECKING:
-    from .evaluator import Evaluator
+    from .evaluator import PartialEvaluator
 
 
 class Unrolling:
     """The evaluator's rules for unrolling loops."""
 
-    def unroll(self: Evaluator, call: Call, args: list[PV], env: dict[Var, PV], out: LetBuilder):
+    def unroll(
+        self: PartialEvaluator, call: Call, args: list[PV], env: dict[Var, PV], out: LetBuilder
+    ):
         """A short loop with a static trip count, one inlined body per step;
         None when it does not qualify."""
         if not call.has_type:
             return None
         name = op_def(call.callee).name
         if name == "cf.while_loop":
-            return (yield from self.unroll_while(call, args, env, out))
+            return (yield self.unroll_while(call, args, env, out))
         if name != "cf.foreach":
             return None
         length = leading_length(call.args[1])
@@ -48,7 +50,7 @@ class Unrolling:
         outputs = []
         for t in range(length):
             x_t = self.step_of(xs, t, out, call.span)
-            step = yield from self.inline(body, [x_t, state], out)
+            step = yield self.inline(body, [x_t, state], out)
             outputs.append(self.project(step, 0, out))
             state = self.project(step, 1, out)
         assert isinstance(result_type, TupleType)
@@ -58,7 +60,7 @@ class Unrolling:
         )
 
     def known_function(
-        self: Evaluator, arg: Expr, pv: PV, env: dict[Var, PV], arity: int
+        self: PartialEvaluator, arg: Expr, pv: PV, env: dict[Var, PV], arity: int
     ) -> PV | None:
         """The loop body ``arg`` as a function that may be inlined, or None."""
         fn = PV(arg, fn=arg, env=self.captured(arg, env)) if isinstance(arg, Function) else pv
@@ -67,7 +69,7 @@ class Unrolling:
         return fn if self.size_of(fn.fn) <= MAX_INLINE else None
 
     def unroll_while(
-        self: Evaluator, call: Call, args: list[PV], env: dict[Var, PV], out: LetBuilder
+        self: PartialEvaluator, call: Call, args: list[PV], env: dict[Var, PV], out: LetBuilder
     ):
         """``cf.while_loop`` whose condition is a constant at every step and
         false within ``MAX_UNROLL`` steps (or ``max_iterations``). The steps
@@ -88,14 +90,14 @@ class Unrolling:
                 break
             if self.size_of(cond.fn) > self.budget:  # type: ignore[arg-type]
                 return self.abandon(saved)
-            go = yield from self.inline(cond, [state], trial)
+            go = yield self.inline(cond, [state], trial)
             if go.const is None or go.const.shape != ():
                 return self.abandon(saved)
             if not bool(go.const):
                 break
             if len(outputs) >= MAX_UNROLL or self.size_of(body.fn) > self.budget:  # type: ignore[arg-type]
                 return self.abandon(saved)
-            step = yield from self.inline(body, [state], trial)
+            step = yield self.inline(body, [state], trial)
             outputs.append(self.project(step, 0, trial))
             state = self.project(step, 1, trial)
         stacked = self.stack_or_empty(outputs, result_type.fields[0], trial)
@@ -106,13 +108,15 @@ class Unrolling:
             Var("while"), Tuple((stacked.atom, state.atom)), out, fields=(stacked, state)
         )
 
-    def abandon(self: Evaluator, saved: tuple[dict[RefId, Entry], set[LocalRef], int]) -> None:
+    def abandon(
+        self: PartialEvaluator, saved: tuple[dict[RefId, Entry], set[LocalRef], int]
+    ) -> None:
         """Forget a trial: the store, the escaped references and the budget
         as they were before it."""
         self.store, self.escaped, self.budget = saved
 
     def stack_or_empty(
-        self: Evaluator, outputs: list[PV], stacked_type: Type, out: LetBuilder
+        self: PartialEvaluator, outputs: list[PV], stacked_type: Type, out: LetBuilder
     ) -> PV | None:
         """The stacked outputs; for zero steps, empty tensors of the static
         per-step shapes (None if a shape is not static)."""
@@ -129,7 +133,7 @@ class Unrolling:
         empty = np.zeros((0, *shape), dtype=stacked_type.dtype)
         return PV(Constant(empty), const=empty)
 
-    def step_of(self: Evaluator, xs: PV, t: int, out: LetBuilder, span) -> PV:
+    def step_of(self: PartialEvaluator, xs: PV, t: int, out: LetBuilder, span) -> PV:
         """Step ``t`` of a sequence (a tensor or a tuple of tensors), as the
         operator's rule takes it: ``xs[t]``."""
         if xs.fields is not None:
@@ -141,7 +145,7 @@ class Unrolling:
         index = np.asarray(t, dtype="int32")
         return self.apply("take", [xs, PV(Constant(index), const=index)], {"axis": 0}, out, span)
 
-    def stack(self: Evaluator, outputs: list[PV], stacked_type: Type, out: LetBuilder) -> PV:
+    def stack(self: PartialEvaluator, outputs: list[PV], stacked_type: Type, out: LetBuilder) -> PV:
         if isinstance(stacked_type, TupleType):
             parts = [
                 self.stack([self.project(o, i, out) for o in outputs], f, out)
@@ -151,17 +155,19 @@ class Unrolling:
         packed = self.tuple_of(outputs, out)
         return self.apply("stack", [packed], {"axis": 0}, out, None)
 
-    def tuple_of(self: Evaluator, parts: list[PV], out: LetBuilder) -> PV:
+    def tuple_of(self: PartialEvaluator, parts: list[PV], out: LetBuilder) -> PV:
         return self.emit(
             Var("tuple"), Tuple(tuple(p.atom for p in parts)), out, fields=tuple(parts)
         )
 
-    def project(self: Evaluator, pv: PV, index: int, out: LetBuilder) -> PV:
+    def project(self: PartialEvaluator, pv: PV, index: int, out: LetBuilder) -> PV:
         if pv.fields is not None:
             return pv.fields[index]
         return self.emit(Var("field"), TupleGetItem(pv.atom, index), out)
 
-    def apply(self: Evaluator, name: str, args: list[PV], attrs: dict, out: LetBuilder, span) -> PV:
+    def apply(
+        self: PartialEvaluator, name: str, args: list[PV], attrs: dict, out: LetBuilder, span
+    ) -> PV:
         definition = op_def(name)
         call = Call(
             get_op(name), tuple(a.atom for a in args), definition.normalize_attrs(attrs), span=span

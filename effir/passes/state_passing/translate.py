@@ -5,6 +5,12 @@ ones, both branches of an ``if``/``match`` return the same new values, and a
 local ``ref(...)`` becomes a plain value from its creation on. Loops are
 ``loops.LoopTranslation``'s.
 
+The translator is an ``effir.ir.evaluator.Evaluator``: one rule per class
+of bound value, ``(value, var, sigma, b)``: the variable it is bound to,
+the cells' current values, and the builder of the block it goes to. A
+rule that translates a body (a closure, a branch, a nested block) yields it
+to the walker's stack, so nesting needs no Python recursion.
+
 Code is generated through ``LetBuilder``s: a node rebuilt from one of the
 input keeps that node's span; a generated node takes the span of what it
 translates (the builder's span scope)."""
@@ -15,6 +21,7 @@ import dataclasses
 
 from ...ir.builder import LetBuilder, TupleLayout
 from ...ir.diagnostics import EffectError
+from ...ir.evaluator import Computation, Evaluator
 from ...ir.expr import (
     Call,
     Clause,
@@ -37,9 +44,8 @@ from ...ir.expr import (
 )
 from ...ir.functor import Mutator, on, pre_order
 from ...ir.module import IRModule
-from ...ir.node import Attrs
+from ...ir.node import Attrs, Node
 from ...ir.op import op_def
-from ...ir.trampoline import Computation, run
 from ...ir.types import FuncType, TupleType, Type
 from ...ops.effects import WORLD
 from .analyse import Analysis
@@ -51,7 +57,7 @@ from .signature import Signature, cell_hint, out_name, returns, state_attrs
 _WORLD_FORM = TupleLayout("world", "value")
 
 
-class Translator(LoopTranslation):
+class Translator(LoopTranslation, Evaluator):
     """Rewrites each function binding by binding, with ``sigma``: each
     cell's current value. ``subst`` maps variables bound to a read to the
     value read; ``inside`` gives the cells written inside an ``if``/``match``."""
@@ -65,7 +71,8 @@ class Translator(LoopTranslation):
     def run(self) -> IRModule:
         functions = {}
         for name, fn in self.module.functions.items():
-            functions[name] = run(self.function(fn, self.a.own_signature(("def", name))))
+            sig = self.a.own_signature(("def", name))
+            functions[name] = self.drive(self.translate_function(fn, sig))
         if not self.a.adt_fields:
             return IRModule(functions, self.module.type_defs, self.module.cells)
         type_defs, constructors = self.type_defs_with_state()
@@ -215,13 +222,13 @@ class Translator(LoopTranslation):
         return None
 
     # ------------------------------------------------------ functions
-    def function(self, fn: Function, sig: Signature) -> Computation[Function]:
+    def translate_function(self, fn: Function, sig: Signature) -> Computation:
         self.inside.update(self.a.writes_inside(fn))
         b = LetBuilder(fn.span)
         typed = {c: b.var(cell_hint(c), self.cell_type(c)) for c in sig.reads}
         sigma: dict[str, Expr] = dict(typed)
         params = tuple(self.retyped(p) for p in fn.params)
-        body = yield self.block(fn.body, sigma, sig.writes)
+        body = yield self.scoped(fn, fn.body, sigma, sig.writes)
         ret_type = self.retyped_annotation(fn.ret_type, self.a.functions_of(fn.body))
         if ret_type is not None and sig.writes:
             ret_type = TupleType((ret_type,) + tuple(self.cell_type(c) for c in sig.writes))
@@ -233,31 +240,38 @@ class Translator(LoopTranslation):
             attrs=state_attrs(fn.attrs, sig),
         )
 
-    def block(
-        self, expr: Expr, sigma: dict[str, Expr], writes: tuple[str, ...]
-    ) -> Computation[Expr]:
+    def body(self, node: Node, index: int, body: Expr, sigma, writes) -> Computation:  # type: ignore[override]
+        """A function's body or a branch: a block of its own."""
+        return self.block(body, sigma, writes)
+
+    def block(self, expr: Expr, sigma: dict[str, Expr], writes: tuple[str, ...]) -> Computation:
         """``expr`` in state passing: it evaluates to ``(value, new...)`` for
         ``writes`` (to the value alone when there are none)."""
         sigma = dict(sigma)
         b = LetBuilder()
         while isinstance(expr, Let):
-            yield from self.bind(expr.var, expr.value, sigma, b)
+            yield self.eval(expr.value, expr.var, sigma, b)
             expr = expr.body
-        tail = yield from self.tail(expr, sigma, writes, b)
+        tail = yield self.tail(expr, sigma, writes, b)
         return b.finish(tail)
 
-    def tail(self, expr: Expr, sigma: dict[str, Expr], writes: tuple[str, ...], b: LetBuilder):
+    def branch_expr(self, expr: If | Match, sigma: dict[str, Expr], writes: tuple[str, ...]):
+        """An ``if``/``match`` whose branches each return ``writes``'s new values."""
         if isinstance(expr, If):
-            cond = self.atom(expr.cond)
-            then_branch = yield self.block(expr.then_branch, sigma, writes)
-            else_branch = yield self.block(expr.else_branch, sigma, writes)
-            return If(cond, then_branch, else_branch, span=expr.span)
-        if isinstance(expr, Match):
-            clauses = []
-            for clause in expr.clauses:
-                body = yield self.block(clause.body, sigma, writes)
-                clauses.append(Clause(clause.pattern, body, span=clause.span))
-            return Match(self.atom(expr.data), tuple(clauses), expr.complete, span=expr.span)
+            bodies = [expr.then_branch, expr.else_branch]
+            then_branch, else_branch = yield self.branches(expr, bodies, sigma, writes)
+            return If(self.atom(expr.cond), then_branch, else_branch, span=expr.span)
+        bodies = [c.body for c in expr.clauses]
+        blocks = yield self.branches(expr, bodies, sigma, writes)
+        clauses = tuple(
+            Clause(c.pattern, body, span=c.span)
+            for c, body in zip(expr.clauses, blocks, strict=True)
+        )
+        return Match(self.atom(expr.data), clauses, expr.complete, span=expr.span)
+
+    def tail(self, expr: Expr, sigma: dict[str, Expr], writes: tuple[str, ...], b: LetBuilder):
+        if isinstance(expr, If | Match):
+            return (yield self.branch_expr(expr, sigma, writes))
         if isinstance(expr, Call) and not isinstance(expr.callee, Op | Constructor):
             site = self._site(expr) or Signature()
             if site.writes == writes:  # a tail call stays a tail call
@@ -267,7 +281,7 @@ class Translator(LoopTranslation):
                 return self.tail_tuple(self.value_atom(expr, b), sigma, writes, b)
         result = Var("result", span=expr.span)
         self.a.used.add(result)
-        yield from self.bind(result, expr, sigma, b)
+        yield self.eval(expr, result, sigma, b)
         if not writes and b.bindings and b.bindings[-1][0] is result:
             return b.pop()[1]
         with b.span(expr.span):
@@ -290,48 +304,60 @@ class Translator(LoopTranslation):
         return Call(self.atom(call.callee), args + extra, call.attrs, span=call.span)
 
     # -------------------------------------------------------- bindings
-    def bind(self, var: Var, value: Expr, sigma: dict[str, Expr], b: LetBuilder):
-        a = self.a
-        if isinstance(value, RefRead):
-            self.subst[var] = self.current(sigma, a.target[value], value)
-            return
-        if isinstance(value, RefWrite):
-            sigma[a.target[value]] = self.value_atom(value.value, b)
-            if a.needed(var):
-                b.bind(var, Tuple((), span=value.span))
-            return
-        if isinstance(value, RefCreate):
-            sigma[a.alloc_name[value]] = self.value_atom(value.value, b)
-            return
+    @on(RefRead)
+    def _read(self, value: RefRead, var: Var, sigma: dict[str, Expr], b: LetBuilder) -> None:
+        self.subst[var] = self.current(sigma, self.a.target[value], value)
+
+    @on(RefWrite)
+    def _write(self, value: RefWrite, var: Var, sigma: dict[str, Expr], b: LetBuilder) -> None:
+        sigma[self.a.target[value]] = self.value_atom(value.value, b)
+        if self.a.needed(var):
+            b.bind(var, Tuple((), span=value.span))
+
+    @on(RefCreate)
+    def _create(self, value: RefCreate, var: Var, sigma: dict[str, Expr], b: LetBuilder) -> None:
+        sigma[self.a.alloc_name[value]] = self.value_atom(value.value, b)
+
+    @on(Function)
+    def _function(self, value: Function, var: Var, sigma: dict[str, Expr], b: LetBuilder):
         var = self.retyped(var)
-        if isinstance(value, Function):
-            sig = a.signature_of(("fn", value))
-            b.bind(var, (yield self.function(value, sig)))
+        sig = self.a.signature_of(("fn", value))
+        b.bind(var, (yield self.translate_function(value, sig)))
+
+    @on(If, Match)
+    def _branching(self, value: If | Match, var: Var, sigma: dict[str, Expr], b: LetBuilder):
+        var = self.retyped(var)
+        written = tuple(c for c in self.a.sort(self.inside.get(id(value), ())) if c in sigma)
+        branch = yield self.branch_expr(value, sigma, written)
+        if not written:
+            b.bind(var, branch)
             return
-        if isinstance(value, If | Match):
-            written = tuple(c for c in a.sort(self.inside.get(id(value), ())) if c in sigma)
-            branch = yield from self.tail(value, sigma, written, b)
-            if not written:
-                b.bind(var, branch)
-                return
-            with b.span(value.span):
-                out = b.emit(branch, out_name(var))
-                self.unpack(var, out, written, sigma, b)
-            return
-        if isinstance(value, Call):
-            self.bind_call_value(var, value, sigma, b)
-            return
-        if isinstance(value, Tuple):
-            fields = tuple(self.value_atom(f, b) for f in value.fields)
-            b.bind(var, Tuple(fields, span=value.span))
-            return
-        if isinstance(value, TupleGetItem):
-            b.bind(var, TupleGetItem(self.atom(value.tuple_value), value.index, span=value.span))
-            return
-        if isinstance(value, Let):  # not produced by to_anf, but harmless
-            b.bind(var, (yield self.block(value, sigma, ())))
-            return
-        b.bind(var, self.value_atom(value, b))
+        with b.span(value.span):
+            out = b.emit(branch, out_name(var))
+            self.unpack(var, out, written, sigma, b)
+
+    @on(Call)
+    def _call(self, value: Call, var: Var, sigma: dict[str, Expr], b: LetBuilder) -> None:
+        self.bind_call_value(self.retyped(var), value, sigma, b)
+
+    @on(Tuple)
+    def _tuple(self, value: Tuple, var: Var, sigma: dict[str, Expr], b: LetBuilder) -> None:
+        fields = tuple(self.value_atom(f, b) for f in value.fields)
+        b.bind(self.retyped(var), Tuple(fields, span=value.span))
+
+    @on(TupleGetItem)
+    def _get(self, value: TupleGetItem, var: Var, sigma: dict[str, Expr], b: LetBuilder) -> None:
+        get = TupleGetItem(self.atom(value.tuple_value), value.index, span=value.span)
+        b.bind(self.retyped(var), get)
+
+    @on(Let)
+    def _let(self, value: Let, var: Var, sigma: dict[str, Expr], b: LetBuilder):
+        var = self.retyped(var)  # not produced by to_anf, but harmless
+        b.bind(var, (yield self.block(value, sigma, ())))
+
+    @on(Node)
+    def _atom(self, value: Expr, var: Var, sigma: dict[str, Expr], b: LetBuilder) -> None:
+        b.bind(self.retyped(var), self.value_atom(value, b))
 
     def bind_call_value(self, var: Var, call: Call, sigma: dict[str, Expr], b: LetBuilder):
         callee = call.callee

@@ -18,12 +18,13 @@ places, and using ``%ks`` whole uses both.
 
 The walk. Each function body (global ``def`` and every ``fn``) is walked
 once in evaluation order (a call's arguments left to right, then the call)
-on the trampoline, so deep programs need no Python recursion. The walk
-keeps a *path state*: which places were used and which obligations are met
-on the path taken so far. ``if`` and ``match`` fork it: each branch is
-walked from the same state (the changes are logged and undone), and at the
-join the worst case is kept: a place used in any branch counts as used, an
-obligation counts as met only if every branch met it.
+by the framework's ``Evaluator`` (effir.ir.evaluator), so deep programs
+need no Python recursion. The walk keeps a *path state*: which places were
+used and which obligations are met on the path taken so far. ``if`` and
+``match`` fork it: each branch is walked from the same state (the changes
+are logged and undone), and at the join the worst case is kept: a place
+used in any branch counts as used, an obligation counts as met only if
+every branch met it.
 
 Uses. An occurrence as a call argument, returned value, ``if``/``match``
 scrutinee, ``ref``/``ref_write`` value or closure capture is a *use*. A

@@ -1,10 +1,18 @@
 """The verifier's walk: each function body once, in evaluation order, on
-the trampoline, applying the rules of the package docstring."""
+the framework's ``Evaluator``, applying the rules of the package docstring.
+
+A rule per expression class gets ``(node, site, ctx, tail)``: where the
+node's value is used, the nearest enclosing span (for messages), and
+whether it is the function's returned value. ``if``/``match`` fork the path
+state at their branches and join it after them (``fork``/``enter_branch``/
+``leave_branch``/``join``)."""
 
 from __future__ import annotations
 
 from ...ir.diagnostics import LinearityError, Span
+from ...ir.evaluator import Evaluator
 from ...ir.expr import (
+    ATOM_TYPES,
     Call,
     Constructor,
     Expr,
@@ -26,11 +34,11 @@ from ...ir.expr import (
     Var,
     is_atom,
 )
+from ...ir.functor import on
 from ...ir.module import IRModule
 from ...ir.node import Node
 from ...ir.op import op_def
 from ...ir.structural import structural_equal
-from ...ir.trampoline import run as run_computation
 from ...ir.types import KeyType, RefType, TupleType, Type, TypeCall
 from ...ops.effects import WORLD, WORLD_TYPE
 from ..type_solver import show
@@ -67,7 +75,7 @@ def loop_threading(op) -> dict | None:
     return {"init": shape.init, "final": shape.final, "bodies": bodies}
 
 
-class Verifier:
+class Verifier(Evaluator):
     def __init__(self, module: IRModule, require_incoming_use: bool) -> None:
         self.module = module
         self.require_incoming_use = require_incoming_use
@@ -133,7 +141,7 @@ class Verifier:
                 what = f"the world token %{place.name}{path_text(path)} of the loop state"
                 self.oblige(place, path, what, "bound")
         body_site: Site = (fn.body, fn, len(slots(fn)) - 1, fn.span)
-        run_computation(self.ev(fn.body, body_site, fn.span, True))
+        self.evaluate(fn.body, body_site, fn.span, True)
         unmet: dict[int, list[tuple[Obligation, object]]] = {}
         for ob, status in self.state.obs.items():
             if status is not SAT:
@@ -378,66 +386,85 @@ class Verifier:
     def atom(self, expr: Expr) -> Val:
         return self.env.get(expr) if isinstance(expr, Var) else None
 
-    def ev(self, expr: Expr, site: Site, ctx: Span | None, tail: bool):
+    def eval(self, expr: Expr, site: Site, ctx: Span | None, tail: bool):  # type: ignore[override]
         if not tail and id(expr) in self.shared:
             return self.ev_shared(expr, site, ctx)
-        return self.ev_expr(expr, site, ctx, tail)
+        return Evaluator.eval(self, expr, site, ctx, tail)
 
     def ev_shared(self, expr: Expr, site: Site, ctx: Span | None):
         """A graph-form shared expression is evaluated once per activation."""
         memo = self.state.memo
         if id(expr) in memo:
             return memo[id(expr)]
-        val = yield self.ev_expr(expr, site, ctx, False)
+        val = yield Evaluator.eval(self, expr, site, ctx, False)
         self.state.set(memo, id(expr), val)
         return val
 
     def child(self, expr: Expr, parent: Node, index: int, ctx: Span | None, tail=False):
-        """Sub-computation evaluating a child expression (atoms inline)."""
+        """A child expression's site, and its evaluation (None for an atom
+        read in place; a rule's immediate value is yielded back as it is)."""
         site = (expr, parent, index, ctx)
         if not tail and is_atom(expr):
             return site, None
-        return site, self.ev(expr, site, ctx, tail)
+        return site, self.eval(expr, site, ctx, tail)
 
-    def ev_expr(self, expr: Expr, site: Site, ctx: Span | None, tail: bool):
-        while isinstance(expr, Let):  # a let chain in one frame
-            ctx = expr.span or ctx
-            vsite, gen = self.child(expr.value, expr, 1, ctx)
-            val = self.atom(expr.value) if gen is None else (yield gen)
-            self.bind(expr.var, val, expr.value, vsite)
-            site, expr = (expr.body, expr, 2, ctx), expr.body
-        if not isinstance(expr, Var):
-            ctx = expr.span or ctx
-        if isinstance(expr, If | Match):
-            return (yield from self.ev_branches(expr, site, ctx, tail))
-        if isinstance(expr, Call):
-            val = yield from self.ev_call(expr, ctx)
-        elif isinstance(expr, Tuple):
-            dest = Place(None, expr.span or ctx, type_of(expr), expr)
-            for i, field in enumerate(expr.fields):
-                fsite, gen = self.child(field, expr, i, ctx)
-                self.move(self.atom(field) if gen is None else (yield gen), dest, (i,), fsite)
-            val = self.keep(dest)
-        elif isinstance(expr, TupleGetItem):
-            _, gen = self.child(expr.tuple_value, expr, 0, ctx)
-            inner = self.atom(expr.tuple_value) if gen is None else (yield gen)
-            val = None if inner is None else (inner[0], inner[1] + (expr.index,))
-        elif isinstance(expr, Function):
-            val = self.closure(expr, site, ctx)
-        elif isinstance(expr, RefCreate | RefRead | RefWrite):
-            for i, part in enumerate(expr.children()):
-                psite, gen = self.child(part, expr, i, ctx)
-                self.use(self.atom(part) if gen is None else (yield gen), psite)
-            val = None
-            if isinstance(expr, RefRead):
-                val = self.keep(Place(None, expr.span or ctx, type_of(expr), expr))
-        else:
-            val = self.atom(expr)
+    def done(self, val: Val, expr: Expr, site: Site, tail: bool) -> Val:
         if tail:
             self.ret(val, expr, site)
         return val
 
-    def bind(self, var: Var, val: Val, value: Expr, site: Site) -> None:
+    @on(Let)
+    def _let(self, expr: Let, site: Site, ctx: Span | None, tail: bool):
+        """A let chain in one frame; its tail is not looked up as shared."""
+        while isinstance(expr, Let):
+            ctx = expr.span or ctx
+            vsite, gen = self.child(expr.value, expr, 1, ctx)
+            val = self.atom(expr.value) if gen is None else (yield gen)
+            self.bind_let(expr.var, val, expr.value, vsite)
+            site, expr = (expr.body, expr, 2, ctx), expr.body
+        return (yield Evaluator.eval(self, expr, site, ctx, tail))
+
+    @on(*ATOM_TYPES)
+    def _atom(self, expr: Expr, site: Site, ctx: Span | None, tail: bool) -> Val:
+        return self.done(self.atom(expr), expr, site, tail)
+
+    @on(Tuple)
+    def _tuple(self, expr: Tuple, site: Site, ctx: Span | None, tail: bool):
+        ctx = expr.span or ctx
+        dest = Place(None, expr.span or ctx, type_of(expr), expr)
+        for i, field in enumerate(expr.fields):
+            fsite, gen = self.child(field, expr, i, ctx)
+            self.move(self.atom(field) if gen is None else (yield gen), dest, (i,), fsite)
+        return self.done(self.keep(dest), expr, site, tail)
+
+    @on(TupleGetItem)
+    def _get(self, expr: TupleGetItem, site: Site, ctx: Span | None, tail: bool):
+        ctx = expr.span or ctx
+        _, gen = self.child(expr.tuple_value, expr, 0, ctx)
+        inner = self.atom(expr.tuple_value) if gen is None else (yield gen)
+        val = None if inner is None else (inner[0], inner[1] + (expr.index,))
+        return self.done(val, expr, site, tail)
+
+    @on(Function)
+    def _function(self, expr: Function, site: Site, ctx: Span | None, tail: bool) -> Val:
+        return self.done(self.closure(expr, site, expr.span or ctx), expr, site, tail)
+
+    @on(RefCreate, RefRead, RefWrite)
+    def _ref(self, expr: RefCreate | RefRead | RefWrite, site: Site, ctx: Span | None, tail: bool):
+        ctx = expr.span or ctx
+        for i, part in enumerate(expr.children()):
+            psite, gen = self.child(part, expr, i, ctx)
+            self.use(self.atom(part) if gen is None else (yield gen), psite)
+        val = None
+        if isinstance(expr, RefRead):
+            val = self.keep(Place(None, expr.span or ctx, type_of(expr), expr))
+        return self.done(val, expr, site, tail)
+
+    @on(Node)
+    def _other(self, expr: Node, site: Site, ctx: Span | None, tail: bool) -> Val:
+        return self.done(None, expr, site, tail)  # pragma: no cover
+
+    def bind_let(self, var: Var, val: Val, value: Expr, site: Site) -> None:
         if isinstance(value, Function):
             self.known_fns[var] = value
         elif isinstance(value, Var) and value in self.known_fns:
@@ -478,32 +505,48 @@ class Verifier:
         for ob in [ob for ob, status in obs.items() if status is None]:
             self.state.set(obs, ob, site)
 
-    def ev_branches(self, expr: If | Match, site: Site, ctx: Span | None, tail: bool):
+    @on(If, Match)
+    def _branching(self, expr: If | Match, site: Site, ctx: Span | None, tail: bool):
+        ctx = expr.span or ctx
         scrutinee = expr.cond if isinstance(expr, If) else expr.data
         ssite, gen = self.child(scrutinee, expr, 0, ctx)
         data = self.atom(scrutinee) if gen is None else (yield gen)
         if isinstance(expr, If):
             self.use(data, ssite)
-            branches = [(expr.then_branch, expr, 1, None), (expr.else_branch, expr, 2, None)]
+            bodies = [expr.then_branch, expr.else_branch]
         else:
             if data is not None:  # used; its patterns take over its world tokens
                 self.record(data, ssite)
                 self.satisfy(*data, moved=True)
-            branches = [(c.body, c, 1, c.pattern) for c in expr.clauses]
+            bodies = [c.body for c in expr.clauses]
         result = None if tail else Place(None, expr.span or ctx, type_of(expr), expr)
-        ends = []
-        for body, parent, index, pattern in branches:
-            mark = self.state.begin()
-            if pattern is not None:
-                self.bind_pattern(pattern, data)
-            bctx = parent.span or ctx
-            bsite, gen = self.child(body, parent, index, bctx, tail)
-            val = self.atom(body) if gen is None else (yield gen)
-            if result is not None:
-                self.move(val, result, (), bsite)
-            ends.append((self.state.end(mark), bsite))
-        self.state.merge(ends)
+        yield self.branches(expr, bodies, data, result, ctx, tail)
         return None if result is None else self.keep(result)
+
+    def enter_branch(self, node, index: int, start, data: Val, *args) -> tuple[int, int]:  # type: ignore[override]
+        """Each branch from the same path state (its changes logged)."""
+        mark = self.state.begin()
+        if isinstance(node, Match):
+            self.bind_pattern(node.clauses[index].pattern, data)
+        return mark
+
+    def body(self, node, index: int, body: Expr, data: Val, result, ctx, tail: bool):  # type: ignore[override]
+        """A branch's value moves into the ``if``/``match``'s result; its site."""
+        parent = node if isinstance(node, If) else node.clauses[index]
+        bctx = parent.span or ctx
+        bsite, gen = self.child(body, parent, index + 1 if isinstance(node, If) else 1, bctx, tail)
+        val = self.atom(body) if gen is None else (yield gen)
+        if result is not None:
+            self.move(val, result, (), bsite)
+        return bsite
+
+    def leave_branch(self, node, index: int, mark: tuple[int, int], bsite: Site):
+        """The branch's changes, undone (``join`` has them)."""
+        return self.state.end(mark), bsite
+
+    def join(self, node, start, ends) -> None:
+        """The worst case of the branches: ``PathState.merge``."""
+        self.state.merge(ends)
 
     def bind_pattern(self, pattern: Pattern, data: Val) -> None:
         stack: list[tuple[Pattern, Val]] = [(pattern, data)]
@@ -521,7 +564,9 @@ class Verifier:
                     self.satisfy(*val)
                 stack.extend((sub, None) for sub in p.patterns)
 
-    def ev_call(self, call: Call, ctx: Span | None):
+    @on(Call)
+    def _call(self, call: Call, site: Site, ctx: Span | None, tail: bool):
+        ctx = call.span or ctx
         callee = call.callee
         op = op_def(callee) if isinstance(callee, Op) else None
         control = op is not None and "control_flow" in op.traits
@@ -563,7 +608,7 @@ class Verifier:
                     else:
                         what = f"the new value of @{cell} (from {name})"
                     self.oblige(result, (1 + j,), what, "produced", span)
-        return self.keep(result)
+        return self.done(self.keep(result), call, site, tail)
 
     def thread(self, call: Call, init: tuple[Place, Path], result: Place, loop, span) -> None:
         """[RULE WORLD] a world token in a loop's initial state is the body's
