@@ -180,8 +180,10 @@ class Reverse:
 
     def _op_back(self, bb: LetBuilder, var: Var, call: Call) -> None:
         ct = self.ct.pop(var, None)
-        if ct is None:
-            return
+        if ct is None or not any(
+            isinstance(a, Var) and differentiable(a.checked_type) for a in call.args
+        ):
+            return  # no argument can take a gradient: no rule is needed
         rule = vjp_rule(call)
         if rule is NOT_DIFFERENTIABLE:
             return
