@@ -289,3 +289,94 @@ def test_embedding_backward_accumulates_repeated_rows():
     expected = np.zeros((4, 2))
     np.add.at(expected, tokens, ct)
     np.testing.assert_allclose(g, expected)
+
+
+# ------------------------------------------------------------------------- nn
+@FEW
+@given(
+    lead=st.lists(st.integers(1, 3), max_size=2).map(tuple),
+    k=st.integers(1, 3),
+    units=st.integers(1, 3),
+    seed=st.integers(0, 2**16),
+)
+def test_dense(lead, k, units, seed):
+    rng = np.random.default_rng(seed)
+    check_vjp("nn.dense", [rand(rng, lead + (k,)), rand(rng, (units, k))], seed=seed)
+
+
+@FEW
+@given(
+    batch=broadcast_pair(),
+    mkn=st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(1, 3)),
+    ta=st.booleans(),
+    tb=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_matmul(batch, mkn, ta, tb, seed):
+    m, k, n = mkn
+    rng = np.random.default_rng(seed)
+    a = rand(rng, batch[0] + ((k, m) if ta else (m, k)))
+    b = rand(rng, batch[1] + ((n, k) if tb else (k, n)))
+    check_vjp("nn.matmul", [a, b], seed=seed, transpose_a=ta, transpose_b=tb)
+
+
+@pytest.mark.parametrize("name", ["nn.softmax", "nn.log_softmax"])
+@FEW
+@given(shape=nonempty, data=st.data(), seed=st.integers(0, 2**16))
+def test_softmax(name, shape, data, seed):
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    check_vjp(name, [rand(np.random.default_rng(seed), shape)], seed=seed, axis=axis)
+
+
+@FEW
+@given(
+    shape=st.lists(st.integers(2, 3), min_size=1, max_size=3).map(tuple),
+    data=st.data(),
+    seed=st.integers(0, 2**16),
+)
+def test_layer_norm(shape, data, seed):
+    rng = np.random.default_rng(seed)
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    c = shape[axis]
+    flags = {"center": data.draw(st.booleans()), "scale": data.draw(st.booleans())}
+    inputs = [rand(rng, shape), rand(rng, (c,)), rand(rng, (c,))]
+    grads = check_vjp("nn.layer_norm", inputs, seed=seed, axis=axis, epsilon=1e-3, **flags)
+    assert (grads[1] is None) != flags["scale"] and (grads[2] is None) != flags["center"]
+
+
+@st.composite
+def channels(draw):
+    shape = draw(st.lists(st.integers(1, 3), min_size=2, max_size=3).map(tuple))
+    axis = draw(st.integers(-len(shape), len(shape) - 1))
+    if np.prod(shape) // shape[axis] < 2:  # training needs 2 values per channel
+        shape = (3,) + shape
+        axis = axis + 1 if axis >= 0 else axis
+    return shape, axis
+
+
+@FEW
+@given(case=channels(), seed=st.integers(0, 2**16))
+def test_batch_norm_infer(case, seed):
+    shape, axis = case
+    rng = np.random.default_rng(seed)
+    c = shape[axis]
+    inputs = [rand(rng, shape)] + [rand(rng, (c,)) for _ in range(3)] + [rand(rng, (c,), 0.5)]
+    check_vjp("nn.batch_norm_infer", inputs, seed=seed, axis=axis, epsilon=1e-3)
+
+
+@FEW
+@given(
+    case=channels(),
+    with_ct=st.lists(st.booleans(), min_size=3, max_size=3),
+    seed=st.integers(0, 2**16),
+)
+def test_batch_norm_train(case, with_ct, seed):
+    """Through the batch statistics; the running statistics are state: no
+    cotangent when the new ones get none (as in a state-passing program)."""
+    shape, axis = case
+    rng = np.random.default_rng(seed)
+    c = shape[axis]
+    inputs = [rand(rng, shape)] + [rand(rng, (c,)) for _ in range(3)] + [rand(rng, (c,), 0.5)]
+    attrs = {"axis": axis, "epsilon": 1e-3, "momentum": 0.3}
+    grads = check_vjp("nn.batch_norm_train", inputs, seed=seed, with_ct=with_ct, **attrs)
+    assert (grads[3] is None) != with_ct[1] and (grads[4] is None) != with_ct[2]
