@@ -129,25 +129,11 @@ class _Loop:
         ct_final: Expr,
         make_step: Callable[[LetBuilder, Var, Var], tuple[Expr, Expr, list[Expr]]],
     ) -> None:
-        """Emit the reverse ``cf.foreach`` over ``sequences`` (already
-        reversed) and add the cotangents it returns to the loop's inputs.
-        ``make_step(nb, step, carry)`` emits one step's backward from the
-        per-step slice ``step`` (a tuple, one field per sequence) and
-        ``carry`` (ct of the carry, then the free variables' accumulators)."""
-        pack = bb.emit(bb.tuple(sequences), "seqs")
+        """Emit the reverse loop over ``sequences`` (already reversed) and
+        add the cotangents it returns to the loop's inputs."""
         zeros = [materialize(bb, None, f, f.checked_type) for f in self.free]
         init = bb.emit(bb.tuple([ct_final, *zeros]), "ct_init")
-        step, carry = Var("step", span=self.span), Var("carry", span=self.span)
-        nb = LetBuilder(self.span)
-        x_ct, prev, free_cts = make_step(nb, step, carry)
-        total = []
-        for j, (f, g) in enumerate(zip(self.free, free_cts, strict=True)):
-            acc = nb.emit_get(carry, j + 1, "acc")
-            t = f.checked_type
-            total.append(materialize(nb, accumulate(nb, acc, g, t), f, t))
-        ret = nb.emit(nb.tuple([x_ct, nb.emit(nb.tuple([prev, *total]), "carry")]), "ret")
-        body = fresh_binders(Function((step, carry), nb.finish(ret), span=self.span))
-        loop = bb.emit(bb.call_op("cf.foreach", body, pack, init), "backward")
+        loop = self.reverse_loop(bb, sequences, init, make_step)
         fin = bb.emit_get(loop, 1, "ct_final")
         self.rev.add(bb, self.init, bb.emit_get(fin, 0, "ct_init"))
         if self.foreach and differentiable(self.xs.checked_type):
@@ -155,6 +141,39 @@ class _Loop:
             self.rev.add(bb, self.xs, reverse(bb, steps, ct_type(self.xs.checked_type)))
         for j, f in enumerate(self.free):
             self.rev.add(bb, f, bb.emit_get(fin, j + 1, "ct_free"))
+
+    def reverse_loop(
+        self,
+        bb: LetBuilder,
+        sequences: list[Expr],
+        init: Expr,
+        make_step: Callable[[LetBuilder, Var, Var], tuple[Expr, Expr, list[Expr]]],
+        totals: bool = False,
+    ) -> Var:
+        """The ``cf.foreach`` over ``sequences`` carrying ``init`` = (ct of
+        the carry, accumulated cts of the free variables): per step, the ct
+        of x_t (stacked); finally the ct of the initial carry and the totals.
+        ``make_step(nb, step, carry)`` emits one step's backward from the
+        per-step slice ``step`` (one field per sequence) and ``carry``;
+        its free variables' cotangents are added to the accumulators, or,
+        with ``totals``, are the new accumulators (a step that itself
+        runs a loop from them: the additions stay in step order)."""
+        pack = bb.emit(bb.tuple(sequences), "seqs")
+        step, carry = Var("step", span=self.span), Var("carry", span=self.span)
+        nb = LetBuilder(self.span)
+        x_ct, prev, free_cts = make_step(nb, step, carry)
+        total = list(free_cts) if totals else []
+        for j, (f, g) in enumerate(zip(self.free, free_cts, strict=True)):
+            if totals:
+                break
+            acc = nb.emit_get(carry, j + 1, "acc")
+            t = f.checked_type
+            total.append(materialize(nb, accumulate(nb, acc, g, t), f, t))
+        ret = nb.emit(nb.tuple([x_ct, nb.emit(nb.tuple([prev, *total]), "carry")]), "ret")
+        # Fresh binders: a step's code may be generated from the body's own
+        # nodes more than once (sqrt checkpointing recomputes in two loops).
+        body = fresh_binders(Function((step, carry), nb.finish(ret), span=self.span))
+        return bb.emit(bb.call_op("cf.foreach", body, pack, init), "backward")
 
     # ------------------------------------------------------ "none": residuals
     def residuals(self, b: LetBuilder) -> bool:
@@ -215,6 +234,13 @@ class _Loop:
                 "function; docs/autodiff.md)",
                 self.span,
             )
+        loop = self.rebuild(b, self.storing_body(b))
+        outs, (stacked,), final = self.bind_result(b, loop)
+        carries = b.emit_get(stacked, 1, "carries")
+        self.rev.tape.append(lambda bb: self.recompute_back(bb, outs, carries, final))
+
+    def storing_body(self, b: LetBuilder) -> Function:
+        """A copy of the body that also outputs the carry it started from."""
         copy = fresh_binders(self.body)
         assert isinstance(copy, Function)
         fb = b.child()
@@ -223,10 +249,7 @@ class _Loop:
         carry = fb.emit_get(result, 1, "carry")
         per_step = fb.emit(fb.tuple([out, copy.params[-1]]), "per_step")
         ret = fb.emit(fb.tuple([per_step, carry]), "ret")
-        loop = self.rebuild(b, Function(copy.params, fb.finish(ret), span=self.body.span))
-        outs, (stacked,), final = self.bind_result(b, loop)
-        carries = b.emit_get(stacked, 1, "carries")
-        self.rev.tape.append(lambda bb: self.recompute_back(bb, outs, carries, final))
+        return Function(copy.params, fb.finish(ret), span=self.body.span)
 
     def recompute_back(self, bb: LetBuilder, outs: Var, carries: Expr, final: Var) -> None:
         seeds = self.seeds(bb, outs, final)
