@@ -10,9 +10,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import effir  # noqa: F401  (registers the operators)
+import effir
+from effir.ir import all_ops
+from effir.ir.builder import LetBuilder
+from effir.ir.expr import Call, Op
+from effir.ir.op import op_def
+from effir.ir.types import TensorType
+from effir.ir.visitor import post_order
+from effir.ir.vjp import NOT_DIFFERENTIABLE, DifferentiationError, VjpContext, vjp_rule
+from effir.runtime.values import PRNGKey
 
-from .vjp_harness import check_vjp
+from .vjp_harness import check_vjp, evaluate
 
 F64 = np.float64
 FEW = settings(max_examples=8)
@@ -380,3 +388,112 @@ def test_batch_norm_train(case, with_ct, seed):
     attrs = {"axis": axis, "epsilon": 1e-3, "momentum": 0.3}
     grads = check_vjp("nn.batch_norm_train", inputs, seed=seed, with_ct=with_ct, **attrs)
     assert (grads[3] is None) != with_ct[1] and (grads[4] is None) != with_ct[2]
+
+
+# ------------------------------------------------------------ random, effects
+@FEW
+@given(shape=shapes, rate=st.sampled_from([0.0, 0.25, 0.5, 1.0]), seed=st.integers(0, 2**16))
+def test_dropout_backward_uses_the_forward_mask(shape, rate, seed):
+    """The same key draws the same bits: the backward's mask is the forward's."""
+    rng = np.random.default_rng(seed)
+    x = rand(rng, shape)
+    key = PRNGKey([seed, 7])
+    (g, none) = check_vjp("random.dropout", [x, key], seed=seed, rate=rate)
+    assert none is None
+    kept = evaluate("random.dropout", [np.ones(shape), key], {"rate": rate}) != 0
+    ct = np.random.default_rng(seed).standard_normal(shape)
+    scale = 0.0 if rate == 1.0 else 1 / (1 - rate)
+    np.testing.assert_allclose(g, np.where(kept, ct * scale, 0.0))
+
+
+def test_print_passes_the_cotangent_through():
+    x = np.arange(3.0)
+    (g,) = check_vjp("debug.print", [x], label="x")
+    world, gx = check_vjp("io.print", [np.int64(0), x], with_ct=[False, True])
+    assert world is None and np.array_equal(gx, g)
+
+
+@FEW
+@given(shape=shapes, seed=st.integers(0, 2**16))
+def test_full_sums_into_the_fill_value(shape, seed):
+    value = np.asarray(np.random.default_rng(seed).standard_normal())
+    check_vjp("full", [value], seed=seed, shape=list(shape), dtype="float64")
+    # a float32 result (no finite differences there): the sum, cast back
+    (g,) = check_vjp("full", [value], seed=seed, shape=list(shape), dtype="float32", directions=0)
+    ct = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    assert g.dtype == np.float64 and np.isclose(g, ct.sum(), rtol=1e-5)
+    sizes = np.array(shape, dtype=np.int64)
+    _, none = check_vjp("dyn.full", [value, sizes], seed=seed, dtype="float64")
+    assert none is None
+
+
+@FEW
+@given(shape=nonempty, data=st.data(), seed=st.integers(0, 2**16))
+def test_boolean_mask(shape, data, seed):
+    rng = np.random.default_rng(seed)
+    k = data.draw(st.integers(0, len(shape)))
+    mask = rng.random(shape[:k]) < 0.5
+    g, none = check_vjp("boolean_mask", [rand(rng, shape), mask], seed=seed)
+    assert none is None
+    assert np.all(g[~mask] == 0)
+
+
+def test_boolean_mask_with_symbolic_trailing_dimensions():
+    x = np.arange(12.0).reshape(2, 3, 2)
+    mask = np.array([[True, False, True], [False, False, True]])
+    types = [TensorType((2, 3, "m"), "float64"), TensorType((2, 3), "bool")]
+    g, _ = check_vjp("boolean_mask", [x, mask], types=types)
+    assert np.all(g[~mask] == 0) and np.all(g[mask] != 0)
+
+
+@pytest.mark.parametrize("name", ["nn.dropout", "nn.batch_norm"])
+def test_surface_effect_operators_ask_for_state_passing(name):
+    source = (
+        '#[version = "0.0.5"]\n'
+        "global @rng: Ref[Key] = ref(random.key(0));\n"
+        "global @bn: Ref[(Tensor[(2), float32], Tensor[(2), float32])] = "
+        "ref((zeros(shape=[2]), ones(shape=[2])));\n"
+        "def @main(%x: Tensor[(3, 2), float32], %g: Tensor[(2), float32]) {\n"
+        "  let %d = nn.dropout(%x, @rng);\n"
+        "  nn.batch_norm(%d, %g, %g, @bn, training=True)\n"
+        "}\n"
+    )
+    module = effir.check(effir.parse(source))
+    call = next(c for c in calls(module) if c.callee.name == name)
+    ctx = VjpContext(LetBuilder(), call)
+    with pytest.raises(DifferentiationError, match="state-passing") as err:
+        vjp_rule(call)(ctx, call.args, call.attrs, call.args[0], call.args[0])
+    assert err.value.span is not None and err.value.span.line >= 5
+
+
+# ------------------------------------------------------------------- coverage
+CONTROL_FLOW = {"cf.foreach", "cf.while_loop"}  # the grad transformation's own
+
+
+def test_every_operator_has_a_vjp_rule_or_is_declared_not_differentiable():
+    missing = [d.name for d in all_ops() if d.name not in CONTROL_FLOW and "vjp" not in d.rules]
+    assert not missing, f"operators without a vjp rule: {missing}"
+    declared = {d.name for d in all_ops() if d.rules.get("vjp") is NOT_DIFFERENTIABLE}
+    assert {"equal", "argmax", "argwhere", "shape_of", "random.normal", "zeros"} <= declared
+    assert not {"exp", "take", "nn.dense", "random.dropout", "boolean_mask"} & declared
+
+
+def test_a_missing_rule_names_the_operator_and_its_location(monkeypatch):
+    module = effir.check(
+        effir.parse(
+            '#[version = "0.0.5"]\n'
+            "def @main(%x: Tensor[(3), float32]) {\n  let %y = negative(%x);\n  exp(%y)\n}\n"
+        )
+    )
+    call = next(c for c in calls(module) if c.callee.name == "exp")
+    monkeypatch.delitem(op_def("exp").rules, "vjp")
+    with pytest.raises(DifferentiationError, match="operator exp has no vjp rule") as err:
+        vjp_rule(call)
+    assert err.value.span is not None and err.value.span.line == 4
+    assert "exp(%y)" in str(err.value)
+
+
+def calls(module):
+    return [
+        n for n in post_order(module["main"]) if isinstance(n, Call) and isinstance(n.callee, Op)
+    ]
