@@ -78,8 +78,9 @@ class Differentiator:
 def raise_primitive(name: str, fn: Function) -> None:
     from ..ir.vjp import DifferentiationError
 
-    raise DifferentiationError(f"@{name} is a fused primitive function: differentiate "
-                               "before fusion", fn.span)
+    raise DifferentiationError(
+        f"@{name} is a fused primitive function: differentiate before fusion", fn.span
+    )
 
 
 def _closure_uses(module: IRModule) -> dict[Var, set[str]]:

@@ -45,7 +45,9 @@ def choose_wrt(fn: Function, wrt: Sequence[str] | str | None, n_state: int) -> l
         p = by_name.get(name.lstrip("%"))
         if p is None:
             known = ", ".join(q.name_hint for q in user)
-            raise DifferentiationError(f"wrt: the entry has no parameter %{name} ({known})", fn.span)
+            raise DifferentiationError(
+                f"wrt: the entry has no parameter %{name} ({known})", fn.span
+            )
         if p in state:
             raise DifferentiationError(
                 f"wrt: %{name} is state (a cell's value): state is threaded, never differentiated",

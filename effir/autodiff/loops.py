@@ -31,13 +31,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..ir.builder import LetBuilder
-from ..ir.expr import Call, Expr, Function, Let, Tuple, TupleGetItem, Var, is_atom
 from ..ir.analysis import free_vars
+from ..ir.builder import LetBuilder
+from ..ir.expr import Call, Expr, Function, Let, TupleGetItem, Var, is_atom
 from ..ir.types import TupleType
 from ..ir.vjp import DifferentiationError
 from ..passes.anf_sharing import fresh_binders
-from .cotangent import accumulate, ct_type, differentiable, fields_of, materialize, reverse, stackable
+from .cotangent import (
+    accumulate,
+    ct_type,
+    differentiable,
+    fields_of,
+    materialize,
+    reverse,
+    stackable,
+)
 from .reverse import Reverse
 
 
@@ -217,7 +225,9 @@ class _Loop:
             ct_outs, ct_final = seeds
             out_type = self.var.checked_type.fields[0]
             sequences = [reverse(bb2, ct_outs, ct_type(out_type))]
-            sequences += [reverse(bb2, s, v.checked_type) for s, v in zip(stacks, kept)]
+            sequences += [
+                reverse(bb2, s, v.checked_type) for s, v in zip(stacks, kept, strict=True)
+            ]
             self.backward_loop(bb2, sequences, ct_final, make_step)
 
         self.rev.tape.append(back)

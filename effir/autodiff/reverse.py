@@ -317,8 +317,6 @@ def function_vjp(ad, fn: Function, free: list[Var]) -> Function:
     body = block_vjp(ad, fn.body, list(fn.params) + free, b)
     result_type = fn.body.checked_type
     targets = [p.checked_type for p in fn.params] + [v.checked_type for v in free]
-    pullback_type = FuncType(
-        (ct_type(result_type),), TupleType(tuple(ct_type(t) for t in targets))
-    )
+    pullback_type = FuncType((ct_type(result_type),), TupleType(tuple(ct_type(t) for t in targets)))
     ret = TupleType((result_type, pullback_type))
     return Function(fn.params, body, ret, fn.type_params, span=fn.span)

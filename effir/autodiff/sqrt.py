@@ -151,7 +151,9 @@ def sqrt_binding(loop, b: LetBuilder) -> None:
             carried = bb.emit_get(tail_back, 1, "ct_middle")
         else:
             carried = bb.emit(bb.tuple([ct_final, *zeros]), "ct_init")
-        ct_main = _map(bb, _map(bb, ct_outs, ct_out_type, _slice(0, main)), ct_out_type, _split(nseg, k))
+        ct_main = _map(
+            bb, _map(bb, ct_outs, ct_out_type, _slice(0, main)), ct_out_type, _split(nseg, k)
+        )
         seqs = [
             reverse(bb, ct_main, ct_out_type),
             reverse(bb, starts, loop.init.checked_type),
