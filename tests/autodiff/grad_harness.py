@@ -11,11 +11,12 @@ import effir
 
 def numeric_grad(module, args: Sequence, index: int, entry: str = "main", eps: float = 1e-6):
     """d(entry's scalar result)/d(args[index]) by central differences."""
-    base = [np.array(a, copy=True) for a in args]
-    out = np.zeros_like(base[index], dtype=np.float64)
-    for j in np.ndindex(base[index].shape):
-        plus = [a.copy() for a in base]
-        minus = [a.copy() for a in base]
+    base = list(args)
+    point = np.array(base[index], dtype=np.float64, copy=True)
+    out = np.zeros_like(point)
+    for j in np.ndindex(point.shape):
+        plus, minus = list(base), list(base)
+        plus[index], minus[index] = point.copy(), point.copy()
         plus[index][j] += eps
         minus[index][j] -= eps
         hi = float(effir.interpret(module, *plus, entry=entry))

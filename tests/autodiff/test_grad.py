@@ -16,7 +16,9 @@ from .grad_harness import check_grad
 
 HEADER = '#[version = "0.0.5"]\n'
 
-CALLS_IF_TUPLES = HEADER + """
+CALLS_IF_TUPLES = (
+    HEADER
+    + """
 def @f(%x: Tensor[(3), float64], %w: Tensor[(3), float64]) -> Tensor[(3), float64] {
   tanh(multiply(%x, %w))
 }
@@ -27,6 +29,7 @@ def @main(%x: Tensor[(3), float64], %w: Tensor[(3), float64], %c: bool) {
   sum(multiply(%z, %y))
 }
 """
+)
 
 
 @settings(max_examples=6, deadline=None)
@@ -50,7 +53,9 @@ def test_grad_returns_only_the_gradients_and_defaults_to_every_float_parameter()
         np.testing.assert_array_equal(a, b)
 
 
-MATCH = HEADER + """
+MATCH = (
+    HEADER
+    + """
 type Shape { Circle(Tensor[(2), float64]), Pair(Tensor[(2), float64], Tensor[(2), float64]) }
 def @main(%x: Tensor[(2), float64], %w: Tensor[(2), float64], %c: bool) {
   let %s = if (%c) { Circle(%w) } else { Pair(%w, %x) };
@@ -61,6 +66,7 @@ def @main(%x: Tensor[(2), float64], %w: Tensor[(2), float64], %c: bool) {
   sum(%r)
 }
 """
+)
 
 
 @pytest.mark.parametrize("c", [True, False])
@@ -70,7 +76,9 @@ def test_match_differentiates_the_taken_clause(c):
     check_grad(m, [rng.normal(size=2), rng.normal(size=2), np.array(c)], ["x", "w"])
 
 
-RECURSION_CLOSURES = HEADER + """
+RECURSION_CLOSURES = (
+    HEADER
+    + """
 def @pow(%x: Tensor[(2), float64], %n: int32) -> Tensor[(2), float64] {
   if (less(%n, 1)) { ones(shape=[2], dtype="float64") } else { multiply(%x, @pow(%x, subtract(%n, 1))) }
 }
@@ -83,6 +91,7 @@ def @main(%x: Tensor[(2), float64], %w: Tensor[(2), float64]) {
   sum(add(%rec(%y, 2), %scale(%x)))
 }
 """
+)
 
 
 def test_recursion_global_and_local_closures_capturing_weights():
@@ -94,11 +103,14 @@ def test_recursion_global_and_local_closures_capturing_weights():
 
 
 def test_non_scalar_output_takes_its_cotangent_and_output_picks_a_field():
-    m = effir.parse(HEADER + """
+    m = effir.parse(
+        HEADER
+        + """
 def @main(%x: Tensor[(3), float64], %w: Tensor[(3), float64]) {
   (multiply(%x, %w), sum(exp(%x)))
 }
-""")
+"""
+    )
     x, w, ct = np.array([1.0, 2.0, 3.0]), np.array([0.5, 0.25, -1.0]), np.array([1.0, 0.0, 2.0])
     g = effir.grad(m, wrt=["x"], output=0)
     assert [p.name_hint for p in g["main_grad"].params] == ["x", "w", "cotangent"]
@@ -112,7 +124,9 @@ def test_the_grad_pass_in_a_pipeline():
     m = effir.parse(CALLS_IF_TUPLES)
     out = effir.pipeline("grad{wrt=w,checkpoint=loop}")(m)
     value, (gw,) = effir.interpret(out, np.ones(3), np.ones(3), np.array(False), entry="main_grad")
-    assert value == pytest.approx(float(effir.interpret(m, np.ones(3), np.ones(3), np.array(False))))
+    assert value == pytest.approx(
+        float(effir.interpret(m, np.ones(3), np.ones(3), np.array(False)))
+    )
     assert gw.shape == (3,)
 
 
