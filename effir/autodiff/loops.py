@@ -44,6 +44,7 @@ from .cotangent import (
     fields_of,
     materialize,
     reverse,
+    shaped_as,
     stackable,
 )
 from .reverse import Reverse
@@ -114,8 +115,8 @@ class _Loop:
         t = self.var.checked_type
         parts = fields_of(bb, ct, t)
         return (
-            materialize(bb, parts[0], outs, t.fields[0]),
-            materialize(bb, parts[1], final, t.fields[1]),
+            shaped_as(bb, materialize(bb, parts[0], outs, t.fields[0]), outs, t.fields[0]),
+            shaped_as(bb, materialize(bb, parts[1], final, t.fields[1]), final, t.fields[1]),
         )
 
     def step_backward(

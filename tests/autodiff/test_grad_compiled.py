@@ -1,0 +1,54 @@
+"""The gradient program compiles (``effir.compile``) and equals the
+interpreted one; a ``cf.foreach``'s backward is compiled as a loop kernel,
+as its forward is. One TVM build, in a separate process (tests/isolated.py)."""
+
+from __future__ import annotations
+
+from tests.isolated import run_isolated
+
+RNN = """#[version = "0.0.5"]
+def @main(%xs: Tensor[(n, 4, 8), float32], %h0: Tensor[(4, 8), float32],
+          %w: Tensor[(8, 8), float32], %b: Tensor[(8), float32]) {
+  let %step = fn (%x: Tensor[(4, 8), float32], %h: Tensor[(4, 8), float32]) {
+    let %a = tanh(add(add(nn.dense(%h, %w), %x), %b));
+    (sigmoid(%a), %a)
+  };
+  let %r = cf.foreach(%step, %xs, %h0);
+  add(mean(%r.0), sum(multiply(%r.1, %r.1)))
+}
+"""
+
+
+def check_compiled_gradient_equals_interpreted() -> None:
+    import numpy as np
+
+    import effir
+
+    m = effir.parse(RNN)
+    g = effir.value_and_grad(m, wrt=["xs", "h0", "w", "b"], checkpoint="loop")
+    rng = np.random.default_rng(0)
+    args = [
+        rng.normal(size=(6, 4, 8)).astype("float32"),
+        rng.normal(size=(4, 8)).astype("float32"),
+        (rng.normal(size=(8, 8)) * 0.3).astype("float32"),
+        rng.normal(size=8).astype("float32"),
+    ]
+    compiled = effir.compile(g, entry="main_grad")
+    value, grads = compiled(*args, entry="main_grad")
+    want_value, want = effir.interpret(g, *args, entry="main_grad")
+    np.testing.assert_allclose(value, want_value, rtol=1e-5)
+    for got, ref in zip(grads, want, strict=True):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
+    (build,) = compiled.report.builds
+    loops = build[3]
+    assert loops == 2, compiled.report.table()  # the forward loop and its reverse
+    print("ok", compiled.report.table())
+
+
+def test_compiled_gradient_equals_interpreted_and_the_backward_is_a_loop():
+    run = run_isolated(
+        "from tests.autodiff.test_grad_compiled import check_compiled_gradient_equals_interpreted"
+        "; check_compiled_gradient_equals_interpreted()"
+    )
+    run.check()
+    assert "ok" in run.stdout
