@@ -34,6 +34,7 @@ from collections.abc import Callable
 from ..ir.analysis import free_vars
 from ..ir.builder import LetBuilder
 from ..ir.expr import Call, Expr, Function, Let, TupleGetItem, Var, is_atom
+from ..ir.trampoline import Computation
 from ..ir.types import TupleType
 from ..ir.vjp import DifferentiationError
 from ..passes.anf_sharing import fresh_binders
@@ -50,7 +51,7 @@ from .cotangent import (
 from .reverse import Reverse
 
 
-def loop_binding(rev: Reverse, var: Var, call: Call, b: LetBuilder) -> None:
+def loop_binding(rev: Reverse, var: Var, call: Call, b: LetBuilder) -> Computation[None]:
     """``let var = cf.foreach(...)`` or ``cf.while_loop(...)``, differentiated."""
     loop = _Loop(rev, var, call)
     mode = rev.ad.checkpoint
@@ -59,7 +60,7 @@ def loop_binding(rev: Reverse, var: Var, call: Call, b: LetBuilder) -> None:
 
         sqrt_binding(loop, b)
         return
-    if mode == "none" and loop.residuals(b):
+    if mode == "none" and (yield loop.residuals(b)):
         return
     loop.recompute(b)
 
@@ -185,12 +186,12 @@ class _Loop:
         return bb.emit(bb.call_op("cf.foreach", body, pack, init), "backward")
 
     # ------------------------------------------------------ "none": residuals
-    def residuals(self, b: LetBuilder) -> bool:
+    def residuals(self, b: LetBuilder) -> Computation[bool]:
         """Stack the step's residuals; False (nothing emitted) where one
         cannot be stacked."""
         sub = Reverse(self.ad)
         fb = b.child()
-        result = sub.forward(self.body.body, fb)
+        result = yield sub.forward_steps(self.body.body, fb)
         ct_out, ct_carry = Var("ct_out", span=self.span), Var("ct_carry", span=self.span)
         bb = b.child()
         x_ct, prev, free_cts = self.step_backward(bb, sub, result, ct_out, ct_carry)

@@ -172,3 +172,38 @@ def test_a_missing_rule_names_the_operator_and_the_call(monkeypatch):
     err = _error("def @main(%x: Tensor[(2), float64]) {\n  sum(exp(%x))\n}")
     assert "operator exp has no vjp rule" in str(err)
     assert ":3:" in str(err)  # the line of the call
+
+
+# ------------------------------------------------------------ deep programs
+def _nested_ifs(depth: int):
+    from effir.ir.expr import Function, If, Let, Var
+    from effir.ir.module import IRModule
+    from effir.ir.op import call_op
+    from effir.ir.types import TensorType
+
+    x = Var("x", TensorType((2,), "float64"))
+    c = Var("c", TensorType((), "bool"))
+    body = call_op("tanh", x)
+    for i in range(depth):
+        v = Var(f"v{i}")
+        body = Let(v, If(c, body, call_op("exp", x)), call_op("tanh", v))
+    return IRModule({"main": Function((x, c), call_op("sum", body))})
+
+
+def test_nested_ifs_deeper_than_the_recursion_limit():
+    """Branches are differentiated on the trampoline, and each node's free
+    variables come from one walk (not one per enclosing branch)."""
+    import os
+    import sys
+
+    depth = 2 * sys.getrecursionlimit() if os.environ.get("EFFIR_NIGHTLY") == "1" else 60
+    m = _nested_ifs(depth)
+    g = effir.grad(m, wrt=["x"])
+    x = np.array([0.3, -0.2])
+    (gx,) = effir.interpret(g, x, np.array(True), entry="main_grad")
+    want = 1 - np.tanh(x) ** 2
+    y = np.tanh(x)
+    for _ in range(depth):
+        want = want * (1 - np.tanh(y) ** 2)
+        y = np.tanh(y)
+    np.testing.assert_allclose(gx, want, rtol=1e-12)
