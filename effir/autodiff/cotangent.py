@@ -116,7 +116,8 @@ def materialize(b: LetBuilder, ct: CT, like: Expr, t: Type) -> Expr:
         parts = fields_of(b, ct, t)
         out = []
         for i, (part, field) in enumerate(zip(parts, t.fields, strict=True)):
-            sub = like if not differentiable(field) else b.emit(TupleGetItem(like, i), "fwd")
+            needs_like = differentiable(field) and not _static(field)
+            sub = b.emit(TupleGetItem(like, i), "fwd") if needs_like else like  # shapes only
             out.append(materialize(b, part, sub, field))
         return b.emit(Tuple(tuple(out)), "ct")
     return b.emit(b.tuple([]), "unit")

@@ -35,7 +35,6 @@ from ..ir.analysis import free_vars
 from ..ir.builder import LetBuilder
 from ..ir.expr import Call, Expr, Function, Let, TupleGetItem, Var, is_atom
 from ..ir.trampoline import Computation
-from ..ir.types import TupleType
 from ..ir.vjp import DifferentiationError
 from ..passes.anf_sharing import fresh_binders
 from .cotangent import (
@@ -298,4 +297,4 @@ def splice(b: LetBuilder, expr: Expr) -> Expr:
     return expr if is_atom(expr) else b.emit(expr, "result")
 
 
-__all__ = ["loop_binding", "splice", "TupleType"]
+__all__ = ["loop_binding", "splice"]

@@ -24,7 +24,6 @@ from ..ir.builder import LetBuilder
 from ..ir.expr import Expr, Function, Var
 from ..ir.types import TensorType, TupleType, Type
 from .cotangent import ct_type, differentiable, materialize, reverse, stackable
-from .loops import splice  # noqa: F401  (the loop helpers this module builds on)
 
 Leaf = Callable[[LetBuilder, Expr, TensorType], Expr]
 
@@ -205,17 +204,12 @@ def _segment_step(loop, nb: LetBuilder, step: Var, carry: Var) -> tuple[Expr, Ex
     carries = nb.emit_get(nb.emit_get(fwd, 0, "stacked"), 1, "carries")
     out_t = ct_type(loop.var.checked_type.fields[0])
     seqs = [
-        reverse(nb, ct_seg, _drop(out_t)),
+        reverse(nb, ct_seg, out_t),  # only the tuple structure matters to reverse
         reverse(nb, carries, loop.init.checked_type),
-        reverse(nb, x_seg, _drop(xs_type)),
+        reverse(nb, x_seg, xs_type),
     ]
     inner = loop.reverse_loop(nb, seqs, carry, loop.recompute_step)
-    ct_x = reverse(nb, nb.emit_get(inner, 0, "ct_steps"), ct_type(_drop(xs_type)))
+    ct_x = reverse(nb, nb.emit_get(inner, 0, "ct_steps"), ct_type(xs_type))
     fin = nb.emit_get(inner, 1, "ct_start")
     prev = nb.emit_get(fin, 0, "ct_prev")
     return ct_x, prev, [nb.emit_get(fin, j + 1, "ct_free") for j in range(len(loop.free))]
-
-
-def _drop(t: Type) -> Type:
-    """Only tuple structure matters to ``reverse``: the type as it is."""
-    return t
