@@ -19,6 +19,7 @@ from ..symbolic_shapes import sliced
 from ..te_checks import require
 from .common import _const, _dtype, _kind, _map, _out, _shape, static_shape
 from .elementwise import cast_value
+from .wrapping import _sum_reducer, wrap_add, wrap_mul
 
 PrimExpr = Any  # tvm.tirx.PrimExpr
 Tensor = Any  # tvm.te.Tensor
@@ -326,3 +327,116 @@ def _full(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
     (value,) = args
     shape, dtype = _out(out_type)
     return te.compute(shape, lambda *i: cast_value(value(), dtype), name="full")
+
+
+@te_rule("scatter_add")
+def _scatter_add(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
+    """``take``'s adjoint as a product with a one-hot matrix: with the
+    indices flattened to p, ``out[.., v, ..] = data + sum_p onehot[v, p] *
+    updates[.., p, ..]``, where ``onehot[v, p]`` is 1 when index p (clipped
+    or wrapped as ``take`` does) is v. That is a matmul-like block, which
+    the schedule tiles and vectorises (schedule.py step 2), and runs on
+    every target with no write conflicts and a fixed summation order; it
+    costs the output's size times the indices' count (an embedding table's
+    backward: vocabulary x tokens x width), against the updates' size for a
+    serial scatter. float16 accumulates in float32 [RULE F16], integers
+    wrap [RULE WRAP]; ``mode="fast"`` checks its indices as ``take`` does
+    [RULE CHECK]."""
+    x, indices, updates = args
+    shape, dtype = _out(out_type)
+    axis = attrs["axis"] % len(shape)
+    mode = attrs["mode"]
+    size = _shape(x)[axis]
+    index_shape = _shape(indices)
+    acc = "float32" if dtype == "float16" else dtype
+    empty = f"cannot scatter into axis {axis} of size 0"
+    if isinstance(size, int) and size == 0:
+        require(index_shape, lambda *r: tirx.const(True, "bool"), empty)
+        return te.compute(shape, lambda *i: x(*i), name="scatter_add")
+    if not isinstance(size, int) and mode != "fast":
+        require(index_shape, lambda *r: size == 0, empty)
+    if mode == "fast":
+
+        def bad(*r: PrimExpr) -> PrimExpr:
+            index = indices(*r)
+            dtype = _dtype(index)
+            out = index >= _sized(size, dtype)
+            return tirx.Or(index < _const(0, dtype), out) if _kind(dtype) == "i" else out
+
+        def shown(*r: PrimExpr) -> PrimExpr | tuple[PrimExpr, ...]:
+            index = indices(*r).astype("int64")
+            return index if isinstance(size, int) else (index, _sized(size, "int64"))
+
+        shown_size = size if isinstance(size, int) else "{}"
+        message = f"index {{}} is out of range for axis {axis} of size {shown_size}"
+        require(index_shape, bad, message, shown)
+    count: Any = 1
+    for d in index_shape:
+        count = count * d
+    rank = len(index_shape)
+    flat_updates = updates
+    if rank != 1:  # the index axes of the updates as one
+
+        def unflatten(*i: PrimExpr) -> PrimExpr:
+            where = _unravel(i[axis], index_shape) if rank else []
+            return updates(*i[:axis], *where, *i[axis + 1 :])
+
+        flat_shape = (*shape[:axis], count, *shape[axis + 1 :])
+        flat_updates = te.compute(flat_shape, unflatten, name="scatter_add_updates")
+
+    def hot(v: PrimExpr, p: PrimExpr) -> PrimExpr:
+        where = _unravel(p, index_shape) if rank else []
+        picked = _take_index(indices(*where), size, mode)
+        return tirx.Select(picked.astype(_dtype(v)) == v, _const(1, acc), _const(0, acc))
+
+    onehot = te.compute((size, count), hot, name="scatter_add_onehot")
+    k = te.reduce_axis((0, count), name="k")
+    reducer = _sum_reducer(acc)
+
+    def product(*i: PrimExpr) -> PrimExpr:
+        value = flat_updates(*i[:axis], k, *i[axis + 1 :]).astype(acc)
+        return reducer(wrap_mul(onehot(i[axis], k), value), axis=k)
+
+    total = te.compute(shape, product, name="scatter_add_sum")
+    return te.compute(
+        shape,
+        lambda *i: wrap_add(x(*i).astype(acc), total(*i)).astype(dtype),
+        name="scatter_add",
+    )
+
+
+@te_rule("strided_set")
+def _strided_set(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
+    """Element i of an axis is the value's ``(i - start) / step`` where that
+    is a whole number in [0, count) (the numpy rule's plan), the data's
+    elsewhere; the lazy ``if_then_else`` reads only the chosen input."""
+    x, v = args
+    in_shape = _shape(x)
+    plan = _slices(attrs, len(in_shape))
+    placed: dict[int, tuple[Any, int, Any]] = {}
+    for axis, (b, e, s) in plan.items():
+        if isinstance(in_shape[axis], int):
+            r = range(in_shape[axis])[b:e:s]
+            placed[axis] = (r.start, r.step, len(r))
+        else:  # a size known only at run time
+            start, count = sliced(in_shape[axis], b, e, s)
+            placed[axis] = (start, s, count)
+    shape, _ = _out(out_type)
+
+    def body(*i: PrimExpr) -> PrimExpr:
+        inside: PrimExpr = tirx.const(True, "bool")
+        index = []
+        for d, position in enumerate(i):
+            if d not in placed:
+                index.append(position)
+                continue
+            start, step, count = placed[d]
+            wide = position if isinstance(start, int) else position.astype("int64")
+            offset = wide - start
+            q = tirx.floordiv(offset, step)
+            ok = tirx.And(tirx.floormod(offset, step) == 0, tirx.And(q >= 0, q < count))
+            inside = tirx.And(inside, ok)
+            index.append(q.astype(_dtype(position)))
+        return tirx.if_then_else(inside, v(*index), x(*i))
+
+    return te.compute(shape, body, name="strided_set")
