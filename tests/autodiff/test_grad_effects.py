@@ -100,3 +100,38 @@ def test_running_statistics_are_updated_as_by_the_forward_and_not_differentiated
     fn = g["main_grad"]
     assert fn.attrs["state_in"] == g["main"].attrs["state_in"]
     assert [p.name_hint for p in fn.params][-2:] == ["rng", "bn"]
+
+
+def _gru_args(t: int = 4, b: int = 2):
+    rng = np.random.default_rng(0)
+
+    def f32(*shape, scale=0.1):
+        return (rng.normal(size=shape) * scale).astype("float32")
+
+    tokens = rng.integers(0, 1000, size=(t, b)).astype("int32")
+    args = [tokens, f32(1000, 32), f32(192, 32), f32(192, 64), np.zeros(192, "float32")]
+    args += [np.ones(64, "float32"), np.zeros(64, "float32"), f32(1000, 64)]
+    args += [np.zeros((b, 64), "float32"), f32(t * b, 1000, scale=1.0)]  # h0, cotangent
+    return args
+
+
+GRU_WRT = ["embed", "w", "u", "bias", "gamma", "beta", "proj"]
+
+
+def test_the_gru_language_model_example():
+    """examples/gru_lm.effir (A1: dropout twice, batch norm, a print): the
+    gradient program's value, key and statistics are the forward's."""
+    m = effir.parse(open("examples/gru_lm.effir").read())
+    g = effir.value_and_grad(m, wrt=GRU_WRT, checkpoint="loop")
+    args = _gru_args()
+    quiet = lambda *_: None  # noqa: E731
+    forward_state, grad_state = effir.State(g), effir.State(g)
+    expected = interpret_a2(g, *args[:-1], entry="main", state=forward_state, sink=quiet)
+    value, grads = interpret_a2(g, *args, entry="main_grad", state=grad_state, sink=quiet)
+    np.testing.assert_array_equal(value, expected)
+    assert grad_state["rng"] == forward_state["rng"]
+    for a, b in zip(forward_state["bn"], grad_state["bn"], strict=True):
+        np.testing.assert_array_equal(a, b)
+    shapes = [p.checked_type.shape for p in g["main"].params if p.name_hint in GRU_WRT]
+    assert [x.shape for x in grads] == [tuple(s) for s in shapes]
+    assert all(np.isfinite(x).all() and np.abs(x).max() > 0 for x in grads)
