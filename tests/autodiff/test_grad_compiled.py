@@ -1,6 +1,8 @@
 """The gradient program compiles (``effir.compile``) and equals the
 interpreted one; a ``cf.foreach``'s backward is compiled as a loop kernel,
-as its forward is. One TVM build, in a separate process (tests/isolated.py)."""
+as its forward is; a ``while_loop``'s backward runs as many steps as it did.
+Two small TVM builds, in a separate process (tests/isolated.py); the GRU
+LM's with EFFIR_NIGHTLY=1."""
 
 from __future__ import annotations
 
@@ -46,6 +48,18 @@ def check_compiled_gradient_equals_interpreted() -> None:
     (build,) = compiled.report.builds
     loops = build[3]
     assert loops == 2, compiled.report.table()  # the forward loop and its reverse
+    # a while_loop: its backward runs as many steps as the forward ran, 0 included
+    from tests.autodiff.test_grad_loops import WHILE
+
+    g = effir.value_and_grad(effir.parse(WHILE), wrt=["x", "w"], checkpoint="loop")
+    compiled = effir.compile(g, entry="main_grad")
+    x, w = rng.normal(size=3), rng.normal(size=3)
+    for limit in (0.0, 3.0, 20.0):
+        value, grads = compiled(x, w, np.float64(limit), entry="main_grad")
+        want_value, want = effir.interpret(g, x, w, np.float64(limit), entry="main_grad")
+        np.testing.assert_allclose(value, want_value, rtol=1e-12)
+        for got, ref in zip(grads, want, strict=True):
+            np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-14)
     print("ok", compiled.report.table())
 
 
