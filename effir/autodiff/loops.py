@@ -35,6 +35,7 @@ from ..ir.analysis import free_vars
 from ..ir.builder import LetBuilder
 from ..ir.expr import Call, Expr, Function, Let, TupleGetItem, Var, is_atom
 from ..ir.trampoline import Computation
+from ..ir.types import TupleType, Type
 from ..ir.vjp import DifferentiationError
 from ..passes.anf_sharing import fresh_binders
 from .cotangent import (
@@ -48,6 +49,43 @@ from .cotangent import (
     stackable,
 )
 from .reverse import Reverse
+
+
+def has_leaves(t: Type) -> bool:
+    """Whether a value of type ``t`` holds a tensor (``()`` does not)."""
+    if isinstance(t, TupleType):
+        return any(has_leaves(f) for f in t.fields)
+    return True
+
+
+def empty_value(b: LetBuilder, t: Type) -> Expr:
+    """The only value of a type without tensors (``()``, ``((), ())``...)."""
+    assert isinstance(t, TupleType)
+    return b.emit(b.tuple([empty_value(b, f) for f in t.fields]), "unit")
+
+
+class Slots:
+    """The sequences a reverse loop iterates over, by slot: a sequence
+    without tensors (a scan's ``()`` outputs, a map's ``()`` carry) cannot
+    be iterated over, so it is left out and its per-step value rebuilt."""
+
+    def __init__(self, types: list[Type]) -> None:
+        self.types = types
+        self.positions: list[int | None] = []
+        count = 0
+        for t in types:
+            self.positions.append(count if has_leaves(t) else None)
+            count += has_leaves(t)
+
+    def pack(self, b: LetBuilder, sequences: list[Expr]) -> Expr:
+        kept = [s for s, p in zip(sequences, self.positions, strict=True) if p is not None]
+        return b.emit(b.tuple(kept), "seqs")
+
+    def get(self, b: LetBuilder, step: Var, slot: int, hint: str) -> Expr:
+        position = self.positions[slot]
+        if position is None:
+            return empty_value(b, self.types[slot])
+        return b.emit_get(step, position, hint)
 
 
 def loop_binding(rev: Reverse, var: Var, call: Call, b: LetBuilder) -> Computation[None]:
@@ -77,6 +115,12 @@ class _Loop:
         self.body = self._resolve(body)
         self.free = self.ad.free_differentiable(self.body)
         self.span = call.span
+        # what a recomputing reverse loop iterates over: ct of out_t, the
+        # stored carry, x_t
+        types = [ct_type(var.checked_type.fields[0]), self.init.checked_type]
+        if self.foreach:
+            types.append(self.xs.checked_type)
+        self.recompute_slots = Slots(types)
 
     def _resolve(self, body: Expr) -> Function:
         if isinstance(body, Function):
@@ -134,12 +178,13 @@ class _Loop:
     def backward_loop(
         self,
         bb: LetBuilder,
-        sequences: list[Expr],
+        sequences: Expr,
         ct_final: Expr,
         make_step: Callable[[LetBuilder, Var, Var], tuple[Expr, Expr, list[Expr]]],
     ) -> None:
-        """Emit the reverse loop over ``sequences`` (already reversed) and
-        add the cotangents it returns to the loop's inputs."""
+        """Emit the reverse loop over ``sequences`` (a ``Slots`` pack,
+        already reversed) and add the cotangents it returns to the loop's
+        inputs."""
         zeros = [materialize(bb, None, f, f.checked_type) for f in self.free]
         init = bb.emit(bb.tuple([ct_final, *zeros]), "ct_init")
         loop = self.reverse_loop(bb, sequences, init, make_step)
@@ -154,7 +199,7 @@ class _Loop:
     def reverse_loop(
         self,
         bb: LetBuilder,
-        sequences: list[Expr],
+        sequences: Expr,
         init: Expr,
         make_step: Callable[[LetBuilder, Var, Var], tuple[Expr, Expr, list[Expr]]],
         totals: bool = False,
@@ -167,7 +212,6 @@ class _Loop:
         its free variables' cotangents are added to the accumulators, or,
         with ``totals``, are the new accumulators (a step that itself
         runs a loop from them: the additions stay in step order)."""
-        pack = bb.emit(bb.tuple(sequences), "seqs")
         step, carry = Var("step", span=self.span), Var("carry", span=self.span)
         nb = LetBuilder(self.span)
         x_ct, prev, free_cts = make_step(nb, step, carry)
@@ -182,7 +226,7 @@ class _Loop:
         # Fresh binders: a step's code may be generated from the body's own
         # nodes more than once (sqrt checkpointing recomputes in two loops).
         body = fresh_binders(Function((step, carry), nb.finish(ret), span=self.span))
-        return bb.emit(bb.call_op("cf.foreach", body, pack, init), "backward")
+        return bb.emit(bb.call_op("cf.foreach", body, sequences, init), "backward")
 
     # ------------------------------------------------------ "none": residuals
     def residuals(self, b: LetBuilder) -> Computation[bool]:
@@ -210,10 +254,13 @@ class _Loop:
         outs, (stacked,), final = self.bind_result(b, loop)
         stacks = [b.emit_get(stacked, i + 1, "stack") for i in range(len(kept))]
 
+        out_ct_type = ct_type(self.var.checked_type.fields[0])
+        slots = Slots([out_ct_type, *(v.checked_type for v in kept)])
+
         def make_step(nb: LetBuilder, step: Var, carry: Var) -> tuple[Expr, Expr, list[Expr]]:
-            nb.bind(ct_out, TupleGetItem(step, 0))
+            nb.bind(ct_out, slots.get(nb, step, 0, "ct_out"))
             for i, v in enumerate(kept):
-                nb.bind(v, TupleGetItem(step, i + 1))
+                nb.bind(v, slots.get(nb, step, i + 1, "residual"))
             nb.bind(ct_carry, TupleGetItem(carry, 0))
             for v, value in bb.bindings:  # the step's backward, generated once
                 nb.bind(v, value)
@@ -224,12 +271,11 @@ class _Loop:
             if seeds is None:
                 return
             ct_outs, ct_final = seeds
-            out_type = self.var.checked_type.fields[0]
-            sequences = [reverse(bb2, ct_outs, ct_type(out_type))]
+            sequences = [reverse(bb2, ct_outs, out_ct_type)]
             sequences += [
                 reverse(bb2, s, v.checked_type) for s, v in zip(stacks, kept, strict=True)
             ]
-            self.backward_loop(bb2, sequences, ct_final, make_step)
+            self.backward_loop(bb2, slots.pack(bb2, sequences), ct_final, make_step)
 
         self.rev.tape.append(back)
         return True
@@ -272,17 +318,19 @@ class _Loop:
         sequences.append(reverse(bb, carries, self.init.checked_type))
         if self.foreach:
             sequences.append(reverse(bb, self.xs, self.xs.checked_type))
-        self.backward_loop(bb, sequences, ct_final, self.recompute_step)
+        pack = self.recompute_slots.pack(bb, sequences)
+        self.backward_loop(bb, pack, ct_final, self.recompute_step)
 
     def recompute_step(
         self, nb: LetBuilder, step: Var, carry: Var
     ) -> tuple[Expr, Expr, list[Expr]]:
         """One backward step: the forward step again, from the stored carry."""
-        ct_out = nb.emit_get(step, 0, "ct_out")
+        slots = self.recompute_slots
+        ct_out = slots.get(nb, step, 0, "ct_out")
         params = self.body.params
-        nb.bind(params[-1], TupleGetItem(step, 1))
+        nb.bind(params[-1], slots.get(nb, step, 1, "carry"))
         if self.foreach:
-            nb.bind(params[0], TupleGetItem(step, 2))
+            nb.bind(params[0], slots.get(nb, step, 2, "x"))
         ct_carry = nb.emit_get(carry, 0, "ct_carry")
         sub = Reverse(self.ad)
         result = sub.forward(self.body.body, nb)

@@ -157,3 +157,27 @@ def @main(%xs: Tensor[(3, 2), float64], %k: Key) {
     with pytest.raises(DifferentiationError, match="carried state") as info:
         effir.grad(m, wrt=["xs"], checkpoint="loop", specialise=False)
     assert "cf.foreach" in str(info.value)
+
+
+SCAN_AND_MAP = """#[version = "0.0.5"]
+def @main(%xs: Tensor[(4, 2), float64], %ys: Tensor[(4), float64], %h0: Tensor[(2), float64],
+          %n: Tensor[(4), int32]) {
+  let %r = cf.foreach(fn (%p: (Tensor[(2), float64], Tensor[(), float64], Tensor[(), int32]),
+                          %h: Tensor[(2), float64]) {
+    let %k = cast(%p.2, dtype="float64");
+    ((), tanh(add(multiply(%h, %p.0), multiply(%p.1, %k))))
+  }, (%xs, %ys, %n), %h0);
+  let %m = cf.foreach(fn (%x: Tensor[(2), float64], %u: ()) { (exp(%x), ()) }, %xs, ());
+  add(sum(%r.1), sum(%m.0))
+}
+"""
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_scan_a_map_and_a_tuple_sequence_with_integers(mode):
+    """() outputs (a scan) and a () carry (a map) are not iterated over by
+    the reverse loop; an integer field of the sequence gets no gradient."""
+    rng = np.random.default_rng(2)
+    args = [rng.normal(size=(4, 2)), rng.normal(size=4), rng.normal(size=2)]
+    args.append(np.arange(4, dtype="int32"))
+    check_grad(effir.parse(SCAN_AND_MAP), args, ["xs", "ys", "h0"], checkpoint=mode)
