@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..ir.builder import LetBuilder
 from ..ir.expr import (
@@ -50,6 +51,9 @@ from ..ir.vjp import NOT_DIFFERENTIABLE, DifferentiationError, VjpContext, vjp_r
 from ..passes.anf_sharing import fresh_binders
 from .cotangent import CT, accumulate, ct_type, differentiable, fields_of, materialize
 
+if TYPE_CHECKING:
+    from .differentiator import Differentiator
+
 Step = Callable[[LetBuilder], None]
 
 
@@ -65,7 +69,7 @@ class ClosureVjp:
 class Reverse:
     """The forward and the tape of one block (see the module docstring)."""
 
-    def __init__(self, ad) -> None:  # ad: effir.autodiff.transform.Differentiator
+    def __init__(self, ad: Differentiator) -> None:
         self.ad = ad
         self.tape: list[Step] = []
         self.ct: dict[Var, CT] = {}
@@ -306,7 +310,9 @@ class Reverse:
         self.tape.append(back)
 
 
-def block_vjp(ad, body: Expr, free: list[Var], outer: LetBuilder) -> Computation[Expr]:
+def block_vjp(
+    ad: Differentiator, body: Expr, free: list[Var], outer: LetBuilder
+) -> Computation[Expr]:
     """The block ``body`` as an expression of ``(result, pullback)``, where
     ``pullback(ct)`` returns the cotangents of ``free``, in order."""
     b = outer.child()
@@ -322,7 +328,7 @@ def block_vjp(ad, body: Expr, free: list[Var], outer: LetBuilder) -> Computation
     return b.finish(b.emit(b.tuple([result, pullback]), "vjp"))
 
 
-def function_vjp(ad, fn: Function, free: list[Var]) -> Computation[Function]:
+def function_vjp(ad: Differentiator, fn: Function, free: list[Var]) -> Computation[Function]:
     """``fn`` as a function returning ``(result, pullback)``; the pullback
     returns the cotangents of the parameters, then of ``free``."""
     b = LetBuilder(fn.span)
