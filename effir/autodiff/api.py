@@ -66,6 +66,8 @@ def grad_module(
     out = module.with_function(target, grad_fn)
     for vjp_name, fn in ad.finish().items():
         out = out.with_function(vjp_name, fn)
+    if ad.tape is not None:
+        out = out.with_type_def(ad.tape)
     check(out)
     return out
 

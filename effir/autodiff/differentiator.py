@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..ir.analysis import operands
 from ..ir.builder import fresh_name
 from ..ir.diagnostics import Span
-from ..ir.expr import Call, Expr, Function, GlobalVar, Op, Var
+from ..ir.expr import Call, Expr, Function, GlobalVar, Op, TypeData, Var
 from ..ir.functor import pre_order
 from ..ir.module import IRModule
 from ..ir.op import op_def
@@ -40,6 +40,7 @@ class Differentiator:
         self.closure_use = _closure_uses(module)
         self._free: dict[int, list[Var]] = {}
         self._free_vars = free_variable_table(module)
+        self.tape: TypeData | None = None  # the key tape's ADT, once a loop needs it
 
     def global_vjp(self, name: str, span: Span | None) -> GlobalVar:
         """``@name_vjp``, made when ``finish`` runs."""
@@ -49,6 +50,19 @@ class Differentiator:
             self.vjp_names[name] = vjp
             self.pending.append(name)
         return GlobalVar(self.vjp_names[name], span=span)
+
+    def tape_data(self) -> TypeData:
+        """The key tape's ADT (``keytape``), added to the output module."""
+        if self.tape is None:
+            from ..ir.vjp import DifferentiationError
+            from .keytape import TAPE, tape_type_def
+
+            if TAPE in self.module.type_defs:
+                raise DifferentiationError(
+                    f"the program defines a type {TAPE}, the name grad gives its key tape"
+                )
+            self.tape = tape_type_def()
+        return self.tape
 
     def finish(self) -> dict[str, Function]:
         """Every ``vjp`` global asked for (a worklist, not recursion)."""

@@ -38,6 +38,7 @@ from ..ir.trampoline import Computation
 from ..ir.types import TupleType, Type
 from ..ir.vjp import DifferentiationError
 from ..passes.anf_sharing import fresh_binders
+from . import keytape
 from .cotangent import (
     accumulate,
     ct_type,
@@ -48,6 +49,7 @@ from .cotangent import (
     shaped_as,
     stackable,
 )
+from .keytape import key_leaves_only
 from .reverse import Reverse
 
 
@@ -180,13 +182,15 @@ class _Loop:
         bb: LetBuilder,
         sequences: Expr,
         ct_final: Expr,
-        make_step: Callable[[LetBuilder, Var, Var], tuple[Expr, Expr, list[Expr]]],
+        make_step: Callable[[LetBuilder, Var, Var], tuple],
+        extra: tuple[Expr, ...] = (),
     ) -> None:
         """Emit the reverse loop over ``sequences`` (a ``Slots`` pack,
         already reversed) and add the cotangents it returns to the loop's
-        inputs."""
+        inputs. ``extra``: more carried values (the key tape), after the
+        accumulators."""
         zeros = [materialize(bb, None, f, f.checked_type) for f in self.free]
-        init = bb.emit(bb.tuple([ct_final, *zeros]), "ct_init")
+        init = bb.emit(bb.tuple([ct_final, *zeros, *extra]), "ct_init")
         loop = self.reverse_loop(bb, sequences, init, make_step)
         fin = bb.emit_get(loop, 1, "ct_final")
         self.rev.add(bb, self.init, bb.emit_get(fin, 0, "ct_init"))
@@ -201,7 +205,7 @@ class _Loop:
         bb: LetBuilder,
         sequences: Expr,
         init: Expr,
-        make_step: Callable[[LetBuilder, Var, Var], tuple[Expr, Expr, list[Expr]]],
+        make_step: Callable[[LetBuilder, Var, Var], tuple],
         totals: bool = False,
     ) -> Var:
         """The ``cf.foreach`` over ``sequences`` carrying ``init`` = (ct of
@@ -214,7 +218,9 @@ class _Loop:
         runs a loop from them: the additions stay in step order)."""
         step, carry = Var("step", span=self.span), Var("carry", span=self.span)
         nb = LetBuilder(self.span)
-        x_ct, prev, free_cts = make_step(nb, step, carry)
+        made = make_step(nb, step, carry)
+        x_ct, prev, free_cts = made[:3]
+        extra = list(made[3]) if len(made) > 3 else []  # carried on (the key tape)
         total = list(free_cts) if totals else []
         for j, (f, g) in enumerate(zip(self.free, free_cts, strict=True)):
             if totals:
@@ -222,7 +228,8 @@ class _Loop:
             acc = nb.emit_get(carry, j + 1, "acc")
             t = f.checked_type
             total.append(materialize(nb, accumulate(nb, acc, g, t), f, t))
-        ret = nb.emit(nb.tuple([x_ct, nb.emit(nb.tuple([prev, *total]), "carry")]), "ret")
+        carried = nb.emit(nb.tuple([prev, *total, *extra]), "carry")
+        ret = nb.emit(nb.tuple([x_ct, carried]), "ret")
         # Fresh binders: a step's code may be generated from the body's own
         # nodes more than once (sqrt checkpointing recomputes in two loops).
         body = fresh_binders(Function((step, carry), nb.finish(ret), span=self.span))
@@ -284,10 +291,13 @@ class _Loop:
     def recompute(self, b: LetBuilder) -> None:
         """Stack each step's starting carry; the backward recomputes the step."""
         carry_type = self.init.checked_type
+        if not stackable(carry_type) and key_leaves_only(carry_type):
+            self.recompute_with_tape(b)
+            return
         if not stackable(carry_type):
             raise DifferentiationError(
                 "the backward of this loop recomputes each step from its carried state, "
-                "which must be tensors to be stored per step (it holds a key, an ADT or a "
+                "which must be tensors and keys to be stored per step (it holds an ADT or a "
                 "function; docs/autodiff.md)",
                 self.span,
             )
@@ -335,6 +345,80 @@ class _Loop:
         sub = Reverse(self.ad)
         result = sub.forward(self.body.body, nb)
         return self.step_backward(nb, sub, result, ct_out, ct_carry)
+
+    # ----------------------------------------- keys in the carry: a tape
+    def recompute_with_tape(self, b: LetBuilder) -> None:
+        """``recompute`` for a carry holding keys: its tensors are stacked,
+        its keys pushed on a tape carried along (``keytape``)."""
+        data = self.ad.tape_data()
+        carry_type = self.init.checked_type
+        copy = fresh_binders(self.body)
+        assert isinstance(copy, Function)
+        pair = Var("carry_and_tape", span=self.span)
+        fb = b.child()
+        fb.bind(copy.params[-1], TupleGetItem(pair, 0))
+        tape = fb.emit_get(pair, 1, "tape")
+        tensors_t, keys_t = keytape.split(fb, copy.params[-1], carry_type)
+        result = splice(fb, copy.body)
+        out = fb.emit_get(result, 0, "out")
+        carry = fb.emit_get(result, 1, "carry")
+        pushed = keytape.push(fb, data, keys_t, tape)
+        per_step = fb.emit(fb.tuple([out, tensors_t]), "per_step")
+        following = fb.emit(fb.tuple([carry, pushed]), "carry_and_tape")
+        ret = fb.emit(fb.tuple([per_step, following]), "ret")
+        params = (copy.params[0], pair) if self.foreach else (pair,)
+        body = Function(params, fb.finish(ret), span=self.body.span)
+        init = b.emit(b.tuple([self.init, keytape.empty(b, data)]), "init")
+        if self.foreach:
+            args = (body, self.xs, init)
+        else:
+            args = (self._tape_cond(), body, init)
+        loop = b.emit(Call(self.call.callee, args, self.call.attrs, span=self.span), "loop")
+        stacked = b.emit_get(loop, 0, "stacked")
+        outs = b.emit_get(stacked, 0, "outs")
+        tensors = b.emit_get(stacked, 1, "carries")
+        final_pair = b.emit_get(loop, 1, "final")
+        final = b.emit_get(final_pair, 0, "final")
+        tape_final = b.emit_get(final_pair, 1, "tape")
+        b.bind(self.var, b.tuple([outs, final]))
+        types = [ct_type(self.var.checked_type.fields[0]), keytape.tensors_type(carry_type)]
+        if self.foreach:
+            types.append(self.xs.checked_type)
+        slots = Slots(types)
+
+        def make_step(nb: LetBuilder, step: Var, carried: Var) -> tuple:
+            ct_out = slots.get(nb, step, 0, "ct_out")
+            tensors_t = slots.get(nb, step, 1, "tensors")
+            tape = nb.emit_get(carried, 1 + len(self.free), "tape")
+            keys, rest = keytape.pop(nb, data, tape)
+            nb.bind(self.body.params[-1], keytape.join(nb, tensors_t, keys, carry_type))
+            if self.foreach:
+                nb.bind(self.body.params[0], slots.get(nb, step, 2, "x"))
+            ct_carry = nb.emit_get(carried, 0, "ct_carry")
+            sub = Reverse(self.ad)
+            result = sub.forward(self.body.body, nb)
+            return (*self.step_backward(nb, sub, result, ct_out, ct_carry), [rest])
+
+        def back(bb: LetBuilder) -> None:
+            seeds = self.seeds(bb, outs, final)
+            if seeds is None:
+                return
+            ct_outs, ct_final = seeds
+            sequences = [reverse(bb, ct_outs, types[0]), reverse(bb, tensors, types[1])]
+            if self.foreach:
+                sequences.append(reverse(bb, self.xs, self.xs.checked_type))
+            pack = slots.pack(bb, sequences)
+            self.backward_loop(bb, pack, ct_final, make_step, extra=(tape_final,))
+
+        self.rev.tape.append(back)
+
+    def _tape_cond(self) -> Function:
+        """The while_loop's condition on (carry, tape): the carry's."""
+        pair = Var("carry_and_tape", span=self.span)
+        cb = LetBuilder(self.span)
+        carry = cb.emit_get(pair, 0, "carry")
+        cond = cb.emit(self.cond, "cond") if isinstance(self.cond, Function) else self.cond
+        return Function((pair,), cb.finish(cb.emit(cb.call(cond, [carry]), "go")), span=self.span)
 
 
 def splice(b: LetBuilder, expr: Expr) -> Expr:

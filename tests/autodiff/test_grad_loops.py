@@ -144,14 +144,52 @@ def @main(%xs: Tensor[(3, 2, 2), float64], %w: Tensor[(2), float64]) {
         check_grad(m, args, ["xs", "w"], checkpoint=mode)
 
 
-def test_a_key_in_a_recomputed_loop_carry_is_a_located_error():
-    m = effir.parse("""#[version = "0.0.5"]
-def @main(%xs: Tensor[(3, 2), float64], %k: Key) {
-  let %r = cf.foreach(fn (%x: Tensor[(2), float64], %s: (Tensor[(2), float64], Key)) {
+KEYED = """#[version = "0.0.5"]
+def @main(%xs: Tensor[(5, 3), float64], %w: Tensor[(3), float64], %k: Key, %limit: int32) {
+  let %r = cf.foreach(fn (%x: Tensor[(3), float64], %s: (Tensor[(3), float64], Key)) {
     let %keys = random.split(%s.1);
-    let %d = random.dropout(add(%x, %s.0), %keys.1, rate=0.5);
+    let %d = random.dropout(tanh(add(multiply(%x, %w), %s.0)), %keys.1, rate=0.5);
     (%d, (%d, %keys.0))
-  }, %xs, (zeros(shape=[2], dtype="float64"), %k));
+  }, %xs, (%w, %k));
+  let %v = cf.while_loop(fn (%s: (Tensor[(3), float64], Key, int32)) { less(%s.2, %limit) },
+    fn (%s: (Tensor[(3), float64], Key, int32)) {
+      let %keys = random.split(%s.1);
+      let %d = random.dropout(multiply(%s.0, %w), %keys.1, rate=0.25);
+      (sum(%d), (tanh(%d), %keys.0, add(%s.2, 1)))
+    }, (%r.1.0, %r.1.1, 0), max_iterations=4);
+  add(add(sum(%r.0), sum(%v.0)), sum(%v.1.0))
+}
+"""
+
+
+def test_keys_carried_by_loops_go_on_a_tape():
+    """A key in the carried state (dropout inside the body) cannot be
+    stacked: the forward pushes each step's keys on a tape the backward
+    pops, so each recomputed dropout draws the forward's mask."""
+    from effir.runtime.values import PRNGKey
+
+    m = effir.parse(KEYED)
+    rng = np.random.default_rng(9)
+    results = {}
+    for limit in (0, 9):  # the while_loop: no step, max_iterations steps
+        args = [rng.normal(size=(5, 3)), rng.normal(size=3), PRNGKey([0, 7]), np.int32(limit)]
+        results["none"] = check_grad(m, args, ["xs", "w"], checkpoint="none")
+        for mode in ("loop", "sqrt"):
+            results[mode] = _grads(m, args, mode, ("xs", "w"))
+            for a, b in zip(results["none"], results[mode], strict=True):
+                np.testing.assert_array_equal(a, b)
+    text = effir.astext(effir.grad(m, wrt=["w"], checkpoint="loop", specialise=False))
+    assert "type GradTape[A]" in text and "GradPush(" in text
+
+
+def test_an_adt_in_a_recomputed_loop_carry_is_a_located_error():
+    m = effir.parse("""#[version = "0.0.5"]
+type Box { B(Tensor[(2), float64]) }
+def @main(%xs: Tensor[(3, 2), float64], %w: Tensor[(2), float64]) {
+  let %r = cf.foreach(fn (%x: Tensor[(2), float64], %s: (Tensor[(2), float64], Box)) {
+    let %y = tanh(add(%x, %s.0));
+    (%y, (%y, %s.1))
+  }, %xs, (%w, B(%w)));
   sum(%r.0)
 }""")
     with pytest.raises(DifferentiationError, match="carried state") as info:
