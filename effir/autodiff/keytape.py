@@ -94,16 +94,27 @@ def empty(b: LetBuilder, data: TypeData) -> Expr:
     return b.emit(b.call(constructors(data)[1], []), "tape")
 
 
-def pop(b: LetBuilder, data: TypeData, tape: Expr) -> tuple[Expr, Expr]:
-    """(the keys on top, the rest of the tape); the backward pops exactly
-    as many times as the forward pushed."""
+def pop(b: LetBuilder, data: TypeData, tape: Expr, count: int) -> tuple[Expr, Expr]:
+    """(the ``count`` keys on top, the rest of the tape); the backward pops
+    exactly as many times as the forward pushed. The match is complete (a
+    backend compiles no ``match?``): the empty tape, never reached, gives
+    placeholder keys."""
+    push_ctor, end_ctor = constructors(data)
     keys, rest = Var("keys"), Var("rest")
-    clause = Clause(
-        PatternConstructor(constructors(data)[0], (PatternVar(keys), PatternVar(rest))),
-        b.tuple([keys, rest]),
+    taken = Clause(
+        PatternConstructor(push_ctor, (PatternVar(keys), PatternVar(rest))), b.tuple([keys, rest])
     )
-    popped = b.emit(Match(tape, (clause,), complete=False), "popped")
+    eb = b.child()
+    seed = eb.const(0, "int64")
+    placeholders = [eb.emit(eb.call_op("random.key", seed), "key") for _ in range(count)]
+    unreached = eb.emit(eb.tuple([eb.emit(eb.tuple(placeholders), "keys"), tape]), "popped")
+    never = Clause(PatternConstructor(end_ctor, ()), eb.finish(unreached))
+    popped = b.emit(Match(tape, (taken, never), complete=True), "popped")
     return b.emit_get(popped, 0, "keys"), b.emit_get(popped, 1, "rest")
+
+
+def key_count(t: Type) -> int:
+    return sum(isinstance(x, KeyType) for _, x in _leaves(t))
 
 
 __all__ = ["Call", "TAPE", "empty", "join", "key_leaves_only", "pop", "push", "split"]

@@ -390,7 +390,7 @@ class _Loop:
             ct_out = slots.get(nb, step, 0, "ct_out")
             tensors_t = slots.get(nb, step, 1, "tensors")
             tape = nb.emit_get(carried, 1 + len(self.free), "tape")
-            keys, rest = keytape.pop(nb, data, tape)
+            keys, rest = keytape.pop(nb, data, tape, keytape.key_count(carry_type))
             nb.bind(self.body.params[-1], keytape.join(nb, tensors_t, keys, carry_type))
             if self.foreach:
                 nb.bind(self.body.params[0], slots.get(nb, step, 2, "x"))

@@ -1,8 +1,9 @@
 """The gradient program compiles (``effir.compile``) and equals the
 interpreted one; a ``cf.foreach``'s backward is compiled as a loop kernel,
-as its forward is; a ``while_loop``'s backward runs as many steps as it did.
-Two small TVM builds, in a separate process (tests/isolated.py); the GRU
-LM's with EFFIR_NIGHTLY=1."""
+as its forward is. One small TVM build, in a separate process
+(tests/isolated.py); with EFFIR_NIGHTLY=1 also a ``while_loop``'s backward
+(as many steps as the forward ran), keys carried by loops on a tape, and
+the GRU language model."""
 
 from __future__ import annotations
 
@@ -48,9 +49,17 @@ def check_compiled_gradient_equals_interpreted() -> None:
     (build,) = compiled.report.builds
     loops = build[3]
     assert loops == 2, compiled.report.table()  # the forward loop and its reverse
-    # a while_loop: its backward runs as many steps as the forward ran, 0 included
+    print("ok", compiled.report.table())
+
+
+def check_while_loop_and_key_tape_gradients_compile() -> None:
+    import numpy as np
+
+    import effir
     from tests.autodiff.test_grad_loops import WHILE
 
+    rng = np.random.default_rng(1)
+    # a while_loop: its backward runs as many steps as the forward ran, 0 included
     g = effir.value_and_grad(effir.parse(WHILE), wrt=["x", "w"], checkpoint="loop")
     compiled = effir.compile(g, entry="main_grad")
     x, w = rng.normal(size=3), rng.normal(size=3)
@@ -60,6 +69,18 @@ def check_compiled_gradient_equals_interpreted() -> None:
         np.testing.assert_allclose(value, want_value, rtol=1e-12)
         for got, ref in zip(grads, want, strict=True):
             np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-14)
+    # keys carried by loops (dropout in the bodies) go on a tape: it compiles
+    from effir.runtime.values import PRNGKey
+    from tests.autodiff.test_grad_loops import KEYED
+
+    g = effir.value_and_grad(effir.parse(KEYED), wrt=["xs", "w"], checkpoint="loop")
+    compiled = effir.compile(g, entry="main_grad")
+    args = [rng.normal(size=(5, 3)), rng.normal(size=3), PRNGKey([0, 7]), np.int32(9)]
+    value, grads = compiled(*args, entry="main_grad")
+    want_value, want = effir.interpret(g, *args, entry="main_grad")
+    np.testing.assert_allclose(value, want_value, rtol=1e-12)
+    for got, ref in zip(grads, want, strict=True):
+        np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-14)
     print("ok", compiled.report.table())
 
 
@@ -92,6 +113,17 @@ def check_gru_lm_gradient_compiles() -> None:
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
     assert compiled.report.builds[0][3] == 2, compiled.report.table()
     print("ok")
+
+
+@pytest.mark.skipif(os.environ.get("EFFIR_NIGHTLY") != "1", reason="two builds: EFFIR_NIGHTLY=1")
+def test_while_loop_and_key_tape_gradients_compile():
+    run = run_isolated(
+        "from tests.autodiff.test_grad_compiled import "
+        "check_while_loop_and_key_tape_gradients_compile"
+        "; check_while_loop_and_key_tape_gradients_compile()"
+    )
+    run.check()
+    assert "ok" in run.stdout
 
 
 @pytest.mark.skipif(os.environ.get("EFFIR_NIGHTLY") != "1", reason="a long build: EFFIR_NIGHTLY=1")
