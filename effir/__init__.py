@@ -4,6 +4,7 @@ from . import (
     ops,  # noqa: F401  (registers every operator)
     transform,
 )
+from .autodiff import DifferentiationError, grad, value_and_grad
 from .backends.interpreter import Closure, Interpreter, State, interpret
 from .backends.tvm.errors import BackendError, CompileError  # no TVM import
 from .graph import visualize
@@ -28,7 +29,6 @@ from .ir import (
     structural_hash,
 )
 from .passes.infer_type import check
-from .autodiff import DifferentiationError, grad, value_and_grad
 from .std import prelude
 from .transform import (
     Pass,
