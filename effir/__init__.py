@@ -4,6 +4,7 @@ from . import (
     ops,  # noqa: F401  (registers every operator)
     transform,
 )
+from .autodiff import DifferentiationError, grad, value_and_grad
 from .backends.interpreter import Closure, Interpreter, State, interpret
 from .backends.tvm.errors import BackendError, CompileError  # no TVM import
 from .graph import visualize
@@ -159,6 +160,7 @@ __all__ = [
     "BackendError",
     "Closure",
     "CompileError",
+    "DifferentiationError",
     "EffectError",
     "Error",
     "EvalError",
@@ -171,6 +173,8 @@ __all__ = [
     "TypeCheckError",
     "TypeError",
     "check",
+    "grad",
+    "value_and_grad",
     "function_pass",
     "module_pass",
     "pipeline",
