@@ -12,7 +12,11 @@ shares a register tile with an active row: the prefix is rounded up to a
 multiple of ``tile`` rows (the compiled loop's register tile is 8 rows,
 so a prefix of 37 rows costs what 40 do), which also bounds the number of
 builds: one per batch size used, at most ``ceil(batch / tile)``, each
-cached on disk (build_cache.py) and shared by every later batch.
+cached on disk (build_cache.py) and shared by every later batch. Each
+segment is a call of the scan, which costs more than its steps (the
+arguments, the loop's prologue): the prefix shrinks where the rows it
+drops pay for the extra call (``segments``, ``call_cost``), so a
+sequence may run a few steps past its end, frozen.
 
 What the scan must be: a program (compiled or not: any callable) taking
 ``(xs, done, h, *captured)`` and returning the final state, where ``xs``
@@ -50,20 +54,51 @@ class PackedScanError(Error):
     kind = "packed scan error"
 
 
-def segments(lengths: np.ndarray, tile: int = ROW_TILE) -> list[tuple[int, int, int]]:
+CALL_COST = 200
+"""What a call of the scan costs beyond its steps, in row-steps: fitted on
+benchmarks/varlen.py (about half a millisecond a call against 2.8 us a
+row-step on the loaded development machine), so that a segment is split
+off only where the rows it drops pay for the extra call."""
+
+
+def segments(
+    lengths: np.ndarray, tile: int = ROW_TILE, call_cost: float = CALL_COST
+) -> list[tuple[int, int, int]]:
     """``(rows, start, stop)`` for each segment of steps, for lengths sorted
     longest first: steps ``start`` to ``stop`` run on the first ``rows``
-    rows, a multiple of ``tile`` (or the whole batch). The rows dropped
-    after a segment have all finished within it."""
+    rows, a multiple of ``tile`` (or the whole batch), every row active at
+    those steps among them. Of the ways to shrink the prefix at multiples
+    of ``tile``, the one of fewest row-steps plus ``call_cost`` a segment
+    (dynamic programming over the batch sizes, quadratic in their number:
+    at most ``ceil(batch / tile)``)."""
     batch = len(lengths)
+    if batch == 0 or lengths[0] == 0:
+        return []
     sizes = [min(batch, m) for m in range(-(-batch // tile) * tile, 0, -tile)]
-    out, start = [], 0
-    for n, rows in enumerate(sizes):
-        smaller = sizes[n + 1] if n + 1 < len(sizes) else 0
-        stop = int(lengths[smaller])  # the longest of the rows this size drops
-        if stop > start:
-            out.append((rows, start, stop))
-            start = stop
+
+    def begins(i: int) -> int:
+        """The step from which size ``sizes[i]`` holds every active row."""
+        return int(lengths[sizes[i]]) if sizes[i] < batch else 0
+
+    # best[i]: the least cost of the steps from begins(i) on, starting at
+    # sizes[i]; after[i]: the next size (None: runs to the end).
+    best: list[float] = [0.0] * len(sizes)
+    after: list[int | None] = [None] * len(sizes)
+    for i in reversed(range(len(sizes))):
+        best[i] = sizes[i] * (int(lengths[0]) - begins(i)) + call_cost
+        for j in range(i + 1, len(sizes)):
+            steps = begins(j) - begins(i)
+            cost = sizes[i] * steps + (call_cost if steps else 0) + best[j]
+            if cost < best[i]:
+                best[i], after[i] = cost, j
+    out: list[tuple[int, int, int]] = []
+    i: int | None = 0
+    while i is not None:
+        j = after[i]
+        stop = begins(j) if j is not None else int(lengths[0])
+        if stop > begins(i):
+            out.append((sizes[i], begins(i), stop))
+        i = j
     return out
 
 
@@ -74,11 +109,13 @@ def packed_scan(
     h0: Any,
     *captured: Any,
     tile: int = ROW_TILE,
+    call_cost: float = CALL_COST,
 ) -> np.ndarray:
     """The final state of each sequence ``b`` after its ``lengths[b]`` steps
     of ``xs[:, b]`` from ``h0[b]`` (``h0[b]`` itself for length 0), the
     batch's rows in the caller's order; ``scan(xs, done, h, *captured)``
-    as the module docstring says. Equal to running each sequence alone."""
+    as the module docstring says. Equal to running each sequence alone.
+    ``tile`` and ``call_cost``: how the batch shrinks (``segments``)."""
     xs, h0 = np.asarray(xs), np.asarray(h0)
     lengths = np.asarray(lengths)
     if xs.ndim < 2 or h0.ndim < 1 or lengths.shape != (xs.shape[1],) or len(h0) != len(lengths):
@@ -97,7 +134,7 @@ def packed_scan(
     order = np.argsort(-lengths, kind="stable")
     ordered = lengths[order]
     h = np.array(h0[order])
-    for rows, start, stop in segments(ordered, tile):
+    for rows, start, stop in segments(ordered, tile, call_cost):
         chosen = order[:rows]
         steps = np.arange(start, stop)[:, None]
         done = (steps >= ordered[None, :rows])[:, :, None].astype(np.float32)

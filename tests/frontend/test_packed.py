@@ -71,7 +71,8 @@ def test_interpreted_equals_each_sequence_alone(lengths):
     module = effir.parse(MASKED_GRU)
     xs, lengths, h0, w, u = inputs(lengths)
     want = reference(xs, lengths, h0, w, u)
-    got = effir.packed_scan(lambda *a: effir.interpret(module, *a), xs, lengths, h0, w, u, tile=2)
+    run = lambda *a: effir.interpret(module, *a)  # noqa: E731
+    got = effir.packed_scan(run, xs, lengths, h0, w, u, tile=2, call_cost=0)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
@@ -79,24 +80,40 @@ def test_compiled_equals_each_sequence_alone():
     compiled = effir.compile(effir.parse(MASKED_GRU))
     for lengths in ([5, 0, 9, 1, 3, 7], [4, 4, 4, 4, 4, 4]):  # batch sizes 6 and 4: two builds
         xs, lengths, h0, w, u = inputs(lengths, seed=1)
-        got = effir.packed_scan(compiled, xs, lengths, h0, w, u, tile=4)
+        got = effir.packed_scan(compiled, xs, lengths, h0, w, u, tile=4, call_cost=0)
         np.testing.assert_allclose(got, reference(xs, lengths, h0, w, u), rtol=1e-5, atol=1e-6)
     assert sorted(b.dims["b"] for b in compiled.report.builds) == [4, 6]
 
 
 def test_segments_shrink_with_the_active_rows():
     lengths = np.array([9, 7, 5, 3, 1, 0])  # sorted, longest first
-    assert segments(lengths, tile=2) == [(6, 0, 1), (4, 1, 5), (2, 5, 9)]
-    assert segments(lengths, tile=1) == [(5, 0, 1), (4, 1, 3), (3, 3, 5), (2, 5, 7), (1, 7, 9)]
+    # Calls free: the prefix shrinks as soon as a tile of rows is done.
+    assert segments(lengths, tile=2, call_cost=0) == [(6, 0, 1), (4, 1, 5), (2, 5, 9)]
+    assert segments(lengths, tile=1, call_cost=0) == [
+        (5, 0, 1),
+        (4, 1, 3),
+        (3, 3, 5),
+        (2, 5, 7),
+        (1, 7, 9),
+    ]
+    # Calls dear: fewer segments, never fewer row-steps than needed.
+    assert len(segments(lengths, tile=2, call_cost=10)) == 2  # 58 against 60 with three
+    assert segments(lengths, tile=2, call_cost=100) == [(6, 0, 9)]
     assert segments(np.array([4, 4, 4]), tile=2) == [(3, 0, 4)]
     assert segments(np.array([0, 0]), tile=8) == []
-    # Every active row is in its step's prefix; no prefix is wider than the
-    # active rows rounded up to the tile.
+    # Every active row is in its step's prefix; with free calls no prefix is
+    # wider than the active rows rounded up to the tile.
     lengths = np.sort(np.random.default_rng(3).integers(0, 50, 37))[::-1]
-    for rows, start, stop in segments(lengths, tile=8):
-        for t in range(start, stop):
-            active = int((lengths > t).sum())
-            assert active <= rows <= -(-active // 8) * 8 or rows == len(lengths)
+    for call_cost in (0, 50, 1e9):
+        covered = 0
+        for rows, start, stop in segments(lengths, 8, call_cost):
+            assert start == covered
+            covered = stop
+            for t in range(start, stop):
+                active = int((lengths > t).sum())
+                assert active <= rows
+                assert call_cost or rows <= -(-active // 8) * 8 or rows == len(lengths)
+        assert covered == lengths[0]
 
 
 def test_arguments_that_are_not_a_packed_batch_are_refused():
