@@ -11,9 +11,10 @@ program's canonical text (the printer's, metadata included: what is built),
 the entry function, the bound dimensions and the names left symbolic, the
 target (its full text: kind, ``mcpu``, attributes), TVM's version and a
 digest of effir's own source files (a changed lowering is a new key, not a
-stale hit). An entry is two files: ``<key>.so``, the VM executable with its
-kernels (``export_library``), and ``<key>.json``, what the build was (its
-kernels and loops, whether it recurses) and the library's SHA-256. The
+stale hit). An entry is two files: ``<key>.<sha>.so``, the VM executable
+with its kernels (``export_library``), named by its own SHA-256's first
+16 digits, and ``<key>.json``, what the build was (its kernels and loops,
+whether it recurses) and the library's name and SHA-256. The
 dimensions a program's kernels need static are learnt by lowering
 (compile.py, ``NeedsStatic``); they are recorded per program and target
 (``<program key>.static.json``) so that a new process finds the entry of
@@ -23,7 +24,9 @@ its first shape without lowering.
 directory and renamed into place (``os.replace``), the library before its
 record: a reader sees a whole entry or none, whatever other processes do
 at the same time. Two processes that build one entry at once both write
-it; the later rename wins, and either file is a valid build.
+it; the later record wins, and it names its own library (a library is
+named by its checksum, so one process's record never describes the other
+process's library).
 
 [RULE NEVER-CRASH] A missing, unreadable, corrupt or stale entry (a record
 that does not parse, a library whose checksum differs from its record's,
@@ -51,7 +54,7 @@ from typing import Any
 
 import tvm
 
-FORMAT = 1
+FORMAT = 2
 """The layout of an entry; a change is a new key."""
 
 DISABLED = {"", "0", "off", "none", "false"}
@@ -85,6 +88,11 @@ def effir_digest() -> str:
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def _library_name(key: str, digest: str) -> str:
+    """An entry's library, named by its checksum [RULE ATOMIC]."""
+    return f"{key}.{digest[:16]}.so"
 
 
 @dataclass(frozen=True)
@@ -156,11 +164,14 @@ class Cache:
     # ------------------------------------------------------------ entries
     def load(self, key: str) -> Entry | None:
         """The entry ``key`` loaded, or None (a miss) [RULE NEVER-CRASH]."""
-        record_path, library = self._path(f"{key}.json"), self._path(f"{key}.so")
         try:
-            record = json.loads(record_path.read_text())
+            record = json.loads(self._path(f"{key}.json").read_text())
             if not isinstance(record, dict) or record.get("format") != FORMAT:
                 return None
+            name = record["library"]
+            if not isinstance(name, str) or name != _library_name(key, record["sha256"]):
+                return None
+            library = self._path(name)
             if _sha256(library.read_bytes()) != record["sha256"]:
                 return None
             module = tvm.runtime.load_module(str(library))
@@ -183,15 +194,16 @@ class Cache:
         os.close(fd)
         try:
             executable.export_library(temporary)
-            data = Path(temporary).read_bytes()
-            library = self._path(f"{key}.so")
+            digest = _sha256(Path(temporary).read_bytes())
+            library = self._path(_library_name(key, digest))
             os.replace(temporary, library)
         except BaseException:
             Path(temporary).unlink(missing_ok=True)
             raise
         record = {
             "format": FORMAT,
-            "sha256": _sha256(data),
+            "library": library.name,
+            "sha256": digest,
             "kernels": kernels,
             "loops": loops,
             "recursive": recursive,

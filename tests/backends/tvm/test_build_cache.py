@@ -7,6 +7,7 @@ code run through tests/isolated.py."""
 from __future__ import annotations
 
 import json
+from hashlib import sha256
 from pathlib import Path
 
 import pytest
@@ -54,7 +55,7 @@ def test_a_new_process_loads_the_build_and_a_corrupt_entry_is_rebuilt(effir_cach
     cold = run(effir_cache_dir)
     assert cold["cached"] == [False]
     (library,) = entries(effir_cache_dir)
-    record = library.with_suffix(".json")
+    record = effir_cache_dir / (library.name.split(".")[0] + ".json")
     assert json.loads(record.read_text())["kernels"] >= 1
     assert not list(effir_cache_dir.glob(".tmp-*"))  # written whole, renamed into place
 
@@ -68,10 +69,28 @@ def test_a_new_process_loads_the_build_and_a_corrupt_entry_is_rebuilt(effir_cach
     rebuilt = run(effir_cache_dir)
     assert rebuilt == {"cached": [False], "result": cold["result"]}
     assert entries(effir_cache_dir) == [library]  # rewritten in place
+    assert json.loads(record.read_text())["sha256"] == sha256(library.read_bytes()).hexdigest()
 
-    record.write_text("{not json")  # a record that does not parse: a miss too
-    assert run(effir_cache_dir)["cached"] == [False]
-    assert run(effir_cache_dir) == {"cached": [True], "result": cold["result"]}
+
+def test_records_that_do_not_describe_their_library_are_misses(effir_cache_dir):
+    cache = Cache.open("def @main() { 1f }", make_target("llvm"))
+    assert cache is not None
+    effir_cache_dir.mkdir()
+    digest = sha256(b"not a library").hexdigest()
+    name = f"k.{digest[:16]}.so"
+    (effir_cache_dir / name).write_bytes(b"not a library")
+    record = effir_cache_dir / "k.json"
+    good = {"format": build_cache.FORMAT, "kernels": 1, "loops": 0, "recursive": False}
+    record.write_text("{not json")
+    assert cache.load("k") is None
+    record.write_text(json.dumps({**good, "library": name, "sha256": "0" * 64}))
+    assert cache.load("k") is None  # another library's checksum
+    record.write_text(json.dumps({**good, "library": "../x.so", "sha256": digest}))
+    assert cache.load("k") is None  # not the entry's own library
+    record.write_text(json.dumps({**good, "library": name, "sha256": digest}))
+    assert cache.load("k") is None  # checked, but TVM cannot load it
+    record.write_text(json.dumps({**good, "format": 0, "library": name, "sha256": digest}))
+    assert cache.load("k") is None
 
 
 def test_the_key_follows_the_program_target_dimensions_and_versions(monkeypatch, tmp_path):
@@ -113,3 +132,18 @@ def test_unreadable_static_records_are_ignored(effir_cache_dir):
     (effir_cache_dir / f"{cache.program}.static.json").write_text('{"main": [1, 2]}')
     assert cache.static_dims("main") == set()
     assert cache.load("no-such-key") is None
+
+
+def test_processes_that_fill_one_entry_at_once_leave_a_whole_one(effir_cache_dir):
+    """Two processes build the same entry at the same time; each renames a
+    whole file into place: the library there is the one its record names."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        first, second = pool.map(lambda _: run(effir_cache_dir), range(2))
+    assert first["result"] == second["result"]
+    assert not list(effir_cache_dir.glob(".tmp-*"))
+    (record_path,) = [p for p in effir_cache_dir.glob("*.json") if ".static." not in p.name]
+    record = json.loads(record_path.read_text())
+    library = effir_cache_dir / record["library"]
+    assert record["sha256"] == sha256(library.read_bytes()).hexdigest()
