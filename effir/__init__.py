@@ -103,6 +103,8 @@ _FRONTEND_NAMES = [
 ]
 # --- end of the Python frontend ---
 
+from .frontend.packed import packed_scan  # noqa: E402  (variable-length batches)
+
 
 def compile(  # noqa: A001
     module: IRModule,

@@ -15,6 +15,21 @@ settings.load_profile(
     "random" if os.environ.get("EFFIR_HYPOTHESIS_RANDOM") == "1" else "deterministic"
 )
 
+# The build cache (effir/backends/tvm/build_cache.py) never touches the
+# user's: the suite runs with it off, so that every test builds what it
+# compiles (the reports and progress lines tests read say "TVM build"), and
+# the tests of the cache point it at a directory of their own
+# (``effir_cache_dir``). Processes the tests start inherit the setting.
+os.environ["EFFIR_CACHE_DIR"] = "off"
+
+
+@pytest.fixture
+def effir_cache_dir(tmp_path, monkeypatch):
+    """A fresh, empty build cache for this test (and the processes it starts)."""
+    path = tmp_path / "effir-cache"
+    monkeypatch.setenv("EFFIR_CACHE_DIR", str(path))
+    return path
+
 
 @pytest.fixture
 def default_recursion_limit():

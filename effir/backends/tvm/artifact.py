@@ -112,7 +112,10 @@ def export(compiled: CompiledModule, path: str | os.PathLike[str], key: Key | No
         entries: dict[str, Any] = {}
         for n, ((entry, dims), spec) in enumerate(built):
             library = f"lib/{entry}-{n}.so"
-            spec.executable.export_library(str(staging / library))
+            if spec.library is not None:  # loaded from the build cache: its library
+                shutil.copyfile(spec.library, staging / library)
+            else:
+                spec.executable.export_library(str(staging / library))
             record = entries.setdefault(
                 entry, {"signature": compiled.signature(entry).to_json(), "specializations": []}
             )

@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
 import numpy as np
@@ -32,6 +33,7 @@ from tvm import relax
 
 from ...ir.diagnostics import Error
 from ...ir.module import IRModule
+from ...ir.printer import astext
 from ...ir.visitor import pre_order
 from ...passes.infra import Pass, PassContext, PassError
 from ...passes.pipeline import STANDARD_PIPELINES
@@ -39,6 +41,7 @@ from ...passes.pipeline import pipeline as parse_pipeline
 from ...runtime.arguments import check_call_options
 from ..interpreter import Sink, State
 from . import lower  # noqa: F401  (registers lower-tvm)
+from .build_cache import Cache
 from .compilable import refuse_uncompilable
 from .errors import BackendError, CompileError, run_time_error, site_message
 from .relax_lower import PRINT_FUNCTION, RelaxProgram, label_text, lower_to_relax
@@ -73,6 +76,8 @@ class Build(NamedTuple):
     kernels: int
     loops: int
     entry: str = "main"
+    cached: bool = False
+    """Loaded from the build cache (build_cache.py) instead of built."""
 
 
 @dataclass
@@ -103,10 +108,13 @@ class CompileReport:
             ("IR nodes after", f"{self.nodes_after}"),
             ("pipeline", f"{self.pipeline_seconds:.2f} s"),
         ]
-        for dims, seconds, kernels, loops, _ in self.builds:
-            shown = _dims_text(dims)
+        for build in self.builds:
+            what = "cached build" if build.cached else "TVM build"
             rows.append(
-                (f"TVM build ({shown})", f"{seconds:.2f} s, {kernels} kernels, {loops} loops")
+                (
+                    f"{what} ({_dims_text(build.dims)})",
+                    f"{build.seconds:.2f} s, {build.kernels} kernels, {build.loops} loops",
+                )
             )
         width = max(len(name) for name, _ in rows)
         return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
@@ -195,13 +203,20 @@ tvm_ffi.register_global_func(PRINT_FUNCTION, _print, override=True)
 class Specialization:
     """One binding of the entry's dimensions: the Relax program, built."""
 
-    def __init__(self, program: RelaxProgram, target: Any) -> None:
+    def __init__(self, program: RelaxProgram, target: Any, executable: Any = None) -> None:
+        """Build ``program`` for ``target``, or take the ``executable``
+        already built for it (a library from the build cache)."""
         self.program = program
         self.target = target
-        with building(target):
-            self.executable = relax.build(
-                program.module, target=target, relax_pipeline=relax_pipeline(target)
-            )
+        if executable is None:
+            with building(target):
+                executable = relax.build(
+                    program.module, target=target, relax_pipeline=relax_pipeline(target)
+                )
+        self.executable = executable
+        self.library: Path | None = None
+        """The shared library the executable was loaded from (the build
+        cache's), which an export copies."""
         device = tvm.device("cpu" if target.kind.name == "llvm" else target.kind.name, 0)
         self.device = device
         self._vms = ThreadVMs(self.executable, device)
@@ -257,6 +272,8 @@ class CompiledModule:
         self.specializations: dict[tuple[str, tuple[tuple[str, int], ...]], Specialization] = {}
         self.static_dims: dict[str, set[str]] = {}  # per entry, learnt (specialization)
         self._lock = threading.Lock()
+        self._program_text: str | None = None  # the build cache's key (_cache)
+        self._primed: set[str] = set()  # entries whose static dims the cache gave
         self.verbose: bool | TextIO = False
         """Progress lines for the builds to come (see ``compile``)."""
 
@@ -337,10 +354,35 @@ class CompiledModule:
                 if spec is not None:
                     return spec
                 start = time.perf_counter()
+                symbolic = tuple(sorted(d for d in dims if d not in static_dims))
+                cache = self._cache()
+                cache_key = cache.key(entry, bound, symbolic) if cache is not None else ""
+                if cache is not None and not static_dims and entry not in self._primed:
+                    # What an earlier process learnt: the first shape's entry
+                    # is found without lowering (build_cache.py).
+                    self._primed.add(entry)
+                    learnt = cache.static_dims(entry) & set(dims)
+                    if learnt:
+                        static_dims = self.static_dims[entry] = learnt
+                        continue
+                hit = cache.load(cache_key) if cache is not None else None
+                if hit is not None:
+                    program = RelaxProgram(None, entry, hit.kernels, hit.loops, hit.recursive)
+                    spec = Specialization(program, self.target, hit.module)
+                    spec.library = hit.library
+                    build = Build(
+                        bound, time.perf_counter() - start, hit.kernels, hit.loops, entry, True
+                    )
+                    self.report.builds.append(build)
+                    self.progress(
+                        f"loaded @{entry} ({_dims_text(bound)}) from the build cache "
+                        f"in {build.seconds:.2f} s"
+                    )
+                    self.specializations[key] = spec
+                    return spec
                 self.progress(
                     f"building @{entry} ({_dims_text(bound)}) for {self.target.kind.name}"
                 )
-                symbolic = tuple(sorted(d for d in dims if d not in static_dims))
                 try:
                     program = lower_to_relax(
                         specialize(self.module, entry, bound), entry, self.target, symbolic
@@ -357,6 +399,8 @@ class CompiledModule:
                     f"{program.loops} compiled loops; TVM builds them"
                 )
                 spec = Specialization(program, self.target)
+                if cache is not None:
+                    self._store(cache, cache_key, entry, spec)
                 build = Build(
                     bound, time.perf_counter() - start, program.kernels, program.loops, entry
                 )
@@ -364,6 +408,31 @@ class CompiledModule:
                 self.progress(f"built @{entry} ({_dims_text(bound)}) in {build.seconds:.2f} s")
                 self.specializations[key] = spec
                 return spec
+
+    def _cache(self) -> Cache | None:
+        """The build cache for this program and target (None when off);
+        the program's text, its key, is printed once."""
+        if self._program_text is None:
+            self._program_text = astext(self.module)
+        return Cache.open(self._program_text, self.target)
+
+    def _store(self, cache: Cache, key: str, entry: str, spec: Specialization) -> None:
+        """Write ``spec`` to the cache and run the library written, as a
+        hit would (TVM links it instead of compiling it in memory at the
+        first call: the same code generation). A cache that cannot be
+        written leaves the build in memory [RULE NEVER-CRASH]."""
+        program = spec.program
+        try:
+            stored = cache.store(
+                key, spec.executable, program.kernels, program.loops, program.recursive
+            )
+            cache.record_static(entry, self.static_dims.get(entry, set()))
+        except Exception as err:  # a read-only directory, no linker, a full disk
+            self.progress(f"the build cache is not written ({err}); the build is kept in memory")
+            return
+        spec.executable = stored.module
+        spec.library = stored.library
+        spec._vms = ThreadVMs(stored.module, spec.device)
 
     def export(self, path: Any, key: bytes | str | None = None) -> Any:
         """Write this program, with every specialisation built so far, to
