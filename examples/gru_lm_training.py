@@ -178,11 +178,7 @@ def manual_value_and_grad(cfg: Config, tokens, targets, params, rng, bn):
     dxhat = dnormed * gamma
     dflat = (
         inv_std
-        * (
-            dxhat * float(n_rows)
-            - op.sum(dxhat, axis=[0])
-            - xhat * op.sum(dxhat * xhat, axis=[0])
-        )
+        * (dxhat * float(n_rows) - op.sum(dxhat, axis=[0]) - xhat * op.sum(dxhat * xhat, axis=[0]))
         / float(n_rows)
     )
     # backward through the GRU: a reverse loop over the stacked residuals

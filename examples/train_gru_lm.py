@@ -32,10 +32,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from gru_lm_training import PARAM_NAMES, Config, build, init_params, initial_cells  # noqa: E402
+
 import effir  # noqa: E402
 from effir.optim import Adam  # noqa: E402
 from effir.runtime.values import PRNGKey  # noqa: E402
-from gru_lm_training import PARAM_NAMES, Config, build, init_params, initial_cells  # noqa: E402
 
 DATA = Path(__file__).parent / "data" / "genesis.txt"
 HELD_OUT = 0.1  # the last tenth of the text is never trained on
@@ -276,7 +277,9 @@ def main(argv: list[str] | None = None) -> int:
         f"loss {np.mean(losses[:k]):.3f} (first {k} steps) -> {np.mean(losses[-k:]):.3f} "
         f"(last {k}); {args.steps * tokens_per_step / seconds:,.0f} tokens/s"
     )
-    print(f"held-out perplexity after {trainer.step} steps: {trainer.perplexity(corpus.held_out):.2f}")
+    print(
+        f"held-out perplexity after {trainer.step} steps: {trainer.perplexity(corpus.held_out):.2f}"
+    )
     trainer.save(args.checkpoint)
     print(f"checkpoint: {args.checkpoint} (resume with --resume {args.checkpoint})")
     if args.sample:

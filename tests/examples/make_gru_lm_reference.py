@@ -96,9 +96,7 @@ def main() -> None:
         "new_key": np.asarray(new_key, np.uint32),
         "new_mean": np.asarray(new_mean),
         "new_var": np.asarray(new_var),
-        "config": np.asarray(
-            [CFG.vocab, CFG.embed, CFG.hidden, CFG.seq_len, CFG.batch], np.int64
-        ),
+        "config": np.asarray([CFG.vocab, CFG.embed, CFG.hidden, CFG.seq_len, CFG.batch], np.int64),
         "rate": np.asarray(CFG.rate, np.float64),
         "jax_version": np.asarray(jax.__version__),
     }
