@@ -28,6 +28,7 @@ from .ir import (
     structural_hash,
 )
 from .passes.infer_type import check
+from .autodiff import DifferentiationError, grad, value_and_grad
 from .std import prelude
 from .transform import (
     Pass,
@@ -159,6 +160,7 @@ __all__ = [
     "BackendError",
     "Closure",
     "CompileError",
+    "DifferentiationError",
     "EffectError",
     "Error",
     "EvalError",
@@ -171,6 +173,8 @@ __all__ = [
     "TypeCheckError",
     "TypeError",
     "check",
+    "grad",
+    "value_and_grad",
     "function_pass",
     "module_pass",
     "pipeline",

@@ -183,3 +183,67 @@ class VjpContext:
         if kept:
             grad = self.op("sum", grad, axis=kept, keepdims=True)
         return grad
+
+    # ------------------------------------------- helpers added for the rules
+    # (shapes read at run time where the forward's are symbolic, so that a
+    # rule works wherever its forward type-checks)
+    def is_float(self, atom: Expr) -> bool:
+        """Whether ``atom`` is a float tensor (only those have cotangents)."""
+        ty = atom.checked_type
+        return isinstance(ty, TensorType) and ty.dtype.startswith("float")
+
+    def zeros_of(self, ty: TensorType, like: Expr) -> Expr:
+        """A zero tensor of type ``ty``; when ``ty`` is not static, its shape
+        is read at run time from ``like`` (a value of that shape)."""
+        if ty.is_static:
+            return self.op("zeros", shape=list(ty.shape), dtype=ty.dtype)
+        shape = self.op("shape_of", like, dtype="int64")
+        return self.op("dyn.zeros", shape, dtype=ty.dtype)
+
+    def reshape_like(self, value: Expr, like: Expr) -> Expr:
+        """``value`` reshaped to the (forward) shape of ``like``."""
+        ty = self.tensor_type(like)
+        if ty.is_static:
+            return self.op("reshape", value, newshape=list(ty.shape))
+        return self.op("dyn.reshape", value, self.op("shape_of", like, dtype="int64"))
+
+    def broadcast_like(self, value: Expr, like: Expr) -> Expr:
+        """``value`` broadcast (numpy's rules) to the shape of ``like``."""
+        ty = self.tensor_type(like)
+        if ty.is_static:
+            return self.op("broadcast_to", value, shape=list(ty.shape))
+        return self.op("add", value, self.zeros_like(like))
+
+    def restore_axes(self, value: Expr, axes: Sequence[int]) -> Expr:
+        """Size-1 axes put back at the (sorted, normalised) positions
+        ``axes`` that a reduction without ``keepdims`` removed."""
+        for axis in sorted(axes):
+            value = self.op("expand_dims", value, axis=axis, num_newaxis=1)
+        return value
+
+    def count(self, atom: Expr, axes: Sequence[int], dtype: str) -> Expr:
+        """The number of elements of ``atom`` over ``axes``, a scalar of
+        ``dtype`` (a constant when those dimensions are static)."""
+        shape = self.tensor_type(atom).shape
+        dims = [shape[a] for a in axes]
+        if all(isinstance(d, int) for d in dims):
+            total = 1
+            for d in dims:
+                total *= int(d)
+            return self.const(total, dtype)
+        sizes = self.op("shape_of", atom, dtype="int64")
+        picked = self.op("take", sizes, self.const(list(axes), "int64"), axis=0)
+        return self.op("cast", self.op("prod", picked), dtype=dtype)
+
+    def along(self, vector: Expr, axis: int, rank: int) -> Expr:
+        """A 1-d ``vector`` given trailing size-1 axes so that it broadcasts
+        along axis ``axis`` (normalised) of a rank-``rank`` tensor."""
+        trailing = rank - 1 - axis
+        if trailing:
+            vector = self.op("expand_dims", vector, axis=1, num_newaxis=trailing)
+        return vector
+
+    def tuple(self, fields: Sequence[Expr]) -> Expr:
+        """Emit a tuple of ``fields`` (the cotangent of a tuple argument)."""
+        with self.builder.span(self.call.span):
+            return self.builder.emit(self.builder.tuple(fields), "g")

@@ -8,9 +8,11 @@ from typing import Any
 
 import numpy as np
 
+from ..ir.expr import Expr
 from ..ir.node import Attrs
 from ..ir.op import AttrSpec, register_op
 from ..ir.types import ANY, TensorType, Type
+from ..ir.vjp import Args, Grads, VjpContext, defvjp, not_differentiable
 from ..runtime.values import as_tensor
 from .relations import (
     NumpyImpl,
@@ -116,3 +118,22 @@ def _dyn_full_rel(args: tuple[Type, ...], attrs: Attrs) -> Type:
 @numpy_rule("dyn.full")
 def _dyn_full_np(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
     return _filled(args[0], shape_value(args[1]), attrs["dtype"])
+
+
+# ------------------------------------------------------------------- vjp
+# Constants and shapes have no derivative; a fill value does: every element
+# is it, so its cotangent is the sum of the result's (float to float).
+not_differentiable("zeros", "ones", "dyn.zeros", "dyn.ones")
+
+
+@defvjp("full", "dyn.full")
+def _full_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    value = args[0]
+    grads: list[Expr | None] = [None] * len(args)
+    if ctx.is_float(value) and ctx.is_float(out):
+        total = ctx.op("sum", ct, axis=None, keepdims=False)
+        dtype = ctx.tensor_type(value).dtype
+        if ctx.tensor_type(out).dtype != dtype:
+            total = ctx.op("cast", total, dtype=dtype)
+        grads[0] = total
+    return grads

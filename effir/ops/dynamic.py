@@ -4,9 +4,11 @@ from typing import Any
 
 import numpy as np
 
+from ..ir.expr import Expr
 from ..ir.node import Attrs
 from ..ir.op import register_op
 from ..ir.types import ANY, TensorType, Type
+from ..ir.vjp import Args, Grads, VjpContext, defvjp, not_differentiable
 from ..runtime.values import as_tensor
 from .relations import (
     OpFailure,
@@ -62,3 +64,33 @@ def _argwhere_rel(args: tuple[Type, ...], attrs: Attrs) -> Type:
 @numpy_rule("argwhere")
 def _argwhere_np(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
     return np.argwhere(as_tensor(args[0])).astype(np.int32)
+
+
+# ------------------------------------------------------------------- vjp
+@defvjp("boolean_mask")
+def _boolean_mask_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    """The selected rows' cotangents scattered back to where they were taken
+    (in row-major order of the mask, as ``x[mask]`` takes them), zeros
+    elsewhere; the mask has no cotangent. With the mask's axes as one:
+    ``scatter_add(zeros(M, rest...), argwhere(mask.flat), ct)``."""
+    x, mask = args
+    if not ctx.is_float(x):
+        return (None, None)
+    x_type = ctx.tensor_type(x)
+    k = ctx.tensor_type(mask).ndim
+    rest = list(x_type.shape[k:])
+    flat_mask = ctx.op("reshape", mask, newshape=[-1])
+    rows = ctx.op("reshape", ctx.op("argwhere", flat_mask), newshape=[-1])
+    zeros = ctx.zeros_like(x)
+    if all(isinstance(d, int) for d in rest):
+        table = ctx.op("reshape", zeros, newshape=[-1, *rest])
+    else:
+        sizes = ctx.op("shape_of", x, dtype="int64")
+        tail = ctx.op("strided_slice", sizes, begin=[k], end=[x_type.ndim])
+        newshape = ctx.op("concatenate", ctx.tuple([ctx.const([-1], "int64"), tail]), axis=0)
+        table = ctx.op("dyn.reshape", zeros, newshape)
+    grad = ctx.op("scatter_add", table, rows, ct, axis=0, mode="fast")
+    return (ctx.reshape_like(grad, x), None)
+
+
+not_differentiable("argwhere")  # indices

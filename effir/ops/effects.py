@@ -12,6 +12,7 @@ from ..ir.expr import Call, Expr, Let, RefRead, RefWrite, Tuple, TupleGetItem, V
 from ..ir.node import Attrs
 from ..ir.op import AttrSpec, op_def, register_op
 from ..ir.types import IncompleteType, KeyType, RefType, TensorType, TupleType, Type
+from ..ir.vjp import Args, DifferentiationError, Grads, VjpContext, defvjp
 from ..runtime.values import as_tensor
 from .relations import NotReady, RelationError, describe, numpy_rule, type_rule
 
@@ -237,3 +238,34 @@ def _chain(bindings: list[tuple[Var, Expr]], result: Expr) -> Expr:
 
 op_def("nn.dropout").rules["explicate"] = _explicate_dropout
 op_def("nn.batch_norm").rules["explicate"] = _explicate_batch_norm
+
+
+# ------------------------------------------------------------------- vjp
+# ``grad`` differentiates state-passing (A2) programs, where the effects are
+# explicit values: nn.dropout and nn.batch_norm have become random.dropout
+# (with a key) and nn.batch_norm_train/infer (with the statistics), whose
+# rules do the work. Meeting a surface form means the effect passes did not
+# run: a located error says so rather than a zero gradient. The output
+# operators return their input unchanged: the cotangent passes through (the
+# backward prints nothing; the world token has no cotangent).
+
+
+@defvjp("nn.dropout", "nn.batch_norm")
+def _surface_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    name = getattr(ctx.call.callee, "name", "?")
+    raise DifferentiationError(
+        f"{name} reads and writes a state cell: grad differentiates state-passing "
+        "programs (run the effect passes first, e.g. effir.grad does)",
+        ctx.span,
+    )
+
+
+@defvjp("debug.print")
+def _print_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    return (ct,)
+
+
+@defvjp("io.print")
+def _world_print_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Any) -> Grads:
+    _, ct_x = ct
+    return (None, ct_x)

@@ -290,6 +290,113 @@ def _tanh_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) ->
     return (ctx.op("multiply", ct, slope),)
 
 
+@defvjp("divide")
+def _divide_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    # d(x / y) = dx / y - (x / y) dy / y; integer division has no derivative
+    x, y = args
+    if not ctx.is_float(out):
+        return (None, None)
+    out_type = ctx.tensor_type(out)
+    gx = ctx.op("divide", ct, y)
+    gy = ctx.op("negative", ctx.op("multiply", gx, out))
+    return (ctx.unbroadcast(gx, out_type, x), ctx.unbroadcast(gy, out_type, y))
+
+
+@defvjp("power")
+def _power_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    # d(x^y) = y x^(y-1) dx + x^y log(x) dy, with JAX's convention at x = 0:
+    # the log is taken of 1 there, so that 0^y (y > 0) has dy-slope 0, not nan.
+    x, y = args
+    if not ctx.is_float(out):
+        return (None, None)
+    out_type = ctx.tensor_type(out)
+    dtype = out_type.dtype
+    one, zero = ctx.const(1, dtype), ctx.const(0, dtype)
+    slope = ctx.op("multiply", y, ctx.op("power", x, ctx.op("subtract", y, one)))
+    gx = ctx.op("multiply", ct, slope)
+    safe = ctx.op("where", ctx.op("equal", x, zero), one, x)
+    gy = ctx.op("multiply", ctx.op("multiply", ct, out), ctx.op("log", safe))
+    return (ctx.unbroadcast(gx, out_type, x), ctx.unbroadcast(gy, out_type, y))
+
+
+@defvjp("log")
+def _log_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    return (ctx.op("divide", ct, args[0]),)
+
+
+@defvjp("sqrt")
+def _sqrt_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    # d sqrt(x) = 1 / (2 sqrt(x))
+    half = ctx.const(0.5, ctx.tensor_type(out).dtype)
+    return (ctx.op("divide", ctx.op("multiply", ct, half), out),)
+
+
+@defvjp("sigmoid")
+def _sigmoid_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    # d sigmoid = sigmoid (1 - sigmoid)
+    one = ctx.const(1, ctx.tensor_type(out).dtype)
+    slope = ctx.op("multiply", out, ctx.op("subtract", one, out))
+    return (ctx.op("multiply", ct, slope),)
+
+
+@defvjp("nn.relu")
+def _relu_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    # the slope at 0 is 0, as JAX's
+    (x,) = args
+    if not ctx.is_float(out):
+        return (None,)
+    zero = ctx.const(0, ctx.tensor_type(out).dtype)
+    return (ctx.op("where", ctx.op("greater", x, zero), ct, zero),)
+
+
+def _extremum_vjp(ctx: VjpContext, args: Args, out: Expr, ct: Expr) -> Grads:
+    """maximum/minimum: the cotangent goes to the argument that is the
+    result; on a tie each gets half (JAX's ``_balanced_eq``)."""
+    x, y = args
+    if not ctx.is_float(out):
+        return (None, None)
+    out_type = ctx.tensor_type(out)
+    dtype = out_type.dtype
+    one, half, zero = (ctx.const(v, dtype) for v in (1, 0.5, 0))
+    x_is, y_is = ctx.op("equal", x, out), ctx.op("equal", y, out)
+    x_share = ctx.op("where", x_is, ctx.op("where", y_is, half, one), zero)
+    y_share = ctx.op("where", y_is, ctx.op("where", x_is, half, one), zero)
+    return (
+        ctx.unbroadcast(ctx.op("multiply", ct, x_share), out_type, x),
+        ctx.unbroadcast(ctx.op("multiply", ct, y_share), out_type, y),
+    )
+
+
+@defvjp("maximum", "minimum")
+def _maximum_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    return _extremum_vjp(ctx, args, out, ct)
+
+
+@defvjp("where")
+def _where_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    # the condition is a choice, not a value: it has no cotangent
+    cond, x, y = args
+    if not ctx.is_float(out):
+        return (None, None, None)
+    out_type = ctx.tensor_type(out)
+    zero = ctx.const(0, out_type.dtype)
+    return (
+        None,
+        ctx.unbroadcast(ctx.op("where", cond, ct, zero), out_type, x),
+        ctx.unbroadcast(ctx.op("where", cond, zero, ct), out_type, y),
+    )
+
+
+@defvjp("cast")
+def _cast_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    # float to float is the identity, rounded: the cotangent goes back cast;
+    # from or to integers and bool nothing is differentiable
+    (x,) = args
+    if not (ctx.is_float(x) and ctx.is_float(out)):
+        return (None,)
+    return (ctx.op("cast", ct, dtype=ctx.tensor_type(x).dtype),)
+
+
 not_differentiable(
     "equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
     "logical_and", "logical_or", "logical_not",

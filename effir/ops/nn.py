@@ -4,9 +4,11 @@ from typing import Any
 
 import numpy as np
 
+from ..ir.expr import Expr
 from ..ir.node import Attrs
 from ..ir.op import AttrSpec, op_def, register_op
 from ..ir.types import DTYPES, Dim, TensorType, TupleType, Type
+from ..ir.vjp import Args, Grads, VjpContext, defvjp
 from ..runtime.values import as_tensor
 from .relations import (
     OpFailure,
@@ -16,6 +18,7 @@ from .relations import (
     describe,
     expect_dtype,
     expect_tensor,
+    is_static,
     mean_over,
     merge_dim,
     normalize_axis,
@@ -368,3 +371,212 @@ def _batch_norm_train_impl(
         to_result(new_mean.reshape(channels), dtype),
         to_result(new_var.reshape(channels), dtype),
     )
+
+
+# ------------------------------------------------------------------- vjp
+# Products go back as products with the other factor; the normalisations
+# differentiate through their statistics (the batch's in training mode).
+# Integer products have no derivative.
+
+
+def _cotangent_in(ctx: VjpContext, ct: Expr, x: Expr, out: Expr) -> Expr:
+    """``ct`` in the inputs' dtype (``out_dtype`` may have widened it)."""
+    x_dtype, out_dtype = ctx.tensor_type(x).dtype, ctx.tensor_type(out).dtype
+    return ct if x_dtype == out_dtype else ctx.op("cast", ct, dtype=x_dtype)
+
+
+@defvjp("nn.dense")
+def _dense_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    """out = x @ w.T: dx = ct @ w; dw = ct.T @ x over every leading axis."""
+    x, w = args
+    if not (ctx.is_float(x) and ctx.is_float(out)):
+        return (None, None)
+    ct = _cotangent_in(ctx, ct, x, out)
+    x_type = ctx.tensor_type(x)
+    gx = ctx.op("nn.matmul", ct, w) if x_type.ndim >= 2 else None
+    if x_type.ndim == 1:  # (k,) by (units, k): an outer product
+        row = ctx.op("expand_dims", ct, axis=0)
+        gx = ctx.op("squeeze", ctx.op("nn.matmul", row, w), axis=[0])
+        gw = ctx.op("nn.matmul", row, ctx.op("expand_dims", x, axis=0), transpose_a=True)
+        return (gx, gw)
+    if x_type.ndim == 2:
+        return (gx, ctx.op("nn.matmul", ct, x, transpose_a=True))
+    units, depth = ctx.tensor_type(w).shape
+    if is_static(units) and is_static(depth):  # the leading axes as one
+        ct2 = ctx.op("reshape", ct, newshape=[-1, units])
+        x2 = ctx.op("reshape", x, newshape=[-1, depth])
+        return (gx, ctx.op("nn.matmul", ct2, x2, transpose_a=True))
+    batched = ctx.op("nn.matmul", ct, x, transpose_a=True)  # (..., units, k)
+    leading = list(range(x_type.ndim - 2))
+    return (gx, ctx.op("sum", batched, axis=leading, keepdims=False))
+
+
+@defvjp("nn.matmul")
+def _matmul_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    """out = A @ B (A, B: a, b or their transposes): dA = ct @ B.T and
+    dB = A.T @ ct, transposed back where a or b was, then summed over the
+    batch axes an argument was broadcast along."""
+    a, b = args
+    if not (ctx.is_float(a) and ctx.is_float(out)):
+        return (None, None)
+    ct = _cotangent_in(ctx, ct, a, out)
+    ta, tb = attrs["transpose_a"], attrs["transpose_b"]
+    if ta:
+        ga = ctx.op("nn.matmul", b, ct, transpose_a=tb, transpose_b=True)
+    else:
+        ga = ctx.op("nn.matmul", ct, b, transpose_b=not tb)
+    if tb:
+        gb = ctx.op("nn.matmul", ct, a, transpose_a=True, transpose_b=ta)
+    else:
+        gb = ctx.op("nn.matmul", a, ct, transpose_a=not ta)
+    batch = ctx.tensor_type(out).shape[:-2]
+    grads = []
+    for g, arg in ((ga, a), (gb, b)):
+        ty = ctx.tensor_type(arg)
+        grads.append(ctx.unbroadcast(g, TensorType(batch + ty.shape[-2:], ty.dtype), arg))
+    return tuple(grads)
+
+
+@defvjp("nn.softmax")
+def _softmax_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    # dx = y (ct - sum(ct y))
+    dot = ctx.op("sum", ctx.op("multiply", ct, out), axis=[attrs["axis"]], keepdims=True)
+    return (ctx.op("multiply", out, ctx.op("subtract", ct, dot)),)
+
+
+@defvjp("nn.log_softmax")
+def _log_softmax_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    # dx = ct - softmax(x) sum(ct)
+    total = ctx.op("sum", ct, axis=[attrs["axis"]], keepdims=True)
+    return (ctx.op("subtract", ct, ctx.op("multiply", ctx.op("exp", out), total)),)
+
+
+def _normalised(
+    ctx: VjpContext, x: Expr, axes: list[int], epsilon: float
+) -> tuple[Expr, Expr, Expr]:
+    """(centred x, 1 / sqrt(biased variance + eps), x normalised), with the
+    statistics over ``axes`` kept as size-1 axes, recomputed as the forward
+    computes them."""
+    dtype = ctx.tensor_type(x).dtype
+    centred = ctx.op("subtract", x, ctx.op("mean", x, axis=axes, keepdims=True))
+    var = ctx.op("mean", ctx.op("multiply", centred, centred), axis=axes, keepdims=True)
+    std = ctx.op("sqrt", ctx.op("add", var, ctx.const(epsilon, dtype)))
+    inv = ctx.op("divide", ctx.const(1, dtype), std)
+    return centred, inv, ctx.op("multiply", centred, inv)
+
+
+def _through_statistics(
+    ctx: VjpContext, dxhat: Expr, xhat: Expr, inv: Expr, axes: list[int]
+) -> Expr:
+    """The cotangent of x from that of x normalised over ``axes`` by its own
+    mean and biased variance: inv (dxhat - mean(dxhat) - xhat mean(dxhat xhat))."""
+    mean_d = ctx.op("mean", dxhat, axis=axes, keepdims=True)
+    mean_dx = ctx.op("mean", ctx.op("multiply", dxhat, xhat), axis=axes, keepdims=True)
+    inner = ctx.op("subtract", ctx.op("subtract", dxhat, mean_d), ctx.op("multiply", xhat, mean_dx))
+    return ctx.op("multiply", inv, inner)
+
+
+@defvjp("nn.layer_norm")
+def _layer_norm_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    """y = xhat * gamma + beta, xhat normalised over ``axis`` alone; gamma and
+    beta get the sums over every other axis (none where unused)."""
+    x, gamma, _ = args
+    rank = ctx.tensor_type(x).ndim
+    axis = normalize_axis(attrs["axis"], rank)
+    others = [i for i in range(rank) if i != axis]
+    _, inv, xhat = _normalised(ctx, x, [axis], attrs["epsilon"])
+    dxhat = ct
+    if attrs["scale"]:
+        dxhat = ctx.op("multiply", ct, ctx.along(gamma, axis, rank))
+    gx = _through_statistics(ctx, dxhat, xhat, inv, [axis])
+    g_gamma = ctx.op("sum", ctx.op("multiply", ct, xhat), axis=others) if attrs["scale"] else None
+    g_beta = ctx.op("sum", ct, axis=others) if attrs["center"] else None
+    if not others:  # a 1-d input: the sums over no axes are the values
+        g_gamma = ctx.op("multiply", ct, xhat) if attrs["scale"] else None
+        g_beta = ct if attrs["center"] else None
+    return (gx, g_gamma, g_beta)
+
+
+@defvjp("nn.batch_norm_infer")
+def _batch_norm_infer_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    """y = (x - mean) / sqrt(var + eps) * gamma + beta with fixed statistics:
+    an affine map of x. The statistics are differentiated too (they are
+    plain inputs here; a state-passing program never asks for them)."""
+    x, gamma, _, mean, var = args
+    rank = ctx.tensor_type(x).ndim
+    dtype = ctx.tensor_type(x).dtype
+    axis = normalize_axis(attrs["axis"], rank)
+    others = [i for i in range(rank) if i != axis]
+    inv = ctx.op(
+        "divide",
+        ctx.const(1, dtype),
+        ctx.op("sqrt", ctx.op("add", var, ctx.const(attrs["epsilon"], dtype))),
+    )
+    scale = ctx.op("multiply", gamma, inv)  # (C,)
+    centred = ctx.op("subtract", x, ctx.along(mean, axis, rank))
+    xhat = ctx.op("multiply", centred, ctx.along(inv, axis, rank))
+    gx = ctx.op("multiply", ct, ctx.along(scale, axis, rank))
+
+    def per_channel(value: Expr) -> Expr:
+        return ctx.op("sum", value, axis=others) if others else value
+
+    g_gamma = per_channel(ctx.op("multiply", ct, xhat))
+    g_beta = per_channel(ct)
+    g_mean = ctx.op("negative", per_channel(gx))
+    # d/dvar of (var + eps)^(-1/2) is -(1/2) inv^3
+    g_xhat_dot = per_channel(
+        ctx.op("multiply", ctx.op("multiply", ct, xhat), ctx.along(gamma, axis, rank))
+    )
+    g_var = ctx.op(
+        "multiply",
+        ctx.op("multiply", g_xhat_dot, ctx.op("multiply", inv, inv)),
+        ctx.const(-0.5, dtype),
+    )
+    return (gx, g_gamma, g_beta, g_mean, g_var)
+
+
+@defvjp("nn.batch_norm_train")
+def _batch_norm_train_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Any) -> Grads:
+    """(y, new_mean, new_var) from the batch statistics over every axis but
+    ``axis`` (n values per channel). y is differentiated through the batch
+    mean and variance, as JAX and PyTorch do. The running statistics are
+    state: a state-passing program gives the new ones no cotangent, and then
+    the running inputs get none (None). Where a cotangent of new_mean or
+    new_var is given, it is honoured: new_mean = (1 - m) rm + m mean(x) and
+    new_var = (1 - m) rv + m n/(n-1) var(x)."""
+    x, gamma, _, _, _ = args
+    ct_y, ct_mean, ct_var = ct
+    ty = ctx.tensor_type(x)
+    rank, dtype = ty.ndim, ty.dtype
+    axis = normalize_axis(attrs["axis"], rank)
+    others = [i for i in range(rank) if i != axis]
+    momentum = attrs["momentum"]
+    centred, inv, xhat = _normalised(ctx, x, others, attrs["epsilon"])
+    gx = g_gamma = g_beta = None
+    if ct_y is not None:
+        dxhat = ctx.op("multiply", ct_y, ctx.along(gamma, axis, rank))
+        gx = _through_statistics(ctx, dxhat, xhat, inv, others)
+        g_gamma = ctx.op("sum", ctx.op("multiply", ct_y, xhat), axis=others)
+        g_beta = ctx.op("sum", ct_y, axis=others)
+    n = ctx.count(x, others, dtype)
+    extra = []
+    if ct_mean is not None:  # m mean(x): each element m / n
+        share = ctx.op("divide", ctx.const(momentum, dtype), n)
+        extra.append(ctx.op("multiply", ctx.along(ct_mean, axis, rank), share))
+    if ct_var is not None:  # m n/(n-1) mean(c^2): each element 2 m c / (n - 1)
+        slope = ctx.op(
+            "divide",
+            ctx.const(2 * momentum, dtype),
+            ctx.op("subtract", n, ctx.const(1, dtype)),
+        )
+        extra.append(
+            ctx.op("multiply", ctx.op("multiply", ctx.along(ct_var, axis, rank), centred), slope)
+        )
+    for term in extra:
+        gx = term if gx is None else ctx.op("add", gx, term)
+    if gx is not None and ct_y is None:  # the terms above broadcast only over the channel
+        gx = ctx.broadcast_like(gx, x)
+    keep = ctx.const(1 - momentum, dtype)
+    g_running_mean = None if ct_mean is None else ctx.op("multiply", ct_mean, keep)
+    g_running_var = None if ct_var is None else ctx.op("multiply", ct_var, keep)
+    return (gx, g_gamma, g_beta, g_running_mean, g_running_var)

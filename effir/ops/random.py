@@ -5,9 +5,11 @@ from typing import Any
 
 import numpy as np
 
+from ..ir.expr import Expr
 from ..ir.node import Attrs
 from ..ir.op import AttrSpec, register_op
 from ..ir.types import IncompleteType, KeyType, TensorType, TupleType, Type
+from ..ir.vjp import Args, Grads, VjpContext, defvjp, not_differentiable
 from ..runtime import prng
 from ..runtime.limits import objects_too_large
 from ..runtime.values import PRNGKey, as_tensor
@@ -210,3 +212,25 @@ def _dropout_numpy(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
     if not 0.0 <= rate <= 1.0:
         raise OpFailure(f"random.dropout: rate must be in [0, 1], got {rate}")
     return to_result(prng.dropout(key, x, rate), x.dtype)
+
+
+# ------------------------------------------------------------------- vjp
+# Keys and random bits have no derivative. Dropout is linear in x for a
+# fixed key: its backward is dropout of the cotangent with the SAME key,
+# which draws the same bits and so the same mask (and the same 1/(1-rate)
+# scale). Nothing is stored between the forward and the backward: this is
+# the property that passing the key as an explicit value (state passing)
+# buys; an effect hidden in a global generator would have to save the mask
+# or replay the generator's state.
+
+
+@defvjp("random.dropout")
+def _dropout_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    _, key = args
+    return (ctx.op("random.dropout", ct, key, rate=attrs["rate"]), None)
+
+
+not_differentiable(
+    "random.key", "random.split", "random.fold_in",
+    "random.uniform", "random.normal", "random.bernoulli",
+)  # fmt: skip

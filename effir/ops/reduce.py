@@ -4,9 +4,11 @@ from typing import Any
 
 import numpy as np
 
+from ..ir.expr import Expr
 from ..ir.node import Attrs
 from ..ir.op import AttrSpec, register_op
 from ..ir.types import Dim, TensorType, Type
+from ..ir.vjp import Args, Grads, VjpContext, defvjp, not_differentiable
 from ..runtime.values import as_tensor
 from .relations import (
     NumpyImpl,
@@ -157,3 +159,80 @@ def _argmax_impl(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
     else:
         index = np.argmax(data, axis=axis)
     return to_result(np.reshape(index, out_shape), "int32")
+
+
+# ------------------------------------------------------------------- vjp
+# A reduction's cotangent gets its reduced axes back (size 1) and is
+# broadcast over them; integer reductions have no derivative.
+
+
+def _kept(ctx: VjpContext, value: Expr, attrs: Attrs, axes: tuple[int, ...]) -> Expr:
+    """A value of the reduction's result shape, in its ``keepdims`` form."""
+    return value if attrs["keepdims"] else ctx.restore_axes(value, axes)
+
+
+@defvjp("sum")
+def _sum_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    (x,) = args
+    if not ctx.is_float(x):
+        return (None,)
+    axes = reduce_axes(attrs, ctx.tensor_type(x).ndim)
+    return (ctx.broadcast_like(_kept(ctx, ct, attrs, axes), x),)
+
+
+@defvjp("mean")
+def _mean_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    (x,) = args
+    ty = ctx.tensor_type(x)
+    axes = reduce_axes(attrs, ty.ndim)
+    share = ctx.op("divide", _kept(ctx, ct, attrs, axes), ctx.count(x, axes, ty.dtype))
+    return (ctx.broadcast_like(share, x),)
+
+
+@defvjp("max", "min")
+def _extremum_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    """The cotangent goes to the elements equal to the result, split evenly
+    between ties (JAX's rule for ``reduce_max``)."""
+    (x,) = args
+    if not ctx.is_float(x):
+        return (None,)
+    ty = ctx.tensor_type(x)
+    axes = reduce_axes(attrs, ty.ndim)
+    if not axes:  # exclude listing every axis: the identity
+        return (ct,)
+    hit = ctx.op("equal", x, _kept(ctx, out, attrs, axes))
+    ties = ctx.op("sum", ctx.op("cast", hit, dtype=ty.dtype), axis=list(axes), keepdims=True)
+    share = ctx.op("divide", _kept(ctx, ct, attrs, axes), ties)
+    return (ctx.op("where", hit, share, ctx.const(0, ty.dtype)),)
+
+
+@defvjp("prod")
+def _prod_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    """The product of the other elements, exact with zeros: out / x when no
+    element is 0; where exactly one is, the product of the others at it and
+    0 elsewhere; 0 everywhere with two zeros or more."""
+    (x,) = args
+    if not ctx.is_float(x):
+        return (None,)
+    ty = ctx.tensor_type(x)
+    dtype = ty.dtype
+    axes = list(reduce_axes(attrs, ty.ndim))
+    if not axes:  # exclude listing every axis: the identity
+        return (ct,)
+    zero, one = ctx.const(0, dtype), ctx.const(1, dtype)
+    is_zero = ctx.op("equal", x, zero)
+    zeros = ctx.op("sum", ctx.op("cast", is_zero, dtype=dtype), axis=axes, keepdims=True)
+    safe = ctx.op("where", is_zero, one, x)
+    others = ctx.op("prod", safe, axis=axes, keepdims=True)  # of the nonzero elements
+    general = ctx.op("divide", others, safe)
+    single = ctx.op("where", is_zero, others, zero)
+    slope = ctx.op(
+        "where",
+        ctx.op("equal", zeros, zero),
+        general,
+        ctx.op("where", ctx.op("equal", zeros, one), single, zero),
+    )
+    return (ctx.op("multiply", slope, _kept(ctx, ct, attrs, tuple(axes))),)
+
+
+not_differentiable("argmax")  # an index

@@ -8,9 +8,11 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from ..ir.expr import Expr
 from ..ir.node import Attrs
 from ..ir.op import AttrSpec, register_op
 from ..ir.types import ANY, Dim, TensorType, TupleType, Type
+from ..ir.vjp import Args, DifferentiationError, Grads, VjpContext, defvjp, not_differentiable
 from ..runtime.values import as_tensor
 from .relations import (
     OpFailure,
@@ -84,6 +86,30 @@ register_op(
     2,
     attrs=(AttrSpec("axis", "int", None, optional=True), AttrSpec("mode", "str", "clip")),
     traits=("injective",),
+)
+# The adjoints of take and strided_slice, which the vjp rules need and no
+# combination of the other operators gives (a scatter).
+register_op(
+    "scatter_add",
+    3,
+    attrs=(AttrSpec("axis", "int", 0), AttrSpec("mode", "str", "clip")),
+    traits=("opaque",),
+    doc="scatter_add(data, indices, updates): data with updates added at the positions "
+    "take(data, indices, axis, mode) reads (repeated indices accumulate): take's adjoint",
+)
+register_op(
+    "strided_set",
+    2,
+    attrs=(
+        AttrSpec("begin", "ints"),
+        AttrSpec("end", "ints"),
+        AttrSpec("strides", "ints", None, optional=True),
+        AttrSpec("axes", "ints", None, optional=True),
+        AttrSpec("slice_mode", "str", "end"),
+    ),
+    traits=("injective",),
+    doc="strided_set(data, v): data with the slice strided_slice(data, ...) replaced by v "
+    "(Relay's strided_set): strided_slice's adjoint",
 )
 register_op("broadcast_to", 1, attrs=(AttrSpec("shape", "ints"),), traits=("broadcast",))
 register_op(
@@ -563,6 +589,104 @@ def _take_np(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
     return np.asarray(np.take(x, indices, axis=axis, mode=mode))
 
 
+# ---------------------------------------------------------------- scatter_add
+@type_rule("scatter_add")
+@with_op_name("scatter_add")
+def _scatter_add_rel(args: tuple[Type, ...], attrs: Attrs) -> Type:
+    """``updates`` has the shape ``take(data, indices, axis)`` has; the
+    result is the data's type."""
+    x = expect_tensor(args[0], "the data")
+    indices = expect_tensor(args[1], "the indices")
+    updates = expect_tensor(args[2], "the updates")
+    expect_dtype(indices, "iu", "the indices")
+    expect_dtype(x, "iuf", "the data")
+    same_dtype((x, updates), "the data and the updates")
+    if attrs["mode"] not in _TAKE_MODES:
+        raise RelationError(f'mode must be "clip", "wrap" or "fast", got "{attrs["mode"]}"')
+    if x.ndim == 0:
+        raise RelationError("cannot scatter into a scalar (rank 0)")
+    axis = normalize_axis(attrs["axis"], x.ndim)
+    taken = x.shape[:axis] + indices.shape + x.shape[axis + 1 :]
+    if updates.ndim != len(taken):
+        raise RelationError(
+            f"the updates {show_shape(updates.shape)} must have the shape take gives, "
+            f"{show_shape(taken)}"
+        )
+    for i, (u, t) in enumerate(zip(updates.shape, taken, strict=True)):
+        merge_dim(u, t, f"dimension {i} of the updates and of take's result")
+    return x
+
+
+@numpy_rule("scatter_add")
+def _scatter_add_np(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
+    """Sequential accumulation (``np.add.at``) into a copy of the data;
+    indices are clipped or wrapped as ``take`` does them."""
+    x, indices, updates = (as_tensor(a) for a in args)
+    try:
+        axis = normalize_axis(attrs["axis"], x.ndim)
+    except RelationError as err:
+        _raise_failure(err)
+    size = x.shape[axis]
+    if indices.dtype == np.uint64:
+        indices = np.minimum(indices, np.uint64(np.iinfo(np.int64).max))
+    indices = indices.astype(np.int64)
+    if size == 0 and indices.size:
+        raise OpFailure(f"cannot scatter into axis {axis} of size 0")
+    mode = attrs["mode"]
+    if mode == "fast":
+        bad = (indices < 0) | (indices >= size)
+        if bad.any():
+            raise OpFailure(
+                f"index {int(indices[bad].flat[0])} is out of range for axis {axis} of size {size}"
+            )
+    elif mode == "wrap":
+        indices = np.mod(indices, max(size, 1))
+    else:
+        indices = np.clip(indices, 0, max(size - 1, 0))
+    taken = x.shape[:axis] + indices.shape + x.shape[axis + 1 :]
+    if updates.shape != taken:
+        raise OpFailure(f"the updates have shape {updates.shape}, take gives {taken}")
+    out = x.copy()
+    with np.errstate(all="ignore"):
+        np.add.at(out, (slice(None),) * axis + (indices,), updates)
+    return out
+
+
+# ---------------------------------------------------------------- strided_set
+@type_rule("strided_set")
+@with_op_name("strided_set")
+def _strided_set_rel(args: tuple[Type, ...], attrs: Attrs) -> Type:
+    """``v`` has the shape of ``strided_slice(data, ...)``; the result is the
+    data's type."""
+    x = expect_tensor(args[0], "the data")
+    v = expect_tensor(args[1], "the value")
+    same_dtype((x, v), "the data and the value")
+    sliced = _strided_slice_rel((x,), attrs)
+    assert isinstance(sliced, TensorType)
+    if v.ndim != sliced.ndim:
+        raise RelationError(
+            f"the value {show_shape(v.shape)} must have the slice's shape {show_shape(sliced.shape)}"
+        )
+    for i, (a, b) in enumerate(zip(v.shape, sliced.shape, strict=True)):
+        merge_dim(a, b, f"dimension {i} of the value and of the slice")
+    return x
+
+
+@numpy_rule("strided_set")
+def _strided_set_np(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
+    x, v = as_tensor(args[0]), as_tensor(args[1])
+    try:
+        plan = _slices(attrs, x.ndim)
+    except RelationError as err:
+        _raise_failure(err)
+    index = tuple(slice(*plan[a]) if a in plan else slice(None) for a in range(x.ndim))
+    out = x.copy()
+    if out[index].shape != v.shape:
+        raise OpFailure(f"the value has shape {v.shape}, the slice {out[index].shape}")
+    out[index] = v
+    return out
+
+
 # --------------------------------------------------------------- broadcast_to
 @type_rule("broadcast_to")
 @with_op_name("broadcast_to")
@@ -619,3 +743,174 @@ def _dyn_reshape_rel(args: tuple[Type, ...], attrs: Attrs) -> Type:
 def _dyn_reshape_np(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
     newshape = tuple(int(v) for v in as_tensor(args[1]).reshape(-1))
     return _reshape_value(as_tensor(args[0]), newshape)
+
+
+# ======================================================================= vjp
+# The backward of a shape operator moves the cotangent back where each
+# element came from: the inverse permutation, the inverse reshape, a split
+# for a concatenation, a scatter for a gather (``scatter_add``, ``strided_set``).
+# Integer and bool data have no cotangent.
+def _slice_attrs(attrs: Attrs) -> dict[str, Any]:
+    return {k: attrs[k] for k in ("begin", "end", "strides", "axes", "slice_mode")}
+
+
+@defvjp("reshape")
+def _reshape_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    return (ctx.reshape_like(ct, args[0]) if ctx.is_float(args[0]) else None,)
+
+
+@defvjp("dyn.reshape")
+def _dyn_reshape_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    return (ctx.reshape_like(ct, args[0]) if ctx.is_float(args[0]) else None, None)
+
+
+@defvjp("transpose")
+def _transpose_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    (x,) = args
+    if not ctx.is_float(x):
+        return (None,)
+    perm = _permutation(attrs["axes"], ctx.tensor_type(x).ndim)
+    inverse = [0] * len(perm)
+    for position, axis in enumerate(perm):
+        inverse[axis] = position
+    return (ctx.op("transpose", ct, axes=inverse),)
+
+
+@defvjp("expand_dims")
+def _expand_dims_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    (x,) = args
+    if not ctx.is_float(x):
+        return (None,)
+    axis, count = _expand_axis(attrs, ctx.tensor_type(x).ndim)
+    if count == 0:
+        return (ct,)
+    return (ctx.op("squeeze", ct, axis=list(range(axis, axis + count))),)
+
+
+@defvjp("squeeze")
+def _squeeze_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    (x,) = args
+    if not ctx.is_float(x):
+        return (None,)
+    shape = ctx.tensor_type(x).shape
+    if attrs["axis"] is None:
+        axes: Sequence[int] = [i for i, d in enumerate(shape) if d == 1]
+    else:
+        axes = normalize_axes(attrs["axis"], len(shape))
+    return (ctx.restore_axes(ct, axes),)
+
+
+@defvjp("broadcast_to")
+def _broadcast_to_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    (x,) = args
+    if not ctx.is_float(x):
+        return (None,)
+    return (ctx.unbroadcast(ct, ctx.tensor_type(out), x),)
+
+
+def _tuple_fields(ctx: VjpContext, atom: Expr) -> tuple[Type, ...]:
+    ty = ctx.type_of(atom)
+    if not isinstance(ty, TupleType):
+        raise DifferentiationError(f"expected a tuple, got {type(ty).__name__}", ctx.span)
+    return ty.fields
+
+
+@defvjp("concatenate")
+def _concatenate_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    """A split at the inputs' boundaries, which must be static (every input's
+    size along the axis but the last one's)."""
+    (xs,) = args
+    if not ctx.is_float(out):
+        return (None,)
+    fields = _tuple_fields(ctx, xs)
+    rank = len(expect_tensor(fields[0]).shape)
+    axis = normalize_axis(attrs["axis"], rank)
+    bounds, at = [], 0
+    for f in fields[:-1]:
+        size = expect_tensor(f).shape[axis]
+        if not is_static(size):
+            raise DifferentiationError(
+                f"concatenate: the size {show_dim(size)} of an input along axis {axis} is "
+                "known only at run time (only the last input's may be)",
+                ctx.span,
+            )
+        at += int(size)
+        bounds.append(at)
+    pieces = ctx.op("split", ct, indices_or_sections=bounds, axis=axis)
+    return (ctx.tuple([ctx.get(pieces, i) for i in range(len(fields))]),)
+
+
+@defvjp("stack")
+def _stack_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    (xs,) = args
+    if not ctx.is_float(out):
+        return (None,)
+    fields = _tuple_fields(ctx, xs)
+    axis = normalize_axis(attrs["axis"], ctx.tensor_type(out).ndim)
+    pieces = ctx.op("split", ct, indices_or_sections=len(fields), axis=axis)
+    grads = [ctx.op("squeeze", ctx.get(pieces, i), axis=[axis]) for i in range(len(fields))]
+    return (ctx.tuple(grads),)
+
+
+@defvjp("split")
+def _split_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Any) -> Grads:
+    """The pieces' cotangents concatenated back, zeros for the pieces that
+    have none."""
+    (x,) = args
+    if not ctx.is_float(x):
+        return (None,)
+    fields = _tuple_fields(ctx, out)
+    pieces = [
+        c if c is not None else ctx.zeros_of(expect_tensor(f), ctx.get(out, i))
+        for i, (c, f) in enumerate(zip(ct, fields, strict=True))
+    ]
+    return (ctx.op("concatenate", ctx.tuple(pieces), axis=attrs["axis"]),)
+
+
+@defvjp("strided_slice")
+def _strided_slice_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    (x,) = args
+    if not ctx.is_float(x):
+        return (None,)
+    return (ctx.op("strided_set", ctx.zeros_like(x), ct, **_slice_attrs(attrs)),)
+
+
+@defvjp("strided_set")
+def _strided_set_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    x, v = args
+    if not ctx.is_float(x):
+        return (None, None)
+    slice_attrs = _slice_attrs(attrs)
+    return (
+        ctx.op("strided_set", ct, ctx.zeros_like(v), **slice_attrs),
+        ctx.op("strided_slice", ct, **slice_attrs),
+    )
+
+
+@defvjp("take")
+def _take_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    """A scatter-add of the cotangent into zeros at the positions taken
+    (an embedding lookup's backward); the indices have no cotangent."""
+    x, indices = args
+    if not ctx.is_float(x):
+        return (None, None)
+    mode = attrs["mode"]
+    zeros = ctx.zeros_like(x)
+    if attrs["axis"] is not None:
+        axis = normalize_axis(attrs["axis"], ctx.tensor_type(x).ndim)
+        return (ctx.op("scatter_add", zeros, indices, ct, axis=axis, mode=mode), None)
+    flat = ctx.op("reshape", zeros, newshape=[-1])
+    grad = ctx.op("scatter_add", flat, indices, ct, axis=0, mode=mode)
+    return (ctx.reshape_like(grad, x), None)
+
+
+@defvjp("scatter_add")
+def _scatter_add_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    x, indices, _ = args
+    if not ctx.is_float(x):
+        return (None, None, None)
+    taken = ctx.op("take", ct, indices, axis=attrs["axis"], mode=attrs["mode"])
+    return (ct, None, taken)
+
+
+not_differentiable("shape_of")  # sizes are integers

@@ -1,0 +1,121 @@
+"""``effir.grad``, ``effir.value_and_grad`` and the ``grad`` pass.
+
+Each takes a module and returns it with one function added,
+``@<entry>_grad`` (``effir.autodiff.entry`` says what it returns), plus a
+``@<g>_vjp`` per global function the entry calls with a gradient flowing
+through it. An A1 program (global cells) goes through ``explicate`` and
+``state-passing`` first, so the result is A2: randomness and running
+statistics are explicit inputs and outputs, threaded and never
+differentiated. The gradient program is an ordinary effir program: it is
+optimised, interpreted and compiled like any other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..ir.builder import fresh_name
+from ..ir.module import IRModule
+from ..ir.vjp import DifferentiationError
+from ..passes.anf_sharing import fresh_binders
+from ..passes.infer_type import check
+from ..passes.infra import a2_problem, anf_problem, module_pass
+from .differentiator import CHECKPOINTS, Differentiator
+from .entry import build_grad
+
+
+def grad_module(
+    module: IRModule,
+    entry: str = "main",
+    wrt: Sequence[str] | str | None = None,
+    checkpoint: str = "none",
+    output: int | None = None,
+    with_value: bool = False,
+    name: str | None = None,
+) -> IRModule:
+    """``module`` with the gradient function of ``@entry`` added."""
+    if checkpoint not in CHECKPOINTS:
+        raise DifferentiationError(
+            f"checkpoint must be one of {', '.join(CHECKPOINTS)}, not {checkpoint!r}"
+        )
+    if entry not in module.functions:
+        raise DifferentiationError(f"grad: the module has no function @{entry}")
+    if a2_problem(module) is not None or anf_problem(module) is not None:
+        from ..passes.pipeline import pipeline
+
+        module = pipeline("to-anf,explicate,state-passing")(module)
+    check(module)
+    # A typed copy whose nodes the gradient functions take over, so that
+    # the module's own functions stay as they are.
+    work = IRModule(
+        {n: fresh_binders(f) for n, f in module.functions.items()},
+        module.type_defs,
+        module.cells,
+    )
+    check(work)
+    taken = set(module.functions) | set(module.cells)
+    target = name or fresh_name(f"{entry}_grad", taken)
+    taken.add(target)
+    ad = Differentiator(work, checkpoint, taken)
+    grad_fn = build_grad(ad, work.functions[entry], wrt, output, with_value)
+    out = module.with_function(target, grad_fn)
+    for vjp_name, fn in ad.finish().items():
+        out = out.with_function(vjp_name, fn)
+    check(out)
+    return out
+
+
+def grad(
+    module: IRModule,
+    entry: str = "main",
+    wrt: Sequence[str] | str | None = None,
+    checkpoint: str = "none",
+    output: int | None = None,
+) -> IRModule:
+    """``module`` with ``@<entry>_grad``, which returns the gradients of the
+    entry's scalar result (or of field ``output`` of its tuple result;
+    a non-scalar one takes its cotangent as the parameter ``%cotangent``)
+    with respect to the parameters named in ``wrt`` (default: every float
+    parameter that is not state), as a tuple in ``wrt``'s order; a
+    state-passing entry returns ``(grads, new state...)``.
+
+    ``checkpoint``: ``"none"`` (store every intermediate a loop's backward
+    needs), ``"loop"`` (store each step's carried state, recompute the
+    step), ``"sqrt"`` (store every ceil(sqrt(T))-th carry, recompute
+    segments); the gradients are bit-identical. See docs/autodiff.md."""
+    return grad_module(module, entry, wrt, checkpoint, output, with_value=False)
+
+
+def value_and_grad(
+    module: IRModule,
+    entry: str = "main",
+    wrt: Sequence[str] | str | None = None,
+    checkpoint: str = "none",
+    output: int | None = None,
+) -> IRModule:
+    """As ``grad``, but ``@<entry>_grad`` returns ``(value, grads)`` as the
+    user's result: ``((value, grads), new state...)`` for a state-passing
+    entry, ``(value, grads)`` otherwise; ``value`` is the entry's result."""
+    return grad_module(module, entry, wrt, checkpoint, output, with_value=True)
+
+
+@module_pass(
+    name="grad",
+    establishes={"a2", "anf"},
+    options={
+        "entry": "the function to differentiate",
+        "wrt": "comma-separated parameter names (empty: every float parameter)",
+        "checkpoint": "none, loop or sqrt",
+        "value": "also return the entry's result",
+    },
+)
+def grad_pass(
+    module: IRModule,
+    entry: str = "main",
+    wrt: str = "",
+    checkpoint: str = "none",
+    value: bool = True,
+) -> IRModule:
+    """Adds @<entry>_grad, the reverse-mode gradient of @entry (docs/autodiff.md)."""
+    names = [w.strip() for w in wrt.split(",") if w.strip()] or None
+    return grad_module(module, entry, names, checkpoint, with_value=value)

@@ -1,0 +1,132 @@
+"""Cotangents: which values get one, their types, and how they add up.
+
+A cotangent is built lazily while the backward is generated: a value's
+cotangent is ``None`` (zero, nothing emitted yet), an expression of the
+value's cotangent type, or, for a tuple, a Python list with one cotangent
+per field (a projection ``t.i`` contributes to one field without
+materialising zeros for the others). Zeros are emitted only where a whole
+cotangent must exist as a value (a pullback's argument, a loop's carry, the
+gradients returned).
+
+The cotangent type of a float tensor is its own type, of a tuple the tuple
+of its fields' cotangent types, and of everything else (integer and bool
+tensors, keys, ADTs, functions) the unit ``()``: such values get no gradient.
+"""
+
+from __future__ import annotations
+
+from typing import Union
+
+from ..ir.builder import LetBuilder
+from ..ir.expr import Expr, Tuple, TupleGetItem, Var
+from ..ir.types import TensorType, TupleType, Type
+
+CT = Union[None, Expr, list]  # noqa: UP007  (a recursive alias)
+
+UNIT = TupleType(())
+
+
+def is_float(dtype: str) -> bool:
+    return dtype.startswith(("float", "bfloat"))
+
+
+def differentiable(t: Type) -> bool:
+    """Whether values of type ``t`` carry a gradient (some float tensor in it)."""
+    if isinstance(t, TensorType):
+        return is_float(t.dtype)
+    if isinstance(t, TupleType):
+        return any(differentiable(f) for f in t.fields)
+    return False
+
+
+def ct_type(t: Type) -> Type:
+    """The type of a cotangent of a value of type ``t``."""
+    if isinstance(t, TensorType):
+        return t if is_float(t.dtype) else UNIT
+    if isinstance(t, TupleType):
+        return TupleType(tuple(ct_type(f) for f in t.fields))
+    return UNIT
+
+
+def stackable(t: Type) -> bool:
+    """Whether a loop may stack values of type ``t`` as per-step outputs."""
+    if isinstance(t, TensorType):
+        return True
+    if isinstance(t, TupleType):
+        return all(stackable(f) for f in t.fields)
+    return False
+
+
+def fields_of(b: LetBuilder, ct: CT, t: TupleType) -> list[CT]:
+    """A tuple cotangent as one cotangent per field."""
+    if ct is None:
+        return [None] * len(t.fields)
+    if isinstance(ct, list):
+        return ct
+    return [b.emit_get(ct, i, "ct") for i in range(len(t.fields))]
+
+
+def accumulate(b: LetBuilder, old: CT, new: CT, t: Type) -> CT:
+    """``old + new`` for cotangents of a value of type ``t``."""
+    if old is None:
+        return new
+    if new is None:
+        return old
+    if isinstance(t, TupleType):
+        a, c = fields_of(b, old, t), fields_of(b, new, t)
+        return [accumulate(b, x, y, f) for x, y, f in zip(a, c, t.fields, strict=True)]
+    if not differentiable(t):
+        return old
+    assert isinstance(old, Expr) and isinstance(new, Expr)
+    return b.emit(b.call_op("add", old, new), "ct")
+
+
+def zeros(b: LetBuilder, like: Expr, t: TensorType) -> Expr:
+    """A zero tensor shaped as the forward value ``like`` (of type ``t``)."""
+    if t.is_static:
+        return b.emit(b.call_op("zeros", shape=list(t.shape), dtype=t.dtype), "zero")
+    shape = b.emit(b.call_op("shape_of", like, dtype="int64"), "shape")
+    return b.emit(b.call_op("dyn.zeros", shape, dtype=t.dtype), "zero")
+
+
+def materialize(b: LetBuilder, ct: CT, like: Expr, t: Type) -> Expr:
+    """The cotangent ``ct`` of the forward value ``like`` (of type ``t``) as
+    one expression of type ``ct_type(t)``, zeros filled in."""
+    if isinstance(t, TensorType):
+        if not is_float(t.dtype):
+            return b.emit(b.tuple([]), "unit")
+        if ct is None:
+            return zeros(b, like, t)
+        assert isinstance(ct, Expr)
+        return ct
+    if isinstance(t, TupleType):
+        if isinstance(ct, Expr):
+            return ct
+        if ct is None and not differentiable(t):
+            return b.emit(b.tuple([materialize(b, None, like, f) for f in t.fields]), "unit")
+        parts = fields_of(b, ct, t)
+        out = []
+        for i, (part, field) in enumerate(zip(parts, t.fields, strict=True)):
+            sub = like if not differentiable(field) else b.emit(TupleGetItem(like, i), "fwd")
+            out.append(materialize(b, part, sub, field))
+        return b.emit(Tuple(tuple(out)), "ct")
+    return b.emit(b.tuple([]), "unit")
+
+
+def reverse(b: LetBuilder, value: Expr, t: Type) -> Expr:
+    """``value`` (stacked per-step values) with its leading axis reversed."""
+    if isinstance(t, TupleType):
+        parts = [reverse(b, b.emit_get(value, i, "seq"), f) for i, f in enumerate(t.fields)]
+        return b.emit(b.tuple(parts), "seq")
+    big = -(2**31) + 1  # before the first element, whatever the length
+    return b.emit(
+        b.call_op("strided_slice", value, begin=[-1], end=[big], strides=[-1], axes=[0]), "rev"
+    )
+
+
+def type_of(expr: Expr) -> Type:
+    return expr.checked_type
+
+
+def is_var(expr: Expr) -> bool:
+    return isinstance(expr, Var)

@@ -1,0 +1,107 @@
+"""What one ``grad`` run knows about the whole module.
+
+The typed working copy of the module being differentiated, the
+checkpointing mode, the global functions given a ``vjp`` form so far (a
+worklist: each is differentiated once, however often and however
+recursively it is called), and, per let-bound closure, how it is used and
+its differentiated form.
+"""
+
+from __future__ import annotations
+
+from ..ir.analysis import free_vars, operands
+from ..ir.builder import fresh_name
+from ..ir.diagnostics import Span
+from ..ir.expr import Call, Expr, Function, GlobalVar, Op, Var
+from ..ir.functor import pre_order
+from ..ir.module import IRModule
+from ..ir.op import op_def
+from .cotangent import differentiable
+from .reverse import ClosureVjp, function_vjp
+
+CHECKPOINTS = ("none", "loop", "sqrt")
+
+
+class Differentiator:
+    """Module-wide state of one differentiation (see the module docstring)."""
+
+    def __init__(self, module: IRModule, checkpoint: str, taken: set[str]) -> None:
+        self.module = module  # typed; its nodes are used (once) in the output
+        self.checkpoint = checkpoint
+        self.taken = taken  # global names in use
+        self.vjp_names: dict[str, str] = {}
+        self.pending: list[str] = []
+        self.functions: dict[str, Function] = {}
+        self.closures: dict[Var, ClosureVjp] = {}
+        self.closure_vars: set[Var] = set()
+        self.loop_bodies: dict[Var, Function] = {}
+        self.closure_use = _closure_uses(module)
+        self._free: dict[int, list[Var]] = {}
+
+    def global_vjp(self, name: str, span: Span | None) -> GlobalVar:
+        """``@name_vjp``, made when ``finish`` runs."""
+        if name not in self.vjp_names:
+            vjp = fresh_name(f"{name}_vjp", self.taken)
+            self.taken.add(vjp)
+            self.vjp_names[name] = vjp
+            self.pending.append(name)
+        return GlobalVar(self.vjp_names[name], span=span)
+
+    def finish(self) -> dict[str, Function]:
+        """Every ``vjp`` global asked for (a worklist, not recursion)."""
+        while self.pending:
+            name = self.pending.pop()
+            fn = self.module.functions[name]
+            if fn.attrs.get("Primitive") == 1:
+                raise_primitive(name, fn)
+            self.functions[self.vjp_names[name]] = function_vjp(self, fn, [])
+        return self.functions
+
+    def free_differentiable(self, node: Expr, exclude: Var | None = None) -> list[Var]:
+        """The free variables of ``node`` that gradients flow to: those of a
+        float type, and through a known closure, the closure's own."""
+        key = id(node)
+        if key not in self._free:
+            fn = node if isinstance(node, Function) else Function((), node)
+            found: dict[Var, None] = {}
+            for v in free_vars(fn):
+                if v in self.closures:
+                    found.update(dict.fromkeys(self.closures[v].free))
+                elif v in self.loop_bodies:
+                    found.update(dict.fromkeys(self.free_differentiable(self.loop_bodies[v])))
+                elif v.has_type and differentiable(v.checked_type):
+                    found[v] = None
+            self._free[key] = list(found)
+        return [v for v in self._free[key] if v is not exclude]
+
+
+def raise_primitive(name: str, fn: Function) -> None:
+    from ..ir.vjp import DifferentiationError
+
+    raise DifferentiationError(
+        f"@{name} is a fused primitive function: differentiate before fusion", fn.span
+    )
+
+
+def _closure_uses(module: IRModule) -> dict[Var, set[str]]:
+    """How each variable is used: ``call`` (as a callee), ``loop`` (as a
+    loop operator's body or condition), ``value`` (anything else)."""
+    uses: dict[Var, set[str]] = {}
+    for fn in module.functions.values():
+        for node in pre_order(fn):
+            if isinstance(node, Call):
+                bodies: set[int] = set()
+                if isinstance(node.callee, Op):
+                    shape = op_def(node.callee).rules.get("loop")
+                    if shape is not None:
+                        bodies = {body.arg for body in shape.bodies}
+                elif isinstance(node.callee, Var):
+                    uses.setdefault(node.callee, set()).add("call")
+                for i, arg in enumerate(node.args):
+                    if isinstance(arg, Var):
+                        uses.setdefault(arg, set()).add("loop" if i in bodies else "value")
+                continue
+            for child in operands(node):
+                if isinstance(child, Var):
+                    uses.setdefault(child, set()).add("value")
+    return uses

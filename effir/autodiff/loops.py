@@ -1,0 +1,299 @@
+"""The backward of ``cf.foreach`` and ``cf.while_loop``: a reverse loop.
+
+Both loops run a body ``(x_t, carry) -> (out_t, carry')`` (``while_loop``:
+``carry -> (out_t, carry')``) some number of times. The forward is rewritten
+to also output, per step, what the backward of that step needs; the
+outputs are stacked by the loop itself, so a ``while_loop``, whose trip
+count is data-dependent, stacks exactly as many as it ran steps (JAX
+refuses reverse mode through ``while_loop`` because ``lax.while_loop``
+cannot stack; effir's can: its per-step outputs already have a ``?``
+leading dimension). The backward is one ``cf.foreach`` over those stacks,
+reversed, carrying ``(ct of the carry, ct of each free variable)``: a
+static loop's backward is again one loop, compiled as one kernel loop.
+
+Checkpointing (``checkpoint=``) chooses what is stacked:
+
+1. ``"none"``: the *residuals*, the forward values of the step that its
+   backward reads. If one is not a tensor (a branch's pullback closure, a
+   key), the loop falls back to ``"loop"``.
+2. ``"loop"``: only the carry each step started from; the backward
+   recomputes the step's forward from it, then runs its backward.
+3. ``"sqrt"``: a ``foreach`` is split into segments of ceil(sqrt(T))
+   steps (``effir.autodiff.sqrt``): the forward stores only each
+   segment's first carry, the backward recomputes a segment with
+   ``"loop"`` storage and runs its backward. ``while_loop`` uses ``"loop"``.
+
+All three run the same operations on the same values, so the gradients
+are bit-identical; only memory and time differ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..ir.analysis import free_vars
+from ..ir.builder import LetBuilder
+from ..ir.expr import Call, Expr, Function, Let, TupleGetItem, Var, is_atom
+from ..ir.types import TupleType
+from ..ir.vjp import DifferentiationError
+from ..passes.anf_sharing import fresh_binders
+from .cotangent import (
+    accumulate,
+    ct_type,
+    differentiable,
+    fields_of,
+    materialize,
+    reverse,
+    stackable,
+)
+from .reverse import Reverse
+
+
+def loop_binding(rev: Reverse, var: Var, call: Call, b: LetBuilder) -> None:
+    """``let var = cf.foreach(...)`` or ``cf.while_loop(...)``, differentiated."""
+    loop = _Loop(rev, var, call)
+    mode = rev.ad.checkpoint
+    if mode == "sqrt" and loop.foreach:
+        from .sqrt import sqrt_binding
+
+        sqrt_binding(loop, b)
+        return
+    if mode == "none" and loop.residuals(b):
+        return
+    loop.recompute(b)
+
+
+class _Loop:
+    """One loop binding: its body, free variables and how to rebuild it."""
+
+    def __init__(self, rev: Reverse, var: Var, call: Call) -> None:
+        self.rev, self.ad, self.var, self.call = rev, rev.ad, var, call
+        self.foreach = call.callee.name == "cf.foreach"
+        if self.foreach:
+            body, self.xs, self.init = call.args
+        else:
+            self.cond, body, self.init = call.args
+        self.body = self._resolve(body)
+        self.free = self.ad.free_differentiable(self.body)
+        self.span = call.span
+
+    def _resolve(self, body: Expr) -> Function:
+        if isinstance(body, Function):
+            return body
+        if isinstance(body, Var) and body in self.ad.loop_bodies:
+            return self.ad.loop_bodies[body]
+        raise DifferentiationError(
+            "the body of a loop must be a function literal or a let-bound closure to be "
+            "differentiated",
+            self.call.span,
+        )
+
+    def rebuild(self, b: LetBuilder, body: Function, xs: Expr | None = None) -> Var:
+        """The loop with ``body`` (and ``xs``) in place of its own."""
+        if self.foreach:
+            args = (body, self.xs if xs is None else xs, self.init)
+        else:
+            args = (self.cond, body, self.init)
+        return b.emit(Call(self.call.callee, args, self.call.attrs, span=self.span), "loop")
+
+    def bind_result(self, b: LetBuilder, loop: Var) -> tuple[Var, list[Var], Var]:
+        """``var = (outs, final)`` from a loop whose per-step output is
+        ``(out, extra...)``; returns outs, the extra stacks and final."""
+        stacked = b.emit_get(loop, 0, "stacked")
+        outs = b.emit_get(stacked, 0, "outs")
+        final = b.emit_get(loop, 1, "final")
+        b.bind(self.var, b.tuple([outs, final]))
+        return outs, [stacked], final
+
+    def seeds(self, bb: LetBuilder, outs: Var, final: Var) -> tuple[Expr, Expr] | None:
+        """The cotangents of the stacked outputs and the final carry, or
+        None when the loop's result has none."""
+        ct = self.rev.ct.pop(self.var, None)
+        if ct is None:
+            return None
+        t = self.var.checked_type
+        parts = fields_of(bb, ct, t)
+        return (
+            materialize(bb, parts[0], outs, t.fields[0]),
+            materialize(bb, parts[1], final, t.fields[1]),
+        )
+
+    def step_backward(
+        self, nb: LetBuilder, sub: Reverse, result: Expr, ct_out: Expr, ct_carry: Expr
+    ) -> tuple[Expr, Expr, list[Expr]]:
+        """Seed ``result`` (a step's ``(out, carry')``) and run the step's
+        backward: the cotangents of x_t (unit for while_loop), of the carry
+        and of the free variables."""
+        sub.add(nb, result, [ct_out, ct_carry])
+        sub.backward(nb)
+        params = self.body.params
+        x_ct = sub.total(nb, params[0]) if self.foreach else nb.emit(nb.tuple([]), "unit")
+        return x_ct, sub.total(nb, params[-1]), [sub.total(nb, f) for f in self.free]
+
+    def backward_loop(
+        self,
+        bb: LetBuilder,
+        sequences: list[Expr],
+        ct_final: Expr,
+        make_step: Callable[[LetBuilder, Var, Var], tuple[Expr, Expr, list[Expr]]],
+    ) -> None:
+        """Emit the reverse loop over ``sequences`` (already reversed) and
+        add the cotangents it returns to the loop's inputs."""
+        zeros = [materialize(bb, None, f, f.checked_type) for f in self.free]
+        init = bb.emit(bb.tuple([ct_final, *zeros]), "ct_init")
+        loop = self.reverse_loop(bb, sequences, init, make_step)
+        fin = bb.emit_get(loop, 1, "ct_final")
+        self.rev.add(bb, self.init, bb.emit_get(fin, 0, "ct_init"))
+        if self.foreach and differentiable(self.xs.checked_type):
+            steps = bb.emit_get(loop, 0, "ct_steps")
+            self.rev.add(bb, self.xs, reverse(bb, steps, ct_type(self.xs.checked_type)))
+        for j, f in enumerate(self.free):
+            self.rev.add(bb, f, bb.emit_get(fin, j + 1, "ct_free"))
+
+    def reverse_loop(
+        self,
+        bb: LetBuilder,
+        sequences: list[Expr],
+        init: Expr,
+        make_step: Callable[[LetBuilder, Var, Var], tuple[Expr, Expr, list[Expr]]],
+        totals: bool = False,
+    ) -> Var:
+        """The ``cf.foreach`` over ``sequences`` carrying ``init`` = (ct of
+        the carry, accumulated cts of the free variables): per step, the ct
+        of x_t (stacked); finally the ct of the initial carry and the totals.
+        ``make_step(nb, step, carry)`` emits one step's backward from the
+        per-step slice ``step`` (one field per sequence) and ``carry``;
+        its free variables' cotangents are added to the accumulators, or,
+        with ``totals``, are the new accumulators (a step that itself
+        runs a loop from them: the additions stay in step order)."""
+        pack = bb.emit(bb.tuple(sequences), "seqs")
+        step, carry = Var("step", span=self.span), Var("carry", span=self.span)
+        nb = LetBuilder(self.span)
+        x_ct, prev, free_cts = make_step(nb, step, carry)
+        total = list(free_cts) if totals else []
+        for j, (f, g) in enumerate(zip(self.free, free_cts, strict=True)):
+            if totals:
+                break
+            acc = nb.emit_get(carry, j + 1, "acc")
+            t = f.checked_type
+            total.append(materialize(nb, accumulate(nb, acc, g, t), f, t))
+        ret = nb.emit(nb.tuple([x_ct, nb.emit(nb.tuple([prev, *total]), "carry")]), "ret")
+        # Fresh binders: a step's code may be generated from the body's own
+        # nodes more than once (sqrt checkpointing recomputes in two loops).
+        body = fresh_binders(Function((step, carry), nb.finish(ret), span=self.span))
+        return bb.emit(bb.call_op("cf.foreach", body, pack, init), "backward")
+
+    # ------------------------------------------------------ "none": residuals
+    def residuals(self, b: LetBuilder) -> bool:
+        """Stack the step's residuals; False (nothing emitted) where one
+        cannot be stacked."""
+        sub = Reverse(self.ad)
+        fb = b.child()
+        result = sub.forward(self.body.body, fb)
+        ct_out, ct_carry = Var("ct_out", span=self.span), Var("ct_carry", span=self.span)
+        bb = b.child()
+        x_ct, prev, free_cts = self.step_backward(bb, sub, result, ct_out, ct_carry)
+        probe = Function(
+            (ct_out, ct_carry), bb.finish(bb.tuple([x_ct, prev, *free_cts])), span=self.span
+        )
+        forward_vars = set(self.body.params) | {v for v, _ in fb.bindings}
+        kept = [v for v in free_vars(probe) if v in forward_vars]
+        if not all(v.has_type and stackable(v.checked_type) for v in kept):
+            return False
+        out = fb.emit_get(result, 0, "out")
+        carry = fb.emit_get(result, 1, "carry")
+        per_step = fb.emit(fb.tuple([out, *kept]), "per_step")
+        ret = fb.emit(fb.tuple([per_step, carry]), "ret")
+        body = Function(self.body.params, fb.finish(ret), span=self.body.span)
+        loop = self.rebuild(b, body)
+        outs, (stacked,), final = self.bind_result(b, loop)
+        stacks = [b.emit_get(stacked, i + 1, "stack") for i in range(len(kept))]
+
+        def make_step(nb: LetBuilder, step: Var, carry: Var) -> tuple[Expr, Expr, list[Expr]]:
+            nb.bind(ct_out, TupleGetItem(step, 0))
+            for i, v in enumerate(kept):
+                nb.bind(v, TupleGetItem(step, i + 1))
+            nb.bind(ct_carry, TupleGetItem(carry, 0))
+            for v, value in bb.bindings:  # the step's backward, generated once
+                nb.bind(v, value)
+            return x_ct, prev, free_cts
+
+        def back(bb2: LetBuilder) -> None:
+            seeds = self.seeds(bb2, outs, final)
+            if seeds is None:
+                return
+            ct_outs, ct_final = seeds
+            out_type = self.var.checked_type.fields[0]
+            sequences = [reverse(bb2, ct_outs, ct_type(out_type))]
+            sequences += [
+                reverse(bb2, s, v.checked_type) for s, v in zip(stacks, kept, strict=True)
+            ]
+            self.backward_loop(bb2, sequences, ct_final, make_step)
+
+        self.rev.tape.append(back)
+        return True
+
+    # ------------------------------------------------- "loop": recompute
+    def recompute(self, b: LetBuilder) -> None:
+        """Stack each step's starting carry; the backward recomputes the step."""
+        carry_type = self.init.checked_type
+        if not stackable(carry_type):
+            raise DifferentiationError(
+                "the backward of this loop recomputes each step from its carried state, "
+                "which must be tensors to be stored per step (it holds a key, an ADT or a "
+                "function; docs/autodiff.md)",
+                self.span,
+            )
+        loop = self.rebuild(b, self.storing_body(b))
+        outs, (stacked,), final = self.bind_result(b, loop)
+        carries = b.emit_get(stacked, 1, "carries")
+        self.rev.tape.append(lambda bb: self.recompute_back(bb, outs, carries, final))
+
+    def storing_body(self, b: LetBuilder) -> Function:
+        """A copy of the body that also outputs the carry it started from."""
+        copy = fresh_binders(self.body)
+        assert isinstance(copy, Function)
+        fb = b.child()
+        result = splice(fb, copy.body)
+        out = fb.emit_get(result, 0, "out")
+        carry = fb.emit_get(result, 1, "carry")
+        per_step = fb.emit(fb.tuple([out, copy.params[-1]]), "per_step")
+        ret = fb.emit(fb.tuple([per_step, carry]), "ret")
+        return Function(copy.params, fb.finish(ret), span=self.body.span)
+
+    def recompute_back(self, bb: LetBuilder, outs: Var, carries: Expr, final: Var) -> None:
+        seeds = self.seeds(bb, outs, final)
+        if seeds is None:
+            return
+        ct_outs, ct_final = seeds
+        out_type = self.var.checked_type.fields[0]
+        sequences = [reverse(bb, ct_outs, ct_type(out_type))]
+        sequences.append(reverse(bb, carries, self.init.checked_type))
+        if self.foreach:
+            sequences.append(reverse(bb, self.xs, self.xs.checked_type))
+        self.backward_loop(bb, sequences, ct_final, self.recompute_step)
+
+    def recompute_step(
+        self, nb: LetBuilder, step: Var, carry: Var
+    ) -> tuple[Expr, Expr, list[Expr]]:
+        """One backward step: the forward step again, from the stored carry."""
+        ct_out = nb.emit_get(step, 0, "ct_out")
+        params = self.body.params
+        nb.bind(params[-1], TupleGetItem(step, 1))
+        if self.foreach:
+            nb.bind(params[0], TupleGetItem(step, 2))
+        ct_carry = nb.emit_get(carry, 0, "ct_carry")
+        sub = Reverse(self.ad)
+        result = sub.forward(self.body.body, nb)
+        return self.step_backward(nb, sub, result, ct_out, ct_carry)
+
+
+def splice(b: LetBuilder, expr: Expr) -> Expr:
+    """The bindings of the block ``expr`` appended to ``b``; its result atom."""
+    while isinstance(expr, Let):
+        b.bind(expr.var, expr.value)
+        expr = expr.body
+    return expr if is_atom(expr) else b.emit(expr, "result")
+
+
+__all__ = ["loop_binding", "splice", "TupleType"]
