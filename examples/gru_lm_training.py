@@ -221,11 +221,42 @@ def manual_value_and_grad(cfg: Config, tokens, targets, params, rng, bn):
 
 
 # ------------------------------------------------------------------ programs
-def build(cfg: Config, optimizer: Optimizer | None = None, grad: str = "manual") -> effir.IRModule:
-    """The module of ``@loss``, ``@train_step``, ``@evaluate`` and
-    ``@next_char`` for ``cfg``, with the cells ``@rng`` and ``@bn``.
-    ``@train_step(tokens, targets, params..., opt_state...) -> (loss,
-    (params'...), (opt_state'...))``."""
+GRADS = ("effir", "manual")
+
+
+def effir_value_and_grad(module: effir.IRModule, checkpoint: str = "none"):
+    """``module`` with ``@loss`` differentiated by effir's grad
+    transformation (A2: the cells become parameters and results), and the
+    name of the function it added: ``(tokens, targets, params..., rng, bn)
+    -> ((loss, grads), rng', bn')``."""
+    out = effir.value_and_grad(module, entry="loss", wrt=list(PARAM_NAMES), checkpoint=checkpoint)
+    return out, "loss_grad"
+
+
+def call_value_and_grad(module: effir.IRModule, entry: str, args, state):
+    """``(loss, grads)`` of the A2 gradient function, interpreted, the
+    cells of ``state`` passed in and updated as the A1 ``@loss`` would."""
+    from effir.backends.interpreter import interpret_a2
+
+    return interpret_a2(module, *args, entry=entry, state=state)
+
+
+def build(
+    cfg: Config,
+    optimizer: Optimizer | None = None,
+    grad: str = "effir",
+    checkpoint: str = "none",
+) -> effir.IRModule:
+    """The A2 module of ``@loss``, ``@loss_grad_manual``, ``@evaluate``,
+    ``@next_char`` and ``@train_step`` for ``cfg``, with the cells ``@rng``
+    and ``@bn``. ``@train_step(tokens, targets, params..., opt_state...) ->
+    (loss, (params'...), (opt_state'...))`` takes its gradients from
+    ``effir.value_and_grad`` of ``@loss`` (``grad="effir"``, then the
+    module is A2 and ``@loss_grad`` is the gradient function; ``checkpoint``
+    is its loop checkpointing) or from the hand-written backward
+    (``grad="manual"``)."""
+    if grad not in GRADS:
+        raise ValueError(f"grad must be one of {GRADS}, not {grad!r}")
     optimizer = optimizer or Adam(lr=2e-3)
     key, stats = initial_cells(cfg)
     mb = effir.ModuleBuilder()
@@ -234,23 +265,21 @@ def build(cfg: Config, optimizer: Optimizer | None = None, grad: str = "manual")
     add_loss(mb, cfg, rng, bn)
     t, b, h = cfg.seq_len, cfg.batch, cfg.hidden
 
-    tokens = effir.var("tokens", effir.Tensor[(t, b), I32])
-    targets = effir.var("targets", effir.Tensor[(t, b), I32])
-    params = param_vars(cfg)
-    like = init_params(cfg)
-    opt_vars = [
-        effir.var(f"opt{i}", effir.Tensor[s.shape, str(s.dtype)])
-        for i, s in enumerate(optimizer.init(like))
-    ]
-    if grad not in ("manual", "effir"):
-        raise ValueError(f"grad must be 'manual' or 'effir', not {grad!r}")
-    with mb.function("loss_grad", [tokens, targets, *params]):
+    def step_params():
+        tokens = effir.var("tokens", effir.Tensor[(t, b), I32])
+        targets = effir.var("targets", effir.Tensor[(t, b), I32])
+        opt_vars = [
+            effir.var(f"opt{i}", effir.Tensor[s.shape, str(s.dtype)])
+            for i, s in enumerate(optimizer.init(init_params(cfg)))
+        ]
+        return tokens, targets, param_vars(cfg), opt_vars
+
+    tokens, targets, params, _ = step_params()
+    with mb.function("loss_grad_manual", [tokens, targets, *params]):
         loss, grads = manual_value_and_grad(cfg, tokens, targets, params, rng, bn)
         mb.ret((loss, tuple(grads)))
-    tokens = effir.var("tokens", effir.Tensor[(t, b), I32])
-    targets = effir.var("targets", effir.Tensor[(t, b), I32])
-    params = param_vars(cfg)
     if grad == "manual":
+        tokens, targets, params, opt_vars = step_params()
         with mb.function("train_step", [tokens, targets, *params, *opt_vars]):
             loss, grads = manual_value_and_grad(cfg, tokens, targets, params, rng, bn)
             new_params, new_opt = optimizer.update(params, grads, opt_vars)
@@ -286,4 +315,35 @@ def build(cfg: Config, optimizer: Optimizer | None = None, grad: str = "manual")
         new, _ = gru_cell(op.take(embed, token, axis=0), hidden, w, u, bias)
         normed = nn.batch_norm_infer(new, gamma, beta, s_mean, s_var, axis=1)
         mb.ret((nn.log_softmax(nn.dense(normed, proj)), new))
-    return mb.get()
+    module = mb.get()
+    if grad == "manual":
+        return to_a2(module)
+    module, grad_entry = effir_value_and_grad(module, checkpoint)
+    tokens, targets, params, opt_vars = step_params()
+    n = len(PARAM_NAMES)
+
+    def step(*args):
+        """value_and_grad's A2 function called with the cells' values, the
+        new values written back, then the optimiser."""
+        result = effir.call(
+            effir.ModuleBuilder().global_var(grad_entry),
+            *args[: 2 + n],
+            effir.read(rng),
+            effir.read(bn),
+        )
+        loss_grads = result[0]
+        effir.write(rng, result[1])
+        effir.write(bn, result[2])
+        grads = [loss_grads[1][i] for i in range(n)]
+        new_params, new_opt = optimizer.update(args[2 : 2 + n], grads, args[2 + n :])
+        return (loss_grads[0], tuple(new_params), tuple(new_opt))
+
+    fn = effir.function([tokens, targets, *params, *opt_vars], step)
+    return to_a2(module.with_function("train_step", fn))
+
+
+def to_a2(module: effir.IRModule) -> effir.IRModule:
+    """The state-passing form (docs/passes.md): every function takes the
+    cells it uses and returns their new values, so one convention holds for
+    the hand-written and the generated functions alike."""
+    return effir.pipeline("to-anf,explicate,state-passing")(module)

@@ -20,6 +20,7 @@ resume for N more give exactly the weights of 2N steps straight.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 import time
@@ -35,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from gru_lm_training import PARAM_NAMES, Config, build, init_params, initial_cells  # noqa: E402
 
 import effir  # noqa: E402
+from effir.backends.interpreter import interpret_a2  # noqa: E402
 from effir.optim import Adam  # noqa: E402
 from effir.runtime.values import PRNGKey  # noqa: E402
 
@@ -77,6 +79,12 @@ def batch(data: np.ndarray, cfg: Config, seed: int, step: int) -> tuple[np.ndarr
 
 
 # ------------------------------------------------------------------ training
+@functools.cache
+def build_once(cfg: Config, optimizer: Adam, grad: str) -> effir.IRModule:
+    """``build``, once per configuration (a module is immutable)."""
+    return build(cfg, optimizer, grad)
+
+
 @dataclass
 class Trainer:
     """The compiled program and everything a run carries from step to step:
@@ -86,6 +94,7 @@ class Trainer:
     lr: float = 2e-3
     seed: int = 0
     compiled: bool = True  # False: effir's interpreter (tests of tiny models)
+    grad: str = "effir"  # or "manual": the hand-written backward
     step: int = 0
     params: tuple[np.ndarray, ...] = ()
     opt_state: tuple[np.ndarray, ...] = ()
@@ -95,7 +104,7 @@ class Trainer:
 
     def __post_init__(self) -> None:
         self.optimizer = Adam(lr=self.lr)
-        self.module = build(self.cfg, self.optimizer)
+        self.module = build_once(self.cfg, self.optimizer, self.grad)
         self.program = effir.compile(self.module) if self.compiled else None
         self.state = effir.State(self.module)
         key, stats = initial_cells(self.cfg, self.seed)
@@ -106,7 +115,7 @@ class Trainer:
     def call(self, entry: str, *args: Any, state: Any = None) -> Any:
         if self.program is not None:
             return self.program(*args, entry=entry, state=state)
-        return effir.interpret(self.module, *args, entry=entry, state=state)
+        return interpret_a2(self.module, *args, entry=entry, state=state)
 
     def warm_up(self) -> None:
         """Build every entry now (a compiled program builds at its first
