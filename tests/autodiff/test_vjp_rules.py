@@ -15,7 +15,7 @@ from effir.ir import all_ops
 from effir.ir.builder import LetBuilder
 from effir.ir.expr import Call, Op
 from effir.ir.op import op_def
-from effir.ir.types import TensorType
+from effir.ir.types import TensorType, TupleType
 from effir.ir.visitor import post_order
 from effir.ir.vjp import NOT_DIFFERENTIABLE, DifferentiationError, VjpContext, vjp_rule
 from effir.runtime.values import PRNGKey
@@ -497,3 +497,61 @@ def calls(module):
     return [
         n for n in post_order(module["main"]) if isinstance(n, Call) and isinstance(n.callee, Op)
     ]
+
+
+# ---------------------------------------------------------- symbolic shapes
+def sym(shape, dtype="float64"):
+    return TensorType(shape, dtype)
+
+
+def _symbolic_cases():
+    rng = np.random.default_rng(5)
+    x = rand(rng, (4, 3))
+    idx = np.array([2, 0, 2], np.int32)
+    c = 3
+    return [
+        ("sum", [x], [sym(("n", 3))], {"axis": [0]}),
+        ("mean", [x], [sym(("n", "m"))], {"axis": [1], "keepdims": True}),
+        ("max", [x], [sym(("n", 3))], {"axis": [0]}),
+        ("prod", [x], [sym(("n", 3))], {}),
+        ("add", [x, rand(rng, (3,))], [sym(("n", 3)), sym((3,))], {}),
+        ("reshape", [x], [sym(("n", 3))], {"newshape": [-1]}),
+        ("strided_slice", [x], [sym(("n", 3))], {"begin": [1], "end": [3]}),
+        ("split", [x], [sym(("n", 3))], {"indices_or_sections": 2}),
+        ("concatenate", [(x, x)], [TupleType((sym((4, 3)), sym(("n", 3))))], {"axis": 0}),
+        ("take", [x, idx], [sym(("n", 3)), sym(("k",), "int32")], {"axis": 0}),
+        ("take", [x, idx], [sym(("n", 3)), sym((3,), "int32")], {}),
+        ("nn.dense", [x, rand(rng, (2, 3))], [sym(("n", 3)), sym((2, 3))], {}),
+        (
+            "nn.dense",
+            [rand(rng, (2, 2, 3)), rand(rng, (2, 3))],
+            [sym(("b", 2, "k")), sym((2, "k"))],
+            {},
+        ),
+        ("nn.softmax", [x], [sym(("n", "m"))], {}),
+        (
+            "nn.layer_norm",
+            [x, rand(rng, (c,)), rand(rng, (c,))],
+            [sym(("n", 3)), sym((3,)), sym((3,))],
+            {},
+        ),
+        (
+            "nn.batch_norm_train",
+            [x] + [rand(rng, (c,)) for _ in range(3)] + [rand(rng, (c,), 0.5)],
+            [sym(("n", 3))] + [sym((3,))] * 4,
+            {"axis": 1},
+        ),
+    ]
+
+
+@pytest.mark.parametrize("case", _symbolic_cases(), ids=lambda c: c[0])
+def test_rules_with_symbolic_shapes(case):
+    """Dimensions like ``n`` read their sizes at run time (shape_of, dyn.*)."""
+    name, inputs, types, attrs = case
+    check_vjp(name, inputs, types=types, **attrs)
+
+
+def test_concatenate_of_a_leading_symbolic_size_is_refused_with_its_location():
+    types = [TupleType((sym(("n", 3)), sym((4, 3))))]
+    with pytest.raises(DifferentiationError, match="only the last input's may be"):
+        check_vjp("concatenate", [(np.ones((2, 3)), np.ones((4, 3)))], types=types, axis=0)

@@ -604,3 +604,101 @@ def test_shape_of():
     np.testing.assert_array_equal(out, [2, 0, 3])
     conforms(out, rel("shape_of", T((2, 0, 3)), dtype="int64"))
     conforms(run("shape_of", np.asarray(1.0)), rel("shape_of", T(())))
+
+
+# ------------------------------------------------- scatter_add / strided_set
+# The adjoints of take and strided_slice (the vjp rules' scatters).
+def test_scatter_add_relation():
+    assert shape("scatter_add", T((5, 3)), T((2, 4), "int32"), T((2, 4, 3))) == (5, 3)
+    assert shape("scatter_add", T(("n", 3)), T(("k",), "int64"), T(("k", 3)), axis=0) == ("n", 3)
+    assert shape("scatter_add", T((2, 5)), T((), "uint8"), T((2,)), axis=-1) == (2, 5)
+    with pytest.raises(RelationError, match="must have the shape take gives"):
+        rel("scatter_add", T((5, 3)), T((2,), "int32"), T((2,)))
+    with pytest.raises(RelationError, match="dimension 1 of the updates"):
+        rel("scatter_add", T((5, 3)), T((2,), "int32"), T((2, 4)))
+    with pytest.raises(RelationError, match="the indices"):
+        rel("scatter_add", T((5, 3)), T((2,)), T((2, 3)))
+    with pytest.raises(RelationError, match="mode"):
+        rel("scatter_add", T((5,)), T((2,), "int32"), T((2,)), mode="raise")
+    with pytest.raises(RelationError, match="scalar"):
+        rel("scatter_add", T(()), T((2,), "int32"), T((2,)))
+
+
+@settings(max_examples=30)
+@given(
+    dims=st.lists(st.integers(1, 4), min_size=1, max_size=3),
+    index_shape=st.lists(st.integers(0, 3), max_size=2),
+    data=st.data(),
+)
+def test_scatter_add_is_take_transposed(dims, index_shape, data):
+    """<take(x, i), u> == <x, scatter_add(0, i, u)> for every x and u: the
+    scatter is the gather's adjoint, repeated and out-of-range indices included."""
+    axis = data.draw(st.integers(0, len(dims) - 1))
+    mode = data.draw(st.sampled_from(["clip", "wrap"]))
+    rng = np.random.default_rng(len(dims) + sum(index_shape))
+    indices = rng.integers(-6, 7, index_shape).astype(np.int32)
+    x = rng.standard_normal(dims)
+    taken = run("take", x, indices, axis=axis, mode=mode)
+    u = rng.standard_normal(taken.shape)
+    scattered = run("scatter_add", np.zeros_like(x), indices, u, axis=axis, mode=mode)
+    assert np.isclose(np.vdot(taken, u), np.vdot(x, scattered))
+    base = rng.standard_normal(dims)
+    added = run("scatter_add", base, indices, u, axis=axis, mode=mode)
+    np.testing.assert_allclose(added, base + scattered)
+
+
+def test_scatter_add_failures():
+    with pytest.raises(OpFailure, match="index 3 is out of range for axis 0 of size 3"):
+        run("scatter_add", np.zeros(3), np.array([3]), np.ones(1), mode="fast")
+    with pytest.raises(OpFailure, match="axis 0 of size 0"):
+        run("scatter_add", np.zeros(0), np.array([0]), np.ones(1))
+    # integers wrap around, as take's other adjoints do
+    out = run("scatter_add", np.array([127], np.int8), np.array([0, 0]), np.array([1, 1], np.int8))
+    assert out.dtype == np.int8 and out[0] == -127
+
+
+def test_strided_set_relation_and_rule():
+    assert shape("strided_set", T((5, 4)), T((2, 4)), begin=[1], end=[5], strides=[2]) == (5, 4)
+    with pytest.raises(RelationError, match="dimension 0 of the value"):
+        rel("strided_set", T((5, 4)), T((3, 4)), begin=[1], end=[5], strides=[2])
+    with pytest.raises(RelationError, match="the data and the value"):
+        rel("strided_set", T((5,)), T((2,), "int32"), begin=[1], end=[5], strides=[2])
+    x = arange(5, 4)
+    out = run("strided_set", x, -np.ones((2, 2), "float32"), begin=[3, 1], end=[0, 4],
+              strides=[-2, 2])  # fmt: skip
+    expected = x.copy()
+    expected[3:0:-2, 1:4:2] = -1
+    np.testing.assert_array_equal(out, expected)
+    assert x[3, 1] == 13  # the input is not written
+
+
+@settings(max_examples=30)
+@given(dims=st.lists(st.integers(0, 4), min_size=1, max_size=3), data=st.data())
+def test_strided_set_is_strided_slice_transposed(dims, data):
+    begin = [data.draw(st.integers(-5, 5)) for _ in dims]
+    end = [data.draw(st.integers(-5, 5)) for _ in dims]
+    strides = [data.draw(st.sampled_from([1, 2, -1, -3])) for _ in dims]
+    attrs = {"begin": begin, "end": end, "strides": strides}
+    rng = np.random.default_rng(len(dims))
+    x = rng.standard_normal(dims)
+    sliced = run("strided_slice", x, **attrs)
+    v = rng.standard_normal(sliced.shape)
+    placed = run("strided_set", np.zeros_like(x), v, **attrs)
+    assert np.isclose(np.vdot(sliced, v), np.vdot(x, placed))
+    np.testing.assert_array_equal(run("strided_slice", placed, **attrs), v)
+
+
+def test_scatter_add_and_strided_set_in_the_text_format():
+    text = (
+        '#[version = "0.0.5"]\n\n'
+        "def @main(%x: Tensor[(4, 3), float32], %i: Tensor[(2), int32], "
+        "%u: Tensor[(2, 3), float32]) {\n"
+        '  let %a = scatter_add(%x, %i, %u, mode="wrap");\n'
+        "  strided_set(%a, %u, begin=[0], end=[4], strides=[2])\n"
+        "}\n"
+    )
+    module = effir.check(effir.parse(text))
+    assert str(module).strip() == text.strip()
+    x = np.zeros((4, 3), np.float32)
+    out = effir.interpret(module, x, np.array([1, -1], np.int32), np.ones((2, 3), np.float32))
+    np.testing.assert_array_equal(out, np.ones((4, 3)))

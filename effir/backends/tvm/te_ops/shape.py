@@ -19,6 +19,7 @@ from ..symbolic_shapes import sliced
 from ..te_checks import require
 from .common import _const, _dtype, _kind, _map, _out, _shape, static_shape
 from .elementwise import cast_value
+from .wrapping import _sum_reducer, wrap_add
 
 PrimExpr = Any  # tvm.tirx.PrimExpr
 Tensor = Any  # tvm.te.Tensor
@@ -326,3 +327,98 @@ def _full(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
     (value,) = args
     shape, dtype = _out(out_type)
     return te.compute(shape, lambda *i: cast_value(value(), dtype), name="full")
+
+
+@te_rule("scatter_add")
+def _scatter_add(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
+    """``take``'s adjoint as a gather over the indices: each output element
+    sums the updates whose (clipped or wrapped) index is its position along
+    the axis. That costs the output's size times the indices' count (an
+    embedding table's backward: vocabulary x tokens x width), has no write
+    conflicts, so parallelises over the output, and sums in a fixed order.
+    float16 accumulates in float32 [RULE F16], integers wrap [RULE WRAP];
+    ``mode="fast"`` checks its indices as ``take`` does [RULE CHECK]."""
+    x, indices, updates = args
+    shape, dtype = _out(out_type)
+    axis = attrs["axis"] % len(shape)
+    mode = attrs["mode"]
+    size = _shape(x)[axis]
+    index_shape = _shape(indices)
+    acc = "float32" if dtype == "float16" else dtype
+    empty = f"cannot scatter into axis {axis} of size 0"
+    if isinstance(size, int) and size == 0:
+        require(index_shape, lambda *r: tirx.const(True, "bool"), empty)
+        return te.compute(shape, lambda *i: x(*i), name="scatter_add")
+    if not isinstance(size, int) and mode != "fast":
+        require(index_shape, lambda *r: size == 0, empty)
+    if mode == "fast":
+
+        def bad(*r: PrimExpr) -> PrimExpr:
+            index = indices(*r)
+            dtype = _dtype(index)
+            out = index >= _sized(size, dtype)
+            return tirx.Or(index < _const(0, dtype), out) if _kind(dtype) == "i" else out
+
+        def shown(*r: PrimExpr) -> PrimExpr | tuple[PrimExpr, ...]:
+            index = indices(*r).astype("int64")
+            return index if isinstance(size, int) else (index, _sized(size, "int64"))
+
+        shown_size = size if isinstance(size, int) else "{}"
+        message = f"index {{}} is out of range for axis {axis} of size {shown_size}"
+        require(index_shape, bad, message, shown)
+    raxes = [te.reduce_axis((0, d), name=f"r{k}") for k, d in enumerate(index_shape)]
+
+    def contribution(i: Sequence[PrimExpr]) -> PrimExpr:
+        picked = _take_index(indices(*raxes), size, mode)
+        value = updates(*i[:axis], *raxes, *i[axis + 1 :]).astype(acc)
+        return tirx.Select(picked.astype(_dtype(i[axis])) == i[axis], value, _const(0, acc))
+
+    if raxes:
+        reducer = _sum_reducer(acc)
+        total = te.compute(
+            shape, lambda *i: reducer(contribution(i), axis=raxes), name="scatter_add_sum"
+        )
+    else:  # a scalar index: one update per slice
+        total = te.compute(shape, lambda *i: contribution(i), name="scatter_add_one")
+    return te.compute(
+        shape,
+        lambda *i: wrap_add(x(*i).astype(acc), total(*i)).astype(dtype),
+        name="scatter_add",
+    )
+
+
+@te_rule("strided_set")
+def _strided_set(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
+    """Element i of an axis is the value's ``(i - start) / step`` where that
+    is a whole number in [0, count) (the numpy rule's plan), the data's
+    elsewhere; the lazy ``if_then_else`` reads only the chosen input."""
+    x, v = args
+    in_shape = _shape(x)
+    plan = _slices(attrs, len(in_shape))
+    placed: dict[int, tuple[Any, int, Any]] = {}
+    for axis, (b, e, s) in plan.items():
+        if isinstance(in_shape[axis], int):
+            r = range(in_shape[axis])[b:e:s]
+            placed[axis] = (r.start, r.step, len(r))
+        else:  # a size known only at run time
+            start, count = sliced(in_shape[axis], b, e, s)
+            placed[axis] = (start, s, count)
+    shape, _ = _out(out_type)
+
+    def body(*i: PrimExpr) -> PrimExpr:
+        inside: PrimExpr = tirx.const(True, "bool")
+        index = []
+        for d, position in enumerate(i):
+            if d not in placed:
+                index.append(position)
+                continue
+            start, step, count = placed[d]
+            wide = position if isinstance(start, int) else position.astype("int64")
+            offset = wide - start
+            q = tirx.floordiv(offset, step)
+            ok = tirx.And(tirx.floormod(offset, step) == 0, tirx.And(q >= 0, q < count))
+            inside = tirx.And(inside, ok)
+            index.append(q.astype(_dtype(position)))
+        return tirx.if_then_else(inside, v(*index), x(*i))
+
+    return te.compute(shape, body, name="strided_set")
