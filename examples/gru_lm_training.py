@@ -9,9 +9,11 @@ trains, as effir programs built with the Python builder (docs/frontend.md):
 - ``@train_step``: one whole training step (forward, backward, optimiser
   update, new key and running statistics) as one program, so one compiled
   call. Its gradients come from ``effir.value_and_grad`` of ``@loss``
-  (``grad="effir"``) or, until that transformation is available, from a
-  backward pass written by hand in effir below (``grad="manual"``): the
-  same key splits and masks, so both give the same numbers.
+  (``grad="effir"``, the default) or from the backward pass written by
+  hand in effir below (``grad="manual"``, ``@loss_grad_manual``: written
+  before the grad transformation existed, kept as a cross-check and a
+  benchmark baseline): the same key splits and masks, so both equal JAX's
+  gradients (tests/examples/test_train_gru_lm.py).
 - ``@evaluate``: the summed cross-entropy with batch norm in inference mode
   and no dropout (held-out perplexity).
 - ``@next_char``: one step of the model for sampling, ``(token, h) ->
@@ -85,9 +87,8 @@ def initial_cells(cfg: Config, seed: int = 0) -> tuple:
 
 # ------------------------------------------------------------------ forward
 def gru_cell(x, h, w, u, bias):
-    """One GRU step (PyTorch's gate order r, z, n is not needed here: the
-    gates are z, r, n as in examples/gru_lm.effir). Returns ``h'`` and what
-    the backward reuses."""
+    """One GRU step, gates in the order z, r, n as in examples/gru_lm.effir.
+    Returns ``h'`` and what the hand-written backward reuses."""
     gx0, gx1, gx2 = op.split(nn.dense(x, w) + bias, indices_or_sections=3, axis=1)
     gh0, gh1, gh2 = op.split(nn.dense(h, u), indices_or_sections=3, axis=1)
     z = op.sigmoid(gx0 + gh0)

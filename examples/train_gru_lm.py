@@ -33,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from gru_lm_training import PARAM_NAMES, Config, build, init_params, initial_cells  # noqa: E402
+from gru_lm_training import GRADS, PARAM_NAMES, Config, build, init_params, initial_cells  # noqa: E402
 
 import effir  # noqa: E402
 from effir.backends.interpreter import interpret_a2  # noqa: E402
@@ -211,12 +211,12 @@ class Trainer:
         np.savez(path, **arrays)
 
     @classmethod
-    def resume(cls, path: str | Path, compiled: bool = True) -> Trainer:
+    def resume(cls, path: str | Path, compiled: bool = True, grad: str = "effir") -> Trainer:
         """The trainer saved in ``path``, ready to continue where it stopped."""
         with np.load(path, allow_pickle=False) as f:
             vocab, embed, hidden, seq_len, batch_size = (int(v) for v in f["config"])
             cfg = Config(vocab, embed, hidden, seq_len, batch_size, float(f["rate"]))
-            trainer = cls(cfg, lr=float(f["lr"]), seed=int(f["seed"]), compiled=compiled)
+            trainer = cls(cfg, lr=float(f["lr"]), seed=int(f["seed"]), compiled=compiled, grad=grad)
             trainer.params = tuple(f[f"param.{n}"] for n in PARAM_NAMES)
             trainer.opt_state = tuple(f[f"opt.{i}"] for i in range(len(trainer.opt_state)))
             trainer.state["rng"] = PRNGKey(f["rng"])
@@ -239,6 +239,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checkpoint", default="gru_lm_checkpoint.npz", help="where to save")
     p.add_argument("--resume", metavar="NPZ", help="continue the run saved in NPZ")
     p.add_argument("--sample", type=int, default=300, help="characters to sample (300)")
+    p.add_argument(
+        "--grad",
+        choices=GRADS,
+        default="effir",
+        help="gradients from effir.value_and_grad (default) or the hand-written backward",
+    )
     return p.parse_args(argv)
 
 
@@ -249,13 +255,13 @@ def main(argv: list[str] | None = None) -> int:
     corpus = Corpus.load()
     start = time.perf_counter()
     if args.resume:
-        trainer = Trainer.resume(args.resume)
+        trainer = Trainer.resume(args.resume, grad=args.grad)
         print(f"resumed {args.resume} at step {trainer.step}")
     else:
         cfg = Config(
             len(corpus.chars), args.embed, args.hidden, args.seq_len, args.batch, args.dropout
         )
-        trainer = Trainer(cfg, lr=args.lr, seed=args.seed)
+        trainer = Trainer(cfg, lr=args.lr, seed=args.seed, grad=args.grad)
     cfg = trainer.cfg
     print(
         f"{len(corpus.train):,} training and {len(corpus.held_out):,} held-out characters, "
