@@ -92,12 +92,6 @@ def test_hand_written_backward_equals_jax_grad(ref):
     assert_state_is_jax(state, ref)
 
 
-@pytest.mark.xfail(
-    not hasattr(effir, "value_and_grad"),
-    reason="effir.value_and_grad (the grad transformation, issue 17) is not on this branch yet",
-    raises=AttributeError,
-    strict=True,
-)
 def test_value_and_grad_of_loss_equals_jax_grad(ref):
     module, state, args = reference_setup(ref, grad="effir")
     loss, grads = model.call_value_and_grad(module, "loss_grad", args, state)
