@@ -186,3 +186,19 @@ def test_compiled_training_equals_interpreter_and_resumes_bit_exactly():
         """,
         timeout=600,
     ).check()
+
+
+def test_checkpointing_gives_the_same_gradients_bit_for_bit(ref):
+    """The GRU LM's gradients with checkpoint="loop" and "sqrt" (recompute
+    each step / each segment in the backward) equal "none"'s exactly."""
+    results = []
+    for checkpoint in ("none", "loop", "sqrt"):
+        vocab, embed, hidden, seq_len, batch = (int(v) for v in ref["config"])
+        cfg = model.Config(vocab, embed, hidden, seq_len, batch, rate=float(ref["rate"]))
+        module = model.build(cfg, checkpoint=checkpoint)
+        _, state, args = reference_setup(ref)
+        results.append(model.call_value_and_grad(module, "loss_grad", args, state))
+    for loss, grads in results[1:]:
+        assert loss == results[0][0]
+        for a, b in zip(grads, results[0][1], strict=True):
+            np.testing.assert_array_equal(a, b)
