@@ -59,6 +59,17 @@ def batch(cfg: Config, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
+def timed(step: Any, repeats: int, warmup: int = 2) -> tuple[float, float]:
+    """(median wall seconds, this process's CPU seconds per step): on a
+    shared machine the CPU time shows the work when the wall time shows the
+    queue."""
+    for _ in range(warmup):
+        step()
+    cpu = time.process_time()
+    wall = median_after_warmup(step, repeats, warmup=0)
+    return wall, (time.process_time() - cpu) / repeats
+
+
 # ------------------------------------------------------------------ effir
 def effir_step(cfg: Config, grad: str) -> tuple[Any, float, float]:
     """(step function, first loss, build seconds)."""
@@ -156,11 +167,12 @@ def jax_step(cfg: Config) -> tuple[Any, float, float] | None:
 
 
 # ------------------------------------------------------------------ PyTorch
-def torch_steps(cfg: Config) -> dict[str, Any]:
+def torch_steps(cfg: Config, threads: int) -> dict[str, Any]:
     try:
         import torch
     except ImportError:
         return {}
+    torch.set_num_threads(threads)
     torch.manual_seed(0)
     h, e, n = cfg.hidden, cfg.embed, cfg.seq_len * cfg.batch
     tokens, targets = (torch.from_numpy(a.astype(np.int64)) for a in batch(cfg))
@@ -212,8 +224,8 @@ def torch_steps(cfg: Config) -> dict[str, Any]:
         return step
 
     return {
-        f"PyTorch {torch.__version__} eager, nn.GRU": make("nn.GRU"),
-        f"PyTorch {torch.__version__} eager, hand loop": make("loop"),
+        f"PyTorch {torch.__version__} eager, nn.GRU ({threads} thread(s))": make("nn.GRU"),
+        f"PyTorch {torch.__version__} eager, hand loop ({threads} thread(s))": make("loop"),
     }
 
 
@@ -224,6 +236,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seq-len", type=int, default=100)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--grad", default="effir", choices=["effir", "manual", "both"])
+    p.add_argument("--peers-only", action="store_true", help="JAX and PyTorch only")
+    p.add_argument(
+        "--torch-threads",
+        type=int,
+        default=1,
+        help="PyTorch's intra-op threads (1: on a shared, loaded machine its OpenMP "
+        "workers spin-wait for each other; a tiny matmul+backward took 140 ms at 2 "
+        "threads and 0.12 ms at 1)",
+    )
     args = p.parse_args(argv)
     cfg = Config(
         vocab=60,
@@ -239,40 +260,42 @@ def main(argv: list[str] | None = None) -> int:
         f"batch {cfg.batch}, vocabulary {cfg.vocab}, dropout {cfg.rate}, Adam; "
         f"median of {args.repeats} steps"
     )
-    rows: list[tuple[str, float, float | None, float | None]] = []
-    grads = ["effir", "manual"] if args.grad == "both" else [args.grad]
-    for grad in grads:
-        step, loss, built = effir_step(cfg, grad)
-        label = (
-            "effir compiled (value_and_grad)"
-            if grad == "effir"
-            else "effir compiled (hand-written backward)"
+    print()
+    print("| implementation | ms / step | CPU ms / step | tokens / s | first loss | first call s |")
+    print("|---|---|---|---|---|---|", flush=True)
+
+    def row(
+        label: str, times: tuple[float, float], loss: float | None, built: float | None
+    ) -> None:
+        """One line of the table, printed as soon as it is measured."""
+        seconds, cpu = times
+        loss_text = "" if loss is None else f"{loss:.5f}"
+        built_text = "" if built is None else f"{built:.1f}"
+        print(
+            f"| {label} | {seconds * 1e3:.1f} | {cpu * 1e3:.1f} | {tokens / seconds:,.0f} "
+            f"| {loss_text} | {built_text} |",
+            flush=True,
         )
-        rows.append((label, median_after_warmup(step, args.repeats, warmup=2), loss, built))
+
+    grads = ["effir", "manual"] if args.grad == "both" else [args.grad]
+    for grad in [] if args.peers_only else grads:
+        step, loss, built = effir_step(cfg, grad)
+        label = "effir compiled, " + (
+            "value_and_grad" if grad == "effir" else "hand-written backward"
+        )
+        row(label, timed(step, args.repeats), loss, built)
     jax_result = jax_step(cfg)
     if jax_result is not None:
         import jax
 
         step, loss, built = jax_result
-        rows.append(
-            (
-                f"JAX {jax.__version__} jit(value_and_grad)",
-                median_after_warmup(step, args.repeats),
-                loss,
-                built,
-            )
-        )
-    for label, step in torch_steps(cfg).items():
-        rows.append((label, median_after_warmup(step, args.repeats, warmup=2), None, None))
-    print()
-    print("| implementation | ms / step | tokens / s | first loss | first call s |")
-    print("|---|---|---|---|---|")
-    for label, seconds, loss, built in rows:
-        loss_text = "" if loss is None else f"{loss:.5f}"
-        built_text = "" if built is None else f"{built:.1f}"
-        print(
-            f"| {label} | {seconds * 1e3:.1f} | {tokens / seconds:,.0f} | {loss_text} | {built_text} |"
-        )
+        label = f"JAX {jax.__version__} jit(value_and_grad)"
+        row(label, timed(step, args.repeats), loss, built)
+    for label, step in torch_steps(cfg, args.torch_threads).items():
+        start = time.perf_counter()
+        step()
+        built = time.perf_counter() - start
+        row(label, timed(step, args.repeats), None, built)
     return 0
 
 
