@@ -125,6 +125,14 @@ def add_loss(mb: effir.ModuleBuilder, cfg: Config, rng, bn) -> None:
         mb.ret(-op.sum(one_hot(targets, cfg, t * b) * logp) / float(t * b))
 
 
+def loss_module(cfg: Config) -> effir.IRModule:
+    """A module of ``@loss`` and its cells alone (A1)."""
+    key, stats = initial_cells(cfg)
+    mb = effir.ModuleBuilder()
+    add_loss(mb, cfg, mb.add_cell("rng", key), mb.add_cell("bn", stats))
+    return mb.get()
+
+
 # ------------------------------------------------------------------ backward
 def manual_value_and_grad(cfg: Config, tokens, targets, params, rng, bn):
     """The loss of ``@loss`` and its gradients with respect to the
