@@ -4,7 +4,9 @@
 - ``reverse``: one block's forward and backward, pullbacks for calls,
   closures and branches;
 - ``loops``: ``cf.foreach`` and ``cf.while_loop`` (checkpointing ``none``
-  and ``loop``); ``sqrt``: segment checkpointing;
+  and ``loop``); ``sqrt``: segment checkpointing; ``keytape``: keys
+  carried by a loop, stored for its backward;
+- ``free``: the free variables of every branch and closure, in one walk;
 - ``differentiator``: the module-wide state; ``entry``: the function
   ``grad`` adds; ``api``: ``effir.grad``, ``effir.value_and_grad`` and the
   ``grad`` pass.

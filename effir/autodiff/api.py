@@ -32,6 +32,7 @@ def grad_module(
     output: int | None = None,
     with_value: bool = False,
     name: str | None = None,
+    specialise: bool = True,
 ) -> IRModule:
     """``module`` with the gradient function of ``@entry`` added."""
     if checkpoint not in CHECKPOINTS:
@@ -44,6 +45,10 @@ def grad_module(
         from ..passes.pipeline import pipeline
 
         module = pipeline("to-anf,explicate,state-passing")(module)
+    if specialise:
+        from ..passes.partial_eval import partial_eval
+
+        module = partial_eval(module)
     check(module)
     # A typed copy whose nodes the gradient functions take over, so that
     # the module's own functions stay as they are.
@@ -61,6 +66,8 @@ def grad_module(
     out = module.with_function(target, grad_fn)
     for vjp_name, fn in ad.finish().items():
         out = out.with_function(vjp_name, fn)
+    if ad.tape is not None:
+        out = out.with_type_def(ad.tape)
     check(out)
     return out
 
@@ -71,6 +78,7 @@ def grad(
     wrt: Sequence[str] | str | None = None,
     checkpoint: str = "none",
     output: int | None = None,
+    specialise: bool = True,
 ) -> IRModule:
     """``module`` with ``@<entry>_grad``, which returns the gradients of the
     entry's scalar result (or of field ``output`` of its tuple result;
@@ -82,8 +90,17 @@ def grad(
     ``checkpoint``: ``"none"`` (store every intermediate a loop's backward
     needs), ``"loop"`` (store each step's carried state, recompute the
     step), ``"sqrt"`` (store every ceil(sqrt(T))-th carry, recompute
-    segments); the gradients are bit-identical. See docs/autodiff.md."""
-    return grad_module(module, entry, wrt, checkpoint, output, with_value=False)
+    segments); the gradients are bit-identical.
+
+    ``specialise``: partially evaluate the program first (``partial-eval``:
+    known closures and small global functions inlined, static values
+    folded, loops of at most 8 static steps unrolled), so that the gradient
+    program has no ``@g_vjp`` closure-returning globals, which the TVM
+    backend cannot compile when they have symbolic dimensions; False
+    differentiates the program as it is. See docs/autodiff.md."""
+    return grad_module(
+        module, entry, wrt, checkpoint, output, with_value=False, specialise=specialise
+    )
 
 
 def value_and_grad(
@@ -92,11 +109,14 @@ def value_and_grad(
     wrt: Sequence[str] | str | None = None,
     checkpoint: str = "none",
     output: int | None = None,
+    specialise: bool = True,
 ) -> IRModule:
     """As ``grad``, but ``@<entry>_grad`` returns ``(value, grads)`` as the
     user's result: ``((value, grads), new state...)`` for a state-passing
     entry, ``(value, grads)`` otherwise; ``value`` is the entry's result."""
-    return grad_module(module, entry, wrt, checkpoint, output, with_value=True)
+    return grad_module(
+        module, entry, wrt, checkpoint, output, with_value=True, specialise=specialise
+    )
 
 
 @module_pass(
@@ -107,6 +127,7 @@ def value_and_grad(
         "wrt": "comma-separated parameter names (empty: every float parameter)",
         "checkpoint": "none, loop or sqrt",
         "value": "also return the entry's result",
+        "specialise": "partially evaluate first (inline closures and small functions)",
     },
 )
 def grad_pass(
@@ -115,7 +136,8 @@ def grad_pass(
     wrt: str = "",
     checkpoint: str = "none",
     value: bool = True,
+    specialise: bool = True,
 ) -> IRModule:
     """Adds @<entry>_grad, the reverse-mode gradient of @entry (docs/autodiff.md)."""
     names = [w.strip() for w in wrt.split(",") if w.strip()] or None
-    return grad_module(module, entry, names, checkpoint, with_value=value)
+    return grad_module(module, entry, names, checkpoint, with_value=value, specialise=specialise)

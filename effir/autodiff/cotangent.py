@@ -85,8 +85,12 @@ def zeros(b: LetBuilder, like: Expr, t: TensorType) -> Expr:
     """A zero tensor shaped as the forward value ``like`` (of type ``t``)."""
     if t.is_static:
         return b.emit(b.call_op("zeros", shape=list(t.shape), dtype=t.dtype), "zero")
-    shape = b.emit(b.call_op("shape_of", like, dtype="int64"), "shape")
-    return b.emit(b.call_op("dyn.zeros", shape, dtype=t.dtype), "zero")
+    # where(false, like, 0) has like's type, symbolic dimensions included
+    # (dyn.zeros would make every dimension ``?``, which a compiled loop
+    # cannot iterate over), and is 0 even where like is inf or nan.
+    no = b.const(False, "bool")
+    zero = b.const(0, t.dtype)
+    return b.emit(b.call_op("where", no, like, zero), "zero")
 
 
 def materialize(b: LetBuilder, ct: CT, like: Expr, t: Type) -> Expr:
@@ -98,6 +102,11 @@ def materialize(b: LetBuilder, ct: CT, like: Expr, t: Type) -> Expr:
         if ct is None:
             return zeros(b, like, t)
         assert isinstance(ct, Expr)
+        if not t.is_static:
+            # A rule may build a symbolic shape from shape_of (all ``?``);
+            # the annotation restores the forward's dimensions, which a
+            # compiled loop needs to iterate over a stack of cotangents.
+            return b.emit(ct, "ct", type_annotation=t)
         return ct
     if isinstance(t, TupleType):
         if isinstance(ct, Expr):
@@ -107,10 +116,39 @@ def materialize(b: LetBuilder, ct: CT, like: Expr, t: Type) -> Expr:
         parts = fields_of(b, ct, t)
         out = []
         for i, (part, field) in enumerate(zip(parts, t.fields, strict=True)):
-            sub = like if not differentiable(field) else b.emit(TupleGetItem(like, i), "fwd")
+            needs_like = differentiable(field) and not _static(field)
+            sub = b.emit(TupleGetItem(like, i), "fwd") if needs_like else like  # shapes only
             out.append(materialize(b, part, sub, field))
         return b.emit(Tuple(tuple(out)), "ct")
     return b.emit(b.tuple([]), "unit")
+
+
+def shaped_as(b: LetBuilder, ct: Expr, like: Expr, t: Type) -> Expr:
+    """``ct`` with the type of ``like``'s cotangent, symbolic dimensions
+    included: a rule may build a shape with ``shape_of`` (every dimension
+    ``?``), and a compiled loop cannot iterate over such a sequence. An
+    annotation does not survive the optimiser's rebinding;
+    ``where(false, like, ct)`` has ``like``'s shape and ``ct``'s values."""
+    if isinstance(t, TupleType):
+        if all(not differentiable(f) or _static(f) for f in t.fields):
+            return ct
+        parts = [
+            shaped_as(b, b.emit_get(ct, i, "ct"), b.emit_get(like, i, "fwd"), f)
+            if differentiable(f)
+            else b.emit_get(ct, i, "ct")
+            for i, f in enumerate(t.fields)
+        ]
+        return b.emit(b.tuple(parts), "ct")
+    if not isinstance(t, TensorType) or not differentiable(t) or t.is_static:
+        return ct
+    no = b.const(False, "bool")
+    return b.emit(b.call_op("where", no, like, ct), "ct")
+
+
+def _static(t: Type) -> bool:
+    if isinstance(t, TupleType):
+        return all(_static(f) for f in t.fields)
+    return not isinstance(t, TensorType) or t.is_static
 
 
 def reverse(b: LetBuilder, value: Expr, t: Type) -> Expr:

@@ -9,14 +9,16 @@ its differentiated form.
 
 from __future__ import annotations
 
-from ..ir.analysis import free_vars, operands
+from ..ir.analysis import operands
 from ..ir.builder import fresh_name
 from ..ir.diagnostics import Span
-from ..ir.expr import Call, Expr, Function, GlobalVar, Op, Var
+from ..ir.expr import Call, Expr, Function, GlobalVar, Op, TypeData, Var
 from ..ir.functor import pre_order
 from ..ir.module import IRModule
 from ..ir.op import op_def
+from ..ir.trampoline import run
 from .cotangent import differentiable
+from .free import free_variable_table
 from .reverse import ClosureVjp, function_vjp
 
 CHECKPOINTS = ("none", "loop", "sqrt")
@@ -37,6 +39,8 @@ class Differentiator:
         self.loop_bodies: dict[Var, Function] = {}
         self.closure_use = _closure_uses(module)
         self._free: dict[int, list[Var]] = {}
+        self._free_vars = free_variable_table(module)
+        self.tape: TypeData | None = None  # the key tape's ADT, once a loop needs it
 
     def global_vjp(self, name: str, span: Span | None) -> GlobalVar:
         """``@name_vjp``, made when ``finish`` runs."""
@@ -47,6 +51,19 @@ class Differentiator:
             self.pending.append(name)
         return GlobalVar(self.vjp_names[name], span=span)
 
+    def tape_data(self) -> TypeData:
+        """The key tape's ADT (``keytape``), added to the output module."""
+        if self.tape is None:
+            from ..ir.vjp import DifferentiationError
+            from .keytape import TAPE, tape_type_def
+
+            if TAPE in self.module.type_defs:
+                raise DifferentiationError(
+                    f"the program defines a type {TAPE}, the name grad gives its key tape"
+                )
+            self.tape = tape_type_def()
+        return self.tape
+
     def finish(self) -> dict[str, Function]:
         """Every ``vjp`` global asked for (a worklist, not recursion)."""
         while self.pending:
@@ -54,7 +71,7 @@ class Differentiator:
             fn = self.module.functions[name]
             if fn.attrs.get("Primitive") == 1:
                 raise_primitive(name, fn)
-            self.functions[self.vjp_names[name]] = function_vjp(self, fn, [])
+            self.functions[self.vjp_names[name]] = run(function_vjp(self, fn, []))
         return self.functions
 
     def free_differentiable(self, node: Expr, exclude: Var | None = None) -> list[Var]:
@@ -62,9 +79,8 @@ class Differentiator:
         float type, and through a known closure, the closure's own."""
         key = id(node)
         if key not in self._free:
-            fn = node if isinstance(node, Function) else Function((), node)
             found: dict[Var, None] = {}
-            for v in free_vars(fn):
+            for v in self._free_vars[key]:
                 if v in self.closures:
                     found.update(dict.fromkeys(self.closures[v].free))
                 elif v in self.loop_bodies:

@@ -34,9 +34,11 @@ from collections.abc import Callable
 from ..ir.analysis import free_vars
 from ..ir.builder import LetBuilder
 from ..ir.expr import Call, Expr, Function, Let, TupleGetItem, Var, is_atom
-from ..ir.types import TupleType
+from ..ir.trampoline import Computation
+from ..ir.types import TupleType, Type
 from ..ir.vjp import DifferentiationError
 from ..passes.anf_sharing import fresh_binders
+from . import keytape
 from .cotangent import (
     accumulate,
     ct_type,
@@ -44,12 +46,51 @@ from .cotangent import (
     fields_of,
     materialize,
     reverse,
+    shaped_as,
     stackable,
 )
+from .keytape import key_leaves_only
 from .reverse import Reverse
 
 
-def loop_binding(rev: Reverse, var: Var, call: Call, b: LetBuilder) -> None:
+def has_leaves(t: Type) -> bool:
+    """Whether a value of type ``t`` holds a tensor (``()`` does not)."""
+    if isinstance(t, TupleType):
+        return any(has_leaves(f) for f in t.fields)
+    return True
+
+
+def empty_value(b: LetBuilder, t: Type) -> Expr:
+    """The only value of a type without tensors (``()``, ``((), ())``...)."""
+    assert isinstance(t, TupleType)
+    return b.emit(b.tuple([empty_value(b, f) for f in t.fields]), "unit")
+
+
+class Slots:
+    """The sequences a reverse loop iterates over, by slot: a sequence
+    without tensors (a scan's ``()`` outputs, a map's ``()`` carry) cannot
+    be iterated over, so it is left out and its per-step value rebuilt."""
+
+    def __init__(self, types: list[Type]) -> None:
+        self.types = types
+        self.positions: list[int | None] = []
+        count = 0
+        for t in types:
+            self.positions.append(count if has_leaves(t) else None)
+            count += has_leaves(t)
+
+    def pack(self, b: LetBuilder, sequences: list[Expr]) -> Expr:
+        kept = [s for s, p in zip(sequences, self.positions, strict=True) if p is not None]
+        return b.emit(b.tuple(kept), "seqs")
+
+    def get(self, b: LetBuilder, step: Var, slot: int, hint: str) -> Expr:
+        position = self.positions[slot]
+        if position is None:
+            return empty_value(b, self.types[slot])
+        return b.emit_get(step, position, hint)
+
+
+def loop_binding(rev: Reverse, var: Var, call: Call, b: LetBuilder) -> Computation[None]:
     """``let var = cf.foreach(...)`` or ``cf.while_loop(...)``, differentiated."""
     loop = _Loop(rev, var, call)
     mode = rev.ad.checkpoint
@@ -58,7 +99,7 @@ def loop_binding(rev: Reverse, var: Var, call: Call, b: LetBuilder) -> None:
 
         sqrt_binding(loop, b)
         return
-    if mode == "none" and loop.residuals(b):
+    if mode == "none" and (yield loop.residuals(b)):
         return
     loop.recompute(b)
 
@@ -76,6 +117,12 @@ class _Loop:
         self.body = self._resolve(body)
         self.free = self.ad.free_differentiable(self.body)
         self.span = call.span
+        # what a recomputing reverse loop iterates over: ct of out_t, the
+        # stored carry, x_t
+        types = [ct_type(var.checked_type.fields[0]), self.init.checked_type]
+        if self.foreach:
+            types.append(self.xs.checked_type)
+        self.recompute_slots = Slots(types)
 
     def _resolve(self, body: Expr) -> Function:
         if isinstance(body, Function):
@@ -114,8 +161,8 @@ class _Loop:
         t = self.var.checked_type
         parts = fields_of(bb, ct, t)
         return (
-            materialize(bb, parts[0], outs, t.fields[0]),
-            materialize(bb, parts[1], final, t.fields[1]),
+            shaped_as(bb, materialize(bb, parts[0], outs, t.fields[0]), outs, t.fields[0]),
+            shaped_as(bb, materialize(bb, parts[1], final, t.fields[1]), final, t.fields[1]),
         )
 
     def step_backward(
@@ -133,14 +180,17 @@ class _Loop:
     def backward_loop(
         self,
         bb: LetBuilder,
-        sequences: list[Expr],
+        sequences: Expr,
         ct_final: Expr,
-        make_step: Callable[[LetBuilder, Var, Var], tuple[Expr, Expr, list[Expr]]],
+        make_step: Callable[[LetBuilder, Var, Var], tuple],
+        extra: tuple[Expr, ...] = (),
     ) -> None:
-        """Emit the reverse loop over ``sequences`` (already reversed) and
-        add the cotangents it returns to the loop's inputs."""
+        """Emit the reverse loop over ``sequences`` (a ``Slots`` pack,
+        already reversed) and add the cotangents it returns to the loop's
+        inputs. ``extra``: more carried values (the key tape), after the
+        accumulators."""
         zeros = [materialize(bb, None, f, f.checked_type) for f in self.free]
-        init = bb.emit(bb.tuple([ct_final, *zeros]), "ct_init")
+        init = bb.emit(bb.tuple([ct_final, *zeros, *extra]), "ct_init")
         loop = self.reverse_loop(bb, sequences, init, make_step)
         fin = bb.emit_get(loop, 1, "ct_final")
         self.rev.add(bb, self.init, bb.emit_get(fin, 0, "ct_init"))
@@ -153,9 +203,9 @@ class _Loop:
     def reverse_loop(
         self,
         bb: LetBuilder,
-        sequences: list[Expr],
+        sequences: Expr,
         init: Expr,
-        make_step: Callable[[LetBuilder, Var, Var], tuple[Expr, Expr, list[Expr]]],
+        make_step: Callable[[LetBuilder, Var, Var], tuple],
         totals: bool = False,
     ) -> Var:
         """The ``cf.foreach`` over ``sequences`` carrying ``init`` = (ct of
@@ -166,10 +216,11 @@ class _Loop:
         its free variables' cotangents are added to the accumulators, or,
         with ``totals``, are the new accumulators (a step that itself
         runs a loop from them: the additions stay in step order)."""
-        pack = bb.emit(bb.tuple(sequences), "seqs")
         step, carry = Var("step", span=self.span), Var("carry", span=self.span)
         nb = LetBuilder(self.span)
-        x_ct, prev, free_cts = make_step(nb, step, carry)
+        made = make_step(nb, step, carry)
+        x_ct, prev, free_cts = made[:3]
+        extra = list(made[3]) if len(made) > 3 else []  # carried on (the key tape)
         total = list(free_cts) if totals else []
         for j, (f, g) in enumerate(zip(self.free, free_cts, strict=True)):
             if totals:
@@ -177,19 +228,20 @@ class _Loop:
             acc = nb.emit_get(carry, j + 1, "acc")
             t = f.checked_type
             total.append(materialize(nb, accumulate(nb, acc, g, t), f, t))
-        ret = nb.emit(nb.tuple([x_ct, nb.emit(nb.tuple([prev, *total]), "carry")]), "ret")
+        carried = nb.emit(nb.tuple([prev, *total, *extra]), "carry")
+        ret = nb.emit(nb.tuple([x_ct, carried]), "ret")
         # Fresh binders: a step's code may be generated from the body's own
         # nodes more than once (sqrt checkpointing recomputes in two loops).
         body = fresh_binders(Function((step, carry), nb.finish(ret), span=self.span))
-        return bb.emit(bb.call_op("cf.foreach", body, pack, init), "backward")
+        return bb.emit(bb.call_op("cf.foreach", body, sequences, init), "backward")
 
     # ------------------------------------------------------ "none": residuals
-    def residuals(self, b: LetBuilder) -> bool:
+    def residuals(self, b: LetBuilder) -> Computation[bool]:
         """Stack the step's residuals; False (nothing emitted) where one
         cannot be stacked."""
         sub = Reverse(self.ad)
         fb = b.child()
-        result = sub.forward(self.body.body, fb)
+        result = yield sub.forward_steps(self.body.body, fb)
         ct_out, ct_carry = Var("ct_out", span=self.span), Var("ct_carry", span=self.span)
         bb = b.child()
         x_ct, prev, free_cts = self.step_backward(bb, sub, result, ct_out, ct_carry)
@@ -209,10 +261,13 @@ class _Loop:
         outs, (stacked,), final = self.bind_result(b, loop)
         stacks = [b.emit_get(stacked, i + 1, "stack") for i in range(len(kept))]
 
+        out_ct_type = ct_type(self.var.checked_type.fields[0])
+        slots = Slots([out_ct_type, *(v.checked_type for v in kept)])
+
         def make_step(nb: LetBuilder, step: Var, carry: Var) -> tuple[Expr, Expr, list[Expr]]:
-            nb.bind(ct_out, TupleGetItem(step, 0))
+            nb.bind(ct_out, slots.get(nb, step, 0, "ct_out"))
             for i, v in enumerate(kept):
-                nb.bind(v, TupleGetItem(step, i + 1))
+                nb.bind(v, slots.get(nb, step, i + 1, "residual"))
             nb.bind(ct_carry, TupleGetItem(carry, 0))
             for v, value in bb.bindings:  # the step's backward, generated once
                 nb.bind(v, value)
@@ -223,12 +278,11 @@ class _Loop:
             if seeds is None:
                 return
             ct_outs, ct_final = seeds
-            out_type = self.var.checked_type.fields[0]
-            sequences = [reverse(bb2, ct_outs, ct_type(out_type))]
+            sequences = [reverse(bb2, ct_outs, out_ct_type)]
             sequences += [
                 reverse(bb2, s, v.checked_type) for s, v in zip(stacks, kept, strict=True)
             ]
-            self.backward_loop(bb2, sequences, ct_final, make_step)
+            self.backward_loop(bb2, slots.pack(bb2, sequences), ct_final, make_step)
 
         self.rev.tape.append(back)
         return True
@@ -237,10 +291,13 @@ class _Loop:
     def recompute(self, b: LetBuilder) -> None:
         """Stack each step's starting carry; the backward recomputes the step."""
         carry_type = self.init.checked_type
+        if not stackable(carry_type) and key_leaves_only(carry_type):
+            self.recompute_with_tape(b)
+            return
         if not stackable(carry_type):
             raise DifferentiationError(
                 "the backward of this loop recomputes each step from its carried state, "
-                "which must be tensors to be stored per step (it holds a key, an ADT or a "
+                "which must be tensors and keys to be stored per step (it holds an ADT or a "
                 "function; docs/autodiff.md)",
                 self.span,
             )
@@ -271,21 +328,97 @@ class _Loop:
         sequences.append(reverse(bb, carries, self.init.checked_type))
         if self.foreach:
             sequences.append(reverse(bb, self.xs, self.xs.checked_type))
-        self.backward_loop(bb, sequences, ct_final, self.recompute_step)
+        pack = self.recompute_slots.pack(bb, sequences)
+        self.backward_loop(bb, pack, ct_final, self.recompute_step)
 
     def recompute_step(
         self, nb: LetBuilder, step: Var, carry: Var
     ) -> tuple[Expr, Expr, list[Expr]]:
         """One backward step: the forward step again, from the stored carry."""
-        ct_out = nb.emit_get(step, 0, "ct_out")
+        slots = self.recompute_slots
+        ct_out = slots.get(nb, step, 0, "ct_out")
         params = self.body.params
-        nb.bind(params[-1], TupleGetItem(step, 1))
+        nb.bind(params[-1], slots.get(nb, step, 1, "carry"))
         if self.foreach:
-            nb.bind(params[0], TupleGetItem(step, 2))
+            nb.bind(params[0], slots.get(nb, step, 2, "x"))
         ct_carry = nb.emit_get(carry, 0, "ct_carry")
         sub = Reverse(self.ad)
         result = sub.forward(self.body.body, nb)
         return self.step_backward(nb, sub, result, ct_out, ct_carry)
+
+    # ----------------------------------------- keys in the carry: a tape
+    def recompute_with_tape(self, b: LetBuilder) -> None:
+        """``recompute`` for a carry holding keys: its tensors are stacked,
+        its keys pushed on a tape carried along (``keytape``)."""
+        data = self.ad.tape_data()
+        carry_type = self.init.checked_type
+        copy = fresh_binders(self.body)
+        assert isinstance(copy, Function)
+        pair = Var("carry_and_tape", span=self.span)
+        fb = b.child()
+        fb.bind(copy.params[-1], TupleGetItem(pair, 0))
+        tape = fb.emit_get(pair, 1, "tape")
+        tensors_t, keys_t = keytape.split(fb, copy.params[-1], carry_type)
+        result = splice(fb, copy.body)
+        out = fb.emit_get(result, 0, "out")
+        carry = fb.emit_get(result, 1, "carry")
+        pushed = keytape.push(fb, data, keys_t, tape)
+        per_step = fb.emit(fb.tuple([out, tensors_t]), "per_step")
+        following = fb.emit(fb.tuple([carry, pushed]), "carry_and_tape")
+        ret = fb.emit(fb.tuple([per_step, following]), "ret")
+        params = (copy.params[0], pair) if self.foreach else (pair,)
+        body = Function(params, fb.finish(ret), span=self.body.span)
+        init = b.emit(b.tuple([self.init, keytape.empty(b, data)]), "init")
+        if self.foreach:
+            args = (body, self.xs, init)
+        else:
+            args = (self._tape_cond(), body, init)
+        loop = b.emit(Call(self.call.callee, args, self.call.attrs, span=self.span), "loop")
+        stacked = b.emit_get(loop, 0, "stacked")
+        outs = b.emit_get(stacked, 0, "outs")
+        tensors = b.emit_get(stacked, 1, "carries")
+        final_pair = b.emit_get(loop, 1, "final")
+        final = b.emit_get(final_pair, 0, "final")
+        tape_final = b.emit_get(final_pair, 1, "tape")
+        b.bind(self.var, b.tuple([outs, final]))
+        types = [ct_type(self.var.checked_type.fields[0]), keytape.tensors_type(carry_type)]
+        if self.foreach:
+            types.append(self.xs.checked_type)
+        slots = Slots(types)
+
+        def make_step(nb: LetBuilder, step: Var, carried: Var) -> tuple:
+            ct_out = slots.get(nb, step, 0, "ct_out")
+            tensors_t = slots.get(nb, step, 1, "tensors")
+            tape = nb.emit_get(carried, 1 + len(self.free), "tape")
+            keys, rest = keytape.pop(nb, data, tape, keytape.key_count(carry_type))
+            nb.bind(self.body.params[-1], keytape.join(nb, tensors_t, keys, carry_type))
+            if self.foreach:
+                nb.bind(self.body.params[0], slots.get(nb, step, 2, "x"))
+            ct_carry = nb.emit_get(carried, 0, "ct_carry")
+            sub = Reverse(self.ad)
+            result = sub.forward(self.body.body, nb)
+            return (*self.step_backward(nb, sub, result, ct_out, ct_carry), [rest])
+
+        def back(bb: LetBuilder) -> None:
+            seeds = self.seeds(bb, outs, final)
+            if seeds is None:
+                return
+            ct_outs, ct_final = seeds
+            sequences = [reverse(bb, ct_outs, types[0]), reverse(bb, tensors, types[1])]
+            if self.foreach:
+                sequences.append(reverse(bb, self.xs, self.xs.checked_type))
+            pack = slots.pack(bb, sequences)
+            self.backward_loop(bb, pack, ct_final, make_step, extra=(tape_final,))
+
+        self.rev.tape.append(back)
+
+    def _tape_cond(self) -> Function:
+        """The while_loop's condition on (carry, tape): the carry's."""
+        pair = Var("carry_and_tape", span=self.span)
+        cb = LetBuilder(self.span)
+        carry = cb.emit_get(pair, 0, "carry")
+        cond = cb.emit(self.cond, "cond") if isinstance(self.cond, Function) else self.cond
+        return Function((pair,), cb.finish(cb.emit(cb.call(cond, [carry]), "go")), span=self.span)
 
 
 def splice(b: LetBuilder, expr: Expr) -> Expr:
@@ -296,4 +429,4 @@ def splice(b: LetBuilder, expr: Expr) -> Expr:
     return expr if is_atom(expr) else b.emit(expr, "result")
 
 
-__all__ = ["loop_binding", "splice", "TupleType"]
+__all__ = ["loop_binding", "splice"]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..ir.builder import LetBuilder
 from ..ir.expr import (
@@ -44,10 +45,14 @@ from ..ir.expr import (
     Var,
     is_atom,
 )
+from ..ir.trampoline import Computation, run
 from ..ir.types import FuncType, TupleType
 from ..ir.vjp import NOT_DIFFERENTIABLE, DifferentiationError, VjpContext, vjp_rule
 from ..passes.anf_sharing import fresh_binders
 from .cotangent import CT, accumulate, ct_type, differentiable, fields_of, materialize
+
+if TYPE_CHECKING:
+    from .differentiator import Differentiator
 
 Step = Callable[[LetBuilder], None]
 
@@ -64,7 +69,7 @@ class ClosureVjp:
 class Reverse:
     """The forward and the tape of one block (see the module docstring)."""
 
-    def __init__(self, ad) -> None:  # ad: effir.autodiff.transform.Differentiator
+    def __init__(self, ad: Differentiator) -> None:
         self.ad = ad
         self.tape: list[Step] = []
         self.ct: dict[Var, CT] = {}
@@ -72,19 +77,37 @@ class Reverse:
     # ------------------------------------------------------------ forward
     def forward(self, expr: Expr, b: LetBuilder) -> Expr:
         """Copy the block ``expr`` into ``b`` with its tape; its result atom."""
+        return run(self.forward_steps(expr, b))
+
+    def forward_steps(self, expr: Expr, b: LetBuilder) -> Computation[Expr]:
+        """``forward`` on the trampoline: a nested block (a branch, a
+        closure, a loop body) is yielded, not called, so nesting depth is
+        not Python recursion."""
         while isinstance(expr, Let):
             with b.span(expr.span):
-                self.binding(expr.var, expr.value, b)
+                yield self.binding(expr.var, expr.value, b)
             expr = expr.body
         if is_atom(expr):
             return expr
         var = Var("result", span=expr.span)
         var.set_checked_type(expr.checked_type)
         with b.span(expr.span):
-            self.binding(var, expr, b)
+            yield self.binding(var, expr, b)
         return var
 
-    def binding(self, var: Var, value: Expr, b: LetBuilder) -> None:
+    def binding(self, var: Var, value: Expr, b: LetBuilder) -> Computation[None]:
+        if isinstance(value, Function):
+            yield self._function(var, value, b)
+        elif isinstance(value, Call):
+            yield self._call(var, value, b)
+        elif isinstance(value, If):
+            yield self._if(var, value, b)
+        elif isinstance(value, Match):
+            yield self._match(var, value, b)
+        else:
+            self._simple(var, value, b)
+
+    def _simple(self, var: Var, value: Expr, b: LetBuilder) -> None:
         if isinstance(value, Var):
             b.bind(var, value)
             self.tape.append(lambda bb: self.add(bb, value, self.ct.pop(var, None)))
@@ -96,14 +119,6 @@ class Reverse:
         elif isinstance(value, TupleGetItem):
             b.bind(var, value)
             self.tape.append(lambda bb: self._get_back(bb, var, value))
-        elif isinstance(value, Function):
-            self._function(var, value, b)
-        elif isinstance(value, Call):
-            self._call(var, value, b)
-        elif isinstance(value, If):
-            self._if(var, value, b)
-        elif isinstance(value, Match):
-            self._match(var, value, b)
         elif isinstance(value, RefCreate | RefRead | RefWrite):
             raise DifferentiationError(
                 "references remain after state passing: grad differentiates state-passing "
@@ -153,13 +168,13 @@ class Reverse:
         self.add(bb, value.tuple_value, parts)
 
     # ------------------------------------------------------------- calls
-    def _call(self, var: Var, call: Call, b: LetBuilder) -> None:
+    def _call(self, var: Var, call: Call, b: LetBuilder) -> Computation[None]:
         callee = call.callee
         if isinstance(callee, Op):
             if callee.name in ("cf.foreach", "cf.while_loop"):
                 from .loops import loop_binding  # loops build on this module
 
-                loop_binding(self, var, call, b)
+                yield loop_binding(self, var, call, b)
                 return
             b.bind(var, call)
             self.tape.append(lambda bb: self._op_back(bb, var, call))
@@ -237,7 +252,7 @@ class Reverse:
         self.tape.append(back)
 
     # ---------------------------------------------------------- closures
-    def _function(self, var: Var, fn: Function, b: LetBuilder) -> None:
+    def _function(self, var: Var, fn: Function, b: LetBuilder) -> Computation[None]:
         use = self.ad.closure_use.get(var, set())
         if "value" in use:
             raise DifferentiationError(
@@ -260,21 +275,22 @@ class Reverse:
         free = self.ad.free_differentiable(fn, exclude=var)
         vjp = Var(f"{var.name_hint}_vjp", span=fn.span)
         self.ad.closures[var] = ClosureVjp(vjp, tuple(free))  # before: it may call itself
-        b.bind(vjp, function_vjp(self.ad, fn, free))
+        b.bind(vjp, (yield function_vjp(self.ad, fn, free)))
 
     # ------------------------------------------------------------ branches
-    def _if(self, var: Var, node: If, b: LetBuilder) -> None:
+    def _if(self, var: Var, node: If, b: LetBuilder) -> Computation[None]:
         free = self.ad.free_differentiable(node)
-        then_branch = block_vjp(self.ad, node.then_branch, free, b)
-        else_branch = block_vjp(self.ad, node.else_branch, free, b)
+        then_branch = yield block_vjp(self.ad, node.then_branch, free, b)
+        else_branch = yield block_vjp(self.ad, node.else_branch, free, b)
         self._branches(var, b.if_(node.cond, then_branch, else_branch), free, b)
 
-    def _match(self, var: Var, node: Match, b: LetBuilder) -> None:
+    def _match(self, var: Var, node: Match, b: LetBuilder) -> Computation[None]:
         free = self.ad.free_differentiable(node)
-        clauses = tuple(
-            Clause(c.pattern, block_vjp(self.ad, c.body, free, b), span=c.span)
-            for c in node.clauses
-        )
+        clauses = []
+        for c in node.clauses:
+            body = yield block_vjp(self.ad, c.body, free, b)
+            clauses.append(Clause(c.pattern, body, span=c.span))
+        clauses = tuple(clauses)
         self._branches(var, Match(node.data, clauses, node.complete, span=node.span), free, b)
 
     def _branches(self, var: Var, node: Expr, free: list[Var], b: LetBuilder) -> None:
@@ -294,12 +310,14 @@ class Reverse:
         self.tape.append(back)
 
 
-def block_vjp(ad, body: Expr, free: list[Var], outer: LetBuilder) -> Expr:
+def block_vjp(
+    ad: Differentiator, body: Expr, free: list[Var], outer: LetBuilder
+) -> Computation[Expr]:
     """The block ``body`` as an expression of ``(result, pullback)``, where
     ``pullback(ct)`` returns the cotangents of ``free``, in order."""
     b = outer.child()
     rev = Reverse(ad)
-    result = rev.forward(body, b)
+    result = yield rev.forward_steps(body, b)
     t = body.checked_type
     ct = Var("ct", ct_type(t), span=b.current_span)
     bb = b.child()
@@ -310,11 +328,11 @@ def block_vjp(ad, body: Expr, free: list[Var], outer: LetBuilder) -> Expr:
     return b.finish(b.emit(b.tuple([result, pullback]), "vjp"))
 
 
-def function_vjp(ad, fn: Function, free: list[Var]) -> Function:
+def function_vjp(ad: Differentiator, fn: Function, free: list[Var]) -> Computation[Function]:
     """``fn`` as a function returning ``(result, pullback)``; the pullback
     returns the cotangents of the parameters, then of ``free``."""
     b = LetBuilder(fn.span)
-    body = block_vjp(ad, fn.body, list(fn.params) + free, b)
+    body = yield block_vjp(ad, fn.body, list(fn.params) + free, b)
     result_type = fn.body.checked_type
     targets = [p.checked_type for p in fn.params] + [v.checked_type for v in free]
     pullback_type = FuncType((ct_type(result_type),), TupleType(tuple(ct_type(t) for t in targets)))

@@ -24,7 +24,6 @@ from ..ir.builder import LetBuilder
 from ..ir.expr import Expr, Function, Var
 from ..ir.types import TensorType, TupleType, Type
 from .cotangent import ct_type, differentiable, materialize, reverse, stackable
-from .loops import splice  # noqa: F401  (the loop helpers this module builds on)
 
 Leaf = Callable[[LetBuilder, Expr, TensorType], Expr]
 
@@ -146,7 +145,9 @@ def sqrt_binding(loop, b: LetBuilder) -> None:
                 reverse(bb, xs_tail, xs_type),
             ]
             init = bb.emit(bb.tuple([ct_final, *zeros]), "ct_init")
-            tail_back = loop.reverse_loop(bb, seqs, init, loop.recompute_step)
+            tail_back = loop.reverse_loop(
+                bb, loop.recompute_slots.pack(bb, seqs), init, loop.recompute_step
+            )
             ct_xs_tail = reverse(bb, bb.emit_get(tail_back, 0, "ct_steps"), ct_type(xs_type))
             carried = bb.emit_get(tail_back, 1, "ct_middle")
         else:
@@ -160,7 +161,11 @@ def sqrt_binding(loop, b: LetBuilder) -> None:
             reverse(bb, xs_main, xs_type),
         ]
         segs_back = loop.reverse_loop(
-            bb, seqs, carried, lambda nb, s, c: _segment_step(loop, nb, s, c), totals=True
+            bb,
+            loop.recompute_slots.pack(bb, seqs),
+            carried,
+            lambda nb, s, c: _segment_step(loop, nb, s, c),
+            totals=True,
         )
         fin = bb.emit_get(segs_back, 1, "ct_final")
         loop.rev.add(bb, loop.init, bb.emit_get(fin, 0, "ct_init"))
@@ -198,24 +203,20 @@ def _segment_step(loop, nb: LetBuilder, step: Var, carry: Var) -> tuple[Expr, Ex
     reverse loop, which carries the accumulators on (so they are added to
     in the same order as by an unsegmented loop: bit-identical)."""
     xs_type = loop.xs.checked_type
-    ct_seg = nb.emit_get(step, 0, "ct_segment")
-    start = nb.emit_get(step, 1, "start")
-    x_seg = nb.emit_get(step, 2, "x_segment")
+    slots = loop.recompute_slots  # per segment: the same fields, k steps each
+    ct_seg = slots.get(nb, step, 0, "ct_segment")
+    start = slots.get(nb, step, 1, "start")
+    x_seg = slots.get(nb, step, 2, "x_segment")
     fwd = nb.emit(nb.call_op("cf.foreach", loop.storing_body(nb), x_seg, start), "recompute")
     carries = nb.emit_get(nb.emit_get(fwd, 0, "stacked"), 1, "carries")
     out_t = ct_type(loop.var.checked_type.fields[0])
     seqs = [
-        reverse(nb, ct_seg, _drop(out_t)),
+        reverse(nb, ct_seg, out_t),  # only the tuple structure matters to reverse
         reverse(nb, carries, loop.init.checked_type),
-        reverse(nb, x_seg, _drop(xs_type)),
+        reverse(nb, x_seg, xs_type),
     ]
-    inner = loop.reverse_loop(nb, seqs, carry, loop.recompute_step)
-    ct_x = reverse(nb, nb.emit_get(inner, 0, "ct_steps"), ct_type(_drop(xs_type)))
+    inner = loop.reverse_loop(nb, slots.pack(nb, seqs), carry, loop.recompute_step)
+    ct_x = reverse(nb, nb.emit_get(inner, 0, "ct_steps"), ct_type(xs_type))
     fin = nb.emit_get(inner, 1, "ct_start")
     prev = nb.emit_get(fin, 0, "ct_prev")
     return ct_x, prev, [nb.emit_get(fin, j + 1, "ct_free") for j in range(len(loop.free))]
-
-
-def _drop(t: Type) -> Type:
-    """Only tuple structure matters to ``reverse``: the type as it is."""
-    return t

@@ -89,7 +89,7 @@ def _boolean_mask_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: 
         tail = ctx.op("strided_slice", sizes, begin=[k], end=[x_type.ndim])
         newshape = ctx.op("concatenate", ctx.tuple([ctx.const([-1], "int64"), tail]), axis=0)
         table = ctx.op("dyn.reshape", zeros, newshape)
-    grad = ctx.op("scatter_add", table, rows, ct, axis=0, mode="fast")
+    grad = ctx.op("scatter_add", table, rows, ct, axis=0)  # (rows are in range)
     return (ctx.reshape_like(grad, x), None)
 
 

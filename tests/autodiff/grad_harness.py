@@ -11,11 +11,12 @@ import effir
 
 def numeric_grad(module, args: Sequence, index: int, entry: str = "main", eps: float = 1e-6):
     """d(entry's scalar result)/d(args[index]) by central differences."""
-    base = [np.array(a, copy=True) for a in args]
-    out = np.zeros_like(base[index], dtype=np.float64)
-    for j in np.ndindex(base[index].shape):
-        plus = [a.copy() for a in base]
-        minus = [a.copy() for a in base]
+    base = list(args)
+    point = np.array(base[index], dtype=np.float64, copy=True)
+    out = np.zeros_like(point)
+    for j in np.ndindex(point.shape):
+        plus, minus = list(base), list(base)
+        plus[index], minus[index] = point.copy(), point.copy()
         plus[index][j] += eps
         minus[index][j] -= eps
         hi = float(effir.interpret(module, *plus, entry=entry))
@@ -31,11 +32,14 @@ def check_grad(
     checkpoint: str = "none",
     rtol: float = 1e-6,
     atol: float = 1e-7,
+    specialise: bool = False,
 ):
     """``value_and_grad`` of ``@main`` equals the interpreter's value and the
-    finite differences of every ``wrt`` parameter; returns the gradients."""
+    finite differences of every ``wrt`` parameter; returns the gradients.
+    Not specialised by default: partial evaluation would unroll the short
+    loops and inline the calls and closures these tests are about."""
     names = [p.name_hint for p in module["main"].params]
-    g = effir.value_and_grad(module, wrt=list(wrt), checkpoint=checkpoint)
+    g = effir.value_and_grad(module, wrt=list(wrt), checkpoint=checkpoint, specialise=specialise)
     value, grads = effir.interpret(g, *args, entry="main_grad")
     expected = effir.interpret(module, *args)
     np.testing.assert_array_equal(value, expected)

@@ -16,7 +16,9 @@ from .grad_harness import check_grad
 
 HEADER = '#[version = "0.0.5"]\n'
 
-CALLS_IF_TUPLES = HEADER + """
+CALLS_IF_TUPLES = (
+    HEADER
+    + """
 def @f(%x: Tensor[(3), float64], %w: Tensor[(3), float64]) -> Tensor[(3), float64] {
   tanh(multiply(%x, %w))
 }
@@ -27,6 +29,7 @@ def @main(%x: Tensor[(3), float64], %w: Tensor[(3), float64], %c: bool) {
   sum(multiply(%z, %y))
 }
 """
+)
 
 
 @settings(max_examples=6, deadline=None)
@@ -50,7 +53,9 @@ def test_grad_returns_only_the_gradients_and_defaults_to_every_float_parameter()
         np.testing.assert_array_equal(a, b)
 
 
-MATCH = HEADER + """
+MATCH = (
+    HEADER
+    + """
 type Shape { Circle(Tensor[(2), float64]), Pair(Tensor[(2), float64], Tensor[(2), float64]) }
 def @main(%x: Tensor[(2), float64], %w: Tensor[(2), float64], %c: bool) {
   let %s = if (%c) { Circle(%w) } else { Pair(%w, %x) };
@@ -61,6 +66,7 @@ def @main(%x: Tensor[(2), float64], %w: Tensor[(2), float64], %c: bool) {
   sum(%r)
 }
 """
+)
 
 
 @pytest.mark.parametrize("c", [True, False])
@@ -70,7 +76,9 @@ def test_match_differentiates_the_taken_clause(c):
     check_grad(m, [rng.normal(size=2), rng.normal(size=2), np.array(c)], ["x", "w"])
 
 
-RECURSION_CLOSURES = HEADER + """
+RECURSION_CLOSURES = (
+    HEADER
+    + """
 def @pow(%x: Tensor[(2), float64], %n: int32) -> Tensor[(2), float64] {
   if (less(%n, 1)) { ones(shape=[2], dtype="float64") } else { multiply(%x, @pow(%x, subtract(%n, 1))) }
 }
@@ -83,22 +91,26 @@ def @main(%x: Tensor[(2), float64], %w: Tensor[(2), float64]) {
   sum(add(%rec(%y, 2), %scale(%x)))
 }
 """
+)
 
 
 def test_recursion_global_and_local_closures_capturing_weights():
     rng = np.random.default_rng(4)
     m = effir.parse(RECURSION_CLOSURES)
     check_grad(m, [rng.normal(size=2), rng.normal(size=2)], ["x", "w"])
-    g = effir.grad(m, wrt=["x"])
+    g = effir.grad(m, wrt=["x"], specialise=False)
     assert "pow_vjp" in g.functions  # one vjp per global, called recursively
 
 
 def test_non_scalar_output_takes_its_cotangent_and_output_picks_a_field():
-    m = effir.parse(HEADER + """
+    m = effir.parse(
+        HEADER
+        + """
 def @main(%x: Tensor[(3), float64], %w: Tensor[(3), float64]) {
   (multiply(%x, %w), sum(exp(%x)))
 }
-""")
+"""
+    )
     x, w, ct = np.array([1.0, 2.0, 3.0]), np.array([0.5, 0.25, -1.0]), np.array([1.0, 0.0, 2.0])
     g = effir.grad(m, wrt=["x"], output=0)
     assert [p.name_hint for p in g["main_grad"].params] == ["x", "w", "cotangent"]
@@ -112,7 +124,9 @@ def test_the_grad_pass_in_a_pipeline():
     m = effir.parse(CALLS_IF_TUPLES)
     out = effir.pipeline("grad{wrt=w,checkpoint=loop}")(m)
     value, (gw,) = effir.interpret(out, np.ones(3), np.ones(3), np.array(False), entry="main_grad")
-    assert value == pytest.approx(float(effir.interpret(m, np.ones(3), np.ones(3), np.array(False))))
+    assert value == pytest.approx(
+        float(effir.interpret(m, np.ones(3), np.ones(3), np.array(False)))
+    )
     assert gw.shape == (3,)
 
 
@@ -139,15 +153,21 @@ def @main(%x: Tensor[(2), float64]) { let %m = ref_read(@bn); ref_write(@bn, %x)
     assert "state" in str(_error(src, wrt=["bn"]))
 
 
-def test_a_closure_used_as_a_value_is_a_located_error():
+def test_a_closure_used_as_a_value_is_a_located_error_unless_specialised():
     src = """def @apply(%f: fn (Tensor[(2), float64]) -> Tensor[(2), float64], %x: Tensor[(2), float64]) { %f(%x) }
 def @main(%x: Tensor[(2), float64], %w: Tensor[(2), float64]) {
   let %g = fn (%v: Tensor[(2), float64]) { multiply(%v, %w) };
   sum(@apply(%g, %x))
 }"""
-    err = _error(src)
+    err = _error(src, specialise=False)
     assert "closure used as a value" in str(err)
     assert err.span is not None and "fn (%v" in str(err)
+    # specialised first (the default), the call is inlined: differentiable
+    m = effir.parse(HEADER + src)
+    x, w = np.array([1.0, 2.0]), np.array([3.0, -1.0])
+    gx, gw = effir.interpret(effir.grad(m), x, w, entry="main_grad")
+    np.testing.assert_array_equal(gx, w)
+    np.testing.assert_array_equal(gw, x)
 
 
 def test_a_missing_rule_names_the_operator_and_the_call(monkeypatch):
@@ -158,3 +178,38 @@ def test_a_missing_rule_names_the_operator_and_the_call(monkeypatch):
     err = _error("def @main(%x: Tensor[(2), float64]) {\n  sum(exp(%x))\n}")
     assert "operator exp has no vjp rule" in str(err)
     assert ":3:" in str(err)  # the line of the call
+
+
+# ------------------------------------------------------------ deep programs
+def _nested_ifs(depth: int):
+    from effir.ir.expr import Function, If, Let, Var
+    from effir.ir.module import IRModule
+    from effir.ir.op import call_op
+    from effir.ir.types import TensorType
+
+    x = Var("x", TensorType((2,), "float64"))
+    c = Var("c", TensorType((), "bool"))
+    body = call_op("tanh", x)
+    for i in range(depth):
+        v = Var(f"v{i}")
+        body = Let(v, If(c, body, call_op("exp", x)), call_op("tanh", v))
+    return IRModule({"main": Function((x, c), call_op("sum", body))})
+
+
+def test_nested_ifs_deeper_than_the_recursion_limit():
+    """Branches are differentiated on the trampoline, and each node's free
+    variables come from one walk (not one per enclosing branch)."""
+    import os
+    import sys
+
+    depth = 2 * sys.getrecursionlimit() if os.environ.get("EFFIR_NIGHTLY") == "1" else 60
+    m = _nested_ifs(depth)
+    g = effir.grad(m, wrt=["x"], specialise=False)
+    x = np.array([0.3, -0.2])
+    (gx,) = effir.interpret(g, x, np.array(True), entry="main_grad")
+    want = 1 - np.tanh(x) ** 2
+    y = np.tanh(x)
+    for _ in range(depth):
+        want = want * (1 - np.tanh(y) ** 2)
+        y = np.tanh(y)
+    np.testing.assert_allclose(gx, want, rtol=1e-12)

@@ -20,7 +20,8 @@ from effir.ir.visitor import post_order
 from effir.ir.vjp import NOT_DIFFERENTIABLE, DifferentiationError, VjpContext, vjp_rule
 from effir.runtime.values import PRNGKey
 
-from .vjp_harness import check_vjp, evaluate
+from ..isolated import run_isolated
+from .vjp_harness import Backward, check_vjp, evaluate, type_of_value
 
 F64 = np.float64
 FEW = settings(max_examples=8)
@@ -117,16 +118,12 @@ def test_relu_slope_at_zero_is_zero():
 def test_cast_between_floats(src, dst):
     x = np.arange(4, dtype=src)
     # the backward program casts the cotangent back
-    from .vjp_harness import Backward, type_of_value
-
     backward = Backward("cast", [type_of_value(x)], {"dtype": dst})
     (g,) = backward([x], np.ones(4, dst))
     assert g.dtype == np.dtype(src) and np.all(g == 1)
 
 
 def test_cast_to_or_from_integers_has_no_cotangent():
-    from .vjp_harness import Backward, type_of_value
-
     for x, dtype in ((np.arange(3.0), "int32"), (np.arange(3), "float64")):
         backward = Backward("cast", [type_of_value(x)], {"dtype": dtype})
         assert backward.present == [False]
@@ -555,3 +552,61 @@ def test_concatenate_of_a_leading_symbolic_size_is_refused_with_its_location():
     types = [TupleType((sym(("n", 3)), sym((4, 3))))]
     with pytest.raises(DifferentiationError, match="only the last input's may be"):
         check_vjp("concatenate", [(np.ones((2, 3)), np.ones((4, 3)))], types=types, axis=0)
+
+
+# ------------------------------------------------------------------ compiled
+def test_compiled_backward_programs_equal_the_interpreter():
+    """dense, softmax, take's scatter-add (static and symbolic token counts),
+    batch_norm_train, dropout, strided_slice's strided_set and boolean_mask's
+    scatter back, compiled as one module (compiled code: in a fresh process)."""
+    script = "from tests.autodiff.vjp_harness import compiled_backward_check\n"
+    script += "print(compiled_backward_check())\n"
+    result = run_isolated(script).check()
+    assert result.stdout.strip().endswith("ok")
+
+
+@pytest.mark.parametrize(
+    ("name", "inputs", "attrs"),
+    [
+        ("divide", [np.arange(3), np.ones(3, np.int64)], {}),
+        ("nn.relu", [np.arange(3)], {}),
+        ("sum", [np.arange(3)], {}),
+        ("max", [np.arange(3)], {}),
+        ("take", [np.arange(3), np.array([0, 2], np.int32)], {}),
+        ("reshape", [np.arange(4)], {"newshape": [2, 2]}),
+        ("nn.dense", [np.ones((2, 3), np.int8), np.ones((4, 3), np.int8)], {"out_dtype": "int32"}),
+        ("where", [np.array([True, False]), np.arange(2), np.arange(2)], {}),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_integer_values_have_no_cotangent(name, inputs, attrs):
+    backward = Backward(name, [type_of_value(v) for v in inputs], attrs)
+    assert not any(backward.present)
+
+
+HALF = [
+    ("power", [TensorType((3,), "float16")] * 2, {}),
+    ("maximum", [TensorType((3,), "float16"), TensorType((1,), "float16")], {}),
+    ("prod", [TensorType((3, 2), "float16")], {}),
+    ("nn.log_softmax", [TensorType((3, 2), "float16")], {}),
+    ("nn.layer_norm", [TensorType((3, 2), "float16")] + [TensorType((2,), "float16")] * 2, {}),
+    (
+        "nn.batch_norm_train",
+        [TensorType((3, 2), "float16")] + [TensorType((2,), "float16")] * 4,
+        {},
+    ),
+    (
+        "nn.dense",
+        [TensorType((3, 2), "float16"), TensorType((4, 2), "float16")],
+        {"out_dtype": "float32"},
+    ),
+    ("full", [TensorType((), "float16")], {"shape": [2], "dtype": "float32"}),
+]
+
+
+@pytest.mark.parametrize(("name", "types", "attrs"), HALF, ids=[c[0] for c in HALF])
+def test_rules_type_check_in_float16(name, types, attrs):
+    """The rules' constants take the values' dtype; a widened result
+    (out_dtype, a float32 fill) gives its cotangent back in the input's."""
+    backward = Backward(name, types, attrs)
+    assert any(backward.present)

@@ -18,9 +18,11 @@ from .a1_programs import A1Program, a1_programs
 from .test_state_passing_property import observe, parse_a1
 
 # Passes that keep every value (split-keys changes random values by design;
-# the effect passes run first, once).
+# the effect passes run first, once; grad adds a function, it optimises nothing).
 OPTIMISATIONS = sorted(
-    name for name in registered_passes() if name not in ("split-keys", "explicate", "state-passing")
+    name
+    for name in registered_passes()
+    if name not in ("split-keys", "explicate", "state-passing", "grad")
 )
 
 

@@ -19,7 +19,7 @@ from ..symbolic_shapes import sliced
 from ..te_checks import require
 from .common import _const, _dtype, _kind, _map, _out, _shape, static_shape
 from .elementwise import cast_value
-from .wrapping import _sum_reducer, wrap_add
+from .wrapping import _sum_reducer, wrap_add, wrap_mul
 
 PrimExpr = Any  # tvm.tirx.PrimExpr
 Tensor = Any  # tvm.te.Tensor
@@ -331,13 +331,17 @@ def _full(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
 
 @te_rule("scatter_add")
 def _scatter_add(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
-    """``take``'s adjoint as a gather over the indices: each output element
-    sums the updates whose (clipped or wrapped) index is its position along
-    the axis. That costs the output's size times the indices' count (an
-    embedding table's backward: vocabulary x tokens x width), has no write
-    conflicts, so parallelises over the output, and sums in a fixed order.
-    float16 accumulates in float32 [RULE F16], integers wrap [RULE WRAP];
-    ``mode="fast"`` checks its indices as ``take`` does [RULE CHECK]."""
+    """``take``'s adjoint as a product with a one-hot matrix: with the
+    indices flattened to p, ``out[.., v, ..] = data + sum_p onehot[v, p] *
+    updates[.., p, ..]``, where ``onehot[v, p]`` is 1 when index p (clipped
+    or wrapped as ``take`` does) is v. That is a matmul-like block, which
+    the schedule tiles and vectorises (schedule.py step 2), and runs on
+    every target with no write conflicts and a fixed summation order; it
+    costs the output's size times the indices' count (an embedding table's
+    backward: vocabulary x tokens x width), against the updates' size for a
+    serial scatter. float16 accumulates in float32 [RULE F16], integers
+    wrap [RULE WRAP]; ``mode="fast"`` checks its indices as ``take`` does
+    [RULE CHECK]."""
     x, indices, updates = args
     shape, dtype = _out(out_type)
     axis = attrs["axis"] % len(shape)
@@ -366,20 +370,34 @@ def _scatter_add(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
         shown_size = size if isinstance(size, int) else "{}"
         message = f"index {{}} is out of range for axis {axis} of size {shown_size}"
         require(index_shape, bad, message, shown)
-    raxes = [te.reduce_axis((0, d), name=f"r{k}") for k, d in enumerate(index_shape)]
+    count: Any = 1
+    for d in index_shape:
+        count = count * d
+    rank = len(index_shape)
+    flat_updates = updates
+    if rank != 1:  # the index axes of the updates as one
 
-    def contribution(i: Sequence[PrimExpr]) -> PrimExpr:
-        picked = _take_index(indices(*raxes), size, mode)
-        value = updates(*i[:axis], *raxes, *i[axis + 1 :]).astype(acc)
-        return tirx.Select(picked.astype(_dtype(i[axis])) == i[axis], value, _const(0, acc))
+        def unflatten(*i: PrimExpr) -> PrimExpr:
+            where = _unravel(i[axis], index_shape) if rank else []
+            return updates(*i[:axis], *where, *i[axis + 1 :])
 
-    if raxes:
-        reducer = _sum_reducer(acc)
-        total = te.compute(
-            shape, lambda *i: reducer(contribution(i), axis=raxes), name="scatter_add_sum"
-        )
-    else:  # a scalar index: one update per slice
-        total = te.compute(shape, lambda *i: contribution(i), name="scatter_add_one")
+        flat_shape = (*shape[:axis], count, *shape[axis + 1 :])
+        flat_updates = te.compute(flat_shape, unflatten, name="scatter_add_updates")
+
+    def hot(v: PrimExpr, p: PrimExpr) -> PrimExpr:
+        where = _unravel(p, index_shape) if rank else []
+        picked = _take_index(indices(*where), size, mode)
+        return tirx.Select(picked.astype(_dtype(v)) == v, _const(1, acc), _const(0, acc))
+
+    onehot = te.compute((size, count), hot, name="scatter_add_onehot")
+    k = te.reduce_axis((0, count), name="k")
+    reducer = _sum_reducer(acc)
+
+    def product(*i: PrimExpr) -> PrimExpr:
+        value = flat_updates(*i[:axis], k, *i[axis + 1 :]).astype(acc)
+        return reducer(wrap_mul(onehot(i[axis], k), value), axis=k)
+
+    total = te.compute(shape, product, name="scatter_add_sum")
     return te.compute(
         shape,
         lambda *i: wrap_add(x(*i).astype(acc), total(*i)).astype(dtype),

@@ -1,0 +1,120 @@
+"""Keys carried by a loop, stored for its backward on a tape.
+
+A loop whose steps draw random numbers carries a key. Recomputing a step
+in the backward needs the key the step started from, but a key is not a
+tensor and cannot be stacked per step as the other carried values are.
+The forward pushes each step's keys onto a linked list carried along
+(``GradTape``, an ADT added to the module); the backward, which visits
+the steps last first, pops them in exactly that order. The keys are the
+forward's, so each recomputed dropout draws the forward's mask.
+"""
+
+from __future__ import annotations
+
+from ..ir.builder import LetBuilder
+from ..ir.expr import Call, Clause, Expr, Match, PatternConstructor, PatternVar, TypeData, Var
+from ..ir.parser import parse
+from ..ir.types import KeyType, TensorType, TupleType, Type
+
+TAPE = "GradTape"
+_TAPE_SOURCE = f"""#[version = "0.0.5"]
+type {TAPE}[A] {{ GradPush(A, {TAPE}[A]), GradEnd }}
+"""
+
+
+def tape_type_def() -> TypeData:
+    """``type GradTape[A] { GradPush(A, GradTape[A]), GradEnd }``."""
+    return parse(_TAPE_SOURCE).type_defs[TAPE]
+
+
+def key_leaves_only(t: Type) -> bool:
+    """Whether every leaf of ``t`` is a tensor or a key (and some is a key)."""
+    leaves = _leaves(t)
+    return all(isinstance(x, TensorType | KeyType) for _, x in leaves) and any(
+        isinstance(x, KeyType) for _, x in leaves
+    )
+
+
+def _leaves(t: Type) -> list[tuple[tuple[int, ...], Type]]:
+    out: list[tuple[tuple[int, ...], Type]] = []
+    stack: list[tuple[tuple[int, ...], Type]] = [((), t)]
+    while stack:
+        path, ty = stack.pop()
+        if isinstance(ty, TupleType):
+            stack.extend(((*path, i), f) for i, f in reversed(list(enumerate(ty.fields))))
+        else:
+            out.append((path, ty))
+    return out
+
+
+def _project(b: LetBuilder, value: Expr, path: tuple[int, ...]) -> Expr:
+    for i in path:
+        value = b.emit_get(value, i, "part")
+    return value
+
+
+def split(b: LetBuilder, value: Expr, t: Type) -> tuple[Expr, Expr]:
+    """(tuple of the tensor leaves, tuple of the key leaves) of ``value``."""
+    tensors, keys = [], []
+    for path, leaf in _leaves(t):
+        (keys if isinstance(leaf, KeyType) else tensors).append(_project(b, value, path))
+    return b.emit(b.tuple(tensors), "tensors"), b.emit(b.tuple(keys), "keys")
+
+
+def tensors_type(t: Type) -> TupleType:
+    return TupleType(tuple(x for _, x in _leaves(t) if not isinstance(x, KeyType)))
+
+
+def join(b: LetBuilder, tensors: Expr, keys: Expr, t: Type) -> Expr:
+    """The value of type ``t`` from ``split``'s two tuples."""
+    counts = {"tensor": 0, "key": 0}
+
+    def build(ty: Type) -> Expr:
+        if isinstance(ty, TupleType):
+            return b.emit(b.tuple([build(f) for f in ty.fields]), "carry")
+        kind = "key" if isinstance(ty, KeyType) else "tensor"
+        source = keys if kind == "key" else tensors
+        index = counts[kind]
+        counts[kind] += 1
+        return b.emit_get(source, index, kind)
+
+    return build(t)  # recursion over the carry's type: its depth, not the program's
+
+
+def constructors(data: TypeData) -> tuple[Expr, Expr]:
+    push, end = data.constructors
+    return push, end
+
+
+def push(b: LetBuilder, data: TypeData, keys: Expr, tape: Expr) -> Expr:
+    return b.emit(b.call(constructors(data)[0], [keys, tape]), "tape")
+
+
+def empty(b: LetBuilder, data: TypeData) -> Expr:
+    return b.emit(b.call(constructors(data)[1], []), "tape")
+
+
+def pop(b: LetBuilder, data: TypeData, tape: Expr, count: int) -> tuple[Expr, Expr]:
+    """(the ``count`` keys on top, the rest of the tape); the backward pops
+    exactly as many times as the forward pushed. The match is complete (a
+    backend compiles no ``match?``): the empty tape, never reached, gives
+    placeholder keys."""
+    push_ctor, end_ctor = constructors(data)
+    keys, rest = Var("keys"), Var("rest")
+    taken = Clause(
+        PatternConstructor(push_ctor, (PatternVar(keys), PatternVar(rest))), b.tuple([keys, rest])
+    )
+    eb = b.child()
+    seed = eb.const(0, "int64")
+    placeholders = [eb.emit(eb.call_op("random.key", seed), "key") for _ in range(count)]
+    unreached = eb.emit(eb.tuple([eb.emit(eb.tuple(placeholders), "keys"), tape]), "popped")
+    never = Clause(PatternConstructor(end_ctor, ()), eb.finish(unreached))
+    popped = b.emit(Match(tape, (taken, never), complete=True), "popped")
+    return b.emit_get(popped, 0, "keys"), b.emit_get(popped, 1, "rest")
+
+
+def key_count(t: Type) -> int:
+    return sum(isinstance(x, KeyType) for _, x in _leaves(t))
+
+
+__all__ = ["Call", "TAPE", "empty", "join", "key_leaves_only", "pop", "push", "split"]
