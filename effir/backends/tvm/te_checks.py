@@ -231,7 +231,9 @@ def _unravel(flat: PrimExpr, shape: Sequence[Any]) -> list[PrimExpr]:
     the loop variables over its dimension (int32 for a static one)."""
     index = []
     for d in reversed(shape):
-        dtype = "int32" if isinstance(d, int) else str(d.dtype)
+        # (a size known at run time is a TIR variable, whose dtype is
+        # ``ty``: ``.dtype`` is a buffer variable's only)
+        dtype = "int32" if isinstance(d, int) else str(d.ty)
         size = tirx.Cast("int64", d)
         index.append(tirx.Cast(dtype, tirx.truncmod(flat, size)))
         flat = tirx.truncdiv(flat, size)

@@ -67,6 +67,13 @@ CASES = {
         "np.array([1, 2, -3], 'float32'), np.array([1, 7], 'int32')",
         "index 7 is out of range for axis 0 of size 2",
     ),
+    # indices counted at run time: the check's shape has a run-time size
+    "take_masked_indices": (
+        "%x: Tensor[(4), float32], %i: Tensor[(3), int32]",
+        'take(%x, boolean_mask(%i, greater(%i, 0)), axis=0, mode="fast")',
+        "np.array([1, 2, 3, 4], 'float32'), np.array([1, -1, 7], 'int32')",
+        "index 7 is out of range for axis 0 of size 4",
+    ),
     "take_empty": (
         "%e: Tensor[(3), float32], %i: Tensor[(2), int32]",
         "take(boolean_mask(%e, greater(%e, 0f)), %i, axis=0)",
