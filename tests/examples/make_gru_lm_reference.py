@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 import gru_lm_training as model  # noqa: E402  (only its Config and init_params)
 
 OUT = Path(__file__).with_name("gru_lm_reference.npz")
-CFG = model.Config(vocab=60, embed=16, hidden=32, seq_len=8, batch=4, rate=0.25)
+CFG = model.Config(vocab=60, embed=16, hidden=32, seq_len=16, batch=4, rate=0.25)
 SEED = 7
 
 

@@ -94,6 +94,8 @@ def test_hand_written_backward_equals_jax_grad(ref):
 
 def test_value_and_grad_of_loss_equals_jax_grad(ref):
     module, state, args = reference_setup(ref, grad="effir")
+    # the GRU stays a loop (16 steps: not unrolled), so its backward is a reverse loop
+    assert effir.astext(module.functions["loss_grad"]).count("cf.foreach") == 2
     loss, grads = model.call_value_and_grad(module, "loss_grad", args, state)
     np.testing.assert_allclose(loss, ref["loss"], rtol=1e-6)
     assert_grads_are_jax(grads, ref)
@@ -101,7 +103,7 @@ def test_value_and_grad_of_loss_equals_jax_grad(ref):
 
 
 # ---------------------------------------------------------------- training
-TINY = dict(embed=8, hidden=16, seq_len=8, batch=4, rate=0.1)
+TINY = dict(embed=8, hidden=16, seq_len=16, batch=4, rate=0.1)  # 16 steps: a loop, not unrolled
 
 
 @pytest.fixture(scope="module")
@@ -194,15 +196,17 @@ def test_checkpointing_gives_the_same_gradients_bit_for_bit(ref):
     args = (ref["tokens"], ref["targets"], *(ref[f"param.{n}"] for n in model.PARAM_NAMES))
     vocab, embed, hidden, seq_len, batch = (int(v) for v in ref["config"])
     cfg = model.Config(vocab, embed, hidden, seq_len, batch, rate=float(ref["rate"]))
-    results = []
+    results, texts = [], set()
     for checkpoint in ("none", "loop", "sqrt"):
         module = effir.value_and_grad(
             model.loss_module(cfg), entry="loss", wrt=list(model.PARAM_NAMES), checkpoint=checkpoint
         )
+        texts.add(effir.astext(module.functions["loss_grad"]))
         state = effir.State(module)
         state["rng"] = PRNGKey(ref["key"])
         state["bn"] = (ref["running_mean"], ref["running_var"])
         results.append(model.call_value_and_grad(module, "loss_grad", args, state))
+    assert len(texts) == 3  # three different gradient programs
     assert_grads_are_jax(results[0][1], ref)
     for loss, grads in results[1:]:
         assert loss == results[0][0]
