@@ -7,6 +7,7 @@ TVM rejects keeps its plain loops (slower, never wrong)."""
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -221,18 +222,26 @@ def _tile_contraction(sch: Any, b: Any, node: Any, parallel: bool) -> None:
     n_extent = static_extent(spatial[-1].dom.extent)
     if n_extent is None or n_extent % lanes or not _contiguous(node, spatial[-1].var, lanes):
         return
+    row_extents = [static_extent(iv.dom.extent) for iv in spatial[:-1]]
     width = 2 * lanes if n_extent % (2 * lanes) == 0 else lanes
+    budget = ROW_TILE if width == 2 * lanes else 12
+    budget = max(1, min(budget, accumulators() // (width // lanes)))
+    panel = width  # a packed weight's panel (graph._pack_width): a tile is whole panels
+    if all(e is not None for e in row_extents):
+        rows_per_tile = _rows_per_tile(row_extents, budget)
+        width *= _tile_panels(n_extent // width, panel // lanes, rows_per_tile)
     loops = sch.get_loops(b)
     rows, n_loop, reduce_loops = loops[: n_spatial - 1], loops[n_spatial - 1], loops[n_spatial:]
     no, ni = sch.split(n_loop, [None, width])
-    budget = ROW_TILE if width == 2 * lanes else 12
-    outer, tile_rows = _tile_rows(
-        sch, rows, [static_extent(iv.dom.extent) for iv in spatial[:-1]], budget
-    )
-    sch.reorder(*outer, no, *reduce_loops, *tile_rows, ni)
+    outer, tile_rows = _tile_rows(sch, rows, row_extents, budget)
+    panels: list[Any] = []
+    if width > panel:  # each panel's columns a vector index apart, the panels unrolled
+        first, ni = sch.split(ni, [None, panel])
+        panels = [first]
+    sch.reorder(*outer, no, *reduce_loops, *tile_rows, *panels, ni)
     local = sch.cache_write(b, 0, "local")
     sch.reverse_compute_at(local, no)
-    for row in tile_rows:
+    for row in [*tile_rows, *panels]:
         sch.unroll(row)
     sch.vectorize(ni)
     write_back = sch.get_loops(local)[-1]
@@ -243,6 +252,54 @@ def _tile_contraction(sch: Any, b: Any, node: Any, parallel: bool) -> None:
         sch.parallel(sch.fuse(*tiles) if len(tiles) > 1 else no)
     init = sch.decompose_reduction(b, reduce_loops[0])
     sch.vectorize(sch.get_loops(init)[-1])
+
+
+ACCUMULATORS = 2 * ROW_TILE
+"""Vectors (of schedule_common.VECTOR_BYTES) a contraction's tile
+accumulates in on a CPU with AVX-512: half of its 32 registers, the rest
+hold the weights' vectors and the broadcast input."""
+ACCUMULATORS_AVX2 = 6
+"""The same on a CPU without AVX-512 (16 registers of 32 bytes, so a
+vector is two): 12 registers. The tile of 8 rows x 2 vectors (32
+registers' worth) spilled its accumulators to the stack at every step of
+the reduction on such a CPU (AMD Zen 3: the hoisted input projections)."""
+MAX_TILE_VECTORS = 8
+"""Widest tile, in vectors: a tile of one row (a matrix-vector product, a
+step at batch 1) gets up to this many independent accumulators, enough to
+hide the latency of a fused multiply-add (4 cycles, 2 a cycle), without
+making so few tiles that a thread pool's share is uneven."""
+
+
+def _rows_per_tile(extents: list[int | None], budget: int) -> int:
+    """The rows of one register tile of a contraction with static rows (as
+    ``_tile_rows`` splits them)."""
+    total = math.prod(e for e in extents if e is not None)
+    return max(d for d in range(1, budget + 1) if total % d == 0)
+
+
+@functools.cache
+def accumulators() -> int:
+    """``ACCUMULATORS`` or ``ACCUMULATORS_AVX2``, for the host CPU (a whole
+    loop compiles for the host: loop/kernel.py)."""
+    from tvm.target import codegen
+
+    from ..target import make_target
+
+    wide = codegen.target_has_features("avx512f", make_target("llvm"))
+    return ACCUMULATORS if wide else ACCUMULATORS_AVX2
+
+
+def _tile_panels(panels: int, vectors: int, rows: int) -> int:
+    """Panels (of ``vectors`` vectors each) of columns in a register tile of
+    ``rows`` rows, out of the ``panels`` of a row: one (the tile of
+    ``ROW_TILE`` rows and two vectors), or more when the tile has few rows,
+    so that each step of the reduction issues up to ``ACCUMULATORS`` (at
+    most ``MAX_TILE_VECTORS`` a row) independent multiply-adds. A tile of
+    one row and two vectors (before) waited on each multiply-add's latency:
+    the step of a hidden-32 GRU at batch 1 ran its 32 x 96 product as three
+    serial chains of 32 dependent multiply-adds."""
+    most = min(MAX_TILE_VECTORS, accumulators() // max(1, rows)) // vectors
+    return max([p for p in range(1, max(1, most) + 1) if panels % p == 0])
 
 
 def _tile_rows(
