@@ -255,6 +255,7 @@ class CompiledModule:
         self.specializations: dict[tuple[str, tuple[tuple[str, int], ...]], Specialization] = {}
         self.static_dims: dict[str, set[str]] = {}  # per entry, learnt (specialization)
         self._lock = threading.Lock()
+        self._signatures: dict[str, Signature] = {}  # per entry: made once, read per call
         self.verbose: bool | TextIO = False
         """Progress lines for the builds to come (see ``compile``)."""
 
@@ -294,14 +295,18 @@ class CompiledModule:
                 raise run_time_error(err, name) from None
 
     def signature(self, entry: str = "main") -> Signature:
-        """What ``@entry`` takes and gives."""
+        """What ``@entry`` takes and gives (made once: every call reads it)."""
+        known = self._signatures.get(entry)
+        if known is not None:
+            return known
         fn = self._entry(entry)
-        return Signature(
+        made = self._signatures[entry] = Signature(
             tuple((p.name_hint, spec_of(p.checked_type)) for p in fn.params),
             tuple(fn.attrs.get("state_in", ())),
             tuple(fn.attrs.get("state_out", ())),
             spec_of(fn.body.checked_type),
         )
+        return made
 
     def _entry(self, name: str) -> Any:
         if name not in self.module.functions:

@@ -12,6 +12,7 @@ values between numpy (as the interpreter gives them) and the VM's tensors.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -64,6 +65,13 @@ def type_of(spec: Spec) -> Type:
     if isinstance(spec, KeySpec):
         return KeyType()
     return TupleType(tuple(type_of(f) for f in spec.fields))
+
+
+@functools.lru_cache(maxsize=4096)
+def _type_of_spec(spec: Spec) -> Type:
+    """``type_of``, made once per spec (specs are frozen): every call checks
+    its arguments against these types."""
+    return type_of(spec)
 
 
 def spec_of(t: Type) -> Spec:
@@ -159,7 +167,7 @@ class Signature:
         dims: Dims = {}
         converted = []
         for (name, spec), arg in zip(user, bound, strict=True):
-            t = type_of(spec)
+            t = _type_of_spec(spec)
             # The interpreter's words: conversion is of the argument, the
             # type check of the parameter (effir/backends/interpreter.py).
             value = convert_argument(arg, t, f"argument %{name} of @{entry}")
