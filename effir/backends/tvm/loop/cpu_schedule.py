@@ -25,6 +25,17 @@ runs on TVM's thread pool (``build_loop(parallel=True)``); below, starting
 the pool's tasks costs more than the work saves. Measured on 2 cores: a
 768 x 256 matrix-vector product per step (2**17.6) gains, as the two halves
 of the weight then stay in the two cores' L2 caches; 2**16 loses."""
+PARALLEL_STEP_FACTOR = 8
+"""A block of the step runs on the thread pool from PARALLEL_MIN_WORK times
+this much work (2**20 multiply-adds): the step's parallel loop meets its
+barrier at every step, and when the machine is busy (more runnable threads
+than cores) a worker the scheduler has not run holds that barrier for a
+time slice. The hidden-256 GRU at batch 1 (2**17.6 multiply-adds a step)
+ran 17.3 ms a call with its step on the pool and 13.4 ms without, side by
+side on the loaded 2-core machine (load 14; JAX 16-17 ms there: issue 18);
+on an idle machine the pool had gained (the two halves of the weight stay
+in two cores' caches). The prologue runs once a call: its threshold stays
+PARALLEL_MIN_WORK."""
 SYMBOLIC_EXTENT = 64
 """What a symbolic extent (the sequence length) counts for in work estimates."""
 
@@ -109,12 +120,14 @@ def _is_reduction(block: Any) -> bool:
     return any(iv.iter_type != tirx.IterVar.DataPar for iv in block.iter_vars)
 
 
-def schedule(func: Any, parallel: bool, unscheduled: list[str]) -> Any:
-    """[SCHED] A CPU schedule for a stage created by ``te.create_prim_func``.
+def schedule(func: Any, parallel: bool, unscheduled: list[str], step: bool = False) -> Any:
+    """[SCHED] A CPU schedule for a stage created by ``te.create_prim_func``
+    (``step``: the loop's step, whose parallel loops run once a step).
     Each block's steps are kept only if TVM accepts them all: a block whose
     schedule TVM finds illegal keeps its plain loops (slower, never wrong)
     and its name goes to ``unscheduled``."""
     sch = s_tir.Schedule(func)
+    min_work = PARALLEL_MIN_WORK * (PARALLEL_STEP_FACTOR if step else 1) if parallel else None
     _inline(sch, sch.get_sblock("root"))
     for name in [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]:
         saved = sch.copy()
@@ -122,11 +135,11 @@ def schedule(func: Any, parallel: bool, unscheduled: list[str]) -> Any:
             b = sch.get_sblock(name)
             node = sch.get(b)
             if _is_reduction(node):
-                _tile_contraction(sch, b, node, parallel)
+                _tile_contraction(sch, b, node, min_work)
             elif MATERIALIZE in node.annotations:
                 _pack_loops(sch, b)
             else:
-                _vectorize(sch, b, node, parallel)
+                _vectorize(sch, b, node, min_work)
         except (s_tir.ScheduleError, tvm.error.InternalError):
             sch = saved
             unscheduled.append(str(name))
@@ -183,10 +196,10 @@ def _inline(sch: Any, root: Any) -> None:
             pass
 
 
-def _vectorize(sch: Any, b: Any, node: Any, parallel: bool) -> None:
+def _vectorize(sch: Any, b: Any, node: Any, min_work: int | None) -> None:
     """Vectorise the innermost loop of a spatial block when it is
     contiguous; spread the other loops over the thread pool when the block
-    is heavy (elements times expression size reach PARALLEL_MIN_WORK)."""
+    is heavy (elements times expression size reach ``min_work``; None: serial)."""
     loops = sch.get_loops(b)
     if not loops or not node.iter_vars:
         return
@@ -205,11 +218,11 @@ def _vectorize(sch: Any, b: Any, node: Any, parallel: bool) -> None:
     sch.vectorize(inner)
     outer = sch.get_loops(b)[:-1]
     elements = math.prod(static_extent(iv.dom.extent) or SYMBOLIC_EXTENT for iv in node.iter_vars)
-    if parallel and outer and elements * _size(node.body) >= PARALLEL_MIN_WORK:
+    if min_work is not None and outer and elements * _size(node.body) >= min_work:
         sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
 
 
-def _tile_contraction(sch: Any, b: Any, node: Any, parallel: bool) -> None:
+def _tile_contraction(sch: Any, b: Any, node: Any, min_work: int | None) -> None:
     """Register tile: rows x ``width`` output elements accumulate in
     registers over the reduction, ``width`` vectorised (two vectors)."""
     spatial = [iv for iv in node.iter_vars if iv.iter_type == tirx.IterVar.DataPar]
@@ -247,7 +260,7 @@ def _tile_contraction(sch: Any, b: Any, node: Any, parallel: bool) -> None:
     write_back = sch.get_loops(local)[-1]
     sch.vectorize(write_back)
     work = math.prod(static_extent(iv.dom.extent) or SYMBOLIC_EXTENT for iv in node.iter_vars)
-    if parallel and work >= PARALLEL_MIN_WORK:
+    if min_work is not None and work >= min_work:
         tiles = [*outer, no]
         sch.parallel(sch.fuse(*tiles) if len(tiles) > 1 else no)
     init = sch.decompose_reduction(b, reduce_loops[0])

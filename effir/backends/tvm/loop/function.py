@@ -92,7 +92,7 @@ class _Interface:
     length: Any  # T
 
 
-def _loop_function(io: _Interface, stages: Stages, schedule: Callable[[Any], Any]) -> Any:
+def _loop_function(io: _Interface, stages: Stages, schedule: Callable[[Any, bool], Any]) -> Any:
     """[LOOP] The PrimFunc ``main(xs..., init..., captured..., outs...,
     final..., hoisted...)``: the prologue, the loop over the scheduled step
     with its buffers bound by ``match_buffer``, the final state."""
@@ -112,7 +112,9 @@ def _loop_function(io: _Interface, stages: Stages, schedule: Callable[[Any], Any
     allocs: list[Any] = list(doubled)
 
     if stages.prologue_outputs:
-        pro = schedule(te.create_prim_func([*stages.prologue_inputs, *stages.prologue_outputs]))
+        pro = schedule(
+            te.create_prim_func([*stages.prologue_inputs, *stages.prologue_outputs]), False
+        )
         sources = TensorMap()
         for ph, buf in zip([*io.xs, *io.captured], [*xs, *caps], strict=True):
             sources[ph] = buf
@@ -128,7 +130,7 @@ def _loop_function(io: _Interface, stages: Stages, schedule: Callable[[Any], Any
 
     # The step: every parameter buffer bound to where its data lives at step t.
     t = tirx.Var("t", "int32")
-    step = schedule(te.create_prim_func([*stages.step_inputs, *stages.step_outputs]))
+    step = schedule(te.create_prim_func([*stages.step_inputs, *stages.step_outputs]), True)
     sources = TensorMap()
     for ph, buf in zip(io.x, xs, strict=True):
         sources[ph] = (buf, [t])
@@ -227,7 +229,7 @@ def lower_loop(
     func = _loop_function(
         _Interface(x_leaves, s_leaves, cap_leaves, out_leaves, xs_ph, length),
         stages,
-        lambda f: schedule(f, parallel, unscheduled),
+        lambda f, step: schedule(f, parallel, unscheduled, step),
     )
 
     def leaf(t: te.Tensor) -> Leaf:
