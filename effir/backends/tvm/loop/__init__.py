@@ -54,9 +54,8 @@ The algorithm
    many accumulators as the CPU has registers for: fewer without
    AVX-512); packings copy tile by tile; other blocks vectorise their
    innermost axis when it is contiguous. Large contractions and heavy
-   elementwise blocks spread over TVM's thread pool (``parallel``); a
-   block of the step only from 8x the work, since it meets a barrier at
-   every step (cpu_schedule.PARALLEL_STEP_FACTOR).
+   elementwise blocks (from 2**20 multiply-adds: a busy machine makes
+   each barrier wait) spread over TVM's thread pool (``parallel``).
 6. [LOOP] The loop PrimFunc: the prologue; the state copied into a double
    buffer ``S[2, ...]``; ``for t in range(T)`` one block whose
    ``match_buffer`` views bind the step's buffers to ``xs[t]``, to row

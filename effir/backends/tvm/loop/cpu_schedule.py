@@ -19,23 +19,20 @@ from ..schedule import INLINE_BUDGET, expression_cost
 from ..schedule_common import static_extent, strip_casts, uses, vector_lanes
 from .graph import MATERIALIZE, ROW_TILE, tiles_within_step
 
-PARALLEL_MIN_WORK = 1 << 17
+PARALLEL_MIN_WORK = 1 << 20
 """Multiply-adds (or elements times expression size) from which a block
-runs on TVM's thread pool (``build_loop(parallel=True)``); below, starting
-the pool's tasks costs more than the work saves. Measured on 2 cores: a
-768 x 256 matrix-vector product per step (2**17.6) gains, as the two halves
-of the weight then stay in the two cores' L2 caches; 2**16 loses."""
-PARALLEL_STEP_FACTOR = 8
-"""A block of the step runs on the thread pool from PARALLEL_MIN_WORK times
-this much work (2**20 multiply-adds): the step's parallel loop meets its
-barrier at every step, and when the machine is busy (more runnable threads
-than cores) a worker the scheduler has not run holds that barrier for a
-time slice. The hidden-256 GRU at batch 1 (2**17.6 multiply-adds a step)
-ran 17.3 ms a call with its step on the pool and 13.4 ms without, side by
-side on the loaded 2-core machine (load 14; JAX 16-17 ms there: issue 18);
-on an idle machine the pool had gained (the two halves of the weight stay
-in two cores' caches). The prologue runs once a call: its threshold stays
-PARALLEL_MIN_WORK."""
+runs on TVM's thread pool (``build_loop(parallel=True)``). A parallel loop
+ends at a barrier, once a call in the prologue and once a step in the
+step, and when the machine is busy (more runnable threads than cores) a
+worker the scheduler has not run holds that barrier for a time slice:
+with 2**17 (before issue 18), measured side by side on the loaded 2-core
+machine (load 8-14), the hidden-256 GRU at batch 1 (2**17.6 a step) ran
+17.3 ms a call with its step on the pool against 13.4 ms without (JAX
+16-17 ms), and the hidden-32 GRU over 1,000 steps (its prologue's
+projection 2**17.6 at the estimate's 64 steps) 2.11 us a step against
+0.83 (JAX 1.35). On an idle machine the pool had gained from 2**17 (the
+two halves of a weight stay in two cores' caches); from 2**20 (the
+batch-32 GRU's step, 2**22.6) the work outweighs a time slice's wait."""
 SYMBOLIC_EXTENT = 64
 """What a symbolic extent (the sequence length) counts for in work estimates."""
 
@@ -120,14 +117,13 @@ def _is_reduction(block: Any) -> bool:
     return any(iv.iter_type != tirx.IterVar.DataPar for iv in block.iter_vars)
 
 
-def schedule(func: Any, parallel: bool, unscheduled: list[str], step: bool = False) -> Any:
-    """[SCHED] A CPU schedule for a stage created by ``te.create_prim_func``
-    (``step``: the loop's step, whose parallel loops run once a step).
+def schedule(func: Any, parallel: bool, unscheduled: list[str]) -> Any:
+    """[SCHED] A CPU schedule for a stage created by ``te.create_prim_func``.
     Each block's steps are kept only if TVM accepts them all: a block whose
     schedule TVM finds illegal keeps its plain loops (slower, never wrong)
     and its name goes to ``unscheduled``."""
     sch = s_tir.Schedule(func)
-    min_work = PARALLEL_MIN_WORK * (PARALLEL_STEP_FACTOR if step else 1) if parallel else None
+    min_work = PARALLEL_MIN_WORK if parallel else None
     _inline(sch, sch.get_sblock("root"))
     for name in [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]:
         saved = sch.copy()

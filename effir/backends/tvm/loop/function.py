@@ -92,7 +92,7 @@ class _Interface:
     length: Any  # T
 
 
-def _loop_function(io: _Interface, stages: Stages, schedule: Callable[[Any, bool], Any]) -> Any:
+def _loop_function(io: _Interface, stages: Stages, schedule: Callable[[Any], Any]) -> Any:
     """[LOOP] The PrimFunc ``main(xs..., init..., captured..., outs...,
     final..., hoisted...)``: the prologue, the loop over the scheduled step
     with its buffers bound by ``match_buffer``, the final state."""
@@ -112,9 +112,7 @@ def _loop_function(io: _Interface, stages: Stages, schedule: Callable[[Any, bool
     allocs: list[Any] = list(doubled)
 
     if stages.prologue_outputs:
-        pro = schedule(
-            te.create_prim_func([*stages.prologue_inputs, *stages.prologue_outputs]), False
-        )
+        pro = schedule(te.create_prim_func([*stages.prologue_inputs, *stages.prologue_outputs]))
         sources = TensorMap()
         for ph, buf in zip([*io.xs, *io.captured], [*xs, *caps], strict=True):
             sources[ph] = buf
@@ -130,7 +128,7 @@ def _loop_function(io: _Interface, stages: Stages, schedule: Callable[[Any, bool
 
     # The step: every parameter buffer bound to where its data lives at step t.
     t = tirx.Var("t", "int32")
-    step = schedule(te.create_prim_func([*stages.step_inputs, *stages.step_outputs]), True)
+    step = schedule(te.create_prim_func([*stages.step_inputs, *stages.step_outputs]))
     sources = TensorMap()
     for ph, buf in zip(io.x, xs, strict=True):
         sources[ph] = (buf, [t])
@@ -229,7 +227,7 @@ def lower_loop(
     func = _loop_function(
         _Interface(x_leaves, s_leaves, cap_leaves, out_leaves, xs_ph, length),
         stages,
-        lambda f, step: schedule(f, parallel, unscheduled, step),
+        lambda f: schedule(f, parallel, unscheduled),
     )
 
     def leaf(t: te.Tensor) -> Leaf:
