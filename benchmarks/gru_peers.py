@@ -2,15 +2,25 @@
 
 Cases (float32, weights scaled as a trained network's):
 
-1. A GRU over a sequence, input and hidden 256, T=100, batch 1 and 32:
-   effir (``effir.compile`` of the whole program: the pipeline, TVM for this
-   CPU, the Relax VM; the recurrence is one TIR loop), a numpy eager loop, a
-   PyTorch eager loop and JAX's ``jit(lax.scan)``. The FLOP bound is the
+1. A GRU over a sequence, input and hidden 256, T=100, batch 1 and 32,
+   against each peer at its best (issue 18; each formulation is written
+   beside its function below): effir (``effir.compile`` of the whole
+   program: the pipeline, TVM for this CPU, the Relax VM; the recurrence is
+   one TIR loop, the input projections hoisted into one matrix product);
+   JAX ``jit(lax.scan)`` with the weights transposed once and closed over
+   ("JAX best"), the same with the input projection hoisted before the
+   scan, and the formulation this benchmark first had (weights carried
+   through the scan, transposed in the step); PyTorch's fused ``nn.GRU``,
+   ``torch.compile`` of the step and the eager loop; numpy with the input
+   projection hoisted and the weights pre-transposed. Every row is timed
+   side by side (``interleaved``). The FLOP bound is the
    GRU's multiply-adds (2 x T x batch x 3H x (I + H)) at the rate of a
    large single-precision matrix product on this machine (numpy's BLAS),
    the fastest this CPU has been seen to multiply.
 2. The same GRU with hidden 32, T=1000, batch 1, where per-step overhead
-   dominates: microseconds per step.
+   dominates: microseconds per step. Then the call order: one compiled
+   module (hidden 256) called at batch 1 first, then 32, then 1, in a
+   process of its own (``call_order_child``).
 3. A batch of 64 sequences of lengths 1-200 (input 32, hidden 64): effir
    with the lengths inside the compiled loop (a sequence's state stops
    changing after its last step: its update gate is forced to 1), the same
@@ -29,14 +39,21 @@ after warm-up, wall clock, all measured in this one process and run.
 Peers that are not installed are left out (``make bench-peers`` installs
 torch==2.13.0 and JAX into .venv-bench only).
 
-    .venv-bench/bin/python benchmarks/gru_peers.py [--repeats N] [--quick]
+    .venv-bench/bin/python benchmarks/gru_peers.py [--repeats N] [--quick] [--gru-only]
+        [--no-torch-compile]
+
+or, with the peers installed outside the project (``pip install --target``):
+
+    PYTHONPATH=$PWD:/tmp/jaxsite:/tmp/torchsite .venv/bin/python benchmarks/gru_peers.py
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -108,7 +125,36 @@ def @main(%xs: Tensor[(t, b, {inputs}), float32], %done: Tensor[(t, b, 1), float
 
 
 # ------------------------------------------------------------------ peers
+# Each peer at its best, and the formulations the issue compared (issue 18).
+# All compute the same GRU (gates z, r, n in that order along 3H; the bias
+# on the input side only) and are checked against numpy_gru.
+
+
+def numpy_best(w, u, bias):
+    """numpy: the weights transposed once into contiguous (K, 3H) arrays, the
+    input projection of all steps one matrix product before the loop (BLAS
+    at its best), the loop one matrix-vector product and the gate math a
+    step, written in place into the stacked outputs."""
+    wt, ut = np.ascontiguousarray(w.T), np.ascontiguousarray(u.T)
+    hidden = ut.shape[0]
+
+    def run(xs, h):
+        length, batch, _ = xs.shape
+        gxs = (xs.reshape(length * batch, -1) @ wt + bias).reshape(length, batch, -1)
+        outs = np.empty((length, batch, hidden), np.float32)
+        for t in range(length):
+            gx, gh = gxs[t], h @ ut
+            z = 1 / (1 + np.exp(-(gx[:, :hidden] + gh[:, :hidden])))
+            r = 1 / (1 + np.exp(-(gx[:, hidden : 2 * hidden] + gh[:, hidden : 2 * hidden])))
+            n = np.tanh(gx[:, 2 * hidden :] + r * gh[:, 2 * hidden :])
+            h = outs[t] = (1 - z) * n + z * h
+        return outs, h
+
+    return run
+
+
 def torch_gru(xs, h, w, u, bias):
+    """PyTorch, the eager loop: one step of tensor operators per element."""
     outs = []
     wt, ut = w.t(), u.t()
     for x in xs:
@@ -124,7 +170,64 @@ def torch_gru(xs, h, w, u, bias):
     return torch.stack(outs), h
 
 
-def jax_gru():
+def torch_module(w, u, bias):
+    """PyTorch's ``nn.GRU``: the fused CPU kernel (``at::gru``, the whole
+    sequence in one operator call, input projections batched). Its gates
+    are ordered (r, z, n) and its n gate is ``tanh(W_n x + b_in + r * (U_n h
+    + b_hn))``: this GRU's, with the gates reordered and ``b_hh = 0``."""
+    hidden = u.shape[1]
+    order = np.r_[hidden : 2 * hidden, 0:hidden, 2 * hidden : 3 * hidden]
+    gru = torch.nn.GRU(w.shape[1], hidden)
+    with torch.no_grad():
+        gru.weight_ih_l0.copy_(torch.from_numpy(w[order]))
+        gru.weight_hh_l0.copy_(torch.from_numpy(u[order]))
+        gru.bias_ih_l0.copy_(torch.from_numpy(bias[order]))
+        gru.bias_hh_l0.zero_()
+    gru.eval()
+
+    def run(xs, h):
+        with torch.no_grad():
+            outs, last = gru(xs, h[None])
+        return outs, last[0]
+
+    return run
+
+
+def torch_compiled(w, u, bias):
+    """``torch.compile`` (inductor, C++ for the CPU) of one step, called in a
+    Python loop: compiling the whole loop would unroll it (T copies of the
+    step). The weights are pre-transposed constants of the step."""
+    wt, ut = (
+        torch.from_numpy(np.ascontiguousarray(w.T)),
+        torch.from_numpy(np.ascontiguousarray(u.T)),
+    )
+    b = torch.from_numpy(bias)
+    hidden = u.shape[1]
+
+    @torch.compile(fullgraph=True, dynamic=False)
+    def step(x, h):
+        gx = x @ wt + b
+        gh = h @ ut
+        z = torch.sigmoid(gx[:, :hidden] + gh[:, :hidden])
+        r = torch.sigmoid(gx[:, hidden : 2 * hidden] + gh[:, hidden : 2 * hidden])
+        n = torch.tanh(gx[:, 2 * hidden :] + r * gh[:, 2 * hidden :])
+        return (1 - z) * n + z * h
+
+    def run(xs, h):
+        with torch.no_grad():
+            outs = []
+            for x in xs:
+                h = step(x, h)
+                outs.append(h)
+            return torch.stack(outs), h
+
+    return run
+
+
+def jax_carried():
+    """JAX as benchmarks/gru_peers.py first wrote it: ``jit(lax.scan)`` with
+    the weights carried through the scan and transposed inside the step."""
+
     def step(carry, x):
         h, w, u, bias = carry
         gx = x @ w.T + bias
@@ -145,6 +248,41 @@ def jax_gru():
     return run
 
 
+def jax_best(w, u, bias, hoisted: bool):
+    """JAX at its best: ``jit(lax.scan)`` with the weights transposed once
+    into the (K, 3H) layout XLA's dot takes without a copy and closed over
+    (constants of the compiled program, not loop state); ``hoisted``: the
+    input projection of all steps one matrix product before the scan (as
+    effir's compiled loop does), else one per step inside it."""
+    wt, ut = jnp.asarray(np.ascontiguousarray(w.T)), jnp.asarray(np.ascontiguousarray(u.T))
+    b = jnp.asarray(bias)
+    hidden = u.shape[1]
+
+    def cell(gx, h):
+        gh = h @ ut
+        z = jax.nn.sigmoid(gx[:, :hidden] + gh[:, :hidden])
+        r = jax.nn.sigmoid(gx[:, hidden : 2 * hidden] + gh[:, hidden : 2 * hidden])
+        n = jnp.tanh(gx[:, 2 * hidden :] + r * gh[:, 2 * hidden :])
+        h = (1 - z) * n + z * h
+        return h, h
+
+    if hoisted:
+
+        @jax.jit
+        def run(xs, h):
+            h, outs = jax.lax.scan(lambda h, gx: cell(gx, h), h, xs @ wt + b)
+            return outs, h
+
+    else:
+
+        @jax.jit
+        def run(xs, h):
+            h, outs = jax.lax.scan(lambda h, x: cell(x @ wt + b, h), h, xs)
+            return outs, h
+
+    return run
+
+
 # ------------------------------------------------------------------ timing
 def timed(action: Callable[[], object], repeats: int) -> float:
     """Median seconds of ``repeats`` calls after three warm-up calls, then a
@@ -152,6 +290,25 @@ def timed(action: Callable[[], object], repeats: int) -> float:
     seconds = median_after_warmup(action, repeats)
     time.sleep(0.3)
     return seconds
+
+
+def interleaved(actions: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Median seconds of each action, measured in rounds: each round calls
+    every action three times (timing each call) in turn, then pauses (a
+    thread pool spins a while after its work), so that a change in the
+    machine's load during the run reaches every action alike."""
+    for action in actions.values():
+        for _ in range(3):
+            action()
+    times: dict[str, list[float]] = {name: [] for name in actions}
+    for _ in range(max(1, repeats // 3)):
+        for name, action in actions.items():
+            for _ in range(3):
+                start = time.perf_counter()
+                action()
+                times[name].append(time.perf_counter() - start)
+            time.sleep(0.02)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def gemm_rate() -> float:
@@ -170,33 +327,102 @@ def weights(inputs: int, hidden: int, seed: int = 0):
     return w, u, bias
 
 
-def gru_case(inputs: int, hidden: int, length: int, batch: int, repeats: int) -> dict[str, Any]:
+PEERS = {
+    "effir": "effir",
+    "jax": "JAX best",
+    "jax_hoisted": "JAX best, input projection hoisted",
+    "jax_carried": "JAX carried (as first written)",
+    "torch_gru": "torch nn.GRU",
+    "torch_compile": "torch.compile step",
+    "torch": "torch eager loop",
+    "numpy": "numpy",
+}
+"""The columns of the GRU table, in order (those not run are left out)."""
+
+
+def gru_case(
+    inputs: int, hidden: int, length: int, batch: int, repeats: int, compile_torch: bool
+) -> dict[str, Any]:
+    """Every peer on one GRU, checked against the numpy reference, timed
+    side by side (``interleaved``)."""
     rng = np.random.default_rng(1)
     xs = rng.standard_normal((length, batch, inputs), dtype=np.float32)
     h0 = rng.standard_normal((batch, hidden), dtype=np.float32)
     w, u, bias = weights(inputs, hidden)
     want_outs, want_h = numpy_gru(xs, h0, w, u, bias)
-    row: dict[str, Any] = {}
     compiled = effir.compile(effir.check(effir.parse(gru_text(inputs, hidden))))
-    outs, h = compiled(xs, h0, w, u, bias)
-    np.testing.assert_allclose(outs, want_outs, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(h, want_h, rtol=1e-4, atol=1e-5)
-    row["numpy"] = timed(lambda: numpy_gru(xs, h0, w, u, bias), repeats)
-    row["effir"] = timed(lambda: compiled(xs, h0, w, u, bias), repeats)
-    if torch is not None:
-        t_args = [torch.from_numpy(a) for a in (xs, h0, w, u, bias)]
-        with torch.no_grad():
-            got = torch_gru(*t_args)[1].numpy()
-            np.testing.assert_allclose(got, want_h, rtol=1e-4, atol=1e-5)
-            row["torch"] = timed(lambda: torch_gru(*t_args), repeats)
+    actions: dict[str, Callable[[], Any]] = {
+        "effir": lambda: compiled(xs, h0, w, u, bias),
+        "numpy": functools.partial(numpy_best(w, u, bias), xs, h0),
+    }
     if jax is not None:
-        run = jax_gru()
-        j_args = [jnp.asarray(a) for a in (xs, h0, w, u, bias)]
-        got = np.asarray(run(*j_args)[1])
-        np.testing.assert_allclose(got, want_h, rtol=1e-4, atol=1e-5)
-        row["jax"] = timed(lambda: jax.block_until_ready(run(*j_args)), repeats)
+        best, hoisted, carried = (
+            jax_best(w, u, bias, False),
+            jax_best(w, u, bias, True),
+            jax_carried(),
+        )
+        jx, jh = jnp.asarray(xs), jnp.asarray(h0)
+        j_args = [jnp.asarray(a) for a in (w, u, bias)]
+        actions["jax"] = lambda: jax.block_until_ready(best(jx, jh))
+        actions["jax_hoisted"] = lambda: jax.block_until_ready(hoisted(jx, jh))
+        actions["jax_carried"] = lambda: jax.block_until_ready(carried(jx, jh, *j_args))
+    if torch is not None:
+        tx, th = torch.from_numpy(xs), torch.from_numpy(h0)
+        t_args = [torch.from_numpy(a) for a in (w, u, bias)]
+        actions["torch_gru"] = functools.partial(torch_module(w, u, bias), tx, th)
+
+        def eager() -> Any:
+            with torch.no_grad():
+                return torch_gru(tx, th, *t_args)
+
+        actions["torch"] = eager
+        if compile_torch:
+            actions["torch_compile"] = functools.partial(torch_compiled(w, u, bias), tx, th)
+    row: dict[str, Any] = {}
+    for name, action in actions.items():
+        start = time.perf_counter()
+        outs, h = action()
+        row.setdefault("first_call", {})[name] = time.perf_counter() - start
+        np.testing.assert_allclose(np.asarray(outs), want_outs, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(np.asarray(h), want_h, rtol=1e-4, atol=1e-4)
+    row.update(interleaved(actions, repeats))
     row["flops"] = 2 * length * batch * 3 * hidden * (inputs + hidden)
     return row
+
+
+# ------------------------------------------------------------ call order
+def call_order_child(repeats: int) -> None:
+    """In a process of its own (what a process allocated before decides what
+    fresh allocations cost: issue 18, relax_memory.py [RULE ANYALIGN]): one
+    compiled GRU (hidden 256, T=100) called at batch 1 first, then at batch
+    32, then at batch 1 again; prints the medians as JSON."""
+    inputs = hidden = 256
+    rng = np.random.default_rng(1)
+    w, u, bias = weights(inputs, hidden)
+    args = {
+        b: (
+            rng.standard_normal((100, b, inputs), dtype=np.float32),
+            np.zeros((b, hidden), np.float32),
+        )
+        for b in (1, 32)
+    }
+    compiled = effir.compile(effir.check(effir.parse(gru_text(inputs, hidden))))
+    result = {}
+    for label, b in [("b1_first", 1), ("b32", 32), ("b1_after_b32", 1)]:
+        xs, h0 = args[b]
+        call = functools.partial(compiled, xs, h0, w, u, bias)
+        result[label] = median_after_warmup(call, repeats)
+    print(json.dumps(result))
+
+
+def call_order(repeats: int) -> dict[str, float]:
+    done = subprocess.run(
+        [sys.executable, __file__, "--call-order-child", str(repeats)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 # -------------------------------------------------------- variable lengths
@@ -319,53 +545,78 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="fewer repeats, no memory runs")
     parser.add_argument("--memory-child", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--call-order-child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--no-torch-compile", action="store_true", help="leave torch.compile out (slow to build)"
+    )
+    parser.add_argument("--gru-only", action="store_true", help="the GRU table and call order only")
     options = parser.parse_args()
     if options.memory_child is not None:
         memory_child(options.memory_child[0], int(options.memory_child[1]))
         return
+    if options.call_order_child is not None:
+        call_order_child(options.call_order_child)
+        return
     import_peers()
     if torch is not None:
         torch.set_num_threads(os.cpu_count() or 1)
-    repeats = 5 if options.quick else options.repeats
-    peers = ["numpy"] + (["torch"] if torch else []) + (["jax"] if jax else [])
+    repeats = 6 if options.quick else options.repeats
     versions = f"numpy {np.__version__}"
     versions += f", torch {torch.__version__}" if torch else ", torch not installed"
     versions += f", jax {jax.__version__}" if jax else ", jax not installed"
     rate = gemm_rate()
     print(f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; {versions}")
     print(
-        f"float32 GEMM rate (the FLOP bound): {rate / 1e9:.1f} GFLOP/s; ms, median of {repeats}\n"
+        f"float32 GEMM rate (the FLOP bound): {rate / 1e9:.1f} GFLOP/s; ms, median of {repeats}"
+        " calls, all columns of a row measured side by side\n"
     )
 
-    print(
-        "| GRU (input/hidden, T, batch) | effir | "
-        + " | ".join(peers)
-        + " | effir / JAX | FLOP-bound ms | effir / bound |"
-    )
-    print("|---|---|" + "---|" * len(peers) + "---|---|---|")
-    per_step = None
+    rows = []
     for inputs, hidden, length, batch in [
         (256, 256, 100, 1),
         (256, 256, 100, 32),
         (32, 32, 1000, 1),
     ]:
-        row = gru_case(inputs, hidden, length, batch, repeats)
-        bound = row["flops"] / rate
-        cells = [f"{1e3 * row[p]:.2f}" for p in peers]
-        vs_jax = f"{row['effir'] / row['jax']:.2f}" if "jax" in row else "-"
+        row = gru_case(inputs, hidden, length, batch, repeats, not options.no_torch_compile)
+        rows.append(((inputs, hidden, length, batch), row))
+    peers = [p for p in PEERS if any(p in row for _, row in rows)]
+    print(
+        "| GRU (input/hidden, T, batch) | "
+        + " | ".join(PEERS[p] for p in peers)
+        + " | effir / best JAX | effir / best peer | FLOP-bound ms |"
+    )
+    print("|---|" + "---|" * len(peers) + "---|---|---|")
+    for (inputs, hidden, length, batch), row in rows:
+        others = [p for p in peers if p != "effir" and p in row]
+        jaxes = [p for p in others if p.startswith("jax")]
+        vs_jax = f"{row['effir'] / min(row[p] for p in jaxes):.2f}" if jaxes else "-"
+        vs_best = f"{row['effir'] / min(row[p] for p in others):.2f}" if others else "-"
+        cells = [f"{1e3 * row[p]:.2f}" if p in row else "-" for p in peers]
         print(
-            f"| {inputs}/{hidden}, T={length}, b={batch} | {1e3 * row['effir']:.2f} | "
+            f"| {inputs}/{hidden}, T={length}, b={batch} | "
             + " | ".join(cells)
-            + f" | {vs_jax} | {1e3 * bound:.3f} | {row['effir'] / bound:.1f}x |",
+            + f" | {vs_jax} | {vs_best} | {1e3 * row['flops'] / rate:.3f} |",
             flush=True,
         )
-        if hidden == 32:
-            per_step = {p: 1e6 * row[p] / length for p in ["effir", *peers]}
-    if per_step:
+    (_, _, length, _), row = rows[-1]
+    print(
+        f"\nper step, hidden 32, T={length}, batch 1 (us): "
+        + ", ".join(f"{p} {1e6 * row[p] / length:.2f}" for p in peers if p in row)
+    )
+    if "torch_compile" in rows[0][1]["first_call"]:
         print(
-            "\nper step, hidden 32, T=1000, batch 1 (us): "
-            + ", ".join(f"{k} {v:.2f}" for k, v in per_step.items())
+            "torch.compile's first call (its build), s: "
+            + ", ".join(f"{r['first_call']['torch_compile']:.1f}" for _, r in rows)
         )
+    order = call_order(repeats)
+    print(
+        "\ncall order (hidden 256, T=100; one compiled module, a fresh process): batch 1 "
+        f"first {1e3 * order['b1_first']:.2f} ms, then batch 32 {1e3 * order['b32']:.2f} ms, "
+        f"then batch 1 {1e3 * order['b1_after_b32']:.2f} ms "
+        f"(first / after: {order['b1_first'] / order['b1_after_b32']:.2f})"
+    )
+    if options.gru_only:
+        return
 
     v = variable_lengths(repeats)
     print(

@@ -85,6 +85,11 @@ class State(Mapping[str, Any]):
         self.cells: dict[str, RefValue] = {}
         self._types: dict[str, Type | None] = {}
         self._lock = threading.RLock()
+        if not module.cells:
+            # No initialiser to run, so no interpreter (which analyses the
+            # whole module): a compiled program without cells makes a State
+            # at every call (docs/performance.md, the per-call cost).
+            return
         interpreter = Interpreter(module, self)
         key_index = 0
         for name, cell in module.cells.items():

@@ -166,6 +166,18 @@ def as_key(value: Any, where: str) -> PRNGKey:
     raise ArgumentError(f"{where} expects a Key (random.key(...)), got {_describe(value)}")
 
 
+_DTYPE_NAMES: dict[np.dtype, str] = {}
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    """``str(dtype)``, remembered: numpy builds the name anew each time, a
+    few microseconds of every compiled call's fixed cost."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype)
+    return name
+
+
 def check_argument(
     value: Any, t: Type, dims: dict[str, int], where: str, span: Span | None = None
 ) -> None:
@@ -177,7 +189,7 @@ def check_argument(
         if isinstance(ty, TensorType):
             if not isinstance(v, np.ndarray):
                 raise ArgumentError(f"{at} expects a tensor, got {_describe(v)}", span)
-            if str(v.dtype) != ty.dtype or v.ndim != len(ty.shape):
+            if _dtype_name(v.dtype) != ty.dtype or v.ndim != len(ty.shape):
                 raise ArgumentError(f"{at} expects {astext(ty)}, got {type_text(v)}", span)
             for size, dim in zip(v.shape, ty.shape, strict=True):
                 if dim == ANY:

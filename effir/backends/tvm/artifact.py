@@ -15,7 +15,9 @@ The manifest says what the artifact is (``"format": "effir-artifact"``,
 ``"version"``), the target it was built for, each entry's signature
 (signature.py: parameters, state passing, result, as plain JSON), each
 specialisation's dimensions, library and SHA-256, and each cell's type and
-files. Loading checks the format, the version and every checksum before it
+files, and whether its libraries take arrays at any address
+(``"any_alignment"``, relax_memory.py [RULE ANYALIGN]: an artifact without
+it has its arguments copied to 64-byte aligned memory). Loading checks the format, the version and every checksum before it
 loads a library, so a corrupt, truncated or foreign artifact is a clear
 ``ArtifactError``, never a crash; ``.npy`` files are read with
 ``allow_pickle=False``: nothing in an artifact runs as Python.
@@ -143,6 +145,7 @@ def export(compiled: CompiledModule, path: str | os.PathLike[str], key: Key | No
             "target": str(compiled.target),
             "target_kind": compiled.target.kind.name,
             "tvm": tvm.__version__,
+            "any_alignment": True,
             "entries": entries,
             "cells": cells,
         }
@@ -189,6 +192,7 @@ class LoadedModule:
     def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
         self.path = path
         self.target = str(manifest["target"])
+        self.any_alignment = manifest.get("any_alignment") is True
         self.target_kind = str(manifest.get("target_kind", "llvm"))
         if self.target_kind not in DEVICES:
             raise ArtifactError(
@@ -279,7 +283,15 @@ class LoadedModule:
 
         with printing_to(sink):
             try:
-                return call_entry(function, signature, args, state, named, entry.removeprefix("@"))
+                return call_entry(
+                    function,
+                    signature,
+                    args,
+                    state,
+                    named,
+                    entry.removeprefix("@"),
+                    any_alignment=self.any_alignment,
+                )
             except Error:
                 raise
             except Exception as err:  # inside compiled code (TVM, a packed function)

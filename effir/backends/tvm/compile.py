@@ -274,6 +274,7 @@ class CompiledModule:
         self._lock = threading.Lock()
         self._program_text: str | None = None  # the build cache's key (_cache)
         self._primed: set[str] = set()  # entries whose static dims the cache gave
+        self._signatures: dict[str, Signature] = {}  # per entry: made once, read per call
         self.verbose: bool | TextIO = False
         """Progress lines for the builds to come (see ``compile``)."""
 
@@ -313,14 +314,18 @@ class CompiledModule:
                 raise run_time_error(err, name) from None
 
     def signature(self, entry: str = "main") -> Signature:
-        """What ``@entry`` takes and gives."""
+        """What ``@entry`` takes and gives (made once: every call reads it)."""
+        known = self._signatures.get(entry)
+        if known is not None:
+            return known
         fn = self._entry(entry)
-        return Signature(
+        made = self._signatures[entry] = Signature(
             tuple((p.name_hint, spec_of(p.checked_type)) for p in fn.params),
             tuple(fn.attrs.get("state_in", ())),
             tuple(fn.attrs.get("state_out", ())),
             spec_of(fn.body.checked_type),
         )
+        return made
 
     def _entry(self, name: str) -> Any:
         if name not in self.module.functions:

@@ -148,6 +148,8 @@ def relax_alignment(func: Any) -> Any:
     aligned data, so every array can be passed without a copy."""
     replacements = {}
     for b in func.params:
+        if not isinstance(b.ty, tirx.BufferType):
+            continue  # a scalar parameter (a shape variable)
         replacements[b] = tirx.decl_buffer(
             b.shape,
             b.dtype,

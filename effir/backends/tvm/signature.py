@@ -12,6 +12,7 @@ values between numpy (as the interpreter gives them) and the VM's tensors.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -64,6 +65,13 @@ def type_of(spec: Spec) -> Type:
     if isinstance(spec, KeySpec):
         return KeyType()
     return TupleType(tuple(type_of(f) for f in spec.fields))
+
+
+@functools.lru_cache(maxsize=4096)
+def _type_of_spec(spec: Spec) -> Type:
+    """``type_of``, made once per spec (specs are frozen): every call checks
+    its arguments against these types."""
+    return type_of(spec)
 
 
 def spec_of(t: Type) -> Spec:
@@ -159,7 +167,7 @@ class Signature:
         dims: Dims = {}
         converted = []
         for (name, spec), arg in zip(user, bound, strict=True):
-            t = type_of(spec)
+            t = _type_of_spec(spec)
             # The interpreter's words: conversion is of the argument, the
             # type check of the parameter (effir/backends/interpreter.py).
             value = convert_argument(arg, t, f"argument %{name} of @{entry}")
@@ -169,15 +177,21 @@ class Signature:
 
 
 # -------------------------------------------------------------- conversion
-def to_tvm(value: Any, spec: Spec) -> Any:
+def to_tvm(value: Any, spec: Spec, any_alignment: bool = True) -> Any:
     """An argument as the VM takes it: tensors (zero-copy when numpy's
-    array is contiguous, writable and 64-byte aligned, as TVM's generated
-    code may assume), keys as their ``uint32[2]`` words, tuples as tuples."""
+    array is contiguous and writable, at any address since the executable's
+    functions assume only element alignment, relax_memory.py [RULE
+    ANYALIGN]; ``any_alignment=False``, for an artifact exported before
+    that, only when 64-byte aligned), keys as their ``uint32[2]`` words,
+    tuples as tuples."""
     if isinstance(spec, TupleSpec):
-        return tvm_ffi.convert([to_tvm(v, f) for v, f in zip(value, spec.fields, strict=True)])
+        return tvm_ffi.convert(
+            [to_tvm(v, f, any_alignment) for v, f in zip(value, spec.fields, strict=True)]
+        )
     array = value.data if isinstance(value, PRNGKey) else np.asarray(value)
     flags = array.flags
-    if flags.c_contiguous and flags.writeable and array.ctypes.data % 64 == 0 and array.size:
+    aligned = flags.aligned if any_alignment else array.ctypes.data % 64 == 0
+    if flags.c_contiguous and flags.writeable and aligned and array.size:
         return tvm_ffi.from_dlpack(array)
     return tvm.runtime.tensor(np.array(array, order="C"))
 
@@ -200,16 +214,18 @@ def call_entry(
     cells: Any,
     named: dict[str, Any] | None = None,
     entry: str = "main",
+    any_alignment: bool = True,
 ) -> Any:
     """Run an entry as the interpreter runs it: the cells' values (from
     ``cells``, a ``State``) follow the arguments, the new values it returns
     are written back, the user's result is returned. ``function(dims)`` is
-    the VM function for the arguments' binding of the dimensions."""
+    the VM function for the arguments' binding of the dimensions;
+    ``any_alignment``: whether it takes arrays at any address (``to_tvm``)."""
     user, dims = signature.bind(args, named, entry)
     # One call at a time on one state: the lock is held from the read of
     # the cells to the write-back of their new values (effir/backends/state.py).
     with cells.transaction():
-        return _run_entry(function, signature, user, dims, cells)
+        return _run_entry(function, signature, user, dims, cells, any_alignment)
 
 
 def _run_entry(
@@ -218,11 +234,15 @@ def _run_entry(
     user: tuple[Any, ...],
     dims: Dims,
     cells: Any,
+    any_alignment: bool,
 ) -> Any:
     values = tuple(np.int64(0) if c == WORLD else cells[c] for c in signature.state_in)
     inputs = (*user, *values)
     run = function(dims)
-    tensors = [to_tvm(v, spec) for v, (_, spec) in zip(inputs, signature.params, strict=True)]
+    tensors = [
+        to_tvm(v, spec, any_alignment)
+        for v, (_, spec) in zip(inputs, signature.params, strict=True)
+    ]
     result = from_tvm(run(*tensors), signature.result)
     if not signature.state_out:
         return result

@@ -7,6 +7,7 @@ TVM rejects keeps its plain loops (slower, never wrong)."""
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -18,12 +19,20 @@ from ..schedule import INLINE_BUDGET, expression_cost
 from ..schedule_common import static_extent, strip_casts, uses, vector_lanes
 from .graph import MATERIALIZE, ROW_TILE, tiles_within_step
 
-PARALLEL_MIN_WORK = 1 << 17
+PARALLEL_MIN_WORK = 1 << 20
 """Multiply-adds (or elements times expression size) from which a block
-runs on TVM's thread pool (``build_loop(parallel=True)``); below, starting
-the pool's tasks costs more than the work saves. Measured on 2 cores: a
-768 x 256 matrix-vector product per step (2**17.6) gains, as the two halves
-of the weight then stay in the two cores' L2 caches; 2**16 loses."""
+runs on TVM's thread pool (``build_loop(parallel=True)``). A parallel loop
+ends at a barrier, once a call in the prologue and once a step in the
+step, and when the machine is busy (more runnable threads than cores) a
+worker the scheduler has not run holds that barrier for a time slice:
+with 2**17 (before issue 18), measured side by side on the loaded 2-core
+machine (load 8-14), the hidden-256 GRU at batch 1 (2**17.6 a step) ran
+17.3 ms a call with its step on the pool against 13.4 ms without (JAX
+16-17 ms), and the hidden-32 GRU over 1,000 steps (its prologue's
+projection 2**17.6 at the estimate's 64 steps) 2.11 us a step against
+0.83 (JAX 1.35). On an idle machine the pool had gained from 2**17 (the
+two halves of a weight stay in two cores' caches); from 2**20 (the
+batch-32 GRU's step, 2**22.6) the work outweighs a time slice's wait."""
 SYMBOLIC_EXTENT = 64
 """What a symbolic extent (the sequence length) counts for in work estimates."""
 
@@ -114,6 +123,7 @@ def schedule(func: Any, parallel: bool, unscheduled: list[str]) -> Any:
     schedule TVM finds illegal keeps its plain loops (slower, never wrong)
     and its name goes to ``unscheduled``."""
     sch = s_tir.Schedule(func)
+    min_work = PARALLEL_MIN_WORK if parallel else None
     _inline(sch, sch.get_sblock("root"))
     for name in [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]:
         saved = sch.copy()
@@ -121,11 +131,11 @@ def schedule(func: Any, parallel: bool, unscheduled: list[str]) -> Any:
             b = sch.get_sblock(name)
             node = sch.get(b)
             if _is_reduction(node):
-                _tile_contraction(sch, b, node, parallel)
+                _tile_contraction(sch, b, node, min_work)
             elif MATERIALIZE in node.annotations:
                 _pack_loops(sch, b)
             else:
-                _vectorize(sch, b, node, parallel)
+                _vectorize(sch, b, node, min_work)
         except (s_tir.ScheduleError, tvm.error.InternalError):
             sch = saved
             unscheduled.append(str(name))
@@ -182,10 +192,10 @@ def _inline(sch: Any, root: Any) -> None:
             pass
 
 
-def _vectorize(sch: Any, b: Any, node: Any, parallel: bool) -> None:
+def _vectorize(sch: Any, b: Any, node: Any, min_work: int | None) -> None:
     """Vectorise the innermost loop of a spatial block when it is
     contiguous; spread the other loops over the thread pool when the block
-    is heavy (elements times expression size reach PARALLEL_MIN_WORK)."""
+    is heavy (elements times expression size reach ``min_work``; None: serial)."""
     loops = sch.get_loops(b)
     if not loops or not node.iter_vars:
         return
@@ -204,11 +214,11 @@ def _vectorize(sch: Any, b: Any, node: Any, parallel: bool) -> None:
     sch.vectorize(inner)
     outer = sch.get_loops(b)[:-1]
     elements = math.prod(static_extent(iv.dom.extent) or SYMBOLIC_EXTENT for iv in node.iter_vars)
-    if parallel and outer and elements * _size(node.body) >= PARALLEL_MIN_WORK:
+    if min_work is not None and outer and elements * _size(node.body) >= min_work:
         sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
 
 
-def _tile_contraction(sch: Any, b: Any, node: Any, parallel: bool) -> None:
+def _tile_contraction(sch: Any, b: Any, node: Any, min_work: int | None) -> None:
     """Register tile: rows x ``width`` output elements accumulate in
     registers over the reduction, ``width`` vectorised (two vectors)."""
     spatial = [iv for iv in node.iter_vars if iv.iter_type == tirx.IterVar.DataPar]
@@ -221,28 +231,84 @@ def _tile_contraction(sch: Any, b: Any, node: Any, parallel: bool) -> None:
     n_extent = static_extent(spatial[-1].dom.extent)
     if n_extent is None or n_extent % lanes or not _contiguous(node, spatial[-1].var, lanes):
         return
+    row_extents = [static_extent(iv.dom.extent) for iv in spatial[:-1]]
     width = 2 * lanes if n_extent % (2 * lanes) == 0 else lanes
+    budget = ROW_TILE if width == 2 * lanes else 12
+    budget = max(1, min(budget, accumulators() // (width // lanes)))
+    panel = width  # a packed weight's panel (graph._pack_width): a tile is whole panels
+    if all(e is not None for e in row_extents):
+        rows_per_tile = _rows_per_tile(row_extents, budget)
+        width *= _tile_panels(n_extent // width, panel // lanes, rows_per_tile)
     loops = sch.get_loops(b)
     rows, n_loop, reduce_loops = loops[: n_spatial - 1], loops[n_spatial - 1], loops[n_spatial:]
     no, ni = sch.split(n_loop, [None, width])
-    budget = ROW_TILE if width == 2 * lanes else 12
-    outer, tile_rows = _tile_rows(
-        sch, rows, [static_extent(iv.dom.extent) for iv in spatial[:-1]], budget
-    )
-    sch.reorder(*outer, no, *reduce_loops, *tile_rows, ni)
+    outer, tile_rows = _tile_rows(sch, rows, row_extents, budget)
+    panels: list[Any] = []
+    if width > panel:  # each panel's columns a vector index apart, the panels unrolled
+        first, ni = sch.split(ni, [None, panel])
+        panels = [first]
+    sch.reorder(*outer, no, *reduce_loops, *tile_rows, *panels, ni)
     local = sch.cache_write(b, 0, "local")
     sch.reverse_compute_at(local, no)
-    for row in tile_rows:
+    for row in [*tile_rows, *panels]:
         sch.unroll(row)
     sch.vectorize(ni)
     write_back = sch.get_loops(local)[-1]
     sch.vectorize(write_back)
     work = math.prod(static_extent(iv.dom.extent) or SYMBOLIC_EXTENT for iv in node.iter_vars)
-    if parallel and work >= PARALLEL_MIN_WORK:
+    if min_work is not None and work >= min_work:
         tiles = [*outer, no]
         sch.parallel(sch.fuse(*tiles) if len(tiles) > 1 else no)
     init = sch.decompose_reduction(b, reduce_loops[0])
     sch.vectorize(sch.get_loops(init)[-1])
+
+
+ACCUMULATORS = 2 * ROW_TILE
+"""Vectors (of schedule_common.VECTOR_BYTES) a contraction's tile
+accumulates in on a CPU with AVX-512: half of its 32 registers, the rest
+hold the weights' vectors and the broadcast input."""
+ACCUMULATORS_AVX2 = 6
+"""The same on a CPU without AVX-512 (16 registers of 32 bytes, so a
+vector is two): 12 registers. The tile of 8 rows x 2 vectors (32
+registers' worth) spilled its accumulators to the stack at every step of
+the reduction on such a CPU (AMD Zen 3: the hoisted input projections)."""
+MAX_TILE_VECTORS = 8
+"""Widest tile, in vectors: a tile of one row (a matrix-vector product, a
+step at batch 1) gets up to this many independent accumulators, enough to
+hide the latency of a fused multiply-add (4 cycles, 2 a cycle), without
+making so few tiles that a thread pool's share is uneven."""
+
+
+def _rows_per_tile(extents: list[int | None], budget: int) -> int:
+    """The rows of one register tile of a contraction with static rows (as
+    ``_tile_rows`` splits them)."""
+    total = math.prod(e for e in extents if e is not None)
+    return max(d for d in range(1, budget + 1) if total % d == 0)
+
+
+@functools.cache
+def accumulators() -> int:
+    """``ACCUMULATORS`` or ``ACCUMULATORS_AVX2``, for the host CPU (a whole
+    loop compiles for the host: loop/kernel.py)."""
+    from tvm.target import codegen
+
+    from ..target import make_target
+
+    wide = codegen.target_has_features("avx512f", make_target("llvm"))
+    return ACCUMULATORS if wide else ACCUMULATORS_AVX2
+
+
+def _tile_panels(panels: int, vectors: int, rows: int) -> int:
+    """Panels (of ``vectors`` vectors each) of columns in a register tile of
+    ``rows`` rows, out of the ``panels`` of a row: one (the tile of
+    ``ROW_TILE`` rows and two vectors), or more when the tile has few rows,
+    so that each step of the reduction issues up to ``ACCUMULATORS`` (at
+    most ``MAX_TILE_VECTORS`` a row) independent multiply-adds. A tile of
+    one row and two vectors (before) waited on each multiply-add's latency:
+    the step of a hidden-32 GRU at batch 1 ran its 32 x 96 product as three
+    serial chains of 32 dependent multiply-adds."""
+    most = min(MAX_TILE_VECTORS, accumulators() // max(1, rows)) // vectors
+    return max([p for p in range(1, max(1, most) + 1) if panels % p == 0])
 
 
 def _tile_rows(

@@ -1,0 +1,61 @@
+"""The register tile of a whole loop's contractions (loop/cpu_schedule.py):
+a tile of few rows (a step at batch 1 or 2: a matrix-vector product) spans
+several panels of columns, so that each step of the reduction issues
+independent multiply-adds instead of waiting on one chain (issue 18, the
+hidden-32 GRU at batch 1), and no tile holds more accumulators than the
+CPU has registers for. Values are checked by test_loop.py (batch 2
+runs the widened tile) and the benchmarks."""
+
+from __future__ import annotations
+
+import pytest
+
+from effir.backends.tvm.loop import cpu_schedule
+from effir.backends.tvm.loop.cpu_schedule import _rows_per_tile, _tile_panels
+
+
+@pytest.mark.parametrize(
+    ("panels", "vectors", "rows", "expected"),
+    [
+        (3, 2, 1, 3),  # hidden 32, batch 1: 96 columns, one tile of 6 vectors
+        (24, 2, 1, 4),  # hidden 256, batch 1: 768 columns, tiles of 8 vectors
+        (3, 2, 2, 3),  # batch 2: 2 rows x 6 vectors
+        (24, 2, 8, 1),  # 8 rows (batch 32): two vectors, as before
+        (3, 1, 2, 3),  # panels of one vector (48 columns), batch 2
+        (3, 1, 8, 1),  # 8 rows of 3 one-vector panels: one panel (3 does not split by 2)
+        (5, 2, 1, 1),  # a prime count of panels wider than the tile's limit: one
+    ],
+)
+def test_tile_width_with_avx512(
+    panels: int, vectors: int, rows: int, expected: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cpu_schedule, "accumulators", lambda: cpu_schedule.ACCUMULATORS)
+    assert _tile_panels(panels, vectors, rows) == expected
+    width = expected * vectors
+    assert width <= cpu_schedule.MAX_TILE_VECTORS
+    assert rows * width <= max(cpu_schedule.ACCUMULATORS, rows * vectors)
+
+
+@pytest.mark.parametrize(
+    ("panels", "vectors", "rows", "expected"),
+    [
+        (3, 2, 1, 3),  # hidden 32, batch 1: 6 vectors (12 registers of 32 bytes)
+        (24, 2, 1, 3),  # hidden 256, batch 1: tiles of 6 vectors, not 8 (spills)
+        (24, 2, 2, 1),  # 2 rows x 2 vectors
+        (3, 1, 6, 1),
+    ],
+)
+def test_tile_width_without_avx512(
+    panels: int, vectors: int, rows: int, expected: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """16 registers of 32 bytes: at most ACCUMULATORS_AVX2 vectors of
+    accumulators, so that the tile stays in registers."""
+    monkeypatch.setattr(cpu_schedule, "accumulators", lambda: cpu_schedule.ACCUMULATORS_AVX2)
+    assert _tile_panels(panels, vectors, rows) == expected
+    assert rows * expected * vectors <= max(cpu_schedule.ACCUMULATORS_AVX2, rows * vectors)
+
+
+def test_rows_per_tile() -> None:
+    assert _rows_per_tile([1], 8) == 1
+    assert _rows_per_tile([32], 8) == 8
+    assert _rows_per_tile([2, 3], 8) == 6
