@@ -6,7 +6,7 @@ layers add their rules (type relation, numpy implementation, TVM lowering)
 beside these definitions.
 """
 
-from . import control, creation, dynamic, effects, elementwise, nn, random, reduce, shape
+from . import control, creation, dynamic, effects, elementwise, indexing, nn, random, reduce, shape
 
 __all__ = [
     "control",

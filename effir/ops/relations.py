@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -221,6 +221,12 @@ class OpFailure(Exception):
 
 
 # ------------------------------------------ shape-family helpers
+def raise_at_run_time(err: RelationError) -> NoReturn:
+    """A RelationError found only at run time (a numpy rule re-checks
+    attributes when no type inference ran) is an OpFailure there."""
+    raise OpFailure(err.message) from None
+
+
 def with_op_name(name: str) -> Callable[[TypeRelation], TypeRelation]:
     """Prefix a relation's RelationError messages with ``name: `` so that the
     checks it delegates (``expect_tensor``...) say which operator complained.

@@ -44,8 +44,8 @@ from ...ir.expr import Call, Constant, Expr, Function, Let, Op, Tuple, TupleGetI
 from ...ir.op import op_def
 from ...ir.types import ANY, TensorType, TupleType, Type
 from ...ir.visitor import post_order
+from ...ops.indexing import _slices
 from ...ops.relations import RelationError, merging_sizes
-from ...ops.shape import _slices
 from .errors import VALUE_MARK, BackendError
 
 PrimExpr = Any  # a tvm.tirx expression

@@ -13,7 +13,8 @@ from tvm import te, tirx
 
 from ....ir.node import Attrs
 from ....ir.types import TupleType, Type
-from ....ops.shape import _show_newshape, _slices
+from ....ops.indexing import _slices
+from ....ops.shape import _show_newshape
 from ..rules import te_rule
 from ..symbolic_shapes import sliced
 from ..te_checks import require
