@@ -11,8 +11,9 @@ Starting Python and importing numpy, TVM and effir costs about 3 s of CPU,
 more than most checks themselves: a fork server (one per test process,
 started on first use) imports them once, and each script runs in a fresh
 process forked from it, with its own output files, status and time-out, as
-``python -c`` would run it. ``env`` (read at import time) or
-``EFFIR_ISOLATED_FORK=0`` starts a new interpreter instead.
+``python -c`` would run it, in the caller's environment. ``env``, an
+environment changed since the server started (its imports may have read
+it) or ``EFFIR_ISOLATED_FORK=0`` start a new interpreter instead.
 """
 
 from __future__ import annotations
@@ -70,7 +71,9 @@ def run_isolated(
     its path); a crash or a time-out is reported, never raised by a signal."""
     code = textwrap.dedent(code)
     if not env and os.environ.get("EFFIR_ISOLATED_FORK", "1") != "0":
-        return _FORK_SERVER.run(code, timeout)
+        forked = _FORK_SERVER.run(code, timeout)
+        if forked is not None:
+            return forked
     full_env = dict(os.environ)
     full_env["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT), *filter(None, [full_env.get("PYTHONPATH")])]
@@ -124,6 +127,8 @@ def _child(req):
     answers.close()
     import faulthandler
     faulthandler.enable()
+    os.environ.clear()
+    os.environ.update(req["env"])
     sys.argv = ["-c"]
     main = type(sys)("__main__")
     sys.modules["__main__"] = main
@@ -177,14 +182,16 @@ class _ForkServer:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
+        self._env: dict[str, str] = {}
         self.cpu_seconds = 0.0  # the children's CPU time, for measuring the suite
 
     def _start(self) -> None:
+        self._env = _env()
         req_r, req_w = os.pipe()
         ans_r, ans_w = os.pipe()
         self._proc = subprocess.Popen(
             [sys.executable, "-c", _SERVER, str(req_r), str(ans_w)],
-            env=_env(),
+            env=self._env,
             cwd=ROOT,
             stdin=subprocess.DEVNULL,
             pass_fds=(req_r, ans_w),
@@ -202,10 +209,15 @@ class _ForkServer:
             self._answers.close()
             self._proc = None
 
-    def run(self, code: str, timeout: float) -> IsolatedRun:
+    def run(self, code: str, timeout: float) -> IsolatedRun | None:
+        """The script's run in a forked process; None when the environment
+        changed since the server started (its imports may have read it)."""
+        env = _env()
+        if self._proc is not None and _differ(env, self._env):
+            return None
         with self._lock, tempfile.TemporaryDirectory(prefix="effir-isolated-") as tmp:
             out, err = os.path.join(tmp, "out"), os.path.join(tmp, "err")
-            request = {"code": code, "out": out, "err": err, "timeout": timeout}
+            request = {"code": code, "out": out, "err": err, "timeout": timeout, "env": env}
             answer = ""
             for _attempt in range(2):  # a server that died is started again
                 if self._proc is None or self._proc.poll() is not None:
@@ -227,6 +239,13 @@ class _ForkServer:
                 Path(p).read_text(errors="replace") if os.path.exists(p) else "" for p in (out, err)
             ]
             return IsolatedRun(code, reply["returncode"], *texts, timed_out=reply["timed_out"])
+
+
+def _differ(a: dict[str, str], b: dict[str, str]) -> bool:
+    ignore = "PYTEST_CURRENT_TEST"  # pytest sets it for each test
+    return {k: v for k, v in a.items() if k != ignore} != {
+        k: v for k, v in b.items() if k != ignore
+    }
 
 
 _FORK_SERVER = _ForkServer()

@@ -67,3 +67,12 @@ def test_threads_are_joined_and_runs_do_not_share_state() -> None:
     ).check()
     assert run.stdout == "joined\n"
     run_isolated("import tests.isolated as m; assert not hasattr(m, 'MARK')").check()
+
+
+def test_the_script_sees_the_callers_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    run_isolated("pass").check()  # the fork server is started
+    monkeypatch.setenv("EFFIR_ISOLATED_TEST", "set by the test")
+    code = "import os; print(os.environ.get('EFFIR_ISOLATED_TEST'))"
+    assert run_isolated(code).check().stdout == "set by the test\n"
+    monkeypatch.delenv("EFFIR_ISOLATED_TEST")
+    assert run_isolated(code).check().stdout == "None\n"
