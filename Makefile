@@ -15,9 +15,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py
 
+# Two workers (pytest-xdist): the suite is CPU-bound and CI has 2 cores. Whole
+# files go to one worker (--dist loadfile), so a module-scoped build is made once.
 test: $(STAMP)
 	$(BIN)/ruff check effir tests benchmarks examples
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --maxprocesses 2 --dist loadfile
 
 # Re-execute the tutorials and save their outputs (they are committed executed;
 # `make test` runs them too, without saving). Open them: .venv/bin/jupyter lab notebooks/

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,21 +16,7 @@ import effir
 
 from .test_compile import gru_lm
 
-EXAMPLES = Path(__file__).parents[3] / "examples"
-
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
-
-
-@pytest.fixture(scope="module")
-def runner(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    build = tmp_path_factory.mktemp("cpp")
-    shutil.copy(EXAMPLES / "cpp" / "run_model.cc", build)
-    shutil.copy(EXAMPLES / "cpp" / "Makefile", build)
-    done = subprocess.run(
-        ["make", "-s", f"PYTHON={sys.executable}"], cwd=build, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
-    return build / "run_model"
 
 
 def test_the_runner_runs_the_gru_model_as_the_interpreter(runner: Path, tmp_path: Path) -> None:

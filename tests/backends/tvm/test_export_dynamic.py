@@ -16,7 +16,6 @@ import effir
 from tests.isolated import run_isolated
 
 from .test_compile import assert_close, assert_same_run, parse
-from .test_cpp_runner import runner  # noqa: F401  (the fixture)
 
 MASKED = """
 def @main(%x: Tensor[(5, 3), float32], %m: Tensor[(5), bool], %w: Tensor[(4, 3), float32]) {
@@ -58,7 +57,7 @@ def test_an_entry_of_unknown_size_builds_once() -> None:
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 def test_a_masked_program_exports_loads_and_runs_from_cpp(
-    runner: Path,  # noqa: F811
+    runner: Path,
     tmp_path: Path,
 ) -> None:
     np.save(tmp_path / "x.npy", X)
@@ -115,7 +114,7 @@ def test_a_masked_program_builds_for_cuda_and_compiles_to_ptx() -> None:
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 def test_an_adt_program_with_closures_runs_from_cpp(
-    runner: Path,  # noqa: F811
+    runner: Path,
     tmp_path: Path,
 ) -> None:
     # Lists, match, VM closures (test_adts.py) need nothing of Python.
@@ -194,7 +193,7 @@ def assert_same_values(got: tuple, want: tuple) -> None:
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 def test_every_kind_of_kernel_after_masks_builds_once_exports_and_runs_from_cpp(
-    runner: Path,  # noqa: F811
+    runner: Path,
     tmp_path: Path,
 ) -> None:
     module = parse(EVERY_KIND)

@@ -19,8 +19,6 @@ import pytest
 import effir
 from tests.isolated import run_isolated
 
-from .test_cpp_runner import runner  # noqa: F401  (the fixture)
-
 HEADER = '#[version = "0.0.5"]\n'
 
 CASES = {
@@ -160,7 +158,7 @@ def test_the_depth_of_recursion_is_checked_as_every_other_check() -> None:
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 def test_the_cpp_runner_reports_each_check_as_the_interpreter(
-    runner: Path,  # noqa: F811
+    runner: Path,
     tmp_path: Path,
 ) -> None:
     for name in ("take", "power", "max", "take_masked"):
