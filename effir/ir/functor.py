@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, TypeVar
 
 from .expr import Let
-from .node import EXPR, PATTERN, TYPE, Node, child_nodes, child_slots
+from .node import EXPR, PATTERN, TYPE, Node, child_nodes, child_slots, nodes_in
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -155,14 +155,7 @@ class Functor:
 
     def children(self, node: Node) -> list[Node]:
         """The children of ``node`` this functor walks, in field order."""
-        found: list[Node] = []
-        for name, many in self.plan(type(node))[2]:
-            value = getattr(node, name)
-            if many:
-                found.extend(value)
-            elif value is not None:
-                found.append(value)
-        return found
+        return nodes_in(node, self.plan(type(node))[2])
 
 
 class Visitor(Functor):
@@ -353,28 +346,30 @@ class Mutator(Functor):
                 stack.append((let.var, ENTER))
 
 
-def pre_order(root: Node) -> Iterator[Node]:
-    """Each node reachable from ``root`` once (every field kind), parents
-    before children, children in field order."""
+def pre_order(*roots: Node, children: Callable[[Node], list[Node]] = child_nodes) -> Iterator[Node]:
+    """Each node reachable from ``roots`` once, parents before children,
+    children in field order; ``children`` says which edges are followed
+    (every field kind unless told)."""
     seen: set[int] = set()
-    stack = [root]
+    stack = list(reversed(roots))
     while stack:
         node = stack.pop()
         if id(node) in seen:
             continue
         seen.add(id(node))
         yield node
-        children = child_nodes(node)
-        children.reverse()
-        stack.extend(children)
+        found = children(node)
+        found.reverse()
+        stack.extend(found)
 
 
-def post_order(root: Node) -> list[Node]:
-    """Each node reachable from ``root`` once (every field kind), children
-    before parents."""
+def post_order(*roots: Node, children: Callable[[Node], list[Node]] = child_nodes) -> list[Node]:
+    """Each node reachable from ``roots`` once, children before parents;
+    ``children`` (called once per node) says which edges are followed
+    (every field kind unless told)."""
     order: list[Node] = []
     seen: set[int] = set()
-    stack: list[tuple[Node, bool]] = [(root, False)]
+    stack: list[tuple[Node, bool]] = [(r, False) for r in reversed(roots)]
     while stack:
         node, expanded = stack.pop()
         if expanded:
@@ -384,9 +379,9 @@ def post_order(root: Node) -> list[Node]:
             continue
         seen.add(id(node))
         stack.append((node, True))
-        children = child_nodes(node)
-        children.reverse()
-        stack.extend((c, False) for c in children if id(c) not in seen)
+        found = children(node)
+        found.reverse()
+        stack.extend((c, False) for c in found if id(c) not in seen)
     return order
 
 
