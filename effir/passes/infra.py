@@ -62,8 +62,8 @@ from ..ir.diagnostics import LinearityError, PassError, TypeCheckError, WellForm
 from ..ir.expr import Function
 from ..ir.module import IRModule
 from ..ir.structural import structural_equal
-from .instruments import Instrument, PrintIR, Timing
-from .invariants import (
+from .instruments import Instrument, PrintIR, Timing  # noqa: F401  (re-exported)
+from .invariants import (  # noqa: F401  (re-exported)
     INVARIANT_TEXT,
     INVARIANTS,
     a2_problem,
@@ -72,7 +72,7 @@ from .invariants import (
     gnf_problem,
     is_a2,
 )
-from .registry import (
+from .registry import (  # noqa: F401  (re-exported)
     BUILTIN_PASS_MODULES,
     BUILTIN_PASS_PACKAGES,
     RegistrationError,
@@ -684,34 +684,3 @@ class PassContext:
 
 def _kind(value: object) -> str:
     return "None" if value is None else f"a {type(value).__name__}"
-
-
-__all__ = [  # the passes' infrastructure, from its modules (effir.transform is its public face)
-    "BUILTIN_PASS_MODULES",
-    "BUILTIN_PASS_PACKAGES",
-    "COLLECTOR_THRESHOLD",
-    "INVARIANTS",
-    "OPT_LEVELS",
-    "OPTION_TYPES",
-    "Instrument",
-    "Option",
-    "Pass",
-    "PassContext",
-    "PassError",
-    "PrintIR",
-    "RegistrationError",
-    "Sequential",
-    "Timing",
-    "a2_problem",
-    "anf_problem",
-    "as_pass",
-    "bbnf_problem",
-    "function_pass",
-    "get_pass",
-    "gnf_problem",
-    "lookup_pass",
-    "module_pass",
-    "register_pass",
-    "registered_passes",
-    "unregister_pass",
-]
