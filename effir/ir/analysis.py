@@ -49,15 +49,12 @@ def scan(*roots: Node) -> tuple[list[Node], set[int]]:
     shared: set[int] = set()
 
     def compound(node: Node) -> list[Node]:  # called once per node: counts its edges
-        found = []
-        for child in operands(node):
-            if isinstance(child, ATOM_TYPES):
-                continue
+        found = [c for c in operands(node) if not isinstance(c, ATOM_TYPES)]
+        for child in found:
             if id(child) in reached:
                 shared.add(id(child))
             else:
                 reached.add(id(child))
-            found.append(child)
         return found
 
     return post_order(*roots, children=compound), shared
@@ -65,8 +62,21 @@ def scan(*roots: Node) -> tuple[list[Node], set[int]]:
 
 def shared_nodes(*roots: Node) -> set[int]:
     """Identities of the non-atomic expressions and clauses reached along
-    more than one operand edge from ``roots`` (the text's graph form)."""
-    return scan(*roots)[1]
+    more than one operand edge from ``roots`` (the text's graph form);
+    ``scan`` without the order."""
+    seen: set[int] = set()
+    shared: set[int] = set()
+    stack = list(roots)
+    while stack:
+        for child in operands(stack.pop()):
+            if isinstance(child, ATOM_TYPES):
+                continue
+            if id(child) in seen:
+                shared.add(id(child))
+            else:
+                seen.add(id(child))
+                stack.append(child)
+    return shared
 
 
 def use_counts(root: Node) -> Counter[Var]:

@@ -204,8 +204,8 @@ class Mutator(Functor):
 
     blocks: ClassVar[bool] = False
     """Rewrite each block (a let chain, as ``ends_block`` cuts it) as a
-    whole: its values in order (``bind`` after each), its tail, then
-    ``finish_block(chain)``. (``body_first`` off.)"""
+    whole: ``start_block(chain)``, its values in order (``bind`` after
+    each), its tail, then ``finish_block(chain)``. (``body_first`` off.)"""
 
     def __init__(self) -> None:
         self.memo: dict[int, Node] = {}
@@ -224,6 +224,10 @@ class Mutator(Functor):
         """Whether ``let``, the body of another, starts a block of its own
         (``blocks`` on)."""
         return False
+
+    def start_block(self, chain: list[Let]) -> None:
+        """Called when the block ``chain`` (``blocks`` on) is entered, before
+        any of its values is rewritten (a scope opens)."""
 
     def finish_block(self, chain: list[Let]) -> Node:
         """The replacement of the block ``chain`` (``blocks`` on) once its
@@ -337,6 +341,7 @@ class Mutator(Functor):
             if not isinstance(body, Let) or id(body) in self.memo or self.ends_block(body):
                 break
             chain.append(body)
+        self.start_block(chain)
         stack.append((chain, BLOCK))
         stack.append((chain[-1].body, ENTER))
         for let in reversed(chain):
@@ -370,18 +375,19 @@ def post_order(*roots: Node, children: Callable[[Node], list[Node]] = child_node
     order: list[Node] = []
     seen: set[int] = set()
     stack: list[tuple[Node, bool]] = [(r, False) for r in reversed(roots)]
+    pop, push, done, mark = stack.pop, stack.append, order.append, seen.add
     while stack:
-        node, expanded = stack.pop()
+        node, expanded = pop()
         if expanded:
-            order.append(node)
+            done(node)
             continue
         if id(node) in seen:
             continue
-        seen.add(id(node))
-        stack.append((node, True))
-        found = children(node)
-        found.reverse()
-        stack.extend((c, False) for c in found if id(c) not in seen)
+        mark(id(node))
+        push((node, True))
+        for c in reversed(children(node)):
+            if id(c) not in seen:
+                push((c, False))
     return order
 
 
