@@ -49,12 +49,14 @@ def scan(*roots: Node) -> tuple[list[Node], set[int]]:
     shared: set[int] = set()
 
     def compound(node: Node) -> list[Node]:  # called once per node: counts its edges
-        found = [c for c in operands(node) if not isinstance(c, ATOM_TYPES)]
+        fields = _OPERAND_FIELDS.get(type(node)) or operand_fields(node)
+        found = [c for c in nodes_in(node, fields) if not isinstance(c, ATOM_TYPES)]
         for child in found:
-            if id(child) in reached:
-                shared.add(id(child))
+            key = id(child)
+            if key in reached:
+                shared.add(key)
             else:
-                reached.add(id(child))
+                reached.add(key)
         return found
 
     return post_order(*roots, children=compound), shared
