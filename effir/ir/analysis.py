@@ -39,7 +39,14 @@ _OPERAND_FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}
 def operands(node: Node) -> list[Node]:
     """The expressions and clauses ``node`` holds in use fields, atoms
     included, in field order."""
-    return nodes_in(node, _OPERAND_FIELDS.get(type(node)) or operand_fields(node))
+    found: list[Node] = []  # nodes_in's loop, inline: dce and cse call this per node
+    for name, many in _OPERAND_FIELDS.get(type(node)) or operand_fields(node):
+        value = getattr(node, name)
+        if many:
+            found.extend(value)
+        elif value is not None:
+            found.append(value)
+    return found
 
 
 def scan(*roots: Node) -> tuple[list[Node], set[int]]:
