@@ -19,7 +19,7 @@ from collections import Counter
 
 from .expr import ATOM_TYPES, Function, Let, PatternVar, Var
 from .functor import post_order, pre_order
-from .node import EXPR, Node, child_slots
+from .node import EXPR, TYPE, Node, child_nodes, child_slots, nodes_in
 
 
 def operand_fields(node: Node) -> tuple[tuple[str, bool], ...]:
@@ -39,9 +39,8 @@ _OPERAND_FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}
 def operands(node: Node) -> list[Node]:
     """The expressions and clauses ``node`` holds in use fields, atoms
     included, in field order."""
-    found: list[Node] = []
-    fields = _OPERAND_FIELDS.get(type(node)) or operand_fields(node)
-    for name, many in fields:
+    found: list[Node] = []  # nodes_in's loop, inline: dce and cse call this per node
+    for name, many in _OPERAND_FIELDS.get(type(node)) or operand_fields(node):
         value = getattr(node, name)
         if many:
             found.extend(value)
@@ -53,35 +52,27 @@ def operands(node: Node) -> list[Node]:
 def scan(*roots: Node) -> tuple[list[Node], set[int]]:
     """The non-atomic expressions and clauses under ``roots``, children
     before parents, each once; and the identities of the shared ones."""
-    order: list[Node] = []
-    seen: set[int] = set()
     reached: set[int] = set()
     shared: set[int] = set()
-    stack: list[tuple[Node, bool]] = [(r, False) for r in reversed(roots)]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            order.append(node)
-            continue
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        stack.append((node, True))
-        for child in operands(node):
-            if isinstance(child, ATOM_TYPES):
-                continue
-            if id(child) in reached:
-                shared.add(id(child))
+
+    def compound(node: Node) -> list[Node]:  # called once per node: counts its edges
+        fields = _OPERAND_FIELDS.get(type(node)) or operand_fields(node)
+        found = [c for c in nodes_in(node, fields) if not isinstance(c, ATOM_TYPES)]
+        for child in found:
+            key = id(child)
+            if key in reached:
+                shared.add(key)
             else:
-                reached.add(id(child))
-            if id(child) not in seen:
-                stack.append((child, False))
-    return order, shared
+                reached.add(key)
+        return found
+
+    return post_order(*roots, children=compound), shared
 
 
 def shared_nodes(*roots: Node) -> set[int]:
     """Identities of the non-atomic expressions and clauses reached along
-    more than one operand edge from ``roots`` (the text's graph form)."""
+    more than one operand edge from ``roots`` (the text's graph form);
+    ``scan`` without the order."""
     seen: set[int] = set()
     shared: set[int] = set()
     stack = list(roots)
@@ -166,35 +157,28 @@ def _free_in(fn: Function, free: dict[Function, list[Var]]) -> list[Var]:
 
 def _value_children(node: Node) -> list[Node]:
     """Children that may hold variables (not types), reversed (for a stack)."""
-    found: list[Node] = []
-    for slot in child_slots(type(node)):
-        if slot.role == "type":
-            continue
-        value = getattr(node, slot.name)
-        if slot.many:
-            found.extend(value)
-        elif value is not None:
-            found.append(value)
+    fields = _VALUE_FIELDS.get(type(node))
+    if fields is None:
+        fields = _VALUE_FIELDS[type(node)] = tuple(
+            (s.name, s.many) for s in child_slots(type(node)) if s.role != TYPE
+        )
+    found = nodes_in(node, fields)
     found.reverse()
     return found
+
+
+_VALUE_FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}
 
 
 def body_nodes(body: Node) -> list[Node]:
     """Each node of ``body`` once (every field kind), parents first, not
     entering function literals: a literal is listed, its body is not (what
     one activation of the enclosing function evaluates or binds)."""
-    found: list[Node] = []
-    seen: set[int] = set()
-    stack = [body]
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        found.append(node)
-        if not isinstance(node, Function):
-            stack.extend(reversed(list(node.children())))
-    return found
+    return list(pre_order(body, children=_outside_functions))
+
+
+def _outside_functions(node: Node) -> list[Node]:
+    return [] if isinstance(node, Function) else child_nodes(node)
 
 
 def block_heads(root: Node) -> set[int]:

@@ -185,6 +185,13 @@ def caret_excerpt(span: Span) -> str:
     return f"  {printable}\n  {' ' * (col - 1)}^{'~' * (width - 1)}"
 
 
+class PassError(Error):
+    """A pipeline problem: an unknown pass, an unmet requirement, or a pass
+    whose output broke an invariant (a bug of that pass)."""
+
+    kind = "pass error"
+
+
 class LinearityError(Error):
     """A state-passing (A2) program that reuses a PRNG key or the world token,
     or drops new state (``effir.passes.verify_linear``)."""

@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, TypeVar
 
 from .expr import Let
-from .node import EXPR, PATTERN, TYPE, Node, child_nodes, child_slots
+from .node import EXPR, PATTERN, TYPE, Node, child_nodes, child_slots, nodes_in
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -155,14 +155,7 @@ class Functor:
 
     def children(self, node: Node) -> list[Node]:
         """The children of ``node`` this functor walks, in field order."""
-        found: list[Node] = []
-        for name, many in self.plan(type(node))[2]:
-            value = getattr(node, name)
-            if many:
-                found.extend(value)
-            elif value is not None:
-                found.append(value)
-        return found
+        return nodes_in(node, self.plan(type(node))[2])
 
 
 class Visitor(Functor):
@@ -211,8 +204,8 @@ class Mutator(Functor):
 
     blocks: ClassVar[bool] = False
     """Rewrite each block (a let chain, as ``ends_block`` cuts it) as a
-    whole: its values in order (``bind`` after each), its tail, then
-    ``finish_block(chain)``. (``body_first`` off.)"""
+    whole: ``start_block(chain)``, its values in order (``bind`` after
+    each), its tail, then ``finish_block(chain)``. (``body_first`` off.)"""
 
     def __init__(self) -> None:
         self.memo: dict[int, Node] = {}
@@ -231,6 +224,10 @@ class Mutator(Functor):
         """Whether ``let``, the body of another, starts a block of its own
         (``blocks`` on)."""
         return False
+
+    def start_block(self, chain: list[Let]) -> None:
+        """Called when the block ``chain`` (``blocks`` on) is entered, before
+        any of its values is rewritten (a scope opens)."""
 
     def finish_block(self, chain: list[Let]) -> Node:
         """The replacement of the block ``chain`` (``blocks`` on) once its
@@ -344,6 +341,7 @@ class Mutator(Functor):
             if not isinstance(body, Let) or id(body) in self.memo or self.ends_block(body):
                 break
             chain.append(body)
+        self.start_block(chain)
         stack.append((chain, BLOCK))
         stack.append((chain[-1].body, ENTER))
         for let in reversed(chain):
@@ -353,40 +351,43 @@ class Mutator(Functor):
                 stack.append((let.var, ENTER))
 
 
-def pre_order(root: Node) -> Iterator[Node]:
-    """Each node reachable from ``root`` once (every field kind), parents
-    before children, children in field order."""
+def pre_order(*roots: Node, children: Callable[[Node], list[Node]] = child_nodes) -> Iterator[Node]:
+    """Each node reachable from ``roots`` once, parents before children,
+    children in field order; ``children`` says which edges are followed
+    (every field kind unless told)."""
     seen: set[int] = set()
-    stack = [root]
+    stack = list(reversed(roots))
     while stack:
         node = stack.pop()
         if id(node) in seen:
             continue
         seen.add(id(node))
         yield node
-        children = child_nodes(node)
-        children.reverse()
-        stack.extend(children)
+        found = children(node)
+        found.reverse()
+        stack.extend(found)
 
 
-def post_order(root: Node) -> list[Node]:
-    """Each node reachable from ``root`` once (every field kind), children
-    before parents."""
+def post_order(*roots: Node, children: Callable[[Node], list[Node]] = child_nodes) -> list[Node]:
+    """Each node reachable from ``roots`` once, children before parents;
+    ``children`` (called once per node) says which edges are followed
+    (every field kind unless told)."""
     order: list[Node] = []
     seen: set[int] = set()
-    stack: list[tuple[Node, bool]] = [(root, False)]
+    stack: list[tuple[Node, bool]] = [(r, False) for r in reversed(roots)]
+    pop, push, done, mark = stack.pop, stack.append, order.append, seen.add
     while stack:
-        node, expanded = stack.pop()
+        node, expanded = pop()
         if expanded:
-            order.append(node)
+            done(node)
             continue
         if id(node) in seen:
             continue
-        seen.add(id(node))
-        stack.append((node, True))
-        children = child_nodes(node)
-        children.reverse()
-        stack.extend((c, False) for c in children if id(c) not in seen)
+        mark(id(node))
+        push((node, True))
+        for c in reversed(children(node)):
+            if id(c) not in seen:
+                push((c, False))
     return order
 
 

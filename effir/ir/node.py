@@ -110,6 +110,12 @@ def child_nodes(node: Node) -> list[Node]:
         fields = _CHILD_FIELDS[type(node)] = tuple(
             (s.name, s.many) for s in child_slots(type(node))
         )
+    return nodes_in(node, fields)
+
+
+def nodes_in(node: Node, fields: tuple[tuple[str, bool], ...]) -> list[Node]:
+    """The nodes ``node`` holds in ``fields`` (``(name, holds a tuple)``,
+    a subset of its ``child_slots``), in order: what every walk gathers."""
     found: list[Node] = []
     for name, many in fields:
         value = getattr(node, name)

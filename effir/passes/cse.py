@@ -76,9 +76,11 @@ One walk in evaluation order, with the scoped table (a stack of variables
 per key, each tagged with its block's depth), a substitution (merged
 variable to the variable it merged into, valid wherever the merged one is in
 scope, since the earlier binding dominates it) and a canonical-variable map
-for keys. Each node is visited once; let chains are loops and nesting is a
-generator per level (``effir.ir.trampoline``), so the pass is linear and
-uses no Python recursion proportional to the program.
+for keys. The walk is a ``Mutator`` of ``effir.ir.functor`` in its
+``blocks`` mode: each block's values in order, each binding merged as it is
+bound (``bind``), a block's keys removed when it ends (``finish_block``);
+each node is visited once (a shared node once, its result reused), so the
+pass is linear and uses no Python recursion proportional to the program.
 """
 
 from __future__ import annotations
@@ -86,27 +88,32 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Hashable
 
-from ..ir.analysis import operand_fields, scan
+from ..ir.analysis import shared_nodes
 from ..ir.expr import (
     Call,
     Clause,
     Constant,
     Constructor,
     Expr,
+    Function,
     GlobalVar,
+    If,
     Let,
+    Match,
     Op,
+    RefCreate,
+    RefRead,
+    RefWrite,
     Tuple,
     TupleGetItem,
     Var,
-    is_atom,
 )
+from ..ir.functor import Mutator, before
 from ..ir.module import IRModule
 from ..ir.node import Node
 from ..ir.op import op_def
 from ..ir.printer import astext
 from ..ir.structural import structural_equal
-from ..ir.trampoline import Computation, run
 from .dce import CallFacts
 from .infra import module_pass
 
@@ -118,67 +125,86 @@ def cse(module: IRModule) -> IRModule:
     facts = CallFacts(module)
     functions = {}
     for name, fn in module.functions.items():
-        functions[name] = run(_Merger(module, facts, scan(fn)[1]).visit(fn))
+        functions[name] = _Merger(module, facts, shared_nodes(fn)).mutate(fn)
     if all(functions[n] is fn for n, fn in module.functions.items()):
         return module
     return IRModule(functions, module.type_defs, module.cells)
 
 
-class _Merger:
+_COMPOUND = (Call, Tuple, TupleGetItem, Function, If, Match, Clause, RefCreate, RefRead, RefWrite)
+"""The nodes other than lets and atoms that may be shared."""
+
+
+class _Merger(Mutator):
+    """The walk: blocks in evaluation order (``blocks``), each binding
+    merged as it is bound; a shared node opens a barrier [RULE S]."""
+
+    blocks = True
+    patterns = False
+
     def __init__(self, module: IRModule, facts: CallFacts, shared: set[int]) -> None:
+        super().__init__()
         self.module = module
         self.facts = facts
         self.shared = shared
-        self.memo: dict[int, Expr] = {}
         self.subst: dict[Var, Var] = {}  # merged variable -> the one it merged into
         self.canon: dict[Var, Var] = {}  # for keys: also plain aliases `let %c = %a`
         self.table: dict[Hashable, list[tuple[Var, int]]] = {}
-        self.depth = 0  # blocks open
+        self.added: list[list[Hashable]] = []  # the keys each open block added
+        self.values: dict[int, Expr] = {}  # a bound let's new value, by the let's id
         self.barrier = 0  # entries of blocks below this depth are not visible [RULE S]
+        self.barriers: list[int] = []  # the barriers the open shared nodes replaced
 
     # ----------------------------------------------------------- the walk
-    def visit(self, expr: Expr) -> Computation[Expr]:
-        if is_atom(expr):
-            return self._atom(expr)
-        done = self.memo.get(id(expr))
-        if done is not None:
-            return done
-        barrier = self.barrier
-        if id(expr) in self.shared:
-            self.barrier = self.depth + 1
-        if isinstance(expr, Let):
-            result = yield from self._chain(expr)
-        else:
-            result = yield from self._generic(expr)
-        self.barrier = barrier
-        self.memo[id(expr)] = result
-        return result
+    def child(self, node: Node) -> Node:
+        if type(node) is Var:
+            return self.subst.get(node, node)
+        return self.memo.get(id(node), node)
 
-    def _chain(self, first: Let) -> Computation[Expr]:
-        chain = [first]
-        while isinstance(chain[-1].body, Let) and id(chain[-1].body) not in self.shared:
-            chain.append(chain[-1].body)
-        self.depth += 1
-        added: list[Hashable] = []
-        values: list[Expr] = []
-        for let in chain:
-            value = yield from self._operand(let.value)
-            values.append(self._merge(let, value, added))
-        tail = yield from self._operand(chain[-1].body)
-        for key in added:
+    def ends_block(self, let: Let) -> bool:
+        return id(let) in self.shared
+
+    def _open_barrier(self) -> None:
+        self.barriers.append(self.barrier)
+        self.barrier = len(self.added) + 1
+
+    @before(*_COMPOUND)
+    def _enter(self, node: Node) -> None:
+        if id(node) in self.shared:
+            self._open_barrier()
+
+    def finish(self, node: Node) -> Node:
+        new = super().finish(node)
+        if id(node) in self.shared:
+            self.barrier = self.barriers.pop()
+        return new
+
+    def start_block(self, chain: list[Let]) -> None:
+        if id(chain[0]) in self.shared:
+            self._open_barrier()
+        self.added.append([])
+
+    def bind(self, let: Let) -> None:
+        self.values[id(let)] = self._merge(let, self.child(let.value))
+
+    def finish_block(self, chain: list[Let]) -> Node:  # type: ignore[override]
+        for key in self.added.pop():
             stack = self.table[key]
             stack.pop()
             if not stack:
                 del self.table[key]
-        self.depth -= 1
-        body = tail
-        for let, value in zip(reversed(chain), reversed(values), strict=True):
+        if id(chain[0]) in self.shared:
+            self.barrier = self.barriers.pop()
+        body = self.child(chain[-1].body)
+        values = self.values
+        for let in reversed(chain):
+            value = values.pop(id(let))
             if value is not let.value or body is not let.body:
                 let = dataclasses.replace(let, value=value, body=body)
             body = let
         return body
 
-    def _merge(self, let: Let, value: Expr, added: list[Hashable]) -> Expr:
+    def _merge(self, let: Let, value: Expr) -> Expr:
         """[RULE M] ``let.var``'s new value: the variable of an earlier
         binding with the same key in scope, or ``value``."""
         var = let.var
@@ -196,75 +222,9 @@ class _Merger:
                 self.canon[var] = earlier
                 return earlier
             return value
-        self.table.setdefault(key, []).append((var, self.depth))
-        added.append(key)
+        self.table.setdefault(key, []).append((var, len(self.added)))
+        self.added[-1].append(key)
         return value
-
-    def _operand(self, expr: Expr) -> Computation[Expr]:
-        if is_atom(expr):
-            return self._atom(expr)
-        if id(expr) not in self.shared:  # visited once: no memo needed
-            flat = self._flat(expr)
-            if flat is not None:
-                return flat
-        return (yield self.visit(expr))
-
-    def _flat(self, node: Node) -> Node | None:
-        """What ``_generic`` makes of ``node`` when all its operands are
-        atoms (most values in A-normal form), without a generator; None
-        when one is not."""
-        changes = {}
-        for name, many in operand_fields(node):
-            value = getattr(node, name)
-            if many:
-                items = []
-                for item in value:
-                    if isinstance(item, Expr | Clause):
-                        if not is_atom(item):
-                            return None
-                        item = self._atom(item)
-                    items.append(item)
-                if any(a is not b for a, b in zip(items, value, strict=True)):
-                    changes[name] = tuple(items)
-            elif isinstance(value, Expr | Clause):
-                if not is_atom(value):
-                    return None
-                new = self._atom(value)
-                if new is not value:
-                    changes[name] = new
-        return dataclasses.replace(node, **changes) if changes else node
-
-    def _generic(self, node: Node) -> Computation[Node]:
-        changes = {}
-        for name, kind in type(node).FIELDS:
-            value = getattr(node, name)
-            if kind == "node" and isinstance(value, Expr | Clause):
-                new = yield from self._child(value)
-                if new is not value:
-                    changes[name] = new
-            elif kind == "nodes":
-                items = []
-                for item in value:
-                    items.append(
-                        (yield from self._child(item)) if isinstance(item, Expr | Clause) else item
-                    )
-                if any(a is not b for a, b in zip(items, value, strict=True)):
-                    changes[name] = tuple(items)
-        return dataclasses.replace(node, **changes) if changes else node
-
-    def _child(self, node: Expr | Clause) -> Computation[Node]:
-        if isinstance(node, Clause):
-            return (yield self._clause(node))
-        return (yield from self._operand(node))
-
-    def _clause(self, clause: Clause) -> Computation[Clause]:
-        body = yield from self._operand(clause.body)
-        return clause if body is clause.body else dataclasses.replace(clause, body=body)
-
-    def _atom(self, expr: Expr) -> Expr:
-        if isinstance(expr, Var):
-            return self.subst.get(expr, expr)
-        return expr
 
     # ----------------------------------------------------------- the keys
     def _key(self, original: Expr, value: Expr) -> Hashable | None:

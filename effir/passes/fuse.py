@@ -142,10 +142,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from ..ir.expr import Call, Clause, Constant, Expr, Function, Let, Op, Var, is_atom
+from ..ir.analysis import operands, scan
+from ..ir.expr import Call, Constant, Expr, Function, Let, Op, Var
 from ..ir.functor import Mutator, before
 from ..ir.module import IRModule
-from ..ir.node import Attrs, Node
+from ..ir.node import Attrs
 from ..ir.op import OpDef, op_def
 from ..ir.types import ANY, TensorType, Type
 from .infer_type import check
@@ -221,29 +222,16 @@ class _Facts:
 
     @staticmethod
     def of(root: Function) -> _Facts:
+        order, shared = scan(root)  # each compound node once: a shared node's uses count once
         uses: dict[Var, int] = {}
-        reached: set[int] = set()
-        shared: set[int] = set()
         untyped = False
-        stack: list[Node] = [root]
-        while stack:
-            node = stack.pop()
+        for node in order:
             if isinstance(node, Call) and isinstance(node.callee, Op) and not node.has_type:
                 untyped = True
-            for name, kind in type(node).FIELDS:
-                if kind not in ("node", "nodes"):
-                    continue
-                value = getattr(node, name)
-                for child in value if kind == "nodes" else (value,):
-                    if isinstance(child, Var):
-                        uses[child] = uses.get(child, 0) + 1
-                        untyped = untyped or not child.has_type
-                    elif isinstance(child, Expr | Clause) and not is_atom(child):
-                        if id(child) in reached:
-                            shared.add(id(child))
-                        else:
-                            reached.add(id(child))
-                            stack.append(child)
+            for child in operands(node):
+                if type(child) is Var:
+                    uses[child] = uses.get(child, 0) + 1
+                    untyped = untyped or not child.has_type
         return _Facts(uses, shared, untyped)
 
 

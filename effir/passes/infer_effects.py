@@ -58,8 +58,9 @@ from ..ir.expr import (
     TupleGetItem,
     Var,
 )
+from ..ir.functor import pre_order
 from ..ir.module import IRModule
-from ..ir.node import Node
+from ..ir.node import Node, child_nodes
 from ..ir.op import op_def
 from ..ir.types import FuncType, KeyType, RefType, TensorType, TupleType, Type
 from ..ir.well_formed import check_well_formed
@@ -159,13 +160,10 @@ class _EffectInference:
         ]
         nodes: list[Node] = []
         defs = set(module.functions.values())
-        seen: set[int] = set()
-        stack: list[Node] = [fn for _, fn in roots] + [c.init for c in module.cells.values()]
-        while stack:
-            node = stack.pop()
-            if id(node) in seen:
-                continue
-            seen.add(id(node))
+        starts: list[Node] = [fn for _, fn in roots] + [c.init for c in module.cells.values()]
+        # Last root and last child first, as this walk always went: the order
+        # changes how many sweeps the fixpoint below takes, not its result.
+        for node in pre_order(*reversed(starts), children=_last_first):
             nodes.append(node)
             if isinstance(node, Function) and node not in defs:
                 self.functions.append((("fn", node), node))
@@ -175,7 +173,6 @@ class _EffectInference:
                 self.binders.append(node.var)
             elif isinstance(node, PatternVar):
                 self.binders.append(node.var)
-            stack.extend(node.children())
         # Children before parents: most flows then settle in one sweep.
         nodes.reverse()
         changed = True
@@ -453,3 +450,9 @@ def _holdable(sources: set[Source], holds: tuple[bool, bool]) -> set[Source]:
 def _source_order(src: Source) -> tuple:
     fn = src[1]
     return (0, fn) if isinstance(fn, str) else (1, fn.span.start if fn.span else 0)
+
+
+def _last_first(node: Node) -> list[Node]:
+    found = child_nodes(node)
+    found.reverse()
+    return found

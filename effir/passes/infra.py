@@ -40,97 +40,51 @@ pass's output (A2? linear?) serve again for the next pass's input.
 requirements and guarantees derived from its members;
 ``effir.passes.pipeline`` turns a text such as ``explicate,state-passing,dce``
 into one.
+
+The invariants' checkers are in ``invariants.py``, the registry in
+``registry.py``, the instruments in ``instruments.py``; every name is
+importable from here as well.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import inspect
-import pkgutil
-import sys
 import threading
 import time
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, TextIO, TypeVar
+from typing import Any, TypeVar
 
 from ..ir.collector import COLLECTOR_THRESHOLD, collector_paced  # noqa: F401
-from ..ir.diagnostics import Error, LinearityError, TypeCheckError, WellFormedError
-from ..ir.expr import Call, Expr, Function, GlobalVar, Let, Op, RefRead, RefWrite, is_atom
+from ..ir.diagnostics import LinearityError, PassError, TypeCheckError, WellFormedError
+from ..ir.expr import Function
 from ..ir.module import IRModule
-from ..ir.op import op_def
-from ..ir.printer import astext
 from ..ir.structural import structural_equal
-from ..ir.visitor import pre_order
+from .instruments import Instrument, PrintIR, Timing  # noqa: F401  (re-exported)
+from .invariants import (  # noqa: F401  (re-exported)
+    INVARIANT_TEXT,
+    INVARIANTS,
+    a2_problem,
+    anf_problem,
+    bbnf_problem,
+    gnf_problem,
+    is_a2,
+)
+from .registry import (  # noqa: F401  (re-exported)
+    BUILTIN_PASS_MODULES,
+    BUILTIN_PASS_PACKAGES,
+    RegistrationError,
+    get_pass,
+    lookup_pass,
+    register_pass,
+    registered_passes,
+    unregister_pass,
+)
 
 Transform = Callable[[IRModule], IRModule]
 T = TypeVar("T")
-
-
-class PassError(Error):
-    """A pipeline problem: an unknown pass, an unmet requirement, or a pass
-    whose output broke an invariant (a bug of that pass)."""
-
-    kind = "pass error"
-
-
-# ---------------------------------------------------------------- invariants
-def anf_problem(module: IRModule) -> str | None:
-    """Where ``module`` is not in A-normal form, or None."""
-    for name, fn in module.functions.items():
-        for node in pre_order(fn):
-            if isinstance(node, Let) and isinstance(node.value, Let):
-                return f"@{name} has a let whose value is a let"
-            if isinstance(node, Call):
-                for arg in node.args:
-                    if not _is_atom_like(arg):
-                        return f"@{name} has a call with a compound argument"
-    return None
-
-
-def a2_problem(module: IRModule) -> str | None:
-    """Where ``module`` still reads or writes global state, or None."""
-    cells = set(module.cells)
-    for name, fn in module.functions.items():
-        for node in pre_order(fn):
-            if isinstance(node, RefRead | RefWrite) and isinstance(node.ref, GlobalVar):
-                if node.ref.name in cells:
-                    return f"@{name} reads or writes the global cell @{node.ref.name}"
-            if isinstance(node, Call) and isinstance(node.callee, Op):
-                definition = op_def(node.callee)
-                if definition.effect in ("random", "state"):
-                    return f"@{name} calls the effectful operator {definition.name}"
-    return None
-
-
-def bbnf_problem(module: IRModule) -> str | None:
-    """Where ``module`` is not in basic-block normal form, or None."""
-    from .to_bbnf import bbnf_problem as problem  # to_bbnf registers a pass: imported late
-
-    return problem(module)
-
-
-def gnf_problem(module: IRModule) -> str | None:
-    """Where ``module`` is not in graph normal form, or None."""
-    from .to_gnf import gnf_problem as problem
-
-    return problem(module)
-
-
-def _is_atom_like(expr: Expr) -> bool:
-    """An atom, or a function literal (state passing gives loops literal bodies)."""
-    return is_atom(expr) or isinstance(expr, Function)
-
-
-INVARIANTS: dict[str, Callable[[IRModule], str | None]] = {
-    "anf": anf_problem,
-    "a2": a2_problem,
-    "bbnf": bbnf_problem,
-    "gnf": gnf_problem,
-}
-"""Each invariant's checker: a description of where it fails, or None."""
 
 
 # ------------------------------------------------------------------- options
@@ -561,164 +515,6 @@ def _first_line(doc: str | None) -> str:
     return text.strip()
 
 
-# ----------------------------------------------------------------- registry
-class RegistrationError(PassError, ValueError):
-    """Two different definitions of one pass name, or an unknown invariant."""
-
-
-_REGISTRY: dict[str, Pass] = {}
-_registry_lock = threading.RLock()
-_loaded = False
-_loading = False
-
-BUILTIN_PASS_PACKAGES = ("effir.passes",)
-"""Packages whose modules define the built-in passes (each registers its
-own where it is defined)."""
-
-BUILTIN_PASS_MODULES = ("effir.backends.tvm.lower",)
-"""Modules outside those packages that define a pass: the TVM lowering
-(which imports TVM only when it runs)."""
-
-
-def register_pass(p: Pass) -> Pass:
-    """Register a pass under its name. Registering the name again from the
-    same definition (a module and a qualified name: a re-run notebook
-    cell, a reloaded module) replaces it; from a different one is an error
-    that names both."""
-    for invariant in p.requires | p.establishes | p.preserves:
-        if invariant not in INVARIANTS:
-            raise RegistrationError(
-                f"pass {p.name}: unknown invariant {invariant!r} (known: "
-                + ", ".join(sorted(INVARIANTS))
-                + ")"
-            )
-    with _registry_lock:
-        known = _REGISTRY.get(p.name)
-        if known is not None and known.defined_at != p.defined_at:
-            raise RegistrationError(
-                f"pass {p.name} is already registered, by {known.defined_at}; "
-                f"{p.defined_at} defines another pass of that name"
-            )
-        _REGISTRY[p.name] = p
-    return p
-
-
-def unregister_pass(name: str) -> None:
-    """Remove a registered pass (a test's, a notebook's)."""
-    with _registry_lock:
-        _REGISTRY.pop(name, None)
-
-
-def _load_builtins() -> None:
-    """Import the modules that define the built-in passes, once (a look-up
-    made while they are imported sees what is registered so far)."""
-    global _loaded, _loading
-    if _loaded:
-        return
-    with _registry_lock:  # another thread waits here until the modules are in
-        if _loaded or _loading:  # _loading: this thread, importing them
-            return
-        _loading = True
-        try:
-            names = list(BUILTIN_PASS_MODULES)
-            for package in BUILTIN_PASS_PACKAGES:
-                paths = importlib.import_module(package).__path__
-                names += [f"{package}.{m.name}" for m in pkgutil.iter_modules(paths)]
-            for name in sorted(names):
-                importlib.import_module(name)
-            _loaded = True
-        finally:
-            _loading = False
-
-
-def registered_passes() -> dict[str, Pass]:
-    """Every registered pass by name, the built-in ones included."""
-    _load_builtins()
-    with _registry_lock:
-        return dict(sorted(_REGISTRY.items()))
-
-
-def lookup_pass(name: str) -> Pass:
-    """The pass registered as ``name``; PassError lists the known ones."""
-    _load_builtins()
-    with _registry_lock:
-        found = _REGISTRY.get(name)
-    if found is None:
-        known = ", ".join(sorted(_REGISTRY))
-        raise PassError(f"unknown pass {name!r} (known passes: {known})")
-    return found
-
-
-get_pass = lookup_pass
-
-
-# --------------------------------------------------------------- instruments
-class Instrument:
-    """Hooks around each pass of a context; subclass it for your own.
-
-    ``needs_changed``: whether ``after`` needs ``changed`` exactly, which
-    costs a structural comparison of the whole program, about as much as a
-    pass. When no instrument needs it, ``changed`` only says whether the pass
-    returned a new module."""
-
-    needs_changed: bool = True
-
-    def before(self, p: Pass, module: IRModule) -> None:
-        pass
-
-    def after(self, p: Pass, module: IRModule, changed: bool, seconds: float) -> None:
-        pass
-
-
-@dataclass
-class Timing(Instrument):
-    """Seconds spent in each pass, in order (a pass run twice appears twice)."""
-
-    records: list[tuple[str, float]] = field(default_factory=list)
-    needs_changed = False
-
-    def after(self, p: Pass, module: IRModule, changed: bool, seconds: float) -> None:
-        self.records.append((p.name, seconds))
-
-    def table(self) -> str:
-        width = max([len("total")] + [len(n) for n, _ in self.records])
-        lines = [f"{'pass':<{width}}  seconds"]
-        lines += [f"{n:<{width}}  {s:.4f}" for n, s in self.records]
-        lines.append(f"{'total':<{width}}  {sum(s for _, s in self.records):.4f}")
-        return "\n".join(lines)
-
-
-@dataclass
-class PrintIR(Instrument):
-    """Prints the program ``before`` each pass, ``after`` each pass, or only
-    after the passes that changed it (``after-change``)."""
-
-    when: str = "after"
-    stream: TextIO | None = None
-
-    def __post_init__(self) -> None:
-        if self.when not in ("before", "after", "after-change"):
-            raise ValueError(
-                f"PrintIR: when must be before, after or after-change, not {self.when}"
-            )
-
-    @property
-    def needs_changed(self) -> bool:  # type: ignore[override]
-        return self.when == "after-change"
-
-    def _print(self, header: str, module: IRModule) -> None:
-        out = self.stream or sys.stderr
-        out.write(f"// ----- {header} -----\n{astext(module)}")
-
-    def before(self, p: Pass, module: IRModule) -> None:
-        if self.when == "before":
-            self._print(f"before {p.spelled()}", module)
-
-    def after(self, p: Pass, module: IRModule, changed: bool, seconds: float) -> None:
-        if self.when == "after" or (self.when == "after-change" and changed):
-            self._print(f"after {p.spelled()}", module)
-
-
 # ------------------------------------------------------------------- context
 OPT_LEVELS = (0, 1, 2)
 """``opt_level`` selects a standard pipeline (effir.passes.pipeline):
@@ -793,7 +589,7 @@ class PassContext:
                 ]
                 hint = f"; run {' or '.join(sorted(makers))} first" if makers else ""
                 raise PassError(
-                    f"pass {_requirer(p, invariant)} requires {_INVARIANT_TEXT[invariant]}: "
+                    f"pass {_requirer(p, invariant)} requires {INVARIANT_TEXT[invariant]}: "
                     f"{problem}{hint}"
                 )
         if isinstance(p, Sequential):
@@ -874,7 +670,7 @@ class PassContext:
         )
 
     def _is_a2(self, module: IRModule) -> bool:
-        return self._remembered("a2", module, _is_a2)
+        return self._remembered("a2", module, is_a2)
 
     def _remembered(self, question: str, module: IRModule, answer: Callable[[IRModule], T]) -> T:
         """``answer(module)``, computed once for the last module asked about."""
@@ -884,20 +680,6 @@ class PassContext:
         value = answer(module)
         self._last[question] = (module, value)
         return value
-
-
-_INVARIANT_TEXT = {
-    "anf": "A-normal form",
-    "a2": "a state-passing program (A2)",
-    "bbnf": "basic-block normal form",
-    "gnf": "graph normal form",
-}
-
-
-def _is_a2(module: IRModule) -> bool:
-    """A state-passing program: some function passes state, none touches a cell."""
-    passes_state = any(fn.attrs.get("state_in") for fn in module.functions.values())
-    return passes_state and a2_problem(module) is None
 
 
 def _kind(value: object) -> str:

@@ -42,6 +42,7 @@ from tvm import tirx
 
 from ...ir.expr import Call, Constant, Expr, Function, Let, Op, Tuple, TupleGetItem, Var
 from ...ir.op import op_def
+from ...ir.type_tree import leaves
 from ...ir.types import ANY, TensorType, TupleType, Type
 from ...ir.visitor import post_order
 from ...ops.indexing import _slices
@@ -192,15 +193,8 @@ def _names(t: Type) -> list[str]:
 
 
 def _leaves(t: Type) -> list[TensorType]:
-    out: list[TensorType] = []
-    stack = [t]
-    while stack:
-        top = stack.pop()
-        if isinstance(top, TupleType):
-            stack.extend(top.fields)
-        elif isinstance(top, TensorType):
-            out.append(top)
-    return out
+    """The tensor leaves of ``t``, in field order."""
+    return [leaf for leaf in leaves(t) if isinstance(leaf, TensorType)]
 
 
 def _shown(args: tuple[Type, ...]) -> str:

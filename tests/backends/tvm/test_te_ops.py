@@ -28,6 +28,7 @@ from effir.ir.expr import Function, Var
 from effir.ir.op import all_ops, call_op, op_def
 from effir.ir.types import TensorType, TupleType, Type
 from effir.passes.infer_type import infer_expr
+from tests.isolated import run_isolated
 
 # ------------------------------------------------------------------ helpers
 TOLERANCE = {"float16": (2e-3, 1e-4), "float32": (1e-5, 1e-6), "float64": (1e-10, 1e-12)}
@@ -538,6 +539,49 @@ def test_batch_norm_train_of_one_value_per_channel_is_a_build_error() -> None:
     fn, _ = one_op("nn.batch_norm_train", args)
     with pytest.raises(BackendError, match="more than 1 value per channel"):
         build_kernel(fn, "llvm")
+
+
+BATCH_NORM_SIGNATURE = (
+    "%g: Tensor[(3), float32], %b: Tensor[(3), float32], "
+    "%rm: Tensor[(3), float32], %rv: Tensor[(3), float32]"
+)
+
+
+def test_batch_norm_train_after_a_mask_equals_the_static_kernel_bit_for_bit() -> None:
+    """One rule builds both kernels: with the count of values per channel
+    known at build time, and after a mask (known at run time only). Both
+    give the same bits (the statistics are sum / count either way), and an
+    empty batch after a mask keeps the running statistics, as the
+    interpreter does."""
+    header = '#[version = "0.0.5"]\n'
+    static = (
+        f"{header}def @main(%x: Tensor[(6, 3), float32], {BATCH_NORM_SIGNATURE}) {{\n"
+        "  nn.batch_norm_train(%x, %g, %b, %rm, %rv, momentum=0.3f)\n}\n"
+    )
+    masked = (
+        f"{header}def @main(%x: Tensor[(6, 3), float32], %k: Tensor[(6), bool], "
+        f"{BATCH_NORM_SIGNATURE}) {{\n"
+        "  nn.batch_norm_train(boolean_mask(%x, %k), %g, %b, %rm, %rv, momentum=0.3f)\n}\n"
+    )
+    code = f"""
+import numpy as np, effir
+r = np.random.default_rng(7)
+x = r.normal(size=(6, 3)).astype("float32")
+g, b, rm = (r.normal(size=3).astype("float32") for _ in range(3))
+rv = r.uniform(0.5, 2, 3).astype("float32")
+static = effir.check(effir.parse({static!r}))
+masked = effir.check(effir.parse({masked!r}))
+bits = lambda out: [np.asarray(a).view("uint32") for a in out]
+full = np.ones(6, bool)
+got, want = bits(effir.compile(masked)(x, full, g, b, rm, rv)), bits(effir.compile(static)(x, g, b, rm, rv))
+assert all(np.array_equal(p, q) for p, q in zip(got, want, strict=True)), (got, want)
+none = np.zeros(6, bool)
+got = bits(effir.compile(masked)(x, none, g, b, rm, rv))
+want = bits(effir.interpret(masked, x, none, g, b, rm, rv))
+assert all(np.array_equal(p, q) for p, q in zip(got, want, strict=True)), (got, want)
+print("ok")
+"""
+    run_isolated(code).check()
 
 
 def test_scalar_and_broadcast_shapes() -> None:

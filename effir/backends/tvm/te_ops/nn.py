@@ -234,27 +234,39 @@ def _batch_norm_infer(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Te
 def _batch_norm_train(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> tuple:
     """PyTorch's convention, as the numpy rule: batch statistics over every
     axis but ``axis``; y with the biased variance; the running variance
-    updated with the unbiased one."""
+    updated with the unbiased one. ``n``, the number of values per channel,
+    known at build time decides the numpy rule's cases here; after a mask it
+    is known at run time only and they are decided there: n == 1 fails
+    [RULE CHECK], n == 0 leaves the running statistics unchanged (y is then
+    empty)."""
     x, gamma, beta, running_mean, running_var = args
     dtype = _dtype(x)
     cd = compute_dtype(dtype)
     shape = _shape(x)
     axis = attrs["axis"] % len(shape)
     channels = shape[axis]
-    others = [d for d in range(len(shape)) if d != axis]
-    n = math.prod([shape[d] for d in others])
+    n = math.prod([shape[d] for d in range(len(shape)) if d != axis])
     if not isinstance(n, int):
-        return _batch_norm_train_symbolic(args, attrs, n)
+        wide = tirx.Cast("float64", n)
+        unbias = (wide / tirx.max(wide - _const(1.0, "float64"), _const(1.0, "float64"))).astype(cd)
+        # the interpreter's message shows the input's shape, its run-time sizes too
+        dims = ", ".join(str(d) if isinstance(d, int) else "{}" for d in shape)
+        message = "expected more than 1 value per channel when training, got input of shape " + (
+            f"({dims}{',' if len(shape) == 1 else ''})"
+        )
+        shown = tuple(tirx.Cast("int64", d) for d in shape if not isinstance(d, int))
+        require((), lambda: n == 1, message, lambda: shown)
+        return _batch_norm_statistics(args, attrs, unbias, n == 0)
     if n == 1:
         raise BackendError(
             "nn.batch_norm_train: expected more than 1 value per channel when training, "
             f"got input of shape {shape}"
         )
-
-    def vector(v: Tensor, name: str) -> Tensor:
-        return te.compute((channels,), lambda c: cast_value(v(c), dtype), name=name)
-
     if n == 0:  # an empty batch leaves the running statistics unchanged
+
+        def vector(v: Tensor, name: str) -> Tensor:
+            return te.compute((channels,), lambda c: cast_value(v(c), dtype), name=name)
+
         y = te.compute(
             shape,
             lambda *i: cast_value(
@@ -268,55 +280,16 @@ def _batch_norm_train(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> tu
             vector(running_mean, "batch_norm_mean"),
             vector(running_var, "batch_norm_var"),
         )
-    xc = _as_compute(x, cd, "batch_norm_widen")
-    mean = _mean_kept(xc, others, lambda v: v, "batch_norm_mean")
-    centred = te.compute(
-        shape, lambda *i: xc(*i) - _at_kept(mean, i, others), name="batch_norm_centre"
-    )
-    var = _mean_kept(centred, others, lambda v: _let(v, lambda c: c * c), "batch_norm_var")
-    eps = _scalar(attrs["epsilon"], cd)
-    y = te.compute(
-        shape,
-        lambda *i: cast_value(
-            centred(*i) / te.sqrt(_at_kept(var, i, others) + eps) * _channel(gamma, cd, i, axis)
-            + _channel(beta, cd, i, axis),
-            dtype,
-        ),
-        name="batch_norm_train",
-    )
-    np_cd = np.dtype(cd).type
-    momentum = np_cd(attrs["momentum"])
-    keep = _const(float(np_cd(1) - momentum), cd)
-    moment = _const(float(momentum), cd)
-    unbias = _scalar(n / (n - 1), cd)
-
-    def stat_index(c: PrimExpr) -> list[PrimExpr]:
-        return [c if d == axis else 0 for d in range(len(shape))]
-
-    new_mean = te.compute(
-        (channels,),
-        lambda c: cast_value(
-            keep * cast_value(running_mean(c), cd) + moment * mean(*stat_index(c)),
-            dtype,
-        ),
-        name="batch_norm_new_mean",
-    )
-    new_var = te.compute(
-        (channels,),
-        lambda c: cast_value(
-            keep * cast_value(running_var(c), cd) + moment * (var(*stat_index(c)) * unbias),
-            dtype,
-        ),
-        name="batch_norm_new_var",
-    )
-    return y, new_mean, new_var
+    return _batch_norm_statistics(args, attrs, _scalar(n / (n - 1), cd), None)
 
 
-def _batch_norm_train_symbolic(args: tuple[Any, ...], attrs: Attrs, n: PrimExpr) -> tuple:
-    """``nn.batch_norm_train`` where the number of values per channel, ``n``,
-    is known at run time (after a mask): as above, with the numpy rule's
-    cases decided at run time: n == 1 fails [RULE CHECK], n == 0 leaves
-    the running statistics unchanged (y is then empty)."""
+def _batch_norm_statistics(
+    args: tuple[Any, ...], attrs: Attrs, unbias: PrimExpr, empty: PrimExpr | None
+) -> tuple:
+    """``nn.batch_norm_train``'s y and updated running statistics, the
+    batch statistics as ``sum / count`` over every axis but ``axis`` (the
+    numpy rules' ``mean_over``; a count known only at run time included);
+    where ``empty`` holds at run time, the running statistics stay."""
     x, gamma, beta, running_mean, running_var = args
     dtype = _dtype(x)
     cd = compute_dtype(dtype)
@@ -349,22 +322,15 @@ def _batch_norm_train_symbolic(args: tuple[Any, ...], attrs: Attrs, n: PrimExpr)
     momentum = np_cd(attrs["momentum"])
     keep = _const(float(np_cd(1) - momentum), cd)
     moment = _const(float(momentum), cd)
-    wide = tirx.Cast("float64", n)
-    unbias = (wide / tirx.max(wide - _const(1.0, "float64"), _const(1.0, "float64"))).astype(cd)
-    # the interpreter's message shows the input's shape, its run-time sizes too
-    dims = ", ".join(str(d) if isinstance(d, int) else "{}" for d in shape)
-    message = "expected more than 1 value per channel when training, got input of shape " + (
-        f"({dims}{',' if len(shape) == 1 else ''})"
-    )
-    shown = tuple(tirx.Cast("int64", d) for d in shape if not isinstance(d, int))
-    require((), lambda: n == 1, message, lambda: shown)
 
     def stat_index(c: PrimExpr) -> list[PrimExpr]:
         return [c if d == axis else 0 for d in range(len(shape))]
 
     def updated(running: Tensor, batch: PrimExpr) -> PrimExpr:
         value = keep * cast_value(running, cd) + moment * batch
-        return cast_value(_select(n == 0, cast_value(running, cd), value), dtype)
+        if empty is not None:
+            value = _select(empty, cast_value(running, cd), value)
+        return cast_value(value, dtype)
 
     new_mean = te.compute(
         (channels,),
