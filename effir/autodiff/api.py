@@ -12,14 +12,18 @@ optimised, interpreted and compiled like any other.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from ..ir.builder import fresh_name
+from ..ir.expr import Function
 from ..ir.module import IRModule
+from ..ir.node import Attrs
 from ..ir.vjp import DifferentiationError
 from ..passes.anf_sharing import fresh_binders
 from ..passes.infer_type import check
 from ..passes.infra import a2_problem, anf_problem, module_pass
+from ..passes.verify_linear.verifier import REPLAYS_KEYS
 from .differentiator import CHECKPOINTS, Differentiator
 from .entry import build_grad
 
@@ -63,13 +67,22 @@ def grad_module(
     taken.add(target)
     ad = Differentiator(work, checkpoint, taken)
     grad_fn = build_grad(ad, work.functions[entry], wrt, output, with_value)
-    out = module.with_function(target, grad_fn)
+    out = module.with_function(target, replays_keys(grad_fn))
     for vjp_name, fn in ad.finish().items():
-        out = out.with_function(vjp_name, fn)
+        out = out.with_function(vjp_name, replays_keys(fn))
     if ad.tape is not None:
         out = out.with_type_def(ad.tape)
     check(out)
     return out
+
+
+def replays_keys(fn: Function) -> Function:
+    """``fn`` marked as reading keys again on purpose: its backward applies a
+    random operator's rule with the forward's key (dropout's mask drawn
+    again), so the linearity verifier does not count that as key reuse
+    (``verify_linear.REPLAYS_KEYS``; the entry's own function stays checked)."""
+    attrs = Attrs(tuple(fn.attrs.items()) + ((REPLAYS_KEYS, True),))
+    return dataclasses.replace(fn, attrs=attrs)
 
 
 def grad(

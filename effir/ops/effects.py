@@ -68,6 +68,15 @@ op_def("debug.print").rules["world_form"] = "io.print"
 op_def("io.print").rules["state_outputs"] = (0,)
 
 
+def needs_world(definition) -> bool:
+    """Whether an output operator still needs state passing to thread the
+    world token to it: ``debug.print`` does; ``io.print``, its world form,
+    already takes the token as an argument and returns the new one (its
+    ``state_outputs``), so on an A2 program state passing leaves it alone
+    and running the pass again is the identity."""
+    return definition.effect == "io" and "state_outputs" not in definition.rules
+
+
 # ---------------------------------------------------------------- type rules
 def _cell_content(t: Type, what: str) -> Type:
     if isinstance(t, IncompleteType):

@@ -10,6 +10,7 @@ import numpy as np
 
 import effir
 from effir.backends.interpreter import interpret_a2
+from effir.passes.verify_linear import linearity_errors
 
 A1 = """#[version = "0.0.5"]
 global @rng: Ref[Key] = ref(random.key(3));
@@ -135,3 +136,51 @@ def test_the_gru_language_model_example():
     shapes = [p.checked_type.shape for p in g["main"].params if p.name_hint in GRU_WRT]
     assert [x.shape for x in grads] == [tuple(s) for s in shapes]
     assert all(np.isfinite(x).all() and np.abs(x).max() > 0 for x in grads)
+    assert linearity_errors(g) == []  # dropout's keys replayed by the backward
+
+
+# ------------------------------------------------ linearity of the gradient
+ISSUE_17 = """#[version = "0.0.5"]
+global @rng: Ref[Key] = ref(random.key(0));
+def @main(%x: Tensor[(4), float32], %w: Tensor[(4), float32]) -> float32 {
+  let %y = nn.dropout(%x * %w, @rng, rate=0.5);
+  debug.print(%y, label="y");
+  sum(%y)
+}
+"""
+
+
+def test_the_grad_pass_passes_the_linearity_verifier():
+    """The backward reads dropout's key again (the forward's mask, on
+    purpose): the gradient function is marked ``replays_keys`` and the
+    verifier accepts it, where it reported "key %sub_key is used twice"."""
+    m = effir.check(effir.parse(ISSUE_17))
+    with effir.PassContext(verify=True):
+        g = effir.pipeline("to-anf,explicate,state-passing,grad{entry=main,wrt=w}")(m)
+    assert g["main_grad"].attrs["replays_keys"] is True
+    assert "replays_keys" not in g["main"].attrs
+    assert linearity_errors(effir.value_and_grad(effir.parse(A1), wrt=WRT)) == []
+
+
+def test_keys_on_a_loop_tape_pass_the_linearity_verifier():
+    from tests.autodiff.test_grad_loops import KEYED
+
+    m = effir.parse(KEYED)
+    for mode in ("none", "loop", "sqrt"):
+        g = effir.grad(m, wrt=["xs", "w"], checkpoint=mode)
+        assert linearity_errors(g) == [], mode
+
+
+def test_a_key_reused_by_the_user_is_still_reported():
+    """Only the functions grad generates replay keys: the same reuse in the
+    user's function is reported once, where the user wrote it."""
+    m = effir.parse("""#[version = "0.0.5"]
+def @main(%x: Tensor[(4), float64], %k: Key) {
+  let %a = random.dropout(%x, %k);
+  let %b = random.dropout(%a, %k, rate=0.25);
+  sum(%b)
+}""")
+    expected = [e.message for e in linearity_errors(m)]
+    assert len(expected) == 1 and "key %k" in expected[0] and "used twice" in expected[0]
+    g = effir.grad(m, wrt=["x"], specialise=False)
+    assert [e.message for e in linearity_errors(g)] == expected

@@ -264,3 +264,24 @@ def test_difference_is_bit_exact() -> None:
     assert difference((f,), (f, f), "t") is not None
     problem = difference((f, (f, PRNGKey([0, 1]))), (f, (f, PRNGKey([0, 2]))), "r")
     assert problem is not None and problem.startswith("r.1.1:")
+
+
+@settings(max_examples=60, derandomize=True, **COMMON)
+@given(a1_programs())
+def test_state_passing_is_the_identity_on_a2_programs(program: A1Program) -> None:
+    """An A2 program (``io.print`` threading the world token, keys and
+    statistics as values) has nothing left to thread: running the pass again
+    gives the same module (in A-normal form, which the pass establishes), as
+    ``effir.compile``'s default pipeline does on the A2 module ``effir.grad``
+    returns."""
+    from effir.ir.structural import structural_equal
+    from effir.passes.anf import to_anf
+    from effir.passes.state_passing import state_passing
+
+    a1 = parse_a1(program)
+    try:
+        a2 = explicate_then_state_passing(a1)
+    except effir.EffectError:
+        return  # a documented rejection (the property above checks it)
+    again = state_passing(a2)
+    assert structural_equal(again, to_anf(a2)), f"A2:\n{astext(a2)}\n\nagain:\n{astext(again)}"

@@ -584,3 +584,38 @@ def test_check_file_case(line, text):
         )
         unmatched.remove(hit)
     assert not unmatched, "unexpected errors:\n" + "\n".join(str(e) for e in unmatched)
+
+
+# ------------------------------------------- keys replayed by a gradient
+REPLAYING = """
+def @main_grad(%x: Tensor[(4), float32], %k: Key, %io: int64,
+               state_in=["io"], state_out=["io"], replays_keys=True) {
+  let %y = random.dropout(%x, %k);
+  let %back = fn (%ct: Tensor[(4), float32]) { random.dropout(%ct, %k) };
+  let %g = random.dropout(%back(%y), %k);
+  let %p = io.print(%io, %g);
+  (%g, %p.0)
+}
+"""
+
+
+def test_a_function_marked_replays_keys_may_read_a_key_again():
+    """A gradient function (``replays_keys``, set by ``grad``) reads the
+    forward's keys again on purpose, so that its backward draws the forward's
+    masks; closures inside it (pullbacks, loop bodies) inherit the mark."""
+    assert_linear(REPLAYING)
+    unmarked = messages(REPLAYING.replace(", replays_keys=True", ""))
+    assert unmarked and all("key %k" in m for m in unmarked)
+
+
+def test_replays_keys_does_not_relax_the_world_token_or_the_state():
+    twice = REPLAYING.replace("(%g, %p.0)", "let %q = io.print(%io, %g);\n  (%g, %q.0)")
+    assert any("world token %io" in m and "used twice" in m for m in messages(twice))
+    dropped = messages("""
+def @f(%x: Tensor[(2, 4), float32], %g: Tensor[(4), float32], %b: Tensor[(4), float32],
+       %m: Tensor[(4), float32], %v: Tensor[(4), float32], replays_keys=True) {
+  let %r = nn.batch_norm_train(%x, %g, %b, %m, %v);
+  %r.0
+}
+""")
+    assert dropped and "dropped" in dropped[0]

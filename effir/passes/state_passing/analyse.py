@@ -32,7 +32,7 @@ from ...ir.module import IRModule
 from ...ir.node import Node
 from ...ir.op import op_def
 from ...ir.types import FuncType, RefType, Type
-from ...ops.effects import WORLD, WORLD_TYPE
+from ...ops.effects import WORLD, WORLD_TYPE, needs_world
 from ..infer_effects import Source, solve_flows
 from .signature import Signature, where
 from .specialise import DownwardClosures
@@ -208,7 +208,7 @@ class Analysis:
                     callee = node.callee
                     if isinstance(callee, Op):
                         definition = op_def(callee)
-                        if definition.effect == "io":
+                        if needs_world(definition):
                             reads[unit].add(WORLD)
                             writes[unit].add(WORLD)
                         if "control_flow" in definition.traits:
@@ -488,7 +488,7 @@ class Analysis:
             if isinstance(node, RefWrite):
                 own.add(self.target[node])
             elif isinstance(node, Call):
-                if isinstance(node.callee, Op) and op_def(node.callee).effect == "io":
+                if isinstance(node.callee, Op) and needs_world(op_def(node.callee)):
                     own.add(WORLD)
                 site = sites.get(id(node))
                 if site is not None:

@@ -47,7 +47,7 @@ from ...ir.module import IRModule
 from ...ir.node import Attrs, Node
 from ...ir.op import op_def
 from ...ir.types import FuncType, TupleType, Type
-from ...ops.effects import WORLD
+from ...ops.effects import WORLD, needs_world
 from .analyse import Analysis
 from .loops import LoopTranslation
 from .signature import Signature, cell_hint, out_name, returns, state_attrs
@@ -377,7 +377,7 @@ class Translator(LoopTranslation, Evaluator):
                     if self.a.needed(var):
                         b.bind(var, _WORLD_FORM.item(b, out, "value"))
                 return
-            if definition.effect == "io":
+            if needs_world(definition):
                 raise EffectError(
                     f"{definition.name} is an output operator without a state-passing form "
                     "(a 'world_form' rule), so its order could not be kept",

@@ -40,7 +40,12 @@ Rules.
    once on every path. A key free in a ``fn`` is used where the closure is
    created; the closure is then a place used at most once (a call is a use),
    and passing it to a control-flow operator (trait ``control_flow``) reuses
-   the key in every iteration.
+   the key in every iteration. Not applied in a function with the attribute
+   ``replays_keys=True`` nor in the closures it creates: ``grad`` marks the
+   functions it generates so, because their backward reads the forward's
+   keys again on purpose (dropout's rule draws the forward's mask with the
+   same key; a recomputed loop step pops its keys from the tape). The
+   user's own functions stay checked, and so do rules 2-4 in marked ones.
 2. [RULE WORLD] The world token is used exactly once on every path: the
    ``io`` state parameter, the ``state_outputs`` of an ``io`` operator
    (``io.print``'s output 0), the ``io`` field of a state-passing call's

@@ -60,6 +60,10 @@ from .places import (
 )
 
 IO = WORLD  # the state name of the world token
+REPLAYS_KEYS = "replays_keys"
+"""The function attribute of a function that reads keys again on purpose
+(``grad``'s ``@main_grad`` and ``@g_vjp``: the backward replays the forward's
+draws): [RULE KEY] is not applied in it nor in the closures it creates."""
 
 
 def loop_threading(op) -> dict | None:
@@ -87,7 +91,8 @@ class Verifier(Evaluator):
         self.shared = shared_nodes(module)
         self.holds: dict[Type, bool] = {}
         self.adt_holds: dict[str, bool] = {}
-        self.queue: list[tuple[Function, dict[Var, Val], Place | None]] = []
+        self.queue: list[tuple[Function, dict[Var, Val], Place | None, bool]] = []
+        self.replaying = False  # in a function marked REPLAYS_KEYS (or a closure of one)
         self.env: dict[Var, Val] = {}
         self.state = PathState()
         self.fn_name = ""
@@ -95,9 +100,10 @@ class Verifier(Evaluator):
 
     def run(self) -> list[LinearityError]:
         for name, fn in self.module.functions.items():
+            self.replaying = fn.attrs.get(REPLAYS_KEYS) is True
             self.analyze(fn, f"@{name}", {})
         while self.queue:
-            fn, env, closure = self.queue.pop(0)
+            fn, env, closure, self.replaying = self.queue.pop(0)
             if closure is not None and closure.name is not None:
                 name = f"%{closure.name}"
             else:
@@ -266,7 +272,7 @@ class Verifier(Evaluator):
             return True
         if self.is_world(place, path):
             return True
-        return self.holds_key(type_at(place.type, path))
+        return not self.replaying and self.holds_key(type_at(place.type, path))
 
     def keep(self, place: Place) -> Val:
         """The place as a value, or None when no rule cares about it."""
@@ -675,10 +681,10 @@ class Verifier(Evaluator):
                 self.transfer(val, copy, ())
                 copy.obs = {}  # met by the capture: the body need not use it again
                 inner[var] = self.keep(copy)
-        self.queue.append((fn, inner, place))
+        self.queue.append((fn, inner, place, self.replaying))
         return self.keep(place)
 
     def linear_somewhere(self, place: Place, path: Path) -> bool:
         if place.captures or self.is_world(place, path):
             return True
-        return self.holds_key(type_at(place.type, path))
+        return not self.replaying and self.holds_key(type_at(place.type, path))
