@@ -50,7 +50,7 @@ def test_invariant_checkers():
 def test_an_unmet_requirement_names_the_pass_that_establishes_it():
     with pytest.raises(PassError, match="pass split-keys requires a state-passing program"):
         run_pipeline(a1(), "split-keys")
-    with pytest.raises(PassError, match="run state-passing first"):
+    with pytest.raises(PassError, match="run grad or state-passing first"):
         run_pipeline(a1(), "explicate,split-keys")
     run_pipeline(a1(), "state-passing,split-keys")
 
