@@ -1,0 +1,151 @@
+"""Summing a reverse loop's contributions to loop-invariant values after it.
+
+A loop body closes over values that do not change from step to step (a
+GRU's weights). The backward of step t adds to their cotangents terms that
+VJP rules compute from the step's cotangent and a residual of the step:
+``nn.dense``'s weight cotangent ``ct_t^T x_t``, a broadcast bias's
+``sum(ct_t, axis=0)``. Accumulated in the reverse loop's carry, each step
+runs a small product and carries a weight-sized sum. Both are linear in
+per-step values, so the sum over the steps is one operation on the stacked
+values: ``sum_t ct_t^T x_t = CT^T X`` with CT, X the (T*B, .) stacks, and
+``sum_t sum_b ct_t = sum(CT, axis=0)``. The reverse loop outputs the
+per-step factors (as ``cf.foreach`` per-step outputs) and one large,
+well-shaped product or reduction after the loop computes the total, as a
+hand-written backward does.
+
+``plan`` splits each free variable's per-step cotangent (a chain of ``add``
+as ``accumulate`` builds it) into its terms and recognises the hoistable
+ones: ``nn.matmul(a, c, transpose_a=True)`` and a ``sum`` over leading axes,
+whose operands are computed inside the step. The other terms stay in the
+loop's accumulator. Only the summation order changes; every checkpoint
+mode stacks the same factors in the same step order (``sqrt`` joins its
+segments' stacks), so the three modes stay bit-identical.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..ir.builder import LetBuilder
+from ..ir.expr import Call, Expr, Op, Var
+from ..ir.types import TensorType
+
+
+@dataclass(frozen=True)
+class Term:
+    """A hoisted term: ``kind`` ("matmul" or "sum"), the indices of its
+    operands among the plan's stacks, and the original call's attributes."""
+
+    kind: str
+    operands: tuple[int, ...]
+    call: Call
+
+
+@dataclass
+class Plan:
+    """What one reverse loop hoists (see the module docstring)."""
+
+    stacks: list[Var] = field(default_factory=list)  # per-step values output by the loop
+    trailing: list[tuple[int, ...]] = field(default_factory=list)  # their non-step axes
+    terms: list[list[Term]] = field(default_factory=list)  # per free variable
+    in_loop: list[list[Expr]] = field(default_factory=list)  # per free variable
+
+    @property
+    def active(self) -> bool:
+        return bool(self.stacks)
+
+    def _stack(self, var: Var, trailing: tuple[int, ...]) -> int:
+        for i, (v, t) in enumerate(zip(self.stacks, self.trailing, strict=True)):
+            if v is var and t == trailing:
+                return i
+        self.stacks.append(var)
+        self.trailing.append(trailing)
+        return len(self.stacks) - 1
+
+    def flat(self, b: LetBuilder, stacked: Expr, index: int) -> Expr:
+        """A stacked factor (steps, possibly segmented, first) as (-1, *trailing)."""
+        shape = [-1, *self.trailing[index]]
+        return b.emit(b.call_op("reshape", stacked, newshape=shape), "stacked")
+
+    def total(self, b: LetBuilder, j: int, acc: Expr, flats: list[Expr]) -> Expr:
+        """The cotangent of free variable ``j``: the loop's accumulator
+        ``acc`` (when it received terms) plus the hoisted terms, each as one
+        operation on the flattened stacks ``flats``."""
+        result = acc if self.in_loop[j] or not self.terms[j] else None
+        for term in self.terms[j]:
+            args = [flats[i] for i in term.operands]
+            if term.kind == "matmul":
+                value = Call(term.call.callee, tuple(args), term.call.attrs, span=b.current_span)
+            else:
+                attrs = {k: v for k, v in term.call.attrs.items() if k != "axis"}
+                value = b.call_op("sum", args[0], axis=[0], **attrs)
+            part = b.emit(value, "ct_hoisted")
+            result = part if result is None else b.emit(b.call_op("add", result, part), "ct")
+        assert result is not None
+        return result
+
+
+def _is_op(value: Expr, name: str) -> bool:
+    return isinstance(value, Call) and isinstance(value.callee, Op) and value.callee.name == name
+
+
+def plan(nb: LetBuilder, free: list[Var], cts: list[Expr]) -> Plan:
+    """Split the per-step cotangents ``cts`` of the free variables ``free``
+    (expressions bound in the step's builder ``nb``) into in-loop and
+    hoisted terms."""
+    bound = {v: value for v, value in nb.bindings}
+    out = Plan()
+    for f, g in zip(free, cts, strict=True):
+        terms: list[Term] = []
+        in_loop: list[Expr] = []
+        t = f.checked_type if f.has_type else None
+        if not (isinstance(t, TensorType) and t.is_static):
+            out.terms.append(terms)
+            out.in_loop.append([g])
+            continue
+        pending = [g]  # an explicit stack: add chains may be long
+        while pending:
+            e = pending.pop()
+            value = bound.get(e) if isinstance(e, Var) else None
+            if value is not None and _is_op(value, "add") and all(a in bound for a in value.args):
+                # cotangents of f add up: both operands have f's type
+                pending.extend(reversed(value.args))
+                continue
+            term = _term(out, bound, value, t) if value is not None else None
+            if term is None:
+                in_loop.append(e)
+            else:
+                terms.append(term)
+        out.terms.append(terms)
+        out.in_loop.append(in_loop)
+    if not any(out.terms):
+        out.stacks.clear()
+    return out
+
+
+def _term(out: Plan, bound: dict, value: Expr, t: TensorType) -> Term | None:
+    """``value`` (one term of a cotangent of type ``t``) as a hoisted term,
+    or None. Operands must be computed in the step (bound in it)."""
+    if not isinstance(value, Call) or not all(a in bound for a in value.args):
+        return None
+    if _is_op(value, "nn.matmul") and len(t.shape) == 2:
+        a, c = value.args
+        attrs = value.attrs
+        if attrs.get("transpose_a") is not True or attrs.get("transpose_b") is not False:
+            return None
+        # (B, M)^T (B, N) -> (M, N) = t: stacked over steps, B grows to T*B
+        ia = out._stack(a, (t.shape[0],))
+        ic = out._stack(c, (t.shape[1],))
+        return Term("matmul", (ia, ic), value)
+    if _is_op(value, "sum"):
+        axis = value.attrs.get("axis")
+        if value.attrs.get("keepdims") is not False or value.attrs.get("exclude", False):
+            return None
+        if not axis or list(axis) != list(range(len(axis))):
+            return None
+        # sum over the leading axes: the result, t, is the trailing shape
+        return Term("sum", (out._stack(value.args[0], tuple(t.shape)),), value)
+    return None
+
+
+__all__ = ["Plan", "plan"]
