@@ -49,10 +49,24 @@ class Plan:
     trailing: list[tuple[int, ...]] = field(default_factory=list)  # their non-step axes
     terms: list[list[Term]] = field(default_factory=list)  # per free variable
     in_loop: list[list[Expr]] = field(default_factory=list)  # per free variable
+    x_terms: list[Term] = field(default_factory=list)  # the whole ct of x_t, if hoisted
+    x_shape: tuple[int, ...] = ()
 
     @property
     def active(self) -> bool:
         return bool(self.stacks)
+
+    def x_total(self, b: LetBuilder, flats: list[Expr]) -> Expr:
+        """The cotangents of every x_t, stacked in the reverse loop's step
+        order: ``ct_t @ W`` for all steps as one product, reshaped."""
+        result = None
+        for term in self.x_terms:
+            args = [flats[term.operands[0]], term.call.args[1]]
+            value = Call(term.call.callee, tuple(args), term.call.attrs, span=b.current_span)
+            part = b.emit(value, "ct_hoisted")
+            result = part if result is None else b.emit(b.call_op("add", result, part), "ct")
+        assert result is not None
+        return b.emit(b.call_op("reshape", result, newshape=[-1, *self.x_shape]), "ct_steps")
 
     def _stack(self, var: Var, trailing: tuple[int, ...]) -> int:
         for i, (v, t) in enumerate(zip(self.stacks, self.trailing, strict=True)):
@@ -89,10 +103,53 @@ def _is_op(value: Expr, name: str) -> bool:
     return isinstance(value, Call) and isinstance(value.callee, Op) and value.callee.name == name
 
 
-def plan(nb: LetBuilder, free: list[Var], cts: list[Expr]) -> Plan:
+def _split(bound: dict, g: Expr) -> list[Expr]:
+    """The terms of the ``add`` chain ``g`` (an explicit stack: chains may
+    be long). Cotangents of one value add up: both operands have its type."""
+    terms, pending = [], [g]
+    while pending:
+        e = pending.pop()
+        value = bound.get(e) if isinstance(e, Var) else None
+        if value is not None and _is_op(value, "add") and all(a in bound for a in value.args):
+            pending.extend(reversed(value.args))
+        else:
+            terms.append(e)
+    return terms
+
+
+def _x_plan(out: Plan, bound: dict, x_ct: Expr, x_type: TensorType) -> None:
+    """Hoist the cotangent of x_t when every term of it is ``ct_t @ W``
+    with ``W`` loop-invariant (``nn.dense``'s input cotangent)."""
+    found = []
+    for e in _split(bound, x_ct):
+        value = bound.get(e) if isinstance(e, Var) else None
+        if not (value is not None and _is_op(value, "nn.matmul")):
+            return
+        a, w = value.args
+        wt = w.checked_type if isinstance(w, Var) and w.has_type else None
+        if a not in bound or w in bound or not isinstance(wt, TensorType):
+            return
+        if value.attrs.get("transpose_a") is not False or len(wt.shape) != 2:
+            return
+        k = wt.shape[1] if value.attrs.get("transpose_b") else wt.shape[0]
+        if not isinstance(k, int):
+            return
+        found.append((a, k, value))
+    out.x_terms = [Term("x", (out._stack(a, (k,)),), value) for a, k, value in found]
+    out.x_shape = tuple(x_type.shape)
+
+
+def plan(
+    nb: LetBuilder,
+    free: list[Var],
+    cts: list[Expr],
+    x_ct: Expr | None = None,
+    x_type: TensorType | None = None,
+) -> Plan:
     """Split the per-step cotangents ``cts`` of the free variables ``free``
     (expressions bound in the step's builder ``nb``) into in-loop and
-    hoisted terms."""
+    hoisted terms; and, given ``x_type`` (x_t's static 2-D type), hoist
+    x_t's cotangent ``x_ct`` where it is only products with invariants."""
     bound = {v: value for v, value in nb.bindings}
     out = Plan()
     for f, g in zip(free, cts, strict=True):
@@ -103,14 +160,8 @@ def plan(nb: LetBuilder, free: list[Var], cts: list[Expr]) -> Plan:
             out.terms.append(terms)
             out.in_loop.append([g])
             continue
-        pending = [g]  # an explicit stack: add chains may be long
-        while pending:
-            e = pending.pop()
+        for e in _split(bound, g):
             value = bound.get(e) if isinstance(e, Var) else None
-            if value is not None and _is_op(value, "add") and all(a in bound for a in value.args):
-                # cotangents of f add up: both operands have f's type
-                pending.extend(reversed(value.args))
-                continue
             term = _term(out, bound, value, t) if value is not None else None
             if term is None:
                 in_loop.append(e)
@@ -120,6 +171,9 @@ def plan(nb: LetBuilder, free: list[Var], cts: list[Expr]) -> Plan:
         out.in_loop.append(in_loop)
     if not any(out.terms):
         out.stacks.clear()
+        out.trailing.clear()
+    elif x_type is not None and x_ct is not None:
+        _x_plan(out, bound, x_ct, x_type)
     return out
 
 

@@ -35,7 +35,7 @@ from ..ir.analysis import free_vars
 from ..ir.builder import LetBuilder
 from ..ir.expr import Call, Expr, Function, Let, TupleGetItem, Var, is_atom
 from ..ir.trampoline import Computation
-from ..ir.types import TupleType, Type
+from ..ir.types import TensorType, TupleType, Type
 from ..ir.vjp import DifferentiationError
 from ..passes.anf_sharing import fresh_binders
 from . import hoist, keytape
@@ -44,6 +44,7 @@ from .cotangent import (
     ct_type,
     differentiable,
     fields_of,
+    is_float,
     materialize,
     reverse,
     shaped_as,
@@ -197,6 +198,8 @@ class _Loop:
         fin = bb.emit_get(loop, 1, "ct_final")
         self.rev.add(bb, self.init, bb.emit_get(fin, 0, "ct_init"))
         steps, flats = self.hoisted_flats(bb, loop, plan)
+        if plan.x_terms:
+            steps = plan.x_total(bb, flats)
         if self.foreach and differentiable(self.xs.checked_type):
             self.rev.add(bb, self.xs, reverse(bb, steps, ct_type(self.xs.checked_type)))
         for j, f in enumerate(self.free):
@@ -225,7 +228,12 @@ class _Loop:
         x_ct, prev, free_cts = made[:3]
         extra = list(made[3]) if len(made) > 3 else []  # carried on (the key tape)
         total = list(free_cts) if totals else []
-        plan = Plan() if totals else hoist.plan(nb, self.free, list(free_cts))
+        x_type = None
+        if self.foreach and not totals:
+            xt = self.xs.checked_type
+            if isinstance(xt, TensorType) and xt.is_static and xt.ndim == 3 and is_float(xt.dtype):
+                x_type = TensorType(xt.shape[1:], xt.dtype)
+        plan = Plan() if totals else hoist.plan(nb, self.free, list(free_cts), x_ct, x_type)
         for j, (f, g) in enumerate(zip(self.free, free_cts, strict=True)):
             if totals:
                 break
@@ -238,6 +246,8 @@ class _Loop:
             total.append(materialize(nb, accumulate(nb, acc, g, t), f, t))
         carried = nb.emit(nb.tuple([prev, *total, *extra]), "carry")
         if plan.active:  # the per-step factors of the hoisted terms
+            if plan.x_terms:  # x_t's cotangent is computed after the loop
+                x_ct = nb.emit(nb.tuple([]), "unit")
             x_ct = nb.emit(nb.tuple([x_ct, nb.tuple(plan.stacks)]), "per_step")
         elif len(made) > 4:  # a segment's inner factors, passed on (sqrt)
             x_ct = nb.emit(nb.tuple([x_ct, made[4]]), "per_step")

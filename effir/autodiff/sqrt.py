@@ -149,7 +149,8 @@ def sqrt_binding(loop, b: LetBuilder) -> None:
                 bb, loop.recompute_slots.pack(bb, seqs), init, loop.recompute_step
             )
             tail_steps, tail_flats = loop.hoisted_flats(bb, tail_back, loop.last_plan)
-            ct_xs_tail = reverse(bb, tail_steps, ct_type(xs_type))
+            if not loop.last_plan.x_terms:
+                ct_xs_tail = reverse(bb, tail_steps, ct_type(xs_type))
             carried = bb.emit_get(tail_back, 1, "ct_middle")
         else:
             carried = bb.emit(bb.tuple([ct_final, *zeros]), "ct_init")
@@ -178,7 +179,9 @@ def sqrt_binding(loop, b: LetBuilder) -> None:
                 bb.emit(bb.call_op("concatenate", bb.tuple([a, c]), axis=0), "stacked")
                 for a, c in zip(tail_flats, flats, strict=True)
             ]
-        if differentiable(xs_type):
+        if plan.x_terms:  # all steps' x cotangents at once, from the joined factors
+            loop.rev.add(bb, loop.xs, reverse(bb, plan.x_total(bb, flats), ct_type(xs_type)))
+        elif differentiable(xs_type):
             steps = reverse(bb, seg_steps, ct_type(xs_type))
             ct_xs = _map(bb, steps, _segmented(ct_type(xs_type), nseg, k), _join(main))
             if ct_xs_tail is not None:
@@ -233,7 +236,7 @@ def _segment_step(loop, nb: LetBuilder, step: Var, carry: Var, plans: list) -> t
     if loop.last_plan.active:  # the hoisted factors go out, stacked per segment
         factors = [nb.emit_get(steps, 1, "factors")]
         steps = nb.emit_get(steps, 0, "ct_steps")
-    ct_x = reverse(nb, steps, ct_type(xs_type))
+    ct_x = steps if loop.last_plan.x_terms else reverse(nb, steps, ct_type(xs_type))
     fin = nb.emit_get(inner, 1, "ct_start")
     prev = nb.emit_get(fin, 0, "ct_prev")
     free = [nb.emit_get(fin, j + 1, "ct_free") for j in range(len(loop.free))]

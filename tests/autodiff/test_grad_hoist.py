@@ -38,9 +38,9 @@ def _cell(length: int):
     return m, [rng.normal(size=s) * 0.5 for s in shapes]
 
 
-def _reverse_loop_products(module) -> tuple[int, int]:
-    """nn.matmul calls with transpose_a inside and outside the loop bodies
-    of the gradient function."""
+def _reverse_loop_products(module, transpose_a: bool) -> tuple[int, int]:
+    """nn.matmul calls with (or without) transpose_a inside and outside the
+    loop bodies of the gradient function."""
     fn = module["main_grad"]
     inside = set()
     for node in post_order(fn.body):
@@ -52,7 +52,7 @@ def _reverse_loop_products(module) -> tuple[int, int]:
             isinstance(node, Call)
             and isinstance(node.callee, Op)
             and node.callee.name == "nn.matmul"
-            and node.attrs.get("transpose_a")
+            and node.attrs.get("transpose_a") == transpose_a
         ):
             counts[id(node) in inside] += 1
     return counts[1], counts[0]
@@ -67,8 +67,11 @@ def test_invariant_cotangents_against_finite_differences(mode):
 def test_weight_products_run_after_the_reverse_loop():
     m, _ = _cell(4)
     g = dce(effir.grad(m, wrt=WRT, checkpoint="none", specialise=False))
-    inside, outside = _reverse_loop_products(g)
+    inside, outside = _reverse_loop_products(g, transpose_a=True)
     assert inside == 0 and outside == 2  # d/dw and d/du, one product each
+    # x_t's cotangent (ct_t @ w) after the loop too; h's (ct_t @ u) is carried
+    inside, outside = _reverse_loop_products(g, transpose_a=False)
+    assert inside == 1 and outside == 1
 
 
 @pytest.mark.parametrize("length", [1, 7, 10])
