@@ -41,9 +41,9 @@ def _cell(length: int):
     return m, [rng.normal(size=s) * 0.5 for s in shapes]
 
 
-def _reverse_loop_products(module, transpose_a: bool) -> tuple[int, int]:
-    """nn.matmul calls with (or without) transpose_a inside and outside the
-    loop bodies of the gradient function."""
+def _products(module, name: str, transpose_a: bool | None = None) -> tuple[int, int]:
+    """``name`` calls (nn.matmul: with transpose_a as given) inside and
+    outside the loop bodies of the gradient function."""
     fn = module["main_grad"]
     inside = set()
     for node in post_order(fn.body):
@@ -54,8 +54,8 @@ def _reverse_loop_products(module, transpose_a: bool) -> tuple[int, int]:
         if (
             isinstance(node, Call)
             and isinstance(node.callee, Op)
-            and node.callee.name == "nn.matmul"
-            and node.attrs.get("transpose_a") == transpose_a
+            and node.callee.name == name
+            and (transpose_a is None or node.attrs.get("transpose_a") == transpose_a)
         ):
             counts[id(node) in inside] += 1
     return counts[1], counts[0]
@@ -70,11 +70,12 @@ def test_invariant_cotangents_against_finite_differences(mode):
 def test_weight_products_run_after_the_reverse_loop():
     m, _ = _cell(4)
     g = dce(effir.grad(m, wrt=WRT, checkpoint="none", specialise=False))
-    inside, outside = _reverse_loop_products(g, transpose_a=True)
-    assert inside == 0 and outside == 2  # d/dw and d/du, one product each
+    # d/dw and d/du: one product each after the loop (as nn.dense of the
+    # transposed stacks), none in it
+    assert _products(g, "nn.matmul", transpose_a=True) == (0, 0)
+    assert _products(g, "nn.dense") == (2, 2)  # the forward's two, in its loop
     # x_t's cotangent (ct_t @ w) after the loop too; h's (ct_t @ u) is carried
-    inside, outside = _reverse_loop_products(g, transpose_a=False)
-    assert inside == 1 and outside == 1
+    assert _products(g, "nn.matmul", transpose_a=False) == (1, 1)
 
 
 @pytest.mark.parametrize("length", [1, 7, 10])
