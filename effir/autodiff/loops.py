@@ -35,20 +35,22 @@ from ..ir.analysis import free_vars
 from ..ir.builder import LetBuilder
 from ..ir.expr import Call, Expr, Function, Let, TupleGetItem, Var, is_atom
 from ..ir.trampoline import Computation
-from ..ir.types import TupleType, Type
+from ..ir.types import TensorType, TupleType, Type
 from ..ir.vjp import DifferentiationError
 from ..passes.anf_sharing import fresh_binders
-from . import keytape
+from . import hoist, keytape
 from .cotangent import (
     accumulate,
     ct_type,
     differentiable,
     fields_of,
+    is_float,
     materialize,
     reverse,
     shaped_as,
     stackable,
 )
+from .hoist import Plan
 from .keytape import key_leaves_only
 from .reverse import Reverse
 
@@ -192,13 +194,17 @@ class _Loop:
         zeros = [materialize(bb, None, f, f.checked_type) for f in self.free]
         init = bb.emit(bb.tuple([ct_final, *zeros, *extra]), "ct_init")
         loop = self.reverse_loop(bb, sequences, init, make_step)
+        plan = self.last_plan
         fin = bb.emit_get(loop, 1, "ct_final")
         self.rev.add(bb, self.init, bb.emit_get(fin, 0, "ct_init"))
+        steps, flats = self.hoisted_flats(bb, loop, plan)
+        if plan.x_terms:
+            steps = plan.x_total(bb, flats)
         if self.foreach and differentiable(self.xs.checked_type):
-            steps = bb.emit_get(loop, 0, "ct_steps")
             self.rev.add(bb, self.xs, reverse(bb, steps, ct_type(self.xs.checked_type)))
         for j, f in enumerate(self.free):
-            self.rev.add(bb, f, bb.emit_get(fin, j + 1, "ct_free"))
+            acc = bb.emit_get(fin, j + 1, "ct_free")
+            self.rev.add(bb, f, plan.total(bb, j, acc, flats) if plan.active else acc)
 
     def reverse_loop(
         self,
@@ -222,18 +228,47 @@ class _Loop:
         x_ct, prev, free_cts = made[:3]
         extra = list(made[3]) if len(made) > 3 else []  # carried on (the key tape)
         total = list(free_cts) if totals else []
+        x_type = None
+        if self.foreach and not totals:
+            xt = self.xs.checked_type
+            if isinstance(xt, TensorType) and xt.is_static and xt.ndim == 3 and is_float(xt.dtype):
+                x_type = TensorType(xt.shape[1:], xt.dtype)
+        plan = Plan() if totals else hoist.plan(nb, self.free, list(free_cts), x_ct, x_type)
         for j, (f, g) in enumerate(zip(self.free, free_cts, strict=True)):
             if totals:
                 break
             acc = nb.emit_get(carry, j + 1, "acc")
             t = f.checked_type
+            if plan.active:  # the terms left in the loop, in their order
+                g = None
+                for term in plan.in_loop[j]:
+                    g = accumulate(nb, g, term, t)
             total.append(materialize(nb, accumulate(nb, acc, g, t), f, t))
         carried = nb.emit(nb.tuple([prev, *total, *extra]), "carry")
+        if plan.active:  # the per-step factors of the hoisted terms
+            if plan.x_terms:  # x_t's cotangent is computed after the loop
+                x_ct = nb.emit(nb.tuple([]), "unit")
+            x_ct = nb.emit(nb.tuple([x_ct, nb.tuple(plan.stacks)]), "per_step")
+        elif len(made) > 4:  # a segment's inner factors, passed on (sqrt)
+            x_ct = nb.emit(nb.tuple([x_ct, made[4]]), "per_step")
         ret = nb.emit(nb.tuple([x_ct, carried]), "ret")
         # Fresh binders: a step's code may be generated from the body's own
         # nodes more than once (sqrt checkpointing recomputes in two loops).
         body = fresh_binders(Function((step, carry), nb.finish(ret), span=self.span))
+        self.last_plan = plan
         return bb.emit(bb.call_op("cf.foreach", body, sequences, init), "backward")
+
+    def hoisted_flats(self, bb: LetBuilder, loop: Var, plan: Plan) -> tuple[Var, list[Expr]]:
+        """The stacked cotangents of x_t of a reverse loop built with
+        ``plan``, and its hoisted factors flattened (``Plan.flat``)."""
+        steps = bb.emit_get(loop, 0, "ct_steps")
+        if not plan.active:
+            return steps, []
+        factors = bb.emit_get(steps, 1, "factors")
+        flats = [
+            plan.flat(bb, bb.emit_get(factors, i, "factor"), i) for i in range(len(plan.stacks))
+        ]
+        return bb.emit_get(steps, 0, "ct_steps"), flats
 
     # ------------------------------------------------------ "none": residuals
     def residuals(self, b: LetBuilder) -> Computation[bool]:

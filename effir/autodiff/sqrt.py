@@ -148,10 +148,13 @@ def sqrt_binding(loop, b: LetBuilder) -> None:
             tail_back = loop.reverse_loop(
                 bb, loop.recompute_slots.pack(bb, seqs), init, loop.recompute_step
             )
-            ct_xs_tail = reverse(bb, bb.emit_get(tail_back, 0, "ct_steps"), ct_type(xs_type))
+            tail_steps, tail_flats = loop.hoisted_flats(bb, tail_back, loop.last_plan)
+            if not loop.last_plan.x_terms:
+                ct_xs_tail = reverse(bb, tail_steps, ct_type(xs_type))
             carried = bb.emit_get(tail_back, 1, "ct_middle")
         else:
             carried = bb.emit(bb.tuple([ct_final, *zeros]), "ct_init")
+            tail_flats = []
         ct_main = _map(
             bb, _map(bb, ct_outs, ct_out_type, _slice(0, main)), ct_out_type, _split(nseg, k)
         )
@@ -164,20 +167,31 @@ def sqrt_binding(loop, b: LetBuilder) -> None:
             bb,
             loop.recompute_slots.pack(bb, seqs),
             carried,
-            lambda nb, s, c: _segment_step(loop, nb, s, c),
+            lambda nb, s, c: _segment_step(loop, nb, s, c, plans),
             totals=True,
         )
+        plan = plans[0]  # the segments' reverse loops hoist as the tail's does
         fin = bb.emit_get(segs_back, 1, "ct_final")
         loop.rev.add(bb, loop.init, bb.emit_get(fin, 0, "ct_init"))
-        if differentiable(xs_type):
-            steps = reverse(bb, bb.emit_get(segs_back, 0, "ct_segments"), ct_type(xs_type))
+        seg_steps, flats = loop.hoisted_flats(bb, segs_back, plan)
+        if tail_flats:  # steps in reverse order: the tail's, then the segments'
+            flats = [
+                bb.emit(bb.call_op("concatenate", bb.tuple([a, c]), axis=0), "stacked")
+                for a, c in zip(tail_flats, flats, strict=True)
+            ]
+        if plan.x_terms:  # all steps' x cotangents at once, from the joined factors
+            loop.rev.add(bb, loop.xs, reverse(bb, plan.x_total(bb, flats), ct_type(xs_type)))
+        elif differentiable(xs_type):
+            steps = reverse(bb, seg_steps, ct_type(xs_type))
             ct_xs = _map(bb, steps, _segmented(ct_type(xs_type), nseg, k), _join(main))
             if ct_xs_tail is not None:
                 ct_xs = _concat(bb, ct_xs, ct_xs_tail, ct_type(xs_type))
             loop.rev.add(bb, loop.xs, ct_xs)
         for j, f in enumerate(loop.free):
-            loop.rev.add(bb, f, bb.emit_get(fin, j + 1, "ct_free"))
+            acc = bb.emit_get(fin, j + 1, "ct_free")
+            loop.rev.add(bb, f, plan.total(bb, j, acc, flats) if plan.active else acc)
 
+    plans: list = []
     loop.rev.tape.append(back)
 
 
@@ -198,7 +212,7 @@ def _segmented(t: Type, nseg: int, k: int) -> Type:
     return TensorType((nseg, k, *t.shape[1:]), t.dtype)
 
 
-def _segment_step(loop, nb: LetBuilder, step: Var, carry: Var) -> tuple[Expr, Expr, list[Expr]]:
+def _segment_step(loop, nb: LetBuilder, step: Var, carry: Var, plans: list) -> tuple:
     """One segment's backward: recompute it storing its carries, then its
     reverse loop, which carries the accumulators on (so they are added to
     in the same order as by an unsegmented loop: bit-identical)."""
@@ -216,7 +230,16 @@ def _segment_step(loop, nb: LetBuilder, step: Var, carry: Var) -> tuple[Expr, Ex
         reverse(nb, x_seg, xs_type),
     ]
     inner = loop.reverse_loop(nb, slots.pack(nb, seqs), carry, loop.recompute_step)
-    ct_x = reverse(nb, nb.emit_get(inner, 0, "ct_steps"), ct_type(xs_type))
+    plans.append(loop.last_plan)
+    steps = nb.emit_get(inner, 0, "ct_steps")
+    factors = []
+    if loop.last_plan.active:  # the hoisted factors go out, stacked per segment
+        factors = [nb.emit_get(steps, 1, "factors")]
+        steps = nb.emit_get(steps, 0, "ct_steps")
+    ct_x = steps if loop.last_plan.x_terms else reverse(nb, steps, ct_type(xs_type))
     fin = nb.emit_get(inner, 1, "ct_start")
     prev = nb.emit_get(fin, 0, "ct_prev")
-    return ct_x, prev, [nb.emit_get(fin, j + 1, "ct_free") for j in range(len(loop.free))]
+    free = [nb.emit_get(fin, j + 1, "ct_free") for j in range(len(loop.free))]
+    if factors:
+        return ct_x, prev, free, [], factors[0]
+    return ct_x, prev, free
