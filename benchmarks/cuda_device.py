@@ -11,7 +11,8 @@ every run-time check of tests/backends/tvm/test_run_time_checks.py compiled
 with ``target="cuda"`` raises the interpreter's EvalError (same message),
 the passing cases give the interpreter's values, the recursion-depth check
 fires, and the GRU of benchmarks/gru_loop.py and the effectful GRU language
-model (examples/gru_lm.effir: dropout, batch norm, a printed value) equal
+model (examples/gru_lm.effir: dropout, batch norm, a printed value) and
+the gradient (``effir.value_and_grad``) of a loss over a recurrence equal
 the interpreter.
 
 Part 2, speed (issue 18's GPU row): the GRU (weights ``(3H, I)`` as
@@ -54,6 +55,18 @@ from timing import median_after_warmup  # noqa: E402
 import effir  # noqa: E402
 
 RESULTS: dict[str, Any] = {}
+
+# A loss over a recurrence: its gradient program has a forward and a reverse loop.
+RNN_LOSS = """#[version = "0.0.5"]
+def @main(%xs: Tensor[(8, 2, 4), float32], %h0: Tensor[(2, 4), float32],
+          %w: Tensor[(4, 4), float32]) -> float32 {
+  let %scan = cf.foreach(fn (%x: Tensor[(2, 4), float32], %h: Tensor[(2, 4), float32]) {
+    let %n = tanh(nn.dense(%x, %w) + %h);
+    (%n, %n)
+  }, %xs, %h0);
+  sum(%scan.1)
+}
+"""
 
 
 def item(name: str) -> Callable[[Callable[[], Any]], Callable[[], Any]]:
@@ -147,6 +160,21 @@ def check_models() -> None:
             loaded_outs, loaded_h = effir.load(Path(tmp) / "gru")(xs, h0, w, u, bias)
         assert np.array_equal(loaded_h, h) and np.array_equal(loaded_outs, outs)
         return float(np.max(np.abs(h - want_h)))
+
+    @item("value_and_grad of a foreach RNN on cuda equals the interpreter")
+    def _() -> float:
+        rng = np.random.default_rng(0)
+        args = (
+            rng.standard_normal((8, 2, 4), dtype=np.float32),
+            rng.standard_normal((2, 4), dtype=np.float32),
+            rng.standard_normal((4, 4), dtype=np.float32),
+        )
+        g = effir.value_and_grad(effir.check(effir.parse(RNN_LOSS)), wrt=["w"])
+        want = effir.interpret(g, *args, entry="main_grad")
+        got = effir.compile(g, target="cuda")(*args, entry="main_grad")
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
+        np.testing.assert_allclose(got[1][0], want[1][0], rtol=1e-4, atol=1e-5)
+        return float(np.max(np.abs(got[1][0] - want[1][0])))
 
     @item("gru_lm.effir (dropout, batch norm, print) on cuda equals the interpreter")
     def _() -> str:
