@@ -49,7 +49,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import gru_peers  # noqa: E402
 from gru_loop import gru_text, numpy_gru  # noqa: E402
+from gru_peers import weights  # noqa: E402
 from timing import median_after_warmup  # noqa: E402
 
 import effir  # noqa: E402
@@ -200,15 +202,6 @@ def check_models() -> None:
 
 
 # ------------------------------------------------------------------ speed
-def weights(inputs: int, hidden: int, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    g = 3 * hidden
-    w = (rng.standard_normal((g, inputs)) / np.sqrt(inputs)).astype(np.float32)
-    u = (rng.standard_normal((g, hidden)) / np.sqrt(hidden)).astype(np.float32)
-    bias = (rng.standard_normal(g) * 0.1).astype(np.float32)
-    return w, u, bias
-
-
 def speed(repeats: int) -> None:
     try:
         import jax
@@ -307,22 +300,11 @@ def speed_case(
         @item(f"{case}: torch eager hand loop cuda ms")
         def _() -> float:
             with torch.no_grad():
-                dx, dh = torch.from_numpy(xs).cuda(), torch.from_numpy(h0).cuda()
-                wt = torch.from_numpy(w.T.copy()).cuda()
-                ut = torch.from_numpy(u.T.copy()).cuda()
-                b = torch.from_numpy(bias).cuda()
+                gru_peers.torch = torch  # gru_peers' eager loop, on GPU tensors
+                on_gpu = [torch.from_numpy(a).cuda() for a in (xs, h0, w, u, bias)]
 
                 def loop() -> None:
-                    h = dh
-                    for x in dx:
-                        gx = x @ wt + b
-                        gh = h @ ut
-                        gx0, gx1, gx2 = gx.chunk(3, dim=1)
-                        gh0, gh1, gh2 = gh.chunk(3, dim=1)
-                        z = torch.sigmoid(gx0 + gh0)
-                        r = torch.sigmoid(gx1 + gh1)
-                        n = torch.tanh(gx2 + r * gh2)
-                        h = (1 - z) * n + z * h
+                    gru_peers.torch_gru(*on_gpu)
                     torch.cuda.synchronize()
 
                 return 1e3 * median_after_warmup(loop, repeats)
