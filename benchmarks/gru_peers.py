@@ -426,7 +426,10 @@ def call_order(repeats: int) -> dict[str, float]:
 
 
 # -------------------------------------------------------- variable lengths
-def variable_lengths(repeats: int) -> dict[str, Any]:
+def variable_length_batch():
+    """64 sequences of lengths 1-200 (input 32, hidden 64), padded to the
+    longest, with the weights and each sequence's final state computed on
+    its own (the reference): benchmarks/varlen.py measures the same batch."""
     inputs, hidden, batch = 32, 64, 64
     rng = np.random.default_rng(2)
     lengths = rng.integers(1, 201, batch)
@@ -440,6 +443,12 @@ def variable_lengths(repeats: int) -> dict[str, Any]:
             for b in range(batch)
         ]
     )
+    return xs, lengths, h0, (w, u, bias), want
+
+
+def variable_lengths(repeats: int) -> dict[str, Any]:
+    xs, lengths, h0, (w, u, bias), want = variable_length_batch()
+    (longest, batch, inputs), hidden = xs.shape, h0.shape[1]
     done = (np.arange(longest)[:, None] >= lengths[None, :])[:, :, None].astype(np.float32)
     masked = effir.compile(effir.check(effir.parse(masked_gru_text(inputs, hidden))))
     padded = effir.compile(effir.check(effir.parse(gru_text(inputs, hidden))))

@@ -33,8 +33,8 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-from gru_loop import gru_text, numpy_gru
-from gru_peers import masked_gru_text, weights
+from gru_loop import gru_text
+from gru_peers import masked_gru_text, variable_length_batch
 
 import effir
 from effir.frontend.packed import CALL_COST, segments
@@ -59,19 +59,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     options = parser.parse_args()
 
-    inputs, hidden, batch = 32, 64, 64
-    rng = np.random.default_rng(2)
-    lengths = rng.integers(1, 201, batch)
-    longest = int(lengths.max())
-    xs = rng.standard_normal((longest, batch, inputs), dtype=np.float32)
-    h0 = np.zeros((batch, hidden), np.float32)
-    w, u, bias = weights(inputs, hidden)
-    want = np.stack(
-        [
-            numpy_gru(xs[: lengths[b], b : b + 1], h0[b : b + 1], w, u, bias)[1][0]
-            for b in range(batch)
-        ]
-    )
+    xs, lengths, h0, (w, u, bias), want = variable_length_batch()
+    (longest, batch, inputs), hidden = xs.shape, h0.shape[1]
     padded = effir.compile(effir.check(effir.parse(gru_text(inputs, hidden))))
     masked = effir.compile(effir.check(effir.parse(masked_gru_text(inputs, hidden))))
     done = (np.arange(longest)[:, None] >= lengths[None, :])[:, :, None].astype(np.float32)

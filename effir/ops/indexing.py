@@ -29,16 +29,18 @@ from .relations import (
     with_op_name,
 )
 
+# The slice both strided_slice and its adjoint strided_set address.
+SLICE_ATTRS = (
+    AttrSpec("begin", "ints"),
+    AttrSpec("end", "ints"),
+    AttrSpec("strides", "ints", None, optional=True),
+    AttrSpec("axes", "ints", None, optional=True),
+    AttrSpec("slice_mode", "str", "end"),
+)
 register_op(
     "strided_slice",
     1,
-    attrs=(
-        AttrSpec("begin", "ints"),
-        AttrSpec("end", "ints"),
-        AttrSpec("strides", "ints", None, optional=True),
-        AttrSpec("axes", "ints", None, optional=True),
-        AttrSpec("slice_mode", "str", "end"),
-    ),
+    attrs=SLICE_ATTRS,
     traits=("injective",),
 )
 register_op(
@@ -60,13 +62,7 @@ register_op(
 register_op(
     "strided_set",
     2,
-    attrs=(
-        AttrSpec("begin", "ints"),
-        AttrSpec("end", "ints"),
-        AttrSpec("strides", "ints", None, optional=True),
-        AttrSpec("axes", "ints", None, optional=True),
-        AttrSpec("slice_mode", "str", "end"),
-    ),
+    attrs=SLICE_ATTRS,
     traits=("injective",),
     doc="strided_set(data, v): data with the slice strided_slice(data, ...) replaced by v "
     "(Relay's strided_set): strided_slice's adjoint",
