@@ -103,7 +103,7 @@ _FRONTEND_NAMES = [
 ]
 # --- end of the Python frontend ---
 
-from .frontend.packed import packed_scan  # noqa: E402  (variable-length batches)
+from .frontend.packed import compile_packed, packed_scan  # noqa: E402  (variable-length batches)
 
 
 def compile(  # noqa: A001
@@ -183,6 +183,7 @@ __all__ = [
     "transform",
     "prelude",
     "compile",
+    "compile_packed",
     "interpret",
     "load",
     "visualize",

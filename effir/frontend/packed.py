@@ -27,11 +27,14 @@ is 1 keeps its state exactly (a GRU forces its update gate to 1:
 must not interact (each row of the new state depends on the same row of
 ``xs`` and ``h`` only), as in every recurrent cell over a batch.
 
-Known limitation: the segments are separate calls of the scan, one per
-batch size, not one compiled loop whose batch shrinks; each call pays the
-call's fixed cost (arguments, the loop's prologue), which is what keeps
-the gain below the ratio of row-steps on small problems
-(docs/performance.md).
+With a callable scan, the segments are separate calls of it, one per
+batch size; each call pays the call's fixed cost (arguments, the loop's
+prologue), which keeps the gain below the ratio of row-steps on small
+problems (docs/performance.md). ``compile_packed`` instead compiles the
+scan into one loop whose active rows shrink inside it (a ``PackedScan``,
+effir/backends/tvm/loop/packed.py): ``packed_scan`` hands it the batch
+as is, one call, no mask needed, every step over the tiles of rows still
+running only.
 """
 
 from __future__ import annotations
@@ -52,6 +55,14 @@ class PackedScanError(Error):
     """Arguments of ``packed_scan`` that do not describe a packed batch."""
 
     kind = "packed scan error"
+
+
+class PackedScan:
+    """A scan compiled for packed batches (``compile_packed``):
+    ``scan(xs, lengths, h0, *captured)`` gives the final states itself."""
+
+    def __call__(self, xs: Any, lengths: Any, h0: Any, *captured: Any) -> Any:
+        raise NotImplementedError
 
 
 CALL_COST = 200
@@ -115,7 +126,11 @@ def packed_scan(
     of ``xs[:, b]`` from ``h0[b]`` (``h0[b]`` itself for length 0), the
     batch's rows in the caller's order; ``scan(xs, done, h, *captured)``
     as the module docstring says. Equal to running each sequence alone.
-    ``tile`` and ``call_cost``: how the batch shrinks (``segments``)."""
+    ``tile`` and ``call_cost``: how the batch shrinks (``segments``).
+    A ``PackedScan`` (``compile_packed``) runs the batch in one call of its
+    compiled loop (no ``done`` mask; ``tile`` and ``call_cost`` unused)."""
+    if isinstance(scan, PackedScan):
+        return scan(xs, lengths, h0, *captured)
     xs, h0 = np.asarray(xs), np.asarray(h0)
     lengths = np.asarray(lengths)
     if xs.ndim < 2 or h0.ndim < 1 or lengths.shape != (xs.shape[1],) or len(h0) != len(lengths):
@@ -143,3 +158,102 @@ def packed_scan(
     out = np.empty_like(h)
     out[order] = h
     return out
+
+
+def compile_packed(module: Any, target: Any = "llvm", *, parallel: bool = True) -> PackedScan:
+    """``module``'s scan compiled into one loop over a packed batch, whose
+    step runs only the rows still active (effir/backends/tvm/loop/packed.py).
+
+    ``@main`` must be ``fn (%xs, %h0, %captured...) { ...
+    cf.foreach(%step, %xs, %h0) ... }``: the sequences ``(t, b, ...)`` and
+    the initial state ``(b, ...)`` with a symbolic batch dimension first,
+    the loop body's free variables among the other parameters (functions
+    bound before the loop are evaluated in place). The result is called as
+    ``scan(xs, lengths, h0, *captured)`` (or through ``packed_scan``) and
+    gives the final state of each sequence; ``scan.run_packed(data,
+    batch_sizes, h0, *captured)`` takes PyTorch's packed layout. Imports
+    TVM on first use."""
+    from ..backends.tvm.loop.packed import PackedLoop
+    from ..ir.expr import Call, Function, Let, Op, Var
+    from ..ir.visitor import free_vars
+    from ..passes.infer_type import check
+
+    if not isinstance(module, Function):
+        module = check(module)["main"]
+    main = module
+    if len(main.params) < 2:
+        raise PackedScanError("compile_packed: @main takes (%xs, %h0, captured...)", main.span)
+    functions: dict[Var, Function] = {}
+    loops: list[Call] = []
+    node = main.body
+    values = []
+    while isinstance(node, Let):
+        if isinstance(node.value, Function):
+            functions[node.var] = node.value
+        values.append(node.value)
+        node = node.body
+    values.append(node)
+    for value in values:
+        while not isinstance(value, Call) and hasattr(value, "tuple_value"):
+            value = value.tuple_value
+        if isinstance(value, Call) and isinstance(value.callee, Op):
+            if value.callee.name == "cf.foreach":
+                loops.append(value)
+    if len(loops) != 1:
+        raise PackedScanError(
+            f"compile_packed: @main must run one cf.foreach in its let chain, found {len(loops)}",
+            main.span,
+        )
+    (loop,) = loops
+    body_arg, xs_arg, init_arg = loop.args
+    body = functions.get(body_arg) if isinstance(body_arg, Var) else body_arg
+    if not isinstance(body, Function):
+        raise PackedScanError("compile_packed: the loop body must be a function literal", loop.span)
+    if xs_arg is not main.params[0] or init_arg is not main.params[1]:
+        raise PackedScanError(
+            "compile_packed: the loop must run over @main's first two parameters "
+            "(the sequences, the initial state)",
+            loop.span,
+        )
+    params = main.params[2:]
+    captured = [v for v in free_vars(body) if v not in functions]
+    for v in captured:
+        if v not in params:
+            raise PackedScanError(
+                f"compile_packed: the loop body reads %{v.name_hint}, computed in @main: "
+                "make it a parameter of @main",
+                v.span,
+            )
+    return _ParamOrder(PackedLoop(body, captured, target, functions=functions, parallel=parallel),
+                       [captured.index(v) if v in captured else None for v in params])
+
+
+class _ParamOrder(PackedScan):
+    """A ``PackedLoop`` called with @main's parameters after ``%xs, %h0``:
+    each goes to the loop's captured value it is (``None``: unused)."""
+
+    def __init__(self, loop: Any, places: list[int | None]) -> None:
+        self.loop, self.places = loop, places
+
+    def _captured(self, values: tuple[Any, ...]) -> list[Any]:
+        if len(values) != len(self.places):
+            raise PackedScanError(
+                f"packed_scan: @main takes {len(self.places)} value(s) after the sequences and "
+                f"the initial state, got {len(values)}"
+            )
+        out: list[Any] = [None] * len(self.loop.captured)
+        for place, value in zip(self.places, values, strict=True):
+            if place is not None:
+                out[place] = value
+        return out
+
+    def __call__(self, xs: Any, lengths: Any, h0: Any, *captured: Any, **options: Any) -> Any:
+        return self.loop(xs, lengths, h0, *self._captured(captured), **options)
+
+    def run_packed(self, data: Any, batch_sizes: Any, h0: Any, *captured: Any) -> Any:
+        """PyTorch's packed layout (``PackedLoop.run_packed``)."""
+        return self.loop.run_packed(data, batch_sizes, h0, *self._captured(captured))
+
+    @property
+    def builds(self) -> int:
+        return self.loop.builds

@@ -1,0 +1,496 @@
+"""[PACKED] A whole loop over a packed batch of sequences of different
+lengths: one compiled function whose step runs only the rows still active.
+
+Purpose
+-------
+A batch of sequences padded to the longest and run by ``cf.foreach``
+computes every row at every step: 64 sequences of lengths 1-200 cost
+12,736 row-steps for the 6,834 that matter. Sorted longest first, the
+sequences still running at step ``t`` are the first ``n_t`` rows, ``n_t``
+non-increasing (PyTorch's ``PackedSequence`` calls it ``batch_sizes``).
+``PackedLoop`` compiles the loop body once, for one register tile of
+``ROW_TILE`` rows (the batch dimension bound to the tile), and runs it in
+one TIR function::
+
+    prologue                          # the hoisted input projections, over the packed rows
+    for t in range(T):                # T: the longest length
+        for j in range(ceil(n[t] / ROW_TILE)):   # the active tiles only
+            g = first[t] + j          # the tile's place in the packed rows
+            step(xs[g], hoisted[g], state[t % 2, j] -> state[(t + 1) % 2, j], outs[g])
+        for r in range(n[t + 1], n[t]):           # the rows that end at t
+            final[r] = state[(t + 1) % 2, r]
+
+``n`` and ``first`` are data (int32 buffers), so one build serves every
+batch and every set of lengths; nothing is called per step and no step
+computes a tile whose rows have all finished. A row that has finished but
+shares a tile with an active row is computed (its state drifts), which is
+why a row's final state is copied out at the step it ends. Rows must not
+interact (each row of the new state depends on the same row of ``x_t`` and
+of the state only), as in every recurrent cell over a batch; a body whose
+captured values have the batch dimension is refused.
+
+Layout: the packed rows are ``xs[g, k]`` for tile ``g`` (step ``t``'s
+tiles are ``first[t]`` to ``first[t] + ceil(n[t] / ROW_TILE)``), a step's
+last tile padded with copies of its last active row (computed, never
+read). ``PackedLoop`` gathers them from either a padded batch
+``(T, B, ...)`` with lengths (``__call__``, any order) or PyTorch's packed
+layout (``run_packed``: the rows of every step, step after step).
+The per-step outputs are computed into the packed layout and not returned
+(only the final states are).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import tvm_ffi
+from tvm import s_tir, te, tirx
+from tvm.ir import Range
+
+from ....frontend.packed import PackedScan, PackedScanError
+from ....ir import type_tree
+from ....ir.expr import Function, Var
+from ....ir.module import IRModule
+from ....ir.types import FuncType, TensorType
+from ....ir.visitor import free_vars
+from ..errors import BackendError
+from ..target import make_target
+from .cpu_schedule import schedule
+from .evaluate import StepTE
+from .function import _param, _region, _stage_body, _view
+from .graph import ROW_TILE, Graph, TensorMap, hoist
+from .kernel import _Argument, _compile, _Compiled
+from .values import Leaf, bind_dims
+
+
+@dataclass
+class LoweredPacked:
+    """The packed loop as TIR and its parameters: ``func(xs..., captured...,
+    constants..., outs..., sizes, first, state..., final..., hoisted...)``."""
+
+    func: Any
+    x: list[Leaf]  # per tile: (ROW_TILE, ...)
+    state: list[Leaf]
+    captured: list[Leaf]
+    constants: list[np.ndarray]
+    outputs: list[Leaf]
+    scratch: list[tuple[Leaf, bool]]  # prologue results; True: one per tile
+
+
+def _block(stmt: Any, name: str, reads: list[Any], writes: list[Any], matches=()) -> Any:
+    block = s_tir.SBlock([], reads, writes, name, stmt, match_buffers=list(matches))
+    return s_tir.SBlockRealize([], True, block)
+
+
+def _whole(buf: Any) -> Any:
+    return tirx.BufferRegion(buf, [Range.from_min_extent(0, d) for d in buf.shape])
+
+
+def lower_packed(
+    body: Function,
+    dims: Mapping[str, int],
+    captured: Sequence[Var],
+    functions: Mapping[Var, Function],
+    module: IRModule | None,
+    parallel: bool,
+) -> LoweredPacked:
+    """[EVAL] to [HOIST] as ``lower_loop`` (the batch dimension bound to the
+    tile in ``dims``), then the packed loop function."""
+    builder = StepTE(dims, captured, functions, module)
+    x_ph, s_ph, result = builder.evaluate(body)
+    if not isinstance(result, tuple) or len(result) != 2:
+        raise BackendError("a loop body returns (out_t, new_state)", body.span)
+    out_t, new_state = result
+    x_leaves, s_leaves = type_tree.tuple_leaves(x_ph), type_tree.tuple_leaves(s_ph)
+    cap_leaves = [t for v in captured for t in type_tree.tuple_leaves(builder.captured[v])]
+    cap_leaves += [ph for ph, _ in builder.constants]
+    out_leaves, new_leaves = type_tree.tuple_leaves(out_t), type_tree.tuple_leaves(new_state)
+    if [(tuple(t.shape), t.dtype) for t in new_leaves] != [
+        (tuple(t.shape), t.dtype) for t in s_leaves
+    ]:
+        raise BackendError("the new state's types differ from the state's", body.span)
+    graph = Graph(x_leaves, s_leaves, cap_leaves, out_leaves + new_leaves)
+    graph.classify()
+    graph.pack()
+    graph.classify()
+    tiles = tirx.Var("G", "int32")  # packed tiles in all
+    xs_ph = [te.placeholder([tiles, *t.shape], t.dtype, name=f"{t.op.name}_seq") for t in x_leaves]
+    stages = hoist(graph, xs_ph, tiles)
+    if stages.padded:  # a tile of ROW_TILE rows always fills the register tile
+        raise BackendError("a packed loop's step does not fill a register tile", body.span)
+    unscheduled: list[str] = []
+
+    def sched(f: Any) -> Any:
+        return schedule(f, parallel, unscheduled)
+
+    steps, row_tiles = tirx.Var("T", "int32"), tirx.Var("NT", "int32")
+    xs = [_param(f"xs{i}", [tiles, *t.shape], t.dtype) for i, t in enumerate(x_leaves)]
+    caps = [_param(f"captured{i}", t.shape, t.dtype) for i, t in enumerate(cap_leaves)]
+    outs = [_param(f"outs{i}", [tiles, *t.shape], t.dtype) for i, t in enumerate(out_leaves)]
+    sizes = _param("sizes", [steps + 1], "int32")
+    first = _param("first", [steps], "int32")
+    state = [
+        _param(f"state{i}", [2, row_tiles, *t.shape], t.dtype) for i, t in enumerate(s_leaves)
+    ]
+    final = [_param(f"final{i}", [row_tiles, *t.shape], t.dtype) for i, t in enumerate(s_leaves)]
+    hoisted = [
+        _param(f"hoisted{i}", t.shape, t.dtype) for i, t in enumerate(stages.prologue_outputs)
+    ]
+    stmts: list[Any] = []
+    allocs: list[Any] = []
+    if stages.prologue_outputs:
+        pro = sched(te.create_prim_func([*stages.prologue_inputs, *stages.prologue_outputs]))
+        sources = TensorMap()
+        for ph, buf in zip([*xs_ph, *cap_leaves], [*xs, *caps], strict=True):
+            sources[ph] = buf
+        params = list(pro.params)
+        mapping = {p: sources[ph] for p, ph in zip(params, stages.prologue_inputs, strict=False)}
+        mapping.update(zip(params[len(stages.prologue_inputs) :], hoisted, strict=True))
+        stmt, extra = _stage_body(pro, mapping)
+        stmts.append(stmt)
+        allocs += extra
+
+    t, j, g = tirx.Var("t", "int32"), tirx.Var("j", "int32"), tirx.Var("g", "int32")
+    step = sched(te.create_prim_func([*stages.step_inputs, *stages.step_outputs]))
+    where = TensorMap()
+    for ph, buf in zip(x_leaves, xs, strict=True):
+        where[ph] = (buf, [g])
+    for ph, buf in zip(s_leaves, state, strict=True):
+        where[ph] = (buf, [tirx.floormod(t, 2), j])
+    for ph, buf in zip(cap_leaves, caps, strict=True):
+        where[ph] = (buf, [])
+    for ph, buf, seq in zip(stages.hoisted_views, hoisted, stages.hoisted_seq, strict=True):
+        where[ph] = (buf, [g] if seq else [])
+    places = [where[ph] for ph in stages.step_inputs]
+    places += [(buf, [g]) for buf in outs]
+    places += [(buf, [tirx.floormod(t + 1, 2), j]) for buf in state]
+    mapping, matches, reads, writes = {}, [], [], []
+    for k, (param, (buf, lead)) in enumerate(zip(step.params, places, strict=True)):
+        region = _region(buf, lead)
+        (reads if k < len(stages.step_inputs) else writes).append(region)
+        if lead:
+            mapping[param] = _view(param)
+            matches.append(s_tir.MatchBufferRegion(mapping[param], region))
+        else:
+            mapping[param] = buf
+    stmt, extra = _stage_body(step, mapping)
+    allocs += extra
+    tile = int(x_leaves[0].shape[0]) if x_leaves else ROW_TILE
+    active = tirx.floordiv(tirx.BufferLoad(sizes, [t]) + (tile - 1), tile)
+    tile_loop = tirx.For(
+        j,
+        tirx.const(0, "int32"),
+        active,
+        tirx.ForKind.SERIAL,
+        tirx.SeqStmt(
+            [
+                tirx.Bind(g, tirx.BufferLoad(first, [t]) + j),
+                _block(stmt, "step", reads, writes, matches),
+            ]
+        ),
+    )
+    # The rows that end at step t: their state, copied out before it drifts.
+    r = tirx.Var("r", "int32")
+    ending = tirx.BufferLoad(sizes, [t + 1])
+    copies = []
+    for k, (fin, buf) in enumerate(zip(final, state, strict=True)):
+        rest = list(fin.shape)[2:]
+        idx = [tirx.Var(f"i{n}", "int32") for n in range(len(rest))]
+        at = [tirx.floordiv(r, tile), tirx.floormod(r, tile), *idx]
+        copy: Any = tirx.BufferStore(
+            fin, tirx.BufferLoad(buf, [tirx.floormod(t + 1, 2), *at]), [*at]
+        )
+        for var, extent in reversed(list(zip(idx, rest, strict=True))):
+            copy = tirx.For(var, tirx.const(0, "int32"), extent, tirx.ForKind.SERIAL, copy)
+        copy = tirx.For(
+            r, ending, tirx.BufferLoad(sizes, [t]) - ending, tirx.ForKind.SERIAL, copy
+        )
+        copies.append(_block(copy, f"final{k}", [_whole(buf)], [_whole(fin)]))
+    stmts.append(
+        tirx.For(
+            t, tirx.const(0, "int32"), steps, tirx.ForKind.SERIAL, tirx.SeqStmt([tile_loop, *copies])
+        )
+    )
+    body_stmt = tirx.SeqStmt(stmts) if len(stmts) > 1 else stmts[0]
+    root = s_tir.SBlock([], [], [], "root", body_stmt, alloc_buffers=allocs)
+    params = [*xs, *caps, *outs, sizes, first, *state, *final, *hoisted]
+    func = tirx.PrimFunc(params, s_tir.SBlockRealize([], True, root))
+    for key, value in {"global_symbol": "main", "tirx.noalias": True, "s_tir": True}.items():
+        func = func.with_attr(key, value)
+
+    def leaf(t: te.Tensor) -> Leaf:
+        return Leaf(tuple(int(d) for d in t.shape), str(t.dtype))
+
+    return LoweredPacked(
+        func,
+        [leaf(t) for t in x_leaves],
+        [leaf(t) for t in s_leaves],
+        [leaf(t) for t in cap_leaves[: len(cap_leaves) - len(builder.constants)]],
+        [data for _, data in builder.constants],
+        [leaf(t) for t in out_leaves],
+        [
+            (Leaf(tuple(int(d) for d in t.shape[1 if seq else 0 :]), str(t.dtype)), seq)
+            for t, seq in zip(stages.prologue_outputs, stages.hoisted_seq, strict=True)
+        ],
+    )
+
+
+def _batch_dim(body: Function) -> str:
+    """The symbolic leading dimension shared by every leaf of ``x_t`` and of
+    the state: the batch, which the packed loop shrinks."""
+    leaves = [
+        *type_tree.leaves(body.params[0].checked_type),
+        *type_tree.leaves(body.params[1].checked_type),
+    ]
+    firsts = {
+        t.shape[0] if isinstance(t, TensorType) and t.ndim and isinstance(t.shape[0], str) else None
+        for t in leaves
+    }
+    if len(firsts) != 1 or None in firsts or "?" in firsts:
+        raise BackendError(
+            "a packed loop needs every tensor of the step's input and state to have the same "
+            "symbolic batch dimension first (as `Tensor[(b, ...)]`)",
+            body.span,
+        )
+    return firsts.pop()
+
+
+class PackedLoop(PackedScan):
+    """``cf.foreach(body, xs, init)`` compiled whole over a packed batch (the
+    module's docstring): ``loop(xs, lengths, init, *captured)`` gives the
+    final state of each sequence, in the caller's order. One build per
+    binding of the body's other symbolic dimensions; the batch size and the
+    lengths are data."""
+
+    def __init__(
+        self,
+        body: Function,
+        captured: Sequence[Var],
+        target: Any = "llvm",
+        *,
+        functions: Mapping[Var, Function] | None = None,
+        module: IRModule | None = None,
+        parallel: bool = True,
+    ) -> None:
+        self.target = make_target(target)
+        if self.target.kind.name != "llvm":
+            raise BackendError(
+                f"a packed loop compiles for the CPU (llvm), not {self.target.kind.name}", body.span
+            )
+        if not body.has_type or not all(p.has_type for p in body.params):
+            raise BackendError("the loop body has no types: run effir.check first", body.span)
+        self.body, self.functions, self.module = body, dict(functions or {}), module
+        self.parallel = parallel
+        self.captured = tuple(captured)
+        missing = [v for v in free_vars(body) if v not in self.functions and v not in captured]
+        if missing:
+            raise BackendError(
+                f"the loop body reads %{missing[0].name_hint}, which is not a captured value",
+                missing[0].span,
+            )
+        self.batch = _batch_dim(body)
+        for v in self.captured:
+            if isinstance(v.checked_type, FuncType):
+                raise BackendError(f"%{v.name_hint} is a function: pass it in `functions`", v.span)
+            for t in type_tree.leaves(v.checked_type):
+                if isinstance(t, TensorType) and self.batch in t.shape:
+                    raise BackendError(
+                        f"%{v.name_hint} has the batch dimension {self.batch}: rows would "
+                        "interact, which a packed loop cannot run",
+                        v.span,
+                    )
+        self.x_type = body.params[0].checked_type
+        self.state_type = body.params[1].checked_type
+        self._xs = _Argument.of(self.x_type, "the sequence")
+        self._init = _Argument.of(self.state_type, "the initial state")
+        self._captured = [_Argument.of(v.checked_type, f"%{v.name_hint}") for v in self.captured]
+        self._builds: dict[tuple[tuple[str, int], ...], tuple[_Compiled, LoweredPacked]] = {}
+        self._local = threading.local()
+
+    @property
+    def builds(self) -> int:
+        return len(self._builds)
+
+    def _build(self, dims: Mapping[str, int]) -> tuple[_Compiled, LoweredPacked]:
+        key = tuple(sorted(dims.items()))
+        if key not in self._builds:
+            lowered = lower_packed(
+                self.body, dict(key), self.captured, self.functions, self.module, self.parallel
+            )
+            compiled = _compile(lowered, self.target)  # type: ignore[arg-type]
+            self._builds[key] = (compiled, lowered)
+        return self._builds[key]
+
+    def __call__(
+        self, xs: Any, lengths: Any, init: Any, *captured: Any, enforce_sorted: bool = False
+    ) -> Any:
+        """The final state of sequence ``b`` after its ``lengths[b]`` steps of
+        ``xs[:, b]`` (``(T, B, ...)``) from ``init[b]``; with
+        ``enforce_sorted`` the lengths must be sorted longest first."""
+        xs_arrays = self._xs.arrays(xs)
+        init_arrays = self._init.arrays(init)
+        lengths = np.asarray(lengths)
+        if any(a.ndim < 2 for a in xs_arrays) or len({a.shape[:2] for a in xs_arrays}) != 1:
+            raise PackedScanError(
+                "packed_scan: the sequences must be (T, B, ...) with one T and B, got shapes "
+                f"{[list(a.shape) for a in xs_arrays]}"
+            )
+        steps, batch = xs_arrays[0].shape[:2]
+        _check_lengths(lengths, batch, init_arrays, steps)
+        if enforce_sorted and (np.diff(lengths) > 0).any():
+            raise PackedScanError("packed_scan: the lengths are not sorted longest first")
+        order = np.argsort(-lengths, kind="stable")
+        sizes = _sizes(lengths[order])
+        flat = [a.reshape(steps * batch, *a.shape[2:]) for a in xs_arrays]
+
+        def source(t: np.ndarray, r: np.ndarray) -> np.ndarray:
+            return t * batch + order[r]
+
+        final = self._run(flat, source, sizes, [a[order] for a in init_arrays], captured)
+        out = []
+        for f in final:
+            back = np.empty_like(f)
+            back[order] = f
+            out.append(back)
+        return type_tree.unflatten(self.state_type, out)
+
+    def run_packed(self, data: Any, batch_sizes: Any, init: Any, *captured: Any) -> Any:
+        """PyTorch's packed layout: ``data`` ``(N, ...)`` holds the rows of
+        step 0, then of step 1, ...: ``batch_sizes[t]`` (non-increasing) rows
+        at step ``t``, the first ``batch_sizes[t]`` sequences, sorted longest
+        first; ``init`` in that order. The final states, in that order."""
+        data_arrays = self._xs.arrays(data)
+        init_arrays = self._init.arrays(init)
+        sizes = np.asarray(batch_sizes)
+        if not np.issubdtype(sizes.dtype, np.integer) or sizes.ndim != 1 or (sizes < 1).any():
+            raise PackedScanError("packed_scan: batch_sizes must be integers >= 1, one per step")
+        if (np.diff(sizes) > 0).any():
+            raise PackedScanError(
+                "packed_scan: batch_sizes must not increase (the sequences sorted longest first)"
+            )
+        total = int(sizes.sum())
+        if any(a.ndim < 1 or a.shape[0] != total for a in data_arrays):
+            raise PackedScanError(
+                f"packed_scan: batch_sizes sum to {total} rows, the data has shapes "
+                f"{[list(a.shape) for a in data_arrays]}"
+            )
+        batch = int(sizes[0]) if len(sizes) else 0
+        if any(a.shape[:1] != (batch,) for a in init_arrays):
+            raise PackedScanError(
+                f"packed_scan: the initial state must have {batch} rows (batch_sizes[0]), got "
+                f"shapes {[list(a.shape) for a in init_arrays]}"
+            )
+        start = np.concatenate([[0], np.cumsum(sizes)])
+        full = np.concatenate([sizes, [0]]).astype(np.int32)
+        final = self._run(data_arrays, lambda t, r: start[t] + r, full, init_arrays, captured)
+        return type_tree.unflatten(self.state_type, final)
+
+    def _run(
+        self,
+        flat: list[np.ndarray],
+        source: Any,
+        sizes: np.ndarray,
+        init: list[np.ndarray],
+        captured: Sequence[Any],
+    ) -> list[np.ndarray]:
+        """The loop on rows gathered by ``source(t, r)`` (an index into
+        ``flat``'s rows for sorted row ``r`` at step ``t``); ``sizes``: the
+        active rows per step then 0; ``init`` sorted. Final states, sorted."""
+        if len(captured) != len(self.captured):
+            names = ", ".join("%" + v.name_hint for v in self.captured) or "none"
+            raise PackedScanError(
+                f"packed_scan: the loop takes {len(self.captured)} captured value(s) ({names}), "
+                f"got {len(captured)}"
+            )
+        c_arrays: list[np.ndarray] = []
+        for argument, value in zip(self._captured, captured, strict=True):
+            c_arrays += argument.arrays(value)
+        dims: dict[str, int] = {self.batch: ROW_TILE}
+        for (t, _), a in zip(self._xs.leaves, flat, strict=True):
+            bind_dims(t, (ROW_TILE, *a.shape[1:]), dims, "a sequence element")
+        for (t, _), a in zip(self._init.leaves, init, strict=True):
+            bind_dims(t, (ROW_TILE, *a.shape[1:]), dims, "the initial state")
+        for (t, what), a in zip(
+            [(t, arg.what) for arg in self._captured for t, _ in arg.leaves], c_arrays, strict=True
+        ):
+            bind_dims(t, a.shape, dims, what)
+        compiled, lowered = self._build(dims)
+        batch = len(init[0]) if init else 0
+        row_tiles = max(1, -(-batch // ROW_TILE))
+        steps = len(sizes) - 1
+        finals = []
+        for a in init:
+            f = np.empty((row_tiles * ROW_TILE, *a.shape[1:]), a.dtype)
+            f[: len(a)] = a  # rows of length 0 keep their initial state
+            finals.append(f)
+        if steps == 0 or sizes[0] == 0:
+            return [f[:batch] for f in finals]
+        tiles = -(-sizes[:-1] // ROW_TILE)
+        first = np.concatenate([[0], np.cumsum(tiles)[:-1]]).astype(np.int32)
+        total = int(tiles.sum())
+        step_of = np.repeat(np.arange(steps), tiles)
+        rows = (np.arange(total) - first[step_of])[:, None] * ROW_TILE + np.arange(ROW_TILE)
+        rows = np.minimum(rows, sizes[step_of][:, None] - 1)  # the last tile: its last row again
+        index = source(step_of[:, None], rows)
+        xs = [a[index] for a in flat]
+        state = [np.zeros((2, row_tiles, ROW_TILE, *a.shape[1:]), a.dtype) for a in init]
+        for s, a in zip(state, init, strict=True):
+            s[0].reshape(-1, *a.shape[1:])[:batch] = a
+        outs = [np.empty((total, *leaf.shape), leaf.dtype) for leaf in lowered.outputs]
+        final_tiles = [f.reshape(row_tiles, ROW_TILE, *f.shape[1:]) for f in finals]
+        args = [
+            *xs,
+            *c_arrays,
+            *lowered.constants,
+            *outs,
+            sizes.astype(np.int32),
+            first,
+            *state,
+            *final_tiles,
+            *self._scratch(compiled, lowered, total),
+        ]
+        compiled.function(*[tvm_ffi.from_dlpack(a) for a in args])
+        return [f[:batch] for f in finals]
+
+    def _scratch(self, compiled: _Compiled, lowered: LoweredPacked, tiles: int) -> list[np.ndarray]:
+        """The prologue's buffers for ``tiles`` tiles: kept between calls (one
+        set per thread) and grown when too small (fresh pages cost a page
+        fault per 4 KiB); a leading slice is contiguous."""
+        cache = self._local.__dict__.setdefault("scratch", {})
+        held = cache.get(id(compiled))
+        if held is None or held[0] < tiles:
+            arrays = [
+                np.empty(((tiles,) if seq else ()) + leaf.shape, leaf.dtype)
+                for leaf, seq in lowered.scratch
+            ]
+            held = cache[id(compiled)] = (tiles, arrays)
+        return [
+            a[:tiles] if seq else a for a, (_, seq) in zip(held[1], lowered.scratch, strict=True)
+        ]
+
+
+def _sizes(ordered: np.ndarray) -> np.ndarray:
+    """The active rows at each step, then 0, for lengths sorted longest first."""
+    longest = int(ordered[0]) if len(ordered) else 0
+    return np.concatenate([(ordered[None, :] > np.arange(longest)[:, None]).sum(1), [0]]).astype(
+        np.int32
+    )
+
+
+def _check_lengths(lengths: np.ndarray, batch: int, init: list[np.ndarray], steps: int) -> None:
+    if lengths.shape != (batch,) or any(a.shape[:1] != (batch,) for a in init):
+        raise PackedScanError(
+            f"packed_scan: xs must be (T, B, ...), lengths (B,) and the initial state (B, ...); "
+            f"got a batch of {batch}, lengths {list(lengths.shape)}, initial state "
+            f"{[list(a.shape) for a in init]}"
+        )
+    if not np.issubdtype(lengths.dtype, np.integer) or (lengths < 0).any():
+        raise PackedScanError("packed_scan: lengths must be integers >= 0")
+    if batch and lengths.max() > steps:
+        raise PackedScanError(
+            f"packed_scan: a length of {int(lengths.max())} exceeds the {steps} steps of xs"
+        )
