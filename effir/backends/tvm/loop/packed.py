@@ -42,7 +42,7 @@ The per-step outputs are computed into the packed layout and not returned
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +66,8 @@ from .graph import ROW_TILE, Graph, TensorMap, _recompute, hoist, topological
 from .kernel import _Argument, _compile, _Compiled
 from .values import Leaf, bind_dims
 
+PLANS_KEPT = 16
+"""Plans (the packing of one set of lengths) a loop keeps, per thread."""
 
 CHUNK_STEPS = 16
 """Steps per chunk [CHUNK]: the input projections of 16 steps at batch 64
@@ -156,7 +158,9 @@ def lower_packed(
     # of one chunk, which stay in cache until its steps read them.
     consts = [t for t, seq in zip(outputs, per_tile, strict=True) if not seq]
     seqs = [t for t, seq in zip(outputs, per_tile, strict=True) if seq]
-    const_inputs = TensorMap(((t.op, 0), te.placeholder(t.shape, t.dtype, t.op.name)) for t in consts)
+    const_inputs = TensorMap(
+        ((t.op, 0), te.placeholder(t.shape, t.dtype, t.op.name)) for t in consts
+    )
     rebuilt = TensorMap(const_inputs)
     for op in topological(seqs):
         if isinstance(op, te.ComputeOp) and (op, 0) not in const_inputs:
@@ -179,9 +183,7 @@ def lower_packed(
     outs = [_param(f"outs{i}", [tiles, *t.shape], t.dtype) for i, t in enumerate(out_leaves)]
     sizes = _param("sizes", [marks], "int32")
     first = _param("first", [marks], "int32")
-    state = [
-        _param(f"state{i}", [2, row_tiles, *t.shape], t.dtype) for i, t in enumerate(s_leaves)
-    ]
+    state = [_param(f"state{i}", [2, row_tiles, *t.shape], t.dtype) for i, t in enumerate(s_leaves)]
     final = [_param(f"final{i}", [row_tiles, *t.shape], t.dtype) for i, t in enumerate(s_leaves)]
     const_bufs = [_param(f"hoisted{i}", t.shape, t.dtype) for i, t in enumerate(consts)]
     seq_bufs = [
@@ -226,16 +228,19 @@ def lower_packed(
     c, start, local = tirx.Var("c", "int32"), tirx.Var("start", "int32"), tirx.Var("l", "int32")
     step = sched(te.create_prim_func([*stages.step_inputs, *stages.step_outputs]))
     where = TensorMap()
-    chunk_of = dict(zip([id(x) for x in seqs], seq_bufs, strict=True))
-    const_of = dict(zip([id(x) for x in consts], const_bufs, strict=True))
-    for (ph, seq), in_chunk in zip(gathered, seqs[len(seqs) - len(gathered) :], strict=True):
-        where[ph] = (chunk_of[id(in_chunk)], [local])
+    chunk_of, const_of = TensorMap(), TensorMap()
+    for x, buf in zip(seqs, seq_bufs, strict=True):
+        chunk_of[x] = buf
+    for x, buf in zip(consts, const_bufs, strict=True):
+        const_of[x] = buf
+    for (ph, _), in_chunk in zip(gathered, seqs[len(seqs) - len(gathered) :], strict=True):
+        where[ph] = (chunk_of[in_chunk], [local])
     for ph, buf in zip(s_leaves, state, strict=True):
         where[ph] = (buf, [tirx.floormod(t, 2), j])
     for ph, buf in zip(cap_leaves, caps, strict=True):
         where[ph] = (buf, [])
     for ph, out in zip(stages.hoisted_views, stages.prologue_outputs, strict=True):
-        where[ph] = (chunk_of[id(out)], [local]) if id(out) in chunk_of else (const_of[id(out)], [])
+        where[ph] = (chunk_of[out], [local]) if out in chunk_of else (const_of[out], [])
     places = [where[ph] for ph in stages.step_inputs]
     places += [(buf, [g]) for buf in outs]
     places += [(buf, [tirx.floormod(t + 1, 2), j]) for buf in state]
@@ -279,7 +284,11 @@ def lower_packed(
         for var, extent in reversed(list(zip(idx, rest, strict=True))):
             copy = tirx.For(var, tirx.const(0, "int32"), extent, tirx.ForKind.SERIAL, copy)
         copy = tirx.For(
-            r, tirx.const(0, "int32"), tirx.BufferLoad(sizes, [t]) - ending, tirx.ForKind.SERIAL, copy
+            r,
+            tirx.const(0, "int32"),
+            tirx.BufferLoad(sizes, [t]) - ending,
+            tirx.ForKind.SERIAL,
+            copy,
         )
         copies.append(_block(copy, f"final{k}", [_whole(buf)], [_whole(fin)]))
     within = tirx.Var("within", "int32")  # loops from 0: s_tir assumes so
@@ -326,6 +335,20 @@ def lower_packed(
     )
 
 
+PACKED_TILES = (4, 8)
+"""Rows a packed loop's step may run on: whole register tiles (4 to
+ROW_TILE rows: graph.tiles_within_step)."""
+
+
+def packed_tile() -> int:
+    """The rows of the step: as many as one register tile has on this CPU
+    (cpu_schedule: 8 rows with AVX-512, 2 without), at least 4. Fewer rows
+    waste fewer row-steps where a step's active rows are not a multiple."""
+    from .cpu_schedule import ACCUMULATORS, accumulators
+
+    return 8 if accumulators() >= ACCUMULATORS else 4
+
+
 def _batch_dim(body: Function) -> str:
     """The symbolic leading dimension shared by every leaf of ``x_t`` and of
     the state: the batch, which the packed loop shrinks."""
@@ -362,6 +385,7 @@ class PackedLoop(PackedScan):
         functions: Mapping[Var, Function] | None = None,
         module: IRModule | None = None,
         parallel: bool = True,
+        tile: int | None = None,
     ) -> None:
         self.target = make_target(target)
         if self.target.kind.name != "llvm":
@@ -380,6 +404,9 @@ class PackedLoop(PackedScan):
                 missing[0].span,
             )
         self.batch = _batch_dim(body)
+        self.tile = packed_tile() if tile is None else tile
+        if self.tile not in PACKED_TILES:
+            raise BackendError(f"a packed loop's tile is one of {PACKED_TILES} rows, not {tile!r}")
         for v in self.captured:
             if isinstance(v.checked_type, FuncType):
                 raise BackendError(f"%{v.name_hint} is a function: pass it in `functions`", v.span)
@@ -430,14 +457,18 @@ class PackedLoop(PackedScan):
         _check_lengths(lengths, batch, init_arrays, steps)
         if enforce_sorted and (np.diff(lengths) > 0).any():
             raise PackedScanError("packed_scan: the lengths are not sorted longest first")
-        order = np.argsort(-lengths, kind="stable")
-        sizes = _sizes(lengths[order])
+        key = ("padded", steps, batch, lengths.tobytes())
+
+        def plan() -> _Plan:
+            order = np.argsort(-lengths, kind="stable")
+            return _Plan.of(
+                _sizes(lengths[order]), self.tile, lambda t, r: t * batch + order[r], order
+            )
+
+        ready = self._plan(key, plan)
+        order = ready.order
         flat = [a.reshape(steps * batch, *a.shape[2:]) for a in xs_arrays]
-
-        def source(t: np.ndarray, r: np.ndarray) -> np.ndarray:
-            return t * batch + order[r]
-
-        final = self._run(flat, source, sizes, [a[order] for a in init_arrays], captured)
+        final = self._run(flat, ready, [a[order] for a in init_arrays], captured)
         out = []
         for f in final:
             back = np.empty_like(f)
@@ -473,20 +504,31 @@ class PackedLoop(PackedScan):
             )
         start = np.concatenate([[0], np.cumsum(sizes)])
         full = np.concatenate([sizes, [0]]).astype(np.int32)
-        final = self._run(data_arrays, lambda t, r: start[t] + r, full, init_arrays, captured)
+        ready = self._plan(
+            ("packed", sizes.tobytes()),
+            lambda: _Plan.of(full, self.tile, lambda t, r: start[t] + r, np.arange(batch)),
+        )
+        final = self._run(data_arrays, ready, init_arrays, captured)
         return type_tree.unflatten(self.state_type, final)
+
+    def _plan(self, key: tuple[Any, ...], make: Callable[[], _Plan]) -> _Plan:
+        """The plan for ``key`` (the lengths), made once: the last few are kept."""
+        plans = self._local.__dict__.setdefault("plans", {})
+        if key not in plans:
+            if len(plans) >= PLANS_KEPT:
+                plans.pop(next(iter(plans)))
+            plans[key] = make()
+        return plans[key]
 
     def _run(
         self,
         flat: list[np.ndarray],
-        source: Any,
-        sizes: np.ndarray,
+        plan: _Plan,
         init: list[np.ndarray],
         captured: Sequence[Any],
     ) -> list[np.ndarray]:
-        """The loop on rows gathered by ``source(t, r)`` (an index into
-        ``flat``'s rows for sorted row ``r`` at step ``t``); ``sizes``: the
-        active rows per step then 0; ``init`` sorted. Final states, sorted."""
+        """The loop on the rows of ``flat`` as ``plan`` packs them; ``init``
+        sorted. The final states, sorted."""
         if len(captured) != len(self.captured):
             names = ", ".join("%" + v.name_hint for v in self.captured) or "none"
             raise PackedScanError(
@@ -496,51 +538,42 @@ class PackedLoop(PackedScan):
         c_arrays: list[np.ndarray] = []
         for argument, value in zip(self._captured, captured, strict=True):
             c_arrays += argument.arrays(value)
-        dims: dict[str, int] = {self.batch: ROW_TILE}
+        tile = self.tile
+        dims: dict[str, int] = {self.batch: tile}
         for (t, _), a in zip(self._xs.leaves, flat, strict=True):
-            bind_dims(t, (ROW_TILE, *a.shape[1:]), dims, "a sequence element")
+            bind_dims(t, (tile, *a.shape[1:]), dims, "a sequence element")
         for (t, _), a in zip(self._init.leaves, init, strict=True):
-            bind_dims(t, (ROW_TILE, *a.shape[1:]), dims, "the initial state")
+            bind_dims(t, (tile, *a.shape[1:]), dims, "the initial state")
         for (t, what), a in zip(
             [(t, arg.what) for arg in self._captured for t, _ in arg.leaves], c_arrays, strict=True
         ):
             bind_dims(t, a.shape, dims, what)
         compiled, lowered = self._build(dims)
         batch = len(init[0]) if init else 0
-        row_tiles = max(1, -(-batch // ROW_TILE))
-        steps = len(sizes) - 1
+        row_tiles = max(1, -(-batch // tile))
         finals = []
         for a in init:
-            f = np.empty((row_tiles * ROW_TILE, *a.shape[1:]), a.dtype)
+            f = np.empty((row_tiles * tile, *a.shape[1:]), a.dtype)
             f[: len(a)] = a  # rows of length 0 keep their initial state
             finals.append(f)
-        if steps == 0 or sizes[0] == 0:
+        if plan.index is None:  # no steps
             return [f[:batch] for f in finals]
-        tiles = -(-sizes[:-1] // ROW_TILE)
-        first = np.concatenate([[0], np.cumsum(tiles)]).astype(np.int32)
-        total = int(first[-1])
-        bounds = first[np.minimum(np.arange(0, steps + CHUNK_STEPS, CHUNK_STEPS), steps)]
-        room = int(np.diff(bounds).max())  # the most tiles of a chunk
-        step_of = np.repeat(np.arange(steps), tiles)
-        rows = (np.arange(total) - first[step_of])[:, None] * ROW_TILE + np.arange(ROW_TILE)
-        rows = np.minimum(rows, sizes[step_of][:, None] - 1)  # the last tile: its last row again
-        index = source(step_of[:, None], rows).astype(np.int32)
-        state = [np.zeros((2, row_tiles, ROW_TILE, *a.shape[1:]), a.dtype) for a in init]
+        state = [np.zeros((2, row_tiles, tile, *a.shape[1:]), a.dtype) for a in init]
         for s, a in zip(state, init, strict=True):
             s[0].reshape(-1, *a.shape[1:])[:batch] = a
-        outs = [np.empty((total, *leaf.shape), leaf.dtype) for leaf in lowered.outputs]
-        final_tiles = [f.reshape(row_tiles, ROW_TILE, *f.shape[1:]) for f in finals]
+        outs = [np.empty((plan.tiles, *leaf.shape), leaf.dtype) for leaf in lowered.outputs]
+        final_tiles = [f.reshape(row_tiles, tile, *f.shape[1:]) for f in finals]
         args = [
             *flat,
-            index,
+            plan.index,
             *c_arrays,
             *lowered.constants,
             *outs,
-            sizes.astype(np.int32),
-            first,
+            plan.sizes,
+            plan.first,
             *state,
             *final_tiles,
-            *self._scratch(compiled, lowered, room),
+            *self._scratch(compiled, lowered, plan.room),
         ]
         compiled.function(*[tvm_ffi.from_dlpack(a) for a in args])
         return [f[:batch] for f in finals]
@@ -560,6 +593,39 @@ class PackedLoop(PackedScan):
         return [
             a[:tiles] if seq else a for a, (_, seq) in zip(held[1], lowered.scratch, strict=True)
         ]
+
+
+@dataclass
+class _Plan:
+    """How a batch is packed: the kernel's ``index``, ``sizes`` and
+    ``first`` (the module's docstring), the most tiles of a chunk
+    (``room``), the tiles in all; ``order``: sorted row -> caller's row."""
+
+    order: np.ndarray
+    sizes: np.ndarray
+    first: np.ndarray | None = None
+    index: np.ndarray | None = None
+    room: int = 0
+    tiles: int = 0
+
+    @staticmethod
+    def of(sizes: np.ndarray, tile: int, source: Callable[..., Any], order: np.ndarray) -> _Plan:
+        """The plan for ``sizes`` (active rows per step, then 0), reading
+        sorted row ``r`` of step ``t`` from row ``source(t, r)`` of the
+        caller's rows."""
+        sizes = sizes.astype(np.int32)
+        steps = len(sizes) - 1
+        if steps == 0 or sizes[0] == 0:
+            return _Plan(order, sizes)
+        per_step = -(-sizes[:-1] // tile)
+        first = np.concatenate([[0], np.cumsum(per_step)]).astype(np.int32)
+        total = int(first[-1])
+        bounds = first[np.minimum(np.arange(0, steps + CHUNK_STEPS, CHUNK_STEPS), steps)]
+        step_of = np.repeat(np.arange(steps), per_step)
+        rows = (np.arange(total) - first[step_of])[:, None] * tile + np.arange(tile)
+        rows = np.minimum(rows, sizes[step_of][:, None] - 1)  # the last tile: its last row again
+        index = source(step_of[:, None], rows).astype(np.int32)
+        return _Plan(order, sizes, first, index, int(np.diff(bounds).max()), total)
 
 
 def _sizes(ordered: np.ndarray) -> np.ndarray:
