@@ -9,11 +9,13 @@ reference (numpy, 1e-4 relative):
   step (what a user writes without lengths);
 - ``masked``: the lengths inside the compiled loop over the whole padded
   batch (a finished row's update gate forced to 1: its state is frozen);
-- ``packed``: ``effir.packed_scan`` with the masked program: sorted by
+- ``segments``: ``effir.packed_scan`` with the masked program: sorted by
   length, a prefix of the batch that shrinks as sequences finish (rounded
-  up to the 8-row tile), one call per batch size: shrunk at every tile
-  (``call_cost=0``), and where the rows dropped pay for the call (the
-  default).
+  up to the 8-row tile), one call per batch size, where the rows dropped
+  pay for the call (the default ``call_cost``);
+- ``packed loop``: ``effir.compile_packed`` on the GRU without a mask: one
+  compiled loop whose step runs only the row tiles still active (the
+  batch size at each step is data), one call.
 
 The ways are timed round by round, interleaved, so that the machine's load
 falls on all alike: the median over rounds of each round's median of
@@ -22,6 +24,9 @@ falls on all alike: the median over rounds of each round's median of
 rows computed at each step, summed.
 
     .venv/bin/python benchmarks/varlen.py [--repeats N] [--rounds N]
+
+The packed loop's row-steps are the active rows at each step rounded up to
+its tile (4 rows without AVX-512, 8 with).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from gru_loop import gru_text
 from gru_peers import masked_gru_text, variable_length_batch
 
 import effir
+from effir.backends.tvm.loop.packed import packed_tile
 from effir.frontend.packed import CALL_COST, segments
 
 
@@ -76,13 +82,16 @@ def main() -> None:
     ordered = np.sort(lengths)[::-1]
     row_steps = {"padded": longest * batch, "masked": longest * batch}
     calls = {"padded": 1, "masked": 1}
-    for name, call_cost in (("packed, a call per tile", 0), ("packed", CALL_COST)):
-        ways[name] = lambda c=call_cost: effir.packed_scan(
-            masked, xs, lengths, h0, w, u, bias, call_cost=c
-        )
-        parts = segments(ordered, call_cost=call_cost)
-        row_steps[name] = sum(r * (stop - start) for r, start, stop in parts)
-        calls[name] = len(parts)
+    ways["segments"] = lambda: effir.packed_scan(masked, xs, lengths, h0, w, u, bias)
+    parts = segments(ordered, call_cost=CALL_COST)
+    row_steps["segments"] = sum(r * (stop - start) for r, start, stop in parts)
+    calls["segments"] = len(parts)
+    loop = effir.compile_packed(effir.check(effir.parse(gru_text(inputs, hidden, final_only=True))))
+    ways["packed loop"] = lambda: loop(xs, lengths, h0, w, u, bias)
+    tile = packed_tile()
+    active = (ordered[None, :] > np.arange(longest)[:, None]).sum(1)
+    row_steps["packed loop"] = int((-(-active // tile) * tile).sum())
+    calls["packed loop"] = 1
     for name, action in ways.items():  # builds (or the build cache) first
         np.testing.assert_allclose(action(), want, rtol=1e-4, atol=1e-5, err_msg=name)
 
@@ -99,7 +108,7 @@ def main() -> None:
     load = os.getloadavg()
     print(
         f"64 sequences of lengths 1-200 ({int(lengths.sum())} steps in all, longest "
-        f"{longest}), input 32, hidden 64: median of {options.rounds} rounds of "
+        f"{longest}), input 32, hidden 64, packed loop tile {tile}: median of {options.rounds} rounds of "
         f"{options.repeats} calls (load average {load[0]:.1f} / {load[1]:.1f} on "
         f"{os.cpu_count()} CPUs; TVM_NUM_THREADS={os.environ.get('TVM_NUM_THREADS', '(all)')})\n"
     )
