@@ -161,7 +161,7 @@ def packed_scan(
 
 
 def compile_packed(
-    module: Any, target: Any = "llvm", *, parallel: bool = True, tile: int | None = None
+    module: Any, target: Any = "llvm", *, parallel: bool = False, tile: int | None = None
 ) -> PackedScan:
     """``module``'s scan compiled into one loop over a packed batch, whose
     step runs only the rows still active (effir/backends/tvm/loop/packed.py).
@@ -175,7 +175,12 @@ def compile_packed(
     gives the final state of each sequence; ``scan.run_packed(data,
     batch_sizes, h0, *captured)`` takes PyTorch's packed layout. ``tile``:
     the rows a step runs on at a time (4 or 8; by default the CPU's
-    register tile, at least 4). Imports TVM on first use."""
+    register tile, at least 4). ``parallel``: the chunks' input
+    projections use TVM's thread pool; off by default: a chunk is small
+    (16 steps), and a barrier per chunk on a loaded machine cost more
+    than the threads saved (benchmarks/varlen.py: 0.85x of padding with
+    it, 2.0x without, 2 threads, load 8 on 2 cores). Imports TVM on first
+    use."""
     from ..backends.tvm.loop.packed import PackedLoop
     from ..ir.expr import Call, Function, Let, Op, Var
     from ..ir.visitor import free_vars

@@ -374,7 +374,8 @@ class PackedLoop(PackedScan):
     module's docstring): ``loop(xs, lengths, init, *captured)`` gives the
     final state of each sequence, in the caller's order. One build per
     binding of the body's other symbolic dimensions; the batch size and the
-    lengths are data."""
+    lengths are data. ``parallel`` (off by default: ``compile_packed`` says
+    why): the chunks' input projections use TVM's thread pool."""
 
     def __init__(
         self,
@@ -384,7 +385,7 @@ class PackedLoop(PackedScan):
         *,
         functions: Mapping[Var, Function] | None = None,
         module: IRModule | None = None,
-        parallel: bool = True,
+        parallel: bool = False,
         tile: int | None = None,
     ) -> None:
         self.target = make_target(target)
