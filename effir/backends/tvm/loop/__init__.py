@@ -85,7 +85,9 @@ the values a kernel takes), ``evaluate`` [EVAL], ``graph`` [CLASS] [PACK]
 [HOIST], ``cpu_schedule`` [SCHED], ``function`` [LOOP] (and ``lower_loop``,
 all steps together), ``kernel`` (building and running: ``LoopKernel``,
 ``build_loop``). The scheduling helpers it shares with schedule.py are in
-schedule_common.py.
+schedule_common.py. ``packed`` builds the same loop over a packed batch of
+sequences of different lengths, whose step runs only the rows still
+active (``effir.compile_packed``).
 """
 
 from __future__ import annotations
