@@ -61,7 +61,7 @@ class PackedScan:
     """A scan compiled for packed batches (``compile_packed``):
     ``scan(xs, lengths, h0, *captured)`` gives the final states itself."""
 
-    def __call__(self, xs: Any, lengths: Any, h0: Any, *captured: Any) -> Any:
+    def __call__(self, xs: Any, lengths: Any, h0: Any, *captured: Any, **options: Any) -> Any:
         raise NotImplementedError
 
 
@@ -130,7 +130,7 @@ def packed_scan(
     A ``PackedScan`` (``compile_packed``) runs the batch in one call of its
     compiled loop (no ``done`` mask; ``tile`` and ``call_cost`` unused)."""
     if isinstance(scan, PackedScan):
-        return scan(xs, lengths, h0, *captured)
+        return scan(xs, lengths, h0, *captured, outputs=False)
     xs, h0 = np.asarray(xs), np.asarray(h0)
     lengths = np.asarray(lengths)
     if xs.ndim < 2 or h0.ndim < 1 or lengths.shape != (xs.shape[1],) or len(h0) != len(lengths):
@@ -170,10 +170,13 @@ def compile_packed(
     cf.foreach(%step, %xs, %h0) ... }``: the sequences ``(t, b, ...)`` and
     the initial state ``(b, ...)`` with a symbolic batch dimension first,
     the loop body's free variables among the other parameters (functions
-    bound before the loop are evaluated in place). The result is called as
+    bound before the loop are evaluated in place), and @main returns the
+    loop's result or its final state (``.1``). The result is called as
     ``scan(xs, lengths, h0, *captured)`` (or through ``packed_scan``) and
-    gives the final state of each sequence; ``scan.run_packed(data,
-    batch_sizes, h0, *captured)`` takes PyTorch's packed layout. ``tile``:
+    gives what @main gives for each sequence alone: the final states, and
+    the per-step outputs ``(t, b, ...)`` (zero from each sequence's end on)
+    when @main returns both; ``scan.run_packed(data, batch_sizes, h0,
+    *captured)`` takes PyTorch's packed layout (outputs in that layout). ``tile``:
     the rows a step runs on at a time (4 or 8; by default the CPU's
     register tile, at least 4). ``parallel``: the chunks' input
     projections use TVM's thread pool; off by default: a chunk is small
@@ -182,7 +185,7 @@ def compile_packed(
     it, 2.0x without, 2 threads, load 8 on 2 cores). Imports TVM on first
     use."""
     from ..backends.tvm.loop.packed import PackedLoop
-    from ..ir.expr import Call, Function, Let, Op, Var
+    from ..ir.expr import Call, Function, Let, Op, TupleGetItem, Var
     from ..ir.visitor import free_vars
     from ..passes.infer_type import check
 
@@ -192,27 +195,28 @@ def compile_packed(
     if len(main.params) < 2:
         raise PackedScanError("compile_packed: @main takes (%xs, %h0, captured...)", main.span)
     functions: dict[Var, Function] = {}
-    loops: list[Call] = []
+    bound: dict[Var, Any] = {}
     node = main.body
-    values = []
     while isinstance(node, Let):
         if isinstance(node.value, Function):
             functions[node.var] = node.value
-        values.append(node.value)
+        bound[node.var] = node.value
         node = node.body
-    values.append(node)
-    for value in values:
-        while not isinstance(value, Call) and hasattr(value, "tuple_value"):
-            value = value.tuple_value
-        if isinstance(value, Call) and isinstance(value.callee, Op):
-            if value.callee.name == "cf.foreach":
-                loops.append(value)
-    if len(loops) != 1:
+
+    def loop_of(e: Any) -> Call | None:
+        e = bound.get(e, e) if isinstance(e, Var) else e
+        foreach = isinstance(e, Call) and isinstance(e.callee, Op) and e.callee.name == "cf.foreach"
+        return e if foreach else None
+
+    loop, both = loop_of(node), True
+    if loop is None and isinstance(node, TupleGetItem) and node.index == 1:
+        loop, both = loop_of(node.tuple_value), False
+    if loop is None:
         raise PackedScanError(
-            f"compile_packed: @main must run one cf.foreach in its let chain, found {len(loops)}",
+            "compile_packed: @main must return a cf.foreach's result, or its final state "
+            "(`.1`), as its let chain's last expression",
             main.span,
         )
-    (loop,) = loops
     body_arg, xs_arg, init_arg = loop.args
     body = functions.get(body_arg) if isinstance(body_arg, Var) else body_arg
     if not isinstance(body, Function):
@@ -232,16 +236,17 @@ def compile_packed(
                 "make it a parameter of @main",
                 v.span,
             )
-    loop = PackedLoop(body, captured, target, functions=functions, parallel=parallel, tile=tile)
-    return _ParamOrder(loop, [captured.index(v) if v in captured else None for v in params])
+    packed = PackedLoop(body, captured, target, functions=functions, parallel=parallel, tile=tile)
+    places = [captured.index(v) if v in captured else None for v in params]
+    return _ParamOrder(packed, places, both)
 
 
 class _ParamOrder(PackedScan):
     """A ``PackedLoop`` called with @main's parameters after ``%xs, %h0``:
     each goes to the loop's captured value it is (``None``: unused)."""
 
-    def __init__(self, loop: Any, places: list[int | None]) -> None:
-        self.loop, self.places = loop, places
+    def __init__(self, loop: Any, places: list[int | None], outputs: bool) -> None:
+        self.loop, self.places, self.outputs = loop, places, outputs
 
     def _captured(self, values: tuple[Any, ...]) -> list[Any]:
         if len(values) != len(self.places):
@@ -256,11 +261,14 @@ class _ParamOrder(PackedScan):
         return out
 
     def __call__(self, xs: Any, lengths: Any, h0: Any, *captured: Any, **options: Any) -> Any:
+        options.setdefault("outputs", self.outputs)
         return self.loop(xs, lengths, h0, *self._captured(captured), **options)
 
     def run_packed(self, data: Any, batch_sizes: Any, h0: Any, *captured: Any) -> Any:
         """PyTorch's packed layout (``PackedLoop.run_packed``)."""
-        return self.loop.run_packed(data, batch_sizes, h0, *self._captured(captured))
+        return self.loop.run_packed(
+            data, batch_sizes, h0, *self._captured(captured), outputs=self.outputs
+        )
 
     @property
     def builds(self) -> int:

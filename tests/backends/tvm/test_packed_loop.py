@@ -125,9 +125,10 @@ print("hypothesis ok")
     ).check()
 
 
-def test_packed_layout_tuples_and_the_wider_tile():
+def test_packed_layout_tuples_outputs_and_the_wider_tile():
     """PyTorch's packed layout (``run_packed``) gives the sorted rows' final
-    states; a step reading x itself and a tuple state; the 8-row tile."""
+    states; a step reading x itself and a tuple state; the 8-row tile; the
+    per-step outputs when @main returns them."""
     run_isolated(
         COMMON
         + """
@@ -156,6 +157,28 @@ for b, length in enumerate(lengths):
                               tuple(h[b : b + 1] for h in h0), w)
     for leaf, want_leaf in zip(got, alone_b):
         np.testing.assert_allclose(leaf[b], np.asarray(want_leaf)[0], rtol=1e-5, atol=1e-6)
+
+# @main returns the whole scan: the per-step outputs too, as each
+# sequence alone gives them, zero past its end (packed layout: its rows).
+both = effir.check(effir.parse(PROGRAM.replace("((), (1f", "let %o = (1f").replace(
+    "%z * %h)", "%z * %h;\\n    (%o, %o)").replace("cf.foreach(%step, %xs, %h0).1", "cf.foreach(%step, %xs, %h0)")))
+xs, lengths, h0, w, u = inputs([6, 0, 2, 9, 1], 7)
+outs, final = effir.compile_packed(both)(xs, lengths, h0, w, u)
+assert outs.shape == xs.shape[:2] + (4,)
+for b, length in enumerate(lengths):
+    want_outs, want_final = effir.interpret(both, xs[:length, b : b + 1], h0[b : b + 1], w, u)
+    np.testing.assert_allclose(outs[:length, b], np.asarray(want_outs)[:, 0], rtol=1e-5, atol=1e-6)
+    assert not outs[length:, b].any()
+    np.testing.assert_allclose(final[b], np.asarray(want_final)[0], rtol=1e-5, atol=1e-6)
+order = np.argsort(-lengths, kind="stable")
+ordered = lengths[order]
+sizes = np.array([(ordered > t).sum() for t in range(ordered[0])])
+data = np.concatenate([xs[t, order[: sizes[t]]] for t in range(ordered[0])])
+packed_outs, _ = effir.compile_packed(both).run_packed(data, sizes, h0[order[: sizes[0]]], w, u)
+want = np.concatenate([outs[t, order[: sizes[t]]] for t in range(ordered[0])])
+np.testing.assert_allclose(packed_outs, want, rtol=1e-6)
+# packed_scan gives the final state only, as its contract says
+np.testing.assert_allclose(effir.packed_scan(effir.compile_packed(both), xs, lengths, h0, w, u), final)
 print("ok")
 """
     ).check()
@@ -206,8 +229,11 @@ def test_arguments_that_are_not_a_packed_batch_are_refused():
 
 def test_programs_that_are_not_a_packed_scan_are_refused():
     no_loop = '#[version = "0.0.5"]\ndef @main(%x: Tensor[(b, 3), float32], %h: Tensor[(b, 3), float32]) { %x }'
-    with pytest.raises(PackedScanError, match="one cf.foreach"):
+    with pytest.raises(PackedScanError, match="must return a cf.foreach's result"):
         effir.compile_packed(effir.check(effir.parse(no_loop)))
+    other = PROGRAM.replace("cf.foreach(%step, %xs, %h0).1", "cf.foreach(%step, %xs, %h0).1 * 2f")
+    with pytest.raises(PackedScanError, match="must return a cf.foreach's result"):
+        effir.compile_packed(effir.check(effir.parse(other)))
     computed = PROGRAM.replace(
         "let %step", "let %v = transpose(transpose(%u));\n  let %step"
     ).replace("nn.dense(%h, %u)", "nn.dense(%h, %v)")

@@ -35,8 +35,8 @@ last tile padded with copies of its last active row (computed, never
 read). ``PackedLoop`` gathers them from either a padded batch
 ``(T, B, ...)`` with lengths (``__call__``, any order) or PyTorch's packed
 layout (``run_packed``: the rows of every step, step after step).
-The per-step outputs are computed into the packed layout and not returned
-(only the final states are).
+The per-step outputs are computed into the packed layout and put back in
+the caller's (``outputs=True``).
 """
 
 from __future__ import annotations
@@ -420,6 +420,7 @@ class PackedLoop(PackedScan):
                     )
         self.x_type = body.params[0].checked_type
         self.state_type = body.params[1].checked_type
+        self.out_type = body.checked_type.ret_type.fields[0]  # type: ignore[attr-defined]
         self._xs = _Argument.of(self.x_type, "the sequence")
         self._init = _Argument.of(self.state_type, "the initial state")
         self._captured = [_Argument.of(v.checked_type, f"%{v.name_hint}") for v in self.captured]
@@ -441,11 +442,19 @@ class PackedLoop(PackedScan):
         return self._builds[key]
 
     def __call__(
-        self, xs: Any, lengths: Any, init: Any, *captured: Any, enforce_sorted: bool = False
+        self,
+        xs: Any,
+        lengths: Any,
+        init: Any,
+        *captured: Any,
+        enforce_sorted: bool = False,
+        outputs: bool = False,
     ) -> Any:
         """The final state of sequence ``b`` after its ``lengths[b]`` steps of
         ``xs[:, b]`` (``(T, B, ...)``) from ``init[b]``; with
-        ``enforce_sorted`` the lengths must be sorted longest first."""
+        ``enforce_sorted`` the lengths must be sorted longest first. With
+        ``outputs``, ``(outputs, final)`` as ``cf.foreach`` gives them, the
+        per-step outputs ``(T, B, ...)`` zero from each sequence's end on."""
         xs_arrays = self._xs.arrays(xs)
         init_arrays = self._init.arrays(init)
         lengths = np.asarray(lengths)
@@ -469,19 +478,29 @@ class PackedLoop(PackedScan):
         ready = self._plan(key, plan)
         order = ready.order
         flat = [a.reshape(steps * batch, *a.shape[2:]) for a in xs_arrays]
-        final = self._run(flat, ready, [a[order] for a in init_arrays], captured)
+        final, outs = self._run(flat, ready, [a[order] for a in init_arrays], captured)
         out = []
         for f in final:
             back = np.empty_like(f)
             back[order] = f
             out.append(back)
-        return type_tree.unflatten(self.state_type, out)
+        state = type_tree.unflatten(self.state_type, out)
+        if not outputs:
+            return state
+        unpacked = [
+            o.reshape(steps, batch, *o.shape[1:]) for o in ready.unpack(outs, steps * batch)
+        ]
+        return type_tree.unflatten(self.out_type, unpacked), state
 
-    def run_packed(self, data: Any, batch_sizes: Any, init: Any, *captured: Any) -> Any:
+    def run_packed(
+        self, data: Any, batch_sizes: Any, init: Any, *captured: Any, outputs: bool = False
+    ) -> Any:
         """PyTorch's packed layout: ``data`` ``(N, ...)`` holds the rows of
         step 0, then of step 1, ...: ``batch_sizes[t]`` (non-increasing) rows
         at step ``t``, the first ``batch_sizes[t]`` sequences, sorted longest
-        first; ``init`` in that order. The final states, in that order."""
+        first; ``init`` in that order. The final states, in that order;
+        with ``outputs``, ``(outputs, final)``, the outputs ``(N, ...)`` in
+        the layout of ``data``."""
         data_arrays = self._xs.arrays(data)
         init_arrays = self._init.arrays(init)
         sizes = np.asarray(batch_sizes)
@@ -509,8 +528,11 @@ class PackedLoop(PackedScan):
             ("packed", sizes.tobytes()),
             lambda: _Plan.of(full, self.tile, lambda t, r: start[t] + r, np.arange(batch)),
         )
-        final = self._run(data_arrays, ready, init_arrays, captured)
-        return type_tree.unflatten(self.state_type, final)
+        final, outs = self._run(data_arrays, ready, init_arrays, captured)
+        state = type_tree.unflatten(self.state_type, final)
+        if not outputs:
+            return state
+        return type_tree.unflatten(self.out_type, ready.unpack(outs, total)), state
 
     def _plan(self, key: tuple[Any, ...], make: Callable[[], _Plan]) -> _Plan:
         """The plan for ``key`` (the lengths), made once: the last few are kept."""
@@ -527,9 +549,10 @@ class PackedLoop(PackedScan):
         plan: _Plan,
         init: list[np.ndarray],
         captured: Sequence[Any],
-    ) -> list[np.ndarray]:
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """The loop on the rows of ``flat`` as ``plan`` packs them; ``init``
-        sorted. The final states, sorted."""
+        sorted. The final states, sorted, and the outputs ``(tiles, tile,
+        ...)``, packed."""
         if len(captured) != len(self.captured):
             names = ", ".join("%" + v.name_hint for v in self.captured) or "none"
             raise PackedScanError(
@@ -557,12 +580,12 @@ class PackedLoop(PackedScan):
             f = np.empty((row_tiles * tile, *a.shape[1:]), a.dtype)
             f[: len(a)] = a  # rows of length 0 keep their initial state
             finals.append(f)
+        outs = [np.empty((plan.tiles, *leaf.shape), leaf.dtype) for leaf in lowered.outputs]
         if plan.index is None:  # no steps
-            return [f[:batch] for f in finals]
+            return [f[:batch] for f in finals], outs
         state = [np.zeros((2, row_tiles, tile, *a.shape[1:]), a.dtype) for a in init]
         for s, a in zip(state, init, strict=True):
             s[0].reshape(-1, *a.shape[1:])[:batch] = a
-        outs = [np.empty((plan.tiles, *leaf.shape), leaf.dtype) for leaf in lowered.outputs]
         final_tiles = [f.reshape(row_tiles, tile, *f.shape[1:]) for f in finals]
         args = [
             *flat,
@@ -577,7 +600,7 @@ class PackedLoop(PackedScan):
             *self._scratch(compiled, lowered, plan.room),
         ]
         compiled.function(*[tvm_ffi.from_dlpack(a) for a in args])
-        return [f[:batch] for f in finals]
+        return [f[:batch] for f in finals], outs
 
     def _scratch(self, compiled: _Compiled, lowered: LoweredPacked, tiles: int) -> list[np.ndarray]:
         """The prologue's buffers, of ``tiles`` tiles for a chunk's: kept between calls (one
@@ -608,6 +631,19 @@ class _Plan:
     index: np.ndarray | None = None
     room: int = 0
     tiles: int = 0
+    valid: np.ndarray | None = None  # (tiles, tile): the slot holds an active row
+
+    def unpack(self, outs: list[np.ndarray], rows: int) -> list[np.ndarray]:
+        """Packed outputs ``(tiles, tile, ...)`` put back at the caller's
+        rows (``rows`` in all: ``index`` gives each active slot's), zero
+        where no active row is."""
+        out = []
+        for o in outs:
+            back = np.zeros((rows, *o.shape[2:]), o.dtype)
+            if self.index is not None and self.valid is not None:
+                back[self.index[self.valid]] = o[self.valid]
+            out.append(back)
+        return out
 
     @staticmethod
     def of(sizes: np.ndarray, tile: int, source: Callable[..., Any], order: np.ndarray) -> _Plan:
@@ -624,9 +660,10 @@ class _Plan:
         bounds = first[np.minimum(np.arange(0, steps + CHUNK_STEPS, CHUNK_STEPS), steps)]
         step_of = np.repeat(np.arange(steps), per_step)
         rows = (np.arange(total) - first[step_of])[:, None] * tile + np.arange(tile)
+        valid = rows < sizes[step_of][:, None]
         rows = np.minimum(rows, sizes[step_of][:, None] - 1)  # the last tile: its last row again
         index = source(step_of[:, None], rows).astype(np.int32)
-        return _Plan(order, sizes, first, index, int(np.diff(bounds).max()), total)
+        return _Plan(order, sizes, first, index, int(np.diff(bounds).max()), total, valid)
 
 
 def _sizes(ordered: np.ndarray) -> np.ndarray:
