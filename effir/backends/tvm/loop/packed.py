@@ -562,6 +562,8 @@ class PackedLoop(PackedScan):
         c_arrays: list[np.ndarray] = []
         for argument, value in zip(self._captured, captured, strict=True):
             c_arrays += argument.arrays(value)
+        if any(a.size >= 2**31 for a in flat) or plan.tiles * self.tile >= 2**31:
+            raise PackedScanError("packed_scan: a packed loop indexes with int32: too many rows")
         tile = self.tile
         dims: dict[str, int] = {self.batch: tile}
         for (t, _), a in zip(self._xs.leaves, flat, strict=True):
