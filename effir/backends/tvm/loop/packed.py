@@ -8,35 +8,49 @@ computes every row at every step: 64 sequences of lengths 1-200 cost
 12,736 row-steps for the 6,834 that matter. Sorted longest first, the
 sequences still running at step ``t`` are the first ``n_t`` rows, ``n_t``
 non-increasing (PyTorch's ``PackedSequence`` calls it ``batch_sizes``).
-``PackedLoop`` compiles the loop body once, for one register tile of
-``ROW_TILE`` rows (the batch dimension bound to the tile), and runs it in
-one TIR function::
+``PackedLoop`` compiles the loop body once, for a tile of ``tile`` rows
+(4 or 8: the batch dimension bound to it), and runs it in one TIR
+function::
 
-    prologue                          # the hoisted input projections, over the packed rows
-    for t in range(T):                # T: the longest length
-        for j in range(ceil(n[t] / ROW_TILE)):   # the active tiles only
-            g = first[t] + j          # the tile's place in the packed rows
-            step(xs[g], hoisted[g], state[t % 2, j] -> state[(t + 1) % 2, j], outs[g])
-        for r in range(n[t + 1], n[t]):           # the rows that end at t
-            final[r] = state[(t + 1) % 2, r]
+    packed weights                    # the constant part of the prologue, once
+    for c in range(ceil(T / 16)):     # [CHUNK] chunks of CHUNK_STEPS steps
+        start = first[16 c]
+        hoisted[:] = projections of rows[index[start : first[16 (c + 1)]]]   # [GATHER]
+        for t in range(16 c, min(T, 16 (c + 1))):
+            for j in range(ceil(n[t] / tile)):      # the active tiles only
+                g = first[t] + j                    # the tile's place in the packed rows
+                step(hoisted[g - start], state[t % 2, j] -> state[(t + 1) % 2, j], outs[g])
+            for r in range(n[t + 1], n[t]):         # the rows that end at t
+                final[r] = state[(t + 1) % 2, r]
 
-``n`` and ``first`` are data (int32 buffers), so one build serves every
-batch and every set of lengths; nothing is called per step and no step
-computes a tile whose rows have all finished. A row that has finished but
-shares a tile with an active row is computed (its state drifts), which is
-why a row's final state is copied out at the step it ends. Rows must not
-interact (each row of the new state depends on the same row of ``x_t`` and
-of the state only), as in every recurrent cell over a batch; a body whose
-captured values have the batch dimension is refused.
+``n`` and ``first`` (each step's first tile) are data (int32 buffers), so
+one build serves every batch and every set of lengths; nothing is called
+per step and no step computes a tile whose rows have all finished. A row
+that has finished but shares a tile with an active row is computed (its
+state drifts), which is why a row's final state is copied out at the step
+it ends. Rows must not interact (each row of the new state depends on the
+same row of ``x_t`` and of the state only), as in every recurrent cell
+over a batch; a body whose captured values have the batch dimension is
+refused.
 
-Layout: the packed rows are ``xs[g, k]`` for tile ``g`` (step ``t``'s
-tiles are ``first[t]`` to ``first[t] + ceil(n[t] / ROW_TILE)``), a step's
-last tile padded with copies of its last active row (computed, never
-read). ``PackedLoop`` gathers them from either a padded batch
-``(T, B, ...)`` with lengths (``__call__``, any order) or PyTorch's packed
-layout (``run_packed``: the rows of every step, step after step).
-The per-step outputs are computed into the packed layout and put back in
-the caller's (``outputs=True``).
+[GATHER] The packed rows are tile ``g``'s ``rows[index[g, k]]``, read
+from the caller's rows through the index inside the prologue's products
+(no copy); a step's last tile repeats its last active row (computed,
+never read). An element of ``x_t`` the step reads itself is gathered into
+a chunk buffer of its own. ``PackedLoop`` makes the index for a padded
+batch ``(T, B, ...)`` with lengths (``__call__``, any order) or PyTorch's
+packed layout (``run_packed``: the rows of every step, step after step),
+once per set of lengths (``_Plan``). The per-step outputs are computed
+into the packed layout and put back in the caller's (``outputs=True``).
+
+[CHUNK] The projections are hoisted per chunk of steps, into buffers of
+one chunk that stay in cache until its steps read them; the weights are
+packed once.
+
+TVM 0.27: every loop here starts at 0 (a ``For`` with another start
+around the step's block computed wrong results after s_tir's lowering);
+the chunk's buffers are allocated in the prologue's own block, where the
+chunk's tile count is bound.
 """
 
 from __future__ import annotations
