@@ -17,6 +17,7 @@ from ..ir.functor import pre_order
 from ..ir.module import IRModule
 from ..ir.op import op_def
 from ..ir.trampoline import run
+from .adt import AdtCotangents
 from .cotangent import differentiable
 from .free import free_variable_table
 from .reverse import ClosureVjp, function_vjp
@@ -41,6 +42,7 @@ class Differentiator:
         self._free: dict[int, list[Var]] = {}
         self._free_vars = free_variable_table(module)
         self.tape: TypeData | None = None  # the key tape's ADT, once a loop needs it
+        self.adts = AdtCotangents(module, taken)  # cotangents of ADT values
 
     def global_vjp(self, name: str, span: Span | None) -> GlobalVar:
         """``@name_vjp``, made when ``finish`` runs."""
