@@ -213,7 +213,7 @@ class AdtCotangents:
         if isinstance(pattern, PatternWildcard):
             if not differentiable(t):
                 return pattern
-            var = Var("_")
+            var = Var("field")
             var.set_checked_type(t)
             return PatternVar(var)
         if isinstance(pattern, PatternTuple) and isinstance(t, TupleType):
