@@ -211,3 +211,58 @@ def test_the_compiled_gradient_through_lists_equals_the_interpreted():
     )
     run.check()
     assert "ok" in run.stdout
+
+
+LOOP = """
+type Option[A] { Some(A), None }
+def @main(%xs: Tensor[(5, 3), float64], %w: Tensor[(3), float64], %h0: Tensor[(3), float64]) {
+  let %o = Some((%w, 2));
+  let %step = fn (%x: Tensor[(3), float64], %h: Tensor[(3), float64]) {
+    let %v = match (%o) { Some((%a, _)) => %a, None => %x };
+    let %n = tanh(add(multiply(%h, %v), %x));
+    (%n, %n)
+  };
+  let %r = cf.foreach(%step, %xs, %h0);
+  sum(multiply(%r.0, %r.0))
+}
+"""
+
+
+def test_an_adt_captured_by_a_loop_body_in_every_checkpoint_mode():
+    # the ADT's cotangent is a loop accumulator (a zero, then @OptionCtAdd)
+    m = effir.parse(HEADER + LOOP)
+    rng = np.random.default_rng(9)
+    args = [rng.normal(size=(5, 3)), rng.normal(size=3), rng.normal(size=3)]
+    grads = [check_grad(m, args, ["xs", "w", "h0"], checkpoint=c) for c in ("none", "sqrt")]
+    for a, b in zip(*grads, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+LIST_PARAMETER = """
+def @f(%ws: List[Tensor[(3), float64]], %x: Tensor[(3), float64]) {
+  match (%ws) {
+    Cons(%a, Cons(%b, _)) => sum(multiply(tanh(multiply(%a, %x)), %b)),
+    _ => sum(%x),
+  }
+}
+def @main(%a: Tensor[(3), float64], %b: Tensor[(3), float64], %x: Tensor[(3), float64]) {
+  @f(Cons(%a, Cons(%b, Nil)), %x)
+}
+"""
+
+
+def test_the_gradient_with_respect_to_an_adt_parameter_is_its_cotangent_adt():
+    from effir.runtime.values import ADTValue
+
+    from .grad_harness import numeric_grad
+
+    m = effir.parse(HEADER + LIST + LIST_PARAMETER)
+    rng = np.random.default_rng(10)
+    a, b, x = (rng.normal(size=3) for _ in range(3))
+    g = effir.grad(m, entry="f", wrt=["ws", "x"], specialise=False)
+    ws = ADTValue("Cons", (a, ADTValue("Cons", (b, ADTValue("Nil")))))
+    d_ws, d_x = effir.interpret(g, ws, x, entry="f_grad")
+    assert d_ws.constructor == "ConsCt" and d_ws.fields[1].constructor == "ConsCt"
+    assert d_ws.fields[1].fields[1].constructor == "ListCtZero"  # the unused tail: no walk
+    for got, i in ((d_ws.fields[0], 0), (d_ws.fields[1].fields[0], 1), (d_x, 2)):
+        np.testing.assert_allclose(got, numeric_grad(m, [a, b, x], i), rtol=1e-6, atol=1e-7)
