@@ -88,8 +88,11 @@ class AdtCotangents:
 
     def __init__(self, module: IRModule, taken_globals: set[str]) -> None:
         self.type_defs = dict(module.type_defs)
-        self.taken_types = set(self.type_defs)
-        self.taken_ctors = {c.name for d in self.type_defs.values() for c in d.constructors}
+        # type and constructor names: one set, so that no generated name is
+        # both (or clashes with the program's)
+        self.taken_names = set(self.type_defs) | {
+            c.name for d in self.type_defs.values() for c in d.constructors
+        }
         self.taken_globals = taken_globals
         self._differentiable: dict[TypeKey, bool] = {}
         self._ct: dict[TypeKey, CtAdt] = {}
@@ -149,16 +152,16 @@ class AdtCotangents:
         if info is not None:
             return info
         base = t.func.name
-        name = self._fresh(f"{base}Ct", self.taken_types)
+        name = self._fresh(f"{base}Ct", self.taken_names)
         info = CtAdt(TypeCall(GlobalTypeVar(name), ()))
         self._ct[key] = info  # before the fields: a recursive type refers to itself
         ctors = []
         for c in self.constructors(t):
             inputs = tuple(ct_type(f) for f in self.fields(t, c))
-            ctor = Constructor(self._fresh(f"{c.name}Ct", self.taken_ctors), inputs, name)
+            ctor = Constructor(self._fresh(f"{c.name}Ct", self.taken_names), inputs, name)
             info.ctors[c.name] = ctor
             ctors.append(ctor)
-        info.zero = Constructor(self._fresh(f"{name}Zero", self.taken_ctors), (), name)
+        info.zero = Constructor(self._fresh(f"{name}Zero", self.taken_names), (), name)
         info.data = TypeData(name, (), (*ctors, info.zero))
         info.add = self._fresh(f"{name}Add", self.taken_globals)
         self._pending_adds.append((info, t))

@@ -244,7 +244,9 @@ class Reverse:
         ):
             b.bind(var, call)  # nothing to differentiate: the original function
             return
-        self._pullback_call(var, call, self.ad.global_vjp(name, call.span, call), list(call.args), b)
+        self._pullback_call(
+            var, call, self.ad.global_vjp(name, call.span, call), list(call.args), b
+        )
 
     def _pullback_call(
         self, var: Var, call: Call, vjp: Expr, targets: list[Expr], b: LetBuilder

@@ -17,7 +17,7 @@ HEADER = '#[version = "0.0.5"]\n'
 BOX = (
     HEADER
     + """
-type Boxed { Box(Tensor[(3), float64], Tensor[(), int32]), Empty }
+type Box { Box(Tensor[(3), float64], Tensor[(), int32]), Empty }
 def @main(%x: Tensor[(3), float64], %w: Tensor[(3), float64], %c: bool) {
   let %b = if (%c) { Box(%x, 2) } else { Empty };
   let %y = match (%b) {
