@@ -512,6 +512,12 @@ def _symbolic_cases():
         ("max", [x], [sym(("n", 3))], {"axis": [0]}),
         ("prod", [x], [sym(("n", 3))], {}),
         ("add", [x, rand(rng, (3,))], [sym(("n", 3)), sym((3,))], {}),
+        # sizes that may be 1 at run time: summed where they were (unbroadcast)
+        ("add", [x, rand(rng, (1, 3))], [sym(("n", 3)), sym(("?", 3))], {}),
+        ("multiply", [x, rand(rng, (4, 3))], [sym(("n", 3)), sym(("?", 3))], {}),
+        ("add", [x, rand(rng, (1, 1))], [sym(("?", "?")), sym(("?", "?"))], {}),
+        ("multiply", [rand(rng, (4, 1)), x], [sym(("?", "?")), sym((4, 3))], {}),
+        ("maximum", [rand(rng, (1, 3)), x], [sym(("?", 3)), sym(("?", 3))], {}),
         ("reshape", [x], [sym(("n", 3))], {"newshape": [-1]}),
         ("strided_slice", [x], [sym(("n", 3))], {"begin": [1], "end": [3]}),
         ("split", [x], [sym(("n", 3))], {"indices_or_sections": 2}),
