@@ -17,7 +17,7 @@ from ..ir.functor import pre_order
 from ..ir.module import IRModule
 from ..ir.op import op_def
 from ..ir.trampoline import run
-from ..passes.infer_type import check
+from ..passes.infer_type import infer_expr
 from .adt import AdtCotangents
 from .cotangent import differentiable
 from .free import free_variable_table
@@ -72,9 +72,8 @@ class Differentiator:
     def _instance(self, fn: Function, mapping: dict) -> Function:
         """A type-checked monomorphic copy of ``fn``, known to the tables."""
         mono = instantiate(fn, mapping)
-        name = fresh_name("instance", set(self.module.functions))
-        check(self.module.with_function(name, mono))
-        alone = IRModule({name: mono}, self.module.type_defs, self.module.cells)
+        infer_expr(mono, self.module)  # its own nodes only, not the module's again
+        alone = IRModule({"instance": mono}, self.module.type_defs, self.module.cells)
         self._free_vars.update(free_variable_table(alone))
         for var, use in _closure_uses(alone).items():
             self.closure_use.setdefault(var, set()).update(use)
