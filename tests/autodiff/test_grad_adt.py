@@ -266,3 +266,20 @@ def test_the_gradient_with_respect_to_an_adt_parameter_is_its_cotangent_adt():
     assert d_ws.fields[1].fields[1].constructor == "ListCtZero"  # the unused tail: no walk
     for got, i in ((d_ws.fields[0], 0), (d_ws.fields[1].fields[0], 1), (d_x, 2)):
         np.testing.assert_allclose(got, numeric_grad(m, [a, b, x], i), rtol=1e-6, atol=1e-7)
+
+
+TUPLE_PATTERN = """
+def @main(%x: Tensor[(3), float64], %w: Tensor[(3), float64]) {
+  let %t = (%x, (%w, 2));
+  let %r = match (%t) { (%a, (%b, _)) => multiply(%a, exp(%b)) };
+  sum(%r)
+}
+"""
+
+
+def test_a_tuple_pattern_passes_the_gradient_to_the_matched_tuple():
+    # before: the pattern variables' cotangents were dropped (zero gradients)
+    rng = np.random.default_rng(11)
+    check_grad(
+        effir.parse(HEADER + TUPLE_PATTERN), [rng.normal(size=3) for _ in range(2)], ["x", "w"]
+    )
