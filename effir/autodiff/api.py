@@ -24,6 +24,7 @@ from ..passes.anf_sharing import fresh_binders
 from ..passes.infer_type import check
 from ..passes.infra import a2_problem, anf_problem, module_pass
 from ..passes.verify_linear.verifier import REPLAYS_KEYS
+from .cotangent import current_adts
 from .differentiator import CHECKPOINTS, Differentiator
 from .entry import build_grad
 
@@ -66,12 +67,22 @@ def grad_module(
     target = name or fresh_name(f"{entry}_grad", taken)
     taken.add(target)
     ad = Differentiator(work, checkpoint, taken)
-    grad_fn = build_grad(ad, work.functions[entry], wrt, output, with_value)
+    token = current_adts.set(ad.adts)
+    try:
+        grad_fn = build_grad(ad, work.functions[entry], wrt, output, with_value)
+        vjps = ad.finish()
+        ct_datas, ct_adds = ad.adts.finish()
+    finally:
+        current_adts.reset(token)
     out = module.with_function(target, replays_keys(grad_fn))
-    for vjp_name, fn in ad.finish().items():
+    for vjp_name, fn in vjps.items():
         out = out.with_function(vjp_name, replays_keys(fn))
     if ad.tape is not None:
         out = out.with_type_def(ad.tape)
+    for data in ct_datas:  # the cotangent ADTs and their add functions (adt.py)
+        out = out.with_type_def(data)
+    for add_name, fn in ct_adds.items():
+        out = out.with_function(add_name, fn)
     check(out)
     return out
 

@@ -9,21 +9,36 @@ cotangent must exist as a value (a pullback's argument, a loop's carry, the
 gradients returned).
 
 The cotangent type of a float tensor is its own type, of a tuple the tuple
-of its fields' cotangent types, and of everything else (integer and bool
-tensors, keys, ADTs, functions) the unit ``()``: such values get no gradient.
+of its fields' cotangent types, of an ADT with a float tensor in it a
+generated cotangent ADT (``effir.autodiff.adt``), and of everything else
+(integer and bool tensors, keys, functions, ADTs without float tensors)
+the unit ``()``: such values get no gradient.
 """
 
 from __future__ import annotations
 
-from typing import Union
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Union
 
 from ..ir.builder import LetBuilder
 from ..ir.expr import Expr, Tuple, TupleGetItem, Var
-from ..ir.types import TensorType, TupleType, Type
+from ..ir.types import TensorType, TupleType, Type, TypeCall
+
+if TYPE_CHECKING:
+    from .adt import AdtCotangents
 
 CT = Union[None, Expr, list]  # noqa: UP007  (a recursive alias)
 
 UNIT = TupleType(())
+
+# The cotangent ADTs of the ``grad`` run in progress (None: ADT values get
+# no gradient, as outside ``grad``).
+current_adts: ContextVar[AdtCotangents | None] = ContextVar("current_adts", default=None)
+
+
+def _adt_differentiable(t: TypeCall) -> bool:
+    adts = current_adts.get()
+    return adts is not None and adts.differentiable(t)
 
 
 def is_float(dtype: str) -> bool:
@@ -36,6 +51,8 @@ def differentiable(t: Type) -> bool:
         return is_float(t.dtype)
     if isinstance(t, TupleType):
         return any(differentiable(f) for f in t.fields)
+    if isinstance(t, TypeCall):
+        return _adt_differentiable(t)
     return False
 
 
@@ -45,6 +62,10 @@ def ct_type(t: Type) -> Type:
         return t if is_float(t.dtype) else UNIT
     if isinstance(t, TupleType):
         return TupleType(tuple(ct_type(f) for f in t.fields))
+    if isinstance(t, TypeCall) and _adt_differentiable(t):
+        adts = current_adts.get()
+        assert adts is not None
+        return adts.ct_adt(t).type
     return UNIT
 
 
@@ -78,6 +99,10 @@ def accumulate(b: LetBuilder, old: CT, new: CT, t: Type) -> CT:
     if not differentiable(t):
         return old
     assert isinstance(old, Expr) and isinstance(new, Expr)
+    if isinstance(t, TypeCall):
+        adts = current_adts.get()
+        assert adts is not None
+        return adts.add(b, old, new, t)
     return b.emit(b.call_op("add", old, new), "ct")
 
 
@@ -120,6 +145,13 @@ def materialize(b: LetBuilder, ct: CT, like: Expr, t: Type) -> Expr:
             sub = b.emit(TupleGetItem(like, i), "fwd") if needs_like else like  # shapes only
             out.append(materialize(b, part, sub, field))
         return b.emit(Tuple(tuple(out)), "ct")
+    if isinstance(t, TypeCall) and differentiable(t):
+        if ct is not None:
+            assert isinstance(ct, Expr)
+            return ct
+        adts = current_adts.get()
+        assert adts is not None
+        return adts.zero(b, t)
     return b.emit(b.tuple([]), "unit")
 
 

@@ -17,8 +17,11 @@ from ..ir.functor import pre_order
 from ..ir.module import IRModule
 from ..ir.op import op_def
 from ..ir.trampoline import run
+from ..passes.infer_type import infer_expr
+from .adt import AdtCotangents
 from .cotangent import differentiable
 from .free import free_variable_table
+from .instantiate import instance_key, instantiate, instantiation
 from .reverse import ClosureVjp, function_vjp
 
 CHECKPOINTS = ("none", "loop", "sqrt")
@@ -31,8 +34,11 @@ class Differentiator:
         self.module = module  # typed; its nodes are used (once) in the output
         self.checkpoint = checkpoint
         self.taken = taken  # global names in use
-        self.vjp_names: dict[str, str] = {}
-        self.pending: list[str] = []
+        # a global's vjp per name, or per (name, instantiation) for a
+        # polymorphic one (instantiate.py), and the function it differentiates
+        self.vjp_names: dict[object, str] = {}
+        self.sources: dict[object, tuple[str, Function]] = {}
+        self.pending: list[object] = []
         self.functions: dict[str, Function] = {}
         self.closures: dict[Var, ClosureVjp] = {}
         self.closure_vars: set[Var] = set()
@@ -41,15 +47,37 @@ class Differentiator:
         self._free: dict[int, list[Var]] = {}
         self._free_vars = free_variable_table(module)
         self.tape: TypeData | None = None  # the key tape's ADT, once a loop needs it
+        self.adts = AdtCotangents(module, taken)  # cotangents of ADT values
 
-    def global_vjp(self, name: str, span: Span | None) -> GlobalVar:
-        """``@name_vjp``, made when ``finish`` runs."""
-        if name not in self.vjp_names:
+    def global_vjp(self, name: str, span: Span | None, call: Call | None = None) -> GlobalVar:
+        """``@name_vjp``, made when ``finish`` runs; for a polymorphic
+        ``@name``, the one of ``call``'s instantiation (``instantiate``)."""
+        fn = self.module.functions[name]
+        key: object = name
+        mapping = None
+        if call is not None and fn.type_params:
+            mapping = instantiation(fn, call.args, call.checked_type)
+            if mapping is not None:
+                key = (name, instance_key(fn, mapping))
+        if key not in self.vjp_names:
             vjp = fresh_name(f"{name}_vjp", self.taken)
             self.taken.add(vjp)
-            self.vjp_names[name] = vjp
-            self.pending.append(name)
-        return GlobalVar(self.vjp_names[name], span=span)
+            self.vjp_names[key] = vjp
+            if mapping is not None:
+                fn = self._instance(fn, mapping)
+            self.sources[key] = (name, fn)
+            self.pending.append(key)
+        return GlobalVar(self.vjp_names[key], span=span)
+
+    def _instance(self, fn: Function, mapping: dict) -> Function:
+        """A type-checked monomorphic copy of ``fn``, known to the tables."""
+        mono = instantiate(fn, mapping)
+        infer_expr(mono, self.module)  # its own nodes only, not the module's again
+        alone = IRModule({"instance": mono}, self.module.type_defs, self.module.cells)
+        self._free_vars.update(free_variable_table(alone))
+        for var, use in _closure_uses(alone).items():
+            self.closure_use.setdefault(var, set()).update(use)
+        return mono
 
     def tape_data(self) -> TypeData:
         """The key tape's ADT (``keytape``), added to the output module."""
@@ -67,11 +95,11 @@ class Differentiator:
     def finish(self) -> dict[str, Function]:
         """Every ``vjp`` global asked for (a worklist, not recursion)."""
         while self.pending:
-            name = self.pending.pop()
-            fn = self.module.functions[name]
+            key = self.pending.pop()
+            name, fn = self.sources[key]
             if fn.attrs.get("Primitive") == 1:
                 raise_primitive(name, fn)
-            self.functions[self.vjp_names[name]] = run(function_vjp(self, fn, []))
+            self.functions[self.vjp_names[key]] = run(function_vjp(self, fn, []))
         return self.functions
 
     def free_differentiable(self, node: Expr, exclude: Var | None = None) -> list[Var]:

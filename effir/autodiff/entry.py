@@ -18,7 +18,7 @@ from ..ir.builder import LetBuilder
 from ..ir.expr import Expr, Function, Var
 from ..ir.types import TensorType, TupleType, Type
 from ..ir.vjp import DifferentiationError
-from .cotangent import CT, is_float
+from .cotangent import CT, differentiable, is_float
 from .differentiator import Differentiator
 from .reverse import Reverse
 
@@ -62,11 +62,9 @@ def choose_wrt(fn: Function, wrt: Sequence[str] | str | None, n_state: int) -> l
 
 
 def _float_tree(t: Type) -> bool:
-    if isinstance(t, TensorType):
-        return is_float(t.dtype)
-    if isinstance(t, TupleType):
-        return any(_float_tree(f) for f in t.fields)
-    return False
+    """Whether a float tensor is in ``t`` (in a tuple, or in an ADT value,
+    whose gradient is a value of its cotangent ADT: effir.autodiff.adt)."""
+    return differentiable(t)
 
 
 def build_grad(

@@ -37,6 +37,7 @@ from ..ir.expr import (
     Let,
     Match,
     Op,
+    Pattern,
     RefCreate,
     RefRead,
     RefWrite,
@@ -167,6 +168,16 @@ class Reverse:
         parts[value.index] = ct
         self.add(bb, value.tuple_value, parts)
 
+    def _construct_back(self, bb: LetBuilder, var: Var, call: Call) -> None:
+        """The fields' cotangents, taken out of the constructed value's (adt.py)."""
+        ct = self.ct.pop(var, None)
+        if ct is None:
+            return
+        assert isinstance(ct, Expr) and isinstance(call.callee, Constructor)
+        parts = self.ad.adts.take_fields(bb, ct, var.checked_type, call.callee, list(call.args))
+        for arg, part in zip(call.args, parts, strict=True):
+            self.add(bb, arg, part)
+
     # ------------------------------------------------------------- calls
     def _call(self, var: Var, call: Call, b: LetBuilder) -> Computation[None]:
         callee = call.callee
@@ -184,7 +195,11 @@ class Reverse:
             info = self.ad.closures[callee]
             self._pullback_call(var, call, info.vjp, list(call.args) + list(info.free), b)
         elif isinstance(callee, Constructor):
-            b.bind(var, call)  # ADT values carry no gradient (docs/autodiff.md)
+            b.bind(var, call)
+            if differentiable(var.checked_type) and any(
+                isinstance(a, Var) and differentiable(a.checked_type) for a in call.args
+            ):
+                self.tape.append(lambda bb: self._construct_back(bb, var, call))
         else:
             raise DifferentiationError(
                 "a call of a function value that is not a known closure or global function "
@@ -229,7 +244,9 @@ class Reverse:
         ):
             b.bind(var, call)  # nothing to differentiate: the original function
             return
-        self._pullback_call(var, call, self.ad.global_vjp(name, call.span), list(call.args), b)
+        self._pullback_call(
+            var, call, self.ad.global_vjp(name, call.span, call), list(call.args), b
+        )
 
     def _pullback_call(
         self, var: Var, call: Call, vjp: Expr, targets: list[Expr], b: LetBuilder
@@ -286,10 +303,21 @@ class Reverse:
 
     def _match(self, var: Var, node: Match, b: LetBuilder) -> Computation[None]:
         free = self.ad.free_differentiable(node)
+        data = node.data
+        scrutinee = isinstance(data, Var) and differentiable(data.checked_type)
+        if scrutinee and data not in free:
+            free = [*free, data]
         clauses = []
         for c in node.clauses:
-            body = yield block_vjp(self.ad, c.body, free, b)
-            clauses.append(Clause(c.pattern, body, span=c.span))
+            pattern = c.pattern
+            matched = None
+            if scrutinee:
+                # the clause's pullback adds the scrutinee's cotangent, built
+                # from its pattern variables' (adt.py)
+                pattern = self.ad.adts.name_wildcards(pattern, data.checked_type)
+                matched = (data, pattern)
+            body = yield block_vjp(self.ad, c.body, free, b, matched)
+            clauses.append(Clause(pattern, body, span=c.span))
         clauses = tuple(clauses)
         self._branches(var, Match(node.data, clauses, node.complete, span=node.span), free, b)
 
@@ -311,10 +339,16 @@ class Reverse:
 
 
 def block_vjp(
-    ad: Differentiator, body: Expr, free: list[Var], outer: LetBuilder
+    ad: Differentiator,
+    body: Expr,
+    free: list[Var],
+    outer: LetBuilder,
+    matched: tuple[Var, Pattern] | None = None,
 ) -> Computation[Expr]:
     """The block ``body`` as an expression of ``(result, pullback)``, where
-    ``pullback(ct)`` returns the cotangents of ``free``, in order."""
+    ``pullback(ct)`` returns the cotangents of ``free``, in order. For a
+    clause, ``matched`` is the scrutinee and the clause's pattern: the
+    pattern variables' cotangents are added to the scrutinee's."""
     b = outer.child()
     rev = Reverse(ad)
     result = yield rev.forward_steps(body, b)
@@ -323,6 +357,12 @@ def block_vjp(
     bb = b.child()
     rev.add(bb, result, ct)
     rev.backward(bb)
+    if matched is not None:
+        data, pattern = matched
+        scrutinee_ct = ad.adts.pattern_cotangent(
+            bb, pattern, data.checked_type, lambda v: rev.total(bb, v)
+        )
+        rev.add(bb, data, scrutinee_ct)
     cts = bb.emit(bb.tuple([rev.total(bb, v) for v in free]), "cts")
     pullback = b.emit(b.function([ct], bb.finish(cts)), "pullback")
     return b.finish(b.emit(b.tuple([result, pullback]), "vjp"))

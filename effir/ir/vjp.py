@@ -37,10 +37,10 @@ from typing import Any
 
 from .builder import LetBuilder
 from .diagnostics import Error, Span
-from .expr import Call, Expr
+from .expr import Call, Expr, Op
 from .node import Attrs
 from .op import lookup_op
-from .types import TensorType, Type
+from .types import ANY, TensorType, Type
 
 Args = tuple[Expr, ...]  # a forward call's arguments
 Grads = Sequence["Expr | None"]  # one cotangent per argument; None is zero
@@ -169,20 +169,68 @@ class VjpContext:
             )
         if extra:
             grad = self.op("sum", grad, axis=list(range(extra)), keepdims=False)
-        kept = []
+        kept, unknown, mismatched = [], [], False
         pairs = zip(grad_type.shape[extra:], target.shape, strict=True)
+        others = self._operand_dims(target.ndim)
         for axis, (have, want) in enumerate(pairs):
             if want == 1 and have != 1:
                 kept.append(axis)
-            elif have != want:  # a symbolic dimension that may be 1 at run time
-                raise DifferentiationError(
-                    f"unbroadcast: cannot tell whether dimension {want} of an argument "
-                    f"was broadcast to {have}",
-                    self.call.span,
-                )
+            elif have != want or want == ANY or others[axis] - {want, 1}:
+                # (two ``?`` may differ at run time; an operand's ``?`` or
+                # other size may have been the result's where ``want`` is 1)
+                mismatched = True
+                if not isinstance(want, int):  # symbolic: it may be 1 at run time
+                    unknown.append(axis)
+                # else the argument's size is not 1, so this axis was not broadcast
         if kept:
             grad = self.op("sum", grad, axis=kept, keepdims=True)
+        if unknown:
+            grad = self._unbroadcast_at_run_time(grad, like, target.ndim, unknown)
+        if mismatched:  # the argument's type (static), or its shape read at run time
+            grad = self.reshape_like(grad, like)
         return grad
+
+    def _operand_dims(self, rank: int) -> list[set]:
+        """Per axis of a rank-``rank`` argument (aligned from the right, as
+        broadcasting aligns), the sizes the call's tensor operands have
+        there: the result's type may name a symbolic size ``n`` where an
+        operand's ``?`` was larger at run time (``n`` being 1)."""
+        dims: list[set] = [set() for _ in range(rank)]
+        callee = self.call.callee
+        definition = lookup_op(callee.name) if isinstance(callee, Op) else None
+        if definition is None or "broadcast" not in definition.traits:
+            return dims  # (nn.matmul broadcasts its batch axes only: its result's)
+        for arg in self.call.args:
+            ty = arg.checked_type if arg.has_type else None
+            if not isinstance(ty, TensorType):
+                continue
+            for i, d in enumerate(ty.shape[max(0, ty.ndim - rank) :]):
+                dims[rank - min(ty.ndim, rank) + i].add(d)
+        return dims
+
+    def _unbroadcast_at_run_time(
+        self, grad: Expr, like: Expr, rank: int, axes: Sequence[int]
+    ) -> Expr:
+        """Sum ``grad`` over those of ``axes`` where ``like`` has size 1 at
+        run time, with no branch: each such axis of size ``g`` is reshaped
+        to ``(d, g / max(d, 1))`` for the argument's size ``d`` and the
+        second part summed. Broadcasting makes ``g == d`` (a sum over 1,
+        the identity) or ``d == 1`` (the sum over all ``g``): exact either way."""
+        have = self.op("shape_of", grad, dtype="int64")
+        want = self.op("shape_of", like, dtype="int64")
+        one = self.const(1, "int64")
+        pieces, summed = [], []
+        for axis in range(rank):
+            g = self.op("strided_slice", have, begin=[axis], end=[axis + 1])
+            if axis not in axes:
+                pieces.append(g)
+                continue
+            d = self.op("strided_slice", want, begin=[axis], end=[axis + 1])
+            pieces += [d, self.op("divide", g, self.op("maximum", d, one))]
+            summed.append(len(pieces) - 1)
+        shape = self.op("concatenate", self.tuple(pieces), axis=0)
+        grad = self.op("dyn.reshape", grad, shape)
+        return self.op("sum", grad, axis=summed, keepdims=False)
 
     # ------------------------------------------- helpers added for the rules
     # (shapes read at run time where the forward's are symbolic, so that a

@@ -539,27 +539,49 @@ def _tuple_fields(ctx: VjpContext, atom: Expr) -> tuple[Type, ...]:
 
 @defvjp("concatenate")
 def _concatenate_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
-    """A split at the inputs' boundaries, which must be static (every input's
-    size along the axis but the last one's)."""
+    """A split at the inputs' boundaries: a ``split`` where they are static
+    (every input's size along the axis but the last one's), else each
+    input's rows taken (``take``) at offsets read at run time."""
     (xs,) = args
     if not ctx.is_float(out):
         return (None,)
     fields = _tuple_fields(ctx, xs)
     rank = len(expect_tensor(fields[0]).shape)
     axis = normalize_axis(attrs["axis"], rank)
-    bounds, at = [], 0
-    for f in fields[:-1]:
-        size = expect_tensor(f).shape[axis]
-        if not is_static(size):
-            raise DifferentiationError(
-                f"concatenate: the size {show_dim(size)} of an input along axis {axis} is "
-                "known only at run time (only the last input's may be)",
-                ctx.span,
-            )
-        at += int(size)
-        bounds.append(at)
+    sizes = [expect_tensor(f).shape[axis] for f in fields]
+    if not all(is_static(size) for size in sizes[:-1]):
+        return (ctx.tuple(_concatenate_pieces(ctx, xs, fields, axis, ct)),)
+    bounds = list(itertools.accumulate(int(size) for size in sizes[:-1]))
     pieces = ctx.op("split", ct, indices_or_sections=bounds, axis=axis)
     return (ctx.tuple([ctx.get(pieces, i) for i in range(len(fields))]),)
+
+
+def _concatenate_pieces(
+    ctx: VjpContext, xs: Expr, fields: Sequence[Type], axis: int, ct: Expr
+) -> list[Expr]:
+    """The cotangent of each input of a concatenation along ``axis`` whose
+    sizes there are known only at run time: ``take(ct, offset + iota(size))``,
+    the positions ``iota(size)`` being the rows ``argwhere`` finds in ``size``
+    ones. (Each piece has a ``?`` along ``axis``; the differentiator restores
+    the input's type.)"""
+    offset: Expr = ctx.const(0, "int32")
+    grads = []
+    for i, f in enumerate(fields):
+        size = expect_tensor(f).shape[axis]
+        x = ctx.get(xs, i)
+        if is_static(size):
+            count: Expr = ctx.const(int(size), "int32")
+            length = ctx.const([int(size)], "int64")
+        else:
+            dims = ctx.op("shape_of", x, dtype="int64")
+            length = ctx.op("strided_slice", dims, begin=[axis], end=[axis + 1])
+            count = ctx.op("cast", ctx.op("reshape", length, newshape=[]), dtype="int32")
+        rows = ctx.op("argwhere", ctx.op("dyn.ones", length, dtype="bool"))
+        positions = ctx.op("reshape", rows, newshape=[-1])
+        index = ctx.op("add", positions, offset)
+        grads.append(ctx.op("take", ct, index, axis=axis, mode="fast"))
+        offset = ctx.op("add", offset, count)
+    return grads
 
 
 @defvjp("stack")

@@ -512,6 +512,12 @@ def _symbolic_cases():
         ("max", [x], [sym(("n", 3))], {"axis": [0]}),
         ("prod", [x], [sym(("n", 3))], {}),
         ("add", [x, rand(rng, (3,))], [sym(("n", 3)), sym((3,))], {}),
+        # sizes that may be 1 at run time: summed where they were (unbroadcast)
+        ("add", [x, rand(rng, (1, 3))], [sym(("n", 3)), sym(("?", 3))], {}),
+        ("multiply", [x, rand(rng, (4, 3))], [sym(("n", 3)), sym(("?", 3))], {}),
+        ("add", [x, rand(rng, (1, 1))], [sym(("?", "?")), sym(("?", "?"))], {}),
+        ("multiply", [rand(rng, (4, 1)), x], [sym(("?", "?")), sym((4, 3))], {}),
+        ("maximum", [rand(rng, (1, 3)), x], [sym(("?", 3)), sym(("?", 3))], {}),
         ("reshape", [x], [sym(("n", 3))], {"newshape": [-1]}),
         ("strided_slice", [x], [sym(("n", 3))], {"begin": [1], "end": [3]}),
         ("split", [x], [sym(("n", 3))], {"indices_or_sections": 2}),
@@ -548,10 +554,20 @@ def test_rules_with_symbolic_shapes(case):
     check_vjp(name, inputs, types=types, **attrs)
 
 
-def test_concatenate_of_a_leading_symbolic_size_is_refused_with_its_location():
-    types = [TupleType((sym(("n", 3)), sym((4, 3))))]
-    with pytest.raises(DifferentiationError, match="only the last input's may be"):
-        check_vjp("concatenate", [(np.ones((2, 3)), np.ones((4, 3)))], types=types, axis=0)
+@pytest.mark.parametrize(
+    ("shapes", "types", "axis"),
+    [
+        ([(2, 3), (4, 3)], [("n", 3), (4, 3)], 0),
+        ([(2, 3), (2, 1), (2, 4)], [(2, "k"), (2, "j"), (2, "m")], 1),
+        ([(2, 2), (2, 3), (2, 1)], [(2, 2), ("?", "?"), (2, 1)], -1),
+    ],
+)
+def test_concatenate_of_sizes_known_at_run_time(shapes, types, axis):
+    # before: "concatenate: the size n of an input along axis 0 is known
+    # only at run time (only the last input's may be)"
+    rng = np.random.default_rng(len(shapes))
+    inputs = [tuple(rand(rng, shape) for shape in shapes)]
+    check_vjp("concatenate", inputs, types=[TupleType(tuple(sym(t) for t in types))], axis=axis)
 
 
 # ------------------------------------------------------------------ compiled
