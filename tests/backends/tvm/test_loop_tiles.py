@@ -3,15 +3,20 @@ a tile of few rows (a step at batch 1 or 2: a matrix-vector product) spans
 several panels of columns, so that each step of the reduction issues
 independent multiply-adds instead of waiting on one chain (issue 18, the
 hidden-32 GRU at batch 1), and no tile holds more accumulators than the
-CPU has registers for. Values are checked by test_loop.py (batch 2
-runs the widened tile) and the benchmarks."""
+CPU has registers for; a right-hand side too large for L2 is tiled
+column panel by column panel (issue 18, batch 32). Values are checked by
+test_loop.py (batch 2 runs the widened tile), here for the panel order,
+and by the benchmarks."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from effir.backends.tvm.loop import cpu_schedule
-from effir.backends.tvm.loop.cpu_schedule import _rows_per_tile, _tile_panels
+import effir
+from effir.backends.tvm.loop import build_loop, cpu_schedule
+from effir.backends.tvm.loop.cpu_schedule import _rows_per_tile, _tile_order, _tile_panels
+from tests.backends.tvm.test_loop import GRU, assert_close, foreach_of, gru_inputs, module
 
 
 @pytest.mark.parametrize(
@@ -59,3 +64,34 @@ def test_rows_per_tile() -> None:
     assert _rows_per_tile([1], 8) == 1
     assert _rows_per_tile([32], 8) == 8
     assert _rows_per_tile([2, 3], 8) == 6
+
+
+def test_tile_order_keeps_a_large_weight_panel_by_panel() -> None:
+    """A right-hand side larger than L2 (the hidden-256 GRU's 768 x 256
+    weights) runs column panel by column panel, each panel over every row
+    tile (issue 18, batch 32); a small one keeps the row tiles outside."""
+    rows, cols, steps = "rows", "cols", "steps"
+    big, small = 768 * 256 * 4, 96 * 32 * 4
+    assert _tile_order([rows], cols, big) == [cols, rows]
+    assert _tile_order([steps, rows], cols, big) == [steps, cols, rows]
+    assert _tile_order([rows], cols, small) == [rows, cols]
+    assert _tile_order([], cols, big) == [cols]
+
+
+@pytest.mark.parametrize("threads", ["serial", "parallel"])
+def test_gru_panel_by_panel_matches_the_interpreter(
+    threads: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The GRU of test_loop.py with every contraction's tiles in the order
+    of a large weight (the threshold lowered), its step and its batched
+    prologue, serial and on the thread pool: the same values."""
+    monkeypatch.setattr(cpu_schedule, "CACHED_OPERAND_BYTES", 0)
+    if threads == "parallel":
+        monkeypatch.setattr(cpu_schedule, "PARALLEL_MIN_WORK", 1)
+    mod = module(GRU)
+    _, body, _ = foreach_of(mod)
+    kernel = build_loop(body, module=mod, parallel=threads == "parallel")
+    for t, b in [(11, 2), (16, 8)]:
+        args = gru_inputs(np.random.default_rng(t * 10 + b), t, b)
+        assert_close(kernel(*args), effir.interpret(mod, *args))
+        assert kernel.specialize({"b": b}).lowered.unscheduled == []

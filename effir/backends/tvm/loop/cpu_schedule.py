@@ -247,9 +247,10 @@ def _tile_contraction(sch: Any, b: Any, node: Any, min_work: int | None) -> None
     if width > panel:  # each panel's columns a vector index apart, the panels unrolled
         first, ni = sch.split(ni, [None, panel])
         panels = [first]
-    sch.reorder(*outer, no, *reduce_loops, *tile_rows, *panels, ni)
+    tiles = _tile_order(outer, no, _operand_bytes(node, dtype, n_extent))
+    sch.reorder(*tiles, *reduce_loops, *tile_rows, *panels, ni)
     local = sch.cache_write(b, 0, "local")
-    sch.reverse_compute_at(local, no)
+    sch.reverse_compute_at(local, tiles[-1])
     for row in [*tile_rows, *panels]:
         sch.unroll(row)
     sch.vectorize(ni)
@@ -257,10 +258,45 @@ def _tile_contraction(sch: Any, b: Any, node: Any, min_work: int | None) -> None
     sch.vectorize(write_back)
     work = math.prod(static_extent(iv.dom.extent) or SYMBOLIC_EXTENT for iv in node.iter_vars)
     if min_work is not None and work >= min_work:
-        tiles = [*outer, no]
         sch.parallel(sch.fuse(*tiles) if len(tiles) > 1 else no)
     init = sch.decompose_reduction(b, reduce_loops[0])
     sch.vectorize(sch.get_loops(init)[-1])
+
+
+CACHED_OPERAND_BYTES = 1 << 18
+"""Largest right-hand side (``n x k`` elements of a contraction) whose tiles
+run row tile by row tile, each over every column panel: it stays in a
+core's L2 cache (256 KiB at least on current x86 CPUs) between row tiles.
+A larger one runs column panel by column panel instead (``_tile_order``)."""
+
+
+def _operand_bytes(node: Any, dtype: str, n_extent: int) -> int:
+    """Bytes of the contraction's right-hand side: its columns times its
+    reduction (a symbolic extent counted as SYMBOLIC_EXTENT)."""
+    k = math.prod(
+        static_extent(iv.dom.extent) or SYMBOLIC_EXTENT
+        for iv in node.iter_vars
+        if iv.iter_type != tirx.IterVar.DataPar
+    )
+    return n_extent * k * max(1, tvm.DataType(dtype).bits // 8)
+
+
+def _tile_order(outer: list[Any], columns: Any, operand_bytes: int) -> list[Any]:
+    """The loops over a contraction's register tiles, outermost first. Row
+    tiles outside column panels read the whole right-hand side once per
+    row tile; when it does not fit in L2 (the step of a GRU at hidden 256:
+    768 x 256 float32, 786 KB) that is a stream from L3 per row tile: 16
+    times a step at batch 32. Column panels outside the row tiles (within
+    a step, for a batched prologue) read each panel (k x two vectors: 32
+    KB at k = 256) for every row tile while it is in L1, and split over
+    threads, each thread's half of the weight stays in its own L2. Measured
+    at batch 32 (CPU time of the loop, one thread, interleaved): 81 against
+    96 ms; at batch 8, 14.0 against 16.2 ms. A right-hand side that fits in
+    L2 keeps the row tiles outside (hidden 32: 0.44 against 0.49 ms, the
+    output then written row by row)."""
+    if outer and operand_bytes > CACHED_OPERAND_BYTES:
+        return [*outer[:-1], columns, outer[-1]]
+    return [*outer, columns]
 
 
 ACCUMULATORS = 2 * ROW_TILE
