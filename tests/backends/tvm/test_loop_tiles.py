@@ -3,15 +3,20 @@ a tile of few rows (a step at batch 1 or 2: a matrix-vector product) spans
 several panels of columns, so that each step of the reduction issues
 independent multiply-adds instead of waiting on one chain (issue 18, the
 hidden-32 GRU at batch 1), and no tile holds more accumulators than the
-CPU has registers for. Values are checked by test_loop.py (batch 2
-runs the widened tile) and the benchmarks."""
+CPU has registers for; a right-hand side too large for L2 is tiled
+column panel by column panel (issue 18, batch 32). Values are checked by
+test_loop.py (batch 2 runs the widened tile), here for the panel order,
+and by the benchmarks."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from effir.backends.tvm.loop import cpu_schedule
-from effir.backends.tvm.loop.cpu_schedule import _rows_per_tile, _tile_panels
+import effir
+from effir.backends.tvm.loop import build_loop, cpu_schedule, lower_loop
+from effir.backends.tvm.loop.cpu_schedule import _rows_per_tile, _tile_order, _tile_panels
+from tests.backends.tvm.test_loop import GRU, assert_close, foreach_of, gru_inputs, module
 
 
 @pytest.mark.parametrize(
@@ -59,3 +64,73 @@ def test_rows_per_tile() -> None:
     assert _rows_per_tile([1], 8) == 1
     assert _rows_per_tile([32], 8) == 8
     assert _rows_per_tile([2, 3], 8) == 6
+
+
+def test_tile_order_keeps_a_large_weight_panel_by_panel() -> None:
+    """A right-hand side larger than L2 (the hidden-256 GRU's 768 x 256
+    weights) runs column panel by column panel, each panel over every row
+    tile (issue 18, batch 32); a small one keeps the row tiles outside."""
+    rows, cols, steps = "rows", "cols", "steps"
+    big, small = 768 * 256 * 4, 96 * 32 * 4
+    assert _tile_order([rows], cols, big) == [cols, rows]
+    assert _tile_order([steps, rows], cols, big) == [steps, cols, rows]
+    assert _tile_order([rows], cols, small) == [rows, cols]
+    assert _tile_order([], cols, big) == [cols]
+
+
+@pytest.mark.parametrize("threads", ["serial", "parallel"])
+def test_gru_panel_by_panel_matches_the_interpreter(
+    threads: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The GRU of test_loop.py with every contraction's tiles in the order
+    of a large weight (the threshold lowered), its step and its batched
+    prologue, serial and on the thread pool: the same values."""
+    monkeypatch.setattr(cpu_schedule, "CACHED_OPERAND_BYTES", 0)
+    if threads == "parallel":
+        monkeypatch.setattr(cpu_schedule, "PARALLEL_MIN_WORK", 1)
+    mod = module(GRU)
+    _, body, _ = foreach_of(mod)
+    kernel = build_loop(body, module=mod, parallel=threads == "parallel")
+    for t, b in [(11, 2), (16, 8)]:
+        args = gru_inputs(np.random.default_rng(t * 10 + b), t, b)
+        assert_close(kernel(*args), effir.interpret(mod, *args))
+        assert kernel.specialize({"b": b}).lowered.unscheduled == []
+
+
+def gru_text(hidden: int) -> str:
+    g = 3 * hidden
+    return f"""
+def @main(%xs: Tensor[(t, b, {hidden}), float32], %h0: Tensor[(b, {hidden}), float32],
+          %w: Tensor[({g}, {hidden}), float32], %u: Tensor[({g}, {hidden}), float32],
+          %bias: Tensor[({g}), float32]) {{
+  let %step = fn (%x: Tensor[(b, {hidden}), float32], %h: Tensor[(b, {hidden}), float32]) {{
+    let %gx = nn.dense(%x, %w) + %bias;
+    let %gh = nn.dense(%h, %u);
+    let %gxs = split(%gx, indices_or_sections=3, axis=1);
+    let %ghs = split(%gh, indices_or_sections=3, axis=1);
+    let %z = sigmoid(%gxs.0 + %ghs.0);
+    let %r = sigmoid(%gxs.1 + %ghs.1);
+    let %n = tanh(%gxs.2 + %r * %ghs.2);
+    let %h_new = (1f - %z) * %n + %z * %h;
+    (%h_new, %h_new)
+  }};
+  cf.foreach(%step, %xs, %h0)
+}}
+"""
+
+
+@pytest.mark.parametrize(("batch", "parallel_loops"), [(32, 1), (1, 0)])
+def test_no_barrier_per_step_in_the_hidden_256_gru(batch: int, parallel_loops: int) -> None:
+    """Issue 18: a parallel loop ends at a barrier, which on a busy machine
+    waits a time slice. The hidden-256 GRU's step (a 2**22.6 multiply-add
+    product and its gates at batch 32) runs serially, with no barrier per
+    step; only the batch-32 prologue's projection of all steps (one barrier
+    a call) is on the thread pool. Scheduled only, not built."""
+    _, body, _ = foreach_of(module(gru_text(256)))
+    captured = build_loop(body).captured  # the batch is symbolic: nothing built yet
+    lowered = lower_loop(body, {"b": batch}, captured, {}, None, parallel=True)
+    assert lowered.unscheduled == []
+    script = lowered.func.script()
+    assert script.count("T.parallel(") == parallel_loops
+    step = script.index("for t in range(")
+    assert "T.parallel(" not in script[step:]

@@ -52,10 +52,13 @@ The algorithm
    ``n``; a tile of fewer rows, as a step at batch 1, spans more panels of
    columns, so that the reduction issues independent multiply-adds; as
    many accumulators as the CPU has registers for: fewer without
-   AVX-512); packings copy tile by tile; other blocks vectorise their
+   AVX-512; a right-hand side larger than L2 tiled column panel by
+   column panel, each panel over every row tile); packings copy tile by
+   tile; other blocks vectorise their
    innermost axis when it is contiguous. Large contractions and heavy
-   elementwise blocks (from 2**20 multiply-adds: a busy machine makes
-   each barrier wait) spread over TVM's thread pool (``parallel``).
+   elementwise blocks (from 2**27 multiply-adds, about a time slice's
+   work: a busy machine makes each barrier wait a time slice) spread over
+   TVM's thread pool (``parallel``).
 6. [LOOP] The loop PrimFunc: the prologue; the state copied into a double
    buffer ``S[2, ...]``; ``for t in range(T)`` one block whose
    ``match_buffer`` views bind the step's buffers to ``xs[t]``, to row

@@ -19,20 +19,27 @@ from ..schedule import INLINE_BUDGET, expression_cost
 from ..schedule_common import static_extent, strip_casts, uses, vector_lanes
 from .graph import MATERIALIZE, ROW_TILE, tiles_within_step
 
-PARALLEL_MIN_WORK = 1 << 20
-"""Multiply-adds (or elements times expression size) from which a block
-runs on TVM's thread pool (``build_loop(parallel=True)``). A parallel loop
-ends at a barrier, once a call in the prologue and once a step in the
-step, and when the machine is busy (more runnable threads than cores) a
-worker the scheduler has not run holds that barrier for a time slice:
-with 2**17 (before issue 18), measured side by side on the loaded 2-core
-machine (load 8-14), the hidden-256 GRU at batch 1 (2**17.6 a step) ran
-17.3 ms a call with its step on the pool against 13.4 ms without (JAX
-16-17 ms), and the hidden-32 GRU over 1,000 steps (its prologue's
-projection 2**17.6 at the estimate's 64 steps) 2.11 us a step against
-0.83 (JAX 1.35). On an idle machine the pool had gained from 2**17 (the
-two halves of a weight stay in two cores' caches); from 2**20 (the
-batch-32 GRU's step, 2**22.6) the work outweighs a time slice's wait."""
+PARALLEL_MIN_WORK = 1 << 27
+"""Multiply-adds (or elements times expression size) of a block, per run
+of it, from which it runs on TVM's thread pool (``build_loop(parallel=True)``).
+A parallel loop ends at a barrier, once a call in the prologue and once a
+step in the step, and when the machine is busy (more runnable threads
+than cores) a worker the scheduler has not run holds that barrier for a
+time slice (milliseconds); a block whose work is less than a time slice's
+(2**27 multiply-adds is about 4 ms of one core) loses more there than a
+second core gains. With 2**17 (before issue 18) and 2**20, the hidden-256
+GRU's step (2**17.6 a step at batch 1, 2**22.6 at batch 32) and its
+elementwise gates (2**20 at batch 32: three more barriers a step) met a
+barrier at every step. Measured side by side on the loaded 2-core
+machine (load 6-9, median wall time of interleaved calls, relative to
+JAX best in the same run): batch 32, 0.72 and 0.81 serial against 0.98
+and 1.04 on the pool, and 43 against 108 ms of CPU time a call (the
+workers spin at the barriers); batch 1 (the prologue's projection,
+2**23.6 at SYMBOLIC_EXTENT steps), 0.34-0.45 against 0.58-0.75. The
+batch-32 prologue (2**28.6) stays on the pool. On an idle machine with
+two free cores the step at batch 32 would gain from the pool, which
+could not be measured here; a loop whose rows are independent could run
+each core's rows through every step with no barrier at all (not built)."""
 SYMBOLIC_EXTENT = 64
 """What a symbolic extent (the sequence length) counts for in work estimates."""
 
@@ -247,9 +254,10 @@ def _tile_contraction(sch: Any, b: Any, node: Any, min_work: int | None) -> None
     if width > panel:  # each panel's columns a vector index apart, the panels unrolled
         first, ni = sch.split(ni, [None, panel])
         panels = [first]
-    sch.reorder(*outer, no, *reduce_loops, *tile_rows, *panels, ni)
+    tiles = _tile_order(outer, no, _operand_bytes(node, dtype, n_extent))
+    sch.reorder(*tiles, *reduce_loops, *tile_rows, *panels, ni)
     local = sch.cache_write(b, 0, "local")
-    sch.reverse_compute_at(local, no)
+    sch.reverse_compute_at(local, tiles[-1])
     for row in [*tile_rows, *panels]:
         sch.unroll(row)
     sch.vectorize(ni)
@@ -257,10 +265,45 @@ def _tile_contraction(sch: Any, b: Any, node: Any, min_work: int | None) -> None
     sch.vectorize(write_back)
     work = math.prod(static_extent(iv.dom.extent) or SYMBOLIC_EXTENT for iv in node.iter_vars)
     if min_work is not None and work >= min_work:
-        tiles = [*outer, no]
         sch.parallel(sch.fuse(*tiles) if len(tiles) > 1 else no)
     init = sch.decompose_reduction(b, reduce_loops[0])
     sch.vectorize(sch.get_loops(init)[-1])
+
+
+CACHED_OPERAND_BYTES = 1 << 18
+"""Largest right-hand side (``n x k`` elements of a contraction) whose tiles
+run row tile by row tile, each over every column panel: it stays in a
+core's L2 cache (256 KiB at least on current x86 CPUs) between row tiles.
+A larger one runs column panel by column panel instead (``_tile_order``)."""
+
+
+def _operand_bytes(node: Any, dtype: str, n_extent: int) -> int:
+    """Bytes of the contraction's right-hand side: its columns times its
+    reduction (a symbolic extent counted as SYMBOLIC_EXTENT)."""
+    k = math.prod(
+        static_extent(iv.dom.extent) or SYMBOLIC_EXTENT
+        for iv in node.iter_vars
+        if iv.iter_type != tirx.IterVar.DataPar
+    )
+    return n_extent * k * max(1, tvm.DataType(dtype).bits // 8)
+
+
+def _tile_order(outer: list[Any], columns: Any, operand_bytes: int) -> list[Any]:
+    """The loops over a contraction's register tiles, outermost first. Row
+    tiles outside column panels read the whole right-hand side once per
+    row tile; when it does not fit in L2 (the step of a GRU at hidden 256:
+    768 x 256 float32, 786 KB) that is a stream from L3 per row tile: 16
+    times a step at batch 32. Column panels outside the row tiles (within
+    a step, for a batched prologue) read each panel (k x two vectors: 32
+    KB at k = 256) for every row tile while it is in L1, and split over
+    threads, each thread's half of the weight stays in its own L2. Measured
+    at batch 32 (CPU time of the loop, one thread, interleaved): 81 against
+    96 ms; at batch 8, 14.0 against 16.2 ms. A right-hand side that fits in
+    L2 keeps the row tiles outside (hidden 32: 0.44 against 0.49 ms, the
+    output then written row by row)."""
+    if outer and operand_bytes > CACHED_OPERAND_BYTES:
+        return [*outer[:-1], columns, outer[-1]]
+    return [*outer, columns]
 
 
 ACCUMULATORS = 2 * ROW_TILE
