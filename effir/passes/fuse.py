@@ -82,10 +82,15 @@ reduction, are two kernels). An anchor takes:
   (Relay's phase 0, "so that conv2d always finishes fusing");
 - *side inputs* of the epilogue: EW or INJ members that feed the epilogue
   and do not depend on the anchor (``add(dense(..), reshape(%b))``);
-- a *prologue*, only for a REDUCE anchor: EW/INJ members that compute its
+- a *prologue*: for a REDUCE anchor, EW/INJ members that compute its
   input (``sum(exp(%x))``): the reduction reads each input element once.
-  An OUT anchor takes no prologue: a matmul reads each input element many
-  times, so a fused producer would be recomputed per read;
+  An OUT anchor takes INJ members only (``nn.dense(transpose(%a),
+  transpose(%b))``, the weight gradients autodiff makes): a matmul reads
+  each input element many times, so fused arithmetic would be recomputed
+  per read, while a re-indexing costs nothing per read, and a backend that
+  copies an operand into its own layout before the product reads the
+  original through it (the TVM backend's large products,
+  schedule_gemm.py: the transposed matrix is never written);
 - a call that feeds both the prologue and the epilogue
   (``divide(exp(%x), sum(exp(%x)))``) would be computed twice in the kernel
   (in the reduction's loop and in the epilogue's) or stored inside it:
@@ -350,9 +355,9 @@ class _Grouping:
         sides = {self.side[u] for u in users}
         if sides == {EPI}:
             return EPI  # a side input of the epilogue
-        if EPI not in sides and group.anchor == REDUCE:
+        if EPI not in sides and (group.anchor == REDUCE or kind == INJ):
             return PRO
-        return None  # feeds both sides, or a prologue of a matmul-like anchor
+        return None  # feeds both sides, or arithmetic before a matmul-like anchor
 
 
 class _Fuser(Mutator):

@@ -167,6 +167,26 @@ def test_a_matmul_takes_no_prologue_and_no_injective_epilogue() -> None:
     assert "let %e = exp(%x);" in body_text(after)
 
 
+def test_a_matmul_takes_a_prologue_of_re_indexing_only() -> None:
+    # autodiff's weight gradient dense(transpose(reshape(ct)), transpose(x)):
+    # the re-indexing joins the product (a backend reads through it, or packs
+    # the operand once); arithmetic on an operand (exp) still does not.
+    after = fused(
+        """def @main(%c: Tensor[(2, 4, 8), float32], %x: Tensor[(8, 16), float32]) {
+          let %s = reshape(%c, newshape=[8, 8]);
+          let %a = transpose(%s);
+          let %e = exp(%x);
+          let %b = transpose(%e);
+          let %d = nn.dense(%a, %b);
+          negative(%d)
+        }"""
+    )
+    assert [kernel_ops(k) for k in kernels(after)] == [
+        ["reshape", "transpose", "transpose", "nn.dense", "negative"]
+    ]
+    assert "let %e = exp(%x);" in body_text(after)
+
+
 def test_an_anchor_joins_a_diamond_of_elementwise_consumers() -> None:
     # silu(dense(x, w)): the product is read twice, both times inside the group.
     after = fused(

@@ -35,6 +35,9 @@ CPU (LLVM), in five steps:
      and ``rfactor`` it, so that each output accumulates vector partial sums
      along k (loads contiguous in both operands), four rows and four columns
      at a time, summed across the vector at the end.
+   - a large two-dimensional product (from 2**22 multiply-adds: the weight
+     gradients of a training step) packs both operands, and computes a
+     transpose fused before it in the copy (schedule_gemm.py).
    The epilogue (the inlined chain after the product: bias, activation) is
    computed at the tile, from the accumulators.
 3. Other reductions: a reduction over outer axes vectorises the innermost
@@ -77,6 +80,7 @@ from tvm import s_tir, tirx
 from tvm_ffi import get_global_func
 
 from .schedule_common import strip_casts, uses, vector_lanes
+from .schedule_gemm import packed_gemm
 
 INLINE_BUDGET = 3000
 """Most let-substituted expression nodes an inlining may produce [RULE BUDGET]."""
@@ -90,7 +94,7 @@ _Load = tvm.ir.expr.TensorLoad  # a buffer element read (BufferLoad before TVM 0
 def schedule_prim_func(func: Any, target: Any) -> Any:
     """The scheduled IRModule (``{"main": func}``) for ``target``."""
     if target.kind.name == "llvm":
-        return _CpuScheduler(func).run()
+        return _CpuScheduler(func, target).run()
     return _schedule_gpu(func, target)
 
 
@@ -255,7 +259,8 @@ def _may_inline(blocks: _Blocks, block: Any) -> bool:
 class _CpuScheduler:
     """Steps 1-5 of the module docstring on one PrimFunc."""
 
-    def __init__(self, func: Any) -> None:
+    def __init__(self, func: Any, target: Any = None) -> None:
+        self.target = target
         self.sch = s_tir.Schedule(func)
         self.blocks = _Blocks(self.sch)
         self.placed: set[str] = set()  # blocks scheduled as part of another's tile
@@ -299,6 +304,12 @@ class _CpuScheduler:
     # ------------------------------------------------------------ step 2
     def _matmul(self, block: Any, operands: _MatmulInfo) -> None:
         sch = self.sch
+        packed = packed_gemm(sch, block, self.target)  # a large product (schedule_gemm.py)
+        if packed is not None:
+            local, tile, copies = packed
+            self.placed.update(self.blocks.name(c) for c in copies)
+            self._epilogue(local, tile)
+            return
         loops = sch.get_loops(block)
         spatial = [loops[k] for k in operands.spatial]
         (k_loop,) = [loops[k] for k in operands.reduce]

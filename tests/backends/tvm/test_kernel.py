@@ -7,6 +7,7 @@ nvcc compiles to PTX for sm_90."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from typing import Any
@@ -182,6 +183,41 @@ def test_matmul_schedules(a_shape: tuple, b_shape: tuple, attrs: dict) -> None:
     np.testing.assert_allclose(
         build_kernel(fn, "llvm")(*args), np.maximum(A @ B, 0), rtol=1e-5, atol=1e-5
     )
+
+
+@pytest.mark.parametrize(
+    ("a_type", "b_type", "product"),
+    [
+        # autodiff's weight gradient: both operands transposed stacks of steps
+        (
+            "(1024, 64)",
+            "(16, 64, 64)",
+            "nn.dense(transpose(%a), transpose(reshape(%b, newshape=[1024, 64])))",
+        ),
+        ("(64, 1024)", "(1024, 64)", "nn.matmul(%a, %b)"),
+        ("(1024, 64)", "(1024, 64)", "nn.matmul(%a, %b, transpose_a=True)"),
+    ],
+)
+def test_large_products_pack_both_operands(a_type: str, b_type: str, product: str) -> None:
+    """A product of 2**22 multiply-adds (schedule_gemm.py): the transposes
+    fuse into its kernel, both operands are copied once into panels of the
+    register tile (the transposed matrices are never written), and the
+    result is the interpreter's, with the epilogue."""
+    mod = parse(
+        f"""def @main(%a: Tensor[{a_type}, float32], %b: Tensor[{b_type}, float32]) {{
+          let %p = {product};
+          tanh(%p)
+        }}"""
+    )
+    (fn,) = primitives(mod)
+    kernel = build_kernel(fn, "llvm")
+    tir = kernel.source("tir")
+    assert len(re.findall(r"alloc_buffer\(\(\d+, 1024, \d+\)", tir)) == 2, tir
+    assert "alloc_buffer((64, 1024)" not in tir  # the transposed matrix is never written
+    args = arguments(mod)
+    out = effir.interpret(mod, *args, kernels={fn: kernel})
+    # sums of 1,024 products of N(0, 1) values, in another order than numpy's
+    np.testing.assert_allclose(out, effir.interpret(mod, *args), rtol=1e-4, atol=1e-4)
 
 
 def test_reductions_and_norms_schedule() -> None:

@@ -15,9 +15,9 @@ import pytest
 import effir
 from effir.backends.tvm.compile import PIPELINE
 from effir.backends.tvm.errors import BackendError
-from effir.backends.tvm.loop import LoopKernel, build_loop, cpu_schedule
+from effir.backends.tvm.loop import LoopKernel, build_loop, cpu_schedule, lower_loop
 from effir.ir.expr import Call, Function, Let, Op, Var
-from effir.ir.visitor import pre_order
+from effir.ir.visitor import free_vars, pre_order
 from effir.passes.pipeline import run_pipeline
 from effir.runtime.values import PRNGKey
 
@@ -224,6 +224,35 @@ def test_scan_with_unit_outputs_and_a_scalar_state() -> None:
     outputs, final = kernel(xs, s0, v)
     assert outputs == ()
     assert_close((outputs, final), effir.interpret(mod, xs, np.asarray(s0), v))
+
+
+INVARIANT = """
+def @main(%xs: Tensor[(t, 4, 16), float32], %h0: Tensor[(4, 16), float32],
+          %acc0: Tensor[(64, 48), float32], %w: Tensor[(16, 16), float32]) {
+  let %step = fn (%x: Tensor[(4, 16), float32],
+                  %s: (Tensor[(4, 16), float32], Tensor[(64, 48), float32])) {
+    let %h = tanh(nn.dense(%x + %s.0, %w));
+    (%h, (%h, %s.1))
+  };
+  cf.foreach(%step, %xs, (%h0, %acc0))
+}
+"""
+
+
+@pytest.mark.parametrize("t", [0, 1, 5])
+def test_a_state_leaf_returned_unchanged_is_not_copied_per_step(t: int) -> None:
+    """The reverse loop of a gradient carries accumulators its hoisted terms
+    leave unchanged: such a leaf is read from the initial state and copied
+    to the final one once, never double-buffered (a copy of it per step)."""
+    mod = module(INVARIANT, passes="")
+    _, body, _ = foreach_of(mod)
+    tir = lower_loop(body, {}, list(free_vars(body)), {}, None, False).func.script()
+    assert "(2, 4, 16)" in tir and "(2, 64, 48)" not in tir
+    kernel = build_loop(body)
+    rng = np.random.default_rng(5)
+    args = (uniform(rng, t, 4, 16), uniform(rng, 4, 16), uniform(rng, 64, 48), uniform(rng, 16, 16))
+    xs, h0, acc0, w = args
+    assert_close(kernel(xs, (h0, acc0), w), effir.interpret(mod, *args))
 
 
 MAP = """

@@ -90,6 +90,7 @@ class _Interface:
     outputs: list[te.Tensor]  # out_t leaves
     xs: list[te.Tensor]  # the prologue's placeholders of the whole sequences
     length: Any  # T
+    invariant: frozenset[int] = frozenset()  # state leaves every step returns unchanged
 
 
 def _loop_function(io: _Interface, stages: Stages, schedule: Callable[[Any], Any]) -> Any:
@@ -105,9 +106,11 @@ def _loop_function(io: _Interface, stages: Stages, schedule: Callable[[Any], Any
     hoisted = [
         _param(f"hoisted{i}", t.shape, t.dtype) for i, t in enumerate(stages.prologue_outputs)
     ]
-    doubled = [
-        tirx.decl_buffer([2, *t.shape], t.dtype, f"state{i}") for i, t in enumerate(io.state)
-    ]
+    # [RULE INVARIANT] a state leaf the step returns unchanged (an
+    # accumulator of a reverse loop whose terms are summed after it) is read
+    # from ``init`` and copied to ``final`` once, never double-buffered.
+    varying = [(i, t) for i, t in enumerate(io.state) if i not in io.invariant]
+    doubled = [tirx.decl_buffer([2, *t.shape], t.dtype, f"state{i}") for i, t in varying]
     stmts: list[Any] = []
     allocs: list[Any] = list(doubled)
 
@@ -123,7 +126,7 @@ def _loop_function(io: _Interface, stages: Stages, schedule: Callable[[Any], Any
         stmts.append(stmt)
         allocs += extra
     stmts += [
-        _copy(d, [0], i, [], f"init{k}") for k, (d, i) in enumerate(zip(doubled, init, strict=True))
+        _copy(d, [0], init[i], [], f"init{i}") for d, (i, _) in zip(doubled, varying, strict=True)
     ]
 
     # The step: every parameter buffer bound to where its data lives at step t.
@@ -132,8 +135,10 @@ def _loop_function(io: _Interface, stages: Stages, schedule: Callable[[Any], Any
     sources = TensorMap()
     for ph, buf in zip(io.x, xs, strict=True):
         sources[ph] = (buf, [t])
-    for ph, buf in zip(io.state, doubled, strict=True):
+    for ph, buf in zip([io.state[i] for i, _ in varying], doubled, strict=True):
         sources[ph] = (buf, [tirx.floormod(t, 2)])
+    for i in io.invariant:
+        sources[io.state[i]] = (init[i], [])
     for ph, buf in zip(io.captured, caps, strict=True):
         sources[ph] = (buf, [])
     for ph, buf, seq in zip(stages.hoisted_views, hoisted, stages.hoisted_seq, strict=True):
@@ -158,9 +163,10 @@ def _loop_function(io: _Interface, stages: Stages, schedule: Callable[[Any], Any
     stmts.append(tirx.For(t, tirx.const(0, "int32"), length, tirx.ForKind.SERIAL, realize))
     last = [tirx.floormod(length, 2)]
     stmts += [
-        _copy(f, [], d, last, f"final{k}")
-        for k, (f, d) in enumerate(zip(final, doubled, strict=True))
+        _copy(final[i], [], d, last, f"final{i}")
+        for d, (i, _) in zip(doubled, varying, strict=True)
     ]
+    stmts += [_copy(final[i], [], init[i], [], f"final{i}") for i in sorted(io.invariant)]
 
     body = tirx.SeqStmt(stmts) if len(stmts) > 1 else stmts[0]
     root = s_tir.SBlock([], [], [], "root", body, alloc_buffers=allocs)
@@ -215,7 +221,11 @@ def lower_loop(
         (tuple(t.shape), t.dtype) for t in s_leaves
     ]:
         raise BackendError("the new state's types differ from the state's", body.span)
-    graph = Graph(x_leaves, s_leaves, cap_leaves, out_leaves + new_leaves)
+    invariant = frozenset(
+        i for i, (n, p) in enumerate(zip(new_leaves, s_leaves, strict=True)) if n.same_as(p)
+    )
+    changed = [n for i, n in enumerate(new_leaves) if i not in invariant]
+    graph = Graph(x_leaves, s_leaves, cap_leaves, out_leaves + changed)
     graph.classify()
     graph.pack()
     graph.classify()
@@ -225,7 +235,7 @@ def lower_loop(
 
     unscheduled: list[str] = []
     func = _loop_function(
-        _Interface(x_leaves, s_leaves, cap_leaves, out_leaves, xs_ph, length),
+        _Interface(x_leaves, s_leaves, cap_leaves, out_leaves, xs_ph, length, invariant),
         stages,
         lambda f: schedule(f, parallel, unscheduled),
     )

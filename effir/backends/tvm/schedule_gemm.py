@@ -1,0 +1,215 @@
+"""The schedule of a large matrix product in a CPU kernel: both operands
+packed into panels, a register tile sized for the CPU's vector registers.
+
+Why
+---
+schedule.py's register tile reads its operands where they lie. That is
+right for the small products of a model's forward (a weight read by a
+batch of a few rows), and wrong for the large ones a gradient program
+makes: the weights' gradients are products of two stacks of every step's
+rows (``(3200 x 768)^T (3200 x 256)`` for the GRU language model of
+benchmarks/train_step.py), and the inputs' gradient a (3200 x 768) by
+(768 x 256) product. There the left operand's rows are read a tile's
+height apart (four cache lines per step of the reduction, none reused
+before they are evicted), a transposed operand (``transpose_a``, or a
+``transpose`` the fuse pass put into the kernel) is read across rows, and
+the tile of 4 rows by two 64-byte vectors holds 16 accumulators of 32
+bytes on a CPU without AVX-512 (AMD Zen 3, Intel before Skylake-X), more
+than its 16 registers: they spilled to the stack at every multiply-add.
+Measured on that machine, one thread (TVM_NUM_THREADS=1), CPU ms, median
+of 8: ``matmul(transpose_a)`` (3200 x 768)^T (3200 x 256) 92-111 before,
+21 packed; (3200 x 768) (768 x 256) 40-42 before, 20 packed; numpy's
+OpenBLAS takes 16 for each.
+
+How (as BLIS and every tuned GEMM)
+----------------------------------
+- [PACK] Each operand is copied once per call into panels that the tile
+  reads contiguously, whatever its layout: the left one into
+  ``[i / R, k, i % R]`` (a tile's R rows side by side for each k, so the
+  broadcasts of one step of the reduction are one cache line), the right
+  one into ``[j / C, k, j % C]`` (a tile's C columns, one or two vectors,
+  for each k). The copy walks tiles of C x 16 (or R x 16) elements, so
+  both its reads and its writes stay within a few cache lines whatever the
+  source's layout. A producer of an operand inside the kernel (a
+  ``transpose`` or ``reshape`` the fuse pass put there) is computed in the
+  copy (``compute_inline``): the transposed matrix is never written.
+  Packing reads M*K + N*K elements for M*N*K multiply-adds.
+- [TILE] R rows by C columns accumulate in registers over all of k, R x C
+  / lanes accumulators: with AVX-512 (32 registers of 64 bytes) 8 rows by
+  two vectors, 16 registers; without (16 registers of 32 bytes) 4 rows by
+  one 64-byte vector, 8 registers, leaving room for the panel's vectors
+  and the broadcast row (6 rows measured no faster, 8 spilled). Tiles walk
+  rows outside columns, so one row panel (R x K) stays in the L2 cache
+  while every column panel passes.
+
+Which products: a reduction block ``C[i, j] += A[.] * B[.]`` of one
+reduction axis k and two spatial axes (no batch axis), both operands 2-D
+and indexed by plain iterators (in either order), with R dividing the
+rows, C dividing the columns, and at least ``MIN_MULTIPLY_ADDS``
+multiply-adds (a small product does not pay for its copies). Everything
+else keeps schedule.py's tile.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import tvm
+from tvm import tirx
+
+from .schedule_common import strip_casts, vector_lanes
+
+MIN_MULTIPLY_ADDS = 1 << 22
+"""Smallest product packed: 4M multiply-adds (a 256 x 256 x 64 product).
+The copies cost about (M + N) K element moves against M N K multiply-adds."""
+
+_DATA_PAR, _REDUCE = 0, 2  # tirx.IterVar kinds
+_Load = tvm.ir.expr.TensorLoad  # a buffer element read
+
+
+@dataclass(frozen=True)
+class _Operand:
+    """One operand of the product: its index in the block's reads and
+    whether its first axis is the reduction's (``k``-major)."""
+
+    read: int
+    k_first: bool
+
+
+@dataclass(frozen=True)
+class GemmShape:
+    """A product ``C[i, j] = sum_k A * B`` as the packed schedule sees it."""
+
+    m: int
+    n: int
+    k: int
+    lhs: _Operand  # indexed by i and k
+    rhs: _Operand  # indexed by j and k
+    dtype: str
+
+
+def gemm_shape(sch: Any, block: Any) -> GemmShape | None:
+    """The roles of a two-dimensional product block, or None when the block
+    is not one (see the module's "Which products")."""
+    info = sch.get(block)
+    store = info.body
+    if not isinstance(store, tirx.BufferStore) or len(store.indices) != 2:
+        return None
+    kinds = [int(iv.iter_type) for iv in info.iter_vars]
+    if kinds != [_DATA_PAR, _DATA_PAR, _REDUCE] or len(sch.get_loops(block)) != 3:
+        return None
+    value = store.value
+    if not isinstance(value, tirx.Add):
+        return None
+    product = strip_casts(value.b)
+    if not isinstance(product, tirx.Mul):
+        return None
+    loads = [strip_casts(product.a), strip_casts(product.b)]
+    if not all(isinstance(x, _Load) and len(x.indices) == 2 for x in loads):
+        return None
+    i_var, j_var, k_var = (iv.var for iv in info.iter_vars)
+    roles: dict[str, _Operand] = {}
+    for load in loads:
+        a, b = load.indices
+        # buffers by identity: two of a kernel's may share a name ("transpose")
+        found = [r for r, region in enumerate(info.reads) if region.source.same_as(load.source)]
+        if len(found) != 1:
+            return None
+        for role, var in (("lhs", i_var), ("rhs", j_var)):
+            if _is(a, var) and _is(b, k_var):
+                roles[role] = _Operand(found[0], False)
+            elif _is(a, k_var) and _is(b, var):
+                roles[role] = _Operand(found[0], True)
+    if set(roles) != {"lhs", "rhs"} or roles["lhs"].read == roles["rhs"].read:
+        return None
+    m, n, k = (int(iv.dom.extent) for iv in info.iter_vars)
+    return GemmShape(m, n, k, roles["lhs"], roles["rhs"], str(value.ty))
+
+
+def tile(shape: GemmShape, wide: bool) -> tuple[int, int] | None:
+    """(rows R, columns C) of the register tile [TILE], or None when the
+    product is too small or the tile does not divide it. ``wide``: the
+    CPU has AVX-512."""
+    lanes = vector_lanes(shape.dtype)
+    rows, cols = (8, 2 * lanes) if wide else (4, lanes)
+    if shape.m * shape.n * shape.k < MIN_MULTIPLY_ADDS or shape.k < 16:
+        return None
+    if shape.m % rows or shape.n % cols or shape.m < 2 * rows:
+        return None
+    return rows, cols
+
+
+@functools.cache
+def _wide(target_text: str) -> bool:
+    from tvm.target import Target, codegen
+
+    return bool(codegen.target_has_features("avx512f", Target(target_text)))
+
+
+def wide_vectors(target: Any) -> bool:
+    """Whether ``target`` (an LLVM target) has AVX-512's 32 wide registers."""
+    try:
+        return _wide(str(target))
+    except Exception:  # noqa: BLE001 - a target TVM cannot query: the narrow tile is safe
+        return False
+
+
+def packed_gemm(sch: Any, block: Any, target: Any) -> tuple[Any, Any, list[Any]] | None:
+    """Schedule ``block`` as a packed product [PACK] [TILE] when it is one
+    this schedule takes; returns (the accumulator block, the column-tile
+    loop) for the caller's epilogue and the copies (scheduled: the caller
+    leaves them alone), or None (nothing changed)."""
+    shape = gemm_shape(sch, block)
+    if shape is None:
+        return None
+    sizes = tile(shape, wide_vectors(target))
+    if sizes is None:
+        return None
+    rows, cols = sizes
+    copies = [_pack(sch, block, shape.lhs, rows), _pack(sch, block, shape.rhs, cols)]
+    i, j, k = sch.get_loops(block)
+    io, ii = sch.split(i, [None, rows])
+    jo, ji = sch.split(j, [None, cols])
+    sch.reorder(io, jo, k, ii, ji)
+    local = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(local, jo)
+    sch.unroll(ii)
+    sch.vectorize(ji)
+    sch.decompose_reduction(block, k)
+    return local, jo, copies
+
+
+def _pack(sch: Any, block: Any, operand: _Operand, width: int) -> Any:
+    """[PACK] The operand copied into ``[x / width, k, x % width]`` (x its
+    row or column index), its producer in the kernel, if any, computed in
+    the copy. Returns the copy's block."""
+    buffer = sch.get(block).reads[operand.read].source
+    producers = [
+        p
+        for p in sch.get_producers(block)
+        if any(w.source.same_as(buffer) for w in sch.get(p).writes)
+    ]
+    packed = sch.cache_read(block, operand.read, "global")
+    if operand.k_first:
+        sch.transform_layout(block, ("read", operand.read), lambda k, x: (x // width, k, x % width))
+    else:
+        sch.transform_layout(block, ("read", operand.read), lambda x, k: (x // width, k, x % width))
+    for producer in producers:  # a transpose or reshape fused into the kernel
+        try:
+            sch.compute_inline(producer)
+        except Exception:  # noqa: BLE001 - kept as its own block: still correct
+            pass
+    # The copy's loops are the source buffer's axes: (x, k) or (k, x).
+    a, b = sch.get_loops(packed)[-2:]
+    x, k = (b, a) if operand.k_first else (a, b)
+    xo, xi = sch.split(x, [None, width])
+    ko, ki = sch.split(k, [None, 16 if int(sch.get(k).extent) % 16 == 0 else 1])
+    sch.reorder(xo, ko, ki, xi)
+    sch.vectorize(xi)
+    return packed
+
+
+def _is(e: Any, var: Any) -> bool:
+    return isinstance(e, tirx.Var) and e.same_as(var)
