@@ -77,7 +77,7 @@ def arguments(length: int, batch: int, inputs: int, hidden: int) -> list[np.ndar
     g = 3 * hidden
     shapes = [(length, batch, inputs), (batch, hidden), (g, inputs), (g, hidden), (g,)]
     scales = [1.0, 0.5, 1 / np.sqrt(inputs), 1 / np.sqrt(hidden), 0.1]
-    return [(rs.normal(size=s) * c).astype(np.float32) for s, c in zip(shapes, scales)]
+    return [(rs.normal(size=s) * c).astype(np.float32) for s, c in zip(shapes, scales, strict=True)]
 
 
 def _status(field: str) -> int:
