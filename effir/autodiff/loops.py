@@ -358,20 +358,16 @@ class _Loop:
                 "function; docs/autodiff.md)",
                 self.span,
             )
-        loop = self.rebuild(b, self.storing_body(b))
-        outs, (stacked,), final = self.bind_result(b, loop)
-        carries = b.emit_get(stacked, 1, "carries")
-        from .sqrt import geometry, segmented_back, stored_sources
+        from .sqrt import geometry, segmented_binding
 
         geo = geometry(self)
         if geo is not None and self.probe_plan().active:
             # in segments, so that only one chunk's hoisted factors are stored
-            def back(bb: LetBuilder) -> None:
-                src = stored_sources(self, bb, carries, geo)
-                segmented_back(self, bb, outs, final, geo, src)
-
-            self.rev.tape.append(back)
+            segmented_binding(self, b, geo, store_all=True)
             return
+        loop = self.rebuild(b, self.storing_body(b))
+        outs, (stacked,), final = self.bind_result(b, loop)
+        carries = b.emit_get(stacked, 1, "carries")
         self.rev.tape.append(lambda bb: self.recompute_back(bb, outs, carries, final))
 
     def storing_body(self, b: LetBuilder) -> Function:

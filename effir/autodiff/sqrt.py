@@ -120,24 +120,39 @@ def geometry(loop) -> tuple[int, int, int, int] | None:
 
 def sqrt_binding(loop, b: LetBuilder) -> None:
     """``loop`` (a ``loops._Loop`` of a foreach) with sqrt checkpointing."""
-    xs_type = loop.xs.checked_type
     geo = geometry(loop)
     if geo is None or not stackable(loop.init.checked_type):
         loop.recompute(b)  # symbolic length (or too short to segment)
         return
+    segmented_binding(loop, b, geo, store_all=False)
+
+
+def segmented_binding(loop, b: LetBuilder, geo: tuple, store_all: bool) -> None:
+    """The forward in segments: an outer loop over the segments, each an
+    inner loop over its k steps storing its start carry (``sqrt``) or all
+    its carries (``store_all``: ``loop``, whose compiled inner loop then
+    holds one segment's hoisted input projections, not T steps'), then the
+    tail storing its carries; the backward is ``segmented_back``."""
     k, nseg, main, rem = geo
+    xs_type = loop.xs.checked_type
     length = main + rem
     var_type = loop.var.checked_type
     out_type = var_type.fields[0]
 
-    # ---- forward: segments storing their first carry, then the tail
     xs_main = _map(b, _map(b, loop.xs, xs_type, _slice(0, main, length)), xs_type, _split(nseg, k))
     seg, carry = Var("segment", span=loop.span), Var("carry", span=loop.span)
     sb = b.child()
-    inner = sb.emit(sb.call_op("cf.foreach", _plain_copy(loop), seg, carry), "segment_loop")
-    outs_seg = sb.emit_get(inner, 0, "outs")
+    body = loop.storing_body(sb) if store_all else _plain_copy(loop)
+    inner = sb.emit(sb.call_op("cf.foreach", body, seg, carry), "segment_loop")
+    if store_all:
+        inner_stacked = sb.emit_get(inner, 0, "stacked")
+        outs_seg = sb.emit_get(inner_stacked, 0, "outs")
+        stored = sb.emit_get(inner_stacked, 1, "carries")
+    else:
+        outs_seg = sb.emit_get(inner, 0, "outs")
+        stored = carry
     end = sb.emit_get(inner, 1, "carry")
-    per_seg = sb.emit(sb.tuple([outs_seg, carry]), "per_segment")
+    per_seg = sb.emit(sb.tuple([outs_seg, stored]), "per_segment")
     seg_body = Function((seg, carry), sb.finish(sb.emit(sb.tuple([per_seg, end]), "ret")))
     outer = b.emit(b.call_op("cf.foreach", seg_body, xs_main, loop.init), "segments")
     stacked = b.emit_get(outer, 0, "stacked")
@@ -155,7 +170,7 @@ def sqrt_binding(loop, b: LetBuilder) -> None:
     else:
         outs, final = outs_main, middle
     b.bind(loop.var, b.tuple([outs, final]))
-    sources = Sources(starts, carries_tail, xs_main, stored=False)
+    sources = Sources(starts, carries_tail, xs_main, stored=store_all)
     loop.rev.tape.append(lambda bb: segmented_back(loop, bb, outs, final, geo, sources))
 
 
@@ -166,21 +181,6 @@ class Sources:
 
     def __init__(self, main: Expr, tail: Expr | None, xs_main: Expr | None, stored: bool):
         self.main, self.tail, self.xs_main, self.stored = main, tail, xs_main, stored
-
-
-def stored_sources(loop, bb: LetBuilder, carries: Expr, geo: tuple) -> Sources:
-    """``Sources`` of ``"loop"`` checkpointing: all T carries stored."""
-    k, nseg, main, rem = geo
-    t = loop.init.checked_type
-    length = main + rem
-    main_part = _map(
-        bb,
-        _map(bb, carries, _stacked(t, length), _slice(0, main, length)),
-        _stacked(t, length),
-        _split(nseg, k),
-    )
-    tail = _map(bb, carries, _stacked(t, length), _slice(main, length, length)) if rem else None
-    return Sources(main_part, tail, None, stored=True)
 
 
 def segmented_back(loop, bb: LetBuilder, outs: Expr, final: Expr, geo: tuple, src: Sources):
@@ -330,14 +330,6 @@ def _plain_copy(loop) -> Function:
     copy = fresh_binders(loop.body)
     assert isinstance(copy, Function)
     return copy
-
-
-def _stacked(t: Type, length: int) -> Type:
-    """The type of ``length`` values of type ``t`` stacked."""
-    if isinstance(t, TupleType):
-        return TupleType(tuple(_stacked(f, length) for f in t.fields))
-    assert isinstance(t, TensorType)
-    return TensorType((length, *t.shape), t.dtype)
 
 
 def _segmented(t: Type, nseg: int, k: int) -> Type:
