@@ -10,19 +10,23 @@ the (B, H) carry; ``sqrt``: every ceil(sqrt(T))-th carry), not the outputs
 and their cotangents, which every mode holds alike. The gradients are taken
 with respect to h0, w, u and bias (not xs).
 
-How memory is measured: each configuration runs in a process of its own
-(``--one``), which builds the gradient program (``effir.compile``, or
-nothing for the interpreter) and its arguments first. Compiled: the
-process's peak resident set (Linux ``VmHWM``, reset to the current RSS by
-writing 5 to ``/proc/self/clear_refs``) during the first call, minus the
-RSS before it. The first call, because the Relax VM's pooled allocator
-keeps what a call allocated for the next one: the first call's growth is
-what the program needs at its peak (the pool recycles freed storage within
-the call), and a second call grows by almost nothing. Interpreted
+How memory is measured: each configuration runs in processes of its own
+(``--one``), which build the gradient program (``effir.compile``, or
+nothing for the interpreter) and its arguments first. Compiled: the peak
+resident set (Linux ``VmHWM``, reset to the current RSS by writing 5 to
+``/proc/self/clear_refs``) during one call, minus the RSS before it, in a
+process whose Relax VM uses TVM's ``naive`` allocator (every tensor
+freed when dead; the default pooled allocator keeps freed blocks for reuse
+by size) and whose glibc returns every block of 64 KiB or more to the
+system when it is freed (``MALLOC_MMAP_THRESHOLD_=65536``; glibc's
+default threshold grows to 32 MiB as blocks are freed, and freed heap
+memory stays resident): so the figure is the peak of the live tensors,
+what the program needs, whatever the allocators keep. The time is
+measured in another process with the defaults (pooled allocator), the
+median of ``--repeats`` calls after one warm-up, wall clock; the machine is
+shared, so compare ratios within one run. Interpreted
 (``--interpreted``): the peak of Python's ``tracemalloc`` (numpy reports
-its arrays to it) during the call. Times are medians of ``--repeats``
-calls after one (compiled) warm-up, wall clock; the machine is shared, so
-compare ratios within one run.
+its arrays to it) during the call, and its time.
 
 Run: ``PYTHONPATH=$PWD .venv/bin/python benchmarks/checkpoint_memory.py``
 (about two minutes; ``--interpreted`` adds the interpreter's rows).
@@ -92,10 +96,20 @@ def _reset_peak() -> None:
     Path("/proc/self/clear_refs").write_text("5")
 
 
-def measure(mode: str, backend: str, sizes: dict, repeats: int) -> dict:
-    """One configuration, in this process: peak bytes of one backward call
-    and the median seconds of a call."""
+def measure(mode: str, backend: str, sizes: dict, repeats: int, what: str) -> dict:
+    """One configuration, in this process: the peak bytes of one backward
+    call (``what="memory"``) or the median seconds of a call."""
     import effir
+
+    if backend == "compiled" and what == "memory":
+        from tvm import relax
+
+        init = relax.VirtualMachine.__init__
+
+        def naive(self, mod, device, memory_cfg=None, **kwargs):
+            init(self, mod, device, memory_cfg="naive", **kwargs)
+
+        relax.VirtualMachine.__init__ = naive
 
     m = effir.parse(gru_text(**sizes))
     g = effir.value_and_grad(m, wrt=WRT, checkpoint=mode)
@@ -106,12 +120,14 @@ def measure(mode: str, backend: str, sizes: dict, repeats: int) -> dict:
         def call():
             return program(*args, entry="main_grad")
 
-        before = _status("VmRSS")
-        _reset_peak()
         result = call()
-        peak = _status("VmHWM") - before
-        call()
-        seconds = median_seconds(call, repeats)
+        if what == "memory":
+            before = _status("VmRSS")
+            _reset_peak()
+            call()
+            out = {"peak": _status("VmHWM") - before}
+        else:
+            out = {"seconds": median_seconds(call, repeats)}
     else:
 
         def call():
@@ -119,24 +135,30 @@ def measure(mode: str, backend: str, sizes: dict, repeats: int) -> dict:
 
         tracemalloc.start()
         result = call()
-        peak = tracemalloc.get_traced_memory()[1]
+        out = {"peak": tracemalloc.get_traced_memory()[1]}
         tracemalloc.stop()
-        seconds = median_seconds(call, repeats)
+        out["seconds"] = median_seconds(call, repeats)
     value, grads = result
-    digest = [float(np.asarray(value))] + [float(np.abs(np.asarray(x)).sum()) for x in grads]
-    return {"peak": peak, "seconds": seconds, "digest": digest}
+    out["digest"] = [float(np.asarray(value))] + [float(np.abs(np.asarray(x)).sum()) for x in grads]
+    return out
 
 
 def run_one(mode: str, backend: str, sizes: dict, repeats: int) -> dict:
-    """``measure`` in a fresh process (a fresh allocator and peak)."""
-    cmd = [sys.executable, __file__, "--one", mode, backend, "--repeats", str(repeats)]
-    for k, v in sizes.items():
-        cmd += [f"--{k}", str(v)]
-    env = dict(os.environ)
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    if out.returncode != 0:
-        raise RuntimeError(f"{mode} {backend} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    """``measure`` in fresh processes (fresh allocators and peaks): the
+    memory, then (compiled) the time with the default allocators."""
+    result: dict = {}
+    for what in ["memory", "time"] if backend == "compiled" else ["both"]:
+        cmd = [sys.executable, __file__, "--one", mode, backend, what, "--repeats", str(repeats)]
+        for k, v in sizes.items():
+            cmd += [f"--{k}", str(v)]
+        env = dict(os.environ)
+        if what == "memory":
+            env["MALLOC_MMAP_THRESHOLD_"] = "65536"
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+        if out.returncode != 0:
+            raise RuntimeError(f"{mode} {backend} failed:\n{out.stderr[-3000:]}")
+        result.update(json.loads(out.stdout.strip().splitlines()[-1]))
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,11 +170,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--interpreted", action="store_true", help="also the interpreter's rows")
     p.add_argument("--modes", default=",".join(MODES))
-    p.add_argument("--one", nargs=2, metavar=("MODE", "BACKEND"), help=argparse.SUPPRESS)
+    p.add_argument("--one", nargs=3, metavar=("MODE", "BACKEND", "WHAT"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     sizes = {k: getattr(args, k) for k in ("length", "batch", "inputs", "hidden")}
     if args.one:
-        print(json.dumps(measure(*args.one, sizes, args.repeats)))
+        mode, backend, what = args.one
+        print(json.dumps(measure(mode, backend, sizes, args.repeats, what)))
         return 0
     modes = args.modes.split(",")
     carry = args.length * args.batch * args.hidden * 4
@@ -161,6 +184,9 @@ def main(argv: list[str] | None = None) -> int:
         f"T={args.length}, batch {args.batch}, input {args.inputs}, hidden {args.hidden}, "
         f"float32; T carries = {carry / 2**20:.1f} MiB; load {os.getloadavg()[0]:.2f}"
     )
+    import effir
+
+    print(f"effir from {Path(effir.__file__).parent}")
     print()
     print("| backend | checkpoint | peak MiB | vs none | ms / call | vs none |")
     print("|---|---|---|---|---|---|", flush=True)
