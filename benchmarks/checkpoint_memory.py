@@ -23,8 +23,10 @@ default threshold grows to 32 MiB as blocks are freed, and freed heap
 memory stays resident): so the figure is the peak of the live tensors,
 what the program needs, whatever the allocators keep. The time is
 measured in another process with the defaults (pooled allocator), the
-median of ``--repeats`` calls after one warm-up, wall clock; the machine is
-shared, so compare ratios within one run. Interpreted
+median of ``--repeats`` calls after one warm-up, wall clock, and the
+process's CPU time per call (all its threads: steadier than the wall clock
+on a loaded machine); the machine is shared, so compare ratios within one
+run. Interpreted
 (``--interpreted``): the peak of Python's ``tracemalloc`` (numpy reports
 its arrays to it) during the call, and its time.
 
@@ -39,6 +41,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import tracemalloc
 from pathlib import Path
 
@@ -127,7 +130,9 @@ def measure(mode: str, backend: str, sizes: dict, repeats: int, what: str) -> di
             call()
             out = {"peak": _status("VmHWM") - before}
         else:
+            cpu = time.process_time()
             out = {"seconds": median_seconds(call, repeats)}
+            out["cpu"] = (time.process_time() - cpu) / repeats
     else:
 
         def call():
@@ -188,8 +193,10 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"effir from {Path(effir.__file__).parent}")
     print()
-    print("| backend | checkpoint | peak MiB | vs none | ms / call | vs none |")
-    print("|---|---|---|---|---|---|", flush=True)
+    print(
+        "| backend | checkpoint | peak MiB | vs none | ms / call | vs none | CPU ms / call | vs none |"
+    )
+    print("|---|---|---|---|---|---|---|---|", flush=True)
     backends = ["compiled"] + (["interpreted"] if args.interpreted else [])
     for backend in backends:
         results = {}
@@ -199,7 +206,9 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"| {backend} | {mode} | {r['peak'] / 2**20:.1f} "
                 f"| {base['peak'] / max(r['peak'], 1):.2f}x less "
-                f"| {r['seconds'] * 1e3:.1f} | {r['seconds'] / base['seconds']:.2f}x |",
+                f"| {r['seconds'] * 1e3:.1f} | {r['seconds'] / base['seconds']:.2f}x "
+                f"| {r.get('cpu', r['seconds']) * 1e3:.1f} "
+                f"| {r.get('cpu', r['seconds']) / base.get('cpu', base['seconds']):.2f}x |",
                 flush=True,
             )
         digests = {m: r["digest"] for m, r in results.items()}
