@@ -1,8 +1,9 @@
 """Segments of a ``cf.foreach``: ``checkpoint="sqrt"``, and the chunks in
 which every mode sums the hoisted weight-gradient terms.
 
-A static length T >= 4 splits into T // k segments of k = ceil(sqrt(T))
-steps and a tail of T mod k steps (``geometry``).
+A static length T >= 4 splits into T // k segments of k steps and a tail
+of T mod k steps (``geometry``): k is the first divisor of T from
+ceil(sqrt(T)) to 2 ceil(sqrt(T)) (no tail), else ceil(sqrt(T)).
 
 ``sqrt``: the forward runs an outer loop over the segments, each an inner
 loop over k steps, and stores only the carry each segment started from;
@@ -114,6 +115,9 @@ def geometry(loop) -> tuple[int, int, int, int] | None:
     if length is None or length < 4:
         return None
     k = math.ceil(math.sqrt(length))
+    # a divisor of T near sqrt(T) leaves no tail: the stacked steps then
+    # split into segments without a copy
+    k = next((d for d in range(k, 2 * k + 1) if length % d == 0), k)
     nseg = length // k
     return k, nseg, nseg * k, length - nseg * k
 
