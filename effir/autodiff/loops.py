@@ -17,8 +17,10 @@ Checkpointing (``checkpoint=``) chooses what is stacked:
    backward reads. If one is not a tensor (a branch's pullback closure, a
    key), the loop falls back to ``"loop"``.
 2. ``"loop"``: only the carry each step started from; the backward
-   recomputes the step's forward from it, then runs its backward.
-3. ``"sqrt"``: a ``foreach`` is split into segments of ceil(sqrt(T))
+   recomputes the step's forward from it, then runs its backward (in
+   segments, as ``"sqrt"``'s, when weight-gradient terms are hoisted:
+   ``effir.autodiff.sqrt``, so that one chunk's factors are stored).
+3. ``"sqrt"``: a ``foreach`` is split into segments of about sqrt(T)
    steps (``effir.autodiff.sqrt``): the forward stores only each
    segment's first carry, the backward recomputes a segment with
    ``"loop"`` storage and runs its backward. ``while_loop`` uses ``"loop"``.
