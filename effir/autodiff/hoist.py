@@ -56,9 +56,14 @@ class Plan:
     def active(self) -> bool:
         return bool(self.stacks)
 
-    def x_total(self, b: LetBuilder, flats: list[Expr]) -> Expr:
-        """The cotangents of every x_t, stacked in the reverse loop's step
-        order: ``ct_t @ W`` for all steps as one product, reshaped."""
+    @property
+    def hoisted(self) -> list[int]:
+        """The free variables (indices) that have hoisted terms."""
+        return [j for j, terms in enumerate(self.terms) if terms]
+
+    def x_part(self, b: LetBuilder, flats: list[Expr]) -> Expr:
+        """The cotangents of the x_t of one chunk of steps (``flats``: its
+        factors, flattened), as rows: ``ct_t @ W`` for them as one product."""
         result = None
         for term in self.x_terms:
             args = [flats[term.operands[0]], term.call.args[1]]
@@ -66,7 +71,17 @@ class Plan:
             part = b.emit(value, "ct_hoisted")
             result = part if result is None else b.emit(b.call_op("add", result, part), "ct")
         assert result is not None
-        return b.emit(b.call_op("reshape", result, newshape=[-1, *self.x_shape]), "ct_steps")
+        return result
+
+    def x_steps(self, b: LetBuilder, parts: list[Expr]) -> Expr:
+        """The rows of ``x_part`` of consecutive chunks (in the reverse
+        loop's step order) as the stacked cotangents of their x_t."""
+        shaped = [
+            b.emit(b.call_op("reshape", p, newshape=[-1, *self.x_shape]), "ct_steps") for p in parts
+        ]
+        if len(shaped) == 1:
+            return shaped[0]
+        return b.emit(b.call_op("concatenate", b.tuple(shaped), axis=0), "ct_steps")
 
     def _stack(self, var: Var, trailing: tuple[int, ...]) -> int:
         for i, (v, t) in enumerate(zip(self.stacks, self.trailing, strict=True)):
@@ -81,28 +96,42 @@ class Plan:
         shape = [-1, *self.trailing[index]]
         return b.emit(b.call_op("reshape", stacked, newshape=shape), "stacked")
 
-    def total(self, b: LetBuilder, j: int, acc: Expr, flats: list[Expr]) -> Expr:
+    def chunk_parts(self, b: LetBuilder, flats: list[Expr]) -> list[Expr]:
+        """Per hoisted free variable (``hoisted``), the sum of its hoisted
+        terms over one chunk of steps, each term one operation on the
+        chunk's flattened factors ``flats``."""
+        parts = []
+        for j in self.hoisted:
+            result = None
+            for term in self.terms[j]:
+                part = b.emit(self._term_value(b, term, flats), "ct_hoisted")
+                result = part if result is None else b.emit(b.call_op("add", result, part), "ct")
+            assert result is not None
+            parts.append(result)
+        return parts
+
+    def _term_value(self, b: LetBuilder, term: Term, flats: list[Expr]) -> Expr:
+        args = [flats[i] for i in term.operands]
+        if term.kind == "matmul" and _plain(term.call):
+            # A^T C as nn.dense(A^T, C^T): TVM's dense kernel took 49 ms
+            # where matmul(transpose_a) took 74 for the GRU's weight
+            # (docs/performance.md)
+            at, ct = (b.emit(b.call_op("transpose", x), "t") for x in args)
+            return b.call_op("nn.dense", at, ct)
+        if term.kind == "matmul":
+            return Call(term.call.callee, tuple(args), term.call.attrs, span=b.current_span)
+        attrs = {k: v for k, v in term.call.attrs.items() if k != "axis"}
+        return b.call_op("sum", args[0], axis=[0], **attrs)
+
+    def total(self, b: LetBuilder, j: int, acc: Expr, hoisted: Expr | None) -> Expr:
         """The cotangent of free variable ``j``: the loop's accumulator
-        ``acc`` (when it received terms) plus the hoisted terms, each as one
-        operation on the flattened stacks ``flats``."""
+        ``acc`` (when it received terms) plus ``hoisted``, the sum over
+        the chunks of its hoisted terms (``chunk_parts``), if it has any."""
         result = acc if self.in_loop[j] or not self.terms[j] else None
-        for term in self.terms[j]:
-            args = [flats[i] for i in term.operands]
-            if term.kind == "matmul" and _plain(term.call):
-                # A^T C as nn.dense(A^T, C^T): TVM's dense kernel took 49 ms
-                # where matmul(transpose_a) took 74 for the GRU's weight
-                # (docs/performance.md)
-                at, ct = (b.emit(b.call_op("transpose", x), "t") for x in args)
-                value = b.call_op("nn.dense", at, ct)
-            elif term.kind == "matmul":
-                value = Call(term.call.callee, tuple(args), term.call.attrs, span=b.current_span)
-            else:
-                attrs = {k: v for k, v in term.call.attrs.items() if k != "axis"}
-                value = b.call_op("sum", args[0], axis=[0], **attrs)
-            part = b.emit(value, "ct_hoisted")
-            result = part if result is None else b.emit(b.call_op("add", result, part), "ct")
-        assert result is not None
-        return result
+        if hoisted is None:
+            assert result is not None
+            return result
+        return hoisted if result is None else b.emit(b.call_op("add", result, hoisted), "ct")
 
 
 def _plain(call: Call) -> bool:

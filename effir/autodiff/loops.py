@@ -17,8 +17,10 @@ Checkpointing (``checkpoint=``) chooses what is stacked:
    backward reads. If one is not a tensor (a branch's pullback closure, a
    key), the loop falls back to ``"loop"``.
 2. ``"loop"``: only the carry each step started from; the backward
-   recomputes the step's forward from it, then runs its backward.
-3. ``"sqrt"``: a ``foreach`` is split into segments of ceil(sqrt(T))
+   recomputes the step's forward from it, then runs its backward (in
+   segments, as ``"sqrt"``'s, when weight-gradient terms are hoisted:
+   ``effir.autodiff.sqrt``, so that one chunk's factors are stored).
+3. ``"sqrt"``: a ``foreach`` is split into segments of about sqrt(T)
    steps (``effir.autodiff.sqrt``): the forward stores only each
    segment's first carry, the backward recomputes a segment with
    ``"loop"`` storage and runs its backward. ``while_loop`` uses ``"loop"``.
@@ -197,14 +199,21 @@ class _Loop:
         plan = self.last_plan
         fin = bb.emit_get(loop, 1, "ct_final")
         self.rev.add(bb, self.init, bb.emit_get(fin, 0, "ct_init"))
-        steps, flats = self.hoisted_flats(bb, loop, plan)
-        if plan.x_terms:
-            steps = plan.x_total(bb, flats)
+        steps = bb.emit_get(loop, 0, "ct_steps")
+        sums: list[Expr] = []
+        if plan.active:  # the hoisted terms, summed chunk by chunk (sqrt.py)
+            from .sqrt import chunked_totals, geometry
+
+            factors = bb.emit_get(steps, 1, "factors")
+            sums, x_steps = chunked_totals(self, bb, plan, factors, geometry(self))
+            steps = x_steps if x_steps is not None else bb.emit_get(steps, 0, "ct_steps")
         if self.foreach and differentiable(self.xs.checked_type):
             self.rev.add(bb, self.xs, reverse(bb, steps, ct_type(self.xs.checked_type)))
+        hoisted = plan.hoisted
         for j, f in enumerate(self.free):
             acc = bb.emit_get(fin, j + 1, "ct_free")
-            self.rev.add(bb, f, plan.total(bb, j, acc, flats) if plan.active else acc)
+            total = sums[hoisted.index(j)] if j in hoisted else None
+            self.rev.add(bb, f, plan.total(bb, j, acc, total))
 
     def reverse_loop(
         self,
@@ -228,12 +237,10 @@ class _Loop:
         x_ct, prev, free_cts = made[:3]
         extra = list(made[3]) if len(made) > 3 else []  # carried on (the key tape)
         total = list(free_cts) if totals else []
-        x_type = None
-        if self.foreach and not totals:
-            xt = self.xs.checked_type
-            if isinstance(xt, TensorType) and xt.is_static and xt.ndim == 3 and is_float(xt.dtype):
-                x_type = TensorType(xt.shape[1:], xt.dtype)
-        plan = Plan() if totals else hoist.plan(nb, self.free, list(free_cts), x_ct, x_type)
+        if totals:
+            plan = Plan()
+        else:
+            plan = hoist.plan(nb, self.free, list(free_cts), x_ct, self.x_type())
         for j, (f, g) in enumerate(zip(self.free, free_cts, strict=True)):
             if totals:
                 break
@@ -257,6 +264,23 @@ class _Loop:
         body = fresh_binders(Function((step, carry), nb.finish(ret), span=self.span))
         self.last_plan = plan
         return bb.emit(bb.call_op("cf.foreach", body, sequences, init), "backward")
+
+    def x_type(self) -> TensorType | None:
+        """x_t's type where its cotangent may be hoisted (a static 2-D float
+        step of a foreach), else None."""
+        xt = self.xs.checked_type if self.foreach else None
+        if isinstance(xt, TensorType) and xt.is_static and xt.ndim == 3 and is_float(xt.dtype):
+            return TensorType(xt.shape[1:], xt.dtype)
+        return None
+
+    def probe_plan(self) -> Plan:
+        """What a recomputing reverse loop's step hoists (``hoist.plan``),
+        from a throwaway copy of the step: a segmented backward carries the
+        chunk sums from before its first reverse loop is built."""
+        nb = LetBuilder(self.span)
+        step, carry = Var("step", span=self.span), Var("carry", span=self.span)
+        x_ct, _, free_cts = self.recompute_step(nb, step, carry)
+        return hoist.plan(nb, self.free, list(free_cts), x_ct, self.x_type())
 
     def hoisted_flats(self, bb: LetBuilder, loop: Var, plan: Plan) -> tuple[Var, list[Expr]]:
         """The stacked cotangents of x_t of a reverse loop built with
@@ -336,6 +360,13 @@ class _Loop:
                 "function; docs/autodiff.md)",
                 self.span,
             )
+        from .sqrt import geometry, segmented_binding
+
+        geo = geometry(self)
+        if geo is not None and self.probe_plan().active:
+            # in segments, so that only one chunk's hoisted factors are stored
+            segmented_binding(self, b, geo, store_all=True)
+            return
         loop = self.rebuild(b, self.storing_body(b))
         outs, (stacked,), final = self.bind_result(b, loop)
         carries = b.emit_get(stacked, 1, "carries")

@@ -1,18 +1,33 @@
-"""``checkpoint="sqrt"``: a ``cf.foreach`` of T steps in segments of
-k = ceil(sqrt(T)) steps.
+"""Segments of a ``cf.foreach``: ``checkpoint="sqrt"``, and the chunks in
+which every mode sums the hoisted weight-gradient terms.
 
-The forward runs an outer loop over the T // k whole segments, each an
-inner loop over k steps, and stores only the carry each segment started
-from; the remaining T mod k steps run as a loop that stores its carries
-(``"loop"`` storage, fewer than k of them). The backward runs the tail's
-reverse loop, then a reverse loop over the segments whose step recomputes
-its segment from the stored carry (storing that segment's k carries) and
-runs the segment's reverse loop. Memory: about 2*sqrt(T) carries instead of
-T; time: one more forward. The steps compute exactly what the other modes
-compute, so the gradients are bit-identical.
+A static length T >= 4 splits into T // k segments of k steps and a tail
+of T mod k steps (``geometry``): k is the first divisor of T from
+ceil(sqrt(T)) to 2 ceil(sqrt(T)) (no tail), else ceil(sqrt(T)).
+
+``sqrt``: the forward runs an outer loop over the segments, each an inner
+loop over k steps, and stores only the carry each segment started from;
+the tail runs as a loop that stores its carries (``"loop"`` storage, fewer
+than k of them). The backward (``segmented_back``) runs the tail's reverse
+loop, then a reverse loop over the segments whose step recomputes its
+segment from the stored carry (storing that segment's k carries) and runs
+the segment's reverse loop. Memory: about 2*sqrt(T) carries instead of T;
+time: one more forward.
+
+Chunks: the reverse loop's weight-gradient terms that ``hoist`` moves out
+of it are summed per chunk (the tail, then each segment, in the reverse
+loop's order), each chunk's factors reduced by one product as soon as the
+chunk's steps are done. ``"loop"`` runs the same ``segmented_back`` from
+its stored carries (no recomputation), so it stores one chunk's factors,
+not T steps' (which are several carries per step: for a GRU the gates'
+cotangents, the step's input and state); ``"none"`` runs one reverse loop
+and reduces its stacked factors in the same chunks after it
+(``chunked_totals``). All three add the same chunk sums in the same order,
+so the gradients stay bit-identical.
 
 The segments are the leading axis reshaped to (T // k, k): this needs a
-static T. A loop whose length is symbolic uses ``"loop"`` checkpointing.
+static T. A loop whose length is symbolic uses ``"loop"`` checkpointing and
+sums its hoisted terms in one chunk.
 """
 
 from __future__ import annotations
@@ -48,8 +63,10 @@ def _concat(b: LetBuilder, a: Expr, c: Expr, t: Type) -> Expr:
     return b.emit(b.call_op("concatenate", pair, axis=0), "joined")
 
 
-def _slice(begin: int, end: int) -> Leaf:
+def _slice(begin: int, end: int, length: int) -> Leaf:
     def leaf(b: LetBuilder, x: Expr, t: TensorType) -> Expr:
+        if begin == 0 and end == length:
+            return x  # the whole sequence: no copy
         return b.emit(b.call_op("strided_slice", x, begin=[begin], end=[end], axes=[0]), "part")
 
     return leaf
@@ -89,36 +106,66 @@ def _length(t: Type) -> int | None:
     return None
 
 
+def geometry(loop) -> tuple[int, int, int, int] | None:
+    """(k, segments, steps in segments, tail steps) of a ``foreach`` of
+    static length T >= 4; None for other loops (one chunk, no segments)."""
+    if not loop.foreach:
+        return None
+    length = _length(loop.xs.checked_type)
+    if length is None or length < 4:
+        return None
+    k = math.ceil(math.sqrt(length))
+    # a divisor of T near sqrt(T) leaves no tail: the stacked steps then
+    # split into segments without a copy
+    k = next((d for d in range(k, 2 * k + 1) if length % d == 0), k)
+    nseg = length // k
+    return k, nseg, nseg * k, length - nseg * k
+
+
 def sqrt_binding(loop, b: LetBuilder) -> None:
     """``loop`` (a ``loops._Loop`` of a foreach) with sqrt checkpointing."""
-    xs_type = loop.xs.checked_type
-    length = _length(xs_type)
-    if length is None or length < 4 or not stackable(loop.init.checked_type):
+    geo = geometry(loop)
+    if geo is None or not stackable(loop.init.checked_type):
         loop.recompute(b)  # symbolic length (or too short to segment)
         return
-    k = math.ceil(math.sqrt(length))
-    nseg, main = length // k, (length // k) * k
-    rem = length - main
+    segmented_binding(loop, b, geo, store_all=False)
+
+
+def segmented_binding(loop, b: LetBuilder, geo: tuple, store_all: bool) -> None:
+    """The forward in segments: an outer loop over the segments, each an
+    inner loop over its k steps storing its start carry (``sqrt``) or all
+    its carries (``store_all``: ``loop``, whose compiled inner loop then
+    holds one segment's hoisted input projections, not T steps'), then the
+    tail storing its carries; the backward is ``segmented_back``."""
+    k, nseg, main, rem = geo
+    xs_type = loop.xs.checked_type
+    length = main + rem
     var_type = loop.var.checked_type
     out_type = var_type.fields[0]
 
-    # ---- forward: segments storing their first carry, then the tail
-    xs_main = _map(b, _map(b, loop.xs, xs_type, _slice(0, main)), xs_type, _split(nseg, k))
+    xs_main = _map(b, _map(b, loop.xs, xs_type, _slice(0, main, length)), xs_type, _split(nseg, k))
     seg, carry = Var("segment", span=loop.span), Var("carry", span=loop.span)
     sb = b.child()
-    inner = sb.emit(sb.call_op("cf.foreach", _plain_copy(loop), seg, carry), "segment_loop")
-    outs_seg = sb.emit_get(inner, 0, "outs")
+    body = loop.storing_body(sb) if store_all else _plain_copy(loop)
+    inner = sb.emit(sb.call_op("cf.foreach", body, seg, carry), "segment_loop")
+    if store_all:
+        inner_stacked = sb.emit_get(inner, 0, "stacked")
+        outs_seg = sb.emit_get(inner_stacked, 0, "outs")
+        stored = sb.emit_get(inner_stacked, 1, "carries")
+    else:
+        outs_seg = sb.emit_get(inner, 0, "outs")
+        stored = carry
     end = sb.emit_get(inner, 1, "carry")
-    per_seg = sb.emit(sb.tuple([outs_seg, carry]), "per_segment")
+    per_seg = sb.emit(sb.tuple([outs_seg, stored]), "per_segment")
     seg_body = Function((seg, carry), sb.finish(sb.emit(sb.tuple([per_seg, end]), "ret")))
     outer = b.emit(b.call_op("cf.foreach", seg_body, xs_main, loop.init), "segments")
     stacked = b.emit_get(outer, 0, "stacked")
     outs_main = _map(b, b.emit_get(stacked, 0, "outs"), _segmented(out_type, nseg, k), _join(main))
     starts = b.emit_get(stacked, 1, "starts")
     middle = b.emit_get(outer, 1, "middle")
-    xs_tail = carries_tail = None
+    carries_tail = None
     if rem:
-        xs_tail = _map(b, loop.xs, xs_type, _slice(main, length))
+        xs_tail = _map(b, loop.xs, xs_type, _slice(main, length, length))
         tail = b.emit(b.call_op("cf.foreach", loop.storing_body(b), xs_tail, middle), "tail")
         tail_stacked = b.emit_get(tail, 0, "stacked")
         carries_tail = b.emit_get(tail_stacked, 1, "carries")
@@ -127,72 +174,158 @@ def sqrt_binding(loop, b: LetBuilder) -> None:
     else:
         outs, final = outs_main, middle
     b.bind(loop.var, b.tuple([outs, final]))
+    sources = Sources(starts, carries_tail, xs_main, stored=store_all)
+    loop.rev.tape.append(lambda bb: segmented_back(loop, bb, outs, final, geo, sources))
 
-    # ---- backward
-    def back(bb: LetBuilder) -> None:
-        seeds = loop.seeds(bb, outs, final)
-        if seeds is None:
-            return
-        ct_outs, ct_final = seeds
-        ct_out_type = ct_type(out_type)
-        zeros = [materialize(bb, None, f, f.checked_type) for f in loop.free]
-        ct_xs_tail = None
-        if rem:
-            ct_tail = _map(bb, ct_outs, ct_out_type, _slice(main, length))
-            seqs = [
-                reverse(bb, ct_tail, ct_out_type),
-                reverse(bb, carries_tail, loop.init.checked_type),
-                reverse(bb, xs_tail, xs_type),
-            ]
-            init = bb.emit(bb.tuple([ct_final, *zeros]), "ct_init")
-            tail_back = loop.reverse_loop(
-                bb, loop.recompute_slots.pack(bb, seqs), init, loop.recompute_step
-            )
-            tail_steps, tail_flats = loop.hoisted_flats(bb, tail_back, loop.last_plan)
-            if not loop.last_plan.x_terms:
-                ct_xs_tail = reverse(bb, tail_steps, ct_type(xs_type))
-            carried = bb.emit_get(tail_back, 1, "ct_middle")
-        else:
-            carried = bb.emit(bb.tuple([ct_final, *zeros]), "ct_init")
-            tail_flats = []
-        ct_main = _map(
-            bb, _map(bb, ct_outs, ct_out_type, _slice(0, main)), ct_out_type, _split(nseg, k)
-        )
+
+class Sources:
+    """What a segmented backward iterates over: per segment, its start
+    carry (``stored=False``: recomputed) or its k stored carries; the
+    tail's stored carries; the segmented xs (None: made from the loop's)."""
+
+    def __init__(self, main: Expr, tail: Expr | None, xs_main: Expr | None, stored: bool):
+        self.main, self.tail, self.xs_main, self.stored = main, tail, xs_main, stored
+
+
+def segmented_back(loop, bb: LetBuilder, outs: Expr, final: Expr, geo: tuple, src: Sources):
+    """The backward of a segmented loop: the tail's reverse loop, then a
+    reverse loop over the segments, each running its steps' reverse loop
+    and reducing that chunk's hoisted factors into the carried sums."""
+    seeds = loop.seeds(bb, outs, final)
+    if seeds is None:
+        return
+    k, nseg, main, rem = geo
+    length = main + rem
+    ct_outs, ct_final = seeds
+    xs_type = loop.xs.checked_type
+    out_type = loop.var.checked_type.fields[0]
+    ct_out_type = ct_type(out_type)
+    plan = loop.probe_plan()
+    n = len(loop.free)
+    zeros = [materialize(bb, None, f, f.checked_type) for f in loop.free]
+    ct_xs_tail = None
+    x_parts: list[Expr] = []
+    if rem:
+        ct_tail = _map(bb, ct_outs, ct_out_type, _slice(main, length, length))
+        xs_tail = _map(bb, loop.xs, xs_type, _slice(main, length, length))
         seqs = [
-            reverse(bb, ct_main, ct_out_type),
-            reverse(bb, starts, loop.init.checked_type),
-            reverse(bb, xs_main, xs_type),
+            reverse(bb, ct_tail, ct_out_type),
+            reverse(bb, src.tail, loop.init.checked_type),
+            reverse(bb, xs_tail, xs_type),
         ]
-        segs_back = loop.reverse_loop(
-            bb,
-            loop.recompute_slots.pack(bb, seqs),
-            carried,
-            lambda nb, s, c: _segment_step(loop, nb, s, c, plans),
-            totals=True,
+        init = bb.emit(bb.tuple([ct_final, *zeros]), "ct_init")
+        tail_back = loop.reverse_loop(
+            bb, loop.recompute_slots.pack(bb, seqs), init, loop.recompute_step
         )
-        plan = plans[0]  # the segments' reverse loops hoist as the tail's does
-        fin = bb.emit_get(segs_back, 1, "ct_final")
-        loop.rev.add(bb, loop.init, bb.emit_get(fin, 0, "ct_init"))
-        seg_steps, flats = loop.hoisted_flats(bb, segs_back, plan)
-        if tail_flats:  # steps in reverse order: the tail's, then the segments'
-            flats = [
-                bb.emit(bb.call_op("concatenate", bb.tuple([a, c]), axis=0), "stacked")
-                for a, c in zip(tail_flats, flats, strict=True)
-            ]
-        if plan.x_terms:  # all steps' x cotangents at once, from the joined factors
-            loop.rev.add(bb, loop.xs, reverse(bb, plan.x_total(bb, flats), ct_type(xs_type)))
-        elif differentiable(xs_type):
-            steps = reverse(bb, seg_steps, ct_type(xs_type))
-            ct_xs = _map(bb, steps, _segmented(ct_type(xs_type), nseg, k), _join(main))
-            if ct_xs_tail is not None:
-                ct_xs = _concat(bb, ct_xs, ct_xs_tail, ct_type(xs_type))
-            loop.rev.add(bb, loop.xs, ct_xs)
-        for j, f in enumerate(loop.free):
-            acc = bb.emit_get(fin, j + 1, "ct_free")
-            loop.rev.add(bb, f, plan.total(bb, j, acc, flats) if plan.active else acc)
+        tplan = loop.last_plan
+        tail_steps, tail_flats = loop.hoisted_flats(bb, tail_back, tplan)
+        sums = tplan.chunk_parts(bb, tail_flats) if tplan.active else []
+        if tplan.x_terms:
+            x_parts.append(tplan.x_part(bb, tail_flats))
+        else:
+            ct_xs_tail = reverse(bb, tail_steps, ct_type(xs_type))
+        fin = bb.emit_get(tail_back, 1, "ct_middle")
+        carried_fields = [bb.emit_get(fin, i, "ct_middle") for i in range(1 + n)]
+    else:
+        carried_fields = [ct_final, *zeros]
+        sums = [zeros[j] for j in plan.hoisted]
+    carried = bb.emit(bb.tuple([*carried_fields, *sums]), "ct_init")
+    ct_main = _map(
+        bb, _map(bb, ct_outs, ct_out_type, _slice(0, main, length)), ct_out_type, _split(nseg, k)
+    )
+    xs_main = src.xs_main
+    if xs_main is None:
+        xs_main = _map(
+            bb, _map(bb, loop.xs, xs_type, _slice(0, main, length)), xs_type, _split(nseg, k)
+        )
+    seqs = [
+        reverse(bb, ct_main, ct_out_type),
+        reverse(bb, src.main, loop.init.checked_type),
+        reverse(bb, xs_main, xs_type),
+    ]
+    segs_back = loop.reverse_loop(
+        bb,
+        loop.recompute_slots.pack(bb, seqs),
+        carried,
+        lambda nb, s, c: _segment_step(loop, nb, s, c, plan, src.stored),
+        totals=True,
+    )
+    fin = bb.emit_get(segs_back, 1, "ct_final")
+    loop.rev.add(bb, loop.init, bb.emit_get(fin, 0, "ct_init"))
+    seg_steps = bb.emit_get(segs_back, 0, "ct_steps")
+    if plan.x_terms:  # the chunks' x cotangents, in the reverse loops' order
+        x_parts.append(bb.emit_get(seg_steps, 1, "ct_x"))
+        loop.rev.add(bb, loop.xs, reverse(bb, plan.x_steps(bb, x_parts), ct_type(xs_type)))
+    elif differentiable(xs_type):
+        steps = reverse(bb, seg_steps, ct_type(xs_type))
+        ct_xs = _map(bb, steps, _segmented(ct_type(xs_type), nseg, k), _join(main))
+        if ct_xs_tail is not None:
+            ct_xs = _concat(bb, ct_xs, ct_xs_tail, ct_type(xs_type))
+        loop.rev.add(bb, loop.xs, ct_xs)
+    hoisted = plan.hoisted
+    for j, f in enumerate(loop.free):
+        acc = bb.emit_get(fin, j + 1, "ct_free")
+        total = bb.emit_get(fin, 1 + n + hoisted.index(j), "ct_hoisted") if j in hoisted else None
+        loop.rev.add(bb, f, plan.total(bb, j, acc, total))
 
-    plans: list = []
-    loop.rev.tape.append(back)
+
+def chunked_totals(
+    loop, bb: LetBuilder, plan, factors: Expr, geo: tuple | None
+) -> tuple[list[Expr], Expr | None]:
+    """The sums of the hoisted terms (per ``plan.hoisted``) from a reverse
+    loop's stacked factors ``factors`` (steps in its order), chunk by chunk
+    as ``segmented_back`` sums them; and the stacked x cotangents, if
+    hoisted."""
+    stacks = [bb.emit_get(factors, i, "factor") for i in range(len(plan.stacks))]
+    if geo is None:  # one chunk
+        flats = [plan.flat(bb, s, i) for i, s in enumerate(stacks)]
+        x = plan.x_steps(bb, [plan.x_part(bb, flats)]) if plan.x_terms else None
+        return plan.chunk_parts(bb, flats), x
+    k, nseg, main, rem = geo
+    length = main + rem
+    x_parts: list[Expr] = []
+
+    def cut(begin: int, end: int) -> list[Expr]:
+        if begin == 0 and end == length:
+            return stacks
+        return [
+            bb.emit(bb.call_op("strided_slice", s, begin=[begin], end=[end], axes=[0]), "part")
+            for s in stacks
+        ]
+
+    if rem:  # the tail's steps come first in the reverse loop's order
+        flats = [plan.flat(bb, s, i) for i, s in enumerate(cut(0, rem))]
+        sums = plan.chunk_parts(bb, flats)
+        if plan.x_terms:
+            x_parts.append(plan.x_part(bb, flats))
+    else:
+        sums = [
+            materialize(bb, None, loop.free[j], loop.free[j].checked_type) for j in plan.hoisted
+        ]
+    segments = [
+        bb.emit(bb.call_op("reshape", s, newshape=[nseg, -1, *plan.trailing[i]]), "segments")
+        for i, s in enumerate(cut(rem, length))
+    ]
+    seg, carry = Var("chunk", span=loop.span), Var("sums", span=loop.span)
+    nb = LetBuilder(loop.span)
+    flats = [nb.emit_get(seg, i, "factor") for i in range(len(stacks))]
+    parts = plan.chunk_parts(nb, flats)
+    new = [
+        nb.emit(nb.call_op("add", nb.emit_get(carry, i, "sum"), p), "sum")
+        for i, p in enumerate(parts)
+    ]
+    out = plan.x_part(nb, flats) if plan.x_terms else nb.emit(nb.tuple([]), "unit")
+    ret = nb.emit(nb.tuple([out, nb.tuple(new)]), "ret")
+    body = Function((seg, carry), nb.finish(ret), span=loop.span)
+    init = bb.emit(bb.tuple(sums), "sums")
+    chunks = bb.emit(bb.call_op("cf.foreach", body, bb.tuple(segments), init), "chunks")
+    fin = bb.emit_get(chunks, 1, "sums")
+    totals = [bb.emit_get(fin, i, "ct_hoisted") for i in range(len(sums))]
+    x = None
+    if plan.x_terms:
+        x_parts.append(bb.emit_get(chunks, 0, "ct_x"))
+        x = plan.x_steps(bb, x_parts)
+    return totals, x
 
 
 def _plain_copy(loop) -> Function:
@@ -212,34 +345,41 @@ def _segmented(t: Type, nseg: int, k: int) -> Type:
     return TensorType((nseg, k, *t.shape[1:]), t.dtype)
 
 
-def _segment_step(loop, nb: LetBuilder, step: Var, carry: Var, plans: list) -> tuple:
-    """One segment's backward: recompute it storing its carries, then its
-    reverse loop, which carries the accumulators on (so they are added to
-    in the same order as by an unsegmented loop: bit-identical)."""
+def _segment_step(loop, nb: LetBuilder, step: Var, carry: Var, plan, stored: bool) -> tuple:
+    """One segment's backward: its carries (recomputed from its start, or
+    stored), then its reverse loop, which carries the accumulators on (so
+    they are added to in the same order as by an unsegmented loop); then
+    its chunk of the hoisted terms added to the carried sums."""
     xs_type = loop.xs.checked_type
     slots = loop.recompute_slots  # per segment: the same fields, k steps each
     ct_seg = slots.get(nb, step, 0, "ct_segment")
     start = slots.get(nb, step, 1, "start")
     x_seg = slots.get(nb, step, 2, "x_segment")
-    fwd = nb.emit(nb.call_op("cf.foreach", loop.storing_body(nb), x_seg, start), "recompute")
-    carries = nb.emit_get(nb.emit_get(fwd, 0, "stacked"), 1, "carries")
+    if stored:
+        carries = start
+    else:
+        fwd = nb.emit(nb.call_op("cf.foreach", loop.storing_body(nb), x_seg, start), "recompute")
+        carries = nb.emit_get(nb.emit_get(fwd, 0, "stacked"), 1, "carries")
     out_t = ct_type(loop.var.checked_type.fields[0])
     seqs = [
         reverse(nb, ct_seg, out_t),  # only the tuple structure matters to reverse
         reverse(nb, carries, loop.init.checked_type),
         reverse(nb, x_seg, xs_type),
     ]
-    inner = loop.reverse_loop(nb, slots.pack(nb, seqs), carry, loop.recompute_step)
-    plans.append(loop.last_plan)
-    steps = nb.emit_get(inner, 0, "ct_steps")
-    factors = []
-    if loop.last_plan.active:  # the hoisted factors go out, stacked per segment
-        factors = [nb.emit_get(steps, 1, "factors")]
-        steps = nb.emit_get(steps, 0, "ct_steps")
-    ct_x = steps if loop.last_plan.x_terms else reverse(nb, steps, ct_type(xs_type))
+    n = len(loop.free)
+    init = nb.emit(nb.tuple([nb.emit_get(carry, i, "ct") for i in range(1 + n)]), "ct_init")
+    inner = loop.reverse_loop(nb, slots.pack(nb, seqs), init, loop.recompute_step)
+    iplan = loop.last_plan
+    steps, flats = loop.hoisted_flats(nb, inner, iplan)
+    sums = [nb.emit_get(carry, 1 + n + i, "sum") for i in range(len(plan.hoisted))]
+    if iplan.active:
+        sums = [
+            nb.emit(nb.call_op("add", s, p), "sum")
+            for s, p in zip(sums, iplan.chunk_parts(nb, flats), strict=True)
+        ]
     fin = nb.emit_get(inner, 1, "ct_start")
     prev = nb.emit_get(fin, 0, "ct_prev")
-    free = [nb.emit_get(fin, j + 1, "ct_free") for j in range(len(loop.free))]
-    if factors:
-        return ct_x, prev, free, [], factors[0]
-    return ct_x, prev, free
+    free = [nb.emit_get(fin, j + 1, "ct_free") for j in range(n)]
+    if iplan.x_terms:
+        return nb.emit(nb.tuple([]), "unit"), prev, free, sums, iplan.x_part(nb, flats)
+    return reverse(nb, steps, ct_type(xs_type)), prev, free, sums

@@ -13,6 +13,7 @@ import pytest
 import effir
 from effir.ir.expr import Call, Function, Op
 from effir.ir.functor import post_order
+from effir.ir.types import TupleType
 from effir.passes.dce import dce
 from tests.isolated import run_isolated
 
@@ -68,7 +69,7 @@ def test_invariant_cotangents_against_finite_differences(mode):
 
 
 def test_weight_products_run_after_the_reverse_loop():
-    m, _ = _cell(4)
+    m, _ = _cell(3)  # too short for chunks: one product after the loop
     g = dce(effir.grad(m, wrt=WRT, checkpoint="none", specialise=False))
     # d/dw and d/du: one product each after the loop (as nn.dense of the
     # transposed stacks), none in it
@@ -76,6 +77,58 @@ def test_weight_products_run_after_the_reverse_loop():
     assert _products(g, "nn.dense") == (2, 2)  # the forward's two, in its loop
     # x_t's cotangent (ct_t @ w) after the loop too; h's (ct_t @ u) is carried
     assert _products(g, "nn.matmul", transpose_a=False) == (1, 1)
+
+
+@pytest.mark.parametrize("length, tail", [(9, 0), (7, 1)])
+def test_weight_products_run_per_chunk(length, tail):
+    """From 4 steps on, the hoisted products run once per chunk of
+    about sqrt(T) steps, in a loop over the chunks after the reverse loop
+    (the tail's chunk before it), never per step."""
+    m, _ = _cell(length)
+    g = dce(effir.grad(m, wrt=WRT, checkpoint="none", specialise=False))
+    assert _products(g, "nn.matmul", transpose_a=True) == (0, 0)
+    # (inside loops, outside): the forward's two and the chunks' two; the tail's
+    assert _products(g, "nn.dense") == (4, 2 * tail)
+    # ct_t @ u in the reverse loop, ct_t @ w for x_t per chunk (and the tail's)
+    assert _products(g, "nn.matmul", transpose_a=False) == (2, tail)
+
+
+def _stacked_elements(module) -> int:
+    """The elements of every per-step stack of every cf.foreach of the
+    gradient function (nested ones too, per call)."""
+    total = 0
+    for node in post_order(module["main_grad"].body):
+        if (
+            isinstance(node, Call)
+            and isinstance(node.callee, Op)
+            and node.callee.name == "cf.foreach"
+        ):
+            stack = [node.checked_type.fields[0]]
+            while stack:
+                t = stack.pop()
+                if isinstance(t, TupleType):
+                    stack.extend(t.fields)
+                else:
+                    total += int(np.prod(t.shape))
+    return total
+
+
+@pytest.mark.parametrize("mode", ["loop", "sqrt"])
+def test_recomputing_backward_stores_chunks_not_steps(mode):
+    """Under checkpointing, the reverse loops stack one chunk of hoisted
+    factors (about sqrt(T) steps), not T steps: per step more, the stacks
+    grow by the forward's output (2 elements), under ``loop`` its carry (8),
+    and x_t's cotangent (6), not by the hoisted factors (the
+    pre-activation's cotangent, x_t and h_t: 22 more); the chunks' stacks
+    grow as sqrt(T)."""
+
+    def stored(length: int) -> int:
+        m, _ = _cell(length)
+        g = effir.grad(m, wrt=WRT, checkpoint=mode, specialise=False)
+        return _stacked_elements(effir.check(dce(g)))
+
+    per_step = (stored(64) - stored(16)) / 48
+    assert per_step <= 20, per_step
 
 
 @pytest.mark.parametrize("length", [1, 7, 10])

@@ -242,7 +242,10 @@ class LoopLowering:
                     emit(relax.op.strided_slice(x, [0], [start], [start + steps]))
                     for x in sequences
                 ]
-            parts, _ = self._dps_call(gv, [*chunk, *state, *rest], _loop_outputs(lowered, steps))
+            parts, result = self._dps_call(
+                gv, [*chunk, *state, *rest], _loop_outputs(lowered, steps)
+            )
+            self._release(result)  # in a VM loop's step, its outputs would live until the loop ends
             for i in range(n_out):
                 pieces[i].append(parts[i])
             state = parts[n_out : n_out + n_state]
