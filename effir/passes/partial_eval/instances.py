@@ -30,7 +30,7 @@ from ...ir.types import (
     TypeCall,
     TypeVar,
 )
-from ..anf_sharing import fresh_binders
+from ..anf import fresh_binders
 from ..type_solver import map_type, substitute
 
 
