@@ -366,7 +366,9 @@ class TypeInferencer(CallInference):
 
     def _infer(self, expr: Expr):
         """Generator: the type of ``expr`` (run on the trampoline)."""
-        if expr in self.types:  # a shared sub-expression (graph form)
+        # A shared sub-expression (graph form) has one type; a constructor
+        # is one node shared by all its uses, each instantiated afresh.
+        if expr in self.types and type(expr) is not Constructor:
             return self.types[expr]
         pushed = expr.span is not None
         if pushed:

@@ -91,6 +91,20 @@ def test_adt_constructors_and_match():
     assert t == "Tensor[(2), int32]"
 
 
+def test_a_constructor_used_as_a_value_is_instantiated_per_use():
+    """A constructor is one node shared by all its uses: its type as a value
+    is fresh at each, not the first use's (here float32 then int32)."""
+    module = check(
+        """
+        type List[A] { Cons(A, List[A]), Nil }
+        def @apply[A, B](%f: fn(A, B) -> B, %x: A, %y: B) -> B { %f(%x, %y) }
+        def @main() { (@apply(Cons, 1f, Nil), @apply(Cons, 2, Nil)) }
+        """
+    )
+    t = module["main"].body.checked_type
+    assert effir.astext(t) == "(List[float32], List[int32])"
+
+
 def test_adt_value_type():
     module = check(
         """

@@ -22,6 +22,11 @@ Calls and loops (the fuel rules that guarantee termination)
   residualised after one unfolding), its body is at most ``MAX_INLINE``
   nodes, and the pass's total budget (ten times the input's size) is not
   spent: the output is at most linearly larger than the input.
+- An inlined function with type parameters is its instance at the call
+  site (``instances``): its type parameters replaced by the types inference
+  gave the call, so the residual mentions only the type parameters of the
+  function it is in; when one its body mentions stays unknown, the call
+  stays.
 - A ``cf.foreach`` whose sequence length is static, at most
   ``MAX_UNROLL`` steps, unrolls when its body is a known function that could
   be inlined that many times within the budget: each step is the body
@@ -74,8 +79,9 @@ as dce's own rules say.
 
 The package: ``values`` (partially static values and the store's
 entries), ``evaluator`` (blocks, the store, compounds, calls and inlining),
-``unroll`` (short loops), ``touches`` (what unknown code may touch) and
-``static`` (folding and static matching).
+``unroll`` (short loops), ``instances`` (inlined polymorphic functions),
+``touches`` (what unknown code may touch) and ``static`` (folding and
+static matching).
 """
 
 from __future__ import annotations

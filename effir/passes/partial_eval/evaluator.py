@@ -11,6 +11,7 @@ calls inlined into one another need no Python recursion."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from itertools import islice
 from typing import Any
 
@@ -42,7 +43,8 @@ from ...ir.functor import on, pre_order
 from ...ir.module import IRModule
 from ...ir.node import Node
 from ...ir.op import op_def
-from ..anf import fresh_binders
+from ...ir.types import Type, TypeVar
+from .instances import call_hints, instance, instantiation, mentioned_type_vars
 from .static import annotated, fold, static_match
 from .touches import (
     ANYTHING,
@@ -77,12 +79,17 @@ class PartialEvaluator(Unrolling, Evaluator):
         # block undoes its own at its end instead of copying the environment
         # at its start (a copy per block is quadratic in the program).
         self.trail: list[tuple[dict[Var, PV], Var, PV | None]] = []
+        # The type parameters of the global function being evaluated: the
+        # only type variables its residual may mention.
+        self.scope: dict[str, TypeVar] = {}
+        self.mentioned: dict[Function, frozenset[str]] = {}
 
     def global_function(self, name: str) -> Function:
         fn = self.module.functions[name]
         self.free.update(free_vars_by_function(fn))
         self.inlining = [fn]
         self.store = {}
+        self.scope = {tv.name: tv for tv in fn.type_params}
         env = {p: PV(p) for p in fn.params}
         body = self.drive(self.block(fn.body, env))
         return Function(fn.params, body, fn.ret_type, fn.type_params, fn.attrs, span=fn.span)
@@ -449,7 +456,10 @@ class PartialEvaluator(Unrolling, Evaluator):
             return self.emit(var, rebuilt, out, ctor=callee, fields=tuple(args))
         target = self.atom(callee, env)
         if target.fn is not None and self.inlinable(target.fn, len(args)):
-            return (yield self.inline(target, args, out))
+            hints = call_hints(target.fn, callee, call.args, var)
+            types = self.instantiation(target.fn, hints)
+            if types is not None:
+                return (yield self.inline(target, args, out, types))
         self.uses(args, out)
         touched = self.touches_of(target)
         self.touch(touched, out)
@@ -497,12 +507,32 @@ class PartialEvaluator(Unrolling, Evaluator):
         size = self.size_of(fn)
         return size <= MAX_INLINE and size <= self.budget
 
-    def inline(self, target: PV, args: list[PV], out: LetBuilder):
+    def instantiation(
+        self, fn: Function, hints: Iterable[tuple[Type, Type]]
+    ) -> dict[str, Type] | None:
+        """The types ``fn``'s type parameters stand for where it is inlined
+        ({} for a function without any), or None when its body mentions one
+        that ``hints`` leave unknown: then it is not inlined."""
+        if not fn.type_params:
+            return {}
+        mentioned = self.mentioned.get(fn)
+        if mentioned is None:
+            mentioned = self.mentioned[fn] = mentioned_type_vars(fn)
+        return instantiation(fn, hints, self.scope, mentioned)
+
+    def inline(
+        self, target: PV, args: list[PV], out: LetBuilder, types: dict[str, Type] | None = None
+    ):
+        """``target``'s body on ``args``, as the instance ``types`` (see
+        ``instantiation``; None: as known without a call site's types) in
+        the function being evaluated."""
         fn = target.fn
         assert fn is not None
+        if types is None:
+            types = self.instantiation(fn, ())
+            assert types is not None  # the caller asked
         self.budget -= self.size_of(fn)
-        copy = fresh_binders(fn)
-        assert isinstance(copy, Function)
+        copy = instance(fn, types)
         self.free.update(free_vars_by_function(copy))
         env = dict(target.env or ())
         for param, arg in zip(copy.params, args, strict=True):

@@ -66,6 +66,8 @@ class Unrolling:
         fn = PV(arg, fn=arg, env=self.captured(arg, env)) if isinstance(arg, Function) else pv
         if fn.fn is None or fn.fn in self.inlining or len(fn.fn.params) != arity:
             return None
+        if self.instantiation(fn.fn, ()) is None:  # no call site tells its types
+            return None
         return fn if self.size_of(fn.fn) <= MAX_INLINE else None
 
     def unroll_while(
