@@ -76,15 +76,11 @@ from .expr import Expr, Function, If, Let, Match
 from .expr_functor import Computation, ExprFunctor
 from .functor import on
 from .node import Node
-from .trampoline import run
 
 
 class Evaluator(ExprFunctor):
     """An evaluation-order walk (see the module docstring). Override the
     rules and hooks a pass needs; ``evaluate(expr, *args)`` runs one."""
-
-    drive = staticmethod(run)
-    """Drive a computation (or return a value as it is) on the trampoline."""
 
     # -------------------------------------------------------- let chains
     @on(Let)

@@ -47,17 +47,13 @@ expression with the block the bindings go to), ``passes/anf_sharing.py``
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from types import GeneratorType
 from typing import Any, ClassVar
 
 from .diagnostics import MissingRuleError
 from .functor import Functor
 from .node import Node
-from .trampoline import run
-
-Computation = Generator[Any, Any, Any]
-"""A generator that yields sub-computations and returns a value."""
+from .trampoline import Computation, run
 
 
 class ExprFunctor(Functor):
@@ -82,6 +78,9 @@ class ExprFunctor(Functor):
         self.memo = {}
 
     # ------------------------------------------------------------ driving
+    drive = staticmethod(run)
+    """Drive a computation to its result (a value is returned as it is)."""
+
     def evaluate(self, node: Node, *args: Any) -> Any:
         """The result of ``node`` in the context ``args``, run to completion."""
         return run(self.eval(node, *args))
