@@ -16,10 +16,9 @@ from ..ir.expr import Call, Expr, Function, GlobalVar, Op, TypeData, Var
 from ..ir.functor import pre_order
 from ..ir.module import IRModule
 from ..ir.op import op_def
-from ..ir.trampoline import run
 from .cotangent import differentiable
 from .free import free_variable_table
-from .reverse import ClosureVjp, function_vjp
+from .reverse import ClosureVjp, Reverse, function_vjp
 
 CHECKPOINTS = ("none", "loop", "sqrt")
 
@@ -71,7 +70,7 @@ class Differentiator:
             fn = self.module.functions[name]
             if fn.attrs.get("Primitive") == 1:
                 raise_primitive(name, fn)
-            self.functions[self.vjp_names[name]] = run(function_vjp(self, fn, []))
+            self.functions[self.vjp_names[name]] = Reverse.drive(function_vjp(self, fn, []))
         return self.functions
 
     def free_differentiable(self, node: Expr, exclude: Var | None = None) -> list[Var]:
