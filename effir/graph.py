@@ -12,7 +12,7 @@ the ``dot`` program, which ``pip`` cannot install, and a dataflow graph in
 A-normal form is already ordered, so a layered layout (each box one layer
 below the latest box it depends on, clusters laid out inside out) is simple
 and needs nothing but the standard library. Recursion over nested clusters
-and expressions goes through ``effir.ir.trampoline`` (no recursion limit);
+and expressions is an ``ExprFunctor`` on the trampoline (no recursion limit);
 the layout costs the program's size plus, for each edge, the nesting depth
 it crosses.
 """
