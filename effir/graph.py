@@ -12,7 +12,7 @@ the ``dot`` program, which ``pip`` cannot install, and a dataflow graph in
 A-normal form is already ordered, so a layered layout (each box one layer
 below the latest box it depends on, clusters laid out inside out) is simple
 and needs nothing but the standard library. Recursion over nested clusters
-and expressions goes through ``effir.ir.trampoline`` (no recursion limit);
+and expressions is an ``ExprFunctor`` on the trampoline (no recursion limit);
 the layout costs the program's size plus, for each edge, the nesting depth
 it crosses.
 """
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass, field
+from typing import Any
 
 from .ir import IRModule
 from .ir.expr import (
@@ -44,9 +45,10 @@ from .ir.expr import (
     TupleGetItem,
     Var,
 )
+from .ir.expr_functor import ExprFunctor
+from .ir.functor import on
 from .ir.op import lookup_op
 from .ir.printer import astext
-from .ir.trampoline import run
 
 # Geometry (pixels) and colours.
 CHAR_W, LINE_H, PAD, GAP_X, GAP_Y, TITLE_H = 7.2, 22, 10, 14, 26, 20
@@ -109,10 +111,13 @@ def _text(node) -> str:
         return type(node).__name__
 
 
-class _Builder:
-    """Turns one function into boxes and edges."""
+class _Builder(ExprFunctor):
+    """Turns one function into boxes and edges: an ``ExprFunctor`` whose
+    hooks ``(expr, cluster, name)`` give the box holding an expression's
+    value (a new box, or a variable's)."""
 
     def __init__(self, module: IRModule | None) -> None:
+        super().__init__()
         self.cells = set(module.cells) if module is not None else set()
         self.edges: list[tuple[Box, Box, str]] = []
         self.env: dict[Var, Box] = {}
@@ -123,7 +128,7 @@ class _Builder:
     def function(self, name: str, fn: Function, parent: Box) -> Box:
         root = parent.add(Box(f"@{name}", "function", cluster=True, title=f"def @{name}"))
         self.root, self.cell_in, self.cell_out = root, {}, {}
-        run(self._function_body(fn, root))
+        self.drive(self._function_body(fn, root))
         return root
 
     def _cell(self, name: str, write: bool) -> Box:
@@ -174,49 +179,72 @@ class _Builder:
         label = f"{name} = fn({params})" if name else f"fn({params})"
         return cluster.add(Box(label, "closure", cluster=True, title=label))
 
-    def _value(self, expr: Expr, cluster: Box, name: str | None):
-        """The box holding ``expr``'s value (a new box, or a variable's)."""
+    def _value(self, expr: Expr, cluster: Box, name: str | None) -> Any:
+        """The box holding ``expr``'s value, or a computation of it."""
+        return self.eval(expr, cluster, name)
+
+    @on(Var)
+    def _var(self, expr: Var, cluster: Box, name: str | None) -> Box | None:
+        return self.env.get(expr)
+
+    @on(GlobalVar)
+    def _global(self, expr: GlobalVar, cluster: Box, name: str | None) -> Box:
+        if expr.name in self.cells:
+            return self._cell(expr.name, write=False)
         prefix = f"{name} = " if name else ""
-        if isinstance(expr, Var):
-            return self.env.get(expr)
-        if isinstance(expr, GlobalVar):
-            if expr.name in self.cells:
-                return self._cell(expr.name, write=False)
-            return cluster.add(Box(f"{prefix}@{expr.name}", "const"))
-        if isinstance(expr, Constant | Op | Constructor):
-            text = _short(_text(expr))
-            return cluster.add(Box(prefix + text, "const", title=_text(expr)[:500]))
-        if isinstance(expr, Function):
-            box = self._closure_box(name, expr, cluster)
-            yield self._function_body(expr, box)
-            return box
-        if isinstance(expr, Let):
-            inner = cluster.add(Box(f"{prefix}let", "closure", cluster=True))
-            value = yield self._region(expr, inner)
-            out = inner.add(Box("result", "result", last=True))
-            self._edge(value, out)
-            return inner
-        if isinstance(expr, If):
-            cond = yield self._value(expr.cond, cluster, None)
-            box = cluster.add(Box(f"{prefix}if", "if", cluster=True, title=f"{prefix}if"))
-            self._edge(cond, box)
-            for label, branch in (("then", expr.then_branch), ("else", expr.else_branch)):
-                arm = box.add(Box(label, "branch", cluster=True))
-                value = yield self._region(branch, arm)
-                self._edge(value, arm.add(Box("result", "result", last=True)))
-            return box
-        if isinstance(expr, Match):
-            data = yield self._value(expr.data, cluster, None)
-            box = cluster.add(Box(f"{prefix}match", "match", cluster=True, title=f"{prefix}match"))
-            self._edge(data, box)
-            for clause in expr.clauses:
-                arm = box.add(Box(_short(_pattern_text(clause.pattern)), "branch", cluster=True))
-                for var in _pattern_vars(clause.pattern):
-                    self.env[var] = arm.add(Box(f"%{var.name_hint}", "param"))
-                value = yield self._region(clause.body, arm)
-                self._edge(value, arm.add(Box("result", "result", last=True)))
-            return box
-        # Operations: one box, with an edge from each operand.
+        return cluster.add(Box(f"{prefix}@{expr.name}", "const"))
+
+    @on(Constant, Op, Constructor)
+    def _const(self, expr: Expr, cluster: Box, name: str | None) -> Box:
+        prefix = f"{name} = " if name else ""
+        text = _short(_text(expr))
+        return cluster.add(Box(prefix + text, "const", title=_text(expr)[:500]))
+
+    @on(Function)
+    def _closure(self, expr: Function, cluster: Box, name: str | None):
+        box = self._closure_box(name, expr, cluster)
+        yield self._function_body(expr, box)
+        return box
+
+    @on(Let)
+    def _let(self, expr: Let, cluster: Box, name: str | None):
+        prefix = f"{name} = " if name else ""
+        inner = cluster.add(Box(f"{prefix}let", "closure", cluster=True))
+        value = yield self._region(expr, inner)
+        out = inner.add(Box("result", "result", last=True))
+        self._edge(value, out)
+        return inner
+
+    @on(If)
+    def _if(self, expr: If, cluster: Box, name: str | None):
+        prefix = f"{name} = " if name else ""
+        cond = yield self._value(expr.cond, cluster, None)
+        box = cluster.add(Box(f"{prefix}if", "if", cluster=True, title=f"{prefix}if"))
+        self._edge(cond, box)
+        for label, branch in (("then", expr.then_branch), ("else", expr.else_branch)):
+            arm = box.add(Box(label, "branch", cluster=True))
+            value = yield self._region(branch, arm)
+            self._edge(value, arm.add(Box("result", "result", last=True)))
+        return box
+
+    @on(Match)
+    def _match(self, expr: Match, cluster: Box, name: str | None):
+        prefix = f"{name} = " if name else ""
+        data = yield self._value(expr.data, cluster, None)
+        box = cluster.add(Box(f"{prefix}match", "match", cluster=True, title=f"{prefix}match"))
+        self._edge(data, box)
+        for clause in expr.clauses:
+            arm = box.add(Box(_short(_pattern_text(clause.pattern)), "branch", cluster=True))
+            for var in _pattern_vars(clause.pattern):
+                self.env[var] = arm.add(Box(f"%{var.name_hint}", "param"))
+            value = yield self._region(clause.body, arm)
+            self._edge(value, arm.add(Box("result", "result", last=True)))
+        return box
+
+    @on(Expr)
+    def _operation(self, expr: Expr, cluster: Box, name: str | None):
+        """Operations: one box, with an edge from each operand."""
+        prefix = f"{name} = " if name else ""
         operands: list[Expr]
         reads: list[str] = []
         writes: list[str] = []

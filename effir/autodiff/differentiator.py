@@ -16,13 +16,12 @@ from ..ir.expr import Call, Expr, Function, GlobalVar, Op, TypeData, Var
 from ..ir.functor import pre_order
 from ..ir.module import IRModule
 from ..ir.op import op_def
-from ..ir.trampoline import run
 from ..passes.infer_type import infer_expr
 from .adt import AdtCotangents
 from .cotangent import differentiable
 from .free import free_variable_table
 from .instantiate import instance_key, instantiate, instantiation
-from .reverse import ClosureVjp, function_vjp
+from .reverse import ClosureVjp, Reverse, function_vjp
 
 CHECKPOINTS = ("none", "loop", "sqrt")
 
@@ -99,7 +98,7 @@ class Differentiator:
             name, fn = self.sources[key]
             if fn.attrs.get("Primitive") == 1:
                 raise_primitive(name, fn)
-            self.functions[self.vjp_names[key]] = run(function_vjp(self, fn, []))
+            self.functions[self.vjp_names[key]] = Reverse.drive(function_vjp(self, fn, []))
         return self.functions
 
     def free_differentiable(self, node: Expr, exclude: Var | None = None) -> list[Var]:

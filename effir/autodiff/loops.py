@@ -36,7 +36,7 @@ from collections.abc import Callable
 from ..ir.analysis import free_vars
 from ..ir.builder import LetBuilder
 from ..ir.expr import Call, Expr, Function, Let, TupleGetItem, Var, is_atom
-from ..ir.trampoline import Computation
+from ..ir.expr_functor import Computation
 from ..ir.types import TensorType, TupleType, Type
 from ..ir.vjp import DifferentiationError
 from ..passes.anf_sharing import fresh_binders

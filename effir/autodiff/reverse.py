@@ -46,7 +46,8 @@ from ..ir.expr import (
     Var,
     is_atom,
 )
-from ..ir.trampoline import Computation, run
+from ..ir.expr_functor import Computation, ExprFunctor
+from ..ir.functor import on
 from ..ir.types import FuncType, TupleType
 from ..ir.vjp import NOT_DIFFERENTIABLE, DifferentiationError, VjpContext, vjp_rule
 from ..passes.anf_sharing import fresh_binders
@@ -67,10 +68,13 @@ class ClosureVjp:
     free: tuple[Var, ...]
 
 
-class Reverse:
-    """The forward and the tape of one block (see the module docstring)."""
+class Reverse(ExprFunctor):
+    """The forward and the tape of one block (see the module docstring).
+    An ``ExprFunctor`` over bound values: ``binding`` dispatches a value to
+    its class's hook ``(value, var, b)``."""
 
     def __init__(self, ad: Differentiator) -> None:
+        super().__init__()
         self.ad = ad
         self.tape: list[Step] = []
         self.ct: dict[Var, CT] = {}
@@ -78,7 +82,7 @@ class Reverse:
     # ------------------------------------------------------------ forward
     def forward(self, expr: Expr, b: LetBuilder) -> Expr:
         """Copy the block ``expr`` into ``b`` with its tape; its result atom."""
-        return run(self.forward_steps(expr, b))
+        return self.drive(self.forward_steps(expr, b))
 
     def forward_steps(self, expr: Expr, b: LetBuilder) -> Computation[Expr]:
         """``forward`` on the trampoline: a nested block (a branch, a
@@ -96,19 +100,13 @@ class Reverse:
             yield self.binding(var, expr, b)
         return var
 
-    def binding(self, var: Var, value: Expr, b: LetBuilder) -> Computation[None]:
-        if isinstance(value, Function):
-            yield self._function(var, value, b)
-        elif isinstance(value, Call):
-            yield self._call(var, value, b)
-        elif isinstance(value, If):
-            yield self._if(var, value, b)
-        elif isinstance(value, Match):
-            yield self._match(var, value, b)
-        else:
-            self._simple(var, value, b)
+    def binding(self, var: Var, value: Expr, b: LetBuilder) -> Computation[None] | None:
+        """``var = value`` copied into ``b``, its tape step recorded: the hook
+        of ``value``'s class (a computation to yield, or done)."""
+        return self.eval(value, var, b)
 
-    def _simple(self, var: Var, value: Expr, b: LetBuilder) -> None:
+    @on(Expr)
+    def _simple(self, value: Expr, var: Var, b: LetBuilder) -> None:
         if isinstance(value, Var):
             b.bind(var, value)
             self.tape.append(lambda bb: self.add(bb, value, self.ct.pop(var, None)))
@@ -179,7 +177,8 @@ class Reverse:
             self.add(bb, arg, part)
 
     # ------------------------------------------------------------- calls
-    def _call(self, var: Var, call: Call, b: LetBuilder) -> Computation[None]:
+    @on(Call)
+    def _call(self, call: Call, var: Var, b: LetBuilder) -> Computation[None]:
         callee = call.callee
         if isinstance(callee, Op):
             if callee.name in ("cf.foreach", "cf.while_loop"):
@@ -269,7 +268,8 @@ class Reverse:
         self.tape.append(back)
 
     # ---------------------------------------------------------- closures
-    def _function(self, var: Var, fn: Function, b: LetBuilder) -> Computation[None]:
+    @on(Function)
+    def _function(self, fn: Function, var: Var, b: LetBuilder) -> Computation[None]:
         use = self.ad.closure_use.get(var, set())
         if "value" in use:
             raise DifferentiationError(
@@ -295,13 +295,15 @@ class Reverse:
         b.bind(vjp, (yield function_vjp(self.ad, fn, free)))
 
     # ------------------------------------------------------------ branches
-    def _if(self, var: Var, node: If, b: LetBuilder) -> Computation[None]:
+    @on(If)
+    def _if(self, node: If, var: Var, b: LetBuilder) -> Computation[None]:
         free = self.ad.free_differentiable(node)
         then_branch = yield block_vjp(self.ad, node.then_branch, free, b)
         else_branch = yield block_vjp(self.ad, node.else_branch, free, b)
         self._branches(var, b.if_(node.cond, then_branch, else_branch), free, b)
 
-    def _match(self, var: Var, node: Match, b: LetBuilder) -> Computation[None]:
+    @on(Match)
+    def _match(self, node: Match, var: Var, b: LetBuilder) -> Computation[None]:
         free = self.ad.free_differentiable(node)
         data = node.data
         scrutinee = isinstance(data, Var) and differentiable(data.checked_type)

@@ -9,6 +9,7 @@ from .diagnostics import (
     EvalError,
     FrontendError,
     LinearityError,
+    MissingRuleError,
     ParseError,
     Source,
     Span,
@@ -44,6 +45,7 @@ from .expr import (
     const,
     is_atom,
 )
+from .expr_functor import ExprFunctor
 from .functor import Mutator, Visitor, after, on
 from .module import IRModule
 from .node import EMPTY_ATTRS, Attrs, Node

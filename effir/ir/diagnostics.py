@@ -192,6 +192,11 @@ class PassError(Error):
     kind = "pass error"
 
 
+class MissingRuleError(PassError, NotImplementedError):
+    """A functor (``ExprFunctor``, ``Evaluator``) reached a node class it has
+    no rule for: a bug of that pass, named with the node class."""
+
+
 class LinearityError(Error):
     """A state-passing (A2) program that reuses a PRNG key or the world token,
     or drops new state (``effir.passes.verify_linear``)."""

@@ -1,7 +1,9 @@
-"""Evaluation-order walks: ``Evaluator``, the framework's third functor.
+"""Evaluation-order walks: ``Evaluator``, an ``ExprFunctor`` for abstract
+interpreters.
 
-Why a third one. ``Visitor`` and ``Mutator`` reach each node once, in field
-order, and remember the result. An abstract interpreter (partial
+Why. ``Visitor`` and ``Mutator`` reach each node once, in field
+order, and remember the result; an ``ExprFunctor`` (effir.ir.expr_functor)
+returns a result per node from typed hooks. An abstract interpreter (partial
 evaluation, the state-passing translation, the linearity verifier) instead
 *evaluates*: a ``let``'s value before its body, one branch of an ``if``
 or each branch from the same state, a function's body when the pass
@@ -21,12 +23,12 @@ equation and what is known of its inputs):
   value is bound to). The table is built once per class and a node class
   resolved through its MRO once (``Functor``); nothing is looked up by
   name at run time. A subclass's rule replaces its base's for the same
-  class.
+  class. (All of this, ``eval`` and ``evaluate``, is ``ExprFunctor``'s.)
 - **Iterative.** A rule returns its value, or is a generator (a
   *computation*) that ``yield``s sub-computations, ``self.eval(child,
   *args)`` or a helper generator of the pass, and receives their values;
-  ``drive`` runs them with a list as the stack (the values of a walk are
-  never generators themselves). A rule must ``yield``, never ``yield
+  ``drive`` (``effir.ir.trampoline.run``) runs them with a list as the
+  stack (the values of a walk are never generators themselves). A rule must ``yield``, never ``yield
   from``, the evaluation of another node: each level of a ``yield from``
   chain is a level of C recursion when the chain resumes, and a chain as
   deep as the program (500 nested inlinings) overflows it. An exception
@@ -67,74 +69,18 @@ positions returned as continuations).
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
-from types import GeneratorType
+from collections.abc import Sequence
 from typing import Any
 
 from .expr import Expr, Function, If, Let, Match
-from .functor import Functor, on
+from .expr_functor import Computation, ExprFunctor
+from .functor import on
 from .node import Node
 
-Computation = Generator[Any, Any, Any]
-"""A generator that yields sub-computations and returns a value."""
 
-
-class Evaluator(Functor):
+class Evaluator(ExprFunctor):
     """An evaluation-order walk (see the module docstring). Override the
     rules and hooks a pass needs; ``evaluate(expr, *args)`` runs one."""
-
-    binders = False  # a rule reads a binder from its node; it is not evaluated
-    types = False
-    patterns = False
-
-    # ------------------------------------------------------------ driving
-    def evaluate(self, expr: Expr, *args: Any) -> Any:
-        """The value of ``expr`` in the context ``args``, run to completion."""
-        return self.drive(self.eval(expr, *args))
-
-    def eval(self, node: Node, *args: Any) -> Any:
-        """``node``'s rule applied: its value, or a computation to ``yield``."""
-        plans = self._plans
-        plan = plans.get(type(node)) or self.plan(type(node))
-        return plan[0](self, node, *args)
-
-    @staticmethod
-    def drive(computation: Any) -> Any:
-        """Drive ``computation`` (or return a value as it is) with a list as
-        the stack: depth is limited by memory, not by Python's recursion."""
-        if type(computation) is not GeneratorType:
-            return computation
-        stack: list[Computation] = [computation]
-        value: Any = None
-        error: BaseException | None = None
-        while True:
-            top = stack[-1]
-            try:
-                if error is None:
-                    child = top.send(value)
-                else:
-                    child, error = top.throw(error), None
-            except StopIteration as stop:
-                if type(stop.value) is GeneratorType:  # a tail call: in its place
-                    stack[-1] = stop.value
-                    value, error = None, None
-                    continue
-                stack.pop()
-                if not stack:
-                    return stop.value
-                value, error = stop.value, None
-                continue
-            except BaseException as exc:
-                stack.pop()
-                if not stack:
-                    raise
-                error = exc
-                continue
-            if type(child) is GeneratorType:
-                stack.append(child)
-                value = None
-            else:  # a rule's immediate value
-                value = child
 
     # -------------------------------------------------------- let chains
     @on(Let)
@@ -238,9 +184,7 @@ class Evaluator(Functor):
     def _finish(self, node: Node, values: list[Any], args: tuple) -> Any:
         hook = self.plan(type(node))[1]
         if hook is None:
-            raise NotImplementedError(
-                f"{type(self).__name__} has no rule for {type(node).__name__}"
-            )
+            raise self.missing(node)
         return hook(self, node, values, *args)
 
 

@@ -79,8 +79,9 @@ Algorithm
    nothing, its variable standing for the node's: no alias is made.
 
 Steps 1-3 are in ``anf_sharing.py``, step 4 here. Everything is a loop,
-a ``Mutator`` of ``effir.ir.functor`` or a generator driven by
-``effir.ir.trampoline.run``: no Python recursion proportional to the
+a ``Mutator`` of ``effir.ir.functor`` or an ``ExprFunctor``
+(``effir.ir.expr_functor``: ``Unfolder``, ``_Normalizer``) whose generator
+hooks run on the trampoline: no Python recursion proportional to the
 program.
 
 Known imprecisions
@@ -113,8 +114,9 @@ from ..ir.expr import (
     Var,
     is_atom,
 )
+from ..ir.expr_functor import Computation, ExprFunctor
+from ..ir.functor import on
 from ..ir.module import IRModule
-from ..ir.trampoline import Computation, run
 from .anf_sharing import (
     Bindings,
     Facts,
@@ -228,14 +230,18 @@ def normal_form(expr: Expr, atomic: bool) -> Expr:
     left nested otherwise, where only sharing across blocks is bound (BBNF)."""
     if is_atom(expr):
         return expr
-    return run(_Normalizer(expr, atomic).top())
+    normalizer = _Normalizer(expr, atomic)
+    return normalizer.drive(normalizer.top())
 
 
 # -------------------------------------------------------------- normalizer
-class _Normalizer:
-    """Step 4: blocks as let chains, shared nodes bound by [RULE L]/[RULE P]."""
+class _Normalizer(ExprFunctor):
+    """Step 4: blocks as let chains, shared nodes bound by [RULE L]/[RULE P].
+    An ``ExprFunctor``: ``eval(expr, bindings)`` is ``expr``'s let-free
+    value, what it needs emitted into ``bindings``."""
 
     def __init__(self, root: Expr, atomic: bool) -> None:
+        super().__init__()
         self.atomic = atomic
         facts = Facts(root)
         pinned: set[int] = set()
@@ -243,7 +249,7 @@ class _Normalizer:
             pinned = facts.pinned()
         if any(key in pinned for key in facts.shared):
             unfolder = Unfolder(pinned)
-            root = run(unfolder.visit(root))
+            root = unfolder.drive(unfolder.visit(root))
             facts = Facts(root)
             pinned = facts.pinned()
         self.root = root
@@ -261,7 +267,7 @@ class _Normalizer:
     def top(self) -> Computation[Expr]:
         root = self.root
         if isinstance(root, Function):
-            return (yield self._value(root, []))
+            return (yield self.eval(root, []))
         scope = self.placement.root if self.placement is not None else None
         return (yield self.block(root, scope))
 
@@ -298,15 +304,15 @@ class _Normalizer:
             return self.alias.get(expr, expr) if isinstance(expr, Var) else expr
         key = id(expr)
         if key not in self.shared:
-            return (yield self._value(expr, bindings))
+            return (yield self.eval(expr, bindings))
         if key in self.bound:
             return self.bound[key]
         if key not in self.bind:  # BBNF: shared within one block stays shared
-            result = yield self._value(expr, bindings)
+            result = yield self.eval(expr, bindings)
             self.bound[key] = result
             return result
         target = self._target(key, bindings)
-        result = yield self._value(expr, target)
+        result = yield self.eval(expr, target)
         if not is_atom(result):
             var = Var(_hint(expr), span=expr.span)
             target.append((var, result, key in self.pinned))
@@ -382,13 +388,13 @@ class _Normalizer:
         if isinstance(value, ATOM_TYPES):
             result = self._known(value)
         elif key not in self.shared:
-            result = yield self._value(value, bindings)
+            result = yield self.eval(value, bindings)
         elif (
             plain
             and key not in self.bound
             and (key not in self.bind or self._target(key, bindings) is bindings)
         ):
-            result = yield self._value(value, bindings)
+            result = yield self.eval(value, bindings)
             self.bound[key] = let.var
         else:
             result = yield self.value(value, bindings)
@@ -397,49 +403,62 @@ class _Normalizer:
                 return
         bindings.append((let.var, result, key in self.pinned))
 
-    def _value(self, expr: Expr, bindings: Bindings) -> Computation[Expr]:
-        if isinstance(expr, Let):
-            head: Expr = expr
-            # A shared let inside the chain is a value of its own (memoized).
-            while isinstance(expr, Let) and (expr is head or id(expr) not in self.shared):
-                yield self._let(expr, bindings)
-                expr = expr.body
-            return (yield self.value(expr, bindings))
-        if isinstance(expr, Call):
-            values = yield self.operands([*expr.args, expr.callee], bindings)
-            return replace_fields(expr, args=tuple(values[:-1]), callee=values[-1])
-        if isinstance(expr, Tuple):
-            return replace_fields(
-                expr, fields=tuple((yield self.operands(list(expr.fields), bindings)))
-            )
-        if isinstance(expr, TupleGetItem):
-            return replace_fields(
-                expr, tuple_value=(yield self.operand(expr.tuple_value, bindings))
-            )
-        if isinstance(expr, RefCreate):
-            return replace_fields(expr, value=(yield self.operand(expr.value, bindings)))
-        if isinstance(expr, RefRead):
-            return replace_fields(expr, ref=(yield self.operand(expr.ref, bindings)))
-        if isinstance(expr, RefWrite):
-            ref, value = yield self.operands([expr.ref, expr.value], bindings)
-            return replace_fields(expr, ref=ref, value=value)
-        if isinstance(expr, If):
-            cond = yield self.operand(expr.cond, bindings)
-            then_branch = yield self.block(expr.then_branch, self._scope(expr, "then"))
-            else_branch = yield self.block(expr.else_branch, self._scope(expr, "else"))
-            return replace_fields(expr, cond=cond, then_branch=then_branch, else_branch=else_branch)
-        if isinstance(expr, Match):
-            data = yield self.operand(expr.data, bindings)
-            clauses = []
-            for i, clause in enumerate(expr.clauses):
-                body = yield self.block(clause.body, self._scope(expr, i))
-                clauses.append(replace_fields(clause, body=body))
-            return replace_fields(expr, data=data, clauses=tuple(clauses))
-        if isinstance(expr, Function):
-            return replace_fields(
-                expr, body=(yield self.block(expr.body, self._scope(expr, "body")))
-            )
-        raise TypeError(f"normal forms: unexpected {type(expr).__name__}")
+    # One hook per compound class: its operands in evaluation order, its
+    # blocks (branches, clauses, a function's body) each a block of its own.
+    @on(Let)
+    def _let_chain(self, expr: Let, bindings: Bindings) -> Computation[Expr]:
+        head: Expr = expr
+        # A shared let inside the chain is a value of its own (memoized).
+        while isinstance(expr, Let) and (expr is head or id(expr) not in self.shared):
+            yield self._let(expr, bindings)
+            expr = expr.body
+        return (yield self.value(expr, bindings))
+
+    @on(Call)
+    def _call(self, expr: Call, bindings: Bindings) -> Computation[Expr]:
+        values = yield self.operands([*expr.args, expr.callee], bindings)
+        return replace_fields(expr, args=tuple(values[:-1]), callee=values[-1])
+
+    @on(Tuple)
+    def _tuple(self, expr: Tuple, bindings: Bindings) -> Computation[Expr]:
+        return replace_fields(expr, fields=tuple((yield self.operands(list(expr.fields), bindings))))
+
+    @on(TupleGetItem)
+    def _get(self, expr: TupleGetItem, bindings: Bindings) -> Computation[Expr]:
+        return replace_fields(expr, tuple_value=(yield self.operand(expr.tuple_value, bindings)))
+
+    @on(RefCreate)
+    def _ref_create(self, expr: RefCreate, bindings: Bindings) -> Computation[Expr]:
+        return replace_fields(expr, value=(yield self.operand(expr.value, bindings)))
+
+    @on(RefRead)
+    def _ref_read(self, expr: RefRead, bindings: Bindings) -> Computation[Expr]:
+        return replace_fields(expr, ref=(yield self.operand(expr.ref, bindings)))
+
+    @on(RefWrite)
+    def _ref_write(self, expr: RefWrite, bindings: Bindings) -> Computation[Expr]:
+        ref, value = yield self.operands([expr.ref, expr.value], bindings)
+        return replace_fields(expr, ref=ref, value=value)
+
+    @on(If)
+    def _if(self, expr: If, bindings: Bindings) -> Computation[Expr]:
+        cond = yield self.operand(expr.cond, bindings)
+        then_branch = yield self.block(expr.then_branch, self._scope(expr, "then"))
+        else_branch = yield self.block(expr.else_branch, self._scope(expr, "else"))
+        return replace_fields(expr, cond=cond, then_branch=then_branch, else_branch=else_branch)
+
+    @on(Match)
+    def _match(self, expr: Match, bindings: Bindings) -> Computation[Expr]:
+        data = yield self.operand(expr.data, bindings)
+        clauses = []
+        for i, clause in enumerate(expr.clauses):
+            body = yield self.block(clause.body, self._scope(expr, i))
+            clauses.append(replace_fields(clause, body=body))
+        return replace_fields(expr, data=data, clauses=tuple(clauses))
+
+    @on(Function)
+    def _function(self, expr: Function, bindings: Bindings) -> Computation[Expr]:
+        return replace_fields(expr, body=(yield self.block(expr.body, self._scope(expr, "body"))))
 
 
 def _hint(expr: Expr) -> str:

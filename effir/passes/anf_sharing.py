@@ -31,10 +31,10 @@ from ..ir.expr import (
     Var,
     is_atom,
 )
+from ..ir.expr_functor import Computation, ExprFunctor
 from ..ir.functor import Mutator, on, post_order, pre_order
 from ..ir.node import Node
 from ..ir.op import op_def
-from ..ir.trampoline import Computation
 
 Slot = str | int
 # A block's bindings: variable, value, and whether the value is pinned.
@@ -211,11 +211,15 @@ def _known_pure_call(call: Call) -> bool:
 
 
 # --------------------------------------------------------------- unfolding
-class Unfolder:
+class Unfolder(ExprFunctor):
     """[RULE P] made explicit (step 2): a pinned node reached outside the
-    scope of its first evaluation becomes a fresh instance."""
+    scope of its first evaluation becomes a fresh instance. An
+    ``ExprFunctor`` whose hooks rebuild a pinned node (a let chain as a
+    loop, anything else edge by edge); ``visit`` is its memo, scoped by
+    the blocks."""
 
     def __init__(self, pinned: set[int]) -> None:
+        super().__init__()
         self.pinned = set(pinned)
         self.available: dict[int, Expr] = {}  # evaluated in an enclosing scope
         self.frames: list[list[int]] = [[]]
@@ -232,7 +236,7 @@ class Unfolder:
         if key in self.expanded:
             source = self._instance(node)
         self.expanded.add(id(source))
-        rebuilt = yield self._rebuild(source)
+        rebuilt = yield self.eval(source)
         self._evaluated(key, rebuilt)
         return rebuilt
 
@@ -241,9 +245,8 @@ class Unfolder:
         self.frames[-1].append(key)
         self.keep.append(rebuilt)
 
+    @on(Expr)
     def _rebuild(self, node: Expr) -> Computation[Expr]:
-        if isinstance(node, Let):
-            return (yield self._chain(node))
         children = []
         for _, child, opens in expression_edges(node):
             if opens:
@@ -254,6 +257,7 @@ class Unfolder:
                     del self.available[key]
         return with_children(node, children)
 
+    @on(Let)
     def _chain(self, head: Let) -> Computation[Expr]:
         """A let chain as a loop; a pinned let in it that is reached for
         the first time is part of the chain."""

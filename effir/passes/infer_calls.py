@@ -14,6 +14,7 @@ from typing import Any
 
 from ..ir.diagnostics import Span
 from ..ir.expr import Call, Constructor, GlobalVar, Op, Var
+from ..ir.functor import on
 from ..ir.node import Node
 from ..ir.op import op_def
 from ..ir.types import ANY, FuncType, IncompleteType, TensorType, Type, TypeVar
@@ -44,11 +45,12 @@ class CallInference:
     pending: list[Pending]
     span_stack: list[Span | None]
 
+    @on(Call)
     def _call(self, expr: Call):
         arg_types = []
         for a in expr.args:
             t = self._flat(a)
-            arg_types.append(t if t is not None else (yield self._infer(a)))
+            arg_types.append(t if t is not None else (yield self.eval(a)))
         callee = expr.callee
         if isinstance(callee, Op):
             return self._call_op(expr, callee, arg_types)
@@ -58,7 +60,7 @@ class CallInference:
             fn_type = self._constructor_type(callee)
             what = f"constructor {callee.name}"
         else:
-            fn_type = yield self._infer(callee)
+            fn_type = yield self.eval(callee)
             what = "the called function"
         fn = self.solver.head(fn_type)
         if isinstance(fn, IncompleteType):

@@ -73,9 +73,10 @@ from ..ir.expr import (
     TupleGetItem,
     Var,
 )
+from ..ir.expr_functor import ExprFunctor
+from ..ir.functor import on
 from ..ir.module import IRModule
 from ..ir.node import Node
-from ..ir.trampoline import run
 from ..ir.types import (
     FuncType,
     GlobalTypeVar,
@@ -159,8 +160,13 @@ class _LastChecked:
 _LAST_CHECKED = _LastChecked()
 
 
-class TypeInferencer(CallInference):
+class TypeInferencer(CallInference, ExprFunctor):
+    """An ``ExprFunctor``: one generator hook per expression class, run
+    through ``eval`` (a type already known, or the hook between its span's
+    push and pop, its result recorded)."""
+
     def __init__(self, module: IRModule) -> None:
+        ExprFunctor.__init__(self)
         self.module = module
         self.solver = Solver()
         self.types: dict[Expr, Type] = {}
@@ -185,7 +191,7 @@ class TypeInferencer(CallInference):
         for name in order:
             fn = module.functions[name]
             self.span_stack = [fn.span]
-            fn_type = run(self._infer(fn))
+            fn_type = self.evaluate(fn)
             self._unify(self.signatures[name], fn_type, fn, f"the definition of @{name}")
             self._solve_pending()
         self._finish()
@@ -196,7 +202,7 @@ class TypeInferencer(CallInference):
         for name, cell in self.module.cells.items():
             self._check_cell(name, cell)
         self.span_stack = [expr.span]
-        result = run(self._infer(expr))
+        result = self.evaluate(expr)
         self._solve_pending()
         self._finish()
         return self.solver.resolve(result)
@@ -246,7 +252,7 @@ class TypeInferencer(CallInference):
     def _check_cell(self, name: str, cell: GlobalCell) -> None:
         # `global @c: Ref[T] = ref(init);` stores `init`, of type T.
         self.span_stack = [cell.span]
-        init_type = run(self._infer(cell.init))
+        init_type = self.evaluate(cell.init)
         self._solve_pending()
         cell_type: Type = RefType(init_type)
         if cell.type is not None:
@@ -300,7 +306,7 @@ class TypeInferencer(CallInference):
     # constants, cells) or have leaves for operands: operator calls, tuples,
     # projections, reference operations. ``_leaf`` and ``_flat`` type those
     # directly; only the others start a generator on the trampoline. Each
-    # ``yield self._infer(e)`` is preceded by ``_flat(e)``, and the result is
+    # ``yield self.eval(e)`` is preceded by ``_flat(e)``, and the result is
     # the same either way: the generators below call the same ``_*_core``
     # functions once their operands are typed.
     def _leaf(self, expr: Expr) -> Type | None:
@@ -324,7 +330,7 @@ class TypeInferencer(CallInference):
 
     def _flat(self, expr: Expr) -> Type | None:
         """The type of a leaf, or of an expression with leaves for operands
-        (what ``_infer`` gives, without a generator); None for the rest."""
+        (what ``eval`` gives, without a generator); None for the rest."""
         t = self._leaf(expr)
         if t is not None:
             return t
@@ -364,25 +370,30 @@ class TypeInferencer(CallInference):
                 self.span_stack.pop()
         return self._record(expr, result)
 
-    def _infer(self, expr: Expr):
-        """Generator: the type of ``expr`` (run on the trampoline)."""
-        # A shared sub-expression (graph form) has one type; a constructor
-        # is one node shared by all its uses, each instantiated afresh.
+    def eval(self, expr: Expr) -> Any:  # type: ignore[override]
+        """The type of ``expr``: known already (a shared sub-expression, in
+        graph form), or a computation to ``yield``. A constructor is one
+        node shared by all its uses, each instantiated afresh."""
         if expr in self.types and type(expr) is not Constructor:
             return self.types[expr]
+        return self._infer(expr)
+
+    def _infer(self, expr: Expr):
+        """Generator: ``expr``'s hook, under its span; its type recorded
+        (a let chain records its lets' types itself)."""
         pushed = expr.span is not None
         if pushed:
             self.span_stack.append(expr.span)
         try:
+            result = yield from ExprFunctor.eval(self, expr)
             if isinstance(expr, Let):
-                return (yield from self._infer_let(expr))
-            method = _DISPATCH[type(expr)]
-            result = yield from method(self, expr)
+                return result
         finally:
             if pushed:
                 self.span_stack.pop()
         return self._record(expr, result)
 
+    @on(Let)
     def _infer_let(self, expr: Let):
         # A let chain is walked in a loop, not by nesting generators.
         chain = []
@@ -391,7 +402,7 @@ class TypeInferencer(CallInference):
             var_type = self._bind_var(expr.var)
             value_type = self._flat(expr.value)
             if value_type is None:
-                value_type = yield self._infer(expr.value)
+                value_type = yield self.eval(expr.value)
             try:
                 unify(var_type, value_type)
             except UnifyError as err:
@@ -406,7 +417,7 @@ class TypeInferencer(CallInference):
             expr = expr.body
         body_type = self._flat(expr)
         if body_type is None:
-            body_type = yield self._infer(expr)
+            body_type = yield self.eval(expr)
         for let in chain:
             self.types[let] = body_type
         return body_type
@@ -418,10 +429,12 @@ class TypeInferencer(CallInference):
             self.var_types[var] = t
         return t
 
+    @on(Var)
     def _var(self, expr: Var):
         return self.var_types.get(expr) or self._bind_var(expr)
         yield  # a generator
 
+    @on(GlobalVar)
     def _global(self, expr: GlobalVar):
         if expr.name in self.cell_types:
             return self.cell_types[expr.name]
@@ -448,6 +461,7 @@ class TypeInferencer(CallInference):
         assert isinstance(inst, FuncType)
         return inst
 
+    @on(Constant)
     def _constant(self, expr: Constant):
         return self._constant_type(expr)
         yield
@@ -461,6 +475,7 @@ class TypeInferencer(CallInference):
             t = self.constant_types[key] = TensorType(key[0], _dtype_name(key[1]))
         return t
 
+    @on(Op)
     def _op(self, expr: Op):
         self._error(
             f"operator {expr.name} must be called, not used as a value; wrap it in a function", expr
@@ -475,24 +490,27 @@ class TypeInferencer(CallInference):
         inputs = tuple(substitute(t, fresh) for t in ctor.inputs)
         return FuncType(inputs, ret)
 
+    @on(Constructor)
     def _constructor(self, expr: Constructor):
         return self._constructor_type(expr)
         yield
 
+    @on(Tuple)
     def _tuple(self, expr: Tuple):
         fields = []
         for f in expr.fields:
             t = self._flat(f)
-            fields.append(t if t is not None else (yield self._infer(f)))
+            fields.append(t if t is not None else (yield self.eval(f)))
         return self._tuple_core(expr, fields)
 
     def _tuple_core(self, expr: Tuple, fields: list[Type]) -> Type:
         return TupleType(tuple(fields))
 
+    @on(TupleGetItem)
     def _tuple_get_item(self, expr: TupleGetItem):
         tuple_type = self._flat(expr.tuple_value)
         if tuple_type is None:
-            tuple_type = yield self._infer(expr.tuple_value)
+            tuple_type = yield self.eval(expr.tuple_value)
         return self._tuple_get_item_core(expr, [tuple_type])
 
     def _tuple_get_item_core(self, expr: TupleGetItem, operands: list[Type]) -> Type:
@@ -518,30 +536,32 @@ class TypeInferencer(CallInference):
         self._try(attempt, expr)
         return result
 
+    @on(Function)
     def _function(self, expr: Function):
         params = tuple(self._bind_var(p) for p in expr.params)
         body_type = self._flat(expr.body)
         if body_type is None:
-            body_type = yield self._infer(expr.body)
+            body_type = yield self.eval(expr.body)
         if expr.ret_type is not None:
             body_type = self._unify(
                 expr.ret_type, body_type, call_site(expr.body, expr), "the function's result"
             )
         return FuncType(params, body_type, expr.type_params)
 
+    @on(If)
     def _if(self, expr: If):
         cond = self._flat(expr.cond)
         if cond is None:
-            cond = yield self._infer(expr.cond)
+            cond = yield self.eval(expr.cond)
         self._unify(
             BOOL_SCALAR, cond, call_site(expr.cond, expr), "the condition of if (a bool scalar)"
         )
         then_type = self._flat(expr.then_branch)
         if then_type is None:
-            then_type = yield self._infer(expr.then_branch)
+            then_type = yield self.eval(expr.then_branch)
         else_type = self._flat(expr.else_branch)
         if else_type is None:
-            else_type = yield self._infer(expr.else_branch)
+            else_type = yield self.eval(expr.else_branch)
         return self._unify(
             then_type,
             else_type,
@@ -549,13 +569,14 @@ class TypeInferencer(CallInference):
             "the branches of if (the else branch must match the then branch)",
         )
 
+    @on(Match)
     def _match(self, expr: Match):
         errors_before = len(self.errors)
-        data_type = yield self._infer(expr.data)
+        data_type = yield self.eval(expr.data)
         result: Type = IncompleteType()
         for clause in expr.clauses:
             self._bind_pattern(clause, data_type)
-            body_type = yield self._infer(clause.body)
+            body_type = yield self.eval(clause.body)
             result = self._unify(
                 result, body_type, call_site(clause.body, expr), "the clauses of match"
             )
@@ -597,19 +618,21 @@ class TypeInferencer(CallInference):
                     continue
                 work.extend(zip(pattern.patterns, ctor_type.arg_types, strict=True))
 
+    @on(RefCreate)
     def _ref_create(self, expr: RefCreate):
         value_type = self._flat(expr.value)
         if value_type is None:
-            value_type = yield self._infer(expr.value)
+            value_type = yield self.eval(expr.value)
         return self._ref_create_core(expr, [value_type])
 
     def _ref_create_core(self, expr: RefCreate, operands: list[Type]) -> Type:
         return RefType(operands[0])
 
+    @on(RefRead)
     def _ref_read(self, expr: RefRead):
         ref_type = self._flat(expr.ref)
         if ref_type is None:
-            ref_type = yield self._infer(expr.ref)
+            ref_type = yield self.eval(expr.ref)
         return self._ref_read_core(expr, [ref_type])
 
     def _ref_read_core(self, expr: RefRead, operands: list[Type]) -> Type:
@@ -620,13 +643,14 @@ class TypeInferencer(CallInference):
         )
         return content
 
+    @on(RefWrite)
     def _ref_write(self, expr: RefWrite):
         ref_type = self._flat(expr.ref)
         if ref_type is None:
-            ref_type = yield self._infer(expr.ref)
+            ref_type = yield self.eval(expr.ref)
         value_type = self._flat(expr.value)
         if value_type is None:
-            value_type = yield self._infer(expr.value)
+            value_type = yield self.eval(expr.value)
         return self._ref_write_core(expr, [ref_type, value_type])
 
     def _ref_write_core(self, expr: RefWrite, operands: list[Type]) -> Type:
@@ -667,23 +691,6 @@ class _Completeness:
 def _dtype_name(dtype: np.dtype) -> str:
     return str(dtype)
 
-
-_DISPATCH = {
-    Var: TypeInferencer._var,
-    GlobalVar: TypeInferencer._global,
-    Constant: TypeInferencer._constant,
-    Op: TypeInferencer._op,
-    Constructor: TypeInferencer._constructor,
-    Tuple: TypeInferencer._tuple,
-    TupleGetItem: TypeInferencer._tuple_get_item,
-    Function: TypeInferencer._function,
-    If: TypeInferencer._if,
-    Match: TypeInferencer._match,
-    RefCreate: TypeInferencer._ref_create,
-    RefRead: TypeInferencer._ref_read,
-    RefWrite: TypeInferencer._ref_write,
-    Call: TypeInferencer._call,
-}
 
 _CORES: dict[type, Callable[[TypeInferencer, Any, list[Type]], Type]] = {
     Call: TypeInferencer._call_op_core,

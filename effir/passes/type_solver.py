@@ -3,15 +3,20 @@ union-find, tensor dimensions merged (a ``?`` takes the other side's size;
 symbolic dimensions are rigid and equal only to themselves).
 
 Types can be as deep as the program that builds them, so every walk here
-runs on the trampoline (``ir.trampoline.run``) instead of Python recursion.
+is an ``ExprFunctor`` (``effir.ir.expr_functor``: a hook per type class,
+run on the trampoline) instead of Python recursion: resolving a type,
+unifying two (dispatched on the first one's class, the second checked in
+the hook) and rebuilding one (``map_type``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
+from ..ir.expr_functor import ExprFunctor
+from ..ir.functor import on
 from ..ir.printer import astext
-from ..ir.trampoline import run
 from ..ir.types import (
     ANY,
     Dim,
@@ -76,39 +81,7 @@ class Solver:
         t = self.head(t)
         if isinstance(t, TensorType | KeyType | TypeVar | GlobalTypeVar | IncompleteType):
             return t  # the common case, without starting a trampoline
-        return run(self._resolve(t, {} if memo is None else memo))
-
-    def _resolve(self, t: Type, memo: dict[int, Type]):
-        t = self.head(t)
-        if isinstance(t, TensorType | KeyType | TypeVar | GlobalTypeVar | IncompleteType):
-            return t
-        done = memo.get(id(t))
-        if done is not None:
-            return done
-        result = yield self._resolve_children(t, memo)
-        memo[id(t)] = result
-        return result
-
-    def _resolve_children(self, t: Type, memo: dict[int, Type]):
-        if isinstance(t, TupleType):
-            fields = []
-            for f in t.fields:
-                fields.append((yield self._resolve(f, memo)))
-            return TupleType(tuple(fields))
-        if isinstance(t, RefType):
-            return RefType((yield self._resolve(t.value, memo)))
-        if isinstance(t, FuncType):
-            args = []
-            for a in t.arg_types:
-                args.append((yield self._resolve(a, memo)))
-            ret = yield self._resolve(t.ret_type, memo)
-            return FuncType(tuple(args), ret, t.type_params, t.effects)
-        if isinstance(t, TypeCall):
-            args = []
-            for a in t.args:
-                args.append((yield self._resolve(a, memo)))
-            return TypeCall(t.func, tuple(args))
-        raise UnifyError(f"unknown type {type(t).__name__}")
+        return _Resolve(self, {} if memo is None else memo).evaluate(t)
 
     def is_complete(self, t: Type) -> bool:
         """No unbound IncompleteType anywhere in ``t``."""
@@ -131,7 +104,7 @@ class Solver:
             return merged
         # Heads are concrete here: the walk below finds no variable at their
         # roots, exactly as if it had started from `expected` and `actual`.
-        return run(self._unify(a, b))
+        return _Unify(self).evaluate(a, b)
 
     def _unify_heads(self, x: Type, y: Type) -> tuple[Type, Type, Type | None]:
         """The heads of ``x`` and ``y`` and, when they unify without a walk
@@ -164,51 +137,6 @@ class Solver:
             if var is not None and merged is not old:
                 self._bound[var] = merged
         return merged
-
-    def _unify(self, a: Type, b: Type):
-        a, b, merged = self._unify_heads(a, b)
-        if merged is not None:
-            return merged
-        if isinstance(a, TupleType) and isinstance(b, TupleType):
-            if len(a.fields) != len(b.fields):
-                raise UnifyError(
-                    f"tuples of {len(a.fields)} and {len(b.fields)} fields: {show(a)} vs {show(b)}"
-                )
-            fields = []
-            for x, y in zip(a.fields, b.fields, strict=True):
-                fields.append((yield self._unify(x, y)))
-            return TupleType(tuple(fields))
-        if isinstance(a, RefType) and isinstance(b, RefType):
-            return RefType((yield self._unify(a.value, b.value)))
-        if isinstance(a, KeyType) and isinstance(b, KeyType):
-            return a
-        if isinstance(a, TypeVar) and isinstance(b, TypeVar):
-            if a.name == b.name:  # rigid: the same parameter, possibly re-created
-                return a
-        if isinstance(a, FuncType) and isinstance(b, FuncType):
-            if len(a.arg_types) != len(b.arg_types):
-                raise UnifyError(
-                    f"functions of {len(a.arg_types)} and {len(b.arg_types)} parameters: "
-                    f"{show(a)} vs {show(b)}"
-                )
-            if len(a.type_params) != len(b.type_params):
-                raise UnifyError(f"polymorphic and monomorphic functions: {show(a)} vs {show(b)}")
-            if b.type_params:  # compare up to renaming of the type parameters
-                b = substitute(b, dict(zip(b.type_params, a.type_params, strict=True)))
-            args = []
-            for x, y in zip(a.arg_types, b.arg_types, strict=True):
-                args.append((yield self._unify(x, y)))
-            ret = yield self._unify(a.ret_type, b.ret_type)
-            return FuncType(tuple(args), ret, a.type_params, a.effects)
-        if isinstance(a, GlobalTypeVar | TypeCall) and isinstance(b, GlobalTypeVar | TypeCall):
-            fa, aa = (a, ()) if isinstance(a, GlobalTypeVar) else (a.func, a.args)
-            fb, ab = (b, ()) if isinstance(b, GlobalTypeVar) else (b.func, b.args)
-            if fa.name == fb.name and len(aa) == len(ab):
-                args = []
-                for x, y in zip(aa, ab, strict=True):
-                    args.append((yield self._unify(x, y)))
-                return TypeCall(fa, tuple(args)) if args else a
-        raise UnifyError(f"{show(a)} vs {show(b)}")
 
     def _bind(self, var: IncompleteType, t: Type) -> None:
         # A type without children cannot contain `var` (nor be it: the
@@ -304,32 +232,7 @@ def unify_tensors(a: TensorType, b: TensorType) -> TensorType:
 
 def map_type(t: Type, leaf: Callable[[Type], Type | None]) -> Type:
     """Rebuild ``t`` bottom-up; ``leaf(node)`` may replace any node (None keeps it)."""
-    return run(_map_type(t, leaf))
-
-
-def _map_type(t: Type, leaf):
-    replaced = leaf(t)
-    if replaced is not None:
-        return replaced
-    if isinstance(t, TupleType):
-        fields = []
-        for f in t.fields:
-            fields.append((yield _map_type(f, leaf)))
-        return TupleType(tuple(fields))
-    if isinstance(t, RefType):
-        return RefType((yield _map_type(t.value, leaf)))
-    if isinstance(t, FuncType):
-        args = []
-        for a in t.arg_types:
-            args.append((yield _map_type(a, leaf)))
-        ret = yield _map_type(t.ret_type, leaf)
-        return FuncType(tuple(args), ret, t.type_params, t.effects)
-    if isinstance(t, TypeCall):
-        args = []
-        for a in t.args:
-            args.append((yield _map_type(a, leaf)))
-        return TypeCall(t.func, tuple(args))
-    return t
+    return _MapType(leaf).evaluate(t)
 
 
 def substitute(t: Type, mapping: Mapping[TypeVar, Type]) -> Type:
@@ -361,3 +264,177 @@ def rename_dims(t: Type, dims: Mapping[str, Dim]) -> Type:
         return None
 
     return map_type(t, leaf)
+
+
+# ------------------------------------------------------------ the walks
+class _Resolve(ExprFunctor):
+    """``Solver.resolve``: each compound type rebuilt from its parts'
+    resolutions, once per type (``memo``, shared between calls)."""
+
+    def __init__(self, solver: Solver, memo: dict[int, Type]) -> None:
+        super().__init__()
+        self.solver = solver
+        self.memo = memo
+
+    def eval(self, t: Type) -> Any:  # type: ignore[override]
+        t = self.solver.head(t)
+        if isinstance(t, TensorType | KeyType | TypeVar | GlobalTypeVar | IncompleteType):
+            return t
+        done = self.memo.get(id(t))
+        if done is not None:
+            return done
+        return self._remember(id(t), ExprFunctor.eval(self, t))
+
+    @on(TupleType)
+    def _tuple(self, t: TupleType):
+        fields = []
+        for f in t.fields:
+            fields.append((yield self.eval(f)))
+        return TupleType(tuple(fields))
+
+    @on(RefType)
+    def _ref(self, t: RefType):
+        return RefType((yield self.eval(t.value)))
+
+    @on(FuncType)
+    def _func(self, t: FuncType):
+        args = []
+        for a in t.arg_types:
+            args.append((yield self.eval(a)))
+        ret = yield self.eval(t.ret_type)
+        return FuncType(tuple(args), ret, t.type_params, t.effects)
+
+    @on(TypeCall)
+    def _call(self, t: TypeCall):
+        args = []
+        for a in t.args:
+            args.append((yield self.eval(a)))
+        return TypeCall(t.func, tuple(args))
+
+    @on(Type)
+    def _unknown(self, t: Type) -> Type:
+        raise UnifyError(f"unknown type {type(t).__name__}")
+
+
+class _Unify(ExprFunctor):
+    """``Solver.unify`` below concrete heads: dispatched on the first
+    type's class; a hook whose second type is of another kind, and any
+    other pair, is a mismatch."""
+
+    def __init__(self, solver: Solver) -> None:
+        super().__init__()
+        self.solver = solver
+
+    def eval(self, a: Type, b: Type) -> Any:  # type: ignore[override]
+        a, b, merged = self.solver._unify_heads(a, b)
+        if merged is not None:
+            return merged
+        return ExprFunctor.eval(self, a, b)
+
+    @on(TupleType)
+    def _tuple(self, a: TupleType, b: Type):
+        if not isinstance(b, TupleType):
+            return self._mismatch(a, b)
+        if len(a.fields) != len(b.fields):
+            raise UnifyError(
+                f"tuples of {len(a.fields)} and {len(b.fields)} fields: {show(a)} vs {show(b)}"
+            )
+        fields = []
+        for x, y in zip(a.fields, b.fields, strict=True):
+            fields.append((yield self.eval(x, y)))
+        return TupleType(tuple(fields))
+
+    @on(RefType)
+    def _ref(self, a: RefType, b: Type):
+        if not isinstance(b, RefType):
+            return self._mismatch(a, b)
+        return RefType((yield self.eval(a.value, b.value)))
+
+    @on(KeyType)
+    def _key(self, a: KeyType, b: Type) -> Type:
+        return a if isinstance(b, KeyType) else self._mismatch(a, b)
+
+    @on(TypeVar)
+    def _type_var(self, a: TypeVar, b: Type) -> Type:
+        if isinstance(b, TypeVar) and a.name == b.name:
+            return a  # rigid: the same parameter, possibly re-created
+        return self._mismatch(a, b)
+
+    @on(FuncType)
+    def _func(self, a: FuncType, b: Type):
+        if not isinstance(b, FuncType):
+            return self._mismatch(a, b)
+        if len(a.arg_types) != len(b.arg_types):
+            raise UnifyError(
+                f"functions of {len(a.arg_types)} and {len(b.arg_types)} parameters: "
+                f"{show(a)} vs {show(b)}"
+            )
+        if len(a.type_params) != len(b.type_params):
+            raise UnifyError(f"polymorphic and monomorphic functions: {show(a)} vs {show(b)}")
+        if b.type_params:  # compare up to renaming of the type parameters
+            b = substitute(b, dict(zip(b.type_params, a.type_params, strict=True)))  # type: ignore[assignment]
+        args = []
+        for x, y in zip(a.arg_types, b.arg_types, strict=True):
+            args.append((yield self.eval(x, y)))
+        ret = yield self.eval(a.ret_type, b.ret_type)
+        return FuncType(tuple(args), ret, a.type_params, a.effects)
+
+    @on(GlobalTypeVar, TypeCall)
+    def _adt(self, a: GlobalTypeVar | TypeCall, b: Type):
+        if isinstance(b, GlobalTypeVar | TypeCall):
+            fa, aa = (a, ()) if isinstance(a, GlobalTypeVar) else (a.func, a.args)
+            fb, ab = (b, ()) if isinstance(b, GlobalTypeVar) else (b.func, b.args)
+            if fa.name == fb.name and len(aa) == len(ab):
+                args = []
+                for x, y in zip(aa, ab, strict=True):
+                    args.append((yield self.eval(x, y)))
+                return TypeCall(fa, tuple(args)) if args else a
+        return self._mismatch(a, b)
+
+    @on(Type)
+    def _mismatch(self, a: Type, b: Type) -> Type:
+        raise UnifyError(f"{show(a)} vs {show(b)}")
+
+
+class _MapType(ExprFunctor):
+    """``map_type``: ``leaf`` asked first at each type, then its parts."""
+
+    def __init__(self, leaf: Callable[[Type], Type | None]) -> None:
+        super().__init__()
+        self.leaf = leaf
+
+    def eval(self, t: Type) -> Any:  # type: ignore[override]
+        replaced = self.leaf(t)
+        if replaced is not None:
+            return replaced
+        return ExprFunctor.eval(self, t)
+
+    @on(TupleType)
+    def _tuple(self, t: TupleType):
+        fields = []
+        for f in t.fields:
+            fields.append((yield self.eval(f)))
+        return TupleType(tuple(fields))
+
+    @on(RefType)
+    def _ref(self, t: RefType):
+        return RefType((yield self.eval(t.value)))
+
+    @on(FuncType)
+    def _func(self, t: FuncType):
+        args = []
+        for a in t.arg_types:
+            args.append((yield self.eval(a)))
+        ret = yield self.eval(t.ret_type)
+        return FuncType(tuple(args), ret, t.type_params, t.effects)
+
+    @on(TypeCall)
+    def _call(self, t: TypeCall):
+        args = []
+        for a in t.args:
+            args.append((yield self.eval(a)))
+        return TypeCall(t.func, tuple(args))
+
+    @on(Type)
+    def _other(self, t: Type) -> Type:
+        return t

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from ...ir import type_tree
 from ...ir.expr import Call, Constant, Function, Let, Op, Var
+from ...ir.functor import Mutator, on, pre_order
 from ...ir.module import IRModule
 from ...ir.node import Node
 from ...ir.op import op_def
 from ...ir.types import ANY, KeyType, TensorType, Type
-from ...ir.visitor import ExprMutator, pre_order
 from ...passes.fuse import PRIMITIVE, is_primitive
 from ...passes.infer_type import check
 from ...passes.infra import module_pass
@@ -92,7 +92,10 @@ def wrappable(call: Call) -> bool:
     return static_type(call.checked_type)
 
 
-class _Wrapper(ExprMutator):
+class _Wrapper(Mutator):
+    """Calls and lets only: binders and types hold neither, and no hook
+    rewrites them."""
+
     def __init__(self, root: Function) -> None:
         super().__init__()
         self.inside: set[int] = set()  # nodes of primitive functions' bodies
@@ -100,7 +103,8 @@ class _Wrapper(ExprMutator):
             if isinstance(node, Function) and is_primitive(node):
                 self.inside.update(id(n) for n in pre_order(node.body))
 
-    def visit_Call(self, new: Node, old: Node) -> Node:
+    @on(Call)
+    def call(self, new: Node, old: Node) -> Node:
         assert isinstance(new, Call) and isinstance(old, Call)
         if id(old) in self.inside or not wrappable(old):
             return new
@@ -109,7 +113,8 @@ class _Wrapper(ExprMutator):
         fn_var = Var("kernel_" + old.callee.name.replace(".", "_"))
         return Let(fn_var, fn, Call(fn_var, tuple(operands), span=old.span), span=old.span)
 
-    def visit_Let(self, new: Node, old: Node) -> Node:
+    @on(Let)
+    def let(self, new: Node, old: Node) -> Node:
         """Keep A-normal form: ``let %v = (let %k = fn; %k(...)); body``
         becomes ``let %k = fn; let %v = %k(...); body``."""
         assert isinstance(new, Let)

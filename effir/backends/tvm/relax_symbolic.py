@@ -44,8 +44,8 @@ import tvm_ffi
 from tvm import relax, tirx
 
 from ...ir.expr import Function, Let, Var
+from ...ir.functor import Mutator, on, pre_order
 from ...ir.types import ANY, KeyType, TensorType, TupleType, Type
-from ...ir.visitor import ExprMutator, pre_order
 from .relax_types import relax_type
 from .symbolic_shapes import KernelSizes, type_kernel
 
@@ -118,10 +118,15 @@ def _size_name(size: Any, sizes: dict[str, Any]) -> int | str:
     return name
 
 
-class _Rename(ExprMutator):
+class _Rename(Mutator):
+    """Variables, binders included (types hold none)."""
+
+    binders = True
+
     def __init__(self, mapping: dict[Var, Var]) -> None:
         super().__init__()
         self.mapping = mapping
 
-    def visit_Var(self, new: Any, old: Any) -> Any:
+    @on(Var)
+    def var(self, new: Any, old: Any) -> Any:
         return self.mapping.get(old, new)

@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ...ir.expr import Expr, Var
+from ...ir.functor import Mutator, on, pre_order
 from ...ir.module import IRModule
 from ...ir.node import Node
 from ...ir.types import TensorType, Type
-from ...ir.visitor import ExprMutator, pre_order
 from ...passes.infer_type import check
 from ...runtime.limits import static_bytes, too_large
 from .errors import BackendError
@@ -32,12 +32,18 @@ def substitute_dims(t: Type, dims: Mapping[str, int]) -> Type:
     return _Substitution(dims).mutate(t)  # type: ignore[return-value]
 
 
-class _Substitution(ExprMutator):
+class _Substitution(Mutator):
+    """Every type, the annotations of binders included."""
+
+    binders = True
+    types = True
+
     def __init__(self, dims: Mapping[str, int]) -> None:
         super().__init__()
         self.dims = dims
 
-    def visit_TensorType(self, new: Node, old: Node) -> Node:
+    @on(TensorType)
+    def tensor_type(self, new: Node, old: Node) -> Node:
         assert isinstance(new, TensorType)
         if all(isinstance(d, int) or d not in self.dims for d in new.shape):
             return new

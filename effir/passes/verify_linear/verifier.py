@@ -525,30 +525,49 @@ class Verifier(Evaluator):
                 self.record(data, ssite)
                 self.satisfy(*data, moved=True)
             bodies = [c.body for c in expr.clauses]
-        result = None if tail else Place(None, expr.span or ctx, type_of(expr), expr)
+        if tail:  # a tail call: nothing to do after the branches
+            return self.branches(expr, bodies, data, None, ctx, tail)
+        result = Place(None, expr.span or ctx, type_of(expr), expr)
         yield self.branches(expr, bodies, data, result, ctx, tail)
-        return None if result is None else self.keep(result)
+        return self.keep(result)
 
-    def enter_branch(self, node, index: int, start, data: Val, *args) -> tuple[int, int]:  # type: ignore[override]
-        """Each branch from the same path state (its changes logged)."""
+    def enter_branch(self, node, index: int, start, data: Val, result, ctx, tail: bool):  # type: ignore[override]
+        """Each branch from the same path state (its changes logged); the
+        mark holds the branch's site (where its path ends)."""
         mark = self.state.begin()
         if isinstance(node, Match):
             self.bind_pattern(node.clauses[index].pattern, data)
-        return mark
+        return mark, self.branch_site(node, index, ctx)
+
+    @staticmethod
+    def branch_site(node: If | Match, index: int, ctx: Span | None) -> Site:
+        if isinstance(node, If):
+            return (
+                node.then_branch if index == 0 else node.else_branch,
+                node,
+                index + 1,
+                node.span or ctx,
+            )
+        clause = node.clauses[index]
+        return (clause.body, clause, 1, clause.span or ctx)
 
     def body(self, node, index: int, body: Expr, data: Val, result, ctx, tail: bool):  # type: ignore[override]
-        """A branch's value moves into the ``if``/``match``'s result; its site."""
-        parent = node if isinstance(node, If) else node.clauses[index]
-        bctx = parent.span or ctx
-        bsite, gen = self.child(body, parent, index + 1 if isinstance(node, If) else 1, bctx, tail)
-        val = self.atom(body) if gen is None else (yield gen)
-        if result is not None:
-            self.move(val, result, (), bsite)
-        return bsite
+        """A branch's value moves into the ``if``/``match``'s result. In
+        tail position there is no result: the body's own evaluation is
+        returned (one generator less a level of nesting)."""
+        bsite = self.branch_site(node, index, ctx)
+        if result is None:
+            return self.child(body, bsite[1], bsite[2], bsite[3], tail)[1]
+        return self._into(body, bsite, result)
 
-    def leave_branch(self, node, index: int, mark: tuple[int, int], bsite: Site):
-        """The branch's changes, undone (``join`` has them)."""
-        return self.state.end(mark), bsite
+    def _into(self, body: Expr, bsite: Site, result: Place):
+        _, gen = self.child(body, bsite[1], bsite[2], bsite[3], False)
+        val = self.atom(body) if gen is None else (yield gen)
+        self.move(val, result, (), bsite)
+
+    def leave_branch(self, node, index: int, mark: tuple[tuple[int, int], Site], value: Val):
+        """The branch's changes, undone (``join`` has them), and its site."""
+        return self.state.end(mark[0]), mark[1]
 
     def join(self, node, start, ends) -> None:
         """The worst case of the branches: ``PathState.merge``."""

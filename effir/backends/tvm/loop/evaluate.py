@@ -27,9 +27,10 @@ from ....ir.expr import (
     TupleGetItem,
     Var,
 )
+from ....ir.expr_functor import ExprFunctor
+from ....ir.functor import on
 from ....ir.module import IRModule
 from ....ir.op import op_def
-from ....ir.trampoline import run
 from ....ir.types import TupleType, Type
 from .. import random_ops, te_ops  # noqa: F401  (the te rules)
 from ..errors import BackendError
@@ -42,9 +43,10 @@ class _Closure:
     env: Mapping[Var, Any]
 
 
-class StepTE:
+class StepTE(ExprFunctor):
     """[EVAL] The body's step as TE tensors, for one binding of the symbolic
-    dimensions. Free variables and non-scalar constants become placeholders."""
+    dimensions. Free variables and non-scalar constants become placeholders.
+    An ``ExprFunctor``: a hook ``(expr, env)`` per expression class."""
 
     def __init__(
         self,
@@ -53,6 +55,7 @@ class StepTE:
         functions: Mapping[Var, Function],
         module: IRModule | None,
     ) -> None:
+        super().__init__()
         self.dims = dims
         self.functions = functions
         self.module = module
@@ -69,7 +72,7 @@ class StepTE:
         leaf = leaf_of(t, self.dims, f"the {what} value %{name}")
         return te.placeholder(leaf.shape, leaf.dtype, name=name)
 
-    def evaluate(self, body: Function) -> tuple[Any, Any, Any]:
+    def evaluate(self, body: Function) -> tuple[Any, Any, Any]:  # type: ignore[override]
         """Placeholders of ``x_t`` and of the state, and the body's result."""
         if len(body.params) != 2:
             raise BackendError(
@@ -80,11 +83,11 @@ class StepTE:
         x_ph = self._placeholder(x.checked_type, x.name_hint, "step input")
         s_ph = self._placeholder(state.checked_type, state.name_hint, "state")
         env = ChainMap({x: x_ph, state: s_ph})
-        result = run(self._block(body.body, env))
+        result = self.drive(self._block(body.body, env))
         return x_ph, s_ph, result
 
     def _block(self, expr: Expr, env: ChainMap):
-        """Generator (for trampoline.run): the value of a let chain."""
+        """Generator: the value of a let chain."""
         while isinstance(expr, Let):
             if isinstance(expr.value, Function):
                 env[expr.var] = _Closure(expr.value, env)
@@ -93,33 +96,43 @@ class StepTE:
             expr = expr.body
         return (yield self._value(expr, env))
 
-    def _value(self, expr: Expr, env: ChainMap):
-        """Generator: the value of a binding or an argument. Nested
-        expressions (before to-anf) go through the trampoline too."""
-        if isinstance(expr, Var | Constant | GlobalVar):
-            return self._atom(expr, env)
-        if isinstance(expr, Tuple):
-            fields = []
-            for f in expr.fields:
-                fields.append((yield self._value(f, env)))
-            return tuple(fields)
-        if isinstance(expr, TupleGetItem):
-            value = yield self._value(expr.tuple_value, env)
-            if not isinstance(value, tuple):
-                raise BackendError("projection of a value that is not a tuple", expr.span)
-            return value[expr.index]
-        if isinstance(expr, Function):
-            return _Closure(expr, env)
-        if isinstance(expr, Call):
-            return (yield from self._call(expr, env))
-        if isinstance(expr, Let):
-            return (yield self._block(expr, env.new_child()))
+    def _value(self, expr: Expr, env: ChainMap) -> Any:
+        """The value of a binding or an argument (its class's hook), or its
+        computation to ``yield``. Nested expressions (before to-anf) go
+        through the trampoline too."""
+        return self.eval(expr, env)
+
+    @on(Tuple)
+    def _tuple(self, expr: Tuple, env: ChainMap):
+        fields = []
+        for f in expr.fields:
+            fields.append((yield self._value(f, env)))
+        return tuple(fields)
+
+    @on(TupleGetItem)
+    def _get(self, expr: TupleGetItem, env: ChainMap):
+        value = yield self._value(expr.tuple_value, env)
+        if not isinstance(value, tuple):
+            raise BackendError("projection of a value that is not a tuple", expr.span)
+        return value[expr.index]
+
+    @on(Function)
+    def _function(self, expr: Function, env: ChainMap) -> _Closure:
+        return _Closure(expr, env)
+
+    @on(Let)
+    def _let(self, expr: Let, env: ChainMap):
+        return self._block(expr, env.new_child())
+
+    @on(Expr)
+    def _other(self, expr: Expr, env: ChainMap) -> Any:
         raise BackendError(
             f"a loop compiled by TVM cannot contain {type(expr).__name__} "
             "(only operator calls, calls of functions, tuples and constants)",
             getattr(expr, "span", None),
         )
 
+    @on(Var, Constant, GlobalVar)
     def _atom(self, expr: Expr, env: ChainMap) -> Any:
         if isinstance(expr, Var):
             if expr in env:
@@ -145,6 +158,7 @@ class StepTE:
         self.constants.append((ph, data.copy(order="C")))
         return ph
 
+    @on(Call)
     def _call(self, call: Call, env: ChainMap):
         args = []
         for a in call.args:
