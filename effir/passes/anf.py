@@ -421,7 +421,9 @@ class _Normalizer(ExprFunctor):
 
     @on(Tuple)
     def _tuple(self, expr: Tuple, bindings: Bindings) -> Computation[Expr]:
-        return replace_fields(expr, fields=tuple((yield self.operands(list(expr.fields), bindings))))
+        return replace_fields(
+            expr, fields=tuple((yield self.operands(list(expr.fields), bindings)))
+        )
 
     @on(TupleGetItem)
     def _get(self, expr: TupleGetItem, bindings: Bindings) -> Computation[Expr]:
