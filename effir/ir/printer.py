@@ -416,7 +416,7 @@ class Printer(ExprFunctor):
             if ctor.inputs:
                 inputs = []
                 for t in ctor.inputs:
-                    inputs.append((yield self.type_(t)))
+                    inputs.append((yield self.eval(t)))
                 lines.append(_cat(f"  {ctor.name}(", _join(", ", inputs), "),"))
             else:
                 lines.append(f"  {ctor.name},")
@@ -426,7 +426,7 @@ class Printer(ExprFunctor):
     def cell(self, cell: GlobalCell):
         annotation: Text = ""
         if cell.type is not None:
-            annotation = _cat(": ", (yield self.type_(cell.type)))
+            annotation = _cat(": ", (yield self.eval(cell.type)))
         layout = _Layout(cell.init, 1)
         init = yield self.block(cell.init, layout, layout.root_block)
         if _multiline(init):
@@ -457,7 +457,7 @@ class Printer(ExprFunctor):
             else:
                 annotation: Text = ""
                 if var.type_annotation is not None:
-                    annotation = _cat(": ", (yield self.type_(var.type_annotation)))
+                    annotation = _cat(": ", (yield self.eval(var.type_annotation)))
                 line = _cat("let ", name, annotation, " = ", value, ";")
             if block.pending:
                 lines.extend(block.pending)
@@ -580,7 +580,7 @@ class Printer(ExprFunctor):
         lines: list[Text] = [_cat(keyword, " (", data, ") {")]
         clause_indent = _indent(level + 1)
         for i, clause in enumerate(expr.clauses):
-            pattern = yield self.pattern(clause.pattern)
+            pattern = yield self.eval(clause.pattern)
             block = layout.block_for(expr, i, level + 2)
             body = yield self.block(clause.body, layout, block)
             if _multiline(body):
@@ -631,12 +631,12 @@ class Printer(ExprFunctor):
         for param in fn.params:
             text: Text = self.var_name(param)
             if param.type_annotation is not None:
-                text = _cat(text, ": ", (yield self.type_(param.type_annotation)))
+                text = _cat(text, ": ", (yield self.eval(param.type_annotation)))
             params.append(text)
         params.extend(f"{k}={attr_text(v)}" for k, v in sorted(fn.attrs.items()))
         ret: Text = ""
         if fn.ret_type is not None:
-            ret = _cat(" -> ", (yield self.type_(fn.ret_type)))
+            ret = _cat(" -> ", (yield self.eval(fn.ret_type)))
         one_line = _join(", ", params) if params else ""
         signature: Text
         if len(head) + _length(one_line) + _length(ret) > WRAP_SIGNATURE_AT and len(params) > 1:
@@ -655,72 +655,99 @@ class Printer(ExprFunctor):
             return ""
         return "[" + ", ".join(self.type_var_name(tv) for tv in params) + "]"
 
-    def pattern(self, pattern: Pattern):
-        if isinstance(pattern, PatternWildcard):
-            return "_"
-        if isinstance(pattern, PatternVar):
-            text: Text = self.var_name(pattern.var)
-            if pattern.var.type_annotation is not None:
-                text = _cat(text, ": ", (yield self.type_(pattern.var.type_annotation)))
-            return text
-        if isinstance(pattern, PatternConstructor):
-            if not pattern.patterns:
-                return pattern.constructor.name
-            parts: list[Text] = []
-            for p in pattern.patterns:
-                parts.append((yield self.pattern(p)))
-            return _cat(pattern.constructor.name, "(", _join(", ", parts), ")")
-        if isinstance(pattern, PatternTuple):
-            parts = []
-            for p in pattern.patterns:
-                parts.append((yield self.pattern(p)))
-            if len(parts) == 1:
-                return _cat("(", parts[0], ",)")
-            return _cat("(", _join(", ", parts), ")")
-        raise TypeError(f"cannot print pattern {type(pattern).__name__}")
+    # -------------------------------------------------------------- patterns
+    @on(PatternWildcard)
+    def _wildcard(self, pattern: PatternWildcard) -> str:
+        return "_"
+
+    @on(PatternVar)
+    def _pattern_var(self, pattern: PatternVar) -> Text | Computation[Text]:
+        if pattern.var.type_annotation is None:
+            return self.var_name(pattern.var)
+        return self._annotated(pattern.var)
+
+    def _annotated(self, var: Var) -> Computation[Text]:
+        name = self.var_name(var)
+        return _cat(name, ": ", (yield self.eval(var.type_annotation)))
+
+    @on(PatternConstructor)
+    def _pattern_constructor(self, pattern: PatternConstructor) -> Text | Computation[Text]:
+        if not pattern.patterns:
+            return pattern.constructor.name
+        return self._pattern_parts(pattern.constructor.name, pattern.patterns)
+
+    @on(PatternTuple)
+    def _pattern_tuple(self, pattern: PatternTuple) -> Computation[Text]:
+        return self._pattern_parts("", pattern.patterns)
+
+    def _pattern_parts(self, head: str, patterns: tuple[Pattern, ...]) -> Computation[Text]:
+        parts: list[Text] = []
+        for p in patterns:
+            parts.append((yield self.eval(p)))
+        if len(parts) == 1 and not head:
+            return _cat("(", parts[0], ",)")
+        return _cat(head, "(", _join(", ", parts), ")")
 
     # ----------------------------------------------------------------- types
-    def type_(self, t: Type):
-        if isinstance(t, TensorType):
-            if not t.shape:
-                return t.dtype
-            dims = ", ".join(str(d) for d in t.shape)
-            return f"Tensor[({dims}), {t.dtype}]"
-        if isinstance(t, TupleType):
-            parts: list[Text] = []
-            for field in t.fields:
-                parts.append((yield self.type_(field)))
-            if len(parts) == 1:
-                return _cat("(", parts[0], ",)")
-            return _cat("(", _join(", ", parts) if parts else "", ")")
-        if isinstance(t, FuncType):
-            head = self.type_params(t.type_params)
-            args: list[Text] = []
-            for a in t.arg_types:
-                args.append((yield self.type_(a)))
-            ret = yield self.type_(t.ret_type)
-            effects = ""
-            if t.effects is not None:
-                effects = "{" + ", ".join(t.effects) + "} "
-            return _cat("fn ", head, "(", _join(", ", args) if args else "", ") -> ", effects, ret)
-        if isinstance(t, RefType):
-            return _cat("Ref[", (yield self.type_(t.value)), "]")
-        if isinstance(t, KeyType):
-            return "Key"
-        if isinstance(t, IncompleteType):
-            return "_"
-        if isinstance(t, TypeVar):
-            return self.type_var_name(t)
-        if isinstance(t, GlobalTypeVar):
-            return t.name
-        if isinstance(t, TypeCall):
-            if not t.args:
-                return t.func.name
-            args = []
-            for a in t.args:
-                args.append((yield self.type_(a)))
-            return _cat(t.func.name, "[", _join(", ", args), "]")
-        raise TypeError(f"cannot print type {type(t).__name__}")
+    @on(TensorType)
+    def _tensor_type(self, t: TensorType) -> str:
+        if not t.shape:
+            return t.dtype
+        dims = ", ".join(str(d) for d in t.shape)
+        return f"Tensor[({dims}), {t.dtype}]"
+
+    @on(TupleType)
+    def _tuple_type(self, t: TupleType) -> Computation[Text]:
+        parts: list[Text] = []
+        for field in t.fields:
+            parts.append((yield self.eval(field)))
+        if len(parts) == 1:
+            return _cat("(", parts[0], ",)")
+        return _cat("(", _join(", ", parts) if parts else "", ")")
+
+    @on(FuncType)
+    def _func_type(self, t: FuncType) -> Computation[Text]:
+        head = self.type_params(t.type_params)
+        args: list[Text] = []
+        for a in t.arg_types:
+            args.append((yield self.eval(a)))
+        ret = yield self.eval(t.ret_type)
+        effects = ""
+        if t.effects is not None:
+            effects = "{" + ", ".join(t.effects) + "} "
+        return _cat("fn ", head, "(", _join(", ", args) if args else "", ") -> ", effects, ret)
+
+    @on(RefType)
+    def _ref_type(self, t: RefType) -> Computation[Text]:
+        return _cat("Ref[", (yield self.eval(t.value)), "]")
+
+    @on(KeyType)
+    def _key_type(self, t: KeyType) -> str:
+        return "Key"
+
+    @on(IncompleteType)
+    def _incomplete_type(self, t: IncompleteType) -> str:
+        return "_"
+
+    @on(TypeVar)
+    def _type_var(self, t: TypeVar) -> str:
+        return self.type_var_name(t)
+
+    @on(GlobalTypeVar)
+    def _global_type_var(self, t: GlobalTypeVar) -> str:
+        return t.name
+
+    @on(TypeCall)
+    def _type_call(self, t: TypeCall) -> Text | Computation[Text]:
+        if not t.args:
+            return t.func.name
+        return self._type_args(t)
+
+    def _type_args(self, t: TypeCall) -> Computation[Text]:
+        args: list[Text] = []
+        for a in t.args:
+            args.append((yield self.eval(a)))
+        return _cat(t.func.name, "[", _join(", ", args), "]")
 
 
 def astext(node: IRModule | Node) -> str:
@@ -736,15 +763,15 @@ def _astext(node: IRModule | Node) -> str:
     if isinstance(node, Expr):
         return printer.top_expr(node)
     if isinstance(node, Type):
-        return str(run(printer.type_(node)))
+        return str(printer.evaluate(node))
     if isinstance(node, TypeData):
         return str(run(printer.type_def(node)))
     if isinstance(node, GlobalCell):
         return str(run(printer.cell(node))) + "\n" + printer.metadata_section()
     if isinstance(node, Pattern):
-        return str(run(printer.pattern(node)))
+        return str(printer.evaluate(node))
     if isinstance(node, Clause):
-        pattern = str(run(printer.pattern(node.pattern)))
+        pattern = str(printer.evaluate(node.pattern))
         return pattern + " => " + printer.top_expr(node.body).rstrip()
     if isinstance(node, Attrs):  # pragma: no cover - convenience
         return ", ".join(f"{k}={attr_text(v)}" for k, v in node.items())
