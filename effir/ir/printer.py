@@ -471,17 +471,29 @@ class Printer(ExprFunctor):
         lines.append(result)
         return _join("\n" + indent, lines)
 
-    def inline(self, expr: Expr, layout: _Layout, parent: Expr | None, slot: Any, level: int):
-        """Text of ``expr`` where it is used: an atom, a graph name, or itself."""
+    def inline(
+        self, expr: Expr, layout: _Layout, parent: Expr | None, slot: Any, level: int
+    ) -> Text | Computation[Text]:
+        """Text of ``expr`` where it is used: an atom, a graph name, or
+        itself. An atom's is returned at once (its hook's fast path: no
+        generator for most operands); anything else is a computation."""
         if isinstance(expr, _ATOMS):
-            return self.eval(expr)
+            return (self._plans.get(type(expr)) or self.plan(type(expr)))[0](self, expr)
+        return self._inline(expr, layout, parent, slot, level)
+
+    def _inline(
+        self, expr: Expr, layout: _Layout, parent: Expr | None, slot: Any, level: int
+    ) -> Computation[Text]:
+        # ``eval(expr, layout, level)`` with the hook applied here: this is
+        # the printer's hottest call.
+        hook = (self._plans.get(type(expr)) or self.plan(type(expr)))[0]
         key = id(expr)
         if key in layout.shared:
             name = self.graph_names.get(key)
             if name is None:
                 home = layout.placement.get(key)
                 home_level = home.level if home is not None else level
-                text = yield self.eval(expr, layout, home_level)
+                text = yield hook(self, expr, layout, home_level)
                 name = f"%{self.graph_counter}"
                 self.graph_counter += 1
                 self.graph_names[key] = name
@@ -493,7 +505,7 @@ class Printer(ExprFunctor):
             block = layout.block_for(parent, slot, level + 1)
             body = yield self.block(expr, layout, block)
             return _cat("{\n", _indent(block.level), body, "\n", _indent(level), "}")
-        return (yield self.eval(expr, layout, level))
+        return (yield hook(self, expr, layout, level))
 
     # One hook per expression class, ``(self, expr, layout, level)``: the
     # text of ``expr`` whose first line is at ``level``. An atom's returns at
