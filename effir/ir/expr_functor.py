@@ -51,7 +51,7 @@ from types import GeneratorType
 from typing import Any, ClassVar
 
 from .diagnostics import MissingRuleError
-from .functor import Functor
+from .functor import Functor, Plan
 from .node import Node
 from .trampoline import Computation, run
 
@@ -85,20 +85,29 @@ class ExprFunctor(Functor):
         """The result of ``node`` in the context ``args``, run to completion."""
         return run(self.eval(node, *args))
 
+    @classmethod
+    def plan(cls, node_type: type) -> Plan:
+        """``Functor.plan``, with a hook that raises ``MissingRuleError``
+        for a node class that has none: ``plan[0]`` is always callable, so
+        a hot caller may apply it without a check."""
+        plan = super().plan(node_type)
+        if plan[0] is None:
+            plan = cls._plans[node_type] = (_missing_rule, *plan[1:])
+        return plan
+
     def eval(self, node: Node, *args: Any) -> Any:
-        """``node``'s hook applied: its result, or a computation to ``yield``."""
-        plan = self._plans.get(type(node)) or self.plan(type(node))
-        rule = plan[0]
-        if rule is None:
-            raise self.missing(node)
-        return rule(self, node, *args)
+        """``node``'s hook applied: its result, or a computation to ``yield``.
+        (Where it is hot, a caller may apply the hook itself:
+        ``(self._plans.get(type(node)) or self.plan(type(node)))[0](self,
+        node, *args)``.)"""
+        return (self._plans.get(type(node)) or self.plan(type(node)))[0](self, node, *args)
 
     def _eval_memoised(self, node: Node, *args: Any) -> Any:
         key = id(node)
         memo = self.memo
         if key in memo:
             return memo[key]
-        result = ExprFunctor.eval(self, node, *args)
+        result = (self._plans.get(type(node)) or self.plan(type(node)))[0](self, node, *args)
         if type(result) is GeneratorType:
             return self._remember(key, result)
         memo[key] = result
@@ -115,6 +124,10 @@ class ExprFunctor(Functor):
             f"{type(self).__name__} has no rule for {type(node).__name__}",
             getattr(node, "span", None),
         )
+
+
+def _missing_rule(functor: ExprFunctor, node: Node, *args: Any) -> Any:
+    raise functor.missing(node)
 
 
 __all__ = ["Computation", "ExprFunctor"]

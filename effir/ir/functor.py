@@ -1,4 +1,5 @@
-"""One way to walk and rewrite the IR: ``Visitor`` and ``Mutator``.
+"""One way to walk and rewrite the IR: ``Visitor`` and ``Mutator``, and the
+typed dispatch (``Functor``, ``@on``) every functor of the family shares.
 
 Modelled on TVM's ``ExprFunctor`` family (relax/expr_functor.h), written
 for Python and for programs too deep for Python's recursion:
@@ -31,6 +32,11 @@ entered and ``bind(let)`` is called in between (what a variable holds is
 known at its uses); with ``body_first = True`` the body is rewritten first
 and ``keep(let)`` decides whether the binding stays (its value is then
 never visited: a backward sweep, as dead-code elimination wants).
+
+The family's other members share ``Functor``'s tables: ``ExprFunctor``
+(effir.ir.expr_functor), whose hooks return a result per node and
+``yield`` their children's on the trampoline (IR to text, normal forms),
+and its ``Evaluator`` (effir.ir.evaluator) for abstract interpreters.
 
 ``pre_order`` and ``post_order`` iterate every node once (all fields);
 shared analyses (free variables, shared nodes, uses) are in

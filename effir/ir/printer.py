@@ -25,7 +25,10 @@ parses back to a structurally equal module that prints identically.
    a line. The rule depends only on the function, never on the column where
    it starts, so it is canonical.
 
-Printing walks with generators driven by ``trampoline.run``: no recursion.
+``Printer`` is an ``ExprFunctor`` (effir.ir.expr_functor): one ``@on``
+hook per expression class returns its text, an atom's at once, a
+compound's as a generator that yields its children's texts, driven by
+``trampoline.run`` as are the walks over types and patterns: no recursion.
 """
 
 from __future__ import annotations
@@ -61,12 +64,14 @@ from .expr import (
     TypeData,
     Var,
 )
+from .expr_functor import ExprFunctor
+from .functor import on
 from .literals import format_scalar
 from .module import IRModule
 from .node import Attrs, Node
 from .op import lookup_op
 from .parser import VERSION
-from .trampoline import run
+from .trampoline import Computation, run
 from .types import (
     RESERVED_TYPE_NAMES,
     FuncType,
@@ -327,10 +332,12 @@ class _Layout:
         return block if block is not None else _Block(None, level)
 
 
-class Printer:
-    """Prints modules, expressions and types; one instance per top-level call."""
+class Printer(ExprFunctor):
+    """Prints modules, expressions and types; one instance per top-level call.
+    An ``ExprFunctor`` over expressions: ``eval(expr, layout, level)``."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.metadata: list[Constant] = []
         self.metadata_index: dict[int, int] = {}
         self.reserved_type_names: frozenset[str] = _RESERVED_TYPE_NAMES
@@ -409,7 +416,7 @@ class Printer:
             if ctor.inputs:
                 inputs = []
                 for t in ctor.inputs:
-                    inputs.append((yield self.type_(t)))
+                    inputs.append((yield self.eval(t)))
                 lines.append(_cat(f"  {ctor.name}(", _join(", ", inputs), "),"))
             else:
                 lines.append(f"  {ctor.name},")
@@ -419,7 +426,7 @@ class Printer:
     def cell(self, cell: GlobalCell):
         annotation: Text = ""
         if cell.type is not None:
-            annotation = _cat(": ", (yield self.type_(cell.type)))
+            annotation = _cat(": ", (yield self.eval(cell.type)))
         layout = _Layout(cell.init, 1)
         init = yield self.block(cell.init, layout, layout.root_block)
         if _multiline(init):
@@ -450,7 +457,7 @@ class Printer:
             else:
                 annotation: Text = ""
                 if var.type_annotation is not None:
-                    annotation = _cat(": ", (yield self.type_(var.type_annotation)))
+                    annotation = _cat(": ", (yield self.eval(var.type_annotation)))
                 line = _cat("let ", name, annotation, " = ", value, ";")
             if block.pending:
                 lines.extend(block.pending)
@@ -464,17 +471,29 @@ class Printer:
         lines.append(result)
         return _join("\n" + indent, lines)
 
-    def inline(self, expr: Expr, layout: _Layout, parent: Expr | None, slot: Any, level: int):
-        """Text of ``expr`` where it is used: an atom, a graph name, or itself."""
+    def inline(
+        self, expr: Expr, layout: _Layout, parent: Expr | None, slot: Any, level: int
+    ) -> Text | Computation[Text]:
+        """Text of ``expr`` where it is used: an atom, a graph name, or
+        itself. An atom's is returned at once (its hook's fast path: no
+        generator for most operands); anything else is a computation."""
         if isinstance(expr, _ATOMS):
-            return self.atom(expr)
+            return (self._plans.get(type(expr)) or self.plan(type(expr)))[0](self, expr)
+        return self._inline(expr, layout, parent, slot, level)
+
+    def _inline(
+        self, expr: Expr, layout: _Layout, parent: Expr | None, slot: Any, level: int
+    ) -> Computation[Text]:
+        # ``eval(expr, layout, level)`` with the hook applied here: this is
+        # the printer's hottest call.
+        hook = (self._plans.get(type(expr)) or self.plan(type(expr)))[0]
         key = id(expr)
         if key in layout.shared:
             name = self.graph_names.get(key)
             if name is None:
                 home = layout.placement.get(key)
                 home_level = home.level if home is not None else level
-                text = yield self.node(expr, layout, home_level)
+                text = yield hook(self, expr, layout, home_level)
                 name = f"%{self.graph_counter}"
                 self.graph_counter += 1
                 self.graph_names[key] = name
@@ -486,20 +505,25 @@ class Printer:
             block = layout.block_for(parent, slot, level + 1)
             body = yield self.block(expr, layout, block)
             return _cat("{\n", _indent(block.level), body, "\n", _indent(level), "}")
-        return (yield self.node(expr, layout, level))
+        return (yield hook(self, expr, layout, level))
 
-    def atom(self, expr: Expr) -> str:
-        if isinstance(expr, Var):
-            return self.var_name(expr)
-        if isinstance(expr, GlobalVar):
-            return "@" + expr.name
-        if isinstance(expr, Op):
-            return expr.name
-        if isinstance(expr, Constructor):
-            return expr.name
-        return self.constant(expr)
+    # One hook per expression class, ``(self, expr, layout, level)``: the
+    # text of ``expr`` whose first line is at ``level``. An atom's returns at
+    # once (no generator); a compound's yields its children's texts.
+    @on(Var)
+    def _var(self, expr: Var, *_: Any) -> str:
+        return self.var_name(expr)
 
-    def constant(self, constant: Constant) -> str:
+    @on(GlobalVar)
+    def _global(self, expr: GlobalVar, *_: Any) -> str:
+        return "@" + expr.name
+
+    @on(Op, Constructor)
+    def _named(self, expr: Op | Constructor, *_: Any) -> str:
+        return expr.name
+
+    @on(Constant)
+    def constant(self, constant: Constant, *_: Any) -> str:
         text = format_scalar(constant.data)
         if text is not None:
             return text
@@ -510,78 +534,96 @@ class Printer:
             self.metadata_index[id(constant)] = index
         return f"meta[relay.Constant][{index}]"
 
-    def node(self, expr: Expr, layout: _Layout, level: int):
-        """The text of a non-atomic expression whose first line is at ``level``."""
-        if isinstance(expr, Call):
-            if _is_nullary_value(expr):
-                return expr.callee.name  # Relay's spelling of a nullary constructor's value
-            callee = yield self.inline(expr.callee, layout, expr, "callee", level)
-            if id(expr.callee) not in layout.shared:
-                if _is_nullary_value(expr.callee):
-                    callee = _cat(callee, "()")  # `Nil(%x)` would read as a call of the constructor
-                elif isinstance(expr.callee, Function | If | Match):
-                    callee = _cat("(", callee, ")")
-            parts: list[Text] = []
-            for i, arg in enumerate(expr.args):
-                parts.append((yield self.inline(arg, layout, expr, i, level)))
-            parts.extend(self.call_attrs(expr))
-            return _cat(callee, "(", _join(", ", parts), ")")
-        if isinstance(expr, Tuple):
-            parts = []
-            for i, field in enumerate(expr.fields):
-                parts.append((yield self.inline(field, layout, expr, i, level)))
-            if len(parts) == 1:
-                return _cat("(", parts[0], ",)")
-            return _cat("(", _join(", ", parts), ")")
-        if isinstance(expr, TupleGetItem):
-            inner = yield self.inline(expr.tuple_value, layout, expr, "tuple", level)
-            if isinstance(expr.tuple_value, Function | If | Match) or (
-                isinstance(inner, str) and _BARE_INT.match(inner)
-            ):
-                inner = _cat("(", inner, ")")  # `1.0` would read back as a float literal
-            return _cat(inner, f".{expr.index}")
-        if isinstance(expr, Function):
-            return _cat("fn ", (yield self.function_rest(expr, layout, level)))
-        if isinstance(expr, If):
-            cond = yield self.inline(expr.cond, layout, expr, "cond", level)
-            then_block = layout.block_for(expr, "then", level + 1)
-            else_block = layout.block_for(expr, "else", level + 1)
-            then_text = yield self.block(expr.then_branch, layout, then_block)
-            else_text = yield self.block(expr.else_branch, layout, else_block)
-            inner, outer = _indent(then_block.level), _indent(level)
-            return _cat(
-                "if (", cond, ") {\n", inner, then_text, "\n", outer, "} else {\n",
-                _indent(else_block.level), else_text, "\n", outer, "}",
-            )  # fmt: skip
-        if isinstance(expr, Match):
-            data = yield self.inline(expr.data, layout, expr, "data", level)
-            keyword = "match" if expr.complete else "match?"
-            lines: list[Text] = [_cat(keyword, " (", data, ") {")]
-            clause_indent = _indent(level + 1)
-            for i, clause in enumerate(expr.clauses):
-                pattern = yield self.pattern(clause.pattern)
-                block = layout.block_for(expr, i, level + 2)
-                body = yield self.block(clause.body, layout, block)
-                if _multiline(body):
-                    body = _cat("{\n", _indent(block.level), body, "\n", clause_indent, "}")
-                lines.append(_cat(clause_indent, pattern, " => ", body, ","))
-            lines.append(_indent(level) + "}")
-            return _join("\n", lines)
-        if isinstance(expr, RefCreate):
-            value = yield self.inline(expr.value, layout, expr, "value", level)
-            return _cat("ref(", value, ")")
-        if isinstance(expr, RefRead):
-            ref = yield self.inline(expr.ref, layout, expr, "ref", level)
-            return _cat("ref_read(", ref, ")")
-        if isinstance(expr, RefWrite):
-            ref = yield self.inline(expr.ref, layout, expr, "ref", level)
-            value = yield self.inline(expr.value, layout, expr, "value", level)
-            return _cat("ref_write(", ref, ", ", value, ")")
-        if isinstance(expr, Let):  # a shared let, printed at its graph binding
-            block = layout.content_blocks.get(id(expr)) or _Block(None, level + 1)
-            body = yield self.block(expr, layout, block, own=True)
-            return _cat("{\n", _indent(block.level), body, "\n", _indent(level), "}")
-        raise TypeError(f"cannot print {type(expr).__name__}")
+    @on(Call)
+    def _call(self, expr: Call, layout: _Layout, level: int) -> Computation[Text]:
+        if _is_nullary_value(expr):
+            return expr.callee.name  # Relay's spelling of a nullary constructor's value
+        callee = yield self.inline(expr.callee, layout, expr, "callee", level)
+        if id(expr.callee) not in layout.shared:
+            if _is_nullary_value(expr.callee):
+                callee = _cat(callee, "()")  # `Nil(%x)` would read as a call of the constructor
+            elif isinstance(expr.callee, Function | If | Match):
+                callee = _cat("(", callee, ")")
+        parts: list[Text] = []
+        for i, arg in enumerate(expr.args):
+            parts.append((yield self.inline(arg, layout, expr, i, level)))
+        parts.extend(self.call_attrs(expr))
+        return _cat(callee, "(", _join(", ", parts), ")")
+
+    @on(Tuple)
+    def _tuple(self, expr: Tuple, layout: _Layout, level: int) -> Computation[Text]:
+        parts = []
+        for i, field in enumerate(expr.fields):
+            parts.append((yield self.inline(field, layout, expr, i, level)))
+        if len(parts) == 1:
+            return _cat("(", parts[0], ",)")
+        return _cat("(", _join(", ", parts), ")")
+
+    @on(TupleGetItem)
+    def _get(self, expr: TupleGetItem, layout: _Layout, level: int) -> Computation[Text]:
+        inner = yield self.inline(expr.tuple_value, layout, expr, "tuple", level)
+        if isinstance(expr.tuple_value, Function | If | Match) or (
+            isinstance(inner, str) and _BARE_INT.match(inner)
+        ):
+            inner = _cat("(", inner, ")")  # `1.0` would read back as a float literal
+        return _cat(inner, f".{expr.index}")
+
+    @on(Function)
+    def _function(self, expr: Function, layout: _Layout, level: int) -> Computation[Text]:
+        return _cat("fn ", (yield self.function_rest(expr, layout, level)))
+
+    @on(If)
+    def _if(self, expr: If, layout: _Layout, level: int) -> Computation[Text]:
+        cond = yield self.inline(expr.cond, layout, expr, "cond", level)
+        then_block = layout.block_for(expr, "then", level + 1)
+        else_block = layout.block_for(expr, "else", level + 1)
+        then_text = yield self.block(expr.then_branch, layout, then_block)
+        else_text = yield self.block(expr.else_branch, layout, else_block)
+        inner, outer = _indent(then_block.level), _indent(level)
+        return _cat(
+            "if (", cond, ") {\n", inner, then_text, "\n", outer, "} else {\n",
+            _indent(else_block.level), else_text, "\n", outer, "}",
+        )  # fmt: skip
+
+    @on(Match)
+    def _match(self, expr: Match, layout: _Layout, level: int) -> Computation[Text]:
+        data = yield self.inline(expr.data, layout, expr, "data", level)
+        keyword = "match" if expr.complete else "match?"
+        lines: list[Text] = [_cat(keyword, " (", data, ") {")]
+        clause_indent = _indent(level + 1)
+        for i, clause in enumerate(expr.clauses):
+            pattern = yield self.eval(clause.pattern)
+            block = layout.block_for(expr, i, level + 2)
+            body = yield self.block(clause.body, layout, block)
+            if _multiline(body):
+                body = _cat("{\n", _indent(block.level), body, "\n", clause_indent, "}")
+            lines.append(_cat(clause_indent, pattern, " => ", body, ","))
+        lines.append(_indent(level) + "}")
+        return _join("\n", lines)
+
+    @on(RefCreate)
+    def _ref_create(self, expr: RefCreate, layout: _Layout, level: int) -> Computation[Text]:
+        value = yield self.inline(expr.value, layout, expr, "value", level)
+        return _cat("ref(", value, ")")
+
+    @on(RefRead)
+    def _ref_read(self, expr: RefRead, layout: _Layout, level: int) -> Computation[Text]:
+        ref = yield self.inline(expr.ref, layout, expr, "ref", level)
+        return _cat("ref_read(", ref, ")")
+
+    @on(RefWrite)
+    def _ref_write(self, expr: RefWrite, layout: _Layout, level: int) -> Computation[Text]:
+        ref = yield self.inline(expr.ref, layout, expr, "ref", level)
+        value = yield self.inline(expr.value, layout, expr, "value", level)
+        return _cat("ref_write(", ref, ", ", value, ")")
+
+    @on(Let)
+    def _shared_let(self, expr: Let, layout: _Layout, level: int) -> Computation[Text]:
+        """A shared let, printed at its graph binding (``inline`` prints any
+        other let as a block)."""
+        block = layout.content_blocks.get(id(expr)) or _Block(None, level + 1)
+        body = yield self.block(expr, layout, block, own=True)
+        return _cat("{\n", _indent(block.level), body, "\n", _indent(level), "}")
 
     def call_attrs(self, call: Call) -> list[str]:
         if not call.attrs:
@@ -601,12 +643,12 @@ class Printer:
         for param in fn.params:
             text: Text = self.var_name(param)
             if param.type_annotation is not None:
-                text = _cat(text, ": ", (yield self.type_(param.type_annotation)))
+                text = _cat(text, ": ", (yield self.eval(param.type_annotation)))
             params.append(text)
         params.extend(f"{k}={attr_text(v)}" for k, v in sorted(fn.attrs.items()))
         ret: Text = ""
         if fn.ret_type is not None:
-            ret = _cat(" -> ", (yield self.type_(fn.ret_type)))
+            ret = _cat(" -> ", (yield self.eval(fn.ret_type)))
         one_line = _join(", ", params) if params else ""
         signature: Text
         if len(head) + _length(one_line) + _length(ret) > WRAP_SIGNATURE_AT and len(params) > 1:
@@ -625,72 +667,99 @@ class Printer:
             return ""
         return "[" + ", ".join(self.type_var_name(tv) for tv in params) + "]"
 
-    def pattern(self, pattern: Pattern):
-        if isinstance(pattern, PatternWildcard):
-            return "_"
-        if isinstance(pattern, PatternVar):
-            text: Text = self.var_name(pattern.var)
-            if pattern.var.type_annotation is not None:
-                text = _cat(text, ": ", (yield self.type_(pattern.var.type_annotation)))
-            return text
-        if isinstance(pattern, PatternConstructor):
-            if not pattern.patterns:
-                return pattern.constructor.name
-            parts: list[Text] = []
-            for p in pattern.patterns:
-                parts.append((yield self.pattern(p)))
-            return _cat(pattern.constructor.name, "(", _join(", ", parts), ")")
-        if isinstance(pattern, PatternTuple):
-            parts = []
-            for p in pattern.patterns:
-                parts.append((yield self.pattern(p)))
-            if len(parts) == 1:
-                return _cat("(", parts[0], ",)")
-            return _cat("(", _join(", ", parts), ")")
-        raise TypeError(f"cannot print pattern {type(pattern).__name__}")
+    # -------------------------------------------------------------- patterns
+    @on(PatternWildcard)
+    def _wildcard(self, pattern: PatternWildcard) -> str:
+        return "_"
+
+    @on(PatternVar)
+    def _pattern_var(self, pattern: PatternVar) -> Text | Computation[Text]:
+        if pattern.var.type_annotation is None:
+            return self.var_name(pattern.var)
+        return self._annotated(pattern.var)
+
+    def _annotated(self, var: Var) -> Computation[Text]:
+        name = self.var_name(var)
+        return _cat(name, ": ", (yield self.eval(var.type_annotation)))
+
+    @on(PatternConstructor)
+    def _pattern_constructor(self, pattern: PatternConstructor) -> Text | Computation[Text]:
+        if not pattern.patterns:
+            return pattern.constructor.name
+        return self._pattern_parts(pattern.constructor.name, pattern.patterns)
+
+    @on(PatternTuple)
+    def _pattern_tuple(self, pattern: PatternTuple) -> Computation[Text]:
+        return self._pattern_parts("", pattern.patterns)
+
+    def _pattern_parts(self, head: str, patterns: tuple[Pattern, ...]) -> Computation[Text]:
+        parts: list[Text] = []
+        for p in patterns:
+            parts.append((yield self.eval(p)))
+        if len(parts) == 1 and not head:
+            return _cat("(", parts[0], ",)")
+        return _cat(head, "(", _join(", ", parts), ")")
 
     # ----------------------------------------------------------------- types
-    def type_(self, t: Type):
-        if isinstance(t, TensorType):
-            if not t.shape:
-                return t.dtype
-            dims = ", ".join(str(d) for d in t.shape)
-            return f"Tensor[({dims}), {t.dtype}]"
-        if isinstance(t, TupleType):
-            parts: list[Text] = []
-            for field in t.fields:
-                parts.append((yield self.type_(field)))
-            if len(parts) == 1:
-                return _cat("(", parts[0], ",)")
-            return _cat("(", _join(", ", parts) if parts else "", ")")
-        if isinstance(t, FuncType):
-            head = self.type_params(t.type_params)
-            args: list[Text] = []
-            for a in t.arg_types:
-                args.append((yield self.type_(a)))
-            ret = yield self.type_(t.ret_type)
-            effects = ""
-            if t.effects is not None:
-                effects = "{" + ", ".join(t.effects) + "} "
-            return _cat("fn ", head, "(", _join(", ", args) if args else "", ") -> ", effects, ret)
-        if isinstance(t, RefType):
-            return _cat("Ref[", (yield self.type_(t.value)), "]")
-        if isinstance(t, KeyType):
-            return "Key"
-        if isinstance(t, IncompleteType):
-            return "_"
-        if isinstance(t, TypeVar):
-            return self.type_var_name(t)
-        if isinstance(t, GlobalTypeVar):
-            return t.name
-        if isinstance(t, TypeCall):
-            if not t.args:
-                return t.func.name
-            args = []
-            for a in t.args:
-                args.append((yield self.type_(a)))
-            return _cat(t.func.name, "[", _join(", ", args), "]")
-        raise TypeError(f"cannot print type {type(t).__name__}")
+    @on(TensorType)
+    def _tensor_type(self, t: TensorType) -> str:
+        if not t.shape:
+            return t.dtype
+        dims = ", ".join(str(d) for d in t.shape)
+        return f"Tensor[({dims}), {t.dtype}]"
+
+    @on(TupleType)
+    def _tuple_type(self, t: TupleType) -> Computation[Text]:
+        parts: list[Text] = []
+        for field in t.fields:
+            parts.append((yield self.eval(field)))
+        if len(parts) == 1:
+            return _cat("(", parts[0], ",)")
+        return _cat("(", _join(", ", parts) if parts else "", ")")
+
+    @on(FuncType)
+    def _func_type(self, t: FuncType) -> Computation[Text]:
+        head = self.type_params(t.type_params)
+        args: list[Text] = []
+        for a in t.arg_types:
+            args.append((yield self.eval(a)))
+        ret = yield self.eval(t.ret_type)
+        effects = ""
+        if t.effects is not None:
+            effects = "{" + ", ".join(t.effects) + "} "
+        return _cat("fn ", head, "(", _join(", ", args) if args else "", ") -> ", effects, ret)
+
+    @on(RefType)
+    def _ref_type(self, t: RefType) -> Computation[Text]:
+        return _cat("Ref[", (yield self.eval(t.value)), "]")
+
+    @on(KeyType)
+    def _key_type(self, t: KeyType) -> str:
+        return "Key"
+
+    @on(IncompleteType)
+    def _incomplete_type(self, t: IncompleteType) -> str:
+        return "_"
+
+    @on(TypeVar)
+    def _type_var(self, t: TypeVar) -> str:
+        return self.type_var_name(t)
+
+    @on(GlobalTypeVar)
+    def _global_type_var(self, t: GlobalTypeVar) -> str:
+        return t.name
+
+    @on(TypeCall)
+    def _type_call(self, t: TypeCall) -> Text | Computation[Text]:
+        if not t.args:
+            return t.func.name
+        return self._type_args(t)
+
+    def _type_args(self, t: TypeCall) -> Computation[Text]:
+        args: list[Text] = []
+        for a in t.args:
+            args.append((yield self.eval(a)))
+        return _cat(t.func.name, "[", _join(", ", args), "]")
 
 
 def astext(node: IRModule | Node) -> str:
@@ -706,15 +775,15 @@ def _astext(node: IRModule | Node) -> str:
     if isinstance(node, Expr):
         return printer.top_expr(node)
     if isinstance(node, Type):
-        return str(run(printer.type_(node)))
+        return str(printer.evaluate(node))
     if isinstance(node, TypeData):
         return str(run(printer.type_def(node)))
     if isinstance(node, GlobalCell):
         return str(run(printer.cell(node))) + "\n" + printer.metadata_section()
     if isinstance(node, Pattern):
-        return str(run(printer.pattern(node)))
+        return str(printer.evaluate(node))
     if isinstance(node, Clause):
-        pattern = str(run(printer.pattern(node.pattern)))
+        pattern = str(printer.evaluate(node.pattern))
         return pattern + " => " + printer.top_expr(node.body).rstrip()
     if isinstance(node, Attrs):  # pragma: no cover - convenience
         return ", ".join(f"{k}={attr_text(v)}" for k, v in node.items())

@@ -298,13 +298,18 @@ class _Normalizer(ExprFunctor):
             raise RuntimeError("normal form: a shared expression's scope is not open")
         return frame
 
-    def value(self, expr: Expr, bindings: Bindings) -> Computation[Expr]:
-        """A let-free value for ``expr``, emitting what it needs into ``bindings``."""
+    def value(self, expr: Expr, bindings: Bindings) -> Expr | Computation[Expr]:
+        """A let-free value for ``expr``, emitting what it needs into
+        ``bindings``: an atom's at once, else a computation (the hook's own
+        when ``expr`` is not shared: no generator in between)."""
         if isinstance(expr, ATOM_TYPES):
             return self.alias.get(expr, expr) if isinstance(expr, Var) else expr
         key = id(expr)
         if key not in self.shared:
-            return (yield self.eval(expr, bindings))
+            return (self._plans.get(type(expr)) or self.plan(type(expr)))[0](self, expr, bindings)
+        return self._shared_value(expr, key, bindings)
+
+    def _shared_value(self, expr: Expr, key: int, bindings: Bindings) -> Computation[Expr]:
         if key in self.bound:
             return self.bound[key]
         if key not in self.bind:  # BBNF: shared within one block stays shared
@@ -320,10 +325,14 @@ class _Normalizer(ExprFunctor):
         self.bound[key] = result
         return result
 
-    def atom(self, expr: Expr, bindings: Bindings) -> Computation[Expr]:
-        """An atom for ``expr``, binding it first if it is compound."""
+    def atom(self, expr: Expr, bindings: Bindings) -> Expr | Computation[Expr]:
+        """An atom for ``expr`` (at once when it is one), binding it first
+        if it is compound."""
         if isinstance(expr, ATOM_TYPES):
             return self.alias.get(expr, expr) if isinstance(expr, Var) else expr
+        return self._bound_atom(expr, bindings)
+
+    def _bound_atom(self, expr: Expr, bindings: Bindings) -> Computation[Expr]:
         value = yield self.value(expr, bindings)
         if is_atom(value):
             return value
@@ -338,10 +347,10 @@ class _Normalizer(ExprFunctor):
             return self.alias.get(expr, expr) if isinstance(expr, Var) else expr
         return self.bound.get(id(expr))
 
-    def operand(self, expr: Expr, bindings: Bindings) -> Computation[Expr]:
+    def operand(self, expr: Expr, bindings: Bindings) -> Expr | Computation[Expr]:
         if self.atomic:
-            return (yield self.atom(expr, bindings))
-        return (yield self.value(expr, bindings))
+            return self.atom(expr, bindings)
+        return self.value(expr, bindings)
 
     def operands(self, parts: list[Expr], bindings: Bindings) -> Computation[list[Expr]]:
         """Operands in evaluation order. In BBNF an operand may stay nested;
@@ -388,7 +397,9 @@ class _Normalizer(ExprFunctor):
         if isinstance(value, ATOM_TYPES):
             result = self._known(value)
         elif key not in self.shared:
-            result = yield self.eval(value, bindings)
+            result = yield (self._plans.get(type(value)) or self.plan(type(value)))[0](
+                self, value, bindings
+            )
         elif (
             plain
             and key not in self.bound
@@ -421,7 +432,9 @@ class _Normalizer(ExprFunctor):
 
     @on(Tuple)
     def _tuple(self, expr: Tuple, bindings: Bindings) -> Computation[Expr]:
-        return replace_fields(expr, fields=tuple((yield self.operands(list(expr.fields), bindings))))
+        return replace_fields(
+            expr, fields=tuple((yield self.operands(list(expr.fields), bindings)))
+        )
 
     @on(TupleGetItem)
     def _get(self, expr: TupleGetItem, bindings: Bindings) -> Computation[Expr]:
