@@ -21,9 +21,9 @@ from ....ir import type_tree
 from ....ir.expr import Function, Var
 from ....ir.module import IRModule
 from ..errors import BackendError
+from . import rows
 from .cpu_schedule import schedule
 from .evaluate import StepTE
-from . import rows
 from .graph import ROW_TILE, Graph, Stages, TensorMap, hoist
 from .values import Leaf
 
@@ -202,7 +202,9 @@ def _loop_function(
     else:  # [ROWS] each block's step buffers its own, allocated in the block
         own = s_tir.SBlock([], [], [], "rows", loop, alloc_buffers=extra)
         par = s_tir.SBlockRealize([], True, own)
-        stmts.append(tirx.For(blk, tirx.const(0, "int32"), blocks.count, tirx.ForKind.PARALLEL, par))
+        stmts.append(
+            tirx.For(blk, tirx.const(0, "int32"), blocks.count, tirx.ForKind.PARALLEL, par)
+        )
     last = [tirx.floormod(length, 2)]
     stmts += [
         _copy(final[i], [], d, last, f"final{i}")

@@ -52,7 +52,8 @@ import tvm
 from tvm import te, tirx
 
 from ..schedule_common import static_extent, uses
-from .cpu_schedule import PARALLEL_MIN_WORK, SYMBOLIC_EXTENT
+from . import cpu_schedule
+from .cpu_schedule import SYMBOLIC_EXTENT
 from .graph import CONST, STEP, Graph, Stages, TensorMap, _substitute, topological
 
 ROW_BLOCK_MIN_ROWS = 4
@@ -135,7 +136,7 @@ def row_blocks(batch: int | None, work: int, threads: int) -> int:
     of at least ROW_BLOCK_MIN_ROWS rows and dividing ``batch``, when a
     call's work (``work`` a step, SYMBOLIC_EXTENT steps) is worth a barrier
     (PARALLEL_MIN_WORK, as any parallel block of the loop); 1: serial."""
-    if batch is None or threads < 2 or work * SYMBOLIC_EXTENT < PARALLEL_MIN_WORK:
+    if batch is None or threads < 2 or work * SYMBOLIC_EXTENT < cpu_schedule.PARALLEL_MIN_WORK:
         return 1
     fits = [n for n in range(2, threads + 1) if batch % n == 0 and batch // n >= ROW_BLOCK_MIN_ROWS]
     return max(fits, default=1)
