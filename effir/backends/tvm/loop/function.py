@@ -51,13 +51,13 @@ def _view(buf: Any) -> Any:
     )
 
 
-def _region(buf: Any, lead: Sequence[Any], rows: tuple[Any, int] | None = None) -> Any:
+def _region(buf: Any, lead: Sequence[Any], span: tuple[Any, int] | None = None) -> Any:
     """``buf[lead..., :, ...]``: the sub-tensor at the leading indices
-    ``lead``; with ``rows`` (start, count), only those rows of the next axis."""
+    ``lead``; with ``span`` (start, count), only those rows of the next axis."""
     rest = list(buf.shape)[len(lead) :]
     ranges = [Range.from_min_extent(i, 1) for i in lead]
-    if rows is not None:
-        ranges.append(Range.from_min_extent(*rows))
+    if span is not None:
+        ranges.append(Range.from_min_extent(*span))
         rest = rest[1:]
     ranges += [Range.from_min_extent(0, d) for d in rest]
     return tirx.BufferRegion(buf, ranges)
@@ -277,7 +277,7 @@ def lower_loop(
     length = tirx.Var("T", "int32")
     xs_ph = [te.placeholder([length, *t.shape], t.dtype, name=f"{t.op.name}_seq") for t in x_leaves]
     stages = hoist(graph, xs_ph, length)
-    blocks = _row_blocks(graph, stages, parallel) if parallel else None
+    blocks = _row_blocks(graph, stages) if parallel else None
 
     unscheduled: list[str] = []
     func = _loop_function(
@@ -307,7 +307,7 @@ def lower_loop(
     )
 
 
-def _row_blocks(graph: Graph, stages: Stages, parallel: bool) -> RowBlocks | None:
+def _row_blocks(graph: Graph, stages: Stages) -> RowBlocks | None:
     """[ROWS] The step by blocks of rows, when the loop's rows are
     independent and a call's work is worth the pool (rows.py); else None."""
     batch = rows.batch_of(graph)
