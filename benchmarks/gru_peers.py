@@ -40,7 +40,10 @@ Peers that are not installed are left out (``make bench-peers`` installs
 torch==2.13.0 and JAX into .venv-bench only).
 
     .venv-bench/bin/python benchmarks/gru_peers.py [--repeats N] [--quick] [--gru-only]
-        [--no-torch-compile]
+        [--no-torch-compile] [--case I,H,T,B] [--row-blocks]
+
+(``--case 256,256,100,32 --row-blocks``: that row only, with effir's loop
+also built with its rows in one block, before/after loop/rows.py.)
 
 or, with the peers installed outside the project (``pip install --target``):
 
