@@ -40,7 +40,10 @@ Peers that are not installed are left out (``make bench-peers`` installs
 torch==2.13.0 and JAX into .venv-bench only).
 
     .venv-bench/bin/python benchmarks/gru_peers.py [--repeats N] [--quick] [--gru-only]
-        [--no-torch-compile]
+        [--no-torch-compile] [--case I,H,T,B] [--row-blocks]
+
+(``--case 256,256,100,32 --row-blocks``: that row only, with effir's loop
+also built with its rows in one block, before/after loop/rows.py.)
 
 or, with the peers installed outside the project (``pip install --target``):
 
@@ -311,6 +314,20 @@ def interleaved(actions: dict[str, Callable[[], object]], repeats: int) -> dict[
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+class _no_build_cache:
+    """The build cache off within (EFFIR_CACHE_DIR is read at each build)."""
+
+    def __enter__(self) -> None:
+        self.saved = os.environ.get("EFFIR_CACHE_DIR")
+        os.environ["EFFIR_CACHE_DIR"] = "off"
+
+    def __exit__(self, *_: object) -> None:
+        if self.saved is None:
+            del os.environ["EFFIR_CACHE_DIR"]
+        else:
+            os.environ["EFFIR_CACHE_DIR"] = self.saved
+
+
 def gemm_rate() -> float:
     """FLOP/s of a large float32 matrix product (numpy's BLAS)."""
     a = np.random.default_rng(0).standard_normal((1024, 1024), dtype=np.float32)
@@ -329,6 +346,7 @@ def weights(inputs: int, hidden: int, seed: int = 0):
 
 PEERS = {
     "effir": "effir",
+    "effir_one_block": "effir, rows in one block (before loop/rows.py)",
     "jax": "JAX best",
     "jax_hoisted": "JAX best, input projection hoisted",
     "jax_carried": "JAX carried (as first written)",
@@ -340,11 +358,32 @@ PEERS = {
 """The columns of the GRU table, in order (those not run are left out)."""
 
 
+def serial_rows_build(compiled: Any, *args: Any) -> Any:
+    """``compiled``'s first call (its build) with the whole loop's rows in
+    one block, as before loop/rows.py split them across the pool: the
+    before of a before/after in one run (``--row-blocks``)."""
+    from effir.backends.tvm.loop import rows
+
+    split = rows.row_blocks
+    rows.row_blocks = lambda *_: 1
+    try:
+        return compiled(*args)
+    finally:
+        rows.row_blocks = split
+
+
 def gru_case(
-    inputs: int, hidden: int, length: int, batch: int, repeats: int, compile_torch: bool
+    inputs: int,
+    hidden: int,
+    length: int,
+    batch: int,
+    repeats: int,
+    compile_torch: bool,
+    row_blocks: bool = False,
 ) -> dict[str, Any]:
     """Every peer on one GRU, checked against the numpy reference, timed
-    side by side (``interleaved``)."""
+    side by side (``interleaved``); with ``row_blocks``, effir also with
+    its loop's rows in one block (``serial_rows_build``)."""
     rng = np.random.default_rng(1)
     xs = rng.standard_normal((length, batch, inputs), dtype=np.float32)
     h0 = rng.standard_normal((batch, hidden), dtype=np.float32)
@@ -355,6 +394,11 @@ def gru_case(
         "effir": lambda: compiled(xs, h0, w, u, bias),
         "numpy": functools.partial(numpy_best(w, u, bias), xs, h0),
     }
+    if row_blocks:  # a build of its own (the disk cache keys by program, not by this choice)
+        with _no_build_cache():
+            one_block = effir.compile(effir.check(effir.parse(gru_text(inputs, hidden))))
+            serial_rows_build(one_block, xs, h0, w, u, bias)
+        actions["effir_one_block"] = lambda: one_block(xs, h0, w, u, bias)
     if jax is not None:
         best, hoisted, carried = (
             jax_best(w, u, bias, False),
@@ -559,6 +603,15 @@ def main() -> None:
         "--no-torch-compile", action="store_true", help="leave torch.compile out (slow to build)"
     )
     parser.add_argument("--gru-only", action="store_true", help="the GRU table and call order only")
+    parser.add_argument(
+        "--case",
+        help="only the GRU case INPUT,HIDDEN,T,BATCH (e.g. 256,256,100,32), then stop",
+    )
+    parser.add_argument(
+        "--row-blocks",
+        action="store_true",
+        help="also time effir with its loop's rows in one block (before/after loop/rows.py)",
+    )
     options = parser.parse_args()
     if options.memory_child is not None:
         memory_child(options.memory_child[0], int(options.memory_child[1]))
@@ -580,13 +633,20 @@ def main() -> None:
         " calls, all columns of a row measured side by side\n"
     )
 
+    cases = [(256, 256, 100, 1), (256, 256, 100, 32), (32, 32, 1000, 1)]
+    if options.case:
+        cases = [tuple(int(n) for n in options.case.split(","))]
     rows = []
-    for inputs, hidden, length, batch in [
-        (256, 256, 100, 1),
-        (256, 256, 100, 32),
-        (32, 32, 1000, 1),
-    ]:
-        row = gru_case(inputs, hidden, length, batch, repeats, not options.no_torch_compile)
+    for inputs, hidden, length, batch in cases:
+        row = gru_case(
+            inputs,
+            hidden,
+            length,
+            batch,
+            repeats,
+            not options.no_torch_compile,
+            options.row_blocks,
+        )
         rows.append(((inputs, hidden, length, batch), row))
     peers = [p for p in PEERS if any(p in row for _, row in rows)]
     print(
@@ -596,7 +656,7 @@ def main() -> None:
     )
     print("|---|" + "---|" * len(peers) + "---|---|---|")
     for (inputs, hidden, length, batch), row in rows:
-        others = [p for p in peers if p != "effir" and p in row]
+        others = [p for p in peers if not p.startswith("effir") and p in row]
         jaxes = [p for p in others if p.startswith("jax")]
         vs_jax = f"{row['effir'] / min(row[p] for p in jaxes):.2f}" if jaxes else "-"
         vs_best = f"{row['effir'] / min(row[p] for p in others):.2f}" if others else "-"
@@ -607,6 +667,14 @@ def main() -> None:
             + f" | {vs_jax} | {vs_best} | {1e3 * row['flops'] / rate:.3f} |",
             flush=True,
         )
+    for _, row in rows:
+        if "effir_one_block" in row:
+            print(
+                f"\neffir with row blocks / rows in one block: "
+                f"{row['effir'] / row['effir_one_block']:.2f} (load {os.getloadavg()[0]:.1f})"
+            )
+    if options.case:
+        return
     (_, _, length, _), row = rows[-1]
     print(
         f"\nper step, hidden 32, T={length}, batch 1 (us): "

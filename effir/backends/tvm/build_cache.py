@@ -9,8 +9,9 @@ cached build costs loading a shared library, a millisecond.
 What an entry is keyed by (``Cache.key``): the SHA-256 of the optimised
 program's canonical text (the printer's, metadata included: what is built),
 the entry function, the bound dimensions and the names left symbolic, the
-target (its full text: kind, ``mcpu``, attributes), TVM's version and a
-digest of effir's own source files (a changed lowering is a new key, not a
+target (its full text: kind, ``mcpu``, attributes), the size of TVM's
+thread pool (a whole loop runs as many blocks of rows: loop/rows.py), TVM's
+version and a digest of effir's own source files (a changed lowering is a new key, not a
 stale hit). An entry is two files: ``<key>.<sha>.so``, the VM executable
 with its kernels (``export_library``), named by its own SHA-256's first
 16 digits, and ``<key>.json``, what the build was (its kernels and loops,
@@ -118,6 +119,8 @@ class Cache:
                     f"tvm {tvm.__version__}",
                     f"effir {effir_digest()}",
                     f"target {target}",
+                    # a whole loop's row blocks are as many as the pool's threads (loop/rows.py)
+                    f"threads {tvm.runtime.num_threads()}",
                     program_text,
                 ]
             ).encode()

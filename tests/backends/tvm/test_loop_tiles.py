@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import effir
-from effir.backends.tvm.loop import build_loop, cpu_schedule, lower_loop
+from effir.backends.tvm.loop import build_loop, cpu_schedule, lower_loop, rows
 from effir.backends.tvm.loop.cpu_schedule import _rows_per_tile, _tile_order, _tile_panels
 from tests.backends.tvm.test_loop import GRU, assert_close, foreach_of, gru_inputs, module
 
@@ -119,13 +119,18 @@ def @main(%xs: Tensor[(t, b, {hidden}), float32], %h0: Tensor[(b, {hidden}), flo
 """
 
 
-@pytest.mark.parametrize(("batch", "parallel_loops"), [(32, 1), (1, 0)])
-def test_no_barrier_per_step_in_the_hidden_256_gru(batch: int, parallel_loops: int) -> None:
+@pytest.mark.parametrize(("batch", "parallel_loops"), [(32, 2), (1, 0)])
+def test_no_barrier_per_step_in_the_hidden_256_gru(
+    batch: int, parallel_loops: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Issue 18: a parallel loop ends at a barrier, which on a busy machine
     waits a time slice. The hidden-256 GRU's step (a 2**22.6 multiply-add
-    product and its gates at batch 32) runs serially, with no barrier per
-    step; only the batch-32 prologue's projection of all steps (one barrier
-    a call) is on the thread pool. Scheduled only, not built."""
+    product and its gates at batch 32) has no parallel loop, no barrier per
+    step; at batch 32 the batch-32 prologue's projection of all steps and
+    the loop over blocks of rows around the steps (loop/rows.py, two
+    threads) are on the thread pool, one barrier a call each. Scheduled
+    only, not built."""
+    monkeypatch.setattr(rows, "pool_threads", lambda: 2)
     _, body, _ = foreach_of(module(gru_text(256)))
     captured = build_loop(body).captured  # the batch is symbolic: nothing built yet
     lowered = lower_loop(body, {"b": batch}, captured, {}, None, parallel=True)

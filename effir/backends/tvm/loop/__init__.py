@@ -59,6 +59,15 @@ The algorithm
    elementwise blocks (from 2**27 multiply-adds, about a time slice's
    work: a busy machine makes each barrier wait a time slice) spread over
    TVM's thread pool (``parallel``).
+   [ROWS] A loop whose rows are independent (each row of the new state
+   and of ``out_t`` computed from the same row of the state and of
+   ``x_t`` and from captured values only, checked on the TE graph:
+   ``rows``) and whose work is large enough runs by blocks of rows:
+   ``parallel for blk: for t: step(rows of blk)``, each thread carrying
+   its rows through every step with no barrier per step, its step built
+   for a block of rows (bit-identical results: each row's arithmetic is
+   unchanged). As many blocks as TVM's pool has threads, each of at least
+   4 rows (batch 1 stays serial).
 6. [LOOP] The loop PrimFunc: the prologue; the state copied into a double
    buffer ``S[2, ...]``; ``for t in range(T)`` one block whose
    ``match_buffer`` views bind the step's buffers to ``xs[t]``, to row
@@ -85,7 +94,7 @@ booleans, so blocks that bind one stay scalar.
 
 The package follows these steps, one module each: ``values`` (types and
 the values a kernel takes), ``evaluate`` [EVAL], ``graph`` [CLASS] [PACK]
-[HOIST], ``cpu_schedule`` [SCHED], ``function`` [LOOP] (and ``lower_loop``,
+[HOIST], ``cpu_schedule`` [SCHED], ``rows`` [ROWS], ``function`` [LOOP] (and ``lower_loop``,
 all steps together), ``kernel`` (building and running: ``LoopKernel``,
 ``build_loop``). The scheduling helpers it shares with schedule.py are in
 schedule_common.py. ``packed`` builds the same loop over a packed batch of

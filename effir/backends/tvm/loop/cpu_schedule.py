@@ -38,8 +38,9 @@ workers spin at the barriers); batch 1 (the prologue's projection,
 2**23.6 at SYMBOLIC_EXTENT steps), 0.34-0.45 against 0.58-0.75. The
 batch-32 prologue (2**28.6) stays on the pool. On an idle machine with
 two free cores the step at batch 32 would gain from the pool, which
-could not be measured here; a loop whose rows are independent could run
-each core's rows through every step with no barrier at all (not built)."""
+could not be measured here; a loop whose rows are independent now runs
+each core's rows through every step with no barrier at all (rows.py: one
+barrier a call, decided by this threshold on a call's work)."""
 SYMBOLIC_EXTENT = 64
 """What a symbolic extent (the sequence length) counts for in work estimates."""
 

@@ -21,6 +21,7 @@ from ....ir import type_tree
 from ....ir.expr import Function, Var
 from ....ir.module import IRModule
 from ..errors import BackendError
+from . import rows
 from .cpu_schedule import schedule
 from .evaluate import StepTE
 from .graph import ROW_TILE, Graph, Stages, TensorMap, hoist
@@ -50,10 +51,15 @@ def _view(buf: Any) -> Any:
     )
 
 
-def _region(buf: Any, lead: Sequence[Any]) -> Any:
-    """``buf[lead..., :, ...]``: the sub-tensor at the leading indices ``lead``."""
+def _region(buf: Any, lead: Sequence[Any], span: tuple[Any, int] | None = None) -> Any:
+    """``buf[lead..., :, ...]``: the sub-tensor at the leading indices
+    ``lead``; with ``span`` (start, count), only those rows of the next axis."""
+    rest = list(buf.shape)[len(lead) :]
     ranges = [Range.from_min_extent(i, 1) for i in lead]
-    ranges += [Range.from_min_extent(0, d) for d in list(buf.shape)[len(lead) :]]
+    if span is not None:
+        ranges.append(Range.from_min_extent(*span))
+        rest = rest[1:]
+    ranges += [Range.from_min_extent(0, d) for d in rest]
     return tirx.BufferRegion(buf, ranges)
 
 
@@ -93,10 +99,30 @@ class _Interface:
     invariant: frozenset[int] = frozenset()  # state leaves every step returns unchanged
 
 
-def _loop_function(io: _Interface, stages: Stages, schedule: Callable[[Any], Any]) -> Any:
+@dataclass
+class RowBlocks:
+    """[ROWS] (rows.py) The step rebuilt for ``rows`` rows, run by ``count``
+    blocks of rows in parallel, each through every step."""
+
+    count: int
+    rows: int
+    step_inputs: list[te.Tensor]  # per stages.step_inputs: the block's placeholder
+    step_outputs: list[te.Tensor]
+    rowed: list[te.Tensor]  # the stages' step inputs that have the batch's rows
+
+
+def _loop_function(
+    io: _Interface,
+    stages: Stages,
+    schedule: Callable[..., Any],
+    blocks: RowBlocks | None = None,
+) -> Any:
     """[LOOP] The PrimFunc ``main(xs..., init..., captured..., outs...,
     final..., hoisted...)``: the prologue, the loop over the scheduled step
-    with its buffers bound by ``match_buffer``, the final state."""
+    with its buffers bound by ``match_buffer``, the final state. With
+    ``blocks`` [ROWS], the loop over the steps runs inside a parallel loop
+    over blocks of rows, its step (``blocks``'s, serial) bound to the
+    block's rows; its buffers are allocated per block."""
     length = io.length
     xs = [_param(f"xs{i}", [length, *t.shape], t.dtype) for i, t in enumerate(io.x)]
     init = [_param(f"init{i}", t.shape, t.dtype) for i, t in enumerate(io.state)]
@@ -129,9 +155,18 @@ def _loop_function(io: _Interface, stages: Stages, schedule: Callable[[Any], Any
         _copy(d, [0], init[i], [], f"init{i}") for d, (i, _) in zip(doubled, varying, strict=True)
     ]
 
-    # The step: every parameter buffer bound to where its data lives at step t.
+    # The step: every parameter buffer bound to where its data lives at step t
+    # (and, by row blocks, to the block's rows of the batch).
     t = tirx.Var("t", "int32")
-    step = schedule(te.create_prim_func([*stages.step_inputs, *stages.step_outputs]))
+    if blocks is None:
+        step = schedule(te.create_prim_func([*stages.step_inputs, *stages.step_outputs]))
+        block_rows = None
+        rowed = TensorMap()
+    else:
+        step = schedule(te.create_prim_func([*blocks.step_inputs, *blocks.step_outputs]), False)
+        blk = tirx.Var("blk", "int32")
+        block_rows = (blk * blocks.rows, blocks.rows)
+        rowed = TensorMap(((ph.op, ph.value_index), True) for ph in blocks.rowed)
     sources = TensorMap()
     for ph, buf in zip(io.x, xs, strict=True):
         sources[ph] = (buf, [t])
@@ -144,23 +179,32 @@ def _loop_function(io: _Interface, stages: Stages, schedule: Callable[[Any], Any
     for ph, buf, seq in zip(stages.hoisted_views, hoisted, stages.hoisted_seq, strict=True):
         sources[ph] = (buf, [t] if seq else [])
     params = list(step.params)
-    places = [sources[ph] for ph in stages.step_inputs]
-    places += [(buf, [t]) for buf in outs] + [(buf, [tirx.floormod(t + 1, 2)]) for buf in doubled]
+    places = [(*sources[ph], block_rows if ph in rowed else None) for ph in stages.step_inputs]
+    places += [(buf, [t], block_rows) for buf in outs]
+    places += [(buf, [tirx.floormod(t + 1, 2)], block_rows) for buf in doubled]
     mapping = {}
     matches, reads, writes = [], [], []
-    for k, (param, (buf, lead)) in enumerate(zip(params, places, strict=True)):
-        region = _region(buf, lead)
+    for k, (param, (buf, lead, span)) in enumerate(zip(params, places, strict=True)):
+        region = _region(buf, lead, span)
         (reads if k < len(stages.step_inputs) else writes).append(region)
-        if lead:
+        if lead or span is not None:
             mapping[param] = _view(param)
             matches.append(s_tir.MatchBufferRegion(mapping[param], region))
         else:
             mapping[param] = buf
     stmt, extra = _stage_body(step, mapping)
-    allocs += extra
     block = s_tir.SBlock([], reads, writes, "step", stmt, match_buffers=matches)
     realize = s_tir.SBlockRealize([], True, block)
-    stmts.append(tirx.For(t, tirx.const(0, "int32"), length, tirx.ForKind.SERIAL, realize))
+    loop = tirx.For(t, tirx.const(0, "int32"), length, tirx.ForKind.SERIAL, realize)
+    if blocks is None:
+        allocs += extra
+        stmts.append(loop)
+    else:  # [ROWS] each block's step buffers its own, allocated in the block
+        own = s_tir.SBlock([], [], [], "rows", loop, alloc_buffers=extra)
+        par = s_tir.SBlockRealize([], True, own)
+        stmts.append(
+            tirx.For(blk, tirx.const(0, "int32"), blocks.count, tirx.ForKind.PARALLEL, par)
+        )
     last = [tirx.floormod(length, 2)]
     stmts += [
         _copy(final[i], [], d, last, f"final{i}")
@@ -193,6 +237,7 @@ class LoweredLoop:
     scratch: list[tuple[Leaf, bool]]  # prologue results; True: with a leading T
     padded: bool  # that leading axis is padded_length(T)
     unscheduled: list[str]  # blocks left with plain loops (cpu_schedule.schedule)
+    row_blocks: int = 1  # [ROWS] blocks of rows run in parallel through every step
 
     def scratch_rows(self, length: int) -> int:
         """The rows of the scratch buffers with a leading T, for ``length`` steps."""
@@ -232,12 +277,14 @@ def lower_loop(
     length = tirx.Var("T", "int32")
     xs_ph = [te.placeholder([length, *t.shape], t.dtype, name=f"{t.op.name}_seq") for t in x_leaves]
     stages = hoist(graph, xs_ph, length)
+    blocks = _row_blocks(graph, stages) if parallel else None
 
     unscheduled: list[str] = []
     func = _loop_function(
         _Interface(x_leaves, s_leaves, cap_leaves, out_leaves, xs_ph, length, invariant),
         stages,
-        lambda f: schedule(f, parallel, unscheduled),
+        lambda f, threads=parallel: schedule(f, threads, unscheduled),
+        blocks,
     )
 
     def leaf(t: te.Tensor) -> Leaf:
@@ -256,4 +303,21 @@ def lower_loop(
         ],
         stages.padded,
         unscheduled,
+        blocks.count if blocks is not None else 1,
     )
+
+
+def _row_blocks(graph: Graph, stages: Stages) -> RowBlocks | None:
+    """[ROWS] The step by blocks of rows, when the loop's rows are
+    independent and a call's work is worth the pool (rows.py); else None."""
+    batch = rows.batch_of(graph)
+    count = rows.row_blocks(batch, rows.step_work(graph), rows.pool_threads())
+    if batch is None or count < 2:
+        return None
+    seq_views = [v for v, seq in zip(stages.hoisted_views, stages.hoisted_seq, strict=True) if seq]
+    rowed_ops = {t.op for t in (*graph.x, *graph.state, *seq_views)}
+    rowed = [ph for ph in stages.step_inputs if ph.op in rowed_ops]
+    made = rows.block_step(stages, rowed, batch // count)
+    if made is None:
+        return None
+    return RowBlocks(count, batch // count, *made, rowed)
