@@ -11,8 +11,12 @@ the tail runs as a loop that stores its carries (``"loop"`` storage, fewer
 than k of them). The backward (``segmented_back``) runs the tail's reverse
 loop, then a reverse loop over the segments whose step recomputes its
 segment from the stored carry (storing that segment's k carries) and runs
-the segment's reverse loop. Memory: about 2*sqrt(T) carries instead of T;
-time: one more forward.
+the segment's reverse loop. The reverse loop over the segments iterates
+over their indices, last first, and takes each segment from the stacks
+(its stored carries, its x), rather than over reversed copies of the
+stacks (``reverse``), which held the stored carries twice at the
+backward's peak. Memory: about 2*sqrt(T) carries instead of T; time: one
+more forward.
 
 Chunks: the reverse loop's weight-gradient terms that ``hoist`` moves out
 of it are summed per chunk (the tail, then each segment, in the reverse
