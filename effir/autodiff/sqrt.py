@@ -11,8 +11,12 @@ the tail runs as a loop that stores its carries (``"loop"`` storage, fewer
 than k of them). The backward (``segmented_back``) runs the tail's reverse
 loop, then a reverse loop over the segments whose step recomputes its
 segment from the stored carry (storing that segment's k carries) and runs
-the segment's reverse loop. Memory: about 2*sqrt(T) carries instead of T;
-time: one more forward.
+the segment's reverse loop. The reverse loop over the segments iterates
+over their indices, last first, and takes each segment from the stacks
+(its stored carries, its x), rather than over reversed copies of the
+stacks (``reverse``), which held the stored carries twice at the
+backward's peak. Memory: about 2*sqrt(T) carries instead of T; time: one
+more forward.
 
 Chunks: the reverse loop's weight-gradient terms that ``hoist`` moves out
 of it are summed per chunk (the tail, then each segment, in the reverse
@@ -34,6 +38,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+
+import numpy as np
 
 from ..ir.builder import LetBuilder
 from ..ir.expr import Expr, Function, Var
@@ -82,6 +88,15 @@ def _split(nseg: int, k: int) -> Leaf:
         shaped = b.emit(b.call_op("reshape", last, newshape=[0] * r + [nseg, k]), "t")
         axes = [r, r + 1, *range(r)]
         return b.emit(b.call_op("transpose", shaped, axes=axes), "segments")
+
+    return leaf
+
+
+def _take(index: Expr) -> Leaf:
+    """(nseg, ...) -> its row ``index`` (a 0-d int64 tensor)."""
+
+    def leaf(b: LetBuilder, x: Expr, t: TensorType) -> Expr:
+        return b.emit(b.call_op("take", x, index, axis=0), "segment")
 
     return leaf
 
@@ -238,18 +253,28 @@ def segmented_back(loop, bb: LetBuilder, outs: Expr, final: Expr, geo: tuple, sr
         xs_main = _map(
             bb, _map(bb, loop.xs, xs_type, _slice(0, main, length)), xs_type, _split(nseg, k)
         )
-    seqs = [
-        reverse(bb, ct_main, ct_out_type),
-        reverse(bb, src.main, loop.init.checked_type),
-        reverse(bb, xs_main, xs_type),
+    # The segments' reverse loop runs over their indices, last first, and
+    # takes its segment from each stack: a reversed copy of the stacks
+    # (the stored carries, x) would double them at the backward's peak.
+    slots = loop.recompute_slots
+    stacks = [
+        (seq, _segmented(t, nseg, k))
+        for seq, t, p in zip(
+            [ct_main, src.main, xs_main],
+            [ct_out_type, loop.init.checked_type, xs_type],
+            slots.positions,
+            strict=True,
+        )
+        if p is not None
     ]
-    segs_back = loop.reverse_loop(
-        bb,
-        loop.recompute_slots.pack(bb, seqs),
-        carried,
-        lambda nb, s, c: _segment_step(loop, nb, s, c, plan, src.stored),
-        totals=True,
-    )
+    order = bb.const(np.arange(nseg - 1, -1, -1, dtype=np.int64))
+
+    def segment_step(nb: LetBuilder, index: Var, c: Var) -> tuple:
+        parts = [_map(nb, seq, t, _take(index)) for seq, t in stacks]
+        step = nb.emit(nb.tuple(parts), "segment")
+        return _segment_step(loop, nb, step, c, plan, src.stored)
+
+    segs_back = loop.reverse_loop(bb, order, carried, segment_step, totals=True)
     fin = bb.emit_get(segs_back, 1, "ct_final")
     loop.rev.add(bb, loop.init, bb.emit_get(fin, 0, "ct_init"))
     seg_steps = bb.emit_get(segs_back, 0, "ct_steps")

@@ -41,6 +41,22 @@ freed, which raises its mmap threshold. The GRU of benchmarks/gru_peers.py
 at batch 1 ran in 1.5 ms when it was the first shape called and in 0.76
 ms after a call at batch 32 (issue 18). Unaligned vector moves cost
 nothing extra on aligned data.
+
+[RULE KILLUNUSED] After ``KillAfterLastUse``, every variable that is bound
+to a value with a register of its own (a call, a tuple, a tuple item, an
+``if``) holding memory and is never read is killed right after its
+binding. ``KillAfterLastUse`` kills a variable after its last read, so a
+variable never read was never killed: Relax's own simplifications leave
+such bindings (a loop kernel's outputs regrouped as the effir program's
+tuple, ``backward = (outputs, carry)``, whose items are then read from the
+kernel's results directly), and the register kept the tuple, and every
+tensor in it, until the function returned. A compiled VM loop is a chain
+of calls (relax_loops.py: each step calls the next), so each step's frame
+kept its step's tensors alive until the whole loop ended: memory linear
+in the trip count that the program does not hold. The checkpointed
+backward of a GRU (benchmarks/checkpoint_memory.py, ``loop``) kept every
+segment's recomputed residuals and so stored 12-13 (B, H) tensors per
+step instead of about 3 (issue 17).
 """
 
 from __future__ import annotations
@@ -50,7 +66,8 @@ from typing import Any
 import tvm
 from tvm import relax
 from tvm.relax import transform
-from tvm.relax.expr_functor import PyExprMutator, mutator
+from tvm.relax.expr_functor import PyExprMutator, PyExprVisitor, mutator, visitor
+from tvm.relax.op.vm import kill_object
 
 from .kernel import relax_alignment
 
@@ -82,6 +99,7 @@ def relax_pipeline(target: Any) -> Any:
     passes += [
         transform.LowerAllocTensor(),
         transform.KillAfterLastUse(),
+        kill_unused(),
         transform.LowerRuntimeBuiltin(),
         transform.ComputePrimValue(),
         transform.VMShapeLower(),
@@ -152,3 +170,71 @@ class _BranchAllocations(PyExprMutator):  # type: ignore[misc]
             "storage",
         )
         return relax.op.memory.alloc_tensor(storage, 0, shape, dtype, device)
+
+
+def kill_unused() -> Any:
+    """[RULE KILLUNUSED] as a Relax module pass (after ``KillAfterLastUse``)."""
+
+    @tvm.transform.module_pass(opt_level=0, name="effir.KillUnused")
+    def run(module: Any, _context: Any) -> Any:
+        for gv, function in list(module.functions.items()):
+            if not isinstance(function, relax.Function):
+                continue
+            used = _Uses()
+            used.visit_expr(function)
+            if used.unused:
+                module[gv] = _KillUnused(module, used.unused).visit_expr(function)
+        return module
+
+    return run
+
+
+# Values that the VM puts in a register of their own (a variable bound to a
+# variable, a constant or a match_cast shares the register or needs none).
+_OWN_REGISTER = (relax.Call, relax.Tuple, relax.TupleGetItem, relax.If)
+
+
+def _holds_object(ty: Any) -> bool:
+    """Whether a value of this type can keep memory alive (not a void
+    result, not a shape or a primitive value)."""
+    if isinstance(ty, relax.TupleType):
+        return len(ty.fields) > 0
+    return isinstance(ty, relax.TensorType | relax.ObjectType)
+
+
+@visitor
+class _Uses(PyExprVisitor):  # type: ignore[misc]
+    """The variables bound to a register of their own and never read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bound: list[Any] = []
+        self.read: set[Any] = set()
+
+    def visit_var_binding_(self, binding: Any) -> None:
+        super().visit_var_binding_(binding)
+        if isinstance(binding.value, _OWN_REGISTER) and _holds_object(binding.var.ty):
+            self.bound.append(binding.var)
+
+    def visit_var_(self, op: Any) -> None:
+        self.read.add(op)
+
+    @property
+    def unused(self) -> set[Any]:
+        return {v for v in self.bound if v not in self.read}
+
+
+@mutator
+class _KillUnused(PyExprMutator):  # type: ignore[misc]
+    """Kills each unused variable right after its binding."""
+
+    def __init__(self, module: Any, unused: set[Any]) -> None:
+        super().__init__(module)
+        self.unused = unused
+
+    def visit_var_binding_(self, binding: Any) -> None:
+        super().visit_var_binding_(binding)
+        if binding.var in self.unused:
+            var = self.get_var_remap(binding.var)
+            var = binding.var if var is None else var
+            self.builder_.emit(kill_object(var))
