@@ -131,23 +131,16 @@ from .anf_sharing import (
 )
 from .infra import module_pass
 
+_SIMPLE = (Call, Tuple, TupleGetItem, RefCreate, RefRead, RefWrite)
+
 
 def simple_operands(value: Expr) -> tuple[Expr, ...] | None:
     """The operands of a call, tuple, projection or reference operation
-    (the values that open no block of their own); None for anything else."""
-    if isinstance(value, Call):
-        return (value.callee, *value.args)
-    if isinstance(value, Tuple):
-        return value.fields
-    if isinstance(value, TupleGetItem):
-        return (value.tuple_value,)
-    if isinstance(value, RefCreate):
-        return (value.value,)
-    if isinstance(value, RefRead):
-        return (value.ref,)
-    if isinstance(value, RefWrite):
-        return (value.ref, value.value)
-    return None
+    (the values that open no block of their own), its expression fields
+    in field order (``child_slots``); None for anything else."""
+    if not isinstance(value, _SIMPLE):
+        return None
+    return tuple(nodes_in(value, _AnfCheck.plan(type(value))[2]))
 
 
 @module_pass(
