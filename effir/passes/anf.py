@@ -225,7 +225,7 @@ class _AnfCheck(Visitor):
 
     def _atoms(self, *operands: Expr) -> None:
         for operand in operands:
-            if not is_atom(operand):
+            if not isinstance(operand, ATOM_TYPES):
                 self.fail()
 
     @on(Let)
@@ -245,13 +245,14 @@ class _AnfCheck(Visitor):
     def _value(self, value: Expr) -> None:
         """A let's value or a chain's end: an atom, or a node whose own
         hook accepts it (a let fails: no let in a let's value)."""
-        if is_atom(value):
+        if isinstance(value, ATOM_TYPES):
             return
         if id(value) in self.reached or isinstance(value, Let):
             self.fail()
             return
         self.reached.add(id(value))
-        rule = self.plan(type(value))[0]
+        plan = self._plans.get(type(value)) or self.plan(type(value))
+        rule = plan[0]
         if rule is not None:
             rule(self, value)
         if isinstance(value, _BLOCK_OPENERS):
@@ -261,7 +262,11 @@ class _AnfCheck(Visitor):
     def _call(self, node: Call) -> None:
         if self.on_call is not None:
             self.on_call(node)
-        self._atoms(node.callee, *node.args)
+        if not isinstance(node.callee, ATOM_TYPES):
+            self.fail()
+        for arg in node.args:
+            if not isinstance(arg, ATOM_TYPES):
+                self.fail()
 
     @on(Tuple, TupleGetItem, RefCreate, RefRead, RefWrite)
     def _simple(self, node: Expr) -> None:
