@@ -101,6 +101,7 @@ from collections.abc import Callable
 from ..ir.expr import (
     ATOM_TYPES,
     Call,
+    Clause,
     Expr,
     Function,
     If,
@@ -115,8 +116,9 @@ from ..ir.expr import (
     is_atom,
 )
 from ..ir.expr_functor import Computation, ExprFunctor
-from ..ir.functor import on
+from ..ir.functor import Visitor, on
 from ..ir.module import IRModule
+from ..ir.node import Node, nodes_in
 from .anf_sharing import (
     Bindings,
     Facts,
@@ -129,23 +131,16 @@ from .anf_sharing import (
 )
 from .infra import module_pass
 
+_SIMPLE = (Call, Tuple, TupleGetItem, RefCreate, RefRead, RefWrite)
+
 
 def simple_operands(value: Expr) -> tuple[Expr, ...] | None:
     """The operands of a call, tuple, projection or reference operation
-    (the values that open no block of their own); None for anything else."""
-    if isinstance(value, Call):
-        return (value.callee, *value.args)
-    if isinstance(value, Tuple):
-        return value.fields
-    if isinstance(value, TupleGetItem):
-        return (value.tuple_value,)
-    if isinstance(value, RefCreate):
-        return (value.value,)
-    if isinstance(value, RefRead):
-        return (value.ref,)
-    if isinstance(value, RefWrite):
-        return (value.ref, value.value)
-    return None
+    (the values that open no block of their own), its expression fields
+    in field order (``child_slots``); None for anything else."""
+    if not isinstance(value, _SIMPLE):
+        return None
+    return tuple(nodes_in(value, _AnfCheck.plan(type(value))[2]))
 
 
 @module_pass(
@@ -171,52 +166,119 @@ def is_anf_output(fn: Function, on_call: Callable[[Call], None] | None = None) -
     ``to_anf`` would only rebuild it: blocks are let chains whose lets
     carry their value's span; a let's value and a block's end are atoms or
     have atoms for operands (their own blocks aside: branches, clauses,
-    function bodies); no compound node is reached twice. One walk, no
-    allocation per node beyond a set entry; ``on_call`` sees every call."""
-    normal = True
-    seen: set[int] = set()
-    blocks: list[Expr] = [fn.body]
-    while blocks:
-        expr = blocks.pop()
-        values = []
+    function bodies); no compound node is reached twice. One walk (a
+    ``Visitor`` over the compound nodes only), stopped at the first
+    difference unless ``on_call`` is given; ``on_call`` sees every call
+    (when ``fn`` is not in that form, possibly more than those of its
+    blocks)."""
+    check = _AnfCheck(on_call)
+    try:
+        check.visit(fn)
+    except _NotAnf:
+        return False
+    return check.normal
+
+
+_BLOCK_OPENERS = (If, Match, Function, Clause)
+
+
+class _NotAnf(Exception):
+    """Stops ``_AnfCheck`` at the first difference."""
+
+
+class _AnfCheck(Visitor):
+    """``is_anf_output``'s walk: each hook checks its node's own edges
+    (operands are atoms; a let's value is no let and shares its span); the
+    walk enters compound children only, and counts the edges that reach
+    each (a node reached twice is shared)."""
+
+    binders = False
+    patterns = False
+
+    def __init__(self, on_call: Callable[[Call], None] | None) -> None:
+        super().__init__()
+        self.on_call = on_call
+        self.normal = True
+        self.reached: set[int] = set()
+        self.pending: list[Node] = []  # what a let chain leaves to the walk
+
+    def fail(self) -> None:
+        self.normal = False
+        if self.on_call is None:
+            raise _NotAnf
+
+    def children(self, node: Node) -> list[Node]:
+        """What the walk enters: let chains and the nodes with blocks of
+        their own; the other children are checked here (``_value``)."""
+        if type(node) is not Let:  # a let's chain hook did this
+            reached = self.reached
+            for child in nodes_in(node, self.plan(type(node))[2]):
+                if type(child) is Let:
+                    if id(child) in reached:
+                        self.fail()
+                    reached.add(id(child))
+                    self.pending.append(child)
+                else:
+                    self._value(child)
+        pending, self.pending = self.pending, []
+        return pending
+
+    def _atoms(self, *operands: Expr) -> None:
+        for operand in operands:
+            if not isinstance(operand, ATOM_TYPES):
+                self.fail()
+
+    @on(Let)
+    def _chain(self, head: Let) -> None:
+        """A let chain as a loop: its lets and simple values checked here,
+        the values with blocks of their own left to the walk."""
+        reached = self.reached
+        expr: Expr = head
         while isinstance(expr, Let):
-            values.append(expr.value)
-            if id(expr) in seen or expr.span is not expr.value.span:
-                normal = False
-            seen.add(id(expr))
+            if expr.span is not expr.value.span or (expr is not head and id(expr) in reached):
+                self.fail()
+            reached.add(id(expr))
+            self._value(expr.value)
             expr = expr.body
-        values.append(expr)
-        for value in values:
-            if is_atom(value):
-                continue
-            if id(value) in seen:
-                normal = False
-            seen.add(id(value))
-            if isinstance(value, Call) and on_call is not None:
-                on_call(value)
-            operands = simple_operands(value)
-            if operands is None:  # a value with blocks of its own
-                if isinstance(value, If):
-                    operands = (value.cond,)
-                    blocks += (value.then_branch, value.else_branch)
-                elif isinstance(value, Match):
-                    operands = (value.data,)
-                    for clause in value.clauses:
-                        if id(clause) in seen:
-                            normal = False
-                        seen.add(id(clause))
-                        blocks.append(clause.body)
-                elif isinstance(value, Function):
-                    operands = ()
-                    blocks.append(value.body)
-                else:  # a let in a let's value
-                    normal = False
-                    continue
-            if not all(is_atom(operand) for operand in operands):
-                normal = False
-            if not normal and on_call is None:
-                return False
-    return normal
+        self._value(expr)
+
+    def _value(self, value: Expr) -> None:
+        """A let's value or a chain's end: an atom, or a node whose own
+        hook accepts it (a let fails: no let in a let's value)."""
+        if isinstance(value, ATOM_TYPES):
+            return
+        if id(value) in self.reached or isinstance(value, Let):
+            self.fail()
+            return
+        self.reached.add(id(value))
+        plan = self._plans.get(type(value)) or self.plan(type(value))
+        rule = plan[0]
+        if rule is not None:
+            rule(self, value)
+        if isinstance(value, _BLOCK_OPENERS):
+            self.pending.append(value)
+
+    @on(Call)
+    def _call(self, node: Call) -> None:
+        if self.on_call is not None:
+            self.on_call(node)
+        if not isinstance(node.callee, ATOM_TYPES):
+            self.fail()
+        for arg in node.args:
+            if not isinstance(arg, ATOM_TYPES):
+                self.fail()
+
+    @on(Tuple, TupleGetItem, RefCreate, RefRead, RefWrite)
+    def _simple(self, node: Expr) -> None:
+        self._atoms(*nodes_in(node, self.plan(type(node))[2]))
+
+    @on(If)
+    def _if(self, node: If) -> None:
+        self._atoms(node.cond)
+
+    @on(Match)
+    def _match(self, node: Match) -> None:
+        self._atoms(node.data)
 
 
 def to_anf_expr(expr: Expr) -> Expr:

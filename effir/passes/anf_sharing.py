@@ -9,7 +9,6 @@ its normalizer (step 4) and ``to_gnf``/``to_bbnf`` use these."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
 from ..ir.expr import (
@@ -26,13 +25,11 @@ from ..ir.expr import (
     RefCreate,
     RefRead,
     RefWrite,
-    Tuple,
-    TupleGetItem,
     Var,
     is_atom,
 )
 from ..ir.expr_functor import Computation, ExprFunctor
-from ..ir.functor import Mutator, on, post_order, pre_order
+from ..ir.functor import Functor, Mutator, on, post_order, pre_order
 from ..ir.node import Node
 from ..ir.op import op_def
 
@@ -42,39 +39,60 @@ Bindings = list[tuple[Var, Expr, bool]]
 
 
 # ------------------------------------------------------------------ edges
-def expression_edges(node: Node) -> Iterator[tuple[Slot, Expr, bool]]:
+class _Edges(Functor):
+    """A node's expression edges: its expression fields in field order
+    (``child_slots``, through the functor's plan: no binders, types or
+    patterns), except where an ``@on`` hook says otherwise: a call
+    evaluates its arguments before its callee; a branch, a clause body and
+    a function body open a block. Hooks return ``(slot, child, opens)``;
+    ``rebuild`` hooks put children back in that order."""
+
+    patterns = False
+
+    @on(Call)
+    def _call(self, node: Call) -> list[tuple[Slot, Expr, bool]]:
+        edges: list[tuple[Slot, Expr, bool]] = [(i, a, False) for i, a in enumerate(node.args)]
+        edges.append(("callee", node.callee, False))
+        return edges
+
+    @on(If)
+    def _if(self, node: If) -> list[tuple[Slot, Expr, bool]]:
+        return [
+            ("cond", node.cond, False),
+            ("then", node.then_branch, True),
+            ("else", node.else_branch, True),
+        ]
+
+    @on(Match)
+    def _match(self, node: Match) -> list[tuple[Slot, Expr, bool]]:
+        edges: list[tuple[Slot, Expr, bool]] = [("data", node.data, False)]
+        edges += [(i, clause.body, True) for i, clause in enumerate(node.clauses)]
+        return edges
+
+    @on(Function)
+    def _function(self, node: Function) -> list[tuple[Slot, Expr, bool]]:
+        return [("body", node.body, True)]
+
+
+_EDGE_PLAN = _Edges.plan
+
+
+def expression_edges(node: Node) -> list[tuple[Slot, Expr, bool]]:
     """``(slot, child, opens_block)`` for each child expression of ``node``
-    in evaluation order; a branch, a clause body and a function body open a
-    block of their own."""
-    if isinstance(node, Call):
-        for i, arg in enumerate(node.args):
-            yield i, arg, False
-        yield "callee", node.callee, False
-    elif isinstance(node, Let):
-        yield "value", node.value, False
-        yield "body", node.body, False
-    elif isinstance(node, Tuple):
-        for i, field in enumerate(node.fields):
-            yield i, field, False
-    elif isinstance(node, TupleGetItem):
-        yield "tuple", node.tuple_value, False
-    elif isinstance(node, If):
-        yield "cond", node.cond, False
-        yield "then", node.then_branch, True
-        yield "else", node.else_branch, True
-    elif isinstance(node, Match):
-        yield "data", node.data, False
-        for i, clause in enumerate(node.clauses):
-            yield i, clause.body, True
-    elif isinstance(node, Function):
-        yield "body", node.body, True
-    elif isinstance(node, RefCreate):
-        yield "value", node.value, False
-    elif isinstance(node, RefRead):
-        yield "ref", node.ref, False
-    elif isinstance(node, RefWrite):
-        yield "ref", node.ref, False
-        yield "value", node.value, False
+    in evaluation order (the slot is the field's name, or the index in a
+    tuple field); a branch, a clause body and a function body open a block
+    of their own."""
+    rule, _, fields, _, _ = _EDGE_PLAN(type(node))
+    if rule is not None:
+        return rule(None, node)
+    edges: list[tuple[Slot, Expr, bool]] = []
+    for name, many in fields:
+        value = getattr(node, name)
+        if many:
+            edges += [(i, child, False) for i, child in enumerate(value)]
+        elif value is not None:
+            edges.append((name, value, False))
+    return edges
 
 
 def with_children(node: Expr, children: list[Expr]) -> Expr:
@@ -82,31 +100,27 @@ def with_children(node: Expr, children: list[Expr]) -> Expr:
     (``node`` itself when none changed)."""
     if isinstance(node, Call):
         return replace_fields(node, args=tuple(children[:-1]), callee=children[-1])
-    if isinstance(node, Let):
-        return replace_fields(node, value=children[0], body=children[1])
-    if isinstance(node, Tuple):
-        return replace_fields(node, fields=tuple(children))
-    if isinstance(node, TupleGetItem):
-        return replace_fields(node, tuple_value=children[0])
-    if isinstance(node, If):
-        return replace_fields(
-            node, cond=children[0], then_branch=children[1], else_branch=children[2]
-        )
     if isinstance(node, Match):
         clauses = tuple(
             replace_fields(clause, body=body)
             for clause, body in zip(node.clauses, children[1:], strict=True)
         )
         return replace_fields(node, data=children[0], clauses=clauses)
-    if isinstance(node, Function):
-        return replace_fields(node, body=children[0])
-    if isinstance(node, RefCreate):
-        return replace_fields(node, value=children[0])
-    if isinstance(node, RefRead):
-        return replace_fields(node, ref=children[0])
-    if isinstance(node, RefWrite):
-        return replace_fields(node, ref=children[0], value=children[1])
-    raise TypeError(f"normal forms: unexpected {type(node).__name__}")
+    changes: dict[str, Any] = {}
+    at = 0
+    for name, many in _EDGE_PLAN(type(node))[2]:
+        value = getattr(node, name)
+        if many:
+            changes[name] = tuple(children[at : at + len(value)])
+            at += len(value)
+        elif value is not None:
+            changes[name] = children[at]
+            at += 1
+    if at != len(children):
+        raise TypeError(
+            f"normal forms: {type(node).__name__} has {at} children, not {len(children)}"
+        )
+    return replace_fields(node, **changes)
 
 
 # ------------------------------------------------------------------ facts
