@@ -58,7 +58,8 @@ from ..ir.expr import (
     TupleGetItem,
     Var,
 )
-from ..ir.functor import pre_order
+from ..ir.expr_functor import ExprFunctor
+from ..ir.functor import on, pre_order
 from ..ir.module import IRModule
 from ..ir.node import Node, child_nodes
 from ..ir.op import op_def
@@ -125,8 +126,13 @@ def solve_flows(module: IRModule) -> _EffectInference:
 Source = tuple
 
 
-class _EffectInference:
+class _EffectInference(ExprFunctor):
+    """The flow analysis: ``step`` is each node's transfer function (one
+    ``@on`` hook per expression class, applied by the fixpoint in
+    ``solve_flows``), then the effects read off the solved flows."""
+
     def __init__(self, module: IRModule) -> None:
+        super().__init__()
         self.module = module
         self.values: dict[object, set[Source]] = {}  # node or ("ret", source) / ("content", src)
         self.functions: list[tuple[Source, Function]] = []
@@ -218,59 +224,85 @@ class _EffectInference:
         return changed
 
     def step(self, node: Node) -> bool:
+        """[RULE F] one node's flows; whether any set grew."""
+        return self.eval(node)
+
+    @on(Node)
+    def _no_flow(self, node: Node) -> bool:
+        return False  # atoms, functions, patterns: their values are read off
+
+    @on(Let)
+    def _let(self, node: Let) -> bool:
         v = self.value_of
-        if isinstance(node, Let):
-            return self.add(node.var, v(node.value)) | self.add(node, v(node.body))
-        if isinstance(node, If):
-            return self.add(node, v(node.then_branch)) | self.add(node, v(node.else_branch))
-        if isinstance(node, Match):
-            changed = False
-            data = v(node.data)
-            for clause in node.clauses:
-                changed |= self._bind_pattern(clause, data)
-                changed |= self.add(node, v(clause.body))
-            return changed
-        if isinstance(node, Tuple):
-            changed = False
-            for f in node.fields:
-                changed |= self.add(node, v(f))
-            return changed
-        if isinstance(node, TupleGetItem):
-            return self.add(node, v(node.tuple_value))
-        if isinstance(node, RefCreate):
-            src = ("alloc", node)
-            return self.add(node, {src}) | self.add(("content", src), v(node.value))
-        if isinstance(node, RefRead):
-            changed = False
-            for src in list(v(node.ref)):
-                changed |= self.add(node, self.flows(("content", src)))
-            return changed
-        if isinstance(node, RefWrite):
-            changed = False
-            for src in list(v(node.ref)):
-                changed |= self.add(("content", src), v(node.value))
-            return changed
-        if isinstance(node, Call):
-            args = [v(a) for a in node.args]
-            if isinstance(node.callee, Op):
-                if "control_flow" in op_def(node.callee).traits:
-                    # [RULE F] each function argument is called with all the others.
-                    everything: set[Source] = set().union(*args) if args else set()
-                    changed = False
-                    for arg in args:
-                        callees = {s for s in arg if s[0] in ("def", "fn")}
-                        if callees:
-                            fn_args = [everything | self.flows(node)] * 2
-                            changed |= self.call_into(callees, fn_args, node)
-                    return changed
-                # An operator's result may be built from its arguments
-                # (debug.print returns its argument): sound for all.
+        return self.add(node.var, v(node.value)) | self.add(node, v(node.body))
+
+    @on(If)
+    def _if(self, node: If) -> bool:
+        v = self.value_of
+        return self.add(node, v(node.then_branch)) | self.add(node, v(node.else_branch))
+
+    @on(Match)
+    def _match(self, node: Match) -> bool:
+        changed = False
+        data = self.value_of(node.data)
+        for clause in node.clauses:
+            changed |= self._bind_pattern(clause, data)
+            changed |= self.add(node, self.value_of(clause.body))
+        return changed
+
+    @on(Tuple)
+    def _tuple(self, node: Tuple) -> bool:
+        changed = False
+        for f in node.fields:
+            changed |= self.add(node, self.value_of(f))
+        return changed
+
+    @on(TupleGetItem)
+    def _get(self, node: TupleGetItem) -> bool:
+        return self.add(node, self.value_of(node.tuple_value))
+
+    @on(RefCreate)
+    def _ref_create(self, node: RefCreate) -> bool:
+        src = ("alloc", node)
+        return self.add(node, {src}) | self.add(("content", src), self.value_of(node.value))
+
+    @on(RefRead)
+    def _ref_read(self, node: RefRead) -> bool:
+        changed = False
+        for src in list(self.value_of(node.ref)):
+            changed |= self.add(node, self.flows(("content", src)))
+        return changed
+
+    @on(RefWrite)
+    def _ref_write(self, node: RefWrite) -> bool:
+        changed = False
+        value = self.value_of(node.value)
+        for src in list(self.value_of(node.ref)):
+            changed |= self.add(("content", src), value)
+        return changed
+
+    @on(Call)
+    def _call(self, node: Call) -> bool:
+        v = self.value_of
+        args = [v(a) for a in node.args]
+        if isinstance(node.callee, Op):
+            if "control_flow" in op_def(node.callee).traits:
+                # [RULE F] each function argument is called with all the others.
+                everything: set[Source] = set().union(*args) if args else set()
                 changed = False
                 for arg in args:
-                    changed |= self.add(node, arg)
+                    callees = {s for s in arg if s[0] in ("def", "fn")}
+                    if callees:
+                        fn_args = [everything | self.flows(node)] * 2
+                        changed |= self.call_into(callees, fn_args, node)
                 return changed
-            return self.call_into(v(node.callee), args, node)
-        return False
+            # An operator's result may be built from its arguments
+            # (debug.print returns its argument): sound for all.
+            changed = False
+            for arg in args:
+                changed |= self.add(node, arg)
+            return changed
+        return self.call_into(v(node.callee), args, node)
 
     def _bind_pattern(self, clause: Clause, data: set[Source]) -> bool:
         changed = False

@@ -116,7 +116,10 @@ from ...ir.expr import (
     TupleGetItem,
     Var,
 )
+from ...ir.expr_functor import ExprFunctor
+from ...ir.functor import on
 from ...ir.module import IRModule
+from ...ir.node import Node
 from ...ir.op import op_def
 from ...ir.printer import astext
 from ...ir.types import Type
@@ -199,8 +202,11 @@ class _Closure:
     deep: bool  # takes the depth of recursion first [RULE DEPTH]
 
 
-class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, ClosureLowering):
+class _Lowering(
+    ExprFunctor, LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, ClosureLowering
+):
     def __init__(self, module: IRModule, target: Any, symbolic: tuple[str, ...] = ()) -> None:
+        super().__init__()
         self.module = module
         self.target = target
         self.symbols = {name: tirx.Var(name, "int64") for name in symbolic}
@@ -370,33 +376,55 @@ class _Lowering(LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, Cl
         raise BackendError(f"{type(expr).__name__} is not compiled", expr.span)
 
     def _value(self, expr: Expr, env: dict[Var, Any], name: str) -> Any:
-        emit = self.bb.emit
-        if isinstance(expr, Var | Constant | GlobalVar | Constructor):
-            return self._atom(expr, env)
-        if isinstance(expr, Tuple):
-            return emit(relax.Tuple([self._atom(f, env) for f in expr.fields]), name)
-        if isinstance(expr, TupleGetItem):
-            return emit(relax.TupleGetItem(self._atom(expr.tuple_value, env), expr.index), name)
-        if isinstance(expr, If):
-            cond = self._atom(expr.cond, env)
-            then = self._block(expr.then_branch, dict(env))
-            other = self._block(expr.else_branch, dict(env))
-            return emit(relax.If(cond, then, other), name)
-        if isinstance(expr, Match):
-            if has_constructor_pattern(expr):
-                return self._adt_match(expr, env, name)
-            return self._match(expr, env)
-        if isinstance(expr, Call):
-            return self._call(expr, env, name)
-        if isinstance(expr, Function):
-            raise BackendError(
-                "a function literal that is not bound by a let is not compiled", expr.span
-            )
-        if isinstance(expr, RefCreate | RefRead | RefWrite):
-            raise BackendError(
-                "references are not compiled: run state-passing first (effir.compile does)",
-                expr.span,
-            )
+        """A let-bound value lowered and emitted as ``name``: one ``@on``
+        hook per expression class."""
+        return self.eval(expr, env, name)
+
+    @on(Var, Constant, GlobalVar, Constructor)
+    def _atom_value(self, expr: Expr, env: dict[Var, Any], name: str) -> Any:
+        return self._atom(expr, env)
+
+    @on(Tuple)
+    def _tuple_value(self, expr: Tuple, env: dict[Var, Any], name: str) -> Any:
+        return self.bb.emit(relax.Tuple([self._atom(f, env) for f in expr.fields]), name)
+
+    @on(TupleGetItem)
+    def _get_value(self, expr: TupleGetItem, env: dict[Var, Any], name: str) -> Any:
+        tuple_value = self._atom(expr.tuple_value, env)
+        return self.bb.emit(relax.TupleGetItem(tuple_value, expr.index), name)
+
+    @on(If)
+    def _if_value(self, expr: If, env: dict[Var, Any], name: str) -> Any:
+        cond = self._atom(expr.cond, env)
+        then = self._block(expr.then_branch, dict(env))
+        other = self._block(expr.else_branch, dict(env))
+        return self.bb.emit(relax.If(cond, then, other), name)
+
+    @on(Match)
+    def _match_value(self, expr: Match, env: dict[Var, Any], name: str) -> Any:
+        if has_constructor_pattern(expr):
+            return self._adt_match(expr, env, name)
+        return self._match(expr, env)
+
+    @on(Call)
+    def _call_value(self, expr: Call, env: dict[Var, Any], name: str) -> Any:
+        return self._call(expr, env, name)
+
+    @on(Function)
+    def _function_value(self, expr: Function, env: dict[Var, Any], name: str) -> Any:
+        raise BackendError(
+            "a function literal that is not bound by a let is not compiled", expr.span
+        )
+
+    @on(RefCreate, RefRead, RefWrite)
+    def _ref_value(self, expr: Expr, env: dict[Var, Any], name: str) -> Any:
+        raise BackendError(
+            "references are not compiled: run state-passing first (effir.compile does)",
+            expr.span,
+        )
+
+    @on(Node)
+    def _other_value(self, expr: Expr, env: dict[Var, Any], name: str) -> Any:
         raise BackendError(f"{type(expr).__name__} is not compiled", expr.span)
 
     def _match(self, expr: Match, env: dict[Var, Any]) -> Any:
