@@ -267,23 +267,10 @@ def rename_dims(t: Type, dims: Mapping[str, Dim]) -> Type:
 
 
 # ------------------------------------------------------------ the walks
-class _Resolve(ExprFunctor):
-    """``Solver.resolve``: each compound type rebuilt from its parts'
-    resolutions, once per type (``memo``, shared between calls)."""
-
-    def __init__(self, solver: Solver, memo: dict[int, Type]) -> None:
-        super().__init__()
-        self.solver = solver
-        self.memo = memo
-
-    def eval(self, t: Type) -> Any:  # type: ignore[override]
-        t = self.solver.head(t)
-        if isinstance(t, TensorType | KeyType | TypeVar | GlobalTypeVar | IncompleteType):
-            return t
-        done = self.memo.get(id(t))
-        if done is not None:
-            return done
-        return self._remember(id(t), ExprFunctor.eval(self, t))
+class _Rebuild(ExprFunctor):
+    """A compound type rebuilt from its parts' results: what ``resolve``
+    and ``map_type`` share (each says what ``eval`` does at a type first,
+    and what a type with no parts gives)."""
 
     @on(TupleType)
     def _tuple(self, t: TupleType):
@@ -310,6 +297,25 @@ class _Resolve(ExprFunctor):
         for a in t.args:
             args.append((yield self.eval(a)))
         return TypeCall(t.func, tuple(args))
+
+
+class _Resolve(_Rebuild):
+    """``Solver.resolve``: each compound type rebuilt from its parts'
+    resolutions, once per type (``memo``, shared between calls)."""
+
+    def __init__(self, solver: Solver, memo: dict[int, Type]) -> None:
+        super().__init__()
+        self.solver = solver
+        self.memo = memo
+
+    def eval(self, t: Type) -> Any:  # type: ignore[override]
+        t = self.solver.head(t)
+        if isinstance(t, TensorType | KeyType | TypeVar | GlobalTypeVar | IncompleteType):
+            return t
+        done = self.memo.get(id(t))
+        if done is not None:
+            return done
+        return self._remember(id(t), ExprFunctor.eval(self, t))
 
     @on(Type)
     def _unknown(self, t: Type) -> Type:
@@ -396,7 +402,7 @@ class _Unify(ExprFunctor):
         raise UnifyError(f"{show(a)} vs {show(b)}")
 
 
-class _MapType(ExprFunctor):
+class _MapType(_Rebuild):
     """``map_type``: ``leaf`` asked first at each type, then its parts."""
 
     def __init__(self, leaf: Callable[[Type], Type | None]) -> None:
@@ -408,32 +414,6 @@ class _MapType(ExprFunctor):
         if replaced is not None:
             return replaced
         return ExprFunctor.eval(self, t)
-
-    @on(TupleType)
-    def _tuple(self, t: TupleType):
-        fields = []
-        for f in t.fields:
-            fields.append((yield self.eval(f)))
-        return TupleType(tuple(fields))
-
-    @on(RefType)
-    def _ref(self, t: RefType):
-        return RefType((yield self.eval(t.value)))
-
-    @on(FuncType)
-    def _func(self, t: FuncType):
-        args = []
-        for a in t.arg_types:
-            args.append((yield self.eval(a)))
-        ret = yield self.eval(t.ret_type)
-        return FuncType(tuple(args), ret, t.type_params, t.effects)
-
-    @on(TypeCall)
-    def _call(self, t: TypeCall):
-        args = []
-        for a in t.args:
-            args.append((yield self.eval(a)))
-        return TypeCall(t.func, tuple(args))
 
     @on(Type)
     def _other(self, t: Type) -> Type:
