@@ -244,15 +244,16 @@ class LoweredLoop:
         return -(-length // ROW_TILE) * ROW_TILE if self.padded else length
 
 
-def lower_loop(
+def step_leaves(
     body: Function,
     dims: Mapping[str, int],
     captured: Sequence[Var],
     functions: Mapping[Var, Function],
     module: IRModule | None,
-    parallel: bool,
-) -> LoweredLoop:
-    """[EVAL] to [LOOP]: the loop over ``body`` as one scheduled PrimFunc."""
+) -> tuple[StepTE, list[Any], list[Any], list[Any], list[Any], list[Any]]:
+    """[EVAL] a loop body as TE: the builder and the leaves of x_t, the
+    state, the captured values (constants last), out_t and the new state;
+    what every whole-loop form starts from."""
     builder = StepTE(dims, captured, functions, module)
     x_ph, s_ph, result = builder.evaluate(body)
     if not isinstance(result, tuple) or len(result) != 2:
@@ -266,6 +267,21 @@ def lower_loop(
         (tuple(t.shape), t.dtype) for t in s_leaves
     ]:
         raise BackendError("the new state's types differ from the state's", body.span)
+    return builder, x_leaves, s_leaves, cap_leaves, out_leaves, new_leaves
+
+
+def lower_loop(
+    body: Function,
+    dims: Mapping[str, int],
+    captured: Sequence[Var],
+    functions: Mapping[Var, Function],
+    module: IRModule | None,
+    parallel: bool,
+) -> LoweredLoop:
+    """[EVAL] to [LOOP]: the loop over ``body`` as one scheduled PrimFunc."""
+    builder, x_leaves, s_leaves, cap_leaves, out_leaves, new_leaves = step_leaves(
+        body, dims, captured, functions, module
+    )
     invariant = frozenset(
         i for i, (n, p) in enumerate(zip(new_leaves, s_leaves, strict=True)) if n.same_as(p)
     )

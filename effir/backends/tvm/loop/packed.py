@@ -74,8 +74,7 @@ from ....ir.visitor import free_vars
 from ..errors import BackendError
 from ..target import make_target
 from .cpu_schedule import schedule
-from .evaluate import StepTE
-from .function import _param, _region, _stage_body, _view
+from .function import _param, _region, _stage_body, _view, step_leaves
 from .graph import ROW_TILE, Graph, TensorMap, _recompute, hoist, topological
 from .kernel import _Argument, _compile, _Compiled
 from .values import Leaf, bind_dims
@@ -123,19 +122,9 @@ def lower_packed(
 ) -> LoweredPacked:
     """[EVAL] to [HOIST] as ``lower_loop`` (the batch dimension bound to the
     tile in ``dims``), then the packed loop function."""
-    builder = StepTE(dims, captured, functions, module)
-    x_ph, s_ph, result = builder.evaluate(body)
-    if not isinstance(result, tuple) or len(result) != 2:
-        raise BackendError("a loop body returns (out_t, new_state)", body.span)
-    out_t, new_state = result
-    x_leaves, s_leaves = type_tree.tuple_leaves(x_ph), type_tree.tuple_leaves(s_ph)
-    cap_leaves = [t for v in captured for t in type_tree.tuple_leaves(builder.captured[v])]
-    cap_leaves += [ph for ph, _ in builder.constants]
-    out_leaves, new_leaves = type_tree.tuple_leaves(out_t), type_tree.tuple_leaves(new_state)
-    if [(tuple(t.shape), t.dtype) for t in new_leaves] != [
-        (tuple(t.shape), t.dtype) for t in s_leaves
-    ]:
-        raise BackendError("the new state's types differ from the state's", body.span)
+    builder, x_leaves, s_leaves, cap_leaves, out_leaves, new_leaves = step_leaves(
+        body, dims, captured, functions, module
+    )
     graph = Graph(x_leaves, s_leaves, cap_leaves, out_leaves + new_leaves)
     graph.classify()
     graph.pack()
