@@ -27,6 +27,7 @@ from ..passes.verify_linear.verifier import REPLAYS_KEYS
 from .cotangent import current_adts
 from .differentiator import CHECKPOINTS, Differentiator
 from .entry import build_grad
+from .specialise import specialise_function_arguments
 
 
 def grad_module(
@@ -53,7 +54,10 @@ def grad_module(
     if specialise:
         from ..passes.partial_eval import partial_eval
 
-        module = partial_eval(module)
+        module = check(partial_eval(module))
+        # what partial evaluation left higher-order: a closure passed to a
+        # recursive function (specialise.py)
+        module = specialise_function_arguments(module, entry)
     check(module)
     # A typed copy whose nodes the gradient functions take over, so that
     # the module's own functions stay as they are.
