@@ -34,7 +34,7 @@ references), so copying a body never duplicates an effect on a cell.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..ir.analysis import free_vars, use_counts
 from ..ir.builder import fresh_name
@@ -58,13 +58,9 @@ class Known:
 
     origin: str | Constructor | Function
     env: tuple[Expr | Known, ...] | None = None
-    free: list[Var] = field(default_factory=list)
+    free: list[Var] | None = None
     recursive: bool = False  # a closure that captures itself: not specialised on
-
-    @property
-    def depth(self) -> int:
-        subs = [v.depth for v in self.env or () if isinstance(v, Known)]
-        return 1 + max(subs, default=0)
+    depth: int = 1  # how deep known functions nest in it (at most MAX_DEPTH)
 
     def key(self) -> tuple:
         """What identifies the specialisation (the atoms passed do not)."""
@@ -148,24 +144,39 @@ class Specialiser:
         return None
 
     def environment(self, kf: Known, var: Var | None = None) -> bool:
-        """Fill in a closure's free variables' values; False for a closure
-        that captures itself (a recursive local function stays a value)."""
-        fn = kf.origin
-        if not isinstance(fn, Function) or kf.env is not None:
-            return not kf.recursive
-        kf.free = free_vars(fn)
-        if var is not None and var in kf.free:
-            kf.env, kf.recursive = (), True
-            return False
-        env: list[Expr | Known] = []
-        for v in kf.free:
-            sub = self.known.get(v)
-            if sub is not None and self.environment(sub, v):
-                env.append(sub)
-            else:
-                env.append(v)
-        kf.env = tuple(env)
-        return True
+        """Fill in a closure's free variables' values (and those of the
+        closures it captures, with a stack); False for a closure that
+        captures itself (a recursive local function stays a value)."""
+        stack: list[tuple[Known, Var | None]] = [(kf, var)]
+        while stack:
+            item, v = stack[-1]
+            fn = item.origin
+            if not isinstance(fn, Function) or item.env is not None:
+                stack.pop()
+                continue
+            if item.free is None:
+                item.free = free_vars(fn)
+                if v is not None and v in item.free:
+                    item.env, item.recursive = (), True
+                    stack.pop()
+                    continue
+            subs = [(self.known[w], w) for w in item.free if w in self.known]
+            todo = [(sub, w) for sub, w in subs if _closure(sub) and sub.env is None]
+            if todo:
+                stack.extend(todo)
+                continue
+            stack.pop()
+            env: list[Expr | Known] = []
+            for w in item.free:
+                sub = self.known.get(w)
+                # a captured function nested deeper stays a value (a parameter)
+                if sub is not None and not sub.recursive and sub.depth < MAX_DEPTH:
+                    env.append(sub)
+                    item.depth = max(item.depth, sub.depth + 1)
+                else:
+                    env.append(w)
+            item.env = tuple(env)
+        return not kf.recursive
 
     # ------------------------------------------------------- specialising
     def specialise(self, new: Call, old: Call, known: dict[int, Known]) -> Call:
@@ -174,8 +185,7 @@ class Specialiser:
         assert isinstance(new.callee, GlobalVar)
         name = new.callee.name
         g = self.functions[name]
-        known = {i: kf for i, kf in known.items() if kf.depth <= MAX_DEPTH}
-        if not known or len(g.params) != len(new.args):
+        if len(g.params) != len(new.args):
             return new
         mapping = None
         if g.type_params:
@@ -245,6 +255,7 @@ class Specialiser:
         assert isinstance(fn, Function) and kf.env is not None
         replace: dict[Var, Expr] = {}
         env: list[Expr | Known] = []
+        assert kf.free is not None
         for v, value in zip(kf.free, kf.env, strict=True):
             if isinstance(value, Known):
                 if isinstance(value.origin, Function):
@@ -263,7 +274,7 @@ class Specialiser:
         copy = fresh_binders(fn, replace)
         prologue.append((var, copy))
         self.origins.append(fn)
-        seeded[var] = Known(fn, tuple(env), list(kf.free))
+        seeded[var] = Known(fn, tuple(env), list(kf.free), depth=kf.depth)
 
 
 def _closure(kf: Known) -> bool:
