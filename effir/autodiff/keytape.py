@@ -1,12 +1,14 @@
-"""Keys carried by a loop, stored for its backward on a tape.
+"""Keys and ADT values carried by a loop, stored for its backward on a tape.
 
 A loop whose steps draw random numbers carries a key. Recomputing a step
 in the backward needs the key the step started from, but a key is not a
-tensor and cannot be stacked per step as the other carried values are.
-The forward pushes each step's keys onto a linked list carried along
-(``GradTape``, an ADT added to the module); the backward, which visits
-the steps last first, pops them in exactly that order. The keys are the
-forward's, so each recomputed dropout draws the forward's mask.
+tensor and cannot be stacked per step as the other carried values are;
+nor can an ADT value (a list the loop grows, an ``Option``). The forward
+pushes each step's non-tensor carried values onto a linked list carried
+along (``GradTape``, an ADT added to the module); the backward, which
+visits the steps last first, pops them in exactly that order. The keys are
+the forward's, so each recomputed dropout draws the forward's mask; the
+ADT values are the forward's, so each recomputed step reads what it read.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 from ..ir.builder import LetBuilder
 from ..ir.expr import Call, Clause, Expr, Match, PatternConstructor, PatternVar, TypeData, Var
 from ..ir.parser import parse
-from ..ir.types import KeyType, TensorType, TupleType, Type
+from ..ir.types import KeyType, TensorType, TupleType, Type, TypeCall
 
 TAPE = "GradTape"
 _TAPE_SOURCE = f"""#[version = "0.0.5"]
@@ -28,11 +30,17 @@ def tape_type_def() -> TypeData:
 
 
 def key_leaves_only(t: Type) -> bool:
-    """Whether every leaf of ``t`` is a tensor or a key (and some is a key)."""
+    """Whether every leaf of ``t`` is a tensor, a key or an ADT value (and
+    some is not a tensor): what a tape stores (functions are not stored)."""
     leaves = _leaves(t)
-    return all(isinstance(x, TensorType | KeyType) for _, x in leaves) and any(
-        isinstance(x, KeyType) for _, x in leaves
+    return all(isinstance(x, TensorType | KeyType | TypeCall) for _, x in leaves) and any(
+        _on_tape(x) for _, x in leaves
     )
+
+
+def _on_tape(t: Type) -> bool:
+    """Whether a carried leaf of type ``t`` goes on the tape (not a tensor)."""
+    return not isinstance(t, TensorType)
 
 
 def _leaves(t: Type) -> list[tuple[tuple[int, ...], Type]]:
@@ -54,15 +62,16 @@ def _project(b: LetBuilder, value: Expr, path: tuple[int, ...]) -> Expr:
 
 
 def split(b: LetBuilder, value: Expr, t: Type) -> tuple[Expr, Expr]:
-    """(tuple of the tensor leaves, tuple of the key leaves) of ``value``."""
+    """(tuple of the tensor leaves, tuple of the leaves on the tape: keys
+    and ADT values) of ``value``."""
     tensors, keys = [], []
     for path, leaf in _leaves(t):
-        (keys if isinstance(leaf, KeyType) else tensors).append(_project(b, value, path))
+        (keys if _on_tape(leaf) else tensors).append(_project(b, value, path))
     return b.emit(b.tuple(tensors), "tensors"), b.emit(b.tuple(keys), "keys")
 
 
 def tensors_type(t: Type) -> TupleType:
-    return TupleType(tuple(x for _, x in _leaves(t) if not isinstance(x, KeyType)))
+    return TupleType(tuple(x for _, x in _leaves(t) if not _on_tape(x)))
 
 
 def join(b: LetBuilder, tensors: Expr, keys: Expr, t: Type) -> Expr:
@@ -72,7 +81,7 @@ def join(b: LetBuilder, tensors: Expr, keys: Expr, t: Type) -> Expr:
     def build(ty: Type) -> Expr:
         if isinstance(ty, TupleType):
             return b.emit(b.tuple([build(f) for f in ty.fields]), "carry")
-        kind = "key" if isinstance(ty, KeyType) else "tensor"
+        kind = "key" if _on_tape(ty) else "tensor"
         source = keys if kind == "key" else tensors
         index = counts[kind]
         counts[kind] += 1
@@ -94,11 +103,14 @@ def empty(b: LetBuilder, data: TypeData) -> Expr:
     return b.emit(b.call(constructors(data)[1], []), "tape")
 
 
-def pop(b: LetBuilder, data: TypeData, tape: Expr, count: int) -> tuple[Expr, Expr]:
-    """(the ``count`` keys on top, the rest of the tape); the backward pops
+def pop(
+    b: LetBuilder, data: TypeData, tape: Expr, count: int, like: Expr | None = None, t=None
+) -> tuple[Expr, Expr]:
+    """(the ``count`` values on top, the rest of the tape); the backward pops
     exactly as many times as the forward pushed. The match is complete (a
     backend compiles no ``match?``): the empty tape, never reached, gives
-    placeholder keys."""
+    placeholders: new keys, and an ADT value's leaf of ``like`` (of type
+    ``t``: the loop's initial carry, the one value of those types at hand)."""
     push_ctor, end_ctor = constructors(data)
     keys, rest = Var("keys"), Var("rest")
     taken = Clause(
@@ -106,7 +118,17 @@ def pop(b: LetBuilder, data: TypeData, tape: Expr, count: int) -> tuple[Expr, Ex
     )
     eb = b.child()
     seed = eb.const(0, "int64")
-    placeholders = [eb.emit(eb.call_op("random.key", seed), "key") for _ in range(count)]
+    if t is not None and any(isinstance(x, TypeCall) for _, x in _leaves(t)):
+        assert like is not None
+        placeholders = [
+            eb.emit(eb.call_op("random.key", seed), "key")
+            if isinstance(leaf, KeyType)
+            else _project(eb, like, path)
+            for path, leaf in _leaves(t)
+            if _on_tape(leaf)
+        ]
+    else:
+        placeholders = [eb.emit(eb.call_op("random.key", seed), "key") for _ in range(count)]
     unreached = eb.emit(eb.tuple([eb.emit(eb.tuple(placeholders), "keys"), tape]), "popped")
     never = Clause(PatternConstructor(end_ctor, ()), eb.finish(unreached))
     popped = b.emit(Match(tape, (taken, never), complete=True), "popped")
@@ -114,7 +136,8 @@ def pop(b: LetBuilder, data: TypeData, tape: Expr, count: int) -> tuple[Expr, Ex
 
 
 def key_count(t: Type) -> int:
-    return sum(isinstance(x, KeyType) for _, x in _leaves(t))
+    """How many leaves of ``t`` go on the tape."""
+    return sum(_on_tape(x) for _, x in _leaves(t))
 
 
 __all__ = ["Call", "TAPE", "empty", "join", "key_leaves_only", "pop", "push", "split"]

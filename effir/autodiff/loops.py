@@ -356,8 +356,8 @@ class _Loop:
         if not stackable(carry_type):
             raise DifferentiationError(
                 "the backward of this loop recomputes each step from its carried state, "
-                "which must be tensors and keys to be stored per step (it holds an ADT or a "
-                "function; docs/autodiff.md)",
+                "which must be tensors, keys and ADT values to be stored per step (it holds "
+                "a function; docs/autodiff.md)",
                 self.span,
             )
         from .sqrt import geometry, segmented_binding
@@ -414,8 +414,8 @@ class _Loop:
 
     # ----------------------------------------- keys in the carry: a tape
     def recompute_with_tape(self, b: LetBuilder) -> None:
-        """``recompute`` for a carry holding keys: its tensors are stacked,
-        its keys pushed on a tape carried along (``keytape``)."""
+        """``recompute`` for a carry holding keys or ADT values: its tensors
+        are stacked, the others pushed on a tape carried along (``keytape``)."""
         data = self.ad.tape_data()
         carry_type = self.init.checked_type
         copy = fresh_binders(self.body)
@@ -456,7 +456,8 @@ class _Loop:
             ct_out = slots.get(nb, step, 0, "ct_out")
             tensors_t = slots.get(nb, step, 1, "tensors")
             tape = nb.emit_get(carried, 1 + len(self.free), "tape")
-            keys, rest = keytape.pop(nb, data, tape, keytape.key_count(carry_type))
+            count = keytape.key_count(carry_type)
+            keys, rest = keytape.pop(nb, data, tape, count, self.init, carry_type)
             nb.bind(self.body.params[-1], keytape.join(nb, tensors_t, keys, carry_type))
             if self.foreach:
                 nb.bind(self.body.params[0], slots.get(nb, step, 2, "x"))

@@ -182,14 +182,16 @@ def test_keys_carried_by_loops_go_on_a_tape():
     assert "type GradTape[A]" in text and "GradPush(" in text
 
 
-def test_an_adt_in_a_recomputed_loop_carry_is_a_located_error():
+def test_a_function_in_a_recomputed_loop_carry_is_a_located_error():
+    # (an ADT value there goes on the tape: test_grad_adt.py)
     m = effir.parse("""#[version = "0.0.5"]
-type Box { B(Tensor[(2), float64]) }
+def @g(%v: Tensor[(2), float64]) -> Tensor[(2), float64] { tanh(%v) }
 def @main(%xs: Tensor[(3, 2), float64], %w: Tensor[(2), float64]) {
-  let %r = cf.foreach(fn (%x: Tensor[(2), float64], %s: (Tensor[(2), float64], Box)) {
+  let %r = cf.foreach(fn (%x: Tensor[(2), float64],
+                          %s: (Tensor[(2), float64], fn (Tensor[(2), float64]) -> Tensor[(2), float64])) {
     let %y = tanh(add(%x, %s.0));
     (%y, (%y, %s.1))
-  }, %xs, (%w, B(%w)));
+  }, %xs, (%w, @g));
   sum(%r.0)
 }""")
     with pytest.raises(DifferentiationError, match="carried state") as info:
