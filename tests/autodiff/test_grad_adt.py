@@ -5,6 +5,8 @@ differences in float64 (docs/autodiff.md "ADTs")."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -324,3 +326,31 @@ def test_adt_values_carried_by_loops_in_every_checkpoint_mode():
             for a, b in zip(grads["none"], grads[mode], strict=True):
                 np.testing.assert_array_equal(a, b)
     assert "GradPush(" in effir.astext(g)
+
+
+def check_compiled_carried_adts() -> None:
+    m = effir.parse(HEADER + "type List[A] { Cons(A, List[A]), Nil }\n" + CARRIED)
+    g = effir.value_and_grad(m, wrt=["xs", "w", "h0"], checkpoint="sqrt", specialise=False)
+    rng = np.random.default_rng(13)
+    args = [rng.normal(size=(5, 3)), rng.normal(size=3), rng.normal(size=3), np.int32(3)]
+    value, grads = effir.compile(g, entry="main_grad")(*args, entry="main_grad")
+    want_value, want = effir.interpret(g, *args, entry="main_grad")
+    np.testing.assert_allclose(value, want_value, rtol=1e-12)
+    for got, ref in zip(grads, want, strict=True):
+        np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-14)
+    print("ok")
+
+
+@pytest.mark.skipif(
+    os.environ.get("EFFIR_NIGHTLY") != "1",
+    reason="a long build (loops with a tape): EFFIR_NIGHTLY=1",
+)
+def test_the_compiled_gradient_of_loops_carrying_adts_equals_the_interpreted():
+    from tests.isolated import run_isolated
+
+    run = run_isolated(
+        "from tests.autodiff.test_grad_adt import check_compiled_carried_adts"
+        "; check_compiled_carried_adts()"
+    )
+    run.check()
+    assert "ok" in run.stdout
