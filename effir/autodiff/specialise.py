@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from ..ir.analysis import free_vars, use_counts
 from ..ir.builder import fresh_name
+from ..ir.diagnostics import TypeCheckError
 from ..ir.expr import Call, Constructor, Expr, Function, GlobalVar, Let, Var
 from ..ir.functor import Mutator, on, pre_order
 from ..ir.module import IRModule
@@ -92,7 +93,7 @@ class Specialiser:
         self.module = module
         self.functions: dict[str, Function] = dict(module.functions)
         self.taken = set(module.functions) | set(module.cells)
-        self.copies: dict[tuple, str] = {}
+        self.copies: dict[tuple, str | None] = {}  # None: no copy (it did not type-check)
         self.pending: list[str] = []  # functions to walk
         # per copy: what its walk knows from the start (its rebuilt closures)
         self.starts: dict[str, dict[Var, Known]] = {}
@@ -197,19 +198,23 @@ class Specialiser:
             instance_key(g, mapping) if mapping is not None else None,
             tuple((i, kf.key()) for i, kf in sorted(known.items())),
         )
-        copy = self.copies.get(key)
-        if copy is None:
+        if key not in self.copies:
             if len(self.copies) >= MAX_COPIES:
                 return new
-            copy = self.copies[key] = self._copy(name, g, mapping, known)
+            self.copies[key] = self._copy(name, g, mapping, known)
+        copy = self.copies[key]
+        if copy is None:
+            return new
         args = [a for i, a in enumerate(new.args) if i not in known]
         for i in sorted(known):
             args.extend(known[i].atoms())
         return Call(GlobalVar(copy, span=new.callee.span), tuple(args), new.attrs, span=new.span)
 
-    def _copy(self, name: str, g: Function, mapping, known: dict[int, Known]) -> str:
+    def _copy(self, name: str, g: Function, mapping, known: dict[int, Known]) -> str | None:
         """A copy of ``g`` without the parameters ``known`` gives, typed and
-        queued to be walked; its name."""
+        queued to be walked; its name. None when the copy does not type-check:
+        a closure's types are written in its caller's symbolic dimensions,
+        which are not ``g``'s (each function's own are rigid in it)."""
         fn = instantiate(g, mapping) if mapping is not None else fresh_binders(g)
         assert isinstance(fn, Function)
         # a global function or constructor replaces its parameter's uses
@@ -231,7 +236,10 @@ class Specialiser:
             body = Let(var, value, body, span=value.span)
         copy = Function(tuple(params), body, fn.ret_type, (), fn.attrs, span=g.span)
         module = IRModule(self.functions, self.module.type_defs, self.module.cells)
-        infer_expr(copy, module)  # its own nodes: the walk reads their types
+        try:
+            infer_expr(copy, module)  # its own nodes: the walk reads their types
+        except TypeCheckError:
+            return None
         target = fresh_name(f"{name}_spec", self.taken)
         self.taken.add(target)
         self.functions[target] = copy

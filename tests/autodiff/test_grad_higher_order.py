@@ -224,3 +224,27 @@ def test_the_compiled_specialised_gradient_equals_the_interpreted():
     )
     run.check()
     assert "ok" in run.stdout
+
+
+DIMENSIONS = """
+type List[A] { Cons(A, List[A]), Nil }
+def @fold(%f: fn (Tensor[(n), float64], Tensor[(n), float64]) -> Tensor[(n), float64],
+          %acc: Tensor[(n), float64], %xs: List[Tensor[(n), float64]]) -> Tensor[(n), float64] {
+  match (%xs) { Cons(%x, %rest) => @fold(%f, %f(%acc, %x), %rest), Nil => %acc }
+}
+def @main(%x: Tensor[(m), float64], %w: Tensor[(k, 2), float64]) {
+  let %s = sum(%w);
+  let %f = fn (%a: Tensor[(m), float64], %v: Tensor[(m), float64]) { add(%a, multiply(%v, %s)) };
+  let %r = @fold(%f, %x, Cons(%x, Cons(tanh(%x), Nil)));
+  sum(multiply(%r, %r))
+}
+"""
+
+
+def test_a_closure_in_other_symbolic_dimensions_is_refused_not_a_type_error():
+    # The copy of @fold would bind its parameter, of @fold's dimension n, to
+    # the closure, of @main's m: it does not type-check, so no copy is made
+    # and the closure passed stays a located refusal.
+    with pytest.raises(DifferentiationError) as info:
+        effir.grad(effir.parse(HEADER + DIMENSIONS), wrt=["x", "w"])
+    assert "closure used as a value" in str(info.value) and "fn (%a" in str(info.value)
