@@ -43,6 +43,7 @@ from ..ir.expr import Call, Constructor, Expr, Function, GlobalVar, Let, Var
 from ..ir.functor import Mutator, on, pre_order
 from ..ir.module import IRModule
 from ..ir.node import Node
+from ..ir.types import ANY, Dim, FuncType, TensorType, TupleType, Type, TypeCall
 from ..passes.anf_sharing import fresh_binders
 from ..passes.infer_type import infer_expr
 from .instantiate import instance_key, instantiate, instantiation
@@ -193,15 +194,17 @@ class Specialiser:
             mapping = instantiation(g, old.args, old.checked_type)
             if mapping is None:
                 return new  # the call's types are not all known here
+        dims = _dimensions(g, old) if any(_closure(kf) for kf in known.values()) else {}
         key = (
             name,
             instance_key(g, mapping) if mapping is not None else None,
             tuple((i, kf.key()) for i, kf in sorted(known.items())),
+            tuple(sorted(dims.items(), key=str)),
         )
         if key not in self.copies:
             if len(self.copies) >= MAX_COPIES:
                 return new
-            self.copies[key] = self._copy(name, g, mapping, known)
+            self.copies[key] = self._copy(name, g, mapping, known, dims)
         copy = self.copies[key]
         if copy is None:
             return new
@@ -210,13 +213,19 @@ class Specialiser:
             args.extend(known[i].atoms())
         return Call(GlobalVar(copy, span=new.callee.span), tuple(args), new.attrs, span=new.span)
 
-    def _copy(self, name: str, g: Function, mapping, known: dict[int, Known]) -> str | None:
+    def _copy(
+        self, name: str, g: Function, mapping, known: dict[int, Known], dims: dict[str, Dim]
+    ) -> str | None:
         """A copy of ``g`` without the parameters ``known`` gives, typed and
-        queued to be walked; its name. None when the copy does not type-check:
-        a closure's types are written in its caller's symbolic dimensions,
-        which are not ``g``'s (each function's own are rigid in it)."""
+        queued to be walked; its name. A closure's types are written in its
+        caller's symbolic dimensions, and each function's own are rigid in
+        it: the copy is written in the caller's (``dims``, as the call
+        matches them). None when the copy does not type-check even so."""
         fn = instantiate(g, mapping) if mapping is not None else fresh_binders(g)
         assert isinstance(fn, Function)
+        if dims:
+            fn = _RenameDims(dims).mutate(fn)
+            assert isinstance(fn, Function)
         # a global function or constructor replaces its parameter's uses
         subst = {fn.params[i]: _atom_of(kf) for i, kf in known.items() if not _closure(kf)}
         if subst:
@@ -283,6 +292,50 @@ class Specialiser:
         prologue.append((var, copy))
         self.origins.append(fn)
         seeded[var] = Known(fn, tuple(env), list(kf.free), depth=kf.depth)
+
+
+def _dimensions(g: Function, call: Call) -> dict[str, Dim]:
+    """What the call ``g(...)`` gives ``g``'s symbolic dimensions, by name
+    (an integer, a caller's dimension, or ``?``)."""
+    dims: dict[str, Dim] = {}
+    stack: list[tuple[Type, Type]] = [
+        (p.checked_type, a.checked_type) for p, a in zip(g.params, call.args, strict=True)
+    ]
+    stack.append((g.body.checked_type, call.checked_type))
+    while stack:
+        pattern, concrete = stack.pop()
+        if isinstance(pattern, TensorType) and isinstance(concrete, TensorType):
+            if len(pattern.shape) == len(concrete.shape):
+                for d, c in zip(pattern.shape, concrete.shape, strict=True):
+                    if isinstance(d, str) and d != ANY:
+                        dims.setdefault(d, c)
+        elif isinstance(pattern, TupleType) and isinstance(concrete, TupleType):
+            stack.extend(zip(pattern.fields, concrete.fields, strict=False))
+        elif isinstance(pattern, TypeCall) and isinstance(concrete, TypeCall):
+            stack.extend(zip(pattern.args, concrete.args, strict=False))
+        elif isinstance(pattern, FuncType) and isinstance(concrete, FuncType):
+            stack.extend(zip(pattern.arg_types, concrete.arg_types, strict=False))
+            stack.append((pattern.ret_type, concrete.ret_type))
+    return {d: c for d, c in dims.items() if c != d}
+
+
+class _RenameDims(Mutator):
+    """Symbolic dimensions replaced (by name) in every type annotation."""
+
+    types = True
+    binders = True
+
+    def __init__(self, dims: dict[str, Dim]) -> None:
+        super().__init__()
+        self.dims = dims
+
+    @on(TensorType)
+    def _tensor(self, new: Node, old: Node) -> Node:
+        assert isinstance(old, TensorType)
+        if not any(isinstance(d, str) and d in self.dims for d in old.shape):
+            return new
+        shape = tuple(self.dims.get(d, d) if isinstance(d, str) else d for d in old.shape)
+        return TensorType(shape, old.dtype)
 
 
 def _closure(kf: Known) -> bool:
