@@ -249,3 +249,32 @@ def test_a_closure_in_its_callers_symbolic_dimensions():
     m = effir.parse(HEADER + DIMENSIONS)
     rng = np.random.default_rng(7)
     check_grad(m, [rng.normal(size=4), rng.normal(size=(3, 2))], ["x", "w"], specialise=True)
+
+
+GROWING = """
+def @h(%f: fn (T3) -> T3, %x: T3, %n: int32) -> T3 {
+  if (equal(%n, 0)) { %f(%x) } else {
+    let %g = fn (%v: T3) { %f(%f(%v)) };
+    @h(%g, %x, subtract(%n, 1))
+  }
+}
+def @main(%x: T3, %w: T3, %n: int32) {
+  let %f = fn (%v: T3) { tanh(multiply(%v, %w)) };
+  sum(@h(%f, %x, %n))
+}
+"""
+
+
+def test_a_recursion_wrapping_its_function_argument_ends_in_a_refusal():
+    # every level passes a new closure: the copies are bounded (MAX_DEPTH,
+    # MAX_COPIES), and the closure still passed at the end is refused
+    from effir.autodiff.specialise import MAX_COPIES, specialise_function_arguments
+    from effir.passes.infer_type import check
+    from effir.passes.partial_eval import partial_eval
+
+    m = effir.parse(HEADER + GROWING.replace("T3", T))
+    with pytest.raises(DifferentiationError) as info:
+        effir.grad(m, wrt=["x", "w"])
+    assert "closure used as a value" in str(info.value) and "%f(%f(%v))" in str(info.value)
+    out = specialise_function_arguments(check(partial_eval(m)), "main")
+    assert 0 < sum(name.startswith("h_spec") for name in out.functions) <= MAX_COPIES
