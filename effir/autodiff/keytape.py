@@ -29,7 +29,7 @@ def tape_type_def() -> TypeData:
     return parse(_TAPE_SOURCE).type_defs[TAPE]
 
 
-def key_leaves_only(t: Type) -> bool:
+def tape_leaves_only(t: Type) -> bool:
     """Whether every leaf of ``t`` is a tensor, a key or an ADT value (and
     some is not a tensor): what a tape stores (functions are not stored)."""
     leaves = _leaves(t)
@@ -104,7 +104,12 @@ def empty(b: LetBuilder, data: TypeData) -> Expr:
 
 
 def pop(
-    b: LetBuilder, data: TypeData, tape: Expr, count: int, like: Expr | None = None, t=None
+    b: LetBuilder,
+    data: TypeData,
+    tape: Expr,
+    count: int,
+    like: Expr | None = None,
+    t: Type | None = None,
 ) -> tuple[Expr, Expr]:
     """(the ``count`` values on top, the rest of the tape); the backward pops
     exactly as many times as the forward pushed. The match is complete (a
@@ -140,4 +145,4 @@ def key_count(t: Type) -> int:
     return sum(_on_tape(x) for _, x in _leaves(t))
 
 
-__all__ = ["Call", "TAPE", "empty", "join", "key_leaves_only", "pop", "push", "split"]
+__all__ = ["Call", "TAPE", "empty", "join", "tape_leaves_only", "pop", "push", "split"]

@@ -53,7 +53,7 @@ from .cotangent import (
     stackable,
 )
 from .hoist import Plan
-from .keytape import key_leaves_only
+from .keytape import tape_leaves_only
 from .reverse import Reverse
 
 
@@ -350,7 +350,7 @@ class _Loop:
     def recompute(self, b: LetBuilder) -> None:
         """Stack each step's starting carry; the backward recomputes the step."""
         carry_type = self.init.checked_type
-        if not stackable(carry_type) and key_leaves_only(carry_type):
+        if not stackable(carry_type) and tape_leaves_only(carry_type):
             self.recompute_with_tape(b)
             return
         if not stackable(carry_type):

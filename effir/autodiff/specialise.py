@@ -387,6 +387,8 @@ class _Rewrite(Mutator):
 
 
 class _DropDeadClosures(Mutator):
+    """The let-bindings of closures without a use removed."""
+
     body_first = True
 
     def __init__(self, uses) -> None:
