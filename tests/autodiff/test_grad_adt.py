@@ -354,3 +354,28 @@ def test_the_compiled_gradient_of_loops_carrying_adts_equals_the_interpreted():
     )
     run.check()
     assert "ok" in run.stdout
+
+
+BARE_CARRY = """
+type Option[A] { Some(A), None }
+def @main(%xs: Tensor[(6, 3), float64], %w: T3) {
+  let %r = cf.foreach(fn (%x: T3, %c: Option[T3]) {
+    let %h = match (%c) { Some(%p) => %p, None => %w };
+    let %n = tanh(add(multiply(%h, %w), %x));
+    (%n, Some(%n))
+  }, %xs, None);
+  let %last = match (%r.1) { Some(%a) => %a, None => %w };
+  add(sum(%r.0), sum(multiply(%last, %last)))
+}
+""".replace("T3", "Tensor[(3), float64]")
+
+
+def test_a_carry_that_is_an_adt_value_itself():
+    # no tensor left to stack per step: the whole carry goes on the tape
+    m = effir.parse(HEADER + BARE_CARRY)
+    rng = np.random.default_rng(14)
+    args = [rng.normal(size=(6, 3)), rng.normal(size=3)]
+    want = check_grad(m, args, ["xs", "w"], checkpoint="sqrt")
+    g = effir.grad(m, wrt=["xs", "w"], checkpoint="none", specialise=False)
+    for a, b in zip(want, effir.interpret(g, *args, entry="main_grad"), strict=True):
+        np.testing.assert_array_equal(a, b)
