@@ -124,7 +124,9 @@ def grad(
     known closures and small global functions inlined, static values
     folded, loops of at most 8 static steps unrolled), so that the gradient
     program has no ``@g_vjp`` closure-returning globals, which the TVM
-    backend cannot compile when they have symbolic dimensions; False
+    backend cannot compile when they have symbolic dimensions; then give a
+    function a known closure or global function is passed to (a recursive
+    ``@foldl``) a copy specialised on it (``specialise.py``); False
     differentiates the program as it is. See docs/autodiff.md."""
     return grad_module(
         module, entry, wrt, checkpoint, output, with_value=False, specialise=specialise
@@ -155,7 +157,8 @@ def value_and_grad(
         "wrt": "comma-separated parameter names (empty: every float parameter)",
         "checkpoint": "none, loop or sqrt",
         "value": "also return the entry's result",
-        "specialise": "partially evaluate first (inline closures and small functions)",
+        "specialise": "partially evaluate first (inline closures and small functions) and "
+        "specialise functions on their function arguments",
     },
 )
 def grad_pass(
