@@ -207,9 +207,10 @@ def check_compiled_gru_modes_bit_identical(length: int = 9) -> None:
     three modes, and close to the interpreter's. They differed in the last
     bits: LLVM contracted a product of one operator and a sum of the next
     into a fused multiply-add wherever the product had a single use in its
-    kernel, so the gates' cotangents (``ct*h - ct*n``) rounded differently
-    in ``none``'s reverse loop, which reads the stored residuals, than in
-    ``loop``'s, which recomputes them (backends/tvm/rounding.py [RULE ROUND])."""
+    kernel, so the gates' cotangents of the first backward step rounded
+    differently in ``none``'s reverse loop, which reads the stored
+    residuals, than in ``loop``'s, which recomputes them
+    (backends/tvm/rounding.py [RULE ROUND])."""
     batch, inputs, hidden = 4, 3, 5
     m = _gru(length, batch, inputs, hidden)
     rng = np.random.default_rng(length)
