@@ -49,6 +49,7 @@ from ...passes.infer_type import infer_expr
 from ...runtime.values import PRNGKey
 from . import te_ops  # noqa: F401  (registers the te rules)
 from .errors import BackendError, check_failure, run_time_error
+from .rounding import rounded
 from .rules import TEValue, dim_value, symbolic_dims
 from .schedule import schedule_prim_func
 from .target import building, make_target
@@ -411,7 +412,7 @@ def lower_kernel(
 
 def _lower(fn: Function, tvm_target: Any, dims: dict[str, Any], schedule: bool) -> KernelIR:
     name = str(fn.attrs.get("global_symbol", "")) or "kernel"
-    builder = _Builder(dims)
+    builder = _Builder(dims, fence=tvm_target.kind.name == "llvm")
     params = tuple(
         concrete_type(p.type_annotation or p.checked_type, dims, f"parameter %{p.name_hint}")
         for p in fn.params
@@ -512,8 +513,9 @@ def _body_typed(fn: Function) -> bool:
 class _Builder:
     """Evaluates a kernel body to TE values (step 2)."""
 
-    def __init__(self, dims: Mapping[str, int]) -> None:
+    def __init__(self, dims: Mapping[str, int], fence: bool = True) -> None:
         self.dims = dims
+        self.fence = fence  # [RULE ROUND] (rounding.py): LLVM targets
         self.env: dict[int, TEValue] = {}
         self.inputs: list[Any] = []  # the parameters' placeholders
         self.constant_inputs: list[Any] = []
@@ -595,7 +597,7 @@ class _Builder:
                 raise
             raise BackendError(f"{name} needs static sizes", call.span) from err
         _check_value(value, out_type, name, call)
-        return value
+        return rounded(value) if self.fence else value
 
     def _constant(self, node: Constant) -> Any:
         data = node.data
