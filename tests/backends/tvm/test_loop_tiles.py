@@ -10,13 +10,15 @@ and by the benchmarks."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
 import effir
 from effir.backends.tvm.loop import build_loop, cpu_schedule, lower_loop, rows
 from effir.backends.tvm.loop.cpu_schedule import _rows_per_tile, _tile_order, _tile_panels
-from tests.backends.tvm.test_loop import GRU, assert_close, foreach_of, gru_inputs, module
+from tests.backends.tvm.test_loop import GRU, assert_close, foreach_of, gru_inputs, module, uniform
 
 
 @pytest.mark.parametrize(
@@ -139,3 +141,46 @@ def test_no_barrier_per_step_in_the_hidden_256_gru(
     assert script.count("T.parallel(") == parallel_loops
     step = script.index("for t in range(")
     assert "T.parallel(" not in script[step:]
+
+
+CHUNKS = """
+def @main(%a: Tensor[(t, 64, 256), float32], %b: Tensor[(t, 64, 256), float32],
+          %w: Tensor[(256, 256), float32], %s0: Tensor[(256, 256), float32],
+          %s1: Tensor[(256), float32]) {
+  let %f = fn (%chunk: (Tensor[(64, 256), float32], Tensor[(64, 256), float32]),
+               %sums: (Tensor[(256, 256), float32], Tensor[(256), float32])) {
+    let %prod = nn.dense(transpose(%chunk.0), transpose(%chunk.1));
+    let %total = sum(%chunk.0, axis=[0]);
+    (nn.matmul(%chunk.0, %w), (add(%sums.0, %prod), add(%sums.1, %total)))
+  };
+  cf.foreach(%f, (%a, %b), (%s0, %s1))
+}
+"""
+
+
+def test_chunk_products_are_packed_and_not_padded() -> None:
+    """The weight-gradient sums of a reverse loop, chunk by chunk
+    (autodiff/sqrt.py): each step a product of two of its stacks
+    ``(64 x 256)^T (64 x 256)``, a product by a weight, and a bias sum. The
+    products, batched over the steps in the prologue, pack both operands
+    into panels (schedule_gemm.py [BATCH]), each its own copy (the sum
+    reads the stack as it lies); the sum, one row a step, stays in the step
+    [RULE NO PAD], so the batched tensors are not padded to whole tiles of
+    steps (at 10 steps, 16 were computed). Before: neither packed, every
+    product run for 16 steps."""
+    mod = module(CHUNKS)
+    _, body, _ = foreach_of(mod)
+    kernel = build_loop(body, module=mod)
+    rng = np.random.default_rng(3)
+    a, b = uniform(rng, 10, 64, 256), uniform(rng, 10, 64, 256)
+    w, s0, s1 = uniform(rng, 256, 256), uniform(rng, 256, 256), uniform(rng, 256)
+    outs, (p, q) = kernel((a, b), (s0, s1), w)
+    np.testing.assert_allclose(outs, a @ w, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(p, s0 + np.einsum("cki,ckj->ij", a, b), rtol=1e-5, atol=1e-3)
+    np.testing.assert_allclose(q, s1 + a.sum(axis=(0, 1)), rtol=1e-5, atol=1e-3)
+    lowered = kernel.specialize({}).lowered
+    assert lowered.unscheduled == []
+    assert not lowered.padded
+    script = lowered.func.script()
+    panels = re.findall(r"_global(?:_\d+)? = T.sblock_alloc_buffer", script)
+    assert len(panels) == 4  # two panels for each product
