@@ -187,8 +187,7 @@ def packed_gemm(
     this schedule takes; returns (the accumulator block, the column-tile
     loop) for the caller's epilogue and the copies (scheduled: the caller
     leaves them alone), or None (nothing changed). ``parallel``: the
-    tiles (batch axes and row tiles) and the copies run on TVM's thread
-    pool."""
+    tiles (batch axes and row tiles) run on TVM's thread pool."""
     shape = gemm_shape(sch, block)
     if shape is None:
         return None
@@ -196,10 +195,10 @@ def packed_gemm(
     if sizes is None:
         return None
     rows, cols = sizes
-    copies = [
-        _pack(sch, block, shape.lhs, rows, parallel),
-        _pack(sch, block, shape.rhs, cols, parallel),
-    ]
+    # The copies stay serial: one barrier a call for the product alone
+    # (loop/cpu_schedule.py PARALLEL_MIN_WORK: a busy machine makes every
+    # barrier wait a time slice).
+    copies = [_pack(sch, block, shape.lhs, rows), _pack(sch, block, shape.rhs, cols)]
     *batch, i, j, k = sch.get_loops(block)
     io, ii = sch.split(i, [None, rows])
     jo, ji = sch.split(j, [None, cols])
@@ -214,7 +213,7 @@ def packed_gemm(
     return local, jo, copies
 
 
-def _pack(sch: Any, block: Any, operand: _Operand, width: int, parallel: bool = False) -> Any:
+def _pack(sch: Any, block: Any, operand: _Operand, width: int) -> Any:
     """[PACK] The operand copied into ``[b..., x / width, k, x % width]`` (x
     its row or column index, b its batch indices, if any), its producer in
     the kernel, if any, computed in the copy. Returns the copy's block."""
@@ -251,8 +250,6 @@ def _pack(sch: Any, block: Any, operand: _Operand, width: int, parallel: bool = 
     ko, ki = sch.split(k, [None, 16 if int(sch.get(k).extent) % 16 == 0 else 1])
     sch.reorder(xo, ko, ki, xi)
     sch.vectorize(xi)
-    if parallel and lead:
-        sch.parallel(sch.fuse(*lead) if len(lead) > 1 else lead[0])
     return packed
 
 

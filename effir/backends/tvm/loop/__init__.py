@@ -50,8 +50,10 @@ The algorithm
    inlined into their consumers (within schedule.py's budget on the
    expression's size, and neither into a reduction nor at several reading
    sites when expensive); a large product of two operands neither a packed
-   weight (the per-chunk weight gradients of a backward) is packed as a
-   kernel's (schedule_gemm.py [BATCH]); other contractions get a register tile (up to 8 rows x
+   weight (the per-chunk weight gradients of a backward; a batched input
+   projection whose step product is large, whose weight [PACK] then
+   leaves as it lies) is packed as a kernel's (schedule_gemm.py [BATCH]);
+   other contractions get a register tile (up to 8 rows x
    two vectors accumulated in registers over ``k``, vectorised along
    ``n``; a tile of fewer rows, as a step at batch 1, spans more panels of
    columns, so that the reduction issues independent multiply-adds; as

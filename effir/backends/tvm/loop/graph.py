@@ -185,6 +185,8 @@ class Graph:
 
         for b in op.body:
             tvm_ffi.structural_walk(b, (tvm.ir.expr.Call, on_call))
+        if self.cls[op] == SEQ and _packed_in_prologue(op):
+            return []
         found = []
         for t in tensors:
             uses = reads[t]
@@ -210,6 +212,30 @@ class Graph:
         )
         self.cls[panel.op] = CONST
         return panel
+
+
+def _packed_in_prologue(op: Any) -> bool:
+    """[PACK] Whether the SEQ contraction ``op``, hoisted and batched over the
+    steps, is a large product the prologue packs as a kernel's, both
+    operands into panels (cpu_schedule ``_packed_product``,
+    schedule_gemm.py [BATCH]): its weight is then read where it lies, not
+    from this module's panels, which that schedule cannot read. One
+    reduction axis, each step's product at least
+    ``schedule_gemm.MIN_MULTIPLY_ADDS`` multiply-adds in whole tiles: the
+    hidden-256 GRU's input projection at batch 32 (32 x 256 by 256 x 768 a
+    step), 64 -> 42 ms of CPU for the whole loop, one thread; at batch 1
+    the projection keeps the panels and the register tile."""
+    from ..schedule_gemm import GemmShape, tile, wide_vectors
+    from ..target import make_target
+
+    if len(op.reduce_axis) != 1 or len(op.axis) < 2:
+        return False
+    extents = [iv.dom.extent for iv in op.axis] + [op.reduce_axis[0].dom.extent]
+    if not all(isinstance(e, int | tirx.IntImm) for e in extents):
+        return False
+    *rows, n, k = (int(e) for e in extents)
+    shape = GemmShape(math.prod(rows), n, k, None, None, str(op.output(0).dtype))  # type: ignore[arg-type]
+    return tile(shape, wide_vectors(make_target("llvm"))) is not None
 
 
 @dataclass
