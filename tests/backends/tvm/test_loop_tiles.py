@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import effir
+from effir.backends.tvm import schedule_gemm
 from effir.backends.tvm.loop import build_loop, cpu_schedule, lower_loop, rows
 from effir.backends.tvm.loop.cpu_schedule import _rows_per_tile, _tile_order, _tile_panels
 from tests.backends.tvm.test_loop import GRU, assert_close, foreach_of, gru_inputs, module, uniform
@@ -208,3 +209,42 @@ def test_the_batched_input_projection_packs_both_operands(
         assert sorted(panels) == ["w", "x_seq"]  # the weight and the batched x_t
     else:
         assert "w_packed" in prologue and panels == []
+
+
+REVERSE = """
+def @main(%xs: Tensor[(t, 32, 64), float32], %c0: Tensor[(32, 32), float32],
+          %u: Tensor[(64, 32), float32]) {
+  let %f = fn (%x: Tensor[(32, 64), float32], %ct: Tensor[(32, 32), float32]) {
+    let %g = multiply(concatenate((%ct, %ct), axis=1), %x);
+    (%g, add(multiply(%ct, 0.5f), nn.matmul(%g, %u)))
+  };
+  cf.foreach(%f, %xs, %c0)
+}
+"""
+
+
+def test_a_k_major_weight_of_the_step_is_packed_once_a_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """graph.py [PACK K]: the step's product by a weight read k-major (a
+    reverse loop's ``ct @ u``, ``nn.matmul``) reads panels of the weight
+    packed once a call in the prologue, as ``nn.dense``'s weight is;
+    before, a large one was copied into panels at every step (the
+    kernel's packed product, schedule_gemm.py), a small one read across
+    rows. The product is made large here by lowering the threshold; the
+    values are the interpreter's."""
+    monkeypatch.setattr(schedule_gemm, "MIN_MULTIPLY_ADDS", 1)
+    mod = module(REVERSE)
+    _, body, _ = foreach_of(mod)
+    kernel = build_loop(body, module=mod)
+    rng = np.random.default_rng(5)
+    args = (uniform(rng, 7, 32, 64, scale=0.5), uniform(rng, 32, 32), uniform(rng, 64, 32, scale=0.1))
+    (outs, final), (want_outs, want_final) = kernel(*args), effir.interpret(mod, *args)
+    np.testing.assert_allclose(outs, want_outs, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(final, want_final, rtol=1e-4, atol=1e-5)
+    lowered = kernel.specialize({}).lowered
+    assert lowered.unscheduled == []
+    script = lowered.func.script()
+    prologue, step = script.split("for t in range(")
+    assert "u_packed" in prologue
+    assert "_global" not in step  # no copy of the weight, or of anything, per step

@@ -33,7 +33,9 @@ The algorithm
    ``B`` is CONST (``nn.dense`` with a weight) reads ``B`` across rows,
    which does not vectorise along ``n``. ``B`` is repacked once per call
    into panels ``Bp[n / w, k, n % w]`` (``w`` two vectors, when they divide
-   ``n``), so that the contraction reads contiguous vectors of ``Bp``.
+   ``n``), so that the contraction reads contiguous vectors of ``Bp``; a
+   ``B`` read ``B[k, n]`` (``nn.matmul``'s weight) by a product in the step
+   is packed the same way [PACK K].
 4. [HOIST] Every CONST or SEQ operation that is a reduction or a packing
    runs before the loop, in a *prologue*: CONST ones once, SEQ ones for all
    steps at once (the tensor gains a leading ``T`` axis: the input-to-hidden

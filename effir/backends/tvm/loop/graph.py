@@ -151,13 +151,14 @@ class Graph:
             if not packs and not inputs_changed:
                 continue
             panels = TensorMap()
-            for b, width in packs:
-                panels[b] = (self._panel(b, width), width)
+            for b, width, k_first in packs:
+                panels[b] = (self._panel(b, width, k_first), width, k_first)
 
             def read(t: te.Tensor, idx: list, outer: list, panels=panels) -> Any:
-                if t in panels:  # read as B[n, k] (_packable)
-                    bp, width = panels[t]
-                    return bp(tirx.floordiv(idx[0], width), idx[1], tirx.floormod(idx[0], width))
+                if t in panels:  # read as B[n, k] or B[k, n] (_packable)
+                    bp, width, k_first = panels[t]
+                    n, k = (idx[1], idx[0]) if k_first else (idx[0], idx[1])
+                    return bp(tirx.floordiv(n, width), k, tirx.floormod(n, width))
                 return replaced.get(t, t)(*idx)
 
             new = _recompute(op, read)
@@ -167,9 +168,11 @@ class Graph:
                 self.cls[t.op] = cls
         self.outputs = [replaced.get(t, t) for t in self.outputs]
 
-    def _packable(self, op: Any) -> list[tuple[te.Tensor, int]]:
+    def _packable(self, op: Any) -> list[tuple[te.Tensor, int, bool]]:
         """CONST 2-d tensors read as ``B[n, k]`` (``n`` the last output
-        axis, ``k`` a reduction axis) by the contraction ``op``."""
+        axis, ``k`` a reduction axis) by the contraction ``op``, or as
+        ``B[k, n]`` by one in the step [PACK K]; with the panel's width and
+        whether ``k`` is the first axis."""
         n_var = op.axis[-1].var
         reduce_vars = _reduce_vars(op)
         reads = TensorMap()
@@ -192,21 +195,38 @@ class Graph:
             uses = reads[t]
             if self.cls.get(t.op) != CONST or len(t.shape) != 2:
                 continue
+            k_first = False
             if not all(
                 idx[0].same_as(n_var) and any(idx[1].same_as(k) for k in reduce_vars)
                 for idx in uses
             ):
-                continue
-            width = _pack_width(t.shape[0], t.dtype)
-            if width is not None and int(t.shape[0]) == int(op.axis[-1].dom.extent):
-                found.append((t, width))
+                # [PACK K] A k-major weight (``nn.matmul``'s ``x @ u``) of a
+                # product in the step: packed once a call too. Read where it
+                # lies, each step's (32 x 768) (768 x 256) product of the GRU
+                # language model's reverse loop streamed the 768 KB weight
+                # across rows (50.6 ms of CPU for 100 steps, one thread);
+                # scheduled as a kernel's product, it copied the weight at
+                # every step (30.1); from panels, 25.6 (bit-identical).
+                k_major = all(
+                    idx[1].same_as(n_var) and any(idx[0].same_as(k) for k in reduce_vars)
+                    for idx in uses
+                )
+                if not (k_major and self.cls[op] == STEP):
+                    continue
+                k_first = True
+            n_axis = 1 if k_first else 0
+            width = _pack_width(t.shape[n_axis], t.dtype)
+            if width is not None and int(t.shape[n_axis]) == int(op.axis[-1].dom.extent):
+                found.append((t, width, k_first))
         return found
 
-    def _panel(self, b: te.Tensor, width: int) -> te.Tensor:
+    def _panel(self, b: te.Tensor, width: int, k_first: bool = False) -> te.Tensor:
         n, k = (int(d) for d in b.shape)
+        if k_first:
+            k, n = n, k
         panel = te.compute(
             (n // width, k, width),
-            lambda no, kk, ni: b[no * width + ni, kk],
+            lambda no, kk, ni: b[kk, no * width + ni] if k_first else b[no * width + ni, kk],
             name=f"{b.op.name}_packed",
             attrs={MATERIALIZE: 1},
         )
