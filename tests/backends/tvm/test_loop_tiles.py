@@ -238,7 +238,11 @@ def test_a_k_major_weight_of_the_step_is_packed_once_a_call(
     _, body, _ = foreach_of(mod)
     kernel = build_loop(body, module=mod)
     rng = np.random.default_rng(5)
-    args = (uniform(rng, 7, 32, 64, scale=0.5), uniform(rng, 32, 32), uniform(rng, 64, 32, scale=0.1))
+    args = (
+        uniform(rng, 7, 32, 64, scale=0.5),
+        uniform(rng, 32, 32),
+        uniform(rng, 64, 32, scale=0.1),
+    )
     (outs, final), (want_outs, want_final) = kernel(*args), effir.interpret(mod, *args)
     np.testing.assert_allclose(outs, want_outs, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(final, want_final, rtol=1e-4, atol=1e-5)
