@@ -43,11 +43,22 @@ How (as BLIS and every tuned GEMM)
   while every column panel passes.
 
 Which products: a reduction block ``C[i, j] += A[.] * B[.]`` of one
-reduction axis k and two spatial axes (no batch axis), both operands 2-D
-and indexed by plain iterators (in either order), with R dividing the
-rows, C dividing the columns, and at least ``MIN_MULTIPLY_ADDS``
-multiply-adds (a small product does not pay for its copies). Everything
-else keeps schedule.py's tile.
+reduction axis k and two spatial axes, both operands 2-D and indexed by
+plain iterators (in either order), with R dividing the rows, C dividing
+the columns, and at least ``MIN_MULTIPLY_ADDS`` multiply-adds (a small
+product does not pay for its copies). Everything else keeps schedule.py's
+tile (or, in a whole loop, loop/cpu_schedule.py's).
+
+[BATCH] A whole loop's prologue batches each step's product over the
+steps (loop/graph.py [HOIST]): ``C[t, i, j] += A[t', ., .] * B[t', ., .]``,
+``t'`` any expression of the leading axes (``min(t, T - 1)``), or an
+operand without them (a weight). The panels gain the leading axes, the
+tiles run inside them; the per-chunk weight gradients of the GRU language
+model's backward, 10 batched ``(320 x 768)^T (320 x 256)`` products and
+the inputs' ``(320 x 768) (768 x 256)``, took 160 ms of CPU in
+``_tile_contraction``'s tile, 61 packed (one thread). Each packing reads
+the operand for this product only (``consumer_blocks``): another reader
+of it keeps its own layout and schedule.
 """
 
 from __future__ import annotations
@@ -59,7 +70,7 @@ from typing import Any
 import tvm
 from tvm import tirx
 
-from .schedule_common import strip_casts, vector_lanes
+from .schedule_common import static_extent, strip_casts, uses, vector_lanes
 
 MIN_MULTIPLY_ADDS = 1 << 22
 """Smallest product packed: 4M multiply-adds (a 256 x 256 x 64 product).
@@ -80,7 +91,9 @@ class _Operand:
 
 @dataclass(frozen=True)
 class GemmShape:
-    """A product ``C[i, j] = sum_k A * B`` as the packed schedule sees it."""
+    """A product ``C[b..., i, j] = sum_k A * B`` as the packed schedule sees it
+    (``batch`` leading axes, none in a kernel's products; a whole loop's
+    prologue batches each step's product over the steps: loop/graph.py)."""
 
     m: int
     n: int
@@ -88,17 +101,21 @@ class GemmShape:
     lhs: _Operand  # indexed by i and k
     rhs: _Operand  # indexed by j and k
     dtype: str
+    batch: int = 0
 
 
 def gemm_shape(sch: Any, block: Any) -> GemmShape | None:
-    """The roles of a two-dimensional product block, or None when the block
-    is not one (see the module's "Which products")."""
+    """The roles of a product block, or None when the block is not one
+    (see the module's "Which products"). Leading spatial axes are batch
+    axes [BATCH]: an operand indexes them first, by any expression of
+    them alone (the prologue's ``min(t, T - 1)``), or not at all."""
     info = sch.get(block)
     store = info.body
-    if not isinstance(store, tirx.BufferStore) or len(store.indices) != 2:
+    if not isinstance(store, tirx.BufferStore) or len(store.indices) < 2:
         return None
+    nb = len(store.indices) - 2
     kinds = [int(iv.iter_type) for iv in info.iter_vars]
-    if kinds != [_DATA_PAR, _DATA_PAR, _REDUCE] or len(sch.get_loops(block)) != 3:
+    if kinds != [_DATA_PAR] * (nb + 2) + [_REDUCE] or len(sch.get_loops(block)) != nb + 3:
         return None
     value = store.value
     if not isinstance(value, tirx.Add):
@@ -107,12 +124,16 @@ def gemm_shape(sch: Any, block: Any) -> GemmShape | None:
     if not isinstance(product, tirx.Mul):
         return None
     loads = [strip_casts(product.a), strip_casts(product.b)]
-    if not all(isinstance(x, _Load) and len(x.indices) == 2 for x in loads):
+    if not all(isinstance(x, _Load) and len(x.indices) in (2, nb + 2) for x in loads):
         return None
-    i_var, j_var, k_var = (iv.var for iv in info.iter_vars)
+    *batch_vars, i_var, j_var, k_var = (iv.var for iv in info.iter_vars)
+    if any(not _is(e, v) for e, v in zip(store.indices, (*batch_vars, i_var, j_var), strict=True)):
+        return None
     roles: dict[str, _Operand] = {}
     for load in loads:
-        a, b = load.indices
+        *lead, a, b = load.indices
+        if any(uses(e, v) for e in lead for v in (i_var, j_var, k_var)):
+            return None
         # buffers by identity: two of a kernel's may share a name ("transpose")
         found = [r for r, region in enumerate(info.reads) if region.source.same_as(load.source)]
         if len(found) != 1:
@@ -124,8 +145,11 @@ def gemm_shape(sch: Any, block: Any) -> GemmShape | None:
                 roles[role] = _Operand(found[0], True)
     if set(roles) != {"lhs", "rhs"} or roles["lhs"].read == roles["rhs"].read:
         return None
-    m, n, k = (int(iv.dom.extent) for iv in info.iter_vars)
-    return GemmShape(m, n, k, roles["lhs"], roles["rhs"], str(value.ty))
+    extents = [static_extent(iv.dom.extent) for iv in info.iter_vars[nb:]]
+    if any(e is None for e in extents):
+        return None
+    m, n, k = (int(e) for e in extents)  # type: ignore[arg-type]
+    return GemmShape(m, n, k, roles["lhs"], roles["rhs"], str(value.ty), nb)
 
 
 def tile(shape: GemmShape, wide: bool) -> tuple[int, int] | None:
@@ -156,11 +180,14 @@ def wide_vectors(target: Any) -> bool:
         return False
 
 
-def packed_gemm(sch: Any, block: Any, target: Any) -> tuple[Any, Any, list[Any]] | None:
+def packed_gemm(
+    sch: Any, block: Any, target: Any, parallel: bool = False
+) -> tuple[Any, Any, list[Any]] | None:
     """Schedule ``block`` as a packed product [PACK] [TILE] when it is one
     this schedule takes; returns (the accumulator block, the column-tile
     loop) for the caller's epilogue and the copies (scheduled: the caller
-    leaves them alone), or None (nothing changed)."""
+    leaves them alone), or None (nothing changed). ``parallel``: the
+    tiles (batch axes and row tiles) run on TVM's thread pool."""
     shape = gemm_shape(sch, block)
     if shape is None:
         return None
@@ -168,41 +195,56 @@ def packed_gemm(sch: Any, block: Any, target: Any) -> tuple[Any, Any, list[Any]]
     if sizes is None:
         return None
     rows, cols = sizes
+    # The copies stay serial: one barrier a call for the product alone
+    # (loop/cpu_schedule.py PARALLEL_MIN_WORK: a busy machine makes every
+    # barrier wait a time slice).
     copies = [_pack(sch, block, shape.lhs, rows), _pack(sch, block, shape.rhs, cols)]
-    i, j, k = sch.get_loops(block)
+    *batch, i, j, k = sch.get_loops(block)
     io, ii = sch.split(i, [None, rows])
     jo, ji = sch.split(j, [None, cols])
-    sch.reorder(io, jo, k, ii, ji)
+    sch.reorder(*batch, io, jo, k, ii, ji)
     local = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(local, jo)
     sch.unroll(ii)
     sch.vectorize(ji)
+    if parallel:
+        sch.parallel(sch.fuse(*batch, io) if batch else io)
     sch.decompose_reduction(block, k)
     return local, jo, copies
 
 
 def _pack(sch: Any, block: Any, operand: _Operand, width: int) -> Any:
-    """[PACK] The operand copied into ``[x / width, k, x % width]`` (x its
-    row or column index), its producer in the kernel, if any, computed in
-    the copy. Returns the copy's block."""
+    """[PACK] The operand copied into ``[b..., x / width, k, x % width]`` (x
+    its row or column index, b its batch indices, if any), its producer in
+    the kernel, if any, computed in the copy. Returns the copy's block."""
     buffer = sch.get(block).reads[operand.read].source
     producers = [
         p
         for p in sch.get_producers(block)
         if any(w.source.same_as(buffer) for w in sch.get(p).writes)
     ]
-    packed = sch.cache_read(block, operand.read, "global")
+    # Only this product reads the panels: another reader of the operand
+    # (the prologue's sum of the same stack) keeps its own layout.
+    packed = sch.cache_read(block, operand.read, "global", consumer_blocks=[block])
     if operand.k_first:
-        sch.transform_layout(block, ("read", operand.read), lambda k, x: (x // width, k, x % width))
+        sch.transform_layout(
+            block,
+            ("read", operand.read),
+            lambda *b: (*b[:-2], b[-1] // width, b[-2], b[-1] % width),
+        )
     else:
-        sch.transform_layout(block, ("read", operand.read), lambda x, k: (x // width, k, x % width))
+        sch.transform_layout(
+            block,
+            ("read", operand.read),
+            lambda *b: (*b[:-2], b[-2] // width, b[-1], b[-2] % width),
+        )
     for producer in producers:  # a transpose or reshape fused into the kernel
         try:
             sch.compute_inline(producer)
         except Exception:  # noqa: BLE001 - kept as its own block: still correct
             pass
-    # The copy's loops are the source buffer's axes: (x, k) or (k, x).
-    a, b = sch.get_loops(packed)[-2:]
+    # The copy's loops are the source buffer's axes: (b..., x, k) or (b..., k, x).
+    *lead, a, b = sch.get_loops(packed)
     x, k = (b, a) if operand.k_first else (a, b)
     xo, xi = sch.split(x, [None, width])
     ko, ki = sch.split(k, [None, 16 if int(sch.get(k).extent) % 16 == 0 else 1])

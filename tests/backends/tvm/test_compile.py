@@ -370,3 +370,25 @@ def @main(%xs: Tensor[(4, 2), float32]) {
     printed: list[float] = []
     compiled(np.ones((4, 2), np.float32), sink=lambda label, value: printed.append(float(value)))
     assert printed == [2.0, 4.0, 6.0, 8.0]
+
+
+def test_a_kernel_that_only_reshapes_is_a_view() -> None:
+    """relax_lower.py [RULE VIEW]: a primitive function that only reshapes
+    its one tensor (the backward's stacks cut into chunks) is called as a
+    view of the argument's memory, no kernel copying it; the values are
+    the interpreter's. Before: one copy kernel per reshape."""
+    text = """#[version = "0.0.5"]
+def @main(%x: Tensor[(4, 6), float32]) {
+  (reshape(%x, newshape=[2, 12]), expand_dims(%x, axis=1), squeeze(%x, axis=[]), exp(%x))
+}
+"""
+    module = effir.check(effir.parse(text))
+    x = np.arange(24, dtype=np.float32).reshape(4, 6) / 24
+    compiled = effir.compile(module)
+    got = compiled(x)
+    want = effir.interpret(module, x)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+    (build,) = compiled.report.builds
+    assert build.kernels == 1, compiled.report.table()  # exp alone

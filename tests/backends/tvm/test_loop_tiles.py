@@ -10,13 +10,16 @@ and by the benchmarks."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
 import effir
+from effir.backends.tvm import schedule_gemm
 from effir.backends.tvm.loop import build_loop, columns, cpu_schedule, lower_loop, rows
 from effir.backends.tvm.loop.cpu_schedule import _rows_per_tile, _tile_order, _tile_panels
-from tests.backends.tvm.test_loop import GRU, assert_close, foreach_of, gru_inputs, module
+from tests.backends.tvm.test_loop import GRU, assert_close, foreach_of, gru_inputs, module, uniform
 
 
 @pytest.mark.parametrize(
@@ -142,3 +145,113 @@ def test_no_barrier_per_step_in_the_hidden_256_gru(
     assert script.count("T.parallel(") == parallel_loops
     step = script.index("for t in range(")
     assert "T.parallel(" not in script[step:]
+
+
+CHUNKS = """
+def @main(%a: Tensor[(t, 64, 256), float32], %b: Tensor[(t, 64, 256), float32],
+          %w: Tensor[(256, 256), float32], %s0: Tensor[(256, 256), float32],
+          %s1: Tensor[(256), float32]) {
+  let %f = fn (%chunk: (Tensor[(64, 256), float32], Tensor[(64, 256), float32]),
+               %sums: (Tensor[(256, 256), float32], Tensor[(256), float32])) {
+    let %prod = nn.dense(transpose(%chunk.0), transpose(%chunk.1));
+    let %total = sum(%chunk.0, axis=[0]);
+    (nn.matmul(%chunk.0, %w), (add(%sums.0, %prod), add(%sums.1, %total)))
+  };
+  cf.foreach(%f, (%a, %b), (%s0, %s1))
+}
+"""
+
+
+def test_chunk_products_are_packed_and_not_padded() -> None:
+    """The weight-gradient sums of a reverse loop, chunk by chunk
+    (autodiff/sqrt.py): each step a product of two of its stacks
+    ``(64 x 256)^T (64 x 256)``, a product by a weight, and a bias sum. The
+    products, batched over the steps in the prologue, pack both operands
+    into panels (schedule_gemm.py [BATCH]), each its own copy (the sum
+    reads the stack as it lies); the sum, one row a step, stays in the step
+    [RULE NO PAD], so the batched tensors are not padded to whole tiles of
+    steps (at 10 steps, 16 were computed). Before: neither packed, every
+    product run for 16 steps."""
+    mod = module(CHUNKS)
+    _, body, _ = foreach_of(mod)
+    kernel = build_loop(body, module=mod)
+    rng = np.random.default_rng(3)
+    a, b = uniform(rng, 10, 64, 256), uniform(rng, 10, 64, 256)
+    w, s0, s1 = uniform(rng, 256, 256), uniform(rng, 256, 256), uniform(rng, 256)
+    outs, (p, q) = kernel((a, b), (s0, s1), w)
+    np.testing.assert_allclose(outs, a @ w, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(p, s0 + np.einsum("cki,ckj->ij", a, b), rtol=1e-5, atol=1e-3)
+    np.testing.assert_allclose(q, s1 + a.sum(axis=(0, 1)), rtol=1e-5, atol=1e-3)
+    lowered = kernel.specialize({}).lowered
+    assert lowered.unscheduled == []
+    assert not lowered.padded
+    script = lowered.func.script()
+    panels = re.findall(r"_global(?:_\d+)? = T.sblock_alloc_buffer", script)
+    assert len(panels) == 4  # two panels for each product
+
+
+@pytest.mark.parametrize(("batch", "packed_as_a_kernel"), [(32, True), (1, False)])
+def test_the_batched_input_projection_packs_both_operands(
+    batch: int, packed_as_a_kernel: bool
+) -> None:
+    """The hidden-256 GRU's input projection at batch 32 (a 32 x 256 by
+    256 x 768 product a step, batched over the steps in the prologue) is
+    scheduled as a kernel's large product, both operands copied into
+    panels (schedule_gemm.py [BATCH]), not as graph.py's weight panels
+    under the recurrence's register tile: 62 -> 46 ms of CPU for the loop
+    at T=100 (one thread, interleaved), bit-identical results. At batch 1
+    the projection keeps the weight's panels. Scheduled only, not built."""
+    _, body, _ = foreach_of(module(gru_text(256)))
+    captured = build_loop(body).captured
+    lowered = lower_loop(body, {"b": batch}, captured, {}, None, parallel=True)
+    assert lowered.unscheduled == []
+    prologue = lowered.func.script().split("for t in range(")[0]
+    panels = re.findall(r"(\w+)_global(?:_\d+)? = T.sblock_alloc_buffer", prologue)
+    if packed_as_a_kernel:
+        assert "w_packed" not in prologue
+        assert sorted(panels) == ["w", "x_seq"]  # the weight and the batched x_t
+    else:
+        assert "w_packed" in prologue and panels == []
+
+
+REVERSE = """
+def @main(%xs: Tensor[(t, 32, 64), float32], %c0: Tensor[(32, 32), float32],
+          %u: Tensor[(64, 32), float32]) {
+  let %f = fn (%x: Tensor[(32, 64), float32], %ct: Tensor[(32, 32), float32]) {
+    let %g = multiply(concatenate((%ct, %ct), axis=1), %x);
+    (%g, add(multiply(%ct, 0.5f), nn.matmul(%g, %u)))
+  };
+  cf.foreach(%f, %xs, %c0)
+}
+"""
+
+
+def test_a_k_major_weight_of_the_step_is_packed_once_a_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """graph.py [PACK K]: the step's product by a weight read k-major (a
+    reverse loop's ``ct @ u``, ``nn.matmul``) reads panels of the weight
+    packed once a call in the prologue, as ``nn.dense``'s weight is;
+    before, a large one was copied into panels at every step (the
+    kernel's packed product, schedule_gemm.py), a small one read across
+    rows. The product is made large here by lowering the threshold; the
+    values are the interpreter's."""
+    monkeypatch.setattr(schedule_gemm, "MIN_MULTIPLY_ADDS", 1)
+    mod = module(REVERSE)
+    _, body, _ = foreach_of(mod)
+    kernel = build_loop(body, module=mod)
+    rng = np.random.default_rng(5)
+    args = (
+        uniform(rng, 7, 32, 64, scale=0.5),
+        uniform(rng, 32, 32),
+        uniform(rng, 64, 32, scale=0.1),
+    )
+    (outs, final), (want_outs, want_final) = kernel(*args), effir.interpret(mod, *args)
+    np.testing.assert_allclose(outs, want_outs, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(final, want_final, rtol=1e-4, atol=1e-5)
+    lowered = kernel.specialize({}).lowered
+    assert lowered.unscheduled == []
+    script = lowered.func.script()
+    prologue, step = script.split("for t in range(")
+    assert "u_packed" in prologue
+    assert "_global" not in step  # no copy of the weight, or of anything, per step

@@ -33,7 +33,9 @@ The algorithm
    ``B`` is CONST (``nn.dense`` with a weight) reads ``B`` across rows,
    which does not vectorise along ``n``. ``B`` is repacked once per call
    into panels ``Bp[n / w, k, n % w]`` (``w`` two vectors, when they divide
-   ``n``), so that the contraction reads contiguous vectors of ``Bp``.
+   ``n``), so that the contraction reads contiguous vectors of ``Bp``; a
+   ``B`` read ``B[k, n]`` (``nn.matmul``'s weight) by a product in the step
+   is packed the same way [PACK K].
 4. [HOIST] Every CONST or SEQ operation that is a reduction or a packing
    runs before the loop, in a *prologue*: CONST ones once, SEQ ones for all
    steps at once (the tensor gains a leading ``T`` axis: the input-to-hidden
@@ -42,12 +44,18 @@ The algorithm
    the weights). The step reads row ``t`` of a SEQ result. Cheap SEQ
    operations (elementwise) stay in the step, where they fuse into their
    consumers. When a step has too few rows for a register tile (batch 1),
-   the ``T`` axis is padded to a multiple of the tile (``padded_length``).
+   the ``T`` axis is padded to a multiple of the tile (``padded_length``);
+   a reduction of step data alone whose rows do not tile (a sum to one
+   row a step) stays in the step rather than pad them all [RULE NO PAD].
 5. [SCHED] The prologue and the step are each a PrimFunc
    (``te.create_prim_func``) scheduled by ``cpu_schedule``: spatial blocks are
    inlined into their consumers (within schedule.py's budget on the
    expression's size, and neither into a reduction nor at several reading
-   sites when expensive); contractions get a register tile (up to 8 rows x
+   sites when expensive); a large product of two operands neither a packed
+   weight (the per-chunk weight gradients of a backward; a batched input
+   projection whose step product is large, whose weight [PACK] then
+   leaves as it lies) is packed as a kernel's (schedule_gemm.py [BATCH]);
+   other contractions get a register tile (up to 8 rows x
    two vectors accumulated in registers over ``k``, vectorised along
    ``n``; a tile of fewer rows, as a step at batch 1, spans more panels of
    columns, so that the reduction issues independent multiply-adds; as

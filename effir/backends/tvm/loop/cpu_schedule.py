@@ -17,6 +17,7 @@ from tvm import s_tir, tirx
 
 from ..schedule import INLINE_BUDGET, expression_cost
 from ..schedule_common import static_extent, strip_casts, uses, vector_lanes
+from ..schedule_gemm import packed_gemm
 from .graph import MATERIALIZE, ROW_TILE, tiles_within_step
 
 PARALLEL_MIN_WORK = 1 << 27
@@ -143,7 +144,8 @@ def schedule(
             b = sch.get_sblock(name)
             node = sch.get(b)
             if _is_reduction(node):
-                _tile_contraction(sch, b, node, min_work, column_work)
+                if not _packed_product(sch, b, node, min_work):
+                    _tile_contraction(sch, b, node, min_work, column_work)
             elif MATERIALIZE in node.annotations:
                 _pack_loops(sch, b)
             else:
@@ -228,6 +230,28 @@ def _vectorize(sch: Any, b: Any, node: Any, min_work: int | None) -> None:
     elements = math.prod(static_extent(iv.dom.extent) or SYMBOLIC_EXTENT for iv in node.iter_vars)
     if min_work is not None and outer and elements * _size(node.body) >= min_work:
         sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+
+
+def _packed_product(sch: Any, b: Any, node: Any, min_work: int | None) -> bool:
+    """A large product of two operands read where they lie (neither a
+    weight ``graph`` packed: it reads its panels), each step's or batched
+    over the steps in the prologue, as a kernel's large product: both
+    operands packed into panels (schedule_gemm.py [PACK] [TILE] [BATCH]).
+    The per-chunk weight gradients of a reverse loop are such products:
+    ``(320 x 768)^T (320 x 256)`` a chunk of the GRU language model, which
+    ``_tile_contraction`` ran at a quarter of the packed schedule's rate
+    (its tile reads the transposed left operand across rows). False:
+    not such a product, nothing changed."""
+    from ..target import make_target
+
+    work = math.prod(static_extent(iv.dom.extent) or SYMBOLIC_EXTENT for iv in node.iter_vars)
+    parallel = min_work is not None and work >= min_work
+    packed = packed_gemm(sch, b, make_target("llvm"), parallel)
+    if packed is None:
+        return False
+    local, _ = packed[0], packed[1]
+    sch.vectorize(sch.get_loops(local)[-1])
+    return True
 
 
 def _tile_contraction(

@@ -151,13 +151,14 @@ class Graph:
             if not packs and not inputs_changed:
                 continue
             panels = TensorMap()
-            for b, width in packs:
-                panels[b] = (self._panel(b, width), width)
+            for b, width, k_first in packs:
+                panels[b] = (self._panel(b, width, k_first), width, k_first)
 
             def read(t: te.Tensor, idx: list, outer: list, panels=panels) -> Any:
-                if t in panels:  # read as B[n, k] (_packable)
-                    bp, width = panels[t]
-                    return bp(tirx.floordiv(idx[0], width), idx[1], tirx.floormod(idx[0], width))
+                if t in panels:  # read as B[n, k] or B[k, n] (_packable)
+                    bp, width, k_first = panels[t]
+                    n, k = (idx[1], idx[0]) if k_first else (idx[0], idx[1])
+                    return bp(tirx.floordiv(n, width), k, tirx.floormod(n, width))
                 return replaced.get(t, t)(*idx)
 
             new = _recompute(op, read)
@@ -167,9 +168,11 @@ class Graph:
                 self.cls[t.op] = cls
         self.outputs = [replaced.get(t, t) for t in self.outputs]
 
-    def _packable(self, op: Any) -> list[tuple[te.Tensor, int]]:
+    def _packable(self, op: Any) -> list[tuple[te.Tensor, int, bool]]:
         """CONST 2-d tensors read as ``B[n, k]`` (``n`` the last output
-        axis, ``k`` a reduction axis) by the contraction ``op``."""
+        axis, ``k`` a reduction axis) by the contraction ``op``, or as
+        ``B[k, n]`` by one in the step [PACK K]; with the panel's width and
+        whether ``k`` is the first axis."""
         n_var = op.axis[-1].var
         reduce_vars = _reduce_vars(op)
         reads = TensorMap()
@@ -185,31 +188,74 @@ class Graph:
 
         for b in op.body:
             tvm_ffi.structural_walk(b, (tvm.ir.expr.Call, on_call))
+        if self.cls[op] == SEQ and _packed_in_prologue(op):
+            return []
         found = []
         for t in tensors:
             uses = reads[t]
             if self.cls.get(t.op) != CONST or len(t.shape) != 2:
                 continue
+            k_first = False
             if not all(
                 idx[0].same_as(n_var) and any(idx[1].same_as(k) for k in reduce_vars)
                 for idx in uses
             ):
-                continue
-            width = _pack_width(t.shape[0], t.dtype)
-            if width is not None and int(t.shape[0]) == int(op.axis[-1].dom.extent):
-                found.append((t, width))
+                # [PACK K] A k-major weight (``nn.matmul``'s ``x @ u``) of a
+                # product in the step: packed once a call too. Read where it
+                # lies, each step's (32 x 768) (768 x 256) product of the GRU
+                # language model's reverse loop streamed the 768 KB weight
+                # across rows (50.6 ms of CPU for 100 steps, one thread);
+                # scheduled as a kernel's product, it copied the weight at
+                # every step (30.1); from panels, 25.6 (bit-identical).
+                k_major = all(
+                    idx[1].same_as(n_var) and any(idx[0].same_as(k) for k in reduce_vars)
+                    for idx in uses
+                )
+                if not (k_major and self.cls[op] == STEP):
+                    continue
+                k_first = True
+            n_axis = 1 if k_first else 0
+            width = _pack_width(t.shape[n_axis], t.dtype)
+            if width is not None and int(t.shape[n_axis]) == int(op.axis[-1].dom.extent):
+                found.append((t, width, k_first))
         return found
 
-    def _panel(self, b: te.Tensor, width: int) -> te.Tensor:
+    def _panel(self, b: te.Tensor, width: int, k_first: bool = False) -> te.Tensor:
         n, k = (int(d) for d in b.shape)
+        if k_first:
+            k, n = n, k
         panel = te.compute(
             (n // width, k, width),
-            lambda no, kk, ni: b[no * width + ni, kk],
+            lambda no, kk, ni: b[kk, no * width + ni] if k_first else b[no * width + ni, kk],
             name=f"{b.op.name}_packed",
             attrs={MATERIALIZE: 1},
         )
         self.cls[panel.op] = CONST
         return panel
+
+
+def _packed_in_prologue(op: Any) -> bool:
+    """[PACK] Whether the SEQ contraction ``op``, hoisted and batched over the
+    steps, is a large product the prologue packs as a kernel's, both
+    operands into panels (cpu_schedule ``_packed_product``,
+    schedule_gemm.py [BATCH]): its weight is then read where it lies, not
+    from this module's panels, which that schedule cannot read. One
+    reduction axis, each step's product at least
+    ``schedule_gemm.MIN_MULTIPLY_ADDS`` multiply-adds in whole tiles: the
+    hidden-256 GRU's input projection at batch 32 (32 x 256 by 256 x 768 a
+    step), 64 -> 42 ms of CPU for the whole loop, one thread; at batch 1
+    the projection keeps the panels and the register tile."""
+    from ..schedule_gemm import GemmShape, tile, wide_vectors
+    from ..target import make_target
+
+    if len(op.reduce_axis) != 1 or len(op.axis) < 2:
+        return False
+    extents = [iv.dom.extent for iv in op.axis] + [op.reduce_axis[0].dom.extent]
+    if not all(isinstance(e, int | tirx.IntImm) for e in extents):
+        return False
+    *rows, n, k = (int(e) for e in extents)
+    shape = GemmShape(math.prod(rows), n, k, None, None, str(op.output(0).dtype))  # type: ignore[arg-type]
+    return tile(shape, wide_vectors(make_target("llvm"))) is not None
 
 
 @dataclass
@@ -257,13 +303,28 @@ def hoist(graph: Graph, xs: list[te.Tensor], length: Any) -> Stages:
         and op.num_outputs == 1
         and (op.reduce_axis or MATERIALIZE in op.attrs)
     ]
-    hoisted_set = set(hoisted)
-    padded = any(
-        cls[op] == SEQ
-        and op.reduce_axis
-        and not tiles_within_step(math.prod(int(d) for d in op.output(0).shape[:-1]))
+
+    def spans_steps(op: Any) -> bool:  # a batched reduction whose tile spans steps
+        rows = math.prod(int(d) for d in op.output(0).shape[:-1])
+        return cls[op] == SEQ and bool(op.reduce_axis) and not tiles_within_step(rows)
+
+    # [RULE NO PAD] A reduction of step data alone (no weight) whose rows do
+    # not tile (a bias gradient's sum over a chunk's rows: one row a step)
+    # gains nothing from the prologue, and there it would pad every
+    # batched tensor to whole tiles of steps: the GRU language model's
+    # chunk loop (10 steps, padded to 16) ran its three large products
+    # 1.6 times. It stays in the step unless a hoisted operation reads it.
+    stay = {
+        op
         for op in hoisted
-    )
+        if spans_steps(op) and not any(cls[t.op] == CONST for t in op.input_tensors)
+    }
+    if stay:
+        kept = [op for op in hoisted if op not in stay]
+        needed = set(topological([op.output(0) for op in kept])) if kept else set()
+        hoisted = [op for op in hoisted if op not in stay or op in needed]
+    hoisted_set = set(hoisted)
+    padded = any(spans_steps(op) for op in hoisted)
     lead = padded_length(length) if padded else length
     # Prologue: every operation a hoisted one needs, SEQ ones batched.
     seq_of = TensorMap(((x.op, x.value_index), xt) for x, xt in zip(graph.x, xs, strict=True))
