@@ -68,9 +68,12 @@ class AdtLowering:
 
     def _typed(self, value: Any, t: Type) -> Any:
         """``value`` with the Relax type of ``t``: a value that reached here
-        as an ``Object`` (a field, a type parameter's value) is cast."""
+        as an ``Object``, or a tuple with an ``Object`` where ``t`` says more
+        (a field, a type parameter's value, a closure call's result), is
+        cast. The one place where such values get their effir type back:
+        every let-bound value and pattern variable passes here."""
         want = relax_type(t)
-        if isinstance(value.ty, relax.ObjectType) and not isinstance(want, relax.ObjectType):
+        if vaguer(value.ty, want):
             return self.bb.match_cast(value, want)
         return value
 
@@ -97,8 +100,7 @@ class AdtLowering:
             rest = self.bb.block(
                 lambda k=k, rest=rest: self._clause(clauses[k], data, data_type, env, rest, name),
             )
-        value = self._clause(clauses[0], data, data_type, env, rest, name)
-        return self._typed(value, expr.checked_type)
+        return self._clause(clauses[0], data, data_type, env, rest, name)
 
     def _clause(
         self, clause: Clause, data: Any, data_type: Type, env: dict[Var, Any], rest: Any, name: str
@@ -180,6 +182,20 @@ class AdtLowering:
 
     def _both(self, a: Any, b: Any) -> Any:
         return self.bb.emit(relax.op.logical_and(a, b))
+
+
+def vaguer(have: Any, want: Any) -> bool:
+    """Whether the Relax type ``have`` is ``Object`` where ``want`` (of the
+    same value) is more precise, at the top or inside a tuple."""
+    work = [(have, want)]
+    while work:
+        a, b = work.pop()
+        if isinstance(a, relax.ObjectType) and not isinstance(b, relax.ObjectType):
+            return True
+        if isinstance(a, relax.TupleType) and isinstance(b, relax.TupleType):
+            if len(a.fields) == len(b.fields):
+                work.extend(zip(a.fields, b.fields, strict=True))
+    return False
 
 
 def refutable(pattern: Pattern) -> bool:

@@ -377,8 +377,10 @@ class _Lowering(
 
     def _value(self, expr: Expr, env: dict[Var, Any], name: str) -> Any:
         """A let-bound value lowered and emitted as ``name``: one ``@on``
-        hook per expression class."""
-        return self.eval(expr, env, name)
+        hook per expression class; a value that comes out as an ``Object``
+        where its type says more (a closure call's result, a polymorphic
+        callee's, a ``match``'s) is cast to it here (relax_adts ``_typed``)."""
+        return self._typed(self.eval(expr, env, name), expr.checked_type)
 
     @on(Var, Constant, GlobalVar, Constructor)
     def _atom_value(self, expr: Expr, env: dict[Var, Any], name: str) -> Any:
@@ -459,8 +461,7 @@ class _Lowering(
             if callee.name in self.recursive:
                 called = self.module.functions[callee.name]
                 args.insert(0, self._deeper(f"@{callee.name}", called.span))
-            result = self.bb.emit(relax.Call(self.globals[callee.name], args), name)
-            return self._typed(result, call.checked_type)  # a polymorphic callee's
+            return self.bb.emit(relax.Call(self.globals[callee.name], args), name)
         if isinstance(callee, Var) and isinstance(env.get(callee), Function):
             fn = env[callee]
             if is_primitive(fn):

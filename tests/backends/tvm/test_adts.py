@@ -128,6 +128,36 @@ def @main(%x: Tensor[(3), float32], %n: Tensor[(), int32]) {
     assert_same_run(module, X, np.int32(3))
 
 
+def check_a_closure_returning_a_tuple() -> None:
+    # The VM types every closure call as an Object: the tuple a closure
+    # returns (tensors only here) was read without a cast, and TVM's build
+    # failed ("The type of Tuple must be TupleType ... R.Any").
+    module = parse(
+        LIST
+        + """
+def @go(%f: fn (Tensor[(3), float32]) -> (Tensor[(3), float32], Tensor[(3), float32]),
+        %xs: List[Tensor[(3), float32]]) -> (Tensor[(3), float32], Tensor[(3), float32]) {
+  match (%xs) {
+    Cons(%x, Nil) => %f(%x),
+    Cons(%x, %rest) => {
+      let %r = @go(%f, %rest);
+      let %s = %f(%x);
+      (add(%r.0, %s.0), %r.1)
+    },
+    Nil => (%x0, %x0),
+  }
+}
+
+def @main(%x: Tensor[(3), float32], %y: Tensor[(3), float32]) {
+  let %f = fn (%v: Tensor[(3), float32]) { (multiply(%v, %y), tanh(%v)) };
+  let %r = @go(%f, Cons(%x, Cons(%y, Cons(%x, Nil))));
+  add(%r.0, %r.1)
+}
+""".replace("%x0", 'zeros(shape=[3], dtype="float32")')
+    )
+    assert_same_run(module, X, Y)
+
+
 # Compiled code runs in a process of its own: a crash (a storage freed in
 # one branch of an if and used again, say) is a reported failure.
 def _isolated(check: str) -> None:
@@ -144,6 +174,10 @@ def test_nested_patterns_and_an_option_chosen_at_run_time() -> None:
 
 def test_two_globals_of_one_signature_stay_two() -> None:
     _isolated("check_two_globals")
+
+
+def test_a_closure_returning_a_tuple_passed_to_a_recursive_function() -> None:
+    _isolated("check_a_closure_returning_a_tuple")
 
 
 def test_an_adt_program_exports_and_loads(tmp_path: Path) -> None:
