@@ -43,7 +43,7 @@ from ..interpreter import Sink, State
 from . import lower  # noqa: F401  (registers lower-tvm)
 from .build_cache import Cache
 from .compilable import refuse_uncompilable
-from .errors import BackendError, CompileError, run_time_error, site_message
+from .errors import BackendError, CompileError, build_failure, run_time_error, site_message
 from .relax_lower import PRINT_FUNCTION, RelaxProgram, label_text, lower_to_relax
 from .relax_memory import relax_pipeline
 from .relax_types import NeedsStatic, static
@@ -209,10 +209,13 @@ class Specialization:
         self.program = program
         self.target = target
         if executable is None:
-            with building(target):
-                executable = relax.build(
-                    program.module, target=target, relax_pipeline=relax_pipeline(target)
-                )
+            try:
+                with building(target):
+                    executable = relax.build(
+                        program.module, target=target, relax_pipeline=relax_pipeline(target)
+                    )
+            except Exception as err:  # TVM's: never a user's [RULE CHECK]
+                raise build_failure(err, program.entry, program.sites, program.span) from None
         self.executable = executable
         self.library: Path | None = None
         """The shared library the executable was loaded from (the build

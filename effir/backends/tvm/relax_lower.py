@@ -87,7 +87,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -95,6 +95,7 @@ import tvm
 from tvm import relax, tirx
 
 from ...ir import type_tree
+from ...ir.diagnostics import Span
 from ...ir.expr import (
     Call,
     Constant,
@@ -127,7 +128,7 @@ from ...ir.visitor import free_vars, pre_order
 from ...passes.call_graph import recursive
 from ...passes.fuse import is_primitive
 from ...passes.infer_type import infer_expr
-from .errors import BackendError, CompileError
+from .errors import BackendError, CompileError, build_failure
 from .kernel import KernelIR, leaves, lower_kernel
 from .lower import one_call_kernel
 from .relax_adts import AdtLowering, has_constructor_pattern
@@ -176,6 +177,11 @@ class RelaxProgram:
     kernels: int = 0
     loops: int = 0
     recursive: bool = False  # runs on a large stack (vm_run.py [RULE STACK])
+    sites: dict[str, Span | None] = field(default_factory=dict)
+    """The source of the value bound to each Relax variable, by name: where
+    a failure of TVM's build that names one is reported (errors.py
+    ``build_failure``)."""
+    span: Span | None = None  # the entry's, where no site is named
 
 
 def lower_to_relax(
@@ -185,12 +191,18 @@ def lower_to_relax(
     public function ``entry`` is the program's entry. ``symbolic`` names
     the entry's dimensions left symbolic; NeedsStatic when code needs one
     of them static, CompileError for what is not compiled."""
+    lowering = _Lowering(module, target, symbolic)
     try:
-        return _Lowering(module, target, symbolic).run(entry)
+        return lowering.run(entry)
     except CompileError:
         raise
     except BackendError as err:
         raise CompileError(err.message, err.span, err.notes) from None
+    except NeedsStatic:
+        raise
+    except Exception as err:  # TVM's (its normaliser's) or a defect of the lowering's
+        span = module.functions[entry].span if entry in module.functions else None
+        raise build_failure(err, entry, lowering.sites, span) from None
 
 
 @dataclass
@@ -222,6 +234,7 @@ class _Lowering(
         self.recursive: set[str] = set()  # globals on a cycle of calls [RULE DEPTH]
         self.depth: Any = None  # the depth of recursion where code is lowered
         self.recursion = False  # whether the program may recurse (vm_run.py)
+        self.sites: dict[str, Span | None] = {}  # RelaxProgram.sites
 
     # ------------------------------------------------------------ globals
     def run(self, entry: str) -> RelaxProgram:
@@ -255,7 +268,10 @@ class _Lowering(
             with building(self.target):
                 library = tvm.compile(tvm.IRModule(self.apart), target=self.target)
             module = module.with_attr("external_mods", [library.mod])
-        return RelaxProgram(module, entry, len(self.kernels), self.loops, self.recursion)
+        span = self.module.functions[entry].span
+        return RelaxProgram(
+            module, entry, len(self.kernels), self.loops, self.recursion, self.sites, span
+        )
 
     def _entry_of_recursive(self, entry: str) -> None:
         """[RULE DEPTH] The public entry of a recursive entry function: its
@@ -380,7 +396,12 @@ class _Lowering(
         hook per expression class; a value that comes out as an ``Object``
         where its type says more (a closure call's result, a polymorphic
         callee's, a ``match``'s) is cast to it here (relax_adts ``_typed``)."""
-        return self._typed(self.eval(expr, env, name), expr.checked_type)
+        value = self.eval(expr, env, name)
+        typed = self._typed(value, expr.checked_type)
+        for var in (value, typed):
+            if isinstance(var, relax.Var):
+                self.sites.setdefault(str(var.name), expr.span)
+        return typed
 
     @on(Var, Constant, GlobalVar, Constructor)
     def _atom_value(self, expr: Expr, env: dict[Var, Any], name: str) -> Any:

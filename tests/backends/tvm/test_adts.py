@@ -226,6 +226,35 @@ def test_an_adt_the_entry_takes_is_refused_when_compiling() -> None:
         effir.compile(module)
 
 
+def test_a_failure_of_tvms_build_is_a_compile_error_at_the_binding_it_names(monkeypatch) -> None:
+    # Before: TVM's InternalError reached the user (the closure's tuple of
+    # check_a_closure_returning_a_tuple). A failing pass stands for any
+    # defect of the backend that TVM's build finds.
+    import tvm
+
+    from effir.backends.tvm import compile as compile_py
+
+    def failing(target: object) -> object:
+        def run(module: object) -> object:
+            raise tvm.error.InternalError(
+                "Check failed: (opt) is false: The type of Tuple must be TupleType, "
+                "but expression scaled has type R.Any"
+            )
+
+        return run
+
+    monkeypatch.setattr(compile_py, "relax_pipeline", failing)
+    module = parse(
+        "def @main(%x: Tensor[(3), float32], %c: Tensor[(), bool]) {\n"
+        "  let %scaled = if (%c) { (%x, tanh(%x)) } else { (%x, %x) };\n"
+        "  add(%scaled.0, %scaled.1)\n"
+        "}"
+    )
+    with pytest.raises(effir.CompileError, match="TVM failed to build .*expression scaled") as info:
+        effir.compile(module)
+    assert "let %scaled = if" in str(info.value)  # the binding's line, shown
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_an_adt_program_builds_for_cuda_and_compiles_to_ptx() -> None:
     compiled = effir.compile(parse(BUILD_AND_FOLD), target="cuda")
