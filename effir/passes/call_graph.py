@@ -27,6 +27,25 @@ def references(module: IRModule) -> dict[str, list[str]]:
     return refs
 
 
+def reachable(module: IRModule, root: str) -> list[str]:
+    """The global functions ``root`` mentions, directly or through others,
+    ``root`` first (none when the module has no ``root``): what a backend
+    compiles for the entry ``root``, and nothing else of the module (a
+    library's functions it does not use)."""
+    if root not in module.functions:
+        return []
+    order, seen, work = [], {root}, [root]
+    while work:
+        name = work.pop()
+        order.append(name)
+        for node in pre_order(module.functions[name]):
+            if isinstance(node, GlobalVar) and node.name in module.functions:
+                if node.name not in seen:
+                    seen.add(node.name)
+                    work.append(node.name)
+    return order
+
+
 def definition_order(module: IRModule) -> list[str]:
     """Global functions, callees before callers, so that a caller sees its
     callees' inferred result types; within a cycle, module order."""

@@ -35,6 +35,7 @@ from ...ir.expr import (
 from ...ir.module import IRModule
 from ...ir.op import op_def
 from ...ir.visitor import pre_order
+from ...passes.call_graph import reachable
 from .errors import BackendError, CompileError
 from .relax_adts import refutable
 from .relax_dynamic import DYNAMIC
@@ -45,9 +46,13 @@ LOWERED_OPERATORS = frozenset({"cf.foreach", "cf.while_loop", "io.print", *DYNAM
 
 
 def refuse_uncompilable(module: IRModule, entry: str = "main") -> None:
-    """CompileError at the first construct of ``module`` the TVM backend
-    cannot compile."""
-    for name, fn in module.functions.items():
+    """CompileError at the first construct the TVM backend cannot compile
+    in the functions ``entry`` reaches: only those are lowered (a module
+    holding a library, the prelude, compiles whatever the functions it does
+    not use hold; a call of another entry is refused, located, when it is
+    lowered)."""
+    for name in reachable(module, entry):
+        fn = module.functions[name]
         for node in pre_order(fn):
             if isinstance(node, RefCreate | RefRead | RefWrite):
                 raise CompileError(

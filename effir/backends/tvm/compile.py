@@ -509,7 +509,7 @@ def compile(  # noqa: A001  (effir.compile, as tvm.compile)
     progress(f"optimising: {passes.spelled() or '(no pass)'}")
     start = time.perf_counter()
     optimised = passes(module, context)
-    refuse_uncompilable(optimised)
+    refuse_uncompilable(optimised, entry)
     report = CompileReport(
         _size(module),
         _size(optimised),

@@ -125,7 +125,7 @@ from ...ir.op import op_def
 from ...ir.printer import astext
 from ...ir.types import Type
 from ...ir.visitor import free_vars, pre_order
-from ...passes.call_graph import recursive
+from ...passes.call_graph import reachable, recursive
 from ...passes.fuse import is_primitive
 from ...passes.infer_type import infer_expr
 from .errors import BackendError, CompileError, build_failure
@@ -293,16 +293,7 @@ class _Lowering(
     def _reachable(self, entry: str) -> list[str]:
         if entry not in self.module.functions:
             raise BackendError(f"the module has no function @{entry}")
-        order, seen, work = [], {entry}, [entry]
-        while work:
-            name = work.pop()
-            order.append(name)
-            for node in pre_order(self.module.functions[name]):
-                if isinstance(node, GlobalVar) and node.name in self.module.functions:
-                    if node.name not in seen:
-                        seen.add(node.name)
-                        work.append(node.name)
-        return order
+        return reachable(self.module, entry)
 
     def _function(self, fn: Function, name: str) -> Any:
         """A Relax function of the global ``fn`` (taking the depth of

@@ -158,6 +158,28 @@ def @main(%x: Tensor[(3), float32], %y: Tensor[(3), float32]) {
     assert_same_run(module, X, Y)
 
 
+PRELUDE_MAIN = """
+def @main(%x: Tensor[(3), float32], %y: Tensor[(3), float32]) {
+  let %xs = @map(fn (%a: Tensor[(3), float32]) { multiply(%a, %y) }, Cons(%x, Cons(%y, Nil)));
+  let %f = fn (%s: Tensor[(3), float32], %a: Tensor[(3), float32]) { add(%s, tanh(%a)) };
+  (@foldl(%f, %x, %xs), @length(%xs))
+}
+"""
+
+
+def check_a_module_holding_the_whole_prelude() -> None:
+    # The prelude's match? functions (@hd, @tl, ...), which @main does not
+    # reach, made effir.compile refuse the module.
+    module = effir.check(
+        effir.parse(
+            '#[version = "0.0.5"]\n' + PRELUDE_MAIN,
+            source_name="prelude_main.effir",
+            module=effir.prelude(),
+        )
+    )
+    assert_same_run(module, X, Y)
+
+
 # Compiled code runs in a process of its own: a crash (a storage freed in
 # one branch of an if and used again, say) is a reported failure.
 def _isolated(check: str) -> None:
@@ -178,6 +200,10 @@ def test_two_globals_of_one_signature_stay_two() -> None:
 
 def test_a_closure_returning_a_tuple_passed_to_a_recursive_function() -> None:
     _isolated("check_a_closure_returning_a_tuple")
+
+
+def test_a_module_holding_the_whole_prelude_compiles_what_its_entry_reaches() -> None:
+    _isolated("check_a_module_holding_the_whole_prelude")
 
 
 def test_an_adt_program_exports_and_loads(tmp_path: Path) -> None:
