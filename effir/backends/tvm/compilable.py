@@ -8,8 +8,6 @@ at the first such construct, naming it:
 
 - references left after state passing (``ref``, ``ref_read``,
   ``ref_write``);
-- a ``match?`` whose clauses may all fail (a compiled program cannot raise
-  the interpreter's error yet);
 - an operator with no lowering (no ``te`` rule, not a control-flow, output
   or data-dependent-shape operator the lowering knows);
 - an entry whose parameters or result are not tensors, keys and tuples of
@@ -26,7 +24,6 @@ from __future__ import annotations
 
 from ...ir.expr import (
     Call,
-    Match,
     Op,
     RefCreate,
     RefRead,
@@ -37,7 +34,6 @@ from ...ir.op import op_def
 from ...ir.visitor import pre_order
 from ...passes.call_graph import reachable
 from .errors import BackendError, CompileError
-from .relax_adts import refutable
 from .relax_dynamic import DYNAMIC
 from .signature import spec_of
 
@@ -59,11 +55,6 @@ def refuse_uncompilable(module: IRModule, entry: str = "main") -> None:
                     "references are not compiled (state passing removes those of global cells)",
                     node.span,
                 )
-            if isinstance(node, Match) and not node.complete:
-                if refutable(node.clauses[-1].pattern):
-                    raise CompileError(
-                        "a match? whose clauses may all fail is not compiled", node.span
-                    )
             if isinstance(node, Call) and isinstance(node.callee, Op):
                 definition = op_def(node.callee)
                 if definition.name in LOWERED_OPERATORS:
