@@ -77,10 +77,12 @@ relax_closures.py ([RULE VMCLOSURE]) and vm_run.py (run-time checks, the
 large stack); this module is the walk over the program and its calls,
 kernels and closures.
 
-Known limitations: references left after state passing, a ``match?`` that
-may fail and a kernel used as a value are not compiled: CompileError,
-naming the construct (compilable.py refuses them when the program is
-compiled); run such programs with the interpreter.
+Known limitations: references left after state passing and a kernel used
+as a value are not compiled: CompileError, naming the construct
+(compilable.py refuses them when the program is compiled); run such
+programs with the interpreter. A failure of TVM's own while lowering or
+building is a CompileError too, at the binding whose Relax variable it
+names (``RelaxProgram.sites``; errors.py ``build_failure``).
 """
 
 from __future__ import annotations
