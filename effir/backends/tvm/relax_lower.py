@@ -97,7 +97,7 @@ import tvm
 from tvm import relax, tirx
 
 from ...ir import type_tree
-from ...ir.diagnostics import Span
+from ...ir.diagnostics import Error, Span
 from ...ir.expr import (
     Call,
     Constant,
@@ -200,7 +200,7 @@ def lower_to_relax(
         raise
     except BackendError as err:
         raise CompileError(err.message, err.span, err.notes) from None
-    except NeedsStatic:
+    except (NeedsStatic, Error):  # build again; effir's own, located
         raise
     except Exception as err:  # TVM's (its normaliser's) or a defect of the lowering's
         span = module.functions[entry].span if entry in module.functions else None
