@@ -27,14 +27,15 @@ def references(module: IRModule) -> dict[str, list[str]]:
     return refs
 
 
-def reachable(module: IRModule, root: str) -> list[str]:
-    """The global functions ``root`` mentions, directly or through others,
-    ``root`` first (none when the module has no ``root``): what a backend
-    compiles for the entry ``root``, and nothing else of the module (a
-    library's functions it does not use)."""
-    if root not in module.functions:
-        return []
-    order, seen, work = [], {root}, [root]
+def reachable(module: IRModule, *roots: str) -> list[str]:
+    """The global functions ``roots`` are or mention, directly or through
+    others, the first root first (of those the module has): what a backend
+    compiles for the entries ``roots``, and nothing else of the module (a
+    library's functions they do not use)."""
+    work = [r for r in dict.fromkeys(roots) if r in module.functions]
+    order: list[str] = []
+    seen = set(work)
+    work.reverse()
     while work:
         name = work.pop()
         order.append(name)

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from ...ir.expr import (
     Call,
+    Function,
+    GlobalVar,
     Op,
     RefCreate,
     RefRead,
@@ -31,6 +33,7 @@ from ...ir.expr import (
 )
 from ...ir.module import IRModule
 from ...ir.op import op_def
+from ...ir.types import FuncType, GlobalTypeVar, TypeCall, TypeVar
 from ...ir.visitor import pre_order
 from ...passes.call_graph import reachable
 from .errors import BackendError, CompileError
@@ -39,6 +42,38 @@ from .signature import spec_of
 
 LOWERED_OPERATORS = frozenset({"cf.foreach", "cf.while_loop", "io.print", *DYNAMIC})
 """Operators the Relax lowering handles itself (the others need a ``te`` rule)."""
+
+
+def callable_part(module: IRModule, entry: str) -> IRModule:
+    """``module`` without the functions no possible entry reaches, so that
+    the pipeline does not optimise and lower them (a module holding the
+    whole prelude: 0.6 s of its 0.7 s). A possible entry is ``entry``, a
+    function a cell's initial value names, or one whose declared types
+    could be a compiled entry's (no type parameters, no ADT or function
+    types: a later call may name it)."""
+    roots = [entry]
+    roots += [n for n, fn in module.functions.items() if _may_be_an_entry(fn)]
+    for cell in module.cells.values():
+        roots += [n.name for n in pre_order(cell.init) if isinstance(n, GlobalVar)]
+    kept = set(reachable(module, *roots))
+    if len(kept) == len(module.functions):
+        return module
+    functions = {n: fn for n, fn in module.functions.items() if n in kept}
+    return IRModule(functions, module.type_defs, module.cells)
+
+
+def _may_be_an_entry(fn: Function) -> bool:
+    """Whether ``fn``'s declared types allow it to be a compiled entry
+    (undeclared ones may)."""
+    if fn.type_params:
+        return False
+    declared = [p.type_annotation for p in fn.params] + [fn.ret_type]
+    return not any(
+        isinstance(node, FuncType | TypeCall | TypeVar | GlobalTypeVar)
+        for t in declared
+        if t is not None
+        for node in pre_order(t)
+    )
 
 
 def refuse_uncompilable(module: IRModule, entry: str = "main") -> None:

@@ -42,7 +42,7 @@ from ...runtime.arguments import check_call_options
 from ..interpreter import Sink, State
 from . import lower  # noqa: F401  (registers lower-tvm)
 from .build_cache import Cache
-from .compilable import refuse_uncompilable
+from .compilable import callable_part, refuse_uncompilable
 from .errors import BackendError, CompileError, build_failure, run_time_error, site_message
 from .relax_lower import PRINT_FUNCTION, RelaxProgram, label_text, lower_to_relax
 from .relax_memory import relax_pipeline
@@ -508,7 +508,7 @@ def compile(  # noqa: A001  (effir.compile, as tvm.compile)
     progress = Progress(verbose)
     progress(f"optimising: {passes.spelled() or '(no pass)'}")
     start = time.perf_counter()
-    optimised = passes(module, context)
+    optimised = passes(callable_part(module, entry), context)
     refuse_uncompilable(optimised, entry)
     report = CompileReport(
         _size(module),
