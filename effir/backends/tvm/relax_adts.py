@@ -76,6 +76,8 @@ class AdtLowering:
         (a field, a type parameter's value, a closure call's result), is
         cast. The one place where such values get their effir type back:
         every let-bound value and pattern variable passes here."""
+        if not holds_object(value.ty):  # most values: nothing to ask of t
+            return value
         want = relax_type(t)
         if vaguer(value.ty, want):
             return self.bb.match_cast(value, want)
@@ -193,6 +195,18 @@ class AdtLowering:
 
     def _both(self, a: Any, b: Any) -> Any:
         return self.bb.emit(relax.op.logical_and(a, b))
+
+
+def holds_object(ty: Any) -> bool:
+    """Whether the Relax type ``ty`` is or holds (in a tuple) an ``Object``."""
+    work = [ty]
+    while work:
+        t = work.pop()
+        if isinstance(t, relax.ObjectType):
+            return True
+        if isinstance(t, relax.TupleType):
+            work.extend(t.fields)
+    return False
 
 
 def vaguer(have: Any, want: Any) -> bool:
