@@ -29,6 +29,13 @@ class CompileError(BackendError):
     kind = "compile error"
 
 
+class BuildDefect(CompileError):
+    """TVM (or effir's lowering) failed while building a program: a defect
+    of the backend, never of the program (the interpreter runs it). A user
+    meets a located CompileError; the differential fuzzer counts it as a
+    failure, not as a refusal (tests/backends/tvm/fuzz/harness.py)."""
+
+
 # [RULE CHECK] One mechanism for every run-time check of compiled code
 # (an operator's check in a kernel, te_checks.py; a shape checked by the VM,
 # relax_dynamic.py; the depth of recursion, vm_run.py), on every target:
@@ -115,7 +122,7 @@ def build_failure(
         if sites.get(word) is not None:
             span = sites[word]
             break
-    return CompileError(
+    return BuildDefect(
         f"@{entry}: TVM failed to build the compiled program ({summary}); this is a "
         "defect of effir's TVM backend: the interpreter runs the program",
         span,

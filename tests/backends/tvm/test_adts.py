@@ -280,6 +280,7 @@ def test_a_failure_of_tvms_build_is_a_compile_error_at_the_binding_it_names(monk
     import tvm
 
     from effir.backends.tvm import compile as compile_py
+    from effir.backends.tvm.errors import BuildDefect
 
     def failing(target: object) -> object:
         def run(module: object) -> object:
@@ -300,6 +301,7 @@ def test_a_failure_of_tvms_build_is_a_compile_error_at_the_binding_it_names(monk
     with pytest.raises(effir.CompileError, match="TVM failed to build .*expression scaled") as info:
         effir.compile(module)
     assert "let %scaled = if" in str(info.value)  # the binding's line, shown
+    assert isinstance(info.value, BuildDefect)  # the fuzzer's failure, not a refusal
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
