@@ -27,6 +27,26 @@ def references(module: IRModule) -> dict[str, list[str]]:
     return refs
 
 
+def reachable(module: IRModule, *roots: str) -> list[str]:
+    """The global functions ``roots`` are or mention, directly or through
+    others, the first root first (of those the module has): what a backend
+    compiles for the entries ``roots``, and nothing else of the module (a
+    library's functions they do not use)."""
+    work = [r for r in dict.fromkeys(roots) if r in module.functions]
+    order: list[str] = []
+    seen = set(work)
+    work.reverse()
+    while work:
+        name = work.pop()
+        order.append(name)
+        for node in pre_order(module.functions[name]):
+            if isinstance(node, GlobalVar) and node.name in module.functions:
+                if node.name not in seen:
+                    seen.add(node.name)
+                    work.append(node.name)
+    return order
+
+
 def definition_order(module: IRModule) -> list[str]:
     """Global functions, callees before callers, so that a caller sees its
     callees' inferred result types; within a cycle, module order."""

@@ -8,8 +8,6 @@ at the first such construct, naming it:
 
 - references left after state passing (``ref``, ``ref_read``,
   ``ref_write``);
-- a ``match?`` whose clauses may all fail (a compiled program cannot raise
-  the interpreter's error yet);
 - an operator with no lowering (no ``te`` rule, not a control-flow, output
   or data-dependent-shape operator the lowering knows);
 - an entry whose parameters or result are not tensors, keys and tuples of
@@ -26,7 +24,8 @@ from __future__ import annotations
 
 from ...ir.expr import (
     Call,
-    Match,
+    Function,
+    GlobalVar,
     Op,
     RefCreate,
     RefRead,
@@ -34,9 +33,10 @@ from ...ir.expr import (
 )
 from ...ir.module import IRModule
 from ...ir.op import op_def
+from ...ir.types import FuncType, GlobalTypeVar, TypeCall, TypeVar
 from ...ir.visitor import pre_order
+from ...passes.call_graph import reachable
 from .errors import BackendError, CompileError
-from .relax_adts import refutable
 from .relax_dynamic import DYNAMIC
 from .signature import spec_of
 
@@ -44,21 +44,52 @@ LOWERED_OPERATORS = frozenset({"cf.foreach", "cf.while_loop", "io.print", *DYNAM
 """Operators the Relax lowering handles itself (the others need a ``te`` rule)."""
 
 
+def callable_part(module: IRModule, entry: str) -> IRModule:
+    """``module`` without the functions no possible entry reaches, so that
+    the pipeline does not optimise and lower them (a module holding the
+    whole prelude: 0.6 s of its 0.7 s). A possible entry is ``entry``, a
+    function a cell's initial value names, or one whose declared types
+    could be a compiled entry's (no type parameters, no ADT or function
+    types: a later call may name it)."""
+    roots = [entry]
+    roots += [n for n, fn in module.functions.items() if _may_be_an_entry(fn)]
+    for cell in module.cells.values():
+        roots += [n.name for n in pre_order(cell.init) if isinstance(n, GlobalVar)]
+    kept = set(reachable(module, *roots))
+    if len(kept) == len(module.functions):
+        return module
+    functions = {n: fn for n, fn in module.functions.items() if n in kept}
+    return IRModule(functions, module.type_defs, module.cells)
+
+
+def _may_be_an_entry(fn: Function) -> bool:
+    """Whether ``fn``'s declared types allow it to be a compiled entry
+    (undeclared ones may)."""
+    if fn.type_params:
+        return False
+    declared = [p.type_annotation for p in fn.params] + [fn.ret_type]
+    return not any(
+        isinstance(node, FuncType | TypeCall | TypeVar | GlobalTypeVar)
+        for t in declared
+        if t is not None
+        for node in pre_order(t)
+    )
+
+
 def refuse_uncompilable(module: IRModule, entry: str = "main") -> None:
-    """CompileError at the first construct of ``module`` the TVM backend
-    cannot compile."""
-    for name, fn in module.functions.items():
+    """CompileError at the first construct the TVM backend cannot compile
+    in the functions ``entry`` reaches: only those are lowered (a module
+    holding a library, the prelude, compiles whatever the functions it does
+    not use hold; a call of another entry is refused, located, when it is
+    lowered)."""
+    for name in reachable(module, entry):
+        fn = module.functions[name]
         for node in pre_order(fn):
             if isinstance(node, RefCreate | RefRead | RefWrite):
                 raise CompileError(
                     "references are not compiled (state passing removes those of global cells)",
                     node.span,
                 )
-            if isinstance(node, Match) and not node.complete:
-                if refutable(node.clauses[-1].pattern):
-                    raise CompileError(
-                        "a match? whose clauses may all fail is not compiled", node.span
-                    )
             if isinstance(node, Call) and isinstance(node.callee, Op):
                 definition = op_def(node.callee)
                 if definition.name in LOWERED_OPERATORS:

@@ -42,8 +42,8 @@ from ...runtime.arguments import check_call_options
 from ..interpreter import Sink, State
 from . import lower  # noqa: F401  (registers lower-tvm)
 from .build_cache import Cache
-from .compilable import refuse_uncompilable
-from .errors import BackendError, CompileError, run_time_error, site_message
+from .compilable import callable_part, refuse_uncompilable
+from .errors import BackendError, CompileError, build_failure, run_time_error, site_message
 from .relax_lower import PRINT_FUNCTION, RelaxProgram, label_text, lower_to_relax
 from .relax_memory import relax_pipeline
 from .relax_types import NeedsStatic, static
@@ -209,10 +209,13 @@ class Specialization:
         self.program = program
         self.target = target
         if executable is None:
-            with building(target):
-                executable = relax.build(
-                    program.module, target=target, relax_pipeline=relax_pipeline(target)
-                )
+            try:
+                with building(target):
+                    executable = relax.build(
+                        program.module, target=target, relax_pipeline=relax_pipeline(target)
+                    )
+            except Exception as err:  # TVM's: never a user's [RULE CHECK]
+                raise build_failure(err, program.entry, program.sites, program.span) from None
         self.executable = executable
         self.library: Path | None = None
         """The shared library the executable was loaded from (the build
@@ -505,8 +508,8 @@ def compile(  # noqa: A001  (effir.compile, as tvm.compile)
     progress = Progress(verbose)
     progress(f"optimising: {passes.spelled() or '(no pass)'}")
     start = time.perf_counter()
-    optimised = passes(module, context)
-    refuse_uncompilable(optimised)
+    optimised = passes(callable_part(module, entry), context)
+    refuse_uncompilable(optimised, entry)
     report = CompileReport(
         _size(module),
         _size(optimised),

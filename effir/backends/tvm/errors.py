@@ -29,6 +29,13 @@ class CompileError(BackendError):
     kind = "compile error"
 
 
+class BuildDefect(CompileError):
+    """TVM (or effir's lowering) failed while building a program: a defect
+    of the backend, never of the program (the interpreter runs it). A user
+    meets a located CompileError; the differential fuzzer counts it as a
+    failure, not as a refusal (tests/backends/tvm/fuzz/harness.py)."""
+
+
 # [RULE CHECK] One mechanism for every run-time check of compiled code
 # (an operator's check in a kernel, te_checks.py; a shape checked by the VM,
 # relax_dynamic.py; the depth of recursion, vm_run.py), on every target:
@@ -96,13 +103,41 @@ def run_time_error(err: BaseException, entry: str) -> EvalError:
     site = _site(text) or _rendered(text)
     if site is not None:
         return site
-    # The last line that says something: a CUDA failure's text can end in
-    # a line of stray bytes (a NUL), which once left the message empty.
-    lines = [line.strip() for line in text.splitlines() if any(c.isalnum() for c in line)]
+    return EvalError(f"@{entry}: compiled code failed: {_summary(err)}")
+
+
+def build_failure(
+    err: BaseException, entry: str, sites: dict[str, Span | None], span: Span | None
+) -> CompileError:
+    """The ``CompileError`` a failure of TVM (or of effir's lowering) while
+    building ``@entry`` is reported as: located at the binding whose Relax
+    variable the error names (``sites``: the lowering's variable names and
+    the source of the values bound to them), else at the entry (``span``).
+    Such a failure is a defect of the backend, not of the program: the
+    interpreter runs it. No TVM exception type reaches a user."""
+    if isinstance(err, Error):  # already effir's, located
+        return CompileError(err.message, err.span, err.notes)
+    summary = _summary(err)
+    for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", summary):
+        if sites.get(word) is not None:
+            span = sites[word]
+            break
+    return BuildDefect(
+        f"@{entry}: TVM failed to build the compiled program ({summary}); this is a "
+        "defect of effir's TVM backend: the interpreter runs the program",
+        span,
+    )
+
+
+def _summary(err: BaseException) -> str:
+    """The last line of ``err``'s text that says something, without TVM's
+    prefixes: a CUDA failure's text can end in a line of stray bytes (a
+    NUL), which once left the message empty."""
+    lines = [line.strip() for line in str(err).splitlines() if any(c.isalnum() for c in line)]
     summary = "".join(c for c in lines[-1] if c.isprintable()) if lines else type(err).__name__
     for prefix in ("tvm.error.", "InternalError: ", "RuntimeError: "):
         summary = summary.removeprefix(prefix)
-    return EvalError(f"@{entry}: compiled code failed: {summary}")
+    return summary
 
 
 def _site(text: str) -> EvalError | None:

@@ -12,9 +12,13 @@ A ``match`` is a chain of tests, the first clause first: each clause's
 pattern is tested as one boolean (nested ``If``s: a field is cast and
 tested only once the tags above it matched), then an ``If`` runs the
 clause's body with its variables bound, or the rest of the chain. The last
-clause of a complete ``match`` is not tested. A ``match?`` whose clauses
-may all fail is not compiled (the interpreter's failure is an error that a
-compiled program cannot raise yet).
+clause of a complete ``match`` is not tested. [RULE MATCHFAIL] A
+``match?`` whose clauses may all fail tests its last clause too, and the
+chain ends in the interpreter's failure: a check that fails (errors.py
+[RULE CHECK], ``effir.check`` on the host, on every target), an
+``EvalError`` at the ``match?``; the value after it, never reached, is a
+null ``Object`` (the ``match``'s value is cast back to its type where it is
+bound).
 
 The methods are a mixin of relax_lower's ``_Lowering``.
 """
@@ -24,7 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from tvm import relax
+from tvm import relax, tirx
 
 from ...ir.expr import (
     Clause,
@@ -38,7 +42,7 @@ from ...ir.expr import (
 )
 from ...ir.types import TupleType, Type, TypeCall
 from ...passes.type_solver import substitute
-from .errors import BackendError
+from .errors import site_message
 from .relax_types import relax_type
 
 
@@ -68,9 +72,14 @@ class AdtLowering:
 
     def _typed(self, value: Any, t: Type) -> Any:
         """``value`` with the Relax type of ``t``: a value that reached here
-        as an ``Object`` (a field, a type parameter's value) is cast."""
+        as an ``Object``, or a tuple with an ``Object`` where ``t`` says more
+        (a field, a type parameter's value, a closure call's result), is
+        cast. The one place where such values get their effir type back:
+        every let-bound value and pattern variable passes here."""
+        if not holds_object(value.ty):  # most values: nothing to ask of t
+            return value
         want = relax_type(t)
-        if isinstance(value.ty, relax.ObjectType) and not isinstance(want, relax.ObjectType):
+        if vaguer(value.ty, want):
             return self.bb.match_cast(value, want)
         return value
 
@@ -87,18 +96,24 @@ class AdtLowering:
     def _adt_match(self, expr: Match, env: dict[Var, Any], name: str) -> Any:
         data = self._atom(expr.data, env)
         clauses = list(expr.clauses)
-        if not expr.complete and refutable(clauses[-1].pattern):
-            raise BackendError("a match? whose clauses may all fail is not compiled", expr.span)
         # Built from the last clause back: each clause's block holds its
         # test and an If of its body and the blocks after it.
         data_type = expr.data.checked_type
-        rest: Any = None
+        rest: Any = None  # after the last clause: none, it matches
+        if not expr.complete and refutable(clauses[-1].pattern):  # [RULE MATCHFAIL]
+            rest = self.bb.block(lambda: self._no_clause_matches(expr))
         for k in range(len(clauses) - 1, 0, -1):
             rest = self.bb.block(
                 lambda k=k, rest=rest: self._clause(clauses[k], data, data_type, env, rest, name),
             )
-        value = self._clause(clauses[0], data, data_type, env, rest, name)
-        return self._typed(value, expr.checked_type)
+        return self._clause(clauses[0], data, data_type, env, rest, name)
+
+    def _no_clause_matches(self, expr: Match) -> Any:
+        """[RULE MATCHFAIL] The interpreter's failure of a ``match?`` no
+        clause of which matched, at run time; then a value never reached."""
+        message = "no clause matches the value"
+        self._emit_check(tirx.const(False, "bool"), site_message("match?", message, expr.span), [])
+        return self.bb.emit(relax.op.null_value())
 
     def _clause(
         self, clause: Clause, data: Any, data_type: Type, env: dict[Var, Any], rest: Any, name: str
@@ -180,6 +195,32 @@ class AdtLowering:
 
     def _both(self, a: Any, b: Any) -> Any:
         return self.bb.emit(relax.op.logical_and(a, b))
+
+
+def holds_object(ty: Any) -> bool:
+    """Whether the Relax type ``ty`` is or holds (in a tuple) an ``Object``."""
+    work = [ty]
+    while work:
+        t = work.pop()
+        if isinstance(t, relax.ObjectType):
+            return True
+        if isinstance(t, relax.TupleType):
+            work.extend(t.fields)
+    return False
+
+
+def vaguer(have: Any, want: Any) -> bool:
+    """Whether the Relax type ``have`` is ``Object`` where ``want`` (of the
+    same value) is more precise, at the top or inside a tuple."""
+    work = [(have, want)]
+    while work:
+        a, b = work.pop()
+        if isinstance(a, relax.ObjectType) and not isinstance(b, relax.ObjectType):
+            return True
+        if isinstance(a, relax.TupleType) and isinstance(b, relax.TupleType):
+            if len(a.fields) == len(b.fields):
+                work.extend(zip(a.fields, b.fields, strict=True))
+    return False
 
 
 def refutable(pattern: Pattern) -> bool:

@@ -89,32 +89,13 @@ class ClosureLowering:
         return self.bb.emit(relax.op.make_closure(gv, relax.Tuple([])), ctor.name)
 
     def _invoke(self, closure: Any, call: Call, env: dict[Var, Any], name: str) -> Any:
-        """A call of a function value."""
-        fields = [self._atom(a, env) for a in call.args]
-        args = relax.Tuple(fields)
+        """A call of a function value. TVM's LowerRuntimeBuiltin gives every
+        ``invoke_closure`` the type ``Object``, whatever type it asked for,
+        and a ``TupleGetItem`` of such a result then fails to normalise: a
+        result that is not a tensor is asked for as an ``Object`` and gets
+        its type back by a cast where it is bound (relax_lower's ``_value``,
+        relax_adts' ``_typed``), as an ADT's fields do."""
+        args = relax.Tuple([self._atom(a, env) for a in call.args])
         want = relax_type(call.checked_type)
-        if isinstance(want, relax.TupleType) and (
-            _holds_object(want) or any(_holds_object(f.ty) for f in fields)
-        ):
-            # Where an ADT value or a closure (an Object) is an argument or
-            # part of the result, TVM's LowerRuntimeBuiltin gives the call
-            # the type Object, and its TupleGetItems fail to normalise: ask
-            # for an Object and cast it, as for an ADT's fields.
-            result = self.bb.emit(
-                relax.op.invoke_closure(closure, args, [relax.ObjectType()]), name
-            )
-            return self.bb.match_cast(result, want)
-        result = self.bb.emit(relax.op.invoke_closure(closure, args, [want]), name)
-        return self._typed(result, call.checked_type)
-
-
-def _holds_object(t: Any) -> bool:
-    """Whether the Relax type ``t`` has an ``Object`` in it."""
-    stack = [t]
-    while stack:
-        ty = stack.pop()
-        if isinstance(ty, relax.ObjectType):
-            return True
-        if isinstance(ty, relax.TupleType):
-            stack.extend(ty.fields)
-    return False
+        asked = want if isinstance(want, relax.TensorType) else relax.ObjectType()
+        return self.bb.emit(relax.op.invoke_closure(closure, args, [asked]), name)

@@ -77,17 +77,19 @@ relax_closures.py ([RULE VMCLOSURE]) and vm_run.py (run-time checks, the
 large stack); this module is the walk over the program and its calls,
 kernels and closures.
 
-Known limitations: references left after state passing, a ``match?`` that
-may fail and a kernel used as a value are not compiled: CompileError,
-naming the construct (compilable.py refuses them when the program is
-compiled); run such programs with the interpreter.
+Known limitations: references left after state passing and a kernel used
+as a value are not compiled: CompileError, naming the construct
+(compilable.py refuses them when the program is compiled); run such
+programs with the interpreter. A failure of TVM's own while lowering or
+building is a CompileError too, at the binding whose Relax variable it
+names (``RelaxProgram.sites``; errors.py ``build_failure``).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -95,6 +97,7 @@ import tvm
 from tvm import relax, tirx
 
 from ...ir import type_tree
+from ...ir.diagnostics import Error, Span
 from ...ir.expr import (
     Call,
     Constant,
@@ -124,10 +127,10 @@ from ...ir.op import op_def
 from ...ir.printer import astext
 from ...ir.types import TensorType, Type
 from ...ir.visitor import free_vars, pre_order
-from ...passes.call_graph import recursive
+from ...passes.call_graph import reachable, recursive
 from ...passes.fuse import is_primitive
 from ...passes.infer_type import infer_expr
-from .errors import BackendError, CompileError
+from .errors import BackendError, CompileError, build_failure
 from .kernel import KernelIR, leaves, lower_kernel
 from .lower import one_call_kernel
 from .relax_adts import AdtLowering, has_constructor_pattern
@@ -176,6 +179,11 @@ class RelaxProgram:
     kernels: int = 0
     loops: int = 0
     recursive: bool = False  # runs on a large stack (vm_run.py [RULE STACK])
+    sites: dict[str, Span | None] = field(default_factory=dict)
+    """The source of the value bound to each Relax variable, by name: where
+    a failure of TVM's build that names one is reported (errors.py
+    ``build_failure``)."""
+    span: Span | None = None  # the entry's, where no site is named
 
 
 def lower_to_relax(
@@ -185,12 +193,18 @@ def lower_to_relax(
     public function ``entry`` is the program's entry. ``symbolic`` names
     the entry's dimensions left symbolic; NeedsStatic when code needs one
     of them static, CompileError for what is not compiled."""
+    lowering = _Lowering(module, target, symbolic)
     try:
-        return _Lowering(module, target, symbolic).run(entry)
+        return lowering.run(entry)
     except CompileError:
         raise
     except BackendError as err:
         raise CompileError(err.message, err.span, err.notes) from None
+    except (NeedsStatic, Error):  # build again; effir's own, located
+        raise
+    except Exception as err:  # TVM's (its normaliser's) or a defect of the lowering's
+        span = module.functions[entry].span if entry in module.functions else None
+        raise build_failure(err, entry, lowering.sites, span) from None
 
 
 @dataclass
@@ -222,6 +236,7 @@ class _Lowering(
         self.recursive: set[str] = set()  # globals on a cycle of calls [RULE DEPTH]
         self.depth: Any = None  # the depth of recursion where code is lowered
         self.recursion = False  # whether the program may recurse (vm_run.py)
+        self.sites: dict[str, Span | None] = {}  # RelaxProgram.sites
 
     # ------------------------------------------------------------ globals
     def run(self, entry: str) -> RelaxProgram:
@@ -255,7 +270,10 @@ class _Lowering(
             with building(self.target):
                 library = tvm.compile(tvm.IRModule(self.apart), target=self.target)
             module = module.with_attr("external_mods", [library.mod])
-        return RelaxProgram(module, entry, len(self.kernels), self.loops, self.recursion)
+        span = self.module.functions[entry].span
+        return RelaxProgram(
+            module, entry, len(self.kernels), self.loops, self.recursion, self.sites, span
+        )
 
     def _entry_of_recursive(self, entry: str) -> None:
         """[RULE DEPTH] The public entry of a recursive entry function: its
@@ -277,16 +295,7 @@ class _Lowering(
     def _reachable(self, entry: str) -> list[str]:
         if entry not in self.module.functions:
             raise BackendError(f"the module has no function @{entry}")
-        order, seen, work = [], {entry}, [entry]
-        while work:
-            name = work.pop()
-            order.append(name)
-            for node in pre_order(self.module.functions[name]):
-                if isinstance(node, GlobalVar) and node.name in self.module.functions:
-                    if node.name not in seen:
-                        seen.add(node.name)
-                        work.append(node.name)
-        return order
+        return reachable(self.module, entry)
 
     def _function(self, fn: Function, name: str) -> Any:
         """A Relax function of the global ``fn`` (taking the depth of
@@ -377,8 +386,15 @@ class _Lowering(
 
     def _value(self, expr: Expr, env: dict[Var, Any], name: str) -> Any:
         """A let-bound value lowered and emitted as ``name``: one ``@on``
-        hook per expression class."""
-        return self.eval(expr, env, name)
+        hook per expression class; a value that comes out as an ``Object``
+        where its type says more (a closure call's result, a polymorphic
+        callee's, a ``match``'s) is cast to it here (relax_adts ``_typed``)."""
+        value = self.eval(expr, env, name)
+        typed = self._typed(value, expr.checked_type)
+        for var in (value, typed):
+            if isinstance(var, relax.Var):
+                self.sites.setdefault(str(var.name), expr.span)
+        return typed
 
     @on(Var, Constant, GlobalVar, Constructor)
     def _atom_value(self, expr: Expr, env: dict[Var, Any], name: str) -> Any:
@@ -459,8 +475,7 @@ class _Lowering(
             if callee.name in self.recursive:
                 called = self.module.functions[callee.name]
                 args.insert(0, self._deeper(f"@{callee.name}", called.span))
-            result = self.bb.emit(relax.Call(self.globals[callee.name], args), name)
-            return self._typed(result, call.checked_type)  # a polymorphic callee's
+            return self.bb.emit(relax.Call(self.globals[callee.name], args), name)
         if isinstance(callee, Var) and isinstance(env.get(callee), Function):
             fn = env[callee]
             if is_primitive(fn):

@@ -191,17 +191,16 @@ def test_arguments_of_the_wrong_shape_or_dtype_are_argument_errors() -> None:
 
 
 def test_what_is_not_compiled_is_refused_with_its_location() -> None:
-    # ADTs compile (test_adts.py); a match? that may fail does not.
+    # ADTs and match? compile (test_adts.py); a function value as the
+    # entry's result does not.
     module = parse(
         """
-type Opt { Some(Tensor[(2), float32]), Nothing }
-def @main(%x: Tensor[(2), float32], %c: bool) {
-  let %o = if (%c) { Some(%x) } else { Nothing };
-  match? (%o) { Some(%y) => %y }
+def @main(%x: Tensor[(2), float32]) {
+  fn (%y: Tensor[(2), float32]) { add(%x, %y) }
 }
 """
     )
-    with pytest.raises(BackendError, match=r"compile\.effir:\d+:\d+.*match\?"):
+    with pytest.raises(BackendError, match=r"compile\.effir:\d+:\d+.*not fn \("):
         compile_module(module)
 
 

@@ -17,7 +17,9 @@ Outcomes, per program (``OUTCOMES``):
   ``EvalError`` and the other did not, or compiled code raised an effir
   error of another kind where the interpreter raised an ``EvalError``;
 - ``non-effir-error``: compiled code (or ``effir.compile``) raised an
-  exception that is not an ``effir.Error`` (a TVM error, an IndexError...);
+  exception that is not an ``effir.Error`` (a TVM error, an IndexError...),
+  or a ``BuildDefect`` (TVM's failure while building, which effir reports
+  as a located ``CompileError``);
 - ``crash``: the worker died of a signal while running the program;
 - ``timeout``: the program ran past its time;
 - ``refused``: ``effir.compile`` (phase ``compile``) or the first call's
@@ -167,7 +169,7 @@ def _error_text(exc: BaseException) -> str:
 def run_one(text: str, args: Sequence[np.ndarray], steps: int) -> Outcome:
     """Interpret, compile and run one program; classify what happened."""
     import effir
-    from effir.backends.tvm.errors import BackendError
+    from effir.backends.tvm.errors import BackendError, BuildDefect
 
     refusals: tuple[type, ...] = (BackendError,)
     compile_error = getattr(effir, "CompileError", None)
@@ -182,6 +184,8 @@ def run_one(text: str, args: Sequence[np.ndarray], steps: int) -> Outcome:
         return Outcome("invalid", f"the interpreter raised {_error_text(ref.error)}")
     try:
         compiled = effir.compile(module)
+    except BuildDefect as exc:  # TVM's failure, located: a defect all the same
+        return Outcome("non-effir-error", _error_text(exc), "compile")
     except refusals as exc:
         return Outcome("refused", _error_text(exc), "compile")
     except Exception as exc:  # noqa: BLE001
@@ -201,7 +205,7 @@ def run_one(text: str, args: Sequence[np.ndarray], steps: int) -> Outcome:
             "compiled code returned",
             "call",
         )
-    if not isinstance(err, effir.Error):
+    if not isinstance(err, effir.Error) or isinstance(err, BuildDefect):
         return Outcome("non-effir-error", _error_text(err), "call")
     if isinstance(err, refusals) and not got.calls:
         return Outcome("refused", _error_text(err), "call")
