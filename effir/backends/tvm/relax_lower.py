@@ -116,7 +116,7 @@ from ...ir.expr import (
     TupleGetItem,
     Var,
 )
-from ...ir.expr_functor import ExprFunctor
+from ...ir.expr_functor import Computation, ExprFunctor
 from ...ir.functor import on
 from ...ir.module import IRModule
 from ...ir.node import Node
@@ -344,9 +344,14 @@ class _Lowering(
     # ------------------------------------------------------------- blocks
     def _block(self, expr: Expr, env: dict[Var, Any]) -> Any:
         """``expr`` as a Relax sequence of bindings ending in its value."""
-        return self.bb.block(lambda: self._chain(expr, env))
+        return self.drive(self.bb.nested(self._chain(expr, env)))
 
-    def _chain(self, expr: Expr, env: dict[Var, Any]) -> Any:
+    def _chain(self, expr: Expr, env: dict[Var, Any]) -> Computation[Any]:
+        """The bindings of the let chain ``expr`` emitted in the open block,
+        on the trampoline: a value's hook (``@on`` below) that opens blocks
+        of its own (an ``If``'s branches, a ``match``'s clauses) yields
+        them, so nested blocks are no Python recursion. Synchronously:
+        ``self.drive(self._chain(expr, env))``."""
         while isinstance(expr, Let):
             value = expr.value
             if isinstance(value, Function):
@@ -354,9 +359,9 @@ class _Lowering(
                 # CLOSURE]: no run-time value of its own.
                 env[expr.var] = value
             else:
-                env[expr.var] = self._value(value, env, expr.var.name_hint)
+                env[expr.var] = yield self.eval(value, env, expr.var.name_hint)
             expr = expr.body
-        return self._value(expr, env, "result")
+        return (yield self.eval(expr, env, "result"))
 
     # ------------------------------------------------------------- values
     def _atom(self, expr: Expr, env: dict[Var, Any]) -> Any:
@@ -375,11 +380,9 @@ class _Lowering(
             return self._global_value(expr)
         raise BackendError(f"{type(expr).__name__} is not compiled", expr.span)
 
-    def _value(self, expr: Expr, env: dict[Var, Any], name: str) -> Any:
-        """A let-bound value lowered and emitted as ``name``: one ``@on``
-        hook per expression class."""
-        return self.eval(expr, env, name)
-
+    # A let-bound value lowered and emitted as ``name``: one ``@on`` hook
+    # per expression class, returning the value or a computation (``If``,
+    # ``match``: the blocks they open are yielded, see ``_chain``).
     @on(Var, Constant, GlobalVar, Constructor)
     def _atom_value(self, expr: Expr, env: dict[Var, Any], name: str) -> Any:
         return self._atom(expr, env)
@@ -394,10 +397,10 @@ class _Lowering(
         return self.bb.emit(relax.TupleGetItem(tuple_value, expr.index), name)
 
     @on(If)
-    def _if_value(self, expr: If, env: dict[Var, Any], name: str) -> Any:
+    def _if_value(self, expr: If, env: dict[Var, Any], name: str) -> Computation[Any]:
         cond = self._atom(expr.cond, env)
-        then = self._block(expr.then_branch, dict(env))
-        other = self._block(expr.else_branch, dict(env))
+        then = yield self.bb.nested(self._chain(expr.then_branch, dict(env)))
+        other = yield self.bb.nested(self._chain(expr.else_branch, dict(env)))
         return self.bb.emit(relax.If(cond, then, other), name)
 
     @on(Match)
@@ -427,9 +430,9 @@ class _Lowering(
     def _other_value(self, expr: Expr, env: dict[Var, Any], name: str) -> Any:
         raise BackendError(f"{type(expr).__name__} is not compiled", expr.span)
 
-    def _match(self, expr: Match, env: dict[Var, Any]) -> Any:
+    def _match(self, expr: Match, env: dict[Var, Any]) -> Computation[Any]:
         """A match whose first clause binds a tuple's parts (the only kind
-        without constructors)."""
+        without constructors), in the open block."""
         data = self._atom(expr.data, env)
         clause = expr.clauses[0]
         work = [(clause.pattern, data)]

@@ -344,3 +344,61 @@ def @main(%n: int32) { (@half(%n), @twice(%n)) }
     )
     n = np.array(5, np.int32)
     assert_close(compile_module(module)(n), effir.interpret(module, n))
+
+
+def test_nested_ifs_and_matches_lower_without_python_recursion(default_recursion_limit) -> None:
+    """relax_lower.py: the branches of an ``if`` and the clauses of a
+    ``match`` are blocks built on the trampoline (Builder.nested), not a
+    level of Python recursion each: 400 of them nested lower under
+    CPython's default recursion limit (lowered to Relax, not built; on
+    main 300 raised RecursionError). Not deeper: TVM's own C++ recursion
+    (``BlockBuilder.update_func``) overflows the 8 MB main-thread stack
+    near 1,000 nested ``If``s, whatever effir does."""
+    from effir.backends.tvm.relax_lower import lower_to_relax
+    from effir.backends.tvm.target import make_target
+
+    n = 400
+    ifs = "if (%c) { " * n + "%x" + " } else { %x }" * n
+    matches = "match (%o) { Some(%y) => " * n + "%y" + ", None => %x }" * n
+    option = "type Option[A] { Some(A), None }\n"
+    for text in (
+        f"def @main(%c: bool, %x: float32) {{ {ifs} }}",
+        option + f"def @main(%o: Option[float32], %x: float32) {{ {matches} }}",
+    ):
+        program = lower_to_relax(parse(text), "main", make_target("llvm"))
+        assert _if_depth(program.module["main"].body) == n
+
+
+def _if_depth(seq: Any) -> int:
+    """How deep the last ``If`` of each block nests (through its true branch)."""
+    from tvm import relax
+
+    depth = 0
+    while True:
+        ifs = [b.value for block in seq.blocks for b in block.bindings]
+        ifs = [v for v in ifs if isinstance(v, relax.If)]
+        if not ifs:
+            return depth
+        depth, seq = depth + 1, ifs[-1].true_branch
+
+
+def test_an_error_in_a_nested_block_closes_every_block_it_opened() -> None:
+    """relax_builder.py: ``Builder.nested`` closes its block when the
+    computation inside raises, however deep, so the error propagates with
+    no block left open."""
+    from tvm import relax
+
+    from effir.backends.tvm.relax_builder import Builder
+    from effir.ir.trampoline import run
+
+    bb = Builder()
+
+    def failing(depth: int) -> Any:
+        bb.emit(relax.const(np.float32(depth)))
+        if depth == 0:
+            raise ValueError("inside")
+        return (yield bb.nested(failing(depth - 1)))
+
+    with pytest.raises(ValueError, match="inside"):
+        run(bb.nested(failing(50)))
+    assert bb.open() == 1  # the first block open again: none was left
