@@ -346,40 +346,47 @@ def @main(%n: int32) { (@half(%n), @twice(%n)) }
     assert_close(compile_module(module)(n), effir.interpret(module, n))
 
 
-def test_nested_ifs_and_matches_lower_without_python_recursion(default_recursion_limit) -> None:
+NESTED_BLOCKS = """
+import sys
+import effir
+from tvm import relax
+from effir.backends.tvm.relax_lower import lower_to_relax
+from effir.backends.tvm.target import make_target
+
+n = 400
+ifs = "if (%c) { " * n + "%x" + " } else { %x }" * n
+matches = "match (%o) { Some(%y) => " * n + "%y" + ", None => %x }" * n
+option = "type Option[A] { Some(A), None }\\n"
+for text in (
+    f"def @main(%c: bool, %x: float32) {{ {ifs} }}",
+    option + f"def @main(%o: Option[float32], %x: float32) {{ {matches} }}",
+):
+    module = effir.check(effir.parse('#[version = "0.0.5"]\\n' + text))
+    sys.setrecursionlimit(1000)  # CPython's default
+    program = lower_to_relax(module, "main", make_target("llvm"))
+    sys.setrecursionlimit(10000)
+    depth, seq = 0, program.module["main"].body
+    while True:  # how deep the last If of each block nests (its true branch)
+        ifs_here = [b.value for block in seq.blocks for b in block.bindings]
+        ifs_here = [v for v in ifs_here if isinstance(v, relax.If)]
+        if not ifs_here:
+            break
+        depth, seq = depth + 1, ifs_here[-1].true_branch
+    print(depth)
+"""
+
+
+def test_nested_ifs_and_matches_lower_without_python_recursion() -> None:
     """relax_lower.py: the branches of an ``if`` and the clauses of a
     ``match`` are blocks built on the trampoline (Builder.nested), not a
     level of Python recursion each: 400 of them nested lower under
     CPython's default recursion limit (lowered to Relax, not built; on
-    main 300 raised RecursionError). Not deeper: TVM's own C++ recursion
-    (``BlockBuilder.update_func``) overflows the 8 MB main-thread stack
-    near 1,000 nested ``If``s, whatever effir does."""
-    from effir.backends.tvm.relax_lower import lower_to_relax
-    from effir.backends.tvm.target import make_target
-
-    n = 400
-    ifs = "if (%c) { " * n + "%x" + " } else { %x }" * n
-    matches = "match (%o) { Some(%y) => " * n + "%y" + ", None => %x }" * n
-    option = "type Option[A] { Some(A), None }\n"
-    for text in (
-        f"def @main(%c: bool, %x: float32) {{ {ifs} }}",
-        option + f"def @main(%o: Option[float32], %x: float32) {{ {matches} }}",
-    ):
-        program = lower_to_relax(parse(text), "main", make_target("llvm"))
-        assert _if_depth(program.module["main"].body) == n
-
-
-def _if_depth(seq: Any) -> int:
-    """How deep the last ``If`` of each block nests (through its true branch)."""
-    from tvm import relax
-
-    depth = 0
-    while True:
-        ifs = [b.value for block in seq.blocks for b in block.bindings]
-        ifs = [v for v in ifs if isinstance(v, relax.If)]
-        if not ifs:
-            return depth
-        depth, seq = depth + 1, ifs[-1].true_branch
+    main 300 raised RecursionError). Not deeper, and in a process of its
+    own: TVM's own C++ recursion (``BlockBuilder.update_func``) overflows
+    the 8 MB main-thread stack between 600 and 700 nested ``If``s."""
+    run = run_isolated(NESTED_BLOCKS)
+    run.check()
+    assert run.stdout.split() == ["400", "400"]
 
 
 def test_an_error_in_a_nested_block_closes_every_block_it_opened() -> None:
