@@ -34,6 +34,14 @@ from typing import Any
 from tvm import relax
 
 from ...ir.trampoline import Computation
+from .errors import BackendError
+
+MAX_NESTED_BLOCKS = 500
+"""How deep blocks (``if`` branches, ``match`` clauses) may nest. effir
+builds them without Python recursion, but TVM's builder checks a function
+(``update_func``) by a native recursion per nested ``If``, about 12 KB of
+C stack each: on a thread's 8 MB stack, some 650 nested ``If``s crashed
+the process. Deeper code is a CompileError (run it with the interpreter)."""
 
 _MODULE_METHODS = frozenset(
     {"add_func", "update_func", "get", "finalize", "normalize", "get_unique_name", "call_te"}
@@ -61,7 +69,14 @@ class Builder:
 
     def open(self) -> int:
         """Open a block: the bindings emitted from now on go to it, until
-        ``close``. Returns how many blocks are open, for ``close`` to check."""
+        ``close``. Returns how many blocks are open, for ``close`` to check.
+        Past ``MAX_NESTED_BLOCKS``, a BackendError."""
+        if len(self._frames) >= MAX_NESTED_BLOCKS:
+            raise BackendError(
+                f"blocks (if branches, match clauses) nested more than {MAX_NESTED_BLOCKS} "
+                "deep are not compiled: TVM's builder would overflow the native stack; "
+                "run this program with the interpreter"
+            )
         self._frames.append([])
         return len(self._frames)
 

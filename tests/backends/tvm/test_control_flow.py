@@ -373,6 +373,12 @@ for text in (
             break
         depth, seq = depth + 1, ifs_here[-1].true_branch
     print(depth)
+deeper = "if (%c) { " * 800 + "%x" + " } else { %x }" * 800
+module = effir.check(effir.parse('#[version = "0.0.5"]\\n' + f"def @main(%c: bool, %x: float32) {{ {deeper} }}"))
+try:
+    lower_to_relax(module, "main", make_target("llvm"))
+except effir.CompileError as err:
+    print("refused", err.span is not None, "native stack" in err.message)
 """
 
 
@@ -381,12 +387,14 @@ def test_nested_ifs_and_matches_lower_without_python_recursion() -> None:
     ``match`` are blocks built on the trampoline (Builder.nested), not a
     level of Python recursion each: 400 of them nested lower under
     CPython's default recursion limit (lowered to Relax, not built; on
-    main 300 raised RecursionError). Not deeper, and in a process of its
-    own: TVM's own C++ recursion (``BlockBuilder.update_func``) overflows
-    the 8 MB main-thread stack between 600 and 700 nested ``If``s."""
+    main 300 raised RecursionError). In a process of its own: TVM's own
+    C++ recursion (``BlockBuilder.update_func``) overflows the 8 MB
+    main-thread stack between 600 and 700 nested ``If``s, so 800 are a
+    located CompileError (relax_builder.py ``MAX_NESTED_BLOCKS``), not a
+    crash."""
     run = run_isolated(NESTED_BLOCKS)
     run.check()
-    assert run.stdout.split() == ["400", "400"]
+    assert run.stdout.split() == ["400", "400", "refused", "True", "True"]
 
 
 def test_an_error_in_a_nested_block_closes_every_block_it_opened() -> None:
