@@ -8,7 +8,9 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING, Any
 
-from ..ir.expr import Expr, Function, Var
+from ..ir.expr import Expr, Function, Let, Var
+from ..ir.functor import Mutator, Plan, on
+from ..ir.node import Node
 from . import builder as B
 from .spans import span_scope
 from .values import to_expr
@@ -124,62 +126,39 @@ class Slot:
 
 
 def fill_slots(expr: Expr) -> Expr:
-    """``expr`` with slots filled or dropped, rebuilt bottom-up without
-    recursion proportional to the chain's length."""
-    from ..ir.expr import Let
-
-    memo: dict[int, Expr] = {}
-    stack: list[tuple[Expr, bool]] = [(expr, False)]
-    while stack:
-        node, done = stack.pop()
-        if id(node) in memo:
-            continue
-        kids = _kids(node)
-        if not done:
-            stack.append((node, True))
-            stack.extend((k, False) for k in kids if id(k) not in memo)
-            continue
-        if isinstance(node, Let):
-            if isinstance(node.value, Slot):
-                slot = node.value
-                body = memo[id(node.body)]
-                if slot.var is None or slot.value is None:
-                    memo[id(node)] = body
-                else:
-                    memo[id(node)] = Let(slot.var, memo[id(slot.value)], body, span=slot.value.span)
-                continue
-            memo[id(node)] = _replace(node, memo)
-        else:
-            memo[id(node)] = _replace(node, memo)
-    return memo[id(expr)]
+    """``expr`` with slots filled or dropped (a ``Mutator``: no recursion
+    proportional to the chain's length or the closures' nesting)."""
+    filled = _FillSlots().mutate(expr)
+    assert isinstance(filled, Expr)
+    return filled
 
 
-def _kids(node: Expr) -> list[Expr]:
-    from ..ir.expr import Let
+class _FillSlots(Mutator):
+    """Each ``let`` of a slot (``block.bindings``' ``(slot, slot)``) becomes
+    the let of its closure, rewritten too, or is dropped if the closure was
+    never built. A slot is no IR node: its closure is its one child."""
 
-    if isinstance(node, Let) and isinstance(node.value, Slot):
-        kids = [node.body]
-        if node.value.value is not None:
-            kids.append(node.value.value)
-        return kids
-    return [c for c in node.children() if isinstance(c, Expr) and not isinstance(c, Slot)]
+    patterns = False
+
+    @classmethod
+    def plan(cls, node_type: type) -> Plan:
+        if node_type is Slot:
+            return _SLOT_PLAN
+        return super().plan(node_type)
+
+    def rebuild(self, node: Node) -> Node:
+        return node if type(node) is Slot else super().rebuild(node)
+
+    @on(Let)
+    def _let(self, new: Node, old: Node) -> Node:
+        assert isinstance(new, Let) and isinstance(old, Let)
+        slot = old.value
+        if not isinstance(slot, Slot):
+            return new
+        if slot.var is None or slot.value is None:
+            return new.body
+        return Let(slot.var, self.child(slot.value), new.body, span=slot.value.span)
 
 
-def _replace(node: Expr, memo: dict[int, Expr]) -> Expr:
-    """``node`` with its child expressions replaced from ``memo`` (the same
-    node when none changed)."""
-    import dataclasses
-
-    changes: dict[str, Any] = {}
-    for name, kind in node.FIELDS:
-        value = getattr(node, name)
-        if kind == "node" and isinstance(value, Expr) and id(value) in memo:
-            if memo[id(value)] is not value:
-                changes[name] = memo[id(value)]
-        elif kind == "nodes":
-            new = tuple(memo.get(id(v), v) if isinstance(v, Expr) else v for v in value)
-            if any(a is not b for a, b in zip(new, value, strict=True)):
-                changes[name] = new
-    if not changes:
-        return node
-    return dataclasses.replace(node, **changes)
+_SLOT_PLAN: Plan = (None, None, (("value", False),), True, None)
+"""A slot's plan for ``_FillSlots``: no hook, its closure as its child."""

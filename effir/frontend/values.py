@@ -10,6 +10,9 @@ import numpy as np
 
 from ..ir.diagnostics import FrontendError
 from ..ir.expr import Call, Constant, Expr, GlobalCell, GlobalVar, Tuple, const
+from ..ir.expr_functor import Computation, ExprFunctor
+from ..ir.functor import on
+from ..ir.node import Node
 from ..ir.op import call_op
 from ..ir.types import DTYPES, KeyType, RefType, TensorType, TupleType, Type
 from ..runtime.values import PRNGKey, RefValue
@@ -205,11 +208,28 @@ def to_value(value: Any) -> Any:
 
 def static_type(expr: Expr) -> Type | None:
     """The type of a constant-like expression, if simple to tell."""
-    if isinstance(expr, Constant):
+    return _StaticType().evaluate(expr)
+
+
+class _StaticType(ExprFunctor):
+    """``static_type``'s walk (on the trampoline: tuples nest as deep as the
+    Python value they were made of)."""
+
+    @on(Constant)
+    def _constant(self, expr: Constant) -> Type:
         return TensorType(expr.data.shape, str(expr.data.dtype))
-    if isinstance(expr, Tuple):
-        fields = [static_type(f) for f in expr.fields]
+
+    @on(Tuple)
+    def _tuple(self, expr: Tuple) -> Computation[Type | None]:
+        fields = []
+        for f in expr.fields:
+            fields.append((yield self.eval(f)))
         return None if any(f is None for f in fields) else TupleType(tuple(fields))
-    if isinstance(expr, Call) and getattr(expr.callee, "name", None) == "random.key":
-        return KeyType()
-    return None
+
+    @on(Call)
+    def _call(self, expr: Call) -> Type | None:
+        return KeyType() if getattr(expr.callee, "name", None) == "random.key" else None
+
+    @on(Node)
+    def _other(self, expr: Node) -> None:
+        return None

@@ -23,8 +23,12 @@ for Python and for programs too deep for Python's recursion:
   walked.
 
 ``Visitor`` (analyses): ``visit(root)`` calls each ``@on`` hook with the
-node before its children (return ``False`` to skip the children) and each
-``@after`` hook after them. ``Mutator`` (rewrites): ``mutate(root)``
+node before its children (return ``False`` to skip the children, or the
+list of children to walk, in that order, instead of those of its fields)
+and each ``@after`` hook after them. With ``binds = True``, ``bind(let)``
+is called once a let's value is walked and before its body is entered
+(``Mutator.bind``'s counterpart: the value's scope closes; anf_sharing's
+``Facts`` finds recursive lets so). ``Mutator`` (rewrites): ``mutate(root)``
 rebuilds bottom-up; a hook ``(self, new, old) -> Node`` gets ``new``, the
 node with its children already rewritten, and ``old``, the original, and
 returns the replacement. A ``let``'s value is rewritten before its body is
@@ -166,32 +170,60 @@ class Functor:
 
 class Visitor(Functor):
     """An analysis: each node once, ``@on`` hooks before the children (a
-    hook returning ``False`` skips them), ``@after`` hooks after them."""
+    hook returning ``False`` skips them, one returning a list walks those
+    children instead of ``children(node)``), ``@after`` hooks after them;
+    with ``binds`` on, ``bind(let)`` between a let's value and its body."""
 
     binders = True
+
+    binds: ClassVar[bool] = False
+    """Call ``bind(let)`` once a let's value has been walked and before its
+    body is entered (off: visitors that need no let scope pay nothing)."""
 
     def __init__(self) -> None:
         self.seen: set[int] = set()
 
+    def bind(self, let: Let) -> None:
+        """Called (``binds`` on) when ``let``'s value and the children
+        before it have been walked, before its body is entered: the value's
+        scope closes (``Mutator.bind``'s counterpart). A let whose walked
+        children do not end in its body gets it after all of them."""
+
     def visit(self, root: Node) -> None:
         seen = self.seen
+        plans = self._plans
         plan = self.plan
         children = self.children
-        stack: list[tuple[Node, bool]] = [(root, False)]
+        binds = self.binds
+        bind = type(self).bind
+        stack: list[tuple[Node, Any]] = [(root, None)]
+        push = stack.append
+        pop = stack.pop
         while stack:
-            node, done = stack.pop()
-            rule, after_rule = plan(type(node))[:2]
-            if done:
-                after_rule(self, node)
+            node, then = pop()
+            if then is not None:  # an @after hook, or bind
+                then(self, node)
                 continue
             if id(node) in seen:
                 continue
             seen.add(id(node))
-            if rule is not None and rule(self, node) is False:
+            rule, after_rule, _, _, _ = plans.get(type(node)) or plan(type(node))
+            found = None if rule is None else rule(self, node)
+            if found is False:
                 continue
             if after_rule is not None:
-                stack.append((node, True))
-            stack.extend((c, False) for c in reversed(children(node)) if id(c) not in seen)
+                push((node, after_rule))
+            if type(found) is not list:
+                found = children(node)
+            if binds and isinstance(node, Let):
+                if found and found[-1] is node.body:
+                    found = found[:-1]
+                    if id(node.body) not in seen:
+                        push((node.body, None))
+                push((node, bind))
+            for child in reversed(found):
+                if id(child) not in seen:
+                    push((child, None))
 
 
 ENTER, BOUND, DONE, BLOCK = 0, 1, 2, 3

@@ -29,7 +29,7 @@ from ..ir.expr import (
     is_atom,
 )
 from ..ir.expr_functor import Computation, ExprFunctor
-from ..ir.functor import Functor, Mutator, on, post_order, pre_order
+from ..ir.functor import Functor, Mutator, Visitor, after, on, post_order, pre_order
 from ..ir.node import Node
 from ..ir.op import op_def
 
@@ -135,51 +135,52 @@ def _leaf(expr: Expr) -> bool:
     )
 
 
-_VISIT, _POST, _LEAVE = 0, 1, 2
-
-
-class Facts:
+class Facts(Visitor):
     """One walk of a definition (step 1): ``indegree``, how many edges reach
     each compound node (by identity); ``shared``, those reached by several;
     ``order``, the compound nodes children first; ``recursive``, the
-    variables of recursive lets (used in their own value)."""
+    variables of recursive lets (used in their own value).
+
+    A ``Visitor`` over the expression edges in evaluation order, leaves
+    left out (the ``@on`` hook returns the children it walks): a let's
+    variable is active from the let's hook until ``bind``, that is while
+    its value is walked, and a use of an active variable is recursive."""
+
+    binds = True
 
     def __init__(self, root: Expr) -> None:
+        super().__init__()
         self.indegree: dict[int, int] = {id(root): 0}
         self.order: list[Expr] = []
         self.recursive: set[Var] = set()
-        active: dict[Var, int] = {}  # let variables whose value is being walked
-        seen: set[int] = set()
-        stack: list[tuple[int, Any]] = [(_VISIT, root)]
-        while stack:
-            step, item = stack.pop()
-            if step == _POST:
-                self.order.append(item)
-                continue
-            if step == _LEAVE:
-                active[item] -= 1
-                continue
-            if id(item) in seen:
-                continue
-            seen.add(id(item))
-            stack.append((_POST, item))
-            children = list(expression_edges(item))
-            for slot, child, _ in children:
-                if isinstance(child, Var):
-                    inside_own_value = isinstance(item, Let) and slot == "value"
-                    if active.get(child) or (inside_own_value and child is item.var):
-                        self.recursive.add(child)
-                elif not _leaf(child):
-                    self.indegree[id(child)] = self.indegree.get(id(child), 0) + 1
-            if isinstance(item, Let):
-                # The value is walked first, with the let's variable active.
-                stack.append((_VISIT, item.body))
-                stack.append((_LEAVE, item.var))
-                stack.append((_VISIT, item.value))
-                active[item.var] = active.get(item.var, 0) + 1
-            else:
-                stack.extend((_VISIT, c) for _, c, _ in reversed(children) if not _leaf(c))
+        self.active: dict[Var, int] = {}  # let variables whose value is being walked
+        self.visit(root)
         self.shared = {key for key, count in self.indegree.items() if count > 1}
+
+    @on(Expr)
+    def _edges(self, node: Expr) -> list[Expr]:
+        """Counts ``node``'s edges; its compound children, to walk."""
+        compound: list[Expr] = []
+        indegree = self.indegree
+        active = self.active
+        own = node.var if isinstance(node, Let) else None
+        for slot, child, _ in expression_edges(node):
+            if isinstance(child, Var):
+                if active.get(child) or (child is own and slot == "value"):
+                    self.recursive.add(child)
+            elif not _leaf(child):
+                indegree[id(child)] = indegree.get(id(child), 0) + 1
+                compound.append(child)
+        if own is not None:  # its value is walked with its variable active
+            active[own] = active.get(own, 0) + 1
+        return compound
+
+    def bind(self, let: Let) -> None:
+        self.active[let.var] -= 1
+
+    @after(Expr)
+    def _done(self, node: Expr) -> None:
+        self.order.append(node)
 
     def pinned(self) -> set[int]:
         """The compound nodes that may not move [RULE M]."""

@@ -207,3 +207,22 @@ def test_a_deep_expression_built_outside_a_function():
         mb.ret(acc)
     out = effir.interpret(mb.get(), np.zeros(3, F32))
     np.testing.assert_array_equal(out, np.full(3, 3000, F32))
+
+
+def test_the_static_type_of_a_deep_tuple_needs_no_recursion(default_recursion_limit) -> None:
+    """``static_type`` (a cell's type from its initial value) walks a tuple
+    expression on the trampoline: 3,000 nested tuples, under CPython's
+    default recursion limit."""
+    from effir.frontend.values import static_type
+    from effir.ir.expr import Tuple, const
+
+    expr = const(1.0)
+    for _ in range(3000):
+        expr = Tuple((expr, const(2)))
+    t = static_type(expr)
+    depth = 0
+    while isinstance(t, TupleType):
+        scalar = t.fields[1]
+        assert isinstance(scalar, TensorType) and scalar.dtype == "int32"
+        t, depth = t.fields[0], depth + 1
+    assert depth == 3000 and isinstance(t, TensorType) and t.dtype == "float32"

@@ -116,6 +116,51 @@ def test_let_value_is_bound_before_the_body_and_body_first_asks_keep() -> None:
     assert isinstance(out, Let) and out.var is a
 
 
+def test_visitor_binds_lets_between_value_and_body_and_hooks_choose_children() -> None:
+    """``binds``: ``bind(let)`` once the let's value is walked and before its
+    body; a hook returning a list walks those children, in that order."""
+    order: list[str] = []
+
+    class Scopes(Visitor):
+        binds = True
+
+        def bind(self, let: Let) -> None:
+            order.append(f"bind {let.var.name_hint}")
+
+        @on(Call)
+        def _call(self, node: Call) -> list[Node]:
+            order.append(f"call {node.callee.name}")  # type: ignore[union-attr]
+            return list(reversed(node.args))  # the arguments, last first; no callee
+
+        @on(Var)
+        def _var(self, node: Var) -> None:
+            order.append(node.name_hint)
+
+    a, b, x, y = Var("a"), Var("b"), Var("x"), Var("y")
+    inner = Let(b, call_op("negative", x), b)
+    program = Let(a, call_op("add", x, y), Let(Var("c"), inner, a))
+    Scopes().visit(program)
+    assert order == [
+        "a",
+        "call add",
+        "y",
+        "x",
+        "bind a",
+        "c",
+        "b",
+        "call negative",
+        "bind b",
+        "bind c",
+    ]
+    order.clear()
+
+    class Plain(Scopes):
+        binds = False
+
+    Plain().visit(program)
+    assert not any(step.startswith("bind") for step in order)
+
+
 def test_ctordefs_are_binders_like_defs() -> None:
     a = TypeVar("A")
     cons = Constructor("Leaf", (a,), "Tree")

@@ -40,6 +40,7 @@ from ...ir.expr import (
     PatternVar,
     Var,
 )
+from ...ir.trampoline import Computation
 from ...ir.types import TupleType, Type, TypeCall
 from ...passes.type_solver import substitute
 from .errors import site_message
@@ -93,7 +94,10 @@ class AdtLowering:
         return [self.bb.emit(relax.TupleGetItem(cast, i + 1)) for i in range(len(types))]
 
     # ----------------------------------------------------------- match
-    def _adt_match(self, expr: Match, env: dict[Var, Any], name: str) -> Any:
+    def _adt_match(self, expr: Match, env: dict[Var, Any], name: str) -> Computation[Any]:
+        """The chain of tests, on the trampoline (relax_lower's ``_chain``):
+        each clause's blocks are yielded, so matches nested in clause
+        bodies are no Python recursion."""
         data = self._atom(expr.data, env)
         clauses = list(expr.clauses)
         # Built from the last clause back: each clause's block holds its
@@ -103,10 +107,8 @@ class AdtLowering:
         if not expr.complete and refutable(clauses[-1].pattern):  # [RULE MATCHFAIL]
             rest = self.bb.block(lambda: self._no_clause_matches(expr))
         for k in range(len(clauses) - 1, 0, -1):
-            rest = self.bb.block(
-                lambda k=k, rest=rest: self._clause(clauses[k], data, data_type, env, rest, name),
-            )
-        return self._clause(clauses[0], data, data_type, env, rest, name)
+            rest = yield self.bb.nested(self._clause(clauses[k], data, data_type, env, rest, name))
+        return (yield self._clause(clauses[0], data, data_type, env, rest, name))
 
     def _no_clause_matches(self, expr: Match) -> Any:
         """[RULE MATCHFAIL] The interpreter's failure of a ``match?`` no
@@ -117,14 +119,16 @@ class AdtLowering:
 
     def _clause(
         self, clause: Clause, data: Any, data_type: Type, env: dict[Var, Any], rest: Any, name: str
-    ) -> Any:
+    ) -> Computation[Any]:
         if rest is None:  # the last clause: it matches
-            return self._clause_body(clause, data, data_type, env)
-        test = self._test(clause.pattern, data, data_type)
-        body = self.bb.block(lambda: self._clause_body(clause, data, data_type, env))
+            return (yield self._clause_body(clause, data, data_type, env))
+        test = yield self._test(clause.pattern, data, data_type)
+        body = yield self.bb.nested(self._clause_body(clause, data, data_type, env))
         return self.bb.emit(relax.If(test, body, rest), name)
 
-    def _clause_body(self, clause: Clause, data: Any, data_type: Type, env: dict[Var, Any]) -> Any:
+    def _clause_body(
+        self, clause: Clause, data: Any, data_type: Type, env: dict[Var, Any]
+    ) -> Computation[Any]:
         inner = dict(env)
         work = [(clause.pattern, data, data_type)]
         while work:
@@ -140,7 +144,7 @@ class AdtLowering:
                     parts = self._fields(value, pattern.constructor, t)
                     types = self._field_types(pattern.constructor, t)
                     work.extend(zip(pattern.patterns, parts, types, strict=True))
-        return self._chain(clause.body, inner)
+        return (yield self._chain(clause.body, inner))
 
     def _field_types(self, ctor: Constructor, data_type: Type) -> list[Type]:
         """The types of ``ctor``'s fields in a value of ``data_type``."""
@@ -149,8 +153,9 @@ class AdtLowering:
         mapping = dict(zip(definition.type_params, args, strict=False))
         return [substitute(t, mapping) for t in ctor.inputs]
 
-    def _test(self, pattern: Pattern, value: Any, t: Type) -> Any:
-        """A boolean scalar: whether ``value`` matches ``pattern``."""
+    def _test(self, pattern: Pattern, value: Any, t: Type) -> Computation[Any]:
+        """A boolean scalar: whether ``value`` matches ``pattern`` (on the
+        trampoline: a pattern nests as deep as the program may)."""
         if not refutable(pattern):
             return relax.const(np.bool_(True), "bool")
         if isinstance(pattern, PatternTuple):
@@ -158,7 +163,7 @@ class AdtLowering:
             test = None
             for i, (sub, ft) in enumerate(zip(pattern.patterns, fields, strict=True)):
                 if refutable(sub):
-                    part = self._test(sub, self.bb.emit(relax.TupleGetItem(value, i)), ft)
+                    part = yield self._test(sub, self.bb.emit(relax.TupleGetItem(value, i)), ft)
                     test = part if test is None else self._both(test, part)
             return test
         assert isinstance(pattern, PatternConstructor)
@@ -167,18 +172,19 @@ class AdtLowering:
         if not any(refutable(p) for p in pattern.patterns):
             return same
 
-        def fields_match() -> Any:
+        def fields_match() -> Computation[Any]:
             parts = self._fields(value, pattern.constructor, t)
             types = self._field_types(pattern.constructor, t)
             test = None
             for sub, part, ft in zip(pattern.patterns, parts, types, strict=True):
                 if refutable(sub):
-                    one = self._test(sub, part, ft)
+                    one = yield self._test(sub, part, ft)
                     test = one if test is None else self._both(test, one)
             return test
 
         false = self.bb.block(lambda: relax.const(np.bool_(False), "bool"))
-        return self.bb.emit(relax.If(same, self.bb.block(fields_match), false))
+        fields = yield self.bb.nested(fields_match())
+        return self.bb.emit(relax.If(same, fields, false))
 
     def _tag_of(self, value: Any) -> Any:
         """The tag of an ADT value: its tuple's first field (read without a

@@ -8,7 +8,10 @@ while it is built), ``bb.dataflow`` makes a dataflow block, which holds
 neither an ``If`` nor an impure call, and nothing public makes the branch
 of an ``If`` or a ``match`` clause. So ``Builder.block(build)`` collects
 the bindings ``build`` emits in a frame of its own and returns them as a
-``SeqExpr``: ``emit`` normalises an expression with TVM's normaliser
+``SeqExpr``; ``Builder.nested(computation)`` does the same for a
+computation on effir's trampoline (effir.ir.trampoline), so that blocks
+nested as deep as the program (branches of branches) cost no Python
+recursion; both open and close the frame with ``open``/``close``. ``emit`` normalises an expression with TVM's normaliser
 (``bb.normalize``: its type deduced) and binds it to a variable named by
 the module's name table (``bb.get_unique_name``, as TVM's ``emit`` names
 them); ``match_cast`` binds a ``MatchCast`` the same way. The module, its
@@ -29,6 +32,16 @@ from collections.abc import Callable
 from typing import Any
 
 from tvm import relax
+
+from ...ir.trampoline import Computation
+from .errors import BackendError
+
+MAX_NESTED_BLOCKS = 500
+"""How deep blocks (``if`` branches, ``match`` clauses) may nest. effir
+builds them without Python recursion, but TVM's builder checks a function
+(``update_func``) by a native recursion per nested ``If``, about 12 KB of
+C stack each: on a thread's 8 MB stack, some 650 nested ``If``s crashed
+the process. Deeper code is a CompileError (run it with the interpreter)."""
 
 _MODULE_METHODS = frozenset(
     {"add_func", "update_func", "get", "finalize", "normalize", "get_unique_name", "call_te"}
@@ -54,15 +67,49 @@ class Builder:
             f"Builder.{name}: bind with emit or match_cast inside Builder.block (relax_builder.py)"
         )
 
+    def open(self) -> int:
+        """Open a block: the bindings emitted from now on go to it, until
+        ``close``. Returns how many blocks are open, for ``close`` to check.
+        Past ``MAX_NESTED_BLOCKS``, a BackendError."""
+        if len(self._frames) >= MAX_NESTED_BLOCKS:
+            raise BackendError(
+                f"blocks (if branches, match clauses) nested more than {MAX_NESTED_BLOCKS} "
+                "deep are not compiled: TVM's builder would overflow the native stack; "
+                "run this program with the interpreter"
+            )
+        self._frames.append([])
+        return len(self._frames)
+
+    def close(self, opened: int) -> list[Any]:
+        """Close the block ``open`` returned ``opened`` for (the innermost:
+        blocks nest): its bindings."""
+        if len(self._frames) != opened:
+            raise RuntimeError(
+                f"Builder.close: block {opened} closed with {len(self._frames)} open"
+            )
+        return self._frames.pop()
+
     def block(self, build: Callable[[], Any]) -> Any:
         """The bindings ``build`` emits, ending in the value it returns, as a
-        ``SeqExpr`` of their own: a function's body, an ``If``'s branch, a
-        ``match`` clause."""
-        self._frames.append([])
+        ``SeqExpr`` of their own: a function's body, a small block of the
+        lowering's own making."""
+        opened = self.open()
         try:
             value = build()
         finally:
-            bindings = self._frames.pop()
+            bindings = self.close(opened)
+        return relax.SeqExpr([relax.BindingBlock(bindings)], value)
+
+    def nested(self, computation: Computation[Any]) -> Computation[Any]:
+        """``block`` for a computation on the trampoline (a generator not
+        started yet): yield this and receive the ``SeqExpr`` of what the
+        computation emits. An ``If``'s branch, a ``match`` clause: blocks
+        nested as deep as the program."""
+        opened = self.open()
+        try:
+            value = yield computation
+        finally:
+            bindings = self.close(opened)
         return relax.SeqExpr([relax.BindingBlock(bindings)], value)
 
     def emit(self, expr: Any, name_hint: str = "") -> Any:

@@ -394,7 +394,8 @@ class LoopLowering:
 
         def guard(carried: list[Any], fixed: list[Any]) -> Any:
             with self._at_depth(fixed, depth):
-                return self._chain(cond.body, {**scope(fixed), cond.params[0]: carried[0]})
+                start = {**scope(fixed), cond.params[0]: carried[0]}
+                return self.drive(self._chain(cond.body, start))
 
         def advance(count: Any, carried: list[Any], fixed: list[Any]) -> tuple[Any, list[Any]]:
             inner = {**scope(fixed), body.params[0]: carried[0]}
@@ -437,7 +438,7 @@ class LoopLowering:
         """One step of a VM loop: the body, its outputs written to row
         ``count`` of the buffers (doubled first when full, if ``grow``)."""
         emit = self.bb.emit
-        step = self._chain(body.body, env)
+        step = self.drive(self._chain(body.body, env))
         out = emit(relax.TupleGetItem(step, 0))
         new_state = emit(relax.TupleGetItem(step, 1))
         bufs = carried[1:]

@@ -119,7 +119,7 @@ from ...ir.expr import (
     TupleGetItem,
     Var,
 )
-from ...ir.expr_functor import ExprFunctor
+from ...ir.expr_functor import Computation, ExprFunctor
 from ...ir.functor import on
 from ...ir.module import IRModule
 from ...ir.node import Node
@@ -353,9 +353,14 @@ class _Lowering(
     # ------------------------------------------------------------- blocks
     def _block(self, expr: Expr, env: dict[Var, Any]) -> Any:
         """``expr`` as a Relax sequence of bindings ending in its value."""
-        return self.bb.block(lambda: self._chain(expr, env))
+        return self.drive(self.bb.nested(self._chain(expr, env)))
 
-    def _chain(self, expr: Expr, env: dict[Var, Any]) -> Any:
+    def _chain(self, expr: Expr, env: dict[Var, Any]) -> Computation[Any]:
+        """The bindings of the let chain ``expr`` emitted in the open block,
+        on the trampoline: a value's hook (``@on`` below) that opens blocks
+        of its own (an ``If``'s branches, a ``match``'s clauses) yields
+        them, so nested blocks are no Python recursion. Synchronously:
+        ``self.drive(self._chain(expr, env))``."""
         while isinstance(expr, Let):
             value = expr.value
             if isinstance(value, Function):
@@ -363,9 +368,10 @@ class _Lowering(
                 # CLOSURE]: no run-time value of its own.
                 env[expr.var] = value
             else:
-                env[expr.var] = self._value(value, env, expr.var.name_hint)
+                lowered = yield self.eval(value, env, expr.var.name_hint)
+                env[expr.var] = self._bound(value, lowered)
             expr = expr.body
-        return self._value(expr, env, "result")
+        return self._bound(expr, (yield self.eval(expr, env, "result")))
 
     # ------------------------------------------------------------- values
     def _atom(self, expr: Expr, env: dict[Var, Any]) -> Any:
@@ -384,18 +390,20 @@ class _Lowering(
             return self._global_value(expr)
         raise BackendError(f"{type(expr).__name__} is not compiled", expr.span)
 
-    def _value(self, expr: Expr, env: dict[Var, Any], name: str) -> Any:
-        """A let-bound value lowered and emitted as ``name``: one ``@on``
-        hook per expression class; a value that comes out as an ``Object``
-        where its type says more (a closure call's result, a polymorphic
-        callee's, a ``match``'s) is cast to it here (relax_adts ``_typed``)."""
-        value = self.eval(expr, env, name)
+    def _bound(self, expr: Expr, value: Any) -> Any:
+        """A let-bound value as lowered (by its ``@on`` hook below), cast to
+        its effir type where it came out as an ``Object`` (a closure call's
+        result, a polymorphic callee's, a ``match``'s: relax_adts
+        ``_typed``), its Relax variables remembered as ``expr``'s sites."""
         typed = self._typed(value, expr.checked_type)
         for var in (value, typed):
             if isinstance(var, relax.Var):
                 self.sites.setdefault(str(var.name), expr.span)
         return typed
 
+    # A let-bound value lowered and emitted as ``name``: one ``@on`` hook
+    # per expression class, returning the value or a computation (``If``,
+    # ``match``: the blocks they open are yielded, see ``_chain``).
     @on(Var, Constant, GlobalVar, Constructor)
     def _atom_value(self, expr: Expr, env: dict[Var, Any], name: str) -> Any:
         return self._atom(expr, env)
@@ -410,10 +418,10 @@ class _Lowering(
         return self.bb.emit(relax.TupleGetItem(tuple_value, expr.index), name)
 
     @on(If)
-    def _if_value(self, expr: If, env: dict[Var, Any], name: str) -> Any:
+    def _if_value(self, expr: If, env: dict[Var, Any], name: str) -> Computation[Any]:
         cond = self._atom(expr.cond, env)
-        then = self._block(expr.then_branch, dict(env))
-        other = self._block(expr.else_branch, dict(env))
+        then = yield self.bb.nested(self._chain(expr.then_branch, dict(env)))
+        other = yield self.bb.nested(self._chain(expr.else_branch, dict(env)))
         return self.bb.emit(relax.If(cond, then, other), name)
 
     @on(Match)
@@ -443,9 +451,9 @@ class _Lowering(
     def _other_value(self, expr: Expr, env: dict[Var, Any], name: str) -> Any:
         raise BackendError(f"{type(expr).__name__} is not compiled", expr.span)
 
-    def _match(self, expr: Match, env: dict[Var, Any]) -> Any:
+    def _match(self, expr: Match, env: dict[Var, Any]) -> Computation[Any]:
         """A match whose first clause binds a tuple's parts (the only kind
-        without constructors)."""
+        without constructors), in the open block."""
         data = self._atom(expr.data, env)
         clause = expr.clauses[0]
         work = [(clause.pattern, data)]

@@ -344,3 +344,76 @@ def @main(%n: int32) { (@half(%n), @twice(%n)) }
     )
     n = np.array(5, np.int32)
     assert_close(compile_module(module)(n), effir.interpret(module, n))
+
+
+NESTED_BLOCKS = """
+import sys
+import effir
+from tvm import relax
+from effir.backends.tvm.relax_lower import lower_to_relax
+from effir.backends.tvm.target import make_target
+
+n = 400
+ifs = "if (%c) { " * n + "%x" + " } else { %x }" * n
+matches = "match (%o) { Some(%y) => " * n + "%y" + ", None => %x }" * n
+option = "type Option[A] { Some(A), None }\\n"
+for text in (
+    f"def @main(%c: bool, %x: float32) {{ {ifs} }}",
+    option + f"def @main(%o: Option[float32], %x: float32) {{ {matches} }}",
+):
+    module = effir.check(effir.parse('#[version = "0.0.5"]\\n' + text))
+    sys.setrecursionlimit(1000)  # CPython's default
+    program = lower_to_relax(module, "main", make_target("llvm"))
+    sys.setrecursionlimit(10000)
+    depth, seq = 0, program.module["main"].body
+    while True:  # how deep the last If of each block nests (its true branch)
+        ifs_here = [b.value for block in seq.blocks for b in block.bindings]
+        ifs_here = [v for v in ifs_here if isinstance(v, relax.If)]
+        if not ifs_here:
+            break
+        depth, seq = depth + 1, ifs_here[-1].true_branch
+    print(depth)
+deeper = "if (%c) { " * 800 + "%x" + " } else { %x }" * 800
+module = effir.check(effir.parse('#[version = "0.0.5"]\\n' + f"def @main(%c: bool, %x: float32) {{ {deeper} }}"))
+try:
+    lower_to_relax(module, "main", make_target("llvm"))
+except effir.CompileError as err:
+    print("refused", err.span is not None, "native stack" in err.message)
+"""
+
+
+def test_nested_ifs_and_matches_lower_without_python_recursion() -> None:
+    """relax_lower.py: the branches of an ``if`` and the clauses of a
+    ``match`` are blocks built on the trampoline (Builder.nested), not a
+    level of Python recursion each: 400 of them nested lower under
+    CPython's default recursion limit (lowered to Relax, not built; on
+    main 300 raised RecursionError). In a process of its own: TVM's own
+    C++ recursion (``BlockBuilder.update_func``) overflows the 8 MB
+    main-thread stack between 600 and 700 nested ``If``s, so 800 are a
+    located CompileError (relax_builder.py ``MAX_NESTED_BLOCKS``), not a
+    crash."""
+    run = run_isolated(NESTED_BLOCKS)
+    run.check()
+    assert run.stdout.split() == ["400", "400", "refused", "True", "True"]
+
+
+def test_an_error_in_a_nested_block_closes_every_block_it_opened() -> None:
+    """relax_builder.py: ``Builder.nested`` closes its block when the
+    computation inside raises, however deep, so the error propagates with
+    no block left open."""
+    from tvm import relax
+
+    from effir.backends.tvm.relax_builder import Builder
+    from effir.ir.trampoline import run
+
+    bb = Builder()
+
+    def failing(depth: int) -> Any:
+        bb.emit(relax.const(np.float32(depth)))
+        if depth == 0:
+            raise ValueError("inside")
+        return (yield bb.nested(failing(depth - 1)))
+
+    with pytest.raises(ValueError, match="inside"):
+        run(bb.nested(failing(50)))
+    assert bb.open() == 1  # the first block open again: none was left
