@@ -55,8 +55,6 @@ from typing import Any
 
 import tvm
 
-from .loop.columns import pool_l2
-
 FORMAT = 2
 """The layout of an entry; a change is a new key."""
 
@@ -123,8 +121,6 @@ class Cache:
                     f"target {target}",
                     # a whole loop's row blocks are as many as the pool's threads (loop/rows.py)
                     f"threads {tvm.runtime.num_threads()}",
-                    # a step split by columns depends on the pool's L2 caches (loop/columns.py)
-                    f"l2 {pool_l2(tvm.runtime.num_threads())}",
                     program_text,
                 ]
             ).encode()
