@@ -40,12 +40,10 @@ Peers that are not installed are left out (``make bench-peers`` installs
 torch==2.13.0 and JAX into .venv-bench only).
 
     .venv-bench/bin/python benchmarks/gru_peers.py [--repeats N] [--quick] [--gru-only]
-        [--no-torch-compile] [--case I,H,T,B] [--row-blocks] [--column-split]
+        [--no-torch-compile] [--case I,H,T,B] [--row-blocks]
 
 (``--case 256,256,100,32 --row-blocks``: that row only, with effir's loop
-also built with its rows in one block, before/after loop/rows.py;
-``--case 256,256,100,1 --column-split``: with effir's loop also built with
-its step serial, before/after loop/columns.py.)
+also built with its rows in one block, before/after loop/rows.py.)
 
 or, with the peers installed outside the project (``pip install --target``):
 
@@ -349,7 +347,6 @@ def weights(inputs: int, hidden: int, seed: int = 0):
 PEERS = {
     "effir": "effir",
     "effir_one_block": "effir, rows in one block (before loop/rows.py)",
-    "effir_serial_step": "effir, step not split by columns (before loop/columns.py)",
     "jax": "JAX best",
     "jax_hoisted": "JAX best, input projection hoisted",
     "jax_carried": "JAX carried (as first written)",
@@ -375,20 +372,6 @@ def serial_rows_build(compiled: Any, *args: Any) -> Any:
         rows.row_blocks = split
 
 
-def serial_step_build(compiled: Any, *args: Any) -> Any:
-    """``compiled``'s first call (its build) with the step's product not
-    split by columns across the pool, as before loop/columns.py: the before
-    of a before/after in one run (``--column-split``)."""
-    from effir.backends.tvm.loop import columns
-
-    split = columns.split_columns
-    columns.split_columns = lambda *_: False
-    try:
-        return compiled(*args)
-    finally:
-        columns.split_columns = split
-
-
 def gru_case(
     inputs: int,
     hidden: int,
@@ -397,13 +380,10 @@ def gru_case(
     repeats: int,
     compile_torch: bool,
     row_blocks: bool = False,
-    column_split: bool = False,
 ) -> dict[str, Any]:
     """Every peer on one GRU, checked against the numpy reference, timed
     side by side (``interleaved``); with ``row_blocks``, effir also with
-    its loop's rows in one block (``serial_rows_build``); with
-    ``column_split``, effir also with its step not split by columns
-    (``serial_step_build``)."""
+    its loop's rows in one block (``serial_rows_build``)."""
     rng = np.random.default_rng(1)
     xs = rng.standard_normal((length, batch, inputs), dtype=np.float32)
     h0 = rng.standard_normal((batch, hidden), dtype=np.float32)
@@ -419,11 +399,6 @@ def gru_case(
             one_block = effir.compile(effir.check(effir.parse(gru_text(inputs, hidden))))
             serial_rows_build(one_block, xs, h0, w, u, bias)
         actions["effir_one_block"] = lambda: one_block(xs, h0, w, u, bias)
-    if column_split:  # a build of its own, as above
-        with _no_build_cache():
-            serial_step = effir.compile(effir.check(effir.parse(gru_text(inputs, hidden))))
-            serial_step_build(serial_step, xs, h0, w, u, bias)
-        actions["effir_serial_step"] = lambda: serial_step(xs, h0, w, u, bias)
     if jax is not None:
         best, hoisted, carried = (
             jax_best(w, u, bias, False),
@@ -637,11 +612,6 @@ def main() -> None:
         action="store_true",
         help="also time effir with its loop's rows in one block (before/after loop/rows.py)",
     )
-    parser.add_argument(
-        "--column-split",
-        action="store_true",
-        help="also time effir with its step not split by columns (before/after loop/columns.py)",
-    )
     options = parser.parse_args()
     if options.memory_child is not None:
         memory_child(options.memory_child[0], int(options.memory_child[1]))
@@ -676,7 +646,6 @@ def main() -> None:
             repeats,
             not options.no_torch_compile,
             options.row_blocks,
-            options.column_split,
         )
         rows.append(((inputs, hidden, length, batch), row))
     peers = [p for p in PEERS if any(p in row for _, row in rows)]
@@ -703,11 +672,6 @@ def main() -> None:
             print(
                 f"\neffir with row blocks / rows in one block: "
                 f"{row['effir'] / row['effir_one_block']:.2f} (load {os.getloadavg()[0]:.1f})"
-            )
-        if "effir_serial_step" in row:
-            print(
-                f"\neffir with the step split by columns / serial step: "
-                f"{row['effir'] / row['effir_serial_step']:.2f} (load {os.getloadavg()[0]:.1f})"
             )
     if options.case:
         return

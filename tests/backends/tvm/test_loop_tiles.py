@@ -17,7 +17,7 @@ import pytest
 
 import effir
 from effir.backends.tvm import schedule_gemm
-from effir.backends.tvm.loop import build_loop, columns, cpu_schedule, lower_loop, rows
+from effir.backends.tvm.loop import build_loop, cpu_schedule, lower_loop, rows
 from effir.backends.tvm.loop.cpu_schedule import _rows_per_tile, _tile_order, _tile_panels
 from tests.backends.tvm.test_loop import GRU, assert_close, foreach_of, gru_inputs, module, uniform
 
@@ -132,11 +132,8 @@ def test_no_barrier_per_step_in_the_hidden_256_gru(
     step; at batch 32 the batch-32 prologue's projection of all steps and
     the loop over blocks of rows around the steps (loop/rows.py, two
     threads) are on the thread pool, one barrier a call each. Scheduled
-    only, not built. The caches are those of a CPU whose L2 holds the
-    weight (1 MiB a core): where it does not, batch 1 splits its step by
-    columns (loop/columns.py, test_loop_columns.py)."""
+    only, not built."""
     monkeypatch.setattr(rows, "pool_threads", lambda: 2)
-    monkeypatch.setattr(columns, "pool_l2", lambda threads: columns.L2Caches(1 << 20, 2))
     _, body, _ = foreach_of(module(gru_text(256)))
     captured = build_loop(body).captured  # the batch is symbolic: nothing built yet
     lowered = lower_loop(body, {"b": batch}, captured, {}, None, parallel=True)

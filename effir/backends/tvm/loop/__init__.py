@@ -76,13 +76,6 @@ The algorithm
    for a block of rows (bit-identical results: each row's arithmetic is
    unchanged). As many blocks as TVM's pool has threads, each of at least
    4 rows (batch 1 stays serial).
-   [COLUMNS] A step the row split leaves serial (too few rows) whose
-   constant operands (the packed weights it reads) overflow one core's L2
-   but fit the pool's L2s together (sizes read from sysfs; unknown: serial)
-   and whose contractions have at least 2**16 multiply-adds runs its
-   contractions' column panels across the pool: each thread the same
-   columns at every step, so its share of the weight stays in its own L2;
-   one barrier a step; bit-identical to the serial step (``columns``).
 6. [LOOP] The loop PrimFunc: the prologue; the state copied into a double
    buffer ``S[2, ...]``; ``for t in range(T)`` one block whose
    ``match_buffer`` views bind the step's buffers to ``xs[t]``, to row
@@ -109,8 +102,7 @@ booleans, so blocks that bind one stay scalar.
 
 The package follows these steps, one module each: ``values`` (types and
 the values a kernel takes), ``evaluate`` [EVAL], ``graph`` [CLASS] [PACK]
-[HOIST], ``cpu_schedule`` [SCHED], ``rows`` [ROWS], ``columns`` [COLUMNS],
-``function`` [LOOP] (and ``lower_loop``,
+[HOIST], ``cpu_schedule`` [SCHED], ``rows`` [ROWS], ``function`` [LOOP] (and ``lower_loop``,
 all steps together), ``kernel`` (building and running: ``LoopKernel``,
 ``build_loop``). The scheduling helpers it shares with schedule.py are in
 schedule_common.py. ``packed`` builds the same loop over a packed batch of

@@ -126,15 +126,11 @@ def _is_reduction(block: Any) -> bool:
     return any(iv.iter_type != tirx.IterVar.DataPar for iv in block.iter_vars)
 
 
-def schedule(
-    func: Any, parallel: bool, unscheduled: list[str], column_work: int | None = None
-) -> Any:
+def schedule(func: Any, parallel: bool, unscheduled: list[str]) -> Any:
     """[SCHED] A CPU schedule for a stage created by ``te.create_prim_func``.
     Each block's steps are kept only if TVM accepts them all: a block whose
     schedule TVM finds illegal keeps its plain loops (slower, never wrong)
-    and its name goes to ``unscheduled``. ``column_work`` (a step split by
-    loop/columns.py [COLUMNS]; None: not split): contractions of at least
-    that many multiply-adds run their column panels across the pool."""
+    and its name goes to ``unscheduled``."""
     sch = s_tir.Schedule(func)
     min_work = PARALLEL_MIN_WORK if parallel else None
     _inline(sch, sch.get_sblock("root"))
@@ -145,7 +141,7 @@ def schedule(
             node = sch.get(b)
             if _is_reduction(node):
                 if not _packed_product(sch, b, node, min_work):
-                    _tile_contraction(sch, b, node, min_work, column_work)
+                    _tile_contraction(sch, b, node, min_work)
             elif MATERIALIZE in node.annotations:
                 _pack_loops(sch, b)
             else:
@@ -254,14 +250,9 @@ def _packed_product(sch: Any, b: Any, node: Any, min_work: int | None) -> bool:
     return True
 
 
-def _tile_contraction(
-    sch: Any, b: Any, node: Any, min_work: int | None, column_work: int | None = None
-) -> None:
+def _tile_contraction(sch: Any, b: Any, node: Any, min_work: int | None) -> None:
     """Register tile: rows x ``width`` output elements accumulate in
-    registers over the reduction, ``width`` vectorised (two vectors). From
-    ``column_work`` multiply-adds (None: never), the column panels run
-    outermost and across the pool (loop/columns.py [COLUMNS]): each thread
-    the same contiguous range of columns at every call of the stage."""
+    registers over the reduction, ``width`` vectorised (two vectors)."""
     spatial = [iv for iv in node.iter_vars if iv.iter_type == tirx.IterVar.DataPar]
     n_spatial = len(spatial)
     if n_spatial == 0 or len(node.iter_vars) != len(sch.get_loops(b)):
@@ -288,12 +279,7 @@ def _tile_contraction(
     if width > panel:  # each panel's columns a vector index apart, the panels unrolled
         first, ni = sch.split(ni, [None, panel])
         panels = [first]
-    work = math.prod(static_extent(iv.dom.extent) or SYMBOLIC_EXTENT for iv in node.iter_vars)
-    by_columns = column_work is not None and work >= column_work
-    if by_columns:
-        tiles = [no, *outer]
-    else:
-        tiles = _tile_order(outer, no, _operand_bytes(node, dtype, n_extent))
+    tiles = _tile_order(outer, no, _operand_bytes(node, dtype, n_extent))
     sch.reorder(*tiles, *reduce_loops, *tile_rows, *panels, ni)
     local = sch.cache_write(b, 0, "local")
     sch.reverse_compute_at(local, tiles[-1])
@@ -302,7 +288,8 @@ def _tile_contraction(
     sch.vectorize(ni)
     write_back = sch.get_loops(local)[-1]
     sch.vectorize(write_back)
-    if by_columns or (min_work is not None and work >= min_work):
+    work = math.prod(static_extent(iv.dom.extent) or SYMBOLIC_EXTENT for iv in node.iter_vars)
+    if min_work is not None and work >= min_work:
         sch.parallel(sch.fuse(*tiles) if len(tiles) > 1 else no)
     init = sch.decompose_reduction(b, reduce_loops[0])
     sch.vectorize(sch.get_loops(init)[-1])

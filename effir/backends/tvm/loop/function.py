@@ -21,7 +21,7 @@ from ....ir import type_tree
 from ....ir.expr import Function, Var
 from ....ir.module import IRModule
 from ..errors import BackendError
-from . import columns, rows
+from . import rows
 from .cpu_schedule import schedule
 from .evaluate import StepTE
 from .graph import ROW_TILE, Graph, Stages, TensorMap, hoist
@@ -116,16 +116,13 @@ def _loop_function(
     stages: Stages,
     schedule: Callable[..., Any],
     blocks: RowBlocks | None = None,
-    split_columns: bool = False,
 ) -> Any:
     """[LOOP] The PrimFunc ``main(xs..., init..., captured..., outs...,
     final..., hoisted...)``: the prologue, the loop over the scheduled step
     with its buffers bound by ``match_buffer``, the final state. With
     ``blocks`` [ROWS], the loop over the steps runs inside a parallel loop
     over blocks of rows, its step (``blocks``'s, serial) bound to the
-    block's rows; its buffers are allocated per block. With
-    ``split_columns`` [COLUMNS], the step's contractions run their column
-    panels across the pool."""
+    block's rows; its buffers are allocated per block."""
     length = io.length
     xs = [_param(f"xs{i}", [length, *t.shape], t.dtype) for i, t in enumerate(io.x)]
     init = [_param(f"init{i}", t.shape, t.dtype) for i, t in enumerate(io.state)]
@@ -162,10 +159,7 @@ def _loop_function(
     # (and, by row blocks, to the block's rows of the batch).
     t = tirx.Var("t", "int32")
     if blocks is None:
-        step = schedule(
-            te.create_prim_func([*stages.step_inputs, *stages.step_outputs]),
-            column_work=columns.STEP_SPLIT_MIN_WORK if split_columns else None,
-        )
+        step = schedule(te.create_prim_func([*stages.step_inputs, *stages.step_outputs]))
         block_rows = None
         rowed = TensorMap()
     else:
@@ -244,7 +238,6 @@ class LoweredLoop:
     padded: bool  # that leading axis is padded_length(T)
     unscheduled: list[str]  # blocks left with plain loops (cpu_schedule.schedule)
     row_blocks: int = 1  # [ROWS] blocks of rows run in parallel through every step
-    split_columns: bool = False  # [COLUMNS] the step's contractions split by columns
 
     def scratch_rows(self, length: int) -> int:
         """The rows of the scratch buffers with a leading T, for ``length`` steps."""
@@ -301,21 +294,13 @@ def lower_loop(
     xs_ph = [te.placeholder([length, *t.shape], t.dtype, name=f"{t.op.name}_seq") for t in x_leaves]
     stages = hoist(graph, xs_ph, length)
     blocks = _row_blocks(graph, stages) if parallel else None
-    # [COLUMNS] a step the row split leaves serial, its weights beyond one
-    # core's L2: split by column panels (loop/columns.py).
-    by_columns = (
-        parallel and blocks is None and columns.decide(stages, cap_leaves, rows.pool_threads())
-    )
 
     unscheduled: list[str] = []
     func = _loop_function(
         _Interface(x_leaves, s_leaves, cap_leaves, out_leaves, xs_ph, length, invariant),
         stages,
-        lambda f, threads=parallel, column_work=None: schedule(
-            f, threads, unscheduled, column_work
-        ),
+        lambda f, threads=parallel: schedule(f, threads, unscheduled),
         blocks,
-        by_columns,
     )
 
     def leaf(t: te.Tensor) -> Leaf:
@@ -335,7 +320,6 @@ def lower_loop(
         stages.padded,
         unscheduled,
         blocks.count if blocks is not None else 1,
-        by_columns,
     )
 
 
