@@ -287,19 +287,29 @@ def jax_best(w, u, bias, hoisted: bool):
 
 
 # ------------------------------------------------------------------ timing
+SETTLE_SECONDS = 0.3
+"""The pause after an action's calls. A thread pool's workers spin after
+their work before they sleep (TVM's 300,000 yields, 0.1-0.2 s on an idle
+core; Eigen's and OpenBLAS's similarly): an action timed at once after
+another shares the cores with the other's spinning workers (measured: numpy
+at hidden 256, batch 1, 6 ms after a pause, 24 ms right after effir's
+split step; with 0.02 s here before)."""
+
+
 def timed(action: Callable[[], object], repeats: int) -> float:
     """Median seconds of ``repeats`` calls after three warm-up calls, then a
     pause: thread pools spin a while after their work."""
     seconds = median_after_warmup(action, repeats)
-    time.sleep(0.3)
+    time.sleep(SETTLE_SECONDS)
     return seconds
 
 
 def interleaved(actions: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
     """Median seconds of each action, measured in rounds: each round calls
-    every action three times (timing each call) in turn, then pauses (a
-    thread pool spins a while after its work), so that a change in the
-    machine's load during the run reaches every action alike."""
+    every action three times (timing each call) in turn, pausing after each
+    action's calls, so that a change in the machine's load during the run
+    reaches every action alike, and no action is timed while the thread
+    pool of the one before it still spins (SETTLE_SECONDS)."""
     for action in actions.values():
         for _ in range(3):
             action()
@@ -310,7 +320,7 @@ def interleaved(actions: dict[str, Callable[[], object]], repeats: int) -> dict[
                 start = time.perf_counter()
                 action()
                 times[name].append(time.perf_counter() - start)
-            time.sleep(0.02)
+            time.sleep(SETTLE_SECONDS)
     return {name: statistics.median(t) for name, t in times.items()}
 
 
