@@ -2,14 +2,16 @@
 program built with and without the fences on products between operators,
 in one process, calls of the two builds interleaved, CPU time per call.
 
-Programs: the training step of benchmarks/train_step.py (``train``) and
+Programs: the training step of benchmarks/train_step.py (``train``),
 the GRU backward of benchmarks/checkpoint_memory.py at T=1000 under each
-checkpointing mode (``none``, ``loop``, ``sqrt``). The build cache is off
+checkpointing mode (``none``, ``loop``, ``sqrt``), and an inference GRU
+(``gru32``: benchmarks/gru_peers.py's, hidden 32, T=1000, batch 1), which
+is not a gradient program and so is built without the fences by default. The build cache is off
 (both builds have the same program text). One process and interleaved
 calls: on a shared machine the load moves between runs of separate
 processes more than the difference measured.
 
-Run: ``PYTHONPATH=$PWD .venv/bin/python benchmarks/rounding_cost.py train none loop sqrt``
+Run: ``PYTHONPATH=$PWD .venv/bin/python benchmarks/rounding_cost.py train none loop sqrt gru32``
 """
 
 from __future__ import annotations
@@ -24,37 +26,54 @@ from collections.abc import Callable
 os.environ["EFFIR_CACHE_DIR"] = "off"
 
 import checkpoint_memory  # noqa: E402
+import gru_peers  # noqa: E402
+import numpy as np  # noqa: E402
 import train_step  # noqa: E402
 
 import effir  # noqa: E402
-from effir.backends.tvm import kernel, rounding  # noqa: E402
-from effir.backends.tvm.loop import evaluate  # noqa: E402
+from effir.backends.tvm import rounding  # noqa: E402
 
 
 def build(what: str, fenced: bool) -> Callable[[], object]:
-    """One call of ``what``, built with the fences or without."""
-    fence = rounding.rounded if fenced else (lambda value: value)
-    kernel.rounded = evaluate.rounded = fence
+    """One call of ``what``, built (by a first call) with the fences or
+    without: ``rounding.gradient_program``, which decides it for a
+    module, answers ``fenced`` meanwhile."""
+    decide = rounding.gradient_program
+    rounding.gradient_program = lambda module: fenced
     try:
         if what == "train":
             cfg = train_step.Config(
                 vocab=60, embed=256, hidden=256, seq_len=100, batch=32, rate=0.1
             )
-            step, _, _ = train_step.effir_step(cfg, "effir")
-            return step
-        sizes = {"length": 1000, "batch": 32, "inputs": 32, "hidden": 128}
-        module = effir.parse(checkpoint_memory.gru_text(**sizes))
-        g = effir.value_and_grad(module, wrt=checkpoint_memory.WRT, checkpoint=what)
-        program = effir.compile(g, entry="main_grad")
-        args = checkpoint_memory.arguments(**sizes)
-        return lambda: program(*args, entry="main_grad")
+            call, _, _ = train_step.effir_step(cfg, "effir")
+        elif what == "gru32":  # inference, not a gradient program: unfenced by default
+            rng = np.random.default_rng(1)
+            xs = rng.standard_normal((1000, 1, 32), dtype=np.float32)
+            h0 = rng.standard_normal((1, 32), dtype=np.float32)
+            weights = gru_peers.weights(32, 32)
+            gru = effir.compile(effir.check(effir.parse(gru_peers.gru_text(32, 32))))
+
+            def call() -> object:
+                return gru(xs, h0, *weights)
+        else:
+            sizes = {"length": 1000, "batch": 32, "inputs": 32, "hidden": 128}
+            module = effir.parse(checkpoint_memory.gru_text(**sizes))
+            g = effir.value_and_grad(module, wrt=checkpoint_memory.WRT, checkpoint=what)
+            program = effir.compile(g, entry="main_grad")
+            args = checkpoint_memory.arguments(**sizes)
+
+            def call() -> object:
+                return program(*args, entry="main_grad")
+
+        call()
+        return call
     finally:
-        kernel.rounded = evaluate.rounded = rounding.rounded
+        rounding.gradient_program = decide
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("programs", nargs="+", choices=["train", "none", "loop", "sqrt"])
+    p.add_argument("programs", nargs="+", choices=["train", "none", "loop", "sqrt", "gru32"])
     p.add_argument("--rounds", type=int, default=12)
     args = p.parse_args(argv)
     print(

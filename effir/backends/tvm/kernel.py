@@ -47,7 +47,10 @@ from ...ir.types import ANY, KeyType, TensorType, TupleType, Type
 from ...ir.visitor import post_order
 from ...passes.infer_type import infer_expr
 from ...runtime.values import PRNGKey
-from . import te_ops  # noqa: F401  (registers the te rules)
+from . import (
+    rounding,
+    te_ops,  # noqa: F401  (registers the te rules)
+)
 from .errors import BackendError, check_failure, run_time_error
 from .rounding import rounded
 from .rules import TEValue, dim_value, symbolic_dims
@@ -412,7 +415,7 @@ def lower_kernel(
 
 def _lower(fn: Function, tvm_target: Any, dims: dict[str, Any], schedule: bool) -> KernelIR:
     name = str(fn.attrs.get("global_symbol", "")) or "kernel"
-    builder = _Builder(dims, fence=tvm_target.kind.name == "llvm")
+    builder = _Builder(dims, fence=tvm_target.kind.name == "llvm" and rounding.active())
     params = tuple(
         concrete_type(p.type_annotation or p.checked_type, dims, f"parameter %{p.name_hint}")
         for p in fn.params
@@ -515,7 +518,7 @@ class _Builder:
 
     def __init__(self, dims: Mapping[str, int], fence: bool = True) -> None:
         self.dims = dims
-        self.fence = fence  # [RULE ROUND] (rounding.py): LLVM targets
+        self.fence = fence  # [RULE ROUND] (rounding.py): gradient programs, LLVM targets
         self.env: dict[int, TEValue] = {}
         self.inputs: list[Any] = []  # the parameters' placeholders
         self.constant_inputs: list[Any] = []

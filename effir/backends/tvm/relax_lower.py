@@ -130,6 +130,7 @@ from ...ir.visitor import free_vars, pre_order
 from ...passes.call_graph import reachable, recursive
 from ...passes.fuse import is_primitive
 from ...passes.infer_type import infer_expr
+from . import rounding
 from .errors import BackendError, CompileError, build_failure
 from .kernel import KernelIR, leaves, lower_kernel
 from .lower import one_call_kernel
@@ -240,6 +241,11 @@ class _Lowering(
 
     # ------------------------------------------------------------ globals
     def run(self, entry: str) -> RelaxProgram:
+        # [RULE ROUND] (rounding.py): gradient programs round per operator
+        with rounding.per_operator(rounding.gradient_program(self.module)):
+            return self._run(entry)
+
+    def _run(self, entry: str) -> RelaxProgram:
         self.entry = entry
         reached = self._reachable(entry)
         self.recursive = recursive(self.module) & set(reached)

@@ -30,17 +30,54 @@ in every kernel; contraction stays within one operator (a matrix
 product's multiply-adds, a polynomial inside ``tanh``), whose expression
 is the same wherever the operator is computed. Only LLVM targets get the
 fence (the intrinsic is LLVM's; CUDA's kernels are unchanged).
+
+Where
+-----
+In gradient programs only: a module holding a function ``grad`` generated
+(marked ``replays_keys``, effir.autodiff.api) is lowered with the rule on
+(``per_operator``; relax_lower's ``run``), so that its checkpointing modes
+agree bit for bit. Elsewhere LLVM contracts across operators: the fence
+costs what the contraction saves where elementwise products and sums meet
+(a GRU step's gates, ``(1 - z) * n + z * h``: hidden 32, T=1000, batch 1,
+1.00 against 0.74 ms a call), and an inference program has no second
+fusion of itself to agree with.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from tvm import te, tirx
 
+from ...ir.module import IRModule
+from ...passes.verify_linear.verifier import REPLAYS_KEYS
 from .rules import TEValue
 
 FENCE = "llvm.arithmetic.fence"
+_PER_OPERATOR: ContextVar[bool] = ContextVar("effir_round_per_operator", default=False)
+
+
+def gradient_program(module: IRModule) -> bool:
+    """Whether ``module`` holds a function ``grad`` generated."""
+    return any(fn.attrs.get(REPLAYS_KEYS) for fn in module.functions.values())
+
+
+@contextmanager
+def per_operator(on: bool) -> Iterator[None]:
+    """Kernels and whole loops lowered within round per operator when ``on``."""
+    token = _PER_OPERATOR.set(on)
+    try:
+        yield
+    finally:
+        _PER_OPERATOR.reset(token)
+
+
+def active() -> bool:
+    """Whether the rule is on where code is lowered now."""
+    return _PER_OPERATOR.get()
 
 
 def rounded(value: TEValue) -> TEValue:
@@ -66,4 +103,4 @@ def _ends_in_product(expr: Any) -> bool:
     return isinstance(expr, tirx.Mul)
 
 
-__all__ = ["FENCE", "rounded"]
+__all__ = ["FENCE", "active", "gradient_program", "per_operator", "rounded"]

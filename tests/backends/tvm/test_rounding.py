@@ -1,15 +1,18 @@
-"""[RULE ROUND] (effir/backends/tvm/rounding.py): an operator's float
-product is rounded where the operator ends, whatever kernel it is fused
-into, so the compiled value of ``x*y - x*z`` does not depend on the
-fusion around it (LLVM contracted whichever product had a single use in
-the kernel into a fused multiply-add) and equals numpy's bit for bit;
-contraction inside one operator (a matrix product) stays."""
+"""[RULE ROUND] (effir/backends/tvm/rounding.py): in a gradient program an
+operator's float product is rounded where the operator ends, whatever
+kernel it is fused into, so the compiled value of ``x*y - x*z`` does not
+depend on the fusion around it (LLVM contracted whichever product had a
+single use in the kernel into a fused multiply-add) and equals numpy's bit
+for bit; contraction inside one operator (a matrix product) stays. Other
+programs keep LLVM's contraction across operators."""
 
 from __future__ import annotations
 
 import numpy as np
 
 import effir
+from effir.autodiff.api import replays_keys
+from effir.backends.tvm import rounding
 from effir.backends.tvm.kernel import lower_kernel
 from effir.backends.tvm.rounding import FENCE
 from effir.ir.expr import Function
@@ -30,11 +33,18 @@ def _inputs() -> list[np.ndarray]:
     return [rng.normal(size=256).astype(np.float32) for _ in range(3)]
 
 
-def test_a_product_rounds_the_same_in_every_fusion():
+def _as_gradient_program(text: str) -> effir.IRModule:
+    """The module of ``text`` with @main marked as ``grad`` marks what it
+    generates."""
+    module = effir.check(effir.parse(HEADER + text))
+    return module.with_function("main", replays_keys(module["main"]))
+
+
+def test_a_product_rounds_the_same_in_every_fusion_of_a_gradient_program():
     x, y, z = _inputs()
     want = x * y - x * z  # numpy: two products, each rounded, then the difference
     for text in (ALONE, SHARED):
-        compiled = effir.compile(effir.parse(HEADER + text))
+        compiled = effir.compile(_as_gradient_program(text))
         out = compiled(x, y, z)
         got = out[0] if isinstance(out, tuple) else out
         np.testing.assert_array_equal(np.asarray(got), want)
@@ -47,13 +57,27 @@ def test_only_products_between_operators_are_fenced():
                         %b: Tensor[(16), float32]) {
       add(multiply(nn.dense(%x, %w), %b), %b)
     }"""
-    module = effir.check(effir.parse(HEADER + text))
+    module = _as_gradient_program(text)
     fn = module["main"]
     kernel = Function(fn.params, fn.body, fn.ret_type, attrs={"Primitive": 1})
-    script = lower_kernel(kernel, "llvm").module.script()
+    with rounding.per_operator(True):
+        script = lower_kernel(kernel, "llvm").module.script()
     assert script.count(FENCE) == 1, script
+    assert FENCE not in lower_kernel(kernel, "llvm").module.script()  # the rule off
     x, w, b = (
         np.random.default_rng(0).normal(size=s).astype(np.float32) for s in [(4, 8), (16, 8), (16,)]
     )
     compiled = effir.compile(module)
     np.testing.assert_allclose(compiled(x, w, b), (x @ w.T) * b + b, rtol=1e-5, atol=1e-6)
+
+
+def test_only_gradient_programs_round_per_operator():
+    """A module ``grad`` generated functions in is lowered with the rule on;
+    another keeps LLVM's contraction across operators (a GRU's gates)."""
+    plain = effir.check(effir.parse(HEADER + ALONE))
+    assert not rounding.gradient_program(plain)
+    assert rounding.gradient_program(_as_gradient_program(ALONE))
+    assert not rounding.active()
+    with rounding.per_operator(True):
+        assert rounding.active()
+    assert not rounding.active()
