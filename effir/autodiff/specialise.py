@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from ..ir.analysis import free_vars, use_counts
 from ..ir.builder import fresh_name
 from ..ir.diagnostics import TypeCheckError
+from ..ir.dims import substitute_dims
 from ..ir.expr import Call, Constructor, Expr, Function, GlobalVar, Let, Var
 from ..ir.functor import Mutator, on, pre_order
 from ..ir.module import IRModule
@@ -224,7 +225,7 @@ class Specialiser:
         fn = instantiate(g, mapping) if mapping is not None else fresh_binders(g)
         assert isinstance(fn, Function)
         if dims:
-            fn = _RenameDims(dims).mutate(fn)
+            fn = substitute_dims(fn, dims)
             assert isinstance(fn, Function)
         # a global function or constructor replaces its parameter's uses
         subst = {fn.params[i]: _atom_of(kf) for i, kf in known.items() if not _closure(kf)}
@@ -317,25 +318,6 @@ def _dimensions(g: Function, call: Call) -> dict[str, Dim]:
             stack.extend(zip(pattern.arg_types, concrete.arg_types, strict=False))
             stack.append((pattern.ret_type, concrete.ret_type))
     return {d: c for d, c in dims.items() if c != d}
-
-
-class _RenameDims(Mutator):
-    """Symbolic dimensions replaced (by name) in every type annotation."""
-
-    types = True
-    binders = True
-
-    def __init__(self, dims: dict[str, Dim]) -> None:
-        super().__init__()
-        self.dims = dims
-
-    @on(TensorType)
-    def _tensor(self, new: Node, old: Node) -> Node:
-        assert isinstance(old, TensorType)
-        if not any(isinstance(d, str) and d in self.dims for d in old.shape):
-            return new
-        shape = tuple(self.dims.get(d, d) if isinstance(d, str) else d for d in old.shape)
-        return TensorType(shape, old.dtype)
 
 
 def _closure(kf: Known) -> bool:

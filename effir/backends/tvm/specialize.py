@@ -17,38 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ...ir.dims import substitute_dims
 from ...ir.expr import Expr, Var
-from ...ir.functor import Mutator, on, pre_order
+from ...ir.functor import pre_order
 from ...ir.module import IRModule
-from ...ir.node import Node
-from ...ir.types import TensorType, Type
 from ...passes.infer_type import check
 from ...runtime.limits import static_bytes, too_large
 from .errors import BackendError
-
-
-def substitute_dims(t: Type, dims: Mapping[str, int]) -> Type:
-    """``t`` with the named dimensions of ``dims`` replaced by their sizes."""
-    return _Substitution(dims).mutate(t)  # type: ignore[return-value]
-
-
-class _Substitution(Mutator):
-    """Every type, the annotations of binders included."""
-
-    binders = True
-    types = True
-
-    def __init__(self, dims: Mapping[str, int]) -> None:
-        super().__init__()
-        self.dims = dims
-
-    @on(TensorType)
-    def tensor_type(self, new: Node, old: Node) -> Node:
-        assert isinstance(new, TensorType)
-        if all(isinstance(d, int) or d not in self.dims for d in new.shape):
-            return new
-        shape = tuple(self.dims.get(d, d) if isinstance(d, str) else d for d in new.shape)
-        return TensorType(shape, new.dtype)
 
 
 def specialize(module: IRModule, entry: str, dims: Mapping[str, int]) -> IRModule:
@@ -58,7 +33,7 @@ def specialize(module: IRModule, entry: str, dims: Mapping[str, int]) -> IRModul
     if not dims:
         return _check_sizes(check(module), entry)
     functions = dict(module.functions)
-    functions[entry] = _Substitution(dims).mutate(module.functions[entry])  # type: ignore[assignment]
+    functions[entry] = substitute_dims(module.functions[entry], dims)
     return _check_sizes(check(IRModule(functions, module.type_defs, module.cells)), entry)
 
 
