@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..ir import type_tree
 from ..ir.expr import Expr, Function
 from ..ir.functor import Mutator, on
 from ..ir.node import Node
@@ -29,23 +30,12 @@ def instantiation(fn: Function, args: Sequence[Expr], result: Type) -> dict[str,
     if not fn.type_params:
         return None
     mapping: dict[str, Type] = {}
-    stack: list[tuple[Type, Type]] = [
-        (p.checked_type, a.checked_type) for p, a in zip(fn.params, args, strict=True)
-    ]
-    stack.append((fn.body.checked_type, result))
+    pairs = [(p.checked_type, a.checked_type) for p, a in zip(fn.params, args, strict=True)]
+    pairs.append((fn.body.checked_type, result))
     names = {tv.name for tv in fn.type_params}
-    while stack:
-        pattern, concrete = stack.pop()
-        if isinstance(pattern, TypeVar):
-            if pattern.name in names:
-                mapping.setdefault(pattern.name, concrete)
-        elif isinstance(pattern, TupleType) and isinstance(concrete, TupleType):
-            stack.extend(zip(pattern.fields, concrete.fields, strict=False))
-        elif isinstance(pattern, TypeCall) and isinstance(concrete, TypeCall):
-            stack.extend(zip(pattern.args, concrete.args, strict=False))
-        elif isinstance(pattern, FuncType) and isinstance(concrete, FuncType):
-            stack.extend(zip(pattern.arg_types, concrete.arg_types, strict=False))
-            stack.append((pattern.ret_type, concrete.ret_type))
+    for pattern, concrete in type_tree.corresponding(pairs):
+        if isinstance(pattern, TypeVar) and pattern.name in names:
+            mapping.setdefault(pattern.name, concrete)
     if set(mapping) != names or any(_open(t) for t in mapping.values()):
         return None
     return mapping

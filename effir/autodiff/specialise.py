@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..ir import type_tree
 from ..ir.analysis import free_vars, use_counts
 from ..ir.builder import fresh_name
 from ..ir.diagnostics import TypeCheckError
@@ -44,7 +45,7 @@ from ..ir.expr import Call, Constructor, Expr, Function, GlobalVar, Let, Var
 from ..ir.functor import Mutator, on, pre_order
 from ..ir.module import IRModule
 from ..ir.node import Node
-from ..ir.types import ANY, Dim, FuncType, TensorType, TupleType, Type, TypeCall
+from ..ir.types import ANY, Dim, TensorType
 from ..passes.anf_sharing import fresh_binders
 from ..passes.infer_type import infer_expr
 from .instantiate import instance_key, instantiate, instantiation
@@ -299,24 +300,14 @@ def _dimensions(g: Function, call: Call) -> dict[str, Dim]:
     """What the call ``g(...)`` gives ``g``'s symbolic dimensions, by name
     (an integer, a caller's dimension, or ``?``)."""
     dims: dict[str, Dim] = {}
-    stack: list[tuple[Type, Type]] = [
-        (p.checked_type, a.checked_type) for p, a in zip(g.params, call.args, strict=True)
-    ]
-    stack.append((g.body.checked_type, call.checked_type))
-    while stack:
-        pattern, concrete = stack.pop()
+    pairs = [(p.checked_type, a.checked_type) for p, a in zip(g.params, call.args, strict=True)]
+    pairs.append((g.body.checked_type, call.checked_type))
+    for pattern, concrete in type_tree.corresponding(pairs):
         if isinstance(pattern, TensorType) and isinstance(concrete, TensorType):
             if len(pattern.shape) == len(concrete.shape):
                 for d, c in zip(pattern.shape, concrete.shape, strict=True):
                     if isinstance(d, str) and d != ANY:
                         dims.setdefault(d, c)
-        elif isinstance(pattern, TupleType) and isinstance(concrete, TupleType):
-            stack.extend(zip(pattern.fields, concrete.fields, strict=False))
-        elif isinstance(pattern, TypeCall) and isinstance(concrete, TypeCall):
-            stack.extend(zip(pattern.args, concrete.args, strict=False))
-        elif isinstance(pattern, FuncType) and isinstance(concrete, FuncType):
-            stack.extend(zip(pattern.arg_types, concrete.arg_types, strict=False))
-            stack.append((pattern.ret_type, concrete.ret_type))
     return {d: c for d, c in dims.items() if c != d}
 
 

@@ -8,6 +8,8 @@ carries them, a result is rebuilt from the buffers a kernel wrote), so they
 live here once. Each works for any representation of a tuple value: a
 Python tuple, a Relax variable projected field by field, a TE tensor.
 All are iterative (a type may nest deeply) and visit leaves left to right.
+``corresponding`` walks two types of the same shape side by side (what a
+call gives a function's type parameters or symbolic dimensions).
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ import operator
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from .types import TupleType, Type
+from .types import FuncType, TupleType, Type, TypeCall
 
-__all__ = ["flatten", "leaves", "map_leaves", "tuple_leaves", "unflatten"]
+__all__ = ["corresponding", "flatten", "leaves", "map_leaves", "tuple_leaves", "unflatten"]
 
 
 def leaves(t: Type) -> list[Type]:
@@ -114,3 +116,25 @@ def tuple_leaves(value: Any) -> list[Any]:
         else:
             out.append(top)
     return out
+
+
+def corresponding(pairs: Iterable[tuple[Type, Type]]) -> Iterator[tuple[Type, Type]]:
+    """The parts of each ``(pattern, concrete)`` pair that stand in the same
+    place: tuples, type calls and function types present in both are
+    walked into, field by field; every other pair is yielded (a tensor type
+    against what the other has there, a type variable against its
+    instance). Iterative; the last pair given is walked first. What a
+    polymorphic function's or a symbolic shape's call gives its parameters
+    is read from these pairs."""
+    stack = list(pairs)
+    while stack:
+        pattern, concrete = stack.pop()
+        if isinstance(pattern, TupleType) and isinstance(concrete, TupleType):
+            stack.extend(zip(pattern.fields, concrete.fields, strict=False))
+        elif isinstance(pattern, TypeCall) and isinstance(concrete, TypeCall):
+            stack.extend(zip(pattern.args, concrete.args, strict=False))
+        elif isinstance(pattern, FuncType) and isinstance(concrete, FuncType):
+            stack.extend(zip(pattern.arg_types, concrete.arg_types, strict=False))
+            stack.append((pattern.ret_type, concrete.ret_type))
+        else:
+            yield pattern, concrete
