@@ -48,3 +48,15 @@ def check_grad(
         want = numeric_grad(module, args, names.index(name))
         np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=f"d/d{name}")
     return grads
+
+
+def check_compiled_equals_interpreted(g, args: Sequence, rtol: float = 1e-12, atol: float = 1e-14):
+    """``g``'s ``@main_grad`` (a ``value_and_grad`` module) compiled and
+    interpreted on ``args``: the value and every gradient agree (float64);
+    prints ``ok`` for a test that ran it in a process of its own."""
+    value, grads = effir.compile(g, entry="main_grad")(*args, entry="main_grad")
+    want_value, want = effir.interpret(g, *args, entry="main_grad")
+    np.testing.assert_allclose(value, want_value, rtol=rtol)
+    for got, ref in zip(grads, want, strict=True):
+        np.testing.assert_allclose(got, ref, rtol=rtol, atol=atol)
+    print("ok")

@@ -12,7 +12,7 @@ import pytest
 
 import effir
 
-from .grad_harness import check_grad
+from .grad_harness import check_compiled_equals_interpreted, check_grad
 
 HEADER = '#[version = "0.0.5"]\n'
 
@@ -196,12 +196,7 @@ def check_compiled_adt_gradient() -> None:
     g = effir.value_and_grad(effir.parse(HEADER + COMPILED), specialise=False)
     rng = np.random.default_rng(8)
     args = [rng.normal(size=3) for _ in range(3)]
-    value, grads = effir.compile(g, entry="main_grad")(*args, entry="main_grad")
-    want_value, want = effir.interpret(g, *args, entry="main_grad")
-    np.testing.assert_allclose(value, want_value, rtol=1e-12)
-    for got, ref in zip(grads, want, strict=True):
-        np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-14)
-    print("ok")
+    check_compiled_equals_interpreted(g, args)
 
 
 def test_the_compiled_gradient_through_lists_equals_the_interpreted():
@@ -333,12 +328,7 @@ def check_compiled_carried_adts() -> None:
     g = effir.value_and_grad(m, wrt=["xs", "w", "h0"], checkpoint="sqrt", specialise=False)
     rng = np.random.default_rng(13)
     args = [rng.normal(size=(5, 3)), rng.normal(size=3), rng.normal(size=3), np.int32(3)]
-    value, grads = effir.compile(g, entry="main_grad")(*args, entry="main_grad")
-    want_value, want = effir.interpret(g, *args, entry="main_grad")
-    np.testing.assert_allclose(value, want_value, rtol=1e-12)
-    for got, ref in zip(grads, want, strict=True):
-        np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-14)
-    print("ok")
+    check_compiled_equals_interpreted(g, args)
 
 
 @pytest.mark.skipif(

@@ -14,7 +14,7 @@ import pytest
 import effir
 from effir.ir.vjp import DifferentiationError
 
-from .grad_harness import check_grad
+from .grad_harness import check_compiled_equals_interpreted, check_grad
 
 HEADER = '#[version = "0.0.5"]\n'
 T = "Tensor[(3), float64]"
@@ -147,12 +147,7 @@ def check_compiled_nested_gradient() -> None:
     # refused by effir.compile.
     g = effir.value_and_grad(_prelude(NESTED), wrt=["x", "w", "b"], specialise=True)
     args = _args(3, 2)
-    value, grads = effir.compile(g, entry="main_grad")(*args, entry="main_grad")
-    want_value, want = effir.interpret(g, *args, entry="main_grad")
-    np.testing.assert_allclose(value, want_value, rtol=1e-12)
-    for got, ref in zip(grads, want, strict=True):
-        np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-14)
-    print("ok")
+    check_compiled_equals_interpreted(g, args)
 
 
 @pytest.mark.skipif(
@@ -239,12 +234,7 @@ def check_compiled_specialised_gradient() -> None:
     g = effir.value_and_grad(effir.parse(HEADER + COMPILED.replace("T3", T)))
     assert "foldl_spec" in g.functions and "map_spec" in g.functions
     args = _args(2, 6)
-    value, grads = effir.compile(g, entry="main_grad")(*args, entry="main_grad")
-    want_value, want = effir.interpret(g, *args, entry="main_grad")
-    np.testing.assert_allclose(value, want_value, rtol=1e-12)
-    for got, ref in zip(grads, want, strict=True):
-        np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-14)
-    print("ok")
+    check_compiled_equals_interpreted(g, args)
 
 
 def test_the_compiled_specialised_gradient_equals_the_interpreted():
