@@ -13,19 +13,22 @@ non-increasing (PyTorch's ``PackedSequence`` calls it ``batch_sizes``).
 function::
 
     packed weights                    # the constant part of the prologue, once
-    for c in range(ceil(T / 16)):     # [CHUNK] chunks of CHUNK_STEPS steps
-        start = first[16 c]
-        hoisted[:] = projections of rows[index[start : first[16 (c + 1)]]]   # [GATHER]
+    parallel for p in range(parts):   # [PARTS] 1 (serial) or the pool's threads
+      for c in range(ceil(T / 16)):   # [CHUNK] chunks of CHUNK_STEPS steps
+        start = first[p, 16 c]
+        hoisted[p, :] = projections of rows[index[start : first[p, 16 (c + 1)]]]  # [GATHER]
         for t in range(16 c, min(T, 16 (c + 1))):
-            for j in range(ceil(n[t] / tile)):      # the active tiles only
-                g = first[t] + j                    # the tile's place in the packed rows
-                step(hoisted[g - start], state[t % 2, j] -> state[(t + 1) % 2, j], outs[g])
-            for r in range(n[t + 1], n[t]):         # the rows that end at t
-                final[r] = state[(t + 1) % 2, r]
+            for k in range(first[p, t + 1] - first[p, t]):   # p's active tiles only
+                g = first[p, t] + k             # the tile's place in the packed rows
+                j = mine[p, k]                  # its row tile
+                step(hoisted[p, g - start], state[t % 2, j] -> state[(t + 1) % 2, j], outs[g])
+                for r in tile j's rows that end at t (n[t + 1] <= r < n[t]):
+                    final[r] = state[(t + 1) % 2, r]
 
-``n`` and ``first`` (each step's first tile) are data (int32 buffers), so
-one build serves every batch and every set of lengths; nothing is called
-per step and no step computes a tile whose rows have all finished. A row
+``n``, ``first`` (each part's first tile at each step) and ``mine`` (each
+part's row tiles, longest first) are data (int32 buffers), so one build
+serves every batch and every set of lengths; nothing is called per step
+and no step computes a tile whose rows have all finished. A row
 that has finished but shares a tile with an active row is computed (its
 state drifts), which is why a row's final state is copied out at the step
 it ends. Rows must not interact (each row of the new state depends on the
@@ -46,6 +49,20 @@ into the packed layout and put back in the caller's (``outputs=True``).
 [CHUNK] The projections are hoisted per chunk of steps, into buffers of
 one chunk that stay in cache until its steps read them; the weights are
 packed once.
+
+[PARTS] Rows are independent, so the row tiles can be split between
+threads for the whole call, each thread carrying its tiles through every
+chunk and step (the chunk's projections of its tiles only, into buffers
+of its own) with one barrier a call, as rows.py runs the padded loop's
+rows. The host assigns the tiles (``_Plan.layout``): longest first, each
+to the part with the fewest tile-steps so far, and packs the tiles part
+after part, so a part's chunk is one range of packed tiles. Each row's
+arithmetic is the same whatever its part (the step and the projections
+are the same kernels, serial inside a part), so the results are
+bit-identical to the serial loop's. ``PackedLoop.parts`` decides per call:
+the pool's threads when the call's work (tile-steps times ``tile_work``)
+reaches cpu_schedule.PARALLEL_MIN_WORK (a barrier's worth on a busy
+machine, as rows.row_blocks decides), else 1; one build per count of parts.
 
 TVM 0.27: every loop here starts at 0 (a ``For`` with another start
 around the step's block computed wrong results after s_tir's lowering);
@@ -76,12 +93,11 @@ from ....ir.visitor import free_vars
 from ..errors import BackendError
 from ..schedule_common import static_extent
 from ..target import make_target
-from . import cpu_schedule
+from . import cpu_schedule, rows
 from .cpu_schedule import SYMBOLIC_EXTENT, schedule
 from .function import _param, _region, _stage_body, _view, step_leaves
 from .graph import CONST, ROW_TILE, Graph, TensorMap, _recompute, hoist, topological
 from .kernel import _Argument, _compile, _Compiled
-from .rows import pool_threads
 from .values import Leaf, bind_dims
 
 PLANS_KEPT = 16
@@ -448,8 +464,9 @@ class PackedLoop(PackedScan):
     module's docstring): ``loop(xs, lengths, init, *captured)`` gives the
     final state of each sequence, in the caller's order. One build per
     binding of the body's other symbolic dimensions; the batch size and the
-    lengths are data. ``parallel`` (off by default: ``compile_packed`` says
-    why): the chunks' input projections use TVM's thread pool."""
+    lengths are data. ``parallel`` (on by default): a call whose work is
+    worth a barrier runs its tiles split across TVM's pool [PARTS]; off,
+    every call is serial."""
 
     def __init__(
         self,
@@ -459,7 +476,7 @@ class PackedLoop(PackedScan):
         *,
         functions: Mapping[Var, Function] | None = None,
         module: IRModule | None = None,
-        parallel: bool = False,
+        parallel: bool = True,
         tile: int | None = None,
     ) -> None:
         self.target = make_target(target)
@@ -522,7 +539,7 @@ class PackedLoop(PackedScan):
         tile-steps times a tile-step's, ``tile_work``) is worth the one
         barrier a call (cpu_schedule.PARALLEL_MIN_WORK, as rows.row_blocks
         decides for the padded loop); else 1 (serial)."""
-        threads = min(pool_threads(), plan.row_tiles)
+        threads = min(rows.pool_threads(), plan.row_tiles)
         if not self.parallel or threads < 2:
             return 1
         key = tuple(sorted(dims.items()))
