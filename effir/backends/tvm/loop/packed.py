@@ -718,11 +718,12 @@ class PackedLoop(PackedScan):
         self, compiled: _Compiled, lowered: LoweredPacked, parts: int, tiles: int
     ) -> list[np.ndarray]:
         """The prologue's buffers, of ``tiles`` tiles for a chunk's, one set
-        per part: kept between calls (one set per thread) and grown when too
-        small (fresh pages cost a page fault per 4 KiB); contiguous."""
+        per part (``(parts, room, ...)``, room at least ``tiles``): kept
+        between calls (one set per thread) and grown when too small (fresh
+        pages cost a page fault per 4 KiB)."""
         cache = self._local.__dict__.setdefault("scratch", {})
         held = cache.get(id(compiled))
-        if held is None or held[0] != tiles:
+        if held is None or held[0] < tiles:  # the kernel reads room from the shape
             arrays = [
                 np.empty(((parts, tiles) if seq else ()) + leaf.shape, leaf.dtype)
                 for leaf, seq in lowered.scratch
