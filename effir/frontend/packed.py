@@ -161,7 +161,7 @@ def packed_scan(
 
 
 def compile_packed(
-    module: Any, target: Any = "llvm", *, parallel: bool = False, tile: int | None = None
+    module: Any, target: Any = "llvm", *, parallel: bool = True, tile: int | None = None
 ) -> PackedScan:
     """``module``'s scan compiled into one loop over a packed batch, whose
     step runs only the rows still active (effir/backends/tvm/loop/packed.py).
@@ -178,12 +178,12 @@ def compile_packed(
     when @main returns both; ``scan.run_packed(data, batch_sizes, h0,
     *captured)`` takes PyTorch's packed layout (outputs in that layout). ``tile``:
     the rows a step runs on at a time (4 or 8; by default the CPU's
-    register tile, at least 4). ``parallel``: the chunks' input
-    projections use TVM's thread pool; off by default: a chunk is small
-    (16 steps), and a barrier per chunk on a loaded machine cost more
-    than the threads saved (benchmarks/varlen.py: 0.85x of padding with
-    it, 2.0x without, 2 threads, load 8 on 2 cores). Imports TVM on first
-    use."""
+    register tile, at least 4). ``parallel`` (on by default): a call
+    whose work is worth one barrier (cpu_schedule.PARALLEL_MIN_WORK
+    multiply-adds, as effir.compile's loops decide) splits its row tiles
+    across TVM's thread pool for the whole call, each thread carrying its
+    tiles through every step (bit-identical results); False: every call
+    serial. Imports TVM on first use."""
     from ..backends.tvm.loop.packed import PackedLoop
     from ..ir.expr import Call, Function, Let, Op, TupleGetItem, Var
     from ..ir.visitor import free_vars

@@ -184,6 +184,94 @@ print("ok")
     ).check()
 
 
+def test_parts_split_the_tiles_bit_identically():
+    """[PARTS] The row tiles split across the pool for the whole call (a
+    threshold of 0: every call is worth it) give the serial build's results
+    bit for bit, and each sequence's alone: final states, the per-step
+    outputs, PyTorch's layout, a tuple state with x read by the step, tiles
+    of 4 and 8, lengths of 0, a batch not a multiple of the tile; a call
+    under the threshold stays serial (one build per count of parts)."""
+    run_isolated(
+        COMMON
+        + """
+from effir.backends.tvm.loop import cpu_schedule, rows
+
+threads = 2
+rows.pool_threads = lambda: threads  # two parts whatever the pool (a pool of one runs both)
+both = effir.check(effir.parse(PROGRAM.replace("((), (1f", "let %o = (1f").replace(
+    "%z * %h)", "%z * %h;\\n    (%o, %o)").replace("cf.foreach(%step, %xs, %h0).1", "cf.foreach(%step, %xs, %h0)")))
+cases = [[17, 1, 33, 2, 16, 40, 3, 9, 1, 0, 25, 40, 7], [5, 5, 5, 5, 5, 5, 5, 5, 5], [3, 1]]
+for tile in (4, 8):
+    serial = effir.compile_packed(both, tile=tile, parallel=False)
+    split = effir.compile_packed(both, tile=tile)
+    for seed, lengths in enumerate(cases):
+        xs, lengths, h0, w, u = inputs(lengths, seed)
+        want_outs, want = serial(xs, lengths, h0, w, u)
+        cpu_schedule.PARALLEL_MIN_WORK = 0
+        outs, got = split(xs, lengths, h0, w, u)
+        order = np.argsort(-lengths, kind="stable")
+        sizes = np.array([(lengths[order] > t).sum() for t in range(lengths.max())])
+        data = np.concatenate([xs[t, order[: sizes[t]]] for t in range(len(sizes))])
+        p_outs, p_final = split.run_packed(data, sizes, h0[order[: sizes[0]]], w, u)
+        cpu_schedule.PARALLEL_MIN_WORK = 1 << 27
+        assert np.array_equal(got, want) and np.array_equal(outs, want_outs), (tile, lengths)
+        assert np.array_equal(p_final, want[order[: sizes[0]]])
+        packed_want = np.concatenate([want_outs[t, order[: sizes[t]]] for t in range(len(sizes))])
+        assert np.array_equal(p_outs, packed_want)
+        alone_b = [effir.interpret(both, xs[:n, b : b + 1], h0[b : b + 1], w, u)[1]
+                   for b, n in enumerate(lengths)]
+        np.testing.assert_allclose(got, np.stack([np.asarray(a)[0] for a in alone_b]),
+                                   rtol=1e-5, atol=1e-6)
+    builds = sorted(key[1] for key in split.loop._builds)
+    assert builds == [1, threads], builds  # split but [3, 1]'s one tile
+fresh = effir.compile_packed(both, tile=4)
+fresh(*inputs(cases[0], 0))  # under the threshold: serial
+assert [key[1] for key in fresh.loop._builds] == [1]
+
+tuples = effir.check(effir.parse(TUPLES))
+rng = np.random.default_rng(2)
+lengths = np.array([3, 7, 1, 0, 5, 6, 6, 2, 7, 4])
+xs = (rng.standard_normal((7, 10, 3), dtype=np.float32), rng.standard_normal((7, 10, 4), dtype=np.float32))
+h0 = (rng.standard_normal((10, 4), dtype=np.float32), np.zeros((10, 4), np.float32))
+w = rng.standard_normal((4, 3), dtype=np.float32)
+want = effir.compile_packed(tuples, tile=4, parallel=False)(xs, lengths, h0, w)
+cpu_schedule.PARALLEL_MIN_WORK = 0
+got = effir.compile_packed(tuples, tile=4)(xs, lengths, h0, w)
+for leaf, want_leaf in zip(got, want):
+    assert np.array_equal(leaf, want_leaf)
+print("ok")
+"""
+    ).check()
+
+
+def test_parts_balance_the_tile_steps():
+    """[PARTS] The host's layout: every active (step, row tile) once, each
+    part's active tiles a prefix of its own, the parts' tile-steps within
+    one tile's length of each other."""
+    from effir.backends.tvm.loop.packed import CHUNK_STEPS, _Plan, _sizes
+
+    rng = np.random.default_rng(3)
+    lengths = np.sort(rng.integers(1, 201, 64))[::-1]
+    plan = _Plan.of(_sizes(lengths), 4, lambda t, r: t * 1000 + r, np.arange(64))
+    for parts in (1, 2, 3):
+        layout = plan.layout(parts)
+        first, mine, index = layout.first, layout.mine, layout.index
+        seen = set()
+        for p in range(parts):
+            for t in range(len(plan.per_step)):
+                for k in range(first[p, t + 1] - first[p, t]):
+                    j = int(mine[p, k])
+                    assert j < plan.per_step[t]
+                    seen.add((t, j))
+                    assert index[first[p, t] + k, 0] == t * 1000 + j * 4
+        assert len(seen) == plan.tiles == first[-1, -1]
+        loads = np.diff(np.concatenate([[0], first[:, -1]]))
+        assert loads.max() - loads.min() <= plan.per_step.size, loads
+        steps = plan.per_step.size
+        bounds = np.minimum(np.arange(0, steps + CHUNK_STEPS, CHUNK_STEPS), steps)
+        assert layout.room == np.diff(first[:, bounds], axis=1).max()
+
+
 def _packed():
     return effir.compile_packed(effir.check(effir.parse(PROGRAM)))
 

@@ -13,19 +13,22 @@ non-increasing (PyTorch's ``PackedSequence`` calls it ``batch_sizes``).
 function::
 
     packed weights                    # the constant part of the prologue, once
-    for c in range(ceil(T / 16)):     # [CHUNK] chunks of CHUNK_STEPS steps
-        start = first[16 c]
-        hoisted[:] = projections of rows[index[start : first[16 (c + 1)]]]   # [GATHER]
+    parallel for p in range(parts):   # [PARTS] 1 (serial) or the pool's threads
+      for c in range(ceil(T / 16)):   # [CHUNK] chunks of CHUNK_STEPS steps
+        start = first[p, 16 c]
+        hoisted[p, :] = projections of rows[index[start : first[p, 16 (c + 1)]]]  # [GATHER]
         for t in range(16 c, min(T, 16 (c + 1))):
-            for j in range(ceil(n[t] / tile)):      # the active tiles only
-                g = first[t] + j                    # the tile's place in the packed rows
-                step(hoisted[g - start], state[t % 2, j] -> state[(t + 1) % 2, j], outs[g])
-            for r in range(n[t + 1], n[t]):         # the rows that end at t
-                final[r] = state[(t + 1) % 2, r]
+            for k in range(first[p, t + 1] - first[p, t]):   # p's active tiles only
+                g = first[p, t] + k             # the tile's place in the packed rows
+                j = mine[p, k]                  # its row tile
+                step(hoisted[p, g - start], state[t % 2, j] -> state[(t + 1) % 2, j], outs[g])
+                for r in tile j's rows that end at t (n[t + 1] <= r < n[t]):
+                    final[r] = state[(t + 1) % 2, r]
 
-``n`` and ``first`` (each step's first tile) are data (int32 buffers), so
-one build serves every batch and every set of lengths; nothing is called
-per step and no step computes a tile whose rows have all finished. A row
+``n``, ``first`` (each part's first tile at each step) and ``mine`` (each
+part's row tiles, longest first) are data (int32 buffers), so one build
+serves every batch and every set of lengths; nothing is called per step
+and no step computes a tile whose rows have all finished. A row
 that has finished but shares a tile with an active row is computed (its
 state drifts), which is why a row's final state is copied out at the step
 it ends. Rows must not interact (each row of the new state depends on the
@@ -47,6 +50,20 @@ into the packed layout and put back in the caller's (``outputs=True``).
 one chunk that stay in cache until its steps read them; the weights are
 packed once.
 
+[PARTS] Rows are independent, so the row tiles can be split between
+threads for the whole call, each thread carrying its tiles through every
+chunk and step (the chunk's projections of its tiles only, into buffers
+of its own) with one barrier a call, as rows.py runs the padded loop's
+rows. The host assigns the tiles (``_Plan.layout``): longest first, each
+to the part with the fewest tile-steps so far, and packs the tiles part
+after part, so a part's chunk is one range of packed tiles. Each row's
+arithmetic is the same whatever its part (the step and the projections
+are the same kernels, serial inside a part), so the results are
+bit-identical to the serial loop's. ``PackedLoop.parts`` decides per call:
+the pool's threads when the call's work (tile-steps times ``tile_work``)
+reaches cpu_schedule.PARALLEL_MIN_WORK (a barrier's worth on a busy
+machine, as rows.row_blocks decides), else 1; one build per count of parts.
+
 TVM 0.27: every loop here starts at 0 (a ``For`` with another start
 around the step's block computed wrong results after s_tir's lowering);
 the chunk's buffers are allocated in the prologue's own block, where the
@@ -55,12 +72,14 @@ chunk's tile count is bound.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import tvm
 import tvm_ffi
 from tvm import s_tir, te, tirx
 from tvm.ir import Range
@@ -72,10 +91,12 @@ from ....ir.module import IRModule
 from ....ir.types import FuncType, TensorType
 from ....ir.visitor import free_vars
 from ..errors import BackendError
+from ..schedule_common import static_extent
 from ..target import make_target
-from .cpu_schedule import schedule
+from . import cpu_schedule, rows
+from .cpu_schedule import SYMBOLIC_EXTENT, schedule
 from .function import _param, _region, _stage_body, _view, step_leaves
-from .graph import ROW_TILE, Graph, TensorMap, _recompute, hoist, topological
+from .graph import CONST, ROW_TILE, Graph, TensorMap, _recompute, hoist, topological
 from .kernel import _Argument, _compile, _Compiled
 from .values import Leaf, bind_dims
 
@@ -91,8 +112,9 @@ them; those of 199 steps (9.8 MiB) would not (15 % slower)."""
 @dataclass
 class LoweredPacked:
     """The packed loop as TIR and its parameters: ``func(rows..., index,
-    captured..., constants..., outs..., sizes, first, state..., final...,
-    hoisted...)``."""
+    captured..., constants..., outs..., sizes, first, mine, state...,
+    final..., hoisted...)``; ``parts`` [PARTS] the row tiles' owners, run
+    in parallel (1: serial)."""
 
     func: Any
     x: list[Leaf]  # per tile: (ROW_TILE, ...)
@@ -101,6 +123,7 @@ class LoweredPacked:
     constants: list[np.ndarray]
     outputs: list[Leaf]
     scratch: list[tuple[Leaf, bool]]  # prologue results; True: one per tile
+    parts: int = 1
 
 
 def _block(stmt: Any, name: str, reads: list[Any], writes: list[Any], matches=()) -> Any:
@@ -119,9 +142,13 @@ def lower_packed(
     functions: Mapping[Var, Function],
     module: IRModule | None,
     parallel: bool,
+    parts: int = 1,
 ) -> LoweredPacked:
     """[EVAL] to [HOIST] as ``lower_loop`` (the batch dimension bound to the
-    tile in ``dims``), then the packed loop function."""
+    tile in ``dims``), then the packed loop function, its tiles owned by
+    ``parts`` parallel parts [PARTS] (1: serial; the stages inside the
+    loop are then serial whatever ``parallel`` says: ``parallel`` lets the
+    weights' packing, once a call, use the pool)."""
     builder, x_leaves, s_leaves, cap_leaves, out_leaves, new_leaves = step_leaves(
         body, dims, captured, functions, module
     )
@@ -174,8 +201,8 @@ def lower_packed(
     seqs_rebuilt = [rebuilt.get(t, t) for t in seqs]
     unscheduled: list[str] = []
 
-    def sched(f: Any) -> Any:
-        return schedule(f, parallel, unscheduled)
+    def sched(f: Any, threads: bool = False) -> Any:
+        return schedule(f, threads, unscheduled)
 
     marks, row_tiles = tirx.Var("T1", "int32"), tirx.Var("NT", "int32")
     steps = marks - 1  # sizes and first have an entry past the last step
@@ -185,12 +212,13 @@ def lower_packed(
     caps = [_param(f"captured{i}", t.shape, t.dtype) for i, t in enumerate(cap_leaves)]
     outs = [_param(f"outs{i}", [tiles, *t.shape], t.dtype) for i, t in enumerate(out_leaves)]
     sizes = _param("sizes", [marks], "int32")
-    first = _param("first", [marks], "int32")
+    first = _param("first", [parts, marks], "int32")
+    mine = _param("mine", [parts, tirx.Var("M", "int32")], "int32")
     state = [_param(f"state{i}", [2, row_tiles, *t.shape], t.dtype) for i, t in enumerate(s_leaves)]
     final = [_param(f"final{i}", [row_tiles, *t.shape], t.dtype) for i, t in enumerate(s_leaves)]
     const_bufs = [_param(f"hoisted{i}", t.shape, t.dtype) for i, t in enumerate(consts)]
     seq_bufs = [
-        _param(f"chunk{i}", [room, *list(t.shape)[1:]], t.dtype) for i, t in enumerate(seqs)
+        _param(f"chunk{i}", [parts, room, *list(t.shape)[1:]], t.dtype) for i, t in enumerate(seqs)
     ]
     buffer_of = TensorMap()
     for ph, buf in zip([*flat_ph, index_ph, *cap_leaves], [*flat, index, *caps], strict=True):
@@ -200,7 +228,13 @@ def lower_packed(
     stmts: list[Any] = []
     allocs: list[Any] = []
 
-    def stage(outputs: list[te.Tensor], buffers: list[Any], scalars: dict[Any, Any]) -> Any:
+    def stage(
+        outputs: list[te.Tensor],
+        buffers: list[Any],
+        scalars: dict[Any, Any],
+        threads: bool = False,
+        matches: Sequence[Any] = (),
+    ) -> Any:
         """The scheduled stage computing ``outputs`` into ``buffers``, with
         ``scalars``' variables (``c0`` a parameter, ``chunk`` a dimension)
         replaced by their values: its buffers' shapes are left as declared
@@ -208,7 +242,7 @@ def lower_packed(
         used = set(topological(outputs))
         inputs = [ph for ph in buffer_of_keys() if ph.op in used]
         arguments = [v for v in scalars if v.same_as(c0)]
-        func = sched(te.create_prim_func([*inputs, *outputs, *arguments]))
+        func = sched(te.create_prim_func([*inputs, *outputs, *arguments]), threads)
         params = list(func.params)
         mapping: dict[Any, Any] = dict(zip(params, [buffer_of[ph] for ph in inputs], strict=False))
         mapping.update(zip(params[len(inputs) : len(inputs) + len(outputs)], buffers, strict=True))
@@ -218,17 +252,20 @@ def lower_packed(
         body = tvm_ffi.structural_map(root.body, (tirx.Var, lambda v: mapping.get(v, v)))
         # Its own block, whose buffers (sized by ``chunk``) are allocated
         # where ``chunk`` is bound.
-        block = s_tir.SBlock([], [], [], "prologue", body, alloc_buffers=root.alloc_buffers)
+        block = s_tir.SBlock(
+            [], [], [], "prologue", body, alloc_buffers=root.alloc_buffers, match_buffers=matches
+        )
         return s_tir.SBlockRealize([], True, block)
 
     def buffer_of_keys() -> list[te.Tensor]:
         return [*flat_ph, index_ph, *cap_leaves, *const_inputs.values()]
 
     if consts:
-        stmts.append(stage(consts, const_bufs, {}))
+        stmts.append(stage(consts, const_bufs, {}, parallel))
 
     t, j, g = tirx.Var("t", "int32"), tirx.Var("j", "int32"), tirx.Var("g", "int32")
     c, start, local = tirx.Var("c", "int32"), tirx.Var("start", "int32"), tirx.Var("l", "int32")
+    p, slot = tirx.Var("p", "int32"), tirx.Var("k", "int32")
     step = sched(te.create_prim_func([*stages.step_inputs, *stages.step_outputs]))
     where = TensorMap()
     chunk_of, const_of = TensorMap(), TensorMap()
@@ -237,13 +274,13 @@ def lower_packed(
     for x, buf in zip(consts, const_bufs, strict=True):
         const_of[x] = buf
     for (ph, _), in_chunk in zip(gathered, seqs[len(seqs) - len(gathered) :], strict=True):
-        where[ph] = (chunk_of[in_chunk], [local])
+        where[ph] = (chunk_of[in_chunk], [p, local])
     for ph, buf in zip(s_leaves, state, strict=True):
         where[ph] = (buf, [tirx.floormod(t, 2), j])
     for ph, buf in zip(cap_leaves, caps, strict=True):
         where[ph] = (buf, [])
     for ph, out in zip(stages.hoisted_views, stages.prologue_outputs, strict=True):
-        where[ph] = (chunk_of[out], [local]) if out in chunk_of else (const_of[out], [])
+        where[ph] = (chunk_of[out], [p, local]) if out in chunk_of else (const_of[out], [])
     places = [where[ph] for ph in stages.step_inputs]
     places += [(buf, [g]) for buf in outs]
     places += [(buf, [tirx.floormod(t + 1, 2), j]) for buf in state]
@@ -258,28 +295,16 @@ def lower_packed(
             mapping[param] = buf
     stmt, extra = _stage_body(step, mapping)
     allocs += extra
-    active = tirx.floordiv(tirx.BufferLoad(sizes, [t]) + (tile - 1), tile)
-    tile_loop = tirx.For(
-        j,
-        tirx.const(0, "int32"),
-        active,
-        tirx.ForKind.SERIAL,
-        tirx.SeqStmt(
-            [
-                tirx.Bind(g, tirx.BufferLoad(first, [t]) + j),
-                tirx.Bind(local, g - start),
-                _block(stmt, "step", reads, writes, matches),
-            ]
-        ),
-    )
-    # The rows that end at step t: their state, copied out before it drifts.
+    # The rows of tile j that end at step t: their state, copied out before
+    # it drifts (rows max(n[t + 1], j tile) to min(n[t], (j + 1) tile)).
     r = tirx.Var("r", "int32")
-    ending = tirx.BufferLoad(sizes, [t + 1])
+    low = tirx.max(tirx.BufferLoad(sizes, [t + 1]), j * tile)
+    high = tirx.min(tirx.BufferLoad(sizes, [t]), (j + 1) * tile)
     copies = []
-    for k, (fin, buf) in enumerate(zip(final, state, strict=True)):
+    for n, (fin, buf) in enumerate(zip(final, state, strict=True)):
         rest = list(fin.shape)[2:]
-        idx = [tirx.Var(f"i{n}", "int32") for n in range(len(rest))]
-        row = ending + r
+        idx = [tirx.Var(f"i{m}", "int32") for m in range(len(rest))]
+        row = low + r
         at = [tirx.floordiv(row, tile), tirx.floormod(row, tile), *idx]
         copy: Any = tirx.BufferStore(
             fin, tirx.BufferLoad(buf, [tirx.floormod(t + 1, 2), *at]), [*at]
@@ -287,39 +312,77 @@ def lower_packed(
         for var, extent in reversed(list(zip(idx, rest, strict=True))):
             copy = tirx.For(var, tirx.const(0, "int32"), extent, tirx.ForKind.SERIAL, copy)
         copy = tirx.For(
-            r,
-            tirx.const(0, "int32"),
-            tirx.BufferLoad(sizes, [t]) - ending,
-            tirx.ForKind.SERIAL,
-            copy,
+            r, tirx.const(0, "int32"), tirx.max(high - low, 0), tirx.ForKind.SERIAL, copy
         )
-        copies.append(_block(copy, f"final{k}", [_whole(buf)], [_whole(fin)]))
+        copies.append(_block(copy, f"final{n}", [_whole(buf)], [_whole(fin)]))
+    # [PARTS] Part p's tiles active at step t: the first
+    # first[p, t + 1] - first[p, t] of its own (mine[p]), longest first.
+    owned = tirx.BufferLoad(first, [p, t + 1]) - tirx.BufferLoad(first, [p, t])
+    tile_loop = tirx.For(
+        slot,
+        tirx.const(0, "int32"),
+        owned,
+        tirx.ForKind.SERIAL,
+        tirx.SeqStmt(
+            [
+                tirx.Bind(g, tirx.BufferLoad(first, [p, t]) + slot),
+                tirx.Bind(j, tirx.BufferLoad(mine, [p, slot])),
+                tirx.Bind(local, g - start),
+                _block(stmt, "step", reads, writes, matches),
+                *copies,
+            ]
+        ),
+    )
     within = tirx.Var("within", "int32")  # loops from 0: s_tir assumes so
     step_loop = tirx.For(
         within,
         tirx.const(0, "int32"),
         tirx.min(steps - c * CHUNK_STEPS, CHUNK_STEPS),
         tirx.ForKind.SERIAL,
-        tirx.SeqStmt([tirx.Bind(t, c * CHUNK_STEPS + within), tile_loop, *copies]),
+        tirx.SeqStmt([tirx.Bind(t, c * CHUNK_STEPS + within), tile_loop]),
     )
-    end = tirx.BufferLoad(first, [tirx.min(steps, (c + 1) * CHUNK_STEPS)])
-    chunk_body = [tirx.Bind(start, tirx.BufferLoad(first, [c * CHUNK_STEPS]))]
+    end = tirx.BufferLoad(first, [p, tirx.min(steps, (c + 1) * CHUNK_STEPS)])
+    chunk_body = [tirx.Bind(start, tirx.BufferLoad(first, [p, c * CHUNK_STEPS]))]
     if seqs:
+        # The chunk's projections of part p's tiles, into its own buffers.
+        views = [
+            tirx.decl_buffer(
+                [chunk, *list(buf.shape)[2:]],
+                buf.dtype,
+                buf.name,
+                elem_offset=tirx.Var(f"{buf.name}_offset", "int32"),
+                data_alignment=max(1, tvm.DataType(buf.dtype).bits // 8),
+                offset_factor=1,
+            )
+            for buf in seq_bufs
+        ]
+        matches_p = [
+            s_tir.MatchBufferRegion(v, _region(buf, [p], (0, chunk)))
+            for v, buf in zip(views, seq_bufs, strict=True)
+        ]
         chunk_body.append(tirx.Bind(chunk, end - start))
-        chunk_body.append(stage(seqs_rebuilt, seq_bufs, {c0: start}))
+        chunk_body.append(stage(seqs_rebuilt, views, {c0: start}, False, matches_p))
     chunk_body.append(step_loop)
+    chunks = tirx.For(
+        c,
+        tirx.const(0, "int32"),
+        tirx.floordiv(steps + (CHUNK_STEPS - 1), CHUNK_STEPS),
+        tirx.ForKind.SERIAL,
+        tirx.SeqStmt(chunk_body),
+    )
+    # [PARTS] one part per thread, each through every chunk and step: the
+    # step's buffers its own, allocated in the part.
+    own = s_tir.SBlock([], [], [], "part", chunks, alloc_buffers=allocs)
+    kind = tirx.ForKind.PARALLEL if parts > 1 else tirx.ForKind.SERIAL
     stmts.append(
-        tirx.For(
-            c,
-            tirx.const(0, "int32"),
-            tirx.floordiv(steps + (CHUNK_STEPS - 1), CHUNK_STEPS),
-            tirx.ForKind.SERIAL,
-            tirx.SeqStmt(chunk_body),
-        )
+        tirx.For(p, tirx.const(0, "int32"), parts, kind, s_tir.SBlockRealize([], True, own))
     )
     body_stmt = tirx.SeqStmt(stmts) if len(stmts) > 1 else stmts[0]
-    root = s_tir.SBlock([], [], [], "root", body_stmt, alloc_buffers=allocs)
-    params = [*flat, index, *caps, *outs, sizes, first, *state, *final, *const_bufs, *seq_bufs]
+    root = s_tir.SBlock([], [], [], "root", body_stmt)
+    params = [
+        *[*flat, index, *caps, *outs, sizes, first, mine, *state, *final],
+        *[*const_bufs, *seq_bufs],
+    ]
     func = tirx.PrimFunc(params, s_tir.SBlockRealize([], True, root))
     for key, value in {"global_symbol": "main", "tirx.noalias": True, "s_tir": True}.items():
         func = func.with_attr(key, value)
@@ -335,7 +398,31 @@ def lower_packed(
         [data for _, data in builder.constants],
         [leaf(t) for t in out_leaves],
         [(leaf(t), False) for t in consts] + [(leaf(t, 1), True) for t in seqs],
+        parts,
     )
+
+
+def tile_work(
+    body: Function,
+    dims: Mapping[str, int],
+    captured: Sequence[Var],
+    functions: Mapping[Var, Function],
+    module: IRModule | None,
+) -> int:
+    """Multiply-adds (or elements) of one tile's step, its input
+    projections included: every operation that depends on the step's
+    input or state (the batch dimension bound to the tile in ``dims``)."""
+    _, x_leaves, s_leaves, cap_leaves, out_leaves, new_leaves = step_leaves(
+        body, dims, captured, functions, module
+    )
+    graph = Graph(x_leaves, s_leaves, cap_leaves, out_leaves + new_leaves)
+    graph.classify()
+    work = 0
+    for op in topological(graph.outputs):
+        if isinstance(op, te.ComputeOp) and graph.cls.get(op) != CONST:
+            extents = [iv.dom.extent for iv in (*op.axis, *op.reduce_axis)]
+            work += math.prod(static_extent(e) or SYMBOLIC_EXTENT for e in extents)
+    return work
 
 
 PACKED_TILES = (4, 8)
@@ -377,8 +464,9 @@ class PackedLoop(PackedScan):
     module's docstring): ``loop(xs, lengths, init, *captured)`` gives the
     final state of each sequence, in the caller's order. One build per
     binding of the body's other symbolic dimensions; the batch size and the
-    lengths are data. ``parallel`` (off by default: ``compile_packed`` says
-    why): the chunks' input projections use TVM's thread pool."""
+    lengths are data. ``parallel`` (on by default): a call whose work is
+    worth a barrier runs its tiles split across TVM's pool [PARTS]; off,
+    every call is serial."""
 
     def __init__(
         self,
@@ -388,7 +476,7 @@ class PackedLoop(PackedScan):
         *,
         functions: Mapping[Var, Function] | None = None,
         module: IRModule | None = None,
-        parallel: bool = False,
+        parallel: bool = True,
         tile: int | None = None,
     ) -> None:
         self.target = make_target(target)
@@ -427,22 +515,38 @@ class PackedLoop(PackedScan):
         self._xs = _Argument.of(self.x_type, "the sequence")
         self._init = _Argument.of(self.state_type, "the initial state")
         self._captured = [_Argument.of(v.checked_type, f"%{v.name_hint}") for v in self.captured]
-        self._builds: dict[tuple[tuple[str, int], ...], tuple[_Compiled, LoweredPacked]] = {}
+        self._builds: dict[tuple[Any, ...], tuple[_Compiled, LoweredPacked]] = {}
+        self._work: dict[tuple[tuple[str, int], ...], int] = {}
         self._local = threading.local()
 
     @property
     def builds(self) -> int:
         return len(self._builds)
 
-    def _build(self, dims: Mapping[str, int]) -> tuple[_Compiled, LoweredPacked]:
-        key = tuple(sorted(dims.items()))
+    def _build(self, dims: Mapping[str, int], parts: int) -> tuple[_Compiled, LoweredPacked]:
+        key = (tuple(sorted(dims.items())), parts)
         if key not in self._builds:
             lowered = lower_packed(
-                self.body, dict(key), self.captured, self.functions, self.module, self.parallel
+                self.body, dims, self.captured, self.functions, self.module, self.parallel, parts
             )
             compiled = _compile(lowered, self.target)  # type: ignore[arg-type]
             self._builds[key] = (compiled, lowered)
         return self._builds[key]
+
+    def parts(self, dims: Mapping[str, int], plan: _Plan) -> int:
+        """[PARTS] How many parts run the call's tiles: the pool's threads
+        (at most one a tile) when ``parallel`` and the call's work (its
+        tile-steps times a tile-step's, ``tile_work``) is worth the one
+        barrier a call (cpu_schedule.PARALLEL_MIN_WORK, as rows.row_blocks
+        decides for the padded loop); else 1 (serial)."""
+        threads = min(rows.pool_threads(), plan.row_tiles)
+        if not self.parallel or threads < 2:
+            return 1
+        key = tuple(sorted(dims.items()))
+        if key not in self._work:
+            self._work[key] = tile_work(self.body, dims, self.captured, self.functions, self.module)
+        work = plan.tiles * self._work[key]
+        return threads if work >= cpu_schedule.PARALLEL_MIN_WORK else 1
 
     def __call__(
         self,
@@ -481,7 +585,7 @@ class PackedLoop(PackedScan):
         ready = self._plan(key, plan)
         order = ready.order
         flat = [a.reshape(steps * batch, *a.shape[2:]) for a in xs_arrays]
-        final, outs = self._run(flat, ready, [a[order] for a in init_arrays], captured)
+        final, outs, layout = self._run(flat, ready, [a[order] for a in init_arrays], captured)
         out = []
         for f in final:
             back = np.empty_like(f)
@@ -491,7 +595,7 @@ class PackedLoop(PackedScan):
         if not outputs:
             return state
         unpacked = [
-            o.reshape(steps, batch, *o.shape[1:]) for o in ready.unpack(outs, steps * batch)
+            o.reshape(steps, batch, *o.shape[1:]) for o in layout.unpack(outs, steps * batch)
         ]
         return type_tree.unflatten(self.out_type, unpacked), state
 
@@ -531,11 +635,11 @@ class PackedLoop(PackedScan):
             ("packed", sizes.tobytes()),
             lambda: _Plan.of(full, self.tile, lambda t, r: start[t] + r, np.arange(batch)),
         )
-        final, outs = self._run(data_arrays, ready, init_arrays, captured)
+        final, outs, layout = self._run(data_arrays, ready, init_arrays, captured)
         state = type_tree.unflatten(self.state_type, final)
         if not outputs:
             return state
-        return type_tree.unflatten(self.out_type, ready.unpack(outs, total)), state
+        return type_tree.unflatten(self.out_type, layout.unpack(outs, total)), state
 
     def _plan(self, key: tuple[Any, ...], make: Callable[[], _Plan]) -> _Plan:
         """The plan for ``key`` (the lengths), made once: the last few are kept."""
@@ -552,10 +656,10 @@ class PackedLoop(PackedScan):
         plan: _Plan,
         init: list[np.ndarray],
         captured: Sequence[Any],
-    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    ) -> tuple[list[np.ndarray], list[np.ndarray], _Layout]:
         """The loop on the rows of ``flat`` as ``plan`` packs them; ``init``
-        sorted. The final states, sorted, and the outputs ``(tiles, tile,
-        ...)``, packed."""
+        sorted. The final states, sorted, the outputs ``(tiles, tile,
+        ...)``, packed, and the layout that packed them (its parts: ``parts``)."""
         if len(captured) != len(self.captured):
             names = ", ".join("%" + v.name_hint for v in self.captured) or "none"
             raise PackedScanError(
@@ -577,7 +681,9 @@ class PackedLoop(PackedScan):
             [(t, arg.what) for arg in self._captured for t, _ in arg.leaves], c_arrays, strict=True
         ):
             bind_dims(t, a.shape, dims, what)
-        compiled, lowered = self._build(dims)
+        parts = self.parts(dims, plan)
+        layout = plan.layout(parts)
+        compiled, lowered = self._build(dims, parts)
         batch = len(init[0]) if init else 0
         row_tiles = max(1, -(-batch // tile))
         finals = []
@@ -586,57 +692,58 @@ class PackedLoop(PackedScan):
             f[: len(a)] = a  # rows of length 0 keep their initial state
             finals.append(f)
         outs = [np.empty((plan.tiles, *leaf.shape), leaf.dtype) for leaf in lowered.outputs]
-        if plan.index is None:  # no steps
-            return [f[:batch] for f in finals], outs
+        if layout.index is None:  # no steps
+            return [f[:batch] for f in finals], outs, layout
         state = [np.zeros((2, row_tiles, tile, *a.shape[1:]), a.dtype) for a in init]
         for s, a in zip(state, init, strict=True):
             s[0].reshape(-1, *a.shape[1:])[:batch] = a
         final_tiles = [f.reshape(row_tiles, tile, *f.shape[1:]) for f in finals]
         args = [
             *flat,
-            plan.index,
+            layout.index,
             *c_arrays,
             *lowered.constants,
             *outs,
             plan.sizes,
-            plan.first,
+            layout.first,
+            layout.mine,
             *state,
             *final_tiles,
-            *self._scratch(compiled, lowered, plan.room),
+            *self._scratch(compiled, lowered, parts, layout.room),
         ]
         compiled.function(*[tvm_ffi.from_dlpack(a) for a in args])
-        return [f[:batch] for f in finals], outs
+        return [f[:batch] for f in finals], outs, layout
 
-    def _scratch(self, compiled: _Compiled, lowered: LoweredPacked, tiles: int) -> list[np.ndarray]:
-        """The prologue's buffers, of ``tiles`` tiles for a chunk's: kept between calls (one
-        set per thread) and grown when too small (fresh pages cost a page
-        fault per 4 KiB); a leading slice is contiguous."""
+    def _scratch(
+        self, compiled: _Compiled, lowered: LoweredPacked, parts: int, tiles: int
+    ) -> list[np.ndarray]:
+        """The prologue's buffers, of ``tiles`` tiles for a chunk's, one set
+        per part (``(parts, room, ...)``, room at least ``tiles``): kept
+        between calls (one set per thread) and grown when too small (fresh
+        pages cost a page fault per 4 KiB)."""
         cache = self._local.__dict__.setdefault("scratch", {})
         held = cache.get(id(compiled))
-        if held is None or held[0] < tiles:
+        if held is None or held[0] < tiles:  # the kernel reads room from the shape
             arrays = [
-                np.empty(((tiles,) if seq else ()) + leaf.shape, leaf.dtype)
+                np.empty(((parts, tiles) if seq else ()) + leaf.shape, leaf.dtype)
                 for leaf, seq in lowered.scratch
             ]
             held = cache[id(compiled)] = (tiles, arrays)
-        return [
-            a[:tiles] if seq else a for a, (_, seq) in zip(held[1], lowered.scratch, strict=True)
-        ]
+        return held[1]
 
 
 @dataclass
-class _Plan:
-    """How a batch is packed: the kernel's ``index``, ``sizes`` and
-    ``first`` (the module's docstring), the most tiles of a chunk
-    (``room``), the tiles in all; ``order``: sorted row -> caller's row."""
+class _Layout:
+    """The kernel's ``index``, ``first`` and ``mine`` for ``parts`` parts
+    (the module's docstring, [PARTS]): the packed tiles part after part,
+    step after step; the most tiles of a part's chunk (``room``);
+    ``valid`` (tiles, tile): the slot holds an active row."""
 
-    order: np.ndarray
-    sizes: np.ndarray
     first: np.ndarray | None = None
+    mine: np.ndarray | None = None
     index: np.ndarray | None = None
     room: int = 0
-    tiles: int = 0
-    valid: np.ndarray | None = None  # (tiles, tile): the slot holds an active row
+    valid: np.ndarray | None = None
 
     def unpack(self, outs: list[np.ndarray], rows: int) -> list[np.ndarray]:
         """Packed outputs ``(tiles, tile, ...)`` put back at the caller's
@@ -650,25 +757,72 @@ class _Plan:
             out.append(back)
         return out
 
+
+@dataclass
+class _Plan:
+    """How a batch is packed: ``sizes`` (active rows per step, then 0),
+    the active tiles per step, the tiles in all; ``order``: sorted row ->
+    caller's row; ``source(t, r)``: the caller's row of sorted row ``r``
+    at step ``t``. Its layouts, one per count of parts, made once."""
+
+    order: np.ndarray
+    sizes: np.ndarray
+    tile: int
+    source: Callable[..., Any]
+    per_step: np.ndarray
+    tiles: int
+    layouts: dict[int, _Layout]
+
+    @property
+    def row_tiles(self) -> int:
+        return int(self.per_step[0]) if len(self.per_step) else 0
+
     @staticmethod
     def of(sizes: np.ndarray, tile: int, source: Callable[..., Any], order: np.ndarray) -> _Plan:
-        """The plan for ``sizes`` (active rows per step, then 0), reading
-        sorted row ``r`` of step ``t`` from row ``source(t, r)`` of the
-        caller's rows."""
         sizes = sizes.astype(np.int32)
-        steps = len(sizes) - 1
-        if steps == 0 or sizes[0] == 0:
-            return _Plan(order, sizes)
         per_step = -(-sizes[:-1] // tile)
-        first = np.concatenate([[0], np.cumsum(per_step)]).astype(np.int32)
-        total = int(first[-1])
-        bounds = first[np.minimum(np.arange(0, steps + CHUNK_STEPS, CHUNK_STEPS), steps)]
-        step_of = np.repeat(np.arange(steps), per_step)
-        rows = (np.arange(total) - first[step_of])[:, None] * tile + np.arange(tile)
+        return _Plan(order, sizes, tile, source, per_step, int(per_step.sum()), {})
+
+    def layout(self, parts: int) -> _Layout:
+        """[PARTS] The tiles of ``parts`` parts: row tile ``j`` (active at
+        the steps ``t`` with ``per_step[t] > j``, a prefix, longer for a
+        smaller ``j``) goes to the part with the fewest tile-steps so far,
+        longest first (within one tile-step of the fairest split); a part's
+        tiles active at step ``t`` are a prefix of its own, ``mine[p]``."""
+        if parts in self.layouts:
+            return self.layouts[parts]
+        steps, tile, sizes = len(self.per_step), self.tile, self.sizes
+        if steps == 0 or sizes[0] == 0:
+            self.layouts[parts] = _Layout()
+            return self.layouts[parts]
+        length = (self.per_step[:, None] > np.arange(self.row_tiles)[None, :]).sum(0)
+        loads, owned = [0] * parts, [[] for _ in range(parts)]  # type: list[int], list[list[int]]
+        for j, n in enumerate(length.tolist()):
+            p = loads.index(min(loads))
+            owned[p].append(j)
+            loads[p] += n
+        mine = np.zeros((parts, max(len(o) for o in owned)), np.int32)
+        count = np.zeros((parts, steps), np.int64)
+        for p, o in enumerate(owned):
+            mine[p, : len(o)] = o
+            count[p] = np.searchsorted(np.asarray(o, np.int64), self.per_step)
+        first = np.concatenate([[0], np.cumsum(count)]).astype(np.int32)
+        first = np.concatenate(
+            [first[:-1].reshape(parts, steps), np.zeros((parts, 1), np.int32)], 1
+        )
+        first[:, -1] = np.cumsum(count.sum(1))
+        step_of = np.concatenate([np.repeat(np.arange(steps), count[p]) for p in range(parts)])
+        part_of = np.repeat(np.arange(parts), count.sum(1))
+        slot = np.arange(self.tiles) - first[part_of, step_of]
+        j_of = mine[part_of, slot]
+        rows = j_of[:, None] * tile + np.arange(tile)
         valid = rows < sizes[step_of][:, None]
         rows = np.minimum(rows, sizes[step_of][:, None] - 1)  # the last tile: its last row again
-        index = source(step_of[:, None], rows).astype(np.int32)
-        return _Plan(order, sizes, first, index, int(np.diff(bounds).max()), total, valid)
+        index = self.source(step_of[:, None], rows).astype(np.int32)
+        bounds = np.minimum(np.arange(0, steps + CHUNK_STEPS, CHUNK_STEPS), steps)
+        room = int(np.diff(first[:, bounds], axis=1).max())
+        self.layouts[parts] = _Layout(first, mine, index, room, valid)
+        return self.layouts[parts]
 
 
 def _sizes(ordered: np.ndarray) -> np.ndarray:
