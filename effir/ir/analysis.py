@@ -104,6 +104,18 @@ def use_counts(root: Node) -> Counter[Var]:
     return uses
 
 
+def bound_vars(root: Node) -> set[Var]:
+    """The variables ``root`` binds: let variables, parameters of the
+    functions in it, pattern variables (what a copy must rename)."""
+    bound: set[Var] = set()
+    for node in pre_order(root):
+        if isinstance(node, Let | PatternVar):
+            bound.add(node.var)
+        elif isinstance(node, Function):
+            bound.update(node.params)
+    return bound
+
+
 def free_vars(fn: Function) -> list[Var]:
     """The variables ``fn`` uses but does not bind, in order of first occurrence."""
     bound: set[int] = set()
@@ -191,6 +203,7 @@ def block_heads(root: Node) -> set[int]:
 
 __all__ = [
     "block_heads",
+    "bound_vars",
     "body_nodes",
     "free_vars",
     "free_vars_by_function",

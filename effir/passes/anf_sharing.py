@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..ir.analysis import bound_vars
 from ..ir.expr import (
     ATOM_TYPES,
     Call,
@@ -21,7 +22,6 @@ from ..ir.expr import (
     Let,
     Match,
     Op,
-    PatternVar,
     RefCreate,
     RefRead,
     RefWrite,
@@ -29,7 +29,7 @@ from ..ir.expr import (
     is_atom,
 )
 from ..ir.expr_functor import Computation, ExprFunctor
-from ..ir.functor import Functor, Mutator, Visitor, after, on, post_order, pre_order
+from ..ir.functor import Functor, Mutator, Visitor, after, on, post_order
 from ..ir.node import Node
 from ..ir.op import op_def
 
@@ -304,7 +304,7 @@ class Unfolder(ExprFunctor):
     def _instance(self, node: Expr) -> Expr:
         """A copy of ``node`` with new binders; what mentions none of them
         is shared with ``node``."""
-        binders = _binders(node)
+        binders = bound_vars(node)
         if not binders:
             copy = dataclasses.replace(node)
         else:
@@ -450,23 +450,11 @@ class _FreshBinders(Mutator):
         return rebuilt
 
 
-def _binders(expr: Expr) -> set[Var]:
-    binders: set[Var] = set()
-    for node in pre_order(expr):
-        if isinstance(node, Let):
-            binders.add(node.var)
-        elif isinstance(node, Function):
-            binders.update(node.params)
-        elif isinstance(node, PatternVar):
-            binders.add(node.var)
-    return binders
-
-
 def fresh_binders(expr: Expr, replace: dict[Var, Expr] | None = None) -> Expr:
     """A copy of ``expr`` that shares no compound node with it and whose own
     binders are new variables (its free variables stay), so that it can be
     bound a second time; ``replace`` substitutes expressions for variables
     (a binder so replaced must be dropped from the copy by the caller)."""
-    copy = _FreshBinders(_binders(expr), replace or {}, copy_all=True).mutate(expr)
+    copy = _FreshBinders(bound_vars(expr), replace or {}, copy_all=True).mutate(expr)
     assert isinstance(copy, Expr)
     return copy

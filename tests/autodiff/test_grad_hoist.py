@@ -171,11 +171,14 @@ def test_compiled_modes_are_bit_identical():
     assert "ok" in run.stdout
 
 
-GRU = """#[version = "0.0.5"]
-def @main(%xs: Tensor[(LEN, 32, 8), float32], %h0: Tensor[(32, 128), float32],
-          %w: Tensor[(384, 8), float32], %u: Tensor[(384, 128), float32],
-          %bias: Tensor[(384), float32]) {
-  let %step = fn (%x: Tensor[(32, 8), float32], %h: Tensor[(32, 128), float32]) {
+def _gru_text(length: int, batch: int = 32, inputs: int = 8, hidden: int = 128) -> str:
+    """benchmarks/checkpoint_memory.py's GRU (the loss on the final state)."""
+    g = 3 * hidden
+    return f"""#[version = "0.0.5"]
+def @main(%xs: Tensor[({length}, {batch}, {inputs}), float32], %h0: Tensor[({batch}, {hidden}), float32],
+          %w: Tensor[({g}, {inputs}), float32], %u: Tensor[({g}, {hidden}), float32],
+          %bias: Tensor[({g}), float32]) {{
+  let %step = fn (%x: Tensor[({batch}, {inputs}), float32], %h: Tensor[({batch}, {hidden}), float32]) {{
     let %gx = nn.dense(%x, %w) + %bias;
     let %gh = nn.dense(%h, %u);
     let %gxs = split(%gx, indices_or_sections=3, axis=1);
@@ -184,22 +187,11 @@ def @main(%xs: Tensor[(LEN, 32, 8), float32], %h0: Tensor[(32, 128), float32],
     let %r = sigmoid(%gxs.1 + %ghs.1);
     let %n = tanh(%gxs.2 + %r * %ghs.2);
     ((), (1f - %z) * %n + %z * %h)
-  };
+  }};
   let %scan = cf.foreach(%step, %xs, %h0);
   sum(%scan.1 * %scan.1)
-}
+}}
 """
-
-
-def _gru(length: int, batch: int, inputs: int, hidden: int) -> effir.IRModule:
-    """benchmarks/checkpoint_memory.py's GRU (the loss on the final state)
-    at other sizes."""
-    sizes = {"(32, ": f"({batch}, ", ", 32, ": f", {batch}, ", ", 8)": f", {inputs})"}
-    sizes |= {"384": str(3 * hidden), "128": str(hidden), "LEN": str(length)}
-    text = GRU
-    for old, new in sizes.items():
-        text = text.replace(old, new)
-    return effir.parse(text)
 
 
 def check_compiled_gru_modes_bit_identical(length: int = 9) -> None:
@@ -212,7 +204,7 @@ def check_compiled_gru_modes_bit_identical(length: int = 9) -> None:
     residuals, than in ``loop``'s, which recomputes them
     (backends/tvm/rounding.py [RULE ROUND])."""
     batch, inputs, hidden = 4, 3, 5
-    m = _gru(length, batch, inputs, hidden)
+    m = effir.parse(_gru_text(length, batch, inputs, hidden))
     rng = np.random.default_rng(length)
     shapes = [(length, batch, inputs), (batch, hidden), (3 * hidden, inputs)]
     shapes += [(3 * hidden, hidden), (3 * hidden,)]
@@ -278,7 +270,7 @@ def check_compiled_loop_backward_memory() -> None:
     rng = np.random.default_rng(0)
     for length in (100, 400):
         g = effir.value_and_grad(
-            effir.parse(GRU.replace("LEN", str(length))),
+            effir.parse(_gru_text(length)),
             wrt=["h0", "w", "u", "bias"],
             checkpoint="loop",
         )

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from ...ir.expr import Expr, Function, Let, PatternVar, Var
+from ...ir.analysis import bound_vars
+from ...ir.expr import Expr, Function, Var
 from ...ir.functor import Mutator, on, pre_order
 from ...ir.node import Node
 from ...ir.types import (
@@ -118,21 +119,9 @@ def instance(fn: Function, types: Mapping[str, Type]) -> Function:
     assert isinstance(copy, Function)
     if not types:
         return copy
-    body = _Instance(types, _binders(copy.body)).mutate(copy.body)
+    body = _Instance(types, bound_vars(copy.body)).mutate(copy.body)
     assert isinstance(body, Expr)
     return Function(copy.params, body, copy.ret_type, copy.type_params, copy.attrs, span=copy.span)
-
-
-def _binders(expr: Expr) -> set[Var]:
-    binders: set[Var] = set()
-    for node in pre_order(expr):
-        if isinstance(node, Let):
-            binders.add(node.var)
-        elif isinstance(node, Function):
-            binders.update(node.params)
-        elif isinstance(node, PatternVar):
-            binders.add(node.var)
-    return binders
 
 
 class _Instance(Mutator):
