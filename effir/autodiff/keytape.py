@@ -145,4 +145,31 @@ def key_count(t: Type) -> int:
     return sum(_on_tape(x) for _, x in _leaves(t))
 
 
-__all__ = ["Call", "TAPE", "empty", "join", "tape_leaves_only", "pop", "push", "split"]
+def store(b: LetBuilder, data: TypeData, value: Expr, t: Type, tape: Expr) -> tuple[Expr, Expr]:
+    """Store the carry ``value`` (of type ``t``): (its tensors, to be
+    stacked; ``tape`` with its keys and ADT values pushed)."""
+    tensors, keys = split(b, value, t)
+    return tensors, push(b, data, keys, tape)
+
+
+def restore(
+    b: LetBuilder, data: TypeData, tensors: Expr, tape: Expr, like: Expr, t: Type
+) -> tuple[Expr, Expr]:
+    """``store`` undone: (the carry from its stored ``tensors`` and the
+    values on top of ``tape``, the rest of the tape)."""
+    keys, rest = pop(b, data, tape, key_count(t), like, t)
+    return join(b, tensors, keys, t), rest
+
+
+__all__ = [
+    "Call",
+    "TAPE",
+    "empty",
+    "join",
+    "tape_leaves_only",
+    "pop",
+    "push",
+    "restore",
+    "split",
+    "store",
+]

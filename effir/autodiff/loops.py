@@ -121,9 +121,14 @@ class _Loop:
         self.body = self._resolve(body)
         self.free = self.ad.free_differentiable(self.body)
         self.span = call.span
+        carry_type = self.init.checked_type
+        # keys or ADT values in the carry: they go on a tape, and only the
+        # carry's tensors are stored per step (or per segment)
+        self.taped = not stackable(carry_type) and tape_leaves_only(carry_type)
+        self.stored_type = keytape.tensors_type(carry_type) if self.taped else carry_type
         # what a recomputing reverse loop iterates over: ct of out_t, the
         # stored carry, x_t
-        types = [ct_type(var.checked_type.fields[0]), self.init.checked_type]
+        types = [ct_type(var.checked_type.fields[0]), self.stored_type]
         if self.foreach:
             types.append(self.xs.checked_type)
         self.recompute_slots = Slots(types)
@@ -279,7 +284,7 @@ class _Loop:
         chunk sums from before its first reverse loop is built."""
         nb = LetBuilder(self.span)
         step, carry = Var("step", span=self.span), Var("carry", span=self.span)
-        x_ct, _, free_cts = self.recompute_step(nb, step, carry)
+        x_ct, _, free_cts = self.recompute_step(nb, step, carry)[:3]
         return hoist.plan(nb, self.free, list(free_cts), x_ct, self.x_type())
 
     def hoisted_flats(self, bb: LetBuilder, loop: Var, plan: Plan) -> tuple[Var, list[Expr]]:
@@ -373,7 +378,11 @@ class _Loop:
         self.rev.tape.append(lambda bb: self.recompute_back(bb, outs, carries, final))
 
     def storing_body(self, b: LetBuilder) -> Function:
-        """A copy of the body that also outputs the carry it started from."""
+        """A copy of the body that also outputs the carry it started from
+        (``taped``: its tensors; the copy carries (carry, tape) and pushes
+        the carry's keys and ADT values on the tape)."""
+        if self.taped:
+            return self._taped_body(b)
         copy = fresh_binders(self.body)
         assert isinstance(copy, Function)
         fb = b.child()
@@ -397,48 +406,44 @@ class _Loop:
         pack = self.recompute_slots.pack(bb, sequences)
         self.backward_loop(bb, pack, ct_final, self.recompute_step)
 
-    def recompute_step(
-        self, nb: LetBuilder, step: Var, carry: Var
-    ) -> tuple[Expr, Expr, list[Expr]]:
-        """One backward step: the forward step again, from the stored carry."""
+    def recompute_step(self, nb: LetBuilder, step: Var, carry: Var) -> tuple:
+        """One backward step: the forward step again, from the stored carry
+        (``taped``: its tensors and the values popped from the tape, which
+        the reverse loop carries after the accumulators, and carries on)."""
         slots = self.recompute_slots
         ct_out = slots.get(nb, step, 0, "ct_out")
         params = self.body.params
-        nb.bind(params[-1], slots.get(nb, step, 1, "carry"))
+        stored = slots.get(nb, step, 1, "carry")
+        rest = None
+        if self.taped:
+            tape = nb.emit_get(carry, 1 + len(self.free), "tape")
+            stored, rest = keytape.restore(
+                nb, self.ad.tape_data(), stored, tape, self.init, self.init.checked_type
+            )
+        nb.bind(params[-1], stored)
         if self.foreach:
             nb.bind(params[0], slots.get(nb, step, 2, "x"))
         ct_carry = nb.emit_get(carry, 0, "ct_carry")
         sub = Reverse(self.ad)
         result = sub.forward(self.body.body, nb)
-        return self.step_backward(nb, sub, result, ct_out, ct_carry)
+        backward = self.step_backward(nb, sub, result, ct_out, ct_carry)
+        return backward if rest is None else (*backward, [rest])
 
     # ----------------------------------------- keys in the carry: a tape
     def recompute_with_tape(self, b: LetBuilder) -> None:
         """``recompute`` for a carry holding keys or ADT values: its tensors
-        are stacked, the others pushed on a tape carried along (``keytape``)."""
-        data = self.ad.tape_data()
-        carry_type = self.init.checked_type
-        copy = fresh_binders(self.body)
-        assert isinstance(copy, Function)
-        pair = Var("carry_and_tape", span=self.span)
-        fb = b.child()
-        fb.bind(copy.params[-1], TupleGetItem(pair, 0))
-        tape = fb.emit_get(pair, 1, "tape")
-        tensors_t, keys_t = keytape.split(fb, copy.params[-1], carry_type)
-        result = splice(fb, copy.body)
-        out = fb.emit_get(result, 0, "out")
-        carry = fb.emit_get(result, 1, "carry")
-        pushed = keytape.push(fb, data, keys_t, tape)
-        per_step = fb.emit(fb.tuple([out, tensors_t]), "per_step")
-        following = fb.emit(fb.tuple([carry, pushed]), "carry_and_tape")
-        ret = fb.emit(fb.tuple([per_step, following]), "ret")
-        params = (copy.params[0], pair) if self.foreach else (pair,)
-        body = Function(params, fb.finish(ret), span=self.body.span)
-        init = b.emit(b.tuple([self.init, keytape.empty(b, data)]), "init")
-        if self.foreach:
-            args = (body, self.xs, init)
-        else:
-            args = (self._tape_cond(), body, init)
+        are stacked, the others pushed on a tape carried along (``keytape``),
+        which the reverse loop pops (in segments, as ``recompute``'s, when
+        weight-gradient terms are hoisted)."""
+        from .sqrt import geometry, segmented_binding
+
+        geo = geometry(self)
+        if geo is not None and self.probe_plan().active:
+            segmented_binding(self, b, geo, store_all=True)
+            return
+        init = b.emit(b.tuple([self.init, keytape.empty(b, self.ad.tape_data())]), "init")
+        body = self.storing_body(b)
+        args = (body, self.xs, init) if self.foreach else (self._tape_cond(), body, init)
         loop = b.emit(Call(self.call.callee, args, self.call.attrs, span=self.span), "loop")
         stacked = b.emit_get(loop, 0, "stacked")
         outs = b.emit_get(stacked, 0, "outs")
@@ -447,37 +452,42 @@ class _Loop:
         final = b.emit_get(final_pair, 0, "final")
         tape_final = b.emit_get(final_pair, 1, "tape")
         b.bind(self.var, b.tuple([outs, final]))
-        types = [ct_type(self.var.checked_type.fields[0]), keytape.tensors_type(carry_type)]
-        if self.foreach:
-            types.append(self.xs.checked_type)
-        slots = Slots(types)
-
-        def make_step(nb: LetBuilder, step: Var, carried: Var) -> tuple:
-            ct_out = slots.get(nb, step, 0, "ct_out")
-            tensors_t = slots.get(nb, step, 1, "tensors")
-            tape = nb.emit_get(carried, 1 + len(self.free), "tape")
-            count = keytape.key_count(carry_type)
-            keys, rest = keytape.pop(nb, data, tape, count, self.init, carry_type)
-            nb.bind(self.body.params[-1], keytape.join(nb, tensors_t, keys, carry_type))
-            if self.foreach:
-                nb.bind(self.body.params[0], slots.get(nb, step, 2, "x"))
-            ct_carry = nb.emit_get(carried, 0, "ct_carry")
-            sub = Reverse(self.ad)
-            result = sub.forward(self.body.body, nb)
-            return (*self.step_backward(nb, sub, result, ct_out, ct_carry), [rest])
 
         def back(bb: LetBuilder) -> None:
             seeds = self.seeds(bb, outs, final)
             if seeds is None:
                 return
             ct_outs, ct_final = seeds
-            sequences = [reverse(bb, ct_outs, types[0]), reverse(bb, tensors, types[1])]
+            sequences = [
+                reverse(bb, ct_outs, self.recompute_slots.types[0]),
+                reverse(bb, tensors, self.stored_type),
+            ]
             if self.foreach:
                 sequences.append(reverse(bb, self.xs, self.xs.checked_type))
-            pack = slots.pack(bb, sequences)
-            self.backward_loop(bb, pack, ct_final, make_step, extra=(tape_final,))
+            pack = self.recompute_slots.pack(bb, sequences)
+            self.backward_loop(bb, pack, ct_final, self.recompute_step, extra=(tape_final,))
 
         self.rev.tape.append(back)
+
+    def _taped_body(self, b: LetBuilder) -> Function:
+        """``storing_body`` of a taped loop: ``(x_t, (carry, tape)) ->
+        ((out, the carry's tensors), (carry', tape with its others))``."""
+        data = self.ad.tape_data()
+        copy = fresh_binders(self.body)
+        assert isinstance(copy, Function)
+        pair = Var("carry_and_tape", span=self.span)
+        fb = b.child()
+        fb.bind(copy.params[-1], TupleGetItem(pair, 0))
+        tape = fb.emit_get(pair, 1, "tape")
+        tensors, pushed = keytape.store(fb, data, copy.params[-1], self.init.checked_type, tape)
+        result = splice(fb, copy.body)
+        out = fb.emit_get(result, 0, "out")
+        carry = fb.emit_get(result, 1, "carry")
+        per_step = fb.emit(fb.tuple([out, tensors]), "per_step")
+        following = fb.emit(fb.tuple([carry, pushed]), "carry_and_tape")
+        ret = fb.emit(fb.tuple([per_step, following]), "ret")
+        params = (copy.params[0], pair) if self.foreach else (pair,)
+        return Function(params, fb.finish(ret), span=self.body.span)
 
     def _tape_cond(self) -> Function:
         """The while_loop's condition on (carry, tape): the carry's."""

@@ -44,6 +44,7 @@ import numpy as np
 from ..ir.builder import LetBuilder
 from ..ir.expr import Expr, Function, Var
 from ..ir.types import TensorType, TupleType, Type
+from . import keytape
 from .cotangent import ct_type, differentiable, materialize, reverse, stackable
 
 Leaf = Callable[[LetBuilder, Expr, TensorType], Expr]
@@ -140,8 +141,8 @@ def geometry(loop) -> tuple[int, int, int, int] | None:
 def sqrt_binding(loop, b: LetBuilder) -> None:
     """``loop`` (a ``loops._Loop`` of a foreach) with sqrt checkpointing."""
     geo = geometry(loop)
-    if geo is None or not stackable(loop.init.checked_type):
-        loop.recompute(b)  # symbolic length (or too short to segment)
+    if geo is None or not (stackable(loop.init.checked_type) or loop.taped):
+        loop.recompute(b)  # symbolic length (or too short to segment; a function carried)
         return
     segmented_binding(loop, b, geo, store_all=False)
 
@@ -151,7 +152,11 @@ def segmented_binding(loop, b: LetBuilder, geo: tuple, store_all: bool) -> None:
     inner loop over its k steps storing its start carry (``sqrt``) or all
     its carries (``store_all``: ``loop``, whose compiled inner loop then
     holds one segment's hoisted input projections, not T steps'), then the
-    tail storing its carries; the backward is ``segmented_back``."""
+    tail storing its carries; the backward is ``segmented_back``. A
+    ``taped`` loop's carries are stored as its tensors, stacked, and its
+    keys and ADT values, pushed on one tape the loops carry along (each
+    segment's start under ``sqrt``, then the tail's steps; every step under
+    ``store_all``); the backward pops them in the reverse order."""
     k, nseg, main, rem = geo
     xs_type = loop.xs.checked_type
     length = main + rem
@@ -162,18 +167,29 @@ def segmented_binding(loop, b: LetBuilder, geo: tuple, store_all: bool) -> None:
     seg, carry = Var("segment", span=loop.span), Var("carry", span=loop.span)
     sb = b.child()
     body = loop.storing_body(sb) if store_all else _plain_copy(loop)
-    inner = sb.emit(sb.call_op("cf.foreach", body, seg, carry), "segment_loop")
+    start, pushed = carry, None
+    if loop.taped and not store_all:  # (carry, tape): the start's others pushed
+        start = sb.emit_get(carry, 0, "start")
+        tape = sb.emit_get(carry, 1, "tape")
+        data = loop.ad.tape_data()
+        tensors, pushed = keytape.store(sb, data, start, loop.init.checked_type, tape)
+    inner = sb.emit(sb.call_op("cf.foreach", body, seg, start), "segment_loop")
     if store_all:
         inner_stacked = sb.emit_get(inner, 0, "stacked")
         outs_seg = sb.emit_get(inner_stacked, 0, "outs")
         stored = sb.emit_get(inner_stacked, 1, "carries")
     else:
         outs_seg = sb.emit_get(inner, 0, "outs")
-        stored = carry
+        stored = carry if pushed is None else tensors
     end = sb.emit_get(inner, 1, "carry")
+    if pushed is not None:
+        end = sb.emit(sb.tuple([end, pushed]), "carry_and_tape")
     per_seg = sb.emit(sb.tuple([outs_seg, stored]), "per_segment")
     seg_body = Function((seg, carry), sb.finish(sb.emit(sb.tuple([per_seg, end]), "ret")))
-    outer = b.emit(b.call_op("cf.foreach", seg_body, xs_main, loop.init), "segments")
+    init = loop.init
+    if loop.taped:
+        init = b.emit(b.tuple([init, keytape.empty(b, loop.ad.tape_data())]), "init")
+    outer = b.emit(b.call_op("cf.foreach", seg_body, xs_main, init), "segments")
     stacked = b.emit_get(outer, 0, "stacked")
     outs_main = _map(b, b.emit_get(stacked, 0, "outs"), _segmented(out_type, nseg, k), _join(main))
     starts = b.emit_get(stacked, 1, "starts")
@@ -188,18 +204,31 @@ def segmented_binding(loop, b: LetBuilder, geo: tuple, store_all: bool) -> None:
         final = b.emit_get(tail, 1, "final")
     else:
         outs, final = outs_main, middle
+    tape = None
+    if loop.taped:  # (carry, tape)
+        tape = b.emit_get(final, 1, "tape")
+        final = b.emit_get(final, 0, "final")
     b.bind(loop.var, b.tuple([outs, final]))
-    sources = Sources(starts, carries_tail, xs_main, stored=store_all)
+    sources = Sources(starts, carries_tail, xs_main, stored=store_all, tape=tape)
     loop.rev.tape.append(lambda bb: segmented_back(loop, bb, outs, final, geo, sources))
 
 
 class Sources:
     """What a segmented backward iterates over: per segment, its start
     carry (``stored=False``: recomputed) or its k stored carries; the
-    tail's stored carries; the segmented xs (None: made from the loop's)."""
+    tail's stored carries; the segmented xs (None: made from the loop's);
+    a taped loop's tape, as the forward left it."""
 
-    def __init__(self, main: Expr, tail: Expr | None, xs_main: Expr | None, stored: bool):
+    def __init__(
+        self,
+        main: Expr,
+        tail: Expr | None,
+        xs_main: Expr | None,
+        stored: bool,
+        tape: Expr | None = None,
+    ):
         self.main, self.tail, self.xs_main, self.stored = main, tail, xs_main, stored
+        self.tape = tape
 
 
 def segmented_back(loop, bb: LetBuilder, outs: Expr, final: Expr, geo: tuple, src: Sources):
@@ -225,10 +254,11 @@ def segmented_back(loop, bb: LetBuilder, outs: Expr, final: Expr, geo: tuple, sr
         xs_tail = _map(bb, loop.xs, xs_type, _slice(main, length, length))
         seqs = [
             reverse(bb, ct_tail, ct_out_type),
-            reverse(bb, src.tail, loop.init.checked_type),
+            reverse(bb, src.tail, loop.stored_type),
             reverse(bb, xs_tail, xs_type),
         ]
-        init = bb.emit(bb.tuple([ct_final, *zeros]), "ct_init")
+        tape = [] if src.tape is None else [src.tape]  # the tail's steps on top
+        init = bb.emit(bb.tuple([ct_final, *zeros, *tape]), "ct_init")
         tail_back = loop.reverse_loop(
             bb, loop.recompute_slots.pack(bb, seqs), init, loop.recompute_step
         )
@@ -241,10 +271,13 @@ def segmented_back(loop, bb: LetBuilder, outs: Expr, final: Expr, geo: tuple, sr
             ct_xs_tail = reverse(bb, tail_steps, ct_type(xs_type))
         fin = bb.emit_get(tail_back, 1, "ct_middle")
         carried_fields = [bb.emit_get(fin, i, "ct_middle") for i in range(1 + n)]
+        if tape:
+            tape = [bb.emit_get(fin, 1 + n, "tape")]
     else:
+        tape = [] if src.tape is None else [src.tape]
         carried_fields = [ct_final, *zeros]
         sums = [zeros[j] for j in plan.hoisted]
-    carried = bb.emit(bb.tuple([*carried_fields, *sums]), "ct_init")
+    carried = bb.emit(bb.tuple([*carried_fields, *sums, *tape]), "ct_init")
     ct_main = _map(
         bb, _map(bb, ct_outs, ct_out_type, _slice(0, main, length)), ct_out_type, _split(nseg, k)
     )
@@ -261,7 +294,7 @@ def segmented_back(loop, bb: LetBuilder, outs: Expr, final: Expr, geo: tuple, sr
         (seq, _segmented(t, nseg, k))
         for seq, t, p in zip(
             [ct_main, src.main, xs_main],
-            [ct_out_type, loop.init.checked_type, xs_type],
+            [ct_out_type, loop.stored_type, xs_type],
             slots.positions,
             strict=True,
         )
@@ -374,25 +407,36 @@ def _segment_step(loop, nb: LetBuilder, step: Var, carry: Var, plan, stored: boo
     """One segment's backward: its carries (recomputed from its start, or
     stored), then its reverse loop, which carries the accumulators on (so
     they are added to in the same order as by an unsegmented loop); then
-    its chunk of the hoisted terms added to the carried sums."""
+    its chunk of the hoisted terms added to the carried sums. A taped
+    loop's tape is carried last: the segment pops its start's keys and ADT
+    values, its recomputation pushes its steps' on the rest, and its
+    reverse loop pops them, so each recomputed step gets the forward's."""
     xs_type = loop.xs.checked_type
     slots = loop.recompute_slots  # per segment: the same fields, k steps each
     ct_seg = slots.get(nb, step, 0, "ct_segment")
     start = slots.get(nb, step, 1, "start")
     x_seg = slots.get(nb, step, 2, "x_segment")
+    n = len(loop.free)
+    tape = [nb.emit_get(carry, 1 + n + len(plan.hoisted), "tape")] if loop.taped else []
     if stored:
         carries = start
     else:
+        if tape:
+            data, carry_type = loop.ad.tape_data(), loop.init.checked_type
+            start, rest = keytape.restore(nb, data, start, tape[0], loop.init, carry_type)
+            start = nb.emit(nb.tuple([start, rest]), "start_and_tape")
         fwd = nb.emit(nb.call_op("cf.foreach", loop.storing_body(nb), x_seg, start), "recompute")
         carries = nb.emit_get(nb.emit_get(fwd, 0, "stacked"), 1, "carries")
+        if tape:
+            tape = [nb.emit_get(nb.emit_get(fwd, 1, "end"), 1, "tape")]
     out_t = ct_type(loop.var.checked_type.fields[0])
     seqs = [
         reverse(nb, ct_seg, out_t),  # only the tuple structure matters to reverse
-        reverse(nb, carries, loop.init.checked_type),
+        reverse(nb, carries, loop.stored_type),
         reverse(nb, x_seg, xs_type),
     ]
-    n = len(loop.free)
-    init = nb.emit(nb.tuple([nb.emit_get(carry, i, "ct") for i in range(1 + n)]), "ct_init")
+    init = [nb.emit_get(carry, i, "ct") for i in range(1 + n)]
+    init = nb.emit(nb.tuple([*init, *tape]), "ct_init")
     inner = loop.reverse_loop(nb, slots.pack(nb, seqs), init, loop.recompute_step)
     iplan = loop.last_plan
     steps, flats = loop.hoisted_flats(nb, inner, iplan)
@@ -405,6 +449,8 @@ def _segment_step(loop, nb: LetBuilder, step: Var, carry: Var, plan, stored: boo
     fin = nb.emit_get(inner, 1, "ct_start")
     prev = nb.emit_get(fin, 0, "ct_prev")
     free = [nb.emit_get(fin, j + 1, "ct_free") for j in range(n)]
+    if tape:  # carried on after the sums
+        sums = [*sums, nb.emit_get(fin, 1 + n, "tape")]
     if iplan.x_terms:
         return nb.emit(nb.tuple([]), "unit"), prev, free, sums, iplan.x_part(nb, flats)
     return reverse(nb, steps, ct_type(xs_type)), prev, free, sums

@@ -126,7 +126,11 @@ def _stacked_elements(module) -> int:
     gradient function (nested ones per call)."""
     total = 0
     for node in post_order(module["main_grad"].body):
-        if isinstance(node, Call) and isinstance(node.callee, Op) and node.callee.name == "cf.foreach":
+        if (
+            isinstance(node, Call)
+            and isinstance(node.callee, Op)
+            and node.callee.name == "cf.foreach"
+        ):
             stack = [node.checked_type.fields[0]]
             while stack:
                 t = stack.pop()
@@ -188,7 +192,7 @@ def test_the_recomputed_dropout_masks_are_the_forward_masks():
     kept = effir.interpret(
         effir.parse(
             '#[version = "0.0.5"]\ndef @main(%k: Key) '
-            "{ random.dropout(ones(shape=[16], dtype=\"float64\"), %k, rate=0.5) }"
+            '{ random.dropout(ones(shape=[16], dtype="float64"), %k, rate=0.5) }'
         ),
         keys[1],
     )
@@ -203,7 +207,7 @@ def test_a_keyed_cell_with_hoisted_weights_is_bit_identical(length):
 
 
 def test_loop_mode_with_keys_stores_chunks_of_hoisted_factors():
-    """"loop" with hoisted weight terms runs in segments with keys too:
+    """With hoisted weight terms, "loop" runs in segments with keys too:
     per step its stacks grow by the carry (8), the output (2) and x's
     cotangent (6), not by the hoisted factors (22 more)."""
 
@@ -239,7 +243,8 @@ def check_compiled_keyed_sqrt() -> None:
 
 
 @pytest.mark.skipif(
-    os.environ.get("EFFIR_NIGHTLY") != "1", reason="a long build (loops with a tape): EFFIR_NIGHTLY=1"
+    os.environ.get("EFFIR_NIGHTLY") != "1",
+    reason="a long build (loops with a tape): EFFIR_NIGHTLY=1",
 )
 def test_the_compiled_sqrt_gradient_with_keys_equals_the_interpreted():
     from tests.isolated import run_isolated
