@@ -353,12 +353,9 @@ class _Loop:
 
     # ------------------------------------------------- "loop": recompute
     def recompute(self, b: LetBuilder) -> None:
-        """Stack each step's starting carry; the backward recomputes the step."""
-        carry_type = self.init.checked_type
-        if not stackable(carry_type) and tape_leaves_only(carry_type):
-            self.recompute_with_tape(b)
-            return
-        if not stackable(carry_type):
+        """Stack each step's starting carry (``taped``: its tensors, its keys
+        and ADT values on a tape); the backward recomputes the step."""
+        if not (stackable(self.init.checked_type) or self.taped):
             raise DifferentiationError(
                 "the backward of this loop recomputes each step from its carried state, "
                 "which must be tensors, keys and ADT values to be stored per step (it holds "
@@ -371,6 +368,9 @@ class _Loop:
         if geo is not None and self.probe_plan().active:
             # in segments, so that only one chunk's hoisted factors are stored
             segmented_binding(self, b, geo, store_all=True)
+            return
+        if self.taped:
+            self.recompute_with_tape(b)
             return
         loop = self.rebuild(b, self.storing_body(b))
         outs, (stacked,), final = self.bind_result(b, loop)
@@ -393,18 +393,23 @@ class _Loop:
         ret = fb.emit(fb.tuple([per_step, carry]), "ret")
         return Function(copy.params, fb.finish(ret), span=self.body.span)
 
-    def recompute_back(self, bb: LetBuilder, outs: Var, carries: Expr, final: Var) -> None:
+    def recompute_back(
+        self, bb: LetBuilder, outs: Var, carries: Expr, final: Var, tape: tuple[Expr, ...] = ()
+    ) -> None:
+        """The reverse loop over the stored ``carries`` (``taped``: their
+        tensors, and ``tape``, the forward's final tape, carried along)."""
         seeds = self.seeds(bb, outs, final)
         if seeds is None:
             return
         ct_outs, ct_final = seeds
-        out_type = self.var.checked_type.fields[0]
-        sequences = [reverse(bb, ct_outs, ct_type(out_type))]
-        sequences.append(reverse(bb, carries, self.init.checked_type))
+        sequences = [
+            reverse(bb, ct_outs, self.recompute_slots.types[0]),
+            reverse(bb, carries, self.stored_type),
+        ]
         if self.foreach:
             sequences.append(reverse(bb, self.xs, self.xs.checked_type))
         pack = self.recompute_slots.pack(bb, sequences)
-        self.backward_loop(bb, pack, ct_final, self.recompute_step)
+        self.backward_loop(bb, pack, ct_final, self.recompute_step, extra=tape)
 
     def recompute_step(self, nb: LetBuilder, step: Var, carry: Var) -> tuple:
         """One backward step: the forward step again, from the stored carry
@@ -433,14 +438,7 @@ class _Loop:
     def recompute_with_tape(self, b: LetBuilder) -> None:
         """``recompute`` for a carry holding keys or ADT values: its tensors
         are stacked, the others pushed on a tape carried along (``keytape``),
-        which the reverse loop pops (in segments, as ``recompute``'s, when
-        weight-gradient terms are hoisted)."""
-        from .sqrt import geometry, segmented_binding
-
-        geo = geometry(self)
-        if geo is not None and self.probe_plan().active:
-            segmented_binding(self, b, geo, store_all=True)
-            return
+        which the reverse loop pops."""
         init = b.emit(b.tuple([self.init, keytape.empty(b, self.ad.tape_data())]), "init")
         body = self.storing_body(b)
         args = (body, self.xs, init) if self.foreach else (self._tape_cond(), body, init)
@@ -452,22 +450,9 @@ class _Loop:
         final = b.emit_get(final_pair, 0, "final")
         tape_final = b.emit_get(final_pair, 1, "tape")
         b.bind(self.var, b.tuple([outs, final]))
-
-        def back(bb: LetBuilder) -> None:
-            seeds = self.seeds(bb, outs, final)
-            if seeds is None:
-                return
-            ct_outs, ct_final = seeds
-            sequences = [
-                reverse(bb, ct_outs, self.recompute_slots.types[0]),
-                reverse(bb, tensors, self.stored_type),
-            ]
-            if self.foreach:
-                sequences.append(reverse(bb, self.xs, self.xs.checked_type))
-            pack = self.recompute_slots.pack(bb, sequences)
-            self.backward_loop(bb, pack, ct_final, self.recompute_step, extra=(tape_final,))
-
-        self.rev.tape.append(back)
+        self.rev.tape.append(
+            lambda bb: self.recompute_back(bb, outs, tensors, final, (tape_final,))
+        )
 
     def _taped_body(self, b: LetBuilder) -> Function:
         """``storing_body`` of a taped loop: ``(x_t, (carry, tape)) ->
