@@ -16,8 +16,10 @@ import pytest
 import effir
 from effir.ir.expr import Call, Op
 from effir.ir.functor import post_order
+from effir.ir.module import IRModule
 from effir.ir.types import TupleType
 from effir.passes.dce import dce
+from effir.passes.verify_linear import linearity_errors
 from effir.runtime.values import PRNGKey
 
 from .grad_harness import check_compiled_equals_interpreted, check_grad
@@ -294,3 +296,172 @@ def test_the_compiled_sqrt_gradient_with_keys_equals_the_interpreted():
     )
     run.check()
     assert "ok" in run.stdout
+
+
+# ------------------------------------------------ adversarial carries and places
+T3 = "Tensor[(3), float64]"
+
+# a carry that is only a key: nothing of it is stacked, all of it is taped
+ONLY_KEY = """#[version = "0.0.5"]
+def @main(%xs: Tensor[(LEN, 3), float64], %w: T3, %k: Key) {
+  let %r = cf.foreach(fn (%x: T3, %s: Key) {
+    let %ks = random.split(%s);
+    (random.dropout(tanh(multiply(%x, %w)), %ks.1, rate=0.5), %ks.0)
+  }, %xs, %k);
+  sum(multiply(%r.0, %r.0))
+}
+""".replace("T3", T3)
+
+# a key and ADT values in one nested carry; tuple xs; only the final carry read
+MIXED = """#[version = "0.0.5"]
+type List[A] { Cons(A, List[A]), Nil }
+def @main(%xs: Tensor[(LEN, 3), float64], %ys: Tensor[(LEN, 2), float64], %w: T3, %h0: T3,
+          %k: Key) {
+  let %r = cf.foreach(fn (%xy: (T3, Tensor[(2), float64]), %c: ((T3, Key), (List[T3], T3))) {
+    let %h = %c.0.0;
+    let %ks = random.split(%c.0.1);
+    let %prev = match (%c.1.0) { Cons(%p, _) => %p, Nil => %h };
+    let %i = add(%xy.0, multiply(%prev, %c.1.1));
+    let %n = tanh(add(multiply(%h, %w), multiply(%i, sum(%xy.1))));
+    let %d = random.dropout(%n, %ks.1, rate=0.4);
+    (sum(%d), ((%d, %ks.0), (Cons(%n, %c.1.0), multiply(%c.1.1, %w))))
+  }, (%xs, %ys), ((%h0, %k), (Nil, %w)));
+  let %last = match (%r.1.1.0) { Cons(%a, _) => %a, Nil => %w };
+  add(sum(multiply(%r.1.0.0, %last)), sum(%r.1.1.1))
+}
+""".replace("T3", T3)
+MIXED_WRT = ["xs", "ys", "w", "h0"]
+
+
+def _mixed(length: int):
+    m = effir.parse(MIXED.replace("LEN", str(length)))
+    rng = np.random.default_rng(300 + length)
+    return m, [
+        rng.normal(size=(length, 3)) * 0.5,
+        rng.normal(size=(length, 2)) * 0.5,
+        rng.normal(size=3),
+        rng.normal(size=3),
+        PRNGKey([3, length]),
+    ]
+
+
+@pytest.mark.parametrize("length", [1, 2, 3, 5, 13])
+def test_a_carry_that_is_only_a_key(length):
+    m = effir.parse(ONLY_KEY.replace("LEN", str(length)))
+    rng = np.random.default_rng(length)
+    args = [rng.normal(size=(length, 3)), rng.normal(size=3), PRNGKey([4, length])]
+    if length == 5:
+        want = [np.asarray(x) for x in check_grad(m, args, ["xs", "w"], checkpoint="sqrt")]
+    else:
+        want = _grads(m, args, "none", ["xs", "w"])
+    _assert_bit_identical(m, args, ["xs", "w"], want)
+
+
+@pytest.mark.parametrize("length", [4, 7, 17])
+def test_a_key_and_adt_values_in_one_carry_with_tuple_xs(length):
+    """Only the final carry is read (the stacked outputs' cotangent is
+    zero); with a tail, each parameter alone gives the same bits."""
+    m, args = _mixed(length)
+    if length == 7:
+        want = [np.asarray(x) for x in check_grad(m, args, MIXED_WRT, checkpoint="sqrt")]
+    else:
+        want = _grads(m, args, "none", MIXED_WRT)
+    _assert_bit_identical(m, args, MIXED_WRT, want)
+    if length == 17:
+        for name, expected in zip(MIXED_WRT, want, strict=True):
+            _assert_bit_identical(m, args, [name], [expected])
+
+
+def test_specialised_programs_are_bit_identical():
+    """After partial evaluation (``specialise=True``), whose unrolling
+    leaves a loop of more than 8 steps as it is."""
+    m, args = _mixed(10)
+    reference = None
+    for mode in MODES:
+        g = effir.grad(m, wrt=MIXED_WRT, checkpoint=mode)
+        assert "GradPush(" in effir.astext(g["main_grad"]), mode
+        got = [np.asarray(x) for x in effir.interpret(g, *args, entry="main_grad")]
+        reference = reference or got
+        for a, b in zip(got, reference, strict=True):
+            np.testing.assert_array_equal(a, b, err_msg=mode)
+
+
+IN_BRANCH = """#[version = "0.0.5"]
+def @main(%xs: Tensor[(10, 3), float64], %h0: T3, %w: T3, %k: Key, %c: bool) {
+  let %v = if (%c) {
+    let %r = cf.foreach(fn (%x: T3, %s: (T3, Key)) {
+      let %ks = random.split(%s.1);
+      let %d = random.dropout(tanh(add(multiply(%s.0, %w), %x)), %ks.1, rate=0.5);
+      (sum(%d), (%d, %ks.0))
+    }, %xs, (%h0, %k));
+    add(sum(%r.0), sum(%r.1.0))
+  } else {
+    sum(multiply(%h0, %w))
+  };
+  multiply(%v, %v)
+}
+""".replace("T3", T3)
+
+
+@pytest.mark.parametrize("taken", [True, False])
+def test_a_keyed_loop_inside_an_if_branch(taken):
+    m = effir.parse(IN_BRANCH)
+    rng = np.random.default_rng(11)
+    args = [rng.normal(size=(10, 3)), rng.normal(size=3), rng.normal(size=3), PRNGKey([5, 1])]
+    args.append(np.array(taken))
+    want = _grads(m, args, "none", ["xs", "h0", "w"])
+    _assert_bit_identical(m, args, ["xs", "h0", "w"], want)
+    assert np.any(want[0] != 0) == taken
+
+
+# an inner keyed loop of 5 steps (2 segments of 2 and a tail) inside each
+# step of an outer loop of 7 (2 of 3 and a tail) carrying a key and a List
+NESTED_TAILS = """#[version = "0.0.5"]
+type List[A] { Cons(A, List[A]), Nil }
+def @main(%xs: Tensor[(7, 5, 2), float64], %h0: T2, %w: T2, %k: Key) {
+  let %r = cf.foreach(fn (%x: Tensor[(5, 2), float64], %s: (T2, Key, List[T2])) {
+    let %keys = random.split(%s.1);
+    let %in = cf.foreach(fn (%y: T2, %t: (Key, T2)) {
+      let %ks = random.split(%t.0);
+      let %e = random.dropout(tanh(add(multiply(%t.1, %w), %y)), %ks.1, rate=0.5);
+      (sum(%e), (%ks.0, %e))
+    }, %x, (%keys.1, %s.0));
+    let %p = match (%s.2) { Cons(%a, _) => %a, Nil => %w };
+    let %d = random.dropout(sigmoid(multiply(%in.1.1, %p)), %in.1.0, rate=0.3);
+    (sum(%in.0), (%d, %keys.0, Cons(%d, %s.2)))
+  }, %xs, (%h0, %k, Nil));
+  add(sum(%r.0), sum(multiply(%r.1.0, %r.1.0)))
+}
+""".replace("T2", "Tensor[(2), float64]")
+
+
+def test_nested_keyed_loops_with_tails():
+    m = effir.parse(NESTED_TAILS)
+    rng = np.random.default_rng(12)
+    args = [rng.normal(size=(7, 5, 2)), rng.normal(size=2), rng.normal(size=2), PRNGKey([6, 2])]
+    want = [np.asarray(x) for x in check_grad(m, args, ["h0", "w"], checkpoint="sqrt")]
+    _assert_bit_identical(m, args, ["h0", "w"], want)
+
+
+def test_generated_functions_replay_keys_and_pass_the_linearity_verifier():
+    """grad's functions reread the forward's keys on purpose (the tape, the
+    recomputed dropout): they are marked so, and nothing else is reported
+    in them (the user's own ``@main`` is the verifier's to judge)."""
+    m, _ = _mixed(7)
+    for mode in MODES:
+        g = effir.grad(m, wrt=MIXED_WRT, checkpoint=mode, specialise=False)
+        assert g["main_grad"].attrs["replays_keys"] is True
+        alone = IRModule({"main_grad": g["main_grad"]}, g.type_defs, g.cells)
+        assert linearity_errors(alone) == [], mode
+
+
+def test_the_gradient_program_does_not_grow_with_the_length():
+    """Segments are loops over a reshaped sequence: 16 steps (4 segments of
+    4) and 1024 (32 of 32) give gradient programs of the same size."""
+
+    def size(length: int) -> int:
+        m, _ = _keyed(length)
+        g = effir.grad(m, wrt=KEYED_WRT, checkpoint="sqrt", specialise=False)
+        return sum(1 for _ in post_order(g["main_grad"].body))
+
+    assert size(16) == size(1024)
