@@ -281,6 +281,11 @@ def check_compiled_keyed_sqrt() -> None:
     g = effir.value_and_grad(m, wrt=KEYED_WRT, checkpoint="sqrt", specialise=False)
     assert _loops(g) == 7 and "GradPush(" in effir.astext(g["main_grad"])
     check_compiled_equals_interpreted(g, args)
+    # a key and ADT values in one nested carry, tuple xs, with a tail
+    m, args = _mixed(10)
+    g = effir.value_and_grad(m, wrt=MIXED_WRT, checkpoint="sqrt", specialise=False)
+    assert "GradPush(" in effir.astext(g["main_grad"])
+    check_compiled_equals_interpreted(g, args)
 
 
 @pytest.mark.skipif(
