@@ -19,7 +19,7 @@ rest of the tape, and pops them again in the segment's reverse loop.
 from __future__ import annotations
 
 from ..ir.builder import LetBuilder
-from ..ir.expr import Call, Clause, Expr, Match, PatternConstructor, PatternVar, TypeData, Var
+from ..ir.expr import Clause, Expr, Match, PatternConstructor, PatternVar, TypeData, Var
 from ..ir.parser import parse
 from ..ir.types import KeyType, TensorType, TupleType, Type, TypeCall
 
@@ -76,6 +76,7 @@ def split(b: LetBuilder, value: Expr, t: Type) -> tuple[Expr, Expr]:
 
 
 def tensors_type(t: Type) -> TupleType:
+    """The type of ``split``'s tensors: what a loop stacks of its carry."""
     return TupleType(tuple(x for _, x in _leaves(t) if not _on_tape(x)))
 
 
@@ -167,14 +168,16 @@ def restore(
 
 
 __all__ = [
-    "Call",
     "TAPE",
     "empty",
     "join",
-    "tape_leaves_only",
+    "key_count",
     "pop",
     "push",
     "restore",
     "split",
     "store",
+    "tape_leaves_only",
+    "tape_type_def",
+    "tensors_type",
 ]
