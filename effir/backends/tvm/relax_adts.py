@@ -65,6 +65,12 @@ class AdtLowering:
         """``C(args)``: the tuple of its tag and fields."""
         if not args and ctor.inputs:  # a function value (relax_closures.py)
             return self._constructor_value(ctor)
+        if links_values(ctor):
+            # [RULE STACK] a value linking to another ADT value may become a
+            # chain as long as a loop runs (a list grown per step, the key
+            # tape of a gradient): TVM's runtime frees a chain by a native
+            # recursion per link, which overflowed 8 MB past ~130,000 links
+            self.recursion = True
         return self.bb.emit(relax.Tuple([tag(self._ctor_index(ctor)), *args]), name)
 
     def _ctor_index(self, ctor: Constructor) -> int:
@@ -201,6 +207,19 @@ class AdtLowering:
 
     def _both(self, a: Any, b: Any) -> Any:
         return self.bb.emit(relax.op.logical_and(a, b))
+
+
+def links_values(ctor: Constructor) -> bool:
+    """Whether a ``ctor`` value may hold another ADT value (a field of an
+    ADT type, in a tuple too): such values can chain without bound."""
+    work: list[Type] = list(ctor.inputs)
+    while work:
+        t = work.pop()
+        if isinstance(t, TypeCall):
+            return True
+        if isinstance(t, TupleType):
+            work.extend(t.fields)
+    return False
 
 
 def holds_object(ty: Any) -> bool:

@@ -236,7 +236,7 @@ class _Lowering(
         self.loops = 0
         self.recursive: set[str] = set()  # globals on a cycle of calls [RULE DEPTH]
         self.depth: Any = None  # the depth of recursion where code is lowered
-        self.recursion = False  # whether the program may recurse (vm_run.py)
+        self.recursion = False  # runs on a large stack (vm_run.py): recursion, ADT chains
         self.sites: dict[str, Span | None] = {}  # RelaxProgram.sites
 
     # ------------------------------------------------------------ globals
