@@ -98,7 +98,7 @@ def loop_binding(rev: Reverse, var: Var, call: Call, b: LetBuilder) -> Computati
     """``let var = cf.foreach(...)`` or ``cf.while_loop(...)``, differentiated."""
     loop = _Loop(rev, var, call)
     mode = rev.ad.checkpoint
-    if mode == "sqrt" and loop.foreach:
+    if mode == "sqrt":
         from .sqrt import sqrt_binding
 
         sqrt_binding(loop, b)
@@ -202,10 +202,10 @@ class _Loop:
         steps = bb.emit_get(loop, 0, "ct_steps")
         sums: list[Expr] = []
         if plan.active:  # the hoisted terms, summed chunk by chunk (sqrt.py)
-            from .sqrt import chunked_totals, geometry
+            from .sqrt import chunked_totals, chunking
 
             factors = bb.emit_get(steps, 1, "factors")
-            sums, x_steps = chunked_totals(self, bb, plan, factors, geometry(self))
+            sums, x_steps = chunked_totals(self, bb, plan, factors, chunking(self))
             steps = x_steps if x_steps is not None else bb.emit_get(steps, 0, "ct_steps")
         if self.foreach and differentiable(self.xs.checked_type):
             self.rev.add(bb, self.xs, reverse(bb, steps, ct_type(self.xs.checked_type)))

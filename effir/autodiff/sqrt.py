@@ -137,11 +137,29 @@ def geometry(loop) -> tuple[int, int, int, int] | None:
     return k, nseg, nseg * k, length - nseg * k
 
 
+RUNTIME = "runtime"
+"""``chunking``'s answer for a loop whose segments are known at run time."""
+
+
+def chunking(loop) -> tuple[int, int, int, int] | str | None:
+    """How a loop's hoisted terms are cut into chunks: ``geometry`` for a
+    foreach of static length (None: one chunk), ``RUNTIME`` for a foreach
+    of symbolic length or a while_loop (``runtime_segments``)."""
+    if loop.foreach and _length(loop.xs.checked_type) is not None:
+        return geometry(loop)
+    return RUNTIME
+
+
 def sqrt_binding(loop, b: LetBuilder) -> None:
-    """``loop`` (a ``loops._Loop`` of a foreach) with sqrt checkpointing."""
+    """``loop`` (a ``loops._Loop``) with sqrt checkpointing."""
     geo = geometry(loop)
+    if geo is None and chunking(loop) == RUNTIME and stackable(loop.init.checked_type):
+        from .runtime_segments import sqrt_foreach, sqrt_while
+
+        (sqrt_foreach if loop.foreach else sqrt_while)(loop, b)
+        return
     if geo is None or not stackable(loop.init.checked_type):
-        loop.recompute(b)  # symbolic length (or too short to segment)
+        loop.recompute(b)  # too short to segment
         return
     segmented_binding(loop, b, geo, store_all=False)
 
@@ -295,12 +313,16 @@ def segmented_back(loop, bb: LetBuilder, outs: Expr, final: Expr, geo: tuple, sr
 
 
 def chunked_totals(
-    loop, bb: LetBuilder, plan, factors: Expr, geo: tuple | None
+    loop, bb: LetBuilder, plan, factors: Expr, geo: tuple | str | None
 ) -> tuple[list[Expr], Expr | None]:
     """The sums of the hoisted terms (per ``plan.hoisted``) from a reverse
     loop's stacked factors ``factors`` (steps in its order), chunk by chunk
     as ``segmented_back`` sums them; and the stacked x cotangents, if
     hoisted."""
+    if geo == RUNTIME:
+        from .runtime_segments import runtime_totals
+
+        return runtime_totals(loop, bb, plan, factors)
     stacks = [bb.emit_get(factors, i, "factor") for i in range(len(plan.stacks))]
     if geo is None:  # one chunk
         flats = [plan.flat(bb, s, i) for i, s in enumerate(stacks)]
