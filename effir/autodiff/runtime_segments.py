@@ -55,19 +55,26 @@ class Geometry:
     tail steps, and ``within`` = iota(k), a segment's positions."""
 
     def __init__(self, b: LetBuilder, length: Expr) -> None:
-        one = b.const(1, "int64")
-        root = b.emit(b.call_op("sqrt", b.emit(b.call_op("cast", length, dtype="float64"))), "t")
-        # the cast truncates: s is floor(sqrt(T)), or its ceiling where the
+        # In float64 (exact below 2**53), then cast: integer arithmetic on
+        # a cast of sqrt, fused into one kernel, failed TVM's build (its
+        # ConstIntBound analyser: "bound ... conflicts with memorization").
+        def op(name: str, *args: Expr, **attrs) -> Var:
+            return b.emit(b.call_op(name, *args, **attrs), "t")
+
+        one = b.const(1.0, "float64")
+        steps = op("cast", length, dtype="float64")
+        # the casts truncate: s is floor(sqrt(T)), or its ceiling where the
         # float rounds up; s*s < T then adds the one that ceil(sqrt(T)) needs
-        s = b.emit(b.call_op("cast", root, dtype="int64"), "t")
-        short = b.emit(b.call_op("less", b.emit(b.call_op("multiply", s, s), "t"), length), "t")
+        s = op("cast", op("cast", op("sqrt", steps), dtype="int64"), dtype="float64")
+        k = op("add", s, op("cast", op("less", op("multiply", s, s), steps), dtype="float64"))
+        count = op("cast", op("divide", steps, op("maximum", k, one)), dtype="int64")
+        nseg = op("maximum", op("cast", count, dtype="float64"), one)  # T = 0: one, empty
+        main = op("multiply", nseg, k)
         self.length = length
-        self.k = b.emit(b.call_op("add", s, b.emit(b.call_op("cast", short, dtype="int64"))), "k")
-        divisor = b.emit(b.call_op("maximum", self.k, one), "t")
-        count = b.emit(b.call_op("divide", length, divisor), "t")
-        self.nseg = b.emit(b.call_op("maximum", count, one), "segments")  # T = 0: one, empty
-        self.main = b.emit(b.call_op("multiply", self.nseg, self.k), "main")
-        self.rem = b.emit(b.call_op("subtract", length, self.main), "tail")
+        self.k = b.emit(b.call_op("cast", k, dtype="int64"), "k")
+        self.nseg = b.emit(b.call_op("cast", nseg, dtype="int64"), "segments")
+        self.main = b.emit(b.call_op("cast", main, dtype="int64"), "main")
+        self.rem = b.emit(b.call_op("cast", op("subtract", steps, main), dtype="int64"), "tail")
         self.within = iota(b, self.k)
 
     def rows(self, b: LetBuilder, index: Expr, offset: Expr | None = None) -> Var:
@@ -134,15 +141,17 @@ class Forward:
     """What the segmented forward made: the loop's outputs and final carry,
     each segment's start carry, and the tail's stored carries."""
 
-    def __init__(self, outs: Expr, final: Expr, starts: Expr, tail: Expr) -> None:
+    def __init__(self, outs: Expr | None, final: Expr, starts: Expr, tail: Expr) -> None:
         self.outs, self.final, self.starts, self.tail = outs, final, starts, tail
 
 
-def segmented_forward(loop, b: LetBuilder, geo: Geometry) -> Forward:
+def segmented_forward(loop, b: LetBuilder, geo: Geometry, outs: bool = True) -> Forward:
     """``loop`` (a foreach, or a while_loop's view as one) in segments of
     ``geo``: an outer loop over the segment indices whose step takes its
     segment's x and runs an inner loop over its k steps, storing the carry
-    it started from; then the tail, storing its carries."""
+    it started from; then the tail, storing its carries. Without ``outs``
+    (a rerun, whose outputs the forward has) the segments' outputs are
+    not kept."""
     xs_type = loop.xs.checked_type
     out_type = loop.var.checked_type.fields[0]
     seg, carry = Var("segment", span=loop.span), Var("carry", span=loop.span)
@@ -151,20 +160,23 @@ def segmented_forward(loop, b: LetBuilder, geo: Geometry) -> Forward:
     inner = sb.emit(sb.call_op("cf.foreach", _plain_copy(loop), x_seg, carry), "segment_loop")
     outs_seg = sb.emit_get(inner, 0, "outs")
     end = sb.emit_get(inner, 1, "carry")
-    per_seg = sb.emit(sb.tuple([outs_seg, carry]), "per_segment")
+    per_seg = sb.emit(sb.tuple([outs_seg, carry]), "per_segment") if outs else carry
     seg_body = Function((seg, carry), sb.finish(sb.emit(sb.tuple([per_seg, end]), "ret")))
     indices = iota(b, geo.nseg)
     outer = b.emit(b.call_op("cf.foreach", seg_body, indices, loop.init), "segments")
     stacked = b.emit_get(outer, 0, "stacked")
-    outs_main = _map(b, b.emit_get(stacked, 0, "outs"), _nested(out_type), _merge)
-    starts = b.emit_get(stacked, 1, "starts")
+    starts = b.emit_get(stacked, 1, "starts") if outs else stacked
     middle = b.emit_get(outer, 1, "middle")
     xs_tail = _map(b, loop.xs, xs_type, _rows(geo.tail_rows(b, geo.main)))
     tail = b.emit(b.call_op("cf.foreach", loop.storing_body(b), xs_tail, middle), "tail")
     tail_stacked = b.emit_get(tail, 0, "stacked")
-    outs = _concat(b, outs_main, b.emit_get(tail_stacked, 0, "outs"), out_type)
     final = b.emit_get(tail, 1, "final")
-    return Forward(outs, final, starts, b.emit_get(tail_stacked, 1, "carries"))
+    carries = b.emit_get(tail_stacked, 1, "carries")
+    if not outs:
+        return Forward(None, final, starts, carries)
+    outs_main = _map(b, b.emit_get(stacked, 0, "outs"), _nested(out_type), _merge)
+    joined = _concat(b, outs_main, b.emit_get(tail_stacked, 0, "outs"), out_type)
+    return Forward(joined, final, starts, carries)
 
 
 def sqrt_foreach(loop, b: LetBuilder) -> None:
@@ -200,7 +212,7 @@ def sqrt_while(loop, b: LetBuilder) -> None:
             return
         geo = Geometry(bb, steps)
         view = foreach_view(loop, iota(bb, steps))
-        segmented_backward(view, bb, seeds, geo, segmented_forward(view, bb, geo))
+        segmented_backward(view, bb, seeds, geo, segmented_forward(view, bb, geo, outs=False))
 
     loop.rev.tape.append(back)
 
