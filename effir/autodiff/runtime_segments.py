@@ -43,7 +43,7 @@ from ..ir.builder import LetBuilder
 from ..ir.expr import Call, Expr, Function, TupleGetItem, Var
 from ..ir.types import ANY, TensorType, TupleType, Type
 from ..passes.anf_sharing import fresh_binders
-from .cotangent import ct_type, differentiable, materialize, reverse
+from .cotangent import ct_type, differentiable, materialize
 from .sqrt import Leaf, _concat, _map, _plain_copy, _segment_step, _take
 
 INDEX = TensorType((), "int64")
@@ -97,6 +97,16 @@ def iota(b: LetBuilder, count: Expr) -> Var:
     rows = b.emit(b.call_op("argwhere", ones), "t")
     flat = b.emit(b.call_op("reshape", rows, newshape=[-1]), "t")
     return b.emit(b.call_op("cast", flat, dtype="int64"), "iota")
+
+
+def backwards(b: LetBuilder, count: Expr) -> Var:
+    """``[count - 1, ..., 1, 0]``: the rows of a sequence of ``count`` steps
+    taken in reverse (``take``). Not ``cotangent.reverse``, a strided_slice
+    whose end is before the first row whatever the length: of a length
+    known only at run time, its result's length is min(n, 2**31 - 2),
+    which TVM's memory planner took as a size to allocate (std::bad_alloc)."""
+    last = b.emit(b.call_op("subtract", count, b.const(1, "int64")), "t")
+    return b.emit(b.call_op("subtract", last, iota(b, count)), "backwards")
 
 
 def length_of(b: LetBuilder, value: Expr, t: Type) -> Var:
@@ -267,30 +277,32 @@ def segmented_backward(loop, bb: LetBuilder, seeds: tuple, geo: Geometry, fwd: F
     slots = loop.recompute_slots
     zeros = [materialize(bb, None, f, f.checked_type) for f in loop.free]
     x_parts: list[Expr] = []
-    tail_rows = geo.tail_rows(bb, geo.main)
+    # the tail's steps, last first
+    tail_back = backwards(bb, geo.rem)
+    tail_rows = bb.emit(bb.call_op("add", tail_back, geo.main), "rows")
     seqs = [
-        reverse(bb, _map(bb, ct_outs, ct_out_type, _rows(tail_rows)), ct_out_type),
-        reverse(bb, fwd.tail, loop.init.checked_type),
-        reverse(bb, _map(bb, loop.xs, xs_type, _rows(tail_rows)), xs_type),
+        _map(bb, ct_outs, ct_out_type, _rows(tail_rows)),
+        _map(bb, fwd.tail, loop.init.checked_type, _rows(tail_back)),
+        _map(bb, loop.xs, xs_type, _rows(tail_rows)),
     ]
     init = bb.emit(bb.tuple([ct_final, *zeros]), "ct_init")
-    tail_back = loop.reverse_loop(bb, slots.pack(bb, seqs), init, loop.recompute_step)
+    tail_loop = loop.reverse_loop(bb, slots.pack(bb, seqs), init, loop.recompute_step)
     tplan = loop.last_plan
-    tail_steps, tail_flats = loop.hoisted_flats(bb, tail_back, tplan)
+    tail_steps, tail_flats = loop.hoisted_flats(bb, tail_loop, tplan)
     sums = tplan.chunk_parts(bb, tail_flats) if tplan.active else []
     ct_xs_tail = None
     if tplan.x_terms:
         x_parts.append(tplan.x_part(bb, tail_flats))
     else:
-        ct_xs_tail = reverse(bb, tail_steps, ct_type(xs_type))
-    fin = bb.emit_get(tail_back, 1, "ct_middle")
+        ct_xs_tail = _map(bb, tail_steps, ct_type(xs_type), _rows(tail_back))
+    fin = bb.emit_get(tail_loop, 1, "ct_middle")
     carried_fields = [bb.emit_get(fin, i, "ct_middle") for i in range(1 + n)]
     carried = bb.emit(bb.tuple([*carried_fields, *sums]), "ct_init")
     # per slot: the flat stacks give a segment's rows, the starts its index
     sources = [(ct_outs, ct_out_type, True), (fwd.starts, loop.init.checked_type, False)]
     sources.append((loop.xs, xs_type, True))
     stacks = [s for s, p in zip(sources, slots.positions, strict=True) if p is not None]
-    order = reverse(bb, iota(bb, geo.nseg), TensorType((ANY,), "int64"))
+    order = backwards(bb, geo.nseg)
 
     def segment_step(nb: LetBuilder, index: Var, c: Var) -> tuple:
         rows = geo.rows(nb, index)
@@ -304,9 +316,10 @@ def segmented_backward(loop, bb: LetBuilder, seeds: tuple, geo: Geometry, fwd: F
     seg_steps = bb.emit_get(segs_back, 0, "ct_steps")
     if plan.x_terms:  # the chunks' x cotangents, in the reverse loops' order
         x_parts.append(bb.emit_get(seg_steps, 1, "ct_x"))
-        loop.rev.add(bb, loop.xs, reverse(bb, plan.x_steps(bb, x_parts), ct_type(xs_type)))
+        steps = _rows(backwards(bb, geo.length))(bb, plan.x_steps(bb, x_parts), None)
+        loop.rev.add(bb, loop.xs, steps)
     elif differentiable(xs_type):
-        steps = reverse(bb, seg_steps, ct_type(xs_type))
+        steps = _map(bb, seg_steps, ct_type(xs_type), _rows(order))
         ct_xs = _map(bb, steps, _nested(ct_type(xs_type)), _merge)
         assert ct_xs_tail is not None
         loop.rev.add(bb, loop.xs, _concat(bb, ct_xs, ct_xs_tail, ct_type(xs_type)))
