@@ -48,7 +48,10 @@ def check_compiled_gradient_equals_interpreted() -> None:
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
     (build,) = compiled.report.builds
     loops = build[3]
-    assert loops == 2, compiled.report.table()  # the forward loop and its reverse
+    # the forward loop, its reverse, and the loop over the run-time chunks
+    # that sums the hoisted weight-gradient terms as "sqrt"'s segments do
+    # (n is symbolic: runtime_segments.py)
+    assert loops == 3, compiled.report.table()
     print("ok", compiled.report.table())
 
 
