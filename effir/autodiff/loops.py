@@ -21,9 +21,12 @@ Checkpointing (``checkpoint=``) chooses what is stacked:
    segments, as ``"sqrt"``'s, when weight-gradient terms are hoisted:
    ``effir.autodiff.sqrt``, so that one chunk's factors are stored).
 3. ``"sqrt"``: a ``foreach`` is split into segments of about sqrt(T)
-   steps (``effir.autodiff.sqrt``): the forward stores only each
+   steps (``effir.autodiff.sqrt``; T known at run time:
+   ``effir.autodiff.runtime_segments``): the forward stores only each
    segment's first carry, the backward recomputes a segment with
-   ``"loop"`` storage and runs its backward. ``while_loop`` uses ``"loop"``.
+   ``"loop"`` storage and runs its backward. A ``while_loop``'s forward
+   stores nothing; its backward reruns it in segments from the initial
+   carry (one more forward), then proceeds as a ``foreach``'s.
 
 All three run the same operations on the same values, so the gradients
 are bit-identical; only memory and time differ.

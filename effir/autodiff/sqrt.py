@@ -30,8 +30,10 @@ and reduces its stacked factors in the same chunks after it
 so the gradients stay bit-identical.
 
 The segments are the leading axis reshaped to (T // k, k): this needs a
-static T. A loop whose length is symbolic uses ``"loop"`` checkpointing and
-sums its hoisted terms in one chunk.
+static T. A foreach whose length is symbolic and a while_loop have their
+segments and chunks computed when the program runs
+(``runtime_segments.py``, ``chunking`` says which); a carry holding keys or
+ADT values uses ``"loop"`` there.
 """
 
 from __future__ import annotations

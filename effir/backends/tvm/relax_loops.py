@@ -16,6 +16,11 @@
   doubled when full for ``while_loop``), cut to the steps run at the end.
   Each step releases its result tuple before going on, so memory does not
   grow with the steps.
+- [RULE VMSIZED] A ``cf.foreach``'s per-step output may have one ``?``
+  dimension: its buffer starts with no rows, the first step's row size
+  widens it (``grow_rows``), it grows as a ``while_loop``'s, and it is cut
+  to the steps run at the end, the ``?`` being the row size over the other
+  dimensions (sqrt checkpointing's segments, of a size known at run time).
 - [RULE LEVELS] The VM has no loop instruction a Relax program can reach:
   a loop is a recursive function, and the VM runs each call of a VM
   function as a native C++ recursion (vm.cc: InvokeBytecode -> RunLoop),
