@@ -68,7 +68,12 @@ def _rnn_args(length: int) -> list:
 
 def _while_args(limit: float) -> list:
     rng = np.random.default_rng(3)
-    return [rng.normal(size=(2, 4)), rng.normal(size=(4, 4)) * 0.5, rng.normal(size=4), limit]
+    return [
+        rng.normal(size=(2, 4)),
+        rng.normal(size=(4, 4)) * 0.5,
+        rng.normal(size=4),
+        np.float64(limit),
+    ]
 
 
 def _grad_programs(source: str, wrt: list[str]) -> dict:
@@ -106,12 +111,14 @@ def test_symbolic_foreach_checkpoint_modes_are_bit_identical(source, wrt, make_a
 )
 def test_while_loop_checkpoint_modes_are_bit_identical(source, wrt):
     programs = _grad_programs(source, wrt)
-    for steps in [0, 1, 2, 3, 4, 9, 13, 16, 40]:
-        args = _while_args(float(steps)) if source is WHILE_DENSE else None
-        if args is None:
-            rng = np.random.default_rng(7)
-            args = [rng.normal(size=3), rng.normal(size=3), float(steps)]
-        _assert_bit_identical(programs, [*args[:-1], np.float64(args[-1])])
+    rng = np.random.default_rng(7)
+    plain = [rng.normal(size=3), rng.normal(size=3)]
+    for steps in [0, 1, 2, 3, 4, 9, 13, 16, 40]:  # max_iterations: 40 for dense, 6 for plain
+        if source is WHILE_DENSE:
+            args = _while_args(float(steps))
+        else:
+            args = [*plain, np.float64(steps)]
+        _assert_bit_identical(programs, args)
 
 
 @pytest.mark.parametrize("length", [1, 5, 10])
@@ -122,8 +129,38 @@ def test_symbolic_foreach_sqrt_against_finite_differences(length):
 @pytest.mark.parametrize("limit", [0.0, 2.0, 7.0])
 def test_while_loop_sqrt_against_finite_differences(limit):
     args = _while_args(limit)
-    args[-1] = np.float64(limit)
     check_grad(effir.parse(WHILE_DENSE), args, WHILE_DENSE_WRT, checkpoint="sqrt")
+
+
+NESTED = """#[version = "0.0.5"]
+def @main(%xs: Tensor[(3, n, 2), float64], %w: Tensor[(2, 2), float64], %h0: Tensor[(2), float64]) {
+  let %outer = fn (%row: Tensor[(n, 2), float64], %h: Tensor[(2), float64]) {
+    let %inner = cf.foreach(fn (%x: Tensor[(2), float64], %g: Tensor[(2), float64]) {
+      let %a = tanh(add(%x, multiply(%g, sum(%w, axis=[0]))));
+      (sum(%a), %a)
+    }, %row, %h);
+    let %m = cf.while_loop(fn (%s: (Tensor[(2), float64], float64)) { less(%s.1, 3f64) },
+      fn (%s: (Tensor[(2), float64], float64)) {
+        let %q = tanh(multiply(%s.0, sum(%w, axis=[1])));
+        (%q, (%q, add(%s.1, 1f64)))
+      }, (%inner.1, 0f64));
+    (sum(%inner.0), %m.1.0)
+  };
+  let %r = cf.foreach(%outer, %xs, %h0);
+  add(sum(%r.0), sum(%r.1))
+}
+"""
+
+
+def test_run_time_segments_inside_a_loop_body():
+    """A symbolic-length foreach and a while_loop in a static foreach's
+    body: their geometry is computed in each outer step."""
+    programs = _grad_programs(NESTED, ["xs", "w", "h0"])
+    for n in [0, 1, 3, 5, 10]:
+        rng = np.random.default_rng(n)
+        args = [rng.normal(size=(3, n, 2)), rng.normal(size=(2, 2)), rng.normal(size=2)]
+        _assert_bit_identical(programs, args)
+    check_grad(effir.parse(NESTED), args, ["xs", "w", "h0"], checkpoint="sqrt")
 
 
 def _stored_carries(monkeypatch, source: str, wrt: list[str], args: list, mode: str) -> int:
@@ -152,7 +189,6 @@ def test_sqrt_stores_about_sqrt_t_carries(monkeypatch):
     Before, both loops below fell back to "loop" under "sqrt"."""
     dense = (DENSE, DENSE_WRT, _dense_args(30))
     while_args = _while_args(30.0)
-    while_args[-1] = np.float64(30.0)
     looping = (WHILE_DENSE, WHILE_DENSE_WRT, while_args)
     for source, wrt, args in (dense, looping):
         assert _stored_carries(monkeypatch, source, wrt, args, "loop") == 30
@@ -187,7 +223,6 @@ def check_compiled_sqrt_runtime_gradients() -> None:
     compiled = effir.compile(g, entry="main_grad")
     for limit in (0.0, 1.0, 5.0, 40.0):
         args = _while_args(limit)
-        args[-1] = np.float64(limit)
         value, grads = compiled(*args, entry="main_grad")
         want_value, want = effir.interpret(g, *args, entry="main_grad")
         np.testing.assert_allclose(value, want_value, rtol=1e-12)
@@ -205,6 +240,39 @@ def test_compiled_sqrt_runtime_gradients_equal_the_interpreted():
     run = run_isolated(
         "from tests.autodiff.test_grad_sqrt_runtime import check_compiled_sqrt_runtime_gradients"
         "; check_compiled_sqrt_runtime_gradients()"
+    )
+    run.check()
+    assert "ok" in run.stdout
+
+
+def check_compiled_modes_are_bit_identical() -> None:
+    """Six builds: each mode of each program."""
+    for source, wrt, runs in (
+        (DENSE, DENSE_WRT, [_dense_args(7)]),
+        (WHILE_DENSE, WHILE_DENSE_WRT, [_while_args(limit) for limit in (0.0, 5.0, 40.0)]),
+    ):
+        results = {}
+        for mode in MODES:
+            g = effir.value_and_grad(effir.parse(source), wrt=wrt, checkpoint=mode)
+            compiled = effir.compile(g, entry="main_grad")
+            results[mode] = [
+                np.asarray(leaf)
+                for args in runs
+                for leaf in _leaves(compiled(*args, entry="main_grad"))
+            ]
+        for mode in ("loop", "sqrt"):
+            for a, b in zip(results["none"], results[mode], strict=True):
+                assert a.tobytes() == b.tobytes(), (source, mode)
+    print("ok")
+
+
+@pytest.mark.skipif(os.environ.get("EFFIR_NIGHTLY") != "1", reason="six long builds: NIGHTLY")
+def test_compiled_checkpoint_modes_are_bit_identical():
+    from tests.isolated import run_isolated
+
+    run = run_isolated(
+        "from tests.autodiff.test_grad_sqrt_runtime import check_compiled_modes_are_bit_identical"
+        "; check_compiled_modes_are_bit_identical()"
     )
     run.check()
     assert "ok" in run.stdout
