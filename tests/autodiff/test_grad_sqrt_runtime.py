@@ -16,7 +16,7 @@ import effir
 from effir.ops import control
 
 from .grad_harness import check_grad
-from .test_grad_loops import RNN, WHILE, _leaves
+from .test_grad_loops import RNN, SCAN_AND_MAP, WHILE, _leaves
 
 MODES = ("none", "loop", "sqrt")
 
@@ -66,6 +66,13 @@ def _rnn_args(length: int) -> list:
     ]
 
 
+def _scan_args(length: int) -> list:
+    """() outputs, a () carry, a tuple sequence with integers."""
+    rng = np.random.default_rng(2)
+    ints = np.arange(length, dtype="int32")
+    return [rng.normal(size=(length, 2)), rng.normal(size=length), rng.normal(size=2), ints]
+
+
 def _while_args(limit: float) -> list:
     rng = np.random.default_rng(3)
     return [
@@ -97,8 +104,13 @@ def _assert_bit_identical(programs: dict, args: list) -> None:
     [
         (DENSE, DENSE_WRT, _dense_args),
         (RNN.replace("LEN", "n"), ["xs", "h0", "w", "c"], _rnn_args),  # a branch, tuples
+        (
+            SCAN_AND_MAP.replace("(4, 2)", "(t, 2)").replace("(4)", "(t)"),
+            ["xs", "ys", "h0"],
+            _scan_args,
+        ),
     ],
-    ids=["dense", "rnn"],
+    ids=["dense", "rnn", "scan_and_map"],
 )
 def test_symbolic_foreach_checkpoint_modes_are_bit_identical(source, wrt, make_args):
     programs = _grad_programs(source, wrt)
