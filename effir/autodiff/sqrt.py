@@ -161,7 +161,7 @@ def sqrt_binding(loop, b: LetBuilder) -> None:
         (sqrt_foreach if loop.foreach else sqrt_while)(loop, b)
         return
     if geo is None or not stackable(loop.init.checked_type):
-        loop.recompute(b)  # too short to segment
+        loop.recompute(b)  # too short to segment, or keys or ADT values carried
         return
     segmented_binding(loop, b, geo, store_all=False)
 
