@@ -170,7 +170,8 @@ def check_gru_lm_gradient_compiles() -> None:
     np.testing.assert_allclose(value, want_value, rtol=1e-5, atol=1e-5)
     for got, ref in zip(grads, want, strict=True):
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
-    assert compiled.report.builds[0][3] == 2, compiled.report.table()
+    # the forward loop, its reverse and the run-time chunks' loop (t is symbolic)
+    assert compiled.report.builds[0][3] == 3, compiled.report.table()
     print("ok")
 
 
