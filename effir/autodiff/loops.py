@@ -21,9 +21,12 @@ Checkpointing (``checkpoint=``) chooses what is stacked:
    segments, as ``"sqrt"``'s, when weight-gradient terms are hoisted:
    ``effir.autodiff.sqrt``, so that one chunk's factors are stored).
 3. ``"sqrt"``: a ``foreach`` is split into segments of about sqrt(T)
-   steps (``effir.autodiff.sqrt``): the forward stores only each
+   steps (``effir.autodiff.sqrt``; T known at run time:
+   ``effir.autodiff.runtime_segments``): the forward stores only each
    segment's first carry, the backward recomputes a segment with
-   ``"loop"`` storage and runs its backward. ``while_loop`` uses ``"loop"``.
+   ``"loop"`` storage and runs its backward. A ``while_loop``'s forward
+   stores nothing; its backward reruns it in segments from the initial
+   carry (one more forward), then proceeds as a ``foreach``'s.
 
 All three run the same operations on the same values, so the gradients
 are bit-identical; only memory and time differ.
@@ -98,7 +101,7 @@ def loop_binding(rev: Reverse, var: Var, call: Call, b: LetBuilder) -> Computati
     """``let var = cf.foreach(...)`` or ``cf.while_loop(...)``, differentiated."""
     loop = _Loop(rev, var, call)
     mode = rev.ad.checkpoint
-    if mode == "sqrt" and loop.foreach:
+    if mode == "sqrt":
         from .sqrt import sqrt_binding
 
         sqrt_binding(loop, b)
@@ -207,10 +210,10 @@ class _Loop:
         steps = bb.emit_get(loop, 0, "ct_steps")
         sums: list[Expr] = []
         if plan.active:  # the hoisted terms, summed chunk by chunk (sqrt.py)
-            from .sqrt import chunked_totals, geometry
+            from .sqrt import chunked_totals, chunking
 
             factors = bb.emit_get(steps, 1, "factors")
-            sums, x_steps = chunked_totals(self, bb, plan, factors, geometry(self))
+            sums, x_steps = chunked_totals(self, bb, plan, factors, chunking(self))
             steps = x_steps if x_steps is not None else bb.emit_get(steps, 0, "ct_steps")
         if self.foreach and differentiable(self.xs.checked_type):
             self.rev.add(bb, self.xs, reverse(bb, steps, ct_type(self.xs.checked_type)))

@@ -30,8 +30,10 @@ and reduces its stacked factors in the same chunks after it
 so the gradients stay bit-identical.
 
 The segments are the leading axis reshaped to (T // k, k): this needs a
-static T. A loop whose length is symbolic uses ``"loop"`` checkpointing and
-sums its hoisted terms in one chunk.
+static T. A foreach whose length is symbolic and a while_loop have their
+segments and chunks computed when the program runs
+(``runtime_segments.py``, ``chunking`` says which); a carry holding keys or
+ADT values uses ``"loop"`` there.
 """
 
 from __future__ import annotations
@@ -138,11 +140,31 @@ def geometry(loop) -> tuple[int, int, int, int] | None:
     return k, nseg, nseg * k, length - nseg * k
 
 
+RUNTIME = "runtime"
+"""``chunking``'s answer for a loop whose segments are known at run time."""
+
+
+def chunking(loop) -> tuple[int, int, int, int] | str | None:
+    """How a loop's hoisted terms are cut into chunks: ``geometry`` for a
+    foreach of static length (None: one chunk), ``RUNTIME`` for a foreach
+    of symbolic length or a while_loop (``runtime_segments``)."""
+    if loop.foreach and _length(loop.xs.checked_type) is not None:
+        return geometry(loop)
+    return RUNTIME
+
+
 def sqrt_binding(loop, b: LetBuilder) -> None:
-    """``loop`` (a ``loops._Loop`` of a foreach) with sqrt checkpointing."""
+    """``loop`` (a ``loops._Loop``) with sqrt checkpointing."""
     geo = geometry(loop)
+    if geo is None and chunking(loop) == RUNTIME and stackable(loop.init.checked_type):
+        from .runtime_segments import sqrt_foreach, sqrt_while
+
+        (sqrt_foreach if loop.foreach else sqrt_while)(loop, b)
+        return
     if geo is None or not (stackable(loop.init.checked_type) or loop.taped):
-        loop.recompute(b)  # symbolic length (or too short to segment; a function carried)
+        # too short to segment; a symbolic length with keys or ADT values
+        # carried; a function carried
+        loop.recompute(b)
         return
     segmented_binding(loop, b, geo, store_all=False)
 
@@ -328,12 +350,16 @@ def segmented_back(loop, bb: LetBuilder, outs: Expr, final: Expr, geo: tuple, sr
 
 
 def chunked_totals(
-    loop, bb: LetBuilder, plan, factors: Expr, geo: tuple | None
+    loop, bb: LetBuilder, plan, factors: Expr, geo: tuple | str | None
 ) -> tuple[list[Expr], Expr | None]:
     """The sums of the hoisted terms (per ``plan.hoisted``) from a reverse
     loop's stacked factors ``factors`` (steps in its order), chunk by chunk
     as ``segmented_back`` sums them; and the stacked x cotangents, if
     hoisted."""
+    if geo == RUNTIME:
+        from .runtime_segments import runtime_totals
+
+        return runtime_totals(loop, bb, plan, factors)
     stacks = [bb.emit_get(factors, i, "factor") for i in range(len(plan.stacks))]
     if geo is None:  # one chunk
         flats = [plan.flat(bb, s, i) for i, s in enumerate(stacks)]

@@ -48,7 +48,10 @@ def check_compiled_gradient_equals_interpreted() -> None:
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
     (build,) = compiled.report.builds
     loops = build[3]
-    assert loops == 2, compiled.report.table()  # the forward loop and its reverse
+    # the forward loop, its reverse, and the loop over the run-time chunks
+    # that sums the hoisted weight-gradient terms as "sqrt"'s segments do
+    # (n is symbolic: runtime_segments.py)
+    assert loops == 3, compiled.report.table()
     print("ok", compiled.report.table())
 
 
@@ -167,7 +170,8 @@ def check_gru_lm_gradient_compiles() -> None:
     np.testing.assert_allclose(value, want_value, rtol=1e-5, atol=1e-5)
     for got, ref in zip(grads, want, strict=True):
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
-    assert compiled.report.builds[0][3] == 2, compiled.report.table()
+    # the forward loop, its reverse and the run-time chunks' loop (t is symbolic)
+    assert compiled.report.builds[0][3] == 3, compiled.report.table()
     print("ok")
 
 

@@ -140,6 +140,30 @@ def grow(dtype: str) -> Any:
 
 
 @cache
+def grow_rows(dtype: str) -> Any:
+    """``out`` = ``buf``'s rows, widened or not, then zero rows: the buffer
+    of a loop's per-step output whose size the steps tell (the first
+    step's row widens the empty buffer)."""
+
+    @T.prim_func(private=True, s_tir=True)
+    def kernel(var_buf: T.handle, var_out: T.handle):
+        cap = T.int64()
+        c = T.int64()
+        n = T.int64()
+        m = T.int64()
+        buf = T.match_buffer(var_buf, (cap, c), dtype)
+        out = T.match_buffer(var_out, (n, m), dtype)
+        for i, k in T.grid(n, m):
+            out[i, k] = T.if_then_else(
+                i < cap and k < c,
+                buf[T.min(i, cap - T.int64(1)), T.min(k, c - T.int64(1))],
+                T.Cast(dtype, 0),
+            )
+
+    return kernel
+
+
+@cache
 def write_row(dtype: str) -> Any:
     """``buf[count] = row``, in place (``call_tir_inplace`` on ``buf``)."""
 

@@ -16,6 +16,11 @@
   doubled when full for ``while_loop``), cut to the steps run at the end.
   Each step releases its result tuple before going on, so memory does not
   grow with the steps.
+- [RULE VMSIZED] A ``cf.foreach``'s per-step output may have one ``?``
+  dimension: its buffer starts with no rows, the first step's row size
+  widens it (``grow_rows``), it grows as a ``while_loop``'s, and it is cut
+  to the steps run at the end, the ``?`` being the row size over the other
+  dimensions (sqrt checkpointing's segments, of a size known at run time).
 - [RULE LEVELS] The VM has no loop instruction a Relax program can reach:
   a loop is a recursive function, and the VM runs each call of a VM
   function as a native C++ recursion (vm.cc: InvokeBytecode -> RunLoop),
@@ -324,7 +329,7 @@ class LoopLowering:
         captured = [v for v in free_vars(body) if v not in functions]
         xs_type = xs_arg.checked_type
         self._needs_static(_step_types(xs_type) + [init_arg.checked_type, body.checked_type])
-        out_type, state_type = self._body_types(body, call)
+        out_type, state_type = self._body_types(body, call, sized=True)
         outs, sizes = _outputs(out_type)
         xs_leaves = leaves(xs_type)
         for leaf in xs_leaves:
@@ -357,7 +362,10 @@ class LoopLowering:
             inner.update({body.params[0]: x_t, body.params[1]: carried[0]})
             return self._step(body, inner, count, carried, out_type, outs, grow=False)
 
-        bufs = [self._zeros([length, c], leaf.dtype) for leaf, c in zip(outs, sizes, strict=True)]
+        bufs = [
+            self._zeros([length, c] if c is not None else [0, 0], leaf.dtype)
+            for leaf, c in zip(outs, sizes, strict=True)
+        ]
         steps = _Steps(
             carried=[self._atom(init_arg, env), *bufs],
             carried_types=[relax_type(state_type)] + _buffer_types(outs),
@@ -442,11 +450,16 @@ class LoopLowering:
         out = emit(relax.TupleGetItem(step, 0))
         new_state = emit(relax.TupleGetItem(step, 1))
         bufs = carried[1:]
-        sizes = [int(np.prod(leaf.shape, dtype=np.int64)) for leaf in outs]
+        _, sizes = _outputs(outs)
         if grow and outs:
             bufs = self._grown(bufs, outs, sizes, count)
         written = []
         for buf, value, leaf, c in zip(bufs, self._leaves(out, out_type), outs, sizes, strict=True):
+            if c is None:  # [RULE VMSIZED] a size the step tells
+                dims = [d if isinstance(d, int) else tirx.Var("d", "int64") for d in leaf.shape]
+                value = self.bb.match_cast(value, relax.TensorType(dims, leaf.dtype))
+                c = _product(dims)
+                buf = self._widened(buf, leaf.dtype, c, count)
             row = emit(self._reshape(value, [c]))
             written.append(self._write_into("write_row", buf, row, count, leaf.dtype))
         self._release(step)
@@ -482,6 +495,25 @@ class LoopLowering:
             )
             for i, (leaf, c) in enumerate(zip(outs, sizes, strict=True))
         ]
+
+    def _widened(self, buf: Any, dtype: str, c: Any, count: Any) -> Any:
+        """[RULE VMSIZED] The buffer of a per-step output of ``c`` elements
+        (known once a step has run), given rows of that width when full."""
+        emit = self.bb.emit
+        cap, width = tirx.Var("cap", "int64"), tirx.Var("c", "int64")
+        shaped = self.bb.match_cast(buf, relax.TensorType([cap, width], dtype))
+        full = self._executor_call("at_capacity", dtype, [shaped, count], [], "bool")
+
+        def grown() -> Any:
+            size = cap * 2 + 8
+            return relax.Tuple([self._executor_call("grow_rows", dtype, [shaped], [size, c])])
+
+        kept = relax.SeqExpr([], relax.Tuple([shaped]))
+        chosen = emit(relax.If(full, self.bb.block(grown), kept))
+        now = tirx.Var("cap", "int64")
+        return self.bb.match_cast(
+            emit(relax.TupleGetItem(chosen, 0)), relax.TensorType([now, c], dtype)
+        )
 
     # -------------------------------------------------------------- levels
     def _levels(self, steps: _Steps, limit: Any, kind: str) -> tuple[Any, list[Any]]:
@@ -617,11 +649,19 @@ class LoopLowering:
     def _stacked(self, bufs: list[Any], outs: Sequence[Any], length: Any) -> list[Any]:
         """The (rows, row size) buffers of a loop's per-step outputs ``outs``
         (tensor types or leaves) viewed as the outputs stacked over
-        ``length`` steps."""
-        return [
-            self.bb.emit(self._reshape(buf, [length, *leaf.shape]))
-            for buf, leaf in zip(bufs, outs, strict=True)
-        ]
+        ``length`` steps; [RULE VMSIZED] a buffer of rows of a size the
+        steps told is cut to ``length`` rows, its ``?`` from that size."""
+        out = []
+        for buf, leaf in zip(bufs, outs, strict=True):
+            shape = list(getattr(leaf, "shape", ()))
+            if any(d == ANY for d in shape):
+                cap, c = tirx.Var("cap", "int64"), tirx.Var("c", "int64")
+                shaped = self.bb.match_cast(buf, relax.TensorType([cap, c], leaf.dtype))
+                buf = self._executor_call("prefix", leaf.dtype, [shaped], [length, c])
+                known = int(np.prod([d for d in shape if d != ANY], dtype=np.int64))
+                shape = [tirx.floordiv(c, known) if d == ANY else d for d in shape]
+            out.append(self.bb.emit(self._reshape(buf, [length, *shape])))
+        return out
 
     def _zeros(self, shape: list[Any], dtype: str) -> Any:
         return self._executor_call("zeros", dtype, [], shape)
@@ -641,13 +681,15 @@ class LoopLowering:
         call = relax.op.call_tir_inplace(self._executor(kernel, dtype), [buf, value, at], 0, buf.ty)
         return self.bb.emit(call)
 
-    def _body_types(self, body: Function, call: Call) -> tuple[Type, Type]:
-        """A loop body's per-step output and state types."""
+    def _body_types(self, body: Function, call: Call, sized: bool = False) -> tuple[Type, Type]:
+        """A loop body's per-step output and state types; ``sized``
+        (foreach): an output may have one ``?`` [RULE VMSIZED]."""
         step_type = body.body.checked_type
         assert isinstance(step_type, TupleType)
         out_type, state_type = step_type.fields
         for leaf in leaves(out_type):
-            if not leaf.is_static:
+            told = sized and [d for d in leaf.shape if not isinstance(d, int)] == [ANY]
+            if not leaf.is_static and not told:
                 raise BackendError(
                     f"a loop whose per-step output ({astext(leaf)}) has a data-dependent shape "
                     "is not compiled",
@@ -687,10 +729,19 @@ def _int64(value: int) -> Any:
     return relax.const(np.int64(value), "int64")
 
 
-def _outputs(out_type: Type) -> tuple[list[TensorType], list[int]]:
-    """A loop's per-step output leaves and their sizes."""
-    outs = leaves(out_type)
-    return outs, [int(np.prod(leaf.shape, dtype=np.int64)) for leaf in outs]
+def _outputs(out_type: Type | list[TensorType]) -> tuple[list[TensorType], list[int | None]]:
+    """A loop's per-step output leaves and their sizes (None: known once
+    a step has run, [RULE VMSIZED])."""
+    outs = out_type if isinstance(out_type, list) else leaves(out_type)
+    sizes = [int(np.prod(leaf.shape, dtype=np.int64)) if leaf.is_static else None for leaf in outs]
+    return outs, sizes
+
+
+def _product(dims: list[Any]) -> Any:
+    size: Any = 1
+    for d in dims:
+        size = size * d
+    return size
 
 
 def _buffer_types(outs: Sequence[Any]) -> list[Any]:

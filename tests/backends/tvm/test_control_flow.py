@@ -136,6 +136,28 @@ def @main(%x: Tensor[(7, 2), float32], %m: Tensor[(7), bool]) {
         assert_close(compiled(x, m), effir.interpret(module, x, m))
 
 
+def test_a_foreach_whose_per_step_output_has_a_data_dependent_size(small_levels: Any) -> None:
+    """[RULE VMSIZED] The steps' output of a size known once a step has run
+    (sqrt checkpointing's segments of ceil(sqrt(T)) steps): its buffer is
+    widened by the first step and grows as a while_loop's; before, a
+    CompileError."""
+    module = parse(
+        """
+def @main(%xs: Tensor[(t, 3), float32], %keep: Tensor[(3), bool]) {
+  cf.foreach(fn (%x: Tensor[(3), float32], %s: float32) {
+    (multiply(boolean_mask(%x, %keep), %s), add(%s, 1f))
+  }, %xs, 1f)
+}
+"""
+    )
+    compiled = compile_module(module)
+    rng = np.random.default_rng(2)
+    for t, keep in [(3, [1, 0, 1]), (30, [0, 1, 1]), (5, [0, 0, 0]), (1, [1, 1, 1])]:
+        xs = rng.standard_normal((t, 3)).astype(np.float32)
+        k = np.array(keep, bool)
+        assert_close(compiled(xs, k), effir.interpret(module, xs, k))
+
+
 def test_sequences_of_different_lengths_are_an_eval_error() -> None:
     module = parse(
         """

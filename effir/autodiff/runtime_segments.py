@@ -1,0 +1,369 @@
+"""Segments whose geometry is known only at run time: ``checkpoint="sqrt"``
+for a ``cf.foreach`` of symbolic length and for a ``cf.while_loop``, and the
+run-time chunks in which every mode sums such a loop's hoisted terms.
+
+The static segments (``sqrt.py``) reshape the stacked steps to
+``(T div k, k, ...)``, which needs T in the program. Here T is a value:
+the sequence's leading dimension (``shape_of``) or the number of steps a
+``while_loop`` ran (a counter carried along), and the geometry is computed
+from it when the program runs (``Geometry``): k = ceil(sqrt(T)) (1 for
+T = 0), T div k segments of k steps (at least one, of 0 steps when T = 0)
+and a tail of T mod k steps. No shape is reshaped by a run-time size: the
+loops iterate over segment indices (``iota``, from ``argwhere`` of ones)
+and each step takes its segment's rows from the flat stacks
+(``take(x, i*k + iota(k))``), so the stacked values keep their trailing
+dimensions, symbolic ones included.
+
+- ``sqrt`` for a ``foreach`` (``sqrt_foreach``): the forward is an outer
+  loop over the segments, each an inner loop over its k steps, storing
+  the carry each segment started from, then the tail storing its carries
+  (``loop`` storage); the backward (``segmented_backward``) runs the
+  tail's reverse loop, then a reverse loop over the segments, last first,
+  each recomputing its segment from its start and running its reverse
+  loop (``sqrt._segment_step``, shared with the static form).
+- ``sqrt`` for a ``while_loop`` (``sqrt_while``): the trip count is known
+  only once the loop has run. The forward runs the loop as written, with
+  a counter in its carry, and stores nothing; the backward first runs the
+  body again from the initial carry as the segmented forward of a
+  ``foreach`` over ``iota(T)`` (the step's index unused), storing every
+  k-th carry, then proceeds as for a ``foreach``. That is one more
+  forward than a ``foreach``'s ``sqrt`` (two in all).
+- Chunks (``runtime_totals``): ``none`` and ``loop`` run one reverse loop
+  over all steps and sum its stacked hoisted factors in the same run-time
+  chunks (the tail, then each segment, in the reverse loop's order), so
+  the three modes add the same chunk sums in the same order and stay
+  bit-identical.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from ..ir.builder import LetBuilder
+from ..ir.expr import Call, Expr, Function, TupleGetItem, Var
+from ..ir.types import ANY, TensorType, TupleType, Type
+from ..passes.anf_sharing import fresh_binders
+from .cotangent import ct_type, differentiable, materialize
+from .sqrt import Leaf, _concat, _map, _plain_copy, _segment_step, _take
+
+INDEX = TensorType((), "int64")
+
+
+class Geometry:
+    """The run-time geometry of T steps (``length``, a 0-d int64 value):
+    ``k``, ``nseg`` segments, ``main`` = nseg * k steps in them, ``rem``
+    tail steps, and ``within`` = iota(k), a segment's positions."""
+
+    def __init__(self, b: LetBuilder, length: Expr) -> None:
+        # In float64 (exact below 2**53), then cast: integer arithmetic on
+        # a cast of sqrt, fused into one kernel, failed TVM's build (its
+        # ConstIntBound analyser: "bound ... conflicts with memorization").
+        def op(name: str, *args: Expr, **attrs) -> Var:
+            return b.emit(b.call_op(name, *args, **attrs), "t")
+
+        one = b.const(1.0, "float64")
+        steps = op("cast", length, dtype="float64")
+        # the casts truncate: s is floor(sqrt(T)), or its ceiling where the
+        # float rounds up; s*s < T then adds the one that ceil(sqrt(T)) needs
+        s = op("cast", op("cast", op("sqrt", steps), dtype="int64"), dtype="float64")
+        k = op("add", s, op("cast", op("less", op("multiply", s, s), steps), dtype="float64"))
+        count = op("cast", op("divide", steps, op("maximum", k, one)), dtype="int64")
+        nseg = op("maximum", op("cast", count, dtype="float64"), one)  # T = 0: one, empty
+        main = op("multiply", nseg, k)
+        self.length = length
+        self.k = b.emit(b.call_op("cast", k, dtype="int64"), "k")
+        self.nseg = b.emit(b.call_op("cast", nseg, dtype="int64"), "segments")
+        self.main = b.emit(b.call_op("cast", main, dtype="int64"), "main")
+        self.rem = b.emit(b.call_op("cast", op("subtract", steps, main), dtype="int64"), "tail")
+        self.within = iota(b, self.k)
+
+    def rows(self, b: LetBuilder, index: Expr, offset: Expr | None = None) -> Var:
+        """The rows of segment ``index`` (0-d int64): offset + index*k + iota(k)."""
+        start = b.emit(b.call_op("multiply", index, self.k), "t")
+        if offset is not None:
+            start = b.emit(b.call_op("add", start, offset), "t")
+        return b.emit(b.call_op("add", start, self.within), "rows")
+
+    def tail_rows(self, b: LetBuilder, first: Expr) -> Var:
+        """The tail's rem rows, from ``first``."""
+        return b.emit(b.call_op("add", iota(b, self.rem), first), "rows")
+
+
+def iota(b: LetBuilder, count: Expr) -> Var:
+    """``[0, 1, ..., count - 1]`` (int64, ``(?,)``) for a 0-d int64 count:
+    the rows ``argwhere`` finds in ``count`` ones."""
+    shape = b.emit(b.call_op("reshape", count, newshape=[1]), "t")
+    ones = b.emit(b.call_op("dyn.ones", shape, dtype="bool"), "t")
+    rows = b.emit(b.call_op("argwhere", ones), "t")
+    flat = b.emit(b.call_op("reshape", rows, newshape=[-1]), "t")
+    return b.emit(b.call_op("cast", flat, dtype="int64"), "iota")
+
+
+def backwards(b: LetBuilder, count: Expr) -> Var:
+    """``[count - 1, ..., 1, 0]``: the rows of a sequence of ``count`` steps
+    taken in reverse (``take``). Not ``cotangent.reverse``, a strided_slice
+    whose end is before the first row whatever the length: of a length
+    known only at run time, its result's length is min(n, 2**31 - 2),
+    which TVM's memory planner took as a size to allocate (std::bad_alloc)."""
+    last = b.emit(b.call_op("subtract", count, b.const(1, "int64")), "t")
+    return b.emit(b.call_op("subtract", last, iota(b, count)), "backwards")
+
+
+def length_of(b: LetBuilder, value: Expr, t: Type) -> Var:
+    """The leading dimension of the stacked tree ``value`` (its first
+    tensor's), as a 0-d int64 value."""
+    while isinstance(t, TupleType):
+        value, t = b.emit_get(value, 0, "part"), t.fields[0]
+    dims = b.emit(b.call_op("shape_of", value, dtype="int64"), "t")
+    first = b.emit(b.call_op("strided_slice", dims, begin=[0], end=[1], axes=[0]), "t")
+    return b.emit(b.call_op("reshape", first, newshape=[]), "steps")
+
+
+def _rows(rows: Expr) -> Leaf:
+    def leaf(b: LetBuilder, x: Expr, t: TensorType) -> Expr:
+        return b.emit(b.call_op("take", x, rows, axis=0, mode="fast"), "part")
+
+    return leaf
+
+
+def _merge(b: LetBuilder, x: Expr, t: TensorType) -> Expr:
+    """(nseg, k, *rest) -> (nseg * k, *rest), ``rest`` kept (symbolic
+    dimensions included: then the leading axes are moved last, where
+    reshape's 0s copy the others)."""
+    rest = t.shape[2:]
+    if all(isinstance(d, int) for d in rest):
+        return b.emit(b.call_op("reshape", x, newshape=[-1, *rest]), "joined")
+    r = len(rest)
+    last = b.emit(b.call_op("transpose", x, axes=[*range(2, r + 2), 0, 1]), "t")
+    shaped = b.emit(b.call_op("reshape", last, newshape=[0] * r + [-1]), "t")
+    return b.emit(b.call_op("transpose", shaped, axes=[r, *range(r)]), "joined")
+
+
+def _nested(t: Type) -> Type:
+    """The type ``t`` (stacked over steps) stacked once more (segments)."""
+    if isinstance(t, TupleType):
+        return TupleType(tuple(_nested(f) for f in t.fields))
+    assert isinstance(t, TensorType)
+    return TensorType((ANY, *t.shape), t.dtype)
+
+
+class Forward:
+    """What the segmented forward made: the loop's outputs and final carry,
+    each segment's start carry, and the tail's stored carries."""
+
+    def __init__(self, outs: Expr | None, final: Expr, starts: Expr, tail: Expr) -> None:
+        self.outs, self.final, self.starts, self.tail = outs, final, starts, tail
+
+
+def segmented_forward(loop, b: LetBuilder, geo: Geometry, outs: bool = True) -> Forward:
+    """``loop`` (a foreach, or a while_loop's view as one) in segments of
+    ``geo``: an outer loop over the segment indices whose step takes its
+    segment's x and runs an inner loop over its k steps, storing the carry
+    it started from; then the tail, storing its carries. Without ``outs``
+    (a rerun, whose outputs the forward has) the segments' outputs are
+    not kept."""
+    xs_type = loop.xs.checked_type
+    out_type = loop.var.checked_type.fields[0]
+    seg, carry = Var("segment", span=loop.span), Var("carry", span=loop.span)
+    sb = b.child()
+    x_seg = _map(sb, loop.xs, xs_type, _rows(geo.rows(sb, seg)))
+    inner = sb.emit(sb.call_op("cf.foreach", _plain_copy(loop), x_seg, carry), "segment_loop")
+    outs_seg = sb.emit_get(inner, 0, "outs")
+    end = sb.emit_get(inner, 1, "carry")
+    per_seg = sb.emit(sb.tuple([outs_seg, carry]), "per_segment") if outs else carry
+    seg_body = Function((seg, carry), sb.finish(sb.emit(sb.tuple([per_seg, end]), "ret")))
+    indices = iota(b, geo.nseg)
+    outer = b.emit(b.call_op("cf.foreach", seg_body, indices, loop.init), "segments")
+    stacked = b.emit_get(outer, 0, "stacked")
+    starts = b.emit_get(stacked, 1, "starts") if outs else stacked
+    middle = b.emit_get(outer, 1, "middle")
+    xs_tail = _map(b, loop.xs, xs_type, _rows(geo.tail_rows(b, geo.main)))
+    tail = b.emit(b.call_op("cf.foreach", loop.storing_body(b), xs_tail, middle), "tail")
+    tail_stacked = b.emit_get(tail, 0, "stacked")
+    final = b.emit_get(tail, 1, "final")
+    carries = b.emit_get(tail_stacked, 1, "carries")
+    if not outs:
+        return Forward(None, final, starts, carries)
+    outs_main = _map(b, b.emit_get(stacked, 0, "outs"), _nested(out_type), _merge)
+    joined = _concat(b, outs_main, b.emit_get(tail_stacked, 0, "outs"), out_type)
+    return Forward(joined, final, starts, carries)
+
+
+def sqrt_foreach(loop, b: LetBuilder) -> None:
+    """``sqrt`` for a foreach of symbolic length (``loops._Loop``)."""
+    geo = Geometry(b, length_of(b, loop.xs, loop.xs.checked_type))
+    fwd = segmented_forward(loop, b, geo)
+    b.bind(loop.var, b.tuple([fwd.outs, fwd.final]))
+
+    def back(bb: LetBuilder) -> None:
+        seeds = loop.seeds(bb, fwd.outs, fwd.final)
+        if seeds is not None:
+            segmented_backward(loop, bb, seeds, geo, fwd)
+
+    loop.rev.tape.append(back)
+
+
+def sqrt_while(loop, b: LetBuilder) -> None:
+    """``sqrt`` for a while_loop: the loop as written, counting its steps;
+    the backward reruns it in segments from the initial carry."""
+    counted = _counting_body(loop, b)
+    start = b.emit(b.tuple([loop.init, b.const(0, "int64")]), "init")
+    args = (loop._tape_cond(), counted, start)
+    run = b.emit(Call(loop.call.callee, args, loop.call.attrs, span=loop.span), "loop")
+    outs = b.emit_get(run, 0, "outs")
+    final_pair = b.emit_get(run, 1, "final")
+    final = b.emit_get(final_pair, 0, "final")
+    steps = b.emit_get(final_pair, 1, "steps")
+    b.bind(loop.var, b.tuple([outs, final]))
+
+    def back(bb: LetBuilder) -> None:
+        seeds = loop.seeds(bb, outs, final)
+        if seeds is None:
+            return
+        geo = Geometry(bb, steps)
+        view = foreach_view(loop, iota(bb, steps))
+        segmented_backward(view, bb, seeds, geo, segmented_forward(view, bb, geo, outs=False))
+
+    loop.rev.tape.append(back)
+
+
+def _counting_body(loop, b: LetBuilder) -> Function:
+    """A copy of the while_loop's body on (carry, steps so far) that counts."""
+    from .loops import splice
+
+    body = fresh_binders(loop.body)
+    assert isinstance(body, Function)
+    pair = Var("carry_and_count", span=loop.span)
+    fb = b.child()
+    fb.bind(body.params[-1], TupleGetItem(pair, 0))
+    count = fb.emit_get(pair, 1, "count")
+    result = splice(fb, body.body)
+    out = fb.emit_get(result, 0, "out")
+    carry = fb.emit_get(result, 1, "carry")
+    following = fb.emit(fb.call_op("add", count, fb.const(1, "int64")), "count")
+    ret = fb.emit(fb.tuple([out, fb.tuple([carry, following])]), "ret")
+    return Function((pair,), fb.finish(ret), span=loop.body.span)
+
+
+def foreach_view(loop, indices: Var):
+    """The while_loop ``loop`` as a foreach over ``indices`` (its steps'
+    numbers, unused by the body ``fn(%i, %carry)``): the segmented code
+    and the recomputing reverse loop then serve both."""
+    from .loops import Slots
+
+    indices.set_checked_type(TensorType((ANY,), "int64"))
+    view = copy.copy(loop)
+    view.foreach = True
+    view.xs = indices
+    index = Var("step_index", INDEX, span=loop.span)
+    index.set_checked_type(INDEX)
+    params = (index, *loop.body.params)
+    view.body = Function(params, loop.body.body, span=loop.body.span)
+    types = [ct_type(loop.var.checked_type.fields[0]), loop.init.checked_type, indices.checked_type]
+    view.recompute_slots = Slots(types)
+    return view
+
+
+def segmented_backward(loop, bb: LetBuilder, seeds: tuple, geo: Geometry, fwd: Forward) -> None:
+    """The tail's reverse loop, then a reverse loop over the segments, last
+    first, each recomputing its segment from its start carry and running
+    its reverse loop (``sqrt._segment_step``), reducing that chunk's
+    hoisted factors into the carried sums."""
+    ct_outs, ct_final = seeds
+    xs_type = loop.xs.checked_type
+    ct_out_type = ct_type(loop.var.checked_type.fields[0])
+    plan = loop.probe_plan()
+    n = len(loop.free)
+    slots = loop.recompute_slots
+    zeros = [materialize(bb, None, f, f.checked_type) for f in loop.free]
+    x_parts: list[Expr] = []
+    # the tail's steps, last first
+    tail_back = backwards(bb, geo.rem)
+    tail_rows = bb.emit(bb.call_op("add", tail_back, geo.main), "rows")
+    seqs = [
+        _map(bb, ct_outs, ct_out_type, _rows(tail_rows)),
+        _map(bb, fwd.tail, loop.init.checked_type, _rows(tail_back)),
+        _map(bb, loop.xs, xs_type, _rows(tail_rows)),
+    ]
+    init = bb.emit(bb.tuple([ct_final, *zeros]), "ct_init")
+    tail_loop = loop.reverse_loop(bb, slots.pack(bb, seqs), init, loop.recompute_step)
+    tplan = loop.last_plan
+    tail_steps, tail_flats = loop.hoisted_flats(bb, tail_loop, tplan)
+    sums = tplan.chunk_parts(bb, tail_flats) if tplan.active else []
+    ct_xs_tail = None
+    if tplan.x_terms:
+        x_parts.append(tplan.x_part(bb, tail_flats))
+    else:
+        ct_xs_tail = _map(bb, tail_steps, ct_type(xs_type), _rows(tail_back))
+    fin = bb.emit_get(tail_loop, 1, "ct_middle")
+    carried_fields = [bb.emit_get(fin, i, "ct_middle") for i in range(1 + n)]
+    carried = bb.emit(bb.tuple([*carried_fields, *sums]), "ct_init")
+    # per slot: the flat stacks give a segment's rows, the starts its index
+    sources = [(ct_outs, ct_out_type, True), (fwd.starts, loop.init.checked_type, False)]
+    sources.append((loop.xs, xs_type, True))
+    stacks = [s for s, p in zip(sources, slots.positions, strict=True) if p is not None]
+    order = backwards(bb, geo.nseg)
+
+    def segment_step(nb: LetBuilder, index: Var, c: Var) -> tuple:
+        rows = geo.rows(nb, index)
+        parts = [_map(nb, s, t, _rows(rows) if flat else _take(index)) for s, t, flat in stacks]
+        step = nb.emit(nb.tuple(parts), "segment")
+        return _segment_step(loop, nb, step, c, plan, False)
+
+    segs_back = loop.reverse_loop(bb, order, carried, segment_step, totals=True)
+    fin = bb.emit_get(segs_back, 1, "ct_final")
+    loop.rev.add(bb, loop.init, bb.emit_get(fin, 0, "ct_init"))
+    seg_steps = bb.emit_get(segs_back, 0, "ct_steps")
+    if plan.x_terms:  # the chunks' x cotangents, in the reverse loops' order
+        x_parts.append(bb.emit_get(seg_steps, 1, "ct_x"))
+        steps = _rows(backwards(bb, geo.length))(bb, plan.x_steps(bb, x_parts), None)
+        loop.rev.add(bb, loop.xs, steps)
+    elif differentiable(xs_type):
+        steps = _map(bb, seg_steps, ct_type(xs_type), _rows(order))
+        ct_xs = _map(bb, steps, _nested(ct_type(xs_type)), _merge)
+        assert ct_xs_tail is not None
+        loop.rev.add(bb, loop.xs, _concat(bb, ct_xs, ct_xs_tail, ct_type(xs_type)))
+    hoisted = plan.hoisted
+    for j, f in enumerate(loop.free):
+        acc = bb.emit_get(fin, j + 1, "ct_free")
+        total = bb.emit_get(fin, 1 + n + hoisted.index(j), "ct_hoisted") if j in hoisted else None
+        loop.rev.add(bb, f, plan.total(bb, j, acc, total))
+
+
+def runtime_totals(loop, bb: LetBuilder, plan, factors: Expr) -> tuple[list[Expr], Expr | None]:
+    """``sqrt.chunked_totals`` for a loop whose chunks are known at run
+    time: the stacked factors (steps in the reverse loop's order) cut into
+    the tail's rows, then each segment's, as ``segmented_backward`` sums them."""
+    stacks = [bb.emit_get(factors, i, "factor") for i in range(len(plan.stacks))]
+    geo = Geometry(bb, length_of(bb, stacks[0], TensorType((ANY,), "float32")))
+    x_parts: list[Expr] = []
+    head = geo.tail_rows(bb, bb.const(0, "int64"))
+    flats = [plan.flat(bb, _rows(head)(bb, s, None), i) for i, s in enumerate(stacks)]
+    sums = plan.chunk_parts(bb, flats)
+    if plan.x_terms:
+        x_parts.append(plan.x_part(bb, flats))
+    index, carry = Var("chunk", span=loop.span), Var("sums", span=loop.span)
+    nb = LetBuilder(loop.span)
+    rows = geo.rows(nb, index, geo.rem)
+    flats = [plan.flat(nb, _rows(rows)(nb, s, None), i) for i, s in enumerate(stacks)]
+    parts = plan.chunk_parts(nb, flats)
+    new = [
+        nb.emit(nb.call_op("add", nb.emit_get(carry, i, "sum"), p), "sum")
+        for i, p in enumerate(parts)
+    ]
+    out = plan.x_part(nb, flats) if plan.x_terms else nb.emit(nb.tuple([]), "unit")
+    ret = nb.emit(nb.tuple([out, nb.tuple(new)]), "ret")
+    body = Function((index, carry), nb.finish(ret), span=loop.span)
+    init = bb.emit(bb.tuple(sums), "sums")
+    indices = iota(bb, geo.nseg)
+    chunks = bb.emit(bb.call_op("cf.foreach", body, indices, init), "chunks")
+    fin = bb.emit_get(chunks, 1, "sums")
+    totals = [bb.emit_get(fin, i, "ct_hoisted") for i in range(len(sums))]
+    x = None
+    if plan.x_terms:
+        x_parts.append(bb.emit_get(chunks, 0, "ct_x"))
+        x = plan.x_steps(bb, x_parts)
+    return totals, x
+
+
+__all__ = ["Geometry", "runtime_totals", "sqrt_foreach", "sqrt_while"]
