@@ -42,6 +42,8 @@ def choose_wrt(fn: Function, wrt: Sequence[str] | str | None, n_state: int) -> l
     by_name = {p.name_hint: p for p in params}
     chosen = []
     for name in names:
+        if not isinstance(name, str):
+            raise DifferentiationError(f"wrt: {name!r} is not a parameter name", fn.span)
         p = by_name.get(name.lstrip("%"))
         if p is None:
             known = ", ".join(q.name_hint for q in user)

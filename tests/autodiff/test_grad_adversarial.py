@@ -684,6 +684,13 @@ def test_output_must_be_a_field_index():
         effir.grad(effir.parse(OUTPUT), output=2, specialise=False)
 
 
+def test_wrt_names_must_be_strings():
+    """wrt=[0] was a bare AttributeError (entry.py choose_wrt)."""
+    with pytest.raises(DifferentiationError, match="wrt: 0 is not a parameter name") as info:
+        effir.grad(effir.parse(OUTPUT), wrt=[0], output=1, specialise=False)
+    assert ":2:1" in str(info.value)
+
+
 UNANNOTATED = {
     "foreach": f"""def @main(%xs: Tensor[(3, 2), float64], %h: {V}) {{
   let %r = cf.foreach(fn (%x, %s) {{ let %n = tanh(add(%x, %s)); (%n, %n) }}, %xs, %h);
