@@ -259,6 +259,35 @@ def test_segment_boundaries_are_bit_identical(steps):
     check_all_modes(src, args, ["xs", "h0", "w", "v"], fd=steps <= 6)
 
 
+def stacked_layers(steps: int, dtype: str = "float64") -> str:
+    """Two recurrent layers, the second iterating over the first's stacked
+    outputs: its x_t's cotangent is only products ct_t @ U (computed after
+    the loop from the stacked ct_t), its weights' terms hoisted."""
+    return (
+        H
+        + f"""def @main(%xs: Tensor[({steps}, 3, 4), float64], %h0: {B},
+          %w1: Tensor[(4, 4), float64], %u1: Tensor[(4, 4), float64],
+          %w2: Tensor[(4, 4), float64], %u2: Tensor[(4, 4), float64], %b: Tensor[(4), float64]) {{
+  let %l1 = cf.foreach(fn (%x: {B}, %h: {B}) {{
+    let %a = tanh(add(add(nn.dense(%x, %u1), nn.dense(%h, %w1)), %b)); (%a, %a) }}, %xs, %h0);
+  let %l2 = cf.foreach(fn (%x: {B}, %h: {B}) {{
+    let %a = sigmoid(add(nn.dense(%x, %u2), nn.dense(%h, %w2))); (multiply(%a, %x), %a) }},
+    %l1.0, %l1.1);
+  add(sum(%l2.0), sum(multiply(%l2.1, %l1.1)))
+}}"""
+    ).replace("float64", dtype)
+
+
+@pytest.mark.parametrize("steps,dtype", [(4, "float64"), (10, "float64"), (16, "float32")])
+def test_stacked_recurrent_layers(steps, dtype):
+    rng = rng_for(20, steps)
+    args = [rng.normal(size=(steps, 3, 4)) * 0.5, rng.normal(size=(3, 4))]
+    args += [rng.normal(size=(4, 4)) * 0.3 for _ in range(4)] + [rng.normal(size=4) * 0.3]
+    args = [a.astype(dtype) for a in args]
+    wrt = ["xs", "h0", "w1", "u1", "w2", "u2", "b"]
+    check_all_modes(stacked_layers(steps, dtype), args, wrt, fd=steps <= 4)
+
+
 # ------------------------------------------------ tuple carries and xs
 def tuples(steps: int) -> str:
     return (
