@@ -720,6 +720,32 @@ def test_wrt_names_must_be_strings():
     assert ":2:1" in str(info.value)
 
 
+def test_the_grad_pass_takes_output():
+    """The pass had no ``output`` option: a tuple result could not be
+    differentiated from pipeline text."""
+    from effir.passes.pipeline import pipeline
+
+    m = effir.parse(OUTPUT)
+    rng = rng_for(32)
+    xs, w, ct = rng.normal(size=(5, 2)), rng.normal(size=2), rng.normal(size=(5, 2))
+    g = pipeline("grad{wrt=w,output=0,value=false,specialise=false}")(m)
+    want = effir.grad(m, wrt=["w"], output=0, specialise=False)
+    np.testing.assert_array_equal(
+        effir.interpret(g, xs, w, ct, entry="main_grad")[0],
+        effir.interpret(want, xs, w, ct, entry="main_grad")[0],
+    )
+    (dw,) = effir.interpret(
+        pipeline("grad{wrt=w,output=1,value=false}")(m), xs, w, entry="main_grad"
+    )
+    np.testing.assert_allclose(
+        dw,
+        numeric_grad(effir.parse(OUTPUT.replace("(%r.0, sum(%r.1))", "sum(%r.1)")), [xs, w], 1),
+        rtol=1e-6,
+    )
+    with pytest.raises(DifferentiationError, match="output=3"):
+        pipeline("grad{output=3}")(m)
+
+
 UNANNOTATED = {
     "foreach": f"""def @main(%xs: Tensor[(3, 2), float64], %h: {V}) {{
   let %r = cf.foreach(fn (%x, %s) {{ let %n = tanh(add(%x, %s)); (%n, %n) }}, %xs, %h);
