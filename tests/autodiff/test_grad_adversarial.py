@@ -960,6 +960,45 @@ def test_an_integer_field_in_a_loops_outputs():
     )
 
 
+def global_body(bindings: int) -> str:
+    """``cf.foreach(@g, ...)`` with ``@g`` of about ``3 * bindings`` nodes."""
+    lines = ["let %v0 = tanh(add(%x, %h));"]
+    lines += [f"let %v{i} = tanh(multiply(%v{i - 1}, 0.9f64));" for i in range(1, bindings)]
+    last = f"%v{bindings - 1}"
+    return (
+        H
+        + f"""def @g(%x: {V}, %h: {V}) -> ({V}, {V}) {{ {" ".join(lines)} ({last}, {last}) }}
+def @main(%xs: Tensor[(3, 2), float64], %w: {V}) {{
+  let %r = cf.foreach(@g, %xs, %w);
+  add(sum(%r.0), sum(%r.1))
+}}"""
+    )
+
+
+def test_a_small_global_function_as_a_loop_body_is_inlined():
+    rng = rng_for(43)
+    check_all_modes(
+        global_body(3), [rng.normal(size=(3, 2)), rng.normal(size=2)], ["xs", "w"], specialise=True
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=DifferentiationError,
+    reason="a global function as a loop body (cf.foreach(@g, ...)) is refused unless partial "
+    "evaluation inlines it (over 200 nodes, recursive, specialise=False): 'the body of a loop "
+    "must be a function literal or a let-bound closure' (loops.py _Loop._resolve)",
+)
+def test_a_large_global_function_as_a_loop_body():
+    rng = rng_for(43)
+    check_all_modes(
+        global_body(120),
+        [rng.normal(size=(3, 2)) * 0.1, rng.normal(size=2)],
+        ["xs", "w"],
+        specialise=True,
+    )
+
+
 # --------------------------------------------------------- deep programs
 def test_a_let_chain_longer_than_the_recursion_limit():
     n = (2 if NIGHTLY else 1) * sys.getrecursionlimit() + 100
