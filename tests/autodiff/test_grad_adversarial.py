@@ -235,6 +235,44 @@ def test_wrt_subsets_give_the_same_gradients_as_all(wrt):
             np.testing.assert_array_equal(got, full[every.index(name)], err_msg=f"{mode} {name}")
 
 
+BIASES = [(4,), (1, 4), (3, 1), (), (3, 4)]
+PRODUCTS = [
+    ("nn.dense(%h, %w)", (4, 4)),
+    ("nn.matmul(%h, %w, transpose_b=True)", (4, 4)),
+    ("nn.matmul(%h, %w)", (4, 4)),
+    ("nn.matmul(%w, %h)", (3, 3)),
+    ("nn.matmul(%w, %h, transpose_a=True)", (3, 3)),
+]
+SHAPES = [(b, p) for b in BIASES for p in PRODUCTS]
+
+
+@pytest.mark.parametrize("bias,product", SHAPES if NIGHTLY else SHAPES[::6])
+def test_hoisting_recognises_only_the_sums_it_may_hoist(bias, product):
+    """A bias broadcast over leading axes, over a middle axis, or not at
+    all, and a weight multiplied on either side, transposed or not: only
+    some of these terms are sums over steps of a product or a leading-axis
+    reduction (hoist.py); each must give the gradient either way."""
+    expr, wshape = product
+    btype = "float64" if bias == () else f"Tensor[({', '.join(map(str, bias))}), float64]"
+    src = (
+        H
+        + f"""def @main(%xs: Tensor[(9, 3, 4), float64], %h0: {B},
+          %w: Tensor[({wshape[0]}, {wshape[1]}), float64], %b: {btype}) {{
+  let %r = cf.foreach(fn (%x: {B}, %h: {B}) {{
+    let %a = tanh(add(add({expr}, multiply(%x, %b)), %b)); (sum(%a), %a) }}, %xs, %h0);
+  add(sum(%r.0), sum(%r.1))
+}}"""
+    )
+    rng = rng_for(21, len(bias), wshape[0])
+    args = [
+        rng.normal(size=(9, 3, 4)) * 0.5,
+        rng.normal(size=(3, 4)),
+        rng.normal(size=wshape) * 0.3,
+    ]
+    args.append(np.asarray(rng.normal(size=bias) * 0.3))
+    check_all_modes(src, args, ["xs", "h0", "w", "b"])
+
+
 @pytest.mark.parametrize("steps", [4, 6, 7, 8, 11, 15, 16, 17, 26])
 def test_segment_boundaries_are_bit_identical(steps):
     """Lengths around the sqrt geometry's choices (a divisor of T near
