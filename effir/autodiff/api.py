@@ -22,7 +22,7 @@ from ..ir.node import Attrs
 from ..ir.vjp import DifferentiationError
 from ..passes.anf_sharing import fresh_binders
 from ..passes.infer_type import check
-from ..passes.infra import a2_problem, anf_problem, module_pass
+from ..passes.infra import Option, a2_problem, anf_problem, module_pass
 from ..passes.verify_linear.verifier import REPLAYS_KEYS
 from .cotangent import current_adts
 from .differentiator import CHECKPOINTS, Differentiator
@@ -157,6 +157,9 @@ def value_and_grad(
         "wrt": "comma-separated parameter names (empty: every float parameter)",
         "checkpoint": "none, loop or sqrt",
         "value": "also return the entry's result",
+        "output": Option(
+            "the field of a tuple result to differentiate (-1: the result)", minimum=-1
+        ),
         "specialise": "partially evaluate first (inline closures and small functions) and "
         "specialise functions on their function arguments",
     },
@@ -168,7 +171,11 @@ def grad_pass(
     checkpoint: str = "none",
     value: bool = True,
     specialise: bool = True,
+    output: int = -1,
 ) -> IRModule:
     """Adds @<entry>_grad, the reverse-mode gradient of @entry (docs/autodiff.md)."""
     names = [w.strip() for w in wrt.split(",") if w.strip()] or None
-    return grad_module(module, entry, names, checkpoint, with_value=value, specialise=specialise)
+    field = None if output == -1 else output
+    return grad_module(
+        module, entry, names, checkpoint, field, with_value=value, specialise=specialise
+    )

@@ -42,6 +42,8 @@ def choose_wrt(fn: Function, wrt: Sequence[str] | str | None, n_state: int) -> l
     by_name = {p.name_hint: p for p in params}
     chosen = []
     for name in names:
+        if not isinstance(name, str):
+            raise DifferentiationError(f"wrt: {name!r} is not a parameter name", fn.span)
         p = by_name.get(name.lstrip("%"))
         if p is None:
             known = ", ".join(q.name_hint for q in user)
@@ -76,7 +78,9 @@ def build_grad(
 ) -> Function:
     """The gradient function of the entry ``fn`` (see the module docstring)."""
     n_state_in, n_state_out = state_count(fn)
-    a2 = "state_in" in fn.attrs or "state_out" in fn.attrs
+    # A2 wraps the result with the new state only where the entry writes
+    # some (state_out); one that only reads state (state_in) returns it as is.
+    a2 = n_state_out > 0
     targets = choose_wrt(fn, wrt, n_state_in)
     b = LetBuilder(fn.span)
     rev = Reverse(ad)
@@ -85,9 +89,14 @@ def build_grad(
     user_type = result_type.fields[0] if a2 else result_type
     chosen_type: Type = user_type
     if output is not None:
-        if not isinstance(user_type, TupleType) or not 0 <= output < len(user_type.fields):
+        if (
+            not isinstance(output, int)
+            or isinstance(output, bool)
+            or not isinstance(user_type, TupleType)
+            or not 0 <= output < len(user_type.fields)
+        ):
             raise DifferentiationError(
-                f"output={output}: the entry's result is not a tuple with that field", fn.span
+                f"output={output!r}: the entry's result is not a tuple with that field", fn.span
             )
         chosen_type = user_type.fields[output]
     if not isinstance(chosen_type, TensorType) or not is_float(chosen_type.dtype):

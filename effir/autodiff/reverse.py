@@ -20,6 +20,7 @@ result and pullback, so only the taken branch's backward runs. Loops are in
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -285,7 +286,7 @@ class Reverse(ExprFunctor):
                 fn.span,
             )
         self.ad.closure_vars.add(var)
-        b.bind(var, fresh_binders(fn))  # for code that is run, not differentiated
+        b.bind(var, typed_copy(fn))  # for code that is run, not differentiated
         if "call" not in use:
             self.ad.loop_bodies[var] = fn  # differentiated where the loop is (loops.py)
             return
@@ -340,6 +341,31 @@ class Reverse(ExprFunctor):
         self.tape.append(back)
 
 
+def typed_copy(fn: Function) -> Function:
+    """A copy of the closure ``fn`` to bind again (``typed_params``)."""
+    copy = fresh_binders(fn)
+    assert isinstance(copy, Function)
+    params, body = typed_params(copy.params, copy.body)
+    return dataclasses.replace(copy, params=params, body=body)
+
+
+def typed_params(params: tuple[Var, ...], body: Expr) -> tuple[tuple[Var, ...], Expr]:
+    """``params`` annotated with the types inference gave them, the body
+    rebinding each old parameter to its annotated one. The closures ``grad``
+    emits (the forward's copy of a closure, a closure's ``%f_vjp``) may no
+    longer be called where they are bound (a loop rebuilds its body, so the
+    copy of a body is dead), and inference cannot type an unannotated
+    parameter of a closure that nothing calls."""
+    typed = []
+    for p in params:
+        if p.type_annotation is None and p.has_type:
+            new = Var(p.name_hint, p.checked_type, span=p.span)
+            body = Let(p, new, body, span=p.span)
+            p = new
+        typed.append(p)
+    return tuple(typed), body
+
+
 def block_vjp(
     ad: Differentiator,
     body: Expr,
@@ -379,4 +405,5 @@ def function_vjp(ad: Differentiator, fn: Function, free: list[Var]) -> Computati
     targets = [p.checked_type for p in fn.params] + [v.checked_type for v in free]
     pullback_type = FuncType((ct_type(result_type),), TupleType(tuple(ct_type(t) for t in targets)))
     ret = TupleType((result_type, pullback_type))
-    return Function(fn.params, body, ret, fn.type_params, span=fn.span)
+    params, body = typed_params(fn.params, body)
+    return Function(params, body, ret, fn.type_params, span=fn.span)
