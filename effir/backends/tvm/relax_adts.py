@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 from tvm import relax, tirx
+from tvm.relax.analysis import BaseCheckResult, type_base_check
 
 from ...ir.expr import (
     Clause,
@@ -96,8 +97,19 @@ class AdtLowering:
         tuple_type = relax.TupleType(
             [relax.TensorType([], "int64"), *(relax_type(t) for t in types)]
         )
-        cast = self.bb.match_cast(value, tuple_type)
+        cast = self.bb.match_cast(self._of_any_constructor(value, tuple_type), tuple_type)
         return [self.bb.emit(relax.TupleGetItem(cast, i + 1)) for i in range(len(types))]
+
+    def _of_any_constructor(self, value: Any, tuple_type: Any) -> Any:
+        """``value`` as an ``Object`` where its Relax type is another
+        constructor's tuple (``None``'s ``(tag,)`` where ``Some``'s fields
+        are read): a value built in place keeps its constructor's precise
+        type, through an ``If`` whose branches agree on it too, and TVM
+        refuses at build time a ``match_cast`` that cannot succeed, even in
+        a clause its tag test never runs ("tuple size mismatch")."""
+        if type_base_check(tuple_type, value.ty) != BaseCheckResult.FAIL_L0:
+            return value
+        return self.bb.match_cast(value, relax.ObjectType())
 
     # ----------------------------------------------------------- match
     def _adt_match(self, expr: Match, env: dict[Var, Any], name: str) -> Computation[Any]:

@@ -237,6 +237,72 @@ def check_a_list_longer_than_the_native_stack_frees() -> None:
     print("ok")
 
 
+X31 = np.array([[1], [-2], [3]], np.float32)
+T31 = "Tensor[(3,1), float32]"
+
+# %f2(0, None) is None: the optimiser's inlining leaves None in both
+# branches of the if, whose Relax type is then None's (tag,), not Object.
+OPTION_BY_A_LOCAL_RECURSION = f"""
+def @main(%x: {T31}, %c: Tensor[(), bool]) {{
+  let %o = if (%c) {{ None }} else {{
+    let %f2 = fn (%i: int32, %acc: Option[{T31}]) -> Option[{T31}] {{
+      if (less_equal(%i, 0)) {{ %acc }} else {{ %f2(subtract(%i, 1), None) }} }};
+    %f2(0, None) }};
+  match (%o) {{ Some(%v) => %v, None => %x }}
+}}
+"""
+
+RELATED = {
+    # Some returned when %c is false
+    "some": OPTION_BY_A_LOCAL_RECURSION.replace("%f2(0, None) }", "%f2(1, None) }").replace(
+        "subtract(%i, 1), None)", "subtract(%i, 1), Some(multiply(%x, 2f)))"
+    ),
+    # no closure at all: the same value in both branches
+    "no closure": f"""
+def @main(%x: {T31}, %c: Tensor[(), bool]) {{
+  let %o = if (%c) {{ None }} else {{ None }};
+  match (%o) {{ Some(%v) => %v, None => %x }}
+}}
+""",
+    # a List, the closure outside the if, the branches swapped
+    "list": f"""
+def @main(%x: {T31}, %c: Tensor[(), bool]) {{
+  let %f2 = fn (%i: int32, %acc: List[{T31}]) -> List[{T31}] {{
+    if (less_equal(%i, 0)) {{ %acc }} else {{ %f2(subtract(%i, 1), Nil) }} }};
+  let %l = if (%c) {{ %f2(0, Nil) }} else {{ Nil }};
+  match (%l) {{ Cons(%v, _) => %v, Nil => %x }}
+}}
+""",
+    # constructors of one arity whose fields' types differ (TVM built this
+    # one before too; its cast of B's value to A's fields goes through Object now)
+    "same arity": f"""
+type E {{ A({T31}), B((Tensor[(), int32], Tensor[(), int32])) }}
+
+def @main(%x: {T31}, %c: Tensor[(), bool]) {{
+  let %k = cast(%c, dtype="int32");
+  let %e = if (%c) {{ B((%k, 2)) }} else {{ B((3, %k)) }};
+  match (%e) {{ A(%v) => %v, B(%k) => multiply(%x, cast(%k.1, dtype="float32")) }}
+}}
+""",
+}
+
+
+def check_an_option_built_in_place_matched_against_another_constructor() -> None:
+    # A value built in place keeps its constructor's precise Relax type:
+    # the field cast of Some (a 2-tuple) of a value typed as None's 1-tuple
+    # (in a clause its tag test never runs) failed TVM's build
+    # ("match_cast ... tuple size mismatch (1 vs. 2)", a BuildDefect).
+    for program in [OPTION_BY_A_LOCAL_RECURSION, *RELATED.values()]:
+        module = parse(LIST + program)
+        compiled = effir.compile(module)
+        for c in (True, False):
+            got = compiled(X31, np.bool_(c))
+            np.testing.assert_array_equal(got, effir.interpret(module, X31, np.bool_(c)))
+    compiled = effir.compile(parse(LIST + RELATED["some"]))
+    np.testing.assert_array_equal(compiled(X31, np.bool_(False)), X31 * 2)
+    print("ok")
+
+
 # Compiled code runs in a process of its own: a crash (a storage freed in
 # one branch of an if and used again, say) is a reported failure.
 def _isolated(check: str) -> None:
@@ -265,6 +331,10 @@ def test_a_module_holding_the_whole_prelude_compiles_what_its_entry_reaches() ->
 
 def test_a_match_that_may_fail_runs_and_fails_where_the_interpreter_does() -> None:
     _isolated("check_a_match_that_may_fail")
+
+
+def test_an_option_built_in_place_matched_against_another_constructor() -> None:
+    _isolated("check_an_option_built_in_place_matched_against_another_constructor")
 
 
 def test_a_list_longer_than_the_native_stack_frees() -> None:
