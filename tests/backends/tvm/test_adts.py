@@ -264,6 +264,13 @@ def @main(%x: {T31}, %c: Tensor[(), bool]) {{
   match (%o) {{ Some(%v) => %v, None => %x }}
 }}
 """,
+    # in a tuple, read by a tuple pattern
+    "in a tuple": f"""
+def @main(%x: {T31}, %c: Tensor[(), bool]) {{
+  let %p = if (%c) {{ (None, %x) }} else {{ (None, add(%x, 1f)) }};
+  match (%p) {{ (Some(%v), _) => %v, (None, %y) => %y }}
+}}
+""",
     # a List, the closure outside the if, the branches swapped
     "list": f"""
 def @main(%x: {T31}, %c: Tensor[(), bool]) {{
