@@ -40,7 +40,7 @@ from ..ir.analysis import free_vars
 from ..ir.builder import LetBuilder
 from ..ir.expr import Call, Expr, Function, Let, TupleGetItem, Var, is_atom
 from ..ir.expr_functor import Computation
-from ..ir.types import TensorType, TupleType, Type
+from ..ir.types import ANY, Dim, TensorType, TupleType, Type
 from ..ir.vjp import DifferentiationError
 from ..passes.anf_sharing import fresh_binders
 from . import hoist, keytape
@@ -71,6 +71,14 @@ def empty_value(b: LetBuilder, t: Type) -> Expr:
     """The only value of a type without tensors (``()``, ``((), ())``...)."""
     assert isinstance(t, TupleType)
     return b.emit(b.tuple([empty_value(b, f) for f in t.fields]), "unit")
+
+
+def leading_dim(t: Type) -> Dim:
+    """The number of steps of a loop over sequences of type ``t``."""
+    while isinstance(t, TupleType):
+        t = t.fields[0]
+    assert isinstance(t, TensorType)
+    return t.shape[0]
 
 
 class Slots:
@@ -122,6 +130,9 @@ class _Loop:
         else:
             self.cond, body, self.init = call.args
         self.body = self._resolve(body)
+        # a let-bound closure, which may be the body of several loops
+        self.shared = not isinstance(body, Function)
+        self.length: Dim = leading_dim(self.xs.checked_type) if self.foreach else ANY
         self.free = self.ad.free_differentiable(self.body)
         self.span = call.span
         carry_type = self.init.checked_type
@@ -146,6 +157,14 @@ class _Loop:
             "differentiated",
             self.call.span,
         )
+
+    def stacked_type(self, t: Type) -> Type:
+        """The type of per-step values of type ``t`` stacked by this loop
+        (``cf.foreach``'s type rule: a new leading axis of the steps)."""
+        if isinstance(t, TupleType):
+            return TupleType(tuple(self.stacked_type(f) for f in t.fields))
+        assert isinstance(t, TensorType)
+        return TensorType((self.length, *t.shape), t.dtype)
 
     def rebuild(self, b: LetBuilder, body: Function, xs: Expr | None = None) -> Var:
         """The loop with ``body`` (and ``xs``) in place of its own."""
@@ -324,9 +343,16 @@ class _Loop:
         per_step = fb.emit(fb.tuple([out, *kept]), "per_step")
         ret = fb.emit(fb.tuple([per_step, carry]), "ret")
         body = Function(self.body.params, fb.finish(ret), span=self.body.span)
+        if self.shared:
+            # the closure may be the body of another loop too: its binders
+            # (the parameters, the step's forward) are bound once per loop
+            body = fresh_binders(body)
+            assert isinstance(body, Function)
         loop = self.rebuild(b, body)
         outs, (stacked,), final = self.bind_result(b, loop)
         stacks = [b.emit_get(stacked, i + 1, "stack") for i in range(len(kept))]
+        if isinstance(self.length, int):
+            self.type_stacks(loop, stacked, outs, final, stacks, kept)
 
         out_ct_type = ct_type(self.var.checked_type.fields[0])
         slots = Slots([out_ct_type, *(v.checked_type for v in kept)])
@@ -353,6 +379,25 @@ class _Loop:
 
         self.rev.tape.append(back)
         return True
+
+    def type_stacks(
+        self, loop: Var, stacked: Var, outs: Var, final: Var, stacks: list[Var], kept: list[Var]
+    ) -> None:
+        """Type the residual loop's results, so that an enclosing loop may
+        stack them as its residuals in turn (the step's backward reads
+        them): each level's body is then differentiated once, not once more
+        per enclosing level. Only for a static number of steps: a
+        ``while_loop``'s stacks (or a symbolic length's) may differ in length
+        from one step of the enclosing loop to the next, and cannot be
+        stacked; such an enclosing loop recomputes its steps."""
+        t = self.var.checked_type
+        stacked_type = TupleType((t.fields[0], *(self.stacked_type(v.checked_type) for v in kept)))
+        loop.set_checked_type(TupleType((stacked_type, t.fields[1])))
+        stacked.set_checked_type(stacked_type)
+        outs.set_checked_type(t.fields[0])
+        final.set_checked_type(t.fields[1])
+        for s, v in zip(stacks, kept, strict=True):
+            s.set_checked_type(self.stacked_type(v.checked_type))
 
     # ------------------------------------------------- "loop": recompute
     def recompute(self, b: LetBuilder) -> None:

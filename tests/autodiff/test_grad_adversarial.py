@@ -27,7 +27,7 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 import effir
-from effir.ir.diagnostics import Error, TypeCheckError, WellFormedError
+from effir.ir.diagnostics import Error, TypeCheckError
 from effir.ir.vjp import DifferentiationError
 from effir.runtime.values import PRNGKey
 
@@ -875,15 +875,7 @@ def vjp_rule_calls(module, op: str, mode: str) -> int:
 @pytest.mark.parametrize(
     "mode",
     [
-        pytest.param(
-            "none",
-            marks=pytest.mark.xfail(
-                strict=True,
-                raises=AssertionError,
-                reason="none: a nested loop's stacks are untyped, so the outer loop's residuals "
-                "fail and it re-differentiates its body: 2^depth work (loops.py _Loop.residuals)",
-            ),
-        ),
+        "none",
         "loop",
         "sqrt",
     ],
@@ -916,12 +908,6 @@ SHARED_BODY = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=WellFormedError,
-    reason="none: a closure used as the body of two loops binds its parameters twice in the "
-    "gradient (WellFormedError; loops.py _Loop.residuals reuses self.body.params)",
-)
 def test_one_closure_as_the_body_of_two_loops():
     rng = rng_for(41)
     args = [
