@@ -81,10 +81,44 @@ def leading_dim(t: Type) -> Dim:
     return t.shape[0]
 
 
+def holey(t: Type) -> bool:
+    """Whether the tuple type ``t`` has a field without tensors, at any depth."""
+    return isinstance(t, TupleType) and any(not has_leaves(f) or holey(f) for f in t.fields)
+
+
+def prune(b: LetBuilder, value: Expr, t: Type) -> Expr:
+    """``value`` of type ``t`` without its fields that hold no tensor, at
+    any depth: a loop cannot iterate over a ``()`` (``unprune`` undoes it)."""
+    if not holey(t):
+        return value
+    assert isinstance(t, TupleType)
+    parts = [
+        prune(b, b.emit_get(value, i, "part"), f) for i, f in enumerate(t.fields) if has_leaves(f)
+    ]
+    return b.emit(b.tuple(parts), "pruned")
+
+
+def unprune(b: LetBuilder, value: Expr, t: Type) -> Expr:
+    """The value of type ``t`` that ``prune`` made ``value`` from."""
+    if not holey(t):
+        return value
+    assert isinstance(t, TupleType)
+    parts: list[Expr] = []
+    kept = 0
+    for f in t.fields:
+        if has_leaves(f):
+            parts.append(unprune(b, b.emit_get(value, kept, "part"), f))
+            kept += 1
+        else:
+            parts.append(empty_value(b, f))
+    return b.emit(b.tuple(parts), "unpruned")
+
+
 class Slots:
     """The sequences a reverse loop iterates over, by slot: a sequence
     without tensors (a scan's ``()`` outputs, a map's ``()`` carry) cannot
-    be iterated over, so it is left out and its per-step value rebuilt."""
+    be iterated over, so it is left out and its per-step value rebuilt;
+    so are the ``()`` fields nested in a sequence's tuples (``prune``)."""
 
     def __init__(self, types: list[Type]) -> None:
         self.types = types
@@ -95,14 +129,23 @@ class Slots:
             count += has_leaves(t)
 
     def pack(self, b: LetBuilder, sequences: list[Expr]) -> Expr:
-        kept = [s for s, p in zip(sequences, self.positions, strict=True) if p is not None]
+        kept = [
+            prune(b, s, t)
+            for s, t, p in zip(sequences, self.types, self.positions, strict=True)
+            if p is not None
+        ]
         return b.emit(b.tuple(kept), "seqs")
+
+    def pack_kept(self, b: LetBuilder, kept: list[Expr], hint: str) -> Expr:
+        """``pack`` from the kept slots' values only (a segment's slices)."""
+        types = [t for t, p in zip(self.types, self.positions, strict=True) if p is not None]
+        return b.emit(b.tuple([prune(b, s, t) for s, t in zip(kept, types, strict=True)]), hint)
 
     def get(self, b: LetBuilder, step: Var, slot: int, hint: str) -> Expr:
         position = self.positions[slot]
         if position is None:
             return empty_value(b, self.types[slot])
-        return b.emit_get(step, position, hint)
+        return unprune(b, b.emit_get(step, position, hint), self.types[slot])
 
 
 def loop_binding(rev: Reverse, var: Var, call: Call, b: LetBuilder) -> Computation[None]:

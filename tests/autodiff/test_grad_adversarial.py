@@ -27,7 +27,7 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 import effir
-from effir.ir.diagnostics import Error, TypeCheckError
+from effir.ir.diagnostics import Error
 from effir.ir.vjp import DifferentiationError
 from effir.runtime.values import PRNGKey
 
@@ -946,13 +946,6 @@ UNIT_IN_CARRY = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeCheckError,
-    reason="loop/sqrt: a carry with a () field nested in a tuple is stacked with a () field, "
-    "and the reverse loop iterates over it: TypeCheckError 'sequence argument of cf.foreach "
-    "must not be an empty tuple' (loops.py Slots drops only top-level ())",
-)
 def test_a_unit_field_in_a_recomputed_carry():
     """The typed program generator's while_loops carry (int32, ())."""
     check_all_modes(UNIT_IN_CARRY, [np.array([0.5, -1.0])], ["x"])
@@ -969,14 +962,6 @@ INTEGER_OUTPUT_FIELD = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeCheckError,
-    reason="a loop whose per-step output is a tuple with an integer field (a decoder's "
-    "(logits, argmax)): the outputs' cotangent has a nested () field, and the reverse loop "
-    "iterates over it: TypeCheckError 'sequence argument of cf.foreach must not be an "
-    "empty tuple', in every mode (loops.py Slots drops only top-level ())",
-)
 def test_an_integer_field_in_a_loops_outputs():
     rng = rng_for(42)
     check_all_modes(
