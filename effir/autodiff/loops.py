@@ -38,7 +38,7 @@ from collections.abc import Callable
 
 from ..ir.analysis import free_vars
 from ..ir.builder import LetBuilder
-from ..ir.expr import Call, Expr, Function, Let, TupleGetItem, Var, is_atom
+from ..ir.expr import Call, Expr, Function, GlobalVar, Let, TupleGetItem, Var, is_atom
 from ..ir.expr_functor import Computation
 from ..ir.types import ANY, Dim, TensorType, TupleType, Type
 from ..ir.vjp import DifferentiationError
@@ -55,6 +55,7 @@ from .cotangent import (
     shaped_as,
     stackable,
 )
+from .differentiator import raise_primitive
 from .hoist import Plan
 from .keytape import tape_leaves_only
 from .reverse import Reverse
@@ -157,8 +158,12 @@ def loop_binding(rev: Reverse, var: Var, call: Call, b: LetBuilder) -> Computati
 
         sqrt_binding(loop, b)
         return
-    if mode == "none" and (yield loop.residuals(b)):
-        return
+    if mode == "none" and call not in rev.ad.unstacked:
+        if (yield loop.residuals(b)):
+            return
+        # the same loop comes again wherever an enclosing body is
+        # differentiated again (its own fallback): it falls back at once
+        rev.ad.unstacked.add(call)
     loop.recompute(b)
 
 
@@ -195,9 +200,17 @@ class _Loop:
             return body
         if isinstance(body, Var) and body in self.ad.loop_bodies:
             return self.ad.loop_bodies[body]
+        if isinstance(body, GlobalVar) and body.name in self.ad.module.functions:
+            # differentiated where the loop is, as a let-bound closure's body
+            # (a global has no free variables)
+            fn = self.ad.module.functions[body.name]
+            if fn.attrs.get("Primitive") == 1:
+                raise_primitive(body.name, fn)
+            if not fn.type_params:
+                return fn
         raise DifferentiationError(
-            "the body of a loop must be a function literal or a let-bound closure to be "
-            "differentiated",
+            "the body of a loop must be a function literal, a let-bound closure or a "
+            "monomorphic global function to be differentiated",
             self.call.span,
         )
 
