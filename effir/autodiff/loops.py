@@ -15,7 +15,8 @@ Checkpointing (``checkpoint=``) chooses what is stacked:
 
 1. ``"none"``: the *residuals*, the forward values of the step that its
    backward reads. If one is not a tensor (a branch's pullback closure, a
-   key), the loop falls back to ``"loop"``.
+   key), the loop falls back to ``"loop"``. A nested static loop's
+   residual stacks are typed, so the enclosing loop stacks them in turn.
 2. ``"loop"``: only the carry each step started from; the backward
    recomputes the step's forward from it, then runs its backward (in
    segments, as ``"sqrt"``'s, when weight-gradient terms are hoisted:
