@@ -116,6 +116,14 @@ def unprune(b: LetBuilder, value: Expr, t: Type) -> Expr:
     return b.emit(b.tuple(parts), "unpruned")
 
 
+def fixed_shape(t: Type) -> bool:
+    """Whether every value of type ``t`` has the same shape (no ``?`` dim):
+    per-step values of such a type stack into one tensor per field."""
+    if isinstance(t, TupleType):
+        return all(fixed_shape(f) for f in t.fields)
+    return isinstance(t, TensorType) and ANY not in t.shape
+
+
 class Slots:
     """The sequences a reverse loop iterates over, by slot: a sequence
     without tensors (a scan's ``()`` outputs, a map's ``()`` carry) cannot
@@ -408,7 +416,7 @@ class _Loop:
         loop = self.rebuild(b, body)
         outs, (stacked,), final = self.bind_result(b, loop)
         stacks = [b.emit_get(stacked, i + 1, "stack") for i in range(len(kept))]
-        if isinstance(self.length, int):
+        if isinstance(self.length, int) and all(fixed_shape(v.checked_type) for v in kept):
             self.type_stacks(loop, stacked, outs, final, stacks, kept)
 
         out_ct_type = ct_type(self.var.checked_type.fields[0])
@@ -443,10 +451,11 @@ class _Loop:
         """Type the residual loop's results, so that an enclosing loop may
         stack them as its residuals in turn (the step's backward reads
         them): each level's body is then differentiated once, not once more
-        per enclosing level. Only for a static number of steps: a
-        ``while_loop``'s stacks (or a symbolic length's) may differ in length
-        from one step of the enclosing loop to the next, and cannot be
-        stacked; such an enclosing loop recomputes its steps."""
+        per enclosing level. Only for a static number of steps and
+        residuals without ``?`` dims: a ``while_loop``'s stacks (or a
+        symbolic length's) may differ in length from one step of the
+        enclosing loop to the next, and cannot be stacked; such an
+        enclosing loop recomputes its steps."""
         t = self.var.checked_type
         stacked_type = TupleType((t.fields[0], *(self.stacked_type(v.checked_type) for v in kept)))
         loop.set_checked_type(TupleType((stacked_type, t.fields[1])))
