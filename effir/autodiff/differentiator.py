@@ -42,6 +42,7 @@ class Differentiator:
         self.closures: dict[Var, ClosureVjp] = {}
         self.closure_vars: set[Var] = set()
         self.loop_bodies: dict[Var, Function] = {}
+        self.unstacked: set[Call] = set()  # loops whose residuals cannot be stacked
         self.closure_use = _closure_uses(module)
         self._free: dict[int, list[Var]] = {}
         self._free_vars = free_variable_table(module)

@@ -15,7 +15,8 @@ Checkpointing (``checkpoint=``) chooses what is stacked:
 
 1. ``"none"``: the *residuals*, the forward values of the step that its
    backward reads. If one is not a tensor (a branch's pullback closure, a
-   key), the loop falls back to ``"loop"``.
+   key), the loop falls back to ``"loop"``. A nested static loop's
+   residual stacks are typed, so the enclosing loop stacks them in turn.
 2. ``"loop"``: only the carry each step started from; the backward
    recomputes the step's forward from it, then runs its backward (in
    segments, as ``"sqrt"``'s, when weight-gradient terms are hoisted:
@@ -38,9 +39,9 @@ from collections.abc import Callable
 
 from ..ir.analysis import free_vars
 from ..ir.builder import LetBuilder
-from ..ir.expr import Call, Expr, Function, Let, TupleGetItem, Var, is_atom
+from ..ir.expr import Call, Expr, Function, GlobalVar, Let, TupleGetItem, Var, is_atom
 from ..ir.expr_functor import Computation
-from ..ir.types import TensorType, TupleType, Type
+from ..ir.types import ANY, Dim, TensorType, TupleType, Type
 from ..ir.vjp import DifferentiationError
 from ..passes.anf_sharing import fresh_binders
 from . import hoist, keytape
@@ -55,6 +56,7 @@ from .cotangent import (
     shaped_as,
     stackable,
 )
+from .differentiator import raise_primitive
 from .hoist import Plan
 from .keytape import tape_leaves_only
 from .reverse import Reverse
@@ -73,10 +75,60 @@ def empty_value(b: LetBuilder, t: Type) -> Expr:
     return b.emit(b.tuple([empty_value(b, f) for f in t.fields]), "unit")
 
 
+def leading_dim(t: Type) -> Dim:
+    """The number of steps of a loop over sequences of type ``t``."""
+    while isinstance(t, TupleType):
+        t = t.fields[0]
+    assert isinstance(t, TensorType)
+    return t.shape[0]
+
+
+def holey(t: Type) -> bool:
+    """Whether the tuple type ``t`` has a field without tensors, at any depth."""
+    return isinstance(t, TupleType) and any(not has_leaves(f) or holey(f) for f in t.fields)
+
+
+def prune(b: LetBuilder, value: Expr, t: Type) -> Expr:
+    """``value`` of type ``t`` without its fields that hold no tensor, at
+    any depth: a loop cannot iterate over a ``()`` (``unprune`` undoes it)."""
+    if not holey(t):
+        return value
+    assert isinstance(t, TupleType)
+    parts = [
+        prune(b, b.emit_get(value, i, "part"), f) for i, f in enumerate(t.fields) if has_leaves(f)
+    ]
+    return b.emit(b.tuple(parts), "pruned")
+
+
+def unprune(b: LetBuilder, value: Expr, t: Type) -> Expr:
+    """The value of type ``t`` that ``prune`` made ``value`` from."""
+    if not holey(t):
+        return value
+    assert isinstance(t, TupleType)
+    parts: list[Expr] = []
+    kept = 0
+    for f in t.fields:
+        if has_leaves(f):
+            parts.append(unprune(b, b.emit_get(value, kept, "part"), f))
+            kept += 1
+        else:
+            parts.append(empty_value(b, f))
+    return b.emit(b.tuple(parts), "unpruned")
+
+
+def fixed_shape(t: Type) -> bool:
+    """Whether every value of type ``t`` has the same shape (no ``?`` dim):
+    per-step values of such a type stack into one tensor per field."""
+    if isinstance(t, TupleType):
+        return all(fixed_shape(f) for f in t.fields)
+    return isinstance(t, TensorType) and ANY not in t.shape
+
+
 class Slots:
     """The sequences a reverse loop iterates over, by slot: a sequence
     without tensors (a scan's ``()`` outputs, a map's ``()`` carry) cannot
-    be iterated over, so it is left out and its per-step value rebuilt."""
+    be iterated over, so it is left out and its per-step value rebuilt;
+    so are the ``()`` fields nested in a sequence's tuples (``prune``)."""
 
     def __init__(self, types: list[Type]) -> None:
         self.types = types
@@ -87,14 +139,23 @@ class Slots:
             count += has_leaves(t)
 
     def pack(self, b: LetBuilder, sequences: list[Expr]) -> Expr:
-        kept = [s for s, p in zip(sequences, self.positions, strict=True) if p is not None]
+        kept = [
+            prune(b, s, t)
+            for s, t, p in zip(sequences, self.types, self.positions, strict=True)
+            if p is not None
+        ]
         return b.emit(b.tuple(kept), "seqs")
+
+    def pack_kept(self, b: LetBuilder, kept: list[Expr], hint: str) -> Expr:
+        """``pack`` from the kept slots' values only (a segment's slices)."""
+        types = [t for t, p in zip(self.types, self.positions, strict=True) if p is not None]
+        return b.emit(b.tuple([prune(b, s, t) for s, t in zip(kept, types, strict=True)]), hint)
 
     def get(self, b: LetBuilder, step: Var, slot: int, hint: str) -> Expr:
         position = self.positions[slot]
         if position is None:
             return empty_value(b, self.types[slot])
-        return b.emit_get(step, position, hint)
+        return unprune(b, b.emit_get(step, position, hint), self.types[slot])
 
 
 def loop_binding(rev: Reverse, var: Var, call: Call, b: LetBuilder) -> Computation[None]:
@@ -106,8 +167,12 @@ def loop_binding(rev: Reverse, var: Var, call: Call, b: LetBuilder) -> Computati
 
         sqrt_binding(loop, b)
         return
-    if mode == "none" and (yield loop.residuals(b)):
-        return
+    if mode == "none" and call not in rev.ad.unstacked:
+        if (yield loop.residuals(b)):
+            return
+        # the same loop comes again wherever an enclosing body is
+        # differentiated again (its own fallback): it falls back at once
+        rev.ad.unstacked.add(call)
     loop.recompute(b)
 
 
@@ -122,6 +187,9 @@ class _Loop:
         else:
             self.cond, body, self.init = call.args
         self.body = self._resolve(body)
+        # a let-bound closure, which may be the body of several loops
+        self.shared = not isinstance(body, Function)
+        self.length: Dim = leading_dim(self.xs.checked_type) if self.foreach else ANY
         self.free = self.ad.free_differentiable(self.body)
         self.span = call.span
         carry_type = self.init.checked_type
@@ -141,11 +209,27 @@ class _Loop:
             return body
         if isinstance(body, Var) and body in self.ad.loop_bodies:
             return self.ad.loop_bodies[body]
+        if isinstance(body, GlobalVar) and body.name in self.ad.module.functions:
+            # differentiated where the loop is, as a let-bound closure's body
+            # (a global has no free variables)
+            fn = self.ad.module.functions[body.name]
+            if fn.attrs.get("Primitive") == 1:
+                raise_primitive(body.name, fn)
+            if not fn.type_params:
+                return fn
         raise DifferentiationError(
-            "the body of a loop must be a function literal or a let-bound closure to be "
-            "differentiated",
+            "the body of a loop must be a function literal, a let-bound closure or a "
+            "monomorphic global function to be differentiated",
             self.call.span,
         )
+
+    def stacked_type(self, t: Type) -> Type:
+        """The type of per-step values of type ``t`` stacked by this loop
+        (``cf.foreach``'s type rule: a new leading axis of the steps)."""
+        if isinstance(t, TupleType):
+            return TupleType(tuple(self.stacked_type(f) for f in t.fields))
+        assert isinstance(t, TensorType)
+        return TensorType((self.length, *t.shape), t.dtype)
 
     def rebuild(self, b: LetBuilder, body: Function, xs: Expr | None = None) -> Var:
         """The loop with ``body`` (and ``xs``) in place of its own."""
@@ -324,9 +408,16 @@ class _Loop:
         per_step = fb.emit(fb.tuple([out, *kept]), "per_step")
         ret = fb.emit(fb.tuple([per_step, carry]), "ret")
         body = Function(self.body.params, fb.finish(ret), span=self.body.span)
+        if self.shared:
+            # the closure may be the body of another loop too: its binders
+            # (the parameters, the step's forward) are bound once per loop
+            body = fresh_binders(body)
+            assert isinstance(body, Function)
         loop = self.rebuild(b, body)
         outs, (stacked,), final = self.bind_result(b, loop)
         stacks = [b.emit_get(stacked, i + 1, "stack") for i in range(len(kept))]
+        if isinstance(self.length, int) and all(fixed_shape(v.checked_type) for v in kept):
+            self.type_stacks(loop, stacked, outs, final, stacks, kept)
 
         out_ct_type = ct_type(self.var.checked_type.fields[0])
         slots = Slots([out_ct_type, *(v.checked_type for v in kept)])
@@ -353,6 +444,26 @@ class _Loop:
 
         self.rev.tape.append(back)
         return True
+
+    def type_stacks(
+        self, loop: Var, stacked: Var, outs: Var, final: Var, stacks: list[Var], kept: list[Var]
+    ) -> None:
+        """Type the residual loop's results, so that an enclosing loop may
+        stack them as its residuals in turn (the step's backward reads
+        them): each level's body is then differentiated once, not once more
+        per enclosing level. Only for a static number of steps and
+        residuals without ``?`` dims: a ``while_loop``'s stacks (or a
+        symbolic length's) may differ in length from one step of the
+        enclosing loop to the next, and cannot be stacked; such an
+        enclosing loop recomputes its steps."""
+        t = self.var.checked_type
+        stacked_type = TupleType((t.fields[0], *(self.stacked_type(v.checked_type) for v in kept)))
+        loop.set_checked_type(TupleType((stacked_type, t.fields[1])))
+        stacked.set_checked_type(stacked_type)
+        outs.set_checked_type(t.fields[0])
+        final.set_checked_type(t.fields[1])
+        for s, v in zip(stacks, kept, strict=True):
+            s.set_checked_type(self.stacked_type(v.checked_type))
 
     # ------------------------------------------------- "loop": recompute
     def recompute(self, b: LetBuilder) -> None:

@@ -307,7 +307,7 @@ def segmented_backward(loop, bb: LetBuilder, seeds: tuple, geo: Geometry, fwd: F
     def segment_step(nb: LetBuilder, index: Var, c: Var) -> tuple:
         rows = geo.rows(nb, index)
         parts = [_map(nb, s, t, _rows(rows) if flat else _take(index)) for s, t, flat in stacks]
-        step = nb.emit(nb.tuple(parts), "segment")
+        step = slots.pack_kept(nb, parts, "segment")
         return _segment_step(loop, nb, step, c, plan, False)
 
     segs_back = loop.reverse_loop(bb, order, carried, segment_step, totals=True)

@@ -326,7 +326,7 @@ def segmented_back(loop, bb: LetBuilder, outs: Expr, final: Expr, geo: tuple, sr
 
     def segment_step(nb: LetBuilder, index: Var, c: Var) -> tuple:
         parts = [_map(nb, seq, t, _take(index)) for seq, t in stacks]
-        step = nb.emit(nb.tuple(parts), "segment")
+        step = slots.pack_kept(nb, parts, "segment")
         return _segment_step(loop, nb, step, c, plan, src.stored)
 
     segs_back = loop.reverse_loop(bb, order, carried, segment_step, totals=True)

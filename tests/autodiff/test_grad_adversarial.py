@@ -27,7 +27,7 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 import effir
-from effir.ir.diagnostics import Error, TypeCheckError, WellFormedError
+from effir.ir.diagnostics import Error
 from effir.ir.vjp import DifferentiationError
 from effir.runtime.values import PRNGKey
 
@@ -831,9 +831,10 @@ def test_closures_with_unannotated_parameters(name):
 
 
 # ------------------------------------------- defects left to loops.py's owners
-def nested_loops(depth: int) -> str:
+def nested_loops(depth: int, branches: bool = False) -> str:
     """``depth`` foreach loops nested (length-1 sequences but the innermost),
-    each step's output its inner loop's summed outputs."""
+    each step's output its inner loop's summed outputs (``branches``: its
+    carry through an ``if``)."""
 
     def seq(d: int) -> str:
         return "Tensor[(" + ", ".join(["1"] * d + ["2"]) + "), float64]"
@@ -842,7 +843,13 @@ def nested_loops(depth: int) -> str:
         if d == depth:
             return f"let %n = tanh(add(multiply(%a{d}, %w), %h{d})); (sum(%n), %n)"
         inner = f"fn (%a{d + 1}: {seq(depth - d - 1)}, %h{d + 1}: {V}) {{ {level(d + 1)} }}"
-        return f"let %r{d} = cf.foreach({inner}, %a{d}, %h{d}); (sum(%r{d}.0), tanh(%r{d}.1))"
+        loop = f"let %r{d} = cf.foreach({inner}, %a{d}, %h{d});"
+        if branches:
+            return (
+                f"{loop} let %q{d} = if (greater(sum(%r{d}.1), 0f64)) {{ tanh(%r{d}.1) }} "
+                f"else {{ multiply(%r{d}.1, 0.5f64) }}; (sum(%r{d}.0), %q{d})"
+            )
+        return f"{loop} (sum(%r{d}.0), tanh(%r{d}.1))"
 
     top = level(0).rsplit(" (sum", 1)[0]
     return (
@@ -875,15 +882,7 @@ def vjp_rule_calls(module, op: str, mode: str) -> int:
 @pytest.mark.parametrize(
     "mode",
     [
-        pytest.param(
-            "none",
-            marks=pytest.mark.xfail(
-                strict=True,
-                raises=AssertionError,
-                reason="none: a nested loop's stacks are untyped, so the outer loop's residuals "
-                "fail and it re-differentiates its body: 2^depth work (loops.py _Loop.residuals)",
-            ),
-        ),
+        "none",
         "loop",
         "sqrt",
     ],
@@ -905,6 +904,29 @@ def test_nested_loops_are_correct():
     check_all_modes(nested_loops(3), args, ["a0", "w"])
 
 
+def nested_loops_with_branches(depth: int) -> str:
+    """``nested_loops`` with an ``if`` after each inner loop: its pullback
+    is a residual "none" cannot stack, so every level falls back."""
+    return nested_loops(depth, branches=True)
+
+
+def test_nested_loops_that_fall_back_are_differentiated_polynomially_often():
+    """Under "none", a loop whose residuals cannot be stacked is
+    differentiated again to recompute; a loop that failed once falls back
+    at once when an enclosing body is differentiated again, so the work
+    is quadratic in the depth, not 2^depth (383 tanh rules at depth 8)."""
+    depth = 8
+    m = effir.parse(nested_loops_with_branches(depth))
+    calls = vjp_rule_calls(m, "tanh", "none")
+    assert calls <= depth * depth, calls
+
+
+def test_nested_loops_with_branches_are_correct():
+    rng = rng_for(45)
+    args = [rng.normal(size=(1, 1, 2)), rng.normal(size=2), rng.normal(size=2)]
+    check_all_modes(nested_loops_with_branches(2), args, ["a0", "w"])
+
+
 SHARED_BODY = (
     H
     + f"""def @main(%xs: Tensor[(6, 3, 4), float64], %h0: {B}, %w: Tensor[(4, 4), float64]) {{
@@ -916,12 +938,6 @@ SHARED_BODY = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=WellFormedError,
-    reason="none: a closure used as the body of two loops binds its parameters twice in the "
-    "gradient (WellFormedError; loops.py _Loop.residuals reuses self.body.params)",
-)
 def test_one_closure_as_the_body_of_two_loops():
     rng = rng_for(41)
     args = [
@@ -960,13 +976,6 @@ UNIT_IN_CARRY = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeCheckError,
-    reason="loop/sqrt: a carry with a () field nested in a tuple is stacked with a () field, "
-    "and the reverse loop iterates over it: TypeCheckError 'sequence argument of cf.foreach "
-    "must not be an empty tuple' (loops.py Slots drops only top-level ())",
-)
 def test_a_unit_field_in_a_recomputed_carry():
     """The typed program generator's while_loops carry (int32, ())."""
     check_all_modes(UNIT_IN_CARRY, [np.array([0.5, -1.0])], ["x"])
@@ -983,14 +992,6 @@ INTEGER_OUTPUT_FIELD = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeCheckError,
-    reason="a loop whose per-step output is a tuple with an integer field (a decoder's "
-    "(logits, argmax)): the outputs' cotangent has a nested () field, and the reverse loop "
-    "iterates over it: TypeCheckError 'sequence argument of cf.foreach must not be an "
-    "empty tuple', in every mode (loops.py Slots drops only top-level ())",
-)
 def test_an_integer_field_in_a_loops_outputs():
     rng = rng_for(42)
     check_all_modes(
@@ -1020,13 +1021,6 @@ def test_a_small_global_function_as_a_loop_body_is_inlined():
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=DifferentiationError,
-    reason="a global function as a loop body (cf.foreach(@g, ...)) is refused unless partial "
-    "evaluation inlines it (over 200 nodes, recursive, specialise=False): 'the body of a loop "
-    "must be a function literal or a let-bound closure' (loops.py _Loop._resolve)",
-)
 def test_a_large_global_function_as_a_loop_body():
     rng = rng_for(43)
     check_all_modes(
@@ -1035,6 +1029,47 @@ def test_a_large_global_function_as_a_loop_body():
         ["xs", "w"],
         specialise=True,
     )
+
+
+GLOBAL_BODY_TWICE = (
+    H
+    + f"""def @g(%x: {V}, %h: {V}) -> ({V}, {V}) {{
+  let %f = fn (%y: {V}) {{ tanh(%y) }};
+  let %i = cf.foreach(fn (%a: float64, %c: {V}) {{
+    let %n = %f(add(%c, %a)); (sum(%n), %n) }}, %x, %h);
+  let %v = tanh(add(%x, %i.1));
+  (%v, multiply(%v, 0.9f64))
+}}
+def @main(%xs: Tensor[(3, 2), float64], %w: {V}) {{
+  let %r = cf.foreach(@g, %xs, %w);
+  let %s = cf.foreach(@g, %xs, %r.1);
+  let %d = @g(%w, %w);
+  add(add(sum(%r.0), sum(%s.1)), sum(%d.0))
+}}"""
+)
+
+
+def test_a_global_function_as_the_body_of_two_loops_and_called():
+    """Unspecialised: the global (with a closure and a loop of its own) is
+    the body of two loops and also called directly (``@g_vjp``)."""
+    rng = rng_for(44)
+    check_all_modes(
+        GLOBAL_BODY_TWICE, [rng.normal(size=(3, 2)) * 0.5, rng.normal(size=2)], ["xs", "w"]
+    )
+
+
+def test_a_polymorphic_global_function_as_a_loop_body_is_refused():
+    src = (
+        H
+        + f"""def @g[A](%x: A, %h: {V}) -> (A, {V}) {{ (%x, tanh(%h)) }}
+def @main(%xs: Tensor[(3, 2), float64], %w: {V}) {{
+  let %r = cf.foreach(@g, %xs, %w);
+  sum(%r.1)
+}}"""
+    )
+    with pytest.raises(DifferentiationError, match="monomorphic global function") as err:
+        effir.grad(effir.parse(src), wrt=["w"], specialise=False)
+    assert err.value.span is not None
 
 
 # --------------------------------------------------------- deep programs

@@ -229,3 +229,37 @@ def test_random_typed_programs_compiled_equal_interpreted():
     )
     run.check()
     assert "ok" in run.stdout
+
+
+def check_fixed_loop_defects_compiled() -> None:
+    """Two of the loops.py defects fixed (test_grad_adversarial.py), compiled:
+    "none"'s stacks of a nested loop's stacks, and the pruned () field of
+    a loop's outputs' cotangent under "sqrt"."""
+    import numpy as np
+
+    import effir
+    from tests.autodiff.test_grad_adversarial import INTEGER_OUTPUT_FIELD, nested_loops
+
+    rng = np.random.default_rng(52)
+    cases = [
+        (nested_loops(3), [rng.normal(size=(1, 1, 1, 2)), *rng.normal(size=(2, 2))], "none"),
+        (INTEGER_OUTPUT_FIELD, [rng.normal(size=(5, 2)), rng.normal(size=2)], "sqrt"),
+    ]
+    for src, args, mode in cases:
+        m = effir.parse(src)
+        wrt = [p.name_hint for p in m["main"].params if p.name_hint != "h0"]
+        g = effir.value_and_grad(m, wrt=wrt, checkpoint=mode, specialise=False)
+        got = effir.compile(g, entry="main_grad")(*args, entry="main_grad")
+        want = effir.interpret(g, *args, entry="main_grad")
+        for a, b in zip(leaves(got), leaves(want), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
+    print("ok")
+
+
+def test_compiled_gradients_of_nested_none_loops_and_a_pruned_output():
+    run = run_isolated(
+        "from tests.autodiff.test_grad_adversarial_compiled import "
+        "check_fixed_loop_defects_compiled; check_fixed_loop_defects_compiled()"
+    )
+    run.check()
+    assert "ok" in run.stdout
