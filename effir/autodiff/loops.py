@@ -500,9 +500,7 @@ class _Loop:
         copy = fresh_binders(self.body)
         assert isinstance(copy, Function)
         fb = b.child()
-        result = splice(fb, copy.body)
-        out = fb.emit_get(result, 0, "out")
-        carry = fb.emit_get(result, 1, "carry")
+        out, carry = spliced_step(fb, copy.body)
         per_step = fb.emit(fb.tuple([out, copy.params[-1]]), "per_step")
         ret = fb.emit(fb.tuple([per_step, carry]), "ret")
         return Function(copy.params, fb.finish(ret), span=self.body.span)
@@ -572,16 +570,9 @@ class _Loop:
         """``storing_body`` of a taped loop: ``(x_t, (carry, tape)) ->
         ((out, the carry's tensors), (carry', tape with its others))``."""
         data = self.ad.tape_data()
-        copy = fresh_binders(self.body)
-        assert isinstance(copy, Function)
-        pair = Var("carry_and_tape", span=self.span)
-        fb = b.child()
-        fb.bind(copy.params[-1], TupleGetItem(pair, 0))
-        tape = fb.emit_get(pair, 1, "tape")
+        fb, copy, pair, tape = paired_body(self.body, b, "carry_and_tape", "tape", self.span)
         tensors, pushed = keytape.store(fb, data, copy.params[-1], self.init.checked_type, tape)
-        result = splice(fb, copy.body)
-        out = fb.emit_get(result, 0, "out")
-        carry = fb.emit_get(result, 1, "carry")
+        out, carry = spliced_step(fb, copy.body)
         per_step = fb.emit(fb.tuple([out, tensors]), "per_step")
         following = fb.emit(fb.tuple([carry, pushed]), "carry_and_tape")
         ret = fb.emit(fb.tuple([per_step, following]), "ret")
@@ -605,4 +596,26 @@ def splice(b: LetBuilder, expr: Expr) -> Expr:
     return expr if is_atom(expr) else b.emit(expr, "result")
 
 
-__all__ = ["loop_binding", "splice"]
+def paired_body(
+    body: Function, b: LetBuilder, pair_name: str, extra_hint: str, span
+) -> tuple[LetBuilder, Function, Var, Expr]:
+    """A copy of the loop body ``body`` (fresh binders) whose carry comes
+    as the first field of a pair ``(carry, extra)``, for a loop that
+    carries more than the program's (a tape, a step count): the builder of
+    the copy's body (its carry bound, nothing of its body emitted yet),
+    the copy, the pair parameter and the extra."""
+    copy = fresh_binders(body)
+    assert isinstance(copy, Function)
+    pair = Var(pair_name, span=span)
+    fb = b.child()
+    fb.bind(copy.params[-1], TupleGetItem(pair, 0))
+    return fb, copy, pair, fb.emit_get(pair, 1, extra_hint)
+
+
+def spliced_step(fb: LetBuilder, body: Expr) -> tuple[Expr, Expr]:
+    """A step's body spliced into ``fb``: its ``(out, carry')``."""
+    result = splice(fb, body)
+    return fb.emit_get(result, 0, "out"), fb.emit_get(result, 1, "carry")
+
+
+__all__ = ["loop_binding", "paired_body", "spliced_step", "splice"]

@@ -40,11 +40,10 @@ from __future__ import annotations
 import copy
 
 from ..ir.builder import LetBuilder
-from ..ir.expr import Call, Expr, Function, TupleGetItem, Var
+from ..ir.expr import Call, Expr, Function, Var
 from ..ir.types import ANY, TensorType, TupleType, Type
-from ..passes.anf_sharing import fresh_binders
 from .cotangent import ct_type, differentiable, materialize
-from .sqrt import Leaf, _concat, _map, _plain_copy, _segment_step, _take
+from .sqrt import Leaf, _concat, _map, _plain_copy, _segment_step, _take, chunk_loop
 
 INDEX = TensorType((), "int64")
 
@@ -229,17 +228,10 @@ def sqrt_while(loop, b: LetBuilder) -> None:
 
 def _counting_body(loop, b: LetBuilder) -> Function:
     """A copy of the while_loop's body on (carry, steps so far) that counts."""
-    from .loops import splice
+    from .loops import paired_body, spliced_step
 
-    body = fresh_binders(loop.body)
-    assert isinstance(body, Function)
-    pair = Var("carry_and_count", span=loop.span)
-    fb = b.child()
-    fb.bind(body.params[-1], TupleGetItem(pair, 0))
-    count = fb.emit_get(pair, 1, "count")
-    result = splice(fb, body.body)
-    out = fb.emit_get(result, 0, "out")
-    carry = fb.emit_get(result, 1, "carry")
+    fb, body, pair, count = paired_body(loop.body, b, "carry_and_count", "count", loop.span)
+    out, carry = spliced_step(fb, body.body)
     following = fb.emit(fb.call_op("add", count, fb.const(1, "int64")), "count")
     ret = fb.emit(fb.tuple([out, fb.tuple([carry, following])]), "ret")
     return Function((pair,), fb.finish(ret), span=loop.body.span)
@@ -342,28 +334,12 @@ def runtime_totals(loop, bb: LetBuilder, plan, factors: Expr) -> tuple[list[Expr
     sums = plan.chunk_parts(bb, flats)
     if plan.x_terms:
         x_parts.append(plan.x_part(bb, flats))
-    index, carry = Var("chunk", span=loop.span), Var("sums", span=loop.span)
-    nb = LetBuilder(loop.span)
-    rows = geo.rows(nb, index, geo.rem)
-    flats = [plan.flat(nb, _rows(rows)(nb, s, None), i) for i, s in enumerate(stacks)]
-    parts = plan.chunk_parts(nb, flats)
-    new = [
-        nb.emit(nb.call_op("add", nb.emit_get(carry, i, "sum"), p), "sum")
-        for i, p in enumerate(parts)
-    ]
-    out = plan.x_part(nb, flats) if plan.x_terms else nb.emit(nb.tuple([]), "unit")
-    ret = nb.emit(nb.tuple([out, nb.tuple(new)]), "ret")
-    body = Function((index, carry), nb.finish(ret), span=loop.span)
-    init = bb.emit(bb.tuple(sums), "sums")
-    indices = iota(bb, geo.nseg)
-    chunks = bb.emit(bb.call_op("cf.foreach", body, indices, init), "chunks")
-    fin = bb.emit_get(chunks, 1, "sums")
-    totals = [bb.emit_get(fin, i, "ct_hoisted") for i in range(len(sums))]
-    x = None
-    if plan.x_terms:
-        x_parts.append(bb.emit_get(chunks, 0, "ct_x"))
-        x = plan.x_steps(bb, x_parts)
-    return totals, x
+
+    def factors_of(nb: LetBuilder, index: Var) -> list[Expr]:
+        rows = geo.rows(nb, index, geo.rem)
+        return [plan.flat(nb, _rows(rows)(nb, s, None), i) for i, s in enumerate(stacks)]
+
+    return chunk_loop(loop, bb, plan, sums, x_parts, lambda b: iota(b, geo.nseg), factors_of)
 
 
 __all__ = ["Geometry", "runtime_totals", "sqrt_foreach", "sqrt_while"]

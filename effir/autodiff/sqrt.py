@@ -390,9 +390,35 @@ def chunked_totals(
         bb.emit(bb.call_op("reshape", s, newshape=[nseg, -1, *plan.trailing[i]]), "segments")
         for i, s in enumerate(cut(rem, length))
     ]
+    return chunk_loop(
+        loop,
+        bb,
+        plan,
+        sums,
+        x_parts,
+        lambda b: b.tuple(segments),
+        lambda nb, seg: [nb.emit_get(seg, i, "factor") for i in range(len(stacks))],
+    )
+
+
+def chunk_loop(
+    loop,
+    bb: LetBuilder,
+    plan,
+    sums: list[Expr],
+    x_parts: list[Expr],
+    sequence_of: Callable[[LetBuilder], Expr],
+    factors_of: Callable[[LetBuilder, Var], list[Expr]],
+) -> tuple[list[Expr], Expr | None]:
+    """The loop over the chunks that adds each chunk's hoisted terms to
+    ``sums`` (the tail's, or zeros) in the reverse loop's order, over the
+    sequence ``sequence_of(bb)`` emits; its step gets the chunk's flattened
+    factors (``Plan.flat``) from ``factors_of(builder, element)``. Returns
+    the totals, and the stacked x cotangents (after ``x_parts``, the
+    tail's) if hoisted."""
     seg, carry = Var("chunk", span=loop.span), Var("sums", span=loop.span)
     nb = LetBuilder(loop.span)
-    flats = [nb.emit_get(seg, i, "factor") for i in range(len(stacks))]
+    flats = factors_of(nb, seg)
     parts = plan.chunk_parts(nb, flats)
     new = [
         nb.emit(nb.call_op("add", nb.emit_get(carry, i, "sum"), p), "sum")
@@ -402,7 +428,7 @@ def chunked_totals(
     ret = nb.emit(nb.tuple([out, nb.tuple(new)]), "ret")
     body = Function((seg, carry), nb.finish(ret), span=loop.span)
     init = bb.emit(bb.tuple(sums), "sums")
-    chunks = bb.emit(bb.call_op("cf.foreach", body, bb.tuple(segments), init), "chunks")
+    chunks = bb.emit(bb.call_op("cf.foreach", body, sequence_of(bb), init), "chunks")
     fin = bb.emit_get(chunks, 1, "sums")
     totals = [bb.emit_get(fin, i, "ct_hoisted") for i in range(len(sums))]
     x = None
