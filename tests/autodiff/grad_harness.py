@@ -7,6 +7,9 @@ from collections.abc import Sequence
 import numpy as np
 
 import effir
+from effir.ir.expr import Call, Op
+from effir.ir.functor import post_order
+from effir.ir.types import TupleType
 
 
 def numeric_grad(module, args: Sequence, index: int, entry: str = "main", eps: float = 1e-6):
@@ -60,3 +63,24 @@ def check_compiled_equals_interpreted(g, args: Sequence, rtol: float = 1e-12, at
     for got, ref in zip(grads, want, strict=True):
         np.testing.assert_allclose(got, ref, rtol=rtol, atol=atol)
     print("ok")
+
+
+def stacked_elements(module) -> int:
+    """The elements of every per-step stack of every cf.foreach of the
+    gradient function (nested ones too, per call): what a checkpoint mode
+    stores, counted from the program's types."""
+    total = 0
+    for node in post_order(module["main_grad"].body):
+        if (
+            isinstance(node, Call)
+            and isinstance(node.callee, Op)
+            and node.callee.name == "cf.foreach"
+        ):
+            stack = [node.checked_type.fields[0]]
+            while stack:
+                t = stack.pop()
+                if isinstance(t, TupleType):
+                    stack.extend(t.fields)
+                else:
+                    total += int(np.prod(t.shape))
+    return total

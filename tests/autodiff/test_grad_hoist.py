@@ -13,11 +13,10 @@ import pytest
 import effir
 from effir.ir.expr import Call, Function, Op
 from effir.ir.functor import post_order
-from effir.ir.types import TupleType
 from effir.passes.dce import dce
 from tests.isolated import run_isolated
 
-from .grad_harness import check_grad
+from .grad_harness import check_grad, stacked_elements
 
 MODES = ("none", "loop", "sqrt")
 
@@ -93,26 +92,6 @@ def test_weight_products_run_per_chunk(length, tail):
     assert _products(g, "nn.matmul", transpose_a=False) == (2, tail)
 
 
-def _stacked_elements(module) -> int:
-    """The elements of every per-step stack of every cf.foreach of the
-    gradient function (nested ones too, per call)."""
-    total = 0
-    for node in post_order(module["main_grad"].body):
-        if (
-            isinstance(node, Call)
-            and isinstance(node.callee, Op)
-            and node.callee.name == "cf.foreach"
-        ):
-            stack = [node.checked_type.fields[0]]
-            while stack:
-                t = stack.pop()
-                if isinstance(t, TupleType):
-                    stack.extend(t.fields)
-                else:
-                    total += int(np.prod(t.shape))
-    return total
-
-
 @pytest.mark.parametrize("mode", ["loop", "sqrt"])
 def test_recomputing_backward_stores_chunks_not_steps(mode):
     """Under checkpointing, the reverse loops stack one chunk of hoisted
@@ -125,7 +104,7 @@ def test_recomputing_backward_stores_chunks_not_steps(mode):
     def stored(length: int) -> int:
         m, _ = _cell(length)
         g = effir.grad(m, wrt=WRT, checkpoint=mode, specialise=False)
-        return _stacked_elements(effir.check(dce(g)))
+        return stacked_elements(effir.check(dce(g)))
 
     per_step = (stored(64) - stored(16)) / 48
     assert per_step <= 20, per_step

@@ -17,12 +17,11 @@ import effir
 from effir.ir.expr import Call, Op
 from effir.ir.functor import post_order
 from effir.ir.module import IRModule
-from effir.ir.types import TupleType
 from effir.passes.dce import dce
 from effir.passes.verify_linear import linearity_errors
 from effir.runtime.values import PRNGKey
 
-from .grad_harness import check_compiled_equals_interpreted, check_grad
+from .grad_harness import check_compiled_equals_interpreted, check_grad, stacked_elements
 
 MODES = ("none", "loop", "sqrt")
 
@@ -123,26 +122,6 @@ def _loops(module) -> int:
     )
 
 
-def _stacked_elements(module) -> int:
-    """The elements of every per-step stack of every cf.foreach of the
-    gradient function (nested ones per call)."""
-    total = 0
-    for node in post_order(module["main_grad"].body):
-        if (
-            isinstance(node, Call)
-            and isinstance(node.callee, Op)
-            and node.callee.name == "cf.foreach"
-        ):
-            stack = [node.checked_type.fields[0]]
-            while stack:
-                t = stack.pop()
-                if isinstance(t, TupleType):
-                    stack.extend(t.fields)
-                else:
-                    total += int(np.prod(t.shape))
-    return total
-
-
 def test_sqrt_segments_a_loop_that_carries_a_key():
     """Before: such a loop fell back to "loop" under "sqrt" (2 loops, every
     carry stored). Now: the segments' loop and its inner loop, the tail's,
@@ -166,7 +145,7 @@ def test_sqrt_stores_segment_starts_not_every_carry(mode):
     def stored(length: int) -> int:
         m, _ = _keyed(length, hidden=32)
         g = effir.grad(m, wrt=KEYED_WRT, checkpoint=mode, specialise=False)
-        return _stacked_elements(effir.check(dce(g)))
+        return stacked_elements(effir.check(dce(g)))
 
     per_step = (stored(64) - stored(16)) / 48
     if mode == "sqrt":
@@ -219,7 +198,7 @@ def test_loop_mode_with_keys_stores_chunks_of_hoisted_factors():
     def stored(length: int) -> int:
         m, _ = _keyed_cell(length)
         g = effir.grad(m, wrt=CELL_WRT, checkpoint="loop", specialise=False)
-        return _stacked_elements(effir.check(dce(g)))
+        return stacked_elements(effir.check(dce(g)))
 
     per_step = (stored(64) - stored(16)) / 48
     assert per_step <= 20, per_step
