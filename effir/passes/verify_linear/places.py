@@ -43,6 +43,7 @@ class Place:
         "captures",
         "used",
         "serial",
+        "view",
     )
 
     def __init__(self, name: str | None, span: Span | None, ty: Type | None, origin: object):
@@ -56,6 +57,9 @@ class Place:
         self.obs: dict[Path, list[Obligation]] = {}
         self.captures: list[tuple[Place, Path]] = []  # a closure's linear captures
         self.used: dict[Path, None] = {}  # every path ever used, on any path
+        # a let alias: (its source, the source's path, the alias's key parts
+        # whose uses are the source's too)
+        self.view: tuple[Place, Path, list[Path]] | None = None
 
 
 Val = tuple[Place, Path] | None

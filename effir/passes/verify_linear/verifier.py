@@ -306,24 +306,33 @@ class Verifier(Evaluator):
 
     # --------------------------------------------------------------- uses
     def record(self, val: Val, site: Site) -> None:
-        """[RULE KEY]/[RULE WORLD] at most once: report an earlier overlapping use."""
-        if val is None:
-            return
-        place, path = val
-        uses = self.state.uses
-        for other in place.used:
-            if not overlap(other, path):
-                continue
-            first = uses.get((place, other))
-            if first is None:
-                continue
-            region = path if len(path) >= len(other) else other
-            if self.linear_at(place, region):
-                self.report_reuse(place, region, first, site)
-                break
-        place.used.setdefault(path)
-        if (place, path) not in uses:
-            self.state.set(uses, (place, path), site)
+        """[RULE KEY]/[RULE WORLD] at most once: report an earlier overlapping
+        use. A use of a let alias's key parts is a use of its source's too
+        (reported once: on the alias if it is the alias that is used twice)."""
+        stack: list[tuple[Place, Path, bool]] = [(*val, True)] if val is not None else []
+        while stack:
+            place, path, report = stack.pop()
+            uses = self.state.uses
+            for other in place.used:
+                if not overlap(other, path):
+                    continue
+                first = uses.get((place, other))
+                if first is None:
+                    continue
+                region = path if len(path) >= len(other) else other
+                if self.linear_at(place, region):
+                    if report:
+                        self.report_reuse(place, region, first, site)
+                    report = False
+                    break
+            place.used.setdefault(path)
+            if (place, path) not in uses:
+                self.state.set(uses, (place, path), site)
+            if place.view is not None:
+                source, at, parts = place.view
+                for part in parts:
+                    if overlap(part, path):
+                        stack.append((source, at + max(part, path, key=len), report))
 
     def report_reuse(self, place: Place, region: Path, first: Site, second: Site) -> None:
         one, two = site_span(first), site_span(second)
@@ -484,8 +493,31 @@ class Verifier(Evaluator):
             self.env[var] = val
             return
         dest = Place(var.name_hint, var.span, type_of(var), var)
-        self.move(val, dest, (), site)  # a let alias uses its source
+        keys = self.key_parts(place, path)
+        if not keys:
+            self.move(val, dest, (), site)  # a let alias uses its source
+        else:  # a view: its key parts are used where the alias's are
+            rest = leaf_paths(type_at(place.type, path), path)
+            for leaf in rest if len(keys) < len(rest) else ():
+                if leaf not in keys:
+                    self.record((place, leaf), site)
+            self.satisfy(place, path, moved=True)
+            self.transfer(val, dest, ())
+            dest.view = (place, path, [k[len(path) :] for k in keys])
         self.env[var] = self.keep(dest)
+
+    def key_parts(self, place: Place, path: Path) -> list[Path]:
+        """The leaves of ``place`` under ``path`` that [RULE KEY] makes
+        linear, and nothing else does (not a world token, not a closure):
+        a let alias uses them only where its own uses do."""
+        ty = type_at(place.type, path)
+        if ty is None or place.captures or self.replaying or not self.holds_key(ty):
+            return []
+        return [
+            leaf
+            for leaf in leaf_paths(ty, path)
+            if not self.is_world(place, leaf) and self.holds_key(type_at(place.type, leaf))
+        ]
 
     def ret(self, val: Val, expr: Expr, site: Site) -> None:
         """A returned value is used; [RULE SHAPE]; the path ends here."""
