@@ -28,11 +28,17 @@ every branch met it.
 
 Uses. An occurrence as a call argument, returned value, ``if``/``match``
 scrutinee, ``ref``/``ref_write`` value or closure capture is a *use*. A
-``let`` alias, a tuple field, a branch result and a pattern variable are
-*moves*: they use the source too, and the new place takes over the source's
-world tokens, which must then be used through it. New state, in contrast,
-counts as kept once it has been bound or used: an A1 program may write a
-cell twice, and the first new value is then rightly dead in A2.
+tuple field, a branch result and a pattern variable are *moves*: they use
+the source too, and the new place takes over the source's world tokens,
+which must then be used through it. A ``let`` alias (``let %t = %p.0``, or
+a second name of a value) is a move of its world tokens and closures, but
+a *view* of its key parts: a use of the alias's key parts is a use of the
+source's there, and nothing else is, so ``to-anf``'s one ``let %t = %p.0``
+per occurrence of ``%p.0.0`` does not read the key ``%p.0.1`` beside the
+tensor, while two aliases whose keys are both used are reported at those
+uses. New state, in contrast, counts as kept once it has been bound or
+used: an A1 program may write a cell twice, and the first new value is
+then rightly dead in A2.
 
 Rules.
 
