@@ -230,6 +230,45 @@ def test_alias_and_source_used_for_the_same_key_are_reported():
     ) == ["key %p.0.1 (bound at t.effir:3:7) is used twice: at 5:18 and at 5:40"]
 
 
+def test_uses_through_an_alias_in_closures_branches_and_patterns():
+    pair = PAIR.replace("%k: Key)", "%k: Key, %c: bool)")
+    # captured by a closure: used where the closure is created
+    assert messages(
+        pair.replace(
+            "BODY",
+            "let %a = %p.0;\n  let %f = fn () { random.normal(%a.1) };\n"
+            "  (%f(), random.normal(%p.0.1))",
+        )
+    ) == ["key %p.0.1 (bound at t.effir:3:7) is used twice: at 5:12 and at 6:24"]
+    # used on one branch: used
+    assert messages(
+        pair.replace(
+            "BODY",
+            "let %a = %p.0;\n  let %z = if (%c) { random.normal(%a.1) } else { 0f };\n"
+            "  (%z, random.normal(%p.0.1))",
+        )
+    ) == ["key %p.0.1 (bound at t.effir:3:7) is used twice: at 5:36 and at 6:22"]
+    # matched: the scrutinee is used whole
+    assert messages(
+        pair.replace(
+            "BODY",
+            "let %a = %p.0;\n  let %z = match (%a) { (%x, %y) => random.normal(%y) };\n"
+            "  (%z, random.normal(%p.0.1))",
+        )
+    ) == ["key %p.0.1 (bound at t.effir:3:7) is used twice: at 5:19 and at 6:22"]
+    # captured by a loop body: reused in every iteration
+    errors = messages(
+        pair.replace("%h: Tensor[(2), float64]", "%h: Tensor[(5, 4), float32]").replace(
+            "BODY",
+            "let %a = %p.0;\n"
+            "  let %body = fn (%x: Tensor[(4), float32], %s: Tensor[(4), float32]) {\n"
+            "    (random.dropout(%x, %a.1), %s + %x)\n  };\n"
+            "  cf.foreach(%body, %a.0, zeros(shape=[4]))",
+        )
+    )
+    assert len(errors) == 1 and "key %a.1" in errors[0] and "once per iteration" in errors[0]
+
+
 WORLD_ALIAS = (
     'def @main(%x: Tensor[(4), float32], %w: Tensor[(), int64], state_in=["io"], '
     'state_out=["io"]) {\n  BODY\n}\n'
