@@ -28,6 +28,12 @@ dimensions, symbolic ones included.
   ``foreach`` over ``iota(T)`` (the step's index unused), storing every
   k-th carry, then proceeds as for a ``foreach``. That is one more
   forward than a ``foreach``'s ``sqrt`` (two in all).
+- A carry holding keys or ADT values (``loops._Loop.taped``): the outer
+  loop and the tail carry the key tape as the static segments' do
+  (``sqrt.segment_start``): each start's tensors are stacked and its keys
+  and ADT values pushed; the backward carries the tape through the tail's
+  reverse loop and the segments', whose ``_segment_step`` pops and replays
+  them.
 - Chunks (``runtime_totals``): ``none`` and ``loop`` run one reverse loop
   over all steps and sum its stacked hoisted factors in the same run-time
   chunks (the tail, then each segment, in the reverse loop's order), so
