@@ -20,7 +20,7 @@ from effir.runtime.values import PRNGKey
 
 from .grad_harness import check_grad
 from .test_grad_loops import _leaves
-from .test_grad_sqrt_tape import KEYED, KEYED_CELL, LISTED
+from .test_grad_sqrt_tape import KEYED, KEYED_CELL, LISTED, MIXED, ONLY_KEY, T3
 
 MODES = ("none", "loop", "sqrt")
 LENGTHS = [0, 1, 2, 3, 4, 7, 9, 16, 17]
@@ -51,6 +51,39 @@ def @main(%h0: Tensor[(2, 4), float64], %w: Tensor[(4, 4), float64], %b: Tensor[
 """
 WHILE_WRT = ["h0", "w", "b"]
 
+# a while_loop carrying a List it grows and reads
+WHILE_LISTED = """#[version = "0.0.5"]
+type List[A] { Cons(A, List[A]), Nil }
+def @main(%w: T3, %h0: T3, %limit: float64) {
+  let %r = cf.while_loop(fn (%c: (T3, List[T3], float64)) { less(%c.2, %limit) },
+    fn (%c: (T3, List[T3], float64)) {
+      let %prev = match (%c.1) { Cons(%p, _) => %p, Nil => %w };
+      let %n = tanh(add(multiply(%c.0, %w), multiply(%prev, 0.5f64)));
+      (sum(%n), (%n, Cons(%n, %c.1), add(%c.2, 1f64)))
+    }, (%h0, Nil, 0f64), max_iterations=40);
+  let %last = match (%r.1.1) { Cons(%a, _) => %a, Nil => %w };
+  add(sum(%r.0), sum(multiply(%r.1.0, %last)))
+}
+""".replace("T3", T3)
+
+# a keyed foreach of symbolic length in a static foreach's body: its
+# geometry is computed, and its tape built and replayed, per outer step
+NESTED = """#[version = "0.0.5"]
+def @main(%xs: Tensor[(3, n, 2), float64], %w: Tensor[(2), float64],
+          %h0: Tensor[(2), float64], %k: Key) {
+  let %outer = fn (%row: Tensor[(n, 2), float64], %c: (Tensor[(2), float64], Key)) {
+    let %inner = cf.foreach(fn (%x: Tensor[(2), float64], %s: (Tensor[(2), float64], Key)) {
+      let %ks = random.split(%s.1);
+      let %a = random.dropout(tanh(add(%x, multiply(%s.0, %w))), %ks.1, rate=0.5);
+      (sum(%a), (%a, %ks.0))
+    }, %row, %c);
+    (sum(%inner.0), %inner.1)
+  };
+  let %r = cf.foreach(%outer, %xs, (%h0, %k));
+  add(sum(%r.0), sum(%r.1.0))
+}
+"""
+
 
 def _keyed_args(length: int) -> list:
     rng = np.random.default_rng(length)
@@ -75,6 +108,28 @@ def _while_args(steps: int) -> list:
     return [*(rng.normal(size=s) * 0.5 for s in shapes), PRNGKey([2, steps]), np.float64(steps)]
 
 
+def _only_key_args(length: int) -> list:
+    rng = np.random.default_rng(400 + length)
+    return [rng.normal(size=(length, 3)), rng.normal(size=3), PRNGKey([5, length])]
+
+
+def _mixed_args(length: int) -> list:
+    rng = np.random.default_rng(500 + length)
+    shapes = [(length, 3), (length, 2), (3,), (3,)]
+    return [*(rng.normal(size=s) * 0.5 for s in shapes), PRNGKey([3, length])]
+
+
+def _while_listed_args(steps: int) -> list:
+    rng = np.random.default_rng(600 + steps)
+    return [rng.normal(size=3), rng.normal(size=3), np.float64(steps)]
+
+
+def _nested_args(length: int) -> list:
+    rng = np.random.default_rng(700 + length)
+    shapes = [(3, length, 2), (2,), (2,)]
+    return [*(rng.normal(size=s) for s in shapes), PRNGKey([4, length])]
+
+
 def _programs(source: str, wrt: list[str]) -> dict:
     m = effir.parse(source)
     return {mode: effir.grad(m, wrt=wrt, checkpoint=mode, specialise=False) for mode in MODES}
@@ -96,6 +151,10 @@ CASES = {
     "cell": (DYN_CELL, CELL_WRT, _cell_args),
     "listed": (DYN_LISTED, LISTED_WRT, _listed_args),
     "while": (WHILE_KEYED, WHILE_WRT, _while_args),
+    "only_key": (ONLY_KEY.replace("LEN", "n"), ["xs", "w"], _only_key_args),
+    "mixed": (MIXED.replace("LEN", "n"), ["xs", "ys", "w", "h0"], _mixed_args),
+    "while_listed": (WHILE_LISTED, ["w", "h0"], _while_listed_args),
+    "nested": (NESTED, ["xs", "w", "h0"], _nested_args),
 }
 
 
@@ -107,7 +166,10 @@ def test_checkpoint_modes_are_bit_identical(case):
         _assert_bit_identical(programs, make_args(length))
 
 
-@pytest.mark.parametrize(("case", "length"), [("keyed", 5), ("listed", 7), ("while", 6)])
+@pytest.mark.parametrize(
+    ("case", "length"),
+    [("keyed", 5), ("listed", 7), ("while", 6), ("mixed", 5), ("while_listed", 5), ("nested", 3)],
+)
 def test_sqrt_against_finite_differences(case, length):
     source, wrt, make_args = CASES[case]
     check_grad(effir.parse(source), make_args(length), wrt, checkpoint="sqrt")
