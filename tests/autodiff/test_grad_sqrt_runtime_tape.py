@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 
 import effir
+from effir.ir.module import IRModule
 from effir.ops import control
+from effir.passes.verify_linear import linearity_errors
 from effir.runtime.values import PRNGKey
 
 from .grad_harness import check_grad
@@ -186,6 +188,17 @@ def test_sqrt_runs_in_segments_with_a_tape(case):
     assert "%segment_loop = cf.foreach" in text
     assert "%recompute = cf.foreach" in text
     assert "GradPush(" in text and "GradEnd" in text
+
+
+@pytest.mark.parametrize("case", ["mixed", "while"])
+def test_generated_functions_pass_the_linearity_verifier(case):
+    """The run-time segments' tape is threaded linearly: the gradient
+    function rereads the forward's keys only as marked (``replays_keys``)."""
+    source, wrt, _ = CASES[case]
+    g = _programs(source, wrt)["sqrt"]
+    assert g["main_grad"].attrs["replays_keys"] is True
+    alone = IRModule({"main_grad": g["main_grad"]}, g.type_defs, g.cells)
+    assert linearity_errors(alone) == []
 
 
 def _stored_rows(monkeypatch, source: str, wrt: list[str], args: list, mode: str, shape) -> int:
