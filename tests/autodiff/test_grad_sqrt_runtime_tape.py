@@ -261,3 +261,37 @@ def test_compiled_sqrt_with_a_tape_equals_the_interpreted():
     )
     run.check()
     assert "ok" in run.stdout
+
+
+def check_compiled_modes_with_a_tape() -> None:
+    """Six builds: each mode of the keyed symbolic foreach and the keyed
+    while_loop; the compiled modes agree bit for bit."""
+    for source, wrt, runs in (
+        (DYN_KEYED, KEYED_WRT, [_keyed_args(7)]),
+        (WHILE_KEYED, WHILE_WRT, [_while_args(steps) for steps in (0, 5, 17)]),
+    ):
+        results = {}
+        for mode in MODES:
+            g = effir.value_and_grad(effir.parse(source), wrt=wrt, checkpoint=mode)
+            compiled = effir.compile(g, entry="main_grad")
+            results[mode] = [
+                np.asarray(leaf)
+                for args in runs
+                for leaf in _leaves(compiled(*args, entry="main_grad"))
+            ]
+        for mode in ("loop", "sqrt"):
+            for a, b in zip(results["none"], results[mode], strict=True):
+                assert a.tobytes() == b.tobytes(), (source, mode)
+    print("ok")
+
+
+@pytest.mark.skipif(os.environ.get("EFFIR_NIGHTLY") != "1", reason="six long builds: NIGHTLY")
+def test_compiled_checkpoint_modes_with_a_tape_are_bit_identical():
+    from tests.isolated import run_isolated
+
+    run = run_isolated(
+        "from tests.autodiff.test_grad_sqrt_runtime_tape import check_compiled_modes_with_a_tape"
+        "; check_compiled_modes_with_a_tape()"
+    )
+    run.check()
+    assert "ok" in run.stdout
