@@ -28,6 +28,12 @@ dimensions, symbolic ones included.
   ``foreach`` over ``iota(T)`` (the step's index unused), storing every
   k-th carry, then proceeds as for a ``foreach``. That is one more
   forward than a ``foreach``'s ``sqrt`` (two in all).
+- A carry holding keys or ADT values (``loops._Loop.taped``): the outer
+  loop and the tail carry the key tape as the static segments' do
+  (``sqrt.segment_start``): each start's tensors are stacked and its keys
+  and ADT values pushed; the backward carries the tape through the tail's
+  reverse loop and the segments', whose ``_segment_step`` pops and replays
+  them.
 - Chunks (``runtime_totals``): ``none`` and ``loop`` run one reverse loop
   over all steps and sum its stacked hoisted factors in the same run-time
   chunks (the tail, then each segment, in the reverse loop's order), so
@@ -43,7 +49,18 @@ from ..ir.builder import LetBuilder
 from ..ir.expr import Call, Expr, Function, Var
 from ..ir.types import ANY, TensorType, TupleType, Type
 from .cotangent import ct_type, differentiable, materialize
-from .sqrt import Leaf, _concat, _map, _plain_copy, _segment_step, _take, chunk_loop
+from .sqrt import (
+    Leaf,
+    _concat,
+    _map,
+    _plain_copy,
+    _segment_step,
+    _take,
+    chunk_loop,
+    segment_end,
+    segment_start,
+    taped_init,
+)
 
 INDEX = TensorType((), "int64")
 
@@ -148,10 +165,15 @@ def _nested(t: Type) -> Type:
 
 class Forward:
     """What the segmented forward made: the loop's outputs and final carry,
-    each segment's start carry, and the tail's stored carries."""
+    each segment's start carry, and the tail's stored carries (a ``taped``
+    loop's: their tensors; and ``tape``, the tape with their keys and ADT
+    values, the tail's steps on top)."""
 
-    def __init__(self, outs: Expr | None, final: Expr, starts: Expr, tail: Expr) -> None:
+    def __init__(
+        self, outs: Expr | None, final: Expr, starts: Expr, tail: Expr, tape: Expr | None
+    ) -> None:
         self.outs, self.final, self.starts, self.tail = outs, final, starts, tail
+        self.tape = tape
 
 
 def segmented_forward(loop, b: LetBuilder, geo: Geometry, outs: bool = True) -> Forward:
@@ -160,19 +182,21 @@ def segmented_forward(loop, b: LetBuilder, geo: Geometry, outs: bool = True) -> 
     segment's x and runs an inner loop over its k steps, storing the carry
     it started from; then the tail, storing its carries. Without ``outs``
     (a rerun, whose outputs the forward has) the segments' outputs are
-    not kept."""
+    not kept. A ``taped`` loop's outer loop and tail carry (carry, tape)
+    as the static segments' do (``sqrt.segment_start``)."""
     xs_type = loop.xs.checked_type
     out_type = loop.var.checked_type.fields[0]
     seg, carry = Var("segment", span=loop.span), Var("carry", span=loop.span)
     sb = b.child()
     x_seg = _map(sb, loop.xs, xs_type, _rows(geo.rows(sb, seg)))
-    inner = sb.emit(sb.call_op("cf.foreach", _plain_copy(loop), x_seg, carry), "segment_loop")
+    start, stored, pushed = segment_start(loop, sb, carry)
+    inner = sb.emit(sb.call_op("cf.foreach", _plain_copy(loop), x_seg, start), "segment_loop")
     outs_seg = sb.emit_get(inner, 0, "outs")
-    end = sb.emit_get(inner, 1, "carry")
-    per_seg = sb.emit(sb.tuple([outs_seg, carry]), "per_segment") if outs else carry
+    end = segment_end(sb, sb.emit_get(inner, 1, "carry"), pushed)
+    per_seg = sb.emit(sb.tuple([outs_seg, stored]), "per_segment") if outs else stored
     seg_body = Function((seg, carry), sb.finish(sb.emit(sb.tuple([per_seg, end]), "ret")))
     indices = iota(b, geo.nseg)
-    outer = b.emit(b.call_op("cf.foreach", seg_body, indices, loop.init), "segments")
+    outer = b.emit(b.call_op("cf.foreach", seg_body, indices, taped_init(loop, b)), "segments")
     stacked = b.emit_get(outer, 0, "stacked")
     starts = b.emit_get(stacked, 1, "starts") if outs else stacked
     middle = b.emit_get(outer, 1, "middle")
@@ -180,12 +204,16 @@ def segmented_forward(loop, b: LetBuilder, geo: Geometry, outs: bool = True) -> 
     tail = b.emit(b.call_op("cf.foreach", loop.storing_body(b), xs_tail, middle), "tail")
     tail_stacked = b.emit_get(tail, 0, "stacked")
     final = b.emit_get(tail, 1, "final")
+    tape = None
+    if loop.taped:  # (carry, tape)
+        tape = b.emit_get(final, 1, "tape")
+        final = b.emit_get(final, 0, "final")
     carries = b.emit_get(tail_stacked, 1, "carries")
     if not outs:
-        return Forward(None, final, starts, carries)
+        return Forward(None, final, starts, carries, tape)
     outs_main = _map(b, b.emit_get(stacked, 0, "outs"), _nested(out_type), _merge)
     joined = _concat(b, outs_main, b.emit_get(tail_stacked, 0, "outs"), out_type)
-    return Forward(joined, final, starts, carries)
+    return Forward(joined, final, starts, carries, tape)
 
 
 def sqrt_foreach(loop, b: LetBuilder) -> None:
@@ -251,7 +279,7 @@ def foreach_view(loop, indices: Var):
     index.set_checked_type(INDEX)
     params = (index, *loop.body.params)
     view.body = Function(params, loop.body.body, span=loop.body.span)
-    types = [ct_type(loop.var.checked_type.fields[0]), loop.init.checked_type, indices.checked_type]
+    types = [ct_type(loop.var.checked_type.fields[0]), loop.stored_type, indices.checked_type]
     view.recompute_slots = Slots(types)
     return view
 
@@ -274,10 +302,11 @@ def segmented_backward(loop, bb: LetBuilder, seeds: tuple, geo: Geometry, fwd: F
     tail_rows = bb.emit(bb.call_op("add", tail_back, geo.main), "rows")
     seqs = [
         _map(bb, ct_outs, ct_out_type, _rows(tail_rows)),
-        _map(bb, fwd.tail, loop.init.checked_type, _rows(tail_back)),
+        _map(bb, fwd.tail, loop.stored_type, _rows(tail_back)),
         _map(bb, loop.xs, xs_type, _rows(tail_rows)),
     ]
-    init = bb.emit(bb.tuple([ct_final, *zeros]), "ct_init")
+    tape = [] if fwd.tape is None else [fwd.tape]  # the tail's steps on top
+    init = bb.emit(bb.tuple([ct_final, *zeros, *tape]), "ct_init")
     tail_loop = loop.reverse_loop(bb, slots.pack(bb, seqs), init, loop.recompute_step)
     tplan = loop.last_plan
     tail_steps, tail_flats = loop.hoisted_flats(bb, tail_loop, tplan)
@@ -289,9 +318,11 @@ def segmented_backward(loop, bb: LetBuilder, seeds: tuple, geo: Geometry, fwd: F
         ct_xs_tail = _map(bb, tail_steps, ct_type(xs_type), _rows(tail_back))
     fin = bb.emit_get(tail_loop, 1, "ct_middle")
     carried_fields = [bb.emit_get(fin, i, "ct_middle") for i in range(1 + n)]
-    carried = bb.emit(bb.tuple([*carried_fields, *sums]), "ct_init")
+    if tape:  # then the segments' starts, last on top
+        tape = [bb.emit_get(fin, 1 + n, "tape")]
+    carried = bb.emit(bb.tuple([*carried_fields, *sums, *tape]), "ct_init")
     # per slot: the flat stacks give a segment's rows, the starts its index
-    sources = [(ct_outs, ct_out_type, True), (fwd.starts, loop.init.checked_type, False)]
+    sources = [(ct_outs, ct_out_type, True), (fwd.starts, loop.stored_type, False)]
     sources.append((loop.xs, xs_type, True))
     stacks = [s for s, p in zip(sources, slots.positions, strict=True) if p is not None]
     order = backwards(bb, geo.nseg)

@@ -32,8 +32,8 @@ so the gradients stay bit-identical.
 The segments are the leading axis reshaped to (T // k, k): this needs a
 static T. A foreach whose length is symbolic and a while_loop have their
 segments and chunks computed when the program runs
-(``runtime_segments.py``, ``chunking`` says which); a carry holding keys or
-ADT values uses ``"loop"`` there.
+(``runtime_segments.py``, ``chunking`` says which), a carry holding keys or
+ADT values with the same tape.
 """
 
 from __future__ import annotations
@@ -156,14 +156,14 @@ def chunking(loop) -> tuple[int, int, int, int] | str | None:
 def sqrt_binding(loop, b: LetBuilder) -> None:
     """``loop`` (a ``loops._Loop``) with sqrt checkpointing."""
     geo = geometry(loop)
-    if geo is None and chunking(loop) == RUNTIME and stackable(loop.init.checked_type):
+    runtime = stackable(loop.init.checked_type) or loop.taped
+    if geo is None and chunking(loop) == RUNTIME and runtime:
         from .runtime_segments import sqrt_foreach, sqrt_while
 
         (sqrt_foreach if loop.foreach else sqrt_while)(loop, b)
         return
     if geo is None or not (stackable(loop.init.checked_type) or loop.taped):
-        # too short to segment; a symbolic length with keys or ADT values
-        # carried; a function carried
+        # too short to segment; a function carried
         loop.recompute(b)
         return
     segmented_binding(loop, b, geo, store_all=False)
@@ -189,12 +189,9 @@ def segmented_binding(loop, b: LetBuilder, geo: tuple, store_all: bool) -> None:
     seg, carry = Var("segment", span=loop.span), Var("carry", span=loop.span)
     sb = b.child()
     body = loop.storing_body(sb) if store_all else _plain_copy(loop)
-    start, pushed = carry, None
-    if loop.taped and not store_all:  # (carry, tape): the start's others pushed
-        start = sb.emit_get(carry, 0, "start")
-        tape = sb.emit_get(carry, 1, "tape")
-        data = loop.ad.tape_data()
-        tensors, pushed = keytape.store(sb, data, start, loop.init.checked_type, tape)
+    start, stored, pushed = carry, carry, None
+    if not store_all:
+        start, stored, pushed = segment_start(loop, sb, carry)
     inner = sb.emit(sb.call_op("cf.foreach", body, seg, start), "segment_loop")
     if store_all:
         inner_stacked = sb.emit_get(inner, 0, "stacked")
@@ -202,16 +199,10 @@ def segmented_binding(loop, b: LetBuilder, geo: tuple, store_all: bool) -> None:
         stored = sb.emit_get(inner_stacked, 1, "carries")
     else:
         outs_seg = sb.emit_get(inner, 0, "outs")
-        stored = carry if pushed is None else tensors
-    end = sb.emit_get(inner, 1, "carry")
-    if pushed is not None:
-        end = sb.emit(sb.tuple([end, pushed]), "carry_and_tape")
+    end = segment_end(sb, sb.emit_get(inner, 1, "carry"), pushed)
     per_seg = sb.emit(sb.tuple([outs_seg, stored]), "per_segment")
     seg_body = Function((seg, carry), sb.finish(sb.emit(sb.tuple([per_seg, end]), "ret")))
-    init = loop.init
-    if loop.taped:
-        init = b.emit(b.tuple([init, keytape.empty(b, loop.ad.tape_data())]), "init")
-    outer = b.emit(b.call_op("cf.foreach", seg_body, xs_main, init), "segments")
+    outer = b.emit(b.call_op("cf.foreach", seg_body, xs_main, taped_init(loop, b)), "segments")
     stacked = b.emit_get(outer, 0, "stacked")
     outs_main = _map(b, b.emit_get(stacked, 0, "outs"), _segmented(out_type, nseg, k), _join(main))
     starts = b.emit_get(stacked, 1, "starts")
@@ -233,6 +224,33 @@ def segmented_binding(loop, b: LetBuilder, geo: tuple, store_all: bool) -> None:
     b.bind(loop.var, b.tuple([outs, final]))
     sources = Sources(starts, carries_tail, xs_main, stored=store_all, tape=tape)
     loop.rev.tape.append(lambda bb: segmented_back(loop, bb, outs, final, geo, sources))
+
+
+def segment_start(loop, sb: LetBuilder, carry: Expr) -> tuple[Expr, Expr, Expr | None]:
+    """The start of a segment of the forward (``sqrt``), from the outer
+    loop's ``carry``: (the carry its inner loop starts from, what is
+    stored of it, the tape with its keys and ADT values pushed: a
+    ``taped`` loop's outer carry is (carry, tape); else None)."""
+    if not loop.taped:
+        return carry, carry, None
+    start = sb.emit_get(carry, 0, "start")
+    tape = sb.emit_get(carry, 1, "tape")
+    data = loop.ad.tape_data()
+    tensors, pushed = keytape.store(sb, data, start, loop.init.checked_type, tape)
+    return start, tensors, pushed
+
+
+def segment_end(sb: LetBuilder, end: Expr, pushed: Expr | None) -> Expr:
+    """The outer loop's next carry: the segment's end (and the tape)."""
+    return end if pushed is None else sb.emit(sb.tuple([end, pushed]), "carry_and_tape")
+
+
+def taped_init(loop, b: LetBuilder) -> Expr:
+    """The initial carry of a segmented forward: a ``taped`` loop's with
+    an empty tape."""
+    if not loop.taped:
+        return loop.init
+    return b.emit(b.tuple([loop.init, keytape.empty(b, loop.ad.tape_data())]), "init")
 
 
 class Sources:
