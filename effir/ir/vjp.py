@@ -229,7 +229,7 @@ class VjpContext:
             pieces += [d, self.op("divide", g, self.op("maximum", d, one))]
             summed.append(len(pieces) - 1)
         shape = self.op("concatenate", self.tuple(pieces), axis=0)
-        grad = self.op("dyn.reshape", grad, shape)
+        grad = self.op("dyn.reshape", grad, shape, allowzero=True)  # sizes read at run time
         return self.op("sum", grad, axis=summed, keepdims=False)
 
     # ------------------------------------------- helpers added for the rules
@@ -253,7 +253,8 @@ class VjpContext:
         ty = self.tensor_type(like)
         if ty.is_static:
             return self.op("reshape", value, newshape=list(ty.shape))
-        return self.op("dyn.reshape", value, self.op("shape_of", like, dtype="int64"))
+        shape = self.op("shape_of", like, dtype="int64")
+        return self.op("dyn.reshape", value, shape, allowzero=True)  # an empty like's 0s are sizes
 
     def broadcast_like(self, value: Expr, like: Expr) -> Expr:
         """``value`` broadcast (numpy's rules) to the shape of ``like``."""

@@ -79,7 +79,13 @@ register_op(
     doc="the shape of a tensor as a 1-d tensor",
 )
 # The shape-tensor variant: the new shape is a 1-d integer tensor argument.
-register_op("dyn.reshape", 2, traits=("dynamic_shape",), doc="reshape(x, newshape_tensor)")
+register_op(
+    "dyn.reshape",
+    2,
+    attrs=(AttrSpec("allowzero", "bool", False),),
+    traits=("dynamic_shape",),
+    doc="reshape(x, newshape_tensor); allowzero: its 0s are sizes (ONNX's Reshape)",
+)
 
 
 # ====================================================================== rules
@@ -95,13 +101,22 @@ def _show_newshape(newshape: Sequence[int]) -> str:
     return "(" + ", ".join(str(d) for d in newshape) + ")"
 
 
+def _special_values(newshape: Sequence[int], error: type[Exception]) -> list[Dim]:
+    """``newshape`` checked: -1 (at most one) is inferred later; -2/-3/-4
+    are not supported."""
+    for d in newshape:
+        if d < -1:
+            raise error(f"special value {d} in newshape is not supported (only 0 and -1 are)")
+    if list(newshape).count(-1) > 1:
+        raise error(f"newshape {_show_newshape(newshape)} has more than one -1")
+    return list(newshape)
+
+
 def _copy_zeros(shape: Sequence[Dim], newshape: Sequence[int], error: type[Exception]) -> list[Dim]:
     """Relay's special values: 0 copies the input dimension at its position,
     -1 (at most one) is inferred later; -2/-3/-4 are not supported."""
     out: list[Dim] = []
-    for i, d in enumerate(newshape):
-        if d < -1:
-            raise error(f"special value {d} in newshape is not supported (only 0 and -1 are)")
+    for i, d in enumerate(_special_values(newshape, error)):
         if d == 0:
             if i >= len(shape):
                 raise error(
@@ -111,8 +126,6 @@ def _copy_zeros(shape: Sequence[Dim], newshape: Sequence[int], error: type[Excep
             out.append(shape[i])
         else:
             out.append(d)
-    if out.count(-1) > 1:
-        raise error(f"newshape {_show_newshape(newshape)} has more than one -1")
     return out
 
 
@@ -173,9 +186,14 @@ def _reshape_rel(args: tuple[Type, ...], attrs: Attrs) -> Type:
     return TensorType(tuple(out), x.dtype)
 
 
-def _reshape_value(x: np.ndarray, newshape: Sequence[int]) -> np.ndarray:
-    """The run-time reshape shared by ``reshape`` and ``dyn.reshape``."""
-    target = _copy_zeros(x.shape, newshape, OpFailure)
+def _reshape_value(x: np.ndarray, newshape: Sequence[int], allowzero: bool = False) -> np.ndarray:
+    """The run-time reshape shared by ``reshape`` and ``dyn.reshape``
+    (``allowzero``: a 0 is a size, as in a shape read at run time from an
+    empty tensor, not a copy of the input's dimension)."""
+    if allowzero:
+        target: list[Dim] = _special_values(newshape, OpFailure)
+    else:
+        target = _copy_zeros(x.shape, newshape, OpFailure)
     try:
         return np.reshape(x, tuple(int(d) for d in target))
     except ValueError:
@@ -468,7 +486,7 @@ def _dyn_reshape_rel(args: tuple[Type, ...], attrs: Attrs) -> Type:
 @numpy_rule("dyn.reshape")
 def _dyn_reshape_np(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
     newshape = tuple(int(v) for v in as_tensor(args[1]).reshape(-1))
-    return _reshape_value(as_tensor(args[0]), newshape)
+    return _reshape_value(as_tensor(args[0]), newshape, allowzero=bool(attrs["allowzero"]))
 
 
 # ======================================================================= vjp

@@ -53,6 +53,30 @@ def test_concatenate_of_symbolic_sizes(n, m):
     check_grad(effir.parse(CONCATENATED), args, ["a", "b", "w"])
 
 
+EMPTY_STEPS = """#[version = "0.0.5"]
+def @main(%h0: Tensor[(3), float64], %limit: float64) {
+  let %r = cf.while_loop(fn (%s: (Tensor[(3), float64], float64)) { less(%s.1, %limit) },
+    fn (%s: (Tensor[(3), float64], float64)) {
+      let %h = tanh(%s.0);
+      (sum(%h), (%h, add(%s.1, 1f64)))
+    }, (%h0, 0f64), max_iterations=10);
+  add(sum(multiply(%r.0, %r.0)), sum(%r.1.0))
+}
+"""
+
+
+@pytest.mark.parametrize("steps", [0, 1, 3])
+def test_a_run_time_size_of_0_is_a_size(steps):
+    # before: at 0 steps "dyn.reshape: newshape (0, 0) copies dimension 1
+    # (0), but the input has rank 1": the unbroadcast of the (?,) outputs'
+    # product read their sizes at run time, and dyn.reshape took a 0 for
+    # a copy of the input's dimension (allowzero now)
+    rng = np.random.default_rng(steps)
+    args = [rng.normal(size=3), np.float64(steps)]
+    for mode in ("none", "loop", "sqrt"):
+        check_grad(effir.parse(EMPTY_STEPS), args, ["h0"], checkpoint=mode)
+
+
 def check_compiled_symbolic_gradients() -> None:
     """One build (a build is per binding of the entry's sizes: one size)."""
     g = effir.value_and_grad(effir.parse(CONCATENATED), wrt=["a", "b", "w"])

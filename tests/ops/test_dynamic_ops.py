@@ -99,6 +99,21 @@ def test_dyn_reshape_numpy_rule():
         run("dyn.reshape", x, np.array([1, 1, 1, 0], "int64"))
 
 
+def test_dyn_reshape_allowzero_takes_a_0_as_a_size():
+    # a shape read at run time from an empty tensor: (0, 0) is two sizes,
+    # not two copies of the input's dimensions (ONNX Reshape's allowzero)
+    x = np.zeros((0,), "float64")
+    out = run("dyn.reshape", x, np.array([0, 0], "int64"), allowzero=True)
+    assert out.shape == (0, 0)
+    y = np.arange(6, dtype="float64").reshape(2, 3)
+    out = run("dyn.reshape", y, np.array([2, 0], "int64"), allowzero=False)
+    assert out.shape == (2, 3)  # without it, the 0 copies the input's 3
+    with pytest.raises(OpFailure, match=r"cannot reshape 6 elements into shape \(2, 0\)"):
+        run("dyn.reshape", y, np.array([2, 0], "int64"), allowzero=True)
+    with pytest.raises(OpFailure, match=r"has more than one -1"):
+        run("dyn.reshape", y, np.array([-1, -1], "int64"), allowzero=True)
+
+
 # -------------------------------------------------------------- boolean_mask
 @pytest.mark.parametrize(
     ("data", "mask", "expected"),

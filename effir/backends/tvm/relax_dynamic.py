@@ -241,7 +241,7 @@ class DynamicLowering:
         x = self._atom(x_arg, env)
         x_dims = self._dims(x, x_arg.checked_type)
         asked = self._dyn_shape(self._atom(shape_arg, env), shape_arg.checked_type)
-        dims, ok, total = _resolved_newshape(x_dims, asked)
+        dims, ok, total = _resolved_newshape(x_dims, asked, bool(call.attrs["allowzero"]))
         message = f"cannot reshape {VALUE_MARK} elements into shape {_shape_text(len(asked))}"
         self._check_shape(call, ok, message, [total, *asked])
         return self.bb.emit(self._reshape(x, dims), name)
@@ -265,10 +265,13 @@ def _int64(d: Any) -> Any:
     return tirx.const(d, "int64") if isinstance(d, int) else d
 
 
-def _resolved_newshape(x_dims: list[Any], asked: list[Any]) -> tuple[list[Any], Any, Any]:
+def _resolved_newshape(
+    x_dims: list[Any], asked: list[Any], allowzero: bool
+) -> tuple[list[Any], Any, Any]:
     """``dyn.reshape``'s shape as the interpreter reads it (Relay's special
-    values: 0 copies the input's dimension, one -1 is inferred), whether it
-    is valid, and the input's size: shape arithmetic the VM evaluates."""
+    values: 0 copies the input's dimension unless ``allowzero``, one -1 is
+    inferred), whether it is valid, and the input's size: shape arithmetic
+    the VM evaluates."""
     one, zero = tirx.const(1, "int64"), tirx.const(0, "int64")
     total: Any = one
     for d in x_dims:
@@ -279,7 +282,9 @@ def _resolved_newshape(x_dims: list[Any], asked: list[Any]) -> tuple[list[Any], 
     for i, s in enumerate(asked):
         ok = tirx.And(ok, s >= tirx.const(-1, "int64"))
         minus_ones = minus_ones + tirx.Select(s == -1, one, zero)
-        if i < len(x_dims):
+        if allowzero:
+            copied.append(s)
+        elif i < len(x_dims):
             copied.append(tirx.Select(s == 0, _int64(x_dims[i]), s))
         else:
             ok = tirx.And(ok, s != 0)

@@ -241,7 +241,7 @@ def test_shape_errors_of_dynamic_operators_are_the_interpreters() -> None:
     """Found as RuntimeError, `ValueError: Check failed` or
     `InternalError: std::bad_alloc`: a bad reshape of a `?` dimension, a bad
     dyn.reshape, a boolean_mask of the wrong shape, dyn.zeros([2, -3]).
-    Also: dyn.reshape's special values 0 and -1 compile."""
+    Also: dyn.reshape's special values 0 and -1 compile, and allowzero."""
     lines = ["import numpy as np, effir", "from effir.backends.tvm.compile import compile as C"]
     for params, body, args in DYNAMIC_CASES:
         src = f"{HEADER}def @main({params}) {{\n  {body}\n}}\n"
@@ -264,6 +264,25 @@ def test_shape_errors_of_dynamic_operators_are_the_interpreters() -> None:
         "for s in ([0, -1, 2], [-1, 3, 1], [0, 0, -1]):",
         "    s = np.array(s)",
         "    assert np.array_equal(c(x, s), effir.interpret(m, x, s)), s",
+    ]
+    # allowzero: a 0 is a size (a shape read from an empty tensor)
+    src = f"{HEADER}def @main(%x: Tensor[(?), float32], %s: Tensor[(2), int64]) {{ dyn.reshape(%x, %s, allowzero=True) }}"
+    lines += [
+        f"m = effir.check(effir.parse({src!r}))",
+        "c = C(m)",
+        "e, x = np.zeros(0, np.float32), np.arange(6, dtype=np.float32)",
+        "for v, s in ((e, [0, 0]), (e, [0, 5]), (x, [2, 3]), (x, [-1, 3])):",
+        "    s = np.array(s)",
+        "    assert c(v, s).shape == effir.interpret(m, v, s).shape, s",
+        "    assert np.array_equal(c(v, s), effir.interpret(m, v, s)), s",
+        "for v, s in ((x, [6, 0]), (e, [-1, 0])):",
+        "    got = []",
+        "    for f in (lambda: effir.interpret(m, v, np.array(s)), lambda: c(v, np.array(s))):",
+        "        try:",
+        "            f(); got.append('no error')",
+        "        except Exception as e:",
+        "            got.append(f'{type(e).__name__}: {e}')",
+        "    assert got[0] == got[1] and 'cannot reshape' in got[0], got",
     ]
     run_isolated("\n".join(lines)).check()
 
