@@ -52,12 +52,13 @@ MODES = ("none", "loop", "sqrt")
 WRT = ["h0", "w", "u", "bias"]
 
 
-def gru_text(length: int, batch: int, inputs: int, hidden: int) -> str:
-    """The GRU of benchmarks/gru_loop.py with static shapes and a loss on
-    its final state."""
+def gru_text(length: int, batch: int, inputs: int, hidden: int, symbolic: bool = False) -> str:
+    """The GRU of benchmarks/gru_loop.py with static shapes (the length
+    symbolic, ``t``, with ``symbolic``) and a loss on its final state."""
     g = 3 * hidden
+    steps = "t" if symbolic else length
     return f"""#[version = "0.0.5"]
-def @main(%xs: Tensor[({length}, {batch}, {inputs}), float32],
+def @main(%xs: Tensor[({steps}, {batch}, {inputs}), float32],
           %h0: Tensor[({batch}, {hidden}), float32],
           %w: Tensor[({g}, {inputs}), float32], %u: Tensor[({g}, {hidden}), float32],
           %bias: Tensor[({g}), float32]) {{
@@ -79,7 +80,9 @@ def @main(%xs: Tensor[({length}, {batch}, {inputs}), float32],
 """
 
 
-def arguments(length: int, batch: int, inputs: int, hidden: int) -> list[np.ndarray]:
+def arguments(
+    length: int, batch: int, inputs: int, hidden: int, symbolic: bool = False
+) -> list[np.ndarray]:
     rs = np.random.default_rng(0)
     g = 3 * hidden
     shapes = [(length, batch, inputs), (batch, hidden), (g, inputs), (g, hidden), (g,)]
@@ -155,7 +158,10 @@ def run_one(mode: str, backend: str, sizes: dict, repeats: int) -> dict:
     for what in ["memory", "time"] if backend == "compiled" else ["both"]:
         cmd = [sys.executable, __file__, "--one", mode, backend, what, "--repeats", str(repeats)]
         for k, v in sizes.items():
-            cmd += [f"--{k}", str(v)]
+            if isinstance(v, bool):
+                cmd += [f"--{k}"] if v else []
+            else:
+                cmd += [f"--{k}", str(v)]
         env = dict(os.environ)
         if what == "memory":
             env["MALLOC_MMAP_THRESHOLD_"] = "65536"
@@ -175,9 +181,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--interpreted", action="store_true", help="also the interpreter's rows")
     p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument(
+        "--symbolic", action="store_true", help="the length symbolic in the program (``t``)"
+    )
     p.add_argument("--one", nargs=3, metavar=("MODE", "BACKEND", "WHAT"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    sizes = {k: getattr(args, k) for k in ("length", "batch", "inputs", "hidden")}
+    sizes = {k: getattr(args, k) for k in ("length", "batch", "inputs", "hidden", "symbolic")}
     if args.one:
         mode, backend, what = args.one
         print(json.dumps(measure(mode, backend, sizes, args.repeats, what)))
@@ -187,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"GRU backward (value_and_grad wrt h0, w, u, bias; loss on the final state): "
         f"T={args.length}, batch {args.batch}, input {args.inputs}, hidden {args.hidden}, "
-        f"float32; T carries = {carry / 2**20:.1f} MiB; load {os.getloadavg()[0]:.2f}"
+        f"float32{', length symbolic' if args.symbolic else ''}; T carries = {carry / 2**20:.1f} MiB; load {os.getloadavg()[0]:.2f}"
     )
     import effir
 

@@ -9,6 +9,15 @@
   symbolic or data-dependent (``?``) one the VM chooses at run time between
   one call in a function whose length is declared bounded (its scratch
   then planned once) and a VM loop over chunks [RULE LEVELS].
+- [RULE BOUNDS] Relax plans a bounded function's scratch for its bound,
+  whatever the length it is called with; so a loop of symbolic length has
+  one bounded function per size class (``LOOP_CHUNK``, a quarter of it,
+  ... down to ``MIN_BOUND`` steps: ``scratch_bounds``) and the VM calls
+  the smallest that holds the length. A call on T steps then holds
+  scratch for at most ``BOUND_FACTOR * max(T, MIN_BOUND)`` steps, not
+  ``LOOP_CHUNK`` (the k-step loops of ``checkpoint="sqrt"``'s segments),
+  and each class's storage is still one size, which the pooled allocator
+  reuses from call to call.
 - [RULE VMLOOP] A loop that cannot be one TIR function (``cf.while_loop``,
   a ``cf.foreach`` with control flow or effects in its body) is a VM loop
   the VM runs step by step [RULE LEVELS]; its per-step outputs go to
@@ -69,6 +78,14 @@ from .te_checks import collecting_checks
 
 LOOP_CHUNK = 1024
 """Steps per call of a whole-loop kernel [RULE CHUNK]."""
+
+BOUND_FACTOR = 4
+"""Ratio of one size class of a symbolic loop's bounded calls to the next
+[RULE BOUNDS]."""
+
+MIN_BOUND = 16
+"""Steps of the smallest size class of a symbolic loop's bounded calls
+[RULE BOUNDS]."""
 
 LEVEL_STEPS = 32
 """Calls one level of a VM loop makes before it returns [RULE LEVELS]."""
@@ -139,21 +156,36 @@ class LoopLowering:
         if isinstance(length, int):
             return self._in_chunks(call, gv, lowered, length, sequences, state, rest, name)
         # A symbolic or ``?`` length: up to LOOP_CHUNK steps, one call on
-        # the sequences as they are; more, the chunked loop (its copies of
-        # the chunks' rows cost less than a prologue of the whole length
-        # would hold).
+        # the sequences as they are [RULE BOUNDS]; more, the chunked loop
+        # (its copies of the chunks' rows cost less than a prologue of the
+        # whole length would hold).
         xs_leaves = leaves(xs_type)
         rows = [self._rows(x, t) for x, t in zip(sequences, xs_leaves, strict=True)]
         steps = self._length(call, rows, xs_leaves)
         emit = self.bb.emit
-        long = emit(relax.op.greater(self._count_of(steps), _int64(LOOP_CHUNK)))
+        count = self._count_of(steps)
+        long = emit(relax.op.greater(count, _int64(LOOP_CHUNK)))
         chunked = self.bb.block(
             lambda: self._chunked(call, gv, lowered, steps, rows, state, rest, xs_leaves)
         )
-        direct = self.bb.block(
-            lambda: self._bounded_call(call, gv, lowered, sequences, xs_leaves, state, rest),
-        )
-        return emit(relax.If(long, chunked, direct), name)
+
+        def direct(bounds: list[int]) -> Any:
+            """The call of the smallest bound of ``bounds`` (descending)
+            that holds ``count`` steps."""
+            if len(bounds) == 1:
+                return self._bounded_call(
+                    call, gv, lowered, sequences, xs_leaves, state, rest, bounds[0]
+                )
+            larger = emit(relax.op.greater(count, _int64(bounds[1])))
+            return emit(
+                relax.If(
+                    larger,
+                    self.bb.block(lambda: direct(bounds[:1])),
+                    self.bb.block(lambda: direct(bounds[1:])),
+                )
+            )
+
+        return emit(relax.If(long, chunked, self.bb.block(lambda: direct(scratch_bounds()))), name)
 
     def _length(self, call: Call, rows: list[Any], xs_types: list[TensorType]) -> Any:
         """The number of steps of sequences given as (rows, row size)
@@ -188,13 +220,15 @@ class LoopLowering:
         xs_types: list[TensorType],
         state: list[Any],
         rest: list[Any],
+        bound: int,
     ) -> Any:
-        """One call of the loop kernel on at most ``LOOP_CHUNK`` steps, in a
+        """One call of the loop kernel on at most ``bound`` steps, in a
         function of its own whose length is declared bounded
         (``tir_var_upper_bound``): Relax then plans the kernel's scratch
-        (the hoisted projections) statically and reuses it from call to
-        call, where a symbolic size would make the VM allocate fresh pages
-        at every call (a page fault per 4 KiB, slower than the loop)."""
+        (the hoisted projections) statically, for ``bound`` steps [RULE
+        BOUNDS], and reuses it from call to call, where a symbolic size
+        would make the VM allocate fresh pages at every call (a page fault
+        per 4 KiB, slower than the loop)."""
         steps = tirx.Var("steps", "int64")
         seq_params = [
             relax.Var(f"xs{i}", relax.TensorType([steps, *t.shape[1:]], t.dtype))
@@ -214,7 +248,7 @@ class LoopLowering:
         params = [*seq_params, *carried, *others]
         ret = relax.TupleType(list(outs[:n_keep]))
         function = relax.Function(params, self.bb.block(kept), ret, False).with_attr(
-            "tir_var_upper_bound", {"steps": LOOP_CHUNK}
+            "tir_var_upper_bound", {"steps": bound}
         )
         gv = self.bb.add_func(function, f"bounded_{self.loops}")
         self.loops += 1
@@ -786,6 +820,16 @@ def _step_types(t: Type) -> list[Type]:
         assert isinstance(leaf, TensorType)
         steps.append(TensorType(leaf.shape[1:], leaf.dtype))
     return steps
+
+
+def scratch_bounds() -> list[int]:
+    """The size classes of a symbolic loop's bounded calls, largest first:
+    ``LOOP_CHUNK``, then each ``BOUND_FACTOR`` times smaller down to
+    ``MIN_BOUND`` [RULE BOUNDS]."""
+    bounds = [LOOP_CHUNK]
+    while bounds[-1] // BOUND_FACTOR >= MIN_BOUND:
+        bounds.append(bounds[-1] // BOUND_FACTOR)
+    return bounds
 
 
 def _loop_outputs(lowered: LoweredLoop, length: Any) -> list[Any]:
