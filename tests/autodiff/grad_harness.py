@@ -9,7 +9,7 @@ import numpy as np
 import effir
 from effir.ir.expr import Call, Op
 from effir.ir.functor import post_order
-from effir.ir.types import TupleType
+from effir.ir.type_tree import leaves
 
 
 def numeric_grad(module, args: Sequence, index: int, entry: str = "main", eps: float = 1e-6):
@@ -57,12 +57,22 @@ def check_compiled_equals_interpreted(g, args: Sequence, rtol: float = 1e-12, at
     """``g``'s ``@main_grad`` (a ``value_and_grad`` module) compiled and
     interpreted on ``args``: the value and every gradient agree (float64);
     prints ``ok`` for a test that ran it in a process of its own."""
-    value, grads = effir.compile(g, entry="main_grad")(*args, entry="main_grad")
-    want_value, want = effir.interpret(g, *args, entry="main_grad")
-    np.testing.assert_allclose(value, want_value, rtol=rtol)
-    for got, ref in zip(grads, want, strict=True):
-        np.testing.assert_allclose(got, ref, rtol=rtol, atol=atol)
+    check_compiled_runs_equal_interpreted(g, [args], rtol, atol)
     print("ok")
+
+
+def check_compiled_runs_equal_interpreted(
+    g, runs: Sequence[Sequence], rtol: float = 1e-12, atol: float = 1e-14
+) -> None:
+    """As ``check_compiled_equals_interpreted`` for each argument list of
+    ``runs``, from one build (a while_loop's trip counts, say)."""
+    compiled = effir.compile(g, entry="main_grad")
+    for args in runs:
+        value, grads = compiled(*args, entry="main_grad")
+        want_value, want = effir.interpret(g, *args, entry="main_grad")
+        np.testing.assert_allclose(value, want_value, rtol=rtol)
+        for got, ref in zip(grads, want, strict=True):
+            np.testing.assert_allclose(got, ref, rtol=rtol, atol=atol)
 
 
 def stacked_elements(module) -> int:
@@ -76,13 +86,7 @@ def stacked_elements(module) -> int:
             and isinstance(node.callee, Op)
             and node.callee.name == "cf.foreach"
         ):
-            stack = [node.checked_type.fields[0]]
-            while stack:
-                t = stack.pop()
-                if isinstance(t, TupleType):
-                    stack.extend(t.fields)
-                else:
-                    total += int(np.prod(t.shape))
+            total += sum(int(np.prod(t.shape)) for t in leaves(node.checked_type.fields[0]))
     return total
 
 

@@ -226,21 +226,18 @@ def test_sqrt_of_a_symbolic_foreach_runs_in_segments():
 def check_compiled_sqrt_runtime_gradients() -> None:
     """Two builds: the symbolic foreach (one length: a build binds n) and
     the while_loop (every trip count, 0 included, from one build)."""
-    from tests.autodiff.grad_harness import check_compiled_equals_interpreted
+    from tests.autodiff.grad_harness import (
+        check_compiled_equals_interpreted,
+        check_compiled_runs_equal_interpreted,
+    )
 
     m = effir.parse(DENSE)
     g = effir.value_and_grad(m, wrt=DENSE_WRT, checkpoint="sqrt", specialise=False)
     check_compiled_equals_interpreted(g, _dense_args(7))  # 2 segments of 3 steps, a tail of 1
     g = effir.value_and_grad(effir.parse(WHILE_DENSE), wrt=WHILE_DENSE_WRT, checkpoint="sqrt")
-    compiled = effir.compile(g, entry="main_grad")
-    for limit in (0.0, 1.0, 5.0, 40.0):
-        args = _while_args(limit)
-        value, grads = compiled(*args, entry="main_grad")
-        want_value, want = effir.interpret(g, *args, entry="main_grad")
-        np.testing.assert_allclose(value, want_value, rtol=1e-12)
-        for got, ref in zip(grads, want, strict=True):
-            np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-14)
-    print("ok")
+    check_compiled_runs_equal_interpreted(
+        g, [_while_args(limit) for limit in (0.0, 1.0, 5.0, 40.0)]
+    )
 
 
 @pytest.mark.skipif(

@@ -233,20 +233,15 @@ def test_sqrt_stores_about_sqrt_t_carries(monkeypatch, case, shape):
 def check_compiled_runtime_tape() -> None:
     """Two builds: the keyed symbolic foreach and the keyed while_loop (every
     trip count from one build), sqrt, compiled against interpreted."""
-    from tests.autodiff.grad_harness import check_compiled_equals_interpreted
+    from tests.autodiff.grad_harness import (
+        check_compiled_equals_interpreted,
+        check_compiled_runs_equal_interpreted,
+    )
 
     g = effir.value_and_grad(effir.parse(DYN_KEYED), wrt=KEYED_WRT, checkpoint="sqrt")
     check_compiled_equals_interpreted(g, _keyed_args(7))
     g = effir.value_and_grad(effir.parse(WHILE_KEYED), wrt=WHILE_WRT, checkpoint="sqrt")
-    compiled = effir.compile(g, entry="main_grad")
-    for steps in (0, 1, 5, 17):
-        args = _while_args(steps)
-        value, grads = compiled(*args, entry="main_grad")
-        want_value, want = effir.interpret(g, *args, entry="main_grad")
-        np.testing.assert_allclose(value, want_value, rtol=1e-12)
-        for got, ref in zip(grads, want, strict=True):
-            np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-14)
-    print("ok")
+    check_compiled_runs_equal_interpreted(g, [_while_args(steps) for steps in (0, 1, 5, 17)])
 
 
 @pytest.mark.skipif(

@@ -42,6 +42,7 @@ from ...ir.expr import (
     Var,
 )
 from ...ir.trampoline import Computation
+from ...ir.type_tree import leaves
 from ...ir.types import TupleType, Type, TypeCall
 from ...passes.type_solver import substitute
 from .errors import site_message
@@ -224,14 +225,7 @@ class AdtLowering:
 def links_values(ctor: Constructor) -> bool:
     """Whether a ``ctor`` value may hold another ADT value (a field of an
     ADT type, in a tuple too): such values can chain without bound."""
-    work: list[Type] = list(ctor.inputs)
-    while work:
-        t = work.pop()
-        if isinstance(t, TypeCall):
-            return True
-        if isinstance(t, TupleType):
-            work.extend(t.fields)
-    return False
+    return any(isinstance(leaf, TypeCall) for t in ctor.inputs for leaf in leaves(t))
 
 
 def holds_object(ty: Any) -> bool:
