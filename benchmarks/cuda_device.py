@@ -131,7 +131,7 @@ def check_cases() -> None:
 
     @item("recursion depth on cuda")
     def _() -> str:
-        from effir.backends.tvm import relax_lower
+        from effir.backends.tvm.relax import lower as relax_lower
 
         depth, relax_lower.MAX_DEPTH = relax_lower.MAX_DEPTH, 50
         try:
@@ -301,7 +301,7 @@ def speed_case(
 def show_raw_errors() -> None:
     """Print the text of each failure inside compiled code before effir
     turns it into its EvalError (what TVM and CUDA said, in full)."""
-    from effir.backends.tvm import compile as compile_module
+    from effir.backends.tvm.driver import compile as compile_module
 
     wrapped = compile_module.run_time_error
 

@@ -24,7 +24,7 @@ from timing import median_after_warmup
 
 import effir
 from effir.backends.interpreter import interpret_a2
-from effir.backends.tvm.kernel import build_kernel
+from effir.backends.tvm.kernel.primitive import build_kernel
 from effir.backends.tvm.loop import build_loop
 from effir.ir.expr import Call, Function, Let, Op, Var
 from effir.ir.visitor import pre_order

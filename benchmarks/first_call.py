@@ -1,5 +1,5 @@
 """First-call latency: what a new shape's first call costs, where the time
-goes, and what the build cache (effir/backends/tvm/build_cache.py) saves.
+goes, and what the build cache (effir/backends/tvm/driver/build_cache.py) saves.
 
 The program is the GRU language model (examples/gru_lm.effir) called at
 t=100, b=32. Each measurement is a fresh process (``--child``) that parses
@@ -43,8 +43,8 @@ DIMS = {"t": 100, "b": 32}
 def child(breakdown: bool) -> None:
     """One process's first call at ``DIMS``; prints seconds as JSON."""
     import effir
-    from effir.backends.tvm import compile as compile_module
-    from effir.backends.tvm import relax_lower
+    from effir.backends.tvm.driver import compile as compile_module
+    from effir.backends.tvm.relax import lower as relax_lower
 
     stages: dict[str, float] = {}
 

@@ -70,7 +70,7 @@ from gru_loop import H, gru_text, numpy_gru
 from timing import median_after_warmup
 
 import effir
-from effir.backends.tvm.kernel import aligned_empty
+from effir.backends.tvm.kernel.primitive import aligned_empty
 
 torch: Any = None
 jax: Any = None
@@ -372,7 +372,7 @@ def serial_rows_build(compiled: Any, *args: Any) -> Any:
     """``compiled``'s first call (its build) with the whole loop's rows in
     one block, as before loop/rows.py split them across the pool: the
     before of a before/after in one run (``--row-blocks``)."""
-    from effir.backends.tvm.loop import rows
+    from effir.backends.tvm.loop.cpu import rows
 
     split = rows.row_blocks
     rows.row_blocks = lambda *_: 1
@@ -447,7 +447,7 @@ def gru_case(
 # ------------------------------------------------------------ call order
 def call_order_child(repeats: int) -> None:
     """In a process of its own (what a process allocated before decides what
-    fresh allocations cost: issue 18, relax_memory.py [RULE ANYALIGN]): one
+    fresh allocations cost: issue 18, relax/pipeline.py [RULE ANYALIGN]): one
     compiled GRU (hidden 256, T=100) called at batch 1 first, then at batch
     32, then at batch 1 again; prints the medians as JSON."""
     inputs = hidden = 256

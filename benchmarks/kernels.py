@@ -1,5 +1,5 @@
 """TVM kernels built by effir against numpy and against TVM's unscheduled
-loops: what the schedules (effir/backends/tvm/schedule.py) are worth.
+loops: what the schedules (effir/backends/tvm/schedule/cpu/kernel.py) are worth.
 
 Kernels: the GRU gate's dense + bias + tanh (x of 1 or 32 rows by 256, the
 weight 768 by 256, as a fused primitive function computes it) and the GRU's
@@ -28,7 +28,7 @@ import numpy as np
 from timing import median_seconds
 
 import effir
-from effir.backends.tvm.kernel import build_kernel
+from effir.backends.tvm.kernel.primitive import build_kernel
 from effir.passes.pipeline import run_pipeline
 
 H = '#[version = "0.0.5"]\n'

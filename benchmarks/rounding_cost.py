@@ -1,4 +1,4 @@
-"""What [RULE ROUND] (effir/backends/tvm/rounding.py) costs: the same
+"""What [RULE ROUND] (effir/backends/tvm/kernel/rounding.py) costs: the same
 program built with and without the fences on products between operators,
 in one process, calls of the two builds interleaved, CPU time per call.
 
@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 import train_step  # noqa: E402
 
 import effir  # noqa: E402
-from effir.backends.tvm import rounding  # noqa: E402
+from effir.backends.tvm.kernel import rounding  # noqa: E402
 
 
 def build(what: str, fenced: bool) -> Callable[[], object]:

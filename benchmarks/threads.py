@@ -1,4 +1,4 @@
-"""What one VM per thread costs (effir/backends/tvm/thread_vms.py).
+"""What one VM per thread costs (effir/backends/tvm/runtime/thread_vms.py).
 
 Single thread: the VM function reached as before (one VM shared by every
 thread, the entry looked up at each call), as now (the calling thread's VM,
@@ -24,8 +24,8 @@ import numpy as np
 from tvm import relax
 
 import effir
-from effir.backends.tvm.signature import to_tvm
-from effir.backends.tvm.thread_vms import ThreadVMs
+from effir.backends.tvm.runtime.signature import to_tvm
+from effir.backends.tvm.runtime.thread_vms import ThreadVMs
 
 PROGRAM = """#[version = "0.0.5"]
 global @rng: Ref[Key] = ref(random.key(3));

@@ -45,7 +45,7 @@ from gru_loop import gru_text
 from gru_peers import masked_gru_text, variable_length_batch
 
 import effir
-from effir.backends.tvm.loop.packed import packed_tile
+from effir.backends.tvm.loop.cpu.packed import packed_tile
 from effir.frontend.packed import CALL_COST, segments
 
 

@@ -6,7 +6,7 @@ from . import (
 )
 from .autodiff import DifferentiationError, grad, value_and_grad
 from .backends.interpreter import Closure, Interpreter, State, interpret
-from .backends.tvm.errors import BackendError, CompileError  # no TVM import
+from .backends.tvm.runtime.errors import BackendError, CompileError  # no TVM import
 from .graph import visualize
 from .ir import (
     ArgumentError,
@@ -132,8 +132,8 @@ def compile(  # noqa: A001
       standard error (or the stream given); by default quiet in library
       calls and scripts, on in a Jupyter notebook.
 
-    See effir/backends/tvm/compile.py and docs/backend.md."""
-    from .backends.tvm.compile import compile as compile_module
+    See effir/backends/tvm/driver/compile.py and docs/backend.md."""
+    from .backends.tvm.driver.compile import compile as compile_module
 
     return compile_module(
         module,
@@ -148,10 +148,10 @@ def compile(  # noqa: A001
 
 def load(path, key=None):
     """A program exported by ``compiled.export(path)``, ready to call
-    without effir's frontend or a compiler (effir/backends/tvm/artifact.py).
+    without effir's frontend or a compiler (effir/backends/tvm/runtime/artifact.py).
     With ``key``, the artifact must carry a signature made with that key at
     export (``compiled.export(path, key=key)``)."""
-    from .backends.tvm.artifact import load as load_artifact
+    from .backends.tvm.runtime.artifact import load as load_artifact
 
     return load_artifact(path, key=key)
 

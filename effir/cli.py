@@ -275,8 +275,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     """Compile a program for a target and export it (docs/backend.md)."""
     module, _, name = load_module(args.file)
     check(module)
-    from .backends.tvm.artifact import MANIFEST
-    from .backends.tvm.compile import compile as compile_module
+    from .backends.tvm.driver.compile import compile as compile_module
+    from .backends.tvm.runtime.artifact import MANIFEST
 
     output_directory(args.output, MANIFEST)  # refused before compiling (io_safety.py)
     compiled = compile_module(
@@ -342,7 +342,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 
 def _tensor_specs(spec: object) -> list:
-    from .backends.tvm.signature import TensorSpec, TupleSpec
+    from .backends.tvm.runtime.signature import TensorSpec, TupleSpec
 
     if isinstance(spec, TupleSpec):
         return [leaf for field in spec.fields for leaf in _tensor_specs(field)]

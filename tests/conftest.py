@@ -15,7 +15,7 @@ settings.load_profile(
     "random" if os.environ.get("EFFIR_HYPOTHESIS_RANDOM") == "1" else "deterministic"
 )
 
-# The build cache (effir/backends/tvm/build_cache.py) never touches the
+# The build cache (effir/backends/tvm/driver/build_cache.py) never touches the
 # user's: the suite runs with it off, so that every test builds what it
 # compiles (the reports and progress lines tests read say "TVM build"), and
 # the tests of the cache point it at a directory of their own

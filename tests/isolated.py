@@ -112,7 +112,7 @@ def _env() -> dict[str, str]:
 # and leaves through the interpreter's normal exit (threads joined, atexit).
 _SERVER = r"""
 import json, os, signal, sys, time
-import numpy, tvm, effir, effir.backends.tvm.compile  # the costly imports, once
+import numpy, tvm, effir, effir.backends.tvm.driver.compile  # the costly imports, once
 import pytest, hypothesis  # what test modules import
 
 

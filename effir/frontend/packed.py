@@ -12,7 +12,7 @@ shares a register tile with an active row: the prefix is rounded up to a
 multiple of ``tile`` rows (the compiled loop's register tile is 8 rows,
 so a prefix of 37 rows costs what 40 do), which also bounds the number of
 builds: one per batch size used, at most ``ceil(batch / tile)``, each
-cached on disk (build_cache.py) and shared by every later batch. Each
+cached on disk (driver/build_cache.py) and shared by every later batch. Each
 segment is a call of the scan, which costs more than its steps (the
 arguments, the loop's prologue): the prefix shrinks where the rows it
 drops pay for the extra call (``segments``, ``call_cost``), so a
@@ -32,7 +32,7 @@ batch size; each call pays the call's fixed cost (arguments, the loop's
 prologue), which keeps the gain below the ratio of row-steps on small
 problems (docs/performance.md). ``compile_packed`` instead compiles the
 scan into one loop whose active rows shrink inside it (a ``PackedScan``,
-effir/backends/tvm/loop/packed.py): ``packed_scan`` hands it the batch
+effir/backends/tvm/loop/cpu/packed.py): ``packed_scan`` hands it the batch
 as is, one call, no mask needed, every step over the tiles of rows still
 running only.
 """
@@ -44,25 +44,11 @@ from typing import Any
 
 import numpy as np
 
-from ..ir.diagnostics import Error
+from ..runtime.packed_scan import PackedScan, PackedScanError
 
 ROW_TILE = 8
 """Rows of the compiled loop's register tile (backends/tvm/loop/graph.py,
 ``ROW_TILE``; not imported here so that the frontend does not import TVM)."""
-
-
-class PackedScanError(Error):
-    """Arguments of ``packed_scan`` that do not describe a packed batch."""
-
-    kind = "packed scan error"
-
-
-class PackedScan:
-    """A scan compiled for packed batches (``compile_packed``):
-    ``scan(xs, lengths, h0, *captured)`` gives the final states itself."""
-
-    def __call__(self, xs: Any, lengths: Any, h0: Any, *captured: Any, **options: Any) -> Any:
-        raise NotImplementedError
 
 
 CALL_COST = 200
@@ -164,7 +150,7 @@ def compile_packed(
     module: Any, target: Any = "llvm", *, parallel: bool = True, tile: int | None = None
 ) -> PackedScan:
     """``module``'s scan compiled into one loop over a packed batch, whose
-    step runs only the rows still active (effir/backends/tvm/loop/packed.py).
+    step runs only the rows still active (effir/backends/tvm/driver/packed.py).
 
     ``@main`` must be ``fn (%xs, %h0, %captured...) { ...
     cf.foreach(%step, %xs, %h0) ... }``: the sequences ``(t, b, ...)`` and
@@ -184,92 +170,6 @@ def compile_packed(
     across TVM's thread pool for the whole call, each thread carrying its
     tiles through every step (bit-identical results); False: every call
     serial. Imports TVM on first use."""
-    from ..backends.tvm.loop.packed import PackedLoop
-    from ..ir.expr import Call, Function, Let, Op, TupleGetItem, Var
-    from ..ir.visitor import free_vars
-    from ..passes.infer_type import check
+    from ..backends.tvm.driver.packed import compile_packed as build
 
-    if not isinstance(module, Function):
-        module = check(module)["main"]
-    main = module
-    if len(main.params) < 2:
-        raise PackedScanError("compile_packed: @main takes (%xs, %h0, captured...)", main.span)
-    functions: dict[Var, Function] = {}
-    bound: dict[Var, Any] = {}
-    node = main.body
-    while isinstance(node, Let):
-        if isinstance(node.value, Function):
-            functions[node.var] = node.value
-        bound[node.var] = node.value
-        node = node.body
-
-    def loop_of(e: Any) -> Call | None:
-        e = bound.get(e, e) if isinstance(e, Var) else e
-        foreach = isinstance(e, Call) and isinstance(e.callee, Op) and e.callee.name == "cf.foreach"
-        return e if foreach else None
-
-    loop, both = loop_of(node), True
-    if loop is None and isinstance(node, TupleGetItem) and node.index == 1:
-        loop, both = loop_of(node.tuple_value), False
-    if loop is None:
-        raise PackedScanError(
-            "compile_packed: @main must return a cf.foreach's result, or its final state "
-            "(`.1`), as its let chain's last expression",
-            main.span,
-        )
-    body_arg, xs_arg, init_arg = loop.args
-    body = functions.get(body_arg) if isinstance(body_arg, Var) else body_arg
-    if not isinstance(body, Function):
-        raise PackedScanError("compile_packed: the loop body must be a function literal", loop.span)
-    if xs_arg is not main.params[0] or init_arg is not main.params[1]:
-        raise PackedScanError(
-            "compile_packed: the loop must run over @main's first two parameters "
-            "(the sequences, the initial state)",
-            loop.span,
-        )
-    params = main.params[2:]
-    captured = [v for v in free_vars(body) if v not in functions]
-    for v in captured:
-        if v not in params:
-            raise PackedScanError(
-                f"compile_packed: the loop body reads %{v.name_hint}, computed in @main: "
-                "make it a parameter of @main",
-                v.span,
-            )
-    packed = PackedLoop(body, captured, target, functions=functions, parallel=parallel, tile=tile)
-    places = [captured.index(v) if v in captured else None for v in params]
-    return _ParamOrder(packed, places, both)
-
-
-class _ParamOrder(PackedScan):
-    """A ``PackedLoop`` called with @main's parameters after ``%xs, %h0``:
-    each goes to the loop's captured value it is (``None``: unused)."""
-
-    def __init__(self, loop: Any, places: list[int | None], outputs: bool) -> None:
-        self.loop, self.places, self.outputs = loop, places, outputs
-
-    def _captured(self, values: tuple[Any, ...]) -> list[Any]:
-        if len(values) != len(self.places):
-            raise PackedScanError(
-                f"packed_scan: @main takes {len(self.places)} value(s) after the sequences and "
-                f"the initial state, got {len(values)}"
-            )
-        out: list[Any] = [None] * len(self.loop.captured)
-        for place, value in zip(self.places, values, strict=True):
-            if place is not None:
-                out[place] = value
-        return out
-
-    def __call__(self, xs: Any, lengths: Any, h0: Any, *captured: Any, **options: Any) -> Any:
-        options.setdefault("outputs", self.outputs)
-        return self.loop(xs, lengths, h0, *self._captured(captured), **options)
-
-    def run_packed(self, data: Any, batch_sizes: Any, h0: Any, *captured: Any) -> Any:
-        """PyTorch's packed layout (``PackedLoop.run_packed``)."""
-        return self.loop.run_packed(
-            data, batch_sizes, h0, *self._captured(captured), outputs=self.outputs
-        )
-
-    @property
-    def builds(self) -> int:
-        return self.loop.builds
+    return build(module, target, parallel=parallel, tile=tile)

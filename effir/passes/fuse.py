@@ -90,7 +90,7 @@ reduction, are two kernels). An anchor takes:
   per read, while a re-indexing costs nothing per read, and a backend that
   copies an operand into its own layout before the product reads the
   original through it (the TVM backend's large products,
-  schedule_gemm.py: the transposed matrix is never written);
+  schedule/cpu/gemm.py: the transposed matrix is never written);
 - a call that feeds both the prologue and the epilogue
   (``divide(exp(%x), sum(exp(%x)))``) would be computed twice in the kernel
   (in the reduction's loop and in the epilogue's) or stored inside it:

@@ -30,9 +30,9 @@ BUILTIN_PASS_PACKAGES = ("effir.passes",)
 """Packages whose modules define the built-in passes (each registers its
 own where it is defined)."""
 
-BUILTIN_PASS_MODULES = ("effir.backends.tvm.lower",)
-"""Modules outside those packages that define a pass: the TVM lowering
-(which imports TVM only when it runs)."""
+BUILTIN_PASS_MODULES = ("effir.backends.tvm.driver.passes",)
+"""Modules outside those packages that register passes: the TVM backend's
+(lower-tvm, which imports TVM only when it runs)."""
 
 
 def register_pass(p: Pass) -> Pass:

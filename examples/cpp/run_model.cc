@@ -75,7 +75,7 @@ struct Failure : std::runtime_error {
 };
 
 // A failed run-time check of the compiled code (effir.check, called by a CPU
-// kernel or by the VM: effir/backends/tvm/errors.py [RULE CHECK]): the
+// kernel or by the VM: effir/backends/tvm/runtime/errors.py [RULE CHECK]): the
 // interpreter's located message, printed as the runner's error (the TVM
 // error that carries it back adds a traceback).
 std::string g_check_failure;
@@ -162,7 +162,7 @@ std::string FromHex(const std::string& hex) {
   return raw;
 }
 
-// HMAC-SHA256 (RFC 2104) of the manifest, as artifact.py's export(key=...).
+// HMAC-SHA256 (RFC 2104) of the manifest, as runtime/artifact.py's export(key=...).
 std::string HmacSha256(std::string key, const std::string& message) {
   if (key.size() > 64) key = FromHex(Sha256(key));
   key.resize(64, '\0');
@@ -507,7 +507,7 @@ int Run(int argc, char** argv) {
       }),
       true);
 
-  // A failed run-time check raises with its message (errors.py [RULE CHECK]).
+  // A failed run-time check raises with its message (runtime/errors.py [RULE CHECK]).
   ffi::Function::SetGlobal(
       "effir.check", ffi::Function::FromPacked([](ffi::PackedArgs args, ffi::Any* rv) {
         if (args[0].cast<int64_t>() != 0) return;
@@ -607,7 +607,7 @@ void* RunOnLargeStack(void* data) {
 // 3.5 KB of stack a call), and compiled recursion may nest up to MAX_DEPTH
 // (100,000) calls before it stops with an EvalError: the program runs on a
 // thread with a 1 GiB stack, as effir.load runs recursive programs
-// (effir/backends/tvm/vm_run.py [RULE STACK]). Only the pages a run touches
+// (effir/backends/tvm/runtime/stack.py [RULE STACK]). Only the pages a run touches
 // are committed.
 int main(int argc, char** argv) {
   Invocation call{argc, argv, 1};

@@ -160,7 +160,7 @@ def check_random_typed_programs_compiled(examples: int) -> None:
 
     import effir
     from effir.backends.interpreter import interpret_a2
-    from effir.backends.tvm.errors import BuildDefect
+    from effir.backends.tvm.runtime.errors import BuildDefect
     from effir.ir.diagnostics import Error
     from tests.autodiff.test_grad_adversarial import _output_of
     from tests.autodiff.test_grad_adversarial import leaves as all_leaves

@@ -66,7 +66,7 @@ def test_every_built_in_pass_is_registered_the_tvm_lowering_included():
     assert {"to-anf", "explicate", "state-passing", "fuse", "dce", "lower-tvm"} <= names
     # Registered by the decorator on the pass's own function, where it is defined.
     assert get_pass("fuse").defined_at == "effir.passes.fuse.fuse"
-    assert get_pass("lower-tvm").defined_at == "effir.backends.tvm.lower.lower_tvm"
+    assert get_pass("lower-tvm").defined_at == "effir.backends.tvm.kernel.lower_tvm.lower_tvm"
     assert [o.text_name for o in get_pass("fuse").options] == ["max-fused-ops"]
 
 

@@ -15,7 +15,7 @@ import tvm
 import tvm_ffi
 from tvm.support import nvcc
 
-from .errors import CompileError
+from .runtime.errors import CompileError
 
 
 @cache

@@ -1,5 +1,5 @@
-"""ADTs, ``match`` and closures compiled (relax_adts.py [RULE ADT],
-relax_closures.py [RULE VMCLOSURE]): lists built by recursion and folded,
+"""ADTs, ``match`` and closures compiled (relax/adts.py [RULE ADT],
+relax/closures.py [RULE VMCLOSURE]): lists built by recursion and folded,
 polymorphic functions given closures, nested patterns, export; and what is
 still not compiled refused by ``effir.compile`` with a located
 ``CompileError``."""
@@ -385,8 +385,8 @@ def test_a_failure_of_tvms_build_is_a_compile_error_at_the_binding_it_names(monk
     # defect of the backend that TVM's build finds.
     import tvm
 
-    from effir.backends.tvm import compile as compile_py
-    from effir.backends.tvm.errors import BuildDefect
+    from effir.backends.tvm.driver import compile as compile_py
+    from effir.backends.tvm.runtime.errors import BuildDefect
 
     def failing(target: object) -> object:
         def run(module: object) -> object:

@@ -1,5 +1,5 @@
 """Arguments at any address are passed to compiled code without a copy
-(relax_memory.py [RULE ANYALIGN]): every TIR function of the executable
+(relax/pipeline.py [RULE ANYALIGN]): every TIR function of the executable
 assumes its parameters aligned to their element size only. Before, an
 array not 64-byte aligned (numpy aligns to 16 bytes) was copied at every
 call into fresh memory, whose cost depended on what the process had

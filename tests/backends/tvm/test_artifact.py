@@ -1,4 +1,4 @@
-"""Exported programs (effir/backends/tvm/artifact.py): export, then
+"""Exported programs (effir/backends/tvm/runtime/artifact.py): export, then
 ``effir.load`` without the IR, gives the compiled program's results and
 state; every way an artifact can be broken is a clear ArtifactError."""
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import effir
-from effir.backends.tvm.artifact import MANIFEST, ArtifactError
-from effir.backends.tvm.errors import BackendError
+from effir.backends.tvm.runtime.artifact import MANIFEST, ArtifactError
+from effir.backends.tvm.runtime.errors import BackendError
 
 HEADER = '#[version = "0.0.5"]\n'
 

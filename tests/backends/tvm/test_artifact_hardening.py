@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import effir
-from effir.backends.tvm.artifact import MANIFEST, SIGNATURE, ArtifactError
+from effir.backends.tvm.runtime.artifact import MANIFEST, SIGNATURE, ArtifactError
 
 from .test_artifact import program
 
@@ -190,7 +190,7 @@ def test_a_fifo_in_the_artifact_is_refused_not_waited_on(exported: Path, tmp_pat
     run = run_isolated(
         f"""
         import effir
-        from effir.backends.tvm.artifact import ArtifactError
+        from effir.backends.tvm.runtime.artifact import ArtifactError
         for path, key in [({str(signed)!r}, None), ({str(sig)!r}, b"secret key")]:
             try:
                 effir.load(path, key=key)

@@ -1,4 +1,4 @@
-"""The disk cache of builds (effir/backends/tvm/build_cache.py): a new
+"""The disk cache of builds (effir/backends/tvm/driver/build_cache.py): a new
 process loads what an earlier one built, with identical results; a corrupt
 entry is built again, never loaded; the key follows the program, the target
 and the versions; the cache can be turned off. Processes that load compiled
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from effir.backends.tvm import build_cache
-from effir.backends.tvm.build_cache import Cache
+from effir.backends.tvm.driver import build_cache
+from effir.backends.tvm.driver.build_cache import Cache
 from effir.backends.tvm.target import make_target
 from tests.isolated import run_isolated
 

@@ -1,5 +1,5 @@
-"""effir.compile (effir/backends/tvm/compile.py, relax_lower.py,
-specialize.py): whole programs through the pipeline, lowered to Relax and
+"""effir.compile (effir/backends/tvm/driver/compile.py, relax/lower.py,
+driver/specialize.py): whole programs through the pipeline, lowered to Relax and
 run by its virtual machine, against the interpreter: the examples (two
 steps from one State: random values and keys bit for bit, floats to 1e-5),
 data-dependent ``if``, recursion, closures, tuple matches, prints in order,
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import effir
-from effir.backends.tvm.compile import compile as compile_module
-from effir.backends.tvm.errors import BackendError
+from effir.backends.tvm.driver.compile import compile as compile_module
+from effir.backends.tvm.runtime.errors import BackendError
 from effir.runtime.values import PRNGKey
 
 HEADER = '#[version = "0.0.5"]\n'
@@ -295,7 +295,7 @@ def tvm_has_gpu() -> bool:
 
 
 def test_a_long_sequence_runs_in_chunks_with_the_state_passed_on(monkeypatch) -> None:
-    from effir.backends.tvm import relax_loops
+    from effir.backends.tvm.relax import loops as relax_loops
 
     monkeypatch.setattr(relax_loops, "LOOP_CHUNK", 4)  # 10 steps: chunks of 4, 4 and 2
     module = parse(
@@ -372,7 +372,7 @@ def @main(%xs: Tensor[(4, 2), float32]) {
 
 
 def test_a_kernel_that_only_reshapes_is_a_view() -> None:
-    """relax_lower.py [RULE VIEW]: a primitive function that only reshapes
+    """relax/lower.py [RULE VIEW]: a primitive function that only reshapes
     its one tensor (the backward's stacks cut into chunks) is called as a
     view of the argument's memory, no kernel copying it; the values are
     the interpreter's. Before: one copy kernel per reshape."""

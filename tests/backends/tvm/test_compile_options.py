@@ -1,4 +1,4 @@
-"""effir.compile's options (effir/backends/tvm/compile.py): target strings
+"""effir.compile's options (effir/backends/tvm/driver/compile.py): target strings
 as TVM users write them, opt_level and pipeline, dims built at once,
 progress lines only when asked for, and the report's named fields.
 Three TVM builds in all."""
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import effir
-from effir.backends.tvm.compile import COMPILE_PIPELINES, Build, CompileReport
-from effir.backends.tvm.errors import CompileError
+from effir.backends.tvm.driver.compile import COMPILE_PIPELINES, Build, CompileReport
+from effir.backends.tvm.runtime.errors import CompileError
 from effir.backends.tvm.target import host_cpu, make_target
 from effir.transform import PassContext, PassError
 
@@ -100,7 +100,7 @@ def test_verbose_progress_dims_opt_level_and_the_report(capsys):
 
 
 def test_progress_is_on_by_default_only_in_a_notebook(monkeypatch):
-    from effir.backends.tvm import compile as compile_py
+    from effir.backends.tvm.driver import compile as compile_py
 
     assert not compile_py.in_notebook()  # pytest is no Jupyter kernel
 

@@ -39,7 +39,7 @@ def int_sweep(dtype: str) -> list[str]:
     built on them) over all pairs of ``dtype``'s boundary values, compiled
     and interpreted: the mismatches, described."""
     import effir
-    from effir.backends.tvm.compile import compile as compile_module
+    from effir.backends.tvm.driver.compile import compile as compile_module
 
     warnings.simplefilter("ignore")
     info = np.iinfo(dtype)
@@ -183,7 +183,10 @@ def test_compiled_code_fails_as_the_interpreter_with_operator_and_location() -> 
     power, take mode="fast" out of range, take from an empty axis, max/min/
     argmax over an empty axis. Each now raises the interpreter's EvalError
     (same text: operator, message, location)."""
-    lines = ["import numpy as np, effir", "from effir.backends.tvm.compile import compile as C"]
+    lines = [
+        "import numpy as np, effir",
+        "from effir.backends.tvm.driver.compile import compile as C",
+    ]
     for params, body, x, y, dtype in ERROR_CASES:
         src = f"{HEADER}def @main({params}) {{\n  {body}\n}}\n"
         lines += [
@@ -207,7 +210,7 @@ def test_small_compiled_differences() -> None:
     code = f"""
 import numpy as np, effir
 from effir.runtime.values import PRNGKey
-from effir.backends.tvm.compile import compile as C
+from effir.backends.tvm.driver.compile import compile as C
 m = effir.check(effir.parse({HEADER!r} + 'def @main(%k: Key) {{ (random.split(%k, num=0), random.split(%k, num=1)) }}'))
 k = PRNGKey(np.array([1, 2], np.uint32))
 assert repr(C(m)(k)) == repr(effir.interpret(m, k))
@@ -242,7 +245,10 @@ def test_shape_errors_of_dynamic_operators_are_the_interpreters() -> None:
     `InternalError: std::bad_alloc`: a bad reshape of a `?` dimension, a bad
     dyn.reshape, a boolean_mask of the wrong shape, dyn.zeros([2, -3]).
     Also: dyn.reshape's special values 0 and -1 compile, and allowzero."""
-    lines = ["import numpy as np, effir", "from effir.backends.tvm.compile import compile as C"]
+    lines = [
+        "import numpy as np, effir",
+        "from effir.backends.tvm.driver.compile import compile as C",
+    ]
     for params, body, args in DYNAMIC_CASES:
         src = f"{HEADER}def @main({params}) {{\n  {body}\n}}\n"
         lines += [
@@ -291,7 +297,7 @@ def test_a_loaded_artifact_fails_as_the_interpreter(tmp_path) -> None:
     """The artifact's call path turns a failed check into the same EvalError."""
     code = f"""
 import numpy as np, effir
-from effir.backends.tvm.compile import compile as C
+from effir.backends.tvm.driver.compile import compile as C
 src = {HEADER!r} + 'def @main(%x: Tensor[(3), int32], %y: Tensor[(3), int32]) {{\\n  divide(%x, %y)\\n}}\\n'
 m = effir.check(effir.parse(src, source_name='a.effir'))
 C(m).export({str(tmp_path / "art")!r})

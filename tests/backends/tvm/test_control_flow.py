@@ -1,4 +1,4 @@
-"""Control flow in compiled code (relax_loops.py, relax_lower.py's calls)
+"""Control flow in compiled code (relax/loops.py, relax/lower.py's calls)
 against the interpreter: every form of ``cf.foreach`` (map, scan, both;
 one or several sequences and states; static, symbolic and ``?`` lengths;
 a whole TIR loop or a VM loop) and of ``cf.while_loop`` (with and without
@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 import effir
-from effir.backends.tvm import relax_loops
-from effir.backends.tvm.compile import compile as compile_module
-from effir.backends.tvm.vm_run import MAX_DEPTH
+from effir.backends.tvm.driver.compile import compile as compile_module
+from effir.backends.tvm.relax import loops as relax_loops
+from effir.backends.tvm.runtime.stack import MAX_DEPTH
 from effir.ir.diagnostics import EvalError
 from tests.backends.tvm.test_compile import assert_close
 from tests.isolated import run_isolated
@@ -174,7 +174,7 @@ def @main(%xs: Tensor[(?, 2), float32], %ys: Tensor[(?, 3), float32]) {
     where = interpreted.value.location  # the cf.foreach call
     with pytest.raises(EvalError, match=rf"{where}: .*cf\.foreach: .*different lengths") as got:
         compile_module(module)(xs, ys)
-    assert str(got.value) == str(interpreted.value)  # one message (errors.py [RULE CHECK])
+    assert str(got.value) == str(interpreted.value)  # one message (runtime/errors.py [RULE CHECK])
 
 
 # ------------------------------------------------------------ while loops
@@ -228,7 +228,7 @@ def test_every_form_of_while_loop_runs_as_the_interpreter(
 DEEP = """
 import os, tempfile
 import numpy as np, effir
-from effir.backends.tvm.compile import compile as compile_module
+from effir.backends.tvm.driver.compile import compile as compile_module
 from tests.backends.tvm.test_compile import assert_close
 module = effir.check(effir.parse('''#[version = "0.0.5"]
 def @count(%n: int32) -> float32 {
@@ -265,9 +265,9 @@ def test_loops_and_recursion_ten_thousand_deep_run_as_the_interpreter() -> None:
 
 GUARD = """
 import numpy as np, effir
-from effir.backends.tvm import relax_lower
+from effir.backends.tvm.relax import lower as relax_lower
 relax_lower.MAX_DEPTH = 300
-from effir.backends.tvm.compile import compile as compile_module
+from effir.backends.tvm.driver.compile import compile as compile_module
 module = effir.check(effir.parse('''#[version = "0.0.5"]
 def @count(%n: int32) -> float32 {
   if (less_equal(%n, 0)) { 0f } else { add(@count(subtract(%n, 1)), 0.5f) }
@@ -372,7 +372,7 @@ NESTED_BLOCKS = """
 import sys
 import effir
 from tvm import relax
-from effir.backends.tvm.relax_lower import lower_to_relax
+from effir.backends.tvm.relax.lower import lower_to_relax
 from effir.backends.tvm.target import make_target
 
 n = 400
@@ -405,14 +405,14 @@ except effir.CompileError as err:
 
 
 def test_nested_ifs_and_matches_lower_without_python_recursion() -> None:
-    """relax_lower.py: the branches of an ``if`` and the clauses of a
+    """relax/lower.py: the branches of an ``if`` and the clauses of a
     ``match`` are blocks built on the trampoline (Builder.nested), not a
     level of Python recursion each: 400 of them nested lower under
     CPython's default recursion limit (lowered to Relax, not built; on
     main 300 raised RecursionError). In a process of its own: TVM's own
     C++ recursion (``BlockBuilder.update_func``) overflows the 8 MB
     main-thread stack between 600 and 700 nested ``If``s, so 800 are a
-    located CompileError (relax_builder.py ``MAX_NESTED_BLOCKS``), not a
+    located CompileError (relax/builder.py ``MAX_NESTED_BLOCKS``), not a
     crash."""
     run = run_isolated(NESTED_BLOCKS)
     run.check()
@@ -420,12 +420,12 @@ def test_nested_ifs_and_matches_lower_without_python_recursion() -> None:
 
 
 def test_an_error_in_a_nested_block_closes_every_block_it_opened() -> None:
-    """relax_builder.py: ``Builder.nested`` closes its block when the
+    """relax/builder.py: ``Builder.nested`` closes its block when the
     computation inside raises, however deep, so the error propagates with
     no block left open."""
     from tvm import relax
 
-    from effir.backends.tvm.relax_builder import Builder
+    from effir.backends.tvm.relax.builder import Builder
     from effir.ir.trampoline import run
 
     bb = Builder()

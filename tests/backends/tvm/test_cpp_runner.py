@@ -131,8 +131,8 @@ def test_the_runner_runs_a_recursion_ten_thousand_deep(
     # The VM nests a native call per call of a recursive function: the
     # runner runs on a large stack, and past the limit (20,000 here, to
     # keep the test short) the program stops with the compiled check's
-    # message (vm_run.py).
-    from effir.backends.tvm import relax_lower
+    # message (runtime/stack.py).
+    from effir.backends.tvm.relax import lower as relax_lower
 
     monkeypatch.setattr(relax_lower, "MAX_DEPTH", 20_000)
     module = effir.check(

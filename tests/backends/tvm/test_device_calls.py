@@ -3,7 +3,7 @@
 The first run of effir's CUDA builds on a real GPU (an H200, lent for
 benchmarks/cuda_device.py) found two defects that no CPU machine shows:
 every CUDA program failed before its first kernel with TVM's "expected
-cuda" (the VM was handed host tensors: thread_vms.py now copies the
+cuda" (the VM was handed host tensors: runtime/thread_vms.py now copies the
 arguments to the device and the results back), and a CUDA failure whose
 text ended in a stray NUL byte was reported as an empty message. The
 device half runs only where a GPU is; the rest runs everywhere.
@@ -20,8 +20,8 @@ import pytest
 import tvm
 import tvm_ffi
 
-from effir.backends.tvm.errors import run_time_error
-from effir.backends.tvm.thread_vms import HOST, _moved
+from effir.backends.tvm.runtime.errors import run_time_error
+from effir.backends.tvm.runtime.thread_vms import HOST, _moved
 
 ROOT = Path(__file__).resolve().parents[3]
 

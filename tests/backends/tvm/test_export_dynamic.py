@@ -1,4 +1,4 @@
-"""Programs with data-dependent shapes export (relax_symbolic.py [RULE
+"""Programs with data-dependent shapes export (relax/symbolic.py [RULE
 SHAPEPOLY]): the kernels after a ``boolean_mask`` are compiled once with
 symbolic sizes, so one build runs every mask, from Python, from an
 ``effir.load``ed artifact and from the C++ runner, as the interpreter."""
@@ -106,7 +106,7 @@ def test_a_masked_program_exports_loads_and_runs_from_cpp(
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_a_masked_program_builds_for_cuda_and_compiles_to_ptx() -> None:
     # Symbolic kernels on a GPU: their spatial loops bound to threads, each
-    # reduction's initial value before its loop (kernel.py).
+    # reduction's initial value before its loop (kernel/primitive.py).
     compiled = effir.compile(parse(MASKED), target="cuda")
     (spec,) = compiled.specializations.values()
     assert ".entry" in spec.ptx()
@@ -284,7 +284,7 @@ def @main(%x: Tensor[(5, 3), float32], %m: Tensor[(5), bool], %n: Tensor[(5), bo
 
 def test_what_sizes_cannot_relate_is_refused_when_compiled() -> None:
     # The batch dimensions of a matmul broadcast; two masks' counts there
-    # are not compiled (symbolic_shapes.py has no rule for them): a
+    # are not compiled (kernel/symbolic_shapes.py has no rule for them): a
     # CompileError at the operator, when the program is compiled.
     module = parse(
         """

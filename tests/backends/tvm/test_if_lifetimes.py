@@ -1,5 +1,5 @@
 """Keys, tensors and tuples of them flowing out of an ``if`` in compiled code
-(relax_memory.py [RULE BRANCH]): a storage planned inside a branch was
+(relax/pipeline.py [RULE BRANCH]): a storage planned inside a branch was
 reused after it, out of scope, and the VM crashed (issue 12). Each program
 runs in a fresh process (tests/isolated.py), both branches of each ``if``
 taken, two calls from one State, against the interpreter bit for bit

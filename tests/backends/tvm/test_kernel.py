@@ -1,5 +1,5 @@
-"""The kernel builder and its schedules (effir/backends/tvm/kernel.py,
-schedule.py): fused primitive functions compiled by TVM give the
+"""The kernel builder and its schedules (effir/backends/tvm/kernel/primitive.py,
+schedule/): fused primitive functions compiled by TVM give the
 interpreter's results; the schedules change speed, never values (scheduled
 and unscheduled builds agree); constants, tuples, keys, symbolic dimensions,
 the cache, zero-copy calls and the errors a user can meet; CUDA code that
@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 import effir
-from effir.backends.tvm.errors import BackendError
-from effir.backends.tvm.kernel import Kernel, build_kernel, compile_cuda_to_ptx
-from effir.backends.tvm.schedule import INLINE_BUDGET, expression_cost
+from effir.backends.tvm.kernel.primitive import Kernel, build_kernel, compile_cuda_to_ptx
+from effir.backends.tvm.runtime.errors import BackendError
+from effir.backends.tvm.schedule.inline import INLINE_BUDGET, expression_cost
 from effir.ir.expr import Constant, Function, Tuple, TupleGetItem, Var, const
 from effir.ir.op import call_op
 from effir.ir.types import KeyType, TensorType, TupleType
@@ -199,7 +199,7 @@ def test_matmul_schedules(a_shape: tuple, b_shape: tuple, attrs: dict) -> None:
     ],
 )
 def test_large_products_pack_both_operands(a_type: str, b_type: str, product: str) -> None:
-    """A product of 2**22 multiply-adds (schedule_gemm.py): the transposes
+    """A product of 2**22 multiply-adds (schedule/cpu/gemm.py): the transposes
     fuse into its kernel, both operands are copied once into panels of the
     register tile (the transposed matrices are never written), and the
     result is the interpreter's, with the epilogue."""

@@ -1,5 +1,5 @@
 """A variable that holds memory and is never read is killed right after
-its binding (relax_memory.py [RULE KILLUNUSED]): ``KillAfterLastUse`` kills
+its binding (relax/pipeline.py [RULE KILLUNUSED]): ``KillAfterLastUse`` kills
 only after a last read, so such a register kept its value until the
 function returned, and a compiled VM loop (a chain of calls) kept every
 step's. The end-to-end check (the compiled ``loop`` backward's memory per
@@ -12,7 +12,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from effir.backends.tvm.relax_memory import kill_unused, relax_pipeline
+from effir.backends.tvm.relax.pipeline import kill_unused, relax_pipeline
 
 TENSOR = relax.TensorType((4,), "float32")
 

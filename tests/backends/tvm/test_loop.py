@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 import effir
-from effir.backends.tvm.compile import PIPELINE
-from effir.backends.tvm.errors import BackendError
-from effir.backends.tvm.loop import LoopKernel, build_loop, cpu_schedule, lower_loop
+from effir.backends.tvm.driver.compile import PIPELINE
+from effir.backends.tvm.loop import LoopKernel, build_loop, lower_loop
+from effir.backends.tvm.loop.cpu import schedule as cpu_schedule
+from effir.backends.tvm.runtime.errors import BackendError
 from effir.ir.expr import Call, Function, Let, Op, Var
 from effir.ir.visitor import free_vars, pre_order
 from effir.passes.pipeline import run_pipeline

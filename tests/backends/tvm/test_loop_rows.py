@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from effir.backends.tvm.loop import build_loop, cpu_schedule, lower_loop, rows
+from effir.backends.tvm.loop import build_loop, lower_loop
+from effir.backends.tvm.loop.cpu import rows
+from effir.backends.tvm.loop.cpu import schedule as cpu_schedule
 from tests.backends.tvm.test_loop import foreach_of, module
 from tests.backends.tvm.test_loop_tiles import gru_text
 from tests.isolated import run_isolated
@@ -87,7 +89,9 @@ def test_a_step_that_mixes_rows_is_not_split(name: str, monkeypatch: pytest.Monk
 CHECK = """
 import numpy as np
 import effir
-from effir.backends.tvm.loop import build_loop, cpu_schedule, rows
+from effir.backends.tvm.loop import build_loop
+from effir.backends.tvm.loop.cpu import rows
+from effir.backends.tvm.loop.cpu import schedule as cpu_schedule
 from tests.backends.tvm.test_loop import GRU, assert_close, foreach_of, gru_inputs, module
 from tests.backends.tvm.test_loop_rows import MIXING
 

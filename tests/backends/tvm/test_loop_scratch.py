@@ -1,4 +1,4 @@
-"""The scratch of a whole-loop kernel of symbolic length (relax_loops.py
+"""The scratch of a whole-loop kernel of symbolic length (relax/loops.py
 [RULE CHUNK]): a call on T steps allocates memory proportional to
 min(T, LOOP_CHUNK), not to ``LOOP_CHUNK`` whatever T (the short loops of
 ``checkpoint="sqrt"``'s segments held as much scratch as a long one).
@@ -16,7 +16,7 @@ SCRIPT = """
 import numpy as np
 import tvm
 import effir
-from effir.backends.tvm.compile import compile as compile_module
+from effir.backends.tvm.driver.compile import compile as compile_module
 
 allocate = tvm.get_global_func("vm.builtin.alloc_storage")
 sizes = []

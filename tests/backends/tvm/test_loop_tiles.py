@@ -1,4 +1,4 @@
-"""The register tile of a whole loop's contractions (loop/cpu_schedule.py):
+"""The register tile of a whole loop's contractions (loop/cpu/schedule.py):
 a tile of few rows (a step at batch 1 or 2: a matrix-vector product) spans
 several panels of columns, so that each step of the reduction issues
 independent multiply-adds instead of waiting on one chain (issue 18, the
@@ -16,9 +16,11 @@ import numpy as np
 import pytest
 
 import effir
-from effir.backends.tvm import schedule_gemm
-from effir.backends.tvm.loop import build_loop, cpu_schedule, lower_loop, rows
-from effir.backends.tvm.loop.cpu_schedule import _rows_per_tile, _tile_order, _tile_panels
+from effir.backends.tvm.loop import build_loop, lower_loop
+from effir.backends.tvm.loop.cpu import rows
+from effir.backends.tvm.loop.cpu import schedule as cpu_schedule
+from effir.backends.tvm.loop.cpu.schedule import _rows_per_tile, _tile_order, _tile_panels
+from effir.backends.tvm.schedule.cpu import gemm as schedule_gemm
 from tests.backends.tvm.test_loop import GRU, assert_close, foreach_of, gru_inputs, module, uniform
 
 
@@ -164,7 +166,7 @@ def test_chunk_products_are_packed_and_not_padded() -> None:
     (autodiff/sqrt.py): each step a product of two of its stacks
     ``(64 x 256)^T (64 x 256)``, a product by a weight, and a bias sum. The
     products, batched over the steps in the prologue, pack both operands
-    into panels (schedule_gemm.py [BATCH]), each its own copy (the sum
+    into panels (schedule/cpu/gemm.py [BATCH]), each its own copy (the sum
     reads the stack as it lies); the sum, one row a step, stays in the step
     [RULE NO PAD], so the batched tensors are not padded to whole tiles of
     steps (at 10 steps, 16 were computed). Before: neither packed, every
@@ -194,7 +196,7 @@ def test_the_batched_input_projection_packs_both_operands(
     """The hidden-256 GRU's input projection at batch 32 (a 32 x 256 by
     256 x 768 product a step, batched over the steps in the prologue) is
     scheduled as a kernel's large product, both operands copied into
-    panels (schedule_gemm.py [BATCH]), not as graph.py's weight panels
+    panels (schedule/cpu/gemm.py [BATCH]), not as graph.py's weight panels
     under the recurrence's register tile: 62 -> 46 ms of CPU for the loop
     at T=100 (one thread, interleaved), bit-identical results. At batch 1
     the projection keeps the weight's panels. Scheduled only, not built."""
@@ -230,7 +232,7 @@ def test_a_k_major_weight_of_the_step_is_packed_once_a_call(
     reverse loop's ``ct @ u``, ``nn.matmul``) reads panels of the weight
     packed once a call in the prologue, as ``nn.dense``'s weight is;
     before, a large one was copied into panels at every step (the
-    kernel's packed product, schedule_gemm.py), a small one read across
+    kernel's packed product, schedule/cpu/gemm.py), a small one read across
     rows. The product is made large here by lowering the threshold; the
     values are the interpreter's."""
     monkeypatch.setattr(schedule_gemm, "MIN_MULTIPLY_ADDS", 1)

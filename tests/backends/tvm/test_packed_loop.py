@@ -1,4 +1,4 @@
-"""``effir.compile_packed`` (backends/tvm/loop/packed.py): one compiled loop
+"""``effir.compile_packed`` (backends/tvm/loop/cpu/packed.py): one compiled loop
 over a packed batch whose step runs only the row tiles still active. Its
 results equal each sequence run alone by the interpreter, for random
 lengths (with 0, 1, equal lengths, a batch that is not a multiple of the
@@ -194,7 +194,8 @@ def test_parts_split_the_tiles_bit_identically():
     run_isolated(
         COMMON
         + """
-from effir.backends.tvm.loop import cpu_schedule, rows
+from effir.backends.tvm.loop.cpu import rows
+from effir.backends.tvm.loop.cpu import schedule as cpu_schedule
 
 threads = 2
 rows.pool_threads = lambda: threads  # two parts whatever the pool (a pool of one runs both)
@@ -248,7 +249,7 @@ def test_parts_balance_the_tile_steps():
     """[PARTS] The host's layout: every active (step, row tile) once, each
     part's active tiles a prefix of its own, the parts' tile-steps within
     one tile's length of each other."""
-    from effir.backends.tvm.loop.packed import CHUNK_STEPS, _Plan, _sizes
+    from effir.backends.tvm.loop.cpu.packed import CHUNK_STEPS, _Plan, _sizes
 
     rng = np.random.default_rng(3)
     lengths = np.sort(rng.integers(1, 201, 64))[::-1]

@@ -1,4 +1,4 @@
-"""The ``random.*`` operators' TE rules (effir/backends/tvm/random_ops.py)
+"""The ``random.*`` operators' TE rules (effir/backends/tvm/kernel/random_ops.py)
 against their numpy rules (effir.runtime.prng), bit for bit (float64 normal:
 within 3 ulp, see random_ops' limits): keys, splits,
 fold-ins, uniform, normal, bernoulli and dropout over keys with high bits
@@ -30,9 +30,9 @@ from tvm import te
 
 import effir
 from effir.backends.interpreter import interpret
-from effir.backends.tvm import random_ops  # noqa: F401  (registers the te rules)
-from effir.backends.tvm.errors import BackendError
-from effir.backends.tvm.kernel import build_kernel, compile_cuda_to_ptx
+from effir.backends.tvm.kernel import random_ops  # noqa: F401  (registers the te rules)
+from effir.backends.tvm.kernel.primitive import build_kernel, compile_cuda_to_ptx
+from effir.backends.tvm.runtime.errors import BackendError
 from effir.backends.tvm.schedule import schedule_prim_func
 from effir.backends.tvm.target import make_target
 from effir.ir.node import Attrs

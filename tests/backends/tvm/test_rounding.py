@@ -1,4 +1,4 @@
-"""[RULE ROUND] (effir/backends/tvm/rounding.py): in a gradient program an
+"""[RULE ROUND] (effir/backends/tvm/kernel/rounding.py): in a gradient program an
 operator's float product is rounded where the operator ends, whatever
 kernel it is fused into, so the compiled value of ``x*y - x*z`` does not
 depend on the fusion around it (LLVM contracted whichever product had a
@@ -12,9 +12,9 @@ import numpy as np
 
 import effir
 from effir.autodiff.api import replays_keys
-from effir.backends.tvm import rounding
-from effir.backends.tvm.kernel import lower_kernel
-from effir.backends.tvm.rounding import FENCE
+from effir.backends.tvm.kernel import rounding
+from effir.backends.tvm.kernel.primitive import lower_kernel
+from effir.backends.tvm.kernel.rounding import FENCE
 from effir.ir.expr import Function
 
 HEADER = '#[version = "0.0.5"]\n'

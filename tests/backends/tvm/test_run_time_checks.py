@@ -1,4 +1,4 @@
-"""Run-time checks of compiled code (errors.py [RULE CHECK]): one mechanism
+"""Run-time checks of compiled code (runtime/errors.py [RULE CHECK]): one mechanism
 for every target. Each kind of check (integer division by zero, ``take``
 out of range, ``max``/``argmax`` of an empty axis, a negative integer
 power, a bad reshape, the depth of recursion) raises the interpreter's
@@ -110,7 +110,7 @@ def test_each_check_raises_the_interpreters_error_compiled_and_loaded(tmp_path: 
         lines += [
             f"m = effir.check(effir.parse({source(name)!r}, source_name='checks.effir'))",
             "c = effir.compile(m)",
-            # every program exports, kernels after boolean_mask too (relax_symbolic.py)
+            # every program exports, kernels after boolean_mask too (relax/symbolic.py)
             f"c.export({art!r}); loaded = effir.load({art!r})",
             f"args = ({args})",
             "got = []",
@@ -139,7 +139,7 @@ def test_the_depth_of_recursion_is_checked_as_every_other_check() -> None:
     run_isolated(
         f"""
         import numpy as np, effir
-        from effir.backends.tvm import relax_lower
+        from effir.backends.tvm.relax import lower as relax_lower
         relax_lower.MAX_DEPTH = 50
         m = effir.check(effir.parse({RECURSION!r}, source_name="r.effir"))
         c = effir.compile(m)
@@ -218,7 +218,7 @@ def test_kernels_after_boolean_mask_check_on_cuda_too() -> None:
     import tvm
     from tvm import tirx
 
-    from effir.backends.tvm.kernel import build_kernel, compile_cuda_to_ptx, lower_kernel
+    from effir.backends.tvm.kernel.primitive import build_kernel, compile_cuda_to_ptx, lower_kernel
     from effir.backends.tvm.target import building, make_target
 
     def primitive(op: str) -> effir.ir.Function:

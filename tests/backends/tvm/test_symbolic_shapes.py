@@ -1,4 +1,4 @@
-"""symbolic_shapes.py's size arithmetic against Python's (no build): a
+"""kernel/symbolic_shapes.py's size arithmetic against Python's (no build): a
 slice of a size known only at run time has ``range(n)[b:e:s]``'s start and
 length for every n, and numpy's broadcasting of two such sizes is decided
 as numpy decides it."""
@@ -13,7 +13,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from effir.backends.tvm.symbolic_shapes import KernelSizes, _stretch, sliced
+from effir.backends.tvm.kernel.symbolic_shapes import KernelSizes, _stretch, sliced
 
 
 def _value(expr: tirx.PrimExpr, values: dict[tirx.Var, int]) -> int:

@@ -1,4 +1,4 @@
-"""The ``te`` rules (effir/backends/tvm/te_ops) against the numpy rules.
+"""The ``te`` rules (effir/backends/tvm/kernel/te_ops) against the numpy rules.
 
 Each case builds a one-operator kernel with ``build_kernel`` (scheduled for
 the host CPU, as the backend runs it) on small random inputs and compares
@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 
 import effir
-from effir.backends.tvm import te_ops  # noqa: F401  (registers the rules)
-from effir.backends.tvm.errors import BackendError
-from effir.backends.tvm.kernel import build_kernel
+from effir.backends.tvm.kernel import te_ops  # noqa: F401  (registers the rules)
+from effir.backends.tvm.kernel.primitive import build_kernel
+from effir.backends.tvm.runtime.errors import BackendError
 from effir.ir.expr import Function, Var
 from effir.ir.op import all_ops, call_op, op_def
 from effir.ir.types import TensorType, TupleType, Type

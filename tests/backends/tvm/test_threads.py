@@ -1,5 +1,5 @@
-"""Compiled programs called from many threads at once (thread_vms.py: one
-Relax VM per thread; compile.py: the builds' table). Before, all threads
+"""Compiled programs called from many threads at once (runtime/thread_vms.py: one
+Relax VM per thread; driver/compile.py: the builds' table). Before, all threads
 shared one VM and the process crashed or TVM raised ``Check failed: reg <
 frame->register_file.size()`` (issue 12).
 

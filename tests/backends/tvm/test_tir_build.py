@@ -3,14 +3,14 @@ elimination is off, since it substituted a variable inside ``Let``
 expressions before the statement that binds it, and any dropout of 32
 elements or more failed to build ("variable cse_v1 has been used before
 definition", issue 12). Two of the build paths: a compiled program's
-kernels (relax_lower.py) and a kernel built alone (kernel.py)."""
+kernels (relax/lower.py) and a kernel built alone (kernel/primitive.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 import effir
-from effir.backends.tvm.kernel import build_kernel
+from effir.backends.tvm.kernel.primitive import build_kernel
 from effir.ir.expr import Function, Var
 from effir.ir.op import call_op
 from effir.ir.types import KeyType, TensorType

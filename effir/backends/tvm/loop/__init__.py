@@ -12,7 +12,7 @@ scheduled step. The sequence length ``T`` is a symbolic dimension of that
 function, so a new length needs no new build.
 
 What the body may contain: a let chain of pure operator calls that have a
-``te`` rule (rules.py), calls of functions bound in the chain, captured
+``te`` rule (kernel/rules.py), calls of functions bound in the chain, captured
 (given in ``functions``) or global (in ``module``) -- primitive functions
 from ``fuse`` and ``lower-tvm`` above all; their bodies are evaluated in
 place -- tuples, projections, constants. Anything else (``if``, ``match``,
@@ -48,13 +48,13 @@ The algorithm
    a reduction of step data alone whose rows do not tile (a sum to one
    row a step) stays in the step rather than pad them all [RULE NO PAD].
 5. [SCHED] The prologue and the step are each a PrimFunc
-   (``te.create_prim_func``) scheduled by ``cpu_schedule``: spatial blocks are
-   inlined into their consumers (within schedule.py's budget on the
+   (``te.create_prim_func``) scheduled by ``cpu.schedule``: spatial blocks are
+   inlined into their consumers (within schedule/inline.py's budget on the
    expression's size, and neither into a reduction nor at several reading
    sites when expensive); a large product of two operands neither a packed
    weight (the per-chunk weight gradients of a backward; a batched input
    projection whose step product is large, whose weight [PACK] then
-   leaves as it lies) is packed as a kernel's (schedule_gemm.py [BATCH]);
+   leaves as it lies) is packed as a kernel's (schedule/cpu/gemm.py [BATCH]);
    other contractions get a register tile (up to 8 rows x
    two vectors accumulated in registers over ``k``, vectorised along
    ``n``; a tile of fewer rows, as a step at batch 1, spans more panels of
@@ -102,10 +102,10 @@ booleans, so blocks that bind one stay scalar.
 
 The package follows these steps, one module each: ``values`` (types and
 the values a kernel takes), ``evaluate`` [EVAL], ``graph`` [CLASS] [PACK]
-[HOIST], ``cpu_schedule`` [SCHED], ``rows`` [ROWS], ``function`` [LOOP] (and ``lower_loop``,
+[HOIST], ``cpu.schedule`` [SCHED], ``rows`` [ROWS], ``function`` [LOOP] (and ``lower_loop``,
 all steps together), ``kernel`` (building and running: ``LoopKernel``,
-``build_loop``). The scheduling helpers it shares with schedule.py are in
-schedule_common.py. ``packed`` builds the same loop over a packed batch of
+``build_loop``). The scheduling helpers it shares with the kernel schedules are in
+schedule/common.py. ``packed`` builds the same loop over a packed batch of
 sequences of different lengths, whose step runs only the rows still
 active (``effir.compile_packed``).
 """
@@ -129,8 +129,8 @@ def _size_thread_pool() -> None:
 
 _size_thread_pool()
 
+from .build import LoopKernel, build_loop  # noqa: E402
 from .function import LoweredLoop, lower_loop  # noqa: E402  (after the pool is sized)
 from .graph import ROW_TILE, padded_length  # noqa: E402
-from .kernel import LoopKernel, build_loop  # noqa: E402
 
 __all__ = ["ROW_TILE", "LoopKernel", "LoweredLoop", "build_loop", "lower_loop", "padded_length"]

@@ -32,8 +32,8 @@ from ....ir.functor import on
 from ....ir.module import IRModule
 from ....ir.op import op_def
 from ....ir.types import TupleType, Type
-from .. import random_ops, rounding, te_ops  # noqa: F401  (the te rules)
-from ..errors import BackendError
+from ..kernel import random_ops, rounding, te_ops  # noqa: F401  (the te rules)
+from ..runtime.errors import BackendError
 from .values import concrete, leaf_of
 
 
@@ -201,5 +201,5 @@ class StepTE(ExprFunctor):
         if not call.has_type:
             raise BackendError("the loop body has no types: run effir.check first", call.span)
         value = rule(tuple(args), call.attrs, concrete(call.checked_type, self.dims))
-        # [RULE ROUND] (rounding.py) in gradient programs; a whole loop is built for LLVM only
+        # [RULE ROUND] (kernel/rounding.py) in gradient programs; a whole loop is built for LLVM only
         return rounding.rounded(value) if rounding.active() else value

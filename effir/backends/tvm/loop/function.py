@@ -20,9 +20,9 @@ from tvm.ir import Range
 from ....ir import type_tree
 from ....ir.expr import Function, Var
 from ....ir.module import IRModule
-from ..errors import BackendError
-from . import rows
-from .cpu_schedule import schedule
+from ..runtime.errors import BackendError
+from .cpu import rows
+from .cpu.schedule import schedule
 from .evaluate import StepTE
 from .graph import ROW_TILE, Graph, Stages, TensorMap, hoist
 from .values import Leaf
@@ -101,7 +101,7 @@ class _Interface:
 
 @dataclass
 class RowBlocks:
-    """[ROWS] (rows.py) The step rebuilt for ``rows`` rows, run by ``count``
+    """[ROWS] (loop/cpu/rows.py) The step rebuilt for ``rows`` rows, run by ``count``
     blocks of rows in parallel, each through every step."""
 
     count: int
@@ -236,7 +236,7 @@ class LoweredLoop:
     outputs: list[Leaf]
     scratch: list[tuple[Leaf, bool]]  # prologue results; True: with a leading T
     padded: bool  # that leading axis is padded_length(T)
-    unscheduled: list[str]  # blocks left with plain loops (cpu_schedule.schedule)
+    unscheduled: list[str]  # blocks left with plain loops (cpu/schedule.py ``schedule``)
     row_blocks: int = 1  # [ROWS] blocks of rows run in parallel through every step
 
     def scratch_rows(self, length: int) -> int:
@@ -325,7 +325,7 @@ def lower_loop(
 
 def _row_blocks(graph: Graph, stages: Stages) -> RowBlocks | None:
     """[ROWS] The step by blocks of rows, when the loop's rows are
-    independent and a call's work is worth the pool (rows.py); else None."""
+    independent and a call's work is worth the pool (loop/cpu/rows.py); else None."""
     batch = rows.batch_of(graph)
     count = rows.row_blocks(batch, rows.step_work(graph), rows.pool_threads())
     if batch is None or count < 2:

@@ -14,7 +14,7 @@ import tvm
 import tvm_ffi
 from tvm import te, tirx
 
-from ..schedule_common import vector_lanes
+from ..schedule.common import vector_lanes
 
 MATERIALIZE = "effir_materialize"
 """Annotation of a packing block: computed into its own buffer, never inlined."""
@@ -237,15 +237,15 @@ class Graph:
 def _packed_in_prologue(op: Any) -> bool:
     """[PACK] Whether the SEQ contraction ``op``, hoisted and batched over the
     steps, is a large product the prologue packs as a kernel's, both
-    operands into panels (cpu_schedule ``_packed_product``,
-    schedule_gemm.py [BATCH]): its weight is then read where it lies, not
+    operands into panels (loop/cpu/schedule.py ``_packed_product``,
+    schedule/cpu/gemm.py [BATCH]): its weight is then read where it lies, not
     from this module's panels, which that schedule cannot read. One
     reduction axis, each step's product at least
-    ``schedule_gemm.MIN_MULTIPLY_ADDS`` multiply-adds in whole tiles: the
+    ``schedule.cpu.gemm.MIN_MULTIPLY_ADDS`` multiply-adds in whole tiles: the
     hidden-256 GRU's input projection at batch 32 (32 x 256 by 256 x 768 a
     step), 64 -> 42 ms of CPU for the whole loop, one thread; at batch 1
     the projection keeps the panels and the register tile."""
-    from ..schedule_gemm import GemmShape, tile, wide_vectors
+    from ..schedule.cpu.gemm import GemmShape, tile, wide_vectors
     from ..target import make_target
 
     if len(op.reduce_axis) != 1 or len(op.axis) < 2:

@@ -12,7 +12,7 @@ import numpy as np
 
 from ....ir import type_tree
 from ....ir.types import KeyType, TensorType, TupleType, Type
-from ..errors import BackendError
+from ..runtime.errors import BackendError
 
 
 @dataclass(frozen=True)

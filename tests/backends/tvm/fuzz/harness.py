@@ -169,7 +169,7 @@ def _error_text(exc: BaseException) -> str:
 def run_one(text: str, args: Sequence[np.ndarray], steps: int) -> Outcome:
     """Interpret, compile and run one program; classify what happened."""
     import effir
-    from effir.backends.tvm.errors import BackendError, BuildDefect
+    from effir.backends.tvm.runtime.errors import BackendError, BuildDefect
 
     refusals: tuple[type, ...] = (BackendError,)
     compile_error = getattr(effir, "CompileError", None)

@@ -1,0 +1,515 @@
+"""effir.compile: the whole pipeline, then TVM, run by Relax's virtual machine.
+
+``compile(module, target)`` runs the standard optimisation pipeline (the
+effect passes, partial evaluation, the basic-block optimisations), fuses
+operator groups and wraps the pure calls TVM can compute that no group took
+(``lower-tvm``). The result is a ``CompiledModule``: call it as the
+interpreter runs ``@main``, with the same arguments and the same ``State``.
+
+Each call binds the entry's symbolic dimensions from its arguments' shapes
+(driver/specialize.py) and runs the specialisation for that binding, lowered to a
+Relax module (relax/lower.py) and built by TVM the first time the binding
+is met, then kept: a second call with the same shapes compiles nothing. The
+VM runs the control (calls, ``if``, recursion, output) without Python and
+the kernels TVM generated for the computation. docs/backend.md says why
+this executor, and what it costs.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple, TextIO
+
+import tvm
+from tvm import relax
+
+from ....ir.diagnostics import Error
+from ....ir.module import IRModule
+from ....ir.printer import astext
+from ....ir.visitor import pre_order
+from ....passes.infra import Pass, PassContext, PassError
+from ....passes.pipeline import STANDARD_PIPELINES
+from ....passes.pipeline import pipeline as parse_pipeline
+from ....runtime.arguments import check_call_options
+from ...interpreter import Sink, State
+from ..relax.lower import RelaxProgram, lower_to_relax
+from ..relax.pipeline import relax_pipeline
+from ..relax.types import NeedsStatic, static
+from ..runtime.errors import BackendError, CompileError, build_failure, run_time_error
+from ..runtime.printing import printing_to
+from ..runtime.signature import Dims, Signature, TensorSpec, TupleSpec, call_entry, spec_of
+from ..runtime.stack import runner
+from ..runtime.thread_vms import ThreadVMs
+from ..target import building, make_target
+from . import passes as backend_passes  # noqa: F401  (registers lower-tvm)
+from .build_cache import Cache
+from .compilable import callable_part, refuse_uncompilable
+from .specialize import specialize
+
+COMPILE_PIPELINES = {
+    0: STANDARD_PIPELINES["O1"] + ",lower-tvm",
+    1: STANDARD_PIPELINES["O1"] + ",fuse,lower-tvm",
+    2: STANDARD_PIPELINES["O2"] + ",fuse,lower-tvm",
+}
+"""What ``effir.compile`` runs at each ``opt_level``: the standard pipeline
+(the effect passes always: the backend compiles state-passing programs),
+then fusion (1 and 2) and the lowering to kernels."""
+
+PIPELINE = COMPILE_PIPELINES[2]
+
+
+class Build(NamedTuple):
+    """One specialisation TVM built: the dimensions it binds (``{}``: a
+    static entry, or dimensions left symbolic), how long lowering and the
+    build took, how many kernels and whole compiled loops it has, and the
+    entry it serves. A tuple too: ``dims, seconds, kernels, loops, entry``."""
+
+    dims: Dims
+    seconds: float
+    kernels: int
+    loops: int
+    entry: str = "main"
+    cached: bool = False
+    """Loaded from the build cache (driver/build_cache.py) instead of built."""
+
+
+@dataclass
+class CompileReport:
+    """What compiling did and what it cost (``compiled.report``).
+
+    ``nodes_before``/``nodes_after``: IR nodes before and after the
+    pipeline; ``pipeline_seconds``: its time; ``builds``: one ``Build`` per
+    specialisation built so far (a call at a new shape adds one);
+    ``pipeline``: the passes run, as pipeline text; ``target``: the TVM
+    target. ``table()`` shows it all (``effir compile`` prints it)."""
+
+    nodes_before: int
+    nodes_after: int
+    pipeline_seconds: float
+    builds: list[Build] = field(default_factory=list)
+    pipeline: str = ""
+    target: str = ""
+
+    @property
+    def build_seconds(self) -> float:
+        """The time of every TVM build so far."""
+        return sum(b.seconds for b in self.builds)
+
+    def table(self) -> str:
+        rows = [
+            ("IR nodes before", f"{self.nodes_before}"),
+            ("IR nodes after", f"{self.nodes_after}"),
+            ("pipeline", f"{self.pipeline_seconds:.2f} s"),
+        ]
+        for build in self.builds:
+            what = "cached build" if build.cached else "TVM build"
+            rows.append(
+                (
+                    f"{what} ({_dims_text(build.dims)})",
+                    f"{build.seconds:.2f} s, {build.kernels} kernels, {build.loops} loops",
+                )
+            )
+        width = max(len(name) for name, _ in rows)
+        return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+def _dims_text(dims: Dims) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(dims.items())) or "static"
+
+
+def in_notebook() -> bool:
+    """Whether this is a Jupyter kernel (IPython's ZMQ shell), where
+    progress lines are on by default."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return False
+    try:
+        shell = ipython.get_ipython()
+    except Exception:  # an IPython too old or half imported: not a notebook
+        return False
+    return type(shell).__name__ == "ZMQInteractiveShell"
+
+
+class Progress:
+    """Progress lines of a build (``effir: ...`` on standard error, or a
+    stream): on in the CLI, off in library calls unless ``verbose``."""
+
+    def __init__(self, verbose: bool | TextIO = False) -> None:
+        self.stream: TextIO | None = (
+            None if verbose is False else sys.stderr if verbose is True else verbose
+        )
+
+    def __call__(self, message: str) -> None:
+        if self.stream is not None:
+            self.stream.write(f"effir: {message}\n")
+            self.stream.flush()
+
+
+# ------------------------------------------------------------ one binding
+class Specialization:
+    """One binding of the entry's dimensions: the Relax program, built."""
+
+    def __init__(self, program: RelaxProgram, target: Any, executable: Any = None) -> None:
+        """Build ``program`` for ``target``, or take the ``executable``
+        already built for it (a library from the build cache)."""
+        self.program = program
+        self.target = target
+        if executable is None:
+            try:
+                with building(target):
+                    executable = relax.build(
+                        program.module, target=target, relax_pipeline=relax_pipeline(target)
+                    )
+            except Exception as err:  # TVM's: never a user's [RULE CHECK]
+                raise build_failure(err, program.entry, program.sites, program.span) from None
+        self.executable = executable
+        self.library: Path | None = None
+        """The shared library the executable was loaded from (the build
+        cache's), which an export copies."""
+        device = tvm.device("cpu" if target.kind.name == "llvm" else target.kind.name, 0)
+        self.device = device
+        self._vms = ThreadVMs(self.executable, device)
+        self._device_found = False
+
+    def source(self, kind: str = "cuda") -> str:
+        """The generated code of the kernels for a device (``"cuda"``): the
+        source TVM generated, which nvcc compiles (compile_cuda_to_ptx)."""
+        work = [self.executable.mod]
+        while work:
+            module = work.pop()
+            if module.kind == kind:
+                return str(module.inspect_source(""))
+            work.extend(module.imports)
+        raise BackendError(f"this program was built for {self.target.kind.name}: no {kind} code")
+
+    def ptx(self) -> str:
+        """The CUDA kernels compiled to PTX by nvcc for the target's
+        architecture (TVM's default compiler, NVRTC, is not available)."""
+        from tvm.support import nvcc
+
+        with self.target:
+            ptx = nvcc.compile_cuda(self.source("cuda"), target_format="ptx", compiler="nvcc")
+        return bytes(ptx).decode()
+
+    def function(self) -> Any:
+        """The entry's function in the calling thread's VM (runtime/thread_vms.py)."""
+        if not self._device_found:
+            if not self.device.exist:
+                raise BackendError(
+                    f"this program was built for {self.target.kind.name}, and this "
+                    "machine has no such device"
+                )
+            self._device_found = True
+        return self._vms.function(self.program.entry)
+
+
+# ------------------------------------------------------------ the program
+class CompiledModule:
+    """A compiled program: call it as the interpreter would run ``@main``."""
+
+    def __init__(
+        self,
+        source: IRModule,
+        module: IRModule,
+        target: Any,
+        report: CompileReport,
+    ) -> None:
+        self.source = source
+        self.module = module
+        self.target = target
+        self.report = report
+        self.specializations: dict[tuple[str, tuple[tuple[str, int], ...]], Specialization] = {}
+        self.static_dims: dict[str, set[str]] = {}  # per entry, learnt (specialization)
+        self._lock = threading.Lock()
+        self._program_text: str | None = None  # the build cache's key (_cache)
+        self._primed: set[str] = set()  # entries whose static dims the cache gave
+        self._signatures: dict[str, Signature] = {}  # per entry: made once, read per call
+        self.verbose: bool | TextIO = False
+        """Progress lines for the builds to come (see ``compile``)."""
+
+    def progress(self, message: str) -> None:
+        Progress(self.verbose)(message)
+
+    def __call__(
+        self,
+        *args: Any,
+        entry: str = "main",
+        state: State | None = None,
+        sink: Sink | None = None,
+        **named: Any,
+    ) -> Any:
+        """``@entry``'s result for ``args`` (and ``named`` arguments, by
+        parameter name: the input contract of effir/runtime/arguments.py,
+        as ``effir.interpret``). ``state`` holds the program's global cells
+        (a fresh ``effir.State(source)`` when None) and is updated as the
+        source program would update it; ``sink(label, value)`` receives
+        prints (standard output when None)."""
+        check_call_options(entry, state, sink, State)
+        name = entry.removeprefix("@")
+        signature = self.signature(name)
+        if state is None:
+            state = State(self.source)
+
+        def function(dims: Dims) -> Any:
+            spec = self.specialization(name, dims)
+            return runner(spec.function(), spec.program.recursive)
+
+        with printing_to(sink):
+            try:
+                return call_entry(function, signature, args, state, named, name)
+            except Error:
+                raise
+            except Exception as err:  # inside compiled code (TVM, a packed function)
+                raise run_time_error(err, name) from None
+
+    def signature(self, entry: str = "main") -> Signature:
+        """What ``@entry`` takes and gives (made once: every call reads it)."""
+        known = self._signatures.get(entry)
+        if known is not None:
+            return known
+        fn = self._entry(entry)
+        made = self._signatures[entry] = Signature(
+            tuple((p.name_hint, spec_of(p.checked_type)) for p in fn.params),
+            tuple(fn.attrs.get("state_in", ())),
+            tuple(fn.attrs.get("state_out", ())),
+            spec_of(fn.body.checked_type),
+        )
+        return made
+
+    def _entry(self, name: str) -> Any:
+        if name not in self.module.functions:
+            raise BackendError(f"the program has no function @{name}")
+        return self.module.functions[name]
+
+    def specialization(self, entry: str, dims: Dims) -> Specialization:
+        """The build serving ``dims`` (made now if none does).
+
+        A build binds only the dimensions that some kernel needs static;
+        the others stay symbolic (a whole loop's length, say), so a call
+        that differs only in those reuses the build. Which dimensions must
+        be static is learnt by lowering: each attempt that meets a kernel
+        of a symbolic dimension's shape (NeedsStatic) adds the dimension
+        and lowers again.
+
+        Threads: a build that serves ``dims`` is looked up without the lock
+        (the tables only grow, and a set of static dimensions is replaced,
+        never changed), so calls at known shapes never wait for a build;
+        builds happen under the lock, so two threads meeting a new binding
+        at once build it once."""
+        known = self.specializations.get(_key(entry, dims, self.static_dims.get(entry, set())))
+        if known is not None:
+            return known
+        with self._lock:
+            static_dims = self.static_dims.setdefault(entry, set())
+            while True:
+                bound = {d: v for d, v in dims.items() if d in static_dims}
+                key = _key(entry, dims, static_dims)
+                spec = self.specializations.get(key)
+                if spec is not None:
+                    return spec
+                start = time.perf_counter()
+                symbolic = tuple(sorted(d for d in dims if d not in static_dims))
+                cache = self._cache()
+                cache_key = cache.key(entry, bound, symbolic) if cache is not None else ""
+                if cache is not None and not static_dims and entry not in self._primed:
+                    # What an earlier process learnt: the first shape's entry
+                    # is found without lowering (driver/build_cache.py).
+                    self._primed.add(entry)
+                    learnt = cache.static_dims(entry) & set(dims)
+                    if learnt:
+                        static_dims = self.static_dims[entry] = learnt
+                        continue
+                hit = cache.load(cache_key) if cache is not None else None
+                if hit is not None:
+                    program = RelaxProgram(None, entry, hit.kernels, hit.loops, hit.recursive)
+                    spec = Specialization(program, self.target, hit.module)
+                    spec.library = hit.library
+                    build = Build(
+                        bound, time.perf_counter() - start, hit.kernels, hit.loops, entry, True
+                    )
+                    self.report.builds.append(build)
+                    self.progress(
+                        f"loaded @{entry} ({_dims_text(bound)}) from the build cache "
+                        f"in {build.seconds:.2f} s"
+                    )
+                    self.specializations[key] = spec
+                    return spec
+                self.progress(
+                    f"building @{entry} ({_dims_text(bound)}) for {self.target.kind.name}"
+                )
+                try:
+                    program = lower_to_relax(
+                        specialize(self.module, entry, bound), entry, self.target, symbolic
+                    )
+                except NeedsStatic as need:
+                    static_dims = self.static_dims[entry] = static_dims | need.dims
+                    self.progress(
+                        f"kernels of @{entry} need {', '.join(sorted(need.dims))} known: "
+                        "lowering again"
+                    )
+                    continue
+                self.progress(
+                    f"@{entry} ({_dims_text(bound)}): {program.kernels} kernels, "
+                    f"{program.loops} compiled loops; TVM builds them"
+                )
+                spec = Specialization(program, self.target)
+                if cache is not None:
+                    self._store(cache, cache_key, entry, spec)
+                build = Build(
+                    bound, time.perf_counter() - start, program.kernels, program.loops, entry
+                )
+                self.report.builds.append(build)
+                self.progress(f"built @{entry} ({_dims_text(bound)}) in {build.seconds:.2f} s")
+                self.specializations[key] = spec
+                return spec
+
+    def _cache(self) -> Cache | None:
+        """The build cache for this program and target (None when off);
+        the program's text, its key, is printed once."""
+        if self._program_text is None:
+            self._program_text = astext(self.module)
+        return Cache.open(self._program_text, self.target)
+
+    def _store(self, cache: Cache, key: str, entry: str, spec: Specialization) -> None:
+        """Write ``spec`` to the cache and run the library written, as a
+        hit would (TVM links it instead of compiling it in memory at the
+        first call: the same code generation). A cache that cannot be
+        written leaves the build in memory [RULE NEVER-CRASH]."""
+        program = spec.program
+        try:
+            stored = cache.store(
+                key, spec.executable, program.kernels, program.loops, program.recursive
+            )
+            cache.record_static(entry, self.static_dims.get(entry, set()))
+        except Exception as err:  # a read-only directory, no linker, a full disk
+            self.progress(f"the build cache is not written ({err}); the build is kept in memory")
+            return
+        spec.executable = stored.module
+        spec.library = stored.library
+        spec._vms = ThreadVMs(stored.module, spec.device)
+
+    def export(self, path: Any, key: bytes | str | None = None) -> Any:
+        """Write this program, with every specialisation built so far, to
+        the directory ``path`` (runtime/artifact.py); ``effir.load(path)`` runs it.
+        With a ``key`` the manifest is signed (HMAC-SHA256), and
+        ``effir.load(path, key=key)`` refuses a tampered artifact."""
+        from .export import export
+
+        return export(self, path, key=key)
+
+    def new_state(self, seed: int | None = None) -> State:
+        return State(self.source, seed=seed)
+
+
+def compile(  # noqa: A001  (effir.compile, as tvm.compile)
+    module: IRModule,
+    target: str | Mapping[str, Any] | Any = "llvm",
+    pipeline: str | Pass | None = None,
+    *,
+    opt_level: int | None = None,
+    dims: Mapping[str, int] | Sequence[Mapping[str, int]] | None = None,
+    entry: str = "main",
+    verbose: bool | TextIO | None = None,
+) -> CompiledModule:
+    """Compile ``module`` with TVM: a ``CompiledModule`` that is called as
+    the interpreter runs ``@main`` (same arguments, same ``State``).
+
+    - ``target``: ``"llvm"`` (this CPU, with its vector extensions),
+      ``"cuda"`` (sm_90), or what TVM users write: ``"llvm
+      -mcpu=skylake-avx512"``, ``"cuda -arch=sm_80"``, a config dict, a
+      ``tvm.target.Target``.
+    - ``pipeline``: the passes to run, as pipeline text
+      (``"O2,fuse{max-fused-ops=16},lower-tvm"``) or a ``Pass``; by
+      default the one of ``opt_level`` (``COMPILE_PIPELINES``). It must
+      leave a state-passing program (``state-passing``) for the backend.
+    - ``opt_level``: 0 (the effect passes and the lowering only), 1 (and
+      fusion) or 2 (and partial evaluation, simplification, cse, dce);
+      default: the current ``PassContext``'s (2). Not with ``pipeline``.
+    - ``dims``: bindings of ``entry``'s symbolic dimensions to build now
+      (``{"n": 8}`` or a list of them); any other shape is built at its
+      first call (an entry without symbolic dimensions is built at once).
+    - ``verbose``: progress lines (the pipeline, each specialisation, its
+      kernels, how long) on standard error, or on the stream given;
+      ``compiled.verbose`` turns them on or off later. By default (None)
+      they are off in library calls and scripts, on in a Jupyter notebook;
+      ``effir compile`` prints them unless ``-q``.
+
+    The passes run in the current ``PassContext`` (its instruments and
+    verification). ``compiled.report`` (``CompileReport``) says what was
+    done and what it cost. Imports TVM on first use."""
+    if pipeline is not None and opt_level is not None:
+        raise PassError("effir.compile: give a pipeline or an opt_level, not both")
+    context = PassContext.current()
+    level = context.opt_level if opt_level is None else opt_level
+    if pipeline is None:
+        if level not in COMPILE_PIPELINES or isinstance(level, bool):
+            raise PassError(f"opt_level must be 0, 1 or 2, not {level!r}")
+        pipeline = COMPILE_PIPELINES[level]
+    passes = parse_pipeline(pipeline) if isinstance(pipeline, str) else pipeline
+    if not isinstance(passes, Pass):
+        raise PassError(f"effir.compile: pipeline must be text or a Pass, not {pipeline!r}")
+    tvm_target = make_target(target)
+    if verbose is None:
+        verbose = in_notebook()
+    progress = Progress(verbose)
+    progress(f"optimising: {passes.spelled() or '(no pass)'}")
+    start = time.perf_counter()
+    optimised = passes(callable_part(module, entry), context)
+    refuse_uncompilable(optimised, entry)
+    report = CompileReport(
+        _size(module),
+        _size(optimised),
+        time.perf_counter() - start,
+        pipeline=passes.spelled(),
+        target=str(tvm_target),
+    )
+    progress(
+        f"optimised in {report.pipeline_seconds:.2f} s "
+        f"({report.nodes_before} -> {report.nodes_after} IR nodes)"
+    )
+    compiled = CompiledModule(module, optimised, tvm_target, report)
+    compiled.verbose = verbose
+    main = optimised.functions.get(entry)
+    if main is not None and all(static(p.checked_type) for p in main.params):
+        compiled.specialization(entry, {})
+    bindings = [dims] if isinstance(dims, Mapping) else list(dims or ())
+    for binding in bindings:
+        compiled.specialization(entry, _binding(compiled, entry, binding))
+    return compiled
+
+
+def _binding(compiled: CompiledModule, entry: str, dims: Mapping[str, int]) -> Dims:
+    """``dims`` checked against ``entry``'s symbolic dimensions: each one
+    bound, to a size, and no other."""
+    needed: set[str] = set()
+    pending = [spec for _, spec in compiled.signature(entry).params]
+    while pending:
+        spec = pending.pop()
+        if isinstance(spec, TupleSpec):
+            pending += spec.fields
+        elif isinstance(spec, TensorSpec):
+            needed |= {d for d in spec.shape if isinstance(d, str) and d != "?"}
+    shown = ", ".join(sorted(needed)) or "none"
+    for name, size in dims.items():
+        if name not in needed:
+            raise CompileError(f"dims: @{entry} has no dimension {name} (its dimensions: {shown})")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise CompileError(f"dims: {name} must be a size (an int >= 0), not {size!r}")
+    missing = sorted(needed - set(dims))
+    if missing:
+        raise CompileError(f"dims {dict(dims)}: no size for {', '.join(missing)}")
+    return dict(dims)
+
+
+def _key(entry: str, dims: Dims, static_dims: set[str]) -> tuple[str, tuple[tuple[str, int], ...]]:
+    """The specialisations' key: the entry and its bound dimensions."""
+    return entry, tuple(sorted((d, v) for d, v in dims.items() if d in static_dims))
+
+
+def _size(module: IRModule) -> int:
+    return sum(1 for fn in module.functions.values() for _ in pre_order(fn))

@@ -1,0 +1,1 @@
+"""A specialised program lowered to a Relax module (relax/lower.py)."""

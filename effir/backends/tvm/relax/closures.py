@@ -1,0 +1,101 @@
+"""Functions as values in the Relax lowering [RULE VMCLOSURE].
+
+A function literal called where it is bound is lifted and called directly
+(relax/lower.py [RULE CLOSURE]). One used as a value (passed to a global
+such as a ``foldl``, stored in an ADT, returned) becomes a VM closure:
+``make_closure`` of its lifted function with the captured variables, which
+the VM binds as the *last* arguments (``VMClosure::BindLastArgs``), so the
+function lifted for a closure takes its parameters first. A global used as
+a value is a closure that captures nothing; so is a constructor used as a
+value (a function building its tagged tuple, relax/adts.py). A call of a function computed
+at run time is ``invoke_closure``; its result, of a Relax ``Object`` type
+where the callee's type is unknown, is cast to the call's type.
+
+A primitive function (a kernel) is not a value here: ``CompileError``.
+
+The methods are a mixin of relax/lower.py's ``_Lowering``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tvm import relax
+
+from ....ir.expr import Call, Constructor, Function, GlobalVar, Var
+from ....passes.fuse import is_primitive
+from ..runtime.errors import BackendError
+from .adts import tag as _tag
+from .types import declare, relax_type
+
+
+class ClosureLowering:
+    """Closures as values for ``_Lowering`` (relax/lower.py)."""
+
+    def _closure_value(self, fn: Function, env: dict[Var, Any], var: Var) -> Any:
+        """The VM closure of the function literal ``fn`` bound to ``var``."""
+        if is_primitive(fn):
+            raise BackendError(
+                f"the kernel %{var.name_hint} is used as a value (stored, returned or passed "
+                "on): only its calls are compiled",
+                var.span,
+            )
+        closure = self._lift(fn, env, var.name_hint, captured_last=True)
+        captured = relax.Tuple([env[v] for v in closure.captured])
+        return self.bb.emit(relax.op.make_closure(closure.gv, captured), var.name_hint)
+
+    def _global_value(self, gv: GlobalVar) -> Any:
+        """A global function as a value: a closure of no captured variable
+        (of a function calling it at depth 1 when the global counts its
+        depth of recursion, relax/lower.py [RULE DEPTH]). A program with
+        function values runs on the large stack (runtime/stack.py)."""
+        self.recursion = True
+        target = self.globals[gv.name]
+        if gv.name in self.recursive:
+            target = self._at_depth_one(gv.name)
+        return self.bb.emit(relax.op.make_closure(target, relax.Tuple([])))
+
+    def _at_depth_one(self, name: str) -> Any:
+        """The recursive global ``name`` without its depth parameter: it
+        calls the global at depth 1 (made once)."""
+        key = "value:" + name
+        gv = self.constructor_functions.get(key)
+        if gv is None:
+            fn = self.module.functions[name]
+            params = [relax.Var(p.name_hint, relax_type(p.checked_type)) for p in fn.params]
+            ret = relax_type(fn.body.checked_type)
+            gv = declare(self.bb, params, ret, f"value_{name}")
+            one = relax.const(1, "int64")
+            body = self.bb.block(
+                lambda: self.bb.emit(relax.Call(self.globals[name], [one, *params]))
+            )
+            function = relax.Function(params, body, ret, False)
+            self.bb.update_func(gv, function.with_attr("effir_name", gv.name_hint))
+            self.constructor_functions[key] = gv
+        return gv
+
+    def _constructor_value(self, ctor: Constructor) -> Any:
+        """A constructor that takes arguments, as a value: the closure of a
+        function building its value (made once per constructor)."""
+        gv = self.constructor_functions.get(ctor.name)
+        if gv is None:
+            params = [relax.Var(f"field{i}", relax_type(t)) for i, t in enumerate(ctor.inputs)]
+            gv = declare(self.bb, params, relax.ObjectType(), f"make_{ctor.name}")
+            fields = [_tag(self._ctor_index(ctor)), *params]
+            body = self.bb.block(lambda: self.bb.emit(relax.Tuple(fields)))
+            function = relax.Function(params, body, relax.ObjectType(), False)
+            self.bb.update_func(gv, function.with_attr("effir_name", gv.name_hint))
+            self.constructor_functions[ctor.name] = gv
+        return self.bb.emit(relax.op.make_closure(gv, relax.Tuple([])), ctor.name)
+
+    def _invoke(self, closure: Any, call: Call, env: dict[Var, Any], name: str) -> Any:
+        """A call of a function value. TVM's LowerRuntimeBuiltin gives every
+        ``invoke_closure`` the type ``Object``, whatever type it asked for,
+        and a ``TupleGetItem`` of such a result then fails to normalise: a
+        result that is not a tensor is asked for as an ``Object`` and gets
+        its type back by a cast where it is bound (relax/lower.py's ``_value``,
+        relax/adts.py's ``_typed``), as an ADT's fields do."""
+        args = relax.Tuple([self._atom(a, env) for a in call.args])
+        want = relax_type(call.checked_type)
+        asked = want if isinstance(want, relax.TensorType) else relax.ObjectType()
+        return self.bb.emit(relax.op.invoke_closure(closure, args, [asked]), name)

@@ -1,0 +1,315 @@
+"""Data-dependent shapes in the Relax lowering [RULE DYN].
+
+An operator whose result shape depends on data (``boolean_mask``,
+``argwhere``, the ``dyn.*`` operators, ``shape_of``) runs as the
+executor's kernels (dynamic_kernels.py): one counts, the VM turns the
+count into a shape (``tensor_to_shape``) and allocates, the other fills.
+The helpers here (rows, dimensions, views, the executor's kernels for the
+target) serve the loops too.
+
+The methods are a mixin of relax/lower.py's ``_Lowering``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm import relax, tirx
+
+from ....ir.expr import Call, Var
+from ....ir.op import op_def
+from ....ir.types import TensorType
+from ..kernel.checks import error_shape
+from ..runtime.errors import CHECK_FUNCTION, VALUE_MARK, BackendError, site_message
+from . import dynamic_kernels
+from .types import scheduled
+
+
+class DynamicLowering:
+    """The executor's kernels and shapes for ``_Lowering`` (relax/lower.py)."""
+
+    def _executor(self, kernel: str, *args: Any) -> Any:
+        """The executor kernel ``kernel`` (made by ``dynamic_kernels.kernel
+        (*args)``: a dtype, a chunk size), added to the module once."""
+        key = "_".join([kernel, *map(str, args)])
+        gv = self.executor_gvs.get(key)
+        if gv is None:
+            func = self._on_target(getattr(dynamic_kernels, kernel)(*args))
+            gv = self.executor_gvs[key] = self.bb.add_func(func, key)
+        return gv
+
+    def _reshape(self, value: Any, shape: list[Any]) -> Any:
+        """``value`` with ``shape``: a view of the same memory (the VM's
+        builtin), not a copy; Relax's own ``reshape`` outside a dataflow
+        block is an unscheduled copy kernel, 20 ms for a 3 MB tensor."""
+        dtype = value.ty.dtype
+        ty = relax.TensorType(list(shape), dtype)
+        return relax.op.call_pure_packed(
+            "vm.builtin.reshape", value, relax.ShapeExpr(list(shape)), ty_args=ty
+        )
+
+    def _on_target(self, func: Any) -> Any:
+        """An executor kernel for the target: on a GPU it runs as one
+        thread (its steps are sequential: a running count of the rows
+        written; the data it moves is small beside the kernels').
+
+        Its buffers never alias, and it says so (``tirx.noalias``): TVM's
+        LLVM code generator drops ``noalias`` from *every* function of a
+        module in which one function does not declare it, and the loop
+        kernels ran 2.3x slower without it."""
+        func = func.with_attr("tirx.noalias", True)
+        if self.target.kind.name == "llvm":
+            return func
+        return scheduled(dynamic_kernels.single_thread(func))
+
+    def _rows(self, value: Any, t: TensorType) -> Any:
+        """``value`` as a (rows, row size) tensor: a view for the executor
+        kernels, which work on rows."""
+        dims = self._dims(value, t)
+        row = 1
+        for d in dims[1:]:
+            row = row * d
+        return self.bb.emit(self._reshape(value, [dims[0] if dims else 1, row]))
+
+    def _dims(self, value: Any, t: TensorType) -> list[Any]:
+        """The dimensions of a tensor value: its static ones, variables
+        bound by a cast for the others."""
+        if t.is_static:
+            return [int(d) for d in t.shape]
+        sinfo = value.ty
+        if isinstance(sinfo, relax.TensorType) and sinfo.shape is not None:
+            return list(sinfo.shape.values)
+        names = [tirx.Var(f"d{i}", "int64") for i in range(t.ndim)]
+        cast = self.bb.match_cast(value, relax.TensorType(names, t.dtype))
+        del cast
+        return names
+
+    def _size_of(self, count: Any) -> Any:
+        """A variable holding the value of the ``int64`` scalar ``count``."""
+        flat = self.bb.emit(self._reshape(count, [1]))
+        shape = self.bb.emit(relax.op.tensor_to_shape(flat))
+        n = tirx.Var("n", "int64")
+        self.bb.match_cast(shape, relax.ShapeType([n]))
+        return n
+
+    def _check_shape(self, call: Call, ok: Any, message: str, values: list[Any]) -> None:
+        """Fail as the interpreter does unless ``ok`` (a condition on shape
+        variables) holds: ``message``'s ``{}`` show ``values`` (runtime/errors.py
+        [RULE CHECK]; here once per operator call, on shapes, never per
+        element)."""
+        op = op_def(call.callee).name  # type: ignore[arg-type]
+        self._emit_check(ok, site_message(op, message.replace("{}", VALUE_MARK), call.span), values)
+
+    def _emit_check(self, ok: Any, text: str, values: list[Any]) -> None:
+        """[RULE CHECK] (runtime/errors.py) ``effir.check(ok, text, *values)`` on the
+        host, where ``ok`` and ``values`` are expressions of shape
+        variables and ``text`` is a ``site_message``."""
+        text = text.encode("utf-8", "backslashreplace").decode()
+        flag = tirx.Select(ok, tirx.const(1, "int64"), tirx.const(0, "int64"))
+        args = [flag, tvm.ir.StringImm(text), *(_int64(v) for v in values)]
+        self.bb.emit(
+            relax.Call(relax.ExternFunc(CHECK_FUNCTION), args, ty_args=[relax.ObjectType()])
+        )
+
+    def _test_error_code(self, error: Any, checks: tuple[str, ...]) -> None:
+        """A GPU kernel's error output (kernel/checks.py), copied to the host
+        and tested: the failing check's message, with its values."""
+        shape = self.bb.emit(relax.op.tensor_to_shape(error))
+        code = tirx.Var("error_code", "int64")
+        values = [tirx.Var(f"error_value{n}", "int64") for n in range(error_shape(checks)[0] - 1)]
+        self.bb.match_cast(shape, relax.ShapeType([code, *values]))
+        for k, text in enumerate(checks):
+            shown = values[: max(1, text.count(VALUE_MARK))]
+            self._emit_check(tirx.NE(code, tirx.const(k + 1, "int64")), text, shown)
+
+    # --------------------------------------------------- dynamic shapes
+    def _boolean_mask(self, call: Call, env: dict[Var, Any], name: str) -> Any:
+        """``x[mask]``: count, allocate, fill [RULE DYN]."""
+        x_arg, mask_arg = call.args
+        x_type, mask_type = x_arg.checked_type, mask_arg.checked_type
+        x = self._atom(x_arg, env)
+        mask = self._atom(mask_arg, env)
+        x_dims = self._dims(x, x_type)
+        k = mask_type.ndim
+        rows = 1
+        for d in x_dims[:k]:
+            rows = rows * d
+        size = 1
+        for d in x_dims[k:]:
+            size = size * d
+        mask_dims = self._dims(mask, mask_type)
+        same = tirx.const(True, "bool")
+        for m, d in zip(mask_dims, x_dims, strict=False):
+            same = tirx.And(same, tirx.EQ(_int64(m), _int64(d)))
+        if not (isinstance(same, tirx.IntImm) and int(same)):
+            message = (
+                f"the mask's shape {_shape_text(k)} does not match the data's shape "
+                f"{_shape_text(len(x_dims))}"
+            )
+            self._check_shape(call, same, message, [*mask_dims, *x_dims])
+        emit = self.bb.emit
+        flat_mask = emit(self._reshape(mask, [rows]))
+        counted = emit(
+            relax.call_tir(
+                self._executor("count_true"), [flat_mask], relax.TensorType([1], "int64")
+            )
+        )
+        n = self._size_of(emit(self._reshape(counted, [])))
+        flat_x = emit(self._reshape(x, [rows, size]))
+        picked = emit(
+            relax.call_tir(
+                self._executor("mask_rows", x_type.dtype),
+                [flat_x, flat_mask],
+                relax.TensorType([n, size], x_type.dtype),
+            )
+        )
+        return emit(self._reshape(picked, [n, *x_dims[k:]]), name)
+
+    def _argwhere(self, call: Call, env: dict[Var, Any], name: str) -> Any:
+        (x_arg,) = call.args
+        x_type = x_arg.checked_type
+        x = self._atom(x_arg, env)
+        dims = self._dims(x, x_type)
+        total = 1
+        for d in dims:
+            total = total * d
+        emit = self.bb.emit
+        flat = emit(self._reshape(x, [total]))
+        if x_type.dtype == "bool":
+            counted = emit(
+                relax.call_tir(self._executor("count_true"), [flat], relax.TensorType([1], "int64"))
+            )
+            flat = emit(relax.op.astype(flat, "int8"))
+            dtype = "int8"
+        else:
+            dtype = x_type.dtype
+            counted = emit(
+                relax.call_tir(
+                    self._executor("count_nonzero", dtype), [flat], relax.TensorType([1], "int64")
+                )
+            )
+        n = self._size_of(emit(self._reshape(counted, [])))
+        shape = emit(relax.op.shape_to_tensor(relax.ShapeExpr(dims)))
+        return emit(
+            relax.call_tir(
+                self._executor("argwhere_rows", dtype),
+                [flat, shape],
+                relax.TensorType([n, len(dims)], "int32"),
+            ),
+            name,
+        )
+
+    def _dyn_shape(self, shape_value: Any, shape_type: TensorType) -> list[Any]:
+        """The dimensions a 1-d integer shape tensor holds, as variables."""
+        length = shape_type.shape[0]
+        if not isinstance(length, int):
+            raise BackendError("a shape tensor of data-dependent length is not compiled")
+        as_int64 = self.bb.emit(relax.op.astype(shape_value, "int64"))
+        shape = self.bb.emit(relax.op.tensor_to_shape(as_int64))
+        dims = [tirx.Var(f"s{i}", "int64") for i in range(length)]
+        self.bb.match_cast(shape, relax.ShapeType(dims))
+        return dims
+
+    def _dyn_fill(self, call: Call, env: dict[Var, Any], name: str) -> Any:
+        """``dyn.zeros``/``dyn.ones``/``dyn.full``: the shape from a tensor."""
+        op = op_def(call.callee).name  # type: ignore[arg-type]
+        dtype = str(call.attrs["dtype"])
+        shape_arg = call.args[-1]
+        dims = self._dyn_shape(self._atom(shape_arg, env), shape_arg.checked_type)
+        ok = tirx.const(True, "bool")
+        for d in dims:
+            ok = tirx.And(ok, d >= tirx.const(0, "int64"))
+        self._check_shape(call, ok, f"negative size in shape {_shape_text(len(dims))}", dims)
+        if op == "dyn.full":
+            value = self.bb.emit(relax.op.astype(self._atom(call.args[0], env), dtype))
+        else:
+            value = relax.const(np.asarray(0 if op == "dyn.zeros" else 1, dtype=dtype), dtype)
+        total = 1
+        for d in dims:
+            total = total * d
+        emit = self.bb.emit
+        flat = emit(
+            relax.call_tir(self._executor("fill", dtype), [value], relax.TensorType([total], dtype))
+        )
+        return emit(self._reshape(flat, dims), name)
+
+    def _dyn_reshape(self, call: Call, env: dict[Var, Any], name: str) -> Any:
+        x_arg, shape_arg = call.args
+        x = self._atom(x_arg, env)
+        x_dims = self._dims(x, x_arg.checked_type)
+        asked = self._dyn_shape(self._atom(shape_arg, env), shape_arg.checked_type)
+        dims, ok, total = _resolved_newshape(x_dims, asked, bool(call.attrs["allowzero"]))
+        message = f"cannot reshape {VALUE_MARK} elements into shape {_shape_text(len(asked))}"
+        self._check_shape(call, ok, message, [total, *asked])
+        return self.bb.emit(self._reshape(x, dims), name)
+
+    def _shape_of(self, call: Call, env: dict[Var, Any], name: str) -> Any:
+        (x_arg,) = call.args
+        x = self._atom(x_arg, env)
+        dims = self._dims(x, x_arg.checked_type)
+        shape = self.bb.emit(relax.op.shape_to_tensor(relax.ShapeExpr(dims)))
+        return self.bb.emit(relax.op.astype(shape, str(call.attrs["dtype"])), name)
+
+
+def _shape_text(rank: int) -> str:
+    """A shape as Python prints a tuple, with a VALUE_MARK per dimension."""
+    if rank == 1:
+        return f"({VALUE_MARK},)"
+    return "(" + ", ".join([VALUE_MARK] * rank) + ")"
+
+
+def _int64(d: Any) -> Any:
+    return tirx.const(d, "int64") if isinstance(d, int) else d
+
+
+def _resolved_newshape(
+    x_dims: list[Any], asked: list[Any], allowzero: bool
+) -> tuple[list[Any], Any, Any]:
+    """``dyn.reshape``'s shape as the interpreter reads it (Relay's special
+    values: 0 copies the input's dimension unless ``allowzero``, one -1 is
+    inferred), whether it is valid, and the input's size: shape arithmetic
+    the VM evaluates."""
+    one, zero = tirx.const(1, "int64"), tirx.const(0, "int64")
+    total: Any = one
+    for d in x_dims:
+        total = total * _int64(d)
+    copied = []
+    ok: Any = tirx.const(True, "bool")
+    minus_ones: Any = zero
+    for i, s in enumerate(asked):
+        ok = tirx.And(ok, s >= tirx.const(-1, "int64"))
+        minus_ones = minus_ones + tirx.Select(s == -1, one, zero)
+        if allowzero:
+            copied.append(s)
+        elif i < len(x_dims):
+            copied.append(tirx.Select(s == 0, _int64(x_dims[i]), s))
+        else:
+            ok = tirx.And(ok, s != 0)
+            copied.append(s)
+    known: Any = one
+    for c in copied:
+        known = known * tirx.Select(c == -1, one, c)
+    inferred = tirx.floordiv(total, tirx.max(known, one))
+    dims = [tirx.Select(c == -1, inferred, c) for c in copied]
+    size: Any = one
+    for d in dims:
+        size = size * d
+    ok = tirx.And(ok, minus_ones <= one)
+    ok = tirx.And(ok, tirx.Or(minus_ones == zero, known > zero))
+    ok = tirx.And(ok, size == total)
+    return dims, ok, total
+
+
+DYNAMIC: dict[str, Callable[..., Any]] = {
+    "boolean_mask": DynamicLowering._boolean_mask,
+    "argwhere": DynamicLowering._argwhere,
+    "dyn.zeros": DynamicLowering._dyn_fill,
+    "dyn.ones": DynamicLowering._dyn_fill,
+    "dyn.full": DynamicLowering._dyn_fill,
+    "dyn.reshape": DynamicLowering._dyn_reshape,
+    "shape_of": DynamicLowering._shape_of,
+}
+"""The lowering of each operator of data-dependent shape."""

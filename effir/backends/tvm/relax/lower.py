@@ -1,0 +1,721 @@
+"""A specialised state-passing program as a Relax module: the program the
+executor (TVM's Relax virtual machine) runs.
+
+Purpose
+-------
+After the pipeline (``effir.compile``: the effect passes, partial
+evaluation, the basic-block optimisations, ``fuse`` and ``lower-tvm``) a
+program is pure A2 code in A-normal form whose operator calls sit in
+primitive functions. This module turns one specialisation of it
+(driver/specialize.py: the entry's dimensions bound) into a Relax IRModule: each
+primitive function becomes scheduled TIR called with ``call_tir``, a static
+``cf.foreach`` becomes one TIR loop, and the control around them (``if``,
+calls, recursion, tuples, output, data-dependent shapes) becomes Relax,
+which the VM runs without Python. docs/backend.md says why this executor.
+
+Algorithm
+---------
+1. [TYPES] Each effir type becomes a Relax type: a tensor of static shape a
+   tensor of that shape, one with a ``?`` (data-dependent) dimension a
+   tensor of known rank; a ``Key`` the ``uint32[2]`` tensor of its threefry
+   words; the world token an ``int64`` scalar tensor; tuples stay tuples.
+2. [GLOBALS] Every global function the entry reaches becomes a Relax
+   function. Each is declared first (a stub of the right signature), so
+   that recursive and mutually recursive calls refer to it, then defined.
+3. [BINDINGS] A function body is lowered binding by binding, in order, in
+   non-dataflow blocks (the VM keeps their order, so output stays ordered):
+   - a primitive function is lowered once per distinct text and types
+     (kernel.lower_kernel) and called with ``call_tir``; its tuple and key
+     arguments are flattened into tensors, its tuple results rebuilt
+     [RULE FLAT];
+   - ``cf.foreach`` whose body is static and pure is one ``call_tir`` of the
+     loop (loop.lower_loop): no VM instruction runs per step [RULE LOOP].
+     A long sequence runs in chunks of ``LOOP_CHUNK`` steps, one call each,
+     the state passed from one to the next: the loop's prologue holds the
+     hoisted input projections of its steps, so memory stays bounded
+     whatever the length [RULE CHUNK];
+   - a function literal that is not primitive is lifted to a private Relax
+     function taking its free variables first; a call of a let-bound one
+     calls that function [RULE CLOSURE]; one used as a value is a VM
+     closure (relax/closures.py [RULE VMCLOSURE]);
+   - ``if`` is a Relax ``If`` whose branches are blocks of their own (the
+     tensors a branch allocates get storage of their own, whatever flows
+     out of it: relax/pipeline.py [RULE BRANCH]); a ``match`` on tuples
+     binds the patterns' variables by projection, one on constructors
+     tests tags (relax/adts.py [RULE ADT], where ADT values are tagged VM
+     tuples);
+   - ``io.print`` calls the packed function ``effir.print`` (registered by
+     the Python runtime and by the C++ runner) and advances the world token;
+   - a loop that cannot be one TIR function (``cf.while_loop``, a
+     ``cf.foreach`` with control flow or effects in its body) is a VM loop
+     the VM runs step by step, in levels of recursive functions so that
+     its native depth stays bounded [RULE VMLOOP] [RULE LEVELS]; its
+     per-step outputs go to buffers written in place, cut to the steps run;
+   - [RULE DEPTH] a global on a cycle of the call graph (and a closure that
+     calls itself or may call one) takes its depth of recursion first;
+     each call passes it on through a kernel that adds one and fails with
+     an ``EvalError`` naming the callee past ``MAX_DEPTH`` nested calls,
+     and a VM loop in such code counts its levels' calls too. Such a
+     program runs on a thread with a large stack (runtime/stack.py [RULE STACK]);
+     a recursive entry is a wrapper calling its body at depth 0;
+   - an operator of data-dependent shape (``boolean_mask``, ``argwhere``,
+     the ``dyn.*`` operators, ``shape_of``) runs as the executor's kernels
+     (relax/dynamic_kernels.py): count, allocate once the size is known
+     (``tensor_to_shape``), fill [RULE DYN].
+4. [RULE SHAPEPOLY] A primitive function whose types keep a ``?``
+   dimension (a kernel after ``boolean_mask``) is compiled once with its
+   sizes as variables bound from its arguments' run-time shapes
+   (relax/symbolic.py, kernel/symbolic_shapes.py): its sizes are expressions of
+   those variables, checked at run time where the interpreter checks
+   them; every compiled program exports.
+
+The parts: relax/types.py (the types, [RULE SYMBOLIC]), relax/loops.py
+([RULE LOOP], [RULE CHUNK], [RULE VMLOOP], [RULE LEVELS]),
+relax/dynamic.py ([RULE DYN]), relax/symbolic.py and kernel/symbolic_shapes.py
+([RULE SHAPEPOLY]), relax/adts.py ([RULE ADT]),
+relax/closures.py ([RULE VMCLOSURE]) and runtime/stack.py (run-time checks, the
+large stack); this module is the walk over the program and its calls,
+kernels and closures.
+
+Known limitations: references left after state passing and a kernel used
+as a value are not compiled: CompileError, naming the construct
+(driver/compilable.py refuses them when the program is compiled); run such
+programs with the interpreter. A failure of TVM's own while lowering or
+building is a CompileError too, at the binding whose Relax variable it
+names (``RelaxProgram.sites``; runtime/errors.py ``build_failure``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm import relax, tirx
+
+from ....ir import type_tree
+from ....ir.diagnostics import Error, Span
+from ....ir.expr import (
+    Call,
+    Constant,
+    Constructor,
+    Expr,
+    Function,
+    GlobalVar,
+    If,
+    Let,
+    Match,
+    Op,
+    PatternTuple,
+    PatternVar,
+    PatternWildcard,
+    RefCreate,
+    RefRead,
+    RefWrite,
+    Tuple,
+    TupleGetItem,
+    Var,
+)
+from ....ir.expr_functor import Computation, ExprFunctor
+from ....ir.functor import on
+from ....ir.module import IRModule
+from ....ir.node import Node
+from ....ir.op import op_def
+from ....ir.printer import astext
+from ....ir.types import TensorType, Type
+from ....ir.visitor import free_vars, pre_order
+from ....passes.call_graph import reachable, recursive
+from ....passes.fuse import is_primitive
+from ....passes.infer_type import infer_expr
+from ..kernel import rounding
+from ..kernel.checks import error_shape
+from ..kernel.lower_tvm import one_call_kernel
+from ..kernel.primitive import KernelIR, leaves, lower_kernel
+from ..runtime.errors import BackendError, CompileError, build_failure
+from ..runtime.printing import PRINT_FUNCTION, print_label
+from ..runtime.stack import MAX_DEPTH
+from ..target import building
+from .adts import AdtLowering, has_constructor_pattern
+from .builder import Builder
+from .closures import ClosureLowering
+from .depth import deeper_kernel
+from .dynamic import DYNAMIC, DynamicLowering
+from .loops import LoopLowering
+from .symbolic import SymbolicLowering
+from .types import NeedsStatic, declare, named_dims, relax_type, scheduled, static
+
+
+# ================================================================== types
+@dataclass
+class RelaxProgram:
+    """A lowered specialisation: the Relax module (it calls no Python:
+    every program exports)."""
+
+    module: Any  # tvm.IRModule
+    entry: str
+    kernels: int = 0
+    loops: int = 0
+    recursive: bool = False  # runs on a large stack (runtime/stack.py [RULE STACK])
+    sites: dict[str, Span | None] = field(default_factory=dict)
+    """The source of the value bound to each Relax variable, by name: where
+    a failure of TVM's build that names one is reported (runtime/errors.py
+    ``build_failure``)."""
+    span: Span | None = None  # the entry's, where no site is named
+
+
+def lower_to_relax(
+    module: IRModule, entry: str, target: Any, symbolic: tuple[str, ...] = ()
+) -> RelaxProgram:
+    """``module`` (checked, specialised, A2 or pure) as a Relax module whose
+    public function ``entry`` is the program's entry. ``symbolic`` names
+    the entry's dimensions left symbolic; NeedsStatic when code needs one
+    of them static, CompileError for what is not compiled."""
+    lowering = _Lowering(module, target, symbolic)
+    try:
+        return lowering.run(entry)
+    except CompileError:
+        raise
+    except BackendError as err:
+        raise CompileError(err.message, err.span, err.notes) from None
+    except (NeedsStatic, Error):  # build again; effir's own, located
+        raise
+    except Exception as err:  # TVM's (its normaliser's) or a defect of the lowering's
+        span = module.functions[entry].span if entry in module.functions else None
+        raise build_failure(err, entry, lowering.sites, span) from None
+
+
+@dataclass
+class _Closure:
+    """A lifted function literal: its Relax function and captured variables."""
+
+    gv: Any
+    captured: list[Var]
+    deep: bool  # takes the depth of recursion first [RULE DEPTH]
+
+
+class _Lowering(
+    ExprFunctor, LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, ClosureLowering
+):
+    def __init__(self, module: IRModule, target: Any, symbolic: tuple[str, ...] = ()) -> None:
+        super().__init__()
+        self.module = module
+        self.target = target
+        self.symbols = {name: tirx.Var(name, "int64") for name in symbolic}
+        self.entry = ""
+        self.apart: dict[str, Any] = {}  # symbol -> PrimFunc [RULE APART]
+        self.bb = Builder()
+        self.globals: dict[str, Any] = {}
+        self.kernels: dict[str, tuple[Any, KernelIR]] = {}  # effir's, by text and types
+        self.executor_gvs: dict[str, Any] = {}  # the executor's (relax/dynamic.py)
+        self.lifted: dict[tuple[int, bool], _Closure] = {}
+        self.constructor_functions: dict[str, Any] = {}  # relax/closures.py
+        self.loops = 0
+        self.recursive: set[str] = set()  # globals on a cycle of calls [RULE DEPTH]
+        self.depth: Any = None  # the depth of recursion where code is lowered
+        self.recursion = False  # runs on a large stack (runtime/stack.py): recursion, ADT chains
+        self.sites: dict[str, Span | None] = {}  # RelaxProgram.sites
+
+    # ------------------------------------------------------------ globals
+    def run(self, entry: str) -> RelaxProgram:
+        # [RULE ROUND] (kernel/rounding.py): gradient programs round per operator
+        with rounding.per_operator(rounding.gradient_program(self.module)):
+            return self._run(entry)
+
+    def _run(self, entry: str) -> RelaxProgram:
+        self.entry = entry
+        reached = self._reachable(entry)
+        self.recursive = recursive(self.module) & set(reached)
+        self.recursion = bool(self.recursive)
+        for name in reached:  # [GLOBALS] declare, then define
+            fn = self.module.functions[name]
+            symbols = self.symbols if name == entry else None
+            with _located(fn, name):
+                params = [
+                    relax.Var(p.name_hint, relax_type(p.checked_type, symbols)) for p in fn.params
+                ]
+                ret = relax_type(fn.body.checked_type, symbols)
+            if name in self.recursive:  # [RULE DEPTH]
+                params.insert(0, relax.Var("depth", relax.TensorType([], "int64")))
+            label = f"{name}_recursive" if name == entry and name in self.recursive else name
+            self.globals[name] = declare(self.bb, params, ret, label)
+        for name in reached:
+            fn = self.module.functions[name]
+            with _located(fn, name):
+                function = self._function(fn, name)
+            if name == entry and name not in self.recursive:
+                function = function.with_attr("global_symbol", entry)
+            self.bb.update_func(self.globals[name], function)
+        if entry in self.recursive:  # the entry as it is called: depth 0
+            self._entry_of_recursive(entry)
+        module = self.bb.finalize()
+        if self.apart:
+            with building(self.target):
+                library = tvm.compile(tvm.IRModule(self.apart), target=self.target)
+            module = module.with_attr("external_mods", [library.mod])
+        span = self.module.functions[entry].span
+        return RelaxProgram(
+            module, entry, len(self.kernels), self.loops, self.recursion, self.sites, span
+        )
+
+    def _entry_of_recursive(self, entry: str) -> None:
+        """[RULE DEPTH] The public entry of a recursive entry function: its
+        parameters, then a call at depth 0."""
+        fn = self.module.functions[entry]
+        params = [
+            relax.Var(p.name_hint, relax_type(p.checked_type, self.symbols)) for p in fn.params
+        ]
+        ret = relax_type(fn.body.checked_type, self.symbols)
+
+        def call() -> Any:
+            zero = relax.const(np.int64(0), "int64")
+            return self.bb.emit(relax.Call(self.globals[entry], [zero, *params]))
+
+        body = self.bb.block(call)
+        function = relax.Function(params, body, ret, False).with_attr("global_symbol", entry)
+        self.bb.add_func(function, entry)
+
+    def _reachable(self, entry: str) -> list[str]:
+        if entry not in self.module.functions:
+            raise BackendError(f"the module has no function @{entry}")
+        return reachable(self.module, entry)
+
+    def _function(self, fn: Function, name: str) -> Any:
+        """A Relax function of the global ``fn`` (taking the depth of
+        recursion first when it is recursive [RULE DEPTH])."""
+        env: dict[Var, Any] = {}
+        params = []
+        symbols = self.symbols if name == self.entry else None
+        for v in fn.params:
+            param = relax.Var(v.name_hint, relax_type(v.checked_type, symbols))
+            env[v] = param
+            params.append(param)
+        depth = None
+        if name in self.recursive:
+            depth = relax.Var("depth", relax.TensorType([], "int64"))
+            params.insert(0, depth)
+        body = self._at_depth_of(fn, env, depth)
+        ret = relax_type(fn.body.checked_type, symbols)
+        return relax.Function(params, body, ret, False).with_attr("effir_name", name)
+
+    def _at_depth_of(self, fn: Function, env: dict[Var, Any], depth: Any) -> Any:
+        """``fn``'s body lowered where the depth of recursion is ``depth``
+        (a parameter, or None)."""
+        saved, self.depth = self.depth, depth
+        try:
+            return self._block(fn.body, env)
+        finally:
+            self.depth = saved
+
+    def _deeper(self, callee: str, span: Any) -> Any:
+        """[RULE DEPTH] The depth a call of the recursive ``callee`` runs
+        at: one more than here, checked against ``MAX_DEPTH`` by one small
+        kernel (an ``EvalError`` naming ``callee`` past it); 1 from code
+        that is not recursive."""
+        one = relax.const(np.int64(1), "int64")
+        if self.depth is None:
+            return one
+        on_host = self.target.kind.name == "llvm"
+        key = f"deeper:{callee}:{span}"
+        known = self.executor_gvs.get(key)
+        if known is None:
+            func, text = deeper_kernel(MAX_DEPTH, callee, span, on_host)
+            known = self.executor_gvs[key] = (
+                self.bb.add_func(self._on_target(func), "deeper"),
+                text,
+            )
+        gv, text = known
+        depth = relax.TensorType([], "int64")
+        if on_host:  # the kernel raises by itself
+            return self.bb.emit(relax.call_tir(gv, [self.depth], depth))
+        outs = [depth, relax.TensorType(list(error_shape((text,))), "int64")]
+        result = self.bb.emit(relax.call_tir(gv, [self.depth], outs))
+        self._test_error_code(self.bb.emit(relax.TupleGetItem(result, 1)), (text,))
+        return self.bb.emit(relax.TupleGetItem(result, 0))
+
+    # ------------------------------------------------------------- blocks
+    def _block(self, expr: Expr, env: dict[Var, Any]) -> Any:
+        """``expr`` as a Relax sequence of bindings ending in its value."""
+        return self.drive(self.bb.nested(self._chain(expr, env)))
+
+    def _chain(self, expr: Expr, env: dict[Var, Any]) -> Computation[Any]:
+        """The bindings of the let chain ``expr`` emitted in the open block,
+        on the trampoline: a value's hook (``@on`` below) that opens blocks
+        of its own (an ``If``'s branches, a ``match``'s clauses) yields
+        them, so nested blocks are no Python recursion. Synchronously:
+        ``self.drive(self._chain(expr, env))``."""
+        while isinstance(expr, Let):
+            value = expr.value
+            if isinstance(value, Function):
+                # A kernel, or a closure lifted where it is called [RULE
+                # CLOSURE]: no run-time value of its own.
+                env[expr.var] = value
+            else:
+                lowered = yield self.eval(value, env, expr.var.name_hint)
+                env[expr.var] = self._bound(value, lowered)
+            expr = expr.body
+        return self._bound(expr, (yield self.eval(expr, env, "result")))
+
+    # ------------------------------------------------------------- values
+    def _atom(self, expr: Expr, env: dict[Var, Any]) -> Any:
+        if isinstance(expr, Var):
+            value = env.get(expr)
+            if value is None:
+                raise BackendError(f"%{expr.name_hint} is not bound here", expr.span)
+            if isinstance(value, Function):  # a closure that escapes [RULE VMCLOSURE]
+                return self._closure_value(value, env, expr)
+            return value
+        if isinstance(expr, Constant):
+            return relax.const(np.array(expr.data, order="C"), str(expr.data.dtype))
+        if isinstance(expr, Constructor):
+            return self._construct(expr, [], expr.name)
+        if isinstance(expr, GlobalVar) and expr.name in self.globals:
+            return self._global_value(expr)
+        raise BackendError(f"{type(expr).__name__} is not compiled", expr.span)
+
+    def _bound(self, expr: Expr, value: Any) -> Any:
+        """A let-bound value as lowered (by its ``@on`` hook below), cast to
+        its effir type where it came out as an ``Object`` (a closure call's
+        result, a polymorphic callee's, a ``match``'s: relax/adts.py
+        ``_typed``), its Relax variables remembered as ``expr``'s sites."""
+        typed = self._typed(value, expr.checked_type)
+        for var in (value, typed):
+            if isinstance(var, relax.Var):
+                self.sites.setdefault(str(var.name), expr.span)
+        return typed
+
+    # A let-bound value lowered and emitted as ``name``: one ``@on`` hook
+    # per expression class, returning the value or a computation (``If``,
+    # ``match``: the blocks they open are yielded, see ``_chain``).
+    @on(Var, Constant, GlobalVar, Constructor)
+    def _atom_value(self, expr: Expr, env: dict[Var, Any], name: str) -> Any:
+        return self._atom(expr, env)
+
+    @on(Tuple)
+    def _tuple_value(self, expr: Tuple, env: dict[Var, Any], name: str) -> Any:
+        return self.bb.emit(relax.Tuple([self._atom(f, env) for f in expr.fields]), name)
+
+    @on(TupleGetItem)
+    def _get_value(self, expr: TupleGetItem, env: dict[Var, Any], name: str) -> Any:
+        tuple_value = self._atom(expr.tuple_value, env)
+        return self.bb.emit(relax.TupleGetItem(tuple_value, expr.index), name)
+
+    @on(If)
+    def _if_value(self, expr: If, env: dict[Var, Any], name: str) -> Computation[Any]:
+        cond = self._atom(expr.cond, env)
+        then = yield self.bb.nested(self._chain(expr.then_branch, dict(env)))
+        other = yield self.bb.nested(self._chain(expr.else_branch, dict(env)))
+        return self.bb.emit(relax.If(cond, then, other), name)
+
+    @on(Match)
+    def _match_value(self, expr: Match, env: dict[Var, Any], name: str) -> Any:
+        if has_constructor_pattern(expr):
+            return self._adt_match(expr, env, name)
+        return self._match(expr, env)
+
+    @on(Call)
+    def _call_value(self, expr: Call, env: dict[Var, Any], name: str) -> Any:
+        return self._call(expr, env, name)
+
+    @on(Function)
+    def _function_value(self, expr: Function, env: dict[Var, Any], name: str) -> Any:
+        raise BackendError(
+            "a function literal that is not bound by a let is not compiled", expr.span
+        )
+
+    @on(RefCreate, RefRead, RefWrite)
+    def _ref_value(self, expr: Expr, env: dict[Var, Any], name: str) -> Any:
+        raise BackendError(
+            "references are not compiled: run state-passing first (effir.compile does)",
+            expr.span,
+        )
+
+    @on(Node)
+    def _other_value(self, expr: Expr, env: dict[Var, Any], name: str) -> Any:
+        raise BackendError(f"{type(expr).__name__} is not compiled", expr.span)
+
+    def _match(self, expr: Match, env: dict[Var, Any]) -> Computation[Any]:
+        """A match whose first clause binds a tuple's parts (the only kind
+        without constructors), in the open block."""
+        data = self._atom(expr.data, env)
+        clause = expr.clauses[0]
+        work = [(clause.pattern, data)]
+        while work:
+            pattern, value = work.pop()
+            if isinstance(pattern, PatternVar):
+                env[pattern.var] = value
+            elif isinstance(pattern, PatternTuple):
+                for i, sub in enumerate(pattern.patterns):
+                    work.append((sub, self.bb.emit(relax.TupleGetItem(value, i))))
+            elif not isinstance(pattern, PatternWildcard):
+                raise BackendError(
+                    "a match on constructors (an ADT) is not compiled; run it with the interpreter",
+                    clause.span or expr.span,
+                )
+        return self._chain(clause.body, env)
+
+    # -------------------------------------------------------------- calls
+    def _call(self, call: Call, env: dict[Var, Any], name: str) -> Any:
+        callee = call.callee
+        if isinstance(callee, Op):
+            return self._operator(call, env, name)
+        if isinstance(callee, Constructor):
+            return self._construct(callee, [self._atom(a, env) for a in call.args], name)
+        if isinstance(callee, GlobalVar):
+            args = [self._atom(a, env) for a in call.args]
+            if callee.name in self.recursive:
+                called = self.module.functions[callee.name]
+                args.insert(0, self._deeper(f"@{callee.name}", called.span))
+            return self.bb.emit(relax.Call(self.globals[callee.name], args), name)
+        if isinstance(callee, Var) and isinstance(env.get(callee), Function):
+            fn = env[callee]
+            if is_primitive(fn):
+                return self._kernel_call(fn, call.args, env, name)
+            closure = self._lift(fn, env, callee.name_hint)
+            args = [env[v] for v in closure.captured] + [self._atom(a, env) for a in call.args]
+            if closure.deep:
+                args.insert(0, self._deeper(f"%{callee.name_hint}", fn.span))
+            return self.bb.emit(relax.Call(closure.gv, args), name)
+        if isinstance(callee, Var) and callee in env:  # a function value [RULE VMCLOSURE]
+            return self._invoke(env[callee], call, env, name)
+        raise BackendError(
+            f"a call of {astext(callee)}, a function computed at run time, is not compiled",
+            call.span,
+        )
+
+    def _lift(
+        self, fn: Function, env: dict[Var, Any], name: str, captured_last: bool = False
+    ) -> _Closure:
+        """[RULE CLOSURE] ``fn`` as a private Relax function of its free
+        variables and parameters (lifted once); ``captured_last`` puts the
+        free variables last, as a VM closure binds them (relax/closures.py).
+        One called where it is bound that calls itself, a recursive global
+        or another closure takes the depth of recursion first [RULE DEPTH];
+        a VM closure does not (the VM's ``invoke_closure`` passes only the
+        call's arguments): a program with function values runs on the large
+        stack (runtime/stack.py) instead."""
+        known = self.lifted.get((id(fn), captured_last))
+        if known is not None:
+            return known
+        captured = [v for v in free_vars(fn) if not isinstance(env.get(v), Function)]
+        inner_functions = {v: env[v] for v in free_vars(fn) if isinstance(env.get(v), Function)}
+        itself = any(f is fn for f in inner_functions.values())
+        deep = not captured_last and (itself or self._calls_deeper(fn, inner_functions))
+        self.recursion = self.recursion or itself or captured_last
+        order = [*fn.params, *captured] if captured_last else [*captured, *fn.params]
+        params = [relax.Var(v.name_hint, relax_type(v.checked_type)) for v in order]
+        if deep:
+            params.insert(0, relax.Var("depth", relax.TensorType([], "int64")))
+        ret = relax_type(fn.body.checked_type)
+        gv = declare(self.bb, params, ret, f"lifted_{name}")
+        closure = self.lifted[(id(fn), captured_last)] = _Closure(gv, captured, deep)
+        inner = dict(inner_functions)
+        body_params = []
+        for v in order:
+            param = relax.Var(v.name_hint, relax_type(v.checked_type))
+            inner[v] = param
+            body_params.append(param)
+        depth = None
+        if deep:
+            depth = relax.Var("depth", relax.TensorType([], "int64"))
+            body_params.insert(0, depth)
+        body = self._at_depth_of(fn, inner, depth)
+        function = relax.Function(body_params, body, ret, False)
+        self.bb.update_func(gv, function.with_attr("effir_name", gv.name_hint))  # unique
+        return closure
+
+    def _calls_deeper(self, fn: Function, functions: dict[Var, Any]) -> bool:
+        """[RULE DEPTH] Whether ``fn`` calls a recursive global or a closure
+        (which may recurse): it must pass the depth of recursion on."""
+        bound = dict(functions)
+        for node in pre_order(fn.body):
+            if isinstance(node, Let) and isinstance(node.value, Function):
+                bound[node.var] = node.value
+        for node in pre_order(fn.body):
+            if isinstance(node, Call):
+                callee = node.callee
+                if isinstance(callee, GlobalVar) and callee.name in self.recursive:
+                    return True
+                if isinstance(callee, Var):
+                    target = bound.get(callee)
+                    if not isinstance(target, Function) or not is_primitive(target):
+                        return True
+        return False
+
+    # ------------------------------------------------------------ kernels
+    def _kernel_call(
+        self, fn: Function, arguments: tuple[Expr, ...], env: dict[Var, Any], name: str
+    ) -> Any:
+        """[RULE FLAT] A primitive function's call: its arguments' tensors
+        in, its result's tensors out."""
+        types = [p.checked_type for p in fn.params]
+        result_type = fn.body.checked_type
+        args = [self._atom(a, env) for a in arguments]
+        if not (all(static(t) for t in types) and static(result_type)):
+            self._needs_static([*types, result_type])
+            return self._shape_polymorphic(fn, args, types, result_type, name)
+        if not leaves(result_type):  # nothing to compute (random.split(k, num=0))
+            return self._rebuild(result_type, iter(()))
+        view = _view_shape(fn)
+        if view is not None:  # [RULE VIEW]
+            return self.bb.emit(self._reshape(args[0], view), name)
+        gv, lowered = self._kernel(fn)
+        inputs = [leaf for arg, t in zip(args, types, strict=True) for leaf in self._leaves(arg, t)]
+        inputs += [relax.const(c, str(c.dtype)) for c in lowered.constants]
+        outs = [relax_type(t) for t in lowered.signature.outputs]
+        return self._call_kernel(gv, inputs, outs, lowered.checks, result_type, name)
+
+    def _call_kernel(
+        self,
+        gv: str,
+        inputs: list[Any],
+        outs: list[Any],
+        checks: tuple[str, ...],
+        result_type: Type,
+        name: str,
+    ) -> Any:
+        """The call of a kernel (``outs``: its outputs' types) as a value of
+        ``result_type``. A kernel with checks has an error output more
+        (kernel/checks.py): a CPU kernel raises by itself, a GPU kernel's error
+        code is tested on the host after it."""
+        if not outs:  # nothing to compute (random.split(k, num=0) after a mask)
+            return self._rebuild(result_type, iter(()))
+        if checks:
+            outs = [*outs, relax.TensorType(list(error_shape(checks)), "int64")]
+        result = self.bb.emit(
+            relax.call_dps_packed(gv, inputs, outs if len(outs) > 1 else outs[0]), name
+        )
+        if len(outs) == 1:  # a tensor, or a tuple of one (random.split(k, num=1))
+            return self._rebuild(result_type, iter([result]))
+        parts = [self.bb.emit(relax.TupleGetItem(result, i)) for i in range(len(outs))]
+        if checks:
+            error = parts.pop()
+            if self.target.kind.name != "llvm":
+                self._test_error_code(error, checks)
+        return self._rebuild(result_type, iter(parts))
+
+    def _needs_static(self, types: list[Type]) -> None:
+        """[RULE SYMBOLIC] Code whose types name the entry's symbolic
+        dimensions, where they must be static."""
+        needed = {d for t in types for d in named_dims(t)} & self.symbols.keys()
+        if needed:
+            raise NeedsStatic(needed)
+
+    def _kernel(self, fn: Function, sizes: dict[str, Any] | None = None) -> tuple[str, KernelIR]:
+        """``fn``'s kernel (``sizes``: its symbolic ones, [RULE SHAPEPOLY])."""
+        key = astext(fn) + "|" + ",".join(astext(p.checked_type) for p in fn.params)
+        known = self.kernels.get(key)
+        if known is None:
+            lowered = lower_kernel(fn, self.target, sizes)
+            symbol = self._compiled_apart(lowered.module["main"], _identifier(lowered.name))
+            known = self.kernels[key] = (symbol, lowered)
+        return known
+
+    def _compiled_apart(self, func: Any, name: str) -> str:
+        """[RULE APART] ``func`` (effir's own kernel or loop) joins the
+        kernels compiled as a module of their own, linked into the VM's
+        executable; its call is ``call_dps_packed`` of the returned symbol.
+        TVM's LLVM code generator drops ``noalias`` from every function of a
+        module as soon as something in it (the shape functions Relax
+        generates, say) leads it to, and effir's loops then run 2.3x
+        slower: compiled apart, they keep it whatever the program."""
+        symbol = f"effir_{len(self.apart)}_{name}"
+        self.apart[symbol] = scheduled(func).with_attr("global_symbol", symbol)
+        return symbol
+
+    def _leaves(self, value: Any, t: Type) -> list[Any]:
+        """The tensors of a value of type ``t`` (a tuple's, in order)."""
+        return type_tree.flatten(t, value, lambda v, i: self.bb.emit(relax.TupleGetItem(v, i)))
+
+    def _rebuild(self, t: Type, parts: Any) -> Any:
+        """The value of type ``t`` made of the next of ``parts``."""
+        return type_tree.unflatten(t, parts, make=lambda fields: self.bb.emit(relax.Tuple(fields)))
+
+    # ---------------------------------------------------------- operators
+    def _operator(self, call: Call, env: dict[Var, Any], name: str) -> Any:
+        definition = op_def(call.callee)  # type: ignore[arg-type]
+        if definition.name == "cf.foreach":
+            return self._foreach(call, env, name)
+        if definition.name == "cf.while_loop":
+            return self._while_loop(call, env, name)
+        if definition.name == "io.print":
+            return self._print(call, env, name)
+        dynamic = DYNAMIC.get(definition.name)
+        if dynamic is not None:
+            return dynamic(self, call, env, name)
+        if definition.effect == "pure" and "te" in definition.rules:
+            operands = tuple(a for a in call.args if isinstance(a, Var))
+            return self._kernel_call(_one_call_kernel(call), operands, env, name)
+        raise BackendError(
+            f"the operator {definition.name} is not compiled outside a kernel",
+            call.span,
+        )
+
+    def _print(self, call: Call, env: dict[Var, Any], name: str) -> Any:
+        """``io.print(%world, %x)``: the packed function ``effir.print``
+        prints, in order; the world token advances by one."""
+        world, value = (self._atom(a, env) for a in call.args)
+        label = str(call.attrs.get("label", ""))
+        self.bb.emit(
+            relax.Call(
+                relax.ExternFunc(PRINT_FUNCTION),
+                [tvm.ir.StringImm(print_label(label)), value],
+                ty_args=[relax.ObjectType()],
+            )
+        )
+        one = relax.const(np.int64(1), "int64")
+        advanced = self.bb.emit(relax.op.add(world, one))
+        return self.bb.emit(relax.Tuple([advanced, value]), name)
+
+
+VIEW_OPERATORS = frozenset({"reshape", "squeeze", "expand_dims"})
+"""Operators whose result is their operand's elements in the same order."""
+
+
+def _view_shape(fn: Function) -> list[int] | None:
+    """[RULE VIEW] The result's shape when the primitive function ``fn`` only
+    reshapes its one tensor parameter (``reshape``, ``squeeze``,
+    ``expand_dims``, static shapes, same dtype): it is then called as a
+    view of the argument's memory (the VM's ``reshape`` builtin), not as a
+    kernel copying it. The reverse loop's stacks cut into chunks
+    (``reshape(%factor, newshape=[10, -1, 768])``) were four copies of 3 to
+    10 MB in each training step of the GRU language model (10 ms of CPU
+    of some 250). Every tensor the VM holds is contiguous, and none is
+    written after it is made, so the view is the value."""
+    body = fn.body
+    if len(fn.params) != 1 or not isinstance(body, Call) or not isinstance(body.callee, Op):
+        return None
+    if body.callee.name not in VIEW_OPERATORS or list(body.args) != [fn.params[0]]:
+        return None
+    source, result = fn.params[0].checked_type, body.checked_type
+    if not (isinstance(source, TensorType) and isinstance(result, TensorType)):
+        return None
+    if source.dtype != result.dtype or not (static(source) and static(result)):
+        return None
+    return [int(d) for d in result.shape]
+
+
+def _one_call_kernel(call: Call) -> Function:
+    """A primitive function computing ``call`` alone (what ``lower-tvm``
+    makes of a call whose types became static only once specialised)."""
+    fn, _ = one_call_kernel(call)
+    infer_expr(fn)
+    return fn
+
+
+@contextlib.contextmanager
+def _located(fn: Function, name: str) -> Iterator[None]:
+    """A BackendError without a location gets the function's."""
+    try:
+        yield
+    except BackendError as err:
+        if err.span is not None:
+            raise
+        raise BackendError(f"@{name}: {err.message}", fn.span) from None
+
+
+def _identifier(name: str) -> str:
+    cleaned = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    return cleaned if cleaned and not cleaned[0].isdigit() else f"k_{cleaned}"

@@ -1,0 +1,240 @@
+"""Relax's build pipeline as effir runs it: TVM's default lowering, with its
+static memory planning kept to the block it plans.
+
+Why
+---
+``StaticPlanBlockMemory`` (TVM 0.27) gives tensors whose lifetimes do not
+overlap one storage. Its pool of free storages is one per function, not one
+per block: a tensor allocated inside an ``If`` branch and dead before the
+branch ends puts its storage back into that pool, and a later allocation
+after the ``If`` (or in the other branch) takes it. The storage itself is
+created (``memory.alloc_storage``) where the token is first used, inside the
+branch, so the later ``alloc_tensor`` refers to a variable that is out of
+scope: after ``KillAfterLastUse`` its register is null, and the VM crashes
+in ``StorageObj::AllocTensor``. A key split inside a branch and split again
+after it was enough (issue 12).
+
+What this module does
+---------------------
+[RULE BRANCH] Before the planner runs, every ``builtin.alloc_tensor`` inside
+an ``If`` branch (at any depth, so loop bodies and nested ``if``\\ s too) is
+lowered as ``LowerAllocTensor`` would lower an unplanned one: a storage of
+its own, then the tensor in it. The planner then sees only the allocations
+of functions' top-level blocks, whose storages are in scope for the rest of
+the function, and plans them as before. A branch's tensors are not shared
+with each other; the VM's pooled allocator recycles their storage from one
+call (or loop step) to the next, so this costs a pool lookup per tensor,
+not a system allocation.
+
+[RULE ANYALIGN] Every TIR function of the module (the operators Relax
+legalises, its shape functions) declares its parameters' buffers aligned
+to their element size only, as effir's own kernels and loops do
+(kernel/primitive.py ``relax_alignment``): TVM declares them 64-byte aligned, LLVM
+then emits aligned vector moves, and an argument at another address
+faults. So the caller passes every contiguous, writable numpy array
+without a copy, whatever its address (runtime/signature.py ``to_tvm``). Before,
+an argument not 64-byte aligned (numpy aligns to 16 bytes) was copied into
+a fresh TVM tensor at every call, and what those copies cost depended on
+what the process had allocated before: glibc serves a large block from
+fresh pages (mmap, a page fault per 4 KiB) until a larger block has been
+freed, which raises its mmap threshold. The GRU of benchmarks/gru_peers.py
+at batch 1 ran in 1.5 ms when it was the first shape called and in 0.76
+ms after a call at batch 32 (issue 18). Unaligned vector moves cost
+nothing extra on aligned data.
+
+[RULE KILLUNUSED] After ``KillAfterLastUse``, every variable that is bound
+to a value with a register of its own (a call, a tuple, a tuple item, an
+``if``) holding memory and is never read is killed right after its
+binding. ``KillAfterLastUse`` kills a variable after its last read, so a
+variable never read was never killed: Relax's own simplifications leave
+such bindings (a loop kernel's outputs regrouped as the effir program's
+tuple, ``backward = (outputs, carry)``, whose items are then read from the
+kernel's results directly), and the register kept the tuple, and every
+tensor in it, until the function returned. A compiled VM loop is a chain
+of calls (relax/loops.py: each step calls the next), so each step's frame
+kept its step's tensors alive until the whole loop ended: memory linear
+in the trip count that the program does not hold. The checkpointed
+backward of a GRU (benchmarks/checkpoint_memory.py, ``loop``) kept every
+segment's recomputed residuals and so stored 12-13 (B, H) tensors per
+step instead of about 3 (issue 17).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tvm
+from tvm import relax
+from tvm.relax import transform
+from tvm.relax.expr_functor import PyExprMutator, PyExprVisitor, mutator, visitor
+from tvm.relax.op.vm import kill_object
+
+from ..kernel.primitive import relax_alignment
+
+_ALLOC_TENSOR = tvm.ir.Op.get("relax.builtin.alloc_tensor")
+
+
+def relax_pipeline(target: Any) -> Any:
+    """TVM's default Relax lowering (``relax.get_pipeline("default")``)
+    with [RULE BRANCH] before the static memory planning; for a GPU, the
+    small operators Relax legalises itself (the scalar arithmetic of loop
+    counters, reshapes) get TVM's default GPU schedule (one thread per
+    element), which every kernel needs there. effir's own kernels arrive
+    scheduled."""
+    gpu = target.kind.name != "llvm"
+    passes = [relax.backend.DispatchSampling(), relax.backend.DispatchSortScan()] if not gpu else []
+    passes.append(transform.LegalizeOps())
+    if gpu:
+        passes.append(tvm.s_tir.transform.DefaultGPUSchedule())
+    passes += [
+        transform.RewriteDataflowReshape(),
+        transform.ToNonDataflow(),
+        transform.RemovePurityChecking(),
+        transform.CallTIRRewrite(),
+        own_storage_in_branches(),
+        transform.StaticPlanBlockMemory(),
+    ]
+    if not gpu:
+        passes.append(transform.RewriteCUDAGraph())
+    passes += [
+        transform.LowerAllocTensor(),
+        transform.KillAfterLastUse(),
+        kill_unused(),
+        transform.LowerRuntimeBuiltin(),
+        transform.ComputePrimValue(),
+        transform.VMShapeLower(),
+        transform.AttachGlobalSymbol(),
+        any_alignment(),
+    ]
+    return tvm.transform.Sequential(passes)
+
+
+def any_alignment() -> Any:
+    """[RULE ANYALIGN] as a module pass: every TIR function's parameters
+    aligned to their element size only."""
+
+    @tvm.transform.module_pass(opt_level=0, name="effir.AnyAlignment")
+    def run(module: Any, _context: Any) -> Any:
+        updates = {
+            gv: relax_alignment(function)
+            for gv, function in module.functions.items()
+            if isinstance(function, tvm.tirx.PrimFunc)
+        }
+        for gv, function in updates.items():
+            module[gv] = function
+        return module
+
+    return run
+
+
+def own_storage_in_branches() -> Any:
+    """[RULE BRANCH] as a Relax module pass."""
+
+    @tvm.transform.module_pass(opt_level=0, name="effir.OwnStorageInBranches")
+    def run(module: Any, _context: Any) -> Any:
+        rewriter = _BranchAllocations(module)
+        for gv, function in list(module.functions.items()):
+            if isinstance(function, relax.Function):
+                rewriter.builder_.update_func(gv, rewriter.visit_expr(function))
+        return rewriter.builder_.get()
+
+    return run
+
+
+@mutator
+class _BranchAllocations(PyExprMutator):  # type: ignore[misc]
+    """Lowers the ``builtin.alloc_tensor``\\ s inside ``If`` branches."""
+
+    def __init__(self, module: Any) -> None:
+        super().__init__(module)
+        self.depth = 0  # how many If branches enclose the current binding
+
+    def visit_if_(self, op: Any) -> Any:
+        self.depth += 1
+        try:
+            return super().visit_if_(op)
+        finally:
+            self.depth -= 1
+
+    def visit_call_(self, op: Any) -> Any:
+        call = super().visit_call_(op)
+        if self.depth == 0 or not call.op.same_as(_ALLOC_TENSOR):
+            return call
+        shape, dtype, device, scope = call.args
+        element = tvm.DataType(dtype.value)
+        nbytes: Any = tvm.tirx.const((element.bits * element.lanes + 7) // 8, "int64")
+        for dim in shape.values:
+            nbytes = nbytes * dim
+        storage = self.builder_.emit(
+            relax.op.memory.alloc_storage(relax.ShapeExpr([nbytes]), device, scope, "uint8"),
+            "storage",
+        )
+        return relax.op.memory.alloc_tensor(storage, 0, shape, dtype, device)
+
+
+def kill_unused() -> Any:
+    """[RULE KILLUNUSED] as a Relax module pass (after ``KillAfterLastUse``)."""
+
+    @tvm.transform.module_pass(opt_level=0, name="effir.KillUnused")
+    def run(module: Any, _context: Any) -> Any:
+        for gv, function in list(module.functions.items()):
+            if not isinstance(function, relax.Function):
+                continue
+            used = _Uses()
+            used.visit_expr(function)
+            if used.unused:
+                module[gv] = _KillUnused(module, used.unused).visit_expr(function)
+        return module
+
+    return run
+
+
+# Values that the VM puts in a register of their own (a variable bound to a
+# variable, a constant or a match_cast shares the register or needs none).
+_OWN_REGISTER = (relax.Call, relax.Tuple, relax.TupleGetItem, relax.If)
+
+
+def _holds_object(ty: Any) -> bool:
+    """Whether a value of this type can keep memory alive (not a void
+    result, not a shape or a primitive value)."""
+    if isinstance(ty, relax.TupleType):
+        return len(ty.fields) > 0
+    return isinstance(ty, relax.TensorType | relax.ObjectType)
+
+
+@visitor
+class _Uses(PyExprVisitor):  # type: ignore[misc]
+    """The variables bound to a register of their own and never read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bound: list[Any] = []
+        self.read: set[Any] = set()
+
+    def visit_var_binding_(self, binding: Any) -> None:
+        super().visit_var_binding_(binding)
+        if isinstance(binding.value, _OWN_REGISTER) and _holds_object(binding.var.ty):
+            self.bound.append(binding.var)
+
+    def visit_var_(self, op: Any) -> None:
+        self.read.add(op)
+
+    @property
+    def unused(self) -> set[Any]:
+        return {v for v in self.bound if v not in self.read}
+
+
+@mutator
+class _KillUnused(PyExprMutator):  # type: ignore[misc]
+    """Kills each unused variable right after its binding."""
+
+    def __init__(self, module: Any, unused: set[Any]) -> None:
+        super().__init__(module)
+        self.unused = unused
+
+    def visit_var_binding_(self, binding: Any) -> None:
+        super().visit_var_binding_(binding)
+        if binding.var in self.unused:
+            var = self.get_var_remap(binding.var)
+            var = binding.var if var is None else var
+            self.builder_.emit(kill_object(var))

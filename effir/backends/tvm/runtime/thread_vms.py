@@ -1,0 +1,98 @@
+"""The Relax virtual machines that run one executable: one per calling thread.
+
+A Relax VM is not reentrant: a call keeps its frames and registers in the
+VM object, so two threads calling one VM at once overwrite each other's
+registers (TVM's ``Check failed: reg < frame->register_file.size()``, or a
+segfault; issue 12). What a VM shares with another VM made from the same
+executable is read-only (the bytecode, the constants, the kernels) or
+locked (the pooled allocator of each device), so each thread gets a VM of
+its own, made from the shared executable the first time that thread calls
+it (about a millisecond), and keeps it for the thread's life; the entry's
+function object is cached with it, so a call costs one thread-local
+lookup more than a shared VM did (docs/backend.md, "Threads").
+
+A VM built for a GPU takes its arguments in the GPU's memory and returns
+its results there; effir's callers hold numpy arrays (runtime/signature.py makes
+them host tensors, zero-copy). ``function`` therefore gives, for a
+device other than the CPU, the entry wrapped in the copies: the
+arguments to the device before the call, the results back to the host
+after it (found on the first run on a real GPU: every CUDA program failed
+with TVM's "expected cuda" before any kernel ran).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import tvm
+import tvm_ffi
+from tvm import relax
+from tvm.runtime import Tensor
+
+
+class ThreadVMs:
+    """The VMs of one executable (a ``relax.build`` result or a loaded
+    library), one per thread, made lazily."""
+
+    def __init__(self, executable: Any, device: Any) -> None:
+        self._executable = executable
+        self._device = device
+        self._runnable: Any = None  # the executable as a runtime module, made once
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    def function(self, entry: str) -> Any:
+        """``entry`` of the calling thread's VM."""
+        functions: dict[str, Any] | None = getattr(self._local, "functions", None)
+        if functions is None:
+            vm = relax.VirtualMachine(self._module(), self._device)
+            self._local.vm = vm
+            functions = self._local.functions = {}
+        function = functions.get(entry)
+        if function is None:
+            function = self._local.vm[entry]
+            if self._device.dlpack_device_type() != HOST.dlpack_device_type():
+                function = _OnDevice(function, self._device)
+            functions[entry] = function
+        return function
+
+    def _module(self) -> Any:
+        """The runnable module, once: ``Executable.jit`` exports and loads
+        one when the executable holds code that must be linked first, and
+        two threads must not both do that."""
+        if self._runnable is None:
+            with self._lock:
+                if self._runnable is None:
+                    executable = self._executable
+                    self._runnable = executable.jit() if hasattr(executable, "jit") else executable
+        return self._runnable
+
+
+HOST = tvm.cpu(0)
+
+
+class _OnDevice:
+    """A VM function of a device's VM, called with host values: the
+    arguments are copied to the device, the results back to the host."""
+
+    __slots__ = ("_function", "_device")
+
+    def __init__(self, function: Any, device: Any) -> None:
+        self._function = function
+        self._device = device
+
+    def __call__(self, *args: Any) -> Any:
+        return _moved(self._function(*(_moved(a, self._device) for a in args)), HOST)
+
+
+def _moved(value: Any, device: Any) -> Any:
+    """``value`` (a tensor, or a tuple of them, nested) with every tensor
+    on ``device``; anything else (a shape, an integer) as it is."""
+    if isinstance(value, Tensor):
+        if value.device.dlpack_device_type() == device.dlpack_device_type():
+            return value
+        return value.copyto(device)
+    if isinstance(value, tvm_ffi.Array):
+        return tvm_ffi.convert([_moved(v, device) for v in value])
+    return value

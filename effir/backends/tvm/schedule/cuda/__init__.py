@@ -1,0 +1,1 @@
+"""Schedules of a kernel for CUDA GPUs."""
