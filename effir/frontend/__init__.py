@@ -5,7 +5,8 @@
 - ``@effir.script``: AST conversion (script.py; the converter in
   script_convert.py, script_stmts.py, script_exprs.py, script_values.py;
   liveness.py);
-- ``effir.trace``: records what a Python function does on placeholders (trace.py).
+- ``effir.trace``: records what a Python function does on placeholders (trace.py);
+- the numpy spellings both convert, one table (numpy_spellings.py).
 """
 
 from . import operators as _operators

@@ -1,22 +1,34 @@
 """Python operators on effir expressions: ``x + y``, ``x @ w``, ``-x``,
 ``x < y``, ``t[0]``, ``f(x)``, unpacking ``a, b = t``.
 
-They are installed on ``Expr`` when the frontend is imported (``==`` and
-``!=`` are not: nodes compare by identity, as the IR's algorithms need; use
-``effir.op.equal``). A Python ``if``/``while`` on a value being traced is
-refused with a located error naming ``effir.cond``/``effir.while_loop``.
+They are installed on ``Expr`` when the frontend is imported, with
+numpy's dispatch protocols: ``np.tanh(x)``, ``np.sum(x, axis=0)``,
+``ndarray + x`` on an expression are the operators the shared table says
+(numpy_spellings.py, the one ``@effir.script`` converts with), and a numpy
+function outside it is refused at the user's line, naming the ``effir.op``
+function to write.
+
+``==`` and ``!=`` stay identity (nodes compare by identity, as the IR's
+algorithms need), except in user code while a function is being built,
+where they are refused naming ``effir.op.equal``: the Python bool would
+bake one branch of an ``effir.cond`` into the program. A Python
+``if``/``while`` on a value being traced is refused with a located error
+naming ``effir.cond``/``effir.while_loop``.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 from typing import Any
 
 from ..ir.diagnostics import FrontendError
 from ..ir.expr import Constant, Expr, Function, GlobalVar, Tuple, TupleGetItem
 from ..ir.types import TensorType, TupleType
+from . import numpy_spellings
 from .builder import apply_op, building, call, emit, type_hint
-from .spans import caller_span, current_span
+from .spans import PACKAGE, caller_span, current_span
 
 _LOCAL = threading.local()
 
@@ -119,6 +131,74 @@ def _no_conversion(kind: str):
     return method
 
 
+_COMPARISONS = {"__eq__": ("==", "equal"), "__ne__": ("!=", "not_equal")}
+_EFFIR_CODE: dict[str, bool] = {}  # file name -> inside effir's own package
+
+
+def _from_effir(filename: str) -> bool:
+    inside = _EFFIR_CODE.get(filename)
+    if inside is None:
+        inside = _EFFIR_CODE[filename] = os.path.abspath(filename).startswith(PACKAGE + os.sep)
+    return inside
+
+
+def _comparison(method: str):
+    """``==``/``!=``: identity, as the IR's algorithms compare nodes; in
+    user code while a function is built, refused (the bool would bake one
+    branch of an ``effir.cond`` into the program)."""
+    symbol, op_name = _COMPARISONS[method]
+    negate = method == "__ne__"
+
+    def compare(self: Expr, other: Any) -> bool:
+        if tracing() and not _from_effir(sys._getframe(1).f_code.co_filename):
+            raise FrontendError(
+                f"`{symbol}` on an effir value being built compares the IR nodes, not the "
+                "values: its Python bool would fix one branch of the program",
+                caller_span(),
+                hint=f"write effir.op.{op_name}(a, b) (or `is` to compare the nodes themselves)",
+            )
+        return (self is not other) if negate else (self is other)
+
+    compare.__name__ = method
+    return compare
+
+
+def _array_ufunc(self: Expr, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+    """numpy's ufunc protocol: ``np.tanh(x)``, ``ndarray * x`` on an
+    expression are the operators numpy_spellings.py names."""
+    if method != "__call__":
+        raise FrontendError(
+            f"np.{ufunc.__name__}.{method} is not supported on effir values",
+            caller_span(),
+            hint="write the reduction with effir.op (effir.op.sum, effir.op.max...)",
+        )
+    return _converted(ufunc, inputs, kwargs)
+
+
+def _array_function(self: Expr, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+    """numpy's function protocol: ``np.sum(x, axis=0)``, ``np.stack([a,
+    b])`` on expressions are the operators numpy_spellings.py names."""
+    return _converted(func, args, kwargs)
+
+
+def _converted(fn: Any, args: Any, kwargs: Any) -> Any:
+    try:
+        return numpy_spellings.convert(fn, args, kwargs)
+    except FrontendError as err:
+        if err.span is not None:
+            raise
+        raise FrontendError(err.message, caller_span(), hint=err.hint) from None
+
+
+def _array(self: Expr, dtype: Any = None, copy: Any = None) -> Any:
+    raise FrontendError(
+        "a numpy array of an effir value: its value is known only when the program runs",
+        caller_span(),
+        hint="keep it an effir value: numpy functions on it become effir.op calls "
+        '(np.float32(x) is effir.op.cast(x, dtype="float32"))',
+    )
+
+
 def _call(self: Expr, *args: Any) -> Any:
     return call(self, *args)
 
@@ -157,7 +237,11 @@ _METHODS = {
     "__int__": _no_conversion("int"),
     "__index__": _no_conversion("index"),
     "__call__": _call,
-    "__array_ufunc__": None,  # numpy defers to the reflected operators
+    "__eq__": _comparison("__eq__"),
+    "__ne__": _comparison("__ne__"),
+    "__array_ufunc__": _array_ufunc,
+    "__array_function__": _array_function,
+    "__array__": _array,
 }
 
 

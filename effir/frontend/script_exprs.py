@@ -16,45 +16,11 @@ from ..ir.diagnostics import Error, FrontendError
 from ..ir.expr import Expr, Var
 from ..ir.types import TensorType, TupleType
 from . import builder as B
+from . import numpy_spellings
 from .script import GlobalCallable, ScriptFunction
 from .script_values import Collector, EmptyList, Staged
 from .spans import span_scope
 from .values import Cell
-
-# numpy spellings users write, and the operator each stands for.
-_NUMPY_UNARY = {
-    np.tanh: "tanh",
-    np.exp: "exp",
-    np.log: "log",
-    np.sqrt: "sqrt",
-    np.negative: "negative",
-    np.logical_not: "logical_not",
-}
-_NUMPY_BINARY = {
-    np.add: "add",
-    np.subtract: "subtract",
-    np.multiply: "multiply",
-    np.divide: "divide",
-    np.power: "power",
-    np.maximum: "maximum",
-    np.minimum: "minimum",
-    np.matmul: "nn.matmul",
-    np.dot: "nn.matmul",
-    np.equal: "equal",
-    np.not_equal: "not_equal",
-    np.less: "less",
-    np.greater: "greater",
-    np.logical_and: "logical_and",
-    np.logical_or: "logical_or",
-}
-_NUMPY_REDUCE = {
-    np.sum: "sum",
-    np.mean: "mean",
-    np.max: "max",
-    np.min: "min",
-    np.prod: "prod",
-    np.argmax: "argmax",
-}
 
 BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
@@ -301,7 +267,7 @@ class ExpressionConverter:
             return callee(*args)
         if isinstance(callee, Expr):
             return B.call(callee, *args)
-        if _is_numpy(callee):
+        if numpy_spellings.is_numpy(callee):
             return self.numpy_call(node, callee, args, kwargs)
         if callee in (range, len, float, int, bool, abs, min, max, sum, zip, enumerate):
             return self.builtin_call(node, callee, args, kwargs)
@@ -346,27 +312,13 @@ class ExpressionConverter:
         return B.apply_op("debug.print", (args[0],), {"label": label})
 
     def numpy_call(self, node: ast.Call, fn: Any, args: list, kwargs: dict) -> Any:
-        if fn in _NUMPY_UNARY and len(args) == 1 and not kwargs:
-            return B.apply_op(_NUMPY_UNARY[fn], tuple(args), {})
-        if fn in _NUMPY_BINARY and len(args) == 2 and not kwargs:
-            return B.apply_op(_NUMPY_BINARY[fn], tuple(args), {})
-        if fn in _NUMPY_REDUCE and len(args) == 1:
-            attrs = {k: v for k, v in kwargs.items() if k in ("axis", "keepdims")}
-            if len(attrs) != len(kwargs):
-                raise self.error(node, f"np.{fn.__name__} takes axis= and keepdims= here")
-            return B.apply_op(_NUMPY_REDUCE[fn], tuple(args), attrs)
-        if fn is np.where and len(args) == 3:
-            return B.apply_op("where", tuple(args), {})
-        if fn in (np.stack, np.array, np.asarray) and len(args) == 1 and isinstance(args[0], Expr):
-            return args[0]  # the list a loop appended to is already stacked
-        if fn in (np.stack, np.concatenate) and len(args) == 1:
-            name = "stack" if fn is np.stack else "concatenate"
-            return B.apply_op(name, (tuple(args[0]),), {"axis": kwargs.get("axis", 0)})
-        if fn is np.reshape and len(args) == 2:
-            return B.apply_op("reshape", (args[0],), {"newshape": list(args[1])})
-        if fn is np.transpose and len(args) in (1, 2):
-            axes = args[1] if len(args) == 2 else kwargs.get("axes")
-            return B.apply_op("transpose", (args[0],), {"axes": axes})
+        """A numpy call: the operator the shared table (numpy_spellings.py,
+        which effir.trace dispatches through too) says, Python numbers
+        taking effir's dtypes; ``np.zeros``/``ones`` and scalar types,
+        which take no array, here; anything else on constants only,
+        computed now."""
+        if numpy_spellings.converts(fn, args, kwargs):
+            return self.numpy_operator(node, fn, args, kwargs)
         if fn in (np.zeros, np.ones) and len(args) == 1:
             name = "zeros" if fn is np.zeros else "ones"
             shape = args[0] if isinstance(args[0], tuple | list) else (args[0],)
@@ -377,13 +329,17 @@ class ExpressionConverter:
             if isinstance(args[0], Expr):
                 return B.apply_op("cast", (args[0],), {"dtype": np.dtype(fn).name})
             return fn(args[0])
-        if all(not isinstance(a, Expr) for a in [*args, *kwargs.values()]):
+        if not any(_holds_expr(a) for a in [*args, *kwargs.values()]):
             return fn(*args, **kwargs)  # numpy on constants: computed now
-        raise self.error(
-            node,
-            f"np.{getattr(fn, '__name__', fn)} is not supported on effir values",
-            "use the effir.op function of the same name",
-        )
+        return self.numpy_operator(node, fn, args, kwargs)
+
+    def numpy_operator(self, node: ast.Call, fn: Any, args: list, kwargs: dict) -> Any:
+        try:
+            return numpy_spellings.convert(fn, args, kwargs)
+        except FrontendError as err:
+            if err.span is not None:
+                raise
+            raise self.error(node, err.message, err.hint) from None
 
     def builtin_call(self, node: ast.Call, fn: Any, args: list, kwargs: dict) -> Any:
         if all(not isinstance(a, Expr) for a in [*args, *kwargs.values()]) and fn is not range:
@@ -426,13 +382,11 @@ class ExpressionConverter:
         raise self.error(node, f"{names[fn]} is not supported here", hints[fn])
 
 
-def _is_numpy(fn: Any) -> bool:
-    module = getattr(fn, "__module__", None) or ""
-    return (
-        isinstance(fn, np.ufunc)
-        or module.startswith("numpy")
-        or (isinstance(fn, type) and issubclass(fn, np.generic))
-    )
+def _holds_expr(value: Any) -> bool:
+    """Whether ``value`` is an effir value or a list or tuple holding one."""
+    if isinstance(value, tuple | list):
+        return any(_holds_expr(v) for v in value)
+    return isinstance(value, Expr)
 
 
 def _describe(value: Any) -> str:

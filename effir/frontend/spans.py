@@ -13,7 +13,7 @@ from ..ir.diagnostics import Source, Span
 
 _SOURCES: dict[str, Source] = {}
 _LOCAL = threading.local()
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def python_source(filename: str) -> Source:
@@ -83,7 +83,7 @@ def caller_span() -> Span | None:
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not os.path.abspath(filename).startswith(_PACKAGE + os.sep):
+        if not os.path.abspath(filename).startswith(PACKAGE + os.sep):
             return line_span(filename, frame.f_lineno)
         frame = frame.f_back
     return None
