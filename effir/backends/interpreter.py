@@ -35,6 +35,7 @@ reason); its effects happen once.
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -85,6 +86,8 @@ from ..runtime.values import ADTValue, RefValue, describe_value
 from .state import State
 
 Sink = Callable[[str, Any], None]
+
+_CHECKING = threading.Lock()  # one lazy type check at a time (Interpreter._check_module)
 
 # Failures inside numpy rules that are the program's fault (a size no
 # memory holds included: the limit refuses most before numpy is asked).
@@ -288,6 +291,7 @@ class Interpreter(Evaluator):
         self._globals: dict[str, Closure] = {}
         self._shared = shared_nodes(module)
         self._sized: set[int] = set()  # calls whose result size the limit allowed
+        self._checked = False  # whether _check_module ran
 
     # ------------------------------------------------------------ entry
     def call_global(
@@ -512,9 +516,16 @@ class Interpreter(Evaluator):
             except _RUNTIME_FAILURES as err:
                 raise EvalError(f"{name}: {_failure_text(err)}", call.span) from None
         impl = _numpy_rule(definition, call)
-        out_type = None
-        if call.has_type:
-            out_type = _with_sizes(call.checked_type.fields[0], env)  # type: ignore[attr-defined]
+
+        def out_type() -> Type | None:
+            """The stacked outputs' type, asked for only by a loop that
+            ran zero times (the empty outputs' shape comes from it)."""
+            if not call.has_type:
+                self._check_module()
+            if not call.has_type:
+                return None
+            return _with_sizes(call.checked_type.fields[0], env)  # type: ignore[attr-defined]
+
         try:
             steps = impl(args, call.attrs, out_type=out_type)
             request = next(steps)
@@ -528,6 +539,25 @@ class Interpreter(Evaluator):
             return done.value
         except _RUNTIME_FAILURES as err:
             raise EvalError(f"{name}: {_failure_text(err)}", call.span) from None
+
+    def _check_module(self) -> None:
+        """Type the module being run, which its caller did not check (a
+        scripted, traced or parsed module): the types are the semantics of
+        an empty loop's outputs (docs/semantics.md §7.1). Once per
+        interpreter, under a lock (checking sets the types on the nodes,
+        which other threads may be running); an ill-typed module stays
+        untyped, and the loop says it has no type to go by."""
+        if self._checked:
+            return
+        self._checked = True
+        from ..ir.diagnostics import TypeCheckError
+        from ..passes.infer_type import check
+
+        with _CHECKING:
+            try:
+                check(self.module)
+            except TypeCheckError:
+                pass
 
     def _call_simple_op(self, call: Call, definition: OpDef, args: tuple[Any, ...]) -> Any:
         if id(call) not in self._sized:

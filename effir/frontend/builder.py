@@ -44,6 +44,7 @@ from ..ir.module import IRModule
 from ..ir.node import Attrs
 from ..ir.op import lookup_op
 from ..ir.types import KeyType, RefType, TensorType, TupleType, Type
+from ..ops.relations import OpFailure
 from ..runtime.values import RefValue
 from .spans import current_span
 from .values import Cell, as_type, is_concrete, to_expr, to_value
@@ -529,13 +530,56 @@ def _foreach_eager(body: Callable[..., Any], xs: Any, init: Any) -> tuple[Any, A
         )
         out, state = body(x_t, state)
         outs.append(out)
-    return _stack(outs), state
+    if outs:
+        return _stack(outs), state
+    params = [("x", _structure_type(_step_values(values))), ("state", _structure_type(init))]
+    step = lambda x, s: body(unflatten(x, values), unflatten(s, init))  # noqa: E731
+    return _no_outputs(step, params), state
+
+
+def _step_values(values: Any) -> Any:
+    """Placeholders of one step of the sequences ``values`` (their types only)."""
+    if isinstance(values, tuple):
+        return tuple(_step_values(v) for v in values)
+    return np.empty(np.shape(values)[1:], np.asarray(values).dtype)
 
 
 def _stack(outs: list[Any]) -> Any:
-    if outs and isinstance(outs[0], tuple):
+    if isinstance(outs[0], tuple):
         return tuple(_stack([o[i] for o in outs]) for i in range(len(outs[0])))
-    return np.stack([np.asarray(to_value(o)) for o in outs]) if outs else np.zeros((0,))
+    return np.stack([np.asarray(to_value(o)) for o in outs])
+
+
+def _no_outputs(step: Callable[..., Any], params: list[tuple[str, Type | None]]) -> Any:
+    """The stacked outputs of a loop that ran zero times eagerly: as the
+    interpreter builds them from the loop's type (docs/semantics.md §7.1),
+    from the type of what ``step`` returns, traced once aside on
+    placeholders of ``params``' types (nothing runs: a cell's key is not
+    drawn; nothing traced is kept)."""
+    from ..ops.control import empty_outputs
+
+    span = current_span()
+    with _block(new_root=True):
+        stacked = _stacked_type(step(*[new_var(name, t) for name, t in params])[0])
+    if stacked is None:
+        raise EvalError(
+            "the loop ran zero times and the type of its per-step output is not known, so "
+            "the empty output's shape is unknown",
+            span,
+        )
+    try:
+        return empty_outputs(stacked)
+    except OpFailure as err:
+        raise EvalError(str(err), span) from None
+
+
+def _stacked_type(out: Any) -> Type | None:
+    """The type of per-step outputs ``out`` stacked along a leading axis."""
+    if isinstance(out, tuple | list):
+        fields = [_stacked_type(f) for f in out]
+        return None if any(f is None for f in fields) else TupleType(tuple(fields))
+    t = _structure_type(out)
+    return TensorType((0, *t.shape), t.dtype) if isinstance(t, TensorType) else None
 
 
 def _while_eager(cond_fn, body, init, max_iterations, outputs):
@@ -547,7 +591,12 @@ def _while_eager(cond_fn, body, init, max_iterations, outputs):
         out, state = got if outputs else ((), got)
         outs.append(out)
         n += 1
-    return (_stack(outs) if outputs else None, state) if outputs else state
+    if not outputs:
+        return state
+    if not outs:
+        step = lambda s: body(unflatten(s, init))  # noqa: E731
+        return _no_outputs(step, [("state", _structure_type(init))]), state
+    return _stack(outs), state
 
 
 # ------------------------------------------------------------ functions and modules

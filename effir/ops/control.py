@@ -1,5 +1,6 @@
 """Control-flow operators whose bodies are functions (MXNet's proposal)."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,9 +130,11 @@ def _stack_outputs(outs: list[Any]) -> Any:
     return np.stack(outs)
 
 
-def _empty_outputs(out_type: Type) -> Any:
+def empty_outputs(out_type: Type) -> Any:
+    """The stacked outputs of a loop that ran zero times, from their type
+    (OpFailure where a per-step dimension is not static)."""
     if isinstance(out_type, TupleType):
-        return tuple(_empty_outputs(f) for f in out_type.fields)
+        return tuple(empty_outputs(f) for f in out_type.fields)
     assert isinstance(out_type, TensorType)
     if not all(isinstance(d, int) for d in out_type.shape[1:]):
         raise OpFailure(
@@ -156,16 +159,28 @@ def _length(xs: Any) -> int:
     return int(np.shape(xs)[0])
 
 
-def _finish(outs: list[Any], state: Any, out_type: Type | None) -> tuple[Any, Any]:
+OutputType = Type | Callable[[], Type | None] | None
+"""What a loop's numpy rule is told of its stacked outputs' type, which
+only a loop that ran zero times needs (the empty outputs' shape): the
+type, or how to find it (the interpreter types an unchecked module only
+then)."""
+
+
+def _finish(outs: list[Any], state: Any, out_type: OutputType) -> tuple[Any, Any]:
     if outs:
         return (_stack_outputs(outs), state)
+    if callable(out_type):
+        out_type = out_type()
     if out_type is None:
-        raise OpFailure("zero iterations and no type information for the empty output")
-    return (_empty_outputs(out_type), state)
+        raise OpFailure(
+            "the loop ran zero times and the program does not type-check, so the empty "
+            "output's type is unknown"
+        )
+    return (empty_outputs(out_type), state)
 
 
 @numpy_rule("cf.foreach")
-def _foreach_numpy(args: tuple[Any, ...], attrs: Attrs, out_type: Type | None = None):
+def _foreach_numpy(args: tuple[Any, ...], attrs: Attrs, out_type: OutputType = None):
     body, xs, state = args
     outs = []
     for t in range(_length(xs)):
@@ -175,7 +190,7 @@ def _foreach_numpy(args: tuple[Any, ...], attrs: Attrs, out_type: Type | None = 
 
 
 @numpy_rule("cf.while_loop")
-def _while_numpy(args: tuple[Any, ...], attrs: Attrs, out_type: Type | None = None):
+def _while_numpy(args: tuple[Any, ...], attrs: Attrs, out_type: OutputType = None):
     cond, body, state = args
     limit = attrs["max_iterations"]
     outs = []
