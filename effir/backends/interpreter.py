@@ -80,6 +80,7 @@ from ..runtime.arguments import (
     check_argument,
     check_call_options,
     convert_argument,
+    unknown_entry,
 )
 from ..runtime.limits import static_bytes, too_large
 from ..runtime.values import ADTValue, RefValue, describe_value
@@ -231,7 +232,7 @@ def interpret_a2(
         state = State(module)
     name = entry.removeprefix("@")
     if name not in module.functions:
-        raise EvalError(f"the module has no function @{name}")
+        raise unknown_entry(name, module.functions)
     fn = module.functions[name]
     state_in, state_out = (state_cells(fn, a, name) for a in ("state_in", "state_out"))
     unknown = [c for c in (*state_in, *state_out) if c != WORLD and c not in state.cells]
@@ -299,8 +300,7 @@ class Interpreter(Evaluator):
     ) -> Any:
         name = name.removeprefix("@")
         if name not in self.module.functions:
-            known = ", ".join("@" + n for n in self.module.functions) or "none"
-            raise EvalError(f"the module has no function @{name} (functions: {known})")
+            raise unknown_entry(name, self.module.functions)
         closure = self._global(name)
         fn = closure.function
         bound = bind_arguments(f"@{name}", [p.name_hint for p in fn.params], args, named or {})

@@ -19,7 +19,7 @@ the others refuse with the same ``ArgumentError`` and message.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -55,6 +55,14 @@ def bind_arguments(
     if missing:
         raise ArgumentError(f"{fn} is missing the argument(s) {', '.join(missing)}")
     return tuple(bound[n] for n in names)
+
+
+def unknown_entry(name: str, known: Iterable[str]) -> ArgumentError:
+    """The error of a call of an entry the program does not have: one
+    class and wording for the interpreter, a compiled module and a loaded
+    artifact, each naming the entries it can run."""
+    shown = ", ".join("@" + n for n in known) or "none"
+    return ArgumentError(f"the module has no function @{name} (functions: {shown})")
 
 
 def convert_argument(value: Any, t: Type | None, where: str) -> Any:

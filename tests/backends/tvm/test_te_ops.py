@@ -13,6 +13,7 @@ rule.
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +24,6 @@ import pytest
 import effir
 from effir.backends.tvm.kernel import te_ops  # noqa: F401  (registers the rules)
 from effir.backends.tvm.kernel.primitive import build_kernel
-from effir.backends.tvm.runtime.errors import BackendError
 from effir.ir.expr import Function, Var
 from effir.ir.op import all_ops, call_op, op_def
 from effir.ir.types import TensorType, TupleType, Type
@@ -532,13 +532,17 @@ def test_float16_rounds_once_per_operator() -> None:
     check("sum", x.reshape(8, 8), axis=[1])
 
 
-def test_batch_norm_train_of_one_value_per_channel_is_a_build_error() -> None:
-    """As the interpreter (and PyTorch) refuse it; with static shapes the
-    kernel builder knows at build time."""
+def test_batch_norm_train_of_one_value_per_channel_fails_when_it_runs() -> None:
+    """As the interpreter (and PyTorch) refuse it: with static shapes the
+    kernel builder knows it at build time, and the kernel fails when it
+    runs, with the interpreter's EvalError (a program that never reaches
+    it runs: tests/backends/tvm/test_error_classes.py)."""
     args = (np.ones((1, 3), "float32"),) + tuple(np.ones(3, "float32") for _ in range(4))
     fn, _ = one_op("nn.batch_norm_train", args)
-    with pytest.raises(BackendError, match="more than 1 value per channel"):
-        build_kernel(fn, "llvm")
+    kernel = build_kernel(fn, "llvm")
+    message = "expected more than 1 value per channel when training, got input of shape (1, 3)"
+    with pytest.raises(effir.EvalError, match=re.escape(f"nn.batch_norm_train: {message}")):
+        kernel(*args)
 
 
 BATCH_NORM_SIGNATURE = (

@@ -28,14 +28,14 @@ from typing import Any, NamedTuple, TextIO
 import tvm
 from tvm import relax
 
-from ....ir.diagnostics import Error
+from ....ir.diagnostics import Error, EvalError, TypeCheckError
 from ....ir.module import IRModule
 from ....ir.printer import astext
 from ....ir.visitor import pre_order
 from ....passes.infra import Pass, PassContext, PassError
 from ....passes.pipeline import STANDARD_PIPELINES
 from ....passes.pipeline import pipeline as parse_pipeline
-from ....runtime.arguments import check_call_options
+from ....runtime.arguments import check_call_options, unknown_entry
 from ...interpreter import Sink, State
 from ..relax.lower import RelaxProgram, lower_to_relax
 from ..relax.pipeline import relax_pipeline
@@ -256,7 +256,7 @@ class CompiledModule:
             state = State(self.source)
 
         def function(dims: Dims) -> Any:
-            spec = self.specialization(name, dims)
+            spec = self.specialization(name, dims, at_call=True)
             return runner(spec.function(), spec.program.recursive)
 
         with printing_to(sink):
@@ -283,11 +283,19 @@ class CompiledModule:
 
     def _entry(self, name: str) -> Any:
         if name not in self.module.functions:
-            raise BackendError(f"the program has no function @{name}")
+            raise unknown_entry(name, self.source.functions)
         return self.module.functions[name]
 
-    def specialization(self, entry: str, dims: Dims) -> Specialization:
+    def specialization(self, entry: str, dims: Dims, at_call: bool = False) -> Specialization:
         """The build serving ``dims`` (made now if none does).
+
+        [RULE BINDING] A binding under which the program cannot run (a
+        reshape its sizes make impossible, a value over the size limit:
+        the specialisation's type check or size check fails) is, when a
+        call asks for it (``at_call``), that call's run-time failure: the
+        ``EvalError`` the interpreter raises, at the operator, never a
+        compile-time class. Asked for by ``compile(dims=...)``, it stays a
+        refusal to build.
 
         A build binds only the dimensions that some kernel needs static;
         the others stay symbolic (a whole loop's length, say), so a call
@@ -344,7 +352,7 @@ class CompiledModule:
                 )
                 try:
                     program = lower_to_relax(
-                        specialize(self.module, entry, bound), entry, self.target, symbolic
+                        self._specialize(entry, bound, at_call), entry, self.target, symbolic
                     )
                 except NeedsStatic as need:
                     static_dims = self.static_dims[entry] = static_dims | need.dims
@@ -367,6 +375,16 @@ class CompiledModule:
                 self.progress(f"built @{entry} ({_dims_text(bound)}) in {build.seconds:.2f} s")
                 self.specializations[key] = spec
                 return spec
+
+    def _specialize(self, entry: str, bound: Dims, at_call: bool) -> IRModule:
+        """``specialize`` for a build; [RULE BINDING] its failure under a
+        call's binding is that call's EvalError."""
+        try:
+            return specialize(self.module, entry, bound)
+        except (TypeCheckError, BackendError) as err:
+            if not (at_call and bound):
+                raise
+            raise EvalError(err.message, err.span, err.notes) from None
 
     def _cache(self) -> Cache | None:
         """The build cache for this program and target (None when off);

@@ -53,7 +53,7 @@ from ....ir import type_tree
 from ....ir.diagnostics import Error
 from ....ir.types import KeyType, TensorType
 from ....ops.effects import WORLD
-from ....runtime.arguments import check_call_options
+from ....runtime.arguments import check_call_options, unknown_entry
 from ....runtime.values import PRNGKey
 from ...state import State
 from .errors import BackendError, run_time_error
@@ -154,9 +154,7 @@ class LoadedModule:
     def _entry(self, entry: str) -> tuple[Signature, dict[Any, Path]]:
         name = entry.removeprefix("@")
         if name not in self.entries:
-            raise ArtifactError(
-                f"the artifact has no entry @{name} (it has @{', @'.join(self.entries)})"
-            )
+            raise unknown_entry(name, self.entries)
         return self.entries[name]
 
     def __call__(

@@ -12,7 +12,6 @@ from tvm import te, tirx
 
 from .....ir.node import Attrs
 from .....ir.types import Type
-from ...runtime.errors import BackendError
 from ..checks import require
 from ..rules import te_rule
 from .common import _const, _count, _dtype, _let, _out, _select, _shape
@@ -237,8 +236,9 @@ def _batch_norm_train(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> tu
     updated with the unbiased one. ``n``, the number of values per channel,
     known at build time decides the numpy rule's cases here; after a mask it
     is known at run time only and they are decided there: n == 1 fails
-    [RULE CHECK], n == 0 leaves the running statistics unchanged (y is then
-    empty)."""
+    when the kernel runs [RULE CHECK] (known or not: a program that never
+    reaches the call runs), n == 0 leaves the running statistics unchanged
+    (y is then empty)."""
     x, gamma, beta, running_mean, running_var = args
     dtype = _dtype(x)
     cd = compute_dtype(dtype)
@@ -257,11 +257,10 @@ def _batch_norm_train(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> tu
         shown = tuple(tirx.Cast("int64", d) for d in shape if not isinstance(d, int))
         require((), lambda: n == 1, message, lambda: shown)
         return _batch_norm_statistics(args, attrs, unbias, n == 0)
-    if n == 1:
-        raise BackendError(
-            "nn.batch_norm_train: expected more than 1 value per channel when training, "
-            f"got input of shape {shape}"
-        )
+    if n == 1:  # fails when it runs, as the interpreter does [RULE CHECK]: not if not reached
+        message = "expected more than 1 value per channel when training, got input of shape "
+        require((), lambda: tirx.const(True, "bool"), message + str(tuple(shape)))
+        return _batch_norm_statistics(args, attrs, _scalar(1.0, cd), None)
     if n == 0:  # an empty batch leaves the running statistics unchanged
 
         def vector(v: Tensor, name: str) -> Tensor:
