@@ -261,11 +261,13 @@ def apply_op(name: str, args: tuple[Any, ...], attrs: dict[str, Any]) -> Any:
     if definition is None:
         raise FrontendError(f"unknown operator {name!r}", current_span())
     span = current_span()
-    if definition.num_inputs is not None and len(args) != definition.num_inputs:
+    if not definition.takes(len(args)):
+        assert definition.num_inputs is not None
+        inputs = [f"x{i}" for i in range(definition.num_inputs + definition.optional_inputs)]
         raise FrontendError(
-            f"{name} takes {definition.num_inputs} argument(s), got {len(args)}",
+            definition.arity_error(len(args)),
             span,
-            hint=f"{name}({', '.join(f'x{i}' for i in range(definition.num_inputs))}, attr=...)",
+            hint=f"{name}({', '.join(inputs)}, attr=...)",
         )
     try:
         normalized = definition.normalize_attrs(attrs)
@@ -453,15 +455,28 @@ def while_loop(
     cond_fn: Any,
     body: Any,
     init: Any,
-    max_iterations: int | None = None,
+    max_iterations: Any = None,
     outputs: bool = False,
+    pad_outputs: bool = False,
 ) -> Any:
     """``cf.while_loop``: while ``cond_fn(state)``, ``state = body(state)``;
     returns the final state. With ``outputs=True`` the body returns ``(out,
-    new_state)`` and the result is ``(stacked outs, final state)``."""
-    if not building() and is_concrete(init):
-        return _while_eager(cond_fn, body, init, max_iterations, outputs)
+    new_state)`` and the result is ``(stacked outs, final state)``.
+    ``max_iterations`` stops it: a Python int is the operator's attribute,
+    an effir value its run-time argument. ``pad_outputs=True`` (with
+    outputs) pads the stacked outputs to ``max_iterations`` rows of zeros
+    and returns ``(outs, final state, count of rows written)``."""
     span = current_span()
+    if pad_outputs and not outputs:
+        raise FrontendError(
+            "pad_outputs=True pads the stacked outputs, which only outputs=True gives",
+            span,
+            hint="effir.while_loop(cond, body, init, max_iterations=n, outputs=True, "
+            "pad_outputs=True)",
+        )
+    eager = max_iterations is None or is_concrete(max_iterations)
+    if not building() and is_concrete(init) and eager:
+        return _while_eager(cond_fn, body, init, max_iterations, outputs, pad_outputs)
     c = _param("state", init)
     cond_body, _ = build_body(
         lambda s: _as_fn(cond_fn, "the loop condition")(unflatten(s, init)), c
@@ -480,13 +495,22 @@ def while_loop(
     step_f = Function((s,), fn_body, span=span)
     if building():
         cond_f, step_f = emit(cond_f, "cond"), emit(step_f, "body")
-    attrs = {"max_iterations": max_iterations}
-    result = apply_op("cf.while_loop", (cond_f, step_f, init), attrs)
-    _loop_hint(result, holder[0], "?", init)
+    args: tuple[Any, ...] = (cond_f, step_f, init)
+    attrs: dict[str, Any] = {"pad_outputs": pad_outputs}
+    if isinstance(max_iterations, Expr):
+        args += (max_iterations,)  # known at run time: the loop's fourth argument
+    elif max_iterations is not None:
+        attrs["max_iterations"] = int(np.asarray(to_value(max_iterations)))
+    result = apply_op("cf.while_loop", args, attrs)
+    rows = attrs.get("max_iterations", "?") if pad_outputs else "?"
+    _loop_hint(result, holder[0], rows, init, counted=pad_outputs)
     final = unflatten(TupleGetItem(result, 1, span=span), init)
-    if outputs:
-        return unflatten(TupleGetItem(result, 0, span=span), holder[0]), final
-    return final
+    if not outputs:
+        return final
+    outs = unflatten(TupleGetItem(result, 0, span=span), holder[0])
+    if pad_outputs:
+        return outs, final, TupleGetItem(result, 2, span=span)
+    return outs, final
 
 
 def _length_hint(xs: Any) -> Any:
@@ -498,9 +522,10 @@ def _length_hint(xs: Any) -> Any:
     return np.shape(xs)[0] if isinstance(xs, np.ndarray) and xs.ndim else None
 
 
-def _loop_hint(result: Any, out: Any, length: Any, init: Any) -> None:
+def _loop_hint(result: Any, out: Any, length: Any, init: Any, counted: bool = False) -> None:
     """The type of a loop's result, when the builder knows it: outputs
-    stacked along ``length``, and the state's type."""
+    stacked along ``length``, the state's type (and, ``counted``, the count
+    of a padded while_loop)."""
     block = current_block()
     if block is None or not isinstance(result, Var) or length is None:
         return
@@ -514,7 +539,8 @@ def _loop_hint(result: Any, out: Any, length: Any, init: Any) -> None:
 
     outs, state = stacked(out), _structure_type(init)
     if outs is not None and state is not None:
-        block.root.hints[id(result)] = (result, TupleType((outs, state)))
+        count = (TensorType((), "int64"),) if counted else ()
+        block.root.hints[id(result)] = (result, TupleType((outs, state, *count)))
 
 
 def _foreach_eager(body: Callable[..., Any], xs: Any, init: Any) -> tuple[Any, Any]:
@@ -550,10 +576,13 @@ def _stack(outs: list[Any]) -> Any:
     return np.stack([np.asarray(to_value(o)) for o in outs])
 
 
-def _no_outputs(step: Callable[..., Any], params: list[tuple[str, Type | None]]) -> Any:
-    """The stacked outputs of a loop that ran zero times eagerly: as the
-    interpreter builds them from the loop's type (docs/semantics.md §7.1),
-    from the type of what ``step`` returns, traced once aside on
+def _no_outputs(
+    step: Callable[..., Any], params: list[tuple[str, Type | None]], rows: int = 0
+) -> Any:
+    """``rows`` rows of zeros shaped as a loop's stacked outputs, for a loop
+    that ran zero times eagerly (or a padded one's rows past its last step),
+    as the interpreter builds them from the loop's type (docs/semantics.md
+    §7.1): from the type of what ``step`` returns, traced once aside on
     placeholders of ``params``' types (nothing runs: a cell's key is not
     drawn; nothing traced is kept)."""
     from ..ops.control import empty_outputs
@@ -568,7 +597,7 @@ def _no_outputs(step: Callable[..., Any], params: list[tuple[str, Type | None]])
             span,
         )
     try:
-        return empty_outputs(stacked)
+        return empty_outputs(stacked, rows)
     except OpFailure as err:
         raise EvalError(str(err), span) from None
 
@@ -582,9 +611,18 @@ def _stacked_type(out: Any) -> Type | None:
     return TensorType((0, *t.shape), t.dtype) if isinstance(t, TensorType) else None
 
 
-def _while_eager(cond_fn, body, init, max_iterations, outputs):
+def _while_eager(cond_fn, body, init, max_iterations, outputs, pad_outputs):
+    """The loop run in Python, as the operator's numpy rule runs it."""
+    limit = None if max_iterations is None else int(np.asarray(to_value(max_iterations)))
+    if limit is not None and limit < 0:
+        raise EvalError(f"cf.while_loop: max_iterations must be >= 0, got {limit}", current_span())
+    if pad_outputs and limit is None:
+        raise FrontendError(
+            "pad_outputs pads the outputs to max_iterations rows: give max_iterations",
+            current_span(),
+        )
     state, outs, n = init, [], 0
-    while max_iterations is None or n < max_iterations:
+    while limit is None or n < limit:
         if not bool(np.asarray(to_value(cond_fn(state)))):
             break
         got = body(state)
@@ -593,10 +631,22 @@ def _while_eager(cond_fn, body, init, max_iterations, outputs):
         n += 1
     if not outputs:
         return state
-    if not outs:
+    rows = limit if pad_outputs else 0
+    if not outs or pad_outputs:  # rows of zeros, shaped by the body's output type
         step = lambda s: body(unflatten(s, init))  # noqa: E731
-        return _no_outputs(step, [("state", _structure_type(init))]), state
-    return _stack(outs), state
+        padding = _no_outputs(step, [("state", _structure_type(init))], rows - len(outs))
+        stacked = padding if not outs else _concatenated(_stack(outs), padding)
+    else:
+        stacked = _stack(outs)
+    if pad_outputs:
+        return stacked, state, np.asarray(len(outs), np.int64)
+    return stacked, state
+
+
+def _concatenated(stacked: Any, padding: Any) -> Any:
+    if isinstance(stacked, tuple):
+        return tuple(_concatenated(s, p) for s, p in zip(stacked, padding, strict=True))
+    return np.concatenate([stacked, padding], axis=0)
 
 
 # ------------------------------------------------------------ functions and modules

@@ -38,8 +38,11 @@ def _signature(definition: OpDef) -> inspect.Signature:
     if definition.num_inputs is None:
         params.append(inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL))
     else:
-        for i in range(definition.num_inputs):
-            params.append(inspect.Parameter(f"x{i}", inspect.Parameter.POSITIONAL_ONLY))
+        for i in range(definition.num_inputs + definition.optional_inputs):
+            default = inspect.Parameter.empty if i < definition.num_inputs else None
+            params.append(
+                inspect.Parameter(f"x{i}", inspect.Parameter.POSITIONAL_ONLY, default=default)
+            )
     for spec in definition.attrs:
         default = inspect.Parameter.empty if spec.required else spec.default
         params.append(
@@ -82,9 +85,21 @@ def _cf_foreach(body: Any, xs: Any, init: Any) -> Any:
     return foreach(body, xs, init)
 
 
-def _cf_while(cond: Any, body: Any, init: Any, max_iterations: int | None = None) -> Any:
-    """cf.while_loop(cond, body, init): ``body(state) -> (out, new_state)``."""
-    return while_loop(cond, body, init, max_iterations=max_iterations, outputs=True)
+def _cf_while(
+    cond: Any,
+    body: Any,
+    init: Any,
+    max_iterations: Any = None,
+    *,
+    pad_outputs: bool = False,
+) -> Any:
+    """cf.while_loop(cond, body, init[, max_iterations]): ``body(state) ->
+    (out, new_state)``; ``max_iterations`` a Python int (the attribute) or
+    an effir value (the run-time argument); ``pad_outputs=True`` gives
+    ``(outs padded to max_iterations rows, final, count)``."""
+    return while_loop(
+        cond, body, init, max_iterations=max_iterations, outputs=True, pad_outputs=pad_outputs
+    )
 
 
 def build_namespace() -> Namespace:

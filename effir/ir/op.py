@@ -161,6 +161,7 @@ class OpDef:
     traits: frozenset[str] = frozenset()
     doc: str = ""
     rules: dict[str, Any] = field(default_factory=dict)
+    optional_inputs: int = 0  # trailing inputs a call may leave out (ONNX's optional inputs)
     op: Op = field(init=False)
 
     def __post_init__(self) -> None:
@@ -170,6 +171,19 @@ class OpDef:
         if unknown:
             raise ValueError(f"{self.name}: unknown traits {sorted(unknown)}")
         self.op = Op(self.name)
+
+    def takes(self, count: int) -> bool:
+        """Whether a call may pass ``count`` inputs."""
+        if self.num_inputs is None:
+            return True
+        return self.num_inputs <= count <= self.num_inputs + self.optional_inputs
+
+    def arity_error(self, count: int) -> str:
+        """The message of a call that passes ``count`` inputs (``takes`` is False)."""
+        expected = str(self.num_inputs)
+        if self.optional_inputs:
+            expected = f"{self.num_inputs} to {self.num_inputs + self.optional_inputs}"
+        return f"{self.name} takes {expected} argument(s), got {count}"
 
     @property
     def attr_names(self) -> tuple[str, ...]:
@@ -227,11 +241,16 @@ def register_op(
     effect: str = "pure",
     traits: tuple[str, ...] | frozenset[str] = (),
     doc: str = "",
+    optional_inputs: int = 0,
 ) -> OpDef:
-    """Register an operator once; registering a name twice is a bug."""
+    """Register an operator once; registering a name twice is a bug.
+    ``optional_inputs``: how many inputs after the first ``num_inputs`` a
+    call may leave out (from the end)."""
     if name in _REGISTRY:
         raise ValueError(f"operator {name} is already registered")
-    definition = OpDef(name, num_inputs, tuple(attrs), effect, frozenset(traits), doc)
+    definition = OpDef(
+        name, num_inputs, tuple(attrs), effect, frozenset(traits), doc, {}, optional_inputs
+    )
     _REGISTRY[name] = definition
     _BY_OP[id(definition.op)] = definition
     return definition
@@ -272,6 +291,6 @@ def call_op(name: str, *args: Expr, **attrs: Any) -> Call:
     definition = _REGISTRY.get(name)
     if definition is None:
         raise AttrError(f"unknown operator '{name}'")
-    if definition.num_inputs is not None and len(args) != definition.num_inputs:
-        raise AttrError(f"{name} takes {definition.num_inputs} argument(s), got {len(args)}")
+    if not definition.takes(len(args)):
+        raise AttrError(definition.arity_error(len(args)))
     return Call(definition.op, tuple(args), definition.normalize_attrs(attrs))

@@ -495,11 +495,8 @@ class ExprParser(TypeParser):
         span = self.span_from(token)
         if isinstance(callee, Op):
             definition = lookup_op(callee.name)
-            if definition.num_inputs is not None and len(args) != definition.num_inputs:
-                raise self.error(
-                    f"{callee.name} takes {definition.num_inputs} argument(s), got {len(args)}",
-                    token,
-                )
+            if not definition.takes(len(args)):
+                raise self.error(definition.arity_error(len(args)), token)
             try:
                 normalized = definition.normalize_attrs(attrs)
             except AttrError as err:

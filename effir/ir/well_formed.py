@@ -152,11 +152,8 @@ class _Checker:
                 definition = lookup_op(callee.name)
                 if definition is None:
                     raise self.fail(f"unknown operator {callee.name}", node)
-                if definition.num_inputs is not None and len(node.args) != definition.num_inputs:
-                    raise self.fail(
-                        f"{callee.name} takes {definition.num_inputs} argument(s), got {len(node.args)}",
-                        node,
-                    )
+                if not definition.takes(len(node.args)):
+                    raise self.fail(definition.arity_error(len(node.args)), node)
                 try:
                     normalized = definition.normalize_attrs(dict(node.attrs.items()))
                 except AttrError as err:

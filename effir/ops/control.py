@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from ..ir import type_tree
 from ..ir.node import Attrs
 from ..ir.op import AttrSpec, op_def, register_op
 from ..ir.types import ANY, Dim, FuncType, IncompleteType, TensorType, TupleType, Type
@@ -13,7 +14,9 @@ from .relations import (
     NotReady,
     OpFailure,
     RelationError,
+    allocation,
     describe,
+    dtype_kind,
     expect_tensor,
     merge_dim,
     numpy_rule,
@@ -29,10 +32,36 @@ register_op(
 register_op(
     "cf.while_loop",
     3,
-    attrs=(AttrSpec("max_iterations", "int", None, optional=True),),
+    attrs=(
+        AttrSpec("max_iterations", "int", None, optional=True),
+        AttrSpec("pad_outputs", "bool", False),
+    ),
     traits=("control_flow", "dynamic_shape"),
-    doc="while_loop(cond, body, init): outputs stacked over the iterations actually run",
+    doc="while_loop(cond, body, init[, max_iterations]): outputs stacked over the iterations "
+    "actually run; max_iterations, a static attribute or an integer scalar argument, stops "
+    "it; pad_outputs=True pads the outputs to max_iterations rows of zeros and adds the count "
+    "of rows the loop wrote",
+    optional_inputs=1,
 )
+
+
+LIMIT_ARG = 3
+"""The argument of ``cf.while_loop`` that is its run-time ``max_iterations``
+(when the call has a fourth argument)."""
+
+
+def while_limit(call: Any) -> tuple[int | None, Any]:
+    """A ``cf.while_loop`` call's ``max_iterations``: the static attribute
+    (or None) and the run-time argument (or None); at most one is given."""
+    return call.attrs["max_iterations"], (
+        call.args[LIMIT_ARG] if len(call.args) > LIMIT_ARG else None
+    )
+
+
+def pads(call: Any) -> bool:
+    """Whether a ``cf.while_loop`` call pads its outputs (its result is then
+    ``(outputs, final, count)``)."""
+    return bool(call.attrs["pad_outputs"])
 
 
 @dataclass(frozen=True)
@@ -110,15 +139,46 @@ def _foreach_type(args: tuple[Type, ...], attrs: Attrs, solver) -> Type:
     return TupleType((_stacked(out, length, "the per-step output"), solver.resolve(init)))
 
 
+COUNT = TensorType((), "int64")
+"""The type of the count of rows a padded ``cf.while_loop`` wrote."""
+
+
 @type_rule("cf.while_loop")
 def _while_type(args: tuple[Type, ...], attrs: Attrs, solver) -> Type:
-    cond, body, init = args
+    """``(outputs stacked along ?, final state)``; padded, ``(outputs
+    stacked along max_iterations, final state, count)``, the leading
+    dimension static when the attribute gives it."""
+    cond, body, init, *limit = args
     max_iterations = attrs["max_iterations"]
     if max_iterations is not None and max_iterations < 0:
         raise RelationError(f"max_iterations must be >= 0, got {max_iterations}")
+    if limit:
+        if max_iterations is not None:
+            raise RelationError(
+                "max_iterations is given twice: as an attribute and as the fourth argument"
+            )
+        given = expect_tensor(limit[0], "max_iterations")
+        if given.ndim != 0 or dtype_kind(given.dtype) not in "iu":
+            raise RelationError(f"max_iterations must be an integer scalar, got {describe(given)}")
+    pad = attrs["pad_outputs"]
+    if pad and max_iterations is None and not limit:
+        raise RelationError(
+            "pad_outputs pads the outputs to max_iterations rows: give max_iterations "
+            "(an attribute or the fourth argument)"
+        )
     solver.unify(FuncType((init,), TensorType((), "bool")), cond, "the loop condition")
     out = _step_result(solver, body, (init,), init)
-    return TupleType((_stacked(out, ANY, "the per-step output"), solver.resolve(init)))
+    rows: Dim = max_iterations if pad and max_iterations is not None else ANY
+    stacked = _stacked(out, rows, "the per-step output")
+    if not pad:
+        return TupleType((stacked, solver.resolve(init)))
+    for leaf in type_tree.leaves(solver.resolve(out)):
+        if isinstance(leaf, TensorType) and ANY in leaf.shape:
+            raise RelationError(
+                "pad_outputs fills the rows past the last step with zeros, so the per-step "
+                f"output's shape must be known, got {describe(leaf)}"
+            )
+    return TupleType((stacked, solver.resolve(init), COUNT))
 
 
 # ------------------------------------------------------------ numpy rules
@@ -130,18 +190,20 @@ def _stack_outputs(outs: list[Any]) -> Any:
     return np.stack(outs)
 
 
-def empty_outputs(out_type: Type) -> Any:
-    """The stacked outputs of a loop that ran zero times, from their type
-    (OpFailure where a per-step dimension is not static)."""
+def empty_outputs(out_type: Type, rows: int = 0) -> Any:
+    """``rows`` rows of zeros shaped as the stacked outputs of type
+    ``out_type``: the outputs of a loop that ran zero times, or a padded
+    loop's rows past its last step (OpFailure where a per-step dimension
+    is not static; the size limit applies)."""
     if isinstance(out_type, TupleType):
-        return tuple(empty_outputs(f) for f in out_type.fields)
+        return tuple(empty_outputs(f, rows) for f in out_type.fields)
     assert isinstance(out_type, TensorType)
     if not all(isinstance(d, int) for d in out_type.shape[1:]):
         raise OpFailure(
             f"the loop ran zero times and its per-step output shape {out_type.shape[1:]} "
             "is not static, so the empty result's shape is unknown"
         )
-    return np.zeros((0,) + out_type.shape[1:], dtype=out_type.dtype)
+    return np.zeros(allocation((rows,) + out_type.shape[1:], out_type.dtype), out_type.dtype)
 
 
 def _step_values(xs: Any, t: int) -> Any:
@@ -191,8 +253,12 @@ def _foreach_numpy(args: tuple[Any, ...], attrs: Attrs, out_type: OutputType = N
 
 @numpy_rule("cf.while_loop")
 def _while_numpy(args: tuple[Any, ...], attrs: Attrs, out_type: OutputType = None):
-    cond, body, state = args
+    cond, body, state, *given = args
     limit = attrs["max_iterations"]
+    if given:
+        limit = int(np.asarray(given[0]))
+        if limit < 0:
+            raise OpFailure(f"max_iterations must be >= 0, got {limit}")
     outs = []
     while limit is None or len(outs) < limit:
         go = yield (cond, (state,))
@@ -200,4 +266,27 @@ def _while_numpy(args: tuple[Any, ...], attrs: Attrs, out_type: OutputType = Non
             break
         out, state = yield (body, (state,))
         outs.append(out)
-    return _finish(outs, state, out_type)
+    if not attrs["pad_outputs"]:
+        return _finish(outs, state, out_type)
+    assert limit is not None  # the type relation requires it
+    count = len(outs)
+    if outs:
+        stacked = _padded(_stack_outputs(outs), limit - count)
+    else:  # the shape of the rows of zeros from the type
+        if callable(out_type):
+            out_type = out_type()
+        if out_type is None:
+            raise OpFailure(
+                "the loop ran zero times and the program does not type-check, so the "
+                "padding rows' shape is unknown"
+            )
+        stacked = empty_outputs(out_type, limit)
+    return (stacked, state, np.asarray(count, np.int64))
+
+
+def _padded(stacked: Any, rows: int) -> Any:
+    """``stacked`` outputs followed by ``rows`` rows of zeros, field by field."""
+    if isinstance(stacked, tuple):
+        return tuple(_padded(s, rows) for s in stacked)
+    zeros = np.zeros(allocation((rows, *stacked.shape[1:]), stacked.dtype), stacked.dtype)
+    return np.concatenate([stacked, zeros], axis=0)

@@ -22,7 +22,7 @@ from ...ir.diagnostics import EffectError, Span
 from ...ir.expr import Call, Expr, Function, GlobalVar, Var
 from ...ir.op import op_def
 from ...ir.types import TupleType
-from ...ops.control import LoopBody, LoopShape
+from ...ops.control import LIMIT_ARG, LoopBody, LoopShape, pads, while_limit
 from .signature import STEP, Signature, carry, out_name
 
 if TYPE_CHECKING:
@@ -111,8 +111,10 @@ class LoopTranslation:
     ) -> None:
         """A loop whose condition writes state (draws a key, prints): the
         condition cannot return new state, so it moves into the loop. It is
-        tested once before the loop and then at the end of each step, unless
-        that step was the last one ``max_iterations`` allows; the loop's own
+        tested once before the loop (unless ``max_iterations`` is 0, known
+        when compiling or at run time) and then at the end of each step,
+        unless that step was the last one ``max_iterations`` allows (an
+        attribute or a run-time argument); the loop's own
         condition reads the answer from the carried state. The effects
         happen in the original order: test, step, test, ..., the failing
         test (or the last step)."""
@@ -130,11 +132,16 @@ class LoopTranslation:
         csig = sigs.get(cond.arg, Signature())
         bsig = sigs.get(step.arg, Signature())
         carried = self.a.sort(set(csig.writes) | set(bsig.writes))
-        limit = call.attrs.get("max_iterations")
+        # ``max_iterations``: the attribute, or the loop's run-time argument
+        # (translated: ``args``), which the counter takes the dtype of.
+        limit, given = while_limit(call)
+        bound: Expr | None = args[LIMIT_ARG] if given is not None else None
+        dtype = given.checked_type.dtype if given is not None else "int32"
+        limited = limit is not None or bound is not None
         # The carried state: the loop state, the answer of the last test,
         # the iterations run so far (under ``max_iterations``), the cells.
         layout = TupleLayout(
-            "state", "go", ("counter", 0 if limit is None else 1), ("cells", len(carried))
+            "state", "go", ("counter", 1 if limited else 0), ("cells", len(carried))
         )
         # What the test after a step gives: the answer and the cells it wrote.
         tested_layout = TupleLayout("go", ("cells", len(csig.writes)))
@@ -144,14 +151,39 @@ class LoopTranslation:
             test_args = (state,) + tuple(self.current(env, c, call) for c in csig.reads)
             return self.bind_call(tb.var("go"), tb.call(args[cond.arg], test_args), csig, env, tb)
 
+        def test_below(state: Expr, count: Expr, env: dict[str, Expr], tb: LetBuilder) -> Expr:
+            """The test, only while ``count`` is below the limit (else no
+            test: false, the cells as they are), rebinding the cells it
+            writes."""
+            more = tb.emit(tb.call_op("less", count, bound or tb.const(limit)), "more")
+            then_env = dict(env)
+            then_b = tb.child()
+            then_go = test(state, then_env, then_b)
+            then_value = tested_layout.build(
+                then_b, go=then_go, cells=[then_env[c] for c in csig.writes]
+            )
+            else_value = tested_layout.build(
+                tb, go=tb.const(False), cells=[env[c] for c in csig.writes]
+            )
+            tested = tb.emit(tb.if_(more, then_b.finish(then_value), else_value), "tested")
+            go = tested_layout.get(tb, tested, "go")
+            self.rebind(tb, tested, tested_layout, "cells", csig.writes, env)
+            return go
+
         with b.span(span):
             before = dict(sigma)
-            go = b.const(False) if limit == 0 else test(args[shape.init], before, b)
+            zero = b.const(0, dtype)
+            if limit == 0:
+                go = b.const(False)
+            elif bound is not None:  # known at run time: no test if it is 0
+                go = test_below(args[shape.init], zero, before, b)
+            else:
+                go = test(args[shape.init], before, b)
             init = layout.build(
                 b,
                 state=args[shape.init],
                 go=go,
-                counter=[] if limit is None else [b.const(0)],
+                counter=[zero] if limited else [],
                 cells=[before[c] for c in carried],
             )
             init_var = b.emit(init, "init")
@@ -171,24 +203,12 @@ class LoopTranslation:
             out = STEP.get(body, result, "out")
             new_state = STEP.get(body, result, "state", "s")
             count: list[Expr] = []
-            if limit is None:
+            if not limited:
                 next_go = test(new_state, inner, body)
             else:
                 (done,) = layout.get_group(body, carry_var, "counter", ["done"])
-                k = body.emit(body.call_op("add", done, body.const(1)), "k")
-                more = body.emit(body.call_op("less", k, body.const(limit)), "more")
-                then_env = dict(inner)
-                then_b = body.child()
-                then_go = test(new_state, then_env, then_b)
-                then_value = tested_layout.build(
-                    then_b, go=then_go, cells=[then_env[c] for c in csig.writes]
-                )
-                else_value = tested_layout.build(
-                    body, go=body.const(False), cells=[inner[c] for c in csig.writes]
-                )
-                tested = body.emit(body.if_(more, then_b.finish(then_value), else_value), "tested")
-                next_go = tested_layout.get(body, tested, "go")
-                self.rebind(body, tested, tested_layout, "cells", csig.writes, inner)
+                k = body.emit(body.call_op("add", done, body.const(1, dtype)), "k")
+                next_go = test_below(new_state, k, inner, body)
                 count = [k]
             new_carry = layout.build(
                 body,
@@ -210,7 +230,8 @@ class LoopTranslation:
             final = b.emit_get(looped, shape.final, "final")
             state = layout.get(b, final, "state")
             self.rebind(b, final, layout, "cells", carried, sigma)
-            b.bind(var, b.tuple([outputs, state]))
+            rows = [b.emit_get(looped, 2, "count")] if pads(call) else []
+            b.bind(var, b.tuple([outputs, state, *rows]))
 
     def loop_function(
         self: Translator,
