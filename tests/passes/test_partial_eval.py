@@ -157,6 +157,54 @@ def test_while_loops_unroll_only_when_every_condition_is_static():
         assert np.array_equal(want[1][1], got[1][1])
 
 
+def test_run_time_limits_and_padded_while_loops_unroll_as_the_operator_runs():
+    """A max_iterations argument that is a constant unrolls as the
+    attribute would (one that is not keeps the loop); padded outputs
+    unroll to the rows run followed by zeros, with the count."""
+
+    def program(bound: int, limit: str, params: str = "") -> effir.IRModule:
+        return effir.parse(f"""#[version = "0.0.5"]
+        def @main(%x: Tensor[(2), float32]{params}) {{
+          let %m = 3i64;
+          cf.while_loop(fn (%s: (int32, Tensor[(2), float32])) {{ less(%s.0, {bound}) }},
+            fn (%s: (int32, Tensor[(2), float32])) {{
+              let %y = tanh(%s.1);
+              ((%y, %s.0), (add(%s.0, 1), %y))
+            }}, (0, %x){limit})
+        }}""")
+
+    x = np.array([0.5, -1.0], "float32")
+    cases = [
+        (5, ", %m", 3, ()),
+        (2, ", %m", 2, ()),
+        (5, ", %m, pad_outputs=True", 3, ()),
+        (1, ", %m, pad_outputs=True", 1, ()),
+        (0, ", max_iterations=4, pad_outputs=True", 0, ()),
+        (2, ", max_iterations=4, pad_outputs=True", 2, ()),
+        (2, ", %n", None, (np.int64(5),)),
+    ]
+    for bound, limit, steps, more in cases:
+        params = ", %n: int64" if more else ""
+        module = effir.check(program(bound, limit, params))
+        after = effir.check(partial_eval(module))
+        text = effir.astext(after)
+        assert ("cf.while_loop" in text) == (steps is None), text
+        if steps is not None:
+            assert text.count("tanh(") == steps
+        want, got = effir.interpret(module, x, *more), effir.interpret(after, x, *more)
+        assert_same_values(want, got)
+
+
+def assert_same_values(want, got) -> None:
+    if isinstance(want, tuple):
+        assert isinstance(got, tuple) and len(got) == len(want)
+        for w, g in zip(want, got, strict=True):
+            assert_same_values(w, g)
+        return
+    want, got = np.asarray(want), np.asarray(got)
+    assert (want.dtype, want.shape) == (got.dtype, got.shape) and np.array_equal(want, got)
+
+
 def size(module: effir.IRModule) -> int:
     return sum(1 for fn in module.functions.values() for _ in pre_order(fn))
 

@@ -689,10 +689,14 @@ class Gen:
 
     def while_loop(self, out: Type, state: Type, d: int) -> Expr:
         """``cf.while_loop`` with a counter in its state: ``(i, s)`` runs while
-        ``i < N``; has type ``(stacked outs, (int32, state))``."""
+        ``i < N``; has type ``(stacked outs, (int32, state))`` (and, padded,
+        the count after them). ``max_iterations``: none, the attribute, or
+        an argument known at run time (``k`` or ``k + 1``, from data), with
+        the outputs then padded to it when their shape is static."""
         zero_ok = is_static(out)
         limit = self.int_(0 if zero_ok else 1, 3)
-        max_iterations = None if self.flip() else self.int_(0 if zero_ok else 1, 4)
+        mode = self.int_(0, 3)
+        max_iterations = None if mode < 2 else self.int_(0 if zero_ok else 1, 4)
         loop_state = TupleType((I32_SCALAR, state))
         c = self.var("c", loop_state)
         cond = Function(
@@ -707,7 +711,13 @@ class Gen:
         count = call_op("add", TupleGetItem(s, 0), const(1, I32))
         body = Function((s,), Tuple((step_out, Tuple((count, new_state)))))
         init = Tuple((const(0, I32), self.gen(state, d)))
-        return call_op("cf.while_loop", cond, body, init, max_iterations=max_iterations)
+        if mode != 1:
+            return call_op("cf.while_loop", cond, body, init, max_iterations=max_iterations)
+        k = const(self.int_(0 if zero_ok else 1, 3), "int64")
+        data = call_op("greater", self.gen(TensorType((), F32), d), const(0.0, F32))
+        bound = call_op("add", k, call_op("cast", data, dtype="int64"))
+        pad = zero_ok and self.flip()
+        return call_op("cf.while_loop", cond, body, init, bound, pad_outputs=pad)
 
     # type-specific productions
     def p_tuple(self, t: Type, d: int) -> Expr:

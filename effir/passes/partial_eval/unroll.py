@@ -17,6 +17,7 @@ from ...ir.builder import LetBuilder
 from ...ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
 from ...ir.op import get_op, op_def
 from ...ir.types import TensorType, TupleType, Type
+from ...ops.control import LIMIT_ARG, pads, while_limit
 from .static import fold, fold_tuple, leading_length
 from .values import MAX_INLINE, MAX_UNROLL, PV, Entry, LocalRef, RefId
 
@@ -82,7 +83,12 @@ class Unrolling:
         result_type = call.checked_type
         if cond is None or body is None or not isinstance(result_type, TupleType):
             return None
-        limit = call.attrs["max_iterations"]
+        limit, given = while_limit(call)
+        if given is not None:  # a run-time max_iterations: only a constant one unrolls
+            value = args[LIMIT_ARG].const
+            if value is None or value.shape != () or int(value) < 0:
+                return None  # (a negative one fails when the loop runs, as it should)
+            limit = int(value)
         saved = (self.store, set(self.escaped), self.budget)
         self.store = self.snapshot()
         trial = LetBuilder()
@@ -103,12 +109,39 @@ class Unrolling:
             outputs.append(self.project(step, 0, trial))
             state = self.project(step, 1, trial)
         stacked = self.stack_or_empty(outputs, result_type.fields[0], trial)
+        if stacked is not None and pads(call):
+            assert limit is not None  # the type relation requires it
+            stacked = self.pad_rows(stacked, limit - len(outputs), result_type.fields[0], trial)
         if stacked is None:
             return self.abandon(saved)
         out.bindings.extend(trial.bindings)
-        return self.emit(
-            Var("while"), Tuple((stacked.atom, state.atom)), out, fields=(stacked, state)
-        )
+        fields: tuple[PV, ...] = (stacked, state)
+        if pads(call):
+            count = np.asarray(len(outputs), np.int64)
+            fields += (PV(Constant(count, span=call.span), const=count),)
+        return self.emit(Var("while"), Tuple(tuple(f.atom for f in fields)), out, fields=fields)
+
+    def pad_rows(
+        self: PartialEvaluator, stacked: PV, rows: int, stacked_type: Type, out: LetBuilder
+    ) -> PV | None:
+        """A padded while_loop's ``stacked`` outputs followed by ``rows``
+        rows of zeros (None where a per-step shape is not static)."""
+        if rows == 0:
+            return stacked
+        if isinstance(stacked_type, TupleType):
+            parts = [
+                self.pad_rows(self.project(stacked, i, out), rows, f, out)
+                for i, f in enumerate(stacked_type.fields)
+            ]
+            return None if None in parts else self.tuple_of(parts, out)  # type: ignore[arg-type]
+        if not isinstance(stacked_type, TensorType):
+            return None
+        shape = stacked_type.shape[1:]
+        if not all(isinstance(d, int) for d in shape):
+            return None
+        zeros = np.zeros((rows, *shape), dtype=stacked_type.dtype)
+        padding = PV(Constant(zeros), const=zeros)
+        return self.apply("concatenate", [self.tuple_of([stacked, padding], out)], {}, out, None)
 
     def abandon(
         self: PartialEvaluator, saved: tuple[dict[RefId, Entry], set[LocalRef], int]
