@@ -70,6 +70,7 @@ from ....ir.expr import Call, Expr, Function, Var
 from ....ir.printer import astext
 from ....ir.types import ANY, TensorType, TupleType, Type
 from ....ir.visitor import free_vars
+from ....ops.control import pads, while_limit
 from ..kernel.checks import collecting_checks
 from ..kernel.primitive import leaves
 from ..loop import LoweredLoop, lower_loop
@@ -413,10 +414,15 @@ class LoopLowering:
         return emit(relax.Tuple([self._rebuild(out_type, iter(stacked)), final[0]]), name)
 
     def _while_loop(self, call: Call, env: dict[Var, Any], name: str) -> Any:
-        """[RULE VMLOOP] ``cf.while_loop(cond, body, init)`` in the VM: the
-        condition before each step, the outputs in buffers that double
-        when full, cut to the steps run."""
-        cond_arg, body_arg, init_arg = call.args
+        """[RULE VMLOOP] ``cf.while_loop(cond, body, init[, limit])`` in the
+        VM: the condition before each step, the outputs in buffers that
+        double when full, cut to the steps run. [RULE PAD] Padded
+        (``pad_outputs``), the buffers have ``max_iterations`` rows from
+        the start, zeros, never grow and are not cut; the count of steps
+        run is the third field. ``max_iterations`` known at run time (the
+        fourth argument) is read once, checked ``>= 0`` as the interpreter
+        checks it [RULE CHECK], and is the count limit of the levels."""
+        cond_arg, body_arg, init_arg = call.args[:3]
         self._needs_static([a.checked_type for a in call.args] + [call.checked_type])
         cond = self._literal(cond_arg, env, call)
         body = self._literal(body_arg, env, call)
@@ -442,10 +448,19 @@ class LoopLowering:
         def advance(count: Any, carried: list[Any], fixed: list[Any]) -> tuple[Any, list[Any]]:
             inner = {**scope(fixed), body.params[0]: carried[0]}
             with self._at_depth(fixed, depth):
-                return self._step(body, inner, count, carried, out_type, outs, grow=True)
+                return self._step(body, inner, count, carried, out_type, outs, grow=not padded)
 
-        limit = call.attrs.get("max_iterations")
-        first = int(limit) if limit is not None and 0 < limit <= 64 else 16
+        limit, given = while_limit(call)
+        padded = pads(call)
+        if given is not None:
+            top, rows = self._run_time_limit(call, self._atom(given, env), given.checked_type)
+        else:
+            top = _int64(int(limit)) if limit is not None else _int64(int(NO_LIMIT))
+            rows = limit
+        if padded:  # [RULE PAD] every row there is, from the start
+            first = rows
+        else:
+            first = int(limit) if limit is not None and 0 < limit <= 64 else 16
         steps = _Steps(
             carried=[
                 self._atom(init_arg, env),
@@ -457,15 +472,31 @@ class LoopLowering:
             advance=advance,
             depth=depth,
         )
-        top = _int64(int(limit)) if limit is not None else _int64(int(NO_LIMIT))
         count, final = self._levels(steps, top, "while")
-        n = self._size_of(count)
+        n = rows if padded else self._size_of(count)
         stacked = []
         for buf, leaf in zip(final[1:], outs, strict=True):
             c = int(np.prod(leaf.shape, dtype=np.int64))
-            cut = self._executor_call("prefix", leaf.dtype, [buf], [n, c])
-            stacked.append(emit(self._reshape(cut, [n, *[int(d) for d in leaf.shape]])))
-        return emit(relax.Tuple([self._rebuild(out_type, iter(stacked)), final[0]]), name)
+            if not padded:
+                buf = self._executor_call("prefix", leaf.dtype, [buf], [n, c])
+            stacked.append(emit(self._reshape(buf, [n, *[int(d) for d in leaf.shape]])))
+        fields = [self._rebuild(out_type, iter(stacked)), final[0]]
+        return emit(relax.Tuple(fields + ([count] if padded else [])), name)
+
+    def _run_time_limit(self, call: Call, value: Any, t: Type) -> tuple[Any, Any]:
+        """A ``max_iterations`` given at run time (an integer scalar of any
+        integer dtype): as an ``int64`` scalar tensor (the levels' count
+        limit) and as a shape variable, checked ``>= 0`` [RULE CHECK]. An
+        unsigned 64-bit value is capped at ``NO_LIMIT`` first, so that it
+        stays positive as an ``int64``."""
+        assert isinstance(t, TensorType)
+        emit = self.bb.emit
+        if t.dtype == "uint64":
+            value = emit(relax.op.minimum(value, relax.const(np.uint64(NO_LIMIT), "uint64")))
+        top = emit(relax.op.astype(value, "int64")) if t.dtype != "int64" else value
+        rows = self._size_of(top)
+        self._check_shape(call, rows >= 0, "max_iterations must be >= 0, got {}", [rows])
+        return top, rows
 
     def _step(
         self,
@@ -478,7 +509,8 @@ class LoopLowering:
         grow: bool,
     ) -> tuple[Any, list[Any]]:
         """One step of a VM loop: the body, its outputs written to row
-        ``count`` of the buffers (doubled first when full, if ``grow``)."""
+        ``count`` of the buffers (doubled first when full, if ``grow``: a
+        padded while_loop's never are [RULE PAD])."""
         emit = self.bb.emit
         step = self.drive(self._chain(body.body, env))
         out = emit(relax.TupleGetItem(step, 0))
