@@ -28,6 +28,7 @@ from .cotangent import current_adts
 from .differentiator import CHECKPOINTS, Differentiator
 from .entry import build_grad
 from .specialise import specialise_function_arguments
+from .unpad import unpad_while_loops
 
 
 def grad_module(
@@ -58,6 +59,8 @@ def grad_module(
         # what partial evaluation left higher-order: a closure passed to a
         # recursive function (specialise.py)
         module = specialise_function_arguments(module, entry)
+    # a padded while_loop as its exact loop and the padding (unpad.py)
+    module = unpad_while_loops(check(module))
     check(module)
     # A typed copy whose nodes the gradient functions take over, so that
     # the module's own functions stay as they are.

@@ -182,10 +182,14 @@ class _Loop:
     def __init__(self, rev: Reverse, var: Var, call: Call) -> None:
         self.rev, self.ad, self.var, self.call = rev, rev.ad, var, call
         self.foreach = call.callee.name == "cf.foreach"
+        # a while_loop's max_iterations given at run time: passed on to
+        # every loop rebuilt from it (an integer: it has no cotangent)
+        self.limit: tuple[Expr, ...] = ()
         if self.foreach:
             body, self.xs, self.init = call.args
         else:
-            self.cond, body, self.init = call.args
+            self.cond, body, self.init, *limit = call.args
+            self.limit = tuple(limit)
         self.body = self._resolve(body)
         # a let-bound closure, which may be the body of several loops
         self.shared = not isinstance(body, Function)
@@ -236,7 +240,7 @@ class _Loop:
         if self.foreach:
             args = (body, self.xs if xs is None else xs, self.init)
         else:
-            args = (self.cond, body, self.init)
+            args = (self.cond, body, self.init, *self.limit)
         return b.emit(Call(self.call.callee, args, self.call.attrs, span=self.span), "loop")
 
     def bind_result(self, b: LetBuilder, loop: Var) -> tuple[Var, list[Var], Var]:
@@ -553,7 +557,10 @@ class _Loop:
         which the reverse loop pops."""
         init = b.emit(b.tuple([self.init, keytape.empty(b, self.ad.tape_data())]), "init")
         body = self.storing_body(b)
-        args = (body, self.xs, init) if self.foreach else (self._tape_cond(), body, init)
+        if self.foreach:
+            args: tuple[Expr, ...] = (body, self.xs, init)
+        else:
+            args = (self._tape_cond(), body, init, *self.limit)
         loop = b.emit(Call(self.call.callee, args, self.call.attrs, span=self.span), "loop")
         stacked = b.emit_get(loop, 0, "stacked")
         outs = b.emit_get(stacked, 0, "outs")

@@ -235,7 +235,7 @@ def sqrt_while(loop, b: LetBuilder) -> None:
     the backward reruns it in segments from the initial carry."""
     counted = _counting_body(loop, b)
     start = b.emit(b.tuple([loop.init, b.const(0, "int64")]), "init")
-    args = (loop._tape_cond(), counted, start)
+    args = (loop._tape_cond(), counted, start, *loop.limit)
     run = b.emit(Call(loop.call.callee, args, loop.call.attrs, span=loop.span), "loop")
     outs = b.emit_get(run, 0, "outs")
     final_pair = b.emit_get(run, 1, "final")
