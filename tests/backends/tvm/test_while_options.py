@@ -153,3 +153,37 @@ def test_a_padded_loop_with_a_run_time_limit_runs_on_the_gpu() -> None:
         print("ok")
         """
     ).check()
+
+
+EFFECTFUL = """#[version = "0.0.5"]
+global @rng: Ref[Key] = ref(random.key(0));
+def @main(%x: Tensor[(4), float32], %m: int64) {
+  let %cond = fn (%s: Tensor[(4), float32]) {
+    let %d = nn.dropout(%s, @rng);
+    debug.print(%d, label="test");
+    less(sum(%d), 12f)
+  };
+  let %body = fn (%s: Tensor[(4), float32]) {
+    let %y = nn.dropout(%s, @rng, rate=0.25f);
+    (%y, add(%y, 1f))
+  };
+  cf.while_loop(%cond, %body, %x, %m, pad_outputs=True)
+}
+"""
+
+
+def test_a_condition_that_draws_under_a_run_time_limit_compiles_as_interpreted() -> None:
+    """State passing moves the drawing condition into the step, tested
+    only below the run-time limit; compiled, the results, the key and the
+    prints are the interpreter's, call after call from one State."""
+    run_isolated(
+        f"""
+        import numpy as np, effir
+        from tests.backends.tvm.test_compile import assert_same_run
+        module = effir.check(effir.parse({EFFECTFUL!r}))
+        x = np.linspace(-1, 1, 4, dtype=np.float32)
+        for m in (0, 1, 3, 20):
+            assert_same_run(module, x, np.int64(m), steps=2)
+        print("ok")
+        """
+    ).check()
