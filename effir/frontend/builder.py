@@ -497,10 +497,12 @@ def while_loop(
         cond_f, step_f = emit(cond_f, "cond"), emit(step_f, "body")
     args: tuple[Any, ...] = (cond_f, step_f, init)
     attrs: dict[str, Any] = {"pad_outputs": pad_outputs}
-    if isinstance(max_iterations, Expr):
-        args += (max_iterations,)  # known at run time: the loop's fourth argument
-    elif max_iterations is not None:
-        attrs["max_iterations"] = int(np.asarray(to_value(max_iterations)))
+    if isinstance(max_iterations, Expr | np.ndarray):
+        args += (max_iterations,)  # a value: the loop's fourth argument
+    elif max_iterations is not None:  # an int: the attribute (the registry checks it)
+        attrs["max_iterations"] = (
+            int(max_iterations) if isinstance(max_iterations, np.integer) else max_iterations
+        )
     result = apply_op("cf.while_loop", args, attrs)
     rows = attrs.get("max_iterations", "?") if pad_outputs else "?"
     _loop_hint(result, holder[0], rows, init, counted=pad_outputs)
@@ -613,9 +615,12 @@ def _stacked_type(out: Any) -> Type | None:
 
 def _while_eager(cond_fn, body, init, max_iterations, outputs, pad_outputs):
     """The loop run in Python, as the operator's numpy rule runs it."""
-    limit = None if max_iterations is None else int(np.asarray(to_value(max_iterations)))
-    if limit is not None and limit < 0:
-        raise EvalError(f"cf.while_loop: max_iterations must be >= 0, got {limit}", current_span())
+    from ..ops.control import run_time_limit
+
+    try:
+        limit = None if max_iterations is None else run_time_limit(to_value(max_iterations))
+    except OpFailure as err:
+        raise EvalError(f"cf.while_loop: {err}", current_span()) from None
     if pad_outputs and limit is None:
         raise FrontendError(
             "pad_outputs pads the outputs to max_iterations rows: give max_iterations",

@@ -10,6 +10,7 @@ from ..ir import type_tree
 from ..ir.node import Attrs
 from ..ir.op import AttrSpec, op_def, register_op
 from ..ir.types import ANY, Dim, FuncType, IncompleteType, TensorType, TupleType, Type
+from ..runtime.values import describe_value
 from .relations import (
     NotReady,
     OpFailure,
@@ -228,17 +229,22 @@ type, or how to find it (the interpreter types an unchecked module only
 then)."""
 
 
-def _finish(outs: list[Any], state: Any, out_type: OutputType) -> tuple[Any, Any]:
-    if outs:
-        return (_stack_outputs(outs), state)
+def _output_type(out_type: OutputType, what: str) -> Type:
+    """The stacked outputs' type a loop that ran zero times needs (for
+    ``what``), found now if it was not given."""
     if callable(out_type):
         out_type = out_type()
     if out_type is None:
         raise OpFailure(
-            "the loop ran zero times and the program does not type-check, so the empty "
-            "output's type is unknown"
+            f"the loop ran zero times and the program does not type-check, so {what} is unknown"
         )
-    return (empty_outputs(out_type), state)
+    return out_type
+
+
+def _finish(outs: list[Any], state: Any, out_type: OutputType) -> tuple[Any, Any]:
+    if outs:
+        return (_stack_outputs(outs), state)
+    return (empty_outputs(_output_type(out_type, "the empty output's type")), state)
 
 
 @numpy_rule("cf.foreach")
@@ -251,14 +257,25 @@ def _foreach_numpy(args: tuple[Any, ...], attrs: Attrs, out_type: OutputType = N
     return _finish(outs, state, out_type)
 
 
+def run_time_limit(value: Any) -> int:
+    """A ``max_iterations`` argument's value (the type relation checks its
+    type; an unchecked program meets these checks here)."""
+    array = np.asarray(value)
+    if array.shape != () or array.dtype.kind not in "iu":
+        raise OpFailure(f"max_iterations must be an integer scalar, got {describe_value(value)}")
+    limit = int(array)
+    if limit < 0:
+        raise OpFailure(f"max_iterations must be >= 0, got {limit}")
+    return limit
+
+
 @numpy_rule("cf.while_loop")
 def _while_numpy(args: tuple[Any, ...], attrs: Attrs, out_type: OutputType = None):
     cond, body, state, *given = args
-    limit = attrs["max_iterations"]
-    if given:
-        limit = int(np.asarray(given[0]))
-        if limit < 0:
-            raise OpFailure(f"max_iterations must be >= 0, got {limit}")
+    limit = run_time_limit(given[0]) if given else attrs["max_iterations"]
+    pad = attrs["pad_outputs"]
+    if pad and limit is None:
+        raise OpFailure("pad_outputs pads the outputs to max_iterations rows: give max_iterations")
     outs = []
     while limit is None or len(outs) < limit:
         go = yield (cond, (state,))
@@ -266,22 +283,14 @@ def _while_numpy(args: tuple[Any, ...], attrs: Attrs, out_type: OutputType = Non
             break
         out, state = yield (body, (state,))
         outs.append(out)
-    if not attrs["pad_outputs"]:
+    if not pad:
         return _finish(outs, state, out_type)
-    assert limit is not None  # the type relation requires it
-    count = len(outs)
+    assert limit is not None
     if outs:
-        stacked = _padded(_stack_outputs(outs), limit - count)
-    else:  # the shape of the rows of zeros from the type
-        if callable(out_type):
-            out_type = out_type()
-        if out_type is None:
-            raise OpFailure(
-                "the loop ran zero times and the program does not type-check, so the "
-                "padding rows' shape is unknown"
-            )
-        stacked = empty_outputs(out_type, limit)
-    return (stacked, state, np.asarray(count, np.int64))
+        stacked = _padded(_stack_outputs(outs), limit - len(outs))
+    else:  # the rows of zeros shaped by the type
+        stacked = empty_outputs(_output_type(out_type, "the padding rows' shape"), limit)
+    return (stacked, state, np.asarray(len(outs), np.int64))
 
 
 def _padded(stacked: Any, rows: int) -> Any:

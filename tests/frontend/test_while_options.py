@@ -65,3 +65,19 @@ def test_padding_without_outputs_and_a_negative_eager_limit_are_refused() -> Non
         effir.while_loop(lambda s: s < 3, lambda s: s + 1, np.int32(0), 4, pad_outputs=True)
     with pytest.raises(effir.EvalError, match="max_iterations must be >= 0, got -1"):
         limited(np.int32(2), np.int64(-1))
+
+
+def test_a_max_iterations_that_is_not_an_integer_is_refused_eagerly_and_traced() -> None:
+    s = Tensor[(), "int32"]
+    with pytest.raises(effir.EvalError, match="max_iterations must be an integer scalar"):
+        effir.while_loop(lambda s: s < 3, lambda s: s + 1, np.int32(0), 2.5)
+    with pytest.raises(effir.FrontendError, match="'max_iterations' expects an integer"):
+        effir.trace(lambda x: effir.while_loop(lambda s: s < 3, lambda s: s + 1, x, 2.5), s)
+    traced = effir.trace(lambda x: effir.while_loop(lambda s: s < 9, lambda s: s + 1, x, 4), s)
+    assert "max_iterations=4" in effir.astext(traced.module)
+    # a numpy value is a constant argument, checked when the program runs
+    held = effir.trace(
+        lambda x: effir.while_loop(lambda s: s < 9, lambda s: s + 1, x, np.asarray(-1)), s
+    )
+    with pytest.raises(effir.EvalError, match="max_iterations must be >= 0, got -1"):
+        held.interpret(np.int32(0))

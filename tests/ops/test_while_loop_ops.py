@@ -150,3 +150,20 @@ def test_a_padded_loop_that_ran_zero_times_is_all_padding() -> None:
     assert_same(outs, (np.zeros(4, np.float32), np.zeros(4, np.int32)))
     assert_same(count, np.int64(0))
     assert_same(final, (np.int32(0), np.float32(1)))
+
+
+@pytest.mark.parametrize(
+    ("limit", "params", "args", "message"),
+    [
+        (", pad_outputs=True", "", (), "pad_outputs pads the outputs to max_iterations rows"),
+        (", %m", ", %m: float32", (np.float32(2),), "max_iterations must be an integer scalar"),
+    ],
+)
+def test_an_unchecked_program_meets_the_same_checks_when_it_runs(limit, params, args, message):
+    """The interpreter runs programs nobody type-checked: the operator's
+    numpy rule refuses what the type relation would have."""
+    module = effir.parse(program(limit, params), source_name="w.effir")
+    with pytest.raises(effir.EvalError) as err:
+        effir.interpret(module, np.float32(1), np.int32(3), *args)
+    assert err.value.message.startswith(f"cf.while_loop: {message}")
+    assert err.value.location == "w.effir:5:3"
