@@ -18,6 +18,7 @@ naming ``effir.cond``/``effir.while_loop``.
 
 from __future__ import annotations
 
+import linecache
 import os
 import sys
 import threading
@@ -132,14 +133,34 @@ def _no_conversion(kind: str):
 
 
 _COMPARISONS = {"__eq__": ("==", "equal"), "__ne__": ("!=", "not_equal")}
-_EFFIR_CODE: dict[str, bool] = {}  # file name -> inside effir's own package
+_ORIGIN: dict[str, str] = {}  # file name -> "effir", "user" or "generated"
 
 
-def _from_effir(filename: str) -> bool:
-    inside = _EFFIR_CODE.get(filename)
-    if inside is None:
-        inside = _EFFIR_CODE[filename] = os.path.abspath(filename).startswith(PACKAGE + os.sep)
-    return inside
+def _origin(filename: str) -> str:
+    """Whose code a file is: effir's own package, the user's, or generated
+    without a source (a dataclass's ``__eq__``), which compares on its
+    caller's behalf."""
+    origin = _ORIGIN.get(filename)
+    if origin is None:
+        if os.path.abspath(filename).startswith(PACKAGE + os.sep):
+            origin = "effir"
+        elif filename.startswith("<") and not linecache.getlines(filename):
+            origin = "generated"
+        else:
+            origin = "user"
+        _ORIGIN[filename] = origin
+    return origin
+
+
+def _compared_by_user(frame: Any) -> bool:
+    """Whether the comparison made in ``frame`` is the user's (generated
+    code is its caller's)."""
+    while frame is not None:
+        origin = _origin(frame.f_code.co_filename)
+        if origin != "generated":
+            return origin == "user"
+        frame = frame.f_back
+    return False
 
 
 def _comparison(method: str):
@@ -150,7 +171,7 @@ def _comparison(method: str):
     negate = method == "__ne__"
 
     def compare(self: Expr, other: Any) -> bool:
-        if tracing() and not _from_effir(sys._getframe(1).f_code.co_filename):
+        if tracing() and _compared_by_user(sys._getframe(1)):
             raise FrontendError(
                 f"`{symbol}` on an effir value being built compares the IR nodes, not the "
                 "values: its Python bool would fix one branch of the program",

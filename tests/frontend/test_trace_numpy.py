@@ -184,3 +184,24 @@ def test_equality_stays_identity_outside_building_and_inside_effir() -> None:
     assert {a: 1, b: 2}[b] == 2 and [a, b].index(b) == 1
     traced = effir.trace(lambda a, b: effir.op.equal(a, b), S, S)
     assert traced.interpret(np.float32(1), np.float32(1)) == np.True_
+
+
+def test_generated_comparisons_compare_for_their_caller() -> None:
+    """A dataclass's generated ``__eq__`` (code without a source) compares
+    nodes on its caller's behalf: called by user code while building, the
+    comparison is the user's, and refused."""
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class Pair:
+        left: object
+        right: object
+
+    def f(x: S, y: S):
+        same = Pair(x, x) == Pair(x, y)  # the generated __eq__ compares x with y
+        return effir.cond(same, lambda: x, lambda: y)
+
+    with pytest.raises(effir.FrontendError, match="effir.op.equal"):
+        effir.trace(f)
+    a, b = effir.var("a", S), effir.var("b", S)
+    assert Pair(a, a) != Pair(a, b)  # outside building: identity, as before
