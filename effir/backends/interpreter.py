@@ -71,6 +71,7 @@ from ..ir.functor import on
 from ..ir.module import IRModule
 from ..ir.node import Node
 from ..ir.op import OpDef, op_def
+from ..ir.program import missing_entry, resolve
 from ..ir.types import TensorType, TupleType, Type
 from ..ops.effects import WORLD
 from ..ops.relations import OpFailure
@@ -178,17 +179,19 @@ def print_sink(label: str, value: Any) -> None:
 
 
 def interpret(
-    module: IRModule,
+    module: IRModule | Any,
     /,
     *args: Any,
-    entry: str = "main",
+    entry: str | None = None,
     state: State | None = None,
     sink: Sink | None = None,
     kernels: Mapping[Function | Call, Callable[..., Any]] | None = None,
     **named: Any,
 ) -> Any:
     """Run ``@entry`` on ``args`` (and ``named`` arguments, by parameter
-    name) and return its result.
+    name) and return its result. ``module`` is a module (``@main`` by
+    default) or a function made by ``@effir.script``/``effir.trace`` (its
+    own function by default: ir/program.py).
 
     ``state`` holds the global cells and is updated in place, all or
     nothing, one call at a time (a fresh one from the declarations when
@@ -199,17 +202,18 @@ def interpret(
     effir/runtime/arguments.py; run-time errors are ``effir.EvalError``
     naming the operator and the source location."""
     check_call_options(entry, state, sink, State)
+    module, name = resolve(module, entry, EvalError, "effir.interpret")
     if state is None:
         state = State(module)
     with state.transaction():  # all or nothing, one call at a time (state.py)
-        return Interpreter(module, state, sink, kernels).call_global(entry, args, named)
+        return Interpreter(module, state, sink, kernels).call_global(name, args, named)
 
 
 def interpret_a2(
-    module: IRModule,
+    module: IRModule | Any,
     /,
     *args: Any,
-    entry: str = "main",
+    entry: str | None = None,
     state: State | None = None,
     sink: Sink | None = None,
     kernels: Mapping[Function | Call, Callable[..., Any]] | None = None,
@@ -224,11 +228,9 @@ def interpret_a2(
     ``interpret_a2(a2, *args, state=s2)`` then compare result for result and
     state for state."""
     check_call_options(entry, state, sink, State)
+    module, name = resolve(module, entry, EvalError, "effir.interpret")
     if state is None:
         state = State(module)
-    name = entry.removeprefix("@")
-    if name not in module.functions:
-        raise EvalError(f"the module has no function @{name}")
     fn = module.functions[name]
     state_in, state_out = (state_cells(fn, a, name) for a in ("state_in", "state_out"))
     unknown = [c for c in (*state_in, *state_out) if c != WORLD and c not in state.cells]
@@ -295,8 +297,7 @@ class Interpreter(Evaluator):
     ) -> Any:
         name = name.removeprefix("@")
         if name not in self.module.functions:
-            known = ", ".join("@" + n for n in self.module.functions) or "none"
-            raise EvalError(f"the module has no function @{name} (functions: {known})")
+            raise EvalError(missing_entry(self.module, name))
         closure = self._global(name)
         fn = closure.function
         bound = bind_arguments(f"@{name}", [p.name_hint for p in fn.params], args, named or {})

@@ -236,7 +236,7 @@ def check_call_options(entry: Any, state: Any, sink: Any, state_type: type) -> N
     """The keyword options of a call (``entry``, ``state``, ``sink``), which
     a parameter of the same name cannot be given by: it is passed by
     position (a mistake here would otherwise surface deep inside the call)."""
-    if not isinstance(entry, str):
+    if entry is not None and not isinstance(entry, str):
         raise ArgumentError(
             f"entry= names the function to run, got {_describe(entry)} (a parameter named "
             "entry is passed by position)"
