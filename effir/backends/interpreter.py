@@ -72,7 +72,7 @@ from ..ir.module import IRModule
 from ..ir.node import Node
 from ..ir.op import OpDef, op_def
 from ..ir.program import missing_entry, resolve
-from ..ir.types import TensorType, TupleType, Type
+from ..ir.types import TensorType, TupleType, Type, TypeCall
 from ..ops.effects import WORLD
 from ..ops.relations import OpFailure
 from ..runtime.arguments import (
@@ -82,7 +82,7 @@ from ..runtime.arguments import (
     convert_argument,
 )
 from ..runtime.limits import static_bytes, too_large
-from ..runtime.values import ADTValue, RefValue, describe_value
+from ..runtime.values import ADTValue, RefValue, adt_value, describe_value
 from .state import State
 
 Sink = Callable[[str, Any], None]
@@ -301,10 +301,18 @@ class Interpreter(Evaluator):
         closure = self._global(name)
         fn = closure.function
         bound = bind_arguments(f"@{name}", [p.name_hint for p in fn.params], args, named or {})
+        adts = self.module.type_defs
         converted = tuple(
-            convert_argument(a, p.type_annotation, f"argument %{p.name_hint} of @{name}")
+            convert_argument(a, p.type_annotation, f"argument %{p.name_hint} of @{name}", adts)
             for p, a in zip(fn.params, bound, strict=True)
         )
+        # ADT arguments are checked through and through once, here (as a
+        # compiled entry checks them); calls inside check their own level
+        dims: dict[str, int] = {}
+        for p, value in zip(fn.params, converted, strict=True):
+            if isinstance(p.type_annotation, TypeCall):
+                where = f"parameter %{p.name_hint} of @{name}"
+                check_argument(value, p.type_annotation, dims, where, p.span, adts)
         return self.drive(self._apply(closure, converted, None))
 
     def evaluate(self, expr: Expr) -> Any:
@@ -396,14 +404,14 @@ class Interpreter(Evaluator):
                 return self._call_simple_op(expr, definition, tuple(args))
             return (yield self._run_control_flow(expr, definition, tuple(args), env))
         if isinstance(callee, Constructor):
-            return ADTValue(callee.name, tuple(args))
+            return adt_value(callee.adt, callee.name, tuple(args))
         fn = (
             self._atom(callee, env)
             if isinstance(callee, ATOM_TYPES)
             else (yield self.eval(callee, env))
         )
         if isinstance(fn, ConstructorFunction):
-            return ADTValue(fn.constructor.name, tuple(args))
+            return adt_value(fn.constructor.adt, fn.constructor.name, tuple(args))
         if not isinstance(fn, Closure):
             raise EvalError(f"calling a value that is not a function: {fn!r}", expr.span)
         kernel = self.kernels.get(fn.function) if self.kernels else None

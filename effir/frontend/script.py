@@ -91,9 +91,11 @@ def convert_module(entry: ScriptFunction) -> IRModule:
     context.need(entry)
     while context.pending:
         sf = context.pending.pop()
-        fn, cells = Converter(sf, context).convert()
+        converter = Converter(sf, context)
+        fn, cells = converter.convert()
         mb.add_function(sf.name, fn)
         mb.add_cells_of(cells)
+        mb.add_type_defs(converter.adts)
     return mb.get()
 
 
