@@ -43,7 +43,15 @@ from ..relax.pipeline import relax_pipeline
 from ..relax.types import NeedsStatic, static
 from ..runtime.errors import BackendError, CompileError, build_failure, run_time_error
 from ..runtime.printing import printing_to
-from ..runtime.signature import Dims, Signature, TensorSpec, TupleSpec, call_entry, spec_of
+from ..runtime.signature import (
+    Dims,
+    Signature,
+    TensorSpec,
+    TupleSpec,
+    adt_defs,
+    call_entry,
+    spec_of,
+)
 from ..runtime.stack import runner
 from ..runtime.thread_vms import ThreadVMs
 from ..target import building, make_target
@@ -279,11 +287,14 @@ class CompiledModule:
         if known is not None:
             return known
         fn = self._entry(entry)
+        params = tuple((p.name_hint, spec_of(p.checked_type)) for p in fn.params)
+        result = spec_of(fn.body.checked_type)
         made = self._signatures[entry] = Signature(
-            tuple((p.name_hint, spec_of(p.checked_type)) for p in fn.params),
+            params,
             tuple(fn.attrs.get("state_in", ())),
             tuple(fn.attrs.get("state_out", ())),
-            spec_of(fn.body.checked_type),
+            result,
+            adt_defs(self.module.type_defs, [*(s for _, s in params), result]),
         )
         return made
 
