@@ -175,9 +175,10 @@ class _Specialiser:
 
     def _typed(self, name: str) -> None:
         """Type ``@name`` on its own (its calls' argument types decide the
-        bindings of its callees), against the module's signatures."""
-        module = IRModule(self.functions, self.module.type_defs, self.module.cells)
-        infer_expr(self.functions[name], module)
+        bindings of its callees), against the input module's signatures:
+        a copy still calls the functions it was copied from (its calls are
+        redirected after), so no module is rebuilt per copy."""
+        infer_expr(self.functions[name], self.module)
 
 
 class _Calls(Mutator):
