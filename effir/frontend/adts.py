@@ -80,10 +80,11 @@ class AdtInfo:
         self.name = name
         self.type_params = type_params
         self.namespace = namespace  # where string annotations are evaluated
-        self.constructors: list[type[ADTValue]] = []
+        self.constructors: list[ConstructorClass] = []
         self._data: TypeData | None = None
         self._annotations: dict[str, tuple[Any, ...]] = {}
         self.load: Callable[[], TypeData] | None = None  # a definition made elsewhere
+        self.pyclass: type | None = None  # the decorated class
 
     # ------------------------------------------------------------ the type
     def type_call(self, args: tuple[Type, ...] = ()) -> TypeCall:
@@ -110,9 +111,9 @@ class AdtInfo:
             for cls in self.constructors:
                 inputs = tuple(
                     substitute(self._field_type(a, cls), own)
-                    for a in self._annotations[cls.ir_name]  # type: ignore[attr-defined]
+                    for a in self._annotations[cls.ir_name]
                 )
-                constructors.append(Constructor(cls.ir_name, inputs, self.name))  # type: ignore[attr-defined]
+                constructors.append(Constructor(cls.ir_name, inputs, self.name))
             self._data = TypeData(self.name, params, tuple(constructors))
         return self._data
 
@@ -129,7 +130,8 @@ class AdtInfo:
         quoted ``"Tree"`` the string ``'"Tree"'``)."""
         where = f"a field of {self.name}.{cls.__name__}"
         scope = {**self.namespace, **{p: p for p in self.type_params}}
-        scope.setdefault(self.name, self.pyclass)
+        if self.pyclass is not None:
+            scope.setdefault(self.name, self.pyclass)
         for _ in range(2):
             if not isinstance(annotation, str):
                 break
@@ -148,9 +150,6 @@ class AdtInfo:
                     hint="name a type defined at module level, or the type itself in quotes",
                 ) from None
         return as_field_type(annotation, where)
-
-    # ---------------------------------------------------------- declaring
-    pyclass: type
 
 
 def as_field_type(spec: Any, where: str) -> Type:

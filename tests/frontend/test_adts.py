@@ -377,6 +377,30 @@ MATCH_ERRORS = [
     (
         """
         def f(t: Shape, x: VEC) -> VEC:
+            match t:
+                case Shape.Node(l, left=r):  # <-
+                    return x
+                case _:
+                    return x
+        """,
+        "the field left of Shape.Node is matched twice",
+        None,
+    ),
+    (
+        """
+        def f(t: Shape, x: VEC) -> VEC:
+            match t:
+                case Shape.Leaf(v):  # <-
+                    y = v
+                case _:
+                    return x
+        """,
+        "this case of the match does not return a value",
+        "return in every case (or after the match)",
+    ),
+    (
+        """
+        def f(t: Shape, x: VEC) -> VEC:
             match t:  # <-
                 case Shape.Leaf(v):
                     y = v
@@ -482,6 +506,23 @@ def test_adt_arguments_are_converted_and_checked(scripted):
         effir.interpret(scripted["total"], Shape.Node(Shape.Leaf(np.ones(2, "int32")), TREE))
     with pytest.raises(effir.ArgumentError, match=r"expects Tensor\[\(2\), float32\], got"):
         effir.interpret(scripted["total"], Shape.Leaf(np.ones(3, F32)))
+    plain = effir.runtime.values.ADTValue("Leaf", ())
+    with pytest.raises(effir.ArgumentError, match=r"expects Shape: Leaf has 1 field\(s\), got 0"):
+        effir.interpret(scripted["total"], plain)
+
+
+def test_a_value_of_an_undeclared_type_is_not_a_constant():
+    ns = define(
+        """
+        from tests.frontend.test_adts import VEC
+        stray = effir.runtime.values.ADTValue("Stray", ())
+        @effir.script
+        def f(x: VEC):
+            return x, stray
+        """
+    )
+    with pytest.raises(effir.FrontendError, match="the constructor Stray whose type was not"):
+        _ = ns["f"].module
 
 
 # ------------------------------------------------------------- property

@@ -118,6 +118,15 @@ def test_what_is_not_a_program_is_refused_by_name():
 def test_a_bad_entry_type_is_an_argument_error():
     with pytest.raises(effir.ArgumentError, match="entry= names the function to run"):
         effir.interpret(loss, X, W, entry=3)
+    with pytest.raises(effir.DifferentiationError, match="entry= names a function of the program"):
+        effir.grad(loss, entry=3)
+
+
+def test_a_state_of_what_is_not_a_program_is_refused():
+    with pytest.raises(
+        effir.backends.state.StateError, match="effir.State takes an effir.IRModule"
+    ):
+        effir.State("main")
 
 
 # ---------------------------------------------------------------- compiled
