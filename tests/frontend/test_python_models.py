@@ -11,6 +11,8 @@ written, compiled and trained (no static-size copy, no IR text):
 Each compiled result is checked against the interpreter. Compiled code
 runs in a subprocess (tests/isolated.py)."""
 
+import shutil
+
 import numpy as np
 import pytest
 
@@ -206,4 +208,37 @@ def test_the_tree_network_runs_eagerly_as_interpreted():
 @pytest.mark.parametrize("check", ["check_tree_network_trains", "check_greedy_decoder_trains"])
 def test_compiled_and_trained(check: str) -> None:
     done = run_isolated(f"from tests.frontend.test_python_models import {check}; {check}()")
+    assert done.check().stdout.strip().startswith("ok")
+
+
+def check_tree_network_builds_for_cuda() -> None:
+    import tvm
+
+    grad = effir.value_and_grad(tree_loss, wrt=["w", "b"])
+    compiled = effir.compile(grad, target="cuda")  # static shapes: built at once
+    (spec,) = compiled.specializations.values()
+    assert ".entry" in spec.ptx()
+    decoder = effir.compile(decode, target="cuda", dims={"b": 2})
+    built = list(decoder.specializations.values())
+    assert built and all(".entry" in s.ptx() for s in built)
+    if tvm.cuda(0).exist:  # a lent GPU machine runs it
+        rs = np.random.default_rng(3)
+        w = (rs.standard_normal((2 * H, H)) * 0.3).astype(F32)
+        b = np.zeros(H, F32)
+        for t, target in _trees(rs):
+            value, (dw, _) = compiled(t, w, b, target)
+            ref_value, (ref_dw, _) = effir.interpret(grad, t, w, b, target)
+            np.testing.assert_allclose(value, ref_value, rtol=1e-4)
+            np.testing.assert_allclose(dw, ref_dw, rtol=1e-3, atol=1e-5)
+        print("ok on the GPU")
+        return
+    print("ok")
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_the_tree_network_builds_for_cuda() -> None:
+    done = run_isolated(
+        "from tests.frontend.test_python_models import check_tree_network_builds_for_cuda; "
+        "check_tree_network_builds_for_cuda()"
+    )
     assert done.check().stdout.strip().startswith("ok")
