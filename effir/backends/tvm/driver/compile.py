@@ -46,8 +46,6 @@ from ..runtime.printing import printing_to
 from ..runtime.signature import (
     Dims,
     Signature,
-    TensorSpec,
-    TupleSpec,
     adt_defs,
     call_entry,
     spec_of,
@@ -514,14 +512,7 @@ def compile(  # noqa: A001  (effir.compile, as tvm.compile)
 def _binding(compiled: CompiledModule, entry: str, dims: Mapping[str, int]) -> Dims:
     """``dims`` checked against ``entry``'s symbolic dimensions: each one
     bound, to a size, and no other."""
-    needed: set[str] = set()
-    pending = [spec for _, spec in compiled.signature(entry).params]
-    while pending:
-        spec = pending.pop()
-        if isinstance(spec, TupleSpec):
-            pending += spec.fields
-        elif isinstance(spec, TensorSpec):
-            needed |= {d for d in spec.shape if isinstance(d, str) and d != "?"}
+    needed = set(compiled.signature(entry).dimensions)
     shown = ", ".join(sorted(needed)) or "none"
     for name, size in dims.items():
         if name not in needed:

@@ -307,7 +307,27 @@ class Signature:
             value = convert_argument(arg, t, f"argument %{name} of @{entry}", self.types)
             check_argument(value, t, dims, f"parameter %{name} of @{entry}", adts=self.types)
             converted.append(value)
+        for d in self.dimensions - dims.keys():
+            # Named only inside an ADT value's constructor this call does not
+            # use (Option[Tensor[(n)]] given None): no value of the call has
+            # that size, so any binding serves; 0 is the one used.
+            dims[d] = 0
         return tuple(converted), dims
+
+    @functools.cached_property
+    def dimensions(self) -> frozenset[str]:
+        """The symbolic dimensions the user's parameters name."""
+        found: set[str] = set()
+        pending = [spec for _, spec in self.params[: self.inputs]]
+        while pending:
+            spec = pending.pop()
+            if isinstance(spec, TensorSpec):
+                found |= {d for d in spec.shape if isinstance(d, str) and d != ANY}
+            elif isinstance(spec, TupleSpec):
+                pending += spec.fields
+            elif isinstance(spec, AdtSpec):
+                pending += spec.args
+        return frozenset(found)
 
 
 # -------------------------------------------------------------- conversion
