@@ -71,7 +71,7 @@ from ..ir.functor import on
 from ..ir.module import IRModule
 from ..ir.node import Node
 from ..ir.op import OpDef, op_def
-from ..ir.program import missing_entry, resolve
+from ..ir.program import Program, missing_entry, resolve
 from ..ir.types import TensorType, TupleType, Type, TypeCall
 from ..ops.effects import WORLD
 from ..ops.relations import OpFailure
@@ -190,8 +190,11 @@ def interpret(
 ) -> Any:
     """Run ``@entry`` on ``args`` (and ``named`` arguments, by parameter
     name) and return its result. ``module`` is a module (``@main`` by
-    default) or a function made by ``@effir.script``/``effir.trace`` (its
-    own function by default: ir/program.py).
+    default), a function made by ``@effir.script``/``effir.trace`` (its
+    own function by default: ir/program.py), or the ``Program`` that
+    ``effir.value_and_grad(f)`` gives (run as ``interpret_a2`` runs it:
+    the state its cells hold is passed and updated, as a compiled call
+    does).
 
     ``state`` holds the global cells and is updated in place, all or
     nothing, one call at a time (a fresh one from the declarations when
@@ -202,6 +205,12 @@ def interpret(
     effir/runtime/arguments.py; run-time errors are ``effir.EvalError``
     naming the operator and the source location."""
     check_call_options(entry, state, sink, State)
+    if isinstance(module, Program):
+        # a gradient program (effir.value_and_grad of a function) is
+        # state-passing: its cells are threaded as a compiled call threads them
+        return interpret_a2(
+            module, *args, entry=entry, state=state, sink=sink, kernels=kernels, **named
+        )
     module, name = resolve(module, entry, EvalError, "effir.interpret")
     if state is None:
         state = State(module)

@@ -82,6 +82,25 @@ def test_value_and_grad_of_a_function_is_a_program():
     np.testing.assert_array_equal(only, dw)
 
 
+@effir.script
+def noisy_loss(x: VEC, w: VEC) -> effir.Tensor[(), F32]:
+    return np.sum(effir.nn.dropout(np.tanh(x * w), rng, rate=0.5))
+
+
+def test_the_gradient_of_an_effectful_function_threads_its_state():
+    # The gradient program is state-passing: effir.interpret runs it as a
+    # compiled call does, the key in the State advancing.
+    program = effir.value_and_grad(noisy_loss, wrt="w")
+    state = effir.State(program)
+    first, (dw,) = effir.interpret(program, X, W, state=state)
+    eager_state = effir.State(noisy_loss)
+    assert first == effir.interpret(noisy_loss, X, W, state=eager_state)
+    assert state["first_class_rng"] == eager_state["first_class_rng"]
+    again, _ = effir.interpret(program, X, W, state=state)
+    assert again == effir.interpret(noisy_loss, X, W, state=eager_state)
+    assert dw.shape == W.shape and state["first_class_rng"] == eager_state["first_class_rng"]
+
+
 def test_grad_of_a_module_is_still_a_module():
     out = effir.grad(loss.module, entry="loss", wrt="w")
     assert isinstance(out, effir.IRModule) and "loss_grad" in out.functions
@@ -141,6 +160,14 @@ def check_compile_a_function() -> None:
     np.testing.assert_allclose(dw, ref_dw, rtol=1e-5, atol=1e-6)
     traced = effir.compile(effir.trace(scale))
     np.testing.assert_array_equal(traced(X, W), X * W)
+    noisy = effir.value_and_grad(noisy_loss, wrt="w")
+    state, ref_state = effir.State(noisy), effir.State(noisy)
+    for _ in range(2):
+        value, (dw,) = effir.compile(noisy)(X, W, state=state)
+        ref_value, (ref_dw,) = effir.interpret(noisy, X, W, state=ref_state)
+        np.testing.assert_allclose(value, ref_value, rtol=1e-5)
+        np.testing.assert_allclose(dw, ref_dw, rtol=1e-5, atol=1e-6)
+        assert state["first_class_rng"] == ref_state["first_class_rng"]
     print("ok")
 
 
