@@ -57,10 +57,11 @@ from ..ir.expr import Call, Function, GlobalVar
 from ..ir.functor import Mutator, on, pre_order
 from ..ir.module import IRModule
 from ..ir.node import Attrs, Node
+from ..ir.program import missing_entry
 from ..ir.types import ANY, Dim, TensorType, Type
 from .anf_sharing import fresh_binders
 from .infer_type import check, infer_expr
-from .infra import module_pass
+from .infra import PassError, module_pass
 
 MAX_BINDINGS = 8
 """Copies with sizes per function [RULE LIMIT]."""
@@ -84,6 +85,8 @@ def specialise_dims(
     """``module`` with ``@entry``'s dimensions bound by ``dims`` and every
     function it reaches written in the entry's dimensions (the module
     docstring); type-checked."""
+    if entry not in module.functions:
+        raise PassError(f"specialise-dims: {missing_entry(module, entry)}")
     return check(_Specialiser(check(module), entry, dict(dims or {})).run())
 
 

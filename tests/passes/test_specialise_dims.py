@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,7 +18,7 @@ import effir
 from effir.ir.types import ANY, TensorType
 from effir.ir.visitor import pre_order
 from effir.passes.call_graph import reachable
-from effir.passes.infra import lookup_pass
+from effir.passes.infra import PassError, lookup_pass
 from effir.passes.specialise_dims import MAX_BINDINGS, source_name, specialise_dims
 
 HEADER = '#[version = "0.0.5"]\n'
@@ -131,6 +132,8 @@ def test_the_pass_is_registered():
     module = parse(LIBRARY + "def @main(%a: Tensor[(p), float32]) { @g(%a, 1) }")
     out = lookup_pass("specialise-dims")(module)
     assert "g_dims" in out.functions
+    with pytest.raises(PassError, match=r"specialise-dims: the program has no function @nope"):
+        effir.pipeline("specialise-dims{entry=nope}")(module)
 
 
 # ----------------------------------------------------------------- property
