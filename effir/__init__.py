@@ -28,6 +28,7 @@ from .ir import (
     structural_equal,
     structural_hash,
 )
+from .ir.program import Program
 from .passes.infer_type import check
 from .std import prelude
 from .transform import (
@@ -49,19 +50,26 @@ __version__ = "0.1.0"
 # --- the Python frontend (issue 15, docs/frontend.md) ---
 from .frontend import (  # noqa: E402
     Cell,
+    Cons,
     Key,
+    List,
     ModuleBuilder,
+    Nil,
+    Option,
     Ref,
     ScriptFunction,
+    Some,
     Tensor,
     TracedFunction,
     TupleOf,
+    adt,
     call,
     cell,
     cond,
     emit,
     foreach,
     function,
+    match,
     op,
     read,
     script,
@@ -77,20 +85,27 @@ nn = op.nn
 
 _FRONTEND_NAMES = [
     "Cell",
+    "Cons",
     "FrontendError",
     "Key",
+    "List",
     "ModuleBuilder",
+    "Nil",
+    "Option",
     "Ref",
     "ScriptFunction",
+    "Some",
     "Tensor",
     "TracedFunction",
     "TupleOf",
+    "adt",
     "call",
     "cell",
     "cond",
     "emit",
     "foreach",
     "function",
+    "match",
     "nn",
     "op",
     "random",
@@ -107,18 +122,19 @@ from .frontend.packed import compile_packed, packed_scan  # noqa: E402  (variabl
 
 
 def compile(  # noqa: A001
-    module: IRModule,
+    module,
     target="llvm",
     pipeline=None,
     *,
     opt_level: int | None = None,
     dims=None,
-    entry: str = "main",
+    entry: str | None = None,
     verbose=None,
 ):
-    """``module`` through the optimisation pipeline and compiled by TVM for
-    ``target``: a callable ``CompiledModule``; ``compiled.report`` says what
-    was built and what it cost. Imports TVM on first use.
+    """``module`` (an ``IRModule``, or a function made by ``@effir.script``
+    or ``effir.trace``) through the optimisation pipeline and compiled by
+    TVM for ``target``: a callable ``CompiledModule``; ``compiled.report``
+    says what was built and what it cost. Imports TVM on first use.
 
     - ``target``: ``"llvm"`` (this CPU), ``"cuda"``, or a TVM target string
       (``"llvm -mcpu=skylake-avx512"``, ``"cuda -arch=sm_90"``), dict or Target.
@@ -127,7 +143,8 @@ def compile(  # noqa: A001
     - ``opt_level``: 0, 1 or 2 (default: the current ``PassContext``'s, 2).
     - ``dims``: bindings of the entry's symbolic dimensions to build now
       (``{"n": 8}`` or a list); other shapes build at their first call.
-    - ``entry``: the function ``dims`` are for (default ``main``).
+    - ``entry``: the function a call runs and ``dims`` are for (default:
+      a module's ``main``, a function's own).
     - ``verbose``: progress lines (specialisations, kernels, times) on
       standard error (or the stream given); by default quiet in library
       calls and scripts, on in a Jupyter notebook.
@@ -169,6 +186,7 @@ __all__ = [
     "Interpreter",
     "Pass",
     "PassContext",
+    "Program",
     "PassError",
     "Sequential",
     "State",

@@ -13,12 +13,14 @@ optimised, interpreted and compiled like any other.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..ir.builder import fresh_name
 from ..ir.expr import Function
 from ..ir.module import IRModule
 from ..ir.node import Attrs
+from ..ir.program import Program, resolve
 from ..ir.vjp import DifferentiationError
 from ..passes.anf_sharing import fresh_binders
 from ..passes.infer_type import check
@@ -33,7 +35,7 @@ from .unpad import unpad_while_loops
 
 def grad_module(
     module: IRModule,
-    entry: str = "main",
+    entry: str | None = None,
     wrt: Sequence[str] | str | None = None,
     checkpoint: str = "none",
     output: int | None = None,
@@ -42,12 +44,26 @@ def grad_module(
     specialise: bool = True,
 ) -> IRModule:
     """``module`` with the gradient function of ``@entry`` added."""
+    return grad_program(module, entry, wrt, checkpoint, output, with_value, name, specialise).module
+
+
+def grad_program(
+    module: IRModule | Any,
+    entry: str | None = None,
+    wrt: Sequence[str] | str | None = None,
+    checkpoint: str = "none",
+    output: int | None = None,
+    with_value: bool = False,
+    name: str | None = None,
+    specialise: bool = True,
+) -> Program:
+    """``module`` with the gradient function of ``@entry`` added, and that
+    function's name."""
     if checkpoint not in CHECKPOINTS:
         raise DifferentiationError(
             f"checkpoint must be one of {', '.join(CHECKPOINTS)}, not {checkpoint!r}"
         )
-    if entry not in module.functions:
-        raise DifferentiationError(f"grad: the module has no function @{entry}")
+    module, entry = resolve(module, entry, DifferentiationError, "effir.grad")
     if a2_problem(module) is not None or anf_problem(module) is not None:
         from ..passes.pipeline import pipeline
 
@@ -91,7 +107,7 @@ def grad_module(
     for add_name, fn in ct_adds.items():
         out = out.with_function(add_name, fn)
     check(out)
-    return out
+    return Program(out, target)
 
 
 def replays_keys(fn: Function) -> Function:
@@ -104,13 +120,13 @@ def replays_keys(fn: Function) -> Function:
 
 
 def grad(
-    module: IRModule,
-    entry: str = "main",
+    module: IRModule | Any,
+    entry: str | None = None,
     wrt: Sequence[str] | str | None = None,
     checkpoint: str = "none",
     output: int | None = None,
     specialise: bool = True,
-) -> IRModule:
+) -> IRModule | Program:
     """``module`` with ``@<entry>_grad``, which returns the gradients of the
     entry's scalar result (or of field ``output`` of its tuple result;
     a non-scalar one takes its cotangent as the parameter ``%cotangent``)
@@ -130,26 +146,45 @@ def grad(
     backend cannot compile when they have symbolic dimensions; then give a
     function a known closure or global function is passed to (a recursive
     ``@foldl``) a copy specialised on it (``specialise.py``); False
-    differentiates the program as it is. See docs/autodiff.md."""
-    return grad_module(
-        module, entry, wrt, checkpoint, output, with_value=False, specialise=specialise
+    differentiates the program as it is. See docs/autodiff.md.
+
+    ``module`` may be a function made by ``@effir.script`` or
+    ``effir.trace`` (its own function is then the default entry): the
+    result is then a ``Program`` whose entry is the gradient function,
+    which ``effir.compile`` and ``effir.interpret`` run as they are."""
+    return _as_given(
+        module,
+        lambda m, e: grad_program(m, e, wrt, checkpoint, output, False, specialise=specialise),
+        entry,
     )
 
 
 def value_and_grad(
-    module: IRModule,
-    entry: str = "main",
+    module: IRModule | Any,
+    entry: str | None = None,
     wrt: Sequence[str] | str | None = None,
     checkpoint: str = "none",
     output: int | None = None,
     specialise: bool = True,
-) -> IRModule:
+) -> IRModule | Program:
     """As ``grad``, but ``@<entry>_grad`` returns ``(value, grads)`` as the
     user's result: ``((value, grads), new state...)`` for a state-passing
     entry, ``(value, grads)`` otherwise; ``value`` is the entry's result."""
-    return grad_module(
-        module, entry, wrt, checkpoint, output, with_value=True, specialise=specialise
+    return _as_given(
+        module,
+        lambda m, e: grad_program(m, e, wrt, checkpoint, output, True, specialise=specialise),
+        entry,
     )
+
+
+def _as_given(
+    program: IRModule | Any, differentiate: Callable[[IRModule, str], Program], entry: str | None
+) -> IRModule | Program:
+    """``differentiate(module, entry)`` for what the user gave: the module
+    for a module; for a function, the ``Program`` running its gradient."""
+    module, name = resolve(program, entry, DifferentiationError, "effir.grad")
+    out = differentiate(module, name)
+    return out.module if isinstance(program, IRModule) else out
 
 
 @module_pass(

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from ..ir import analysis
-from ..ir.diagnostics import EvalError, Span
+from ..ir.diagnostics import ArgumentError, EvalError, Span
 from ..ir.evaluator import Evaluator
 from ..ir.expr import (
     ATOM_TYPES,
@@ -72,7 +72,8 @@ from ..ir.functor import on
 from ..ir.module import IRModule
 from ..ir.node import Node
 from ..ir.op import OpDef, op_def
-from ..ir.types import TensorType, TupleType, Type
+from ..ir.program import Program, resolve
+from ..ir.types import TensorType, TupleType, Type, TypeCall
 from ..ops.effects import WORLD
 from ..ops.relations import OpFailure
 from ..runtime.arguments import (
@@ -83,7 +84,7 @@ from ..runtime.arguments import (
     unknown_entry,
 )
 from ..runtime.limits import static_bytes, too_large
-from ..runtime.values import ADTValue, RefValue, describe_value
+from ..runtime.values import ADTValue, RefValue, adt_value, describe_value
 from .state import State
 
 Sink = Callable[[str, Any], None]
@@ -182,17 +183,22 @@ def print_sink(label: str, value: Any) -> None:
 
 
 def interpret(
-    module: IRModule,
+    module: IRModule | Any,
     /,
     *args: Any,
-    entry: str = "main",
+    entry: str | None = None,
     state: State | None = None,
     sink: Sink | None = None,
     kernels: Mapping[Function | Call, Callable[..., Any]] | None = None,
     **named: Any,
 ) -> Any:
     """Run ``@entry`` on ``args`` (and ``named`` arguments, by parameter
-    name) and return its result.
+    name) and return its result. ``module`` is a module (``@main`` by
+    default), a function made by ``@effir.script``/``effir.trace`` (its
+    own function by default: ir/program.py), or the ``Program`` that
+    ``effir.value_and_grad(f)`` gives (run as ``interpret_a2`` runs it:
+    the state its cells hold is passed and updated, as a compiled call
+    does).
 
     ``state`` holds the global cells and is updated in place, all or
     nothing, one call at a time (a fresh one from the declarations when
@@ -203,17 +209,24 @@ def interpret(
     effir/runtime/arguments.py; run-time errors are ``effir.EvalError``
     naming the operator and the source location."""
     check_call_options(entry, state, sink, State)
+    if isinstance(module, Program):
+        # a gradient program (effir.value_and_grad of a function) is
+        # state-passing: its cells are threaded as a compiled call threads them
+        return interpret_a2(
+            module, *args, entry=entry, state=state, sink=sink, kernels=kernels, **named
+        )
+    module, name = resolve(module, entry, ArgumentError, "effir.interpret")
     if state is None:
         state = State(module)
     with state.transaction():  # all or nothing, one call at a time (state.py)
-        return Interpreter(module, state, sink, kernels).call_global(entry, args, named)
+        return Interpreter(module, state, sink, kernels).call_global(name, args, named)
 
 
 def interpret_a2(
-    module: IRModule,
+    module: IRModule | Any,
     /,
     *args: Any,
-    entry: str = "main",
+    entry: str | None = None,
     state: State | None = None,
     sink: Sink | None = None,
     kernels: Mapping[Function | Call, Callable[..., Any]] | None = None,
@@ -228,11 +241,9 @@ def interpret_a2(
     ``interpret_a2(a2, *args, state=s2)`` then compare result for result and
     state for state."""
     check_call_options(entry, state, sink, State)
+    module, name = resolve(module, entry, ArgumentError, "effir.interpret")
     if state is None:
         state = State(module)
-    name = entry.removeprefix("@")
-    if name not in module.functions:
-        raise unknown_entry(name, module.functions)
     fn = module.functions[name]
     state_in, state_out = (state_cells(fn, a, name) for a in ("state_in", "state_out"))
     unknown = [c for c in (*state_in, *state_out) if c != WORLD and c not in state.cells]
@@ -304,10 +315,18 @@ class Interpreter(Evaluator):
         closure = self._global(name)
         fn = closure.function
         bound = bind_arguments(f"@{name}", [p.name_hint for p in fn.params], args, named or {})
+        adts = self.module.type_defs
         converted = tuple(
-            convert_argument(a, p.type_annotation, f"argument %{p.name_hint} of @{name}")
+            convert_argument(a, p.type_annotation, f"argument %{p.name_hint} of @{name}", adts)
             for p, a in zip(fn.params, bound, strict=True)
         )
+        # ADT arguments are checked through and through once, here (as a
+        # compiled entry checks them); calls inside check their own level
+        dims: dict[str, int] = {}
+        for p, value in zip(fn.params, converted, strict=True):
+            if isinstance(p.type_annotation, TypeCall):
+                where = f"parameter %{p.name_hint} of @{name}"
+                check_argument(value, p.type_annotation, dims, where, p.span, adts)
         return self.drive(self._apply(closure, converted, None))
 
     def evaluate(self, expr: Expr) -> Any:
@@ -399,14 +418,14 @@ class Interpreter(Evaluator):
                 return self._call_simple_op(expr, definition, tuple(args))
             return (yield self._run_control_flow(expr, definition, tuple(args), env))
         if isinstance(callee, Constructor):
-            return ADTValue(callee.name, tuple(args))
+            return adt_value(callee.adt, callee.name, tuple(args))
         fn = (
             self._atom(callee, env)
             if isinstance(callee, ATOM_TYPES)
             else (yield self.eval(callee, env))
         )
         if isinstance(fn, ConstructorFunction):
-            return ADTValue(fn.constructor.name, tuple(args))
+            return adt_value(fn.constructor.adt, fn.constructor.name, tuple(args))
         if not isinstance(fn, Closure):
             raise EvalError(f"calling a value that is not a function: {fn!r}", expr.span)
         kernel = self.kernels.get(fn.function) if self.kernels else None

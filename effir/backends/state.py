@@ -33,18 +33,17 @@ import os
 import threading
 import zipfile
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ..ir.diagnostics import EvalError
+from ..ir.module import IRModule
 from ..ir.printer import astext
+from ..ir.program import resolve
 from ..ir.types import KeyType, RefType, TensorType, TupleType, Type
 from ..runtime import prng
 from ..runtime.values import PRNGKey, RefValue, describe_value, type_text
-
-if TYPE_CHECKING:
-    from ..ir.module import IRModule
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
@@ -75,9 +74,11 @@ class State(Mapping[str, Any]):
     from ``fold_in(key(seed), k)``.
     """
 
-    def __init__(self, module: IRModule, seed: int | None = None) -> None:
+    def __init__(self, module: IRModule | Any, seed: int | None = None) -> None:
         from .interpreter import Interpreter  # the initialisers are programs
 
+        if not isinstance(module, IRModule):  # a scripted function (ir/program.py)
+            module = resolve(module, None, StateError, "effir.State")[0]
         if seed is not None and not (
             isinstance(seed, int | np.integer) and _INT64[0] <= int(seed) <= _INT64[1]
         ):

@@ -26,6 +26,7 @@ from ..ir.builder import LetBuilder
 from ..ir.diagnostics import AttrError, Error, EvalError, FrontendError
 from ..ir.expr import (
     Call,
+    Clause,
     Constant,
     Expr,
     Function,
@@ -33,11 +34,14 @@ from ..ir.expr import (
     GlobalVar,
     If,
     Let,
+    Match,
     Op,
+    Pattern,
     RefRead,
     RefWrite,
     Tuple,
     TupleGetItem,
+    TypeData,
     Var,
 )
 from ..ir.module import IRModule
@@ -64,6 +68,7 @@ class _Root:
         # Globals of scripted or traced functions this one calls (their modules).
         self.functions: dict[str, Function] = {}
         self.declarations: dict[str, GlobalCell] = {}
+        self.adts: dict[str, TypeData] = {}  # the types it builds or matches (adts.py)
 
 
 class _Block:
@@ -226,6 +231,8 @@ def type_hint(expr: Expr, depth: int = 0) -> Type | None:
         return type_hint(expr, depth + 1)
     if isinstance(expr, If):
         return type_hint(expr.then_branch, depth + 1)
+    if isinstance(expr, Match) and expr.clauses:
+        return type_hint(expr.clauses[0].body, depth + 1)
     if isinstance(expr, RefRead):
         t = type_hint(expr.ref, depth + 1)
         return t.value if isinstance(t, RefType) else None
@@ -310,6 +317,7 @@ def call_module_function(module: IRModule, name: str, args: tuple[Any, ...]) -> 
     assert block is not None
     block.root.functions.update(module.functions)
     block.root.declarations.update(module.cells)
+    block.root.adts.update(module.type_defs)
     result = call(GlobalVar(name, span=current_span()), *args)
     ret = module.functions[name].ret_type
     if ret is not None and isinstance(result, Var):
@@ -421,6 +429,24 @@ def cond(pred: Any, then_fn: Any, else_fn: Any) -> Any:
     else_body, _ = build_body(_as_fn(else_fn, "the else branch"))
     result = emit(If(pred_expr, then_body, else_body, span=span), "if")
     return unflatten(result, then_result)
+
+
+def match_clauses(data: Any, clauses: list[tuple[Pattern, Callable[[], Any]]]) -> Any:
+    """``match (data) { pattern => body() ... }``: each callable builds its
+    clause's body (the pattern's variables bound where it was made); all
+    return values of the same structure, as ``cond``'s branches. Built in
+    the order given, the first clause that matches running."""
+    span = current_span()
+    data_expr = to_expr(data)
+    built = []
+    first: Any = None
+    for k, (pattern, body_fn) in enumerate(clauses):
+        body, result = build_body(body_fn)
+        built.append(Clause(pattern, body, span=span))
+        if k == 0:
+            first = result
+    node = Match(data_expr, tuple(built), True, span=span)
+    return unflatten(emit(node, "match") if building() else node, first)
 
 
 def foreach(body: Any, xs: Any, init: Any = ()) -> tuple[Any, Any]:
@@ -682,6 +708,7 @@ class ModuleBuilder:
         self._cells: dict[str, Cell] = {}
         self._other_functions: dict[str, Function] = {}
         self._declarations: dict[str, GlobalCell] = {}
+        self._adts: dict[str, TypeData] = {}
         self._ret: list[Any] = []
 
     def add_cell(self, name: str, value: Any, type: Any = None) -> Cell:  # noqa: A002
@@ -735,15 +762,25 @@ class ModuleBuilder:
         self._cells.update(cells)
 
     def add_globals(self, root: _Root) -> None:
-        """The globals of the scripted/traced functions a built one calls."""
+        """The globals of the scripted/traced functions a built one calls,
+        and the types it uses."""
         self._other_functions.update(root.functions)
         self._declarations.update(root.declarations)
+        self._adts.update(root.adts)
+
+    def add_type_defs(self, adts: dict[str, TypeData]) -> None:
+        """Types the module's functions use (``@effir.adt`` declarations)."""
+        self._adts.update(adts)
 
     def get(self) -> IRModule:
-        """The module built so far."""
+        """The module built so far, with the definitions of the types its
+        functions use (frontend/adts.py)."""
+        from .adts import type_defs_for
+
         functions = {**self._other_functions, **self._functions}
         cells = {**self._declarations, **{n: c.declaration for n, c in self._cells.items()}}
-        return IRModule(functions, (), cells)
+        adts = type_defs_for(functions.values(), self._adts)
+        return IRModule(functions, {d.name: d for d in adts}, cells)
 
     @property
     def module(self) -> IRModule:

@@ -6,7 +6,7 @@ later, by the next iteration (read before being written in the body, or in a
 ``while`` test) or after the loop. ``outs.append(y)`` in the body makes
 ``outs`` a per-step *output* (stacked after the loop). What the body assigns
 and nobody reads later is *dead*. An ``if`` returns the names its branches
-assign that are live after it.
+assign that are live after it, a ``match`` those its cases bind or assign.
 
 Standard backward dataflow over the AST (docs/frontend.md, "Liveness"):
 ``live_in(stmts, live_out)``; a loop's head is the least fixpoint of
@@ -52,13 +52,16 @@ def target_names(target: ast.AST) -> list[str]:
 
 def assigned(stmts: list[ast.stmt]) -> list[str]:
     """Names the statements assign, in order of first assignment (nested
-    blocks included, nested function bodies not)."""
+    blocks included, nested function bodies not; a case's captures before
+    its body)."""
     seen: dict[str, None] = {}
-    stack = list(reversed(stmts))
+    stack: list[ast.stmt | list[str]] = list(reversed(stmts))
     while stack:
         stmt = stack.pop()
         names: list[str] = []
-        if isinstance(stmt, ast.Assign):
+        if isinstance(stmt, list):  # a case's captures
+            names = stmt
+        elif isinstance(stmt, ast.Assign):
             names = [n for t in stmt.targets for n in target_names(t)]
         elif isinstance(stmt, ast.AugAssign | ast.AnnAssign):
             names = target_names(stmt.target)
@@ -70,11 +73,37 @@ def assigned(stmts: list[ast.stmt]) -> list[str]:
         elif isinstance(stmt, ast.If):
             stack.extend(reversed(stmt.orelse))
             stack.extend(reversed(stmt.body))
+        elif isinstance(stmt, ast.Match):
+            for case in reversed(stmt.cases):
+                stack.extend(reversed(case.body))
+                stack.append(pattern_names(case.pattern))
         elif isinstance(stmt, ast.FunctionDef):
             names = [stmt.name]
         for name in names:
             seen.setdefault(name, None)
     return list(seen)
+
+
+def pattern_names(pattern: ast.pattern) -> list[str]:
+    """Names a ``case`` pattern binds (``Node(left, right=r) as n``), in order."""
+    names: list[str] = []
+    for node in ast.walk(pattern):
+        if isinstance(node, ast.MatchAs | ast.MatchStar) and node.name:
+            names.append(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            names.append(node.rest)
+    return names
+
+
+def pattern_uses(pattern: ast.pattern) -> set[str]:
+    """Names a pattern reads (its classes, ``Tree.Leaf``; value patterns)."""
+    used: set[str] = set()
+    for node in ast.walk(pattern):
+        if isinstance(node, ast.MatchClass):
+            used |= expr_uses(node.cls)
+        elif isinstance(node, ast.MatchValue):
+            used |= expr_uses(node.value)
+    return used
 
 
 def appended_lists(stmts: list[ast.stmt]) -> list[str]:
@@ -120,6 +149,12 @@ def _transfer(stmt: ast.stmt, out: set[str]) -> set[str]:
         return expr_uses(stmt.value)
     if isinstance(stmt, ast.If):
         return expr_uses(stmt.test) | live_in(stmt.body, out) | live_in(stmt.orelse, out)
+    if isinstance(stmt, ast.Match):
+        live = expr_uses(stmt.subject)
+        for case in stmt.cases:
+            inside = live_in(case.body, out) | expr_uses(case.guard)
+            live |= (inside - set(pattern_names(case.pattern))) | pattern_uses(case.pattern)
+        return live
     if isinstance(stmt, ast.For):
         return expr_uses(stmt.iter) | loop_head(stmt, out)
     if isinstance(stmt, ast.While):
@@ -171,6 +206,15 @@ def analyze_loop(loop: ast.For | ast.While, live_after: set[str]) -> LoopVars:
     carried = tuple(n for n in body_assigned if n in head)
     dead = tuple(n for n in body_assigned if n not in head)
     return LoopVars(carried, tuple(appended_lists(loop.body)), dead, targets)
+
+
+def match_outputs(node: ast.Match, live_after: set[str]) -> tuple[str, ...]:
+    """The names a ``match`` returns: bound or assigned in a case and live after it."""
+    names: dict[str, None] = {}
+    for case in node.cases:
+        for name in [*pattern_names(case.pattern), *assigned(case.body)]:
+            names.setdefault(name, None)
+    return tuple(n for n in names if n in live_after)
 
 
 def branch_outputs(node: ast.If, live_after: set[str]) -> tuple[str, ...]:

@@ -59,6 +59,12 @@ class ScriptFunction:
             self._module = convert_module(self)
         return self._module
 
+    def __effir_program__(self) -> tuple[IRModule, str]:
+        """The module and its entry, ``@name``: ``effir.compile(f)``,
+        ``effir.interpret(f, ...)`` and ``effir.value_and_grad(f)`` take the
+        function itself (ir/program.py)."""
+        return self.module, self.name
+
     def interpret(self, *args: Any, **kwargs: Any) -> Any:
         from ..backends.interpreter import interpret
 
@@ -85,9 +91,11 @@ def convert_module(entry: ScriptFunction) -> IRModule:
     context.need(entry)
     while context.pending:
         sf = context.pending.pop()
-        fn, cells = Converter(sf, context).convert()
+        converter = Converter(sf, context)
+        fn, cells = converter.convert()
         mb.add_function(sf.name, fn)
         mb.add_cells_of(cells)
+        mb.add_type_defs(converter.adts)
     return mb.get()
 
 

@@ -15,13 +15,14 @@ from ..ir.types import Type
 from . import builder as B
 from .script import GlobalCallable, ModuleContext, ScriptFunction
 from .script_exprs import ExpressionConverter
+from .script_match import MatchConverter
 from .script_stmts import StatementConverter
 from .script_values import Return, Staged, fill_slots
 from .spans import python_span, span_scope
 from .values import Cell, as_type, to_expr
 
 
-class Converter(StatementConverter, ExpressionConverter):
+class Converter(StatementConverter, ExpressionConverter, MatchConverter):
     """Converts one scripted function."""
 
     def __init__(self, sf: ScriptFunction, context: ModuleContext) -> None:
@@ -113,6 +114,7 @@ class Converter(StatementConverter, ExpressionConverter):
                 )
             body = B._close(block, self.value_expr(result.value, result.node or node))
             cells = dict(block.root.cells)
+            self.adts = dict(block.root.adts)
             slots = block.root.slots
         if slots:
             body = fill_slots(body)

@@ -50,8 +50,6 @@ REFUSED_STMTS = {
     ast.AsyncWith: ("async with", "move it outside the scripted function"),
     ast.Assert: ("assert", "check values before calling the program"),
 }
-if hasattr(ast, "Match"):
-    REFUSED_STMTS[ast.Match] = ("match", "use if/elif/else")
 
 
 NOTHING_LIVE: set[str] = set()
@@ -71,13 +69,15 @@ class StatementConverter:
         live = set(live_out)
         for i in range(len(stmts) - 1, -1, -1):
             stmt = stmts[i]
-            if isinstance(stmt, ast.If | ast.For | ast.While):
+            if isinstance(stmt, ast.If | ast.For | ast.While | ast.Match):
                 after[i] = set(live)
             live = live_in([stmt], live)
         for i, stmt in enumerate(stmts):
             with span_scope(self.span(stmt)):
                 if isinstance(stmt, ast.If) and _returns(stmt):
                     return self.returning_if(stmt, stmts[i + 1 :], env, live_out)
+                if isinstance(stmt, ast.Match) and _returns(stmt):
+                    return self.returning_match(stmt, stmts[i + 1 :], env, live_out)
                 result = self.statement(stmt, env, after.get(i, NOTHING_LIVE))
             if result is not None:
                 if i + 1 < len(stmts):
@@ -141,6 +141,9 @@ class StatementConverter:
             return None
         if isinstance(stmt, ast.If):
             self.plain_if(stmt, env, live_after)
+            return None
+        if isinstance(stmt, ast.Match):
+            self.plain_match(stmt, env, live_after)
             return None
         if isinstance(stmt, ast.For):
             self.for_loop(stmt, env, live_after)
@@ -575,9 +578,13 @@ def _many(value: Any, n: int) -> tuple:
     return (value,) if n == 1 else tuple(value)
 
 
-def _returns(stmt: ast.If) -> bool:
-    """Whether a return appears in the if's branches (nested functions aside)."""
-    stack: list[ast.AST] = [*stmt.body, *stmt.orelse]
+def _returns(stmt: ast.If | ast.Match) -> bool:
+    """Whether a return appears in the if's branches or the match's cases
+    (nested functions aside)."""
+    if isinstance(stmt, ast.Match):
+        stack: list[ast.AST] = [s for case in stmt.cases for s in case.body]
+    else:
+        stack = [*stmt.body, *stmt.orelse]
     while stack:
         node = stack.pop()
         if isinstance(node, ast.Return):
@@ -595,6 +602,8 @@ def _always_returns(stmts: list[ast.stmt]) -> bool:
             return True
         if isinstance(stmt, ast.If) and _always_returns(stmt.body) and _always_returns(stmt.orelse):
             return True
+        if isinstance(stmt, ast.Match) and all(_always_returns(c.body) for c in stmt.cases):
+            return True  # a scripted match is exhaustive (script_match.py)
     return False
 
 

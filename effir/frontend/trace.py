@@ -33,6 +33,10 @@ class TracedFunction:
             return B.call_module_function(self.module, self.name, args)
         return self.fn(*args, **kwargs)
 
+    def __effir_program__(self) -> tuple[IRModule, str]:
+        """The module and its entry, ``@name`` (ir/program.py)."""
+        return self.module, self.name
+
     def interpret(self, *args: Any, **kwargs: Any) -> Any:
         from ..backends.interpreter import interpret
 

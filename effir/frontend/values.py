@@ -15,7 +15,7 @@ from ..ir.functor import on
 from ..ir.node import Node
 from ..ir.op import call_op
 from ..ir.types import DTYPES, KeyType, RefType, TensorType, TupleType, Type
-from ..runtime.values import PRNGKey, RefValue
+from ..runtime.values import ADTValue, PRNGKey, RefValue
 from .spans import current_span
 
 
@@ -73,10 +73,14 @@ def as_type(spec: Any) -> Type:
         return TupleType(tuple(as_type(t) for t in spec))
     if isinstance(spec, str) and spec in DTYPES:
         return TensorType((), spec)
+    adt = getattr(spec, "__effir_adt__", None)  # an @effir.adt class (adts.py)
+    if adt is not None:
+        return adt.type_call()
     raise FrontendError(
         f"{spec!r} is not an effir type",
         current_span(),
-        hint='write effir.Tensor[(n, 8), "float32"], effir.Key, effir.Ref[T] or a tuple of types',
+        hint='write effir.Tensor[(n, 8), "float32"], effir.Key, effir.Ref[T], a tuple of '
+        "types or an @effir.adt type",
     )
 
 
@@ -125,19 +129,34 @@ def cell(name: str, value: Any, type: Any = None) -> Cell:  # noqa: A002
 
 
 # ------------------------------------------------------------ conversions
+_CONCRETE = (np.ndarray, np.generic, bool, int, float, PRNGKey, RefValue, Cell)
+
+
 def is_concrete(value: Any) -> bool:
-    """A value eager execution can compute with (no expression inside)."""
-    if isinstance(value, tuple | list):
-        return all(is_concrete(v) for v in value)
-    return isinstance(
-        value, np.ndarray | np.generic | bool | int | float | PRNGKey | RefValue | Cell
-    )
+    """A value eager execution can compute with (no expression inside);
+    iterative: an ADT value (a list) may nest as deep as it is long."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, tuple | list):
+            stack.extend(v)
+        elif isinstance(v, ADTValue):
+            stack.extend(v.fields)
+        elif not isinstance(v, _CONCRETE):
+            return False
+    return True
 
 
 def is_symbolic(value: Any) -> bool:
-    if isinstance(value, tuple | list):
-        return any(is_symbolic(v) for v in value)
-    return isinstance(value, Expr)
+    """Whether an expression is inside ``value`` (iterative, as ``is_concrete``)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, tuple | list):
+            stack.extend(v)
+        elif isinstance(v, Expr):
+            return True
+    return False
 
 
 def to_expr(value: Any, dtype: str | None = None) -> Expr:
@@ -165,6 +184,11 @@ def to_expr(value: Any, dtype: str | None = None) -> Expr:
         return Tuple(tuple(to_expr(v, dtype) for v in value), span=span)
     if isinstance(value, PRNGKey):
         return _key_expr(value)
+    from .adts import adt_expr  # here: adts.py builds on this module
+
+    made = adt_expr(value)
+    if made is not None:
+        return made
     raise FrontendError(
         f"a Python {type(value).__name__} cannot be used as an effir value",
         span,

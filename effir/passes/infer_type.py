@@ -197,8 +197,10 @@ class TypeInferencer(CallInference, ExprFunctor):
         self._finish()
 
     def run_expr(self, expr: Expr) -> Type:
-        for name, fn in self.module.functions.items():
-            self.signatures[name] = self._signature(fn)
+        # The signatures of the globals the expression calls, made when
+        # first asked for: typing one function against a large module
+        # (each copy passes/specialise_dims.py makes) costs that function.
+        self.signatures = _Signatures(self.module, self._signature)
         for name, cell in self.module.cells.items():
             self._check_cell(name, cell)
         self.span_stack = [expr.span]
@@ -657,6 +659,21 @@ class TypeInferencer(CallInference, ExprFunctor):
         ref_type, value_type = operands
         self._unify(ref_type, RefType(value_type), expr, "ref_write")
         return UNIT
+
+
+class _Signatures(dict[str, FuncType]):
+    """Global signatures made on first use (``TypeInferencer.run_expr``)."""
+
+    def __init__(self, module: IRModule, make: Callable[[Function], FuncType]) -> None:
+        super().__init__()
+        self.module, self.make = module, make
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.module.functions
+
+    def __missing__(self, name: str) -> FuncType:
+        made = self[name] = self.make(self.module.functions[name])
+        return made
 
 
 class _Completeness:

@@ -15,6 +15,10 @@ the others refuse with the same ``ArgumentError`` and message.
   dtype when no value changes kind (a float is never truncated to an int).
 - A key parameter takes a ``PRNGKey`` or two ``uint32`` words.
 - A tuple parameter takes a tuple or a list of the right length.
+- An ADT parameter takes a value of one of its type's constructors (an
+  ``ADTValue``: ``Tree.Leaf(x)`` built in Python), its fields converted and
+  checked as parameters of their types are, when the caller knows the
+  type's definition (``adts``: the module's, a compiled signature's).
 """
 
 from __future__ import annotations
@@ -25,9 +29,11 @@ from typing import Any
 import numpy as np
 
 from ..ir.diagnostics import ArgumentError, Span
+from ..ir.expr import TypeData
 from ..ir.printer import astext
-from ..ir.types import ANY, KeyType, TensorType, TupleType, Type
-from .values import PRNGKey, describe_value, type_text
+from ..ir.program import missing_entry
+from ..ir.types import ANY, KeyType, TensorType, TupleType, Type, TypeCall, TypeVar
+from .values import ADTValue, PRNGKey, adt_value, describe_value, type_text
 
 _PYTHON_VALUES = (bool, int, float, list, tuple)
 
@@ -60,34 +66,44 @@ def bind_arguments(
 def unknown_entry(name: str, known: Iterable[str]) -> ArgumentError:
     """The error of a call of an entry the program does not have: one
     class and wording for the interpreter, a compiled module and a loaded
-    artifact, each naming the entries it can run."""
-    shown = ", ".join("@" + n for n in known) or "none"
-    return ArgumentError(f"the module has no function @{name} (functions: {shown})")
+    artifact, each naming the entries it can run and how to pick one."""
+    return ArgumentError(missing_entry(known, name))
 
 
-def convert_argument(value: Any, t: Type | None, where: str) -> Any:
+def convert_argument(
+    value: Any, t: Type | None, where: str, adts: Mapping[str, TypeData] | None = None
+) -> Any:
     """``value`` as the program holds a value of type ``t``: numpy arrays
     for tensors (from foreign arrays and Python values), ``PRNGKey`` for
-    keys, tuples for tuples. Types it does not constrain (functions,
-    references, ADTs) pass through; ``check_argument`` checks the rest."""
+    keys, tuples for tuples, ADT values with their fields converted (types
+    in ``adts``). Types it does not constrain (functions, references, ADTs
+    of unknown definition) pass through; ``check_argument`` checks the rest."""
     if t is None:
         return value
-    # Iterative over nested tuple types: a post-order rebuild.
+    # Iterative over nested tuple and ADT types (a list is as deep as it
+    # is long): a post-order rebuild.
     results: list[Any] = []
-    work: list[tuple[Any, Any, str, bool]] = [(value, t, where, False)]
+    work: list[tuple[Any, Any, str, Any]] = [(value, t, where, None)]
     while work:
         v, ty, at, rebuilt = work.pop()
-        if rebuilt:  # every field of this tuple is converted: pop them
-            n = len(ty.fields)
-            fields = tuple(results[len(results) - n :])
+        if rebuilt is not None:  # every field of this value is converted: pop them
+            n = len(rebuilt[1])
+            fields = tuple(results[len(results) - n :]) if n else ()
             del results[len(results) - n :]
-            results.append(fields)
+            results.append(fields if rebuilt[0] is None else adt_value(*rebuilt[0], fields))
+        elif isinstance(ty, TypeCall) and adts and ty.func.name in adts:
+            inputs = _constructor_fields(v, ty, adts, at)
+            work.append((v, ty, at, ((ty.func.name, v.constructor), inputs)))
+            work.extend(
+                (x, f, f"{at}, field {i} of {v.constructor}", None)
+                for i, (x, f) in reversed(list(enumerate(zip(v.fields, inputs, strict=True))))
+            )
         elif isinstance(ty, TupleType):
             if not isinstance(v, tuple | list) or len(v) != len(ty.fields):
                 raise ArgumentError(f"{at} expects {astext(ty)}, got {_describe(v)}")
-            work.append((v, ty, at, True))
+            work.append((v, ty, at, (None, ty.fields)))
             work.extend(
-                (x, f, f"{at}.{i}", False)
+                (x, f, f"{at}.{i}", None)
                 for i, (x, f) in reversed(list(enumerate(zip(v, ty.fields, strict=True))))
             )
         elif isinstance(ty, TensorType):
@@ -187,13 +203,26 @@ def _dtype_name(dtype: np.dtype) -> str:
 
 
 def check_argument(
-    value: Any, t: Type, dims: dict[str, int], where: str, span: Span | None = None
+    value: Any,
+    t: Type,
+    dims: dict[str, int],
+    where: str,
+    span: Span | None = None,
+    adts: Mapping[str, TypeData] | None = None,
 ) -> None:
     """The run-time check of a parameter's type: dtype, rank, static sizes,
-    and one size per symbolic dimension across the call (``dims``)."""
+    and one size per symbolic dimension across the call (``dims``); an ADT
+    value's fields too, when its type's definition is in ``adts``."""
     stack = [(value, t, where)]
     while stack:
         v, ty, at = stack.pop()
+        if isinstance(ty, TypeCall) and adts and ty.func.name in adts:
+            inputs = _constructor_fields(v, ty, adts, at, span)
+            stack.extend(
+                (x, f, f"{at}, field {i} of {v.constructor}")
+                for i, (x, f) in enumerate(zip(v.fields, inputs, strict=True))
+            )
+            continue
         if isinstance(ty, TensorType):
             if not isinstance(v, np.ndarray):
                 raise ArgumentError(f"{at} expects a tensor, got {_describe(v)}", span)
@@ -220,6 +249,50 @@ def check_argument(
             raise ArgumentError(f"{at} expects a Key, got {_describe(v)}", span)
 
 
+def _constructor_fields(
+    value: Any, t: TypeCall, adts: Mapping[str, TypeData], where: str, span: Span | None = None
+) -> tuple[Type, ...]:
+    """The field types of ``value``'s constructor in the ADT type ``t``;
+    ArgumentError when ``value`` is not a value of ``t``."""
+    data = adts[t.func.name]
+    if not isinstance(value, ADTValue):
+        raise ArgumentError(f"{where} expects {astext(t)}, got {_describe(value)}", span)
+    for ctor in data.constructors:
+        if ctor.name == value.constructor:
+            if len(value.fields) != len(ctor.inputs):
+                raise ArgumentError(
+                    f"{where} expects {astext(t)}: {ctor.name} has {len(ctor.inputs)} field(s), "
+                    f"got {len(value.fields)}",
+                    span,
+                )
+            return tuple(instantiate(f, data, t) for f in ctor.inputs)
+    known = ", ".join(c.name for c in data.constructors)
+    raise ArgumentError(
+        f"{where} expects {astext(t)} (made by {known}), got a value of {value.constructor}",
+        span,
+    )
+
+
+def instantiate(field: Type, data: TypeData, t: TypeCall) -> Type:
+    """A constructor's field type ``field`` in ``t``: the type's parameters
+    (by name) replaced by ``t``'s arguments. Recursive in the nesting of
+    the type as written."""
+    names = {p.name: a for p, a in zip(data.type_params, t.args, strict=False)}
+    if not names:
+        return field
+
+    def sub(ty: Type) -> Type:
+        if isinstance(ty, TypeVar):
+            return names.get(ty.name, ty)
+        if isinstance(ty, TupleType):
+            return TupleType(tuple(sub(f) for f in ty.fields))
+        if isinstance(ty, TypeCall):
+            return TypeCall(ty.func, tuple(sub(a) for a in ty.args))
+        return ty  # a tensor, a key; functions and references are never given
+
+    return sub(field)
+
+
 def _describe(value: Any) -> str:
     """A short description: a foreign array by its type, shape and dtype,
     never its whole contents."""
@@ -244,7 +317,7 @@ def check_call_options(entry: Any, state: Any, sink: Any, state_type: type) -> N
     """The keyword options of a call (``entry``, ``state``, ``sink``), which
     a parameter of the same name cannot be given by: it is passed by
     position (a mistake here would otherwise surface deep inside the call)."""
-    if not isinstance(entry, str):
+    if entry is not None and not isinstance(entry, str):
         raise ArgumentError(
             f"entry= names the function to run, got {_describe(entry)} (a parameter named "
             "entry is passed by position)"

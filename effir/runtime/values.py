@@ -66,6 +66,30 @@ class ADTValue:
         return f"{self.constructor}({', '.join(repr(f) for f in self.fields)})"
 
 
+_ADT_CLASSES: dict[tuple[str, str], type[ADTValue]] = {}
+"""The Python class of each ``(type, constructor)`` a frontend declared
+(``@effir.adt``): the values effir computes are made as instances of it,
+so that Python's ``match`` and attribute access work on them."""
+
+
+def register_adt_class(adt: str, constructor: str, cls: type[ADTValue]) -> None:
+    """Make the values of ``adt``'s ``constructor`` instances of ``cls`` (a
+    subclass of ``ADTValue`` adding nothing but methods); a later
+    declaration of the same names replaces an earlier one."""
+    _ADT_CLASSES[(adt, constructor)] = cls
+
+
+def adt_value(adt: str, constructor: str, fields: tuple[Any, ...]) -> ADTValue:
+    """The value ``constructor(*fields)`` of the type ``adt``: an instance of
+    the class declared for it, if any, else a plain ``ADTValue``."""
+    cls = _ADT_CLASSES.get((adt, constructor))
+    if cls is None:
+        return ADTValue(constructor, fields)
+    value = object.__new__(cls)
+    ADTValue.__init__(value, constructor, fields)
+    return value
+
+
 def as_tensor(value: Any) -> np.ndarray:
     """``value`` as an ndarray (numpy scalars become 0-d arrays)."""
     return value if isinstance(value, np.ndarray) else np.asarray(value)

@@ -54,12 +54,14 @@ def test_compile_errors(tmp_path, capsys, dims, message):
 def test_compile_refuses_what_it_cannot_compile(tmp_path, capsys):
     adt = (
         H
-        + "type Box { Box(Tensor[(2), float32]) }\ndef @main(%x: Tensor[(2), float32]) { Box(%x) }\n"
+        + "type Box { Box(fn (float32) -> float32) }\n"
+        + "def @main(%x: float32) { Box(fn (%y: float32) { add(%y, %x) }) }\n"
     )
     path = write(tmp_path, "adt.effir", adt)
     assert main(["compile", path, "-o", str(tmp_path / "model")]) == 1
     err = capsys.readouterr().err
-    # ADTs compile, but an entry cannot hand one to its caller: a located
-    # compile error naming the type.
-    assert "adt.effir:3:1: compile error" in err and "not Box" in err
+    # ADT values cross the boundary, but not a function in one: a located
+    # compile error naming the field.
+    assert "adt.effir:3:1: compile error" in err
+    assert "field 0 of Box is fn (float32) -> float32" in err
     assert "Traceback" not in err

@@ -118,8 +118,8 @@ def test_the_same_bad_input_raises_the_same_error_in_every_mode(tmp_path: Path) 
         "got = [outcome(lambda: effir.interpret(m, x, entry='nope')),",
         "       outcome(lambda: c(x, entry='nope')), outcome(lambda: loaded(x, entry='nope'))]",
         "assert len(set(got)) == 1, got",
-        "assert got[0] == 'ArgumentError: runtime error: the module has no function @nope "
-        "(functions: @main)', got",
+        "assert got[0] == 'ArgumentError: runtime error: the program has no function @nope "
+        "(its functions: @main); entry= names the function to run', got",
         "print('ok')",
     ]
     run_isolated("\n".join(lines)).check()

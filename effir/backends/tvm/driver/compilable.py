@@ -10,8 +10,8 @@ at the first such construct, naming it:
   ``ref_write``);
 - an operator with no lowering (no ``te`` rule, not a control-flow, output
   or data-dependent-shape operator the lowering knows);
-- an entry whose parameters or result are not tensors, keys and tuples of
-  them (what a caller can pass and receive).
+- an entry whose parameters or result are not tensors, keys, tuples and
+  ADT values of them (what a caller can pass and receive).
 
 The lowering's own checks remain (relax/lower.py); each raises
 ``CompileError`` too, among them a kernel after a data-dependent shape
@@ -25,12 +25,12 @@ from __future__ import annotations
 from ....ir.expr import Call, Function, GlobalVar, Op, RefCreate, RefRead, RefWrite
 from ....ir.module import IRModule
 from ....ir.op import op_def
-from ....ir.types import FuncType, GlobalTypeVar, TypeCall, TypeVar
+from ....ir.types import FuncType, TypeVar
 from ....ir.visitor import pre_order
 from ....passes.call_graph import reachable
 from ..relax.dynamic import DYNAMIC
 from ..runtime.errors import BackendError, CompileError
-from ..runtime.signature import spec_of
+from ..runtime.signature import adt_defs, spec_of
 
 LOWERED_OPERATORS = frozenset({"cf.foreach", "cf.while_loop", "io.print", *DYNAMIC})
 """Operators the Relax lowering handles itself (the others need a ``te`` rule)."""
@@ -41,8 +41,8 @@ def callable_part(module: IRModule, entry: str) -> IRModule:
     the pipeline does not optimise and lower them (a module holding the
     whole prelude: 0.6 s of its 0.7 s). A possible entry is ``entry``, a
     function a cell's initial value names, or one whose declared types
-    could be a compiled entry's (no type parameters, no ADT or function
-    types: a later call may name it)."""
+    could be a compiled entry's (no type parameters, no function types: a
+    later call may name it)."""
     roots = [entry]
     roots += [n for n, fn in module.functions.items() if _may_be_an_entry(fn)]
     for cell in module.cells.values():
@@ -56,12 +56,13 @@ def callable_part(module: IRModule, entry: str) -> IRModule:
 
 def _may_be_an_entry(fn: Function) -> bool:
     """Whether ``fn``'s declared types allow it to be a compiled entry
-    (undeclared ones may)."""
+    (undeclared ones may): no type parameter, no function type (an ADT
+    value crosses the boundary, runtime/signature.py [RULE ADTARG])."""
     if fn.type_params:
         return False
     declared = [p.type_annotation for p in fn.params] + [fn.ret_type]
     return not any(
-        isinstance(node, FuncType | TypeCall | TypeVar | GlobalTypeVar)
+        isinstance(node, FuncType | TypeVar)
         for t in declared
         if t is not None
         for node in pre_order(t)
@@ -93,8 +94,8 @@ def refuse_uncompilable(module: IRModule, entry: str = "main") -> None:
                     )
         if name == entry:
             try:
-                for p in fn.params:
-                    spec_of(p.checked_type)
-                spec_of(fn.body.checked_type)
+                specs = [spec_of(p.checked_type) for p in fn.params]
+                specs.append(spec_of(fn.body.checked_type))
+                adt_defs(module.type_defs, specs)
             except BackendError as err:
                 raise CompileError(f"@{name}: {err.message}", fn.span) from None

@@ -31,6 +31,7 @@ from tvm import relax
 from ....ir.diagnostics import Error, EvalError, TypeCheckError
 from ....ir.module import IRModule
 from ....ir.printer import astext
+from ....ir.program import DEFAULT_ENTRY, resolve
 from ....ir.visitor import pre_order
 from ....passes.infra import Pass, PassContext, PassError
 from ....passes.pipeline import STANDARD_PIPELINES
@@ -42,7 +43,13 @@ from ..relax.pipeline import relax_pipeline
 from ..relax.types import NeedsStatic, static
 from ..runtime.errors import BackendError, CompileError, build_failure, run_time_error
 from ..runtime.printing import printing_to
-from ..runtime.signature import Dims, Signature, TensorSpec, TupleSpec, call_entry, spec_of
+from ..runtime.signature import (
+    Dims,
+    Signature,
+    adt_defs,
+    call_entry,
+    spec_of,
+)
 from ..runtime.stack import runner
 from ..runtime.thread_vms import ThreadVMs
 from ..target import building, make_target
@@ -218,11 +225,14 @@ class CompiledModule:
         module: IRModule,
         target: Any,
         report: CompileReport,
+        entry: str = DEFAULT_ENTRY,
     ) -> None:
         self.source = source
         self.module = module
         self.target = target
         self.report = report
+        self.entry = entry
+        """What a call runs when it names no ``entry=`` (``compile``'s)."""
         self.specializations: dict[tuple[str, tuple[tuple[str, int], ...]], Specialization] = {}
         self.static_dims: dict[str, set[str]] = {}  # per entry, learnt (specialization)
         self._lock = threading.Lock()
@@ -238,19 +248,20 @@ class CompiledModule:
     def __call__(
         self,
         *args: Any,
-        entry: str = "main",
+        entry: str | None = None,
         state: State | None = None,
         sink: Sink | None = None,
         **named: Any,
     ) -> Any:
         """``@entry``'s result for ``args`` (and ``named`` arguments, by
         parameter name: the input contract of effir/runtime/arguments.py,
-        as ``effir.interpret``). ``state`` holds the program's global cells
-        (a fresh ``effir.State(source)`` when None) and is updated as the
-        source program would update it; ``sink(label, value)`` receives
-        prints (standard output when None)."""
+        as ``effir.interpret``); by default the entry ``compile`` was given.
+        ``state`` holds the program's global cells (a fresh
+        ``effir.State(source)`` when None) and is updated as the source
+        program would update it; ``sink(label, value)`` receives prints
+        (standard output when None)."""
         check_call_options(entry, state, sink, State)
-        name = entry.removeprefix("@")
+        name = (entry or self.entry).removeprefix("@")
         signature = self.signature(name)
         if state is None:
             state = State(self.source)
@@ -267,23 +278,30 @@ class CompiledModule:
             except Exception as err:  # inside compiled code (TVM, a packed function)
                 raise run_time_error(err, name) from None
 
-    def signature(self, entry: str = "main") -> Signature:
+    def signature(self, entry: str | None = None) -> Signature:
         """What ``@entry`` takes and gives (made once: every call reads it)."""
+        entry = (entry or self.entry).removeprefix("@")
         known = self._signatures.get(entry)
         if known is not None:
             return known
         fn = self._entry(entry)
+        params = tuple((p.name_hint, spec_of(p.checked_type)) for p in fn.params)
+        result = spec_of(fn.body.checked_type)
         made = self._signatures[entry] = Signature(
-            tuple((p.name_hint, spec_of(p.checked_type)) for p in fn.params),
+            params,
             tuple(fn.attrs.get("state_in", ())),
             tuple(fn.attrs.get("state_out", ())),
-            spec_of(fn.body.checked_type),
+            result,
+            adt_defs(self.module.type_defs, [*(s for _, s in params), result]),
         )
         return made
 
     def _entry(self, name: str) -> Any:
         if name not in self.module.functions:
-            raise unknown_entry(name, self.source.functions)
+            # the source's functions that were compiled: what a call may name
+            raise unknown_entry(
+                name, [n for n in self.source.functions if n in self.module.functions]
+            )
         return self.module.functions[name]
 
     def specialization(self, entry: str, dims: Dims, at_call: bool = False) -> Specialization:
@@ -425,17 +443,23 @@ class CompiledModule:
 
 
 def compile(  # noqa: A001  (effir.compile, as tvm.compile)
-    module: IRModule,
+    module: IRModule | Any,
     target: str | Mapping[str, Any] | Any = "llvm",
     pipeline: str | Pass | None = None,
     *,
     opt_level: int | None = None,
     dims: Mapping[str, int] | Sequence[Mapping[str, int]] | None = None,
-    entry: str = "main",
+    entry: str | None = None,
     verbose: bool | TextIO | None = None,
 ) -> CompiledModule:
     """Compile ``module`` with TVM: a ``CompiledModule`` that is called as
-    the interpreter runs ``@main`` (same arguments, same ``State``).
+    the interpreter runs ``entry`` (same arguments, same ``State``).
+
+    - ``module``: a module, or a function made by ``@effir.script`` or
+      ``effir.trace`` (ir/program.py).
+    - ``entry``: the function a call runs (and ``dims`` are for); by
+      default a module's ``@main``, a function's own. A call may name
+      another (``compiled(x, entry="other")``).
 
     - ``target``: ``"llvm"`` (this CPU, with its vector extensions),
       ``"cuda"`` (sm_90), or what TVM users write: ``"llvm
@@ -462,6 +486,7 @@ def compile(  # noqa: A001  (effir.compile, as tvm.compile)
     done and what it cost. Imports TVM on first use."""
     if pipeline is not None and opt_level is not None:
         raise PassError("effir.compile: give a pipeline or an opt_level, not both")
+    module, entry = resolve(module, entry, CompileError, "effir.compile")
     context = PassContext.current()
     level = context.opt_level if opt_level is None else opt_level
     if pipeline is None:
@@ -490,7 +515,7 @@ def compile(  # noqa: A001  (effir.compile, as tvm.compile)
         f"optimised in {report.pipeline_seconds:.2f} s "
         f"({report.nodes_before} -> {report.nodes_after} IR nodes)"
     )
-    compiled = CompiledModule(module, optimised, tvm_target, report)
+    compiled = CompiledModule(module, optimised, tvm_target, report, entry)
     compiled.verbose = verbose
     main = optimised.functions.get(entry)
     if main is not None and all(static(p.checked_type) for p in main.params):
@@ -504,14 +529,7 @@ def compile(  # noqa: A001  (effir.compile, as tvm.compile)
 def _binding(compiled: CompiledModule, entry: str, dims: Mapping[str, int]) -> Dims:
     """``dims`` checked against ``entry``'s symbolic dimensions: each one
     bound, to a size, and no other."""
-    needed: set[str] = set()
-    pending = [spec for _, spec in compiled.signature(entry).params]
-    while pending:
-        spec = pending.pop()
-        if isinstance(spec, TupleSpec):
-            pending += spec.fields
-        elif isinstance(spec, TensorSpec):
-            needed |= {d for d in spec.shape if isinstance(d, str) and d != "?"}
+    needed = set(compiled.signature(entry).dimensions)
     shown = ", ".join(sorted(needed)) or "none"
     for name, size in dims.items():
         if name not in needed:

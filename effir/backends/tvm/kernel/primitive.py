@@ -81,11 +81,15 @@ def concrete_type(t: Type, dims: Mapping[str, Any], what: str = "a type") -> Typ
                 shape.append(d)
             elif d != ANY and d in dims:
                 shape.append(d if _symbolic(dims[d]) else int(dims[d]))
-            else:
-                shown = "?" if d == ANY else d
+            elif d == ANY:
                 raise BackendError(
-                    f"a kernel needs static shapes: dimension {shown} of {what} "
-                    f"({astext(leaf)}) is not known"
+                    f"a kernel needs static shapes: {what} ({astext(leaf)}) has a "
+                    "data-dependent size (?) that no rule relates to its inputs' sizes"
+                )
+            else:
+                raise BackendError(
+                    f"a kernel needs static shapes: {what} ({astext(leaf)}) has the "
+                    f"symbolic dimension {d}, which nothing binds here"
                 )
         return TensorType(tuple(shape), leaf.dtype)
 
@@ -402,23 +406,33 @@ def lower_kernel(
     target: str | Any = "llvm",
     dims: Mapping[str, int] | None = None,
     schedule: bool = True,
+    inputs: Sequence[str] | None = None,
 ) -> KernelIR:
     """``fn`` (a typed primitive function) as scheduled TIR for ``target``;
-    ``dims`` binds its symbolic dimensions."""
+    ``dims`` binds its symbolic dimensions. ``inputs`` names what each
+    parameter is where the kernel is called (``%x``, the user's value), for
+    messages: a kernel's own parameters (``%p0``) mean nothing to a user."""
     tvm_target, dims = _prepared(fn, target, dims)
     symbolic = {d: v for d, v in dims.items() if _symbolic(v)}
     if symbolic:
         with symbolic_dims(symbolic):
-            return _lower(fn, tvm_target, dims, schedule)
-    return _lower(fn, tvm_target, dims, schedule)
+            return _lower(fn, tvm_target, dims, schedule, inputs)
+    return _lower(fn, tvm_target, dims, schedule, inputs)
 
 
-def _lower(fn: Function, tvm_target: Any, dims: dict[str, Any], schedule: bool) -> KernelIR:
+def _lower(
+    fn: Function,
+    tvm_target: Any,
+    dims: dict[str, Any],
+    schedule: bool,
+    inputs: Sequence[str] | None = None,
+) -> KernelIR:
     name = str(fn.attrs.get("global_symbol", "")) or "kernel"
     builder = _Builder(dims, fence=tvm_target.kind.name == "llvm" and rounding.active())
+    shown = list(inputs) if inputs else [f"parameter %{p.name_hint}" for p in fn.params]
     params = tuple(
-        concrete_type(p.type_annotation or p.checked_type, dims, f"parameter %{p.name_hint}")
-        for p in fn.params
+        concrete_type(p.type_annotation or p.checked_type, dims, what)
+        for p, what in zip(fn.params, shown, strict=True)
     )
     for p, t in zip(fn.params, params, strict=True):
         builder.bind_param(p, t)

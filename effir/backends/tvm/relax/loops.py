@@ -75,7 +75,7 @@ from ..kernel.checks import collecting_checks
 from ..kernel.primitive import leaves
 from ..loop import LoweredLoop, lower_loop
 from ..runtime.errors import BackendError
-from .types import declare, is_const, relax_type, static
+from .types import declare, is_const, relax_type, static, unknown_shape
 
 LOOP_CHUNK = 1024
 """Steps per call of a whole-loop kernel [RULE CHUNK]."""
@@ -370,8 +370,8 @@ class LoopLowering:
         for leaf in xs_leaves:
             if not all(isinstance(d, int) for d in leaf.shape[1:]):
                 raise BackendError(
-                    f"a cf.foreach over a sequence whose steps ({astext(leaf)}) have a "
-                    "data-dependent shape is not compiled",
+                    f"a cf.foreach over a sequence whose steps ({astext(leaf)}) have "
+                    f"{unknown_shape(leaf.shape[1:])} is not compiled",
                     call.span,
                 )
         emit = self.bb.emit
@@ -757,8 +757,8 @@ class LoopLowering:
             told = sized and [d for d in leaf.shape if not isinstance(d, int)] == [ANY]
             if not leaf.is_static and not told:
                 raise BackendError(
-                    f"a loop whose per-step output ({astext(leaf)}) has a data-dependent shape "
-                    "is not compiled",
+                    f"a loop whose per-step output ({astext(leaf)}) has "
+                    f"{unknown_shape(leaf.shape)} is not compiled",
                     call.span,
                 )
         return out_type, state_type

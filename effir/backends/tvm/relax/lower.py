@@ -130,6 +130,7 @@ from ....ir.visitor import free_vars, pre_order
 from ....passes.call_graph import reachable, recursive
 from ....passes.fuse import is_primitive
 from ....passes.infer_type import infer_expr
+from ....passes.specialise_dims import source_name
 from ..kernel import rounding
 from ..kernel.checks import error_shape
 from ..kernel.lower_tvm import one_call_kernel
@@ -232,7 +233,7 @@ class _Lowering(
         for name in reached:  # [GLOBALS] declare, then define
             fn = self.module.functions[name]
             symbols = self.symbols if name == entry else None
-            with _located(fn, name):
+            with _located(fn, source_name(fn, name)):
                 params = [
                     relax.Var(p.name_hint, relax_type(p.checked_type, symbols)) for p in fn.params
                 ]
@@ -243,7 +244,7 @@ class _Lowering(
             self.globals[name] = declare(self.bb, params, ret, label)
         for name in reached:
             fn = self.module.functions[name]
-            with _located(fn, name):
+            with _located(fn, source_name(fn, name)):
                 function = self._function(fn, name)
             if name == entry and name not in self.recursive:
                 function = function.with_attr("global_symbol", entry)
@@ -467,7 +468,8 @@ class _Lowering(
             args = [self._atom(a, env) for a in call.args]
             if callee.name in self.recursive:
                 called = self.module.functions[callee.name]
-                args.insert(0, self._deeper(f"@{callee.name}", called.span))
+                shown = source_name(called, callee.name)
+                args.insert(0, self._deeper(f"@{shown}", called.span))
             return self.bb.emit(relax.Call(self.globals[callee.name], args), name)
         if isinstance(callee, Var) and isinstance(env.get(callee), Function):
             fn = env[callee]
@@ -555,7 +557,8 @@ class _Lowering(
         args = [self._atom(a, env) for a in arguments]
         if not (all(static(t) for t in types) and static(result_type)):
             self._needs_static([*types, result_type])
-            return self._shape_polymorphic(fn, args, types, result_type, name)
+            shown = [_input_name(a) for a in arguments]
+            return self._shape_polymorphic(fn, args, types, result_type, name, shown)
         if not leaves(result_type):  # nothing to compute (random.split(k, num=0))
             return self._rebuild(result_type, iter(()))
         view = _view_shape(fn)
@@ -603,12 +606,15 @@ class _Lowering(
         if needed:
             raise NeedsStatic(needed)
 
-    def _kernel(self, fn: Function, sizes: dict[str, Any] | None = None) -> tuple[str, KernelIR]:
-        """``fn``'s kernel (``sizes``: its symbolic ones, [RULE SHAPEPOLY])."""
+    def _kernel(
+        self, fn: Function, sizes: dict[str, Any] | None = None, inputs: list[str] | None = None
+    ) -> tuple[str, KernelIR]:
+        """``fn``'s kernel (``sizes``: its symbolic ones, [RULE SHAPEPOLY];
+        ``inputs``: what its arguments are, for messages)."""
         key = astext(fn) + "|" + ",".join(astext(p.checked_type) for p in fn.params)
         known = self.kernels.get(key)
         if known is None:
-            lowered = lower_kernel(fn, self.target, sizes)
+            lowered = lower_kernel(fn, self.target, sizes, inputs=inputs)
             symbol = self._compiled_apart(lowered.module["main"], _identifier(lowered.name))
             known = self.kernels[key] = (symbol, lowered)
         return known
@@ -695,6 +701,11 @@ def _view_shape(fn: Function) -> list[int] | None:
     if source.dtype != result.dtype or not (static(source) and static(result)):
         return None
     return [int(d) for d in result.shape]
+
+
+def _input_name(arg: Expr) -> str:
+    """A kernel's argument as a message names it."""
+    return f"the input %{arg.name_hint}" if isinstance(arg, Var) else "a constant input"
 
 
 def _one_call_kernel(call: Call) -> Function:

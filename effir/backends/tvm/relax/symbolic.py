@@ -54,10 +54,17 @@ class SymbolicLowering:
     """Kernels of data-dependent shapes for ``_Lowering`` (relax/lower.py)."""
 
     def _shape_polymorphic(
-        self, fn: Function, args: list[Any], types: list[Type], result: Type, name: str
+        self,
+        fn: Function,
+        args: list[Any],
+        types: list[Type],
+        result: Type,
+        name: str,
+        shown: list[str] | None = None,
     ) -> Any:
         """[RULE SHAPEPOLY] The call of ``fn``, a kernel whose types keep a
-        ``?``: compiled once for every size."""
+        ``?``: compiled once for every size (``shown``: what its arguments
+        are, for messages)."""
         inputs = [leaf for arg, t in zip(args, types, strict=True) for leaf in self._leaves(arg, t)]
         typed, sizes, known = self._named_sizes(fn, inputs)
         for check in sizes.checks:  # [RULE SIZECHECK], before the kernel runs
@@ -67,7 +74,7 @@ class SymbolicLowering:
                 check.message,
                 [sizes.substituted(v, known) for v in check.values],
             )
-        gv, lowered = self._kernel(typed, dict(sizes.exprs))
+        gv, lowered = self._kernel(typed, dict(sizes.exprs), shown)
         inputs = inputs + [relax.const(c, str(c.dtype)) for c in lowered.constants]
         relax_sizes = {d: sizes.substituted(e, known) for d, e in sizes.exprs.items()}
         outs = [relax_type(t, relax_sizes) for t in lowered.signature.outputs]

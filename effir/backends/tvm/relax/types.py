@@ -78,6 +78,20 @@ def named_dims(t: Type) -> set[str]:
     }
 
 
+def unknown_shape(shape: Any) -> str:
+    """What a shape the lowering needs and does not have is, in words: a
+    symbolic dimension (a name: a size the caller chooses, which nothing
+    bound here) is not a data-dependent one (``?``: known only once the
+    program computed it)."""
+    names = [d for d in shape if isinstance(d, str) and d != ANY]
+    if names:
+        return (
+            f"a symbolic shape ({', '.join(names)}: a size of the function's caller that "
+            "nothing binds here)"
+        )
+    return "a data-dependent shape (?)"
+
+
 def static(t: Type) -> bool:
     """Whether every tensor in ``t`` has a static shape."""
     return all(

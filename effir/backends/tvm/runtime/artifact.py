@@ -148,11 +148,19 @@ class LoadedModule:
             values[name] = _rebuild(spec, iter([a.copy() for a in arrays]))
         return State.from_values(values)
 
-    def signature(self, entry: str = "main") -> Signature:
+    @property
+    def entry(self) -> str:
+        """What a call runs when it names no ``entry=``: ``@main``, or the
+        artifact's only entry (a program compiled with ``entry="decode"``)."""
+        if "main" not in self.entries and len(self.entries) == 1:
+            return next(iter(self.entries))
+        return "main"
+
+    def signature(self, entry: str | None = None) -> Signature:
         return self._entry(entry)[0]
 
-    def _entry(self, entry: str) -> tuple[Signature, dict[Any, Path]]:
-        name = entry.removeprefix("@")
+    def _entry(self, entry: str | None) -> tuple[Signature, dict[Any, Path]]:
+        name = (entry or self.entry).removeprefix("@")
         if name not in self.entries:
             raise unknown_entry(name, self.entries)
         return self.entries[name]
@@ -160,12 +168,13 @@ class LoadedModule:
     def __call__(
         self,
         *args: Any,
-        entry: str = "main",
+        entry: str | None = None,
         state: State | None = None,
         sink: Any = None,
         **named: Any,
     ) -> Any:
         check_call_options(entry, state, sink, State)
+        entry = entry or self.entry
         signature, libraries = self._entry(entry)
         if state is None:
             state = self.new_state()
