@@ -103,6 +103,7 @@ _FRONTEND_NAMES = [
 ]
 # --- end of the Python frontend ---
 
+from . import optim  # noqa: E402  (effir.optim.SGD, effir.optim.Adam)
 from .frontend.packed import compile_packed, packed_scan  # noqa: E402  (variable-length batches)
 
 
@@ -186,6 +187,7 @@ __all__ = [
     "compile_packed",
     "interpret",
     "load",
+    "optim",
     "visualize",
     "IRModule",
     "LinearityError",

@@ -30,6 +30,10 @@ import tvm_ffi
 from tvm import relax
 from tvm.runtime import Tensor
 
+from .errors import register_check_function
+
+register_check_function()  # the checks of the code these VMs run report through it
+
 
 class ThreadVMs:
     """The VMs of one executable (a ``relax.build`` result or a loaded
