@@ -6,7 +6,11 @@ from . import (
 )
 from .autodiff import DifferentiationError, grad, value_and_grad
 from .backends.interpreter import Closure, Interpreter, State, interpret
-from .backends.tvm.runtime.errors import BackendError, CompileError  # no TVM import
+from .backends.tvm.runtime.errors import (  # no TVM import
+    BackendError,
+    CompileError,
+    StateNotExportedWarning,
+)
 from .graph import visualize
 from .ir import (
     ArgumentError,
@@ -173,6 +177,7 @@ __all__ = [
     "PassError",
     "Sequential",
     "State",
+    "StateNotExportedWarning",
     "TypeCheckError",
     "TypeError",
     "check",

@@ -20,6 +20,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -229,6 +230,10 @@ class CompiledModule:
         self._program_text: str | None = None  # the build cache's key (_cache)
         self._primed: set[str] = set()  # entries whose static dims the cache gave
         self._signatures: dict[str, Signature] = {}  # per entry: made once, read per call
+        self.changed_states: weakref.WeakSet[State] = weakref.WeakSet()
+        """The callers' States that calls of entries writing cells were
+        given: an export without ``state=`` warns when one of them no longer
+        holds the initial values (driver/export.py)."""
         self.verbose: bool | TextIO = False
         """Progress lines for the builds to come (see ``compile``)."""
 
@@ -254,6 +259,8 @@ class CompiledModule:
         signature = self.signature(name)
         if state is None:
             state = State(self.source)
+        elif signature.state_out:
+            self.changed_states.add(state)
 
         def function(dims: Dims) -> Any:
             spec = self.specialization(name, dims)
@@ -393,14 +400,20 @@ class CompiledModule:
         spec.library = stored.library
         spec._vms = ThreadVMs(stored.module, spec.device)
 
-    def export(self, path: Any, key: bytes | str | None = None) -> Any:
+    def export(
+        self, path: Any, key: bytes | str | None = None, state: State | Mapping | None = None
+    ) -> Any:
         """Write this program, with every specialisation built so far, to
         the directory ``path`` (runtime/artifact.py); ``effir.load(path)`` runs it.
-        With a ``key`` the manifest is signed (HMAC-SHA256), and
+        ``state`` (an ``effir.State``, or a mapping of cell names to values)
+        is what the artifact's cells start from (a trained model's
+        statistics); by default the cells' declared initial values, with a
+        ``StateNotExportedWarning`` when calls changed a State. With a
+        ``key`` the manifest is signed (HMAC-SHA256), and
         ``effir.load(path, key=key)`` refuses a tampered artifact."""
         from .export import export
 
-        return export(self, path, key=key)
+        return export(self, path, key=key, state=state)
 
     def new_state(self, seed: int | None = None) -> State:
         return State(self.source, seed=seed)

@@ -32,6 +32,12 @@ class CompileError(BackendError):
     kind = "compile error"
 
 
+class StateNotExportedWarning(UserWarning):
+    """``compiled.export(path)`` without ``state=`` of a program whose
+    calls changed a State: the artifact holds the cells' declared initial
+    values, not that State's (a trained model's running statistics, say)."""
+
+
 class BuildDefect(CompileError):
     """TVM (or effir's lowering) failed while building a program: a defect
     of the backend, never of the program (the interpreter runs it). A user
