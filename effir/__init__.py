@@ -107,8 +107,9 @@ _FRONTEND_NAMES = [
 ]
 # --- end of the Python frontend ---
 
-from . import optim  # noqa: E402  (effir.optim.SGD, effir.optim.Adam)
+from . import optim, train  # noqa: E402  (effir.optim.SGD, effir.optim.Adam; effir.train)
 from .frontend.packed import compile_packed, packed_scan  # noqa: E402  (variable-length batches)
+from .train import TrainState, TrainStep, train_step  # noqa: E402  (docs/training.md)
 
 
 def compile(  # noqa: A001
@@ -193,6 +194,10 @@ __all__ = [
     "interpret",
     "load",
     "optim",
+    "train",
+    "train_step",
+    "TrainStep",
+    "TrainState",
     "visualize",
     "IRModule",
     "LinearityError",

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..ir.diagnostics import EvalError
+from ..ir.diagnostics import Error, EvalError
 from ..ir.printer import astext
 from ..ir.types import KeyType, RefType, TensorType, TupleType, Type
 from ..runtime import prng
@@ -212,19 +212,28 @@ class State(Mapping[str, Any]):
     def load(self, path: str | os.PathLike[str]) -> State:
         """Replace every cell's value with the one saved in ``path`` (by
         ``save``), all or none: each array is checked against its cell first."""
-        where = os.fspath(path)
-        try:
-            with np.load(path, allow_pickle=False) as data:
-                if not isinstance(data, np.lib.npyio.NpzFile):
-                    raise StateError(f"{where}: not a .npz file of saved state")
-                arrays = {name: data[name] for name in data.files}
-        except StateError:
-            raise
-        except FileNotFoundError:
-            raise StateError(f"{where}: no such file") from None
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
-            raise StateError(f"{where}: not a .npz file of saved state ({err})") from None
-        return self.set_arrays(arrays, where)
+        arrays = read_npz(path, StateError, "a .npz file of saved state")
+        return self.set_arrays(arrays, os.fspath(path))
+
+
+def read_npz(path: str | os.PathLike[str], error: type[Error], what: str) -> dict[str, Any]:
+    """The arrays of the ``.npz`` file ``path``, read without pickles; any
+    other file (one ``.npy`` array too: ``np.load`` returns it bare) is an
+    ``error`` saying it is not ``what``."""
+    where = os.fspath(path)
+    try:
+        data = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise error(f"{where}: no such file") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        raise error(f"{where}: not {what} ({err})") from None
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise error(f"{where}: not {what} (one array, not a .npz of named arrays)")
+    try:
+        with data:
+            return {name: data[name] for name in data.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        raise error(f"{where}: not {what} ({err})") from None
 
 
 def _seeded_key(seed: int, index: int) -> PRNGKey:
