@@ -5,12 +5,21 @@ to step; a checkpoint saves it whole and ``TrainStep.restore`` resumes it
 bit for bit.
 
 - ``step``: ``train_step``, ``train_step_module`` (the program alone),
-  ``TrainStep``, ``TrainState``;
+  ``step_signature`` (of a step written by hand), ``TrainStep``,
+  ``TrainState``;
 - ``checkpoint``: the ``.npz`` format, ``read_checkpoint``, ``metadata_of``.
 """
 
 from .checkpoint import Checkpoint, CheckpointError, metadata_of, read_checkpoint
-from .step import StepSignature, TrainingError, TrainState, TrainStep, train_step, train_step_module
+from .step import (
+    StepSignature,
+    TrainingError,
+    TrainState,
+    TrainStep,
+    step_signature,
+    train_step,
+    train_step_module,
+)
 
 __all__ = [
     "Checkpoint",
@@ -21,6 +30,7 @@ __all__ = [
     "TrainingError",
     "metadata_of",
     "read_checkpoint",
+    "step_signature",
     "train_step",
     "train_step_module",
 ]

@@ -120,6 +120,40 @@ def train_step_module(
     return check(module.with_function(name, dataclasses.replace(fn, attrs=attrs))), signature
 
 
+def step_signature(
+    module: IRModule, name: str, wrt: Sequence[str], optimizer: Optimizer
+) -> StepSignature:
+    """The signature of ``module``'s ``@name``, a training step written by
+    hand to the convention (a backward written in effir, say), checked:
+    its parameters end with ``wrt`` then the optimiser's state (then the
+    cells it passes); the ones before are its data."""
+    if name not in module.functions:
+        known = ", ".join(f"@{n}" for n in module.functions) or "none"
+        raise TrainingError(f"the module has no function @{name} (its functions: {known})")
+    fn = module.functions[name]
+    user = fn.params[: len(fn.params) - len(fn.attrs.get("state_in", ()))]
+    names = [p.name_hint for p in user]
+    n_data = names.index(wrt[0]) if wrt and wrt[0] in names else -1
+    if n_data < 0 or names[n_data : n_data + len(wrt)] != list(wrt):
+        raise TrainingError(
+            f"@{name}'s parameters ({', '.join(names)}) do not take {', '.join(wrt)} in a row, "
+            "after its data and before the optimiser's state"
+        )
+    param_types = tuple(
+        _static_tensor(p.checked_type, p.name_hint) for p in user[n_data : n_data + len(wrt)]
+    )
+    opt_types = tuple(
+        TensorType(tuple(a.shape), str(a.dtype)) for a in optimizer.init(_zeros(param_types))
+    )
+    given = [p.checked_type for p in user[n_data + len(wrt) :]]
+    if [_shape_dtype(t) for t in given] != [_shape_dtype(t) for t in opt_types]:
+        raise TrainingError(
+            f"@{name} takes {len(given)} value(s) after its parameters, where "
+            f"{optimizer.name}'s state is {len(opt_types)} tensor(s) of these parameters' shapes"
+        )
+    return StepSignature(tuple(names[:n_data]), tuple(wrt), param_types, opt_types)
+
+
 def _loss_module(loss: Any, entry: str | None) -> tuple[IRModule, str]:
     """The module and entry of what the user calls a loss."""
     if isinstance(loss, IRModule):
@@ -148,6 +182,10 @@ def _static_tensor(t: Type | None, name: str) -> TensorType:
             "static shape (the optimiser's state is made for it)"
         )
     return t
+
+
+def _shape_dtype(t: Type | None) -> tuple[tuple, str] | None:
+    return (tuple(t.shape), t.dtype) if isinstance(t, TensorType) else None
 
 
 def _zeros(types: Sequence[TensorType]) -> tuple[np.ndarray, ...]:

@@ -233,3 +233,45 @@ def test_a_step_takes_the_run_first() -> None:
         step(x, y)
     with pytest.raises(effir.ArgumentError, match=r"@train_step takes 2 argument\(s\), got 1"):
         step(step.init(initial_params(0)), x)
+
+
+# ------------------------------------------------------------------ a step written by hand
+HAND = """#[version = "0.0.5"]
+def @step(%x: Tensor[(4), float32], %a: Tensor[(4), float32], %v: Tensor[(4), float32]) {
+  let %g = multiply(2f, subtract(%a, %x));
+  let %v1 = add(multiply(%v, 0.5f), %g);
+  (sum(multiply(subtract(%a, %x), subtract(%a, %x))), (subtract(%a, multiply(%v1, 0.1f)),), (%v1,))
+}
+"""
+
+
+def test_a_step_written_by_hand_runs_as_one_made_from_a_loss() -> None:
+    from effir.train import TrainStep, step_signature
+
+    module = effir.check(effir.parse(HAND))
+    optimizer = SGD(lr=0.1, momentum=0.5)
+    signature = step_signature(module, "step", ["a"], optimizer)
+    assert signature.data == ("x",)
+    step = TrainStep(module, signature, optimizer, name="step", target=None)
+    run = step.init({"a": np.zeros(4, "f4")})
+    target = np.arange(4, dtype="f4")
+    for _ in range(40):
+        step(run, target)
+    np.testing.assert_allclose(run.params["a"], target, atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("wrt", "optimizer", "message"),
+    [
+        (["a", "x"], SGD(), r"@step's parameters \(x, a, v\) do not take a, x in a row, after"),
+        (["v"], SGD(), r"@step takes 0 value\(s\) after its parameters, where sgd's state is 1"),
+        (["a"], Adam(), r"@step takes 1 value\(s\) after its parameters, where adam's state is 3"),
+    ],
+)
+def test_a_step_that_breaks_the_convention_is_refused(wrt, optimizer, message: str) -> None:
+    from effir.train import step_signature
+
+    with pytest.raises(TrainingError, match=message):
+        step_signature(effir.check(effir.parse(HAND)), "step", wrt, optimizer)
+    with pytest.raises(TrainingError, match=r"the module has no function @nope"):
+        step_signature(effir.check(effir.parse(HAND)), "nope", wrt, optimizer)
