@@ -139,6 +139,9 @@ def compile(  # noqa: A001
       calls and scripts, on in a Jupyter notebook.
 
     See effir/backends/tvm/driver/compile.py and docs/backend.md."""
+    from .backends.tvm.runtime.importing import import_tvm
+
+    import_tvm()  # without the PyTorch import TVM's FFI makes (runtime/importing.py)
     from .backends.tvm.driver.compile import compile as compile_module
 
     return compile_module(
@@ -157,6 +160,9 @@ def load(path, key=None):
     without effir's frontend or a compiler (effir/backends/tvm/runtime/artifact.py).
     With ``key``, the artifact must carry a signature made with that key at
     export (``compiled.export(path, key=key)``)."""
+    from .backends.tvm.runtime.importing import import_tvm
+
+    import_tvm()  # without the PyTorch import TVM's FFI makes (runtime/importing.py)
     from .backends.tvm.runtime.artifact import load as load_artifact
 
     return load_artifact(path, key=key)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.isolated import ROOT
 
 HEAVY = ("tvm", "tvm_ffi", "torch")
@@ -52,3 +54,22 @@ import effir
 effir.compile(effir.parse('{HEADER}def @main(%x: Tensor[(3), float32]) {{ tanh(%x) }}'))
 """
     assert {"tvm", "tvm_ffi"} <= loaded_after(code)
+
+
+def test_compiling_does_not_import_pytorch_for_tvm() -> None:
+    """tvm_ffi imports PyTorch when it is installed; effir hides it while
+    TVM is imported (effir/backends/tvm/runtime/importing.py), unless the
+    program imported PyTorch already; the user's own import still works."""
+    pytest.importorskip("torch")
+    code = f"""
+import numpy as np, effir
+compiled = effir.compile(effir.parse('{HEADER}def @main(%x: Tensor[(3), float32]) {{ tanh(%x) }}'))
+"""
+    assert loaded_after(code) == {"tvm", "tvm_ffi"}
+    assert "torch" in loaded_after("import torch\n" + code)
+    use = """
+import torch
+x = torch.ones(3)
+assert np.allclose(compiled(x), np.tanh(1.0))  # a PyTorch argument, through the input contract
+"""
+    assert loaded_after(code + use) == {"tvm", "tvm_ffi", "torch"}
