@@ -33,6 +33,7 @@ from ..runtime.artifact import (
 )
 from ..runtime.errors import StateNotExportedWarning
 from ..runtime.signature import KeySpec, Spec, TensorSpec, TupleSpec, spec_to_json, type_of
+from ..runtime.thread_vms import MODULES
 from .compile import CompiledModule
 
 
@@ -67,10 +68,14 @@ def export(
         entries: dict[str, Any] = {}
         for n, ((entry, dims), spec) in enumerate(built):
             library = f"lib/{entry}-{n}.so"
-            if spec.library is not None:  # loaded from the build cache: its library
+            if spec.writer is not None:  # the build cache's copy is being written: wait
+                spec.writer.join()
+            if spec.library is not None:  # loaded from or written to the build cache
                 shutil.copyfile(spec.library, staging / library)
             else:
-                spec.executable.export_library(str(staging / library))
+                executable = spec.exportable()
+                with MODULES:
+                    executable.export_library(str(staging / library))
             record = entries.setdefault(
                 entry, {"signature": compiled.signature(entry).to_json(), "specializations": []}
             )
