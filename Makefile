@@ -37,7 +37,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/executor.py
 	$(BIN)/python benchmarks/frontend.py
 
-# The GRU (inference, and a training step) against numpy, PyTorch and JAX: the peers go into a venv of their
+# The GRU (inference, and a training step) and compile latency against numpy, PyTorch and JAX: the peers go into a venv of their
 # own (they are not effir's dependencies).
 BENCH := .venv-bench
 $(BENCH)/.installed: pyproject.toml benchmarks/requirements-peers.txt
@@ -49,6 +49,7 @@ $(BENCH)/.installed: pyproject.toml benchmarks/requirements-peers.txt
 bench-peers: $(BENCH)/.installed
 	$(BENCH)/bin/python benchmarks/gru_peers.py
 	$(BENCH)/bin/python benchmarks/train_step.py
+	$(BENCH)/bin/python benchmarks/compile_latency.py
 
 clean:
 	rm -rf $(VENV) $(BENCH) build *.egg-info .pytest_cache .hypothesis

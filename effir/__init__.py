@@ -6,7 +6,11 @@ from . import (
 )
 from .autodiff import DifferentiationError, grad, value_and_grad
 from .backends.interpreter import Closure, Interpreter, State, interpret
-from .backends.tvm.runtime.errors import BackendError, CompileError  # no TVM import
+from .backends.tvm.runtime.errors import (  # no TVM import
+    BackendError,
+    CompileError,
+    StateNotExportedWarning,
+)
 from .graph import visualize
 from .ir import (
     ArgumentError,
@@ -118,7 +122,9 @@ _FRONTEND_NAMES = [
 ]
 # --- end of the Python frontend ---
 
+from . import optim, train  # noqa: E402  (effir.optim.SGD, effir.optim.Adam; effir.train)
 from .frontend.packed import compile_packed, packed_scan  # noqa: E402  (variable-length batches)
+from .train import TrainState, TrainStep, train_step  # noqa: E402  (docs/training.md)
 
 
 def compile(  # noqa: A001
@@ -150,6 +156,9 @@ def compile(  # noqa: A001
       calls and scripts, on in a Jupyter notebook.
 
     See effir/backends/tvm/driver/compile.py and docs/backend.md."""
+    from .backends.tvm.runtime.importing import import_tvm
+
+    import_tvm()  # without the PyTorch import TVM's FFI makes (runtime/importing.py)
     from .backends.tvm.driver.compile import compile as compile_module
 
     return compile_module(
@@ -168,6 +177,9 @@ def load(path, key=None):
     without effir's frontend or a compiler (effir/backends/tvm/runtime/artifact.py).
     With ``key``, the artifact must carry a signature made with that key at
     export (``compiled.export(path, key=key)``)."""
+    from .backends.tvm.runtime.importing import import_tvm
+
+    import_tvm()  # without the PyTorch import TVM's FFI makes (runtime/importing.py)
     from .backends.tvm.runtime.artifact import load as load_artifact
 
     return load_artifact(path, key=key)
@@ -190,6 +202,7 @@ __all__ = [
     "PassError",
     "Sequential",
     "State",
+    "StateNotExportedWarning",
     "TypeCheckError",
     "TypeError",
     "check",
@@ -204,6 +217,11 @@ __all__ = [
     "compile_packed",
     "interpret",
     "load",
+    "optim",
+    "train",
+    "train_step",
+    "TrainStep",
+    "TrainState",
     "visualize",
     "IRModule",
     "LinearityError",

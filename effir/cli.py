@@ -275,6 +275,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
     """Compile a program for a target and export it (docs/backend.md)."""
     module, _, name = load_module(args.file)
     check(module)
+    from .backends.tvm.runtime.importing import import_tvm
+
+    import_tvm()  # without the PyTorch import TVM's FFI makes (runtime/importing.py)
     from .backends.tvm.driver.compile import compile as compile_module
     from .backends.tvm.runtime.artifact import MANIFEST
 

@@ -227,7 +227,8 @@ def _check_replaceable(target: Path, given: str, manifest: str) -> None:
             "choose another name"
         )
     try:
-        empty = not any(os.scandir(target))
+        with os.scandir(target) as entries:  # closed at once, not when collected
+            empty = not any(entries)
     except OSError as err:
         raise OutputError(f"{given}: cannot read the directory: {_reason(err)}") from None
     if not empty and not (target / manifest).is_file():

@@ -8,12 +8,13 @@ trains, as effir programs built with the Python builder (docs/frontend.md):
   program ``effir.value_and_grad`` differentiates.
 - ``@train_step``: one whole training step (forward, backward, optimiser
   update, new key and running statistics) as one program, so one compiled
-  call. Its gradients come from ``effir.value_and_grad`` of ``@loss``
-  (``grad="effir"``, the default) or from the backward pass written by
-  hand in effir below (``grad="manual"``, ``@loss_grad_manual``: written
-  before the grad transformation existed, kept as a cross-check and a
-  benchmark baseline): the same key splits and masks, so both equal JAX's
-  gradients (tests/examples/test_train_gru_lm.py).
+  call. By default (``grad="effir"``) the library makes it from ``@loss``
+  (``effir.train.train_step_module``: ``effir.value_and_grad`` and the
+  optimiser's update); ``grad="manual"`` writes it here around the
+  backward pass written by hand in effir below (``@loss_grad_manual``:
+  written before the grad transformation existed, kept as a cross-check
+  and a benchmark baseline): the same key splits and masks, so both equal
+  JAX's gradients (tests/examples/test_train_gru_lm.py).
 - ``@evaluate``: the summed cross-entropy with batch norm in inference mode
   and no dropout (held-out perplexity).
 - ``@next_char``: one step of the model for sampling, ``(token, h) ->
@@ -233,15 +234,6 @@ def manual_value_and_grad(cfg: Config, tokens, targets, params, rng, bn):
 GRADS = ("effir", "manual")
 
 
-def effir_value_and_grad(module: effir.IRModule, checkpoint: str = "none"):
-    """``module`` with ``@loss`` differentiated by effir's grad
-    transformation (A2: the cells become parameters and results), and the
-    name of the function it added: ``(tokens, targets, params..., rng, bn)
-    -> ((loss, grads), rng', bn')``."""
-    out = effir.value_and_grad(module, entry="loss", wrt=list(PARAM_NAMES), checkpoint=checkpoint)
-    return out, "loss_grad"
-
-
 def call_value_and_grad(module: effir.IRModule, entry: str, args, state):
     """``(loss, grads)`` of the A2 gradient function, interpreted, the
     cells of ``state`` passed in and updated as the A1 ``@loss`` would."""
@@ -258,12 +250,22 @@ def build(
 ) -> effir.IRModule:
     """The A2 module of ``@loss``, ``@loss_grad_manual``, ``@evaluate``,
     ``@next_char`` and ``@train_step`` for ``cfg``, with the cells ``@rng``
-    and ``@bn``. ``@train_step(tokens, targets, params..., opt_state...) ->
-    (loss, (params'...), (opt_state'...))`` takes its gradients from
-    ``effir.value_and_grad`` of ``@loss`` (``grad="effir"``, then the
-    module is A2 and ``@loss_grad`` is the gradient function; ``checkpoint``
-    is its loop checkpointing) or from the hand-written backward
-    (``grad="manual"``)."""
+    and ``@bn`` (``build_step`` gives the step's signature too)."""
+    return build_step(cfg, optimizer, grad, checkpoint)[0]
+
+
+def build_step(
+    cfg: Config,
+    optimizer: Optimizer | None = None,
+    grad: str = "effir",
+    checkpoint: str = "none",
+) -> tuple[effir.IRModule, effir.train.StepSignature]:
+    """``build``'s module and the signature of its ``@train_step(tokens,
+    targets, params..., opt_state...) -> (loss, (params'...),
+    (opt_state'...))``, which ``effir.train.TrainStep`` runs. Its gradients
+    come from ``effir.value_and_grad`` of ``@loss`` (``grad="effir"``:
+    ``@loss_grad`` is the gradient function; ``checkpoint`` is its loop
+    checkpointing) or from the hand-written backward (``grad="manual"``)."""
     if grad not in GRADS:
         raise ValueError(f"grad must be one of {GRADS}, not {grad!r}")
     optimizer = optimizer or Adam(lr=2e-3)
@@ -326,29 +328,11 @@ def build(
         mb.ret((nn.log_softmax(nn.dense(normed, proj)), new))
     module = mb.get()
     if grad == "manual":
-        return to_a2(module)
-    module, grad_entry = effir_value_and_grad(module, checkpoint)
-    tokens, targets, params, opt_vars = step_params()
-    n = len(PARAM_NAMES)
-
-    def step(*args):
-        """value_and_grad's A2 function called with the cells' values, the
-        new values written back, then the optimiser."""
-        result = effir.call(
-            effir.ModuleBuilder().global_var(grad_entry),
-            *args[: 2 + n],
-            effir.read(rng),
-            effir.read(bn),
-        )
-        loss_grads = result[0]
-        effir.write(rng, result[1])
-        effir.write(bn, result[2])
-        grads = [loss_grads[1][i] for i in range(n)]
-        new_params, new_opt = optimizer.update(args[2 : 2 + n], grads, args[2 + n :])
-        return (loss_grads[0], tuple(new_params), tuple(new_opt))
-
-    fn = effir.function([tokens, targets, *params, *opt_vars], step)
-    return to_a2(module.with_function("train_step", fn))
+        module = to_a2(module)
+        return module, effir.train.step_signature(module, "train_step", PARAM_NAMES, optimizer)
+    return effir.train.train_step_module(
+        module, optimizer, entry="loss", wrt=PARAM_NAMES, checkpoint=checkpoint
+    )
 
 
 def to_a2(module: effir.IRModule) -> effir.IRModule:

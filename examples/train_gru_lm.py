@@ -3,10 +3,12 @@ Genesis (examples/data/genesis.txt, public domain).
 
 One training step (forward, backward, Adam update, the next PRNG key and the
 batch-norm running statistics) is one call of one compiled effir program
-(``@train_step`` of examples/gru_lm_training.py). The run prints a progress
-bar (steps, loss, tokens/s), the loss falling, the perplexity on held-out
-text, saves a checkpoint (weights, optimiser state, PRNG key, running
-statistics: one ``.npz``) that ``--resume`` continues bit for bit, and
+(``@train_step`` of examples/gru_lm_training.py, made by ``effir.train``
+from the model's loss and run by ``effir.train.TrainStep``). The run prints
+a progress bar (steps, loss, tokens/s), the loss falling, the perplexity on
+held-out text, saves an effir checkpoint (weights, optimiser state, PRNG
+key, running statistics: one ``.npz``) that ``--resume`` continues bit for
+bit, and
 samples text with the compiled inference program (``@next_char``)::
 
     python examples/train_gru_lm.py                       # about a minute on 2 cores
@@ -33,12 +35,17 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from gru_lm_training import GRADS, PARAM_NAMES, Config, build, init_params, initial_cells  # noqa: E402
+from gru_lm_training import (  # noqa: E402
+    GRADS,
+    PARAM_NAMES,
+    Config,
+    build_step,
+    init_params,
+    initial_cells,
+)
 
 import effir  # noqa: E402
-from effir.backends.interpreter import interpret_a2  # noqa: E402
 from effir.optim import Adam  # noqa: E402
-from effir.runtime.values import PRNGKey  # noqa: E402
 
 DATA = Path(__file__).parent / "data" / "genesis.txt"
 HELD_OUT = 0.1  # the last tenth of the text is never trained on
@@ -80,51 +87,71 @@ def batch(data: np.ndarray, cfg: Config, seed: int, step: int) -> tuple[np.ndarr
 
 # ------------------------------------------------------------------ training
 @functools.cache
-def build_once(cfg: Config, optimizer: Adam, grad: str) -> effir.IRModule:
-    """``build``, once per configuration (a module is immutable)."""
-    return build(cfg, optimizer, grad)
+def build_once(
+    cfg: Config, optimizer: Adam, grad: str
+) -> tuple[effir.IRModule, effir.train.StepSignature]:
+    """``build_step``, once per configuration (a module is immutable)."""
+    return build_step(cfg, optimizer, grad)
 
 
 @dataclass
 class Trainer:
-    """The compiled program and everything a run carries from step to step:
-    weights, optimiser state, the cells (PRNG key, running statistics)."""
+    """The model's training step (``effir.train.TrainStep``: one compiled
+    call per step) and the run it moves on (``effir.train.TrainState``:
+    weights, Adam's state, the cells' PRNG key and running statistics, the
+    step count)."""
 
     cfg: Config
     lr: float = 2e-3
     seed: int = 0
     compiled: bool = True  # False: effir's interpreter (tests of tiny models)
     grad: str = "effir"  # or "manual": the hand-written backward
-    step: int = 0
-    params: tuple[np.ndarray, ...] = ()
-    opt_state: tuple[np.ndarray, ...] = ()
-    program: Any = None
-    state: Any = None
-    module: effir.IRModule | None = field(default=None, repr=False)
+    training: effir.train.TrainStep = field(init=False, repr=False)
+    run: effir.train.TrainState = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.optimizer = Adam(lr=self.lr)
-        self.module = build_once(self.cfg, self.optimizer, self.grad)
-        self.program = effir.compile(self.module) if self.compiled else None
-        self.state = effir.State(self.module)
-        key, stats = initial_cells(self.cfg, self.seed)
-        self.state["rng"], self.state["bn"] = key, stats
-        self.params = init_params(self.cfg, self.seed)
-        self.opt_state = self.optimizer.init(self.params)
+        module, signature = build_once(self.cfg, self.optimizer, self.grad)
+        self.training = effir.train.TrainStep(
+            module, signature, self.optimizer, target="llvm" if self.compiled else None
+        )
+        state = effir.State(module)
+        state["rng"], state["bn"] = initial_cells(self.cfg, self.seed)
+        params = dict(zip(PARAM_NAMES, init_params(self.cfg, self.seed), strict=True))
+        self.run = self.training.init(params, state=state)
+
+    # what a run holds, as the notebook and tests read it
+    @property
+    def module(self) -> effir.IRModule:
+        return self.training.module
+
+    @property
+    def params(self) -> tuple[np.ndarray, ...]:
+        return tuple(self.run.params.values())
+
+    @property
+    def opt_state(self) -> tuple[np.ndarray, ...]:
+        return self.run.opt_state
+
+    @property
+    def state(self) -> effir.State:
+        return self.run.state
+
+    @property
+    def step(self) -> int:
+        return self.run.step
 
     def call(self, entry: str, *args: Any, state: Any = None) -> Any:
-        if self.program is not None:
-            return self.program(*args, entry=entry, state=state)
-        return interpret_a2(self.module, *args, entry=entry, state=state)
+        return self.training.call(entry, *args, state=state)
 
     def warm_up(self) -> None:
         """Build every entry now (a compiled program builds at its first
         call), on throwaway state: the run itself is then all steady state."""
-        if self.program is None:
+        if self.training.program is None:
             return
         tokens = np.zeros((self.cfg.seq_len, self.cfg.batch), np.int32)
-        scratch = effir.State(self.module)
-        self.call("train_step", tokens, tokens, *self.params, *self.opt_state, state=scratch)
+        scratch = self.training.init(self.run.params, state=effir.State(self.module))
+        self.training(scratch, tokens, tokens)
         self.call("evaluate", tokens, tokens, *self.params, *self.running_stats())
         h = np.zeros((1, self.cfg.hidden), np.float32)
         self.call("next_char", tokens[0, :1], h, *self.params, *self.running_stats())
@@ -132,13 +159,7 @@ class Trainer:
     def train_step(self, tokens: np.ndarray, targets: np.ndarray) -> float:
         """One compiled call: the loss before the update; weights, optimiser
         state, key and statistics move on."""
-        loss, params, opt_state = self.call(
-            "train_step", tokens, targets, *self.params, *self.opt_state, state=self.state
-        )
-        self.params = tuple(np.asarray(p) for p in params)
-        self.opt_state = tuple(np.asarray(s) for s in opt_state)
-        self.step += 1
-        return float(loss)
+        return float(self.training(self.run, tokens, targets))
 
     def train(
         self, data: np.ndarray, steps: int, on_step: Callable[[int, float], None] | None = None
@@ -191,37 +212,31 @@ class Trainer:
 
     # -------------------------------------------------------------- checkpoints
     def save(self, path: str | Path) -> None:
-        """Weights, optimiser state, PRNG key, running statistics and the
-        step count, as plain arrays (no pickles)."""
-        mean, var = self.running_stats()
-        arrays = {f"param.{n}": p for n, p in zip(PARAM_NAMES, self.params, strict=True)}
-        arrays |= {f"opt.{i}": s for i, s in enumerate(self.opt_state)}
-        arrays |= {
-            "rng": np.asarray(self.state["rng"].data, np.uint32),
-            "bn.mean": mean,
-            "bn.var": var,
-            "step": np.asarray(self.step, np.int64),
-            "seed": np.asarray(self.seed, np.int64),
-            "config": np.asarray(
-                [self.cfg.vocab, self.cfg.embed, self.cfg.hidden, self.cfg.seq_len, self.cfg.batch]
-            ),
-            "rate": np.asarray(self.cfg.rate),
-            "lr": np.asarray(self.lr),
-        }
-        np.savez(path, **arrays)
+        """The run as one effir checkpoint (effir/train/checkpoint.py: the
+        weights, Adam's state, the PRNG key, the running statistics and the
+        step count, plain arrays), with what ``resume`` needs to rebuild the
+        model: its sizes, dropout rate, learning rate and seed."""
+        cfg = self.cfg
+        self.run.save(
+            path,
+            metadata={
+                "config": [cfg.vocab, cfg.embed, cfg.hidden, cfg.seq_len, cfg.batch],
+                "rate": cfg.rate,
+                "lr": self.lr,
+                "seed": self.seed,
+            },
+        )
 
     @classmethod
     def resume(cls, path: str | Path, compiled: bool = True, grad: str = "effir") -> Trainer:
         """The trainer saved in ``path``, ready to continue where it stopped."""
-        with np.load(path, allow_pickle=False) as f:
-            vocab, embed, hidden, seq_len, batch_size = (int(v) for v in f["config"])
-            cfg = Config(vocab, embed, hidden, seq_len, batch_size, float(f["rate"]))
-            trainer = cls(cfg, lr=float(f["lr"]), seed=int(f["seed"]), compiled=compiled, grad=grad)
-            trainer.params = tuple(f[f"param.{n}"] for n in PARAM_NAMES)
-            trainer.opt_state = tuple(f[f"opt.{i}"] for i in range(len(trainer.opt_state)))
-            trainer.state["rng"] = PRNGKey(f["rng"])
-            trainer.state["bn"] = (f["bn.mean"], f["bn.var"])
-            trainer.step = int(f["step"])
+        meta = effir.train.metadata_of(path)
+        vocab, embed, hidden, seq_len, batch_size = (int(v) for v in meta["config"])
+        cfg = Config(vocab, embed, hidden, seq_len, batch_size, float(meta["rate"]))
+        trainer = cls(
+            cfg, lr=float(meta["lr"]), seed=int(meta["seed"]), compiled=compiled, grad=grad
+        )
+        trainer.run = trainer.training.restore(path)
         return trainer
 
 

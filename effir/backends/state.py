@@ -23,7 +23,9 @@ The contract (docs/semantics.md §3.4):
   tensor (tuples are numbered ``bn.0``, ``bn.1``; a key is its two
   ``uint32`` words), without pickles; ``s.load(path)`` (a method: the
   module gives the cells and their types) checks every array against its
-  cell before it replaces any value.
+  cell before it replaces any value. ``s.arrays()`` and
+  ``s.set_arrays(arrays)`` are the same without a file (a training
+  checkpoint holds them beside the parameters: effir/train/checkpoint.py).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from ..ir.diagnostics import EvalError
+from ..ir.diagnostics import Error, EvalError
 from ..ir.module import IRModule
 from ..ir.printer import astext
 from ..ir.program import resolve
@@ -171,12 +173,37 @@ class State(Mapping[str, Any]):
                 raise
 
     # ------------------------------------------------------------- files
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write every cell's value to the ``.npz`` file ``path``."""
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every cell's value as the arrays ``save`` writes: ``name``, or
+        ``name.0``, ``name.1``... for the fields of a tuple, a key as its
+        two ``uint32`` words (a snapshot, in declaration order)."""
         arrays: dict[str, np.ndarray] = {}
         for name, value in self.values().items():
             for leaf, array in _leaves(value, name):
                 arrays[leaf] = array
+        return arrays
+
+    def set_arrays(self, arrays: Mapping[str, np.ndarray], where: str = "the arrays") -> State:
+        """Replace every cell's value with the one in ``arrays`` (named as
+        ``arrays()`` names them), all or none: each is checked against its
+        cell first, and an array that is no cell's is refused (``where``
+        names the source in messages)."""
+        left = dict(arrays)
+        new: dict[str, Any] = {}
+        for name in self.cells:
+            value = _assemble(left, name, self._types[name], where)
+            new[name] = _checked(value, self._types[name], f"{where}: state cell @{name}")
+        if left:
+            extra = sorted(left)[0]
+            raise StateError(f"{where}: holds {extra!r}, which is no cell of this program")
+        with self._lock:
+            for name, value in new.items():
+                self.cells[name].value = value
+        return self
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write every cell's value to the ``.npz`` file ``path``."""
+        arrays = self.arrays()
         try:
             with open(path, "wb") as handle:
                 np.savez(handle, **arrays)
@@ -186,29 +213,28 @@ class State(Mapping[str, Any]):
     def load(self, path: str | os.PathLike[str]) -> State:
         """Replace every cell's value with the one saved in ``path`` (by
         ``save``), all or none: each array is checked against its cell first."""
-        where = os.fspath(path)
-        try:
-            with np.load(path, allow_pickle=False) as data:
-                if not isinstance(data, np.lib.npyio.NpzFile):
-                    raise StateError(f"{where}: not a .npz file of saved state")
-                arrays = {name: data[name] for name in data.files}
-        except StateError:
-            raise
-        except FileNotFoundError:
-            raise StateError(f"{where}: no such file") from None
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
-            raise StateError(f"{where}: not a .npz file of saved state ({err})") from None
-        new: dict[str, Any] = {}
-        for name in self.cells:
-            value = _assemble(arrays, name, self._types[name], where)
-            new[name] = _checked(value, self._types[name], f"{where}: state cell @{name}")
-        if arrays:
-            extra = sorted(arrays)[0]
-            raise StateError(f"{where}: holds {extra!r}, which is no cell of this program")
-        with self._lock:
-            for name, value in new.items():
-                self.cells[name].value = value
-        return self
+        arrays = read_npz(path, StateError, "a .npz file of saved state")
+        return self.set_arrays(arrays, os.fspath(path))
+
+
+def read_npz(path: str | os.PathLike[str], error: type[Error], what: str) -> dict[str, Any]:
+    """The arrays of the ``.npz`` file ``path``, read without pickles; any
+    other file (one ``.npy`` array too: ``np.load`` returns it bare) is an
+    ``error`` saying it is not ``what``."""
+    where = os.fspath(path)
+    try:
+        data = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise error(f"{where}: no such file") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        raise error(f"{where}: not {what} ({err})") from None
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise error(f"{where}: not {what} (one array, not a .npz of named arrays)")
+    try:
+        with data:
+            return {name: data[name] for name in data.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        raise error(f"{where}: not {what} ({err})") from None
 
 
 def _seeded_key(seed: int, index: int) -> PRNGKey:

@@ -170,6 +170,9 @@ def compile_packed(
     across TVM's thread pool for the whole call, each thread carrying its
     tiles through every step (bit-identical results); False: every call
     serial. Imports TVM on first use."""
+    from ..backends.tvm.runtime.importing import import_tvm
+
+    import_tvm()  # without the PyTorch import TVM's FFI makes
     from ..backends.tvm.driver.packed import compile_packed as build
 
     return build(module, target, parallel=parallel, tile=tile)

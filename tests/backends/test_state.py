@@ -143,6 +143,10 @@ def test_load_refuses_a_file_that_does_not_fit(tmp_path):
         state.load(tmp_path / "junk.npz")
     with pytest.raises(StateError, match="no such file"):
         state.load(tmp_path / "missing.npz")
+    np.save(tmp_path / "one.npy", np.zeros(2, np.float32))  # one array, not a .npz of them
+    with pytest.raises(StateError, match="one.npy: not a .npz file of saved state"):
+        state.load(tmp_path / "one.npy")
+    assert snapshot(state) == before
 
 
 def test_threads_sharing_a_state_advance_it_once_per_call():

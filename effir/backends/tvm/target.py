@@ -15,7 +15,9 @@ import tvm
 import tvm_ffi
 from tvm.support import nvcc
 
-from .runtime.errors import CompileError
+from .runtime.errors import CompileError, register_check_function
+
+register_check_function()  # compiled code reports its checks through it
 
 
 @cache

@@ -29,6 +29,15 @@ it; the later record wins, and it names its own library (a library is
 named by its checksum, so one process's record never describes the other
 process's library).
 
+[RULE BACKGROUND] A new build is written to the cache on a thread of its
+own while the program runs from memory (``CompiledModule``), so a first
+call costs what it costs without the cache. The writer links an
+executable of its own (``Specialization.exportable``: one no VM has run,
+which TVM writes out as it was built) around the same kernel modules,
+under ``MODULES`` (runtime/thread_vms.py). The process waits for the
+writer before it exits; an export of the build waits for it and copies
+the library written.
+
 [RULE NEVER-CRASH] A missing, unreadable, corrupt or stale entry (a record
 that does not parse, a library whose checksum differs from its record's,
 one TVM cannot load) is a miss: the program is built again and the entry
@@ -54,6 +63,8 @@ from pathlib import Path
 from typing import Any
 
 import tvm
+
+from ..runtime.thread_vms import MODULES
 
 FORMAT = 2
 """The layout of an entry; a change is a new key."""
@@ -196,7 +207,8 @@ class Cache:
         fd, temporary = tempfile.mkstemp(dir=self.root, prefix=".tmp-", suffix=".so")
         os.close(fd)
         try:
-            executable.export_library(temporary)
+            with MODULES:  # runtime/thread_vms.py
+                executable.export_library(temporary)
             digest = _sha256(Path(temporary).read_bytes())
             library = self._path(_library_name(key, digest))
             os.replace(temporary, library)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,6 +84,9 @@ class Build(NamedTuple):
     entry: str = "main"
     cached: bool = False
     """Loaded from the build cache (driver/build_cache.py) instead of built."""
+    shared: int = 0
+    """Of its kernels and loops, how many an earlier build of this process
+    had built already (relax/apart.py [RULE SHARE]): not built again."""
 
 
 @dataclass
@@ -115,10 +119,11 @@ class CompileReport:
         ]
         for build in self.builds:
             what = "cached build" if build.cached else "TVM build"
+            shared = f" ({build.shared} built before)" if build.shared else ""
             rows.append(
                 (
                     f"{what} ({_dims_text(build.dims)})",
-                    f"{build.seconds:.2f} s, {build.kernels} kernels, {build.loops} loops",
+                    f"{build.seconds:.2f} s, {build.kernels} kernels, {build.loops} loops{shared}",
                 )
             )
         width = max(len(name) for name, _ in rows)
@@ -166,22 +171,39 @@ class Specialization:
         already built for it (a library from the build cache)."""
         self.program = program
         self.target = target
-        if executable is None:
-            try:
-                with building(target):
-                    executable = relax.build(
-                        program.module, target=target, relax_pipeline=relax_pipeline(target)
-                    )
-            except Exception as err:  # TVM's: never a user's [RULE CHECK]
-                raise build_failure(err, program.entry, program.sites, program.span) from None
-        self.executable = executable
+        self.executable = executable if executable is not None else self._built()
         self.library: Path | None = None
-        """The shared library the executable was loaded from (the build
-        cache's), which an export copies."""
+        """The shared library the executable was loaded from or written to
+        (the build cache's), which an export copies."""
+        self.writer: threading.Thread | None = None
+        """The thread writing this build to the cache, if one is."""
         device = tvm.device("cpu" if target.kind.name == "llvm" else target.kind.name, 0)
         self.device = device
         self._vms = ThreadVMs(self.executable, device)
         self._device_found = False
+
+    def _built(self) -> Any:
+        """The Relax program built (``relax.build``) and linked with its
+        kernels' modules, built meanwhile (relax/apart.py)."""
+        program, target = self.program, self.target
+        try:
+            with building(target):
+                executable = relax.build(
+                    program.module, target=target, relax_pipeline=relax_pipeline(target)
+                )
+            if program.libraries is not None:
+                for library in program.libraries.modules.result():
+                    executable.mod.import_module(library)
+        except Exception as err:  # TVM's: never a user's [RULE CHECK]
+            raise build_failure(err, program.entry, program.sites, program.span) from None
+        return executable
+
+    def exportable(self) -> Any:
+        """An executable to write out: this one built again around the
+        same kernels, as no VM has run it (TVM writes an executable whose
+        VM was made with a warning per function, and one being written
+        must not be run meanwhile: build_cache.py [RULE BACKGROUND])."""
+        return self._built() if self.program.module is not None else self.executable
 
     def source(self, kind: str = "cuda") -> str:
         """The generated code of the kernels for a device (``"cuda"``): the
@@ -239,6 +261,10 @@ class CompiledModule:
         self._program_text: str | None = None  # the build cache's key (_cache)
         self._primed: set[str] = set()  # entries whose static dims the cache gave
         self._signatures: dict[str, Signature] = {}  # per entry: made once, read per call
+        self.changed_states: weakref.WeakSet[State] = weakref.WeakSet()
+        """The callers' States that calls of entries writing cells were
+        given: an export without ``state=`` warns when one of them no longer
+        holds the initial values (driver/export.py)."""
         self.verbose: bool | TextIO = False
         """Progress lines for the builds to come (see ``compile``)."""
 
@@ -265,6 +291,8 @@ class CompiledModule:
         signature = self.signature(name)
         if state is None:
             state = State(self.source)
+        elif signature.state_out:
+            self.changed_states.add(state)
 
         def function(dims: Dims) -> Any:
             spec = self.specialization(name, dims, at_call=True)
@@ -379,15 +407,23 @@ class CompiledModule:
                         "lowering again"
                     )
                     continue
+                shared = program.libraries.shared if program.libraries is not None else 0
                 self.progress(
                     f"@{entry} ({_dims_text(bound)}): {program.kernels} kernels, "
-                    f"{program.loops} compiled loops; TVM builds them"
+                    f"{program.loops} compiled loops"
+                    + (f" ({shared} built before)" if shared else "")
+                    + "; TVM builds them"
                 )
                 spec = Specialization(program, self.target)
                 if cache is not None:
-                    self._store(cache, cache_key, entry, spec)
+                    self._store_in_background(cache, cache_key, entry, spec)
                 build = Build(
-                    bound, time.perf_counter() - start, program.kernels, program.loops, entry
+                    bound,
+                    time.perf_counter() - start,
+                    program.kernels,
+                    program.loops,
+                    entry,
+                    shared=shared,
                 )
                 self.report.builds.append(build)
                 self.progress(f"built @{entry} ({_dims_text(bound)}) in {build.seconds:.2f} s")
@@ -411,32 +447,49 @@ class CompiledModule:
             self._program_text = astext(self.module)
         return Cache.open(self._program_text, self.target)
 
-    def _store(self, cache: Cache, key: str, entry: str, spec: Specialization) -> None:
-        """Write ``spec`` to the cache and run the library written, as a
-        hit would (TVM links it instead of compiling it in memory at the
-        first call: the same code generation). A cache that cannot be
-        written leaves the build in memory [RULE NEVER-CRASH]."""
+    def _store_in_background(
+        self, cache: Cache, key: str, entry: str, spec: Specialization
+    ) -> None:
+        """Write ``spec`` to the cache on a thread of its own, so that the
+        first call does not wait for it (driver/build_cache.py [RULE
+        BACKGROUND]): the build in memory runs meanwhile, its VM made first,
+        and the library written is what an export then copies. A cache
+        that cannot be written leaves the build in memory [RULE NEVER-CRASH]."""
+        spec.function()  # LLVM's code for every module now, before the writer reads them
         program = spec.program
-        try:
-            stored = cache.store(
-                key, spec.executable, program.kernels, program.loops, program.recursive
-            )
-            cache.record_static(entry, self.static_dims.get(entry, set()))
-        except Exception as err:  # a read-only directory, no linker, a full disk
-            self.progress(f"the build cache is not written ({err}); the build is kept in memory")
-            return
-        spec.executable = stored.module
-        spec.library = stored.library
-        spec._vms = ThreadVMs(stored.module, spec.device)
+        static_dims = set(self.static_dims.get(entry, set()))
 
-    def export(self, path: Any, key: bytes | str | None = None) -> Any:
+        def write() -> None:
+            try:
+                stored = cache.store(
+                    key, spec.exportable(), program.kernels, program.loops, program.recursive
+                )
+                cache.record_static(entry, static_dims)
+            except Exception as err:  # a read-only directory, no linker, a full disk
+                self.progress(
+                    f"the build cache is not written ({err}); the build is kept in memory"
+                )
+                return
+            spec.library = stored.library
+
+        writer = threading.Thread(target=write, name="effir-build-cache")
+        spec.writer = writer
+        writer.start()  # not a daemon: the process waits for it before it exits
+
+    def export(
+        self, path: Any, key: bytes | str | None = None, state: State | Mapping | None = None
+    ) -> Any:
         """Write this program, with every specialisation built so far, to
         the directory ``path`` (runtime/artifact.py); ``effir.load(path)`` runs it.
-        With a ``key`` the manifest is signed (HMAC-SHA256), and
+        ``state`` (an ``effir.State``, or a mapping of cell names to values)
+        is what the artifact's cells start from (a trained model's
+        statistics); by default the cells' declared initial values, with a
+        ``StateNotExportedWarning`` when calls changed a State. With a
+        ``key`` the manifest is signed (HMAC-SHA256), and
         ``effir.load(path, key=key)`` refuses a tampered artifact."""
         from .export import export
 
-        return export(self, path, key=key)
+        return export(self, path, key=key, state=state)
 
     def new_state(self, seed: int | None = None) -> State:
         return State(self.source, seed=seed)

@@ -1,5 +1,7 @@
 """``compiled.export(path)``: a compiled program written as an artifact
-(runtime/artifact.py describes the format and loads it)."""
+(runtime/artifact.py describes the format and loads it), its cells holding
+the State given (``state=``: a trained model's) or their declared initial
+values."""
 
 from __future__ import annotations
 
@@ -7,6 +9,8 @@ import hashlib
 import json
 import os
 import shutil
+import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +20,7 @@ import tvm
 from ....io_safety import install_directory, staging_directory
 from ....ir import type_tree
 from ....runtime.values import PRNGKey
+from ...state import State, StateError
 from ..runtime.artifact import (
     FORMAT,
     MANIFEST,
@@ -26,20 +31,30 @@ from ..runtime.artifact import (
     key_bytes,
     manifest_signature,
 )
+from ..runtime.errors import StateNotExportedWarning
 from ..runtime.signature import KeySpec, Spec, TensorSpec, TupleSpec, spec_to_json, type_of
+from ..runtime.thread_vms import MODULES
 from .compile import CompiledModule
 
 
-def export(compiled: CompiledModule, path: str | os.PathLike[str], key: Key | None = None) -> Path:
+def export(
+    compiled: CompiledModule,
+    path: str | os.PathLike[str],
+    key: Key | None = None,
+    state: State | Mapping[str, Any] | None = None,
+) -> Path:
     """Write ``compiled`` with every specialisation built so far to the
     directory ``path`` (replaced as a whole, only once the new one is
     complete). Call the program once per shape binding it must serve, or
-    use ``compiled.specialization(entry, dims)``, before exporting. With a
-    ``key``, the manifest is signed (HMAC-SHA256) so that ``load(path,
-    key=...)`` detects tampering, not only corruption."""
+    use ``compiled.specialization(entry, dims)``, before exporting. The
+    cells start from ``state`` (checked against the program's cells) or,
+    without it, from their declared initial values. With a ``key``, the
+    manifest is signed (HMAC-SHA256) so that ``load(path, key=...)``
+    detects tampering, not only corruption."""
     target = Path(path)
     if key is not None:
         key_bytes(key)  # refused before anything is written
+    exported_state = _exported_state(compiled, state)  # likewise
     built = [(key, spec) for key, spec in compiled.specializations.items()]
     if not built:
         raise ArtifactError(
@@ -53,10 +68,14 @@ def export(compiled: CompiledModule, path: str | os.PathLike[str], key: Key | No
         entries: dict[str, Any] = {}
         for n, ((entry, dims), spec) in enumerate(built):
             library = f"lib/{entry}-{n}.so"
-            if spec.library is not None:  # loaded from the build cache: its library
+            if spec.writer is not None:  # the build cache's copy is being written: wait
+                spec.writer.join()
+            if spec.library is not None:  # loaded from or written to the build cache
                 shutil.copyfile(spec.library, staging / library)
             else:
-                spec.executable.export_library(str(staging / library))
+                executable = spec.exportable()
+                with MODULES:
+                    executable.export_library(str(staging / library))
             record = entries.setdefault(
                 entry, {"signature": compiled.signature(entry).to_json(), "specializations": []}
             )
@@ -69,11 +88,10 @@ def export(compiled: CompiledModule, path: str | os.PathLike[str], key: Key | No
                 }
             )
         cells = []
-        state = compiled.new_state()
         for name in compiled.source.cells:
-            spec_type = _spec_of_value(state[name])
+            spec_type = _spec_of_value(exported_state[name])
             files = []
-            for k, array in enumerate(_arrays(state[name], spec_type)):
+            for k, array in enumerate(_arrays(exported_state[name], spec_type)):
                 file = f"state/{name}.{k}.npy"
                 np.save(staging / file, array, allow_pickle=False)
                 files.append({"file": file, "sha256": _digest(staging / file)})
@@ -96,6 +114,53 @@ def export(compiled: CompiledModule, path: str | os.PathLike[str], key: Key | No
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return install_directory(staging, target, MANIFEST)
+
+
+def _exported_state(compiled: CompiledModule, given: Any) -> State:
+    """The State the artifact's cells hold: ``given`` checked against the
+    program's cells (each one given a value of its type, no other), or the
+    initial values, with a warning when the program's calls changed a
+    State the caller kept (a trained model exported without its training)."""
+    fresh = compiled.new_state()
+    if given is None:
+        initial = fresh.arrays()
+        if any(_differs(s.arrays(), initial) for s in list(compiled.changed_states)):
+            warnings.warn(
+                StateNotExportedWarning(
+                    "the artifact's cells hold their declared initial values, but calls of "
+                    "this program changed a State: to export that state (a trained model's "
+                    "statistics, its key), use export(..., state=state)"
+                ),
+                stacklevel=4,
+            )
+        return fresh
+    if isinstance(given, State):
+        values = given.values()
+    elif isinstance(given, Mapping):
+        values = {str(name).removeprefix("@"): value for name, value in given.items()}
+    else:
+        raise ArtifactError(
+            "export: the state must be an effir.State or a mapping of cell names to values, "
+            f"not {type(given).__name__}"
+        )
+    known = ", ".join(f"@{n}" for n in fresh) or "none"
+    for name in values:
+        if name not in fresh:
+            raise ArtifactError(
+                f"export: the program has no state cell @{name} (its cells: {known})"
+            )
+    for name in fresh:
+        if name not in values:
+            raise ArtifactError(f"export: no value for the state cell @{name} in the state given")
+        try:
+            fresh[name] = values[name]
+        except StateError as err:
+            raise ArtifactError(f"export: {err.message}") from None
+    return fresh
+
+
+def _differs(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
+    return a.keys() != b.keys() or any(not np.array_equal(a[k], b[k]) for k in a)
 
 
 def _spec_of_value(value: Any) -> Spec:

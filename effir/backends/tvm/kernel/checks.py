@@ -40,11 +40,13 @@ import numpy as np
 from tvm import te, tirx
 
 from ....ir.diagnostics import Span
-from ..runtime.errors import CHECK_FUNCTION, VALUE_MARK, site_message
+from ..runtime.errors import CHECK_FUNCTION, VALUE_MARK, register_check_function, site_message
 from ..schedule.common import KEEP
 
 PrimExpr = Any  # tvm.tirx.PrimExpr
 Tensor = Any  # tvm.te.Tensor
+
+register_check_function()  # what the kernels built here call
 
 ERROR_OUTPUT = "effir_error"
 """The name of a checked kernel's extra output (its last parameter)."""

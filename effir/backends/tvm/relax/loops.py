@@ -75,6 +75,7 @@ from ..kernel.checks import collecting_checks
 from ..kernel.primitive import leaves
 from ..loop import LoweredLoop, lower_loop
 from ..runtime.errors import BackendError
+from .apart import LOOP_WEIGHT
 from .types import declare, is_const, relax_type, static, unknown_shape
 
 LOOP_CHUNK = 1024
@@ -145,7 +146,7 @@ class LoopLowering:
         except BackendError:  # control flow, effects or checks in the body: a VM loop
             return self._foreach_in_vm(call, env, name)
         func = tvm.tirx.transform.ConvertSSA()(tvm.IRModule({"main": lowered.func}))["main"]
-        gv = self._compiled_apart(func, f"loop_{self.loops}")
+        gv = self._compiled_apart(func, f"loop_{self.loops}", LOOP_WEIGHT)
         self.loops += 1
         sequences = self._leaves(self._atom(xs_arg, env), xs_type)
         state = self._leaves(self._atom(init_arg, env), init_arg.checked_type)

@@ -138,8 +138,8 @@ from ..kernel.primitive import KernelIR, leaves, lower_kernel
 from ..runtime.errors import BackendError, CompileError, build_failure
 from ..runtime.printing import PRINT_FUNCTION, print_label
 from ..runtime.stack import MAX_DEPTH
-from ..target import building
 from .adts import AdtLowering, has_constructor_pattern
+from .apart import LIBRARY
 from .builder import Builder
 from .closures import ClosureLowering
 from .depth import deeper_kernel
@@ -165,6 +165,9 @@ class RelaxProgram:
     a failure of TVM's build that names one is reported (runtime/errors.py
     ``build_failure``)."""
     span: Span | None = None  # the entry's, where no site is named
+    libraries: Any = None
+    """Its kernels' modules, being built (relax/apart.py ``Pending``:
+    [RULE OVERLAP]); the executable imports them."""
 
 
 def lower_to_relax(
@@ -206,7 +209,7 @@ class _Lowering(
         self.target = target
         self.symbols = {name: tirx.Var(name, "int64") for name in symbolic}
         self.entry = ""
-        self.apart: dict[str, Any] = {}  # symbol -> PrimFunc [RULE APART]
+        self.apart: dict[str, None] = {}  # the symbols of its kernels, in order [RULE APART]
         self.bb = Builder()
         self.globals: dict[str, Any] = {}
         self.kernels: dict[str, tuple[Any, KernelIR]] = {}  # effir's, by text and types
@@ -252,13 +255,19 @@ class _Lowering(
         if entry in self.recursive:  # the entry as it is called: depth 0
             self._entry_of_recursive(entry)
         module = self.bb.finalize()
-        if self.apart:
-            with building(self.target):
-                library = tvm.compile(tvm.IRModule(self.apart), target=self.target)
-            module = module.with_attr("external_mods", [library.mod])
+        # built in parallel while the caller builds the module, or by an
+        # earlier build (relax/apart.py)
+        libraries = LIBRARY.start(self.apart) if self.apart else None
         span = self.module.functions[entry].span
         return RelaxProgram(
-            module, entry, len(self.kernels), self.loops, self.recursion, self.sites, span
+            module,
+            entry,
+            len(self.kernels),
+            self.loops,
+            self.recursion,
+            self.sites,
+            span,
+            libraries,
         )
 
     def _entry_of_recursive(self, entry: str) -> None:
@@ -619,16 +628,18 @@ class _Lowering(
             known = self.kernels[key] = (symbol, lowered)
         return known
 
-    def _compiled_apart(self, func: Any, name: str) -> str:
-        """[RULE APART] ``func`` (effir's own kernel or loop) joins the
-        kernels compiled as a module of their own, linked into the VM's
-        executable; its call is ``call_dps_packed`` of the returned symbol.
-        TVM's LLVM code generator drops ``noalias`` from every function of a
-        module as soon as something in it (the shape functions Relax
-        generates, say) leads it to, and effir's loops then run 2.3x
-        slower: compiled apart, they keep it whatever the program."""
-        symbol = f"effir_{len(self.apart)}_{name}"
-        self.apart[symbol] = scheduled(func).with_attr("global_symbol", symbol)
+    def _compiled_apart(self, func: Any, name: str, weight: int = 1) -> str:
+        """[RULE APART] ``func`` (effir's own kernel or loop) is compiled
+        apart from the Relax module, in modules of effir's kernels alone
+        (relax/apart.py: in parallel, and once per process for a kernel
+        every build shares), linked into the VM's executable; its call is
+        ``call_dps_packed`` of the returned symbol. TVM's LLVM code
+        generator drops ``noalias`` from every function of a module as soon
+        as something in it (the shape functions Relax generates, say) leads
+        it to, and effir's loops then run 2.3x slower: compiled apart, they
+        keep it whatever the program."""
+        symbol = LIBRARY.symbol(scheduled(func), name, self.target, weight)
+        self.apart[symbol] = None
         return symbol
 
     def _leaves(self, value: Any, t: Type) -> list[Any]:

@@ -9,7 +9,9 @@ C++ (examples/cpp/run_model.cc).
       lib/main-0.so         one shared library per specialisation: the Relax
       lib/main-1.so         VM executable with its kernels, for one binding of
                             the entry's symbolic dimensions
-      state/rng.0.npy       the cells' initial values, one .npy per tensor
+      state/rng.0.npy       the cells' values, one .npy per tensor: the State
+                            given to export(..., state=), else the declared
+                            initial values
 
 The manifest says what the artifact is (``"format": "effir-artifact"``,
 ``"version"``), the target it was built for, each entry's signature
@@ -90,7 +92,8 @@ class ArtifactError(Error):
 class LoadedModule:
     """A program reloaded from an artifact: call it as the compiled program
     (``loaded(*args, state=..., sink=...)``); ``new_state()`` gives the
-    cells' initial values."""
+    cells' values the artifact holds (those of the State it was exported
+    with: a trained model's)."""
 
     def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
         self.path = path

@@ -1,13 +1,16 @@
 """The TVM backend's user-facing errors: BackendError at compile time, and
-the EvalError a failure inside compiled code is turned into."""
+the EvalError a failure inside compiled code is turned into.
+
+``import effir`` imports this module for its error classes, so it imports
+no TVM: the packed function compiled code reports its checks through is
+registered by ``register_check_function``, which every module that builds
+or runs code calls when it is imported (target.py, thread_vms.py)."""
 
 from __future__ import annotations
 
 import json
 import re
 from typing import Any
-
-import tvm_ffi
 
 from ....ir.diagnostics import Error, EvalError, Source, Span
 
@@ -27,6 +30,12 @@ class CompileError(BackendError):
     BackendError, so code that catches those keeps working."""
 
     kind = "compile error"
+
+
+class StateNotExportedWarning(UserWarning):
+    """``compiled.export(path)`` without ``state=`` of a program whose
+    calls changed a State: the artifact holds the cells' declared initial
+    values, not that State's (a trained model's running statistics, say)."""
 
 
 class BuildDefect(CompileError):
@@ -212,4 +221,9 @@ def _check(ok: Any, message: str, *values: Any) -> None:
         raise RuntimeError(_filled(message, values))
 
 
-tvm_ffi.register_global_func(CHECK_FUNCTION, _check, override=True)
+def register_check_function() -> None:
+    """Register ``CHECK_FUNCTION`` for compiled code in this process (again
+    is harmless: the same function replaces itself)."""
+    import tvm_ffi
+
+    tvm_ffi.register_global_func(CHECK_FUNCTION, _check, override=True)

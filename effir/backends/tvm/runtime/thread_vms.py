@@ -30,6 +30,19 @@ import tvm_ffi
 from tvm import relax
 from tvm.runtime import Tensor
 
+from .errors import register_check_function
+
+register_check_function()  # the checks of the code these VMs run report through it
+
+
+MODULES = threading.Lock()
+"""Held while TVM looks into or writes out compiled modules outside a
+call: a VM's creation (it looks up every function it calls) and an export
+(LLVM's code generation for a file changes the module it reads). A kernel
+module is shared by every build of the process that calls it
+(relax/apart.py), so an export on one thread (the build cache's writer)
+must not run while a VM of another build is made on another."""
+
 
 class ThreadVMs:
     """The VMs of one executable (a ``relax.build`` result or a loaded
@@ -46,7 +59,8 @@ class ThreadVMs:
         """``entry`` of the calling thread's VM."""
         functions: dict[str, Any] | None = getattr(self._local, "functions", None)
         if functions is None:
-            vm = relax.VirtualMachine(self._module(), self._device)
+            with MODULES:
+                vm = relax.VirtualMachine(self._module(), self._device)
             self._local.vm = vm
             functions = self._local.functions = {}
         function = functions.get(entry)

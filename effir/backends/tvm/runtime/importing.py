@@ -1,0 +1,45 @@
+"""Importing TVM for effir, without the PyTorch import TVM's FFI makes.
+
+``import tvm`` costs 3 s of CPU on the development machine, and 1.3 s of it
+is PyTorch, which tvm_ffi imports whenever it is installed, as soon as it
+is imported itself (to register a DLPack fast path and to order two
+libraries' symbols on one Windows configuration), whether or not the
+process uses PyTorch. effir never hands a PyTorch tensor to TVM (the input
+contract converts arguments with ``np.from_dlpack`` first:
+runtime/arguments.py). So when the process has not imported PyTorch yet,
+TVM is imported with it hidden (``import torch`` raises ImportError, which
+tvm_ffi expects), and tvm_ffi goes without its PyTorch support in this
+process; a program that imported PyTorch already, or sets
+``EFFIR_TVM_FULL_IMPORT=1``, gets TVM's own behaviour. The user's own
+later ``import torch`` works as ever. (ml_dtypes, 0.6 s more, cannot be
+spared so: ``relax.const`` imports it at every call.)
+
+``import_tvm`` runs before any of effir's modules imports TVM, where a
+user's call first needs it: ``effir.compile``, ``effir.load``,
+``effir.compile_packed`` and ``effir compile`` call it (a module that
+imports the backend's modules directly gets TVM's own import)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+HIDDEN = ("torch",)
+"""The packages TVM imports when installed that effir does not need."""
+
+
+def import_tvm() -> None:
+    """Import TVM (once), hiding ``HIDDEN`` packages not imported yet."""
+    if "tvm" in sys.modules or "tvm_ffi" in sys.modules:
+        return
+    hidden = [] if os.environ.get("EFFIR_TVM_FULL_IMPORT") == "1" else HIDDEN
+    hidden = [name for name in hidden if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]  # `import name` raises ImportError
+    try:
+        import tvm  # noqa: F401
+        from tvm import relax  # noqa: F401  (what effir uses, under the same hiding)
+    finally:
+        for name in hidden:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
