@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
-import tvm
 from tvm import relax
 
 from ....ir.diagnostics import Error
@@ -41,11 +40,12 @@ from ..relax.lower import RelaxProgram, lower_to_relax
 from ..relax.pipeline import relax_pipeline
 from ..relax.types import NeedsStatic, static
 from ..runtime.errors import BackendError, CompileError, build_failure, run_time_error
+from ..runtime.placement import Placement
 from ..runtime.printing import printing_to
 from ..runtime.signature import Dims, Signature, TensorSpec, TupleSpec, call_entry, spec_of
 from ..runtime.stack import runner
 from ..runtime.thread_vms import ThreadVMs
-from ..target import building, make_target
+from ..target import building, device_of, make_target
 from . import passes as backend_passes  # noqa: F401  (registers lower-tvm)
 from .build_cache import Cache
 from .compilable import callable_part, refuse_uncompilable
@@ -171,7 +171,7 @@ class Specialization:
         self.library: Path | None = None
         """The shared library the executable was loaded from (the build
         cache's), which an export copies."""
-        device = tvm.device("cpu" if target.kind.name == "llvm" else target.kind.name, 0)
+        device = device_of(target)
         self.device = device
         self._vms = ThreadVMs(self.executable, device)
         self._device_found = False
@@ -229,6 +229,8 @@ class CompiledModule:
         self._program_text: str | None = None  # the build cache's key (_cache)
         self._primed: set[str] = set()  # entries whose static dims the cache gave
         self._signatures: dict[str, Signature] = {}  # per entry: made once, read per call
+        self.placement = Placement(device_of(target))
+        """The device the program runs on, and the moves to and from it."""
         self.verbose: bool | TextIO = False
         """Progress lines for the builds to come (see ``compile``)."""
 
@@ -248,7 +250,33 @@ class CompiledModule:
         as ``effir.interpret``). ``state`` holds the program's global cells
         (a fresh ``effir.State(source)`` when None) and is updated as the
         source program would update it; ``sink(label, value)`` receives
-        prints (standard output when None)."""
+        prints (standard output when None). The result is numpy arrays on
+        the host; ``on_device`` leaves it where the program ran."""
+        return self._call(args, entry, state, sink, named, keep=False)
+
+    def on_device(
+        self,
+        *args: Any,
+        entry: str = "main",
+        state: State | None = None,
+        sink: Sink | None = None,
+        **named: Any,
+    ) -> Any:
+        """As a call, with the result's tensors left in the memory of the
+        device the program ran on: ``DeviceArray``\\ s, which PyTorch, JAX
+        and CuPy take through DLPack without a copy (``torch.from_dlpack``),
+        and which the next call takes as they are (runtime/placement.py)."""
+        return self._call(args, entry, state, sink, named, keep=True)
+
+    def _call(
+        self,
+        args: tuple[Any, ...],
+        entry: str,
+        state: State | None,
+        sink: Sink | None,
+        named: dict[str, Any],
+        keep: bool,
+    ) -> Any:
         check_call_options(entry, state, sink, State)
         name = entry.removeprefix("@")
         signature = self.signature(name)
@@ -261,7 +289,9 @@ class CompiledModule:
 
         with printing_to(sink):
             try:
-                return call_entry(function, signature, args, state, named, name)
+                return call_entry(
+                    function, signature, args, state, self.placement, named, name, keep=keep
+                )
             except Error:
                 raise
             except Exception as err:  # inside compiled code (TVM, a packed function)
