@@ -29,8 +29,17 @@ def llvm_target() -> Any:
 
 
 def cuda_target(arch: str = "sm_90") -> Any:
-    """CUDA for ``arch`` (an H100 is sm_90), with the host CPU as host."""
-    return tvm.target.Target({**CUDA_DEFAULTS, "arch": arch}, host=llvm_target())
+    """CUDA for ``arch`` (an H100 is sm_90), with a portable host."""
+    return tvm.target.Target({**CUDA_DEFAULTS, "arch": arch}, host=gpu_host())
+
+
+def gpu_host() -> Any:
+    """The host of a GPU target: the CPU of any x86-64 machine (LLVM's
+    generic one). What a GPU program runs on the host is the VM's shape
+    arithmetic, which no vector extension speeds up; code for this CPU
+    (AVX-512 here) would make an exported CUDA artifact fail with an illegal
+    instruction on a GPU machine whose CPU lacks them."""
+    return tvm.target.Target({"kind": "llvm"})
 
 
 # What a CUDA target says unless the user's says otherwise: sm_90 (an H100
@@ -78,7 +87,7 @@ def make_target(name: str | dict[str, Any] | Any) -> Any:
     if kind == "llvm":
         config.setdefault("mcpu", host_cpu())
         return _target(name, config)
-    return _target(name, {**CUDA_DEFAULTS, **config}, host=llvm_target())
+    return _target(name, {**CUDA_DEFAULTS, **config}, host=gpu_host())
 
 
 @cache

@@ -43,7 +43,8 @@ def test_target_strings_as_tvm_users_write_them():
     assert int(llvm.attrs["num-cores"]) == 4
     cuda = make_target("cuda -arch=sm_80")
     assert cuda.kind.name == "cuda" and str(cuda.attrs["arch"]) == "sm_80"
-    assert str(cuda.host.attrs["mcpu"]) == host_cpu()  # the host is this CPU
+    # The host is any x86-64 CPU: an exported CUDA artifact runs on other machines.
+    assert cuda.host.kind.name == "llvm" and "mcpu" not in cuda.host.attrs
     assert str(make_target("llvm").attrs["mcpu"]) == host_cpu()
     assert str(make_target({"kind": "cuda"}).attrs["arch"]) == "sm_90"
     for text, message in [
