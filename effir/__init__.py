@@ -115,6 +115,7 @@ def compile(  # noqa: A001
     dims=None,
     entry: str = "main",
     verbose=None,
+    precision: str = "float32",
 ):
     """``module`` through the optimisation pipeline and compiled by TVM for
     ``target``: a callable ``CompiledModule``; ``compiled.report`` says what
@@ -131,6 +132,9 @@ def compile(  # noqa: A001
     - ``verbose``: progress lines (specialisations, kernels, times) on
       standard error (or the stream given); by default quiet in library
       calls and scripts, on in a Jupyter notebook.
+    - ``precision``: how float32 matrix products multiply: ``"float32"``
+      (default), ``"tf32"`` or ``"bfloat16"`` (operands rounded to that
+      format, float32 accumulation; tensor cores on CUDA).
 
     See effir/backends/tvm/driver/compile.py and docs/backend.md."""
     from .backends.tvm.driver.compile import compile as compile_module
@@ -143,6 +147,7 @@ def compile(  # noqa: A001
         dims=dims,
         entry=entry,
         verbose=verbose,
+        precision=precision,
     )
 
 

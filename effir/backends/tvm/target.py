@@ -177,9 +177,21 @@ _tvm_cuda_compile = nvcc.tvm_callback_cuda_compile
 
 
 def _cuda_compile(code: str) -> Any:
+    code = with_cuda_library(code)
     if getattr(_effir_build, "active", False) and shutil.which("nvcc") is not None:
         return nvcc.compile_cuda(code, target_format="fatbin", compiler="nvcc")
     return _tvm_cuda_compile(code)
+
+
+def with_cuda_library(code: str) -> str:
+    """CUDA source TVM generated, with the device functions of effir's own
+    that its kernels call (the tensor-core tiles,
+    schedule/cuda/tensor_core.cuh [RULE TENSORCORE]) defined before it."""
+    if "effir_mma_" not in code:
+        return code
+    from .schedule.cuda.tensor_core import LIBRARY
+
+    return LIBRARY + "\n" + code
 
 
 tvm_ffi.register_global_func("tvm_callback_cuda_compile", _cuda_compile, override=True)

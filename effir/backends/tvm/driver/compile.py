@@ -36,6 +36,7 @@ from ....passes.pipeline import STANDARD_PIPELINES
 from ....passes.pipeline import pipeline as parse_pipeline
 from ....runtime.arguments import check_call_options
 from ...interpreter import Sink, State
+from ..precision import PRECISIONS, products_in
 from ..relax.lower import RelaxProgram, lower_to_relax
 from ..relax.pipeline import relax_pipeline
 from ..relax.types import NeedsStatic, static
@@ -45,7 +46,7 @@ from ..runtime.printing import printing_to
 from ..runtime.signature import Dims, Signature, TensorSpec, TupleSpec, call_entry, spec_of
 from ..runtime.stack import runner
 from ..runtime.thread_vms import ThreadVMs
-from ..target import building, device_of, make_target
+from ..target import building, device_of, make_target, with_cuda_library
 from . import passes as backend_passes  # noqa: F401  (registers lower-tvm)
 from .build_cache import Cache
 from .compilable import callable_part, refuse_uncompilable
@@ -94,6 +95,7 @@ class CompileReport:
     builds: list[Build] = field(default_factory=list)
     pipeline: str = ""
     target: str = ""
+    precision: str = "float32"
 
     @property
     def build_seconds(self) -> float:
@@ -106,6 +108,8 @@ class CompileReport:
             ("IR nodes after", f"{self.nodes_after}"),
             ("pipeline", f"{self.pipeline_seconds:.2f} s"),
         ]
+        if self.precision != "float32":
+            rows.append(("matrix products", self.precision))
         for build in self.builds:
             what = "cached build" if build.cached else "TVM build"
             rows.append(
@@ -193,7 +197,8 @@ class Specialization:
         from tvm.support import nvcc
 
         with self.target:
-            ptx = nvcc.compile_cuda(self.source("cuda"), target_format="ptx", compiler="nvcc")
+            source = with_cuda_library(self.source("cuda"))
+            ptx = nvcc.compile_cuda(source, target_format="ptx", compiler="nvcc")
         return bytes(ptx).decode()
 
     def function(self) -> Any:
@@ -218,11 +223,14 @@ class CompiledModule:
         module: IRModule,
         target: Any,
         report: CompileReport,
+        precision: str = "float32",
     ) -> None:
         self.source = source
         self.module = module
         self.target = target
         self.report = report
+        self.precision = precision
+        """How matrix products multiply (precision.py [RULE PRECISION])."""
         self.specializations: dict[tuple[str, tuple[tuple[str, int], ...]], Specialization] = {}
         self.static_dims: dict[str, set[str]] = {}  # per entry, learnt (specialization)
         self._lock = threading.Lock()
@@ -373,9 +381,10 @@ class CompiledModule:
                     f"building @{entry} ({_dims_text(bound)}) for {self.target.kind.name}"
                 )
                 try:
-                    program = lower_to_relax(
-                        specialize(self.module, entry, bound), entry, self.target, symbolic
-                    )
+                    with products_in(self.precision):
+                        program = lower_to_relax(
+                            specialize(self.module, entry, bound), entry, self.target, symbolic
+                        )
                 except NeedsStatic as need:
                     static_dims = self.static_dims[entry] = static_dims | need.dims
                     self.progress(
@@ -403,7 +412,7 @@ class CompiledModule:
         the program's text, its key, is printed once."""
         if self._program_text is None:
             self._program_text = astext(self.module)
-        return Cache.open(self._program_text, self.target)
+        return Cache.open(self._program_text, self.target, self.precision)
 
     def _store(self, cache: Cache, key: str, entry: str, spec: Specialization) -> None:
         """Write ``spec`` to the cache and run the library written, as a
@@ -445,6 +454,7 @@ def compile(  # noqa: A001  (effir.compile, as tvm.compile)
     dims: Mapping[str, int] | Sequence[Mapping[str, int]] | None = None,
     entry: str = "main",
     verbose: bool | TextIO | None = None,
+    precision: str = "float32",
 ) -> CompiledModule:
     """Compile ``module`` with TVM: a ``CompiledModule`` that is called as
     the interpreter runs ``@main`` (same arguments, same ``State``).
@@ -468,12 +478,19 @@ def compile(  # noqa: A001  (effir.compile, as tvm.compile)
       ``compiled.verbose`` turns them on or off later. By default (None)
       they are off in library calls and scripts, on in a Jupyter notebook;
       ``effir compile`` prints them unless ``-q``.
+    - ``precision``: how float32 matrix products (``nn.dense``,
+      ``nn.matmul``) multiply: ``"float32"`` (the default, as the
+      interpreter), ``"tf32"`` or ``"bfloat16"`` (operands rounded to that
+      format, products accumulated in float32; on CUDA on the tensor cores
+      where the shapes allow: precision.py [RULE PRECISION]).
 
     The passes run in the current ``PassContext`` (its instruments and
     verification). ``compiled.report`` (``CompileReport``) says what was
     done and what it cost. Imports TVM on first use."""
     if pipeline is not None and opt_level is not None:
         raise PassError("effir.compile: give a pipeline or an opt_level, not both")
+    if precision not in PRECISIONS:
+        raise CompileError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
     context = PassContext.current()
     level = context.opt_level if opt_level is None else opt_level
     if pipeline is None:
@@ -497,12 +514,13 @@ def compile(  # noqa: A001  (effir.compile, as tvm.compile)
         time.perf_counter() - start,
         pipeline=passes.spelled(),
         target=str(tvm_target),
+        precision=precision,
     )
     progress(
         f"optimised in {report.pipeline_seconds:.2f} s "
         f"({report.nodes_before} -> {report.nodes_after} IR nodes)"
     )
-    compiled = CompiledModule(module, optimised, tvm_target, report)
+    compiled = CompiledModule(module, optimised, tvm_target, report, precision)
     compiled.verbose = verbose
     main = optimised.functions.get(entry)
     if main is not None and all(static(p.checked_type) for p in main.params):

@@ -83,6 +83,7 @@ def export(compiled: CompiledModule, path: str | os.PathLike[str], key: Key | No
             "version": VERSION,
             "target": str(compiled.target),
             "target_kind": compiled.target.kind.name,
+            "precision": compiled.precision,
             "tvm": tvm.__version__,
             "any_alignment": True,
             "entries": entries,
