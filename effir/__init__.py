@@ -29,6 +29,7 @@ from .ir import (
     structural_hash,
 )
 from .passes.infer_type import check
+from .runtime.device_array import DeviceArray
 from .std import prelude
 from .transform import (
     Pass,
@@ -167,6 +168,7 @@ __all__ = [
     "BackendError",
     "Closure",
     "CompileError",
+    "DeviceArray",
     "DifferentiationError",
     "EffectError",
     "Error",

@@ -18,6 +18,8 @@ running it is (refusals, the State's bookkeeping, the stream rule).
 
 from __future__ import annotations
 
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -224,14 +226,24 @@ def test_a_failure_with_no_text_names_its_type() -> None:
 
 
 # ------------------------------------------------------------------ on a GPU
-def _cuda_device(part: str) -> subprocess.CompletedProcess[str]:
+def _cuda_device(part: str, *options: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "cuda_device.py"), "--part", part],
+        [sys.executable, str(ROOT / "benchmarks" / "cuda_device.py"), "--part", part, *options],
         capture_output=True,
         text=True,
         timeout=600,
         cwd=ROOT,
     )
+
+
+@pytest.mark.skipif(GPU or shutil.which("nvcc") is None, reason="needs nvcc, and no GPU")
+def test_the_gpu_script_builds_its_device_checks_here() -> None:
+    """benchmarks/cuda_device.py --dry builds what a GPU run would run (so
+    a lent machine's minutes are not lost to a silly error)."""
+    done = _cuda_device("device", "--dry")
+    assert done.returncode == 0 and "all ok" in done.stdout, done.stdout + done.stderr
+    built = re.findall(r"^\| device +\| [^|]+\| built +\|", done.stdout, re.M)
+    assert len(built) == 4, done.stdout
 
 
 @pytest.mark.skipif(not GPU, reason="needs a GPU (a lent GPU machine runs it)")
@@ -248,3 +260,15 @@ def test_gpu_arrays_are_used_in_place_and_results_stay_on_the_gpu() -> None:
     DeviceArrays out, shared without a copy; the State stays on the GPU."""
     done = _cuda_device("device")
     assert done.returncode == 0 and "all ok" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.skipif(GPU, reason="a machine without a GPU")
+def test_a_gpu_program_without_a_gpu_says_so_before_it_moves_anything() -> None:
+    # The world token (a print orders it) was made on the device before the
+    # device was looked for: TVM's "Device API cuda is not enabled" came out.
+    printing = effir.check(
+        effir.parse('#[version = "0.0.5"]\ndef @main(%x: float32) { debug.print(%x) }')
+    )
+    compiled = effir.compile(printing, target="cuda")
+    with pytest.raises(effir.BackendError, match="this machine has no such device"):
+        compiled(np.float32(1))

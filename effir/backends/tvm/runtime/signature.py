@@ -250,11 +250,11 @@ def _run_entry(
     placement: Placement,
     keep: bool,
 ) -> Any:
+    run = function(dims)  # first: it says when this machine has no such device
     values = tuple(
         placement.world() if c == WORLD else cells.device_value(c) for c in signature.state_in
     )
     inputs = (*user, *values)
-    run = function(dims)
     tensors = [
         placement.argument(v, spec, any_alignment)
         for v, (_, spec) in zip(inputs, signature.params, strict=True)
