@@ -216,3 +216,17 @@ def test_a_product_of_other_shapes_keeps_the_float32_units_with_the_rounding() -
     assert "effir_mma" not in spec.source("cuda")
     assert "4294959104" in spec.source("cuda") or "0xffffe000" in spec.source("cuda").lower()
     assert "mma" not in spec.ptx()
+
+
+@pytest.mark.skipif(not NVCC, reason="needs nvcc to compile CUDA to PTX")
+def test_a_transposed_operand_is_read_through_its_strides_on_the_tensor_cores() -> None:
+    # the weight gradient's layout: (k, m)^T (k, n), both operands across rows
+    text = H + (
+        "def @main(%a: Tensor[(64, 48), float32], %b: Tensor[(64, 32), float32]) {\n"
+        "  nn.matmul(%a, %b, transpose_a=True)\n}\n"
+    )
+    compiled = effir.compile(effir.check(effir.parse(text)), target="cuda", precision="bfloat16")
+    source = next(iter(compiled.specializations.values())).source("cuda")
+    (call,) = re.findall(r"effir_mma_bf16\((.*)\);", source)
+    # A(i, k) at a[i + 48 k]; B(k, j) at b[32 k + j]; 16 x 16 tiles, depth 64
+    assert re.search(r", 1, 48, .*, 32, 1, 16, 16, 64$", call), call

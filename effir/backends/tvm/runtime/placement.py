@@ -99,9 +99,8 @@ class Placement:
         if isinstance(value, DeviceArray):
             value = value.data
         if isinstance(value, Tensor):  # a DeviceArray's, or a cell left on a device
-            if value.device.dlpack_device_type() == self.device.dlpack_device_type():
-                return value
-            return value.copyto(self.device)
+            there = (int(value.device.dlpack_device_type()), int(value.device.index))
+            return value if there == self.dlpack else value.copyto(self.device)
         if self.on_host:
             return to_tvm(value, spec, any_alignment)
         array = value.data if isinstance(value, PRNGKey) else np.asarray(value)

@@ -170,8 +170,7 @@ def _call_helper(
     ti, tj = (iv.var for iv in block.iter_vars if int(iv.iter_type) == 0)
     row, col = ti * TILE, tj * TILE
     (c,) = [w.source for w in block.writes]
-    a_rows, a_cols = (int(d) for d in a.shape)
-    b_rows, b_cols = (int(d) for d in b.shape)
+    a_cols, b_cols = int(a.shape[1]), int(b.shape[1])  # compact parameters: row strides
     if a_layout == "ik":
         a_at, a_i, a_k = a[row, 0], a_cols, 1
     else:
@@ -180,7 +179,6 @@ def _call_helper(
         b_at, b_k, b_j = b[col, 0], 1, b_cols
     else:
         b_at, b_k, b_j = b[0, col], b_cols, 1
-    del a_rows, b_rows
 
     def i64(value: int) -> Any:
         return tirx.const(value, "int64")
