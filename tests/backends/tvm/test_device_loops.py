@@ -93,3 +93,44 @@ def test_a_while_loop_on_a_gpu_reads_only_its_condition_from_the_gpu() -> None:
         # the host, the loop's own condition on the GPU
         expected = (2, 1) if name.endswith("level0") else (1, 0)
         assert (host, device) == expected, (name, host, device)
+
+
+NESTED = H + (
+    "def @main(%x: Tensor[(4), float32], %xs: Tensor[(t, 4), float32], %k: int32) {\n"
+    "  let %r = cf.while_loop(fn (%s: (Tensor[(4), float32], int32)) { less(%s.1, %k) },\n"
+    "    fn (%s: (Tensor[(4), float32], int32)) {\n"
+    "      let %inner = cf.foreach(fn (%row: Tensor[(4), float32], %h: Tensor[(4), float32]) {\n"
+    "        let %n = tanh(%row + %h);\n"
+    "        (%n, %n)\n"
+    "      }, %xs, %s.0);\n"
+    "      (%inner.1, (%inner.1, add(%s.1, 1)))\n"
+    "    }, (%x, 0));\n"
+    "  %r\n"
+    "}\n"
+)
+
+
+def test_a_loop_in_a_while_loops_body_leaves_it_the_hosts_count() -> None:
+    module = effir.check(effir.parse(NESTED))
+    spec = effir.compile(module, target="cuda").specialization("main", {"t": 3})
+    text = str(spec.executable.as_text())
+    assert any(n.startswith("foreach") for n in levels(text))  # a VM loop inside
+    # the outer loop's output buffer is asked after the inner loop is lowered
+    (outer,) = [n for n in levels(text) if n.startswith("while") and n.endswith("level0")]
+    assert conditions(text, outer) == (2, 1)
+    for name in levels(text):
+        if name.startswith("foreach"):
+            assert conditions(text, name)[1] == 0, name
+
+
+def test_a_loop_in_a_while_loops_body_equals_the_interpreter() -> None:
+    import numpy as np
+
+    module = effir.check(effir.parse(NESTED))
+    x = np.linspace(-1, 1, 4).astype(np.float32)
+    xs = np.linspace(-2, 2, 12).astype(np.float32).reshape(3, 4)
+    k = np.int32(5)
+    got, want = effir.compile(module)(x, xs, k), effir.interpret(module, x, xs, k)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[1][0], want[1][0], rtol=1e-5, atol=1e-6)
+    assert got[1][1] == want[1][1] == 5

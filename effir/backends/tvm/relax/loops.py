@@ -617,11 +617,13 @@ class LoopLowering:
         f = declare_level(0)
 
         def step() -> Any:
-            self.host_count = f.n  # the step's count on the host (``_full``)
+            # the step's count on the host (``_full``); a loop in the step's
+            # body sets its own, and gives this one back when it is lowered
+            outer, self.host_count = getattr(self, "host_count", None), f.n
             try:
                 count, carried = steps.advance(f.count, f.carried, f.fixed)
             finally:
-                self.host_count = None
+                self.host_count = outer
             at = relax.ShapeExpr([f.n + steps.stride, f.limit])
             return emit(relax.Call(f.gv, [count, at, *carried, *deeper(f)]))
 
