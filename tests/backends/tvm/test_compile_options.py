@@ -26,10 +26,10 @@ STATIC = H + "def @main(%x: Tensor[(3), float32]) { multiply(%x, 2f) }\n"
 def test_the_signature_is_explicit_and_documented():
     params = inspect.signature(effir.compile).parameters
     assert list(params) == [
-        "module", "target", "pipeline", "opt_level", "dims", "entry", "verbose"
+        "module", "target", "pipeline", "opt_level", "dims", "entry", "verbose", "precision"
     ]  # fmt: skip
     doc = inspect.getdoc(effir.compile)
-    for word in ("target", "pipeline", "opt_level", "dims", "verbose", "-mcpu"):
+    for word in ("target", "pipeline", "opt_level", "dims", "verbose", "-mcpu", "tf32"):
         assert word in doc
     assert "builds" in inspect.getdoc(CompileReport) and Build._fields[:4] == (
         "dims", "seconds", "kernels", "loops"

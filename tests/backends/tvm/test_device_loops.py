@@ -134,3 +134,34 @@ def test_a_loop_in_a_while_loops_body_equals_the_interpreter() -> None:
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got[1][0], want[1][0], rtol=1e-5, atol=1e-6)
     assert got[1][1] == want[1][1] == 5
+
+
+def test_relax_cuda_graphs_would_share_a_loops_storage_across_its_steps() -> None:
+    """Why effir does not run Relax's RewriteCUDAGraph (relax/pipeline.py
+    [RULE NOGRAPH]): on a VM loop it lifts the step's storage, the new state
+    passed to the next step included, into one allocation for the VM's life
+    inside the level function that calls itself. When TVM's pass stops
+    doing that, this test fails and the reason is gone."""
+    import tvm
+    from tvm.relax import transform
+
+    from effir.backends.tvm.relax.pipeline import relax_pipeline
+    from effir.backends.tvm.target import building
+
+    module = effir.check(effir.parse(gru_text(16, 16)))
+    compiled = effir.compile(module, target="cuda")
+    spec = compiled.specialization("main", {"b": 4, "t": 6})
+    assert "cuda_graph" not in str(spec.executable.as_text())  # effir's build: none
+    planned = spec.program.module
+    with building(compiled.target):
+        config = {**tvm.transform.PassContext.current().config}
+        config["relax.backend.use_cuda_graph"] = True
+        with tvm.transform.PassContext(opt_level=3, config=config):
+            for p in relax_pipeline(compiled.target).passes:
+                planned = p(planned)
+                if p.info.name == "StaticPlanBlockMemory":
+                    break
+            graphed = transform.RewriteCUDAGraph()(planned)
+    level0 = graphed["foreach_0_level0"].script()
+    assert "vm.builtin.cuda_graph.get_cached_alloc" in level0
+    assert re.search(r"= foreach_0_level0\(", level0)  # ... in a function that calls itself
