@@ -29,8 +29,21 @@ import numpy as np
 DLPACK_CPU = 1
 """DLPack's device type of host memory (``kDLCPU``)."""
 
-DEVICE_NAMES = {1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8: "metal"}
+DEVICE_NAMES = {
+    1: "cpu",
+    2: "cuda",
+    3: "cuda_host",
+    4: "opencl",
+    7: "vulkan",
+    8: "metal",
+    11: "rocm_host",
+    13: "cuda_managed",
+}
 """DLPack's device types by name, for messages."""
+
+HOST_READABLE = (1, 3, 11, 13)
+"""DLPack's device types whose memory the host reads: the CPU's, pinned
+host memory (CUDA's and ROCm's) and CUDA's managed memory."""
 
 _LEGACY_STREAMS = (None, 1, 2, -1)
 """DLPack ``stream`` values that need no wait: none named (the legacy

@@ -154,6 +154,8 @@ def test_host_arrays_take_the_copying_route_to_a_gpu() -> None:
     assert placement.take(torch.zeros(3), "x") is None
     host = DeviceArray(tvm.runtime.tensor(np.zeros(3, np.float32)), (3,), "float32")
     assert placement.take(host, "x") is None  # a CPU program's result: copied over
+    for readable in ((3, 0), (13, 0)):  # pinned and managed memory: the host reads them
+        assert placement.take(_FakeGPUArray(readable), "x") is None
 
 
 class _GPUTensor:

@@ -41,7 +41,7 @@ import tvm_ffi
 from tvm.runtime import Tensor
 
 from ....ir.diagnostics import ArgumentError
-from ....runtime.device_array import DLPACK_CPU, DeviceArray, device_name
+from ....runtime.device_array import DLPACK_CPU, HOST_READABLE, DeviceArray, device_name
 from ....runtime.values import PRNGKey
 from .signature import KeySpec, Spec, TupleSpec, from_tvm, to_tvm
 
@@ -72,8 +72,8 @@ class Placement:
             device = tuple(value.__dlpack_device__()) if exported else None
         except Exception:  # a foreign object whose protocol fails: the host route says why
             return None
-        if device is None or device[0] == DLPACK_CPU:
-            return None
+        if device is None or device[0] in HOST_READABLE:
+            return None  # pinned or managed memory too: the numpy route copies it
         if device != self.dlpack:
             raise ArgumentError(
                 f"{where} is in the memory of {device_name(device)}, and the program runs "
