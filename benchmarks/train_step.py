@@ -71,12 +71,13 @@ def timed(step: Any, repeats: int, warmup: int = 2) -> tuple[float, float]:
 
 
 # ------------------------------------------------------------------ effir
-def effir_step(cfg: Config, grad: str) -> tuple[Any, float, float]:
-    """(step function, first loss, build seconds)."""
+def effir_step(cfg: Config, grad: str, target: str = "llvm") -> tuple[Any, float, float]:
+    """(step function, first loss, build seconds); ``target``: where it
+    runs (benchmarks/cuda_device.py times it on a GPU)."""
     start = time.perf_counter()
     optimizer = Adam(lr=LR, b1=B1, b2=B2, eps=EPS)
     module = build(cfg, optimizer, grad=grad)
-    program = effir.compile(module)
+    program = effir.compile(module, target=target)
     state = effir.State(module)
     params = init_params(cfg)
     opt = optimizer.init(params)

@@ -34,6 +34,7 @@ from .ir import (
 )
 from .ir.program import Program
 from .passes.infer_type import check
+from .runtime.device_array import DeviceArray
 from .std import prelude
 from .transform import (
     Pass,
@@ -136,6 +137,7 @@ def compile(  # noqa: A001
     dims=None,
     entry: str | None = None,
     verbose=None,
+    precision: str = "float32",
 ):
     """``module`` (an ``IRModule``, or a function made by ``@effir.script``
     or ``effir.trace``) through the optimisation pipeline and compiled by
@@ -154,6 +156,9 @@ def compile(  # noqa: A001
     - ``verbose``: progress lines (specialisations, kernels, times) on
       standard error (or the stream given); by default quiet in library
       calls and scripts, on in a Jupyter notebook.
+    - ``precision``: how float32 matrix products multiply: ``"float32"``
+      (default), ``"tf32"`` or ``"bfloat16"`` (operands rounded to that
+      format, float32 accumulation; tensor cores on CUDA).
 
     See effir/backends/tvm/driver/compile.py and docs/backend.md."""
     from .backends.tvm.runtime.importing import import_tvm
@@ -169,6 +174,7 @@ def compile(  # noqa: A001
         dims=dims,
         entry=entry,
         verbose=verbose,
+        precision=precision,
     )
 
 
@@ -191,6 +197,7 @@ __all__ = [
     "BackendError",
     "Closure",
     "CompileError",
+    "DeviceArray",
     "DifferentiationError",
     "EffectError",
     "Error",

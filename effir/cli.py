@@ -288,6 +288,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         args.pipeline,
         opt_level=None if args.pipeline is not None else args.level,
         verbose=not args.quiet,  # progress on standard error
+        precision=args.precision,
     )
     entry = args.entry.removeprefix("@")
     if entry not in compiled.module.functions:
@@ -461,6 +462,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     passes.add_argument(
         "-p", "--passes", dest="pipeline", metavar="PIPELINE", help="the passes to run instead"
+    )
+    compile_cmd.add_argument(
+        "--precision",
+        default="float32",
+        choices=["float32", "tf32", "bfloat16"],
+        help="how float32 matrix products multiply: float32 (default), or operands rounded "
+        "to tf32 or bfloat16 (tensor cores on cuda; docs/backend.md)",
     )
     compile_cmd.add_argument(
         "-q", "--quiet", action="store_true", help="no progress lines on standard error"

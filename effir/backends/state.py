@@ -19,6 +19,13 @@ The contract (docs/semantics.md §3.4):
   separate States run in parallel. The lock is re-entrant: a ``sink`` that
   calls the program again on the same State from the same thread does not
   deadlock.
+- **Kept on a GPU between calls.** A program compiled for a GPU leaves the
+  new values of the cells it passes (keys, batch-norm statistics) in the
+  GPU's memory (``keep_on_device``), and its next call takes them from
+  there (``device_value``): no copy per call. Anything that reads the State
+  on the host (``s[name]``, ``s.cells``, ``values``, ``save``, a call of
+  the interpreter or of a program for the CPU) copies them back first
+  (``_to_host``), once.
 - **Saved and loaded as ``.npz``.** ``s.save(path)`` writes one array per
   tensor (tuples are numbered ``bn.0``, ``bn.1``; a key is its two
   ``uint32`` words), without pickles; ``s.load(path)`` (a method: the
@@ -34,7 +41,7 @@ import contextlib
 import os
 import threading
 import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -85,9 +92,10 @@ class State(Mapping[str, Any]):
             isinstance(seed, int | np.integer) and _INT64[0] <= int(seed) <= _INT64[1]
         ):
             raise StateError(f"the seed must be an integer that fits in int64, got {seed!r}")
-        self.cells: dict[str, RefValue] = {}
+        self._cells: dict[str, RefValue] = {}
         self._types: dict[str, Type | None] = {}
         self._lock = threading.RLock()
+        self._on_device: dict[str, tuple[Any, Callable[[Any], Any]]] = {}
         if not module.cells:
             # No initialiser to run, so no interpreter (which analyses the
             # whole module): a compiled program without cells makes a State
@@ -100,7 +108,7 @@ class State(Mapping[str, Any]):
             if seed is not None and isinstance(ref.value, PRNGKey):
                 ref.value = _seeded_key(int(seed), key_index)
                 key_index += 1
-            self.cells[name] = ref
+            self._cells[name] = ref
             declared = cell.type.value if isinstance(cell.type, RefType) else None
             self._types[name] = declared if declared is not None else _type_of_value(ref.value)
 
@@ -110,16 +118,52 @@ class State(Mapping[str, Any]):
         type that of its value: the state of a program known only by its
         values, such as one reloaded from an artifact (``effir.load``)."""
         state = cls.__new__(cls)
-        state.cells = {name: RefValue(value, name) for name, value in values.items()}
+        state._cells = {name: RefValue(value, name) for name, value in values.items()}
         state._types = {name: _type_of_value(value) for name, value in values.items()}
         state._lock = threading.RLock()
+        state._on_device = {}
         return state
+
+    @property
+    def cells(self) -> dict[str, RefValue]:
+        """The cells the program reads and writes, each holding its value
+        on the host (values a GPU program left on its device are copied
+        back first)."""
+        if self._on_device:
+            self._to_host()
+        return self._cells
+
+    # ----------------------------------------------------- on a device
+    def device_value(self, name: str) -> Any:
+        """Cell ``name``'s value where it is: as a GPU program left it
+        (``keep_on_device``), else on the host. For compiled code, inside
+        ``transaction(on_device=True)``."""
+        kept = self._on_device.get(name)
+        return kept[0] if kept is not None else self._cells[name].value
+
+    def keep_on_device(self, name: str, value: Any, to_host: Callable[[Any], Any]) -> None:
+        """Cell ``name``'s new value, left in a device's memory;
+        ``to_host(value)`` copies it back when the host reads the State."""
+        self._on_device[name] = (value, to_host)
+
+    def set_value(self, name: str, value: Any) -> None:
+        """Cell ``name``'s new value, on the host (a program's result: no
+        type check)."""
+        self._on_device.pop(name, None)
+        self._cells[name].value = value
+
+    def _to_host(self) -> None:
+        """Every value left on a device copied back to its cell."""
+        with self._lock:
+            for name, (value, to_host) in list(self._on_device.items()):
+                self._cells[name].value = to_host(value)
+                del self._on_device[name]
 
     # ------------------------------------------------------------ mapping
     def _name(self, name: str) -> str:
         key = name.removeprefix("@") if isinstance(name, str) else name
-        if key not in self.cells:
-            known = ", ".join("@" + n for n in self.cells) or "none"
+        if key not in self._cells:
+            known = ", ".join("@" + n for n in self._cells) or "none"
             raise UnknownCellError(f"no state cell {name!r} (cells: {known})")
         return key
 
@@ -133,16 +177,16 @@ class State(Mapping[str, Any]):
         key = self._name(name)
         converted = _checked(value, self._types[key], f"state cell @{key}")
         with self._lock:
-            self.cells[key].value = converted
+            self.set_value(key, converted)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(list(self.cells))
+        return iter(list(self._cells))
 
     def __len__(self) -> int:
-        return len(self.cells)
+        return len(self._cells)
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name.removeprefix("@") in self.cells
+        return isinstance(name, str) and name.removeprefix("@") in self._cells
 
     def values(self) -> dict[str, Any]:  # type: ignore[override]
         """A snapshot: each cell's name and current value (a dict, so that
@@ -160,16 +204,23 @@ class State(Mapping[str, Any]):
 
     # -------------------------------------------------------- transactions
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[State]:
+    def transaction(self, on_device: bool = False) -> Iterator[State]:
         """Hold the State for one call: no other thread's call runs until
-        this one ends, and if it raises every cell gets its value back."""
+        this one ends, and if it raises every cell gets its value back.
+        The values are on the host for the call unless ``on_device`` (a
+        compiled program, which reads them with ``device_value``)."""
         with self._lock:
-            saved = [(ref, ref.value) for ref in self.cells.values()]
+            if not on_device and self._on_device:
+                self._to_host()
+            saved = [(ref, ref.value) for ref in self._cells.values()]
+            saved_on_device = dict(self._on_device)
             try:
                 yield self
             except BaseException:
                 for ref, value in saved:
                     ref.value = value
+                self._on_device.clear()
+                self._on_device.update(saved_on_device)
                 raise
 
     # ------------------------------------------------------------- files
@@ -198,7 +249,7 @@ class State(Mapping[str, Any]):
             raise StateError(f"{where}: holds {extra!r}, which is no cell of this program")
         with self._lock:
             for name, value in new.items():
-                self.cells[name].value = value
+                self.set_value(name, value)
         return self
 
     def save(self, path: str | os.PathLike[str]) -> None:

@@ -13,6 +13,9 @@ the others refuse with the same ``ArgumentError`` and message.
   the CPU), read without a copy where possible and then held to the same
   dtype rule; Python scalars and (nested) lists, converted to the declared
   dtype when no value changes kind (a float is never truncated to an int).
+  A compiled module for a GPU also takes arrays in that GPU's memory as
+  they are (``on_device``: the backend's ``DeviceArray``, checked by shape
+  and dtype, effir/runtime/device_array.py).
 - A key parameter takes a ``PRNGKey`` or two ``uint32`` words.
 - A tuple parameter takes a tuple or a list of the right length.
 - An ADT parameter takes a value of one of its type's constructors (an
@@ -23,7 +26,7 @@ the others refuse with the same ``ArgumentError`` and message.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,9 +36,16 @@ from ..ir.expr import TypeData
 from ..ir.printer import astext
 from ..ir.program import missing_entry
 from ..ir.types import ANY, KeyType, TensorType, TupleType, Type, TypeCall, TypeVar
+from .device_array import DeviceArray
 from .values import ADTValue, PRNGKey, adt_value, describe_value, type_text
 
 _PYTHON_VALUES = (bool, int, float, list, tuple)
+
+OnDevice = Callable[[Any, str], DeviceArray | None]
+"""How a compiled module takes an argument on its device: the argument and
+where it is given (for messages) to a ``DeviceArray`` holding its memory,
+None for a value on the host (the numpy route), ArgumentError for one on
+another device."""
 
 
 def bind_arguments(
@@ -71,13 +81,18 @@ def unknown_entry(name: str, known: Iterable[str]) -> ArgumentError:
 
 
 def convert_argument(
-    value: Any, t: Type | None, where: str, adts: Mapping[str, TypeData] | None = None
+    value: Any,
+    t: Type | None,
+    where: str,
+    adts: Mapping[str, TypeData] | None = None,
+    on_device: OnDevice | None = None,
 ) -> Any:
     """``value`` as the program holds a value of type ``t``: numpy arrays
-    for tensors (from foreign arrays and Python values), ``PRNGKey`` for
-    keys, tuples for tuples, ADT values with their fields converted (types
-    in ``adts``). Types it does not constrain (functions, references, ADTs
-    of unknown definition) pass through; ``check_argument`` checks the rest."""
+    for tensors (from foreign arrays and Python values; ``DeviceArray``\\ s
+    for arrays ``on_device`` takes where they are), ``PRNGKey`` for keys,
+    tuples for tuples, ADT values with their fields converted (types in
+    ``adts``). Types it does not constrain (functions, references, ADTs of
+    unknown definition) pass through; ``check_argument`` checks the rest."""
     if t is None:
         return value
     # Iterative over nested tuple and ADT types (a list is as deep as it
@@ -107,7 +122,8 @@ def convert_argument(
                 for i, (x, f) in reversed(list(enumerate(zip(v, ty.fields, strict=True))))
             )
         elif isinstance(ty, TensorType):
-            results.append(as_array(v, ty.dtype, at))
+            kept = on_device(v, at) if on_device is not None else None
+            results.append(kept if kept is not None else as_array(v, ty.dtype, at))
         elif isinstance(ty, KeyType):
             results.append(as_key(v, at))
         else:
@@ -224,9 +240,13 @@ def check_argument(
             )
             continue
         if isinstance(ty, TensorType):
-            if not isinstance(v, np.ndarray):
+            if isinstance(v, DeviceArray):  # on the device: its shape and dtype are read
+                dtype = v.dtype
+            elif isinstance(v, np.ndarray):
+                dtype = _dtype_name(v.dtype)
+            else:
                 raise ArgumentError(f"{at} expects a tensor, got {_describe(v)}", span)
-            if _dtype_name(v.dtype) != ty.dtype or v.ndim != len(ty.shape):
+            if dtype != ty.dtype or v.ndim != len(ty.shape):
                 raise ArgumentError(f"{at} expects {astext(ty)}, got {type_text(v)}", span)
             for size, dim in zip(v.shape, ty.shape, strict=True):
                 if dim == ANY:
@@ -296,7 +316,7 @@ def instantiate(field: Type, data: TypeData, t: TypeCall) -> Type:
 def _describe(value: Any) -> str:
     """A short description: a foreign array by its type, shape and dtype,
     never its whole contents."""
-    if isinstance(value, np.ndarray):
+    if isinstance(value, np.ndarray | DeviceArray):
         return type_text(value)
     if isinstance(value, list | tuple):
         return f"a {type(value).__name__} of {len(value)} value(s)"

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from .device_array import DeviceArray
+
 
 class PRNGKey:
     """A threefry2x32 key: two uint32 words, immutable."""
@@ -95,9 +97,11 @@ def as_tensor(value: Any) -> np.ndarray:
     return value if isinstance(value, np.ndarray) else np.asarray(value)
 
 
-def type_text(array: np.ndarray) -> str:
+def type_text(array: Any) -> str:
+    """An array's type as effir writes it (a ``DeviceArray``'s with its device)."""
     dims = ", ".join(str(d) for d in array.shape)
-    return f"Tensor[({dims}), {array.dtype}]" if array.shape else str(array.dtype)
+    text = f"Tensor[({dims}), {array.dtype}]" if array.shape else str(array.dtype)
+    return f"{text} on {array.device}" if isinstance(array, DeviceArray) else text
 
 
 def describe_value(value: Any, limit: int = 200, depth: int = 6) -> str:

@@ -19,10 +19,18 @@
 // Every .npy header is validated (dtype, non-negative shape, no overflow,
 // data present) before anything is allocated or copied.
 //
+// The device is the artifact's: its manifest's target_kind ("llvm": the CPU,
+// "cuda": the first GPU). For a CUDA artifact the runner loads TVM's CUDA
+// runtime (libtvm_runtime_cuda.so, beside libtvm_runtime.so), copies the
+// inputs and the cells' initial values to the GPU once, keeps the cells there
+// from step to step, and copies to the host only what it prints or writes.
+// A machine without that runtime or without a GPU is an error message.
+//
 // Build (examples/cpp/Makefile does this):
 //   g++ -std=c++17 -O2 run_model.cc -I<tvm>/include -I<tvm_ffi>/include
 //       -L<tvm>/lib -L<tvm_ffi>/lib -ltvm_runtime -ltvm_ffi -Wl,-rpath,...
 
+#include <dlfcn.h>
 #include <dlpack/dlpack.h>
 #include <pthread.h>
 #include <tvm/ffi/container/array.h>
@@ -31,6 +39,7 @@
 #include <tvm/ffi/extra/json.h>
 #include <tvm/ffi/extra/module.h>
 #include <tvm/ffi/function.h>
+#include <tvm/runtime/device_api.h>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -67,6 +76,39 @@ struct HostAlloc {
 Tensor Empty(const std::vector<int64_t>& shape, DLDataType dtype) {
   return Tensor::FromNDAlloc(HostAlloc(), ffi::Shape(shape), dtype, DLDevice{kDLCPU, 0});
 }
+
+// ------------------------------------------------------------------ devices
+// Memory of a device (a GPU's) for the tensors the runner moves there, from
+// the device's own allocator in TVM's runtime.
+struct DeviceAlloc {
+  void AllocData(DLTensor* tensor) {
+    auto* api = tvm::runtime::DeviceAPI::Get(tensor->device);
+    tensor->data = api->AllocDataSpace(tensor->device, tensor->ndim, tensor->shape, tensor->dtype);
+  }
+  void FreeData(DLTensor* tensor) {
+    tvm::runtime::DeviceAPI::Get(tensor->device)->FreeDataSpace(tensor->device, tensor->data);
+  }
+};
+
+// A tensor on `device` (a copy, unless it is there already); the copy is
+// complete when this returns.
+Tensor OnDevice(const Tensor& t, DLDevice device) {
+  DLDevice from = t.device();
+  if (from.device_type == device.device_type && from.device_id == device.device_id) return t;
+  std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
+  Tensor copy = device.device_type == kDLCPU
+                    ? Empty(shape, t.dtype())
+                    : Tensor::FromNDAlloc(DeviceAlloc(), ffi::Shape(shape), t.dtype(), device);
+  DLDevice gpu = device.device_type == kDLCPU ? from : device;
+  auto* api = tvm::runtime::DeviceAPI::Get(gpu);
+  api->CopyDataFromTo(const_cast<DLTensor*>(t.GetDLTensorPtr()),
+                      const_cast<DLTensor*>(copy.GetDLTensorPtr()), nullptr);
+  api->StreamSync(gpu, nullptr);
+  return copy;
+}
+
+// A tensor in host memory, which the runner can read (a copy of a GPU's).
+Tensor OnHost(const Tensor& t) { return OnDevice(t, DLDevice{kDLCPU, 0}); }
 
 constexpr int kVersion = 1;
 
@@ -319,7 +361,8 @@ Tensor ParseNpy(const std::string& raw, const std::string& path) {
 
 Tensor ReadNpy(const std::string& path) { return ParseNpy(ReadFile(path), path); }
 
-void WriteNpy(const std::string& path, const Tensor& t) {
+void WriteNpy(const std::string& path, const Tensor& value) {
+  Tensor t = OnHost(value);
   std::string shape = "(";
   for (int i = 0; i < t.ndim(); ++i) shape += std::to_string(t.shape()[i]) + (t.ndim() == 1 ? "," : i + 1 < t.ndim() ? ", " : "");
   shape += ")";
@@ -361,7 +404,8 @@ double AsDouble(const Tensor& t, int64_t i) {
   }
 }
 
-std::string Describe(const Tensor& t) {
+std::string Describe(const Tensor& value) {
+  Tensor t = OnHost(value);
   std::ostringstream s;
   s << DTypeName(t.dtype()) << "[";
   for (int i = 0; i < t.ndim(); ++i) s << (i ? ", " : "") << t.shape()[i];
@@ -383,6 +427,28 @@ ffi::Any Rebuild(const ffi::Map<ffi::Any, ffi::Any>& type, std::vector<Tensor>::
     return fields;
   }
   return *(*next)++;
+}
+
+// The device an artifact was built for (its manifest's target_kind; an
+// artifact without one is for the CPU). A CUDA artifact needs TVM's CUDA
+// runtime, a library of its own beside libtvm_runtime.so, and a GPU.
+DLDevice ArtifactDevice(const ffi::Map<ffi::Any, ffi::Any>& manifest, const std::string& root) {
+  std::string kind = "llvm";
+  if (manifest.count("target_kind")) kind = std::string(manifest.at("target_kind").cast<ffi::String>());
+  if (kind == "llvm") return DLDevice{kDLCPU, 0};
+  if (kind != "cuda") throw Failure(root + ": unknown target kind '" + kind + "' (known: llvm, cuda)");
+  if (dlopen("libtvm_runtime_cuda.so", RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+    throw Failure(root + ": built for cuda, and TVM's CUDA runtime cannot be loaded (" +
+                  std::string(dlerror()) + ")");
+  }
+  DLDevice gpu{kDLCUDA, 0};
+  tvm::runtime::DeviceAPI* api = tvm::runtime::DeviceAPI::Get(gpu, true);
+  ffi::Any exists;
+  if (api != nullptr) api->GetAttr(gpu, tvm::runtime::kExist, &exists);
+  if (api == nullptr || exists == nullptr || exists.cast<int64_t>() == 0) {
+    throw Failure(root + ": built for cuda, and this machine has no CUDA device");
+  }
+  return gpu;
 }
 
 int Run(int argc, char** argv) {
@@ -430,6 +496,7 @@ int Run(int argc, char** argv) {
     throw Failure(root + ": artifact format version " + std::to_string(version) +
                   "; this runner reads version " + std::to_string(kVersion));
   }
+  DLDevice device = ArtifactDevice(manifest, root);
   auto entry = manifest.at("entries").cast<ffi::Map<ffi::Any, ffi::Any>>().at("main").cast<ffi::Map<ffi::Any, ffi::Any>>();
   auto signature = entry.at("signature").cast<ffi::Map<ffi::Any, ffi::Any>>();
   auto params = signature.at("params").cast<ffi::Array<ffi::Any>>();
@@ -465,7 +532,7 @@ int Run(int argc, char** argv) {
         if (!fresh && it->second != t.shape()[d]) throw Failure("dimension " + dim + " has two sizes");
       }
     }
-    inputs.push_back(t);
+    inputs.push_back(OnDevice(t, device));
   }
 
   // The library exported for these dimensions.
@@ -496,7 +563,8 @@ int Run(int argc, char** argv) {
     for (const ffi::Any& f : cell.at("files").cast<ffi::Array<ffi::Any>>()) {
       auto file = f.cast<ffi::Map<ffi::Any, ffi::Any>>();
       std::string rel(file.at("file").cast<ffi::String>());
-      cells[name].push_back(ParseNpy(CheckedBytes(root, rel, file.at("sha256").cast<ffi::String>()), rel));
+      Tensor value = ParseNpy(CheckedBytes(root, rel, file.at("sha256").cast<ffi::String>()), rel);
+      cells[name].push_back(OnDevice(value, device));
     }
   }
 
@@ -522,8 +590,17 @@ int Run(int argc, char** argv) {
   rmdir(library.substr(0, library.rfind('/')).c_str());
   ffi::Module vm = executable->GetFunction("vm_load_executable").value()().cast<ffi::Module>();
   constexpr int kPooledAllocator = 2;
-  vm->GetFunction("vm_initialization").value()(static_cast<int>(kDLCPU), 0, kPooledAllocator);
+  ffi::Function initialize = vm->GetFunction("vm_initialization").value();
+  if (device.device_type == kDLCPU) {
+    initialize(static_cast<int>(kDLCPU), 0, kPooledAllocator);
+  } else {  // the host runs the VM's shape functions
+    initialize(static_cast<int>(device.device_type), device.device_id, kPooledAllocator,
+               static_cast<int>(kDLCPU), 0, kPooledAllocator);
+  }
   ffi::Function main = vm->GetFunction("main").value();
+  Tensor world = Empty({}, DLDataType{kDLInt, 64, 1});  // the world token: 0, never read
+  *static_cast<int64_t*>(world.data_ptr()) = 0;
+  world = OnDevice(world, device);
 
   for (int step = 1; step <= steps; ++step) {
     std::vector<ffi::Any> held;
@@ -531,8 +608,6 @@ int Run(int argc, char** argv) {
     for (const ffi::Any& c : state_in) {
       std::string cell(c.cast<ffi::String>());
       if (cell == "io") {
-        Tensor world = Empty({}, DLDataType{kDLInt, 64, 1});
-        *static_cast<int64_t*>(world.data_ptr()) = 0;
         held.push_back(world);
         continue;
       }

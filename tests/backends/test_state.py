@@ -188,3 +188,89 @@ def test_threads_sharing_a_state_advance_it_once_per_call():
         print("ok")
         """
     ).check()
+
+
+class _OnGPU:
+    """A value as a GPU program leaves it in a cell: opaque to the host,
+    copied back (counted) by the function the program gives with it."""
+
+    def __init__(self, host: object) -> None:
+        self.host = host
+
+
+def _keep(state: effir.State, name: str, host: object, copies: list[str]) -> _OnGPU:
+    value = _OnGPU(host)
+
+    def to_host(v: _OnGPU) -> object:
+        copies.append(name)
+        return v.host
+
+    state.keep_on_device(name, value, to_host)
+    return value
+
+
+def test_a_value_left_on_a_device_is_copied_back_once_when_the_host_reads_it():
+    module = effir.check(effir.parse(A1))
+    state = effir.State(module)
+    copies: list[str] = []
+    key = PRNGKey([1, 2])
+    kept = _keep(state, "rng", key, copies)
+    # Compiled code reads it where it is, without a copy.
+    with state.transaction(on_device=True):
+        assert state.device_value("rng") is kept
+    assert copies == []
+    assert state["rng"] == key and copies == ["rng"]
+    assert state["rng"] == key and copies == ["rng"]  # back on the host: not copied again
+    assert state.device_value("rng") == key
+
+
+def test_every_host_reader_sees_the_values_a_device_left():
+    module = effir.check(effir.parse(A1))
+    bn = (np.full(2, 3, np.float32), np.full(2, 4, np.float32))
+    for read in (
+        lambda s: s.values()["bn"],
+        lambda s: s.cells["bn"].value,
+        lambda s: repr(s),
+        lambda s: dict(s.items())["bn"],
+    ):
+        state = effir.State(module)
+        copies: list[str] = []
+        _keep(state, "bn", bn, copies)
+        read(state)
+        assert copies == ["bn"] and state.cells["bn"].value is bn
+
+
+def test_the_interpreter_and_save_read_a_device_value_on_the_host(tmp_path):
+    module = effir.check(effir.parse(A1))
+    state, reference = effir.State(module), effir.State(module)
+    copies: list[str] = []
+    _keep(state, "rng", reference["rng"], copies)
+    state.save(tmp_path / "s.npz")
+    assert copies == ["rng"]
+    _keep(state, "rng", reference["rng"], copies)
+    got = effir.interpret(module, X, np.array([2, 4]), state=state)
+    want = effir.interpret(module, X, np.array([2, 4]), state=reference)
+    assert np.array_equal(got, want) and state["rng"] == reference["rng"]
+    assert copies == ["rng", "rng"]
+
+
+def test_a_write_on_the_host_replaces_a_device_value_without_copying_it():
+    module = effir.check(effir.parse(A1))
+    state = effir.State(module)
+    copies: list[str] = []
+    _keep(state, "rng", PRNGKey([1, 2]), copies)
+    state["rng"] = PRNGKey([5, 6])
+    assert state.device_value("rng") == PRNGKey([5, 6]) and copies == []
+
+
+def test_a_failed_compiled_call_puts_back_the_values_it_found_on_the_device():
+    module = effir.check(effir.parse(A1))
+    state = effir.State(module)
+    copies: list[str] = []
+    kept = _keep(state, "rng", PRNGKey([1, 2]), copies)
+    with pytest.raises(RuntimeError), state.transaction(on_device=True):
+        _keep(state, "rng", PRNGKey([3, 4]), copies)
+        state.set_value("bn", (np.zeros(2, np.float32), np.zeros(2, np.float32)))
+        raise RuntimeError("inside compiled code")
+    assert state.device_value("rng") is kept and copies == []
+    assert np.array_equal(state["bn"][1], np.ones(2, np.float32))

@@ -31,8 +31,17 @@ def llvm_target() -> Any:
 
 
 def cuda_target(arch: str = "sm_90") -> Any:
-    """CUDA for ``arch`` (an H100 is sm_90), with the host CPU as host."""
-    return tvm.target.Target({**CUDA_DEFAULTS, "arch": arch}, host=llvm_target())
+    """CUDA for ``arch`` (an H100 is sm_90), with a portable host."""
+    return tvm.target.Target({**CUDA_DEFAULTS, "arch": arch}, host=gpu_host())
+
+
+def gpu_host() -> Any:
+    """The host of a GPU target: the CPU of any x86-64 machine (LLVM's
+    generic one). What a GPU program runs on the host is the VM's shape
+    arithmetic, which no vector extension speeds up; code for this CPU
+    (AVX-512 here) would make an exported CUDA artifact fail with an illegal
+    instruction on a GPU machine whose CPU lacks them."""
+    return tvm.target.Target({"kind": "llvm"})
 
 
 # What a CUDA target says unless the user's says otherwise: sm_90 (an H100
@@ -47,6 +56,11 @@ CUDA_DEFAULTS = {
 
 
 TARGET_KINDS = ("llvm", "cuda")
+
+
+def device_of(target: Any) -> Any:
+    """The device code built for ``target`` runs on: the CPU, or the first GPU."""
+    return tvm.device("cpu" if target.kind.name == "llvm" else target.kind.name, 0)
 
 
 def make_target(name: str | dict[str, Any] | Any) -> Any:
@@ -75,7 +89,7 @@ def make_target(name: str | dict[str, Any] | Any) -> Any:
     if kind == "llvm":
         config.setdefault("mcpu", host_cpu())
         return _target(name, config)
-    return _target(name, {**CUDA_DEFAULTS, **config}, host=llvm_target())
+    return _target(name, {**CUDA_DEFAULTS, **config}, host=gpu_host())
 
 
 @cache
@@ -165,9 +179,21 @@ _tvm_cuda_compile = nvcc.tvm_callback_cuda_compile
 
 
 def _cuda_compile(code: str) -> Any:
+    code = with_cuda_library(code)
     if getattr(_effir_build, "active", False) and shutil.which("nvcc") is not None:
         return nvcc.compile_cuda(code, target_format="fatbin", compiler="nvcc")
     return _tvm_cuda_compile(code)
+
+
+def with_cuda_library(code: str) -> str:
+    """CUDA source TVM generated, with the device functions of effir's own
+    that its kernels call (the tensor-core tiles,
+    schedule/cuda/tensor_core.cuh [RULE TENSORCORE]) defined before it."""
+    if "effir_mma_" not in code:
+        return code
+    from .schedule.cuda.tensor_core import LIBRARY
+
+    return LIBRARY + "\n" + code
 
 
 tvm_ffi.register_global_func("tvm_callback_cuda_compile", _cuda_compile, override=True)

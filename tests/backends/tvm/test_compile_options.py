@@ -26,10 +26,10 @@ STATIC = H + "def @main(%x: Tensor[(3), float32]) { multiply(%x, 2f) }\n"
 def test_the_signature_is_explicit_and_documented():
     params = inspect.signature(effir.compile).parameters
     assert list(params) == [
-        "module", "target", "pipeline", "opt_level", "dims", "entry", "verbose"
+        "module", "target", "pipeline", "opt_level", "dims", "entry", "verbose", "precision"
     ]  # fmt: skip
     doc = inspect.getdoc(effir.compile)
-    for word in ("target", "pipeline", "opt_level", "dims", "verbose", "-mcpu"):
+    for word in ("target", "pipeline", "opt_level", "dims", "verbose", "-mcpu", "tf32"):
         assert word in doc
     assert "builds" in inspect.getdoc(CompileReport) and Build._fields[:4] == (
         "dims", "seconds", "kernels", "loops"
@@ -43,7 +43,8 @@ def test_target_strings_as_tvm_users_write_them():
     assert int(llvm.attrs["num-cores"]) == 4
     cuda = make_target("cuda -arch=sm_80")
     assert cuda.kind.name == "cuda" and str(cuda.attrs["arch"]) == "sm_80"
-    assert str(cuda.host.attrs["mcpu"]) == host_cpu()  # the host is this CPU
+    # The host is any x86-64 CPU: an exported CUDA artifact runs on other machines.
+    assert cuda.host.kind.name == "llvm" and "mcpu" not in cuda.host.attrs
     assert str(make_target("llvm").attrs["mcpu"]) == host_cpu()
     assert str(make_target({"kind": "cuda"}).attrs["arch"]) == "sm_90"
     for text, message in [

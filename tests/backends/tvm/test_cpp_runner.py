@@ -1,7 +1,11 @@
 """The C++ runner (examples/cpp/run_model.cc), built with g++ against the
 TVM runtime the apache-tvm wheel ships, runs an exported program without
 Python: two steps threading the state give the interpreter's results, key
-and statistics; a broken artifact is an error message, not a crash."""
+and statistics; a broken artifact is an error message, not a crash.
+
+The runner runs an artifact on the device its manifest names
+(``target_kind``): a CUDA artifact runs on the GPU where one is (and TVM's
+CUDA runtime), and is an error message where none is."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tvm
 
 import effir
 
@@ -18,10 +23,19 @@ from .test_compile import gru_lm
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
+GPU = bool(tvm.cuda(0).exist)
+NVCC = shutil.which("nvcc") is not None
+ON_CUDA = pytest.param(
+    "cuda", marks=pytest.mark.skipif(not GPU, reason="needs a GPU (a lent GPU machine runs it)")
+)
 
-def test_the_runner_runs_the_gru_model_as_the_interpreter(runner: Path, tmp_path: Path) -> None:
+
+@pytest.mark.parametrize("target", ["llvm", ON_CUDA])
+def test_the_runner_runs_the_gru_model_as_the_interpreter(
+    runner: Path, tmp_path: Path, target: str
+) -> None:
     module, args = gru_lm(4, 2)
-    compiled = effir.compile(module)
+    compiled = effir.compile(module, target=target)
     compiled(*args, sink=lambda label, value: None)
     compiled.export(tmp_path / "model")
     inputs = []
@@ -193,3 +207,32 @@ def test_the_runner_fails_as_the_interpreter(runner: Path, tmp_path: Path) -> No
         )
         assert done.returncode != 0
         assert str(expected.value) in done.stderr, done.stderr
+
+
+@pytest.mark.skipif(GPU or not NVCC, reason="needs nvcc to build for CUDA, and no GPU")
+def test_a_cuda_artifact_without_a_gpu_is_an_error_message(runner: Path, tmp_path: Path) -> None:
+    module = effir.check(
+        effir.parse('#[version = "0.0.5"]\ndef @main(%x: Tensor[(2, 4), float32]) { tanh(%x) }')
+    )
+    effir.compile(module, target="cuda").export(tmp_path / "model")
+    # Its host code is for any x86-64 CPU, not this one's extensions.
+    assert "mcpu" not in (tmp_path / "model" / "effir-artifact.json").read_text()
+    np.save(tmp_path / "x.npy", np.ones((2, 4), np.float32))
+    done = run(runner, tmp_path / "model", tmp_path / "x.npy")
+    assert done.returncode == 1, done.stderr
+    # Either TVM's CUDA runtime does not load (no driver), or it finds no GPU.
+    assert f"run_model: {tmp_path / 'model'}: built for cuda, and " in done.stderr, done.stderr
+
+
+def test_an_artifact_for_an_unknown_device_is_refused(
+    runner: Path, small_artifact: tuple[Path, list[str]], tmp_path: Path
+) -> None:
+    root, inputs = small_artifact
+    model = Path(shutil.copytree(root / "model", tmp_path / "model"))
+    manifest = model / "effir-artifact.json"
+    manifest.write_text(
+        manifest.read_text().replace('"target_kind": "llvm"', '"target_kind": "rocm"')
+    )
+    done = run(runner, model, *inputs)
+    assert done.returncode == 1
+    assert f"{model}: unknown target kind 'rocm' (known: llvm, cuda)" in done.stderr, done.stderr

@@ -121,7 +121,9 @@ class Entry:
 class Cache:
     """The entries of one compiled program for one target, in ``root``."""
 
-    def __init__(self, root: Path, program_text: str, target: Any) -> None:
+    def __init__(
+        self, root: Path, program_text: str, target: Any, precision: str = "float32"
+    ) -> None:
         self.root = root
         self.program = _sha256(
             "\n".join(
@@ -130,6 +132,7 @@ class Cache:
                     f"tvm {tvm.__version__}",
                     f"effir {effir_digest()}",
                     f"target {target}",
+                    f"precision {precision}",  # precision.py [RULE PRECISION]
                     # a whole loop's row blocks are as many as the pool's threads (loop/rows.py)
                     f"threads {tvm.runtime.num_threads()}",
                     program_text,
@@ -138,13 +141,14 @@ class Cache:
         )
 
     @staticmethod
-    def open(program_text: str, target: Any) -> Cache | None:
-        """The cache for this program and target, or None when the cache is
-        off or the target's builds are not cached."""
+    def open(program_text: str, target: Any, precision: str = "float32") -> Cache | None:
+        """The cache for this program, target and precision of its matrix
+        products, or None when the cache is off or the target's builds are
+        not cached."""
         root = cache_dir()
         if root is None or target.kind.name != "llvm":
             return None
-        return Cache(root, program_text, target)
+        return Cache(root, program_text, target, precision)
 
     def key(self, entry: str, bound: dict[str, int], symbolic: tuple[str, ...]) -> str:
         dims = ",".join(f"{d}={v}" for d, v in sorted(bound.items()))

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
-import tvm
 from tvm import relax
 
 from ....ir.diagnostics import Error, EvalError, TypeCheckError
@@ -39,10 +38,12 @@ from ....passes.pipeline import STANDARD_PIPELINES
 from ....passes.pipeline import pipeline as parse_pipeline
 from ....runtime.arguments import check_call_options, unknown_entry
 from ...interpreter import Sink, State
+from ..precision import PRECISIONS, products_in
 from ..relax.lower import RelaxProgram, lower_to_relax
 from ..relax.pipeline import relax_pipeline
 from ..relax.types import NeedsStatic, static
 from ..runtime.errors import BackendError, CompileError, build_failure, run_time_error
+from ..runtime.placement import Placement
 from ..runtime.printing import printing_to
 from ..runtime.signature import (
     Dims,
@@ -53,7 +54,7 @@ from ..runtime.signature import (
 )
 from ..runtime.stack import runner
 from ..runtime.thread_vms import ThreadVMs
-from ..target import building, make_target
+from ..target import building, device_of, make_target, with_cuda_library
 from . import passes as backend_passes  # noqa: F401  (registers lower-tvm)
 from .build_cache import Cache
 from .compilable import callable_part, refuse_uncompilable
@@ -105,6 +106,7 @@ class CompileReport:
     builds: list[Build] = field(default_factory=list)
     pipeline: str = ""
     target: str = ""
+    precision: str = "float32"
 
     @property
     def build_seconds(self) -> float:
@@ -117,6 +119,8 @@ class CompileReport:
             ("IR nodes after", f"{self.nodes_after}"),
             ("pipeline", f"{self.pipeline_seconds:.2f} s"),
         ]
+        if self.precision != "float32":
+            rows.append(("matrix products", self.precision))
         for build in self.builds:
             what = "cached build" if build.cached else "TVM build"
             shared = f" ({build.shared} built before)" if build.shared else ""
@@ -177,7 +181,7 @@ class Specialization:
         (the build cache's), which an export copies."""
         self.writer: threading.Thread | None = None
         """The thread writing this build to the cache, if one is."""
-        device = tvm.device("cpu" if target.kind.name == "llvm" else target.kind.name, 0)
+        device = device_of(target)
         self.device = device
         self._vms = ThreadVMs(self.executable, device)
         self._device_found = False
@@ -222,7 +226,8 @@ class Specialization:
         from tvm.support import nvcc
 
         with self.target:
-            ptx = nvcc.compile_cuda(self.source("cuda"), target_format="ptx", compiler="nvcc")
+            source = with_cuda_library(self.source("cuda"))
+            ptx = nvcc.compile_cuda(source, target_format="ptx", compiler="nvcc")
         return bytes(ptx).decode()
 
     def function(self) -> Any:
@@ -248,6 +253,7 @@ class CompiledModule:
         target: Any,
         report: CompileReport,
         entry: str = DEFAULT_ENTRY,
+        precision: str = "float32",
     ) -> None:
         self.source = source
         self.module = module
@@ -255,6 +261,8 @@ class CompiledModule:
         self.report = report
         self.entry = entry
         """What a call runs when it names no ``entry=`` (``compile``'s)."""
+        self.precision = precision
+        """How matrix products multiply (precision.py [RULE PRECISION])."""
         self.specializations: dict[tuple[str, tuple[tuple[str, int], ...]], Specialization] = {}
         self.static_dims: dict[str, set[str]] = {}  # per entry, learnt (specialization)
         self._lock = threading.Lock()
@@ -265,6 +273,8 @@ class CompiledModule:
         """The callers' States that calls of entries writing cells were
         given: an export without ``state=`` warns when one of them no longer
         holds the initial values (driver/export.py)."""
+        self.placement = Placement(device_of(target))
+        """The device the program runs on, and the moves to and from it."""
         self.verbose: bool | TextIO = False
         """Progress lines for the builds to come (see ``compile``)."""
 
@@ -285,7 +295,33 @@ class CompiledModule:
         ``state`` holds the program's global cells (a fresh
         ``effir.State(source)`` when None) and is updated as the source
         program would update it; ``sink(label, value)`` receives prints
-        (standard output when None)."""
+        (standard output when None). The result is numpy arrays on the
+        host; ``on_device`` leaves it where the program ran."""
+        return self._call(args, entry, state, sink, named, keep=False)
+
+    def on_device(
+        self,
+        *args: Any,
+        entry: str | None = None,
+        state: State | None = None,
+        sink: Sink | None = None,
+        **named: Any,
+    ) -> Any:
+        """As a call, with the result's tensors left in the memory of the
+        device the program ran on: ``DeviceArray``\\ s, which PyTorch, JAX
+        and CuPy take through DLPack without a copy (``torch.from_dlpack``),
+        and which the next call takes as they are (runtime/placement.py)."""
+        return self._call(args, entry, state, sink, named, keep=True)
+
+    def _call(
+        self,
+        args: tuple[Any, ...],
+        entry: str | None,
+        state: State | None,
+        sink: Sink | None,
+        named: dict[str, Any],
+        keep: bool,
+    ) -> Any:
         check_call_options(entry, state, sink, State)
         name = (entry or self.entry).removeprefix("@")
         signature = self.signature(name)
@@ -300,7 +336,9 @@ class CompiledModule:
 
         with printing_to(sink):
             try:
-                return call_entry(function, signature, args, state, named, name)
+                return call_entry(
+                    function, signature, args, state, self.placement, named, name, keep=keep
+                )
             except Error:
                 raise
             except Exception as err:  # inside compiled code (TVM, a packed function)
@@ -397,9 +435,10 @@ class CompiledModule:
                     f"building @{entry} ({_dims_text(bound)}) for {self.target.kind.name}"
                 )
                 try:
-                    program = lower_to_relax(
-                        self._specialize(entry, bound, at_call), entry, self.target, symbolic
-                    )
+                    with products_in(self.precision):
+                        program = lower_to_relax(
+                            self._specialize(entry, bound, at_call), entry, self.target, symbolic
+                        )
                 except NeedsStatic as need:
                     static_dims = self.static_dims[entry] = static_dims | need.dims
                     self.progress(
@@ -445,7 +484,7 @@ class CompiledModule:
         the program's text, its key, is printed once."""
         if self._program_text is None:
             self._program_text = astext(self.module)
-        return Cache.open(self._program_text, self.target)
+        return Cache.open(self._program_text, self.target, self.precision)
 
     def _store_in_background(
         self, cache: Cache, key: str, entry: str, spec: Specialization
@@ -504,6 +543,7 @@ def compile(  # noqa: A001  (effir.compile, as tvm.compile)
     dims: Mapping[str, int] | Sequence[Mapping[str, int]] | None = None,
     entry: str | None = None,
     verbose: bool | TextIO | None = None,
+    precision: str = "float32",
 ) -> CompiledModule:
     """Compile ``module`` with TVM: a ``CompiledModule`` that is called as
     the interpreter runs ``entry`` (same arguments, same ``State``).
@@ -533,6 +573,11 @@ def compile(  # noqa: A001  (effir.compile, as tvm.compile)
       ``compiled.verbose`` turns them on or off later. By default (None)
       they are off in library calls and scripts, on in a Jupyter notebook;
       ``effir compile`` prints them unless ``-q``.
+    - ``precision``: how float32 matrix products (``nn.dense``,
+      ``nn.matmul``) multiply: ``"float32"`` (the default, as the
+      interpreter), ``"tf32"`` or ``"bfloat16"`` (operands rounded to that
+      format, products accumulated in float32; on CUDA on the tensor cores
+      where the shapes allow: precision.py [RULE PRECISION]).
 
     The passes run in the current ``PassContext`` (its instruments and
     verification). ``compiled.report`` (``CompileReport``) says what was
@@ -540,6 +585,8 @@ def compile(  # noqa: A001  (effir.compile, as tvm.compile)
     if pipeline is not None and opt_level is not None:
         raise PassError("effir.compile: give a pipeline or an opt_level, not both")
     module, entry = resolve(module, entry, CompileError, "effir.compile")
+    if precision not in PRECISIONS:
+        raise CompileError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
     context = PassContext.current()
     level = context.opt_level if opt_level is None else opt_level
     if pipeline is None:
@@ -563,12 +610,13 @@ def compile(  # noqa: A001  (effir.compile, as tvm.compile)
         time.perf_counter() - start,
         pipeline=passes.spelled(),
         target=str(tvm_target),
+        precision=precision,
     )
     progress(
         f"optimised in {report.pipeline_seconds:.2f} s "
         f"({report.nodes_before} -> {report.nodes_after} IR nodes)"
     )
-    compiled = CompiledModule(module, optimised, tvm_target, report, entry)
+    compiled = CompiledModule(module, optimised, tvm_target, report, entry, precision)
     compiled.verbose = verbose
     main = optimised.functions.get(entry)
     if main is not None and all(static(p.checked_type) for p in main.params):

@@ -101,6 +101,7 @@ def export(
             "version": VERSION,
             "target": str(compiled.target),
             "target_kind": compiled.target.kind.name,
+            "precision": compiled.precision,
             "tvm": tvm.__version__,
             "any_alignment": True,
             "entries": entries,

@@ -47,9 +47,10 @@ from ....ir.types import ANY, KeyType, TensorType, TupleType, Type
 from ....ir.visitor import post_order
 from ....passes.infer_type import infer_expr
 from ....runtime.values import PRNGKey
+from .. import precision
 from ..runtime.errors import BackendError, check_failure, run_time_error
 from ..schedule import schedule_prim_func
-from ..target import building, make_target
+from ..target import building, make_target, with_cuda_library
 from . import (
     rounding,
     te_ops,  # noqa: F401  (registers the te rules)
@@ -352,7 +353,14 @@ def build_kernel(
     tvm_target, dims = _prepared(fn, target, dims)
     # The text shows parameter types only where annotated: add the inferred ones.
     types = tuple(astext(p.checked_type) for p in fn.params)
-    key = (astext(fn), types, tuple(sorted(dims.items())), str(tvm_target), schedule)
+    key = (
+        astext(fn),
+        types,
+        tuple(sorted(dims.items())),
+        str(tvm_target),
+        schedule,
+        precision.current(),  # [RULE PRECISION]: the products' rounding is in the kernel
+    )
     with _CACHE_LOCK:
         cached = _CACHE.get(key)
     if cached is not None:
@@ -720,5 +728,6 @@ def compile_cuda_to_ptx(kernel: Kernel) -> str:
     from tvm.support import nvcc
 
     with kernel.target:
-        ptx = nvcc.compile_cuda(kernel.source("cuda"), target_format="ptx", compiler="nvcc")
+        source = with_cuda_library(kernel.source("cuda"))
+        ptx = nvcc.compile_cuda(source, target_format="ptx", compiler="nvcc")
     return bytes(ptx).decode()

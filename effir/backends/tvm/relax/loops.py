@@ -350,7 +350,7 @@ class LoopLowering:
             advance=advance,
             stride=LOOP_CHUNK,
         )
-        _, final = self._levels(steps, self._count_of(length), "chunks")
+        _, final = self._levels(steps, length, "chunks")
         stacked = self._stacked(final[n_state:], lowered.outputs, length)
         return self._loop_result(call, stacked, final[:n_state])
 
@@ -410,7 +410,7 @@ class LoopLowering:
             advance=advance,
             depth=depth,
         )
-        _, final = self._levels(steps, self._count_of(length), "foreach")
+        _, final = self._levels(steps, length, "foreach")
         stacked = self._stacked(final[1:], outs, length)
         return emit(relax.Tuple([self._rebuild(out_type, iter(stacked)), final[0]]), name)
 
@@ -453,10 +453,10 @@ class LoopLowering:
 
         limit, given = while_limit(call)
         padded = pads(call)
-        if given is not None:
-            top, rows = self._run_time_limit(call, self._atom(given, env), given.checked_type)
+        if given is not None:  # a shape variable: the host compares [RULE HOSTCOUNT]
+            top = rows = self._run_time_limit(call, self._atom(given, env), given.checked_type)
         else:
-            top = _int64(int(limit)) if limit is not None else _int64(int(NO_LIMIT))
+            top = tirx.const(int(limit) if limit is not None else int(NO_LIMIT), "int64")
             rows = limit
         if padded:  # [RULE PAD] every row there is, from the start
             first = rows
@@ -484,10 +484,10 @@ class LoopLowering:
         fields = [self._rebuild(out_type, iter(stacked)), final[0]]
         return emit(relax.Tuple(fields + ([count] if padded else [])), name)
 
-    def _run_time_limit(self, call: Call, value: Any, t: Type) -> tuple[Any, Any]:
+    def _run_time_limit(self, call: Call, value: Any, t: Type) -> Any:
         """A ``max_iterations`` given at run time (an integer scalar of any
-        integer dtype): as an ``int64`` scalar tensor (the levels' count
-        limit) and as a shape variable, checked ``>= 0`` [RULE CHECK]. An
+        integer dtype): as a shape variable (the levels' count limit, on
+        the host), checked ``>= 0`` [RULE CHECK]. An
         unsigned 64-bit value is capped at ``NO_LIMIT`` first, so that it
         stays positive as an ``int64``."""
         assert isinstance(t, TensorType)
@@ -497,7 +497,7 @@ class LoopLowering:
         top = emit(relax.op.astype(value, "int64")) if t.dtype != "int64" else value
         rows = self._size_of(top)
         self._check_shape(call, rows >= 0, "max_iterations must be >= 0, got {}", [rows])
-        return top, rows
+        return rows
 
     def _step(
         self,
@@ -542,7 +542,7 @@ class LoopLowering:
             self.bb.match_cast(b, relax.TensorType([cap, c], leaf.dtype))
             for b, leaf, c in zip(bufs, outs, sizes, strict=True)
         ]
-        full = self._executor_call("at_capacity", outs[0].dtype, [shaped[0], count], [], "bool")
+        full = self._full(shaped[0], cap, outs[0].dtype, count)
 
         def doubled() -> Any:
             return relax.Tuple(
@@ -569,7 +569,7 @@ class LoopLowering:
         emit = self.bb.emit
         cap, width = tirx.Var("cap", "int64"), tirx.Var("c", "int64")
         shaped = self.bb.match_cast(buf, relax.TensorType([cap, width], dtype))
-        full = self._executor_call("at_capacity", dtype, [shaped, count], [], "bool")
+        full = self._full(shaped, cap, dtype, count)
 
         def grown() -> Any:
             size = cap * 2 + 8
@@ -582,17 +582,41 @@ class LoopLowering:
             emit(relax.TupleGetItem(chosen, 0)), relax.TensorType([now, c], dtype)
         )
 
+    def _full(self, buf: Any, cap: Any, dtype: str, count: Any) -> Any:
+        """Whether the output buffer ``buf`` of ``cap`` rows has no row for
+        step ``count``: on the host inside a level's step [RULE HOSTCOUNT]
+        (its rows are a shape variable, the step's count the level's), else
+        by the executor's kernel."""
+        host_count = getattr(self, "host_count", None)
+        if host_count is not None:
+            return relax.prim_value(tirx.GE(host_count, cap))
+        return self._executor_call("at_capacity", dtype, [buf, count], [], "bool")
+
     # -------------------------------------------------------------- levels
     def _levels(self, steps: _Steps, limit: Any, kind: str) -> tuple[Any, list[Any]]:
         """[RULE LEVELS] Run ``steps`` from count 0 until ``guard`` says
-        stop or the count reaches ``limit`` (an ``int64`` scalar); the
-        final count and carried values."""
+        stop or the count reaches ``limit`` (an ``int64`` value the host
+        knows: a size or a shape variable); the final count (a tensor, as
+        the steps' kernels read it) and carried values.
+
+        [RULE HOSTCOUNT] What decides whether a level goes on is on the
+        host: each level takes the count and its limit as a shape ``(n,
+        limit)`` beside the count tensor, and returns ``(n, stopped)``; the
+        VM compares them in its shape arithmetic. A condition the VM reads
+        from a tensor in a GPU's memory is copied to the host, which waits
+        for every kernel before it: with the count as a tensor, each step
+        of a loop on a GPU waited for the GPU twice (``count < limit``,
+        then the next step's launches). Now a ``foreach`` step waits for
+        nothing and a ``while_loop`` step only for its condition; whether an
+        output buffer is full is asked of the host's count too (``_full``)."""
         n_carried = len(steps.carried)
-        ret = relax.TupleType([INT64, *steps.carried_types, BOOL])
+        ret = relax.TupleType([INT64, *steps.carried_types, relax.ShapeType(ndim=2)])
         emit = self.bb.emit
 
         def declare_level(level: int) -> _Level:
-            count, limit = relax.Var("count", INT64), relax.Var("limit", INT64)
+            count = relax.Var("count", INT64)
+            n, bound = tirx.Var("n", "int64"), tirx.Var("limit", "int64")
+            at = relax.Var("at", relax.ShapeType([n, bound]))
             carried = [
                 relax.Var(f"carried{i}", _shaped(t)) for i, t in enumerate(steps.carried_types)
             ]
@@ -603,9 +627,9 @@ class LoopLowering:
             ]
             it = iter(passed)
             fixed = [v if is_const(v) else next(it) for v in steps.fixed]
-            params = [count, limit, *carried, *passed]
+            params = [count, at, *carried, *passed]
             gv = declare(self.bb, params, ret, f"{kind}_{self.loops}_level{level}")
-            return _Level(gv, params, count, limit, carried, fixed, passed)
+            return _Level(gv, params, count, n, bound, carried, fixed, passed)
 
         def deeper(f: _Level) -> list[Any]:
             """The fixed values a call from ``f`` passes: the depth of
@@ -618,15 +642,23 @@ class LoopLowering:
             return [*f.passed[:at], one, *f.passed[at + 1 :]]
 
         def stopped(f: _Level, flag: bool) -> Any:
-            return relax.SeqExpr([], relax.Tuple([f.count, *f.carried, relax.const(flag, "bool")]))
+            ended = relax.ShapeExpr([f.n, tirx.const(int(flag), "int64")])
+            return relax.SeqExpr([], relax.Tuple([f.count, *f.carried, ended]))
 
         # Level 0: one step while count < limit (and the guard holds), then
         # itself again.
         f = declare_level(0)
 
         def step() -> Any:
-            count, carried = steps.advance(f.count, f.carried, f.fixed)
-            return emit(relax.Call(f.gv, [count, f.limit, *carried, *deeper(f)]))
+            # the step's count on the host (``_full``); a loop in the step's
+            # body sets its own, and gives this one back when it is lowered
+            outer, self.host_count = getattr(self, "host_count", None), f.n
+            try:
+                count, carried = steps.advance(f.count, f.carried, f.fixed)
+            finally:
+                self.host_count = outer
+            at = relax.ShapeExpr([f.n + steps.stride, f.limit])
+            return emit(relax.Call(f.gv, [count, at, *carried, *deeper(f)]))
 
         def checked() -> Any:
             if steps.guard is None:
@@ -635,7 +667,7 @@ class LoopLowering:
             return emit(relax.If(go, self.bb.block(step), stopped(f, True)))
 
         def level0() -> Any:
-            more = emit(relax.op.less(f.count, f.limit))
+            more = relax.prim_value(tirx.LT(f.n, f.limit))
             return emit(relax.If(more, self.bb.block(checked), stopped(f, False)))
 
         self.bb.update_func(f.gv, relax.Function(f.params, self.bb.block(level0), ret, False))
@@ -647,15 +679,17 @@ class LoopLowering:
             g = declare_level(level)
 
             def again(g: _Level = g, inner: Any = inner, span: int = span) -> Any:
-                sub = emit(relax.op.minimum(emit(relax.op.add(g.count, _int64(span))), g.limit))
+                sub = relax.ShapeExpr([g.n, tirx.min(g.n + span, g.limit)])
                 result = emit(relax.Call(inner, [g.count, sub, *g.carried, *deeper(g)]))
                 parts = [emit(relax.TupleGetItem(result, i)) for i in range(n_carried + 2)]
                 self._release(result)
-                at_end = emit(relax.op.greater_equal(parts[0], g.limit))
-                done = emit(relax.op.logical_or(parts[-1], at_end))
+                m, ended = tirx.Var("n", "int64"), tirx.Var("stopped", "int64")
+                self.bb.match_cast(parts[-1], relax.ShapeType([m, ended]))
+                done = relax.prim_value(tirx.Or(ended != 0, tirx.GE(m, g.limit)))
 
                 def more() -> Any:
-                    return emit(relax.Call(g.gv, [parts[0], g.limit, *parts[1:-1], *deeper(g)]))
+                    at = relax.ShapeExpr([m, g.limit])
+                    return emit(relax.Call(g.gv, [parts[0], at, *parts[1:-1], *deeper(g)]))
 
                 return emit(
                     relax.If(done, relax.SeqExpr([], relax.Tuple(parts)), self.bb.block(more))
@@ -665,7 +699,8 @@ class LoopLowering:
             inner, span = g.gv, span * LEVEL_STEPS
         self.loops += 1
         passed = [v for v in steps.fixed if not is_const(v)]
-        result = emit(relax.Call(inner, [_int64(0), limit, *steps.carried, *passed]))
+        at = relax.ShapeExpr([tirx.const(0, "int64"), limit])
+        result = emit(relax.Call(inner, [_int64(0), at, *steps.carried, *passed]))
         parts = [emit(relax.TupleGetItem(result, i)) for i in range(n_carried + 1)]
         return parts[0], parts[1:]
 
@@ -781,11 +816,13 @@ class LoopLowering:
 
 @dataclass
 class _Level:
-    """One level's function while it is built: its parameters."""
+    """One level's function while it is built: its parameters (``n`` and
+    ``limit``: the host's count and limit [RULE HOSTCOUNT])."""
 
     gv: Any
     params: list[Any]
     count: Any
+    n: Any
     limit: Any
     carried: list[Any]
     fixed: list[Any]  # the fixed values as the level sees them (constants kept)

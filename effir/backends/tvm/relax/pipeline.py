@@ -42,6 +42,12 @@ at batch 1 ran in 1.5 ms when it was the first shape called and in 0.76
 ms after a call at batch 32 (issue 18). Unaligned vector moves cost
 nothing extra on aligned data.
 
+[RULE NOGRAPH] Relax's ``RewriteCUDAGraph`` is not run: it assumes a
+function's planned storage may live for the VM's life, and a VM loop's
+level function calls itself with tensors in that storage (docs/backend.md,
+"CUDA graphs: not used, and why"; tests/backends/tvm/test_device_loops.py
+keeps that reason checked).
+
 [RULE KILLUNUSED] After ``KillAfterLastUse``, every variable that is bound
 to a value with a register of its own (a call, a tuple, a tuple item, an
 ``if``) holding memory and is never read is killed right after its
@@ -93,9 +99,11 @@ def relax_pipeline(target: Any) -> Any:
         transform.CallTIRRewrite(),
         own_storage_in_branches(),
         transform.StaticPlanBlockMemory(),
+        # [RULE NOGRAPH] no RewriteCUDAGraph (TVM's default runs it, a no-op
+        # unless configured): on effir's builds it lifts the storage of a
+        # VM loop's steps, which call each other, into one allocation they
+        # share (docs/backend.md, "CUDA graphs: not used, and why").
     ]
-    if not gpu:
-        passes.append(transform.RewriteCUDAGraph())
     passes += [
         transform.LowerAllocTensor(),
         transform.KillAfterLastUse(),

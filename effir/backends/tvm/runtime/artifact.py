@@ -59,6 +59,7 @@ from ....runtime.arguments import check_call_options, unknown_entry
 from ....runtime.values import PRNGKey
 from ...state import State
 from .errors import BackendError, run_time_error
+from .placement import Placement
 from .printing import printing_to
 from .signature import (
     Dims,
@@ -144,6 +145,8 @@ class LoadedModule:
             self.entries[str(entry)] = (signature, libraries)
         self._vms: dict[Path, ThreadVMs] = {}  # per library, one VM per thread
         self._lock = threading.Lock()
+        self.placement = Placement(tvm.device(DEVICES[self.target_kind], 0))
+        """The device the artifact runs on, and the moves to and from it."""
 
     def new_state(self) -> State:
         values = {}
@@ -176,6 +179,30 @@ class LoadedModule:
         sink: Any = None,
         **named: Any,
     ) -> Any:
+        """As the compiled program's call: numpy results on the host."""
+        return self._call(args, entry, state, sink, named, keep=False)
+
+    def on_device(
+        self,
+        *args: Any,
+        entry: str = "main",
+        state: State | None = None,
+        sink: Any = None,
+        **named: Any,
+    ) -> Any:
+        """As the compiled program's ``on_device``: the results left on the
+        device the artifact runs on, as ``DeviceArray``\\ s."""
+        return self._call(args, entry, state, sink, named, keep=True)
+
+    def _call(
+        self,
+        args: tuple[Any, ...],
+        entry: str,
+        state: State | None,
+        sink: Any,
+        named: dict[str, Any],
+        keep: bool,
+    ) -> Any:
         check_call_options(entry, state, sink, State)
         entry = entry or self.entry
         signature, libraries = self._entry(entry)
@@ -201,9 +228,11 @@ class LoadedModule:
                     signature,
                     args,
                     state,
+                    self.placement,
                     named,
                     entry.removeprefix("@"),
                     any_alignment=self.any_alignment,
+                    keep=keep,
                 )
             except Error:
                 raise
@@ -229,10 +258,11 @@ class LoadedModule:
             raise ArtifactError(f"{library}: TVM cannot load this library: {err}") from None
 
     def _device(self, library: Path) -> Any:
-        kind = self.target_kind
-        device = tvm.device(DEVICES[kind], 0)
+        device = self.placement.device
         if not device.exist:
-            raise ArtifactError(f"{library}: built for {kind}, and this machine has no such device")
+            raise ArtifactError(
+                f"{library}: built for {self.target_kind}, and this machine has no such device"
+            )
         return device
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tvm
@@ -44,9 +44,12 @@ from ....ir.types import (
     TypeVar,
 )
 from ....ops.effects import WORLD
-from ....runtime.arguments import bind_arguments, check_argument, convert_argument
+from ....runtime.arguments import OnDevice, bind_arguments, check_argument, convert_argument
 from ....runtime.values import PRNGKey, adt_value
 from .errors import BackendError
+
+if TYPE_CHECKING:
+    from .placement import Placement
 
 Dims = dict[str, int]
 
@@ -290,12 +293,17 @@ class Signature:
         return Signature(params, state_in, state_out, result, adts)
 
     def bind(
-        self, args: tuple[Any, ...], named: dict[str, Any] | None = None, entry: str = "main"
+        self,
+        args: tuple[Any, ...],
+        named: dict[str, Any] | None = None,
+        entry: str = "main",
+        on_device: OnDevice | None = None,
     ) -> tuple[tuple[Any, ...], Dims]:
         """The user's arguments (positional, then by name) converted and
         checked as the interpreter does (effir/runtime/arguments.py), and
         the sizes they give the symbolic dimensions; ArgumentError for an
-        argument that does not fit its parameter."""
+        argument that does not fit its parameter. ``on_device`` takes the
+        arguments already on the program's device (runtime/placement.py)."""
         user = self.params[: self.inputs]
         bound = bind_arguments(f"@{entry}", [n for n, _ in user], args, named or {})
         dims: Dims = {}
@@ -304,7 +312,7 @@ class Signature:
             t = _type_of_spec(spec)
             # The interpreter's words: conversion is of the argument, the
             # type check of the parameter (effir/backends/interpreter.py).
-            value = convert_argument(arg, t, f"argument %{name} of @{entry}", self.types)
+            value = convert_argument(arg, t, f"argument %{name} of @{entry}", self.types, on_device)
             check_argument(value, t, dims, f"parameter %{name} of @{entry}", adts=self.types)
             converted.append(value)
         for d in self.dimensions - dims.keys():
@@ -452,20 +460,24 @@ def call_entry(
     signature: Signature,
     args: tuple[Any, ...],
     cells: Any,
+    placement: Placement,
     named: dict[str, Any] | None = None,
     entry: str = "main",
     any_alignment: bool = True,
+    keep: bool = False,
 ) -> Any:
     """Run an entry as the interpreter runs it: the cells' values (from
     ``cells``, a ``State``) follow the arguments, the new values it returns
     are written back, the user's result is returned. ``function(dims)`` is
     the VM function for the arguments' binding of the dimensions;
-    ``any_alignment``: whether it takes arrays at any address (``to_tvm``)."""
-    user, dims = signature.bind(args, named, entry)
+    ``any_alignment``: whether it takes arrays at any address (``to_tvm``);
+    ``placement``: the device it runs on (runtime/placement.py); ``keep``:
+    the results left there (``DeviceArray``)."""
+    user, dims = signature.bind(args, named, entry, placement.take)
     # One call at a time on one state: the lock is held from the read of
     # the cells to the write-back of their new values (effir/backends/state.py).
-    with cells.transaction():
-        return _run_entry(function, signature, user, dims, cells, any_alignment)
+    with cells.transaction(on_device=not placement.on_host):
+        return _run_entry(function, signature, user, dims, cells, any_alignment, placement, keep)
 
 
 def _run_entry(
@@ -475,19 +487,25 @@ def _run_entry(
     dims: Dims,
     cells: Any,
     any_alignment: bool,
+    placement: Placement,
+    keep: bool,
 ) -> Any:
-    values = tuple(np.int64(0) if c == WORLD else cells[c] for c in signature.state_in)
+    run = function(dims)  # first: it says when this machine has no such device
+    values = tuple(
+        placement.world() if c == WORLD else cells.device_value(c) for c in signature.state_in
+    )
     inputs = (*user, *values)
-    run = function(dims)
     adts = signature.types
     tensors = [
-        to_tvm(v, spec, any_alignment, adts)
+        placement.argument(v, spec, any_alignment, adts)
         for v, (_, spec) in zip(inputs, signature.params, strict=True)
     ]
-    result = from_tvm(run(*tensors), signature.result, adts)
+    result = run(*tensors)
     if not signature.state_out:
-        return result
-    for cell, value in zip(signature.state_out, result[1:], strict=True):
+        return placement.result(result, signature.result, keep, adts)
+    specs = signature.result
+    assert isinstance(specs, TupleSpec)
+    for cell, value, spec in zip(signature.state_out, result[1:], specs.fields[1:], strict=True):
         if cell != WORLD:
-            cells.cells[cell].value = value
-    return result[0]
+            placement.store(cells, cell, value, spec)
+    return placement.result(result[0], specs.fields[0], keep, adts)

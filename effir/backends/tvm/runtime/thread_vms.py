@@ -12,12 +12,7 @@ function object is cached with it, so a call costs one thread-local
 lookup more than a shared VM did (docs/backend.md, "Threads").
 
 A VM built for a GPU takes its arguments in the GPU's memory and returns
-its results there; effir's callers hold numpy arrays (runtime/signature.py makes
-them host tensors, zero-copy). ``function`` therefore gives, for a
-device other than the CPU, the entry wrapped in the copies: the
-arguments to the device before the call, the results back to the host
-after it (found on the first run on a real GPU: every CUDA program failed
-with TVM's "expected cuda" before any kernel ran).
+its results there: runtime/placement.py moves them [RULE DEVICE].
 """
 
 from __future__ import annotations
@@ -25,10 +20,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-import tvm
-import tvm_ffi
 from tvm import relax
-from tvm.runtime import Tensor
 
 from .errors import register_check_function
 
@@ -65,10 +57,7 @@ class ThreadVMs:
             functions = self._local.functions = {}
         function = functions.get(entry)
         if function is None:
-            function = self._local.vm[entry]
-            if self._device.dlpack_device_type() != HOST.dlpack_device_type():
-                function = _OnDevice(function, self._device)
-            functions[entry] = function
+            function = functions[entry] = self._local.vm[entry]
         return function
 
     def _module(self) -> Any:
@@ -81,32 +70,3 @@ class ThreadVMs:
                     executable = self._executable
                     self._runnable = executable.jit() if hasattr(executable, "jit") else executable
         return self._runnable
-
-
-HOST = tvm.cpu(0)
-
-
-class _OnDevice:
-    """A VM function of a device's VM, called with host values: the
-    arguments are copied to the device, the results back to the host."""
-
-    __slots__ = ("_function", "_device")
-
-    def __init__(self, function: Any, device: Any) -> None:
-        self._function = function
-        self._device = device
-
-    def __call__(self, *args: Any) -> Any:
-        return _moved(self._function(*(_moved(a, self._device) for a in args)), HOST)
-
-
-def _moved(value: Any, device: Any) -> Any:
-    """``value`` (a tensor, or a tuple of them, nested) with every tensor
-    on ``device``; anything else (a shape, an integer) as it is."""
-    if isinstance(value, Tensor):
-        if value.device.dlpack_device_type() == device.dlpack_device_type():
-            return value
-        return value.copyto(device)
-    if isinstance(value, tvm_ffi.Array):
-        return tvm_ffi.convert([_moved(v, device) for v in value])
-    return value

@@ -54,7 +54,10 @@ a kernel computes, only how fast.
 
 CUDA: the blocks are inlined within the same budget (dlight's own fallback
 inlines every block, and a chain of squarings inlined whole is exponential
-in size); then, when the function has one reduction, dlight's GPU rules
+in size); with a TF32 or bfloat16 precision, a product whose shape allows
+runs on the tensor cores (cuda/tensor_core.py [RULE TENSORCORE]), and the
+computes rounding the other products' operands are inlined into them;
+then, when the function has one reduction, dlight's GPU rules
 (matmul, GEMV, reduction) schedule it inside ``with target``; otherwise
 each block runs one thread per output element, a producer kept out of its
 only consumer computed in the consumer's thread (a CUDA kernel cannot

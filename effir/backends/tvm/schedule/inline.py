@@ -9,6 +9,7 @@ from typing import Any
 import tvm
 from tvm import tirx
 
+from ..precision import ROUNDED_OPERAND
 from .common import KEEP, Blocks, Load, attempt, matmul_operands
 
 INLINE_BUDGET = 3000
@@ -117,3 +118,15 @@ def _may_inline(blocks: Blocks, block: Any) -> bool:
         if cost.size + cost.reads.get(buffer, 0) * mine.size > INLINE_BUDGET:
             return False
     return True
+
+
+def inline_operand_rounding(sch: Any) -> None:
+    """The computes rounding a product's operands (precision.py [RULE
+    PRECISION]) inlined into the product, on a GPU: its schedules read
+    each operand element once per thread block (into shared memory or
+    registers), so the rounding costs a few instructions per load, and a
+    GPU kernel has no global memory for an intermediate tensor."""
+    blocks = Blocks(sch)
+    for block in blocks.all():
+        if blocks.name(block).startswith(ROUNDED_OPERAND):
+            attempt(lambda b=block: sch.compute_inline(b))

@@ -166,8 +166,12 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__module__}.{type(exc).__name__}: {str(exc)[:1500]}"
 
 
-def run_one(text: str, args: Sequence[np.ndarray], steps: int) -> Outcome:
-    """Interpret, compile and run one program; classify what happened."""
+def run_one(
+    text: str, args: Sequence[np.ndarray], steps: int, target: str | None = None
+) -> Outcome:
+    """Interpret, compile (for ``target``: by default ``EFFIR_FUZZ_TARGET``,
+    else the CPU) and run one program; classify what happened."""
+    target = target or os.environ.get("EFFIR_FUZZ_TARGET", "llvm")
     import effir
     from effir.backends.tvm.runtime.errors import BackendError, BuildDefect
 
@@ -183,7 +187,7 @@ def run_one(text: str, args: Sequence[np.ndarray], steps: int) -> Outcome:
     if ref.error is not None and not isinstance(ref.error, effir.EvalError):
         return Outcome("invalid", f"the interpreter raised {_error_text(ref.error)}")
     try:
-        compiled = effir.compile(module)
+        compiled = effir.compile(module, target=target)
     except BuildDefect as exc:  # TVM's failure, located: a defect all the same
         return Outcome("non-effir-error", _error_text(exc), "compile")
     except refusals as exc:
@@ -416,8 +420,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="N programs of one fragment per fragment kind (and one deep program per kind), "
         "tabulated per fragment, instead of --count random programs",
     )
+    parser.add_argument(
+        "--target",
+        default=None,
+        help="compile for this target (default llvm; benchmarks/cuda_device.py runs cuda)",
+    )
     parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     ns = parser.parse_args(argv)
+    if ns.target is not None:
+        os.environ["EFFIR_FUZZ_TARGET"] = ns.target  # the workers' (run_one)
     if ns.worker:
         worker(ns.worker[0], int(ns.worker[1]))
         return 0

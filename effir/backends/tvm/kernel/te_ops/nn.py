@@ -1,5 +1,6 @@
 """``nn`` rules: dense and matmul, softmax, layer and batch normalisation. The
-rules' reasons are the package's docstring."""
+rules' reasons are the package's docstring; a product's operands are
+rounded to the compile's precision (precision.py [RULE PRECISION])."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from tvm import te, tirx
 
 from .....ir.node import Attrs
 from .....ir.types import Type
+from ...precision import operand
 from ..checks import require
 from ..rules import te_rule
 from .common import _const, _count, _dtype, _let, _out, _select, _shape
@@ -40,6 +42,7 @@ def _dense(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
     if _shape(x)[-1] == 0:
         return _empty_reduction("sum", shape, dtype)
     k = te.reduce_axis((0, _shape(x)[-1]), name="k")
+    x, w = operand(x, acc), operand(w, acc)
     product = te.compute(
         shape,
         lambda *i: _sum_reducer(acc)(
@@ -70,6 +73,7 @@ def _matmul(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
     if depth == 0:
         return _empty_reduction("sum", shape, dtype)
     k = te.reduce_axis((0, depth), name="k")
+    a, b = operand(a, acc), operand(b, acc)
 
     def body(*i: PrimExpr) -> PrimExpr:
         batch, m, n = i[:-2], i[-2], i[-1]

@@ -6,8 +6,10 @@ from typing import Any
 
 from tvm import s_tir
 
+from ... import precision
 from ..common import DATA_PAR, ILLEGAL, ORDERED, Blocks, attempt, same_domain
-from ..inline import inline_within_budget
+from ..inline import inline_operand_rounding, inline_within_budget
+from .tensor_core import schedule_tensor_core
 
 GPU_THREADS = 256
 """Threads per block for a loop nest bound by ``_bind_threads``."""
@@ -15,13 +17,21 @@ GPU_THREADS = 256
 
 def schedule_cuda(func: Any, target: Any) -> Any:
     """Inline within the budget (dlight's own fallback inlines every block,
-    and a chain of squarings inlined whole is exponential in size), then
-    dlight's matmul, GEMV and reduction rules where one applies to the
-    whole function, else one thread per output element of each block."""
+    and a chain of squarings inlined whole is exponential in size); with a
+    TF32 or bfloat16 precision, a product on the tensor cores where its
+    shape allows ([RULE TENSORCORE]); then dlight's matmul, GEMV and
+    reduction rules where one applies to the whole function, else one
+    thread per output element of each block."""
     from tvm.s_tir import dlight
 
     sch = s_tir.Schedule(func)
     inline_within_budget(sch)
+    products = precision.current()
+    if products != "float32":
+        on_tensor_cores = schedule_tensor_core(sch.copy(), products)
+        if on_tensor_cores is not None:
+            return on_tensor_cores
+        inline_operand_rounding(sch)  # read, rounded, where the product loads its operands
     blocks = Blocks(sch)
     anchors = [b for b in blocks.all() if blocks.is_reduction(b)]
     ordered = any(ORDERED in sch.get(b).annotations for b in anchors)
