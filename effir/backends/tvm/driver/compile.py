@@ -211,14 +211,25 @@ class Specialization:
 
     def source(self, kind: str = "cuda") -> str:
         """The generated code of the kernels for a device (``"cuda"``): the
-        source TVM generated, which nvcc compiles (compile_cuda_to_ptx)."""
+        source TVM generated, which nvcc compiles (compile_cuda_to_ptx).
+        The kernels built apart (relax/apart.py) are in modules of their
+        own, some shared with earlier builds: every one is read, once."""
+        sources: list[str] = []
+        seen: set[int] = set()
         work = [self.executable.mod]
         while work:
             module = work.pop()
             if module.kind == kind:
-                return str(module.inspect_source(""))
+                text = str(module.inspect_source(""))
+                if hash(text) not in seen:
+                    seen.add(hash(text))
+                    sources.append(text)
             work.extend(module.imports)
-        raise BackendError(f"this program was built for {self.target.kind.name}: no {kind} code")
+        if not sources:
+            raise BackendError(
+                f"this program was built for {self.target.kind.name}: no {kind} code"
+            )
+        return "\n".join(sources)
 
     def ptx(self) -> str:
         """The CUDA kernels compiled to PTX by nvcc for the target's
