@@ -377,8 +377,11 @@ class TypeInferencer(CallInference, ExprFunctor):
     def eval(self, expr: Expr) -> Any:  # type: ignore[override]
         """The type of ``expr``: known already (a shared sub-expression, in
         graph form), or a computation to ``yield``. A constructor is one
-        node shared by all its uses, each instantiated afresh."""
-        if expr in self.types and type(expr) is not Constructor:
+        node shared by all its uses, each instantiated afresh; so is a
+        global function used as a value (one node may stand for uses in
+        several functions, whose type parameters differ: a polymorphic
+        function's body inlined into another, ``@id`` in both)."""
+        if expr in self.types and type(expr) not in _INSTANTIATED:
             return self.types[expr]
         return self._infer(expr)
 
@@ -732,6 +735,10 @@ class _Completeness:
 def _dtype_name(dtype: np.dtype) -> str:
     return str(dtype)
 
+
+_INSTANTIATED = (Constructor, GlobalVar)
+"""Atoms whose type is instantiated at each use, never taken from another
+use of the same node (a cell's ``GlobalVar`` is typed by ``_leaf``)."""
 
 _CORES: dict[type, Callable[[TypeInferencer, Any, list[Type]], Type]] = {
     Call: TypeInferencer._call_op_core,
