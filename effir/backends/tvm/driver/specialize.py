@@ -24,12 +24,15 @@ from ....ir.module import IRModule
 from ....passes.infer_type import check
 from ....runtime.limits import static_bytes, too_large
 from ..runtime.errors import BackendError
+from .loop_bodies import literal_loop_bodies
 
 
 def specialize(module: IRModule, entry: str, dims: Mapping[str, int]) -> IRModule:
     """``module`` with ``@entry``'s dimensions bound by ``dims`` (its own
     annotations and those inside it), type-checked again. Other functions
-    keep their own dimensions (their calls bind them)."""
+    keep their own dimensions (their calls bind them). Loop bodies that
+    are not function literals are wrapped in one (``loop_bodies``)."""
+    module = literal_loop_bodies(check(module))
     if not dims:
         return _check_sizes(check(module), entry)
     functions = dict(module.functions)
