@@ -100,9 +100,10 @@ class StatementConverter:
                         raise self.error(t, "only a name can start as an empty list")
                     env[t.id] = EmptyList()
                 return None
+            mark = bindings_made()
             value = self.expr(stmt.value, env, lambda_slot=True)
             for target in stmt.targets:
-                self.assign(target, value, env)
+                self.assign(target, value, env, mark)
             return None
         if isinstance(stmt, ast.AugAssign):
             op = BINOPS.get(type(stmt.op))
@@ -119,14 +120,16 @@ class StatementConverter:
                     "assign a new name: y = x + 1",
                 )
             current = self.name(stmt.target, env)
+            mark = bindings_made()
             value = self.expr(stmt.value, env)
             with span_scope(self.span(stmt)):
-                self.assign(stmt.target, self.binop(op, current, value, stmt), env)
+                self.assign(stmt.target, self.binop(op, current, value, stmt), env, mark)
             return None
         if isinstance(stmt, ast.AnnAssign):
             if stmt.value is None:
                 raise self.error(stmt, "a declaration without a value", "assign a value")
-            self.assign(stmt.target, self.expr(stmt.value, env), env)
+            mark = bindings_made()
+            self.assign(stmt.target, self.expr(stmt.value, env), env, mark)
             return None
         if isinstance(stmt, ast.Expr):
             if isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str):
@@ -183,9 +186,12 @@ class StatementConverter:
             env[node.name] = staged
         return staged
 
-    def assign(self, target: ast.expr, value: Any, env: dict[str, Any]) -> None:
+    def assign(self, target: ast.expr, value: Any, env: dict[str, Any], mark: int = 0) -> None:
+        """Bind ``target``'s names to ``value`` (its parts, unpacked); a
+        binding made since ``mark`` (``bindings_made()`` before the value
+        was computed; 0 for a loop's own values) takes the Python name."""
         if isinstance(target, ast.Name):
-            env[target.id] = self.named(value, target.id)
+            env[target.id] = self.named(value, target.id, mark)
             return
         if isinstance(target, ast.Tuple | ast.List):
             with span_scope(self.span(target)):
@@ -200,7 +206,7 @@ class StatementConverter:
                         + (f" a value of {len(items)}" if items is not None else ""),
                     )
             for t, v in zip(target.elts, items, strict=True):
-                self.assign(t, v, env)
+                self.assign(t, v, env, mark)
             return
         if isinstance(target, ast.Attribute):
             raise self.error(
@@ -216,13 +222,16 @@ class StatementConverter:
             )
         raise self.error(target, "this assignment target is not supported", "assign to a name")
 
-    def named(self, value: Any, name: str) -> Any:
-        """Give the binding just made for ``value`` the Python name."""
+    def named(self, value: Any, name: str, mark: int = 0) -> Any:
+        """Give the binding just made for ``value`` the Python name. Only a
+        binding made by this statement (at ``mark`` or after): an earlier
+        one (``c = a``) has its own name and uses, which renaming it would
+        leave without a binder."""
         block = B.current_block()
         if (
             isinstance(value, Var)
             and block is not None
-            and block.bindings
+            and len(block.bindings) > mark
             and block.bindings[-1][0] is value
             and value.type_annotation is None
         ):
@@ -626,3 +635,10 @@ def _check_no_return(conv: Converter, body: list[ast.stmt]) -> None:
         if isinstance(node, ast.FunctionDef | ast.Lambda | ast.expr):
             continue
         stack.extend(ast.iter_child_nodes(node))
+
+
+def bindings_made() -> int:
+    """How many bindings the current block holds: the mark a statement
+    takes before computing its value (``Converter.named``)."""
+    block = B.current_block()
+    return 0 if block is None else len(block.bindings)

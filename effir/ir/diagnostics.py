@@ -112,6 +112,9 @@ class ParseError(Error):
     """Malformed program text: the only exception the parser raises."""
 
     kind = "parse error"
+    unknown: tuple[str, str] | None = None
+    """For a name the text uses without defining it: its kind ("type",
+    "global", ...) and the name (the parser then tries the prelude)."""
 
 
 class WellFormedError(Error):

@@ -367,9 +367,42 @@ def parse(
 ) -> IRModule:
     """Parse a module (a file starting with ``#[version = "0.0.5"]``). With
     ``module`` (``effir.prelude()``, say), the text is parsed into it: it
-    may use the module's definitions, and the result holds both."""
+    may use the module's definitions, and the result holds both. Without,
+    a text that uses a name of the prelude it does not define (``List``,
+    ``Cons``, ``@map``) is parsed into ``effir.prelude()``, as Relay parsed
+    its std files into a module holding its prelude."""
     text = _as_text(text, source_name)
-    return _guard(lambda p: p.parse_module(module), lambda: Parser(text, source_name))
+    try:
+        return _guard(lambda p: p.parse_module(module), lambda: Parser(text, source_name))
+    except ParseError as err:
+        prelude = _prelude_defining(err.unknown) if module is None else None
+        if prelude is None:
+            raise
+        what, name = err.unknown  # type: ignore[misc]
+    try:
+        return _guard(lambda p: p.parse_module(prelude), lambda: Parser(text, source_name))
+    except ParseError as again:
+        note = (
+            f"the text uses {what} {'@' if what == 'global' else ''}{name}, which the "
+            "prelude defines, so it was parsed into the prelude "
+            "(as effir.parse(text, module=effir.prelude()))"
+        )
+        raise ParseError(again.message, again.span, (*again.notes, note)) from None
+
+
+def _prelude_defining(unknown: tuple[str, str] | None) -> IRModule | None:
+    """``effir.prelude()`` if it defines the name an error found unknown."""
+    if unknown is None or unknown[0] == "variable":
+        return None
+    from ..std import prelude  # effir.std parses its text with this module
+
+    module = prelude()
+    what, name = unknown
+    if what == "global":
+        return module if name in module.functions else None
+    if what == "type":
+        return module if name in module.type_defs else None
+    return module if name in module.constructors else None
 
 
 def parse_expr(

@@ -149,4 +149,6 @@ class TokenParser:
         close = difflib.get_close_matches(name, list(known), n=1)
         hint = f"; did you mean {prefix}{close[0]}?" if close else ""
         adjective = "undefined" if what in ("variable", "global") else "unknown"
-        return self.error(f"{adjective} {what} {prefix}{name}{hint}", token)
+        error = self.error(f"{adjective} {what} {prefix}{name}{hint}", token)
+        error.unknown = (what, name)
+        return error

@@ -125,19 +125,44 @@ def _stacked(t: Type, length: Dim, what: str) -> Type:
     return TensorType((length,) + t.shape, t.dtype)
 
 
-def _step_result(solver, body: Type, params: tuple[Type, ...], state: Type) -> Type:
-    """Unify ``body`` with ``fn(params) -> (out, state)``; the resolved ``out``."""
-    out = IncompleteType()
-    solver.unify(FuncType(params, TupleType((out, state))), body, "the loop body")
-    return solver.resolve(out)
+def _step_types(
+    solver, body: Type, before: tuple[Type, ...], init: Type
+) -> tuple[Type, Type, Type]:
+    """The state parameter's type, the new state's and the per-step output
+    of a loop step ``body``: ``fn(*before, state) -> (out, new_state)``.
+
+    [RULE JOIN] (passes/type_solver.py) The state is ``init`` on entry and
+    ``new_state`` after a step. A state parameter with a type (annotated, or
+    known otherwise) is that type: ``init`` and ``new_state`` are values of
+    it, checked as arguments are. An unannotated one is given ``init``'s
+    type, so ``new_state`` must be a value of that type: a state that grows
+    (or whose size the body does not know) is an error asking for the
+    type, never a parameter that claims the initial size."""
+    param, out, new_state = IncompleteType(), IncompleteType(), IncompleteType()
+    solver.unify(FuncType((*before, param), TupleType((out, new_state))), body, "the loop body")
+    if isinstance(solver.resolve(param), IncompleteType):
+        solver.memo["inferred"] = True  # this call's first attempt
+        solver.unify(param, init, "the loop state (the body's parameter)")
+    else:
+        solver.unify(param, init, "the initial loop state")
+    joined = solver.join(param, new_state, "the loop body's new state")  # NotReady until known
+    if solver.memo.get("inferred") and not solver.within(new_state, param):
+        raise RelationError(
+            f"the loop state is {describe(solver.resolve(param))} on entry and "
+            f"{describe(solver.resolve(new_state))} after the body; give the body's state "
+            f"parameter a type that holds both, {describe(joined)}"
+        )
+    solver.unify(param, new_state, "the loop body's new state")
+    return param, new_state, solver.resolve(out)
 
 
 @type_rule("cf.foreach")
 def _foreach_type(args: tuple[Type, ...], attrs: Attrs, solver) -> Type:
     body, xs, init = args
     x_t, length = _step_slice(xs, "the sequence argument of cf.foreach")
-    out = _step_result(solver, body, (x_t, init), init)
-    return TupleType((_stacked(out, length, "the per-step output"), solver.resolve(init)))
+    _, new_state, out = _step_types(solver, body, (x_t,), init)
+    final = solver.join(init, new_state, "the loop state")
+    return TupleType((_stacked(out, length, "the per-step output"), final))
 
 
 COUNT = TensorType((), "int64")
@@ -167,19 +192,20 @@ def _while_type(args: tuple[Type, ...], attrs: Attrs, solver) -> Type:
             "pad_outputs pads the outputs to max_iterations rows: give max_iterations "
             "(an attribute or the fourth argument)"
         )
-    solver.unify(FuncType((init,), TensorType((), "bool")), cond, "the loop condition")
-    out = _step_result(solver, body, (init,), init)
+    state, new_state, out = _step_types(solver, body, (), init)
+    solver.unify(FuncType((state,), TensorType((), "bool")), cond, "the loop condition")
+    final = solver.join(init, new_state, "the loop state")
     rows: Dim = max_iterations if pad and max_iterations is not None else ANY
     stacked = _stacked(out, rows, "the per-step output")
     if not pad:
-        return TupleType((stacked, solver.resolve(init)))
+        return TupleType((stacked, final))
     for leaf in type_tree.leaves(solver.resolve(out)):
         if isinstance(leaf, TensorType) and ANY in leaf.shape:
             raise RelationError(
                 "pad_outputs fills the rows past the last step with zeros, so the per-step "
                 f"output's shape must be known, got {describe(leaf)}"
             )
-    return TupleType((stacked, solver.resolve(init), COUNT))
+    return TupleType((stacked, final, COUNT))
 
 
 # ------------------------------------------------------------ numpy rules

@@ -447,6 +447,11 @@ class _FreshBinders(Mutator):
         rebuilt = super().rebuild(node)
         if self.copy_all and rebuilt is node and isinstance(node, Expr) and not is_atom(node):
             rebuilt = dataclasses.replace(node)
+        if rebuilt is not node and isinstance(node, Expr) and node.has_type:
+            # Only binders are renamed: the copy has its original's type (a
+            # constructor call may have no other source of it, once the
+            # parameter it was passed to is inlined away).
+            rebuilt.set_checked_type(node.checked_type)  # type: ignore[union-attr]
         return rebuilt
 
 

@@ -50,8 +50,9 @@ Soundness rules, cited in the code:
   it replaces. A more precise type (a static shape for a ``?``) could make a
   later ``if`` or call fail to type-check; a less precise one could lose a
   static shape that ``squeeze`` needs. Where the types differ (an ``if``
-  whose taken branch has a ``?`` the other branch fixed, a ``let`` annotated
-  with a looser type than its value's) the expression is left alone.
+  whose taken branch has a size the other branch does not share, so the
+  ``if``'s type, their join, has ``?`` there; a ``let`` annotated with a
+  looser type than its value's) the expression is left alone.
   Substituting the atom of ``let %v: T = %w`` drops the annotation ``T``,
   which may be all that fixes ``%w``'s type (``let %w = None`` of an
   ``Option[A]``): the variable is substituted only when it has no

@@ -138,12 +138,13 @@ class CallInference:
             return IncompleteType()
         result = IncompleteType()
         control_flow = "control_flow" in definition.traits
+        memo: dict[str, Any] = {}
 
-        def attempt() -> None:
+        def attempt(force: bool = False) -> None:
             resolved = tuple(self.solver.resolve(t) for t in arg_types)
             try:
                 if control_flow:
-                    out = relation(resolved, expr.attrs, _RelationSolver(self))
+                    out = relation(resolved, expr.attrs, _RelationSolver(self, memo, force))
                 else:
                     out = relation(resolved, expr.attrs)
             except RelationError as err:
@@ -161,7 +162,7 @@ class CallInference:
             except UnifyError as err:
                 self._mismatch(result, out, expr, f"the result of {op.name}", err)
 
-        self._try(attempt, expr)
+        self._try(attempt, expr, forcible=control_flow)
         return result
 
     def _try(self, attempt: Callable[..., None], node: Node, forcible: bool = False) -> None:
@@ -195,6 +196,8 @@ class CallInference:
             self.span_stack.append(forcible.span)
             try:
                 forcible.attempt(force=True)
+            except NotReady:  # still waiting on something unknown: it waits unforced
+                self.pending.append(Pending(forcible.attempt, forcible.node, forcible.span, False))
             finally:
                 self.span_stack.pop()
 
@@ -204,10 +207,15 @@ class _Reported(Exception):
 
 
 class _RelationSolver:
-    """What a control-flow relation may do: unify types, resolve them."""
+    """What a control-flow relation may do: unify types, join them, resolve
+    them. ``memo`` is the relation's own, kept across the attempts at one
+    call (what it learnt before it had to wait); ``forced`` says that the
+    call was forced [RULE Q], so the relation must not wait again."""
 
-    def __init__(self, inferencer: Any) -> None:  # a TypeInferencer
+    def __init__(self, inferencer: Any, memo: dict[str, Any], forced: bool) -> None:
         self._inferencer = inferencer
+        self.memo = memo
+        self.forced = forced
 
     def unify(self, expected: Type, actual: Type, what: str = "a loop function") -> Type:
         before = len(self._inferencer.errors)
@@ -215,6 +223,18 @@ class _RelationSolver:
         if len(self._inferencer.errors) > before:
             raise _Reported
         return result
+
+    def join(self, a: Type, b: Type, what: str) -> Type:
+        """``Solver.join`` [RULE JOIN]: NotReady while a part is unknown,
+        unless forced; a mismatch is reported."""
+        try:
+            return self._inferencer.solver.join(a, b, self.forced)
+        except UnifyError as err:
+            self._inferencer._mismatch(a, b, None, what, err)
+            raise _Reported from None
+
+    def within(self, sub: Type, sup: Type) -> bool:
+        return self._inferencer.solver.within(sub, sup)
 
     def resolve(self, t: Type) -> Type:
         return self._inferencer.solver.resolve(t)

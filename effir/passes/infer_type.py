@@ -9,8 +9,11 @@ type inferencer is:
    are instantiated afresh at each use, so global functions are polymorphic.
 2. Bodies are walked once, in order, on the trampoline (no Python recursion
    proportional to program size). Constructs unify their parts: a let's
-   variable with its value, both branches of an ``if``, the clauses of a
-   ``match``, a callee's parameters with its arguments.
+   variable with its value, a callee's parameters with its arguments. A
+   value that is one of several (both branches of an ``if``, the clauses of
+   a ``match``) has their join instead, which is ``?`` where their sizes
+   differ [RULE JOIN] (``type_solver.py``); no unification narrows a
+   variable's type.
 3. An operator call asks the operator's type relation (``rules["type"]``,
    registered beside the operator). If an argument type is still unknown the
    relation says ``NotReady`` and the call waits in a queue; the queue is
@@ -259,9 +262,10 @@ class TypeInferencer(CallInference, ExprFunctor):
         cell_type: Type = RefType(init_type)
         if cell.type is not None:
             if isinstance(cell.type, RefType):
-                cell_type = self._unify(
-                    cell.type, cell_type, cell.init, f"the initial value of @{name}"
-                )
+                # The declared type holds every value written later, not
+                # only the initial one [RULE JOIN].
+                self._unify(cell.type, cell_type, cell.init, f"the initial value of @{name}")
+                cell_type = cell.type
             else:
                 self._error(
                     f"state cell @{name} must have a Ref[...] type, got {show(cell.type)}", cell
@@ -375,8 +379,11 @@ class TypeInferencer(CallInference, ExprFunctor):
     def eval(self, expr: Expr) -> Any:  # type: ignore[override]
         """The type of ``expr``: known already (a shared sub-expression, in
         graph form), or a computation to ``yield``. A constructor is one
-        node shared by all its uses, each instantiated afresh."""
-        if expr in self.types and type(expr) is not Constructor:
+        node shared by all its uses, each instantiated afresh; so is a
+        global function used as a value (one node may stand for uses in
+        several functions, whose type parameters differ: a polymorphic
+        function's body inlined into another, ``@id`` in both)."""
+        if expr in self.types and type(expr) not in _INSTANTIATED:
             return self.types[expr]
         return self._infer(expr)
 
@@ -405,16 +412,15 @@ class TypeInferencer(CallInference, ExprFunctor):
             value_type = self._flat(expr.value)
             if value_type is None:
                 value_type = yield self.eval(expr.value)
-            try:
-                unify(var_type, value_type)
-            except UnifyError as err:
-                self._mismatch(
-                    var_type,
-                    value_type,
-                    call_site(expr.value, expr),
-                    f"the binding of %{expr.var.name_hint}",
-                    err,
-                )
+            if expr.var.type_annotation is not None and isinstance(
+                self.solver.head(value_type), IncompleteType
+            ):
+                self._annotated(expr, var_type, value_type)
+            else:
+                try:
+                    unify(var_type, value_type)
+                except UnifyError as err:
+                    self._binding_mismatch(expr, var_type, value_type, err)
             chain.append(expr)
             expr = expr.body
         body_type = self._flat(expr)
@@ -423,6 +429,28 @@ class TypeInferencer(CallInference, ExprFunctor):
         for let in chain:
             self.types[let] = body_type
         return body_type
+
+    def _binding_mismatch(
+        self, let: Let, var_type: Type, value_type: Type, err: UnifyError
+    ) -> None:
+        where = call_site(let.value, let)
+        self._mismatch(var_type, value_type, where, f"the binding of %{let.var.name_hint}", err)
+
+    def _annotated(self, let: Let, var_type: Type, value_type: Type) -> None:
+        """An annotated let of a value whose type is not known yet: the
+        annotation is checked against it once it is known (it says what the
+        variable holds; a ``?`` in it says nothing of the value), and only
+        gives the value its type if nothing else does [RULE JOIN]."""
+
+        def attempt(force: bool = False) -> None:
+            if not force and isinstance(self.solver.head(value_type), IncompleteType):
+                raise NotReady
+            try:
+                self.solver.unify(var_type, value_type)
+            except UnifyError as err:
+                self._binding_mismatch(let, var_type, value_type, err)
+
+        self._try(attempt, let, forcible=True)
 
     def _bind_var(self, var: Var) -> Type:
         t = self.var_types.get(var)
@@ -564,10 +592,9 @@ class TypeInferencer(CallInference, ExprFunctor):
         else_type = self._flat(expr.else_branch)
         if else_type is None:
             else_type = yield self.eval(expr.else_branch)
-        return self._unify(
-            then_type,
-            else_type,
-            call_site(expr.else_branch, expr),
+        return self._join(
+            expr,
+            [(then_type, expr.then_branch), (else_type, expr.else_branch)],
             "the branches of if (the else branch must match the then branch)",
         )
 
@@ -575,13 +602,11 @@ class TypeInferencer(CallInference, ExprFunctor):
     def _match(self, expr: Match):
         errors_before = len(self.errors)
         data_type = yield self.eval(expr.data)
-        result: Type = IncompleteType()
+        bodies: list[tuple[Type, Node]] = []
         for clause in expr.clauses:
             self._bind_pattern(clause, data_type)
-            body_type = yield self.eval(clause.body)
-            result = self._unify(
-                result, body_type, call_site(clause.body, expr), "the clauses of match"
-            )
+            bodies.append(((yield self.eval(clause.body)), clause.body))
+        result = self._join(expr, bodies, "the clauses of match") if bodies else IncompleteType()
         # Exhaustiveness assumes well-typed patterns (consistent arities).
         if expr.complete and len(self.errors) == errors_before:
             missing = missing_case(expr, self.module)
@@ -591,6 +616,25 @@ class TypeInferencer(CallInference, ExprFunctor):
                     "(add a clause, or write match? to fail at run time instead)",
                     expr,
                 )
+        return result
+
+    def _join(self, expr: Expr, parts: list[tuple[Type, Node]], what: str) -> Type:
+        """The type of ``expr``, whose value is one of ``parts`` (branches,
+        clauses): their join [RULE JOIN], once they are known; until then
+        the join waits [RULE Q], and if nothing else can make progress it is
+        forced (an unknown part is unified with the others)."""
+        result = IncompleteType()
+
+        def attempt(force: bool = False) -> None:
+            joined, _ = parts[0]
+            for t, node in parts[1:]:
+                try:
+                    joined = self.solver.join(joined, t, force)
+                except UnifyError as err:
+                    joined = self._mismatch(joined, t, call_site(node, expr), what, err)
+            self._unify(result, joined, expr, what)
+
+        self._try(attempt, expr, forcible=True)
         return result
 
     def _bind_pattern(self, clause: Clause, data_type: Type) -> None:
@@ -672,7 +716,12 @@ class _Signatures(dict[str, FuncType]):
         return name in self.module.functions
 
     def __missing__(self, name: str) -> FuncType:
-        made = self[name] = self.make(self.module.functions[name])
+        fn = self.module.functions[name]
+        # A function a check typed already has its whole signature (the
+        # return type its body gives, where no annotation says it): the
+        # caller's expression then needs no more than a checked program did.
+        known = fn.checked_type if fn.has_type else None
+        made = self[name] = known if isinstance(known, FuncType) else self.make(fn)
         return made
 
 
@@ -708,6 +757,10 @@ class _Completeness:
 def _dtype_name(dtype: np.dtype) -> str:
     return str(dtype)
 
+
+_INSTANTIATED = (Constructor, GlobalVar)
+"""Atoms whose type is instantiated at each use, never taken from another
+use of the same node (a cell's ``GlobalVar`` is typed by ``_leaf``)."""
 
 _CORES: dict[type, Callable[[TypeInferencer, Any, list[Type]], Type]] = {
     Call: TypeInferencer._call_op_core,

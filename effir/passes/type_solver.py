@@ -1,6 +1,19 @@
 """Unification of types for inference: ``IncompleteType`` variables bound in a
 union-find, tensor dimensions merged (a ``?`` takes the other side's size;
-symbolic dimensions are rigid and equal only to themselves).
+symbolic dimensions are rigid and equal only to themselves); and the join
+of two types, the type of a value that is one or the other.
+
+Unification and join answer different questions [RULE JOIN]. Unification
+says that two types describe *one* value (a let and its value, an argument
+and its parameter): a ``?`` there may take the other side's size, which the
+interpreter checks at run time. A join describes a value that is *either*
+of two (the branches of an ``if``, the clauses of a ``match``, a loop's
+state on entry and after the body): its size is known only where both
+sides have the same size, and ``?`` everywhere else. Taking the more
+precise side at a join is unsound: ``if`` of a ``(?, 4)`` and a ``(0, 4)``
+is not a ``(0, 4)``. For the same reason unification never narrows a
+variable's binding: a variable stands for the type of every value it was
+unified with, so learning ``3`` from one of them says nothing of another.
 
 Types can be as deep as the program that builds them, so every walk here
 is an ``ExprFunctor`` (``effir.ir.expr_functor``: a hook per type class,
@@ -17,6 +30,7 @@ from typing import Any
 from ..ir.expr_functor import ExprFunctor
 from ..ir.functor import on
 from ..ir.printer import astext
+from ..ir.structural import structural_equal
 from ..ir.types import (
     ANY,
     Dim,
@@ -31,6 +45,7 @@ from ..ir.types import (
     TypeCall,
     TypeVar,
 )
+from ..ops.relations import NotReady
 
 
 class UnifyError(Exception):
@@ -65,14 +80,6 @@ class Solver:
         for var in path[:-1]:
             self._bound[var] = t
         return t
-
-    def _last_var(self, t: Type) -> IncompleteType | None:
-        """The variable whose binding is ``t``'s concrete head, if any."""
-        last = None
-        while isinstance(t, IncompleteType) and t in self._bound:
-            last = t
-            t = self._bound[t]
-        return last
 
     def resolve(self, t: Type, memo: dict[int, Type] | None = None) -> Type:
         """``t`` with every bound variable replaced by its binding. ``memo``
@@ -109,7 +116,6 @@ class Solver:
     def _unify_heads(self, x: Type, y: Type) -> tuple[Type, Type, Type | None]:
         """The heads of ``x`` and ``y`` and, when they unify without a walk
         (the same type, a variable, two tensors), the merged type."""
-        var_a, var_b = self._last_var(x), self._last_var(y)
         a, b = self.head(x), self.head(y)
         if a is b:
             return a, b, a
@@ -120,23 +126,31 @@ class Solver:
             self._bind(b, a)
             return a, b, a
         if isinstance(a, TensorType) and isinstance(b, TensorType):
-            return a, b, self._merge_tensors(var_a, a, var_b, b)
+            # The merged type is the caller's to use; a variable bound to `a`
+            # or `b` keeps its binding, which is also the type of the other
+            # values it was unified with (no narrowing) [RULE JOIN].
+            return a, b, unify_tensors(a, b)
         return a, b, None
 
-    def _merge_tensors(
-        self,
-        var_a: IncompleteType | None,
-        a: TensorType,
-        var_b: IncompleteType | None,
-        b: TensorType,
-    ) -> TensorType:
-        merged = unify_tensors(a, b)
-        # Narrowing: a variable bound to a tensor with `?` sizes learns
-        # the sizes the other side knows (as Relay's solver does).
-        for var, old in ((var_a, a), (var_b, b)):
-            if var is not None and merged is not old:
-                self._bound[var] = merged
-        return merged
+    # ------------------------------------------------------------- join
+    def join(self, a: Type, b: Type, force: bool = False) -> Type:
+        """The type of a value that is an ``a`` or a ``b`` [RULE JOIN]:
+        tensors' sizes where they agree, ``?`` where they differ; tuples and
+        ADTs (immutable, so covariant) field by field; references and
+        functions (invariant) unified. Neither side is changed where it is
+        known. An unknown part on either side could still turn out to be
+        either side's size: ``NotReady`` (the caller waits [RULE Q]), or,
+        ``force``d, it is unified with the other side. Raises ``UnifyError``
+        for types of different kinds, dtypes or ranks."""
+        return _Join(self, force).evaluate(a, b)
+
+    def within(self, sub: Type, sup: Type) -> bool:
+        """Whether every value of ``sub`` is a value of ``sup`` (both
+        complete): their join is ``sup``."""
+        try:
+            return structural_equal(self.join(sub, sup), self.resolve(sup))
+        except UnifyError:
+            return False
 
     def _bind(self, var: IncompleteType, t: Type) -> None:
         # A type without children cannot contain `var` (nor be it: the
@@ -216,13 +230,30 @@ def unify_dims(a: Dim, b: Dim) -> Dim:
     raise UnifyError(f"dimension {a} vs {b}")
 
 
-def unify_tensors(a: TensorType, b: TensorType) -> TensorType:
+def join_dims(a: Dim, b: Dim) -> Dim:
+    """A size that is ``a`` or ``b``: itself when they are equal, else ``?``."""
+    return a if a == b else ANY
+
+
+def join_tensors(a: TensorType, b: TensorType) -> TensorType:
     if a.shape == b.shape and a.dtype == b.dtype:
         return a
+    _same_kind_of_tensor(a, b)
+    shape = tuple(join_dims(x, y) for x, y in zip(a.shape, b.shape, strict=True))
+    return a if shape == a.shape else b if shape == b.shape else TensorType(shape, a.dtype)
+
+
+def _same_kind_of_tensor(a: TensorType, b: TensorType) -> None:
     if a.dtype != b.dtype:
         raise UnifyError(f"dtype {a.dtype} vs {b.dtype}")
     if len(a.shape) != len(b.shape):
         raise UnifyError(f"rank {len(a.shape)} vs {len(b.shape)}: {show(a)} vs {show(b)}")
+
+
+def unify_tensors(a: TensorType, b: TensorType) -> TensorType:
+    if a.shape == b.shape and a.dtype == b.dtype:
+        return a
+    _same_kind_of_tensor(a, b)
     try:
         shape = tuple(unify_dims(x, y) for x, y in zip(a.shape, b.shape, strict=True))
     except UnifyError:
@@ -400,6 +431,52 @@ class _Unify(ExprFunctor):
     @on(Type)
     def _mismatch(self, a: Type, b: Type) -> Type:
         raise UnifyError(f"{show(a)} vs {show(b)}")
+
+
+class _Join(ExprFunctor):
+    """``Solver.join`` of two resolved types, dispatched on the first one's
+    class; what is not a tensor, a tuple or an ADT is unified."""
+
+    def __init__(self, solver: Solver, force: bool) -> None:
+        super().__init__()
+        self.solver = solver
+        self.force = force
+
+    def eval(self, a: Type, b: Type) -> Any:  # type: ignore[override]
+        a, b = self.solver.head(a), self.solver.head(b)
+        if a is b:
+            return self.solver.resolve(a)
+        if isinstance(a, TensorType) and isinstance(b, TensorType):
+            return join_tensors(a, b)
+        if isinstance(a, IncompleteType) or isinstance(b, IncompleteType):
+            if not self.force:
+                raise NotReady
+            return self.solver.resolve(self.solver.unify(a, b))
+        return ExprFunctor.eval(self, a, b)
+
+    @on(TupleType)
+    def _tuple(self, a: TupleType, b: Type):
+        if not isinstance(b, TupleType) or len(a.fields) != len(b.fields):
+            return self.solver.unify(a, b)  # the mismatch, as unification words it
+        fields = []
+        for x, y in zip(a.fields, b.fields, strict=True):
+            fields.append((yield self.eval(x, y)))
+        return TupleType(tuple(fields))
+
+    @on(TypeCall)
+    def _adt(self, a: TypeCall, b: Type):
+        if not (isinstance(b, TypeCall) and a.func.name == b.func.name):
+            return self.solver.unify(a, b)
+        if len(a.args) != len(b.args):
+            return self.solver.unify(a, b)
+        args = []
+        for x, y in zip(a.args, b.args, strict=True):
+            args.append((yield self.eval(x, y)))
+        return TypeCall(a.func, tuple(args))
+
+    @on(Type)
+    def _invariant(self, a: Type, b: Type) -> Type:
+        return self.solver.resolve(self.solver.unify(a, b))
 
 
 class _MapType(_Rebuild):

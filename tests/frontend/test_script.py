@@ -66,6 +66,24 @@ def test_assignment_and_tuple_unpacking():
 
 
 @effir.script
+def aliases(x: V, y: V):
+    a = x * 2.0
+    c: V = a  # annotated: before, a's binding was renamed %c under a's uses
+    b = x + y
+    d = b  # plain: the same
+    e, f = d, a
+    return c + a, d * b, e - f
+
+
+def test_an_alias_of_a_bound_name_keeps_both_names():
+    """``c = a`` where ``a`` is an earlier binding names no new binding:
+    before, the frontend gave ``a``'s binding the name ``c``, and the later
+    ``a`` was "used outside the scope of its binder"."""
+    agree(aliases, x4, y4)
+    effir.check_well_formed(aliases.module)
+
+
+@effir.script
 def elifs(x: S, y: S):
     z = x
     if x < y:

@@ -1,7 +1,7 @@
 """Random Python functions in @effir.script's subset (arithmetic, if/else,
 for over a tensor with carried state and per-step outputs, while with a
 counter, nested functions, early returns in branches, sums started as Python
-numbers): the scripted module, interpreted, equals the
+numbers, aliases plain and annotated): the scripted module, interpreted, equals the
 Python run eagerly, and round-trips through text."""
 
 import os
@@ -54,7 +54,7 @@ class Gen:
         self.lines.append("    " * indent + line)
 
     def statement(self, indent: int, depth: int) -> None:
-        kind = self.draw(st.integers(0, 5 if depth < 2 else 0))
+        kind = self.draw(st.integers(0, 6 if depth < 2 else 0))
         if kind == 0:
             name = self.draw(st.sampled_from([*self.vars[2:], None])) or self.fresh()
             self.emit(f"{name} = np.tanh({self.var()} + {self.expr()})", indent)
@@ -92,6 +92,12 @@ class Gen:
             self.emit(f"    return np.tanh(a * {self.atom()})", indent)
             name = self.fresh()
             self.emit(f"{name} = {fn}({self.var()})", indent)
+            self.vars.append(name)
+        elif kind == 6:  # an alias of the newest name, plain or annotated, then both used
+            name, source = self.fresh(), self.vars[-1]
+            annotation = self.draw(st.sampled_from(["", ": effir.Tensor[(4,), F32]"]))
+            self.emit(f"{name}{annotation} = {source}", indent)
+            self.emit(f"{name} = {name} * {source}", indent)
             self.vars.append(name)
         else:  # a loop body that itself branches
             carried = self.draw(st.sampled_from(self.vars))

@@ -120,3 +120,59 @@ def test_a_definition_already_in_the_module_is_refused():
         effir.parse('#[version = "0.0.5"]\ndef @map() { 1f }', module=effir.prelude())
     with pytest.raises(effir.ParseError, match="type List is already defined in the module"):
         effir.parse('#[version = "0.0.5"]\ntype List { Foo }', module=effir.prelude())
+
+
+# ------------------------------------------------- the prelude, implicitly
+# Relay parsed its std files into a module that held the prelude: a text
+# that uses the prelude's names without defining them (nat.rly uses List,
+# Cons, @hd, @tl) is parsed into effir.prelude(); one that uses none of them
+# is a module of its own.
+
+
+def test_relays_nat_rly_parses_alone_into_the_prelude():
+    """Before, "unknown type List"."""
+    nat = effir.parse((STD / "nat.rly").read_text(), source_name="nat.rly")
+    explicit = effir.parse((STD / "nat.rly").read_text(), module=effir.prelude())
+    effir.assert_structural_equal(nat, explicit)
+    effir.check(nat)
+    assert "map" in nat and "nat_nth" in nat
+
+
+@pytest.mark.parametrize(
+    "use, value",
+    [
+        ("@hd(Cons(2f, Nil))", 2.0),  # a global and constructors
+        ("match (Some(3f)) { Some(%v) => %v, None => 0f }", 3.0),  # constructors
+        ("@sum_all(Cons(1f, Cons(4f, Nil)))", 5.0),  # a type, in the signature below
+    ],
+)
+def test_a_text_that_uses_a_prelude_name_is_parsed_into_the_prelude(use, value):
+    text = (
+        '#[version = "0.0.5"]\n'
+        "def @sum_all(%l: List[float32]) -> float32 { @foldl(fn (%a: float32, %b: float32) "
+        "{ add(%a, %b) }, 0f, %l) }\n"
+        f"def @main() {{ {use} }}\n"
+    )
+    module = effir.check(effir.parse(text))
+    assert "foldl" in module and "List" in module.type_defs
+    assert effir.interpret(module) == value
+
+
+def test_a_text_that_uses_no_prelude_name_stays_its_own_module():
+    module = effir.parse('#[version = "0.0.5"]\ndef @main(%x: float32) { %x }')
+    assert list(module.functions) == ["main"] and not module.type_defs
+
+
+def test_a_name_neither_defined_nor_the_preludes_is_still_an_error():
+    with pytest.raises(effir.ParseError) as err:
+        effir.parse('#[version = "0.0.5"]\ndef @f(%l: Lisst[float32]) { %l }', source_name="t")
+    assert err.value.message == "unknown type Lisst" and err.value.line == 2
+
+
+def test_a_text_that_redefines_a_prelude_name_and_uses_another_says_why():
+    """Parsed into the prelude, its own @map clashes: the note says why the
+    prelude was involved."""
+    text = '#[version = "0.0.5"]\ndef @map(%x: float32) { %x }\ndef @g(%l: List[float32]) { %l }'
+    with pytest.raises(effir.ParseError, match="@map is already defined in the module") as err:
+        effir.parse(text)
+    assert any("uses type List, which the prelude defines" in note for note in err.value.notes)

@@ -206,15 +206,26 @@ def test_a_shared_block_is_not_flattened():
     assert fold_constant(after) is after
 
 
-def test_if_whose_taken_branch_has_a_looser_type_stays():
-    # The if's type is (3) (the else branch fixes the ?): the then branch
-    # alone would have a ? where the program had a 3 [RULE T].
+def test_if_whose_taken_branch_has_another_type_stays():
+    # The if's type is the join of its branches', (?) [RULE JOIN]: the then
+    # branch alone would have a 3 where the program had a ? [RULE T].
+    module = parse(
+        """def @main(%x: Tensor[(?), float32], %y: Tensor[(3), float32]) {
+          if (True) { %y } else { %x }
+        }"""
+    )
+    assert fold_constant(module) is module
+
+
+def test_if_whose_taken_branch_has_the_joined_type_folds():
+    # [RULE JOIN] a (?) branch and a (3) branch make a (?) if, not a (3) one:
+    # the taken (?) branch has the if's type, so it replaces it.
     module = parse(
         """def @main(%x: Tensor[(?), float32], %y: Tensor[(3), float32]) {
           if (True) { %x } else { %y }
         }"""
     )
-    assert fold_constant(module) is module
+    assert body_text(fold_constant(module)) == "%x"
 
 
 def test_projection_of_a_literal_keeps_effectful_fields():

@@ -45,7 +45,7 @@ from ...ir.node import Node
 from ...ir.op import op_def
 from ...ir.types import Type, TypeVar
 from .instances import call_hints, instance, instantiation, mentioned_type_vars
-from .static import annotated, fold, static_match
+from .static import annotated, fold, static_match, underdetermined
 from .touches import (
     ANYTHING,
     NOTHING,
@@ -453,6 +453,10 @@ class PartialEvaluator(Unrolling, Evaluator):
         if isinstance(callee, Constructor):
             self.uses(args, out)
             rebuilt = Call(callee, tuple(a.atom for a in args), span=call.span)
+            if underdetermined(callee, self.module):
+                # Its type arguments came from where the value went (an
+                # annotated parameter of a function now inlined): kept.
+                var = annotated(var, call.checked_type if call.has_type else None)
             return self.emit(var, rebuilt, out, ctor=callee, fields=tuple(args))
         target = self.atom(callee, env)
         if target.fn is not None and self.inlinable(target.fn, len(args)):

@@ -19,7 +19,20 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from ...ir.analysis import bound_vars
-from ...ir.expr import Expr, Function, Var
+from ...ir.expr import (
+    Call,
+    Expr,
+    Function,
+    If,
+    Let,
+    Match,
+    RefCreate,
+    RefRead,
+    RefWrite,
+    Tuple,
+    TupleGetItem,
+    Var,
+)
 from ...ir.functor import Mutator, on, pre_order
 from ...ir.node import Node
 from ...ir.types import (
@@ -126,7 +139,8 @@ def instance(fn: Function, types: Mapping[str, Type]) -> Function:
 
 class _Instance(Mutator):
     """Type variables replaced in annotations; the variables the copy binds
-    (its own, fresh) get their inferred types replaced too."""
+    (its own, fresh) and its compound expressions (the copy's own too) get
+    their inferred types replaced as well."""
 
     binders = True
     types = True
@@ -147,6 +161,13 @@ class _Instance(Mutator):
         assert isinstance(old, Var) and isinstance(new, Var)
         if old not in self.own:  # a parameter (replaced by its argument) or a captured variable
             return old
+        if old.has_type:
+            new.set_checked_type(substitute(old.checked_type, self.mapping))
+        return new
+
+    @on(Call, Tuple, TupleGetItem, If, Match, Function, Let, RefCreate, RefRead, RefWrite)
+    def _compound(self, new: Node, old: Node) -> Node:
+        assert isinstance(old, Expr) and isinstance(new, Expr)
         if old.has_type:
             new.set_checked_type(substitute(old.checked_type, self.mapping))
         return new

@@ -9,6 +9,7 @@ import numpy as np
 
 from ...ir.expr import (
     Call,
+    Constructor,
     Expr,
     PatternConstructor,
     PatternTuple,
@@ -17,7 +18,8 @@ from ...ir.expr import (
     Var,
 )
 from ...ir.functor import pre_order
-from ...ir.types import IncompleteType, TensorType, TupleType, TypeVar
+from ...ir.module import IRModule
+from ...ir.types import IncompleteType, TensorType, TupleType, Type, TypeVar
 from .values import MAX_ELEMENTS, PV
 
 
@@ -33,15 +35,31 @@ def leading_length(expr: Expr) -> int | None:
     return None
 
 
-def annotated(param: Var) -> Var:
-    """``param`` with its inferred type as annotation, when it has none and
-    the type is closed (no type variables, nothing left unknown)."""
-    if param.type_annotation is not None or not param.has_type:
+def annotated(param: Var, t: Type | None = None) -> Var:
+    """``param`` with its inferred type (or ``t``, its value's) as
+    annotation, when it has none and the type is closed (no type
+    variables, nothing left unknown)."""
+    if param.type_annotation is not None:
         return param
-    t = param.checked_type
+    if t is None:
+        if not param.has_type:
+            return param
+        t = param.checked_type
     if any(isinstance(n, TypeVar | IncompleteType) for n in pre_order(t)):
         return param
     return Var(param.name_hint, t, span=param.span)
+
+
+def underdetermined(ctor: Constructor, module: IRModule) -> bool:
+    """Whether a value built by ``ctor`` does not fix its ADT's type
+    arguments (``Nil``, ``None``: a parameter none of its fields mentions).
+    Inference then learns them from how the value is used, which inlining
+    may remove (the annotated parameter the value was passed to)."""
+    data = module.type_defs.get(ctor.adt)
+    if data is None or not data.type_params:
+        return False
+    mentioned = {n.name for t in ctor.inputs for n in pre_order(t) if isinstance(n, TypeVar)}
+    return any(tv.name not in mentioned for tv in data.type_params)
 
 
 def fold(definition, call: Call, args: list[PV], values: tuple | None = None) -> np.ndarray | None:

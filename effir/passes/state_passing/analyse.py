@@ -362,39 +362,21 @@ class Analysis:
 
     def _check_local_closures(self) -> None:
         """A closure that touches a local reference may be called, given to
-        a loop, or passed down as an argument (the callee then takes the
-        reference's value as state, [RULE DOWN]); returned from the function
-        that created the reference or stored, it could run after that
-        activation is gone, or in another one."""
-        touching: dict[Var, str] = {}
+        a loop, passed down as an argument (the callee then takes the
+        reference's value as state, [RULE DOWN]), held in a tuple or an ADT
+        value and aliased, as long as it stays inside the activation that
+        created the reference: the flows follow it through all of these, so
+        one rule decides for every form (``_check_escapes``). Returned from
+        that function, stored in a reference, or passed back to it, it could
+        run after that activation is gone, or in another one."""
         closures: dict[Function, str] = {}
         for src in self.unit_fn:
             if src[0] == "fn":
                 local = [c for c in self.signature_of(src).reads if c in self.owner]
                 if local:
                     closures[src[1]] = local[0]
-        if not closures:
-            return
-        self._check_escapes(closures)
-        for fn in self.unit_fn.values():
-            for node in self.body_nodes(fn):
-                if isinstance(node, Let) and node.value in closures:
-                    touching[node.var] = closures[node.value]
-        for name in self.module.functions:
-            for node in self.nodes[name]:
-                for field_name, child in var_uses(node):
-                    if child not in touching:
-                        continue
-                    if isinstance(node, Call) and field_name in ("callee", "args"):
-                        continue  # called, given to a loop or passed down
-                    cell = touching[child]
-                    raise EffectError(
-                        f"%{child.name_hint} touches the local reference created at "
-                        f"{where(self.alloc_span[cell])} and escapes here (it is "
-                        "returned, passed or stored); it could then run where that "
-                        "reference's value is not known",
-                        node.span or child.span,
-                    )
+        if closures:
+            self._check_escapes(closures)
 
     def _check_escapes(self, closures: dict[Function, str]) -> None:
         """A closure over a local reference must not reach the result of the
@@ -407,13 +389,7 @@ class Analysis:
                 stored_anywhere |= found
         # The closures that touch the reference themselves are reported
         # first (the others only share a call site's signature with them).
-        own_first = sorted(
-            closures.items(),
-            key=lambda item: (
-                item[1] not in self.reads.get(("fn", item[0]), set())
-                and item[1] not in self.writes.get(("fn", item[0]), set())
-            ),
-        )
+        own_first = sorted(closures.items(), key=lambda item: not self._touches(item[0], item[1]))
         for fn, cell in own_first:
             src = ("fn", fn)
             owner = self.owner[cell]
@@ -431,12 +407,39 @@ class Analysis:
                     if again
                     else "returned by the function creating it"
                 )
+                created = f"the local reference created at {where(self.alloc_span[cell])}"
+                toucher = self._touching_partner(fn, cell, closures)
+                if self._touches(fn, cell):
+                    what = f"this closure touches {created} and escapes ({how})"
+                elif toucher is None:
+                    what = f"this closure takes the value of {created} as state and escapes ({how})"
+                else:
+                    what = (
+                        f"this closure is called where the closure at {where(toucher.span)} "
+                        f"is, which touches {created}, so it takes that reference's value "
+                        f"as state too, and it escapes ({how})"
+                    )
                 raise EffectError(
-                    f"this closure touches the local reference created at "
-                    f"{where(self.alloc_span[cell])} and escapes ({how}); it could then run "
-                    "where that reference's value is not known",
+                    f"{what}; it could then run where that reference's value is not known",
                     fn.span,
                 )
+
+    def _touches(self, fn: Function, cell: str) -> bool:
+        """Whether ``fn``'s own body reads or writes ``cell``."""
+        src = ("fn", fn)
+        return cell in self.reads.get(src, set()) or cell in self.writes.get(src, set())
+
+    def _touching_partner(
+        self, fn: Function, cell: str, closures: dict[Function, str]
+    ) -> Function | None:
+        """A closure that touches ``cell`` and shares a call site (and so a
+        signature) with ``fn``, if there is one."""
+        group = self.group.get(("fn", fn))
+        for other, other_cell in closures.items():
+            if other_cell == cell and self._touches(other, cell):
+                if group is not None and self.group.get(("fn", other)) == group:
+                    return other
+        return None
 
     def _adt_fields(self) -> None:
         """Function-typed constructor fields that hold functions with state:
@@ -471,7 +474,19 @@ class Analysis:
                     call.span,
                     notes,
                 )
-            self.adt_fields[(name, i)] = next(iter(sigs))
+            sig = next(iter(sigs))
+            local = [c for c in sig.reads if c in self.owner]
+            if local:
+                # A field's type is one for the whole program; a local
+                # reference is one activation's (a tuple's type is its own).
+                raise EffectError(
+                    f"field {i} of constructor {name} holds a closure over the local "
+                    f"reference created at {where(self.alloc_span[local[0]])}; a field "
+                    "has one type for the whole program, which cannot take one "
+                    "activation's reference: pass the closure itself, or in a tuple",
+                    sigs[sig].span,
+                )
+            self.adt_fields[(name, i)] = sig
 
     # ---------------------------------------------------- writes inside
     def writes_inside(self, fn: Function) -> dict[int, frozenset[str]]:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import effir
 from effir.backends.tvm.driver import build_cache
 from effir.backends.tvm.driver.build_cache import Cache
 from effir.backends.tvm.target import make_target
@@ -108,6 +109,25 @@ def test_the_key_follows_the_program_target_dimensions_and_versions(monkeypatch,
     assert key != a.key("other", {"n": 2}, ("t",))
     monkeypatch.setattr(build_cache, "_EFFIR_DIGEST", "another effir")
     assert key != Cache.open("def @main() { 1f }", llvm).key("main", {"n": 2}, ("t",))
+
+
+def test_the_digest_covers_every_source_file_of_effir(monkeypatch):
+    """A change to the type checker or a pass changes what is built from one
+    program text (its types are not in the text): the digest reads the whole
+    package, not only the backend."""
+    package = Path(effir.__file__).resolve().parent
+    read: list[Path] = []
+    original = Path.read_bytes
+
+    def recording(path: Path) -> bytes:
+        read.append(path)
+        return original(path)
+
+    monkeypatch.setattr(build_cache, "_EFFIR_DIGEST", None)
+    monkeypatch.setattr(Path, "read_bytes", recording)
+    build_cache.effir_digest()
+    assert package / "passes" / "type_solver.py" in read
+    assert set(read) == set(package.rglob("*.py"))
 
 
 @pytest.mark.parametrize("value", ["off", "", "0"])

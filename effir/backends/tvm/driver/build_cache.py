@@ -89,7 +89,7 @@ def effir_digest() -> str:
     the compiler makes new keys."""
     global _EFFIR_DIGEST
     if _EFFIR_DIGEST is None:
-        root = Path(__file__).resolve().parents[2]  # the effir package
+        root = Path(__file__).resolve().parents[3]  # effir/ (this is effir/backends/tvm/driver/)
         digest = hashlib.sha256()
         for path in sorted(root.rglob("*.py")):
             digest.update(str(path.relative_to(root)).encode())

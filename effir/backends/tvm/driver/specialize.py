@@ -23,9 +23,11 @@ from ....ir.expr import Expr, Var
 from ....ir.functor import pre_order
 from ....ir.module import IRModule
 from ....passes.call_graph import reachable
+from ....passes.infer_type import check
 from ....passes.specialise_dims import specialise_dims
 from ....runtime.limits import static_bytes, too_large
 from ..runtime.errors import BackendError
+from .loop_bodies import literal_loop_bodies
 
 
 def specialize(module: IRModule, entry: str, dims: Mapping[str, int]) -> IRModule:
@@ -34,8 +36,11 @@ def specialize(module: IRModule, entry: str, dims: Mapping[str, int]) -> IRModul
     function it calls copied per binding of that function's dimensions at
     its calls (passes/specialise_dims.py): a callee's kernels are then
     written in the entry's sizes, and one whose sizes stay symbolic asks
-    for them as the entry's do (relax/types.py [RULE SYMBOLIC])."""
-    return _check_sizes(specialise_dims(module, entry, dims), entry)
+    for them as the entry's do (relax/types.py [RULE SYMBOLIC]). Loop
+    bodies that are not function literals are wrapped in one afterwards
+    (``loop_bodies``), and the result checked again."""
+    module = literal_loop_bodies(specialise_dims(module, entry, dims))
+    return _check_sizes(check(module), entry)
 
 
 def _check_sizes(module: IRModule, entry: str) -> IRModule:

@@ -32,17 +32,19 @@ from .types import declare, relax_type
 class ClosureLowering:
     """Closures as values for ``_Lowering`` (relax/lower.py)."""
 
-    def _closure_value(self, fn: Function, env: dict[Var, Any], var: Var) -> Any:
-        """The VM closure of the function literal ``fn`` bound to ``var``."""
+    def _closure_value(self, fn: Function, env: dict[Var, Any], name: str, span: Any) -> Any:
+        """The VM closure of the function literal ``fn``: bound to ``%name``
+        by a let, or a value of its own where it is written (a function's
+        result, as the prelude's ``@compose`` and ``@flip`` return one)."""
         if is_primitive(fn):
             raise BackendError(
-                f"the kernel %{var.name_hint} is used as a value (stored, returned or passed "
+                f"the kernel %{name} is used as a value (stored, returned or passed "
                 "on): only its calls are compiled",
-                var.span,
+                span,
             )
-        closure = self._lift(fn, env, var.name_hint, captured_last=True)
+        closure = self._lift(fn, env, name, captured_last=True)
         captured = relax.Tuple([env[v] for v in closure.captured])
-        return self.bb.emit(relax.op.make_closure(closure.gv, captured), var.name_hint)
+        return self.bb.emit(relax.op.make_closure(closure.gv, captured), name)
 
     def _global_value(self, gv: GlobalVar) -> Any:
         """A global function as a value: a closure of no captured variable

@@ -138,6 +138,11 @@ class LoopLowering:
         self._needs_static(step_types)
         if self.target.kind.name != "llvm" or not all(map(static, step_types)):
             return self._foreach_in_vm(call, env, name)  # a whole TIR loop is a CPU schedule
+        if not list(type_tree.leaves(body.body.checked_type)):
+            # No output and no state: a TIR loop would compute nothing (TVM
+            # cannot schedule a function without a buffer); the VM runs the
+            # body's steps as the interpreter does (a step may still fail).
+            return self._foreach_in_vm(call, env, name)
         try:
             with collecting_checks() as checks:
                 lowered = lower_loop(body, {}, captured, functions, self.module, parallel=True)

@@ -375,7 +375,7 @@ class _Lowering(
             if value is None:
                 raise BackendError(f"%{expr.name_hint} is not bound here", expr.span)
             if isinstance(value, Function):  # a closure that escapes [RULE VMCLOSURE]
-                return self._closure_value(value, env, expr)
+                return self._closure_value(value, env, expr.name_hint, expr.span)
             return value
         if isinstance(expr, Constant):
             return relax.const(np.array(expr.data, order="C"), str(expr.data.dtype))
@@ -431,9 +431,9 @@ class _Lowering(
 
     @on(Function)
     def _function_value(self, expr: Function, env: dict[Var, Any], name: str) -> Any:
-        raise BackendError(
-            "a function literal that is not bound by a let is not compiled", expr.span
-        )
+        # A literal in a value's place (a function's or a branch's result):
+        # the closure it makes [RULE VMCLOSURE], as an escaping let-bound one.
+        return self._closure_value(expr, env, name, expr.span)
 
     @on(RefCreate, RefRead, RefWrite)
     def _ref_value(self, expr: Expr, env: dict[Var, Any], name: str) -> Any:

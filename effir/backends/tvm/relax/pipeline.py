@@ -67,14 +67,18 @@ step instead of about 3 (issue 17).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import tvm
 from tvm import relax
 from tvm.relax import transform
-from tvm.relax.expr_functor import PyExprMutator, PyExprVisitor, mutator, visitor
+from tvm.relax.analysis import free_vars
+from tvm.relax.expr import _update_type
 from tvm.relax.op.vm import kill_object
 
+from ....ir.trampoline import Computation
+from ....ir.trampoline import run as drive
 from ..kernel.primitive import relax_alignment
 
 _ALLOC_TENSOR = tvm.ir.Op.get("relax.builtin.alloc_tensor")
@@ -140,44 +144,94 @@ def own_storage_in_branches() -> Any:
 
     @tvm.transform.module_pass(opt_level=0, name="effir.OwnStorageInBranches")
     def run(module: Any, _context: Any) -> Any:
-        rewriter = _BranchAllocations(module)
+        normalizer = relax.BlockBuilder()
         for gv, function in list(module.functions.items()):
             if isinstance(function, relax.Function):
-                rewriter.builder_.update_func(gv, rewriter.visit_expr(function))
-        return rewriter.builder_.get()
+                module[gv] = rewrite_bindings(
+                    function, lambda b, depth: _own_storage(b, depth, normalizer)
+                )
+        return module
 
     return run
 
 
-@mutator
-class _BranchAllocations(PyExprMutator):  # type: ignore[misc]
-    """Lowers the ``builtin.alloc_tensor``\\ s inside ``If`` branches."""
+def _own_storage(binding: Any, depth: int, normalizer: Any) -> list[Any]:
+    """``x = alloc_tensor(shape, ...)`` inside a branch (``depth`` > 0): a
+    storage of its own, then the tensor in it."""
+    call = binding.value
+    if depth == 0 or not isinstance(call, relax.Call) or not call.op.same_as(_ALLOC_TENSOR):
+        return [binding]
+    shape, dtype, device, scope = call.args
+    element = tvm.DataType(dtype.value)
+    nbytes: Any = tvm.tirx.const((element.bits * element.lanes + 7) // 8, "int64")
+    for dim in shape.values:
+        nbytes = nbytes * dim
+    alloc = relax.op.memory.alloc_storage(relax.ShapeExpr([nbytes]), device, scope, "uint8")
+    alloc = normalizer.normalize(alloc)
+    storage = relax.Var("storage", alloc.ty)
+    tensor = normalizer.normalize(relax.op.memory.alloc_tensor(storage, 0, shape, dtype, device))
+    return [relax.VarBinding(storage, alloc), relax.VarBinding(binding.var, tensor)]
 
-    def __init__(self, module: Any) -> None:
-        super().__init__(module)
-        self.depth = 0  # how many If branches enclose the current binding
 
-    def visit_if_(self, op: Any) -> Any:
-        self.depth += 1
-        try:
-            return super().visit_if_(op)
-        finally:
-            self.depth -= 1
+BindingRule = Callable[[Any, int], list[Any]]
+"""What a binding (at a depth of ``If`` branches) becomes: bindings."""
 
-    def visit_call_(self, op: Any) -> Any:
-        call = super().visit_call_(op)
-        if self.depth == 0 or not call.op.same_as(_ALLOC_TENSOR):
-            return call
-        shape, dtype, device, scope = call.args
-        element = tvm.DataType(dtype.value)
-        nbytes: Any = tvm.tirx.const((element.bits * element.lanes + 7) // 8, "int64")
-        for dim in shape.values:
-            nbytes = nbytes * dim
-        storage = self.builder_.emit(
-            relax.op.memory.alloc_storage(relax.ShapeExpr([nbytes]), device, scope, "uint8"),
-            "storage",
-        )
-        return relax.op.memory.alloc_tensor(storage, 0, shape, dtype, device)
+
+def rewrite_bindings(function: Any, rule: BindingRule) -> Any:
+    r"""``function`` with each binding replaced by ``rule(binding, depth)``,
+    ``depth`` the number of ``If`` branches around it, the branches' own
+    bindings rewritten first. Without recursion, Python's or TVM's: TVM's
+    ``PyExprMutator`` calls back into Python once per nested ``If``, which
+    hit Python's recursion limit near 250 nested ``If``s (effir's limit
+    is ``MAX_NESTED_BLOCKS``, relax/builder.py). The rewritten nodes keep
+    their types (``_update_type``): nothing here changes a value's type."""
+    body = drive(_rewrite_seq(function.body, 0, rule))
+    if body.same_as(function.body):
+        return function
+    return relax.Function(
+        function.params, body, function.ret_ty, function.is_pure, function.attrs, function.span
+    )
+
+
+def _rewrite_seq(seq: Any, depth: int, rule: BindingRule) -> Computation[Any]:
+    changed = False
+    blocks = []
+    for block in seq.blocks:
+        bindings = []
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, relax.If):
+                then = yield _rewrite_seq(value.true_branch, depth + 1, rule)
+                other = yield _rewrite_seq(value.false_branch, depth + 1, rule)
+                if not (then.same_as(value.true_branch) and other.same_as(value.false_branch)):
+                    branches = relax.If(value.cond, then, other, value.span)
+                    _update_type(branches, value.ty)
+                    binding = relax.VarBinding(binding.var, branches, binding.span)
+                    changed = True
+            replaced = rule(binding, depth)
+            changed = changed or len(replaced) != 1 or not replaced[0].same_as(binding)
+            bindings += replaced
+        kind = relax.DataflowBlock if isinstance(block, relax.DataflowBlock) else relax.BindingBlock
+        blocks.append(kind(bindings, block.span))
+    if not changed:
+        return seq
+    new = relax.SeqExpr(blocks, seq.body, seq.span)
+    _update_type(new, seq.ty)
+    return new
+
+
+def bindings_of(function: Any) -> Iterator[tuple[Any, Any]]:
+    """Every binding of ``function`` with the ``SeqExpr`` it is in, branches
+    included, in order (an explicit stack, for the same reason as
+    ``rewrite_bindings``)."""
+    stack = [function.body]
+    while stack:
+        seq = stack.pop()
+        for block in seq.blocks:
+            for binding in block.bindings:
+                yield binding, seq
+                if isinstance(binding.value, relax.If):
+                    stack += [binding.value.false_branch, binding.value.true_branch]
 
 
 def kill_unused() -> Any:
@@ -185,13 +239,15 @@ def kill_unused() -> Any:
 
     @tvm.transform.module_pass(opt_level=0, name="effir.KillUnused")
     def run(module: Any, _context: Any) -> Any:
+        normalizer = relax.BlockBuilder()
         for gv, function in list(module.functions.items()):
             if not isinstance(function, relax.Function):
                 continue
-            used = _Uses()
-            used.visit_expr(function)
-            if used.unused:
-                module[gv] = _KillUnused(module, used.unused).visit_expr(function)
+            unused = _unused(function)
+            if unused:
+                module[gv] = rewrite_bindings(
+                    function, lambda b, _depth, dead=unused: _killed_after(b, dead, normalizer)
+                )
         return module
 
     return run
@@ -210,39 +266,29 @@ def _holds_object(ty: Any) -> bool:
     return isinstance(ty, relax.TensorType | relax.ObjectType)
 
 
-@visitor
-class _Uses(PyExprVisitor):  # type: ignore[misc]
+def _unused(function: Any) -> set[Any]:
     """The variables bound to a register of their own and never read."""
+    bound: list[Any] = []
+    read: set[Any] = set()
+    seqs_seen: set[Any] = set()
+    for binding, seq in bindings_of(function):
+        value = binding.value
+        if isinstance(binding, relax.VarBinding) and isinstance(value, _OWN_REGISTER):
+            if _holds_object(binding.var.ty):
+                bound.append(binding.var)
+        # An If's branches are walked as bindings of their own; it reads
+        # its condition (and each branch its result, below).
+        read.update(free_vars(value.cond if isinstance(value, relax.If) else value))
+        if seq not in seqs_seen:
+            seqs_seen.add(seq)
+            read.update(free_vars(seq.body))
+    read.update(free_vars(function.body.body))
+    return {v for v in bound if v not in read}
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.bound: list[Any] = []
-        self.read: set[Any] = set()
 
-    def visit_var_binding_(self, binding: Any) -> None:
-        super().visit_var_binding_(binding)
-        if isinstance(binding.value, _OWN_REGISTER) and _holds_object(binding.var.ty):
-            self.bound.append(binding.var)
-
-    def visit_var_(self, op: Any) -> None:
-        self.read.add(op)
-
-    @property
-    def unused(self) -> set[Any]:
-        return {v for v in self.bound if v not in self.read}
-
-
-@mutator
-class _KillUnused(PyExprMutator):  # type: ignore[misc]
-    """Kills each unused variable right after its binding."""
-
-    def __init__(self, module: Any, unused: set[Any]) -> None:
-        super().__init__(module)
-        self.unused = unused
-
-    def visit_var_binding_(self, binding: Any) -> None:
-        super().visit_var_binding_(binding)
-        if binding.var in self.unused:
-            var = self.get_var_remap(binding.var)
-            var = binding.var if var is None else var
-            self.builder_.emit(kill_object(var))
+def _killed_after(binding: Any, unused: set[Any], normalizer: Any) -> list[Any]:
+    """The binding, then ``kill_object`` of its variable if it is never read."""
+    if not isinstance(binding, relax.VarBinding) or binding.var not in unused:
+        return [binding]
+    kill = normalizer.normalize(kill_object(binding.var))
+    return [binding, relax.VarBinding(relax.Var("kill", kill.ty), kill)]
