@@ -1,0 +1,701 @@
+"""[KERNEL] The persistent kernel: one launch runs every step of the loop.
+
+``main(xs..., init..., captured..., tables..., hoisted..., outs...,
+final..., scratch...)``, as one grid of ``blocks`` blocks::
+
+    stage each block's weights into shared memory        [WEIGHTS]
+    S[0] = init  (the state's double buffer)              grid barrier
+    for t in range(T):
+        for each phase:                                    (owners.py)
+            for each stage of the phase:
+                each block computes the elements it owns   [ITEMS]
+                __syncthreads
+            grid barrier (one block: the last __syncthreads suffices)
+    final = S[T % 2]
+
+[ITEMS] A block's elements of a stage are *items*, ``(unit, rest, lane)``
+flattened and dealt to its threads in turn: the unit (one of the block's
+units of the stage's unit axis, from its table), the coordinates of the
+other axes, and for a reduction the *lane*: ``lanes`` threads share an
+element's sum, lane ``l`` summing the reduction indices ``l, l + lanes,
+...`` in order, and after a ``__syncthreads`` one thread adds the lanes'
+partial sums in lane order. ``lanes`` depends on the reduction's extent
+alone (1 in a gradient program: an in-order sum, as every other kernel of
+a gradient computes), so an operator's value never depends on the grid.
+
+[WEIGHTS] A read of a captured tensor whose index depends only on the
+reading stage's unit and reduction variables (the rows of ``U`` a block's
+gate units multiply the state by) is staged once per launch into shared
+memory, ``[unit position, reduction index]``, and read from there at
+every step: the recurrent weights stay on chip for the whole loop, each
+block holding the rows of its units. Rows are padded so that the lanes of
+neighbouring units fall in different memory banks. Staged largest first
+while ``SHARED_BUDGET`` allows; the rest is read from global memory.
+
+Where values live: the state's double buffer, and each stage no step
+output holds, in global memory (one block: shared memory while it fits);
+a replicated stage in shared memory (each block its copy); a stage that
+is a step output directly in the output (``outs[t]`` or the next state).
+A replicated stage's outputs are written by block 0 alone."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import tvm
+import tvm_ffi
+from tvm import s_tir, te, tirx
+
+from ...runtime.errors import BackendError
+from ..values import Leaf
+from .emit import Elements, combine, decode
+from .indices import free_vars
+from .owners import Ownership, Plan, contiguous
+from .stages import Read, Stage, StepStages, same_tensor, tensor_reads
+from .threads import Loop, Sync, Threads
+
+SHARED_BUDGET = 44 * 1024
+"""Bytes of shared memory a block's staged weights, replicated stages,
+partial sums and (one block) state and stages may take: below the 48 KiB
+a block gets without asking (TVM's own barriers need none)."""
+
+MAX_LANES = 8
+"""Most threads sharing one element's sum ([ITEMS])."""
+
+
+@dataclass
+class Inputs:
+    """What the step's placeholders are: for each, its kind and position
+    (``("x", k)``, ``("state", i)``, ``("captured", k)``, ``("hoisted", k)``)."""
+
+    kinds: dict[Any, tuple[str, int]]
+    invariant: frozenset[int]  # state leaves the step returns unchanged
+    hoisted_seq: list[bool]
+    n_outputs: int  # out_t leaves; the step's outputs after them are state leaves
+    changed: list[int]  # the state leaf of each step output after the out_t ones
+
+
+@dataclass
+class Built:
+    """The kernel and what its parameters after the inputs are."""
+
+    func: Any
+    tables: list[np.ndarray]
+    scratch: list[Leaf]
+    blocks: int
+    threads: int
+    phases: int
+    staged: list[str] = field(default_factory=list)  # "stage:tensor" per staged read
+
+
+def lanes_for(stage: Stage, exact: bool) -> int:
+    """[ITEMS] Threads per element of a reduction: by its extent alone."""
+    body = stage.op.body[0]
+    if exact or not stage.is_reduction or not isinstance(body, tirx.Reduce) or list(body.init):
+        return 1
+    extent = stage.reduce_extent
+    lanes = 1
+    while lanes < MAX_LANES and extent >= 16 * lanes:
+        lanes *= 2
+    return lanes
+
+
+def _param(name: str, shape: Sequence[Any], dtype: str) -> Any:
+    return tirx.decl_buffer(
+        list(shape),
+        dtype,
+        name,
+        data_alignment=max(1, tvm.DataType(dtype).bits // 8),
+        offset_factor=1,
+    )
+
+
+def _itemsize(dtype: str) -> int:
+    return max(1, tvm.DataType(dtype).bits // 8)
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass
+class _Home:
+    """Where a stage output's elements are: a buffer and its leading index."""
+
+    buffer: Any
+    lead: list[Any]
+
+
+def _subst(node: Any, mapping: dict[Any, Any]) -> Any:
+    return tvm_ffi.structural_map(node, (tirx.Var, lambda v: mapping.get(v, v)))
+
+
+def _product(values: Sequence[int]) -> int:
+    return int(np.prod(values, dtype=np.int64))
+
+
+class KernelBuilder:
+    """Builds the persistent kernel ([KERNEL]) of one step."""
+
+    def __init__(
+        self,
+        steps: StepStages,
+        plan: Plan,
+        inputs: Inputs,
+        leaves: dict[str, list[te.Tensor]],
+        length: Any,
+        model: Threads,
+        exact: bool,
+    ) -> None:
+        self.steps, self.plan, self.inputs, self.model = steps, plan, inputs, model
+        self.length = length
+        self.t: Any = tirx.Var("t", "int32")
+        self.parity = 0
+        self.budget = SHARED_BUDGET
+        self.elements = Elements(steps.inlined, model.local)
+        self.step_outputs: list[te.Tensor] = leaves["step_outputs"]
+        self.scratch: list[tuple[Any, Leaf]] = []
+        self.tables: list[tuple[Any, np.ndarray]] = []
+        self.staged: dict[Stage, list[tuple[Read, Any, bool, bool]]] = {}
+        self.staging: list[tuple[Stage, Read, Any, bool, bool, int, int]] = []
+        self.units: dict[Stage, tuple[Any, Any, int]] = {}
+        self.current: dict[Any, Any] = {}
+        x, state, captured, hoisted = (leaves[k] for k in ("x", "state", "captured", "hoisted"))
+        self.xs = [_param(f"xs{i}", [length, *t.shape], t.dtype) for i, t in enumerate(x)]
+        self.init = [_param(f"init{i}", t.shape, t.dtype) for i, t in enumerate(state)]
+        self.caps = [_param(f"captured{i}", t.shape, t.dtype) for i, t in enumerate(captured)]
+        self.hoisted = []
+        for i, (t, seq) in enumerate(zip(hoisted, inputs.hoisted_seq, strict=True)):
+            shape = [length, *t.shape[1:]] if seq else list(t.shape)
+            self.hoisted.append(_param(f"hoisted{i}", shape, t.dtype))
+        self.outs = [
+            _param(f"outs{i}", [length, *t.shape], t.dtype) for i, t in enumerate(leaves["outputs"])
+        ]
+        self.final = [_param(f"final{i}", t.shape, t.dtype) for i, t in enumerate(state)]
+        self.state_shapes = [([int(d) for d in t.shape], str(t.dtype)) for t in state]
+        self.lanes = {s: lanes_for(s, exact) for s in steps.stages}
+
+    # ----------------------------------------------------------- placement
+    def _scratch(self, name: str, shape: list[int], dtype: str) -> Any:
+        buf = _param(name, shape, dtype)
+        self.scratch.append((buf, Leaf(tuple(shape), dtype)))
+        return buf
+
+    def _fits(self, nbytes: int) -> bool:
+        if nbytes <= self.budget:
+            self.budget -= nbytes
+            return True
+        return False
+
+    def _dtypes(self, s: Stage) -> list[str]:
+        return [str(s.op.output(i).dtype) for i in range(s.op.num_outputs)]
+
+    def _place(self) -> None:
+        """Buffers for the partial sums, the replicated stages, the state,
+        the staged weights and the other stages, in that priority."""
+        model, blocks = self.model, self.plan.blocks
+        self.partials: dict[Stage, list[Any]] = {}
+        for s in self.steps.stages:
+            lanes = self.lanes[s]
+            if lanes == 1:
+                continue
+            items = self._items_max(s) * lanes
+            if self._fits(items * sum(_itemsize(d) for d in self._dtypes(s))):
+                self.partials[s] = [
+                    model.shared(f"{s.name}_partial{i}", [items], d)
+                    for i, d in enumerate(self._dtypes(s))
+                ]
+            else:
+                self.lanes[s] = 1
+        self.homes: dict[tuple[Stage, int], _Home] = {}
+        for s in self.steps.stages:
+            if self._owner(s).axis is not None:
+                continue
+            for i, d in enumerate(self._dtypes(s)):
+                if not self._fits(_product(s.shape) * _itemsize(d)):
+                    raise BackendError("a replicated stage does not fit in shared memory")
+                self.homes[(s, i)] = _Home(model.shared(f"{s.name}_{i}", s.shape, d), [])
+        self.states: list[tuple[_Home, _Home] | None] = []
+        for i, (shape, dtype) in enumerate(self.state_shapes):
+            if i in self.inputs.invariant:
+                self.states.append(None)
+            elif blocks == 1 and self._fits(2 * _product(shape) * _itemsize(dtype)):
+                even = model.shared(f"state{i}_even", shape, dtype)
+                odd = model.shared(f"state{i}_odd", shape, dtype)
+                self.states.append((_Home(even, []), _Home(odd, [])))
+            else:
+                both = self._scratch(f"state{i}", [2, *shape], dtype)
+                self.states.append((_Home(both, [0]), _Home(both, [1])))
+        self._stage_weights()
+        for s in self.steps.stages:
+            for i, d in enumerate(self._dtypes(s)):
+                if (s, i) in self.homes:
+                    continue
+                if any(self._value_of(s, k) == i for k in s.destinations):
+                    continue  # a step output: its destination ([PARITY])
+                if blocks == 1 and self._fits(_product(s.shape) * _itemsize(d)):
+                    self.homes[(s, i)] = _Home(model.shared(f"{s.name}_{i}", s.shape, d), [])
+                else:
+                    self.homes[(s, i)] = _Home(self._scratch(f"{s.name}_{i}", s.shape, d), [])
+
+    def _value_of(self, s: Stage, k: int) -> int:
+        """Which of ``s``'s outputs step output ``k`` is (a copy: the first)."""
+        out = self.step_outputs[k]
+        return int(out.value_index) if out.op.same_as(s.op) else 0
+
+    def _destination(self, k: int) -> _Home:
+        """Where step output ``k`` is written at the step being built:
+        ``outs[k][t]`` or the next state (the other parity's buffer)."""
+        if k < self.inputs.n_outputs:
+            return _Home(self.outs[k], [self.t])
+        pair = self.states[self.inputs.changed[k - self.inputs.n_outputs]]
+        assert pair is not None
+        return pair[1 - self.parity]
+
+    def _home(self, s: Stage, i: int) -> _Home:
+        """Where ``s``'s output ``i`` is, at the step being built."""
+        home = self.homes.get((s, i))
+        if home is not None:
+            return home
+        k = next(k for k in s.destinations if self._value_of(s, k) == i)
+        return self._destination(k)
+
+    # ---------------------------------------------------------- ownership
+    def _owner(self, s: Stage) -> Ownership:
+        return self.plan.owners[s]
+
+    def _rest(self, s: Stage) -> list[int]:
+        """The extents of the axes other than the unit axis."""
+        axis = self._owner(s).axis
+        return [n for a, n in enumerate(s.shape) if a != axis]
+
+    def _items_max(self, s: Stage) -> int:
+        """Most elements of ``s`` one block computes."""
+        own = self._owner(s)
+        if own.axis is None:
+            return _product(s.shape)
+        _, counts = own.units(self.plan.blocks)
+        return int(counts.max()) * _product(self._rest(s))
+
+    def _unit_table(self, s: Stage) -> tuple[Any, Any, int]:
+        """``(unit(i), count, most)``: the block's ``i``-th unit of ``s``
+        and how many it has, as expressions of ``bx``; tables only when the
+        split is not even contiguous runs."""
+        if s in self.units:
+            return self.units[s]
+        own, blocks, bx = self._owner(s), self.plan.blocks, self.model.bx
+        assert own.axis is not None and own.owner is not None
+        extent = s.shape[own.axis]
+        table, counts = own.units(blocks)
+        made: tuple[Any, Any, int]
+        if blocks == 1:
+            made = (lambda i: i, tirx.const(extent, "int32"), extent)
+        elif extent % blocks == 0 and np.array_equal(own.owner, contiguous(extent, blocks)):
+            per = extent // blocks
+            made = (lambda i, per=per: bx * per + i, tirx.const(per, "int32"), per)
+        else:
+            units = self._table(f"{s.name}_units", table)
+            count = self._table(f"{s.name}_count", counts)
+            made = (
+                lambda i, units=units: tirx.BufferLoad(units, [bx, i]),
+                tirx.BufferLoad(count, [bx]),
+                int(counts.max()),
+            )
+        self.units[s] = made
+        return made
+
+    def _table(self, name: str, data: np.ndarray) -> Any:
+        buf = _param(name, list(data.shape), "int32")
+        self.tables.append((buf, data.astype(np.int32)))
+        return buf
+
+    # ------------------------------------------------------------ weights
+    def _stage_weights(self) -> None:
+        """[WEIGHTS] Which captured reads are staged in shared memory."""
+        candidates = []
+        for s in self.steps.stages:
+            axis = self._owner(s).axis
+            reduce_vars = [iv.var for iv in s.reduce_axes]
+            unit_var = s.axes[axis] if axis is not None else None
+            allowed = [*reduce_vars, *([unit_var] if unit_var is not None else [])]
+            kept: list[Read] = []
+            for read in s.reads:
+                kind = self.inputs.kinds.get(read.tensor.op)
+                if kind is None or kind[0] != "captured" or tensor_reads(read.index):
+                    continue
+                variables = free_vars(read.index)
+                if not variables or not all(any(v.same_as(a) for a in allowed) for v in variables):
+                    continue
+                if any(_same_read(read, k) for k in kept):
+                    continue
+                kept.append(read)
+                by_unit = unit_var is not None and any(v.same_as(unit_var) for v in variables)
+                by_reduce = any(any(v.same_as(r) for r in reduce_vars) for v in variables)
+                rows = self._unit_table(s)[2] if by_unit else 1
+                width = self._row_width(s) if by_reduce else 1
+                nbytes = rows * width * _itemsize(str(read.tensor.dtype))
+                candidates.append((nbytes, s, read, by_unit, by_reduce, rows, width))
+        candidates.sort(key=lambda c: -c[0])
+        for nbytes, s, read, by_unit, by_reduce, rows, width in candidates:
+            if not self._fits(nbytes):
+                continue
+            name = f"{s.name}_{read.tensor.op.name}_staged"
+            buf = self.model.shared(name, [rows, width], str(read.tensor.dtype))
+            self.staged.setdefault(s, []).append((read, buf, by_unit, by_reduce))
+            self.staging.append((s, read, buf, by_unit, by_reduce, rows, width))
+
+    def _row_width(self, s: Stage) -> int:
+        """A staged row's length: the reduction's extent, padded so that
+        neighbouring units' lanes fall in different banks."""
+        extent = s.reduce_extent
+        if extent < 32:
+            return extent
+        return extent + (self.lanes[s] - extent) % 32
+
+    def _staging_piece(
+        self, s: Stage, read: Read, buf: Any, by_unit: bool, by_reduce: bool, rows: int, _w: int
+    ) -> Any:
+        """One thread's share of copying a staged read's values."""
+        extent = s.reduce_extent if by_reduce else 1
+        mapping: dict[Any, Any] = {}
+        w = tirx.Var("w", "int32")
+        i = tirx.floordiv(w, extent) if extent > 1 else w
+        r = tirx.floormod(w, extent) if extent > 1 else tirx.const(0, "int32")
+        limit = None
+        if by_unit:
+            unit_of, count, _ = self._unit_table(s)
+            mapping[s.axes[self._owner(s).axis]] = unit_of(i)
+            limit = count * extent
+        if by_reduce:
+            coords = decode(r, [int(iv.dom.extent) for iv in s.reduce_axes])
+            mapping.update(zip([iv.var for iv in s.reduce_axes], coords, strict=True))
+        for v in s.axes:
+            mapping.setdefault(v, tirx.const(0, "int32"))
+        kind = self.inputs.kinds[read.tensor.op]
+        value = tirx.BufferLoad(self.caps[kind[1]], [_subst(e, mapping) for e in read.index])
+        return self._dealt(w, rows * extent, self.model.store(buf, value, [i, r]), limit)
+
+    # -------------------------------------------------------------- items
+    def _dealt(self, w: Any, total: int, body: Any, limit: Any = None, guard: Any = None) -> Any:
+        """``body`` for each ``w < total`` this thread is dealt (``tx``,
+        ``tx + threads``, ...), where ``w < limit`` and ``guard`` hold."""
+        threads, tx = self.model.threads, self.model.tx
+        if total <= 0:
+            return None
+        rounds = _ceil(total, threads)
+        conds = []
+        if total % threads:
+            conds.append(w < total)
+        if limit is not None:
+            conds.append(w < limit)
+        if guard is not None:
+            conds.append(guard)
+        if conds:
+            cond = conds[0]
+            for c in conds[1:]:
+                cond = tirx.And(cond, c)
+            body = tirx.IfThenElse(cond, body, None)
+        if rounds <= 1:
+            return _subst(body, {w: tx})
+        it = tirx.Var("it", "int32")
+        return tirx.For(it, 0, rounds, tirx.ForKind.SERIAL, _subst(body, {w: it * threads + tx}))
+
+    def _coordinates(self, s: Stage, item: Any) -> tuple[list[Any], Any, Any]:
+        """The coordinates of the block's ``item``-th element of ``s``, the
+        position of its unit among the block's, and the bound on ``item``
+        (the block's count; None: every block computes every element)."""
+        own = self._owner(s)
+        if own.axis is None:
+            return decode(item, s.shape), None, None
+        rest = self._rest(s)
+        n_rest = _product(rest)
+        i = tirx.floordiv(item, n_rest) if n_rest > 1 else item
+        r = tirx.floormod(item, n_rest) if n_rest > 1 else tirx.const(0, "int32")
+        unit_of, count, _ = self._unit_table(s)
+        others = iter(decode(r, rest) if rest else [])
+        coords = [unit_of(i) if a == own.axis else next(others) for a in range(len(s.shape))]
+        return coords, i, count * n_rest if n_rest > 1 else count
+
+    # ------------------------------------------------------------- loads
+    def _loader(self, s: Stage, position: Any, reduce_coords: list[Any] | None) -> Any:
+        """The loads of ``s``'s element (``position``: its unit's position
+        among the block's; ``reduce_coords``: inside its reduction)."""
+
+        def load(tensor: te.Tensor, index: list[Any]) -> Any:
+            kind = self.inputs.kinds.get(tensor.op)
+            if kind is None:
+                stage = self.steps.stage_of(tensor.op)
+                if stage is None:
+                    raise BackendError(f"the loop step reads {tensor.op.name}, never computed")
+                home = self._home(stage, int(tensor.value_index))
+                return self.model.load(home.buffer, [*home.lead, *index])
+            what, k = kind
+            if what == "x":
+                return tirx.BufferLoad(self.xs[k], [self.t, *index])
+            if what == "state":
+                pair = self.states[k]
+                if pair is None:  # invariant: the initial value all along
+                    return tirx.BufferLoad(self.init[k], index)
+                return self.model.load(pair[self.parity].buffer, [*pair[self.parity].lead, *index])
+            if what == "hoisted":
+                lead = [self.t] if self.inputs.hoisted_seq[k] else []
+                return tirx.BufferLoad(self.hoisted[k], [*lead, *index])
+            staged = self._staged_load(s, tensor, index, position, reduce_coords)
+            return staged if staged is not None else tirx.BufferLoad(self.caps[k], index)
+
+        return load
+
+    def _staged_load(
+        self, s: Stage, tensor: te.Tensor, index: list[Any], position: Any, reduce_coords: Any
+    ) -> Any:
+        """[WEIGHTS] The shared copy's load for this read of ``tensor``,
+        when the read (its index over ``s``'s variables, mapped as now) was
+        staged; else None."""
+        for read, buf, by_unit, by_reduce in self.staged.get(s, []):
+            if not same_tensor(read.tensor, tensor) or (by_reduce and reduce_coords is None):
+                continue
+            mapped = [_subst(e, self.current) for e in read.index]
+            if not tvm_ffi.structural_equal(mapped, list(index)):
+                continue
+            row = position if by_unit else tirx.const(0, "int32")
+            flat: Any = tirx.const(0, "int32")
+            if by_reduce:
+                extents = [int(iv.dom.extent) for iv in s.reduce_axes]
+                for c, n in zip(reduce_coords, extents, strict=True):
+                    flat = flat * n + c
+            return self.model.load(buf, [row, flat])
+        return None
+
+    # ------------------------------------------------------------ stages
+    def _stage_pieces(self, s: Stage) -> list[Any]:
+        """The pieces computing ``s``'s elements ([ITEMS])."""
+        lanes = self.lanes[s]
+        w = tirx.Var("w", "int32")
+        item = tirx.floordiv(w, lanes) if lanes > 1 else w
+        lane = tirx.floormod(w, lanes) if lanes > 1 else tirx.const(0, "int32")
+        coords, position, limit = self._coordinates(s, item)
+        self.current = dict(zip(s.axes, coords, strict=True))
+        total = self._items_max(s) * lanes
+        if not s.is_reduction:
+            load = self._loader(s, position, None)
+            stmts, values = self.elements.expressions(list(s.op.body), self.current, load)
+            body = _seq([*stmts, *self._stores(s, coords, values)])
+            return [self._dealt(w, total, body, limit), Sync.BLOCK]
+        values, stmts = self._reduction(s, position, lane, lanes)
+        if lanes == 1:
+            body = _seq([*stmts, *self._stores(s, coords, values)])
+            return [self._dealt(w, total, body, limit), Sync.BLOCK]
+        stores = [
+            self.model.store(p, v, [w]) for p, v in zip(self.partials[s], values, strict=True)
+        ]
+        partial = self._dealt(w, total, _seq([*stmts, *stores]), _times(limit, lanes))
+        return [partial, Sync.BLOCK, self._combine(s), Sync.BLOCK]
+
+    def _reduction(
+        self, s: Stage, position: Any, lane: Any, lanes: int
+    ) -> tuple[list[Any], list[Any]]:
+        """A thread's partial (``lanes`` > 1) or whole sum of ``s``'s
+        element, in order of the reduction index: the accumulators' values
+        and the statements."""
+        red = s.op.body[0]
+        dtypes = self._dtypes(s)
+        accs = [self.model.local(f"{s.name}_acc{i}", d) for i, d in enumerate(dtypes)]
+        stmts: list[Any] = []
+        if list(red.init):
+            load = self._loader(s, position, None)
+            init_stmts, inits = self.elements.expressions(list(red.init), self.current, load)
+            stmts += init_stmts
+        else:
+            inits = list(red.combiner.identity_element)
+        stmts += [tirx.BufferStore(a, v, [0]) for a, v in zip(accs, inits, strict=True)]
+        extents = [int(iv.dom.extent) for iv in s.reduce_axes]
+        total = _product(extents)
+        if lanes == 1:
+            loop_vars = [tirx.Var(f"k{j}", "int32") for j in range(len(extents))]
+            reduce_coords: list[Any] = list(loop_vars)
+        else:
+            j = tirx.Var("j", "int32")
+            flat = j * lanes + lane
+            reduce_coords = decode(flat, extents)
+        self.current.update(zip([iv.var for iv in s.reduce_axes], reduce_coords, strict=True))
+        load = self._loader(s, position, reduce_coords)
+        inner, (cond, *sources) = self.elements.expressions(
+            [red.condition, *red.source], self.current, load
+        )
+        new = combine(red.combiner, [tirx.BufferLoad(a, [0]) for a in accs], sources)
+        if len(accs) == 1:
+            update = [tirx.BufferStore(accs[0], new[0], [0])]
+        else:  # a tuple reduction: every result from the old accumulators
+            temps = [self.model.local(f"{s.name}_new{i}", d) for i, d in enumerate(dtypes)]
+            update = [tirx.BufferStore(tmp, v, [0]) for tmp, v in zip(temps, new, strict=True)]
+            update += [
+                tirx.BufferStore(a, tirx.BufferLoad(tmp, [0]), [0])
+                for a, tmp in zip(accs, temps, strict=True)
+            ]
+        body = _seq([*inner, *update])
+        if not (isinstance(cond, tirx.IntImm) and int(cond) == 1):
+            body = tirx.IfThenElse(cond, body, None)
+        if lanes == 1:
+            for var, n in reversed(list(zip(loop_vars, extents, strict=True))):
+                body = tirx.For(var, 0, n, tirx.ForKind.SERIAL, body)
+        else:
+            if total % lanes:
+                body = tirx.IfThenElse(flat < total, body, None)
+            body = tirx.For(j, 0, _ceil(total, lanes), tirx.ForKind.SERIAL, body)
+        stmts.append(body)
+        return [tirx.BufferLoad(a, [0]) for a in accs], stmts
+
+    def _combine(self, s: Stage) -> Any:
+        """[ITEMS] The lanes' partial sums of each element added in lane order."""
+        lanes = self.lanes[s]
+        w = tirx.Var("w", "int32")
+        coords, _, limit = self._coordinates(s, w)
+        parts = self.partials[s]
+        accs = [self.model.local(f"{s.name}_sum{i}", d) for i, d in enumerate(self._dtypes(s))]
+        stmts = [
+            tirx.BufferStore(a, self.model.load(p, [w * lanes]), [0])
+            for a, p in zip(accs, parts, strict=True)
+        ]
+        for lane in range(1, lanes):
+            new = combine(
+                s.op.body[0].combiner,
+                [tirx.BufferLoad(a, [0]) for a in accs],
+                [self.model.load(p, [w * lanes + lane]) for p in parts],
+            )
+            stmts += [tirx.BufferStore(a, v, [0]) for a, v in zip(accs, new, strict=True)]
+        values = [tirx.BufferLoad(a, [0]) for a in accs]
+        body = _seq([*stmts, *self._stores(s, coords, values)])
+        return self._dealt(w, self._items_max(s), body, limit)
+
+    def _stores(self, s: Stage, coords: list[Any], values: list[Any]) -> list[Any]:
+        """``s``'s element written to its home and to the step outputs it is
+        (a replicated stage's outputs by block 0 alone)."""
+        stmts = []
+        homes = []
+        for i, v in enumerate(values):
+            home = self._home(s, i)
+            stmts.append(self.model.store(home.buffer, v, [*home.lead, *coords]))
+            homes.append(home.buffer)
+        extra = []
+        for k in s.destinations:
+            dest = self._destination(k)
+            if any(dest.buffer.same_as(b) for b in homes):
+                continue
+            value = values[self._value_of(s, k)]
+            extra.append(self.model.store(dest.buffer, value, [*dest.lead, *coords]))
+        if extra and self._owner(s).axis is None and self.plan.blocks > 1:
+            extra = [tirx.IfThenElse(self.model.bx == 0, _seq(extra), None)]
+        return stmts + extra
+
+    # ------------------------------------------------------------- whole
+    def build(self) -> Built:
+        """The kernel's PrimFunc ([KERNEL])."""
+        self._place()
+        model = self.model
+        pieces: list[Any] = [self._staging_piece(*entry) for entry in self.staging]
+        pieces += self._copies(into_state=True)
+        pieces.append(Sync.GRID)
+        # [PARITY] two steps per iteration, each knowing which buffer of the
+        # state it reads; an odd count's last step after.
+        pair = tirx.Var("pair", "int32")
+        both = self._step(pair * 2, 0) + self._step(pair * 2 + 1, 1)
+        pieces.append(Loop(pair, tirx.floordiv(self.length, 2), both))
+        pieces.append(
+            Loop(
+                tirx.Var("odd", "int32"),
+                tirx.floormod(self.length, 2),
+                self._step(self.length - 1, 0),
+            )
+        )
+        pieces += self._copies(into_state=False)
+        body = model.assemble([p for p in pieces if p is not None])
+        root = s_tir.SBlock([], [], [], "root", body, alloc_buffers=list(model.allocations))
+        params = [
+            *self.xs,
+            *self.init,
+            *self.caps,
+            *[b for b, _ in self.tables],
+            *self.hoisted,
+            *self.outs,
+            *self.final,
+            *[b for b, _ in self.scratch],
+        ]
+        func = tirx.PrimFunc(params, s_tir.SBlockRealize([], True, root))
+        attrs: dict[str, Any] = {"global_symbol": "main", "tirx.noalias": True, "s_tir": True}
+        if model.on_gpu and self.plan.blocks > 1:  # a grid barrier needs every block resident
+            attrs["tirx.kernel_launch_params"] = ["tirx.use_cooperative_launch"]
+        for key, value in attrs.items():
+            func = func.with_attr(key, value)
+        return Built(
+            func,
+            [d for _, d in self.tables],
+            [leaf for _, leaf in self.scratch],
+            self.plan.blocks,
+            model.threads,
+            len(self.plan.phases),
+            [f"{s.name}:{r.tensor.op.name}" for s, r, *_ in self.staging],
+        )
+
+    def _step(self, t: Any, parity: int) -> list[Any]:
+        """The pieces of step ``t``, which reads the state's buffer ``parity``."""
+        self.t, self.parity = t, parity
+        pieces: list[Any] = []
+        for phase in self.plan.phases:
+            for s in self.steps.stages:
+                if self._owner(s).phase == phase:
+                    pieces += self._stage_pieces(s)
+            if self.plan.blocks > 1:
+                pieces.append(Sync.GRID)
+        return pieces
+
+    def _copies(self, into_state: bool) -> list[Any]:
+        """The state copied into its even buffer (before the loop) or out of
+        the buffer of the count's parity (after); a block's shared copy by
+        its own threads, a global one each element by one thread of the
+        grid."""
+        model = self.model
+        pieces: list[Any] = []
+        for i, (shape, _) in enumerate(self.state_shapes):
+            size = _product(shape)
+            pair = self.states[i]
+            if size == 0 or (pair is None and into_state):
+                continue
+            whole = model.blocks == 1 or (pair is not None and model.is_per_block(pair[0].buffer))
+            w = tirx.Var("w", "int32")
+            flat = w if whole else w * model.blocks + model.bx
+            coords = decode(flat, shape)
+            if pair is None:  # invariant: the initial value is the final one
+                stmt = tirx.BufferStore(
+                    self.final[i], tirx.BufferLoad(self.init[i], coords), coords
+                )
+            elif into_state:
+                even = pair[0]
+                value = tirx.BufferLoad(self.init[i], coords)
+                stmt = model.store(even.buffer, value, [*even.lead, *coords])
+            else:
+                even, odd = (model.load(h.buffer, [*h.lead, *coords]) for h in pair)
+                value = tirx.Select(tirx.floormod(self.length, 2) == 0, even, odd)
+                stmt = tirx.BufferStore(self.final[i], value, coords)
+            total = size if whole else _ceil(size, model.blocks)
+            pieces.append(self._dealt(w, total, stmt, None, None if whole else flat < size))
+        return pieces
+
+
+def _same_read(a: Read, b: Read) -> bool:
+    return same_tensor(a.tensor, b.tensor) and tvm_ffi.structural_equal(
+        list(a.index), list(b.index)
+    )
+
+
+def _times(limit: Any, per: int) -> Any:
+    return limit if limit is None or per == 1 else limit * per
+
+
+def _seq(stmts: list[Any]) -> Any:
+    stmts = [s for s in stmts if s is not None]
+    if not stmts:
+        return tirx.Evaluate(tirx.const(0, "int32"))
+    return stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)
