@@ -37,6 +37,7 @@ from ....passes.pipeline import STANDARD_PIPELINES
 from ....passes.pipeline import pipeline as parse_pipeline
 from ....runtime.arguments import check_call_options
 from ...interpreter import Sink, State
+from ..loop.cuda import emulation
 from ..relax.lower import RelaxProgram, lower_to_relax
 from ..relax.pipeline import relax_pipeline
 from ..relax.types import NeedsStatic, static
@@ -369,8 +370,12 @@ class CompiledModule:
                 return spec
 
     def _cache(self) -> Cache | None:
-        """The build cache for this program and target (None when off);
-        the program's text, its key, is printed once."""
+        """The build cache for this program and target (None when off, or
+        while GPU loops are emulated on the CPU: loop/cuda/, whose builds
+        the key does not tell apart); the program's text, its key, is
+        printed once."""
+        if emulation() is not None:
+            return None
         if self._program_text is None:
             self._program_text = astext(self.module)
         return Cache.open(self._program_text, self.target)

@@ -65,6 +65,9 @@ a block gets without asking (TVM's own barriers need none)."""
 MAX_LANES = 8
 """Most threads sharing one element's sum ([ITEMS])."""
 
+MAX_CHUNK, MIN_CHUNK = 32, 4
+"""Most and fewest steps of sequence rows one block stages at a time ([ROWS])."""
+
 
 @dataclass
 class Inputs:
@@ -154,12 +157,13 @@ class KernelBuilder:
         self.length = length
         self.t: Any = tirx.Var("t", "int32")
         self.parity = 0
+        self.row: Any = None
         self.budget = SHARED_BUDGET
         self.elements = Elements(steps.inlined, model.local)
         self.step_outputs: list[te.Tensor] = leaves["step_outputs"]
         self.scratch: list[tuple[Any, Leaf]] = []
         self.tables: list[tuple[Any, np.ndarray]] = []
-        self.staged: dict[Stage, list[tuple[Read, Any, bool, bool]]] = {}
+        self.staged: dict[Stage, list[tuple[Read, Any, bool, bool, int]]] = {}
         self.staging: list[tuple[Stage, Read, Any, bool, bool, int, int]] = []
         self.units: dict[Stage, tuple[Any, Any, int]] = {}
         self.current: dict[Any, Any] = {}
@@ -230,6 +234,7 @@ class KernelBuilder:
                 both = self._scratch(f"state{i}", [2, *shape], dtype)
                 self.states.append((_Home(both, [0]), _Home(both, [1])))
         self._stage_weights()
+        self._stage_sequences()
         for s in self.steps.stages:
             for i, d in enumerate(self._dtypes(s)):
                 if (s, i) in self.homes:
@@ -343,9 +348,65 @@ class KernelBuilder:
             if not self._fits(nbytes):
                 continue
             name = f"{s.name}_{read.tensor.op.name}_staged"
-            buf = self.model.shared(name, [rows, width], str(read.tensor.dtype))
-            self.staged.setdefault(s, []).append((read, buf, by_unit, by_reduce))
+            # flat, so that TVM's compaction of buffers keeps the padding
+            buf = self.model.shared(name, [rows * width], str(read.tensor.dtype))
+            self.staged.setdefault(s, []).append((read, buf, by_unit, by_reduce, width))
             self.staging.append((s, read, buf, by_unit, by_reduce, rows, width))
+
+    def _stage_sequences(self) -> None:
+        """[ROWS] One block: the rows of the sequences the steps read (``x_t``,
+        the hoisted products) are copied into shared memory ``chunk`` steps
+        at a time, so that a step waits for no global memory."""
+        self.chunk = 0
+        self.rows: dict[tuple[str, int], Any] = {}
+        if self.model.blocks != 1:
+            return
+        wanted: list[tuple[str, int]] = []
+        for s in self.steps.stages:
+            for read in s.reads:
+                kind = self.inputs.kinds.get(read.tensor.op)
+                seq = kind is not None and (
+                    kind[0] == "x" or (kind[0] == "hoisted" and self.inputs.hoisted_seq[kind[1]])
+                )
+                if seq and kind not in wanted:
+                    wanted.append(kind)
+        sources = [self.xs[k] if what == "x" else self.hoisted[k] for what, k in wanted]
+        row_bytes = sum(
+            _product([int(d) for d in b.shape[1:]]) * _itemsize(str(b.dtype)) for b in sources
+        )
+        chunk = MAX_CHUNK
+        while chunk >= MIN_CHUNK and chunk * row_bytes > self.budget:
+            chunk //= 2
+        if not wanted or chunk < MIN_CHUNK or not self._fits(chunk * row_bytes):
+            return
+        self.chunk = chunk
+        for kind, b in zip(wanted, sources, strict=True):
+            shape = [chunk, *[int(d) for d in b.shape[1:]]]
+            self.rows[kind] = self.model.shared(f"{b.name}_rows", shape, str(b.dtype))
+
+    def _row_copies(self, start: Any, count: Any) -> list[Any]:
+        """[ROWS] Rows ``start .. start + count`` of each staged sequence
+        into its shared rows, ``count`` at most ``chunk``."""
+        pieces = []
+        for (what, k), buf in self.rows.items():
+            source = self.xs[k] if what == "x" else self.hoisted[k]
+            shape = (
+                [int(d) for d in buf.shape[1:]]
+                if self.model.on_gpu
+                else [int(d) for d in buf.shape[2:]]
+            )
+            size = _product(shape)
+            w = tirx.Var("w", "int32")
+            row = tirx.floordiv(w, size) if size > 1 else w
+            coords = (
+                decode(tirx.floormod(w, size), shape)
+                if size > 1
+                else [tirx.const(0, "int32")] * len(shape)
+            )
+            value = tirx.BufferLoad(source, [start + row, *coords])
+            store = self.model.store(buf, value, [row, *coords])
+            pieces.append(self._dealt(w, self.chunk * size, store, count * size))
+        return pieces
 
     def _row_width(self, s: Stage) -> int:
         """A staged row's length: the reduction's extent, padded so that
@@ -356,7 +417,7 @@ class KernelBuilder:
         return extent + (self.lanes[s] - extent) % 32
 
     def _staging_piece(
-        self, s: Stage, read: Read, buf: Any, by_unit: bool, by_reduce: bool, rows: int, _w: int
+        self, s: Stage, read: Read, buf: Any, by_unit: bool, by_reduce: bool, rows: int, width: int
     ) -> Any:
         """One thread's share of copying a staged read's values."""
         extent = s.reduce_extent if by_reduce else 1
@@ -376,13 +437,16 @@ class KernelBuilder:
             mapping.setdefault(v, tirx.const(0, "int32"))
         kind = self.inputs.kinds[read.tensor.op]
         value = tirx.BufferLoad(self.caps[kind[1]], [_subst(e, mapping) for e in read.index])
-        return self._dealt(w, rows * extent, self.model.store(buf, value, [i, r]), limit)
+        store = self.model.store(buf, value, [i * width + r])
+        return self._dealt(w, rows * extent, store, limit)
 
     # -------------------------------------------------------------- items
     def _dealt(self, w: Any, total: int, body: Any, limit: Any = None, guard: Any = None) -> Any:
         """``body`` for each ``w < total`` this thread is dealt (``tx``,
         ``tx + threads``, ...), where ``w < limit`` and ``guard`` hold."""
         threads, tx = self.model.threads, self.model.tx
+        if isinstance(limit, tirx.IntImm | int):  # a bound known now: the tighter one
+            total, limit = min(total, int(limit)), None
         if total <= 0:
             return None
         rounds = _ceil(total, threads)
@@ -433,6 +497,9 @@ class KernelBuilder:
                 home = self._home(stage, int(tensor.value_index))
                 return self.model.load(home.buffer, [*home.lead, *index])
             what, k = kind
+            rows = self.rows.get(kind)
+            if rows is not None:  # [ROWS]
+                return self.model.load(rows, [self.row, *index])
             if what == "x":
                 return tirx.BufferLoad(self.xs[k], [self.t, *index])
             if what == "state":
@@ -454,7 +521,7 @@ class KernelBuilder:
         """[WEIGHTS] The shared copy's load for this read of ``tensor``,
         when the read (its index over ``s``'s variables, mapped as now) was
         staged; else None."""
-        for read, buf, by_unit, by_reduce in self.staged.get(s, []):
+        for read, buf, by_unit, by_reduce, width in self.staged.get(s, []):
             if not same_tensor(read.tensor, tensor) or (by_reduce and reduce_coords is None):
                 continue
             mapped = [_subst(e, self.current) for e in read.index]
@@ -466,7 +533,7 @@ class KernelBuilder:
                 extents = [int(iv.dom.extent) for iv in s.reduce_axes]
                 for c, n in zip(reduce_coords, extents, strict=True):
                     flat = flat * n + c
-            return self.model.load(buf, [row, flat])
+            return self.model.load(buf, [row * width + flat])
         return None
 
     # ------------------------------------------------------------ stages
@@ -598,18 +665,7 @@ class KernelBuilder:
         pieces: list[Any] = [self._staging_piece(*entry) for entry in self.staging]
         pieces += self._copies(into_state=True)
         pieces.append(Sync.GRID)
-        # [PARITY] two steps per iteration, each knowing which buffer of the
-        # state it reads; an odd count's last step after.
-        pair = tirx.Var("pair", "int32")
-        both = self._step(pair * 2, 0) + self._step(pair * 2 + 1, 1)
-        pieces.append(Loop(pair, tirx.floordiv(self.length, 2), both))
-        pieces.append(
-            Loop(
-                tirx.Var("odd", "int32"),
-                tirx.floormod(self.length, 2),
-                self._step(self.length - 1, 0),
-            )
-        )
+        pieces += self._steps() if not self.chunk else self._chunked_steps()
         pieces += self._copies(into_state=False)
         body = model.assemble([p for p in pieces if p is not None])
         root = s_tir.SBlock([], [], [], "root", body, alloc_buffers=list(model.allocations))
@@ -639,9 +695,46 @@ class KernelBuilder:
             [f"{s.name}:{r.tensor.op.name}" for s, r, *_ in self.staging],
         )
 
-    def _step(self, t: Any, parity: int) -> list[Any]:
-        """The pieces of step ``t``, which reads the state's buffer ``parity``."""
-        self.t, self.parity = t, parity
+    def _steps(self) -> list[Any]:
+        """[PARITY] Two steps per iteration, each knowing which buffer of the
+        state it reads; an odd count's last step after."""
+        pair = tirx.Var("pair", "int32")
+        both = self._step(pair * 2, 0) + self._step(pair * 2 + 1, 1)
+        odd = tirx.Var("odd", "int32")
+        return [
+            Loop(pair, tirx.floordiv(self.length, 2), both),
+            Loop(odd, tirx.floormod(self.length, 2), self._step(self.length - 1, 0)),
+        ]
+
+    def _chunked_steps(self) -> list[Any]:
+        """[ROWS] [PARITY] The steps ``chunk`` at a time, each chunk's rows
+        copied first (an even chunk keeps the parities of [PARITY]); the
+        last, shorter chunk after."""
+        chunk = self.chunk
+        c, pair = tirx.Var("c", "int32"), tirx.Var("pair", "int32")
+        start = c * chunk
+        both = self._step(start + pair * 2, 0, pair * 2) + self._step(
+            start + pair * 2 + 1, 1, pair * 2 + 1
+        )
+        whole = [*self._row_copies(start, chunk), Sync.BLOCK, Loop(pair, chunk // 2, both)]
+        rest = tirx.floormod(self.length, chunk)
+        base = self.length - rest
+        tail_pair, odd = tirx.Var("pair", "int32"), tirx.Var("odd", "int32")
+        tail_both = self._step(base + tail_pair * 2, 0, tail_pair * 2) + self._step(
+            base + tail_pair * 2 + 1, 1, tail_pair * 2 + 1
+        )
+        return [
+            Loop(c, tirx.floordiv(self.length, chunk), whole),
+            *self._row_copies(base, rest),
+            Sync.BLOCK,
+            Loop(tail_pair, tirx.floordiv(rest, 2), tail_both),
+            Loop(odd, tirx.floormod(rest, 2), self._step(self.length - 1, 0, rest - 1)),
+        ]
+
+    def _step(self, t: Any, parity: int, row: Any = None) -> list[Any]:
+        """The pieces of step ``t``, which reads the state's buffer ``parity``
+        (and the staged sequences' ``row``)."""
+        self.t, self.parity, self.row = t, parity, row
         pieces: list[Any] = []
         for phase in self.plan.phases:
             for s in self.steps.stages:
