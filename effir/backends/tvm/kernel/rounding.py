@@ -117,13 +117,24 @@ def for_cuda(stmt: Any) -> Any:
         call = mutator.default_mutate(call)
         if call.op.name != "tirx.call_llvm_pure_intrin" or int(call.args[0]) != fence_id:
             return call
-        value = call.args[1]
-        name = _CUDA_PRODUCTS.get(str(value.dtype))
-        if isinstance(value, tirx.Mul) and name is not None:
-            return tirx.call_pure_extern(str(value.dtype), name, value.a, value.b)
-        return value
+        return _cuda_product(call.args[1], str(call.ty))
 
     return tvm_ffi.structural_mutate(stmt, [(tvm.ir.expr.Call, on_call)])
+
+
+def _cuda_product(expr: Any, dtype: str) -> Any:
+    """A fenced value (its ``Let`` bindings, then the product) with the
+    product made CUDA's unfused multiply."""
+    lets = []
+    while isinstance(expr, tirx.Let):
+        lets.append(expr)
+        expr = expr.body
+    name = _CUDA_PRODUCTS.get(dtype)
+    if isinstance(expr, tirx.Mul) and name is not None:
+        expr = tirx.call_pure_extern(dtype, name, expr.a, expr.b)
+    for let in reversed(lets):
+        expr = tirx.Let(let.var, let.value, expr)
+    return expr
 
 
 def _ends_in_product(expr: Any) -> bool:

@@ -52,7 +52,7 @@ def evaluate(expr: Any, env: Mapping[Any, np.ndarray]) -> np.ndarray | None:
                 results.append(None if value is None else np.asarray(value, dtype=np.int64))
             elif kind in _BINARY or isinstance(node, tirx.Div | tirx.Mod):
                 work += [(node, True), (node.b, False), (node.a, False)]
-            elif isinstance(node, tirx.Cast) and tvm.DataType(node.dtype).type_code in (0, 1):
+            elif isinstance(node, tirx.Cast) and tvm.DataType(str(node.ty)).type_code in (0, 1):
                 work += [(node, True), (node.value, False)]
             else:
                 results.append(None)
