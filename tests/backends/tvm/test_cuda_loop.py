@@ -150,6 +150,23 @@ def test_the_gradients_loops_are_persistent_kernels_rounding_per_operator() -> N
 
 
 @needs_nvcc
+@pytest.mark.parametrize("checkpoint", ["loop", "sqrt"])
+def test_a_checkpointed_gradients_inner_loops_build_for_cuda(checkpoint: str) -> None:
+    """Checkpointing splits the loop into segments: the inner loops' step
+    counts are products of symbols, which the prologue's thread binding
+    must take as they are (it once asked for their integer value)."""
+    from tests.autodiff.test_grad_hoist import _gru_text
+
+    module = effir.parse(_gru_text(12, 4, 3, 8))
+    g = effir.value_and_grad(module, wrt=["h0", "w", "u"], checkpoint=checkpoint)
+    compiled = effir.compile(g, target="cuda", entry="main_grad")
+    (spec,) = compiled.specializations.values()
+    kernels, prologues, _ = loop_symbols(spec)
+    assert kernels and prologues
+    assert ".entry" in spec.ptx()
+
+
+@needs_nvcc
 def test_a_loop_with_a_branch_stays_a_vm_loop_on_cuda() -> None:
     """A body the kernel cannot hold (an ``if`` on data) is still the VM's
     loop of kernels, as before."""
