@@ -24,7 +24,7 @@ alone (1 in a gradient program: an in-order sum, as every other kernel of
 a gradient computes), so an operator's value never depends on the grid.
 
 [WEIGHTS] [CHUNKS] What is staged on chip, and where each value
-lives: placement.py [PLACE]."""
+lives: staging.py [PLACE]."""
 
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ from ...runtime.errors import BackendError
 from ..values import Leaf
 from .emit import Elements, combine, decode
 from .owners import Plan
-from .placement import SHARED_BUDGET, Inputs, Placement, param, product, substituted
 from .stages import Read, Stage, StepStages
+from .staging import SHARED_BUDGET, Inputs, Placement, param, product, substituted
 from .threads import Loop, Sync, Threads
 
 MAX_LANES = 8
