@@ -2,14 +2,22 @@
 run on a GPU: are they right, and how fast are they.
 
     python benchmarks/cuda_loop_checks.py [--repeats N] [--part checks|speed|all]
+        [--dry | --emulate]
 
-or ``cuda_loop_checks.run(repeats)`` from another script
-(benchmarks/cuda_device.py). Each row printed is ``name | ok/FAIL |
-detail``; a failing item prints its traceback and the run goes on.
-``--emulate`` runs the checks on a CPU, the loops built as the GPU's and
-run serially (``effir.backends.tvm.loop.cuda.emulated``): the checks
-themselves checked where there is no GPU (tests/backends/tvm/
-test_cuda_loop_emulated.py).
+or ``cuda_loop_checks.rows(target, dry)`` from benchmarks/cuda_device.py
+(its part ``loops``): a list of ``(name, "ok" | "FAIL" | "built",
+detail)``. Each row printed is ``name | status | detail``; a failing item
+prints its traceback and the run goes on. Three ways to run:
+
+- on a GPU (target ``cuda``): the checks run, then the timings;
+- ``--dry`` (``rows("cuda", dry=True)``), any machine with nvcc: every
+  program of the checks built for CUDA and its loops checked to be
+  persistent kernels (no VM loop left), nothing run: rows ``built``;
+- ``--emulate`` (``rows("llvm", dry=False)``): the checks on a CPU, the
+  loops built as the GPU's and run serially
+  (``effir.backends.tvm.loop.cuda.emulated``) at sizes small enough for
+  it: the checks themselves checked where there is no GPU
+  (tests/backends/tvm/test_cuda_loop_emulated.py).
 
 Checks, each against the interpreter or numpy, each also checking that
 the loop was built as a persistent kernel (no VM loop left):
@@ -26,7 +34,7 @@ the loop was built as a persistent kernel (no VM loop left):
 
 Speed: the GRU (weights ``(3H, I)``) compiled for CUDA, called from numpy
 (the host-device copies included, as benchmarks/cuda_device.py times
-effir), median of ``--repeats`` calls after warm-up. The targets are the
+effir from numpy), median of ``--repeats`` calls after warm-up. The targets are the
 H200's JAX and cuDNN times of benchmarks/cuda_device.py (docs/backend.md,
 "CUDA").
 """
@@ -69,14 +77,27 @@ EMULATED_SIZES = ((16, 32, 20, 1, ""), (16, 64, 7, 3, ""))
 and a grid of several."""
 
 
+SPEED_REPEATS = 20
+"""Timed calls per case when ``rows`` runs the timings (after warm-up)."""
+
+
+class Built(Exception):
+    """Raised by a check in dry mode once its programs are built and their
+    loops are persistent kernels: nothing more can be checked without a GPU."""
+
+
 @dataclass
 class Row:
     name: str
-    ok: bool
+    status: str  # ok, FAIL, built
     detail: str
 
+    @property
+    def ok(self) -> bool:
+        return self.status != "FAIL"
+
     def __str__(self) -> str:
-        return f"{self.name} | {'ok' if self.ok else 'FAIL'} | {self.detail}"
+        return f"{self.name} | {self.status} | {self.detail}"
 
 
 def loop_kernels(compiled: Any) -> tuple[int, int]:
@@ -89,30 +110,41 @@ def loop_kernels(compiled: Any) -> tuple[int, int]:
     return whole, vm
 
 
-def item(rows: list[Row], name: str, check: Callable[[], str]) -> None:
+def item(made: list[Row], name: str, check: Callable[[], str]) -> None:
     """Run ``check``; a row with its detail, or FAIL and the traceback."""
     try:
-        row = Row(name, True, check())
-    except Exception:
-        row = Row(name, False, traceback.format_exc().strip().splitlines()[-1])
+        row = Row(name, "ok", check())
+    except Built as built:
+        row = Row(name, "built", str(built))
+    except Exception as err:  # the row says what, the traceback above it where
+        first = (str(err).strip().splitlines() or [""])[0]
+        row = Row(name, "FAIL", f"{type(err).__name__}: {first}"[:300])
         print(traceback.format_exc(), flush=True)
-    rows.append(row)
+    made.append(row)
     print(row, flush=True)
 
 
-def _persistent(compiled: Any, at_least: int = 1) -> str:
+def _persistent(compiled: Any, at_least: int = 1, dry: bool = False) -> str:
+    """What ``compiled`` was built into, asserted: ``at_least`` persistent
+    loops and no VM loop. In dry mode, the end of the check (``Built``)."""
     whole, vm = loop_kernels(compiled)
     assert whole >= at_least and vm == 0, f"{whole} persistent loops, {vm} VM loops"
+    if dry:
+        raise Built(f"{whole} persistent loop(s), no VM loop; not run")
     return f"{whole} persistent loop(s)"
 
 
 # ------------------------------------------------------------------ checks
-def gru_check(inputs: int, hidden: int, length: int, batch: int, target: str) -> str:
+def gru_check(
+    inputs: int, hidden: int, length: int, batch: int, target: str, dry: bool = False
+) -> str:
+    module = effir.check(effir.parse(gru_text(inputs, hidden)))
+    compiled = effir.compile(module, target=target, dims={"t": length, "b": batch})
+    _persistent(compiled, dry=dry)
     rng = np.random.default_rng(0)
     xs = rng.standard_normal((length, batch, inputs), dtype=np.float32)
     h0 = rng.standard_normal((batch, hidden), dtype=np.float32)
     w, u, bias = weights(inputs, hidden)
-    compiled = effir.compile(effir.check(effir.parse(gru_text(inputs, hidden))), target=target)
     outs, h = compiled(xs, h0, w, u, bias)
     want_outs, want_h = numpy_gru(xs, h0, w, u, bias)
     np.testing.assert_allclose(outs, want_outs, rtol=1e-4, atol=1e-5)
@@ -126,14 +158,15 @@ def gru_check(inputs: int, hidden: int, length: int, batch: int, target: str) ->
     return f"{_persistent(compiled)}, max |h - numpy| {err:.2e}"
 
 
-def dropout_check(target: str) -> str:
+def dropout_check(target: str, dry: bool = False) -> str:
     module = effir.check(effir.parse((ROOT / "examples" / "rnn_dropout_bn.effir").read_text()))
+    compiled = effir.compile(module, target=target, dims={"t": 30, "b": 4})
+    _persistent(compiled, dry=dry)
     rng = np.random.default_rng(1)
     shapes = [(30, 4, 8), (4, 16), (16, 8), (16, 16), (16,), (16,), (16,)]
     args = [(rng.standard_normal(s) * 0.25).astype(np.float32) for s in shapes]
     interpreted, state = effir.State(module), effir.State(module)
     want = effir.interpret(module, *args, state=interpreted)
-    compiled = effir.compile(module, target=target)
     got = compiled(*args, state=state)
     for a, b in zip(got, want, strict=True):  # 30 steps, then batch norm: rounding grows
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-4)
@@ -141,7 +174,7 @@ def dropout_check(target: str) -> str:
     return f"{_persistent(compiled)}, keys bit-identical"
 
 
-def gradient_check(target: str) -> str:
+def gradient_check(target: str, dry: bool = False) -> str:
     from gru_lm_training import Config, build, init_params
 
     from effir.backends.interpreter import interpret_a2
@@ -154,15 +187,23 @@ def gradient_check(target: str) -> str:
     tokens = rs.integers(0, cfg.vocab, (cfg.seq_len, cfg.batch)).astype(np.int32)
     targets = rs.integers(0, cfg.vocab, (cfg.seq_len, cfg.batch)).astype(np.int32)
     params = init_params(cfg)
-    results, loops = {}, []
+    # the forward and the reverse loop persistent kernels in every mode; a
+    # checkpointed mode's loop over segments stays the VM's (its body holds
+    # the segment's loops), each segment's loops persistent kernels
+    results, loops = {}, {}
     for mode in ("none", "loop", "sqrt"):
         module = build(cfg, grad="effir", checkpoint=mode)
-        compiled = effir.compile(module, target=target)
+        compiled = effir.compile(module, target=target, dims={}, entry="loss_grad")
+        loops[mode] = whole, vm = loop_kernels(compiled)
+        assert whole >= 2 and (vm == 0 or mode != "none"), f"{mode}: {whole} persistent, {vm} VM"
+        if dry:
+            continue
         loss, grads = compiled(
             tokens, targets, *params, entry="loss_grad", state=effir.State(module)
         )
         results[mode] = [np.asarray(loss), *(np.asarray(g) for g in grads)]
-        loops.append(loop_kernels(compiled)[0])
+    if dry:
+        raise Built(f"(persistent, VM) loops per mode {loops}; not run")
     want_loss, want = interpret_a2(
         module, tokens, targets, *params, entry="loss_grad", state=effir.State(module)
     )
@@ -171,32 +212,36 @@ def gradient_check(target: str) -> str:
     for mode in ("loop", "sqrt"):
         for i, (a, b) in enumerate(zip(results["none"], results[mode], strict=True)):
             assert np.array_equal(a, b), f"{mode}: result {i} differs from none's"
-    return f"persistent loops per mode {loops}, modes bit-identical"
+    return f"(persistent, VM) loops per mode {loops}, modes bit-identical"
 
 
-def checks(target: str = "cuda", sizes: tuple = SPEED_CASES) -> list[Row]:
+def checks(target: str = "cuda", sizes: tuple = SPEED_CASES, dry: bool = False) -> list[Row]:
     """The checks, built for ``target`` (``"llvm"`` inside ``emulated()``:
-    the GPU's loops run on the CPU)."""
-    rows: list[Row] = []
+    the GPU's loops run on the CPU); in dry mode built and not run."""
+    made: list[Row] = []
     for inputs, hidden, length, batch, _ in sizes:
         name = f"gru H={hidden} T={length} B={batch} on {target} equals numpy"
 
         def gru(i: int = inputs, h: int = hidden, t: int = length, b: int = batch) -> str:
-            return gru_check(i, h, t, b, target)
+            return gru_check(i, h, t, b, target, dry)
 
-        item(rows, name, gru)
+        item(made, name, gru)
     item(
-        rows,
+        made,
         "rnn with dropout in the step: keys split in the kernel",
-        lambda: dropout_check(target),
+        lambda: dropout_check(target, dry),
     )
-    item(rows, "value_and_grad of the GRU LM, none/loop/sqrt", lambda: gradient_check(target))
-    return rows
+    item(
+        made,
+        "value_and_grad of the GRU LM, none/loop/sqrt",
+        lambda: gradient_check(target, dry),
+    )
+    return made
 
 
 # ------------------------------------------------------------------- speed
-def speed(repeats: int) -> list[Row]:
-    rows: list[Row] = []
+def speed(repeats: int, target: str = "cuda") -> list[Row]:
+    made: list[Row] = []
     for inputs, hidden, length, batch, goal in SPEED_CASES:
 
         def timed(
@@ -206,47 +251,74 @@ def speed(repeats: int) -> list[Row]:
             xs = rng.standard_normal((t, b, i), dtype=np.float32)
             h0 = rng.standard_normal((b, h), dtype=np.float32)
             w, u, bias = weights(i, h)
-            compiled = effir.compile(effir.check(effir.parse(gru_text(i, h))), target="cuda")
+            module = effir.check(effir.parse(gru_text(i, h)))
+            compiled = effir.compile(module, target=target, dims={"t": t, "b": b})
             compiled(xs, h0, w, u, bias)
             _persistent(compiled)
             ms = 1e3 * median_after_warmup(lambda: compiled(xs, h0, w, u, bias), repeats)
             return f"{ms:.3f} ms (target {goal} ms)"
 
-        item(rows, f"gru H={hidden} T={length} B={batch}: effir cuda (numpy in/out)", timed)
-    return rows
+        item(made, f"gru H={hidden} T={length} B={batch}: effir cuda (numpy in/out)", timed)
+    return made
 
 
-def run(repeats: int = 20, part: str = "all") -> list[Row]:
-    """Every check and timing, each row printed as it is made."""
+def run(repeats: int = SPEED_REPEATS, part: str = "all", target: str = "cuda") -> list[Row]:
+    """Every check and timing on the GPU, each row printed as it is made."""
     import tvm
 
     device = tvm.cuda(0)
     name = str(device.device_name) if device.exist else "no GPU"
     print(f"cuda_loop_checks on {name}", flush=True)
-    rows: list[Row] = []
+    made: list[Row] = []
     if part in ("all", "checks"):
-        rows += checks()
+        made += checks(target)
     if part in ("all", "speed"):
-        rows += speed(repeats)
-    return rows
+        made += speed(repeats, target)
+    return made
+
+
+def emulate() -> list[Row]:
+    """The checks on this CPU, the loops built as the GPU's and run serially."""
+    from effir.backends.tvm.loop.cuda import emulated
+
+    with emulated():
+        return checks("llvm", EMULATED_SIZES)
+
+
+def rows(target: Any = "cuda", dry: bool = False) -> list[tuple[str, str, str]]:
+    """benchmarks/cuda_device.py's entry point: ``(name, "ok" | "FAIL" |
+    "built", detail)`` rows. For a CUDA target, the checks and timings on
+    the GPU, or in dry mode the checks' programs built and not run; for a
+    CPU target (``llvm``), the checks emulated on the CPU."""
+    kind = str(target).split()[0]
+    if kind != "cuda":
+        if dry:
+            raise ValueError("dry mode builds for cuda; a CPU target runs the emulated checks")
+        found = emulate()
+    elif dry:
+        found = checks(str(target), dry=True)
+    else:
+        found = run(target=str(target))
+    return [(r.name, r.status, r.detail) for r in found]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--part", choices=("all", "checks", "speed"), default="all")
-    parser.add_argument("--emulate", action="store_true", help="the checks on this CPU")
+    modes = parser.add_mutually_exclusive_group()
+    modes.add_argument("--emulate", action="store_true", help="the checks on this CPU")
+    modes.add_argument("--dry", action="store_true", help="build the checks for CUDA, run nothing")
     args = parser.parse_args()
     start = time.perf_counter()
     if args.emulate:
-        from effir.backends.tvm.loop.cuda import emulated
-
-        with emulated():
-            rows = checks("llvm", EMULATED_SIZES)
+        found = emulate()
+    elif args.dry:
+        found = checks("cuda", dry=True)
     else:
-        rows = run(args.repeats, args.part)
-    failed = [r.name for r in rows if not r.ok]
-    print(f"{len(rows)} rows in {time.perf_counter() - start:.0f} s", flush=True)
+        found = run(args.repeats, args.part)
+    failed = [r.name for r in found if not r.ok]
+    print(f"{len(found)} rows in {time.perf_counter() - start:.0f} s", flush=True)
     print(f"{len(failed)} failed: {failed}" if failed else "all ok", flush=True)
     sys.exit(1 if failed else 0)
 

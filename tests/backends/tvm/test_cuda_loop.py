@@ -210,3 +210,19 @@ def test_persistent_loops_run_on_the_gpu_and_equal_the_interpreter() -> None:
         cwd=ROOT,
     )
     assert done.returncode == 0 and "all ok" in done.stdout, done.stdout + done.stderr
+
+
+@needs_nvcc
+def test_the_gpu_check_scripts_dry_rows_build_every_check_for_cuda() -> None:
+    """benchmarks/cuda_device.py calls ``rows(target, dry)``: in dry mode
+    every check's programs are built for CUDA, their loops persistent
+    kernels, and nothing is run (rows ``built``)."""
+    import cuda_loop_checks
+
+    rows = cuda_loop_checks.rows("cuda", dry=True)
+    assert len(rows) == 5, rows
+    for name, status, detail in rows:
+        assert status == "built", (name, status, detail)
+        assert "persistent" in detail and "not run" in detail, detail
+    with pytest.raises(ValueError, match="dry mode builds for cuda"):
+        cuda_loop_checks.rows("llvm", dry=True)
