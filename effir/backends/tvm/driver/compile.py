@@ -38,6 +38,7 @@ from ....passes.pipeline import STANDARD_PIPELINES
 from ....passes.pipeline import pipeline as parse_pipeline
 from ....runtime.arguments import check_call_options, unknown_entry
 from ...interpreter import Sink, State
+from ..loop.cuda import emulation
 from ..precision import PRECISIONS, products_in
 from ..relax.lower import RelaxProgram, lower_to_relax
 from ..relax.pipeline import relax_pipeline
@@ -491,8 +492,12 @@ class CompiledModule:
             raise EvalError(err.message, err.span, err.notes) from None
 
     def _cache(self) -> Cache | None:
-        """The build cache for this program and target (None when off);
-        the program's text, its key, is printed once."""
+        """The build cache for this program and target (None when off, or
+        while GPU loops are emulated on the CPU: loop/cuda/, whose builds
+        the key does not tell apart); the program's text, its key, is
+        printed once."""
+        if emulation() is not None:
+            return None
         if self._program_text is None:
             self._program_text = astext(self.module)
         return Cache.open(self._program_text, self.target, self.precision)

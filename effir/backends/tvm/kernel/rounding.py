@@ -28,8 +28,11 @@ reassociate or fold across; it emits no instruction. So a multiply and an
 add of two operators are rounded as two operations, as numpy rounds them,
 in every kernel; contraction stays within one operator (a matrix
 product's multiply-adds, a polynomial inside ``tanh``), whose expression
-is the same wherever the operator is computed. Only LLVM targets get the
-fence (the intrinsic is LLVM's; CUDA's kernels are unchanged).
+is the same wherever the operator is computed. The fence is LLVM's: code
+built for CUDA replaces each fenced product by CUDA's ``__fmul_rn``
+(``__dmul_rn`` for float64), a multiply nvcc never contracts into an add
+(``for_cuda``: the whole loops of loop/cuda/, whose steps are lowered as
+the CPU's are; other CUDA kernels are built without the fence).
 
 Where
 -----
@@ -50,6 +53,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
+import tvm
+import tvm_ffi
 from tvm import te, tirx
 
 from ....ir.module import IRModule
@@ -97,10 +102,45 @@ def rounded(value: TEValue) -> TEValue:
     return te.ComputeOp(op.name, op.tag, op.attrs, op.axis, [], [fenced]).output(0)
 
 
+_CUDA_PRODUCTS = {"float32": "__fmul_rn", "float64": "__dmul_rn"}
+
+
+def for_cuda(stmt: Any) -> Any:
+    """``stmt`` with each fence replaced by what CUDA rounds alike: a fenced
+    float32 or float64 product becomes ``__fmul_rn``/``__dmul_rn`` (never
+    contracted), any other fenced value the value itself."""
+    from tvm.target import codegen
+
+    fence_id = int(codegen.llvm_lookup_intrinsic_id(FENCE))
+
+    def on_call(call: Any, mutator: Any) -> Any:
+        call = mutator.default_mutate(call)
+        if call.op.name != "tirx.call_llvm_pure_intrin" or int(call.args[0]) != fence_id:
+            return call
+        return _cuda_product(call.args[1], str(call.ty))
+
+    return tvm_ffi.structural_mutate(stmt, [(tvm.ir.expr.Call, on_call)])
+
+
+def _cuda_product(expr: Any, dtype: str) -> Any:
+    """A fenced value (its ``Let`` bindings, then the product) with the
+    product made CUDA's unfused multiply."""
+    lets = []
+    while isinstance(expr, tirx.Let):
+        lets.append(expr)
+        expr = expr.body
+    name = _CUDA_PRODUCTS.get(dtype)
+    if isinstance(expr, tirx.Mul) and name is not None:
+        expr = tirx.call_pure_extern(dtype, name, expr.a, expr.b)
+    for let in reversed(lets):
+        expr = tirx.Let(let.var, let.value, expr)
+    return expr
+
+
 def _ends_in_product(expr: Any) -> bool:
     while isinstance(expr, tirx.Let):
         expr = expr.body
     return isinstance(expr, tirx.Mul)
 
 
-__all__ = ["FENCE", "active", "gradient_program", "per_operator", "rounded"]
+__all__ = ["FENCE", "active", "for_cuda", "gradient_program", "per_operator", "rounded"]

@@ -107,7 +107,9 @@ all steps together), ``kernel`` (building and running: ``LoopKernel``,
 ``build_loop``). The scheduling helpers it shares with the kernel schedules are in
 schedule/common.py. ``packed`` builds the same loop over a packed batch of
 sequences of different lengths, whose step runs only the rows still
-active (``effir.compile_packed``).
+active (``effir.compile_packed``). ``cuda`` builds the same loop for a
+GPU: a prologue and one persistent kernel running every step (its essay,
+[RULE PERSISTENT]); ``build_loop`` itself builds for the CPU only.
 """
 
 from __future__ import annotations

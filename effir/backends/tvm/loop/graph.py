@@ -290,9 +290,10 @@ def tiles_within_step(rows: int) -> bool:
     return any(rows % d == 0 for d in range(4, ROW_TILE + 1))
 
 
-def hoist(graph: Graph, xs: list[te.Tensor], length: Any) -> Stages:
+def hoist(graph: Graph, xs: list[te.Tensor], length: Any, pad: bool = True) -> Stages:
     """[HOIST] Split ``graph``: CONST/SEQ reductions and packings move to the
-    prologue (SEQ ones batched over the padded ``length``, reading ``xs``)."""
+    prologue (SEQ ones batched over the padded ``length``, reading ``xs``).
+    ``pad=False`` (a GPU loop: no register tiles span steps) never pads."""
     cls = graph.cls
     ops = topological(graph.outputs)
     hoisted = [
@@ -317,14 +318,14 @@ def hoist(graph: Graph, xs: list[te.Tensor], length: Any) -> Stages:
     stay = {
         op
         for op in hoisted
-        if spans_steps(op) and not any(cls[t.op] == CONST for t in op.input_tensors)
+        if pad and spans_steps(op) and not any(cls[t.op] == CONST for t in op.input_tensors)
     }
     if stay:
         kept = [op for op in hoisted if op not in stay]
         needed = set(topological([op.output(0) for op in kept])) if kept else set()
         hoisted = [op for op in hoisted if op not in stay or op in needed]
     hoisted_set = set(hoisted)
-    padded = any(spans_steps(op) for op in hoisted)
+    padded = pad and any(spans_steps(op) for op in hoisted)
     lead = padded_length(length) if padded else length
     # Prologue: every operation a hoisted one needs, SEQ ones batched.
     seq_of = TensorMap(((x.op, x.value_index), xt) for x, xt in zip(graph.x, xs, strict=True))

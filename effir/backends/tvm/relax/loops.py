@@ -1,7 +1,9 @@
 """Loops in the Relax lowering: whole TIR loops, chunks, and VM loops.
 
 - [RULE LOOP] ``cf.foreach`` whose body is static and pure is one call of
-  the loop kernel (loop.lower_loop): no VM instruction runs per step.
+  the loop kernel (loop.lower_loop; on CUDA a prologue and one persistent
+  kernel, loop/cuda/, relax/whole_loops.py [RULE WHOLE]): no VM
+  instruction runs per step.
 - [RULE CHUNK] A sequence longer than ``LOOP_CHUNK`` steps runs in chunks,
   one call each, the state passed on: the kernel's prologue holds the
   hoisted input projections of its steps, so memory stays bounded whatever
@@ -61,7 +63,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import tvm
 from tvm import relax, tirx
 from tvm.relax.op.vm import kill_object
 
@@ -71,12 +72,12 @@ from ....ir.printer import astext
 from ....ir.types import ANY, TensorType, TupleType, Type
 from ....ir.visitor import free_vars
 from ....ops.control import pads, while_limit
-from ..kernel.checks import collecting_checks
 from ..kernel.primitive import leaves
-from ..loop import LoweredLoop, lower_loop
+from ..loop import LoweredLoop
+from ..loop.cuda import CudaLoop
 from ..runtime.errors import BackendError
-from .apart import LOOP_WEIGHT
 from .types import declare, is_const, relax_type, static, unknown_shape
+from .whole_loops import WholeLoop, WholeLoopCalls, whole_outputs
 
 LOOP_CHUNK = 1024
 """Steps per call of a whole-loop kernel [RULE CHUNK]."""
@@ -121,7 +122,7 @@ class _Steps:
     depth: int | None = None  # which fixed value is the depth of recursion [RULE DEPTH]
 
 
-class LoopLowering:
+class LoopLowering(WholeLoopCalls):
     """The loops of ``_Lowering`` (relax/lower.py)."""
 
     # ------------------------------------------------------------ foreach
@@ -136,23 +137,18 @@ class LoopLowering:
         step_types = [*_step_types(xs_type), init_arg.checked_type, body.checked_type]
         step_types += [v.checked_type for v in captured]
         self._needs_static(step_types)
-        if self.target.kind.name != "llvm" or not all(map(static, step_types)):
-            return self._foreach_in_vm(call, env, name)  # a whole TIR loop is a CPU schedule
+        if not all(map(static, step_types)):
+            return self._foreach_in_vm(call, env, name)
         if not list(type_tree.leaves(body.body.checked_type)):
             # No output and no state: a TIR loop would compute nothing (TVM
             # cannot schedule a function without a buffer); the VM runs the
             # body's steps as the interpreter does (a step may still fail).
             return self._foreach_in_vm(call, env, name)
-        try:
-            with collecting_checks() as checks:
-                lowered = lower_loop(body, {}, captured, functions, self.module, parallel=True)
-            if checks:  # kernel/checks.py: the VM loop's step kernels check, a loop kernel cannot
-                raise BackendError("a run-time check in the loop body")
+        try:  # [RULE WHOLE] (relax/whole_loops.py): one TIR function, or two GPU kernels
+            gv = self._whole_loop(body, captured, functions)
         except BackendError:  # control flow, effects or checks in the body: a VM loop
             return self._foreach_in_vm(call, env, name)
-        func = tvm.tirx.transform.ConvertSSA()(tvm.IRModule({"main": lowered.func}))["main"]
-        gv = self._compiled_apart(func, f"loop_{self.loops}", LOOP_WEIGHT)
-        self.loops += 1
+        lowered = gv.lowered
         sequences = self._leaves(self._atom(xs_arg, env), xs_type)
         state = self._leaves(self._atom(init_arg, env), init_arg.checked_type)
         rest = []
@@ -221,8 +217,8 @@ class LoopLowering:
     def _bounded_call(
         self,
         call: Call,
-        loop: Any,
-        lowered: LoweredLoop,
+        loop: WholeLoop,
+        lowered: LoweredLoop | CudaLoop,
         sequences: list[Any],
         xs_types: list[TensorType],
         state: list[Any],
@@ -245,11 +241,11 @@ class LoopLowering:
         others = [relax.Var(f"c{i}", r.ty) for i, r in enumerate(rest) if not is_const(r)]
         it = iter(others)
         inner_rest = [r if is_const(r) else next(it) for r in rest]
-        outs = _loop_outputs(lowered, steps)
+        outs = whole_outputs(lowered, steps)
         n_keep = len(lowered.outputs) + len(lowered.state)
 
         def kept() -> Any:
-            parts, _ = self._dps_call(loop, [*seq_params, *carried, *inner_rest], outs)
+            parts, _ = self._whole_call(loop, [*seq_params, *carried, *inner_rest], steps)
             return relax.Tuple(parts[:n_keep])
 
         params = [*seq_params, *carried, *others]
@@ -267,8 +263,8 @@ class LoopLowering:
     def _in_chunks(
         self,
         call: Call,
-        gv: Any,
-        lowered: LoweredLoop,
+        gv: WholeLoop,
+        lowered: LoweredLoop | CudaLoop,
         length: int,
         sequences: list[Any],
         state: list[Any],
@@ -288,9 +284,7 @@ class LoopLowering:
                     emit(relax.op.strided_slice(x, [0], [start], [start + steps]))
                     for x in sequences
                 ]
-            parts, result = self._dps_call(
-                gv, [*chunk, *state, *rest], _loop_outputs(lowered, steps)
-            )
+            parts, result = self._whole_call(gv, [*chunk, *state, *rest], steps)
             self._release(result)  # in a VM loop's step, its outputs would live until the loop ends
             for i in range(n_out):
                 pieces[i].append(parts[i])
@@ -301,8 +295,8 @@ class LoopLowering:
     def _chunked(
         self,
         call: Call,
-        loop: Any,
-        lowered: LoweredLoop,
+        loop: WholeLoop,
+        lowered: LoweredLoop | CudaLoop,
         length: Any,
         rows: list[Any],
         state: list[Any],
@@ -331,7 +325,7 @@ class LoopLowering:
                 part = self._executor_call("chunk_rows", t.dtype, [seq, start], [k, c])
                 chunk.append(emit(self._reshape(part, [k, *[int(d) for d in t.shape[1:]]])))
             args = [*chunk, *carried[:n_state], *inner_rest]
-            parts, result = self._dps_call(loop, args, _loop_outputs(lowered, k))
+            parts, result = self._whole_call(loop, args, k)
             written = []
             bufs = carried[n_state:]
             for buf, part, leaf, c in zip(
@@ -905,16 +899,3 @@ def scratch_bounds() -> list[int]:
     while bounds[-1] // BOUND_FACTOR >= MIN_BOUND:
         bounds.append(bounds[-1] // BOUND_FACTOR)
     return bounds
-
-
-def _loop_outputs(lowered: LoweredLoop, length: Any) -> list[Any]:
-    """The loop function's output tensors: the stacked outputs, the final
-    state, the prologue's scratch (discarded)."""
-    rows = lowered.scratch_rows(length)
-    outs = [relax.TensorType([length, *leaf.shape], leaf.dtype) for leaf in lowered.outputs]
-    outs += [relax.TensorType(list(leaf.shape), leaf.dtype) for leaf in lowered.state]
-    outs += [
-        relax.TensorType(([rows] if seq else []) + list(leaf.shape), leaf.dtype)
-        for leaf, seq in lowered.scratch
-    ]
-    return outs

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tvm import s_tir
+from tvm import s_tir, tirx
 
 from ... import precision
 from ..common import DATA_PAR, ILLEGAL, ORDERED, Blocks, attempt, same_domain
@@ -97,7 +97,11 @@ def _bind_threads(sch: Any, blocks: Blocks, block: Any) -> Any:
         spatial = [sch.add_unit_loop(block)]
     sch.reorder(*spatial, *reduce)
     fused = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
-    threads = min(GPU_THREADS, max(1, int(sch.get(fused).extent)))
+    extent = sch.get(fused).extent
+    # a symbolic extent (a checkpointed loop's segment of steps) is split
+    # by GPU_THREADS, the last block's threads beyond it predicated off
+    known = isinstance(extent, tirx.IntImm)
+    threads = min(GPU_THREADS, max(1, int(extent))) if known else GPU_THREADS
     bx, tx = sch.split(fused, [None, threads])
     sch.bind(bx, "blockIdx.x")
     sch.bind(tx, "threadIdx.x")
