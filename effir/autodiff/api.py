@@ -26,8 +26,10 @@ from ..passes.anf_sharing import fresh_binders
 from ..passes.infer_type import check
 from ..passes.infra import Option, a2_problem, anf_problem, module_pass
 from ..passes.verify_linear.verifier import REPLAYS_KEYS
+from . import loop_rule  # noqa: F401  (registers the loops' binding rule on import)
+from .checkpoint import CheckpointPolicy, policy_of
 from .cotangent import current_adts
-from .differentiator import CHECKPOINTS, Differentiator
+from .differentiator import Differentiator
 from .entry import build_grad
 from .specialise import specialise_function_arguments
 from .unpad import unpad_while_loops
@@ -37,7 +39,7 @@ def grad_module(
     module: IRModule,
     entry: str | None = None,
     wrt: Sequence[str] | str | None = None,
-    checkpoint: str = "none",
+    checkpoint: str | CheckpointPolicy = "none",
     output: int | None = None,
     with_value: bool = False,
     name: str | None = None,
@@ -51,7 +53,7 @@ def grad_program(
     module: IRModule | Any,
     entry: str | None = None,
     wrt: Sequence[str] | str | None = None,
-    checkpoint: str = "none",
+    checkpoint: str | CheckpointPolicy = "none",
     output: int | None = None,
     with_value: bool = False,
     name: str | None = None,
@@ -59,10 +61,7 @@ def grad_program(
 ) -> Program:
     """``module`` with the gradient function of ``@entry`` added, and that
     function's name."""
-    if checkpoint not in CHECKPOINTS:
-        raise DifferentiationError(
-            f"checkpoint must be one of {', '.join(CHECKPOINTS)}, not {checkpoint!r}"
-        )
+    policy = policy_of(checkpoint)
     module, entry = resolve(module, entry, DifferentiationError, "effir.grad")
     if a2_problem(module) is not None or anf_problem(module) is not None:
         from ..passes.pipeline import pipeline
@@ -89,7 +88,7 @@ def grad_program(
     taken = set(module.functions) | set(module.cells)
     target = name or fresh_name(f"{entry}_grad", taken)
     taken.add(target)
-    ad = Differentiator(work, checkpoint, taken)
+    ad = Differentiator(work, policy, taken)
     token = current_adts.set(ad.adts)
     try:
         grad_fn = build_grad(ad, work.functions[entry], wrt, output, with_value)
@@ -123,7 +122,7 @@ def grad(
     module: IRModule | Any,
     entry: str | None = None,
     wrt: Sequence[str] | str | None = None,
-    checkpoint: str = "none",
+    checkpoint: str | CheckpointPolicy = "none",
     output: int | None = None,
     specialise: bool = True,
 ) -> IRModule | Program:
@@ -163,7 +162,7 @@ def value_and_grad(
     module: IRModule | Any,
     entry: str | None = None,
     wrt: Sequence[str] | str | None = None,
-    checkpoint: str = "none",
+    checkpoint: str | CheckpointPolicy = "none",
     output: int | None = None,
     specialise: bool = True,
 ) -> IRModule | Program:

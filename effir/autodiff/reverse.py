@@ -14,8 +14,9 @@ What needs a backward of its own is compiled to a *pullback* closure
 returning ``(result, pullback)``; a let-bound closure ``%f`` called
 directly becomes ``%f_vjp``, whose pullback also returns the cotangents of
 ``%f``'s free variables; an ``if`` or ``match`` returns the taken branch's
-result and pullback, so only the taken branch's backward runs. Loops are in
-``effir.autodiff.loops``.
+result and pullback, so only the taken branch's backward runs. An operator
+with a binding rule (a loop: ``effir.autodiff.rules``, ``loop_rule``)
+rewrites its binding itself.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from ..ir.types import FuncType, TupleType
 from ..ir.vjp import NOT_DIFFERENTIABLE, DifferentiationError, VjpContext, vjp_rule
 from ..passes.anf_sharing import fresh_binders
 from .cotangent import CT, accumulate, ct_type, differentiable, fields_of, materialize
+from .rules import binding_vjp_rule
 
 if TYPE_CHECKING:
     from .differentiator import Differentiator
@@ -182,10 +184,9 @@ class Reverse(ExprFunctor):
     def _call(self, call: Call, var: Var, b: LetBuilder) -> Computation[None]:
         callee = call.callee
         if isinstance(callee, Op):
-            if callee.name in ("cf.foreach", "cf.while_loop"):
-                from .loops import loop_binding  # loops build on this module
-
-                yield loop_binding(self, var, call, b)
+            rule = binding_vjp_rule(callee)
+            if rule is not None:  # a loop: the rule rewrites the binding (rules.py)
+                yield rule(self, var, call, b)
                 return
             b.bind(var, call)
             self.tape.append(lambda bb: self._op_back(bb, var, call))

@@ -43,22 +43,23 @@ dimensions, symbolic ones included.
 
 from __future__ import annotations
 
-import copy
-
 from ..ir.builder import LetBuilder
 from ..ir.expr import Call, Expr, Function, Var
 from ..ir.types import ANY, TensorType, TupleType, Type
 from .cotangent import ct_type, differentiable, materialize
-from .sqrt import (
+from .hoist import Plan
+from .loop_vjp import LoopVjp, Slots, paired_body, spliced_step
+from .segments import (
     Leaf,
-    _concat,
-    _map,
-    _plain_copy,
-    _segment_step,
-    _take,
+    Segments,
     chunk_loop,
+    concat_tree,
+    map_tree,
+    plain_copy,
+    segment_backward_step,
     segment_end,
     segment_start,
+    take_row,
     taped_init,
 )
 
@@ -176,7 +177,7 @@ class Forward:
         self.tape = tape
 
 
-def segmented_forward(loop, b: LetBuilder, geo: Geometry, outs: bool = True) -> Forward:
+def segmented_forward(loop: LoopVjp, b: LetBuilder, geo: Geometry, outs: bool = True) -> Forward:
     """``loop`` (a foreach, or a while_loop's view as one) in segments of
     ``geo``: an outer loop over the segment indices whose step takes its
     segment's x and runs an inner loop over its k steps, storing the carry
@@ -188,9 +189,9 @@ def segmented_forward(loop, b: LetBuilder, geo: Geometry, outs: bool = True) -> 
     out_type = loop.var.checked_type.fields[0]
     seg, carry = Var("segment", span=loop.span), Var("carry", span=loop.span)
     sb = b.child()
-    x_seg = _map(sb, loop.xs, xs_type, _rows(geo.rows(sb, seg)))
+    x_seg = map_tree(sb, loop.xs, xs_type, _rows(geo.rows(sb, seg)))
     start, stored, pushed = segment_start(loop, sb, carry)
-    inner = sb.emit(sb.call_op("cf.foreach", _plain_copy(loop), x_seg, start), "segment_loop")
+    inner = sb.emit(sb.call_op("cf.foreach", plain_copy(loop), x_seg, start), "segment_loop")
     outs_seg = sb.emit_get(inner, 0, "outs")
     end = segment_end(sb, sb.emit_get(inner, 1, "carry"), pushed)
     per_seg = sb.emit(sb.tuple([outs_seg, stored]), "per_segment") if outs else stored
@@ -200,7 +201,7 @@ def segmented_forward(loop, b: LetBuilder, geo: Geometry, outs: bool = True) -> 
     stacked = b.emit_get(outer, 0, "stacked")
     starts = b.emit_get(stacked, 1, "starts") if outs else stacked
     middle = b.emit_get(outer, 1, "middle")
-    xs_tail = _map(b, loop.xs, xs_type, _rows(geo.tail_rows(b, geo.main)))
+    xs_tail = map_tree(b, loop.xs, xs_type, _rows(geo.tail_rows(b, geo.main)))
     tail = b.emit(b.call_op("cf.foreach", loop.storing_body(b), xs_tail, middle), "tail")
     tail_stacked = b.emit_get(tail, 0, "stacked")
     final = b.emit_get(tail, 1, "final")
@@ -211,12 +212,12 @@ def segmented_forward(loop, b: LetBuilder, geo: Geometry, outs: bool = True) -> 
     carries = b.emit_get(tail_stacked, 1, "carries")
     if not outs:
         return Forward(None, final, starts, carries, tape)
-    outs_main = _map(b, b.emit_get(stacked, 0, "outs"), _nested(out_type), _merge)
-    joined = _concat(b, outs_main, b.emit_get(tail_stacked, 0, "outs"), out_type)
+    outs_main = map_tree(b, b.emit_get(stacked, 0, "outs"), _nested(out_type), _merge)
+    joined = concat_tree(b, outs_main, b.emit_get(tail_stacked, 0, "outs"), out_type)
     return Forward(joined, final, starts, carries, tape)
 
 
-def sqrt_foreach(loop, b: LetBuilder) -> None:
+def sqrt_foreach(loop: LoopVjp, b: LetBuilder) -> None:
     """``sqrt`` for a foreach of symbolic length (``loops._Loop``)."""
     geo = Geometry(b, length_of(b, loop.xs, loop.xs.checked_type))
     fwd = segmented_forward(loop, b, geo)
@@ -230,12 +231,12 @@ def sqrt_foreach(loop, b: LetBuilder) -> None:
     loop.rev.tape.append(back)
 
 
-def sqrt_while(loop, b: LetBuilder) -> None:
+def sqrt_while(loop: LoopVjp, b: LetBuilder) -> None:
     """``sqrt`` for a while_loop: the loop as written, counting its steps;
     the backward reruns it in segments from the initial carry."""
     counted = _counting_body(loop, b)
     start = b.emit(b.tuple([loop.init, b.const(0, "int64")]), "init")
-    args = (loop._tape_cond(), counted, start, *loop.limit)
+    args = (loop.tape_cond(), counted, start, *loop.limit)
     run = b.emit(Call(loop.call.callee, args, loop.call.attrs, span=loop.span), "loop")
     outs = b.emit_get(run, 0, "outs")
     final_pair = b.emit_get(run, 1, "final")
@@ -254,10 +255,8 @@ def sqrt_while(loop, b: LetBuilder) -> None:
     loop.rev.tape.append(back)
 
 
-def _counting_body(loop, b: LetBuilder) -> Function:
+def _counting_body(loop: LoopVjp, b: LetBuilder) -> Function:
     """A copy of the while_loop's body on (carry, steps so far) that counts."""
-    from .loops import paired_body, spliced_step
-
     fb, body, pair, count = paired_body(loop.body, b, "carry_and_count", "count", loop.span)
     out, carry = spliced_step(fb, body.body)
     following = fb.emit(fb.call_op("add", count, fb.const(1, "int64")), "count")
@@ -265,26 +264,26 @@ def _counting_body(loop, b: LetBuilder) -> Function:
     return Function((pair,), fb.finish(ret), span=loop.body.span)
 
 
-def foreach_view(loop, indices: Var):
+def foreach_view(loop: LoopVjp, indices: Var) -> LoopVjp:
     """The while_loop ``loop`` as a foreach over ``indices`` (its steps'
     numbers, unused by the body ``fn(%i, %carry)``): the segmented code
     and the recomputing reverse loop then serve both."""
-    from .loops import Slots
-
     indices.set_checked_type(TensorType((ANY,), "int64"))
-    view = copy.copy(loop)
-    view.foreach = True
-    view.xs = indices
     index = Var("step_index", INDEX, span=loop.span)
     index.set_checked_type(INDEX)
     params = (index, *loop.body.params)
-    view.body = Function(params, loop.body.body, span=loop.body.span)
     types = [ct_type(loop.var.checked_type.fields[0]), loop.stored_type, indices.checked_type]
-    view.recompute_slots = Slots(types)
-    return view
+    return loop.view(
+        foreach=True,
+        xs=indices,
+        body=Function(params, loop.body.body, span=loop.body.span),
+        recompute_slots=Slots(types),
+    )
 
 
-def segmented_backward(loop, bb: LetBuilder, seeds: tuple, geo: Geometry, fwd: Forward) -> None:
+def segmented_backward(
+    loop: LoopVjp, bb: LetBuilder, seeds: tuple, geo: Geometry, fwd: Forward
+) -> None:
     """The tail's reverse loop, then a reverse loop over the segments, last
     first, each recomputing its segment from its start carry and running
     its reverse loop (``sqrt._segment_step``), reducing that chunk's
@@ -301,9 +300,9 @@ def segmented_backward(loop, bb: LetBuilder, seeds: tuple, geo: Geometry, fwd: F
     tail_back = backwards(bb, geo.rem)
     tail_rows = bb.emit(bb.call_op("add", tail_back, geo.main), "rows")
     seqs = [
-        _map(bb, ct_outs, ct_out_type, _rows(tail_rows)),
-        _map(bb, fwd.tail, loop.stored_type, _rows(tail_back)),
-        _map(bb, loop.xs, xs_type, _rows(tail_rows)),
+        map_tree(bb, ct_outs, ct_out_type, _rows(tail_rows)),
+        map_tree(bb, fwd.tail, loop.stored_type, _rows(tail_back)),
+        map_tree(bb, loop.xs, xs_type, _rows(tail_rows)),
     ]
     tape = [] if fwd.tape is None else [fwd.tape]  # the tail's steps on top
     init = bb.emit(bb.tuple([ct_final, *zeros, *tape]), "ct_init")
@@ -315,7 +314,7 @@ def segmented_backward(loop, bb: LetBuilder, seeds: tuple, geo: Geometry, fwd: F
     if tplan.x_terms:
         x_parts.append(tplan.x_part(bb, tail_flats))
     else:
-        ct_xs_tail = _map(bb, tail_steps, ct_type(xs_type), _rows(tail_back))
+        ct_xs_tail = map_tree(bb, tail_steps, ct_type(xs_type), _rows(tail_back))
     fin = bb.emit_get(tail_loop, 1, "ct_middle")
     carried_fields = [bb.emit_get(fin, i, "ct_middle") for i in range(1 + n)]
     if tape:  # then the segments' starts, last on top
@@ -329,9 +328,11 @@ def segmented_backward(loop, bb: LetBuilder, seeds: tuple, geo: Geometry, fwd: F
 
     def segment_step(nb: LetBuilder, index: Var, c: Var) -> tuple:
         rows = geo.rows(nb, index)
-        parts = [_map(nb, s, t, _rows(rows) if flat else _take(index)) for s, t, flat in stacks]
+        parts = [
+            map_tree(nb, s, t, _rows(rows) if flat else take_row(index)) for s, t, flat in stacks
+        ]
         step = slots.pack_kept(nb, parts, "segment")
-        return _segment_step(loop, nb, step, c, plan, False)
+        return segment_backward_step(loop, nb, step, c, plan, False)
 
     segs_back = loop.reverse_loop(bb, order, carried, segment_step, totals=True)
     fin = bb.emit_get(segs_back, 1, "ct_final")
@@ -342,10 +343,10 @@ def segmented_backward(loop, bb: LetBuilder, seeds: tuple, geo: Geometry, fwd: F
         steps = _rows(backwards(bb, geo.length))(bb, plan.x_steps(bb, x_parts), None)
         loop.rev.add(bb, loop.xs, steps)
     elif differentiable(xs_type):
-        steps = _map(bb, seg_steps, ct_type(xs_type), _rows(order))
-        ct_xs = _map(bb, steps, _nested(ct_type(xs_type)), _merge)
+        steps = map_tree(bb, seg_steps, ct_type(xs_type), _rows(order))
+        ct_xs = map_tree(bb, steps, _nested(ct_type(xs_type)), _merge)
         assert ct_xs_tail is not None
-        loop.rev.add(bb, loop.xs, _concat(bb, ct_xs, ct_xs_tail, ct_type(xs_type)))
+        loop.rev.add(bb, loop.xs, concat_tree(bb, ct_xs, ct_xs_tail, ct_type(xs_type)))
     hoisted = plan.hoisted
     for j, f in enumerate(loop.free):
         acc = bb.emit_get(fin, j + 1, "ct_free")
@@ -353,7 +354,9 @@ def segmented_backward(loop, bb: LetBuilder, seeds: tuple, geo: Geometry, fwd: F
         loop.rev.add(bb, f, plan.total(bb, j, acc, total))
 
 
-def runtime_totals(loop, bb: LetBuilder, plan, factors: Expr) -> tuple[list[Expr], Expr | None]:
+def runtime_totals(
+    loop: LoopVjp, bb: LetBuilder, plan: Plan, factors: Expr
+) -> tuple[list[Expr], Expr | None]:
     """``sqrt.chunked_totals`` for a loop whose chunks are known at run
     time: the stacked factors (steps in the reverse loop's order) cut into
     the tail's rows, then each segment's, as ``segmented_backward`` sums them."""
@@ -373,4 +376,18 @@ def runtime_totals(loop, bb: LetBuilder, plan, factors: Expr) -> tuple[list[Expr
     return chunk_loop(loop, bb, plan, sums, x_parts, lambda b: iota(b, geo.nseg), factors_of)
 
 
-__all__ = ["Geometry", "runtime_totals", "sqrt_foreach", "sqrt_while"]
+class RuntimeSegments(Segments):
+    """Segments computed when the program runs: a ``foreach`` of symbolic
+    length, a ``while_loop``."""
+
+    def sqrt(self, loop: LoopVjp, b: LetBuilder) -> bool:
+        (sqrt_foreach if loop.foreach else sqrt_while)(loop, b)
+        return True
+
+    def totals(
+        self, loop: LoopVjp, bb: LetBuilder, plan: Plan, factors: Expr
+    ) -> tuple[list[Expr], Expr | None]:
+        return runtime_totals(loop, bb, plan, factors)
+
+
+__all__ = ["Geometry", "RuntimeSegments", "runtime_totals", "sqrt_foreach", "sqrt_while"]

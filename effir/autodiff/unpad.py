@@ -26,7 +26,7 @@ from ..ir.vjp import DifferentiationError
 from ..ops.control import pads, while_limit
 from ..passes.anf_sharing import fresh_binders
 from ..passes.infer_type import check
-from .loops import splice
+from .loop_vjp import splice
 
 
 class _Unpad(RewritePattern):
