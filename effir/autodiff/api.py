@@ -25,13 +25,14 @@ from ..ir.vjp import DifferentiationError
 from ..passes.anf_sharing import fresh_binders
 from ..passes.infer_type import check
 from ..passes.infra import Option, a2_problem, anf_problem, module_pass
+from ..passes.partial_eval import partial_eval
+from ..passes.pipeline import pipeline
 from ..passes.verify_linear.verifier import REPLAYS_KEYS
 from . import loop_rule  # noqa: F401  (registers the loops' binding rule on import)
 from .checkpoint import CheckpointPolicy, policy_of
-from .cotangent import current_adts
 from .differentiator import Differentiator
 from .entry import build_grad
-from .specialise import specialise_function_arguments
+from .specialise import SPECIALISE
 from .unpad import unpad_while_loops
 
 
@@ -64,16 +65,12 @@ def grad_program(
     policy = policy_of(checkpoint)
     module, entry = resolve(module, entry, DifferentiationError, "effir.grad")
     if a2_problem(module) is not None or anf_problem(module) is not None:
-        from ..passes.pipeline import pipeline
-
         module = pipeline("to-anf,explicate,state-passing")(module)
     if specialise:
-        from ..passes.partial_eval import partial_eval
-
         module = check(partial_eval(module))
         # what partial evaluation left higher-order: a closure passed to a
         # recursive function (specialise.py)
-        module = specialise_function_arguments(module, entry)
+        module = SPECIALISE.with_options(entry=entry)(module)
     # a padded while_loop as its exact loop and the padding (unpad.py)
     module = unpad_while_loops(check(module))
     check(module)
@@ -89,13 +86,9 @@ def grad_program(
     target = name or fresh_name(f"{entry}_grad", taken)
     taken.add(target)
     ad = Differentiator(work, policy, taken)
-    token = current_adts.set(ad.adts)
-    try:
-        grad_fn = build_grad(ad, work.functions[entry], wrt, output, with_value)
-        vjps = ad.finish()
-        ct_datas, ct_adds = ad.adts.finish()
-    finally:
-        current_adts.reset(token)
+    grad_fn = build_grad(ad, work.functions[entry], wrt, output, with_value)
+    vjps = ad.finish()
+    ct_datas, ct_adds = ad.adts.finish()
     out = module.with_function(target, replays_keys(grad_fn))
     for vjp_name, fn in vjps.items():
         out = out.with_function(vjp_name, replays_keys(fn))
@@ -136,7 +129,10 @@ def grad(
     ``checkpoint``: ``"none"`` (store every intermediate a loop's backward
     needs), ``"loop"`` (store each step's carried state, recompute the
     step), ``"sqrt"`` (store every ceil(sqrt(T))-th carry, recompute
-    segments); the gradients are bit-identical.
+    segments), ``"dots"`` (store the matrix products, recompute the
+    elementwise work), or a ``CheckpointPolicy`` (``effir.autodiff.checkpoint``:
+    ``SaveNames``, ``RecomputeNames``, one of the user's); the gradients
+    are bit-identical.
 
     ``specialise``: partially evaluate the program first (``partial-eval``:
     known closures and small global functions inlined, static values
@@ -177,7 +173,9 @@ def value_and_grad(
 
 
 def _as_given(
-    program: IRModule | Any, differentiate: Callable[[IRModule, str], Program], entry: str | None
+    program: IRModule | Any,
+    differentiate: Callable[[IRModule, str], Program],
+    entry: str | None,
 ) -> IRModule | Program:
     """``differentiate(module, entry)`` for what the user gave: the module
     for a module; for a function, the ``Program`` running its gradient."""
@@ -192,7 +190,7 @@ def _as_given(
     options={
         "entry": "the function to differentiate",
         "wrt": "comma-separated parameter names (empty: every float parameter)",
-        "checkpoint": "none, loop or sqrt",
+        "checkpoint": "a checkpoint policy by name: none, loop, sqrt or dots",
         "value": "also return the entry's result",
         "output": Option(
             "the field of a tuple result to differentiate (-1: the result)", minimum=-1

@@ -115,7 +115,7 @@ class Differentiator:
                     found.update(dict.fromkeys(self.closures[v].free))
                 elif v in self.loop_bodies:
                     found.update(dict.fromkeys(self.free_differentiable(self.loop_bodies[v])))
-                elif v.has_type and differentiable(v.checked_type):
+                elif v.has_type and differentiable(v.checked_type, self.adts):
                     found[v] = None
             self._free[key] = list(found)
         return [v for v in self._free[key] if v is not exclude]

@@ -19,6 +19,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..ir import type_tree
 from ..ir.builder import LetBuilder
 from ..ir.diagnostics import Span
 from ..ir.expr import Call, Expr, Function, GlobalVar, Let, TupleGetItem, Var, is_atom
@@ -43,15 +44,13 @@ from .reverse import Reverse
 
 def has_leaves(t: Type) -> bool:
     """Whether a value of type ``t`` holds a tensor (``()`` does not)."""
-    if isinstance(t, TupleType):
-        return any(has_leaves(f) for f in t.fields)
-    return True
+    return bool(type_tree.leaves(t))
 
 
 def empty_value(b: LetBuilder, t: Type) -> Expr:
     """The only value of a type without tensors (``()``, ``((), ())``...)."""
-    assert isinstance(t, TupleType)
-    return b.emit(b.tuple([empty_value(b, f) for f in t.fields]), "unit")
+    assert isinstance(t, TupleType) and not has_leaves(t)
+    return type_tree.unflatten(t, (), make=lambda fields: b.emit(b.tuple(fields), "unit"))
 
 
 def leading_dim(t: Type) -> Dim:
@@ -64,7 +63,14 @@ def leading_dim(t: Type) -> Dim:
 
 def holey(t: Type) -> bool:
     """Whether the tuple type ``t`` has a field without tensors, at any depth."""
-    return isinstance(t, TupleType) and any(not has_leaves(f) or holey(f) for f in t.fields)
+    stack = [t]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, TupleType):
+            if any(not has_leaves(f) for f in node.fields):
+                return True
+            stack.extend(node.fields)
+    return False
 
 
 def prune(b: LetBuilder, value: Expr, t: Type) -> Expr:
@@ -98,9 +104,15 @@ def unprune(b: LetBuilder, value: Expr, t: Type) -> Expr:
 def fixed_shape(t: Type) -> bool:
     """Whether every value of type ``t`` has the same shape (no ``?`` dim):
     per-step values of such a type stack into one tensor per field."""
-    if isinstance(t, TupleType):
-        return all(fixed_shape(f) for f in t.fields)
-    return isinstance(t, TensorType) and ANY not in t.shape
+    return all(
+        isinstance(leaf, TensorType) and ANY not in leaf.shape for leaf in type_tree.leaves(t)
+    )
+
+
+def stacked(t: Type, length: Dim) -> TensorType:
+    """The tensor type ``t`` with a leading axis of ``length`` (steps)."""
+    assert isinstance(t, TensorType)
+    return TensorType((length, *t.shape), t.dtype)
 
 
 class Slots:
@@ -184,7 +196,7 @@ class LoopVjp:
         carry_type = init.checked_type
         taped = not stackable(carry_type) and tape_leaves_only(carry_type)
         stored_type = keytape.tensors_type(carry_type) if taped else carry_type
-        types = [ct_type(var.checked_type.fields[0]), stored_type]
+        types = [ct_type(var.checked_type.fields[0], rev.ad.adts), stored_type]
         if foreach:
             types.append(xs.checked_type)
         return cls(
@@ -220,10 +232,7 @@ class LoopVjp:
     def stacked_type(self, t: Type) -> Type:
         """The type of per-step values of type ``t`` stacked by this loop
         (``cf.foreach``'s type rule: a new leading axis of the steps)."""
-        if isinstance(t, TupleType):
-            return TupleType(tuple(self.stacked_type(f) for f in t.fields))
-        assert isinstance(t, TensorType)
-        return TensorType((self.length, *t.shape), t.dtype)
+        return type_tree.map_leaves(t, lambda leaf: stacked(leaf, self.length))
 
     def rebuild(self, b: LetBuilder, body: Function, xs: Expr | None = None) -> Var:
         """The loop with ``body`` (and ``xs``) in place of its own."""
@@ -251,8 +260,20 @@ class LoopVjp:
         t = self.var.checked_type
         parts = fields_of(bb, ct, t)
         return (
-            shaped_as(bb, materialize(bb, parts[0], outs, t.fields[0]), outs, t.fields[0]),
-            shaped_as(bb, materialize(bb, parts[1], final, t.fields[1]), final, t.fields[1]),
+            shaped_as(
+                bb,
+                materialize(bb, parts[0], outs, t.fields[0], self.ad.adts),
+                outs,
+                t.fields[0],
+                self.ad.adts,
+            ),
+            shaped_as(
+                bb,
+                materialize(bb, parts[1], final, t.fields[1], self.ad.adts),
+                final,
+                t.fields[1],
+                self.ad.adts,
+            ),
         )
 
     def step_backward(
@@ -301,8 +322,10 @@ class LoopVjp:
             if plan.active:  # the terms left in the loop, in their order
                 g = None
                 for term in plan.in_loop[j]:
-                    g = accumulate(nb, g, term, t)
-            total.append(materialize(nb, accumulate(nb, acc, g, t), f, t))
+                    g = accumulate(nb, g, term, t, self.ad.adts)
+            total.append(
+                materialize(nb, accumulate(nb, acc, g, t, self.ad.adts), f, t, self.ad.adts)
+            )
         carried = nb.emit(nb.tuple([prev, *total, *extra]), "carry")
         if plan.active:  # the per-step factors of the hoisted terms
             if plan.x_terms:  # x_t's cotangent is computed after the loop

@@ -85,7 +85,7 @@ def residuals(loop: LoopVjp, b: LetBuilder, saves: Saves) -> Computation[bool]:
     if isinstance(loop.length, int) and all(fixed_shape(v.checked_type) for v in kept):
         type_stacks(loop, looped, stacked, outs, final, stacks, kept)
 
-    out_ct_type = ct_type(loop.var.checked_type.fields[0])
+    out_ct_type = ct_type(loop.var.checked_type.fields[0], loop.ad.adts)
     slots = Slots([out_ct_type, *(v.checked_type for v in kept)])
 
     def make_step(nb: LetBuilder, step: Var, carry: Var) -> tuple[Expr, Expr, list[Expr]]:
@@ -210,7 +210,12 @@ def recompute(loop: LoopVjp, b: LetBuilder) -> None:
 
 
 def recompute_back(
-    loop: LoopVjp, bb: LetBuilder, outs: Var, carries: Expr, final: Var, tape: tuple[Expr, ...] = ()
+    loop: LoopVjp,
+    bb: LetBuilder,
+    outs: Var,
+    carries: Expr,
+    final: Var,
+    tape: tuple[Expr, ...] = (),
 ) -> None:
     """The reverse loop over the stored ``carries`` (``taped``: their
     tensors, and ``tape``, the forward's final tape, carried along)."""
@@ -261,7 +266,7 @@ def backward_loop(
     already reversed) and add the cotangents it returns to the loop's
     inputs. ``extra``: more carried values (the key tape), after the
     accumulators."""
-    zeros = [materialize(bb, None, f, f.checked_type) for f in loop.free]
+    zeros = [materialize(bb, None, f, f.checked_type, loop.ad.adts) for f in loop.free]
     init = bb.emit(bb.tuple([ct_final, *zeros, *extra]), "ct_init")
     looped = loop.reverse_loop(bb, sequences, init, make_step)
     plan = loop.last_plan
@@ -273,8 +278,8 @@ def backward_loop(
         factors = bb.emit_get(steps, 1, "factors")
         sums, x_steps = segments_of(loop).totals(loop, bb, plan, factors)
         steps = x_steps if x_steps is not None else bb.emit_get(steps, 0, "ct_steps")
-    if loop.foreach and differentiable(loop.xs.checked_type):
-        loop.rev.add(bb, loop.xs, reverse(bb, steps, ct_type(loop.xs.checked_type)))
+    if loop.foreach and differentiable(loop.xs.checked_type, loop.ad.adts):
+        loop.rev.add(bb, loop.xs, reverse(bb, steps, ct_type(loop.xs.checked_type, loop.ad.adts)))
     hoisted = plan.hoisted
     for j, f in enumerate(loop.free):
         acc = bb.emit_get(fin, j + 1, "ct_free")

@@ -43,18 +43,19 @@ dimensions, symbolic ones included.
 
 from __future__ import annotations
 
+from ..ir import type_tree
 from ..ir.builder import LetBuilder
 from ..ir.expr import Call, Expr, Function, Var
+from ..ir.type_tree_emit import map_value
 from ..ir.types import ANY, TensorType, TupleType, Type
 from .cotangent import ct_type, differentiable, materialize
 from .hoist import Plan
-from .loop_vjp import LoopVjp, Slots, paired_body, spliced_step
+from .loop_vjp import LoopVjp, Slots, paired_body, spliced_step, stacked
 from .segments import (
     Leaf,
     Segments,
     chunk_loop,
     concat_tree,
-    map_tree,
     plain_copy,
     segment_backward_step,
     segment_end,
@@ -83,7 +84,11 @@ class Geometry:
         # the casts truncate: s is floor(sqrt(T)), or its ceiling where the
         # float rounds up; s*s < T then adds the one that ceil(sqrt(T)) needs
         s = op("cast", op("cast", op("sqrt", steps), dtype="int64"), dtype="float64")
-        k = op("add", s, op("cast", op("less", op("multiply", s, s), steps), dtype="float64"))
+        k = op(
+            "add",
+            s,
+            op("cast", op("less", op("multiply", s, s), steps), dtype="float64"),
+        )
         count = op("cast", op("divide", steps, op("maximum", k, one)), dtype="int64")
         nseg = op("maximum", op("cast", count, dtype="float64"), one)  # T = 0: one, empty
         main = op("multiply", nseg, k)
@@ -158,10 +163,7 @@ def _merge(b: LetBuilder, x: Expr, t: TensorType) -> Expr:
 
 def _nested(t: Type) -> Type:
     """The type ``t`` (stacked over steps) stacked once more (segments)."""
-    if isinstance(t, TupleType):
-        return TupleType(tuple(_nested(f) for f in t.fields))
-    assert isinstance(t, TensorType)
-    return TensorType((ANY, *t.shape), t.dtype)
+    return type_tree.map_leaves(t, lambda leaf: stacked(leaf, ANY))
 
 
 class Forward:
@@ -171,7 +173,12 @@ class Forward:
     values, the tail's steps on top)."""
 
     def __init__(
-        self, outs: Expr | None, final: Expr, starts: Expr, tail: Expr, tape: Expr | None
+        self,
+        outs: Expr | None,
+        final: Expr,
+        starts: Expr,
+        tail: Expr,
+        tape: Expr | None,
     ) -> None:
         self.outs, self.final, self.starts, self.tail = outs, final, starts, tail
         self.tape = tape
@@ -189,7 +196,7 @@ def segmented_forward(loop: LoopVjp, b: LetBuilder, geo: Geometry, outs: bool = 
     out_type = loop.var.checked_type.fields[0]
     seg, carry = Var("segment", span=loop.span), Var("carry", span=loop.span)
     sb = b.child()
-    x_seg = map_tree(sb, loop.xs, xs_type, _rows(geo.rows(sb, seg)))
+    x_seg = map_value(sb, loop.xs, xs_type, _rows(geo.rows(sb, seg)))
     start, stored, pushed = segment_start(loop, sb, carry)
     inner = sb.emit(sb.call_op("cf.foreach", plain_copy(loop), x_seg, start), "segment_loop")
     outs_seg = sb.emit_get(inner, 0, "outs")
@@ -201,7 +208,7 @@ def segmented_forward(loop: LoopVjp, b: LetBuilder, geo: Geometry, outs: bool = 
     stacked = b.emit_get(outer, 0, "stacked")
     starts = b.emit_get(stacked, 1, "starts") if outs else stacked
     middle = b.emit_get(outer, 1, "middle")
-    xs_tail = map_tree(b, loop.xs, xs_type, _rows(geo.tail_rows(b, geo.main)))
+    xs_tail = map_value(b, loop.xs, xs_type, _rows(geo.tail_rows(b, geo.main)))
     tail = b.emit(b.call_op("cf.foreach", loop.storing_body(b), xs_tail, middle), "tail")
     tail_stacked = b.emit_get(tail, 0, "stacked")
     final = b.emit_get(tail, 1, "final")
@@ -212,7 +219,7 @@ def segmented_forward(loop: LoopVjp, b: LetBuilder, geo: Geometry, outs: bool = 
     carries = b.emit_get(tail_stacked, 1, "carries")
     if not outs:
         return Forward(None, final, starts, carries, tape)
-    outs_main = map_tree(b, b.emit_get(stacked, 0, "outs"), _nested(out_type), _merge)
+    outs_main = map_value(b, b.emit_get(stacked, 0, "outs"), _nested(out_type), _merge)
     joined = concat_tree(b, outs_main, b.emit_get(tail_stacked, 0, "outs"), out_type)
     return Forward(joined, final, starts, carries, tape)
 
@@ -272,7 +279,11 @@ def foreach_view(loop: LoopVjp, indices: Var) -> LoopVjp:
     index = Var("step_index", INDEX, span=loop.span)
     index.set_checked_type(INDEX)
     params = (index, *loop.body.params)
-    types = [ct_type(loop.var.checked_type.fields[0]), loop.stored_type, indices.checked_type]
+    types = [
+        ct_type(loop.var.checked_type.fields[0], loop.ad.adts),
+        loop.stored_type,
+        indices.checked_type,
+    ]
     return loop.view(
         foreach=True,
         xs=indices,
@@ -290,19 +301,19 @@ def segmented_backward(
     hoisted factors into the carried sums."""
     ct_outs, ct_final = seeds
     xs_type = loop.xs.checked_type
-    ct_out_type = ct_type(loop.var.checked_type.fields[0])
+    ct_out_type = ct_type(loop.var.checked_type.fields[0], loop.ad.adts)
     plan = loop.probe_plan()
     n = len(loop.free)
     slots = loop.recompute_slots
-    zeros = [materialize(bb, None, f, f.checked_type) for f in loop.free]
+    zeros = [materialize(bb, None, f, f.checked_type, loop.ad.adts) for f in loop.free]
     x_parts: list[Expr] = []
     # the tail's steps, last first
     tail_back = backwards(bb, geo.rem)
     tail_rows = bb.emit(bb.call_op("add", tail_back, geo.main), "rows")
     seqs = [
-        map_tree(bb, ct_outs, ct_out_type, _rows(tail_rows)),
-        map_tree(bb, fwd.tail, loop.stored_type, _rows(tail_back)),
-        map_tree(bb, loop.xs, xs_type, _rows(tail_rows)),
+        map_value(bb, ct_outs, ct_out_type, _rows(tail_rows)),
+        map_value(bb, fwd.tail, loop.stored_type, _rows(tail_back)),
+        map_value(bb, loop.xs, xs_type, _rows(tail_rows)),
     ]
     tape = [] if fwd.tape is None else [fwd.tape]  # the tail's steps on top
     init = bb.emit(bb.tuple([ct_final, *zeros, *tape]), "ct_init")
@@ -314,7 +325,7 @@ def segmented_backward(
     if tplan.x_terms:
         x_parts.append(tplan.x_part(bb, tail_flats))
     else:
-        ct_xs_tail = map_tree(bb, tail_steps, ct_type(xs_type), _rows(tail_back))
+        ct_xs_tail = map_value(bb, tail_steps, ct_type(xs_type, loop.ad.adts), _rows(tail_back))
     fin = bb.emit_get(tail_loop, 1, "ct_middle")
     carried_fields = [bb.emit_get(fin, i, "ct_middle") for i in range(1 + n)]
     if tape:  # then the segments' starts, last on top
@@ -329,7 +340,7 @@ def segmented_backward(
     def segment_step(nb: LetBuilder, index: Var, c: Var) -> tuple:
         rows = geo.rows(nb, index)
         parts = [
-            map_tree(nb, s, t, _rows(rows) if flat else take_row(index)) for s, t, flat in stacks
+            map_value(nb, s, t, _rows(rows) if flat else take_row(index)) for s, t, flat in stacks
         ]
         step = slots.pack_kept(nb, parts, "segment")
         return segment_backward_step(loop, nb, step, c, plan, False)
@@ -342,11 +353,15 @@ def segmented_backward(
         x_parts.append(bb.emit_get(seg_steps, 1, "ct_x"))
         steps = _rows(backwards(bb, geo.length))(bb, plan.x_steps(bb, x_parts), None)
         loop.rev.add(bb, loop.xs, steps)
-    elif differentiable(xs_type):
-        steps = map_tree(bb, seg_steps, ct_type(xs_type), _rows(order))
-        ct_xs = map_tree(bb, steps, _nested(ct_type(xs_type)), _merge)
+    elif differentiable(xs_type, loop.ad.adts):
+        steps = map_value(bb, seg_steps, ct_type(xs_type, loop.ad.adts), _rows(order))
+        ct_xs = map_value(bb, steps, _nested(ct_type(xs_type, loop.ad.adts)), _merge)
         assert ct_xs_tail is not None
-        loop.rev.add(bb, loop.xs, concat_tree(bb, ct_xs, ct_xs_tail, ct_type(xs_type)))
+        loop.rev.add(
+            bb,
+            loop.xs,
+            concat_tree(bb, ct_xs, ct_xs_tail, ct_type(xs_type, loop.ad.adts)),
+        )
     hoisted = plan.hoisted
     for j, f in enumerate(loop.free):
         acc = bb.emit_get(fin, j + 1, "ct_free")
@@ -390,4 +405,10 @@ class RuntimeSegments(Segments):
         return runtime_totals(loop, bb, plan, factors)
 
 
-__all__ = ["Geometry", "RuntimeSegments", "runtime_totals", "sqrt_foreach", "sqrt_while"]
+__all__ = [
+    "Geometry",
+    "RuntimeSegments",
+    "runtime_totals",
+    "sqrt_foreach",
+    "sqrt_while",
+]

@@ -20,7 +20,8 @@ from collections.abc import Callable
 
 from ..ir.builder import LetBuilder
 from ..ir.expr import Expr, Function, Var
-from ..ir.types import TensorType, TupleType, Type
+from ..ir.type_tree_emit import Leaf, map_values
+from ..ir.types import TensorType, Type
 from ..passes.anf_sharing import fresh_binders
 from . import keytape
 from .cotangent import ct_type, reverse
@@ -47,27 +48,14 @@ class Segments(ABC):
         stacked x cotangents, if hoisted."""
 
 
-Leaf = Callable[[LetBuilder, Expr, TensorType], Expr]
-
-
-def map_tree(b: LetBuilder, value: Expr, t: Type, leaf: Leaf) -> Expr:
-    """``leaf`` applied to every tensor of the tuple tree ``value``."""
-    if isinstance(t, TupleType):
-        parts = [map_tree(b, b.emit_get(value, i, "part"), f, leaf) for i, f in enumerate(t.fields)]
-        return b.emit(b.tuple(parts), "tree")
-    assert isinstance(t, TensorType)
-    return leaf(b, value, t)
-
-
 def concat_tree(b: LetBuilder, a: Expr, c: Expr, t: Type) -> Expr:
-    if isinstance(t, TupleType):
-        parts = [
-            concat_tree(b, b.emit_get(a, i, "part"), b.emit_get(c, i, "part"), f)
-            for i, f in enumerate(t.fields)
-        ]
-        return b.emit(b.tuple(parts), "tree")
-    pair = b.emit(b.tuple([a, c]), "pair")
-    return b.emit(b.call_op("concatenate", pair, axis=0), "joined")
+    """The trees ``a`` and ``c`` of type ``t`` joined along the steps."""
+
+    def leaf(bb: LetBuilder, parts: list[Expr], ty: Type) -> Expr:
+        pair = bb.emit(bb.tuple(parts), "pair")
+        return bb.emit(bb.call_op("concatenate", pair, axis=0), "joined")
+
+    return map_values(b, [a, c], t, leaf)
 
 
 def take_row(index: Expr) -> Leaf:
@@ -177,7 +165,7 @@ def segment_backward_step(
         carries = nb.emit_get(nb.emit_get(fwd, 0, "stacked"), 1, "carries")
         if tape:
             tape = [nb.emit_get(nb.emit_get(fwd, 1, "end"), 1, "tape")]
-    out_t = ct_type(loop.var.checked_type.fields[0])
+    out_t = ct_type(loop.var.checked_type.fields[0], loop.ad.adts)
     seqs = [
         reverse(nb, ct_seg, out_t),  # only the tuple structure matters to reverse
         reverse(nb, carries, loop.stored_type),
@@ -201,4 +189,4 @@ def segment_backward_step(
         sums = [*sums, nb.emit_get(fin, 1 + n, "tape")]
     if iplan.x_terms:
         return nb.emit(nb.tuple([]), "unit"), prev, free, sums, iplan.x_part(nb, flats)
-    return reverse(nb, steps, ct_type(xs_type)), prev, free, sums
+    return reverse(nb, steps, ct_type(xs_type, loop.ad.adts)), prev, free, sums

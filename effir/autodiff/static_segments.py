@@ -43,8 +43,10 @@ import math
 
 import numpy as np
 
+from ..ir import type_tree
 from ..ir.builder import LetBuilder
 from ..ir.expr import Expr, Function, Var
+from ..ir.type_tree_emit import map_value
 from ..ir.types import TensorType, TupleType, Type
 from .cotangent import ct_type, differentiable, materialize, reverse
 from .hoist import Plan
@@ -54,7 +56,6 @@ from .segments import (
     Segments,
     chunk_loop,
     concat_tree,
-    map_tree,
     plain_copy,
     segment_backward_step,
     segment_end,
@@ -170,8 +171,11 @@ def segmented_binding(loop: LoopVjp, b: LetBuilder, geo: SegmentShape, store_all
     var_type = loop.var.checked_type
     out_type = var_type.fields[0]
 
-    xs_main = map_tree(
-        b, map_tree(b, loop.xs, xs_type, _slice(0, main, length)), xs_type, _split(nseg, k)
+    xs_main = map_value(
+        b,
+        map_value(b, loop.xs, xs_type, _slice(0, main, length)),
+        xs_type,
+        _split(nseg, k),
     )
     seg, carry = Var("segment", span=loop.span), Var("carry", span=loop.span)
     sb = b.child()
@@ -191,14 +195,14 @@ def segmented_binding(loop: LoopVjp, b: LetBuilder, geo: SegmentShape, store_all
     seg_body = Function((seg, carry), sb.finish(sb.emit(sb.tuple([per_seg, end]), "ret")))
     outer = b.emit(b.call_op("cf.foreach", seg_body, xs_main, taped_init(loop, b)), "segments")
     stacked = b.emit_get(outer, 0, "stacked")
-    outs_main = map_tree(
+    outs_main = map_value(
         b, b.emit_get(stacked, 0, "outs"), _segmented(out_type, nseg, k), _join(main)
     )
     starts = b.emit_get(stacked, 1, "starts")
     middle = b.emit_get(outer, 1, "middle")
     carries_tail = None
     if rem:
-        xs_tail = map_tree(b, loop.xs, xs_type, _slice(main, length, length))
+        xs_tail = map_value(b, loop.xs, xs_type, _slice(main, length, length))
         tail = b.emit(b.call_op("cf.foreach", loop.storing_body(b), xs_tail, middle), "tail")
         tail_stacked = b.emit_get(tail, 0, "stacked")
         carries_tail = b.emit_get(tail_stacked, 1, "carries")
@@ -234,7 +238,12 @@ class Sources:
 
 
 def segmented_back(
-    loop: LoopVjp, bb: LetBuilder, outs: Expr, final: Expr, geo: SegmentShape, src: Sources
+    loop: LoopVjp,
+    bb: LetBuilder,
+    outs: Expr,
+    final: Expr,
+    geo: SegmentShape,
+    src: Sources,
 ):
     """The backward of a segmented loop: the tail's reverse loop, then a
     reverse loop over the segments, each running its steps' reverse loop
@@ -247,15 +256,15 @@ def segmented_back(
     ct_outs, ct_final = seeds
     xs_type = loop.xs.checked_type
     out_type = loop.var.checked_type.fields[0]
-    ct_out_type = ct_type(out_type)
+    ct_out_type = ct_type(out_type, loop.ad.adts)
     plan = loop.probe_plan()
     n = len(loop.free)
-    zeros = [materialize(bb, None, f, f.checked_type) for f in loop.free]
+    zeros = [materialize(bb, None, f, f.checked_type, loop.ad.adts) for f in loop.free]
     ct_xs_tail = None
     x_parts: list[Expr] = []
     if rem:
-        ct_tail = map_tree(bb, ct_outs, ct_out_type, _slice(main, length, length))
-        xs_tail = map_tree(bb, loop.xs, xs_type, _slice(main, length, length))
+        ct_tail = map_value(bb, ct_outs, ct_out_type, _slice(main, length, length))
+        xs_tail = map_value(bb, loop.xs, xs_type, _slice(main, length, length))
         seqs = [
             reverse(bb, ct_tail, ct_out_type),
             reverse(bb, src.tail, loop.stored_type),
@@ -272,7 +281,7 @@ def segmented_back(
         if tplan.x_terms:
             x_parts.append(tplan.x_part(bb, tail_flats))
         else:
-            ct_xs_tail = reverse(bb, tail_steps, ct_type(xs_type))
+            ct_xs_tail = reverse(bb, tail_steps, ct_type(xs_type, loop.ad.adts))
         fin = bb.emit_get(tail_back, 1, "ct_middle")
         carried_fields = [bb.emit_get(fin, i, "ct_middle") for i in range(1 + n)]
         if tape:
@@ -282,16 +291,19 @@ def segmented_back(
         carried_fields = [ct_final, *zeros]
         sums = [zeros[j] for j in plan.hoisted]
     carried = bb.emit(bb.tuple([*carried_fields, *sums, *tape]), "ct_init")
-    ct_main = map_tree(
+    ct_main = map_value(
         bb,
-        map_tree(bb, ct_outs, ct_out_type, _slice(0, main, length)),
+        map_value(bb, ct_outs, ct_out_type, _slice(0, main, length)),
         ct_out_type,
         _split(nseg, k),
     )
     xs_main = src.xs_main
     if xs_main is None:
-        xs_main = map_tree(
-            bb, map_tree(bb, loop.xs, xs_type, _slice(0, main, length)), xs_type, _split(nseg, k)
+        xs_main = map_value(
+            bb,
+            map_value(bb, loop.xs, xs_type, _slice(0, main, length)),
+            xs_type,
+            _split(nseg, k),
         )
     # The segments' reverse loop runs over their indices, last first, and
     # takes its segment from each stack: a reversed copy of the stacks
@@ -310,7 +322,7 @@ def segmented_back(
     order = bb.const(np.arange(nseg - 1, -1, -1, dtype=np.int64))
 
     def segment_step(nb: LetBuilder, index: Var, c: Var) -> tuple:
-        parts = [map_tree(nb, seq, t, take_row(index)) for seq, t in stacks]
+        parts = [map_value(nb, seq, t, take_row(index)) for seq, t in stacks]
         step = slots.pack_kept(nb, parts, "segment")
         return segment_backward_step(loop, nb, step, c, plan, src.stored)
 
@@ -320,12 +332,18 @@ def segmented_back(
     seg_steps = bb.emit_get(segs_back, 0, "ct_steps")
     if plan.x_terms:  # the chunks' x cotangents, in the reverse loops' order
         x_parts.append(bb.emit_get(seg_steps, 1, "ct_x"))
-        loop.rev.add(bb, loop.xs, reverse(bb, plan.x_steps(bb, x_parts), ct_type(xs_type)))
-    elif differentiable(xs_type):
-        steps = reverse(bb, seg_steps, ct_type(xs_type))
-        ct_xs = map_tree(bb, steps, _segmented(ct_type(xs_type), nseg, k), _join(main))
+        loop.rev.add(
+            bb,
+            loop.xs,
+            reverse(bb, plan.x_steps(bb, x_parts), ct_type(xs_type, loop.ad.adts)),
+        )
+    elif differentiable(xs_type, loop.ad.adts):
+        steps = reverse(bb, seg_steps, ct_type(xs_type, loop.ad.adts))
+        ct_xs = map_value(
+            bb, steps, _segmented(ct_type(xs_type, loop.ad.adts), nseg, k), _join(main)
+        )
         if ct_xs_tail is not None:
-            ct_xs = concat_tree(bb, ct_xs, ct_xs_tail, ct_type(xs_type))
+            ct_xs = concat_tree(bb, ct_xs, ct_xs_tail, ct_type(xs_type, loop.ad.adts))
         loop.rev.add(bb, loop.xs, ct_xs)
     hoisted = plan.hoisted
     for j, f in enumerate(loop.free):
@@ -354,7 +372,10 @@ def chunked_totals(
         if begin == 0 and end == length:
             return stacks
         return [
-            bb.emit(bb.call_op("strided_slice", s, begin=[begin], end=[end], axes=[0]), "part")
+            bb.emit(
+                bb.call_op("strided_slice", s, begin=[begin], end=[end], axes=[0]),
+                "part",
+            )
             for s in stacks
         ]
 
@@ -365,7 +386,8 @@ def chunked_totals(
             x_parts.append(plan.x_part(bb, flats))
     else:
         sums = [
-            materialize(bb, None, loop.free[j], loop.free[j].checked_type) for j in plan.hoisted
+            materialize(bb, None, loop.free[j], loop.free[j].checked_type, loop.ad.adts)
+            for j in plan.hoisted
         ]
     segments = [
         bb.emit(bb.call_op("reshape", s, newshape=[nseg, -1, *plan.trailing[i]]), "segments")
@@ -385,7 +407,9 @@ def chunked_totals(
 def _segmented(t: Type, nseg: int, k: int) -> Type:
     """The type ``t`` (stacked over T steps) as (nseg, k, ...) (only the
     rank matters to the helpers)."""
-    if isinstance(t, TupleType):
-        return TupleType(tuple(_segmented(f, nseg, k) for f in t.fields))
-    assert isinstance(t, TensorType)
-    return TensorType((nseg, k, *t.shape[1:]), t.dtype)
+
+    def leaf(ty: Type) -> Type:
+        assert isinstance(ty, TensorType)
+        return TensorType((nseg, k, *ty.shape[1:]), ty.dtype)
+
+    return type_tree.map_leaves(t, leaf)

@@ -100,6 +100,42 @@ def test_reverse_names_no_operator():
     assert [s for s in literals if lookup_op(s) is not None] == []
 
 
+def _imports(path: Path) -> tuple[set[str], list[int]]:
+    """The autodiff modules ``path`` imports when it runs (not under
+    TYPE_CHECKING), and the lines of imports written inside functions."""
+    tree = ast.parse(path.read_text())
+    names: set[str] = set()
+    inside: list[int] = []
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            names.update([node.module] if node.module else [a.name for a in node.names])
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef):
+            inside += [
+                n.lineno for n in ast.walk(node) if isinstance(n, ast.Import | ast.ImportFrom)
+            ]
+    return names, inside
+
+
+def test_autodiff_has_no_import_cycle_and_no_import_inside_a_function():
+    graph = {}
+    for path in sorted(AUTODIFF.glob("*.py")):
+        names, inside = _imports(path)
+        assert inside == [], f"{path.name}: imports inside functions at lines {inside}"
+        graph[path.stem] = {n for n in names if (AUTODIFF / f"{n}.py").exists()}
+    # Kahn's algorithm: every module is ordered iff there is no cycle
+    pending = {m: set(deps) for m, deps in graph.items()}
+    while True:
+        ready = [m for m, deps in pending.items() if not deps]
+        if not ready:
+            break
+        for m in ready:
+            del pending[m]
+        for deps in pending.values():
+            deps.difference_update(ready)
+    assert pending == {}, f"an import cycle among {sorted(pending)}"
+
+
 # ---------------------------------------------------------------- policies
 def test_the_table_holds_todays_modes_and_dots():
     assert {"none", "loop", "sqrt", "dots"} <= set(POLICIES)
@@ -193,3 +229,14 @@ def test_a_policy_needs_a_name_to_be_registered():
 
     with pytest.raises(ValueError, match="needs a name"):
         register(Nameless())
+
+
+def test_a_mark_survives_specialisation():
+    """Partial evaluation (grad's default) keeps the body's names: the
+    marked value is still recomputed."""
+    module, _ = _gru(12, 2)
+    texts = {}
+    for policy in ("none", RecomputeNames({"a"})):
+        g = effir.grad(module, wrt=["w"], checkpoint=policy)
+        texts[policy if isinstance(policy, str) else "marked"] = effir.astext(g["main_grad"])
+    assert texts["marked"].count("tanh(") == texts["none"].count("tanh(") + 1
