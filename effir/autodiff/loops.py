@@ -6,9 +6,9 @@ forward values of the step that its backward reads; if one is not a
 tensor (a branch's pullback closure, a key), nothing is emitted and the
 caller falls back to ``recompute``. A policy may choose which residuals
 are stored and which are recomputed in the backward step from the stored
-ones (``Residuals``: JAX's ``jax.checkpoint`` policies): recomputation
-runs the same operations on the same values, so the gradients do not
-change. A nested static loop's residual stacks are typed, so the
+ones (``Saves``, given by the policies of ``effir.autodiff.checkpoint``
+as JAX's ``jax.checkpoint`` policies are): recomputation runs the same
+operations on the same values, so the gradients do not change. A nested static loop's residual stacks are typed, so the
 enclosing loop stacks them in turn.
 
 ``recompute``: only the carry each step started from is stored; the

@@ -290,7 +290,7 @@ class Reverse(ExprFunctor):
         self.ad.closure_vars.add(var)
         b.bind(var, typed_copy(fn))  # for code that is run, not differentiated
         if "call" not in use:
-            self.ad.loop_bodies[var] = fn  # differentiated where the loop is (loops.py)
+            self.ad.loop_bodies[var] = fn  # differentiated where the loop is (loop_rule.py)
             return
         free = self.ad.free_differentiable(fn, exclude=var)
         vjp = Var(f"{var.name_hint}_vjp", span=fn.span)

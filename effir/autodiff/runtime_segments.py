@@ -2,7 +2,7 @@
 for a ``cf.foreach`` of symbolic length and for a ``cf.while_loop``, and the
 run-time chunks in which every mode sums such a loop's hoisted terms.
 
-The static segments (``sqrt.py``) reshape the stacked steps to
+The static segments (``static_segments.py``) reshape the stacked steps to
 ``(T div k, k, ...)``, which needs T in the program. Here T is a value:
 the sequence's leading dimension (``shape_of``) or the number of steps a
 ``while_loop`` ran (a counter carried along), and the geometry is computed
@@ -20,7 +20,7 @@ dimensions, symbolic ones included.
   (``loop`` storage); the backward (``segmented_backward``) runs the
   tail's reverse loop, then a reverse loop over the segments, last first,
   each recomputing its segment from its start and running its reverse
-  loop (``sqrt._segment_step``, shared with the static form).
+  loop (``segments.segment_backward_step``, shared with the static form).
 - ``sqrt`` for a ``while_loop`` (``sqrt_while``): the trip count is known
   only once the loop has run. The forward runs the loop as written, with
   a counter in its carry, and stores nothing; the backward first runs the
@@ -28,9 +28,9 @@ dimensions, symbolic ones included.
   ``foreach`` over ``iota(T)`` (the step's index unused), storing every
   k-th carry, then proceeds as for a ``foreach``. That is one more
   forward than a ``foreach``'s ``sqrt`` (two in all).
-- A carry holding keys or ADT values (``loops._Loop.taped``): the outer
+- A carry holding keys or ADT values (``LoopVjp.taped``): the outer
   loop and the tail carry the key tape as the static segments' do
-  (``sqrt.segment_start``): each start's tensors are stacked and its keys
+  (``segments.segment_start``): each start's tensors are stacked and its keys
   and ADT values pushed; the backward carries the tape through the tail's
   reverse loop and the segments', whose ``_segment_step`` pops and replays
   them.
@@ -191,7 +191,7 @@ def segmented_forward(loop: LoopVjp, b: LetBuilder, geo: Geometry, outs: bool = 
     it started from; then the tail, storing its carries. Without ``outs``
     (a rerun, whose outputs the forward has) the segments' outputs are
     not kept. A ``taped`` loop's outer loop and tail carry (carry, tape)
-    as the static segments' do (``sqrt.segment_start``)."""
+    as the static segments' do (``segments.segment_start``)."""
     xs_type = loop.xs.checked_type
     out_type = loop.var.checked_type.fields[0]
     seg, carry = Var("segment", span=loop.span), Var("carry", span=loop.span)
@@ -225,7 +225,7 @@ def segmented_forward(loop: LoopVjp, b: LetBuilder, geo: Geometry, outs: bool = 
 
 
 def sqrt_foreach(loop: LoopVjp, b: LetBuilder) -> None:
-    """``sqrt`` for a foreach of symbolic length (``loops._Loop``)."""
+    """``sqrt`` for a foreach of symbolic length (``LoopVjp``)."""
     geo = Geometry(b, length_of(b, loop.xs, loop.xs.checked_type))
     fwd = segmented_forward(loop, b, geo)
     b.bind(loop.var, b.tuple([fwd.outs, fwd.final]))
@@ -297,7 +297,7 @@ def segmented_backward(
 ) -> None:
     """The tail's reverse loop, then a reverse loop over the segments, last
     first, each recomputing its segment from its start carry and running
-    its reverse loop (``sqrt._segment_step``), reducing that chunk's
+    its reverse loop (``segments.segment_backward_step``), reducing that chunk's
     hoisted factors into the carried sums."""
     ct_outs, ct_final = seeds
     xs_type = loop.xs.checked_type

@@ -33,7 +33,7 @@ so the gradients stay bit-identical.
 The segments are the leading axis reshaped to (T // k, k): this needs a
 static T. A foreach whose length is symbolic and a while_loop have their
 segments and chunks computed when the program runs
-(``runtime_segments.py``, ``chunking`` says which), a carry holding keys or
+(``runtime_segments.py``; ``loops.segments_of`` says which), a carry holding keys or
 ADT values with the same tape.
 """
 
