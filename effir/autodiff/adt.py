@@ -21,10 +21,10 @@ itself could not hold, and every generated ``add`` is first order.
 The backward of a constructor call ``C(x, y)`` takes the fields'
 cotangents out of the value's (a ``match`` on ``CCt``; a zero gives zero
 fields); the backward of a clause of a ``match`` builds the scrutinee's
-cotangent from the pattern variables' (``reverse.py``). The instance in use
-is a context variable (``cotangent.current_adts``), set while ``grad``
-runs, so that ``cotangent.ct_type`` and ``differentiable`` stay functions
-of a type.
+cotangent from the pattern variables' (``reverse.py``). The instance of a
+``grad`` run (``Differentiator.adts``) is passed explicitly to
+``cotangent.ct_type``, ``differentiable`` and the functions that build
+cotangents (their ``adts`` argument; None outside ``grad``).
 """
 
 from __future__ import annotations
@@ -48,8 +48,17 @@ from ..ir.expr import (
     Var,
 )
 from ..ir.module import IRModule
-from ..ir.types import FuncType, GlobalTypeVar, TensorType, TupleType, Type, TypeCall, TypeVar
+from ..ir.types import (
+    FuncType,
+    GlobalTypeVar,
+    TensorType,
+    TupleType,
+    Type,
+    TypeCall,
+    TypeVar,
+)
 from ..passes.type_solver import substitute
+from .cotangent import ct_type, differentiable, materialize
 
 TypeKey = tuple
 
@@ -143,10 +152,12 @@ class AdtCotangents:
         self._differentiable[key] = found
         return found
 
+    def ct_type(self, t: TypeCall) -> Type:
+        """The cotangent type of the (differentiable) ADT type ``t``."""
+        return self.ct_adt(t).type
+
     def ct_adt(self, t: TypeCall) -> CtAdt:
         """The cotangent ADT of the (differentiable) ADT type ``t``."""
-        from .cotangent import ct_type
-
         key = type_key(t)
         info = self._ct.get(key)
         if info is not None:
@@ -157,7 +168,7 @@ class AdtCotangents:
         self._ct[key] = info  # before the fields: a recursive type refers to itself
         ctors = []
         for c in self.constructors(t):
-            inputs = tuple(ct_type(f) for f in self.fields(t, c))
+            inputs = tuple(ct_type(f, self) for f in self.fields(t, c))
             ctor = Constructor(self._fresh(f"{c.name}Ct", self.taken_names), inputs, name)
             info.ctors[c.name] = ctor
             ctors.append(ctor)
@@ -191,8 +202,6 @@ class AdtCotangents:
         """The cotangents of the fields ``args`` of the value ``ctor(args)``
         from its cotangent ``ct``: the fields of ``ctor``'s cotangent
         constructor, or zeros where ``ct`` is the zero."""
-        from .cotangent import materialize
-
         info = self.ct_adt(t)
         types = self.fields(t, ctor)
         parts = [Var(f"ct_{i}") for i in range(len(args))]
@@ -201,7 +210,7 @@ class AdtCotangents:
             b.tuple(parts),
         )
         zb = b.child()
-        zeros = [materialize(zb, None, a, ft) for a, ft in zip(args, types, strict=True)]
+        zeros = [materialize(zb, None, a, ft, self) for a, ft in zip(args, types, strict=True)]
         other = Clause(PatternWildcard(), zb.finish(zb.emit(zb.tuple(zeros), "cts")))
         cts = b.emit(Match(ct, (taken, other), complete=True), "cts")
         return [b.emit_get(cts, i, "ct") for i in range(len(args))]
@@ -211,10 +220,8 @@ class AdtCotangents:
         """``pattern`` with each wildcard that matches a differentiable value
         bound to a fresh (typed) variable: the scrutinee's cotangent needs
         a zero of that field's shape. Recursion over the pattern's depth."""
-        from .cotangent import differentiable
-
         if isinstance(pattern, PatternWildcard):
-            if not differentiable(t):
+            if not differentiable(t, self):
                 return pattern
             var = Var("field")
             var.set_checked_type(t)
@@ -235,10 +242,8 @@ class AdtCotangents:
     def pattern_cotangent(self, b: LetBuilder, pattern: Pattern, t: Type, total) -> Expr:
         """The cotangent of the value of type ``t`` that ``pattern`` matched,
         from ``total(var)``, the whole cotangent of each pattern variable."""
-        from .cotangent import differentiable, materialize
-
-        if not differentiable(t):
-            return materialize(b, None, b.tuple([]), t)
+        if not differentiable(t, self):
+            return materialize(b, None, b.tuple([]), t, self)
         if isinstance(pattern, PatternVar):
             return total(pattern.var)
         if isinstance(pattern, PatternTuple) and isinstance(t, TupleType):
@@ -297,9 +302,7 @@ class AdtCotangents:
 
 def _add_values(b: LetBuilder, x: Expr, y: Expr, t: Type, adts: AdtCotangents) -> Expr:
     """``x + y`` for two whole cotangents (expressions) of a value of type ``t``."""
-    from .cotangent import differentiable
-
-    if not differentiable(t):
+    if not differentiable(t, adts):
         return x
     if isinstance(t, TupleType):
         parts = [

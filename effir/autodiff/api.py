@@ -25,11 +25,14 @@ from ..ir.vjp import DifferentiationError
 from ..passes.anf_sharing import fresh_binders
 from ..passes.infer_type import check
 from ..passes.infra import Option, a2_problem, anf_problem, module_pass
+from ..passes.partial_eval import partial_eval
+from ..passes.pipeline import pipeline
 from ..passes.verify_linear.verifier import REPLAYS_KEYS
-from .cotangent import current_adts
-from .differentiator import CHECKPOINTS, Differentiator
+from . import loop_rule  # noqa: F401  (registers the loops' binding rule on import)
+from .checkpoint import CheckpointPolicy, policy_of
+from .differentiator import Differentiator
 from .entry import build_grad
-from .specialise import specialise_function_arguments
+from .specialise import SPECIALISE
 from .unpad import unpad_while_loops
 
 
@@ -37,7 +40,7 @@ def grad_module(
     module: IRModule,
     entry: str | None = None,
     wrt: Sequence[str] | str | None = None,
-    checkpoint: str = "none",
+    checkpoint: str | CheckpointPolicy = "none",
     output: int | None = None,
     with_value: bool = False,
     name: str | None = None,
@@ -51,7 +54,7 @@ def grad_program(
     module: IRModule | Any,
     entry: str | None = None,
     wrt: Sequence[str] | str | None = None,
-    checkpoint: str = "none",
+    checkpoint: str | CheckpointPolicy = "none",
     output: int | None = None,
     with_value: bool = False,
     name: str | None = None,
@@ -59,22 +62,15 @@ def grad_program(
 ) -> Program:
     """``module`` with the gradient function of ``@entry`` added, and that
     function's name."""
-    if checkpoint not in CHECKPOINTS:
-        raise DifferentiationError(
-            f"checkpoint must be one of {', '.join(CHECKPOINTS)}, not {checkpoint!r}"
-        )
+    policy = policy_of(checkpoint)
     module, entry = resolve(module, entry, DifferentiationError, "effir.grad")
     if a2_problem(module) is not None or anf_problem(module) is not None:
-        from ..passes.pipeline import pipeline
-
         module = pipeline("to-anf,explicate,state-passing")(module)
     if specialise:
-        from ..passes.partial_eval import partial_eval
-
         module = check(partial_eval(module))
         # what partial evaluation left higher-order: a closure passed to a
         # recursive function (specialise.py)
-        module = specialise_function_arguments(module, entry)
+        module = SPECIALISE.with_options(entry=entry)(module)
     # a padded while_loop as its exact loop and the padding (unpad.py)
     module = unpad_while_loops(check(module))
     check(module)
@@ -89,14 +85,10 @@ def grad_program(
     taken = set(module.functions) | set(module.cells)
     target = name or fresh_name(f"{entry}_grad", taken)
     taken.add(target)
-    ad = Differentiator(work, checkpoint, taken)
-    token = current_adts.set(ad.adts)
-    try:
-        grad_fn = build_grad(ad, work.functions[entry], wrt, output, with_value)
-        vjps = ad.finish()
-        ct_datas, ct_adds = ad.adts.finish()
-    finally:
-        current_adts.reset(token)
+    ad = Differentiator(work, policy, taken)
+    grad_fn = build_grad(ad, work.functions[entry], wrt, output, with_value)
+    vjps = ad.finish()
+    ct_datas, ct_adds = ad.adts.finish()
     out = module.with_function(target, replays_keys(grad_fn))
     for vjp_name, fn in vjps.items():
         out = out.with_function(vjp_name, replays_keys(fn))
@@ -123,7 +115,7 @@ def grad(
     module: IRModule | Any,
     entry: str | None = None,
     wrt: Sequence[str] | str | None = None,
-    checkpoint: str = "none",
+    checkpoint: str | CheckpointPolicy = "none",
     output: int | None = None,
     specialise: bool = True,
 ) -> IRModule | Program:
@@ -137,7 +129,10 @@ def grad(
     ``checkpoint``: ``"none"`` (store every intermediate a loop's backward
     needs), ``"loop"`` (store each step's carried state, recompute the
     step), ``"sqrt"`` (store every ceil(sqrt(T))-th carry, recompute
-    segments); the gradients are bit-identical.
+    segments), ``"dots"`` (store the matrix products, recompute the
+    elementwise work), or a ``CheckpointPolicy`` (``effir.autodiff.checkpoint``:
+    ``SaveNames``, ``RecomputeNames``, one of the user's); the gradients
+    are bit-identical.
 
     ``specialise``: partially evaluate the program first (``partial-eval``:
     known closures and small global functions inlined, static values
@@ -163,7 +158,7 @@ def value_and_grad(
     module: IRModule | Any,
     entry: str | None = None,
     wrt: Sequence[str] | str | None = None,
-    checkpoint: str = "none",
+    checkpoint: str | CheckpointPolicy = "none",
     output: int | None = None,
     specialise: bool = True,
 ) -> IRModule | Program:
@@ -178,7 +173,9 @@ def value_and_grad(
 
 
 def _as_given(
-    program: IRModule | Any, differentiate: Callable[[IRModule, str], Program], entry: str | None
+    program: IRModule | Any,
+    differentiate: Callable[[IRModule, str], Program],
+    entry: str | None,
 ) -> IRModule | Program:
     """``differentiate(module, entry)`` for what the user gave: the module
     for a module; for a function, the ``Program`` running its gradient."""
@@ -193,7 +190,7 @@ def _as_given(
     options={
         "entry": "the function to differentiate",
         "wrt": "comma-separated parameter names (empty: every float parameter)",
-        "checkpoint": "none, loop or sqrt",
+        "checkpoint": "a checkpoint policy by name: none, loop, sqrt or dots",
         "value": "also return the entry's result",
         "output": Option(
             "the field of a tuple result to differentiate (-1: the result)", minimum=-1

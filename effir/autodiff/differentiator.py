@@ -9,6 +9,8 @@ its differentiated form.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..ir.analysis import operands
 from ..ir.builder import fresh_name
 from ..ir.diagnostics import Span
@@ -16,20 +18,23 @@ from ..ir.expr import Call, Expr, Function, GlobalVar, Op, TypeData, Var
 from ..ir.functor import pre_order
 from ..ir.module import IRModule
 from ..ir.op import op_def
+from ..ir.vjp import DifferentiationError
 from ..passes.infer_type import infer_expr
 from .adt import AdtCotangents
 from .cotangent import differentiable
 from .free import free_variable_table
 from .instantiate import instance_key, instantiate, instantiation
+from .keytape import TAPE, tape_type_def
 from .reverse import ClosureVjp, Reverse, function_vjp
 
-CHECKPOINTS = ("none", "loop", "sqrt")
+if TYPE_CHECKING:
+    from .checkpoint import CheckpointPolicy  # it builds on this module
 
 
 class Differentiator:
     """Module-wide state of one differentiation (see the module docstring)."""
 
-    def __init__(self, module: IRModule, checkpoint: str, taken: set[str]) -> None:
+    def __init__(self, module: IRModule, checkpoint: CheckpointPolicy, taken: set[str]) -> None:
         self.module = module  # typed; its nodes are used (once) in the output
         self.checkpoint = checkpoint
         self.taken = taken  # global names in use
@@ -82,9 +87,6 @@ class Differentiator:
     def tape_data(self) -> TypeData:
         """The key tape's ADT (``keytape``), added to the output module."""
         if self.tape is None:
-            from ..ir.vjp import DifferentiationError
-            from .keytape import TAPE, tape_type_def
-
             if TAPE in self.module.type_defs:
                 raise DifferentiationError(
                     f"the program defines a type {TAPE}, the name grad gives its key tape"
@@ -113,15 +115,13 @@ class Differentiator:
                     found.update(dict.fromkeys(self.closures[v].free))
                 elif v in self.loop_bodies:
                     found.update(dict.fromkeys(self.free_differentiable(self.loop_bodies[v])))
-                elif v.has_type and differentiable(v.checked_type):
+                elif v.has_type and differentiable(v.checked_type, self.adts):
                     found[v] = None
             self._free[key] = list(found)
         return [v for v in self._free[key] if v is not exclude]
 
 
 def raise_primitive(name: str, fn: Function) -> None:
-    from ..ir.vjp import DifferentiationError
-
     raise DifferentiationError(
         f"@{name} is a fused primitive function: differentiate before fusion", fn.span
     )

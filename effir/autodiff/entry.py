@@ -18,7 +18,7 @@ from ..ir.builder import LetBuilder
 from ..ir.expr import Expr, Function, Var
 from ..ir.types import TensorType, TupleType, Type
 from ..ir.vjp import DifferentiationError
-from .cotangent import CT, differentiable, is_float
+from .cotangent import CT, Adts, differentiable, is_float
 from .differentiator import Differentiator
 from .reverse import Reverse
 
@@ -28,13 +28,15 @@ def state_count(fn: Function) -> tuple[int, int]:
     return len(fn.attrs.get("state_in", ()) or ()), len(fn.attrs.get("state_out", ()) or ())
 
 
-def choose_wrt(fn: Function, wrt: Sequence[str] | str | None, n_state: int) -> list[Var]:
+def choose_wrt(
+    fn: Function, wrt: Sequence[str] | str | None, n_state: int, adts: Adts
+) -> list[Var]:
     """The parameters named by ``wrt`` (default: every float parameter that is not state)."""
     params = list(fn.params)
     user = params[: len(params) - n_state]
     state = params[len(params) - n_state :]
     if wrt is None:
-        chosen = [p for p in user if _float_tree(p.checked_type)]
+        chosen = [p for p in user if _float_tree(p.checked_type, adts)]
         if not chosen:
             raise DifferentiationError("the entry has no float parameter to differentiate", fn.span)
         return chosen
@@ -55,18 +57,19 @@ def choose_wrt(fn: Function, wrt: Sequence[str] | str | None, n_state: int) -> l
                 f"wrt: %{name} is state (a cell's value): state is threaded, never differentiated",
                 fn.span,
             )
-        if not _float_tree(p.checked_type):
+        if not _float_tree(p.checked_type, adts):
             raise DifferentiationError(
-                f"wrt: %{name} has no float tensor in its type, so it has no gradient", fn.span
+                f"wrt: %{name} has no float tensor in its type, so it has no gradient",
+                fn.span,
             )
         chosen.append(p)
     return chosen
 
 
-def _float_tree(t: Type) -> bool:
+def _float_tree(t: Type, adts: Adts) -> bool:
     """Whether a float tensor is in ``t`` (in a tuple, or in an ADT value,
     whose gradient is a value of its cotangent ADT: effir.autodiff.adt)."""
-    return differentiable(t)
+    return differentiable(t, adts)
 
 
 def build_grad(
@@ -81,7 +84,7 @@ def build_grad(
     # A2 wraps the result with the new state only where the entry writes
     # some (state_out); one that only reads state (state_in) returns it as is.
     a2 = n_state_out > 0
-    targets = choose_wrt(fn, wrt, n_state_in)
+    targets = choose_wrt(fn, wrt, n_state_in, ad.adts)
     b = LetBuilder(fn.span)
     rev = Reverse(ad)
     result = rev.forward(fn.body, b)
@@ -96,7 +99,8 @@ def build_grad(
             or not 0 <= output < len(user_type.fields)
         ):
             raise DifferentiationError(
-                f"output={output!r}: the entry's result is not a tuple with that field", fn.span
+                f"output={output!r}: the entry's result is not a tuple with that field",
+                fn.span,
             )
         chosen_type = user_type.fields[output]
     if not isinstance(chosen_type, TensorType) or not is_float(chosen_type.dtype):

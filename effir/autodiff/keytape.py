@@ -10,7 +10,7 @@ visits the steps last first, pops them in exactly that order. The keys are
 the forward's, so each recomputed dropout draws the forward's mask; the
 ADT values are the forward's, so each recomputed step reads what it read.
 
-``sqrt`` checkpointing (``sqrt.py``) stores a carry per segment instead:
+``sqrt`` checkpointing (``static_segments.py``) stores a carry per segment instead:
 the forward pushes each segment's start (``store``), and the backward
 pops it (``restore``), recomputes the segment pushing its steps onto the
 rest of the tape, and pops them again in the segment's reverse loop.

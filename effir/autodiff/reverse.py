@@ -14,8 +14,9 @@ What needs a backward of its own is compiled to a *pullback* closure
 returning ``(result, pullback)``; a let-bound closure ``%f`` called
 directly becomes ``%f_vjp``, whose pullback also returns the cotangents of
 ``%f``'s free variables; an ``if`` or ``match`` returns the taken branch's
-result and pullback, so only the taken branch's backward runs. Loops are in
-``effir.autodiff.loops``.
+result and pullback, so only the taken branch's backward runs. An operator
+with a binding rule (a loop: ``effir.autodiff.rules``, ``loop_rule``)
+rewrites its binding itself.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from ..ir.types import FuncType, TupleType
 from ..ir.vjp import NOT_DIFFERENTIABLE, DifferentiationError, VjpContext, vjp_rule
 from ..passes.anf_sharing import fresh_binders
 from .cotangent import CT, accumulate, ct_type, differentiable, fields_of, materialize
+from .rules import binding_vjp_rule
 
 if TYPE_CHECKING:
     from .differentiator import Differentiator
@@ -141,13 +143,13 @@ class Reverse(ExprFunctor):
         if ct is None or not isinstance(atom, Var) or atom in self.ad.closure_vars:
             return
         t = atom.checked_type
-        if not differentiable(t):
+        if not differentiable(t, self.ad.adts):
             return
-        self.ct[atom] = accumulate(bb, self.ct.get(atom), ct, t)
+        self.ct[atom] = accumulate(bb, self.ct.get(atom), ct, t, self.ad.adts)
 
     def total(self, bb: LetBuilder, atom: Var) -> Expr:
         """The whole cotangent of ``atom``, zeros filled in."""
-        return materialize(bb, self.ct.get(atom), atom, atom.checked_type)
+        return materialize(bb, self.ct.get(atom), atom, atom.checked_type, self.ad.adts)
 
     # ----------------------------------------------------- simple values
     def _tuple_back(self, bb: LetBuilder, var: Var, value: Tuple) -> None:
@@ -182,10 +184,9 @@ class Reverse(ExprFunctor):
     def _call(self, call: Call, var: Var, b: LetBuilder) -> Computation[None]:
         callee = call.callee
         if isinstance(callee, Op):
-            if callee.name in ("cf.foreach", "cf.while_loop"):
-                from .loops import loop_binding  # loops build on this module
-
-                yield loop_binding(self, var, call, b)
+            rule = binding_vjp_rule(callee)
+            if rule is not None:  # a loop: the rule rewrites the binding (rules.py)
+                yield rule(self, var, call, b)
                 return
             b.bind(var, call)
             self.tape.append(lambda bb: self._op_back(bb, var, call))
@@ -196,8 +197,9 @@ class Reverse(ExprFunctor):
             self._pullback_call(var, call, info.vjp, list(call.args) + list(info.free), b)
         elif isinstance(callee, Constructor):
             b.bind(var, call)
-            if differentiable(var.checked_type) and any(
-                isinstance(a, Var) and differentiable(a.checked_type) for a in call.args
+            if differentiable(var.checked_type, self.ad.adts) and any(
+                isinstance(a, Var) and differentiable(a.checked_type, self.ad.adts)
+                for a in call.args
             ):
                 self.tape.append(lambda bb: self._construct_back(bb, var, call))
         else:
@@ -211,7 +213,7 @@ class Reverse(ExprFunctor):
     def _op_back(self, bb: LetBuilder, var: Var, call: Call) -> None:
         ct = self.ct.pop(var, None)
         if ct is None or not any(
-            isinstance(a, Var) and differentiable(a.checked_type) for a in call.args
+            isinstance(a, Var) and differentiable(a.checked_type, self.ad.adts) for a in call.args
         ):
             return  # no argument can take a gradient: no rule is needed
         rule = vjp_rule(call)
@@ -221,11 +223,11 @@ class Reverse(ExprFunctor):
         if isinstance(t, TupleType):
             parts = fields_of(bb, ct, t)
             arg = tuple(
-                p if p is None or isinstance(p, Expr) else materialize(bb, p, var, f)
+                p if p is None or isinstance(p, Expr) else materialize(bb, p, var, f, self.ad.adts)
                 for p, f in zip(parts, t.fields, strict=True)
             )
         else:
-            arg = materialize(bb, ct, var, t)
+            arg = materialize(bb, ct, var, t, self.ad.adts)
         grads = rule(VjpContext(bb, call), call.args, call.attrs, var, arg)
         if len(grads) != len(call.args):
             raise DifferentiationError(
@@ -239,8 +241,8 @@ class Reverse(ExprFunctor):
 
     def _global_call(self, var: Var, call: Call, b: LetBuilder) -> None:
         name = call.callee.name
-        if not differentiable(var.checked_type) or not any(
-            differentiable(a.checked_type) for a in call.args if isinstance(a, Var)
+        if not differentiable(var.checked_type, self.ad.adts) or not any(
+            differentiable(a.checked_type, self.ad.adts) for a in call.args if isinstance(a, Var)
         ):
             b.bind(var, call)  # nothing to differentiate: the original function
             return
@@ -260,10 +262,10 @@ class Reverse(ExprFunctor):
             ct = self.ct.pop(var, None)
             if ct is None:
                 return
-            seed = materialize(bb, ct, var, var.checked_type)
+            seed = materialize(bb, ct, var, var.checked_type, self.ad.adts)
             cts = bb.emit(bb.call(pullback, [seed]), "cts")
             for i, target in enumerate(targets):
-                if isinstance(target, Var) and differentiable(target.checked_type):
+                if isinstance(target, Var) and differentiable(target.checked_type, self.ad.adts):
                     self.add(bb, target, bb.emit_get(cts, i, "ct"))
 
         self.tape.append(back)
@@ -288,7 +290,7 @@ class Reverse(ExprFunctor):
         self.ad.closure_vars.add(var)
         b.bind(var, typed_copy(fn))  # for code that is run, not differentiated
         if "call" not in use:
-            self.ad.loop_bodies[var] = fn  # differentiated where the loop is (loops.py)
+            self.ad.loop_bodies[var] = fn  # differentiated where the loop is (loop_rule.py)
             return
         free = self.ad.free_differentiable(fn, exclude=var)
         vjp = Var(f"{var.name_hint}_vjp", span=fn.span)
@@ -307,7 +309,7 @@ class Reverse(ExprFunctor):
     def _match(self, node: Match, var: Var, b: LetBuilder) -> Computation[None]:
         free = self.ad.free_differentiable(node)
         data = node.data
-        scrutinee = isinstance(data, Var) and differentiable(data.checked_type)
+        scrutinee = isinstance(data, Var) and differentiable(data.checked_type, self.ad.adts)
         if scrutinee and data not in free:
             free = [*free, data]
         clauses = []
@@ -333,7 +335,7 @@ class Reverse(ExprFunctor):
             ct = self.ct.pop(var, None)
             if ct is None or not free:
                 return
-            seed = materialize(bb, ct, var, var.checked_type)
+            seed = materialize(bb, ct, var, var.checked_type, self.ad.adts)
             cts = bb.emit(bb.call(pullback, [seed]), "cts")
             for i, target in enumerate(free):
                 self.add(bb, target, bb.emit_get(cts, i, "ct"))
@@ -381,7 +383,7 @@ def block_vjp(
     rev = Reverse(ad)
     result = yield rev.forward_steps(body, b)
     t = body.checked_type
-    ct = Var("ct", ct_type(t), span=b.current_span)
+    ct = Var("ct", ct_type(t, ad.adts), span=b.current_span)
     bb = b.child()
     rev.add(bb, result, ct)
     rev.backward(bb)
@@ -403,7 +405,10 @@ def function_vjp(ad: Differentiator, fn: Function, free: list[Var]) -> Computati
     body = yield block_vjp(ad, fn.body, list(fn.params) + free, b)
     result_type = fn.body.checked_type
     targets = [p.checked_type for p in fn.params] + [v.checked_type for v in free]
-    pullback_type = FuncType((ct_type(result_type),), TupleType(tuple(ct_type(t) for t in targets)))
+    pullback_type = FuncType(
+        (ct_type(result_type, ad.adts),),
+        TupleType(tuple(ct_type(t, ad.adts) for t in targets)),
+    )
     ret = TupleType((result_type, pullback_type))
     params, body = typed_params(fn.params, body)
     return Function(params, body, ret, fn.type_params, span=fn.span)

@@ -2,7 +2,7 @@
 for a ``cf.foreach`` of symbolic length and for a ``cf.while_loop``, and the
 run-time chunks in which every mode sums such a loop's hoisted terms.
 
-The static segments (``sqrt.py``) reshape the stacked steps to
+The static segments (``static_segments.py``) reshape the stacked steps to
 ``(T div k, k, ...)``, which needs T in the program. Here T is a value:
 the sequence's leading dimension (``shape_of``) or the number of steps a
 ``while_loop`` ran (a counter carried along), and the geometry is computed
@@ -20,7 +20,7 @@ dimensions, symbolic ones included.
   (``loop`` storage); the backward (``segmented_backward``) runs the
   tail's reverse loop, then a reverse loop over the segments, last first,
   each recomputing its segment from its start and running its reverse
-  loop (``sqrt._segment_step``, shared with the static form).
+  loop (``segments.segment_backward_step``, shared with the static form).
 - ``sqrt`` for a ``while_loop`` (``sqrt_while``): the trip count is known
   only once the loop has run. The forward runs the loop as written, with
   a counter in its carry, and stores nothing; the backward first runs the
@@ -28,9 +28,9 @@ dimensions, symbolic ones included.
   ``foreach`` over ``iota(T)`` (the step's index unused), storing every
   k-th carry, then proceeds as for a ``foreach``. That is one more
   forward than a ``foreach``'s ``sqrt`` (two in all).
-- A carry holding keys or ADT values (``loops._Loop.taped``): the outer
+- A carry holding keys or ADT values (``LoopVjp.taped``): the outer
   loop and the tail carry the key tape as the static segments' do
-  (``sqrt.segment_start``): each start's tensors are stacked and its keys
+  (``segments.segment_start``): each start's tensors are stacked and its keys
   and ADT values pushed; the backward carries the tape through the tail's
   reverse loop and the segments', whose ``_segment_step`` pops and replays
   them.
@@ -43,22 +43,24 @@ dimensions, symbolic ones included.
 
 from __future__ import annotations
 
-import copy
-
+from ..ir import type_tree
 from ..ir.builder import LetBuilder
 from ..ir.expr import Call, Expr, Function, Var
+from ..ir.type_tree_emit import map_value
 from ..ir.types import ANY, TensorType, TupleType, Type
 from .cotangent import ct_type, differentiable, materialize
-from .sqrt import (
+from .hoist import Plan
+from .loop_vjp import LoopVjp, Slots, paired_body, spliced_step, stacked
+from .segments import (
     Leaf,
-    _concat,
-    _map,
-    _plain_copy,
-    _segment_step,
-    _take,
+    Segments,
     chunk_loop,
+    concat_tree,
+    plain_copy,
+    segment_backward_step,
     segment_end,
     segment_start,
+    take_row,
     taped_init,
 )
 
@@ -82,7 +84,11 @@ class Geometry:
         # the casts truncate: s is floor(sqrt(T)), or its ceiling where the
         # float rounds up; s*s < T then adds the one that ceil(sqrt(T)) needs
         s = op("cast", op("cast", op("sqrt", steps), dtype="int64"), dtype="float64")
-        k = op("add", s, op("cast", op("less", op("multiply", s, s), steps), dtype="float64"))
+        k = op(
+            "add",
+            s,
+            op("cast", op("less", op("multiply", s, s), steps), dtype="float64"),
+        )
         count = op("cast", op("divide", steps, op("maximum", k, one)), dtype="int64")
         nseg = op("maximum", op("cast", count, dtype="float64"), one)  # T = 0: one, empty
         main = op("multiply", nseg, k)
@@ -157,10 +163,7 @@ def _merge(b: LetBuilder, x: Expr, t: TensorType) -> Expr:
 
 def _nested(t: Type) -> Type:
     """The type ``t`` (stacked over steps) stacked once more (segments)."""
-    if isinstance(t, TupleType):
-        return TupleType(tuple(_nested(f) for f in t.fields))
-    assert isinstance(t, TensorType)
-    return TensorType((ANY, *t.shape), t.dtype)
+    return type_tree.map_leaves(t, lambda leaf: stacked(leaf, ANY))
 
 
 class Forward:
@@ -170,27 +173,32 @@ class Forward:
     values, the tail's steps on top)."""
 
     def __init__(
-        self, outs: Expr | None, final: Expr, starts: Expr, tail: Expr, tape: Expr | None
+        self,
+        outs: Expr | None,
+        final: Expr,
+        starts: Expr,
+        tail: Expr,
+        tape: Expr | None,
     ) -> None:
         self.outs, self.final, self.starts, self.tail = outs, final, starts, tail
         self.tape = tape
 
 
-def segmented_forward(loop, b: LetBuilder, geo: Geometry, outs: bool = True) -> Forward:
+def segmented_forward(loop: LoopVjp, b: LetBuilder, geo: Geometry, outs: bool = True) -> Forward:
     """``loop`` (a foreach, or a while_loop's view as one) in segments of
     ``geo``: an outer loop over the segment indices whose step takes its
     segment's x and runs an inner loop over its k steps, storing the carry
     it started from; then the tail, storing its carries. Without ``outs``
     (a rerun, whose outputs the forward has) the segments' outputs are
     not kept. A ``taped`` loop's outer loop and tail carry (carry, tape)
-    as the static segments' do (``sqrt.segment_start``)."""
+    as the static segments' do (``segments.segment_start``)."""
     xs_type = loop.xs.checked_type
     out_type = loop.var.checked_type.fields[0]
     seg, carry = Var("segment", span=loop.span), Var("carry", span=loop.span)
     sb = b.child()
-    x_seg = _map(sb, loop.xs, xs_type, _rows(geo.rows(sb, seg)))
+    x_seg = map_value(sb, loop.xs, xs_type, _rows(geo.rows(sb, seg)))
     start, stored, pushed = segment_start(loop, sb, carry)
-    inner = sb.emit(sb.call_op("cf.foreach", _plain_copy(loop), x_seg, start), "segment_loop")
+    inner = sb.emit(sb.call_op("cf.foreach", plain_copy(loop), x_seg, start), "segment_loop")
     outs_seg = sb.emit_get(inner, 0, "outs")
     end = segment_end(sb, sb.emit_get(inner, 1, "carry"), pushed)
     per_seg = sb.emit(sb.tuple([outs_seg, stored]), "per_segment") if outs else stored
@@ -200,7 +208,7 @@ def segmented_forward(loop, b: LetBuilder, geo: Geometry, outs: bool = True) -> 
     stacked = b.emit_get(outer, 0, "stacked")
     starts = b.emit_get(stacked, 1, "starts") if outs else stacked
     middle = b.emit_get(outer, 1, "middle")
-    xs_tail = _map(b, loop.xs, xs_type, _rows(geo.tail_rows(b, geo.main)))
+    xs_tail = map_value(b, loop.xs, xs_type, _rows(geo.tail_rows(b, geo.main)))
     tail = b.emit(b.call_op("cf.foreach", loop.storing_body(b), xs_tail, middle), "tail")
     tail_stacked = b.emit_get(tail, 0, "stacked")
     final = b.emit_get(tail, 1, "final")
@@ -211,13 +219,13 @@ def segmented_forward(loop, b: LetBuilder, geo: Geometry, outs: bool = True) -> 
     carries = b.emit_get(tail_stacked, 1, "carries")
     if not outs:
         return Forward(None, final, starts, carries, tape)
-    outs_main = _map(b, b.emit_get(stacked, 0, "outs"), _nested(out_type), _merge)
-    joined = _concat(b, outs_main, b.emit_get(tail_stacked, 0, "outs"), out_type)
+    outs_main = map_value(b, b.emit_get(stacked, 0, "outs"), _nested(out_type), _merge)
+    joined = concat_tree(b, outs_main, b.emit_get(tail_stacked, 0, "outs"), out_type)
     return Forward(joined, final, starts, carries, tape)
 
 
-def sqrt_foreach(loop, b: LetBuilder) -> None:
-    """``sqrt`` for a foreach of symbolic length (``loops._Loop``)."""
+def sqrt_foreach(loop: LoopVjp, b: LetBuilder) -> None:
+    """``sqrt`` for a foreach of symbolic length (``LoopVjp``)."""
     geo = Geometry(b, length_of(b, loop.xs, loop.xs.checked_type))
     fwd = segmented_forward(loop, b, geo)
     b.bind(loop.var, b.tuple([fwd.outs, fwd.final]))
@@ -230,12 +238,12 @@ def sqrt_foreach(loop, b: LetBuilder) -> None:
     loop.rev.tape.append(back)
 
 
-def sqrt_while(loop, b: LetBuilder) -> None:
+def sqrt_while(loop: LoopVjp, b: LetBuilder) -> None:
     """``sqrt`` for a while_loop: the loop as written, counting its steps;
     the backward reruns it in segments from the initial carry."""
     counted = _counting_body(loop, b)
     start = b.emit(b.tuple([loop.init, b.const(0, "int64")]), "init")
-    args = (loop._tape_cond(), counted, start, *loop.limit)
+    args = (loop.tape_cond(), counted, start, *loop.limit)
     run = b.emit(Call(loop.call.callee, args, loop.call.attrs, span=loop.span), "loop")
     outs = b.emit_get(run, 0, "outs")
     final_pair = b.emit_get(run, 1, "final")
@@ -254,10 +262,8 @@ def sqrt_while(loop, b: LetBuilder) -> None:
     loop.rev.tape.append(back)
 
 
-def _counting_body(loop, b: LetBuilder) -> Function:
+def _counting_body(loop: LoopVjp, b: LetBuilder) -> Function:
     """A copy of the while_loop's body on (carry, steps so far) that counts."""
-    from .loops import paired_body, spliced_step
-
     fb, body, pair, count = paired_body(loop.body, b, "carry_and_count", "count", loop.span)
     out, carry = spliced_step(fb, body.body)
     following = fb.emit(fb.call_op("add", count, fb.const(1, "int64")), "count")
@@ -265,45 +271,49 @@ def _counting_body(loop, b: LetBuilder) -> Function:
     return Function((pair,), fb.finish(ret), span=loop.body.span)
 
 
-def foreach_view(loop, indices: Var):
+def foreach_view(loop: LoopVjp, indices: Var) -> LoopVjp:
     """The while_loop ``loop`` as a foreach over ``indices`` (its steps'
     numbers, unused by the body ``fn(%i, %carry)``): the segmented code
     and the recomputing reverse loop then serve both."""
-    from .loops import Slots
-
     indices.set_checked_type(TensorType((ANY,), "int64"))
-    view = copy.copy(loop)
-    view.foreach = True
-    view.xs = indices
     index = Var("step_index", INDEX, span=loop.span)
     index.set_checked_type(INDEX)
     params = (index, *loop.body.params)
-    view.body = Function(params, loop.body.body, span=loop.body.span)
-    types = [ct_type(loop.var.checked_type.fields[0]), loop.stored_type, indices.checked_type]
-    view.recompute_slots = Slots(types)
-    return view
+    types = [
+        ct_type(loop.var.checked_type.fields[0], loop.ad.adts),
+        loop.stored_type,
+        indices.checked_type,
+    ]
+    return loop.view(
+        foreach=True,
+        xs=indices,
+        body=Function(params, loop.body.body, span=loop.body.span),
+        recompute_slots=Slots(types),
+    )
 
 
-def segmented_backward(loop, bb: LetBuilder, seeds: tuple, geo: Geometry, fwd: Forward) -> None:
+def segmented_backward(
+    loop: LoopVjp, bb: LetBuilder, seeds: tuple, geo: Geometry, fwd: Forward
+) -> None:
     """The tail's reverse loop, then a reverse loop over the segments, last
     first, each recomputing its segment from its start carry and running
-    its reverse loop (``sqrt._segment_step``), reducing that chunk's
+    its reverse loop (``segments.segment_backward_step``), reducing that chunk's
     hoisted factors into the carried sums."""
     ct_outs, ct_final = seeds
     xs_type = loop.xs.checked_type
-    ct_out_type = ct_type(loop.var.checked_type.fields[0])
+    ct_out_type = ct_type(loop.var.checked_type.fields[0], loop.ad.adts)
     plan = loop.probe_plan()
     n = len(loop.free)
     slots = loop.recompute_slots
-    zeros = [materialize(bb, None, f, f.checked_type) for f in loop.free]
+    zeros = [materialize(bb, None, f, f.checked_type, loop.ad.adts) for f in loop.free]
     x_parts: list[Expr] = []
     # the tail's steps, last first
     tail_back = backwards(bb, geo.rem)
     tail_rows = bb.emit(bb.call_op("add", tail_back, geo.main), "rows")
     seqs = [
-        _map(bb, ct_outs, ct_out_type, _rows(tail_rows)),
-        _map(bb, fwd.tail, loop.stored_type, _rows(tail_back)),
-        _map(bb, loop.xs, xs_type, _rows(tail_rows)),
+        map_value(bb, ct_outs, ct_out_type, _rows(tail_rows)),
+        map_value(bb, fwd.tail, loop.stored_type, _rows(tail_back)),
+        map_value(bb, loop.xs, xs_type, _rows(tail_rows)),
     ]
     tape = [] if fwd.tape is None else [fwd.tape]  # the tail's steps on top
     init = bb.emit(bb.tuple([ct_final, *zeros, *tape]), "ct_init")
@@ -315,7 +325,7 @@ def segmented_backward(loop, bb: LetBuilder, seeds: tuple, geo: Geometry, fwd: F
     if tplan.x_terms:
         x_parts.append(tplan.x_part(bb, tail_flats))
     else:
-        ct_xs_tail = _map(bb, tail_steps, ct_type(xs_type), _rows(tail_back))
+        ct_xs_tail = map_value(bb, tail_steps, ct_type(xs_type, loop.ad.adts), _rows(tail_back))
     fin = bb.emit_get(tail_loop, 1, "ct_middle")
     carried_fields = [bb.emit_get(fin, i, "ct_middle") for i in range(1 + n)]
     if tape:  # then the segments' starts, last on top
@@ -329,9 +339,11 @@ def segmented_backward(loop, bb: LetBuilder, seeds: tuple, geo: Geometry, fwd: F
 
     def segment_step(nb: LetBuilder, index: Var, c: Var) -> tuple:
         rows = geo.rows(nb, index)
-        parts = [_map(nb, s, t, _rows(rows) if flat else _take(index)) for s, t, flat in stacks]
+        parts = [
+            map_value(nb, s, t, _rows(rows) if flat else take_row(index)) for s, t, flat in stacks
+        ]
         step = slots.pack_kept(nb, parts, "segment")
-        return _segment_step(loop, nb, step, c, plan, False)
+        return segment_backward_step(loop, nb, step, c, plan, False)
 
     segs_back = loop.reverse_loop(bb, order, carried, segment_step, totals=True)
     fin = bb.emit_get(segs_back, 1, "ct_final")
@@ -341,11 +353,15 @@ def segmented_backward(loop, bb: LetBuilder, seeds: tuple, geo: Geometry, fwd: F
         x_parts.append(bb.emit_get(seg_steps, 1, "ct_x"))
         steps = _rows(backwards(bb, geo.length))(bb, plan.x_steps(bb, x_parts), None)
         loop.rev.add(bb, loop.xs, steps)
-    elif differentiable(xs_type):
-        steps = _map(bb, seg_steps, ct_type(xs_type), _rows(order))
-        ct_xs = _map(bb, steps, _nested(ct_type(xs_type)), _merge)
+    elif differentiable(xs_type, loop.ad.adts):
+        steps = map_value(bb, seg_steps, ct_type(xs_type, loop.ad.adts), _rows(order))
+        ct_xs = map_value(bb, steps, _nested(ct_type(xs_type, loop.ad.adts)), _merge)
         assert ct_xs_tail is not None
-        loop.rev.add(bb, loop.xs, _concat(bb, ct_xs, ct_xs_tail, ct_type(xs_type)))
+        loop.rev.add(
+            bb,
+            loop.xs,
+            concat_tree(bb, ct_xs, ct_xs_tail, ct_type(xs_type, loop.ad.adts)),
+        )
     hoisted = plan.hoisted
     for j, f in enumerate(loop.free):
         acc = bb.emit_get(fin, j + 1, "ct_free")
@@ -353,7 +369,9 @@ def segmented_backward(loop, bb: LetBuilder, seeds: tuple, geo: Geometry, fwd: F
         loop.rev.add(bb, f, plan.total(bb, j, acc, total))
 
 
-def runtime_totals(loop, bb: LetBuilder, plan, factors: Expr) -> tuple[list[Expr], Expr | None]:
+def runtime_totals(
+    loop: LoopVjp, bb: LetBuilder, plan: Plan, factors: Expr
+) -> tuple[list[Expr], Expr | None]:
     """``sqrt.chunked_totals`` for a loop whose chunks are known at run
     time: the stacked factors (steps in the reverse loop's order) cut into
     the tail's rows, then each segment's, as ``segmented_backward`` sums them."""
@@ -373,4 +391,24 @@ def runtime_totals(loop, bb: LetBuilder, plan, factors: Expr) -> tuple[list[Expr
     return chunk_loop(loop, bb, plan, sums, x_parts, lambda b: iota(b, geo.nseg), factors_of)
 
 
-__all__ = ["Geometry", "runtime_totals", "sqrt_foreach", "sqrt_while"]
+class RuntimeSegments(Segments):
+    """Segments computed when the program runs: a ``foreach`` of symbolic
+    length, a ``while_loop``."""
+
+    def sqrt(self, loop: LoopVjp, b: LetBuilder) -> bool:
+        (sqrt_foreach if loop.foreach else sqrt_while)(loop, b)
+        return True
+
+    def totals(
+        self, loop: LoopVjp, bb: LetBuilder, plan: Plan, factors: Expr
+    ) -> tuple[list[Expr], Expr | None]:
+        return runtime_totals(loop, bb, plan, factors)
+
+
+__all__ = [
+    "Geometry",
+    "RuntimeSegments",
+    "runtime_totals",
+    "sqrt_foreach",
+    "sqrt_while",
+]

@@ -48,6 +48,7 @@ from ..ir.node import Node
 from ..ir.types import ANY, Dim, TensorType
 from ..passes.anf_sharing import fresh_binders
 from ..passes.infer_type import infer_expr
+from ..passes.infra import module_pass
 from .instantiate import instance_key, instantiate, instantiation
 
 MAX_DEPTH = 4
@@ -210,9 +211,11 @@ class Specialiser:
         copy = self.copies[key]
         if copy is None:
             return new
-        args = [a for i, a in enumerate(new.args) if i not in known]
+        first_state = len(new.args) - _state_count(g)
+        args = [a for i, a in enumerate(new.args[:first_state]) if i not in known]
         for i in sorted(known):
             args.extend(known[i].atoms())
+        args.extend(new.args[first_state:])
         return Call(GlobalVar(copy, span=new.callee.span), tuple(args), new.attrs, span=new.span)
 
     def _copy(
@@ -241,7 +244,10 @@ class Specialiser:
                 param = fn.params[i]
                 assert isinstance(param, Var)
                 self._rebuild(known[i], param, prologue, extra, seeded)
-        params = [p for i, p in enumerate(fn.params) if i not in known] + extra
+        # lifted parameters go before the state ones, which A2 puts last
+        first_state = len(fn.params) - _state_count(fn)
+        user = [p for i, p in enumerate(fn.params[:first_state]) if i not in known]
+        params = [*user, *extra, *fn.params[first_state:]]
         body = fn.body
         for var, value in reversed(prologue):
             body = Let(var, value, body, span=value.span)
@@ -387,7 +393,21 @@ def _drop_dead_closures(fn: Function) -> Function:
     return out
 
 
-def specialise_function_arguments(module: IRModule, entry: str) -> IRModule:
-    """``module`` with the calls the entry reaches specialised on their
-    known function arguments (see the module docstring)."""
+def _state_count(fn: Function) -> int:
+    """How many of ``fn``'s parameters are state (the last ones, in A2)."""
+    return len(fn.attrs.get("state_in", ()) or ())
+
+
+@module_pass(
+    name="specialise-function-arguments",
+    options={"entry": "the function whose calls are specialised"},
+)
+def specialise_function_arguments(module: IRModule, entry: str = "main") -> IRModule:
+    """Specialises the functions the entry calls on their known function
+    arguments (lambda lifting of the closures grad cannot differentiate as
+    values; docs/autodiff.md)."""
     return Specialiser(module).run(entry)
+
+
+SPECIALISE = specialise_function_arguments.effir_pass
+"""The pass ``grad`` runs after partial evaluation."""

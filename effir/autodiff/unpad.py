@@ -5,7 +5,7 @@ exact loop followed by the padding written in operators.
 becomes a loop that runs the same steps on ``(carry, count)``, counting
 them, and exact outputs padded with ``concatenate((outs, dyn.zeros(...)))``
 to ``M`` (or ``m``) rows; its result is ``(padded, final, count)`` as the
-operator's. The loop's backward is then the exact loop's (loops.py: a
+operator's. The loop's backward is then the exact loop's (loop_rule.py: a
 reverse loop over the steps run, never over padding), and the padding's
 the operators' own (a concatenate's cotangent is cut at the rows run; zero
 rows and the count have none). Run before differentiating
@@ -26,7 +26,7 @@ from ..ir.vjp import DifferentiationError
 from ..ops.control import pads, while_limit
 from ..passes.anf_sharing import fresh_binders
 from ..passes.infer_type import check
-from .loops import splice
+from .loop_vjp import splice
 
 
 class _Unpad(RewritePattern):
