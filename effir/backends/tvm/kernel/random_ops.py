@@ -107,6 +107,7 @@ from ....ir.types import TensorType, Type
 from ....runtime import prng
 from ..runtime.errors import BackendError
 from .rules import dim_value, te_rule
+from .te_ops.common import let_expr
 
 PrimExpr = Any  # a tvm.tirx expression
 Index = tuple[PrimExpr, ...]
@@ -196,7 +197,7 @@ class _Lets:
 
     def wrap(self, body: PrimExpr) -> PrimExpr:
         for var, value in reversed(self._bindings):
-            body = tvm.tirx.Let(var, value, body)
+            body = let_expr(var, value, body)
         return body
 
 

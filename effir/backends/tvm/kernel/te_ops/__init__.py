@@ -47,7 +47,16 @@ with ``tirx.Let``: inlining a producer then copies its expression once per
 in size as TIR. (TVM's LLVM code generator still substitutes the lets; the
 schedule's inline budget, schedule/inline.py [RULE BUDGET], bounds what that
 costs; integer ``power`` is staged over several computes for the same
-reason.)
+reason.) A let's value is opaque to TVM's bound analysis (``let_expr``: a
+``reinterpret`` to its own dtype, which LLVM emits as nothing): TVM's
+``NarrowDataType`` memoizes the range of every integer expression it
+meets, and meets the operands of the calls its analyzer does not follow
+(``bitwise_or``, ``if_then_else``) a second time outside their let, where
+a let variable has its dtype's whole range; a variable whose value has a
+narrower range (a widened ``cast``, a masked half of [RULE WRAP], a
+quotient's guard of [RULE DIV]) then has two ranges and the build aborts
+(``Check failed ... conflicts with memorization``). Opaque, every let
+variable has one range, its dtype's, wherever it is met.
 
 [RULE WRAP] Integer ``+ - *`` wrap modulo 2^bits, as numpy's do. TVM's
 LLVM code generator marks 32- and 64-bit integer ``+ - *`` no-signed-wrap

@@ -56,12 +56,21 @@ def _const(value: Any, dtype: str) -> PrimExpr:
     return tirx.const(value, dtype)
 
 
+def let_expr(var: Any, value: PrimExpr, body: PrimExpr) -> PrimExpr:
+    """``let var = value in body`` whose value TVM's bound analysis cannot
+    see through [RULE LET]: a ``reinterpret`` to its own dtype, which the
+    LLVM code generator emits as nothing."""
+    if _dtype(value) != "bool":  # (a boolean's range is its whole range)
+        value = tirx.call_intrin(_dtype(value), "tirx.reinterpret", value)
+    return tirx.Let(var, value, body)
+
+
 def _let(value: PrimExpr, body: Callable[[PrimExpr], PrimExpr]) -> PrimExpr:
     """``body(value)`` with ``value`` bound once [RULE LET]."""
     if isinstance(value, tirx.Var | tirx.IntImm | tirx.FloatImm):
         return body(value)
     var = tirx.Var("v", _dtype(value))
-    return tirx.Let(var, value, body(var))
+    return let_expr(var, value, body(var))
 
 
 def _lets(values: Sequence[PrimExpr], body: Callable[..., PrimExpr]) -> PrimExpr:
