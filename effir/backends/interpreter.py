@@ -201,6 +201,8 @@ def interpret(
     check_call_options(entry, state, sink, State)
     if state is None:
         state = State(module)
+    else:
+        state.check_for(module)
     with state.transaction():  # all or nothing, one call at a time (state.py)
         return Interpreter(module, state, sink, kernels).call_global(entry, args, named)
 
@@ -226,6 +228,8 @@ def interpret_a2(
     check_call_options(entry, state, sink, State)
     if state is None:
         state = State(module)
+    else:
+        state.check_for(module)
     name = entry.removeprefix("@")
     if name not in module.functions:
         raise EvalError(f"the module has no function @{name}")

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..ir.diagnostics import EvalError
+from ..ir.diagnostics import EvalError, Span
 from ..ir.printer import astext
 from ..ir.types import KeyType, RefType, TensorType, TupleType, Type
 from ..runtime import prng
@@ -100,6 +100,14 @@ class State(Mapping[str, Any]):
             self.cells[name] = ref
             declared = cell.type.value if isinstance(cell.type, RefType) else None
             self._types[name] = declared if declared is not None else _type_of_value(ref.value)
+
+    def check_for(self, module: IRModule) -> None:
+        """``check_cells`` against ``module``'s declared cell types."""
+        types, spans = {}, {}
+        for name, cell in module.cells.items():
+            types[name] = cell.type.value if isinstance(cell.type, RefType) else None
+            spans[name] = cell.span
+        check_cells(self, types, spans)
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> State:
@@ -208,6 +216,59 @@ class State(Mapping[str, Any]):
             for name, value in new.items():
                 self.cells[name].value = value
         return self
+
+
+def check_cells(
+    state: State,
+    types: Mapping[str, Type | None],
+    spans: Mapping[str, Span | None] | None = None,
+) -> None:
+    """Refuse, before a call reads it, a ``state`` whose cells do not hold
+    what the program declares (``types``: each cell's type, None where the
+    program does not say): a State made for another program whose cell has
+    the same name and another type would otherwise fail deep inside the
+    call, or inside compiled code. One check for the interpreter, compiled
+    modules and loaded artifacts; located at the cell's declaration
+    (``spans``) where the program has one."""
+    for name, t in types.items():
+        if t is None or name not in state.cells:
+            continue  # (a cell the State lacks is an UnknownCellError at its read)
+        value = state.cells[name].value
+        if not _conforms(value, t):
+            where = spans.get(name) if spans else None
+            raise StateError(
+                f"state cell @{name} is declared {astext(t)}, but the State holds "
+                f"{describe_value(value)} (a State made for another program?)",
+                where,
+            )
+
+
+def _conforms(value: Any, t: Type) -> bool:
+    """Whether ``value`` is a value of type ``t`` as a cell holds it (a
+    symbolic or unknown dimension matches any size)."""
+    stack: list[tuple[Any, Type]] = [(value, t)]
+    while stack:
+        v, ty = stack.pop()
+        if isinstance(ty, KeyType):
+            ok = isinstance(v, PRNGKey)
+        elif isinstance(ty, TupleType):
+            ok = isinstance(v, tuple) and len(v) == len(ty.fields)
+            if ok:
+                stack.extend(zip(v, ty.fields, strict=True))
+        elif isinstance(ty, TensorType):
+            ok = (
+                isinstance(v, np.ndarray | np.generic)
+                and str(v.dtype) == ty.dtype
+                and v.ndim == len(ty.shape)
+                and all(
+                    not isinstance(d, int) or d == n for d, n in zip(ty.shape, v.shape, strict=True)
+                )
+            )
+        else:
+            ok = True  # (an ADT, a function: not checked here)
+        if not ok:
+            return False
+    return True
 
 
 def _seeded_key(seed: int, index: int) -> PRNGKey:

@@ -261,7 +261,8 @@ class CompiledModule:
 
         with printing_to(sink):
             try:
-                return call_entry(function, signature, args, state, named, name)
+                spans = {c: cell.span for c, cell in self.source.cells.items()}
+                return call_entry(function, signature, args, state, named, name, cell_spans=spans)
             except Error:
                 raise
             except Exception as err:  # inside compiled code (TVM, a packed function)

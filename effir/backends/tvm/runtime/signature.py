@@ -13,7 +13,7 @@ values between numpy (as the interpreter gives them) and the VM's tensors.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,11 +21,13 @@ import numpy as np
 import tvm
 import tvm_ffi
 
+from ....ir.diagnostics import Span
 from ....ir.printer import astext
 from ....ir.types import ANY, DTYPES, KeyType, TensorType, TupleType, Type
 from ....ops.effects import WORLD
 from ....runtime.arguments import bind_arguments, check_argument, convert_argument
 from ....runtime.values import PRNGKey
+from ...state import check_cells
 from .errors import BackendError
 
 Dims = dict[str, int]
@@ -215,17 +217,29 @@ def call_entry(
     named: dict[str, Any] | None = None,
     entry: str = "main",
     any_alignment: bool = True,
+    cell_spans: Mapping[str, Span | None] | None = None,
 ) -> Any:
     """Run an entry as the interpreter runs it: the cells' values (from
     ``cells``, a ``State``) follow the arguments, the new values it returns
     are written back, the user's result is returned. ``function(dims)`` is
     the VM function for the arguments' binding of the dimensions;
-    ``any_alignment``: whether it takes arrays at any address (``to_tvm``)."""
+    ``any_alignment``: whether it takes arrays at any address (``to_tvm``).
+    The cells are checked against the types the entry declares for them
+    first (``check_cells``, located at ``cell_spans``)."""
     user, dims = signature.bind(args, named, entry)
     # One call at a time on one state: the lock is held from the read of
     # the cells to the write-back of their new values (effir/backends/state.py).
     with cells.transaction():
-        return _run_entry(function, signature, user, dims, cells, any_alignment)
+        return _run_entry(function, signature, user, dims, cells, any_alignment, cell_spans)
+
+
+@functools.lru_cache(maxsize=64)
+def _cell_types(signature: Signature) -> dict[str, Type]:
+    """The type the entry declares for each cell it reads (made once per
+    signature: every call checks its State against them)."""
+    declared = signature.params[len(signature.params) - len(signature.state_in) :]
+    pairs = zip(signature.state_in, declared, strict=True)
+    return {cell: type_of(spec) for cell, (_, spec) in pairs if cell != WORLD}
 
 
 def _run_entry(
@@ -235,7 +249,9 @@ def _run_entry(
     dims: Dims,
     cells: Any,
     any_alignment: bool,
+    cell_spans: Mapping[str, Span | None] | None,
 ) -> Any:
+    check_cells(cells, _cell_types(signature), cell_spans)
     values = tuple(np.int64(0) if c == WORLD else cells[c] for c in signature.state_in)
     inputs = (*user, *values)
     run = function(dims)
