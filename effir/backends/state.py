@@ -99,7 +99,7 @@ class State(Mapping[str, Any]):
                 key_index += 1
             self.cells[name] = ref
             declared = cell.type.value if isinstance(cell.type, RefType) else None
-            self._types[name] = declared if declared is not None else _type_of_value(ref.value)
+            self._types[name] = declared if declared is not None else type_of_value(ref.value)
 
     def check_for(self, module: IRModule) -> None:
         """``check_cells`` against ``module``'s declared cell types."""
@@ -116,7 +116,7 @@ class State(Mapping[str, Any]):
         values, such as one reloaded from an artifact (``effir.load``)."""
         state = cls.__new__(cls)
         state.cells = {name: RefValue(value, name) for name, value in values.items()}
-        state._types = {name: _type_of_value(value) for name, value in values.items()}
+        state._types = {name: type_of_value(value) for name, value in values.items()}
         state._lock = threading.RLock()
         return state
 
@@ -279,15 +279,16 @@ def _seeded_key(seed: int, index: int) -> PRNGKey:
     return PRNGKey(key)
 
 
-def _type_of_value(value: Any) -> Type | None:
-    """The type a cell's initial value has, for a cell declared without one
-    (None: a value this module does not check, such as an ADT)."""
+def type_of_value(value: Any) -> Type | None:
+    """The type a value has (a cell's initial value, for a cell declared
+    without one; an operator's argument, for the interpreter's size check),
+    or None for a value it does not describe, such as an ADT."""
     if isinstance(value, PRNGKey):
         return KeyType()
     if isinstance(value, np.ndarray):
         return TensorType(tuple(value.shape), str(value.dtype))
     if isinstance(value, tuple):
-        fields = [_type_of_value(v) for v in value]
+        fields = [type_of_value(v) for v in value]
         if all(f is not None for f in fields):
             return TupleType(tuple(fields))  # type: ignore[arg-type]
     return None
