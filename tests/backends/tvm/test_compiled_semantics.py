@@ -354,3 +354,25 @@ def test_relu_of_unsigned_integers_compiles_as_the_identity() -> None:
         print("ok")
         """
     ).check()
+
+
+def test_a_constant_with_no_elements_compiles() -> None:
+    """A (3, 0) constant (what -O2 folds an empty slice's gradient to) was
+    built, then failed to load at the first call ("Invalid DLTensor file
+    format", relax/builder.py [RULE EMPTY]); found by the property test of
+    tests/backends/tvm/test_strided_compiled.py."""
+    run_isolated(
+        """
+        import numpy as np, effir
+        x = np.ones(3, np.float32)
+        for body in ["(%x, zeros(shape=[3, 0]))", "(%x, ones(shape=[0, 2, 0], dtype=\\"int8\\"))"]:
+            m = effir.check(effir.parse(
+                '#[version = "0.0.5"]\\ndef @main(%x: Tensor[(3), float32]) { ' + body + ' }'))
+            want = effir.interpret(m, x)
+            for level in (0, 2):
+                got = effir.compile(m, opt_level=level)(x)
+                assert [a.shape for a in got] == [a.shape for a in want], (body, level)
+                assert [a.dtype for a in got] == [a.dtype for a in want], (body, level)
+        print("ok")
+        """
+    ).check()

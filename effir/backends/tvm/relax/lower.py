@@ -368,7 +368,7 @@ class _Lowering(
                 return self._closure_value(value, env, expr)
             return value
         if isinstance(expr, Constant):
-            return relax.const(np.array(expr.data, order="C"), str(expr.data.dtype))
+            return self.bb.constant(expr.data)
         if isinstance(expr, Constructor):
             return self._construct(expr, [], expr.name)
         if isinstance(expr, GlobalVar) and expr.name in self.globals:
@@ -563,7 +563,7 @@ class _Lowering(
             return self.bb.emit(self._reshape(args[0], view), name)
         gv, lowered = self._kernel(fn)
         inputs = [leaf for arg, t in zip(args, types, strict=True) for leaf in self._leaves(arg, t)]
-        inputs += [relax.const(c, str(c.dtype)) for c in lowered.constants]
+        inputs += [self.bb.constant(c) for c in lowered.constants]
         outs = [relax_type(t) for t in lowered.signature.outputs]
         return self._call_kernel(gv, inputs, outs, lowered.checks, result_type, name)
 
