@@ -135,7 +135,7 @@ from ..kernel.checks import error_shape
 from ..kernel.lower_tvm import one_call_kernel
 from ..kernel.primitive import KernelIR, leaves, lower_kernel
 from ..runtime.errors import BackendError, CompileError, build_failure
-from ..runtime.printing import PRINT_FUNCTION, print_label
+from ..runtime.printing import PRINT_FUNCTION, print_label, print_layout
 from ..runtime.stack import MAX_DEPTH
 from ..target import building
 from .adts import AdtLowering, has_constructor_pattern
@@ -658,12 +658,15 @@ class _Lowering(
         prints, in order; the world token advances by one."""
         world, value = (self._atom(a, env) for a in call.args)
         label = str(call.attrs.get("label", ""))
+        try:
+            layout = print_layout(call.args[1].checked_type, dict(self.module.type_defs))
+        except BackendError as err:
+            raise BackendError(err.message, call.span) from None
+        args = [tvm.ir.StringImm(print_label(label)), value]
+        if layout is not None:  # [RULE PRINT] what the VM holds is not the value
+            args.append(tvm.ir.StringImm(layout))
         self.bb.emit(
-            relax.Call(
-                relax.ExternFunc(PRINT_FUNCTION),
-                [tvm.ir.StringImm(print_label(label)), value],
-                ty_args=[relax.ObjectType()],
-            )
+            relax.Call(relax.ExternFunc(PRINT_FUNCTION), args, ty_args=[relax.ObjectType()])
         )
         one = relax.const(np.int64(1), "int64")
         advanced = self.bb.emit(relax.op.add(world, one))
