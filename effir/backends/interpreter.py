@@ -83,9 +83,9 @@ from ..runtime.arguments import (
     convert_argument,
     unknown_entry,
 )
-from ..runtime.limits import static_bytes, too_large
+from ..runtime.limits import fully_sized, static_bytes, too_large
 from ..runtime.values import ADTValue, RefValue, adt_value, describe_value
-from .state import State
+from .state import State, type_of_value
 
 Sink = Callable[[str, Any], None]
 
@@ -218,6 +218,8 @@ def interpret(
     module, name = resolve(module, entry, ArgumentError, "effir.interpret")
     if state is None:
         state = State(module)
+    else:
+        state.check_for(module)
     with state.transaction():  # all or nothing, one call at a time (state.py)
         return Interpreter(module, state, sink, kernels).call_global(name, args, named)
 
@@ -244,6 +246,8 @@ def interpret_a2(
     module, name = resolve(module, entry, ArgumentError, "effir.interpret")
     if state is None:
         state = State(module)
+    else:
+        state.check_for(module)
     fn = module.functions[name]
     state_in, state_out = (state_cells(fn, a, name) for a in ("state_in", "state_out"))
     unknown = [c for c in (*state_in, *state_out) if c != WORLD and c not in state.cells]
@@ -304,6 +308,7 @@ class Interpreter(Evaluator):
         self._shared = shared_nodes(module)
         self._sized: set[int] = set()  # calls whose result size the limit allowed
         self._checked = False  # whether _check_module ran
+        self._sized_at_run_time: set[int] = set()  # ... whose types leave it to the run
 
     # ------------------------------------------------------------ entry
     def call_global(
@@ -581,6 +586,8 @@ class Interpreter(Evaluator):
     def _call_simple_op(self, call: Call, definition: OpDef, args: tuple[Any, ...]) -> Any:
         if id(call) not in self._sized:
             self._check_size(call, definition.name)
+        if id(call) in self._sized_at_run_time:
+            self._check_run_time_size(call, definition, args)
         impl = _numpy_rule(definition, call)
         try:
             if definition.effect == "io":
@@ -599,7 +606,29 @@ class Interpreter(Evaluator):
             message = too_large(static_bytes(call.checked_type), f"{name}: its result")
             if message is not None:
                 raise EvalError(message, call.span)
+        if not call.has_type or not fully_sized(call.checked_type):
+            self._sized_at_run_time.add(id(call))
         self._sized.add(id(call))
+
+    def _check_run_time_size(self, call: Call, definition: OpDef, args: tuple[Any, ...]) -> None:
+        """Refuse, before it runs, an operator whose result size its type
+        leaves to the run (a symbolic dimension, an untyped program): the
+        operator's type relation on its arguments' actual types gives the
+        result's sizes. A relation that cannot say (a size that depends on
+        data, arguments it refuses) leaves it to the rule, which checks
+        what it allocates (``ops.relations.allocation``) or reports the
+        arguments' error itself."""
+        types = [type_of_value(a) for a in args]
+        relation = definition.rules.get("type")
+        if relation is None or any(t is None for t in types):
+            return
+        try:
+            result = relation(tuple(types), call.attrs)
+        except Exception:  # (the rule reports what is wrong with the arguments)
+            return
+        message = too_large(static_bytes(result), f"{definition.name}: its result")
+        if message is not None:
+            raise EvalError(message, call.span)
 
     def _select_clause(self, match: Match, data: Any, env: Env) -> Expr:
         for clause in match.clauses:

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from ..ir.diagnostics import Error, EvalError
+from ..ir.diagnostics import Error, EvalError, Span
 from ..ir.module import IRModule
 from ..ir.printer import astext
 from ..ir.program import resolve
@@ -110,7 +110,15 @@ class State(Mapping[str, Any]):
                 key_index += 1
             self._cells[name] = ref
             declared = cell.type.value if isinstance(cell.type, RefType) else None
-            self._types[name] = declared if declared is not None else _type_of_value(ref.value)
+            self._types[name] = declared if declared is not None else type_of_value(ref.value)
+
+    def check_for(self, module: IRModule) -> None:
+        """``check_cells`` against ``module``'s declared cell types."""
+        types, spans = {}, {}
+        for name, cell in module.cells.items():
+            types[name] = cell.type.value if isinstance(cell.type, RefType) else None
+            spans[name] = cell.span
+        check_cells(self, types, spans)
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> State:
@@ -119,7 +127,7 @@ class State(Mapping[str, Any]):
         values, such as one reloaded from an artifact (``effir.load``)."""
         state = cls.__new__(cls)
         state._cells = {name: RefValue(value, name) for name, value in values.items()}
-        state._types = {name: _type_of_value(value) for name, value in values.items()}
+        state._types = {name: type_of_value(value) for name, value in values.items()}
         state._lock = threading.RLock()
         state._on_device = {}
         return state
@@ -288,6 +296,62 @@ def read_npz(path: str | os.PathLike[str], error: type[Error], what: str) -> dic
         raise error(f"{where}: not {what} ({err})") from None
 
 
+def check_cells(
+    state: State,
+    types: Mapping[str, Type | None],
+    spans: Mapping[str, Span | None] | None = None,
+) -> None:
+    """Refuse, before a call reads it, a ``state`` whose cells do not hold
+    what the program declares (``types``: each cell's type, None where the
+    program does not say): a State made for another program whose cell has
+    the same name and another type would otherwise fail deep inside the
+    call, or inside compiled code. One check for the interpreter, compiled
+    modules and loaded artifacts; located at the cell's declaration
+    (``spans``) where the program has one."""
+    for name, t in types.items():
+        if t is None or name not in state._cells or name in state._on_device:
+            # (a cell the State lacks is an UnknownCellError at its read; a
+            # value a GPU program left on its device is that program's own,
+            # and reading it here would copy it back at every call)
+            continue
+        value = state._cells[name].value
+        if not _conforms(value, t):
+            where = spans.get(name) if spans else None
+            raise StateError(
+                f"state cell @{name} is declared {astext(t)}, but the State holds "
+                f"{describe_value(value)} (a State made for another program?)",
+                where,
+            )
+
+
+def _conforms(value: Any, t: Type) -> bool:
+    """Whether ``value`` is a value of type ``t`` as a cell holds it (a
+    symbolic or unknown dimension matches any size)."""
+    stack: list[tuple[Any, Type]] = [(value, t)]
+    while stack:
+        v, ty = stack.pop()
+        if isinstance(ty, KeyType):
+            ok = isinstance(v, PRNGKey)
+        elif isinstance(ty, TupleType):
+            ok = isinstance(v, tuple) and len(v) == len(ty.fields)
+            if ok:
+                stack.extend(zip(v, ty.fields, strict=True))
+        elif isinstance(ty, TensorType):
+            ok = (
+                isinstance(v, np.ndarray | np.generic)
+                and str(v.dtype) == ty.dtype
+                and v.ndim == len(ty.shape)
+                and all(
+                    not isinstance(d, int) or d == n for d, n in zip(ty.shape, v.shape, strict=True)
+                )
+            )
+        else:
+            ok = True  # (an ADT, a function: not checked here)
+        if not ok:
+            return False
+    return True
+
+
 def _seeded_key(seed: int, index: int) -> PRNGKey:
     """As ``jax.random.PRNGKey(seed)`` for a Python int, folded with ``index``."""
     key = prng.key(int(seed))
@@ -296,15 +360,16 @@ def _seeded_key(seed: int, index: int) -> PRNGKey:
     return PRNGKey(key)
 
 
-def _type_of_value(value: Any) -> Type | None:
-    """The type a cell's initial value has, for a cell declared without one
-    (None: a value this module does not check, such as an ADT)."""
+def type_of_value(value: Any) -> Type | None:
+    """The type a value has (a cell's initial value, for a cell declared
+    without one; an operator's argument, for the interpreter's size check),
+    or None for a value it does not describe, such as an ADT."""
     if isinstance(value, PRNGKey):
         return KeyType()
     if isinstance(value, np.ndarray):
         return TensorType(tuple(value.shape), str(value.dtype))
     if isinstance(value, tuple):
-        fields = [_type_of_value(v) for v in value]
+        fields = [type_of_value(v) for v in value]
         if all(f is not None for f in fields):
             return TupleType(tuple(fields))  # type: ignore[arg-type]
     return None

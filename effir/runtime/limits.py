@@ -123,3 +123,20 @@ def static_bytes(t: Type) -> int:
         elif isinstance(ty, KeyType):
             total += OBJECT_BYTES
     return total
+
+
+def fully_sized(t: Type) -> bool:
+    """Whether ``static_bytes(t)`` is the whole size of a value of type
+    ``t``: every tensor in it has a static shape (a symbolic or ``?``
+    dimension is known only when the program runs)."""
+    stack = [t]
+    while stack:
+        ty = stack.pop()
+        if isinstance(ty, TensorType):
+            if not all(isinstance(d, int) for d in ty.shape):
+                return False
+        elif isinstance(ty, TupleType):
+            stack.extend(ty.fields)
+        elif not isinstance(ty, KeyType):
+            return False
+    return True

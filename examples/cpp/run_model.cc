@@ -417,6 +417,19 @@ std::string Describe(const Tensor& value) {
   return s.str();
 }
 
+// A printed value: its tensors summarised, its tuples (and ADT values: a tag
+// and fields) in parentheses, "..." below depth levels.
+std::string DescribeValue(const ffi::AnyView& value, int depth) {
+  if (auto t = value.try_cast<Tensor>()) return Describe(*t);
+  if (depth <= 0) return "...";
+  std::string out = "(";
+  const ffi::Array<ffi::Any> fields = value.cast<ffi::Array<ffi::Any>>();
+  for (size_t i = 0; i < fields.size(); ++i) {
+    out += (i ? ", " : "") + DescribeValue(fields[i], depth - 1);
+  }
+  return out + ")";
+}
+
 // A value of the signature's type made of the next tensors (tuples nest).
 ffi::Any Rebuild(const ffi::Map<ffi::Any, ffi::Any>& type, std::vector<Tensor>::iterator* next) {
   if (type.count("tuple")) {
@@ -568,10 +581,13 @@ int Run(int argc, char** argv) {
     }
   }
 
-  // io.print calls the packed function effir.print.
+  // io.print calls the packed function effir.print: a label, the value and,
+  // for a value that is not a tensor, its layout (runtime/printing.py
+  // [RULE PRINT]), which a summary of its tensors does not need.
   ffi::Function::SetGlobal(
-      "effir.print", ffi::Function::FromTyped([](ffi::String label, Tensor value) {
-        std::cout << "print " << std::string(label) << ": " << Describe(value) << "\n";
+      "effir.print", ffi::Function::FromPacked([](ffi::PackedArgs args, ffi::Any* rv) {
+        std::cout << "print " << std::string(args[0].cast<ffi::String>()) << ": "
+                  << DescribeValue(args[1], 6) << "\n";
       }),
       true);
 

@@ -274,3 +274,84 @@ def test_a_failed_compiled_call_puts_back_the_values_it_found_on_the_device():
         raise RuntimeError("inside compiled code")
     assert state.device_value("rng") is kept and copies == []
     assert np.array_equal(state["bn"][1], np.ones(2, np.float32))
+
+
+# A program whose cell @rng holds a pair of tensors, not a key.
+OTHER = H + (
+    "global @rng: Ref[(Tensor[(2), float32], Tensor[(2), float32])] = "
+    "ref((zeros(shape=[2]), ones(shape=[2])));\n"
+    "def @main(%x: Tensor[(4, 2), float32]) { %x }\n"
+)
+# A program with a key cell of that name, which the other program's State
+# does not fit.
+KEYED = H + (
+    "global @rng: Ref[Key] = ref(random.key(0));\n"
+    "def @main(%x: Tensor[(4), float32]) {\n"
+    "  nn.dropout(%x, @rng, rate=0.5)\n"
+    "}\n"
+)
+
+
+def test_a_state_made_for_another_program_is_refused_by_the_interpreter():
+    """Found: the interpreter said "random.split expects a PRNG key, got
+    tuple" (and compiled code crashed in TVM). The State is checked
+    against the program's cell types at the call, located at the cell."""
+    keyed = effir.check(effir.parse(KEYED, source_name="keyed.effir"))
+    other = effir.State(effir.check(effir.parse(OTHER)))
+    before = snapshot(other)
+    with pytest.raises(StateError) as caught:
+        effir.interpret(keyed, np.ones(4, np.float32), state=other)
+    assert "state cell @rng is declared Key, but the State holds" in caught.value.message
+    assert "(Tensor[(2), float32] [0., 0.], Tensor[(2), float32] [1., 1.])" in caught.value.message
+    assert caught.value.source_name == "keyed.effir" and caught.value.line == 2
+    assert snapshot(other) == before
+    fine = effir.State(keyed)
+    effir.interpret(keyed, np.ones(4, np.float32), state=fine)
+
+
+def test_a_state_whose_tensor_cell_has_another_shape_is_refused():
+    """The same rule for a tensor cell of another shape or dtype, and for
+    interpret_a2."""
+    program = H + (
+        "global @c: Ref[Tensor[(3), float32]] = ref(zeros(shape=[3]));\n"
+        "def @main(%x: Tensor[(3), float32]) { add(%x, ref_read(@c)) }\n"
+    )
+    module = effir.check(effir.parse(program))
+    for declared in ("Tensor[(2), float32]", "Tensor[(3), int32]", "Key"):
+        init = {"Key": "random.key(0)"}.get(declared, 'zeros(shape=[3], dtype="int32")')
+        if "(2)" in declared:
+            init = "zeros(shape=[2])"
+        other = effir.State(
+            effir.check(effir.parse(f"{H}global @c: Ref[{declared}] = ref({init});\n"))
+        )
+        with pytest.raises(StateError, match=r"state cell @c is declared Tensor\[\(3\), float32\]"):
+            effir.interpret(module, np.ones(3, np.float32), state=other)
+    a2 = effir.check(effir.parse(A2))
+    with pytest.raises(StateError, match="state cell @rng is declared Key, but the State holds"):
+        interpret_a2(a2, np.ones(4, np.float32), state=effir.State(effir.check(effir.parse(OTHER))))
+
+
+def test_a_state_made_for_another_program_is_refused_by_compiled_code(tmp_path):
+    """Found: TVM's "Check failed: (ptr->ndim == ndim)". A compiled module
+    and a loaded artifact refuse the State as the interpreter does."""
+    run_isolated(
+        f"""
+        import numpy as np, pytest, effir
+        from effir.backends.state import StateError
+        keyed = effir.check(effir.parse({KEYED!r}, source_name="keyed.effir"))
+        other = effir.State(effir.check(effir.parse({OTHER!r})))
+        x = np.ones(4, np.float32)
+        compiled = effir.compile(keyed)
+        with pytest.raises(StateError) as caught:
+            compiled(x, state=other)
+        assert "state cell @rng is declared Key, but the State holds" in caught.value.message
+        assert caught.value.source_name == "keyed.effir", caught.value
+        compiled.export({str(tmp_path / "m")!r})
+        loaded = effir.load({str(tmp_path / "m")!r})
+        with pytest.raises(StateError, match="state cell @rng is declared Key, but the State"):
+            loaded(x, state=other)
+        fine = effir.State(keyed)
+        assert np.array_equal(compiled(x, state=fine), effir.interpret(keyed, x, state=effir.State(keyed)))
+        print("ok")
+        """
+    ).check()

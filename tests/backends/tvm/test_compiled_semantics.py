@@ -354,3 +354,90 @@ def test_relu_of_unsigned_integers_compiles_as_the_identity() -> None:
         print("ok")
         """
     ).check()
+
+
+def test_a_constant_with_no_elements_compiles() -> None:
+    """A (3, 0) constant (what -O2 folds an empty slice's gradient to) was
+    built, then failed to load at the first call ("Invalid DLTensor file
+    format", relax/builder.py [RULE EMPTY]); found by the property test of
+    tests/backends/tvm/test_strided_compiled.py."""
+    run_isolated(
+        """
+        import numpy as np, effir
+        x = np.ones(3, np.float32)
+        for body in ["(%x, zeros(shape=[3, 0]))", "(%x, ones(shape=[0, 2, 0], dtype=\\"int8\\"))"]:
+            m = effir.check(effir.parse(
+                '#[version = "0.0.5"]\\ndef @main(%x: Tensor[(3), float32]) { ' + body + ' }'))
+            want = effir.interpret(m, x)
+            for level in (0, 2):
+                got = effir.compile(m, opt_level=level)(x)
+                assert [a.shape for a in got] == [a.shape for a in want], (body, level)
+                assert [a.dtype for a in got] == [a.dtype for a in want], (body, level)
+        print("ok")
+        """
+    ).check()
+
+
+def test_compiled_prints_give_the_sink_the_interpreters_values(tmp_path) -> None:
+    """Found: a print of a tuple, an ADT value or ``()`` failed ("'Array'
+    object has no attribute 'device'") and a key reached the sink as a
+    uint32 array. Every kind of value (nested tuples, a key, ``()``, a
+    list of 200 pairs, an Option of a key, a list of keys), from a compiled module at -O0
+    and -O2 and a loaded artifact, as the interpreter's sink gets it
+    (runtime/printing.py [RULE PRINT])."""
+    src = (
+        HEADER + "type List[A] { Cons(A, List[A]), Nil }\n"
+        "type Option[A] { Some(A), None }\n"
+        "def @build(%n: int64, %x: Tensor[(2), float32], %acc: List[(Tensor[(2), float32], int64)])"
+        " -> List[(Tensor[(2), float32], int64)] {\n"
+        "  if (equal(%n, 0i64)) { %acc } else {\n"
+        '    @build(subtract(%n, 1i64), %x, Cons((add(%x, cast(%n, dtype="float32")), %n), %acc))\n'
+        "  }\n"
+        "}\n"
+        "def @main(%x: Tensor[(2), float32], %k: Key) {\n"
+        '  let %a = debug.print(((%x, (%k,)), ()), label="nested");\n'
+        '  let %b = debug.print((), label="unit");\n'
+        '  let %c = debug.print(%k, label="key");\n'
+        '  let %d = debug.print(@build(200i64, %x, Nil), label="list");\n'
+        '  let %e = debug.print(Some(random.fold_in(%k, 3u32)), label="option");\n'
+        '  let %f = debug.print(Cons(%k, Nil), label="keys");\n'
+        '  debug.print(%x, label="tensor")\n'
+        "}\n"
+    )
+    run_isolated(
+        f"""
+        import numpy as np, effir
+        from effir.runtime.values import ADTValue, PRNGKey
+
+        def plain(v):
+            # (the recursion is the list's length, 200)
+            if isinstance(v, ADTValue):
+                return ("adt", v.constructor, tuple(plain(f) for f in v.fields))
+            if isinstance(v, PRNGKey):
+                return ("key", np.asarray(v.data).tolist())
+            if isinstance(v, tuple):
+                return ("tuple", tuple(plain(f) for f in v))
+            assert isinstance(v, np.ndarray), type(v)
+            return ("tensor", str(v.dtype), v.shape, v.tolist())
+
+        import sys
+        sys.setrecursionlimit(10000)
+        module = effir.check(effir.parse({src!r}))
+        args = (np.array([1, 2], np.float32), PRNGKey(np.array([0, 7], np.uint32)))
+
+        def collect(run):
+            got = []
+            run(*args, sink=lambda label, value: got.append((label, plain(value))))
+            return got
+
+        want = collect(lambda *a, sink: effir.interpret(module, *a, sink=sink))
+        assert [label for label, _ in want] == ["nested", "unit", "key", "list", "option",
+                                                 "keys", "tensor"]
+        for level in (0, 2):
+            compiled = effir.compile(module, opt_level=level)
+            assert collect(compiled) == want, level
+        compiled.export({str(tmp_path / "m")!r})
+        assert collect(effir.load({str(tmp_path / "m")!r})) == want
+        print("ok")
+        """
+    ).check()

@@ -236,3 +236,32 @@ def test_an_artifact_for_an_unknown_device_is_refused(
     done = run(runner, model, *inputs)
     assert done.returncode == 1
     assert f"{model}: unknown target kind 'rocm' (known: llvm, cuda)" in done.stderr, done.stderr
+
+
+def test_the_runner_prints_tuples_keys_and_adt_values(runner: Path, tmp_path: Path) -> None:
+    """A print of a value that is not a tensor carries its layout as a third
+    argument of effir.print (runtime/printing.py [RULE PRINT]); the runner
+    summarises the value's tensors."""
+    src = (
+        '#[version = "0.0.5"]\n'
+        "type List[A] { Cons(A, List[A]), Nil }\n"
+        "def @main(%x: Tensor[(2), float32]) {\n"
+        '  let %a = debug.print((%x, random.key(3)), label="pair");\n'
+        '  let %b = debug.print(Cons(%x, Nil), label="list");\n'
+        '  let %c = debug.print((), label="unit");\n'
+        "  %x\n}\n"
+    )
+    module = effir.check(effir.parse(src))
+    effir.compile(module).export(tmp_path / "model")
+    np.save(tmp_path / "x.npy", np.array([1, 2], np.float32))
+    done = subprocess.run(
+        [runner, tmp_path / "model", tmp_path / "x.npy"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.startswith("print ")]
+    assert lines == [
+        "print pair: (float32[2] sum 3 first [1, 2], uint32[2] sum 3 first [0, 3])",
+        "print list: (int64[] sum 0 first [0], float32[2] sum 3 first [1, 2], (int64[] sum 1 "
+        "first [1]))",
+        "print unit: ()",
+    ], done.stdout

@@ -348,8 +348,17 @@ class CompiledModule:
 
         with printing_to(sink):
             try:
+                spans = {c: cell.span for c, cell in self.source.cells.items()}
                 return call_entry(
-                    function, signature, args, state, self.placement, named, name, keep=keep
+                    function,
+                    signature,
+                    args,
+                    state,
+                    self.placement,
+                    named,
+                    name,
+                    keep=keep,
+                    cell_spans=spans,
                 )
             except Error:
                 raise

@@ -58,6 +58,7 @@ from . import (
 from .checks import check_site, collecting_checks, error_output, error_shape
 from .rounding import rounded
 from .rules import TEValue, dim_value, symbolic_dims
+from .te_ops.common import scalar_constant
 
 KEY = TensorType((2,), "uint32")
 """A PRNG key's tensor: the two threefry words."""
@@ -626,9 +627,9 @@ class _Builder:
 
     def _constant(self, node: Constant) -> Any:
         data = node.data
-        if data.ndim == 0 and _immediate(data):
-            value = data.item()
-            return te.compute((), lambda: tirx.const(value, str(data.dtype)), name="constant")
+        scalar = scalar_constant(data)
+        if scalar is not None:
+            return scalar
         array = aligned_empty(data.shape, data.dtype)
         array[...] = data
         placeholder = te.placeholder(
@@ -664,19 +665,6 @@ def _describe(node: Expr) -> str:
         return f"a call of {astext(node.callee)}" if len(astext(node.callee)) < 40 else "a call"
     article = "an" if type(node).__name__[0] in "AEIOU" else "a"
     return f"{article} {type(node).__name__}"
-
-
-def _immediate(data: np.ndarray) -> bool:
-    """A scalar TIR can hold as an immediate (an int64 at most), and one
-    TVM's simplifier reasons about soundly: it folds ``x == INT_MIN`` and
-    ``x <= INT_MIN`` to false for a 32- or 64-bit x (its bound analysis
-    takes the most negative value for minus infinity), so that constant is
-    a kernel input instead (te_ops [RULE WRAP])."""
-    if data.dtype == np.uint64:
-        return int(data) < 2**63
-    if data.dtype.kind == "i" and data.dtype.itemsize >= 4:
-        return int(data) != np.iinfo(data.dtype).min
-    return True
 
 
 def _identifier(name: str) -> str:

@@ -2,7 +2,9 @@
 interpreter's numpy rules (``effir.runtime.prng``, and so JAX) compute.
 
 Threefry2x32 is integer arithmetic: 20 rounds of ``uint32`` add (wrapping
-modulo 2**32, as TIR and LLVM do for unsigned types), rotate (``(x << r) |
+modulo 2**32: ``wrap_add``, te_ops [RULE WRAP], since TVM marks LLVM's
+unsigned additions no-unsigned-wrap, and LLVM folded a ``fold_in`` of the
+constant -1 as if ``0xFFFFFFFF + k`` could not wrap), rotate (``(x << r) |
 (x >> (32 - r))``) and xor, the key injected every four rounds. The counters
 are JAX's partitionable layout: element ``i`` (the row-major flat index of
 the output) hashes the pair ``(i >> 32, i & 0xFFFFFFFF)``, so a sample is an
@@ -107,6 +109,8 @@ from ....ir.types import TensorType, Type
 from ....runtime import prng
 from ..runtime.errors import BackendError
 from .rules import dim_value, te_rule
+from .te_ops.common import let_expr
+from .te_ops.wrapping import wrap_add
 
 PrimExpr = Any  # a tvm.tirx expression
 Index = tuple[PrimExpr, ...]
@@ -196,7 +200,7 @@ class _Lets:
 
     def wrap(self, body: PrimExpr) -> PrimExpr:
         for var, value in reversed(self._bindings):
-            body = tvm.tirx.Let(var, value, body)
+            body = let_expr(var, value, body)
         return body
 
 
@@ -310,16 +314,17 @@ def _threefry(key: te.Tensor, shape: Sequence[Dim], counters: Counters, name: st
         def rounds(index: Index, state: te.Tensor | None = state, block: int = block) -> PrimExpr:
             if state is None:
                 high, low = counters(index)
-                v0, v1 = high + _key_schedule(key, 0), low + _key_schedule(key, 1)
+                v0 = wrap_add(high, _key_schedule(key, 0))
+                v1 = wrap_add(low, _key_schedule(key, 1))
             else:
                 v0, v1 = _words(state, index)
             lets = _Lets()
             v0, v1 = lets.bind(v0, "v0"), lets.bind(v1, "v1")
             for r in _ROTATIONS[block % 2]:
-                v0 = lets.bind(v0 + v1, "v0")
+                v0 = lets.bind(wrap_add(v0, v1), "v0")
                 v1 = lets.bind(_rotl(v1, r) ^ v0, "v1")
-            v0 = v0 + _key_schedule(key, (block + 1) % 3)
-            v1 = v1 + _key_schedule(key, (block + 2) % 3) + _u32(block + 1)
+            v0 = wrap_add(v0, _key_schedule(key, (block + 1) % 3))
+            v1 = wrap_add(wrap_add(v1, _key_schedule(key, (block + 2) % 3)), _u32(block + 1))
             return lets.wrap(_pack(v0, v1))
 
         state = _stage(shape, rounds, f"{name}_hash{block}")

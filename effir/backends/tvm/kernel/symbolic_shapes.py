@@ -398,14 +398,16 @@ def sliced(n: PrimExpr, begin: int | None, end: int | None, step: int) -> tuple[
 
 
 def _strided_slice(call: Call, args: tuple[Type, ...], sizes: KernelSizes) -> Type:
+    """The relation's sizes, each sliced named size computed at run time
+    (a static axis is the relation's, sliced too)."""
     x = args[0]
-    assert isinstance(x, TensorType)
-    _relation(call, args)
+    result = _relation(call, args)
+    assert isinstance(x, TensorType) and isinstance(result, TensorType)
     plan = _slices(call.attrs, x.ndim)
-    shape: list[Dim] = list(x.shape)
+    shape: list[Dim] = list(result.shape)
     for axis, (b, e, s) in plan.items():
-        if isinstance(shape[axis], str):
-            shape[axis] = sizes.dim(sliced(sizes.expr(shape[axis]), b, e, s)[1])
+        if isinstance(x.shape[axis], str):
+            shape[axis] = sizes.dim(sliced(sizes.expr(x.shape[axis]), b, e, s)[1])
     return TensorType(tuple(shape), x.dtype)
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from tvm import te, tirx
+from tvm import te
 
 from ....ir.expr import (
     Call,
@@ -33,6 +33,7 @@ from ....ir.module import IRModule
 from ....ir.op import op_def
 from ....ir.types import TupleType, Type
 from ..kernel import random_ops, rounding, te_ops  # noqa: F401  (the te rules)
+from ..kernel.te_ops.common import scalar_constant
 from ..runtime.errors import BackendError
 from .values import concrete, leaf_of
 
@@ -151,9 +152,9 @@ class StepTE(ExprFunctor):
 
     def _constant(self, c: Constant) -> te.Tensor:
         data = c.data
-        if data.ndim == 0:
-            value = tirx.const(data.item(), str(data.dtype))
-            return te.compute((), lambda: value, name="constant")
+        scalar = scalar_constant(data)
+        if scalar is not None:
+            return scalar
         ph = te.placeholder(data.shape, str(data.dtype), name="constant")
         self.constants.append((ph, data.copy(order="C")))
         return ph

@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from tvm import relax
 
 from ....ir.trampoline import Computation
@@ -120,6 +121,17 @@ class Builder:
         var = relax.Var(self._name(name_hint), value.ty)
         self._frame().append(relax.VarBinding(var, value))
         return var
+
+    def constant(self, data: np.ndarray) -> Any:
+        """``data`` as a Relax value. [RULE EMPTY] A constant of no elements
+        (and rank 2 or more) cannot be read back from a built module: TVM
+        writes it, then fails to load it ("Invalid DLTensor file format")
+        when the program first runs. It has no data to keep: its shape and
+        dtype make it, ``zeros`` emitted in the open block."""
+        dtype = str(data.dtype)
+        if data.size == 0:
+            return self.emit(relax.op.zeros(relax.ShapeExpr(list(data.shape)), dtype), "empty")
+        return relax.const(np.array(data, order="C"), dtype)
 
     def match_cast(self, value: Any, ty: Any, name_hint: str = "") -> Any:
         """A new variable of type ``ty`` bound to ``value``, checked by the VM

@@ -154,7 +154,7 @@ class LoopLowering(WholeLoopCalls):
         rest = []
         for v in captured:
             rest += self._leaves(self._atom(v, env), v.checked_type)
-        rest += [relax.const(c, str(c.dtype)) for c in lowered.constants]
+        rest += [self.bb.constant(c) for c in lowered.constants]
         length = _leading_dim(xs_type)
         if isinstance(length, int):
             return self._in_chunks(call, gv, lowered, length, sequences, state, rest, name)

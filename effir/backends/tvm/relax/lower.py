@@ -136,7 +136,7 @@ from ..kernel.checks import error_shape
 from ..kernel.lower_tvm import one_call_kernel
 from ..kernel.primitive import KernelIR, leaves, lower_kernel
 from ..runtime.errors import BackendError, CompileError, build_failure
-from ..runtime.printing import PRINT_FUNCTION, print_label
+from ..runtime.printing import PRINT_FUNCTION, print_label, print_layout
 from ..runtime.stack import MAX_DEPTH
 from .adts import AdtLowering, has_constructor_pattern
 from .apart import LIBRARY
@@ -378,7 +378,7 @@ class _Lowering(
                 return self._closure_value(value, env, expr.name_hint, expr.span)
             return value
         if isinstance(expr, Constant):
-            return relax.const(np.array(expr.data, order="C"), str(expr.data.dtype))
+            return self.bb.constant(expr.data)
         if isinstance(expr, Constructor):
             return self._construct(expr, [], expr.name)
         if isinstance(expr, GlobalVar) and expr.name in self.globals:
@@ -575,7 +575,7 @@ class _Lowering(
             return self.bb.emit(self._reshape(args[0], view), name)
         gv, lowered = self._kernel(fn)
         inputs = [leaf for arg, t in zip(args, types, strict=True) for leaf in self._leaves(arg, t)]
-        inputs += [relax.const(c, str(c.dtype)) for c in lowered.constants]
+        inputs += [self.bb.constant(c) for c in lowered.constants]
         outs = [relax_type(t) for t in lowered.signature.outputs]
         return self._call_kernel(gv, inputs, outs, lowered.checks, result_type, name)
 
@@ -675,12 +675,15 @@ class _Lowering(
         prints, in order; the world token advances by one."""
         world, value = (self._atom(a, env) for a in call.args)
         label = str(call.attrs.get("label", ""))
+        try:
+            layout = print_layout(call.args[1].checked_type, dict(self.module.type_defs))
+        except BackendError as err:
+            raise BackendError(err.message, call.span) from None
+        args = [tvm.ir.StringImm(print_label(label)), value]
+        if layout is not None:  # [RULE PRINT] what the VM holds is not the value
+            args.append(tvm.ir.StringImm(layout))
         self.bb.emit(
-            relax.Call(
-                relax.ExternFunc(PRINT_FUNCTION),
-                [tvm.ir.StringImm(print_label(label)), value],
-                ty_args=[relax.ObjectType()],
-            )
+            relax.Call(relax.ExternFunc(PRINT_FUNCTION), args, ty_args=[relax.ObjectType()])
         )
         one = relax.const(np.int64(1), "int64")
         advanced = self.bb.emit(relax.op.add(world, one))

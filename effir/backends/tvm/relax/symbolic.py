@@ -41,7 +41,7 @@ from __future__ import annotations
 from typing import Any
 
 import tvm_ffi
-from tvm import relax, tirx
+from tvm import tirx
 
 from ....ir.expr import Function, Let, Var
 from ....ir.functor import Mutator, on, pre_order
@@ -75,7 +75,7 @@ class SymbolicLowering:
                 [sizes.substituted(v, known) for v in check.values],
             )
         gv, lowered = self._kernel(typed, dict(sizes.exprs), shown)
-        inputs = inputs + [relax.const(c, str(c.dtype)) for c in lowered.constants]
+        inputs = inputs + [self.bb.constant(c) for c in lowered.constants]
         relax_sizes = {d: sizes.substituted(e, known) for d, e in sizes.exprs.items()}
         outs = [relax_type(t, relax_sizes) for t in lowered.signature.outputs]
         result_type = typed.body.checked_type

@@ -30,6 +30,7 @@ import numpy as np
 import tvm
 import tvm_ffi
 
+from ....ir.diagnostics import Span
 from ....ir.expr import Constructor, TypeData
 from ....ir.printer import astext
 from ....ir.types import (
@@ -46,6 +47,7 @@ from ....ir.types import (
 from ....ops.effects import WORLD
 from ....runtime.arguments import OnDevice, bind_arguments, check_argument, convert_argument
 from ....runtime.values import PRNGKey, adt_value
+from ...state import check_cells
 from .errors import BackendError
 
 if TYPE_CHECKING:
@@ -465,6 +467,7 @@ def call_entry(
     entry: str = "main",
     any_alignment: bool = True,
     keep: bool = False,
+    cell_spans: Mapping[str, Span | None] | None = None,
 ) -> Any:
     """Run an entry as the interpreter runs it: the cells' values (from
     ``cells``, a ``State``) follow the arguments, the new values it returns
@@ -472,12 +475,25 @@ def call_entry(
     the VM function for the arguments' binding of the dimensions;
     ``any_alignment``: whether it takes arrays at any address (``to_tvm``);
     ``placement``: the device it runs on (runtime/placement.py); ``keep``:
-    the results left there (``DeviceArray``)."""
+    the results left there (``DeviceArray``). The cells are checked
+    against the types the entry declares for them first (``check_cells``,
+    located at ``cell_spans``)."""
     user, dims = signature.bind(args, named, entry, placement.take)
     # One call at a time on one state: the lock is held from the read of
     # the cells to the write-back of their new values (effir/backends/state.py).
     with cells.transaction(on_device=not placement.on_host):
-        return _run_entry(function, signature, user, dims, cells, any_alignment, placement, keep)
+        return _run_entry(
+            function, signature, user, dims, cells, any_alignment, placement, keep, cell_spans
+        )
+
+
+@functools.lru_cache(maxsize=64)
+def _cell_types(signature: Signature) -> dict[str, Type]:
+    """The type the entry declares for each cell it reads (made once per
+    signature: every call checks its State against them)."""
+    declared = signature.params[len(signature.params) - len(signature.state_in) :]
+    pairs = zip(signature.state_in, declared, strict=True)
+    return {cell: type_of(spec) for cell, (_, spec) in pairs if cell != WORLD}
 
 
 def _run_entry(
@@ -489,8 +505,10 @@ def _run_entry(
     any_alignment: bool,
     placement: Placement,
     keep: bool,
+    cell_spans: Mapping[str, Span | None] | None,
 ) -> Any:
     run = function(dims)  # first: it says when this machine has no such device
+    check_cells(cells, _cell_types(signature), cell_spans)
     values = tuple(
         placement.world() if c == WORLD else cells.device_value(c) for c in signature.state_in
     )

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import tvm
 import tvm_ffi
 from tvm import te, tirx
 
@@ -56,12 +57,92 @@ def _const(value: Any, dtype: str) -> PrimExpr:
     return tirx.const(value, dtype)
 
 
+def opaque(value: PrimExpr) -> PrimExpr:
+    """``value``, which TVM's integer arithmetic cannot see into [RULE
+    OPAQUE]: a ``reinterpret`` to its own dtype, which the LLVM code
+    generator emits as nothing. Other dtypes are left as they are."""
+    return _reinterpret(value) if _kind(_dtype(value)) in "iu" else value
+
+
+def let_expr(var: Any, value: PrimExpr, body: PrimExpr) -> PrimExpr:
+    """``let var = value in body``, the value opaque [RULE OPAQUE]."""
+    return tirx.Let(var, opaque(value), body)
+
+
+def program_constant(value: Any, dtype: str) -> PrimExpr:
+    """A constant of the program (a literal, the value of a fill), opaque
+    [RULE OPAQUE]: TVM's simplifier folds ``x * 0.0`` to 0 and ``0.0 / x``
+    to 0 (wrong where x is infinite, NaN or negative), ``x + 0.0`` to x
+    (wrong for -0.0), refuses ``x / 0.0`` ("Divide by zero") and folds
+    ``x == INT_MIN`` to false. A ``reinterpret`` to its own dtype hides the
+    value until ``LowerIntrin``, the last pass, removes it; a negative
+    integer (and a uint64 past int64's range) is the ``reinterpret`` of
+    its bits as the other signedness, which stays to the code generator:
+    after ``LowerIntrin`` the analyzer still folds a cast of a negative
+    immediate to an unsigned dtype, and fails ("cannot make uint from
+    negative value"). A float -0.0 is the ``reinterpret`` of its bits as
+    an integer too: TVM compares float immediates by value, so -0.0 and
+    +0.0 are one expression to its common-subexpression elimination and
+    its simplifier (``where(c, 0f, -0f)`` became +0 everywhere). LLVM
+    folds them all as IEEE and two's complement do."""
+    if dtype == "bool":
+        return tirx.const(value, dtype)
+    if _kind(dtype) == "f" and value == 0 and np.signbit(value):
+        bits = np.array(value, dtype).view(f"int{np.dtype(dtype).itemsize * 8}")
+        immediate = tirx.const(bits.item(), str(bits.dtype))
+        return tirx.call_intrin(dtype, "tirx.reinterpret", immediate)
+    if _kind(dtype) in "iu" and not 0 <= value < 2**63:
+        bits = np.array(value).astype(dtype)
+        other = ("int" if dtype[0] == "u" else "uint") + dtype.lstrip("uint")
+        immediate = tirx.const(bits.view(other).item(), other)
+        return tirx.call_intrin(dtype, "tirx.reinterpret", immediate)
+    return _reinterpret(tirx.const(value, dtype))
+
+
+def scalar_constant(data: np.ndarray) -> Tensor | None:
+    """A scalar constant of the program as a 0-d compute of its value
+    (``program_constant``: inlined into its users, never let-bound, which
+    ``_let`` knows)."""
+    if data.ndim != 0:
+        return None
+    value = program_constant(data.item(), str(data.dtype))
+    return te.compute((), lambda: value, name="constant")
+
+
+def _reinterpret(value: PrimExpr) -> PrimExpr:
+    return tirx.call_intrin(_dtype(value), "tirx.reinterpret", value)
+
+
+def _is_atom(value: PrimExpr) -> bool:
+    """A variable, an immediate or an opaque immediate: nothing to bind."""
+    if isinstance(value, tvm.ir.Call) and value.op.name == "tirx.reinterpret":
+        value = value.args[0]
+    return isinstance(value, tirx.Var | tirx.IntImm | tirx.FloatImm)
+
+
+def _constant_read(value: PrimExpr) -> PrimExpr | None:
+    """The constant ``value`` reads when it loads a compute of one
+    (``scalar_constant``): bound to a let, it would stay there, which
+    TVM's LLVM code generator binds twice where it visits the let twice,
+    once folded and once not, and rejects ("conflicts with previous
+    binding")."""
+    if not (isinstance(value, tvm.ir.Call) and value.op.name == "te.tensor_load"):
+        return None
+    tensor = value.args[0]
+    if not isinstance(tensor.op, te.ComputeOp):
+        return None
+    body = tensor.op.body[tensor.value_index]
+    return body if _is_atom(body) else None
+
+
 def _let(value: PrimExpr, body: Callable[[PrimExpr], PrimExpr]) -> PrimExpr:
     """``body(value)`` with ``value`` bound once [RULE LET]."""
-    if isinstance(value, tirx.Var | tirx.IntImm | tirx.FloatImm):
+    constant = _constant_read(value)
+    value = value if constant is None else constant
+    if _is_atom(value):
         return body(value)
     var = tirx.Var("v", _dtype(value))
-    return tirx.Let(var, value, body(var))
+    return let_expr(var, value, body(var))
 
 
 def _lets(values: Sequence[PrimExpr], body: Callable[..., PrimExpr]) -> PrimExpr:

@@ -18,7 +18,17 @@ from .....ops.shape import _show_newshape
 from ..checks import require
 from ..rules import te_rule
 from ..symbolic_shapes import sliced
-from .common import _const, _dtype, _kind, _map, _out, _shape, static_shape
+from .common import (
+    _const,
+    _dtype,
+    _kind,
+    _map,
+    _out,
+    _shape,
+    opaque,
+    program_constant,
+    static_shape,
+)
 from .elementwise import cast_value
 from .wrapping import _sum_reducer, wrap_add, wrap_mul
 
@@ -313,7 +323,7 @@ def _broadcast_to(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor
 def _fill_rule(value: int) -> Callable[..., Tensor]:
     def rule(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
         shape, dtype = _out(out_type)
-        return te.compute(shape, lambda *i: _const(value, dtype), name="fill")
+        return te.compute(shape, lambda *i: program_constant(value, dtype), name="fill")
 
     return rule
 
@@ -410,7 +420,8 @@ def _scatter_add(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
 def _strided_set(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
     """Element i of an axis is the value's ``(i - start) / step`` where that
     is a whole number in [0, count) (the numpy rule's plan), the data's
-    elsewhere; the lazy ``if_then_else`` reads only the chosen input."""
+    elsewhere; the lazy ``if_then_else`` reads only the chosen input. The
+    division is of an opaque distance by a positive step [RULE OPAQUE]."""
     x, v = args
     in_shape = _shape(x)
     plan = _slices(attrs, len(in_shape))
@@ -433,9 +444,11 @@ def _strided_set(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
                 continue
             start, step, count = placed[d]
             wide = position if isinstance(start, int) else position.astype("int64")
-            offset = wide - start
-            q = tirx.floordiv(offset, step)
-            ok = tirx.And(tirx.floormod(offset, step) == 0, tirx.And(q >= 0, q < count))
+            # the distance from the start in the step's direction, opaque,
+            # over the step's magnitude [RULE OPAQUE]
+            offset = opaque(wide - start if step > 0 else start - wide)
+            q = tirx.floordiv(offset, abs(step))
+            ok = tirx.And(tirx.floormod(offset, abs(step)) == 0, tirx.And(q >= 0, q < count))
             inside = tirx.And(inside, ok)
             index.append(q.astype(_dtype(position)))
         return tirx.if_then_else(inside, v(*index), x(*i))
