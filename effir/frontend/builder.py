@@ -355,12 +355,28 @@ def unflatten(expr: Expr, like: Any) -> Any:
     """``expr`` shaped as the Python value ``like``: a tuple becomes a tuple
     of projections, so that bodies see the structure their user gave."""
     if isinstance(like, tuple | list) and not isinstance(expr, Tuple):
-        return tuple(
-            unflatten(TupleGetItem(expr, i, span=expr.span), f) for i, f in enumerate(like)
+        return shaped_as(
+            like,
+            (unflatten(TupleGetItem(expr, i, span=expr.span), f) for i, f in enumerate(like)),
         )
     if isinstance(like, tuple | list) and isinstance(expr, Tuple):
-        return tuple(unflatten(e, f) for e, f in zip(expr.fields, like, strict=True))
+        return shaped_as(like, (unflatten(e, f) for e, f in zip(expr.fields, like, strict=True)))
     return expr
+
+
+def shaped_as(like: tuple | list, fields: Any) -> tuple | list:
+    """``fields`` as a list when the Python value ``like`` is one, else a
+    tuple: a list a loop body returns is a list, eagerly and built alike
+    (in the IR both are tuples)."""
+    return list(fields) if isinstance(like, list) else tuple(fields)
+
+
+def _as_structure(value: Any, like: Any) -> Any:
+    """``value`` (tuples, as the interpreter gives them) with the lists of
+    ``like`` where ``like`` has them."""
+    if isinstance(like, tuple | list) and isinstance(value, tuple | list):
+        return shaped_as(like, (_as_structure(v, f) for v, f in zip(value, like, strict=True)))
+    return value
 
 
 def _param(name: str, like: Any) -> Var:
@@ -599,8 +615,10 @@ def _step_values(values: Any) -> Any:
 
 
 def _stack(outs: list[Any]) -> Any:
-    if isinstance(outs[0], tuple):
-        return tuple(_stack([o[i] for o in outs]) for i in range(len(outs[0])))
+    """Per-step outputs stacked along a new leading axis, field by field
+    for a tuple or list output (a list stays a list)."""
+    if isinstance(outs[0], tuple | list):
+        return shaped_as(outs[0], (_stack([o[i] for o in outs]) for i in range(len(outs[0]))))
     return np.stack([np.asarray(to_value(o)) for o in outs])
 
 
@@ -617,7 +635,8 @@ def _no_outputs(
 
     span = current_span()
     with _block(new_root=True):
-        stacked = _stacked_type(step(*[new_var(name, t) for name, t in params])[0])
+        out = step(*[new_var(name, t) for name, t in params])[0]
+        stacked = _stacked_type(out)
     if stacked is None:
         raise EvalError(
             "the loop ran zero times and the type of its per-step output is not known, so "
@@ -625,7 +644,7 @@ def _no_outputs(
             span,
         )
     try:
-        return empty_outputs(stacked, rows)
+        return _as_structure(empty_outputs(stacked, rows), out)
     except OpFailure as err:
         raise EvalError(str(err), span) from None
 
@@ -675,8 +694,10 @@ def _while_eager(cond_fn, body, init, max_iterations, outputs, pad_outputs):
 
 
 def _concatenated(stacked: Any, padding: Any) -> Any:
-    if isinstance(stacked, tuple):
-        return tuple(_concatenated(s, p) for s, p in zip(stacked, padding, strict=True))
+    if isinstance(stacked, tuple | list):
+        return shaped_as(
+            stacked, (_concatenated(s, p) for s, p in zip(stacked, padding, strict=True))
+        )
     return np.concatenate([stacked, padding], axis=0)
 
 
