@@ -50,6 +50,7 @@ from ..ir.op import lookup_op
 from ..ir.types import KeyType, RefType, TensorType, TupleType, Type
 from ..ops.relations import OpFailure
 from ..runtime.values import RefValue
+from .promotion import is_number, operand_group, promote
 from .spans import current_span
 from .values import Cell, as_type, is_concrete, to_expr, to_value
 
@@ -65,6 +66,7 @@ class _Root:
         self.slots = 0  # places kept for closures (script.py) to fill at the end
         self.cells: dict[str, Cell] = {}
         self.hints: dict[int, tuple[Var, Type]] = {}
+        self.weak: dict[int, Expr] = {}  # values that are Python numbers eagerly
         # Globals of scripted or traced functions this one calls (their modules).
         self.functions: dict[str, Function] = {}
         self.declarations: dict[str, GlobalCell] = {}
@@ -150,6 +152,8 @@ def emit(value: Any, name: str | None = None) -> Any:
     block.bindings.append((var, expr))
     if hint is not None:
         block.root.hints[id(var)] = (var, hint)
+    if block.root.weak.get(id(expr)) is expr:
+        block.root.weak[id(var)] = var
     return var
 
 
@@ -280,14 +284,54 @@ def apply_op(name: str, args: tuple[Any, ...], attrs: dict[str, Any]) -> Any:
         normalized = definition.normalize_attrs(attrs)
     except AttrError as err:
         raise FrontendError(err.message, span) from None
-    if not building() and all(is_concrete(a) for a in args):
+    eager = not building() and all(is_concrete(a) for a in args)
+    group = operand_group(name, definition, len(args))
+    try:
+        dtype, weak = promote(name, args, group, _eager_dtype if eager else dtype_hint, is_weak)
+    except FrontendError as err:
+        raise FrontendError(err.message, span, hint=err.hint) from None
+    if group and dtype is not None:
+        args = tuple(_promoted(a, dtype, eager) if k in group else a for k, a in enumerate(args))
+    if eager:
         return run_eagerly(name, args, normalized, span)
-    dtype = None
-    if definition.traits & {"broadcast", "elementwise"}:  # numbers take the tensors' dtype
-        dtype = next((d for d in map(dtype_hint, args) if d is not None), None)
-    exprs = tuple(to_expr(a, dtype) for a in args)
+    exprs = tuple(to_expr(a) for a in args)
     call = Call(definition.op, exprs, normalized, span=span)
-    return emit(call) if building() else call
+    result = emit(call) if building() else call
+    if weak:
+        mark_weak(result)
+    return result
+
+
+def _eager_dtype(value: Any) -> str | None:
+    return str(value.dtype) if isinstance(value, np.ndarray | np.generic) else None
+
+
+def _promoted(value: Any, dtype: str, eager: bool) -> Any:
+    """An operand in the dtype ``promote`` chose: a Python number as a
+    constant of it, a weak value cast to it."""
+    if is_number(value):
+        return np.asarray(value, dtype) if eager else to_expr(value, dtype)
+    if not eager and is_weak(value) and dtype_hint(value) not in (None, dtype):
+        return apply_op("cast", (value,), {"dtype": dtype})
+    return value
+
+
+def mark_weak(value: Any) -> None:
+    """``value`` (an effir value of the function being built) is a Python
+    int or float when the function runs eagerly: a ``range`` counter, a
+    loop variable that starts as a number (promotion.py)."""
+    block = current_block()
+    if block is not None and isinstance(value, Expr):
+        block.root.weak[id(value)] = value
+
+
+def is_weak(value: Any) -> bool:
+    """Whether ``value`` is weak (promotion.py): a Python number, or a value
+    marked by ``mark_weak``."""
+    if is_number(value):
+        return True
+    block = current_block()
+    return block is not None and block.root.weak.get(id(value)) is value
 
 
 def run_eagerly(name: str, args: tuple[Any, ...], attrs: Attrs, span: Any) -> Any:
@@ -416,7 +460,7 @@ def _step_like(xs: Any) -> Any:
     """A value shaped like one step of ``xs`` (for the body parameter's type)."""
     if isinstance(xs, tuple | list):
         return tuple(_step_like(x) for x in xs)
-    t = type_hint(xs) if isinstance(xs, Expr) else None
+    t = type_hint(xs) if isinstance(xs, Expr) else _structure_type(xs)
     if isinstance(t, TensorType) and t.ndim >= 1:
         return Var("x", TensorType(t.shape[1:], t.dtype))
     return None

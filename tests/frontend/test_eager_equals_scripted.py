@@ -4,9 +4,11 @@ structure (a list a loop body returns is a list), the same promotion rule
 integer widths (the IR's: ``argmax`` and an integer ``sum`` are int32)."""
 
 import numpy as np
+import pytest
 
 import effir
 from effir import Tensor
+from tests.frontend.helpers import define
 
 F32 = "float32"
 XS = np.arange(12, dtype=F32).reshape(3, 4)
@@ -63,3 +65,59 @@ def test_traced_body_returning_a_list_gives_lists_while_built() -> None:
 def test_zero_steps_keep_the_list() -> None:
     outs, _ = effir.foreach(_pairs, np.zeros((0, 4), F32), np.zeros(4, F32))
     assert isinstance(outs, list) and outs[0].shape == (0, 4) and outs[1].shape == (0,)
+
+
+COUNTED = """
+@effir.script
+def counted(xs: effir.Tensor[(3, 4), F32]):
+    s = np.zeros((4,), dtype="float32")
+    i = 0
+    for x in xs:
+        s = s + i * x
+        i = i + 1
+    return s, i
+
+@effir.script
+def ranged(xs: effir.Tensor[(3, 4), F32]):
+    s = np.zeros((4,), dtype="float32")
+    for i in range(3):
+        s = s + i * xs[i] + 0.5 * i
+    return s
+"""
+
+
+def test_counter_times_float_runs_scripted_as_eagerly() -> None:
+    ns = define(COUNTED)
+    for f in (ns["counted"], ns["ranged"]):
+        effir.check(f.module)
+        eager, scripted = f(XS), f.interpret(XS)
+        eager = eager if isinstance(eager, tuple) else (eager,)
+        scripted = scripted if isinstance(scripted, tuple) else (scripted,)
+        for got, want in zip(scripted, eager, strict=True):
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+            assert np.asarray(got).dtype == np.asarray(want).dtype or isinstance(want, int)
+
+
+MIXED = """
+@effir.script
+def mixed(x: effir.Tensor[(4,), F32], n: effir.Tensor[(4,), "int32"]):
+    return x * n  # <-
+"""
+
+
+def test_tensors_of_two_dtypes_are_refused_with_the_cast_to_write() -> None:
+    ns = define(MIXED)
+    with pytest.raises(effir.FrontendError) as scripted:
+        effir.check(ns["mixed"].module)
+    assert "multiply: operands of dtypes float32 and int32" in scripted.value.message
+    assert 'effir.op.cast(x, dtype="float32")' in scripted.value.hint
+    assert scripted.value.span is not None
+    with pytest.raises(effir.FrontendError) as eager:
+        effir.op.multiply(XS[0], np.arange(4, dtype="int32"))
+    assert eager.value.message == scripted.value.message
+    assert eager.value.hint == scripted.value.hint
+    fixed = define(MIXED.replace("x * n", 'x * effir.op.cast(n, dtype="float32")'))["mixed"]
+    n = np.arange(4, dtype="int32")
+    np.testing.assert_array_equal(fixed.interpret(XS[1], n), XS[1] * n.astype(F32))
+    fixed = define(MIXED.replace("x * n", "x * np.float32(n)"))["mixed"]
+    np.testing.assert_array_equal(fixed.interpret(XS[1], n), XS[1] * n.astype(F32))
