@@ -310,7 +310,8 @@ def _promoted(value: Any, dtype: str, eager: bool) -> Any:
     """An operand in the dtype ``promote`` chose: a Python number as a
     constant of it, a weak value cast to it."""
     if is_number(value):
-        return np.asarray(value, dtype) if eager else to_expr(value, dtype)
+        array = np.asarray(value, dtype)
+        return array if eager else to_expr(array)
     if not eager and is_weak(value) and dtype_hint(value) not in (None, dtype):
         return apply_op("cast", (value,), {"dtype": dtype})
     return value
@@ -342,11 +343,15 @@ def run_eagerly(name: str, args: tuple[Any, ...], attrs: Attrs, span: Any) -> An
     impl = definition.rules.get("numpy")
     if impl is None:
         raise EvalError(f"operator {name} has no numpy rule registered", span)
+    from . import eager
+
     values = tuple(to_value(a) for a in args)
     try:
         if definition.effect == "io":
-            return impl(values, attrs, sink=print_sink)
-        return impl(values, attrs)
+            result = impl(values, attrs, sink=print_sink)
+        else:
+            result = impl(values, attrs)
+        return eager.wrap(result) if eager.active() else result
     except Error:
         raise
     except _RUNTIME_FAILURES as err:
@@ -481,8 +486,10 @@ def cond(pred: Any, then_fn: Any, else_fn: Any) -> Any:
     branch, both return values of the same structure. On a concrete ``pred``
     only the chosen branch runs (eagerly)."""
     if is_concrete(pred) and not building():
+        from . import eager
+
         chosen = then_fn if bool(np.asarray(to_value(pred))) else else_fn
-        return _as_fn(chosen, "a branch of effir.cond")()
+        return eager.run(_as_fn(chosen, "a branch of effir.cond"), ())
     span = current_span()
     pred_expr = to_expr(pred)
     then_body, then_result = build_body(_as_fn(then_fn, "the then branch"))
@@ -514,7 +521,9 @@ def foreach(body: Any, xs: Any, init: Any = ()) -> tuple[Any, Any]:
     leading axis of ``xs`` (or of each tensor of a tuple); returns the
     stacked outputs and the final state, shaped as the body returned them."""
     if not building() and is_concrete(xs) and is_concrete(init):
-        return _foreach_eager(_as_fn(body, "the body of effir.foreach"), xs, init)
+        from . import eager
+
+        return _foreach_eager(eager.scoped(_as_fn(body, "the body of effir.foreach")), xs, init)
     span = current_span()
     x = _param("x", _step_like(xs))
     s = _param("state", init)
@@ -562,7 +571,11 @@ def while_loop(
         )
     eager = max_iterations is None or is_concrete(max_iterations)
     if not building() and is_concrete(init) and eager:
-        return _while_eager(cond_fn, body, init, max_iterations, outputs, pad_outputs)
+        from .eager import scoped
+
+        return _while_eager(
+            scoped(cond_fn), scoped(body), init, max_iterations, outputs, pad_outputs
+        )
     c = _param("state", init)
     cond_body, _ = build_body(
         lambda s: _as_fn(cond_fn, "the loop condition")(unflatten(s, init)), c

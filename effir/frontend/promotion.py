@@ -6,7 +6,8 @@ relations do. The frontend adds only what a Python program means without
 saying it, as JAX's weak types do:
 
 - A Python number (``int``, ``float``) is *weak*: it takes the dtype of
-  the tensors it meets (``x * 2`` on float64 ``x`` is float64). So is a
+  the tensors it meets (``x * 2`` on float64 ``x`` is float64), and so is
+  a numpy scalar (``np.float64(0.5)``, numpy run on constants). So is a
   value that is a Python int when the function runs eagerly: a ``range``
   counter and a loop variable that starts as a Python number and stays one
   (``i = 0`` ... ``i = i + 1``), int32 in the IR. A weak int meeting a
@@ -43,8 +44,8 @@ def operand_group(name: str, definition: OpDef, count: int) -> range:
 
 
 def is_number(value: Any) -> bool:
-    """A Python number (weak); a bool is a strong ``bool``."""
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    """A Python number or a numpy scalar (weak); a bool is a strong ``bool``."""
+    return isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
 
 
 def _kind(dtype: str) -> str:
@@ -69,7 +70,7 @@ def promote(
     for k in group:
         a = args[k]
         if is_number(a):
-            weak.append("float" if isinstance(a, float) else "int")
+            weak.append("float" if isinstance(a, float | np.floating) else "int")
             continue
         dtype = dtype_of(a)
         if dtype is None:

@@ -121,3 +121,21 @@ def test_tensors_of_two_dtypes_are_refused_with_the_cast_to_write() -> None:
     np.testing.assert_array_equal(fixed.interpret(XS[1], n), XS[1] * n.astype(F32))
     fixed = define(MIXED.replace("x * n", "x * np.float32(n)"))["mixed"]
     np.testing.assert_array_equal(fixed.interpret(XS[1], n), XS[1] * n.astype(F32))
+
+
+WIDTHS = """
+@effir.script
+def widths(x: effir.Tensor[(2, 3), F32], n: effir.Tensor[(3,), "int32"]):
+    return np.argmax(x, axis=1), np.sum(n), np.argmax(x)
+"""
+
+
+def test_integer_widths_eagerly_are_the_irs() -> None:
+    f = define(WIDTHS)["widths"]
+    x, n = XS[:2, :3], np.arange(3, dtype="int32")
+    eager, scripted = f(x, n), f.interpret(x, n)
+    assert [np.asarray(v).dtype for v in eager] == [np.dtype("int32")] * 3
+    for got, want in zip(scripted, eager, strict=True):
+        assert _structure(got) == _structure(want)
+        np.testing.assert_array_equal(got, want)
+    assert all(type(v) is np.ndarray for v in eager)  # the caller gets plain numpy
