@@ -215,8 +215,9 @@ def _array(self: Expr, dtype: Any = None, copy: Any = None) -> Any:
     raise FrontendError(
         "a numpy array of an effir value: its value is known only when the program runs",
         caller_span(),
-        hint="keep it an effir value: numpy functions on it become effir.op calls "
-        '(np.float32(x) is effir.op.cast(x, dtype="float32"))',
+        hint="keep it an effir value: numpy functions on it become effir.op calls; "
+        'for a cast write effir.op.cast(x, dtype="float32") (np.float32(x) is one only in '
+        "@effir.script)",
     )
 
 
