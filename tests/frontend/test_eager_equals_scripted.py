@@ -1,6 +1,6 @@
 """Eager runs give what scripted, traced and compiled runs give: the same
 structure (a list a loop body returns is a list), the same promotion rule
-(effir/frontend/promotion.py, docs/frontend.md "Dtypes") and the same
+(effir/frontend/promotion.py, docs/frontend.md "Eager equals scripted") and the same
 integer widths (the IR's: ``argmax`` and an integer ``sum`` are int32)."""
 
 import numpy as np
