@@ -50,6 +50,7 @@ from ..ir.op import lookup_op
 from ..ir.types import KeyType, RefType, TensorType, TupleType, Type
 from ..ops.relations import OpFailure
 from ..runtime.values import RefValue
+from .promotion import is_number, operand_group, promote
 from .spans import current_span
 from .values import Cell, as_type, is_concrete, to_expr, to_value
 
@@ -65,6 +66,7 @@ class _Root:
         self.slots = 0  # places kept for closures (script.py) to fill at the end
         self.cells: dict[str, Cell] = {}
         self.hints: dict[int, tuple[Var, Type]] = {}
+        self.weak: dict[int, Expr] = {}  # values that are Python numbers eagerly
         # Globals of scripted or traced functions this one calls (their modules).
         self.functions: dict[str, Function] = {}
         self.declarations: dict[str, GlobalCell] = {}
@@ -150,6 +152,8 @@ def emit(value: Any, name: str | None = None) -> Any:
     block.bindings.append((var, expr))
     if hint is not None:
         block.root.hints[id(var)] = (var, hint)
+    if block.root.weak.get(id(expr)) is expr:
+        block.root.weak[id(var)] = var
     return var
 
 
@@ -280,14 +284,55 @@ def apply_op(name: str, args: tuple[Any, ...], attrs: dict[str, Any]) -> Any:
         normalized = definition.normalize_attrs(attrs)
     except AttrError as err:
         raise FrontendError(err.message, span) from None
-    if not building() and all(is_concrete(a) for a in args):
+    eager = not building() and all(is_concrete(a) for a in args)
+    group = operand_group(name, definition, len(args))
+    try:
+        dtype, weak = promote(name, args, group, _eager_dtype if eager else dtype_hint, is_weak)
+    except FrontendError as err:
+        raise FrontendError(err.message, span, hint=err.hint) from None
+    if group and dtype is not None:
+        args = tuple(_promoted(a, dtype, eager) if k in group else a for k, a in enumerate(args))
+    if eager:
         return run_eagerly(name, args, normalized, span)
-    dtype = None
-    if definition.traits & {"broadcast", "elementwise"}:  # numbers take the tensors' dtype
-        dtype = next((d for d in map(dtype_hint, args) if d is not None), None)
-    exprs = tuple(to_expr(a, dtype) for a in args)
+    exprs = tuple(to_expr(a) for a in args)
     call = Call(definition.op, exprs, normalized, span=span)
-    return emit(call) if building() else call
+    result = emit(call) if building() else call
+    if weak:
+        mark_weak(result)
+    return result
+
+
+def _eager_dtype(value: Any) -> str | None:
+    return str(value.dtype) if isinstance(value, np.ndarray | np.generic) else None
+
+
+def _promoted(value: Any, dtype: str, eager: bool) -> Any:
+    """An operand in the dtype ``promote`` chose: a Python number as a
+    constant of it, a weak value cast to it."""
+    if is_number(value):
+        array = np.asarray(value, dtype)
+        return array if eager else to_expr(array)
+    if not eager and is_weak(value) and dtype_hint(value) not in (None, dtype):
+        return apply_op("cast", (value,), {"dtype": dtype})
+    return value
+
+
+def mark_weak(value: Any) -> None:
+    """``value`` (an effir value of the function being built) is a Python
+    int or float when the function runs eagerly: a ``range`` counter, a
+    loop variable that starts as a number (promotion.py)."""
+    block = current_block()
+    if block is not None and isinstance(value, Expr):
+        block.root.weak[id(value)] = value
+
+
+def is_weak(value: Any) -> bool:
+    """Whether ``value`` is weak (promotion.py): a Python number, or a value
+    marked by ``mark_weak``."""
+    if is_number(value):
+        return True
+    block = current_block()
+    return block is not None and block.root.weak.get(id(value)) is value
 
 
 def run_eagerly(name: str, args: tuple[Any, ...], attrs: Attrs, span: Any) -> Any:
@@ -298,11 +343,15 @@ def run_eagerly(name: str, args: tuple[Any, ...], attrs: Attrs, span: Any) -> An
     impl = definition.rules.get("numpy")
     if impl is None:
         raise EvalError(f"operator {name} has no numpy rule registered", span)
+    from . import eager
+
     values = tuple(to_value(a) for a in args)
     try:
         if definition.effect == "io":
-            return impl(values, attrs, sink=print_sink)
-        return impl(values, attrs)
+            result = impl(values, attrs, sink=print_sink)
+        else:
+            result = impl(values, attrs)
+        return eager.wrap(result) if eager.active() else result
     except Error:
         raise
     except _RUNTIME_FAILURES as err:
@@ -355,12 +404,28 @@ def unflatten(expr: Expr, like: Any) -> Any:
     """``expr`` shaped as the Python value ``like``: a tuple becomes a tuple
     of projections, so that bodies see the structure their user gave."""
     if isinstance(like, tuple | list) and not isinstance(expr, Tuple):
-        return tuple(
-            unflatten(TupleGetItem(expr, i, span=expr.span), f) for i, f in enumerate(like)
+        return shaped_as(
+            like,
+            (unflatten(TupleGetItem(expr, i, span=expr.span), f) for i, f in enumerate(like)),
         )
     if isinstance(like, tuple | list) and isinstance(expr, Tuple):
-        return tuple(unflatten(e, f) for e, f in zip(expr.fields, like, strict=True))
+        return shaped_as(like, (unflatten(e, f) for e, f in zip(expr.fields, like, strict=True)))
     return expr
+
+
+def shaped_as(like: tuple | list, fields: Any) -> tuple | list:
+    """``fields`` as a list when the Python value ``like`` is one, else a
+    tuple: a list a loop body returns is a list, eagerly and built alike
+    (in the IR both are tuples)."""
+    return list(fields) if isinstance(like, list) else tuple(fields)
+
+
+def _as_structure(value: Any, like: Any) -> Any:
+    """``value`` (tuples, as the interpreter gives them) with the lists of
+    ``like`` where ``like`` has them."""
+    if isinstance(like, tuple | list) and isinstance(value, tuple | list):
+        return shaped_as(like, (_as_structure(v, f) for v, f in zip(value, like, strict=True)))
+    return value
 
 
 def _param(name: str, like: Any) -> Var:
@@ -400,7 +465,7 @@ def _step_like(xs: Any) -> Any:
     """A value shaped like one step of ``xs`` (for the body parameter's type)."""
     if isinstance(xs, tuple | list):
         return tuple(_step_like(x) for x in xs)
-    t = type_hint(xs) if isinstance(xs, Expr) else None
+    t = type_hint(xs) if isinstance(xs, Expr) else _structure_type(xs)
     if isinstance(t, TensorType) and t.ndim >= 1:
         return Var("x", TensorType(t.shape[1:], t.dtype))
     return None
@@ -421,8 +486,10 @@ def cond(pred: Any, then_fn: Any, else_fn: Any) -> Any:
     branch, both return values of the same structure. On a concrete ``pred``
     only the chosen branch runs (eagerly)."""
     if is_concrete(pred) and not building():
+        from . import eager
+
         chosen = then_fn if bool(np.asarray(to_value(pred))) else else_fn
-        return _as_fn(chosen, "a branch of effir.cond")()
+        return eager.run(_as_fn(chosen, "a branch of effir.cond"), ())
     span = current_span()
     pred_expr = to_expr(pred)
     then_body, then_result = build_body(_as_fn(then_fn, "the then branch"))
@@ -454,7 +521,9 @@ def foreach(body: Any, xs: Any, init: Any = ()) -> tuple[Any, Any]:
     leading axis of ``xs`` (or of each tensor of a tuple); returns the
     stacked outputs and the final state, shaped as the body returned them."""
     if not building() and is_concrete(xs) and is_concrete(init):
-        return _foreach_eager(_as_fn(body, "the body of effir.foreach"), xs, init)
+        from . import eager
+
+        return _foreach_eager(eager.scoped(_as_fn(body, "the body of effir.foreach")), xs, init)
     span = current_span()
     x = _param("x", _step_like(xs))
     s = _param("state", init)
@@ -502,7 +571,11 @@ def while_loop(
         )
     eager = max_iterations is None or is_concrete(max_iterations)
     if not building() and is_concrete(init) and eager:
-        return _while_eager(cond_fn, body, init, max_iterations, outputs, pad_outputs)
+        from .eager import scoped
+
+        return _while_eager(
+            scoped(cond_fn), scoped(body), init, max_iterations, outputs, pad_outputs
+        )
     c = _param("state", init)
     cond_body, _ = build_body(
         lambda s: _as_fn(cond_fn, "the loop condition")(unflatten(s, init)), c
@@ -599,8 +672,10 @@ def _step_values(values: Any) -> Any:
 
 
 def _stack(outs: list[Any]) -> Any:
-    if isinstance(outs[0], tuple):
-        return tuple(_stack([o[i] for o in outs]) for i in range(len(outs[0])))
+    """Per-step outputs stacked along a new leading axis, field by field
+    for a tuple or list output (a list stays a list)."""
+    if isinstance(outs[0], tuple | list):
+        return shaped_as(outs[0], (_stack([o[i] for o in outs]) for i in range(len(outs[0]))))
     return np.stack([np.asarray(to_value(o)) for o in outs])
 
 
@@ -617,7 +692,8 @@ def _no_outputs(
 
     span = current_span()
     with _block(new_root=True):
-        stacked = _stacked_type(step(*[new_var(name, t) for name, t in params])[0])
+        out = step(*[new_var(name, t) for name, t in params])[0]
+        stacked = _stacked_type(out)
     if stacked is None:
         raise EvalError(
             "the loop ran zero times and the type of its per-step output is not known, so "
@@ -625,7 +701,7 @@ def _no_outputs(
             span,
         )
     try:
-        return empty_outputs(stacked, rows)
+        return _as_structure(empty_outputs(stacked, rows), out)
     except OpFailure as err:
         raise EvalError(str(err), span) from None
 
@@ -675,8 +751,10 @@ def _while_eager(cond_fn, body, init, max_iterations, outputs, pad_outputs):
 
 
 def _concatenated(stacked: Any, padding: Any) -> Any:
-    if isinstance(stacked, tuple):
-        return tuple(_concatenated(s, p) for s, p in zip(stacked, padding, strict=True))
+    if isinstance(stacked, tuple | list):
+        return shaped_as(
+            stacked, (_concatenated(s, p) for s, p in zip(stacked, padding, strict=True))
+        )
     return np.concatenate([stacked, padding], axis=0)
 
 

@@ -68,11 +68,37 @@ _OTHER_NAMES = {
     "abs": "effir.op.maximum(x, effir.op.negative(x))",
     "clip": "effir.op.minimum(effir.op.maximum(x, lo), hi)",
     "square": "effir.op.multiply(x, x)",
-    "concat": "effir.op.concatenate",
     "astype": "effir.op.cast",
     "zeros_like": 'effir.op.zeros(shape=[...], dtype="...")',
     "ones_like": 'effir.op.ones(shape=[...], dtype="...")',
 }
+
+
+# numpy array attributes and methods, with what to write on an effir value.
+ATTRIBUTES = {
+    "shape": "effir.op.shape_of(x) (the sizes as an int32 tensor, when the program runs), "
+    "or use the sizes of the annotation (effir.Tensor[(n, 8), ...])",
+    "T": "np.transpose(x)",
+    "transpose": "np.transpose(x, axes)",
+    "reshape": "np.reshape(x, shape)",
+    "astype": 'np.float32(x) or effir.op.cast(x, dtype="float32")',
+    "dtype": 'the dtype is the annotation\'s; effir.op.cast(x, dtype="...") changes it',
+    "ndim": "the rank is the annotation's",
+    "sum": "np.sum(x, axis=...)",
+    "mean": "np.mean(x, axis=...)",
+    "max": "np.max(x, axis=...)",
+    "min": "np.min(x, axis=...)",
+    "prod": "np.prod(x, axis=...)",
+    "argmax": "np.argmax(x, axis=...)",
+    "clip": "effir.op.minimum(effir.op.maximum(x, lo), hi)",
+}
+
+
+def attribute_error(name: str) -> FrontendError:
+    """The error for ``x.<name>`` on an effir value (no location: the caller
+    has it), naming what to write instead."""
+    hint = ATTRIBUTES.get(name, "write the numpy function or the effir.op function")
+    return FrontendError(f"attribute .{name} of an effir value", hint=f"write {hint}")
 
 
 def is_numpy(fn: Any) -> bool:

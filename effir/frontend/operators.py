@@ -215,9 +215,24 @@ def _array(self: Expr, dtype: Any = None, copy: Any = None) -> Any:
     raise FrontendError(
         "a numpy array of an effir value: its value is known only when the program runs",
         caller_span(),
-        hint="keep it an effir value: numpy functions on it become effir.op calls "
-        '(np.float32(x) is effir.op.cast(x, dtype="float32"))',
+        hint="keep it an effir value: numpy functions on it become effir.op calls; "
+        'for a cast write effir.op.cast(x, dtype="float32") (np.float32(x) is one only in '
+        "@effir.script)",
     )
+
+
+class AttributeHintError(FrontendError, AttributeError):
+    """``x.shape`` and the like on an effir value: a located ``FrontendError``
+    with the hint, and still an ``AttributeError`` for ``hasattr``."""
+
+
+def _getattr(self: Expr, name: str) -> Any:
+    """An attribute an expression lacks: numpy's array attributes are refused
+    naming what to write (``x.shape``: ``effir.op.shape_of``)."""
+    if name not in numpy_spellings.ATTRIBUTES:
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    err = numpy_spellings.attribute_error(name)
+    raise AttributeHintError(err.message, caller_span(), hint=err.hint)
 
 
 def _call(self: Expr, *args: Any) -> Any:
@@ -258,6 +273,7 @@ _METHODS = {
     "__int__": _no_conversion("int"),
     "__index__": _no_conversion("index"),
     "__call__": _call,
+    "__getattr__": _getattr,
     "__eq__": _comparison("__eq__"),
     "__ne__": _comparison("__ne__"),
     "__array_ufunc__": _array_ufunc,

@@ -29,6 +29,7 @@ from ..ir.expr import GlobalVar, Var
 from ..ir.module import IRModule
 from ..ir.types import Type
 from . import builder as B
+from . import eager
 from .values import as_type
 
 
@@ -51,7 +52,7 @@ class ScriptFunction:
         (``effir.trace``, the builder), a call of ``@name``."""
         if B.building() and not kwargs:
             return B.call_module_function(self.module, self.name, args)
-        return self.fn(*args, **kwargs)
+        return eager.run(self.fn, args, kwargs)
 
     @property
     def module(self) -> IRModule:

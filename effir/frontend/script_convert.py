@@ -13,6 +13,7 @@ from ..ir.diagnostics import FrontendError, Span
 from ..ir.expr import Expr, Function, Tuple, Var
 from ..ir.types import Type
 from . import builder as B
+from .promotion import is_number
 from .script import GlobalCallable, ModuleContext, ScriptFunction
 from .script_exprs import ExpressionConverter
 from .script_match import MatchConverter
@@ -131,6 +132,9 @@ class Converter(StatementConverter, ExpressionConverter, MatchConverter):
             if value is None:
                 raise self.error(node, "None is not an effir value", "return a value")
             try:
-                return to_expr(value)
+                expr = to_expr(value)
             except FrontendError as err:
                 raise self.error(node, err.message, err.hint) from None
+            if is_number(value):
+                B.mark_weak(expr)  # still the Python number it is eagerly
+            return expr

@@ -136,11 +136,8 @@ class ExpressionConverter:
         if isinstance(node, ast.Attribute):
             base = self.expr(node.value, env)
             if isinstance(base, Expr | Staged | Collector | tuple):
-                raise self.error(
-                    node,
-                    f"attribute .{node.attr} of an effir value",
-                    "use effir.op functions (effir.op.transpose, effir.op.reshape...)",
-                )
+                err = numpy_spellings.attribute_error(node.attr)
+                raise self.error(node, err.message, err.hint)
             try:
                 return getattr(base, node.attr)
             except AttributeError:

@@ -388,22 +388,24 @@ class StatementConverter:
         new_state = tuple(self.value_expr(inner[n], stmt) for n in carried)
         return tuple(outs), new_state
 
-    def finish_loop(self, env, carried, outputs, outs, final) -> None:
-        for name, value in zip(carried, final, strict=True):
+    def finish_loop(self, env, carried, outputs, outs, final, weak=frozenset()) -> None:
+        for name, value in zip(carried, _marked(final, carried, weak), strict=True):
             env[name] = value
         for name, value in zip(outputs, outs, strict=True):
             env[name] = value
 
-    def type_numbers(self, stmt, env, carried, outputs, bind, live_after) -> None:
+    def type_numbers(self, stmt, env, carried, outputs, bind, live_after) -> frozenset[str]:
         """A carried variable that starts as a Python number (``s = 0``)
         takes the dtype its first step gives it (``s = s + x`` with a float32
         ``x``: float32), as the eager Python would compute: the body is
-        converted once, aside, with the numbers as they are."""
+        converted once, aside, with the numbers as they are. Returns the
+        names whose first step gives a number again (``i = i + 1``): Python
+        numbers when run eagerly, so weak (promotion.py)."""
         numbers = [
             n for n in carried if isinstance(env[n], int | float) and not isinstance(env[n], bool)
         ]
         if not numbers:
-            return
+            return frozenset()
         root = B.current_block().root
         names, counters = set(root.names), dict(root.counters)
         try:
@@ -412,13 +414,17 @@ class StatementConverter:
                     stmt, env, carried, outputs, tuple(env[n] for n in carried), bind, live_after
                 )
         except Error:
-            return  # the real conversion reports it
+            return frozenset()  # the real conversion reports it
         finally:
             root.names, root.counters = names, counters  # its names are free again
+        weak = set()
         for name, value in zip(carried, new_state, strict=True):
+            if name in numbers and B.is_weak(value):
+                weak.add(name)
             dtype = B.dtype_hint(value) if name in numbers else None
             if dtype is not None and dtype != "bool":
                 env[name] = to_expr(env[name], dtype)
+        return frozenset(weak)
 
     def initial(self, env: dict[str, Any], carried: tuple[str, ...], stmt: ast.stmt) -> tuple:
         return tuple(self.value_expr(env[n], stmt) for n in carried)
@@ -466,19 +472,21 @@ class StatementConverter:
             if not isinstance(xs, np.ndarray)
             else Var("x", TensorType(xs.shape[1:], str(xs.dtype)))
         )
-        self.type_numbers(
+        weak = self.type_numbers(
             stmt, env, carried, outputs, lambda inner: bind(inner, step_x), live_after
         )
         init = _one(self.initial(env, carried, stmt))
         n = len(carried)
 
         def body(x: Any, state: Any) -> Any:
+            if range_args is not None:
+                B.mark_weak(x)  # a Python int eagerly
             outs, new_state = self.step(
                 stmt,
                 env,
                 carried,
                 outputs,
-                _many(state, n),
+                _marked(_many(state, n), carried, weak),
                 lambda inner: bind(inner, x),
                 live_after,
             )
@@ -486,7 +494,7 @@ class StatementConverter:
 
         with span_scope(self.span(stmt)):
             outs, final = B.foreach(body, xs, init)
-        self.finish_loop(env, carried, outputs, _many(outs, len(outputs)), _many(final, n))
+        self.finish_loop(env, carried, outputs, _many(outs, len(outputs)), _many(final, n), weak)
 
     def range_args(self, it: ast.expr, env: dict[str, Any]) -> tuple | None:
         if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name)):
@@ -510,7 +518,7 @@ class StatementConverter:
         if not isinstance(step, int) or step == 0:
             raise self.error(stmt.iter, "the step of range must be a nonzero Python int")
         counter = Var("i", TensorType((), "int32"))
-        self.type_numbers(
+        weak = self.type_numbers(
             stmt,
             env,
             carried,
@@ -522,16 +530,18 @@ class StatementConverter:
 
         def cond(state: Any) -> Any:
             i = state[0]
+            B.mark_weak(i)  # a Python int eagerly
             return i < stop if step > 0 else i > stop
 
         def body(state: Any) -> Any:
             i, *rest = state
+            B.mark_weak(i)
             outs, new_state = self.step(
                 stmt,
                 env,
                 carried,
                 outputs,
-                tuple(rest),
+                _marked(tuple(rest), carried, weak),
                 lambda inner: self.assign(stmt.target, i, inner),
                 live_after,
             )
@@ -539,11 +549,11 @@ class StatementConverter:
 
         with span_scope(self.span(stmt)):
             outs, final = B.while_loop(cond, body, init, outputs=True)
-        self.finish_loop(env, carried, outputs, outs, final[1:])
+        self.finish_loop(env, carried, outputs, outs, final[1:], weak)
 
     def while_loop(self, stmt: ast.While, env: dict[str, Any], live_after: set[str]) -> None:
         carried, outputs = self.loop_state(stmt, env, live_after)
-        self.type_numbers(stmt, env, carried, outputs, None, live_after)
+        weak = self.type_numbers(stmt, env, carried, outputs, None, live_after)
         init = self.initial(env, carried, stmt)
         if not carried:
             raise self.error(
@@ -557,7 +567,7 @@ class StatementConverter:
 
         def cond(state: Any) -> Any:
             inner = dict(env)
-            inner.update(zip(carried, _many(state, n), strict=True))
+            inner.update(zip(carried, _marked(_many(state, n), carried, weak), strict=True))
             value = self.expr(stmt.test, inner)
             if not isinstance(value, Expr):
                 raise self.error(
@@ -569,13 +579,28 @@ class StatementConverter:
 
         def body(state: Any) -> Any:
             outs, new_state = self.step(
-                stmt, env, carried, outputs, _many(state, n), None, live_after
+                stmt,
+                env,
+                carried,
+                outputs,
+                _marked(_many(state, n), carried, weak),
+                None,
+                live_after,
             )
             return _one(outs), _one(new_state)
 
         with span_scope(self.span(stmt)):
             outs, final = B.while_loop(cond, body, init, outputs=True)
-        self.finish_loop(env, carried, outputs, _many(outs, len(outputs)), _many(final, n))
+        self.finish_loop(env, carried, outputs, _many(outs, len(outputs)), _many(final, n), weak)
+
+
+def _marked(values: tuple, carried: tuple[str, ...], weak: frozenset[str]) -> tuple:
+    """``values`` of the ``carried`` names, those in ``weak`` marked weak
+    (Python numbers when the function runs eagerly: promotion.py)."""
+    for name, value in zip(carried, values, strict=True):
+        if name in weak:
+            B.mark_weak(value)
+    return values
 
 
 def _one(values: tuple) -> Any:

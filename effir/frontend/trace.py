@@ -14,6 +14,7 @@ from ..ir.diagnostics import FrontendError
 from ..ir.expr import Function, Var
 from ..ir.module import IRModule
 from . import builder as B
+from . import eager
 from .operators import tracing_scope
 from .spans import current_span
 from .values import Cell, as_type, to_expr
@@ -31,7 +32,7 @@ class TracedFunction:
         """Eagerly, the Python function; while building, a call of ``@name``."""
         if B.building() and not kwargs:
             return B.call_module_function(self.module, self.name, args)
-        return self.fn(*args, **kwargs)
+        return eager.run(self.fn, args, kwargs)
 
     def __effir_program__(self) -> tuple[IRModule, str]:
         """The module and its entry, ``@name`` (ir/program.py)."""

@@ -227,6 +227,8 @@ def to_value(value: Any) -> Any:
         return const(value).data
     if isinstance(value, np.generic):
         return np.asarray(value)
+    if isinstance(value, np.ndarray) and type(value) is not np.ndarray:
+        return value.view(np.ndarray)  # an eager run's EagerArray (eager.py)
     return value
 
 

@@ -161,9 +161,26 @@ def as_array(value: Any, dtype: str, where: str) -> np.ndarray:
         except Exception as err:
             raise ArgumentError(
                 f"{where}: a {type(value).__name__} that cannot be read as an array on the "
-                f"CPU ({type(err).__name__}); move it to the CPU first"
+                f"CPU ({type(err).__name__}); {_unreadable_fix(value)}"
             ) from None
     raise ArgumentError(f"{where} expects a {dtype} tensor, got {_describe(value)}")
+
+
+def _unreadable_fix(value: Any) -> str:
+    """What makes a foreign array readable: one that records gradients
+    (PyTorch's ``requires_grad``) needs ``.detach()``, one on a device
+    ``.cpu()``."""
+    try:
+        grad = bool(getattr(value, "requires_grad", False))
+        device = str(getattr(value, "device", "cpu"))
+    except Exception:
+        grad, device = False, "cpu"
+    fixes = []
+    if grad:
+        fixes.append("it records gradients: pass x.detach()")
+    if not device.startswith("cpu"):
+        fixes.append(f"it is on {device}: move it to the CPU (x.cpu())")
+    return "; ".join(fixes) or "convert it to a numpy array first (np.asarray(x))"
 
 
 def _from_python(value: Any, target: np.dtype, where: str) -> np.ndarray:
