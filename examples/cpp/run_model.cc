@@ -417,6 +417,50 @@ std::string Describe(const Tensor& value) {
   return s.str();
 }
 
+// The dimensions an exported library binds (its specialization's "dims").
+std::map<std::string, int64_t> BoundDims(const ffi::Map<ffi::Any, ffi::Any>& spec) {
+  std::map<std::string, int64_t> bound;
+  for (const auto& kv : spec.at("dims").cast<ffi::Map<ffi::Any, ffi::Any>>()) {
+    bound[std::string(kv.first.cast<ffi::String>())] = kv.second.cast<int64_t>();
+  }
+  return bound;
+}
+
+// What @main's exported libraries serve, one signature a line with the
+// dimensions each binds filled in (a name left is any size): the note a call
+// that matches none of them gets, so its caller sees what to send.
+std::string ServedShapes(const ffi::Map<ffi::Any, ffi::Any>& entry, const ffi::Array<ffi::Any>& params,
+                         size_t n_inputs) {
+  std::string text = "\nnote: the artifact serves:";
+  for (const ffi::Any& s : entry.at("specializations").cast<ffi::Array<ffi::Any>>()) {
+    std::map<std::string, int64_t> bound = BoundDims(s.cast<ffi::Map<ffi::Any, ffi::Any>>());
+    text += "\n  @main(";
+    for (size_t i = 0; i < n_inputs; ++i) {
+      auto param = params[i].cast<ffi::Map<ffi::Any, ffi::Any>>();
+      auto type = param.at("type").cast<ffi::Map<ffi::Any, ffi::Any>>();
+      text += (i ? ", %" : "%") + std::string(param.at("name").cast<ffi::String>()) + ": ";
+      if (!type.count("tensor")) {
+        text += "(not a tensor)";
+        continue;
+      }
+      text += "Tensor[(";
+      auto shape = type.at("tensor").cast<ffi::Array<ffi::Any>>();
+      for (size_t d = 0; d < shape.size(); ++d) {
+        if (d) text += ", ";
+        if (auto size = shape[d].try_cast<int64_t>()) {
+          text += std::to_string(*size);
+        } else {
+          std::string dim(shape[d].cast<ffi::String>());
+          text += bound.count(dim) ? std::to_string(bound.at(dim)) : dim;
+        }
+      }
+      text += "), " + std::string(type.at("dtype").cast<ffi::String>()) + "]";
+    }
+    text += ")";
+  }
+  return text;
+}
+
 // A value of the signature's type made of the next tensors (tuples nest).
 ffi::Any Rebuild(const ffi::Map<ffi::Any, ffi::Any>& type, std::vector<Tensor>::iterator* next) {
   if (type.count("tuple")) {
@@ -503,8 +547,9 @@ int Run(int argc, char** argv) {
   auto state_in = signature.at("state_in").cast<ffi::Array<ffi::Any>>();
   auto state_out = signature.at("state_out").cast<ffi::Array<ffi::Any>>();
   size_t n_inputs = params.size() - state_in.size();
+  const std::string served = ServedShapes(entry, params, n_inputs);
   if (input_files.size() != n_inputs) {
-    throw Failure("@main takes " + std::to_string(n_inputs) + " inputs, got " + std::to_string(input_files.size()));
+    throw Failure("@main takes " + std::to_string(n_inputs) + " inputs, got " + std::to_string(input_files.size()) + served);
   }
 
   // The inputs, and the dimensions their shapes give.
@@ -520,16 +565,19 @@ int Run(int argc, char** argv) {
     std::string dtype(type.at("dtype").cast<ffi::String>());
     if (static_cast<int>(shape.size()) != t.ndim() || DTypeName(t.dtype()) != dtype) {
       throw Failure(input_files[i] + ": %" + name + " must have " + std::to_string(shape.size()) +
-                    " dimensions of " + dtype + ", got " + Describe(t));
+                    " dimensions of " + dtype + ", got " + Describe(t) + served);
     }
     for (int d = 0; d < t.ndim(); ++d) {
       if (auto size = shape[d].try_cast<int64_t>()) {
-        if (*size != t.shape()[d]) throw Failure(input_files[i] + ": wrong size of dimension " + std::to_string(d) + " of %" + name);
+        if (*size != t.shape()[d]) {
+          throw Failure(input_files[i] + ": wrong size of dimension " + std::to_string(d) + " of %" + name + ": " +
+                        std::to_string(t.shape()[d]) + ", not " + std::to_string(*size) + served);
+        }
       } else {
         std::string dim(shape[d].cast<ffi::String>());
         if (dim == "?") continue;
         auto [it, fresh] = dims.emplace(dim, t.shape()[d]);
-        if (!fresh && it->second != t.shape()[d]) throw Failure("dimension " + dim + " has two sizes");
+        if (!fresh && it->second != t.shape()[d]) throw Failure("dimension " + dim + " has two sizes" + served);
       }
     }
     inputs.push_back(OnDevice(t, device));
@@ -539,10 +587,7 @@ int Run(int argc, char** argv) {
   std::string library;
   for (const ffi::Any& s : entry.at("specializations").cast<ffi::Array<ffi::Any>>()) {
     auto spec = s.cast<ffi::Map<ffi::Any, ffi::Any>>();
-    std::map<std::string, int64_t> want;
-    for (const auto& kv : spec.at("dims").cast<ffi::Map<ffi::Any, ffi::Any>>()) {
-      want[std::string(kv.first.cast<ffi::String>())] = kv.second.cast<int64_t>();
-    }
+    std::map<std::string, int64_t> want = BoundDims(spec);
     // A library binds the dimensions its kernels need static; any size of
     // the others (symbolic in it) is served.
     bool serves = true;
@@ -551,7 +596,11 @@ int Run(int argc, char** argv) {
       library = PrivateCopy(CheckedBytes(root, spec.at("library").cast<ffi::String>(), spec.at("sha256").cast<ffi::String>()));
     }
   }
-  if (library.empty()) throw Failure("the artifact was not exported for these input shapes");
+  if (library.empty()) {
+    std::string given;
+    for (const auto& [dim, size] : dims) given += (given.empty() ? "" : ", ") + dim + "=" + std::to_string(size);
+    throw Failure("the artifact was not exported for these input shapes (" + given + ")" + served);
+  }
 
   // The cells' initial values, by name.
   std::map<std::string, std::vector<Tensor>> cells;

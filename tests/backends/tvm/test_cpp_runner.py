@@ -236,3 +236,45 @@ def test_an_artifact_for_an_unknown_device_is_refused(
     done = run(runner, model, *inputs)
     assert done.returncode == 1
     assert f"{model}: unknown target kind 'rocm' (known: llvm, cuda)" in done.stderr, done.stderr
+
+
+def test_a_call_that_matches_no_library_lists_the_shapes_served(
+    runner: Path, tmp_path: Path
+) -> None:
+    """Inputs of shapes no exported library serves, of a wrong dtype or
+    count: the message lists each signature the artifact serves."""
+    module = effir.parse(
+        '#[version = "0.0.5"]\n'
+        "def @main(%x: Tensor[(n, 4), float32], %w: Tensor[(3, 4), float32]) {\n"
+        "  nn.dense(%x, %w)\n}\n"
+    )
+    compiled = effir.compile(module)
+    compiled.specialization("main", {"n": 2})
+    compiled.specialization("main", {"n": 3})
+    compiled.export(tmp_path / "model")
+    served = (
+        "note: the artifact serves:\n"
+        "  @main(%x: Tensor[(2, 4), float32], %w: Tensor[(3, 4), float32])\n"
+        "  @main(%x: Tensor[(3, 4), float32], %w: Tensor[(3, 4), float32])\n"
+    )
+    arrays = {
+        "x5": np.ones((5, 4), np.float32),
+        "x2": np.ones((2, 4), np.float32),
+        "w": np.ones((3, 4), np.float32),
+        "w_bad": np.ones((3, 5), np.float32),
+        "w_int": np.ones((3, 4), np.int32),
+    }
+    for name, array in arrays.items():
+        np.save(tmp_path / f"{name}.npy", array)
+    cases = {
+        ("x5", "w"): "the artifact was not exported for these input shapes (n=5)",
+        ("x2", "w_bad"): "w_bad.npy: wrong size of dimension 1 of %w: 5, not 4",
+        ("x2", "w_int"): "w_int.npy: %w must have 2 dimensions of float32, got int32",
+        ("x2",): "@main takes 2 inputs, got 1",
+    }
+    for names, message in cases.items():
+        done = run(runner, tmp_path / "model", *(tmp_path / f"{n}.npy" for n in names))
+        assert done.returncode == 1, done.stderr
+        assert message in done.stderr and served in done.stderr + "\n", done.stderr
+    done = run(runner, tmp_path / "model", tmp_path / "x2.npy", tmp_path / "w.npy")
+    assert done.returncode == 0, done.stderr
