@@ -278,3 +278,24 @@ def test_a_call_that_matches_no_library_lists_the_shapes_served(
         assert message in done.stderr and served in done.stderr + "\n", done.stderr
     done = run(runner, tmp_path / "model", tmp_path / "x2.npy", tmp_path / "w.npy")
     assert done.returncode == 0, done.stderr
+
+
+def test_the_runner_runs_an_artifact_whose_entry_is_not_main(runner: Path, tmp_path: Path) -> None:
+    """A scripted function's artifact has its own name as its entry: the
+    runner runs the only entry, or the one --entry names."""
+    module = effir.parse(
+        '#[version = "0.0.5"]\ndef @predict(%x: Tensor[(2), float32]) { tanh(%x) }\n'
+    )
+    compiled = effir.compile(module, entry="predict")
+    x = np.array([0.5, -1.0], np.float32)
+    expected = compiled(x)
+    compiled.export(tmp_path / "model")
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "out"
+    out.mkdir()
+    for extra in ([], ["--entry", "predict"], ["--entry", "@predict"]):
+        done = run(runner, tmp_path / "model", tmp_path / "x.npy", *extra, "--out", out)
+        assert done.returncode == 0, done.stderr
+        np.testing.assert_allclose(np.load(out / "result_0.npy"), expected, rtol=1e-6)
+    done = run(runner, tmp_path / "model", tmp_path / "x.npy", "--entry", "main")
+    assert done.returncode == 1 and "no entry @main (entries: @predict)" in done.stderr
