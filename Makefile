@@ -4,12 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-peers notebooks clean
+.PHONY: demo test lint bench bench-peers notebooks docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[test,dev,notebooks]"
+	$(BIN)/pip install --quiet -e ".[test,dev,notebooks,docs]"
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -25,6 +25,12 @@ test: $(STAMP)
 # `make test` runs them too, without saving). Open them: .venv/bin/jupyter lab notebooks/
 notebooks: $(STAMP)
 	$(BIN)/python -m tests.notebooks.runner
+
+# The API reference, generated from the docstrings of effir's public API
+# (effir.__all__, with effir.transform, effir.train and effir.optim): open build/api/index.html.
+docs: $(STAMP)
+	$(BIN)/python -m pdoc --docformat restructuredtext --output-directory build/api effir
+	@echo "the API reference: build/api/index.html"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/parse_print.py

@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import zipfile
 from collections.abc import Callable, Sequence
+from typing import BinaryIO
 
 import numpy as np
 
@@ -24,7 +26,15 @@ from .passes.infer_type import check
 from .passes.verify_linear import linearity_errors
 from .runtime.limits import LimitSettingError, tensor_too_large
 from .runtime.values import PRNGKey, describe_value
-from .transform import STANDARD_PIPELINES, PassContext, PrintIR, Timing, pipeline, registered_passes
+from .transform import (
+    STANDARD_PIPELINES,
+    PassContext,
+    PrintIR,
+    Timing,
+    load_pass_file,
+    pipeline,
+    registered_passes,
+)
 
 EXIT_OK, EXIT_USER_ERROR, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -127,19 +137,24 @@ def parse_arg_option(text: str) -> tuple[str, str]:
     return name, path
 
 
+def check_array_header(handle: BinaryIO, where: str) -> None:
+    """Read the ``.npy`` header at the start of ``handle`` and refuse a size
+    over the limit (runtime/limits.py) before the array itself is read."""
+    version = np.lib.format.read_magic(handle)
+    if version == (1, 0):
+        shape, _, dtype = np.lib.format.read_array_header_1_0(handle)
+    else:
+        shape, _, dtype = np.lib.format.read_array_header_2_0(handle)
+    message = tensor_too_large(shape, dtype, "the array")
+    if message is not None:
+        raise CommandError(f"{where}: {message}")
+
+
 def load_array(path: str) -> np.ndarray:
-    """The array in the ``.npy`` file ``path``; its header is read first, so
-    that a size over the limit (runtime/limits.py) is refused unread."""
+    """The array in the ``.npy`` file ``path``, its size checked first."""
     try:
         with open(path, "rb") as handle:
-            version = np.lib.format.read_magic(handle)
-            if version == (1, 0):
-                shape, _, dtype = np.lib.format.read_array_header_1_0(handle)
-            else:
-                shape, _, dtype = np.lib.format.read_array_header_2_0(handle)
-            message = tensor_too_large(shape, dtype, "the array")
-            if message is not None:
-                raise CommandError(f"{path}: {message}")
+            check_array_header(handle, path)
             handle.seek(0)
             return np.load(handle, allow_pickle=False)
     except FileNotFoundError:
@@ -150,6 +165,68 @@ def load_array(path: str) -> np.ndarray:
         raise CommandError(f"{path}: permission denied") from None
     except (OSError, ValueError, EOFError, MemoryError, OverflowError) as err:
         raise CommandError(f"{path}: not a .npy array file ({err or type(err).__name__})") from None
+
+
+def load_arrays(path: str) -> dict[str, np.ndarray]:
+    """The arrays of the ``.npz`` archive ``path`` by name, each one's size
+    checked before it is read."""
+    arrays: dict[str, np.ndarray] = {}
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for member in archive.namelist():
+                name = member.removesuffix(".npy")
+                with archive.open(member) as handle:
+                    check_array_header(handle, f"{path}: {name}")
+                with archive.open(member) as handle:
+                    arrays[name] = np.lib.format.read_array(handle, allow_pickle=False)
+    except FileNotFoundError:
+        raise CommandError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise CommandError(f"{path}: is a directory") from None
+    except PermissionError:
+        raise CommandError(f"{path}: permission denied") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, MemoryError) as err:
+        raise CommandError(f"{path}: not a .npz archive of arrays ({err})") from None
+    return arrays
+
+
+def run_arguments(
+    entry: str, names: list[str], given: dict[str, str], archive: str | None
+) -> list[np.ndarray]:
+    """The entry's argument values, by parameter: from ``--arg NAME=FILE.npy``
+    and from the ``--args`` archive, whose arrays are named after parameters
+    or by position (``arg0``, ``arg1``...). A name that is no parameter, a
+    parameter given twice or not at all is an error that lists them."""
+    listed = ", ".join("%" + n for n in names) or "none"
+    values: dict[str, np.ndarray] = {}
+    stored = load_arrays(archive) if archive is not None else {}
+    for key, array in stored.items():
+        if key in names:
+            name = key
+        elif key.startswith("arg") and key[3:].isdigit() and int(key[3:]) < len(names):
+            name = names[int(key[3:])]
+        else:
+            raise CommandError(
+                f"{archive}: @{entry} has no parameter named {key!r} (parameters: {listed}; "
+                f"or arg0..arg{len(names) - 1} by position)"
+                if names
+                else f"{archive}: @{entry} takes no arguments, but the archive has {key!r}"
+            )
+        if name in values:
+            raise CommandError(f"{archive}: the parameter %{name} is given twice")
+        values[name] = array
+    for name in given:
+        if name not in names:
+            raise CommandError(f"@{entry} has no parameter %{name} (parameters: {listed})")
+        if name in values:
+            raise CommandError(f"the parameter %{name} is given by --arg and by --args")
+    missing = [n for n in names if n not in values and n not in given]
+    if missing:
+        raise CommandError(
+            f"@{entry} needs --arg {missing[0]}=FILE.npy (or {missing[0]} in --args FILE.npz)"
+            + (f" (missing: {', '.join('%' + n for n in missing)})" if len(missing) > 1 else "")
+        )
+    return [values[n] if n in values else load_array(given[n]) for n in names]
 
 
 def result_leaves(value: object, prefix: str) -> list[tuple[str, object]]:
@@ -180,20 +257,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     params = fn.params[: len(fn.params) - state_params]
     given = dict(parse_arg_option(text) for text in args.arg)
     names = [p.name_hint for p in params]
-    unknown = [n for n in given if n not in names]
-    if unknown:
-        raise CommandError(
-            f"@{entry} has no parameter %{unknown[0]} (parameters: "
-            + (", ".join("%" + n for n in names) or "none")
-            + ")"
-        )
-    missing = [n for n in names if n not in given]
-    if missing:
-        raise CommandError(
-            f"@{entry} needs --arg {missing[0]}=FILE.npy"
-            + (f" (missing: {', '.join('%' + n for n in missing)})" if len(missing) > 1 else "")
-        )
-    values = [load_array(given[n]) for n in names]
+    values = run_arguments(entry, names, given, args.args)
     state = State(module, seed=args.seed)
     result = interpret_a2(module, *values, entry=entry, state=state)
     leaves = result_leaves(result, "result")
@@ -229,7 +293,14 @@ def list_passes() -> str:
     return "\n".join(lines) + "\n"
 
 
+def load_pass_files(paths: Sequence[str]) -> None:
+    """Run the users' pass files (``--load``) before any pipeline is parsed."""
+    for path in paths:
+        load_pass_file(path)
+
+
 def cmd_opt(args: argparse.Namespace) -> int:
+    load_pass_files(args.load)
     if args.list_passes:
         sys.stdout.write(list_passes())
         return EXIT_OK
@@ -273,6 +344,7 @@ def parse_dim(text: str) -> tuple[str, int]:
 
 def cmd_compile(args: argparse.Namespace) -> int:
     """Compile a program for a target and export it (docs/backend.md)."""
+    load_pass_files(args.load)
     module, _, name = load_module(args.file)
     check(module)
     from .backends.tvm.runtime.importing import import_tvm
@@ -353,6 +425,17 @@ def _tensor_specs(spec: object) -> list:
     return [spec] if isinstance(spec, TensorSpec) else []
 
 
+def add_load_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--load",
+        action="append",
+        default=[],
+        metavar="PASSES.py",
+        help="run this Python file first: the passes it registers can be named in the "
+        "pipeline (repeat for more files)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="effir",
@@ -407,6 +490,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a standard pipeline: -O1 (the effect passes), -O2 (and optimisation)",
     )
     opt.add_argument("-o", "--output", metavar="OUT", help="write the result to OUT")
+    add_load_option(opt)
     prints = opt.add_mutually_exclusive_group()
     prints.add_argument(
         "--print-after-all", action="store_true", help="print the program after each pass"
@@ -433,6 +517,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME=FILE.npy",
         help="the value of parameter %%NAME, from a .npy file (repeat for each parameter)",
+    )
+    run_cmd.add_argument(
+        "--args",
+        metavar="INPUTS.npz",
+        help="the parameters' values from one .npz archive, each array named after its "
+        "parameter or by position (arg0, arg1...)",
     )
     run_cmd.add_argument(
         "--seed", type=int, default=None, help="seed the PRNG state cells (default: as declared)"
@@ -473,6 +563,7 @@ def build_parser() -> argparse.ArgumentParser:
     compile_cmd.add_argument(
         "-q", "--quiet", action="store_true", help="no progress lines on standard error"
     )
+    add_load_option(compile_cmd)
     compile_cmd.add_argument("-o", "--output", required=True, metavar="DIR", help="the artifact")
     compile_cmd.add_argument("--entry", default="main", help="the entry (default: main)")
     compile_cmd.add_argument(

@@ -15,7 +15,8 @@ with the invariants it requires and establishes, and its options),
 ``Sequential`` (passes in order, itself a pass), ``PassContext`` (per
 thread: instruments, verification, per-pass options, ``opt_level``),
 ``pipeline(text)``, the registry (``register_pass``, ``get_pass``,
-``registered_passes``) and the instruments ``Timing`` and ``PrintIR``.
+``registered_passes``), the instruments ``Timing`` and ``PrintIR``, and
+``load_pass_file`` (a Python file of your passes: ``effir opt --load``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from .passes.infra import (
     registered_passes,
     unregister_pass,
 )
+from .passes.pass_files import PassFileError, load_pass_file
 from .passes.pipeline import STANDARD_PIPELINES, pipeline, run_pipeline, standard_pipeline
 
 __all__ = [
@@ -52,6 +54,7 @@ __all__ = [
     "Pass",
     "PassContext",
     "PassError",
+    "PassFileError",
     "PrintIR",
     "RegistrationError",
     "Sequential",
@@ -60,6 +63,7 @@ __all__ = [
     "function_pass",
     "get_pass",
     "lookup_pass",
+    "load_pass_file",
     "module_pass",
     "pipeline",
     "register_pass",

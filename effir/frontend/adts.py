@@ -298,9 +298,7 @@ def _declare(
             "__match_args__": fields,
             "__module__": cls.__module__,
             "__qualname__": f"{cls.__qualname__}.{attr}",
-            "__doc__": vars(cls).get(attr).__doc__
-            if isinstance(vars(cls).get(attr), type)
-            else None,
+            "__doc__": _constructor_doc(cls, info, attr, fields),
             "__repr__": _value_repr,
         }
         for i, field in enumerate(fields):
@@ -337,6 +335,14 @@ def _apply(cls: type, items: Any) -> TypeCall:
 
 
 # ------------------------------------------------------------- the prelude
+def _constructor_doc(cls: type, info: AdtInfo, attr: str, fields: tuple[str, ...]) -> str:
+    """The docstring of a constructor's class: the nested class's own, else
+    one that says how to call it (help() and the API reference show it)."""
+    declared = vars(cls).get(attr)
+    own = declared.__doc__ if isinstance(declared, type) else None
+    return own or f"{info.name}.{attr}({', '.join(fields)}): a constructor of {info.name}."
+
+
 def prelude_adt(
     name: str, type_params: tuple[str, ...], constructors: Mapping[str, tuple[str, ...]]
 ) -> type:

@@ -30,7 +30,10 @@ contexts (``threading.local``): a context entered in one thread is never
 another thread's. Verification type-checks the output (well-formedness
 first) and, once the program is A2, runs the linearity verifier; a failure
 names the pass that broke the invariant, as does a pass that returns
-something other than a module. Tests run with verification on; ``effir
+something other than a module. What a pass declares is checked too: its
+output must have every invariant it ``establishes``, and every one it
+``preserves`` that its input had; a false declaration is a ``PassError``
+located at the pass's definition. Tests run with verification on; ``effir
 opt`` too unless asked not to. It costs about one type check per pass:
 ``check`` remembers the module it checked last, so a pass that checks its
 input right after verification finds it done, and the verdicts on one
@@ -58,7 +61,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from ..ir.collector import COLLECTOR_THRESHOLD, collector_paced  # noqa: F401
-from ..ir.diagnostics import LinearityError, PassError, TypeCheckError, WellFormedError
+from ..ir.diagnostics import (
+    LinearityError,
+    PassError,
+    Source,
+    Span,
+    TypeCheckError,
+    WellFormedError,
+)
 from ..ir.expr import Function
 from ..ir.module import IRModule
 from ..ir.structural import structural_equal
@@ -211,6 +221,29 @@ def _plan(
             "are not parameters with a default"
         )
     return _CallPlan(tuple(positional), keyword), tuple(options)
+
+
+def definition_span(transform: Callable[..., Any]) -> Span | None:
+    """Where a pass's function is defined (its ``def`` line), for errors
+    about the pass; None when its source cannot be read."""
+    try:
+        code = inspect.unwrap(transform).__code__
+        with open(code.co_filename, encoding="utf-8") as handle:
+            text = handle.read()
+    except (AttributeError, OSError, UnicodeDecodeError, ValueError):
+        return None
+    return line_span(Source(code.co_filename, text), code.co_firstlineno)
+
+
+def line_span(source: Source, line: int) -> Span | None:
+    """The text of one line of ``source`` (without its indentation)."""
+    lines = source.text.splitlines(keepends=True)
+    if not 1 <= line <= len(lines):
+        return None
+    start = sum(len(t) for t in lines[: line - 1])
+    content = lines[line - 1].rstrip("\r\n")
+    indent = len(content) - len(content.lstrip())
+    return Span(source, start + indent, start + max(len(content), indent + 1))
 
 
 def _where(transform: Callable[..., Any]) -> str:
@@ -615,6 +648,7 @@ class PassContext:
             changed = not structural_equal(result, module)
         if self.verify:
             self._verify(p, module, result)
+            self._verify_declared(p, module, result)
         for instrument in self.instruments:
             instrument.after(p, result, changed, seconds)
         return result
@@ -657,6 +691,28 @@ class PassContext:
                 first.span,
                 tuple(str(e) for e in errors[1:]),
             )
+
+    def _verify_declared(self, p: Pass, before: IRModule, after: IRModule) -> None:
+        """The output has what the pass declares: every invariant it
+        ``establishes``, and every one it ``preserves`` that its input had.
+        A later pass that requires one relies on the declaration, so a
+        false one is reported here, naming the pass that made it, not there."""
+        for invariant in sorted(p.establishes | p.preserves):
+            if invariant not in p.establishes and self._problem(invariant, before) is not None:
+                continue
+            problem = self._problem(invariant, after)
+            if problem is not None:
+                verb = "establish" if invariant in p.establishes else "preserve"
+                span = definition_span(p.transform)  # the declaration: the decorator's line
+                raise PassError(
+                    f"pass {p.name} broke {INVARIANT_TEXT[invariant]}, which it declares to "
+                    f"{verb}: {problem}",
+                    span,
+                    () if span is not None else (f"the pass is {p.defined_at}",),
+                )
+
+    def _problem(self, invariant: str, module: IRModule) -> str | None:
+        return self._remembered(f"invariant {invariant}", module, INVARIANTS[invariant])
 
     def _violations(self, module: IRModule) -> list[LinearityError]:
         """The linearity errors of ``module`` that every pass must avoid.

@@ -67,10 +67,20 @@ def to_gnf(module: IRModule) -> IRModule:
 
 
 def to_gnf_expr(expr: Expr) -> Expr:
-    """``expr`` with its movable, unannotated lets substituted away."""
+    """``expr`` with its movable, unannotated lets substituted away.
+
+    A let kept because a closure captures it can become removable when that
+    closure is itself removed as unused (it is decided before the closure's
+    fate is known): the walk is repeated until no such let is left. Each
+    round removes at least one let and is linear; a second round is needed
+    only where a dropped closure captured a let, a third only where such a
+    let's value was itself a dropped closure's capture, and so on."""
     if isinstance(expr, ATOM_TYPES):
         return expr
-    return _Graph(expr).mutate(expr)  # type: ignore[return-value]
+    result: Expr = _Graph(expr).mutate(expr)  # type: ignore[assignment]
+    while next(removable_lets(result), None) is not None:
+        result = _Graph(result).mutate(result)  # type: ignore[assignment]
+    return result
 
 
 def gnf_problem(module: IRModule) -> str | None:

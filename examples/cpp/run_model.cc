@@ -1,13 +1,13 @@
 // run_model: runs an exported effir program (compiled.export(path)) from C++,
 // through the TVM runtime that apache-tvm ships: no Python, no effir.
 //
-//   run_model ARTIFACT INPUT.npy... [--steps N] [--out DIR] [--key-file FILE]
+//   run_model ARTIFACT INPUT.npy... [--entry NAME] [--steps N] [--out DIR] [--key-file FILE]
 //
 // It reads the artifact's manifest (effir-artifact.json), checks its format,
 // version and the SHA-256 of the files it uses, binds the entry's symbolic
 // dimensions from the inputs' shapes, picks the library exported for them,
-// loads the cells' initial values, and calls @main N times (default 1),
-// threading the state (the PRNG key, batch-norm statistics...) from one call
+// loads the cells' initial values, and calls the entry (--entry NAME, else
+// @main, else the artifact's only entry) N times (default 1), threading the state (the PRNG key, batch-norm statistics...) from one call
 // to the next as effir's state passing does. It prints each result tensor
 // (shape, dtype, sum, first values) and, with --out, writes them as .npy:
 // result_0.npy ... for the user's results, state_<cell>_<k>.npy for the cells.
@@ -430,6 +430,50 @@ std::string DescribeValue(const ffi::AnyView& value, int depth) {
   return out + ")";
 }
 
+// The dimensions an exported library binds (its specialization's "dims").
+std::map<std::string, int64_t> BoundDims(const ffi::Map<ffi::Any, ffi::Any>& spec) {
+  std::map<std::string, int64_t> bound;
+  for (const auto& kv : spec.at("dims").cast<ffi::Map<ffi::Any, ffi::Any>>()) {
+    bound[std::string(kv.first.cast<ffi::String>())] = kv.second.cast<int64_t>();
+  }
+  return bound;
+}
+
+// What an entry's exported libraries serve, one signature a line with the
+// dimensions each binds filled in (a name left is any size): the note a call
+// that matches none of them gets, so its caller sees what to send.
+std::string ServedShapes(const std::string& name, const ffi::Map<ffi::Any, ffi::Any>& entry,
+                         const ffi::Array<ffi::Any>& params, size_t n_inputs) {
+  std::string text = "\nnote: the artifact serves:";
+  for (const ffi::Any& s : entry.at("specializations").cast<ffi::Array<ffi::Any>>()) {
+    std::map<std::string, int64_t> bound = BoundDims(s.cast<ffi::Map<ffi::Any, ffi::Any>>());
+    text += "\n  @" + name + "(";
+    for (size_t i = 0; i < n_inputs; ++i) {
+      auto param = params[i].cast<ffi::Map<ffi::Any, ffi::Any>>();
+      auto type = param.at("type").cast<ffi::Map<ffi::Any, ffi::Any>>();
+      text += (i ? ", %" : "%") + std::string(param.at("name").cast<ffi::String>()) + ": ";
+      if (!type.count("tensor")) {
+        text += "(not a tensor)";
+        continue;
+      }
+      text += "Tensor[(";
+      auto shape = type.at("tensor").cast<ffi::Array<ffi::Any>>();
+      for (size_t d = 0; d < shape.size(); ++d) {
+        if (d) text += ", ";
+        if (auto size = shape[d].try_cast<int64_t>()) {
+          text += std::to_string(*size);
+        } else {
+          std::string dim(shape[d].cast<ffi::String>());
+          text += bound.count(dim) ? std::to_string(bound.at(dim)) : dim;
+        }
+      }
+      text += "), " + std::string(type.at("dtype").cast<ffi::String>()) + "]";
+    }
+    text += ")";
+  }
+  return text;
+}
+
 // A value of the signature's type made of the next tensors (tuples nest).
 ffi::Any Rebuild(const ffi::Map<ffi::Any, ffi::Any>& type, std::vector<Tensor>::iterator* next) {
   if (type.count("tuple")) {
@@ -466,7 +510,7 @@ DLDevice ArtifactDevice(const ffi::Map<ffi::Any, ffi::Any>& manifest, const std:
 
 int Run(int argc, char** argv) {
   if (argc < 2) {
-    std::cerr << "usage: run_model ARTIFACT INPUT.npy... [--steps N] [--out DIR] [--key-file FILE]\n";
+    std::cerr << "usage: run_model ARTIFACT INPUT.npy... [--entry NAME] [--steps N] [--out DIR] [--key-file FILE]\n";
     return 2;
   }
   std::string root = argv[1];
@@ -474,9 +518,13 @@ int Run(int argc, char** argv) {
   int steps = 1;
   std::string out_dir;
   std::string key_file;
+  std::string entry_name;
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
-    if (arg == "--steps" && i + 1 < argc) {
+    if (arg == "--entry" && i + 1 < argc) {
+      entry_name = argv[++i];
+      if (!entry_name.empty() && entry_name[0] == '@') entry_name.erase(0, 1);
+    } else if (arg == "--steps" && i + 1 < argc) {
       steps = std::stoi(argv[++i]);
     } else if (arg == "--out" && i + 1 < argc) {
       out_dir = argv[++i];
@@ -510,14 +558,30 @@ int Run(int argc, char** argv) {
                   "; this runner reads version " + std::to_string(kVersion));
   }
   DLDevice device = ArtifactDevice(manifest, root);
-  auto entry = manifest.at("entries").cast<ffi::Map<ffi::Any, ffi::Any>>().at("main").cast<ffi::Map<ffi::Any, ffi::Any>>();
+  // The entry: --entry's, else @main, else the artifact's only one (a
+  // scripted function's entry is its own name), as effir.load chooses.
+  auto entries = manifest.at("entries").cast<ffi::Map<ffi::Any, ffi::Any>>();
+  std::string known;
+  for (const auto& kv : entries) known += (known.empty() ? "@" : ", @") + std::string(kv.first.cast<ffi::String>());
+  if (entry_name.empty()) {
+    if (entries.count("main")) {
+      entry_name = "main";
+    } else if (entries.size() == 1) {
+      entry_name = std::string((*entries.begin()).first.cast<ffi::String>());
+    } else {
+      throw Failure(root + ": the artifact has several entries (" + known + "): name one with --entry");
+    }
+  }
+  if (!entries.count(entry_name)) throw Failure(root + ": no entry @" + entry_name + " (entries: " + known + ")");
+  auto entry = entries.at(entry_name).cast<ffi::Map<ffi::Any, ffi::Any>>();
   auto signature = entry.at("signature").cast<ffi::Map<ffi::Any, ffi::Any>>();
   auto params = signature.at("params").cast<ffi::Array<ffi::Any>>();
   auto state_in = signature.at("state_in").cast<ffi::Array<ffi::Any>>();
   auto state_out = signature.at("state_out").cast<ffi::Array<ffi::Any>>();
   size_t n_inputs = params.size() - state_in.size();
+  const std::string served = ServedShapes(entry_name, entry, params, n_inputs);
   if (input_files.size() != n_inputs) {
-    throw Failure("@main takes " + std::to_string(n_inputs) + " inputs, got " + std::to_string(input_files.size()));
+    throw Failure("@" + entry_name + " takes " + std::to_string(n_inputs) + " inputs, got " + std::to_string(input_files.size()) + served);
   }
 
   // The inputs, and the dimensions their shapes give.
@@ -533,16 +597,19 @@ int Run(int argc, char** argv) {
     std::string dtype(type.at("dtype").cast<ffi::String>());
     if (static_cast<int>(shape.size()) != t.ndim() || DTypeName(t.dtype()) != dtype) {
       throw Failure(input_files[i] + ": %" + name + " must have " + std::to_string(shape.size()) +
-                    " dimensions of " + dtype + ", got " + Describe(t));
+                    " dimensions of " + dtype + ", got " + Describe(t) + served);
     }
     for (int d = 0; d < t.ndim(); ++d) {
       if (auto size = shape[d].try_cast<int64_t>()) {
-        if (*size != t.shape()[d]) throw Failure(input_files[i] + ": wrong size of dimension " + std::to_string(d) + " of %" + name);
+        if (*size != t.shape()[d]) {
+          throw Failure(input_files[i] + ": wrong size of dimension " + std::to_string(d) + " of %" + name + ": " +
+                        std::to_string(t.shape()[d]) + ", not " + std::to_string(*size) + served);
+        }
       } else {
         std::string dim(shape[d].cast<ffi::String>());
         if (dim == "?") continue;
         auto [it, fresh] = dims.emplace(dim, t.shape()[d]);
-        if (!fresh && it->second != t.shape()[d]) throw Failure("dimension " + dim + " has two sizes");
+        if (!fresh && it->second != t.shape()[d]) throw Failure("dimension " + dim + " has two sizes" + served);
       }
     }
     inputs.push_back(OnDevice(t, device));
@@ -552,10 +619,7 @@ int Run(int argc, char** argv) {
   std::string library;
   for (const ffi::Any& s : entry.at("specializations").cast<ffi::Array<ffi::Any>>()) {
     auto spec = s.cast<ffi::Map<ffi::Any, ffi::Any>>();
-    std::map<std::string, int64_t> want;
-    for (const auto& kv : spec.at("dims").cast<ffi::Map<ffi::Any, ffi::Any>>()) {
-      want[std::string(kv.first.cast<ffi::String>())] = kv.second.cast<int64_t>();
-    }
+    std::map<std::string, int64_t> want = BoundDims(spec);
     // A library binds the dimensions its kernels need static; any size of
     // the others (symbolic in it) is served.
     bool serves = true;
@@ -564,7 +628,11 @@ int Run(int argc, char** argv) {
       library = PrivateCopy(CheckedBytes(root, spec.at("library").cast<ffi::String>(), spec.at("sha256").cast<ffi::String>()));
     }
   }
-  if (library.empty()) throw Failure("the artifact was not exported for these input shapes");
+  if (library.empty()) {
+    std::string given;
+    for (const auto& [dim, size] : dims) given += (given.empty() ? "" : ", ") + dim + "=" + std::to_string(size);
+    throw Failure("the artifact was not exported for these input shapes (" + given + ")" + served);
+  }
 
   // The cells' initial values, by name.
   std::map<std::string, std::vector<Tensor>> cells;
@@ -613,7 +681,7 @@ int Run(int argc, char** argv) {
     initialize(static_cast<int>(device.device_type), device.device_id, kPooledAllocator,
                static_cast<int>(kDLCPU), 0, kPooledAllocator);
   }
-  ffi::Function main = vm->GetFunction("main").value();
+  ffi::Function main = vm->GetFunction(entry_name).value();
   Tensor world = Empty({}, DLDataType{kDLInt, 64, 1});  // the world token: 0, never read
   *static_cast<int64_t*>(world.data_ptr()) = 0;
   world = OnDevice(world, device);

@@ -1,5 +1,9 @@
-"""Two models a JAX or PyTorch user writes, in effir's Python frontend as
+"""Three models a JAX or PyTorch user writes, in effir's Python frontend as
 written, compiled and trained (no static-size copy, no IR text):
+
+- an MLP with batch norm and dropout applied at each step of a scan over
+  a sequence of symbolic length (``for x, y in zip(xs, ys)``), its cells
+  (running statistics, key) carried by the compiled calls;
 
 - a tree network over an ``@effir.adt`` type (a recursive ``match``), its
   gradient by ``effir.value_and_grad``, a few SGD steps that reduce the
@@ -195,6 +199,66 @@ def check_greedy_decoder_trains() -> None:
     print("ok", first, last, sorted(lengths))
 
 
+M_B, M_D, M_H = 8, 4, 16  # the MLP's batch, input and hidden widths
+mlp_bn = effir.cell("mlp_bn", (np.zeros(M_H, F32), np.ones(M_H, F32)))
+mlp_rng = effir.cell("mlp_rng", effir.random.key(0))
+STEPS_IN = Tensor[("t", M_B, M_D), F32]
+STEPS_OUT = Tensor[("t", M_B), F32]
+
+
+@effir.script
+def mlp_scan_loss(
+    xs: STEPS_IN,
+    ys: STEPS_OUT,
+    w1: Tensor[(M_H, M_D), F32],
+    gamma: Tensor[(M_H,), F32],
+    beta: Tensor[(M_H,), F32],
+    w2: Tensor[(1, M_H), F32],
+) -> Tensor[(), F32]:
+    total = np.float32(0.0)
+    for x, y in zip(xs, ys, strict=True):  # a scan: batch norm and dropout at each step
+        h = effir.nn.batch_norm(effir.nn.dense(x, w1), gamma, beta, mlp_bn, training=True)
+        h = effir.nn.dropout(np.tanh(h), mlp_rng, rate=0.1)
+        err = np.reshape(effir.nn.dense(h, w2), (M_B,)) - y
+        total = total + np.sum(err * err)
+    return total / np.float32(M_B)
+
+
+def _mlp_batch(rs: np.random.Generator, t: int) -> tuple[np.ndarray, np.ndarray]:
+    xs = rs.standard_normal((t, M_B, M_D)).astype(F32)
+    return xs, np.sin(xs.sum(axis=2)).astype(F32)
+
+
+def check_mlp_in_a_scan_trains() -> None:
+    rs = np.random.default_rng(4)
+    params = [
+        (rs.standard_normal((M_H, M_D)) * 0.5).astype(F32),
+        np.ones(M_H, F32),
+        np.zeros(M_H, F32),
+        (rs.standard_normal((1, M_H)) * 0.25).astype(F32),
+    ]
+    grad = effir.value_and_grad(mlp_scan_loss, wrt=["w1", "gamma", "beta", "w2"])
+    step = effir.compile(grad)
+    state, ref_state = effir.State(grad), effir.State(grad)
+    for t in (3, 5):  # one program, the sequence length symbolic
+        xs, ys = _mlp_batch(rs, t)
+        value, grads = step(xs, ys, *params, state=state)
+        ref_value, ref_grads = effir.interpret(grad, xs, ys, *params, state=ref_state)
+        np.testing.assert_allclose(value, ref_value, rtol=1e-5)
+        for g, ref in zip(grads, ref_grads, strict=True):
+            np.testing.assert_allclose(g, ref, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(state["mlp_bn"][0], ref_state["mlp_bn"][0], rtol=1e-5)
+        assert np.array_equal(state["mlp_rng"].data, ref_state["mlp_rng"].data)
+    xs, ys = _mlp_batch(rs, 4)
+    first, _ = step(xs, ys, *params, state=state)
+    for _ in range(10):
+        _, grads = step(xs, ys, *params, state=state)
+        params = [p - 0.05 * g for p, g in zip(params, grads, strict=True)]
+    last, _ = step(xs, ys, *params, state=state)
+    assert last < 0.8 * first, (first, last)
+    print("ok", first, last)
+
+
 def test_the_tree_network_runs_eagerly_as_interpreted():
     rs = np.random.default_rng(2)
     w = (rs.standard_normal((2 * H, H)) * 0.3).astype(F32)
@@ -205,7 +269,10 @@ def test_the_tree_network_runs_eagerly_as_interpreted():
         )
 
 
-@pytest.mark.parametrize("check", ["check_tree_network_trains", "check_greedy_decoder_trains"])
+@pytest.mark.parametrize(
+    "check",
+    ["check_mlp_in_a_scan_trains", "check_tree_network_trains", "check_greedy_decoder_trains"],
+)
 def test_compiled_and_trained(check: str) -> None:
     done = run_isolated(f"from tests.frontend.test_python_models import {check}; {check}()")
     assert done.check().stdout.strip().startswith("ok")

@@ -95,6 +95,38 @@ def test_verification_names_the_pass_that_broke_linearity():
         reuse(module, PassContext())
 
 
+NESTED = """#[version = "0.0.5"]
+def @main(%x: Tensor[(4), float32]) { tanh(add(%x, %x)) }
+"""
+
+
+def _nested(module: IRModule) -> IRModule:
+    """A well-typed program with a compound argument: not in A-normal form."""
+    return effir.parse(NESTED)
+
+
+def test_a_pass_that_does_not_establish_what_it_declares_is_named():
+    flat = run_pipeline(effir.parse(NESTED), "to-anf")
+    liar = Pass("claims-anf", _nested, establishes={"anf"})
+    with pytest.raises(PassError) as caught:
+        liar(flat, PassContext())
+    message = str(caught.value)
+    assert "pass claims-anf broke A-normal form, which it declares to establish: " in message
+    assert "@main has a call with a compound argument" in message
+    assert caught.value.span is not None and caught.value.span.source.name == __file__
+    assert "def _nested(module: IRModule) -> IRModule:" in message  # where the pass is defined
+    assert liar(flat, PassContext(verify=False)) is not flat  # unverified: no check
+
+
+def test_a_pass_that_does_not_preserve_what_it_declares_is_named():
+    flat = run_pipeline(effir.parse(NESTED), "to-anf")
+    liar = Pass("keeps-anf", _nested, preserves={"anf"})
+    with pytest.raises(PassError, match="pass keeps-anf broke A-normal form, which it declares "):
+        liar(flat, PassContext())
+    # The input was not in A-normal form: nothing was there to preserve.
+    assert anf_problem(liar(effir.parse(NESTED), PassContext())) is not None
+
+
 def test_user_key_reuse_is_not_blamed_on_a_pass():
     text = """#[version = "0.0.5"]
     global @rng: Ref[Key] = ref(random.key(0));

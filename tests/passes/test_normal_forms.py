@@ -439,3 +439,20 @@ def test_fresh_binders_copies_every_compound_node_and_renames_binders() -> None:
     assert compound and not any(id(n) in originals for n in compound)
     binders = [n.var for n in pre_order(copy) if isinstance(n, Let)]
     assert binders and not any(id(v) in originals for v in binders)
+
+
+def test_a_let_captured_only_by_a_dropped_closure_goes_too() -> None:
+    """The capture that kept ``%a`` a let disappears with the unused closure:
+    graph form then writes ``%a``'s value where it is used (to-gnf declares
+    it establishes ``gnf``, and the verifier checks that it does)."""
+    module = effir.parse(
+        '#[version = "0.0.5"]\n'
+        "def @main(%x: Tensor[(4), float32], %y: (Tensor[(4), float32], float32)) {\n"
+        "  let %a = %y.0;\n"
+        "  let %f = fn (%z: Tensor[(4), float32]) { add(%a, %a) };\n"
+        "  (%a, %x)\n"
+        "}\n"
+    )
+    out = lookup_pass("to-gnf")(module, PassContext(verify=True))
+    assert gnf_problem(out) is None
+    assert "let" not in effir.astext(out)

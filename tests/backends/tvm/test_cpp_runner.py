@@ -265,3 +265,66 @@ def test_the_runner_prints_tuples_keys_and_adt_values(runner: Path, tmp_path: Pa
         "first [1]))",
         "print unit: ()",
     ], done.stdout
+
+
+def test_a_call_that_matches_no_library_lists_the_shapes_served(
+    runner: Path, tmp_path: Path
+) -> None:
+    """Inputs of shapes no exported library serves, of a wrong dtype or
+    count: the message lists each signature the artifact serves."""
+    module = effir.parse(
+        '#[version = "0.0.5"]\n'
+        "def @main(%x: Tensor[(n, 4), float32], %w: Tensor[(3, 4), float32]) {\n"
+        "  nn.dense(%x, %w)\n}\n"
+    )
+    compiled = effir.compile(module)
+    compiled.specialization("main", {"n": 2})
+    compiled.specialization("main", {"n": 3})
+    compiled.export(tmp_path / "model")
+    served = (
+        "note: the artifact serves:\n"
+        "  @main(%x: Tensor[(2, 4), float32], %w: Tensor[(3, 4), float32])\n"
+        "  @main(%x: Tensor[(3, 4), float32], %w: Tensor[(3, 4), float32])\n"
+    )
+    arrays = {
+        "x5": np.ones((5, 4), np.float32),
+        "x2": np.ones((2, 4), np.float32),
+        "w": np.ones((3, 4), np.float32),
+        "w_bad": np.ones((3, 5), np.float32),
+        "w_int": np.ones((3, 4), np.int32),
+    }
+    for name, array in arrays.items():
+        np.save(tmp_path / f"{name}.npy", array)
+    cases = {
+        ("x5", "w"): "the artifact was not exported for these input shapes (n=5)",
+        ("x2", "w_bad"): "w_bad.npy: wrong size of dimension 1 of %w: 5, not 4",
+        ("x2", "w_int"): "w_int.npy: %w must have 2 dimensions of float32, got int32",
+        ("x2",): "@main takes 2 inputs, got 1",
+    }
+    for names, message in cases.items():
+        done = run(runner, tmp_path / "model", *(tmp_path / f"{n}.npy" for n in names))
+        assert done.returncode == 1, done.stderr
+        assert message in done.stderr and served in done.stderr + "\n", done.stderr
+    done = run(runner, tmp_path / "model", tmp_path / "x2.npy", tmp_path / "w.npy")
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_runner_runs_an_artifact_whose_entry_is_not_main(runner: Path, tmp_path: Path) -> None:
+    """A scripted function's artifact has its own name as its entry: the
+    runner runs the only entry, or the one --entry names."""
+    module = effir.parse(
+        '#[version = "0.0.5"]\ndef @predict(%x: Tensor[(2), float32]) { tanh(%x) }\n'
+    )
+    compiled = effir.compile(module, entry="predict")
+    x = np.array([0.5, -1.0], np.float32)
+    expected = compiled(x)
+    compiled.export(tmp_path / "model")
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "out"
+    out.mkdir()
+    for extra in ([], ["--entry", "predict"], ["--entry", "@predict"]):
+        done = run(runner, tmp_path / "model", tmp_path / "x.npy", *extra, "--out", out)
+        assert done.returncode == 0, done.stderr
+        np.testing.assert_allclose(np.load(out / "result_0.npy"), expected, rtol=1e-6)
+    done = run(runner, tmp_path / "model", tmp_path / "x.npy", "--entry", "main")
+    assert done.returncode == 1 and "no entry @main (entries: @predict)" in done.stderr
