@@ -246,6 +246,39 @@ class DynamicLowering:
         self._check_shape(call, ok, message, [total, *asked])
         return self.bb.emit(self._reshape(x, dims), name)
 
+    def _arange(self, call: Call, env: dict[Var, Any], name: str) -> Any:
+        """``dyn.arange``: its length counted by a kernel, checked (a zero
+        step, a float bound that is not finite), then the values filled."""
+        start, limit, delta = (self._atom(a, env) for a in call.args)
+        dtype = call.args[0].checked_type.dtype
+        emit = self.bb.emit
+        counted = emit(
+            relax.call_tir(
+                self._executor("arange_length", dtype),
+                [start, limit, delta],
+                relax.TensorType([1], "int64"),
+            )
+        )
+        n = self._size_of(emit(self._reshape(counted, [])))
+        zero_step = tirx.const(dynamic_kernels.ARANGE_ZERO_STEP, "int64")
+        not_finite = tirx.const(dynamic_kernels.ARANGE_NOT_FINITE, "int64")
+        self._check_shape(call, tirx.NE(n, zero_step), "the step (delta) is 0", [])
+        if not dtype.startswith(("int", "uint")):
+            message = "start, limit and delta must be finite"
+            self._check_shape(call, tirx.NE(n, not_finite), message, [])
+        return emit(
+            relax.call_tir(
+                self._executor("arange_fill", dtype),
+                [start, delta],
+                relax.TensorType([n], dtype),
+            ),
+            name,
+        )
+
+    def _forget_dims(self, call: Call, env: dict[Var, Any], name: str) -> Any:
+        """``forget_dims``: the value itself (only its effir type is looser)."""
+        return self._atom(call.args[0], env)
+
     def _shape_of(self, call: Call, env: dict[Var, Any], name: str) -> Any:
         (x_arg,) = call.args
         x = self._atom(x_arg, env)
@@ -311,5 +344,7 @@ DYNAMIC: dict[str, Callable[..., Any]] = {
     "dyn.full": DynamicLowering._dyn_fill,
     "dyn.reshape": DynamicLowering._dyn_reshape,
     "shape_of": DynamicLowering._shape_of,
+    "dyn.arange": DynamicLowering._arange,
+    "forget_dims": DynamicLowering._forget_dims,
 }
 """The lowering of each operator of data-dependent shape."""

@@ -316,3 +316,77 @@ def write_rows(dtype: str) -> Any:
             buf[start[()] + i, j] = rows[i, j]
 
     return kernel
+
+
+ARANGE_ZERO_STEP, ARANGE_NOT_FINITE = -1, -2
+"""The lengths ``arange_length`` gives for the bounds ``dyn.arange`` refuses."""
+
+
+@cache
+def arange_length(dtype: str) -> Any:
+    """``count[0]`` = the length of ``dyn.arange(start, limit, delta)``:
+    ``max(ceil((limit - start) / delta), 0)``, exact for integers (in
+    int64), in the dtype for floats (float16 in float32); a zero step
+    gives ``ARANGE_ZERO_STEP``, a float bound that is not finite
+    ``ARANGE_NOT_FINITE``, which the lowering reports."""
+    if dtype.startswith(("int", "uint")):
+
+        @T.prim_func(private=True, s_tir=True)
+        def kernel(
+            start: T.Buffer((), dtype),
+            limit: T.Buffer((), dtype),
+            delta: T.Buffer((), dtype),
+            count: T.Buffer((1,), "int64"),
+        ):
+            a = T.Cast("int64", start[()])
+            b = T.Cast("int64", limit[()])
+            d = T.Cast("int64", delta[()])
+            if d == T.int64(0):
+                count[0] = T.int64(ARANGE_ZERO_STEP)
+            else:
+                count[0] = T.max(T.int64(0) - T.floordiv(a - b, d), T.int64(0))
+
+        return kernel
+    wide = "float32" if dtype == "float16" else dtype
+
+    @T.prim_func(private=True, s_tir=True)
+    def float_kernel(
+        start: T.Buffer((), dtype),
+        limit: T.Buffer((), dtype),
+        delta: T.Buffer((), dtype),
+        count: T.Buffer((1,), "int64"),
+    ):
+        a = T.Cast(wide, start[()])
+        b = T.Cast(wide, limit[()])
+        d = T.Cast(wide, delta[()])
+        if not (T.isfinite(a) and T.isfinite(b) and T.isfinite(d)):
+            count[0] = T.int64(ARANGE_NOT_FINITE)
+        elif d == T.Cast(wide, 0):
+            count[0] = T.int64(ARANGE_ZERO_STEP)
+        else:
+            count[0] = T.max(T.Cast("int64", T.ceil((b - a) / d)), T.int64(0))
+
+    return float_kernel
+
+
+@cache
+def arange_fill(dtype: str) -> Any:
+    """``out[i]`` = ``start + i * delta`` (integers in int64, whose values
+    between the bounds cannot overflow; float16 in float32)."""
+    wide = "int64" if dtype.startswith(("int", "uint")) and dtype != "uint64" else dtype
+    wide = "float32" if dtype == "float16" else wide
+
+    @T.prim_func(private=True, s_tir=True)
+    def kernel(
+        start: T.Buffer((), dtype),
+        delta: T.Buffer((), dtype),
+        var_out: T.handle,
+    ):
+        n = T.int64()
+        out = T.match_buffer(var_out, (n,), dtype)
+        for i in range(n):
+            out[i] = T.Cast(
+                dtype, T.Cast(wide, start[()]) + T.Cast(wide, i) * T.Cast(wide, delta[()])
+            )
+
+    return kernel
