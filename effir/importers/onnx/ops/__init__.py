@@ -1,0 +1,3 @@
+"""The converters, one module per family; importing registers them."""
+
+from . import control, effects, elementwise, nn, recurrent, sequences, shape  # noqa: F401
