@@ -180,9 +180,7 @@ def from_onnx(model_or_path, *, opset=None, initializers="constants", input_type
     operator type and opset. See effir/importers/onnx/convert.py."""
     from .importers import from_onnx as convert
 
-    return convert(
-        model_or_path, opset=opset, initializers=initializers, input_types=input_types
-    )
+    return convert(model_or_path, opset=opset, initializers=initializers, input_types=input_types)
 
 
 __all__ = [
