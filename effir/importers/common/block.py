@@ -113,7 +113,9 @@ class Block:
         ]
         if not axes:
             return value
-        return self.op("forget_dims", value, axes=axes, name_hint="widened")
+        # emitted, never folded: a constant would have its static type back
+        call = self.builder.call_op("forget_dims", value.expr, axes=axes)
+        return Value(self.builder.emit(call, "widened"), target)
 
     # ------------------------------------------------------------- tuples
     def tuple(self, values: Sequence[Value], name: str = "t") -> Value:

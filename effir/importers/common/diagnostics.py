@@ -14,9 +14,15 @@ from ...ir.diagnostics import Error, Source, Span
 
 
 class ModelImportError(Error):
-    """A model that cannot be imported, and why; located at its node."""
+    """A model that cannot be imported, and why; located at its node.
+    ``node`` names the node (its index, name, operator and opset) once the
+    message says it."""
 
     kind = "import error"
+
+    def __init__(self, message: str, span=None, notes=(), node: str | None = None) -> None:
+        super().__init__(message, span, notes)
+        self.node = node
 
 
 class Listing:

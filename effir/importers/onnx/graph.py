@@ -118,7 +118,8 @@ class NodeContext:
         return self.block.span
 
     def error(self, message: str) -> ModelImportError:
-        return ModelImportError(f"{self.label}: {message}", self.state.listing.span(self.key))
+        span = self.state.listing.span(self.key)
+        return ModelImportError(f"{self.label}: {message}", span, node=self.label)
 
     # ------------------------------------------------------------ inputs
     @property
@@ -211,9 +212,14 @@ def convert_nodes(
         here = node_key(key, index)
         with block.builder.span(state.listing.span(here)):
             ctx = _context(state, node, here, index, block, scope)
-            outputs = _converter(ctx)(ctx)
-            if type(outputs) is GeneratorType:
-                outputs = yield outputs
+            try:
+                outputs = _converter(ctx)(ctx)
+                if type(outputs) is GeneratorType:
+                    outputs = yield outputs
+            except ModelImportError as err:
+                if err.node is not None:  # a node's own error (this one's or a subgraph's)
+                    raise
+                raise ctx.error(err.message) from None
         outputs = list(outputs)
         if len(outputs) < len(node.output) and any(node.output[len(outputs) :]):
             raise ctx.error(f"its outputs from {len(outputs)} on are not supported")

@@ -5,11 +5,15 @@
   (common/types.py): dimensions that differ become ``?`` (``forget_dims``
   in the branch), different ranks or dtypes are an error.
 - ``Loop`` is a ``cf.foreach`` over ``0 .. M-1`` when its trip count ``M``
-  is known and its condition cannot stop it (no condition input, or a
-  true one the body passes on unchanged), so that a static body compiles
-  into one loop kernel; otherwise a ``cf.while_loop`` whose state is
-  ``(iteration, condition, carried values...)``, the trip count (when
-  there is one) its ``max_iterations`` or a comparison.
+  is known and its condition cannot stop it (it starts true, or is not
+  given, and the body passes it on unchanged or makes it a true
+  constant), so that a static body compiles into one loop kernel;
+  otherwise a ``cf.while_loop`` whose state is ``(iteration, condition,
+  carried values...)``, the trip count (when there is one) its
+  ``max_iterations`` or a comparison. The body's condition output is read
+  at every iteration even when the node has no condition input, as
+  onnxruntime and ONNX's reference implementation read it (the
+  specification's table of modes calls it ignored there).
 - ``Scan`` is a ``cf.foreach`` over its inputs, each with its scan axis
   moved first and reversed when it scans backwards; its outputs are
   stacked, then reversed and moved to their axes.
@@ -119,7 +123,8 @@ def _loop(ctx: NodeContext) -> Computation[list[Value]]:
     go = ctx.optional(1)
     go = None if go is None else as_scalar(ctx, go, "the condition")
     limit = None if trip is None or trip.const is None else int(trip.const)
-    steady = go is None or (go.const is not None and bool(go.const) and _passes_true(graph))
+    starts_true = go is None or (go.const is not None and bool(go.const))
+    steady = starts_true and _passes_true(graph)
     if limit is not None and steady and limit <= FOREACH_LIMIT:
         return (yield _foreach_loop(ctx, graph, max(limit, 0), inits, scans))
     return (yield _while_loop(ctx, graph, trip, limit, go, inits, scans))
@@ -262,10 +267,7 @@ def _while_loop(
         raise ctx.error("the types of its carried values do not settle")
     state_type = TupleType((i64, boolean, *types))
     next_index = block.op("add", fields[0], scalar(1, "int64"), name_hint="next")
-    if go is None:  # without a condition input, the body's is not read
-        next_go = scalar(True, "bool")
-    else:
-        next_go = as_scalar_in(block, ctx, outputs[0])
+    next_go = as_scalar_in(block, ctx, outputs[0])
     results = [block.widen(v, t) for v, t in zip(outputs[1 : 1 + len(types)], types, strict=True)]
     per_step = outputs[1 + len(types) :]
     new_state = Tuple(tuple(v.expr for v in [next_index, next_go, *results]), span=ctx.span)
