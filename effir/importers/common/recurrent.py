@@ -165,7 +165,17 @@ def run_direction(
         ys = reversed_time(block, ys)
     last_h = block.get(final, 0, "h_last")
     last_c = block.get(final, 1, "c_last") if c0 is not None else None
+    if lengths is not None:  # a row of no steps has zero states (onnxruntime's reading)
+        some = block.op("expand_dims", block.op("greater", lengths, _i64(0)), axis=1)
+        zero = constant(np.zeros((), dtype=h_type.dtype))
+        last_h = block.op("where", some, last_h, zero, name_hint="h_last")
+        if last_c is not None:
+            last_c = block.op("where", some, last_c, zero, name_hint="c_last")
     return ys, last_h, last_c
+
+
+def _i64(value: int) -> Value:
+    return constant(np.asarray(value, dtype=np.int64))
 
 
 def _first_step(block: Block, xs: Value, reverse: bool) -> Value:

@@ -239,7 +239,9 @@ def _concat(ctx: NodeContext) -> list[Value]:
     nil_ctor = ctx.state.parts.nil_constructor()
     go = Var("concat_all", span=ctx.span)
     xs = Var("xs", list_type(elem), span=ctx.span)
-    x, rest = Var("x", elem, span=ctx.span), Var("rest", list_type(elem), span=ctx.span)
+    # each clause binds variables of its own
+    only_x, x = Var("x", elem, span=ctx.span), Var("x", elem, span=ctx.span)
+    rest = Var("rest", list_type(elem), span=ctx.span)
 
     def lifted(block: Block, value: Value) -> Value:
         if not new_axis:
@@ -247,13 +249,14 @@ def _concat(ctx: NodeContext) -> list[Value]:
         return block.widen(block.op("expand_dims", value, axis=axis), result_type)
 
     last = ctx.block.child()
-    only = last.finish(lifted(last, Value(x, elem)).expr)
+    only = last.finish(lifted(last, Value(only_x, elem)).expr)
     more = ctx.block.child()
     tail = more.emit(Call(go, (rest,), span=ctx.span), result_type, "tail")
     joined = more.op("concatenate", _pack(lifted(more, Value(x, elem)), tail), axis=axis)
     joined = more.widen(joined, result_type)
+    last_one = PatternConstructor(nil_ctor)
     clauses = (
-        Clause(PatternConstructor(cons, (PatternVar(x), PatternConstructor(nil_ctor))), only),
+        Clause(PatternConstructor(cons, (PatternVar(only_x), last_one)), only),
         Clause(
             PatternConstructor(cons, (PatternVar(x), PatternVar(rest))), more.finish(joined.expr)
         ),
@@ -301,12 +304,12 @@ def _map(ctx: NodeContext) -> Computation[list[Value]]:
         for j, (item, t) in enumerate(zip(items, out_types, strict=True))
     ]
     step = inner.finish(Tuple(tuple(c.expr for c in consed), span=ctx.span))
-    done = Tuple(tuple(nil for _ in items), span=ctx.span)
+    nil_ctor = ctx.state.parts.nil_constructor()
+    done = Tuple(tuple(Call(nil_ctor, ()) for _ in items), span=ctx.span)  # a node each
     scrutinee = Tuple(tuple(seq_vars[k] for k in lists), span=ctx.span)
     all_cons = PatternTuple(
         tuple(PatternConstructor(cons, (PatternVar(heads[k]), PatternVar(rests[k]))) for k in lists)
     )
-    nil_ctor = ctx.state.parts.nil_constructor()
     all_nil = PatternTuple(tuple(PatternConstructor(nil_ctor) for _ in lists))
     match = Match(
         scrutinee, (Clause(all_cons, step), Clause(all_nil, done)), complete=False, span=ctx.span
