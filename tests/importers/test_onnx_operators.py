@@ -48,7 +48,7 @@ CASES = {
     "CumSum-run-time-axis": one("CumSum", [("x", X3), ("axis", np.array(1, np.int64))], 3),
     "Gemm": one("Gemm", [("a", X), ("b", X)], 2, transB=1, alpha=0.5),
     "Gemm-bias": one(
-        "Gemm", [("a", X), ("b", X), ("c", np.ones(3, np.float32))], 2, transA=1, beta=2.0
+        "Gemm", [("a", X), ("b", X), ("c", np.ones(4, np.float32))], 2, transA=1, beta=2.0
     ),
     "MatMul-vector": one("MatMul", [("a", X[0]), ("b", X.T.copy())], 1),
     "MatMul-batch": one("MatMul", [("a", X3), ("b", X.T.copy())], 3),
