@@ -170,7 +170,9 @@ def from_onnx(model_or_path, *, opset=None, initializers="constants", input_type
     - ``opset``: read the model at this opset of the default domain
       (default: the model's own).
     - ``initializers``: ``"constants"`` (default) or ``"parameters"`` (the
-      weights become parameters of ``@main`` after its inputs: what
+      weights (float initializers of rank 1 or more, but batch
+      norm's running statistics, which stay state) become parameters of
+      ``@main`` after its inputs: what
       training with ``effir.grad`` needs; their values:
       ``effir.importers.onnx.initializer_values``).
     - ``input_types``: effir types for inputs the model does not type

@@ -32,8 +32,9 @@ def from_onnx(
       the model's own); each node's operator is read at the version that
       opset gives it.
     - ``initializers``: ``"constants"`` (weights are constants of the
-      program) or ``"parameters"`` (every initializer is a parameter of
-      ``@main`` after the graph's inputs, named after it: what training with
+      program) or ``"parameters"`` (the weights, float initializers of rank
+      1 or more but batch norm's running statistics, are parameters of
+      ``@main`` after the graph's inputs, named after them: what training with
       ``effir.grad`` needs; ``effir.importers.onnx.initializer_values``
       gives their values).
     - ``input_types``: effir types for inputs whose declared type is not

@@ -89,3 +89,81 @@ def check_against_ort(made: Any, *args: Any, rtol: float = 1e-5, **options: Any)
     got = run(made, *args, **options)
     assert_matches(got, ort(made, *args), rtol)
     return got
+
+
+def composite(elem: int = F, dtype: str = "float32") -> Any:
+    """A model with a bit of everything the importer keeps: a GRU over a
+    symbolic length ``T``, dropout in training mode, training-mode batch
+    normalisation of constant statistics (a state cell), a ``Loop`` with an
+    ``If`` in its body that captures an outer value, a sequence built and
+    concatenated, and a scalar loss first among its outputs."""
+    rng = np.random.default_rng(42)
+    hidden = 4
+
+    def w(*shape: int) -> Any:
+        return (rng.standard_normal(shape) * 0.4).astype(dtype)
+
+    weights = [
+        ("W", w(1, 3 * hidden, 3)),
+        ("R", w(1, 3 * hidden, hidden)),
+        ("B", w(1, 6 * hidden)),
+        ("scale", w(hidden) + 1),
+        ("bias", w(hidden)),
+        ("mean", np.zeros(hidden, dtype)),
+        ("var", np.ones(hidden, dtype)),
+        ("proj", w(hidden, 2)),
+        ("two", np.asarray(2, np.int64)),
+        ("zero", np.asarray(0, np.int64)),
+        ("trips", np.asarray(3, np.int64)),
+        ("ratio", np.asarray(0.25, dtype)),
+        ("train", np.asarray(True)),
+        ("axes0", np.asarray([0], np.int64)),
+        ("axes2", np.asarray([2], np.int64)),
+    ]
+    step = graph(
+        [
+            helper.make_node("Identity", ["go"], ["go_out"]),
+            helper.make_node("Mod", ["i", "two"], ["parity"]),
+            helper.make_node("Equal", ["parity", "zero"], ["even"]),
+            helper.make_node(
+                "If",
+                ["even"],
+                ["moved"],
+                then_branch=graph([helper.make_node("Add", ["acc", "normed"], ["up"])], [], [tensor("up", elem, [2, hidden])], "up"),
+                else_branch=graph([helper.make_node("Sub", ["acc", "normed"], ["down"])], [], [tensor("down", elem, [2, hidden])], "down"),
+            ),
+            helper.make_node("Tanh", ["moved"], ["acc_out"]),
+        ],
+        [tensor("i", I64, []), tensor("go", B, []), tensor("acc", elem, [2, hidden])],
+        [tensor("go_out", B, []), tensor("acc_out", elem, [2, hidden])],
+        "step",
+    )  # fmt: skip
+    nodes = [
+        helper.make_node("GRU", ["x", "W", "R", "B"], ["ys", "last"], hidden_size=hidden),
+        helper.make_node("Squeeze", ["last", "axes0"], ["h"]),
+        helper.make_node("Dropout", ["h", "ratio", "train"], ["dropped"]),
+        helper.make_node("Unsqueeze", ["dropped", "axes2"], ["d3"]),
+        helper.make_node(
+            "BatchNormalization", ["d3", "scale", "bias", "mean", "var"], ["bn", "running_mean", "running_var"],
+            training_mode=1, momentum=0.9, name="norm",
+        ),
+        helper.make_node("Squeeze", ["bn", "axes2"], ["normed"]),
+        helper.make_node("Loop", ["trips", "", "normed"], ["final"], body=step),
+        helper.make_node("MatMul", ["final", "proj"], ["logits"]),
+        helper.make_node("SequenceConstruct", ["logits", "logits"], ["pair"]),
+        helper.make_node("ConcatFromSequence", ["pair"], ["both"], axis=0),
+        helper.make_node("Mul", ["both", "both"], ["squares"]),
+        helper.make_node("ReduceSum", ["squares"], ["loss"], keepdims=0),
+    ]  # fmt: skip
+    return model(
+        nodes,
+        [tensor("x", elem, ["T", 2, 3])],
+        [
+            tensor("loss", elem, []),
+            tensor("logits", elem, [2, 2]),
+            tensor("running_mean", elem, [hidden]),
+        ],
+        weights,
+        opset=17,
+        name="composite",
+    )

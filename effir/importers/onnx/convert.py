@@ -5,7 +5,9 @@
 2. ``@main`` takes the graph's inputs (those an initializer does not
    give, with ``initializers="constants"``; then the initializers, with
    ``"parameters"``), each annotated with its declared type: a
-   ``dim_param`` is a symbolic dimension.
+   ``dim_param`` is a symbolic dimension; with ``"parameters"`` the
+   weights follow (``_is_weight``: float tensors other than running
+   statistics; shapes, axes and scalars stay constants).
 3. The nodes are converted in order (graph.py), each by the converter its
    operator version has (registry.py, ops/); the result is the graph's
    output, or the tuple of its outputs.
@@ -74,9 +76,24 @@ def initializer_values(model_or_path: Any) -> dict[str, np.ndarray]:
     graph = model.proto.graph
     inputs = [i.name for i in graph.input if i.name not in {t.name for t in graph.initializer}]
     names = _names(inputs + [t.name for t in graph.initializer])
-    return {
-        names[len(inputs) + k]: numpy_helper.to_array(t) for k, t in enumerate(graph.initializer)
+    arrays = {
+        names[len(inputs) + k]: (t.name, numpy_helper.to_array(t))
+        for k, t in enumerate(graph.initializer)
     }
+    return {name: a for name, (onnx_name, a) in arrays.items() if _is_weight(graph, onnx_name, a)}
+
+
+def _is_weight(graph: Any, name: str, array: np.ndarray) -> bool:
+    """Whether an initializer is a weight (a parameter with
+    ``initializers="parameters"``): a float tensor of rank 1 or more that
+    no batch normalisation reads as its running statistics (those are
+    state: a cell). Scalars (ratios, constants of the arithmetic), integer
+    initializers (shapes, axes, counts) stay constants."""
+    if array.dtype.kind != "f" or array.ndim == 0:
+        return False
+    return not any(
+        node.op_type == "BatchNormalization" and name in node.input[3:5] for node in graph.node
+    )
 
 
 def _main(
@@ -101,13 +118,13 @@ def _main(
             state.parts.constructors()  # the List type
         params.append(param_value(names[k], declared))
         scope.bind(proto.name, params[-1])
+    bind_initializers(state, graph, "", scope)
     if weights_are_parameters:
         for k, proto in enumerate(graph.initializer):
-            known = initializer_value(state, "", proto, numpy_helper)
-            params.append(param_value(names[len(inputs) + k], known.type))
-            scope.bind(proto.name, params[-1])
-    else:
-        bind_initializers(state, graph, "", scope)
+            if _is_weight(graph, proto.name, numpy_helper.to_array(proto)):
+                known = initializer_value(state, "", proto, numpy_helper)
+                params.append(param_value(names[len(inputs) + k], known.type))
+                scope.bind(proto.name, params[-1])
     block = Block(state.listing.span(""))
     yield convert_nodes(state, graph, "", scope, block)
     outputs = graph_outputs(state, graph, "", scope)

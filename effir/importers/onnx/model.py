@@ -28,7 +28,12 @@ class Model:
 
 
 def load(model_or_path: Any, opset: int | None) -> Model:
-    import onnx
+    try:
+        import onnx
+    except ImportError:
+        raise ModelImportError(
+            "reading ONNX models needs the onnx package (pip install onnx)"
+        ) from None
 
     if isinstance(model_or_path, onnx.ModelProto):
         proto, name = model_or_path, f"<{model_or_path.graph.name or 'model'}>"

@@ -276,8 +276,20 @@ class DynamicLowering:
         )
 
     def _forget_dims(self, call: Call, env: dict[Var, Any], name: str) -> Any:
-        """``forget_dims``: the value itself (only its effir type is looser)."""
-        return self._atom(call.args[0], env)
+        """``forget_dims``: the value itself, its forgotten sizes new shape
+        variables (a ``match_cast``, no copy), so that its Relax type is as
+        loose as its effir type: a kernel of symbolic sizes taking it and
+        a value of those sizes from elsewhere relates them as the same
+        kind of size (kept static, the kernels were built for sizes the
+        other value does not have)."""
+        (x_arg,) = call.args
+        x = self._atom(x_arg, env)
+        dims = self._dims(x, x_arg.checked_type)
+        result = call.checked_type
+        loose = [
+            tirx.Var(f"f{i}", "int64") if d == "?" else dims[i] for i, d in enumerate(result.shape)
+        ]
+        return self.bb.match_cast(x, relax.TensorType(loose, result.dtype))
 
     def _shape_of(self, call: Call, env: dict[Var, Any], name: str) -> Any:
         (x_arg,) = call.args

@@ -94,15 +94,16 @@ def _train(ctx: NodeContext, block: Block, x: Value, ratio: Value | None) -> tup
         if rate == 0.0:
             return x, ones_like(block, x, "bool")
         key = _key(ctx, block)
-        y = block.op("random.dropout", x, key, rate=rate, name_hint=ctx.name)
-        if all(isinstance(d, int) for d in x.tensor.shape):
-            mask = block.op("random.bernoulli", key, p=1.0 - rate, shape=list(x.tensor.shape))
-        else:  # the same draw as the output's: dropout of ones
-            dropped = block.op(
-                "random.dropout", ones_like(block, x, x.tensor.dtype), key, rate=rate
-            )
-            mask = block.op("not_equal", dropped, scalar(0, x.tensor.dtype))
-        return y, mask
+        if not ctx.wants(1):
+            return block.op("random.dropout", x, key, rate=rate, name_hint=ctx.name), x
+        # the mask too, from the one use of the key a key allows: the draw
+        # of the ones (1 / keep where kept, as random.dropout scales), whose
+        # nonzeros are the mask; the output is random.dropout's, bit for bit
+        # (but for a one-element input, which random.dropout divides)
+        scaled = block.op("random.dropout", ones_like(block, x, x.tensor.dtype), key, rate=rate)
+        mask = block.op("not_equal", scaled, scalar(0, x.tensor.dtype), name_hint="mask")
+        kept = block.op("multiply", x, scaled)
+        return block.op("where", mask, kept, scalar(0, x.tensor.dtype), name_hint=ctx.name), mask
     shape = _static(ctx, x.tensor, "the input of a dropout with a run-time ratio")
     dtype = x.tensor.dtype
     key = _key(ctx, block)
