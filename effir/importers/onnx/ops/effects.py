@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....ir.types import TensorType
+from ....ir.expr import RefRead, RefWrite
+from ....ir.types import TensorType, TupleType
 from ...common.block import Block
 from ...common.values import Value, constant
 from ..graph import NodeContext
@@ -65,37 +66,41 @@ def ones_like(block: Block, x: Value, dtype: str) -> Value:
 @converter("Dropout", versions=(10, 12, 13, *LATER))
 def _dropout(ctx: NodeContext) -> list[Value]:
     x = ctx.tensor(0)
+    mask_wanted = ctx.wants(1)
+
+    def identity(block: Block) -> list[Value]:
+        return [x, ones_like(block, x, "bool")] if mask_wanted else [x]
+
     if ctx.version == 10:  # inference only: the identity
-        return [x, ones_like(ctx.block, x, "bool")]
+        return identity(ctx.block)
     ratio, training = ctx.optional(1), ctx.optional(2)
     if training is not None and training.tensor.ndim:
         training = ctx.block.op("reshape", training, newshape=[])
     if training is None or (training.const is not None and not bool(training.const)):
-        return [x, ones_like(ctx.block, x, "bool")]
+        return identity(ctx.block)
     if training.const is not None:
-        y, mask = _train(ctx, ctx.block, x, ratio)
-        return [y, mask]
+        return _train(ctx, ctx.block, x, ratio)
     # a run-time training mode: an if, only the taken branch draws
     train, plain = ctx.block.child(), ctx.block.child()
-    y, mask = _train(ctx, train, x, ratio)
-    train_expr = train.finish(train.tuple([y, mask]).expr)
-    plain_expr = plain.finish(plain.tuple([x, ones_like(plain, x, "bool")]).expr)
-    from ....ir.types import TupleType
+    trained, kept = _train(ctx, train, x, ratio), identity(plain)
+    train_expr = train.finish(train.tuple(trained).expr)
+    plain_expr = plain.finish(plain.tuple(kept).expr)
+    types = TupleType(tuple(v.type for v in trained))
+    both = ctx.block.if_(training, train_expr, plain_expr, types, ctx.name)
+    return ctx.block.fields(both, len(trained), ["output", "mask"])
 
-    both = ctx.block.if_(training, train_expr, plain_expr, TupleType((y.type, mask.type)), ctx.name)
-    return ctx.block.fields(both, 2, ["output", "mask"])
 
-
-def _train(ctx: NodeContext, block: Block, x: Value, ratio: Value | None) -> tuple[Value, Value]:
+def _train(ctx: NodeContext, block: Block, x: Value, ratio: Value | None) -> list[Value]:
+    """The training-mode output, and the mask when the node asks for it."""
     rate = 0.5 if ratio is None else (None if ratio.const is None else float(ratio.const))
     if rate is not None:
         if not 0.0 <= rate <= 1.0:
             raise ctx.error(f"the ratio must be in [0, 1], got {rate}")
         if rate == 0.0:
-            return x, ones_like(block, x, "bool")
+            return [x, ones_like(block, x, "bool")] if ctx.wants(1) else [x]
         key = _key(ctx, block)
         if not ctx.wants(1):
-            return block.op("random.dropout", x, key, rate=rate, name_hint=ctx.name), x
+            return [block.op("random.dropout", x, key, rate=rate, name_hint=ctx.name)]
         # the mask too, from the one use of the key a key allows: the draw
         # of the ones (1 / keep where kept, as random.dropout scales), whose
         # nonzeros are the mask; the output is random.dropout's, bit for bit
@@ -103,7 +108,7 @@ def _train(ctx: NodeContext, block: Block, x: Value, ratio: Value | None) -> tup
         scaled = block.op("random.dropout", ones_like(block, x, x.tensor.dtype), key, rate=rate)
         mask = block.op("not_equal", scaled, scalar(0, x.tensor.dtype), name_hint="mask")
         kept = block.op("multiply", x, scaled)
-        return block.op("where", mask, kept, scalar(0, x.tensor.dtype), name_hint=ctx.name), mask
+        return [block.op("where", mask, kept, scalar(0, x.tensor.dtype), name_hint=ctx.name), mask]
     shape = _static(ctx, x.tensor, "the input of a dropout with a run-time ratio")
     dtype = x.tensor.dtype
     key = _key(ctx, block)
@@ -115,7 +120,7 @@ def _train(ctx: NodeContext, block: Block, x: Value, ratio: Value | None) -> tup
     drawn = block.op("random.uniform", key, shape=shape, dtype=dtype)
     mask = block.op("less", drawn, keep)
     y = block.op("where", mask, block.op("divide", x, keep), scalar(0, dtype), name_hint=ctx.name)
-    return y, mask
+    return [y, mask] if ctx.wants(1) else [y]
 
 
 # ---------------------------------------------------------- BatchNormalization
@@ -135,9 +140,6 @@ def _batch_norm(ctx: NodeContext) -> list[Value]:
     cell = None
     if mean.const is not None and var.const is not None:
         cell = ctx.state.cells.stats_cell(block, ctx.name, mean.const, var.const)
-        from ....ir.expr import RefRead
-        from ....ir.types import TupleType
-
         stats = block.emit(
             RefRead(cell, span=block.span), TupleType((mean.type, var.type)), "stats"
         )
@@ -158,9 +160,6 @@ def _batch_norm(ctx: NodeContext) -> list[Value]:
 
     new_mean, new_var = moved(mean, batch_mean), moved(var, batch_var)
     if cell is not None:
-        from ....ir.expr import RefWrite
-        from ....ir.types import TupleType
-
         pair = block.tuple([new_mean, new_var], "new_stats")
         block.emit(RefWrite(cell, pair.expr, span=block.span), TupleType(()), "_")
     return [y, new_mean, new_var]
