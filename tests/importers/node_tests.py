@@ -75,9 +75,6 @@ KNOWN_BACKEND_DEFECTS = {
 """Cases that import and interpret, whose compiled run fails on a defect
 or limitation of the TVM backend (not of the importer)."""
 
-NOT_COMPILED = ("unique",)
-"""Operators the TVM backend does not compile (a ``CompileError``)."""
-
 COMPILED_SAMPLE = (
     "test_loop13_seq",
     "test_range_int32_type_negative_delta_expanded",
@@ -92,6 +89,7 @@ COMPILED_SAMPLE = (
     "test_bernoulli_seed",
     "test_slice_neg_steps",
     "test_nonzero_example",
+    "test_unique_sorted_with_axis_3d",
 )
 """The compiled cases the test suite runs (one subprocess): a few per
 group; benchmarks/onnx_node_tests.py compiles every case."""

@@ -1,7 +1,8 @@
 """The operators the importers added that the Relax lowering runs itself
 (relax/dynamic.py): ``dyn.arange`` (its length counted, checked, then its
-values filled) and ``forget_dims`` (the value, its sizes made shape
-variables), compiled against the interpreter; in a subprocess."""
+values filled), ``unique`` (rows counted, then gathered) and
+``forget_dims`` (the value, its sizes made shape variables), compiled
+against the interpreter; in a subprocess."""
 
 from __future__ import annotations
 
@@ -52,10 +53,32 @@ for level in (0, 1, 2):
     out, same_a = effir.compile(module, opt_level=level)(a)
     np.testing.assert_array_equal(out, np.concatenate([a, a]))
     np.testing.assert_array_equal(same_a, a)
+
+# unique: without and with an axis, sorted or in first-occurrence order,
+# NaNs as one value (greater than every number), booleans, an empty axis
+cases = [
+    (None, "", np.array([2.0, np.nan, 1.0, 1.0, np.nan, -3.0], np.float32)),
+    (None, ", sorted=False", np.array([[2, 1], [1, 3]], np.int32)),
+    (0, "", np.array([[1, 0, 0], [1, 0, 0], [2, 3, 4]], np.int8)),
+    (-1, ", sorted=False", np.array([[1, 0, 1], [2, 3, 2]], np.float32)),
+    (1, "", np.random.default_rng(0).integers(0, 2, (2, 5, 3)).astype(np.int64)),
+    (None, "", np.array([True, False, True])),
+]
+for axis, flags, x in cases:
+    shape = ", ".join(map(str, x.shape))
+    attrs = ("" if axis is None else f", axis={axis}") + flags
+    same(f"def @main(%x: Tensor[({shape}), {x.dtype}]) {{ unique(%x{attrs}) }}", x)
+empty = effir.parse('#[version = "0.0.5"]\\ndef @main(%x: Tensor[(0, 2), float32]) { unique(%x, axis=0) }')
+try:
+    effir.compile(empty)(np.zeros((0, 2), np.float32))
+except effir.EvalError as err:
+    assert "unique of an empty axis (axis 0 has length 0)" in str(err), err
+else:
+    raise AssertionError("an empty axis")
 print("ok")
 """
 
 
-def test_arange_and_forget_dims_compiled_equal_the_interpreter():
+def test_arange_unique_and_forget_dims_compiled_equal_the_interpreter():
     run = run_isolated(CHECKS, timeout=600).check()
     assert run.stdout.strip().endswith("ok")

@@ -275,6 +275,69 @@ class DynamicLowering:
             name,
         )
 
+    def _unique(self, call: Call, env: dict[Var, Any], name: str) -> Any:
+        """``unique``: the tensor as rows (its elements, or its slices along
+        ``axis``, moved first), the distinct ones counted (and each row's
+        first occurrence flagged), then gathered, ordered, indexed and
+        counted by a second kernel (dynamic_kernels.py) [RULE DYN]."""
+        (x_arg,) = call.args
+        t = x_arg.checked_type
+        x = self._atom(x_arg, env)
+        dims = self._dims(x, t)
+        emit = self.bb.emit
+        dtype = "int8" if t.dtype == "bool" else t.dtype  # [RULE BOOL]
+        if t.dtype == "bool":
+            x = emit(relax.op.astype(x, "int8"))
+        axis = call.attrs["axis"]
+        if axis is None:
+            total: Any = 1
+            for d in dims:
+                total = total * d
+            moved, order = [total], None
+            rows = emit(self._reshape(x, [total, 1]))
+        else:
+            axis = axis + t.ndim if axis < 0 else axis
+            order = [axis] + [i for i in range(t.ndim) if i != axis]
+            if axis:
+                x = emit(relax.op.permute_dims(x, order))
+            moved = [dims[i] for i in order]
+            self._check_shape(
+                call,
+                _int64(moved[0]) > tirx.const(0, "int64"),
+                f"unique of an empty axis (axis {axis} has length 0)",
+                [],
+            )
+            size: Any = 1
+            for d in moved[1:]:
+                size = size * d
+            rows = emit(self._reshape(x, [moved[0], size]))
+        r = moved[0]
+        row_size = 1 if axis is None else size
+        i64 = lambda *shape: relax.TensorType(list(shape), "int64")  # noqa: E731
+        counted = emit(
+            relax.call_tir(self._executor("unique_count", dtype), [rows], [i64(1), i64(r)])
+        )
+        count, flags = emit(relax.TupleGetItem(counted, 0)), emit(relax.TupleGetItem(counted, 1))
+        n = self._size_of(emit(self._reshape(count, [])))
+        filled = emit(
+            relax.call_tir(
+                self._executor("unique_fill", dtype, int(call.attrs["sorted"])),
+                [rows, flags],
+                [relax.TensorType([n, row_size], dtype), i64(n), i64(r), i64(n)],
+            )
+        )
+        values, first, inverse, counts = (emit(relax.TupleGetItem(filled, k)) for k in range(4))
+        if order is None:
+            values = emit(self._reshape(values, [n]))
+        else:
+            values = emit(self._reshape(values, [n, *moved[1:]]))
+            if order[0]:
+                back = sorted(range(len(order)), key=order.__getitem__)
+                values = emit(relax.op.permute_dims(values, back))
+        if t.dtype == "bool":
+            values = emit(relax.op.astype(values, "bool"))
+        return emit(relax.Tuple([values, first, inverse, counts]), name)
+
     def _forget_dims(self, call: Call, env: dict[Var, Any], name: str) -> Any:
         """``forget_dims``: the value itself, its forgotten sizes new shape
         variables (a ``match_cast``, no copy), so that its Relax type is as
@@ -358,5 +421,6 @@ DYNAMIC: dict[str, Callable[..., Any]] = {
     "shape_of": DynamicLowering._shape_of,
     "dyn.arange": DynamicLowering._arange,
     "forget_dims": DynamicLowering._forget_dims,
+    "unique": DynamicLowering._unique,
 }
 """The lowering of each operator of data-dependent shape."""

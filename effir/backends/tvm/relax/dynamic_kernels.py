@@ -390,3 +390,121 @@ def arange_fill(dtype: str) -> Any:
             )
 
     return kernel
+
+
+def _row_tests(dtype: str) -> tuple[Any, Any]:
+    """Whether two elements differ, and whether one is less, as numpy's
+    ``unique`` reads them: NaNs are one value, greater than every number.
+    Written without negating a comparison: TVM's simplifier turns
+    ``!(a == b)`` into ``a != b``, an ordered compare that is false for NaN
+    (te_ops [RULE NAN])."""
+    if dtype.startswith("float"):
+
+        def differ(a: Any, b: Any) -> Any:
+            one_nan = tirx.Or(
+                tirx.And(tirx.isnan(a), tirx.Not(tirx.isnan(b))),
+                tirx.And(tirx.Not(tirx.isnan(a)), tirx.isnan(b)),
+            )
+            return tirx.Or(tirx.Or(tirx.LT(a, b), tirx.LT(b, a)), one_nan)
+
+        def less(a: Any, b: Any) -> Any:
+            return tirx.Or(tirx.LT(a, b), tirx.And(tirx.Not(tirx.isnan(a)), tirx.isnan(b)))
+
+        return differ, less
+    # (``==`` of two expressions is their structural equality in Python)
+    return (lambda a, b: tirx.NE(a, b)), (lambda a, b: tirx.LT(a, b))
+
+
+@cache
+def unique_count(dtype: str) -> Any:
+    """``count[0]`` = how many distinct rows ``x`` has; ``first[i]`` = 1
+    where row ``i`` occurs for the first time (O(rows^2) comparisons)."""
+    differ, _ = _row_tests(dtype)
+
+    @T.prim_func(private=True, s_tir=True)
+    def kernel(var_x: T.handle, count: T.Buffer((1,), "int64"), var_first: T.handle):
+        r = T.int64()
+        c = T.int64()
+        x = T.match_buffer(var_x, (r, c), dtype)
+        first = T.match_buffer(var_first, (r,), "int64")
+        same = T.alloc_buffer((1,), "int64", scope="local")
+        count[0] = T.int64(0)
+        for i in range(r):
+            first[i] = T.int64(1)
+            for j in range(i):
+                same[0] = T.int64(1)
+                for k in range(c):
+                    if differ(x[i, k], x[j, k]):
+                        same[0] = T.int64(0)
+                if same[0] == T.int64(1):
+                    first[i] = T.int64(0)
+            count[0] = count[0] + first[i]
+
+    return kernel
+
+
+@cache
+def unique_fill(dtype: str, ordered: int) -> Any:
+    """The distinct rows of ``x`` (``ordered``: ascending, rows compared
+    lexicographically; else in the order they first occur), where each
+    first occurs, each row's index among them, and how many times each
+    occurs: numpy's ``unique`` with every output."""
+    differ, less = _row_tests(dtype)
+
+    @T.prim_func(private=True, s_tir=True)
+    def kernel(
+        var_x: T.handle,
+        var_flags: T.handle,
+        var_values: T.handle,
+        var_at: T.handle,
+        var_inverse: T.handle,
+        var_counts: T.handle,
+    ):
+        r = T.int64()
+        c = T.int64()
+        n = T.int64()
+        x = T.match_buffer(var_x, (r, c), dtype)
+        flags = T.match_buffer(var_flags, (r,), "int64")
+        values = T.match_buffer(var_values, (n, c), dtype)
+        at = T.match_buffer(var_at, (n,), "int64")
+        inverse = T.match_buffer(var_inverse, (r,), "int64")
+        counts = T.match_buffer(var_counts, (n,), "int64")
+        next_slot = T.alloc_buffer((1,), "int64", scope="local")
+        slot = T.alloc_buffer((1,), "int64", scope="local")
+        decided = T.alloc_buffer((1,), "int64", scope="local")
+        same = T.alloc_buffer((1,), "int64", scope="local")
+        next_slot[0] = T.int64(0)
+        for i in range(r):
+            if flags[i] == T.int64(1):
+                if ordered == 1:
+                    slot[0] = T.int64(0)
+                    for j in range(r):
+                        if flags[j] == T.int64(1):
+                            decided[0] = T.int64(0)
+                            for k in range(c):
+                                if decided[0] == T.int64(0):
+                                    if less(x[j, k], x[i, k]):
+                                        slot[0] = slot[0] + T.int64(1)
+                                        decided[0] = T.int64(1)
+                                    elif less(x[i, k], x[j, k]):
+                                        decided[0] = T.int64(1)
+                else:
+                    slot[0] = next_slot[0]
+                    next_slot[0] = next_slot[0] + T.int64(1)
+                for k in range(c):
+                    values[slot[0], k] = x[i, k]
+                at[slot[0]] = i
+        for p in range(n):
+            counts[p] = T.int64(0)
+        for i in range(r):
+            inverse[i] = T.int64(0)
+            for p in range(n):
+                same[0] = T.int64(1)
+                for k in range(c):
+                    if differ(x[i, k], values[p, k]):
+                        same[0] = T.int64(0)
+                if same[0] == T.int64(1):
+                    inverse[i] = p
+            counts[inverse[i]] = counts[inverse[i]] + T.int64(1)
+
+    return kernel
