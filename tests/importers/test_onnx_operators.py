@@ -142,3 +142,35 @@ def test_unique_matches_onnxruntime(sorted_, axis):
         outputs,
     )
     check_against_ort(made, x)
+
+
+def test_a_reshape_to_sizes_read_from_a_shape_stays_static():
+    """A framework's flatten: ``Reshape(x, Concat(Unsqueeze(Gather(Shape(x),
+    0)), [-1]))`` with a symbolic batch is ``reshape(x, [0, -1])``, typed
+    ``(batch, 12)``, not a ``dyn.reshape`` that forgets every size; and back
+    with ``Shape(x, start=1)``."""
+    import effir
+
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        const("zero", np.int64(0)),
+        helper.make_node("Gather", ["s", "zero"], ["b"]),
+        const("ax", np.array([0])),
+        helper.make_node("Unsqueeze", ["b", "ax"], ["b1"]),
+        const("m1", np.array([-1])),
+        helper.make_node("Concat", ["b1", "m1"], ["flat"], axis=0),
+        helper.make_node("Reshape", ["x", "flat"], ["y"]),
+        helper.make_node("Shape", ["x"], ["tail"], start=1),
+        helper.make_node("Concat", ["m1", "tail"], ["back"], axis=0),
+        helper.make_node("Reshape", ["y", "back"], ["z"]),
+    ]
+    made = model(
+        nodes,
+        [tensor("x", F, ["batch", 3, 4])],
+        [tensor("y", F, ["batch", 12]), tensor("z", F, ["batch", 3, 4])],
+    )
+    module = effir.from_onnx(made)
+    assert "dyn.reshape" not in effir.astext(module)
+    y_type, z_type = module["main"].body.checked_type.fields
+    assert y_type.shape == ("batch", 12) and z_type.shape == ("batch", 3, 4)
+    check_against_ort(made, X3.reshape(2, 3, 4))

@@ -136,7 +136,9 @@ def _cast_like(ctx: NodeContext) -> list[Value]:
 def cast(ctx: NodeContext, x: Value, dtype: str) -> Value:
     if x.tensor.dtype == dtype:
         return x
-    return ctx.block.op("cast", x, dtype=dtype, name_hint=ctx.name)
+    out = ctx.block.op("cast", x, dtype=dtype, name_hint=ctx.name)
+    both_integers = x.tensor.dtype[0] in "iu" and dtype[0] in "iu"
+    return out.holding(x.dims) if both_integers else out
 
 
 def dtype_of_attr(ctx: NodeContext, name: str) -> str:

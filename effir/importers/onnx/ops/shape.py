@@ -62,16 +62,15 @@ def _shape(ctx: NodeContext) -> list[Value]:
 
 def shape_of(block: Block, x: Value, start: int = 0, end: int | None = None) -> Value:
     """``x``'s dimensions ``start:end`` as an int64 vector: a constant when
-    they are static, ``shape_of`` otherwise."""
+    they are static, ``shape_of`` otherwise (knowing the symbols it holds)."""
     dims = x.tensor.shape[start:end]
     if all(isinstance(d, int) for d in dims):
         return constant(np.asarray(dims, dtype=np.int64))
     full = block.op("shape_of", x, dtype="int64", name_hint="shape")
     if (start, end) in ((0, None), (0, x.tensor.ndim)):
-        return full
-    return block.op(
-        "strided_slice", full, begin=[start], end=[end if end is not None else INT64_MAX]
-    )
+        return full.holding(tuple(dims))
+    stop = end if end is not None else INT64_MAX
+    return block.op("strided_slice", full, begin=[start], end=[stop]).holding(tuple(dims))
 
 
 def dim_of(block: Block, x: Value, axis: int) -> Value:
@@ -94,6 +93,9 @@ def _reshape(ctx: NodeContext) -> list[Value]:
     x, shape = ctx.tensor(0), ctx.tensor(1)
     allowzero = bool(ctx.attrs.get("allowzero", 0))
     if shape.const is None:
+        asked = _static_newshape(x, shape.sizes()) if not allowzero else None
+        if asked is not None:
+            return [reshape(ctx, x, asked)]
         return [ctx.block.op("dyn.reshape", x, shape, allowzero=allowzero, name_hint=ctx.name)]
     asked = [int(v) for v in shape.const.reshape(-1)]
     if allowzero and 0 in asked:
@@ -101,6 +103,28 @@ def _reshape(ctx: NodeContext) -> list[Value]:
             raise ctx.error("a shape with both 0 and -1 is ambiguous when allowzero is set")
         return [ctx.block.op("dyn.reshape", x, shape, allowzero=True, name_hint=ctx.name)]
     return [reshape(ctx, x, asked)]
+
+
+def _static_newshape(x: Value, sizes: tuple | None) -> list[int] | None:
+    """A shape computed at run time whose sizes are known as dimensions
+    (``(batch, -1)``), as ``reshape``'s static newshape: a symbol at the
+    input's own position copies it (0); one other symbol is the inferred
+    size (-1) when nothing else is; None when no static form says it."""
+    if sizes is None:
+        return None
+    asked: list[int] = []
+    inferred = -1 in sizes
+    for i, d in enumerate(sizes):
+        if isinstance(d, int):
+            asked.append(d)
+        elif i < x.tensor.ndim and x.tensor.shape[i] == d:
+            asked.append(0)
+        elif not inferred:
+            asked.append(-1)
+            inferred = True
+        else:
+            return None
+    return asked
 
 
 def reshape(ctx: NodeContext, x: Value, asked: list[int]) -> Value:
@@ -168,7 +192,7 @@ def _squeeze(ctx: NodeContext) -> list[Value]:
         axes = [i for i, d in enumerate(x.tensor.shape) if d == 1]
     if not axes:
         return [x]
-    return [ctx.block.op("squeeze", x, axis=axes, name_hint=ctx.name)]
+    return [ctx.block.op("squeeze", x, axis=axes, name_hint=ctx.name).holding(x.dims)]
 
 
 @converter("Unsqueeze", versions=(1, 11, *LATER))
@@ -178,9 +202,10 @@ def _unsqueeze(ctx: NodeContext) -> list[Value]:
     if axes is None:
         raise ctx.error("Unsqueeze needs its axes")
     rank = x.tensor.ndim + len(axes)
+    dims = x.dims
     for axis in sorted(a + rank if a < 0 else a for a in axes):
         x = ctx.block.op("expand_dims", x, axis=axis, name_hint=ctx.name)
-    return [x]
+    return [x.holding(dims)]
 
 
 @converter("Transpose", versions=(1, *LATER))
@@ -200,7 +225,11 @@ def _concat(ctx: NodeContext) -> list[Value]:
     if len(values) == 1:
         return values
     axis = int(ctx.attrs["axis"])
-    return [ctx.block.op("concatenate", pack(values), axis=axis, name_hint=ctx.name)]
+    joined = ctx.block.op("concatenate", pack(values), axis=axis, name_hint=ctx.name)
+    parts = [v.sizes() if v.tensor.ndim == 1 else None for v in values]
+    if all(p is not None for p in parts):  # shapes put together
+        return [joined.holding(tuple(d for p in parts for d in p))]  # type: ignore[union-attr]
+    return [joined]
 
 
 @converter("Split", versions=(2, 11, 13, 18))
@@ -231,7 +260,13 @@ def _gather(ctx: NodeContext) -> list[Value]:
     x, indices = ctx.tensor(0), ctx.tensor(1)
     axis = int(ctx.attrs.get("axis", 0))
     axis = axis + x.tensor.ndim if axis < 0 else axis
-    return [gather(ctx.block, x, indices, axis, ctx.name)]
+    taken = gather(ctx.block, x, indices, axis, ctx.name)
+    sizes = x.sizes() if x.tensor.ndim == 1 else None
+    if sizes is not None and indices.const is not None and indices.const.ndim <= 1:
+        picked = [sizes[int(i)] for i in indices.const.reshape(-1) if -len(sizes) <= i < len(sizes)]
+        if len(picked) == indices.const.size:  # dimensions taken out of a shape
+            return [taken.holding(tuple(picked))]
+    return [taken]
 
 
 def gather(block: Block, x: Value, indices: Value, axis: int, name: str) -> Value:
@@ -257,21 +292,29 @@ def _slice(ctx: NodeContext) -> list[Value]:
         steps_list = [1] * len(axes_list) if steps is None else [int(s) for s in steps]
         if 0 in steps_list:
             raise ctx.error("a step of 0")
-        return [
-            ctx.block.op(
-                "strided_slice",
-                x,
-                begin=[int(s) for s in starts],
-                end=[int(e) for e in ends],
-                strides=steps_list,
-                axes=[a + rank if a < 0 else a for a in axes_list],
-                name_hint=ctx.name,
-            )
-        ]
+        sliced = ctx.block.op(
+            "strided_slice",
+            x,
+            begin=[int(s) for s in starts],
+            end=[int(e) for e in ends],
+            strides=steps_list,
+            axes=[a + rank if a < 0 else a for a in axes_list],
+            name_hint=ctx.name,
+        )
+        sizes = x.sizes() if rank == 1 else None
+        if sizes is not None and len(axes_list) == 1:  # part of a shape
+            part = sizes[slice(int(starts[0]), _clamped(int(ends[0])), steps_list[0])]
+            return [sliced.holding(tuple(part))]
+        return [sliced]
     count = bounds[0].tensor.shape[0] if bounds[0] is not None else None
     if not isinstance(count, int):
         raise ctx.error("the number of sliced axes must be static")
     return [dynamic_slice(ctx.block, x, bounds, count, ctx.name)]
+
+
+def _clamped(end: int) -> int | None:
+    """A Slice's end as Python's slice takes it (INT64_MAX: to the end)."""
+    return None if end >= INT64_MAX // 2 else end
 
 
 def dynamic_slice(
