@@ -11,8 +11,9 @@
 3. The nodes are converted in order (graph.py), each by the converter its
    operator version has (registry.py, ops/); the result is the graph's
    output, or the tuple of its outputs.
-4. The module is type-checked (``effir.check``): what the importer built
-   is a program like any other.
+4. Bindings nothing uses (what only decided an attribute, a shape read
+   for a reshape) are removed (``dce``), and the module is type-checked
+   (``effir.check``): what the importer built is a program like any other.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ...ir.expr import Function
 from ...ir.module import IRModule
 from ...ir.trampoline import Computation, run
 from ...ir.types import TensorType, Type, TypeCall
+from ...passes.dce import dce
 from ...passes.infer_type import check
 from ..common.block import Block
 from ..common.diagnostics import ModelImportError
@@ -65,7 +67,8 @@ def from_onnx(
     model = load(model_or_path, opset)
     state = ImportState(model, list_model(model.proto, model.name, model.opset))
     main = run(_main(state, initializers == "parameters", dict(input_types or {})))
-    return check(state.parts.module(main))
+    # what only decided an attribute (a shape read to reshape) is left unused
+    return check(dce(state.parts.module(main)))
 
 
 def initializer_values(model_or_path: Any) -> dict[str, np.ndarray]:
