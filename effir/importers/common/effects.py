@@ -13,9 +13,11 @@ Running statistics updated in training mode live in a cell of
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from ...ir.expr import Call, Constant, GlobalVar, RefRead, RefWrite, Tuple
+from ...ir.expr import Constant, GlobalVar, RefRead, RefWrite, Tuple
 from ...ir.op import call_op
 from ...ir.types import KeyType, TensorType, TupleType
 from .block import Block
@@ -44,10 +46,8 @@ class StateCells:
         return self._key(block, f"rng_{owner}", seed)
 
     def _key(self, block: Block, base: str, seed: int) -> GlobalVar:
-        word = np.asarray(seed, dtype=np.int64 if not -(2**31) <= seed < 2**31 else np.int32)
-        init = Call(
-            call_op("random.key", Constant(word)).callee, (Constant(word),), span=block.span
-        )
+        word = np.asarray(seed, dtype=np.int32 if -(2**31) <= seed < 2**31 else np.int64)
+        init = dataclasses.replace(call_op("random.key", Constant(word)), span=block.span)
         return self.parts.add_cell(base, init, KeyType(), block.span)
 
     def draw(self, block: Block, cell: GlobalVar) -> Value:

@@ -12,14 +12,12 @@ recursive function, one call per element, its body the subgraph);
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from ....ir.expr import (
     Call,
     Clause,
-    Constructor,
     Expr,
     Function,
     If,
@@ -28,7 +26,6 @@ from ....ir.expr import (
     PatternConstructor,
     PatternTuple,
     PatternVar,
-    PatternWildcard,
     Tuple,
     Var,
 )
@@ -81,7 +78,9 @@ def build_list(ctx: NodeContext, block: Block, items: Sequence[Value], elem: Typ
 @converter("SequenceEmpty", versions=SEQUENCE_OPS)
 def _empty(ctx: NodeContext) -> list[Value]:
     _, nil = ctx.state.parts.constructors()
-    dtype_of_attr(ctx, "dtype") if "dtype" in ctx.attrs else None
+    if ctx.attrs.get("dtype") is not None:
+        dtype_of_attr(ctx, "dtype")  # an element type effir has: checked
+    # the elements' rank is learnt from what is put in (or effir.check infers it)
     return [Value(nil, list_type(IncompleteType()))]
 
 
@@ -320,6 +319,3 @@ def _map(ctx: NodeContext) -> Computation[list[Value]]:
     )
     result = ctx.block.emit(bound, result_type, ctx.name)
     return ctx.block.fields(result, len(items), ["mapped"] * len(items))
-
-
-_ = (Any, PatternWildcard, Constructor)

@@ -424,16 +424,8 @@ def scalar_input(ctx: NodeContext, i: int) -> Value:
 @converter("NonZero", versions=(9, 13))
 def _nonzero(ctx: NodeContext) -> list[Value]:
     x = ctx.tensor(0)
-    if x.tensor.ndim == 0:
+    if x.tensor.ndim == 0:  # a vector of one element, as onnxruntime reads it
         x = ctx.block.op("reshape", x, newshape=[1])
-        rows = ctx.block.op("argwhere", x)
-        return [
-            cast(
-                ctx,
-                ctx.block.op("strided_slice", ctx.block.op("transpose", rows), begin=[0], end=[0]),
-                "int64",
-            )
-        ]
     rows = ctx.block.op("argwhere", x)
     return [cast(ctx, ctx.block.op("transpose", rows, name_hint=ctx.name), "int64")]
 
