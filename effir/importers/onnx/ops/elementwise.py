@@ -77,7 +77,8 @@ for _onnx, (_op, _versions) in BINARY.items():
     converter(_onnx, versions=_versions)(_binary(_op))
 
 
-@converter("Max", "Min", "Sum", "Mean", versions=(8, 12, 13))
+@converter("Max", "Min", versions=(8, 12, 13))
+@converter("Sum", "Mean", versions=(8, 13))
 def _variadic(ctx: NodeContext) -> list[Value]:
     op = VARIADIC[ctx.node.op_type]
     values = [ctx.tensor(i) for i in range(len(ctx.inputs))]
