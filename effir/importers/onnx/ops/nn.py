@@ -71,7 +71,7 @@ def _softmax(ctx: NodeContext) -> list[Value]:
 REDUCTIONS = {
     "ReduceSum": ("sum", (1, 11), 13),
     "ReduceMean": ("mean", (1, 11, 13), 18),
-    "ReduceMax": ("max", (1, 11, 12, 13), 18),
+    "ReduceMax": ("max", (1, 11, 12, 13), 18),  # and 20: booleans
     "ReduceMin": ("min", (1, 11, 12, 13), 18),
     "ReduceProd": ("prod", (1, 11, 13), 18),
 }
@@ -92,7 +92,8 @@ def _reduction(op: str, since: int):
 
 
 for _onnx, (_op, _old, _since) in REDUCTIONS.items():
-    converter(_onnx, versions=(*_old, _since))(_reduction(_op, _since))
+    _later = (20,) if _op in ("max", "min") else ()
+    converter(_onnx, versions=(*_old, _since, *_later))(_reduction(_op, _since))
 
 
 @converter("ArgMax", versions=(11, 12, 13))
