@@ -89,7 +89,8 @@ def test_an_imported_module_differentiates():
 def test_an_imported_module_compiles_exports_and_reloads(tmp_path):
     """Compiled (llvm) against the interpreter from the same seed, two calls
     on one State (dropout's key and the statistics move on, identically),
-    two sequence lengths of the symbolic ``T``; exported, reloaded, run."""
+    two sequence lengths of the symbolic ``T``; exported, reloaded, run.
+    And a Loop of a constant trip count compiles into one loop kernel."""
     code = f"""
 import numpy as np, effir
 from tests.importers.onnx_models import composite
@@ -107,7 +108,10 @@ np.testing.assert_allclose(state["bn_norm"][0], reference["bn_norm"][0], rtol=1e
 path = compiled.export({str(tmp_path / "artifact")!r})
 loaded = effir.load(path)
 again = loaded(X, state=loaded.new_state())
-first = compiled(X, state=effir.State(module, seed=0))
+from tests.importers.test_onnx_control_flow import _loop_model
+loop = effir.compile(effir.from_onnx(_loop_model("M", "", None, 64)))
+y, ys = loop(np.array([0.5, -1.0], np.float32))
+assert ys.shape == (64, 2) and [b.loops for b in loop.report.builds] == [1], loop.report.table()
 print("ok", float(again[0]) > 0)
 """
     run = run_isolated(code, timeout=600).check()
