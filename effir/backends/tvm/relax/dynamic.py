@@ -1,9 +1,10 @@
 """Data-dependent shapes in the Relax lowering [RULE DYN].
 
 An operator whose result shape depends on data (``boolean_mask``,
-``argwhere``, the ``dyn.*`` operators, ``shape_of``) runs as the
-executor's kernels (dynamic_kernels.py): one counts, the VM turns the
+``argwhere``, ``unique``, the ``dyn.*`` operators, ``shape_of``) runs as
+the executor's kernels (dynamic_kernels.py): one counts, the VM turns the
 count into a shape (``tensor_to_shape``) and allocates, the other fills.
+``forget_dims`` (a value whose type forgets sizes) is a ``match_cast``.
 The helpers here (rows, dimensions, views, the executor's kernels for the
 target) serve the loops too.
 

@@ -2,7 +2,8 @@
 of the program but the executor's work around data-dependent shapes.
 
 Operators whose result shape depends on data (``boolean_mask``,
-``argwhere``) run in two kernels with the allocation between them, as the
+``argwhere``, ``unique``, ``dyn.arange``) run in two kernels with the
+allocation between them, as the
 dynamic-shape proposal planned: one counts (``count_true``,
 ``count_nonzero``), the VM turns the count into a shape
 (``tensor_to_shape``) and allocates, the other fills (``mask_rows``,
