@@ -160,8 +160,30 @@ def _nested_ifs(depth: int):
     return model([node], [tensor("x", F, [2]), tensor("c", 9, [])], [tensor("y", F, [2])])
 
 
+def _nested_loops(depth: int):
+    """``Loop``s nested ``depth`` deep, each carrying ``v`` (a ``Tanh`` at
+    the bottom); every trip count is the outer ``M``, read as a capture."""
+    body = None
+    for level in range(depth):
+        inner = (
+            helper.make_node("Tanh", ["v"], ["v_out"])
+            if body is None
+            else helper.make_node("Loop", ["M", "", "v"], ["v_out"], body=body)
+        )
+        body = helper.make_graph(
+            [helper.make_node("Identity", ["c"], ["c_out"]), inner],
+            f"body{level}",
+            [tensor("i", 7, []), tensor("c", 9, []), tensor("v", F, [2])],
+            [tensor("c_out", 9, []), tensor("v_out", F, [2])],
+        )
+    node = helper.make_node("Loop", ["M", "", "x"], ["y"], body=body)
+    return model([node], [tensor("M", 7, []), tensor("x", F, [2])], [tensor("y", F, [2])])
+
+
 @pytest.mark.parametrize(
-    ("make", "size"), [(_chain, 400), (_nested_ifs, 12)], ids=["chain", "nested ifs"]
+    ("make", "size"),
+    [(_chain, 400), (_nested_ifs, 12), (_nested_loops, 12)],
+    ids=["chain", "nested ifs", "nested loops"],
 )
 def test_importing_is_linear_in_the_model_s_size(make, size):
     """Twice the nodes (or the nesting), at most about twice the lines of

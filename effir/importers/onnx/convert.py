@@ -11,9 +11,9 @@
 3. The nodes are converted in order (graph.py), each by the converter its
    operator version has (registry.py, ops/); the result is the graph's
    output, or the tuple of its outputs.
-4. Bindings nothing uses (what only decided an attribute, a shape read
-   for a reshape) are removed (``dce``), and the module is type-checked
-   (``effir.check``): what the importer built is a program like any other.
+4. The module is type-checked (``effir.check``): what the importer built
+   is a program like any other. Bindings nothing uses (what only decided
+   an attribute, a shape read for a reshape) are then removed (``dce``).
 """
 
 from __future__ import annotations
@@ -67,8 +67,11 @@ def from_onnx(
     model = load(model_or_path, opset)
     state = ImportState(model, list_model(model.proto, model.name, model.opset))
     main = run(_main(state, initializers == "parameters", dict(input_types or {})))
-    # what only decided an attribute (a shape read to reshape) is left unused
-    return check(dce(state.parts.module(main)))
+    module = check(state.parts.module(main))
+    # what only decided an attribute (a shape read to reshape) is left unused;
+    # dce after the check: effect inference is linear on a typed module only
+    cleaned = dce(module)
+    return module if cleaned is module else check(cleaned)
 
 
 def initializer_values(model_or_path: Any) -> dict[str, np.ndarray]:
