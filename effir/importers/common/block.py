@@ -20,11 +20,13 @@ import numpy as np
 
 from ...ir.builder import LetBuilder
 from ...ir.diagnostics import AttrError, Span
-from ...ir.expr import Constant, Expr, If, Tuple, TupleGetItem
+from ...ir.expr import Call, Constant, Expr, If, Tuple, TupleGetItem
 from ...ir.op import op_def
 from ...ir.types import TensorType, TupleType, Type
 from ...ops.relations import NotReady, OpFailure, RelationError
 from .diagnostics import ModelImportError
+from .optionals import option_data
+from .types import option_element
 from .values import Value, constant
 
 FOLD_LIMIT = 1024
@@ -105,7 +107,14 @@ class Block:
     def widen(self, value: Value, target: Type) -> Value:
         """``value`` typed ``target``, a join of its type (types.py): the
         dimensions ``target`` has as ``?`` are forgotten (``forget_dims``);
-        a list's elements are already typed by rank and dtype."""
+        a list's elements are already typed by rank and dtype; a plain value
+        widened to an option is present (``Some``)."""
+        held = option_element(target)
+        if held is not None and option_element(value.type) is None:
+            some = option_data().constructors[0]
+            inner = self.widen(value, held)
+            call = Call(some, (inner.expr,), span=self.span)
+            return self.emit(call, target, "present")
         if not (isinstance(value.type, TensorType) and isinstance(target, TensorType)):
             return Value(value.expr, target, value.const)
         axes = [

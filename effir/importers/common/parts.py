@@ -9,8 +9,9 @@ from ...ir.expr import Call, Constructor, Expr, Function, GlobalCell, GlobalVar
 from ...ir.module import IRModule
 from ...ir.names import is_identifier
 from ...ir.types import RefType, Type
+from .optionals import option_data, option_function
 from .sequences import library_functions, list_data
-from .types import LIST
+from .types import LIST, OPTION
 
 
 class ModuleParts:
@@ -57,6 +58,21 @@ class ModuleParts:
         """``Nil`` itself (for patterns)."""
         self.constructors()
         return list_data().constructors[1]
+
+    def option_constructors(self) -> tuple[Constructor, Constructor]:
+        """``Some`` and ``None`` of ``Option`` (the type added once)."""
+        data = option_data()
+        self.type_defs.setdefault(OPTION, data)
+        some, none = data.constructors
+        return some, none
+
+    def option_library(self, name: str) -> GlobalVar:
+        """The option function ``@name`` (common/optionals.py), added once."""
+        self.option_constructors()
+        if name not in self.functions:
+            self._names.add(name)
+            self.functions[name] = option_function(name)
+        return GlobalVar(name)
 
     def add_cell(self, base: str, init: Expr, content: Type, span: Span | None) -> GlobalVar:
         """A state cell holding ``init``'s value to begin with."""

@@ -1,5 +1,5 @@
-"""Types as an importer builds them: the list type of sequences, and the
-join of two types, which is how values of different shapes become one
+"""Types as an importer builds them: the list type of sequences, the
+option type of optional values, and the join of two types, which is how values of different shapes become one
 type (``if`` branches, loop states, list elements)."""
 
 from __future__ import annotations
@@ -29,6 +29,36 @@ def list_element(t: Type) -> Type | None:
     if isinstance(t, TypeCall) and t.func.name == LIST:
         return t.args[0]
     return None
+
+
+OPTION = "Option"
+"""The ADT of optional values: the prelude's ``Option[A] { Some(A), None }``."""
+
+
+def option_type(element: Type) -> TypeCall:
+    """``Option[element]``."""
+    return TypeCall(GlobalTypeVar(OPTION), (element,))
+
+
+def option_element(t: Type) -> Type | None:
+    """The type an option type holds, or None for another type."""
+    if isinstance(t, TypeCall) and t.func.name == OPTION:
+        return t.args[0]
+    return None
+
+
+def adts_in(t: Type) -> set[str]:
+    """The ADTs (``List``, ``Option``) that ``t`` names, however deep: what
+    the module must define for ``t`` to be a type of it."""
+    found, stack = set(), [t]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, TypeCall):
+            found.add(current.func.name)
+            stack.extend(current.args)
+        elif isinstance(current, TupleType):
+            stack.extend(current.fields)
+    return found
 
 
 def loose(t: TensorType) -> TensorType:
@@ -61,6 +91,10 @@ def join(a: Type, b: Type) -> Type:
     ea, eb = list_element(a), list_element(b)
     if ea is not None and eb is not None:
         return list_type(join(ea, eb))
+    oa, ob = option_element(a), option_element(b)
+    if oa is not None or ob is not None:
+        # a plain value joins an optional one as a present value (``Some``)
+        return option_type(join(a if oa is None else oa, b if ob is None else ob))
     if isinstance(a, KeyType) and isinstance(b, KeyType):
         return a
     raise JoinError(f"a {_kind(a)} and a {_kind(b)}")
@@ -86,6 +120,9 @@ def _same(a: Type, b: Type) -> bool:
         if isinstance(ea, IncompleteType) or isinstance(eb, IncompleteType):
             return isinstance(ea, IncompleteType) and isinstance(eb, IncompleteType)
         return _same(ea, eb)
+    oa, ob = option_element(a), option_element(b)
+    if oa is not None or ob is not None:
+        return oa is not None and ob is not None and _same(oa, ob)
     return type(a) is type(b)
 
 
@@ -94,6 +131,8 @@ def _kind(t: Type) -> str:
         return "tensor"
     if list_element(t) is not None:
         return "sequence"
+    if option_element(t) is not None:
+        return "optional"
     if isinstance(t, TupleType):
         return "tuple"
     return type(t).__name__

@@ -28,6 +28,7 @@ from ..common.block import Block
 from ..common.diagnostics import ModelImportError
 from ..common.effects import StateCells
 from ..common.parts import ModuleParts, identifier
+from ..common.types import LIST, OPTION, adts_in
 from ..common.values import Value, constant
 from .listing import ModelListing, node_key, node_label, subgraph_key
 from .model import DEFAULT_DOMAINS, Model
@@ -291,6 +292,12 @@ def param_value(name: str, type_: Type) -> Value:
 def declared_type(state: ImportState, proto: Any, what: str, key: str) -> Type:
     """A graph input's or output's declared type, or a located error."""
     try:
-        return type_of(proto.type, what)
+        found = type_of(proto.type, what)
     except UnsupportedType as err:
         raise ModelImportError(str(err), state.listing.span(key)) from None
+    adts = adts_in(found)
+    if LIST in adts:
+        state.parts.constructors()
+    if OPTION in adts:
+        state.parts.option_constructors()
+    return found

@@ -1,6 +1,6 @@
 """ONNX types as effir types: tensor element types as dtypes, dimensions
 (a ``dim_param`` is a symbolic dimension, an unknown one ``?``), sequences
-as lists."""
+as lists, optionals as options."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 from ...ir.names import KEYWORDS
 from ...ir.types import ANY, DTYPES, IncompleteType, TensorType, Type
 from ..common.parts import identifier
-from ..common.types import list_type, loose
+from ..common.types import list_type, loose, option_type
 
 # TensorProto.DataType -> effir dtype; the others have no effir dtype.
 DTYPE_OF = {
@@ -89,6 +89,8 @@ def type_of(proto: Any, what: str) -> Type:
         return list_type(
             loose(TensorType(tuple(dim_of(d) for d in inner.tensor_type.shape.dim), dtype))
         )
+    if which == "optional_type":
+        return option_type(type_of(proto.optional_type.elem_type, f"what {what} holds"))
     raise UnsupportedType(
-        f"{what} has the type {which or 'undefined'}: effir reads tensors and sequences"
+        f"{what} has the type {which or 'undefined'}: effir reads tensors, sequences and optionals"
     )

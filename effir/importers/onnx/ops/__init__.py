@@ -1,3 +1,12 @@
 """The converters, one module per family; importing registers them."""
 
-from . import control, effects, elementwise, nn, recurrent, sequences, shape  # noqa: F401
+from . import (  # noqa: F401
+    control,
+    effects,
+    elementwise,
+    nn,
+    optionals,
+    recurrent,
+    sequences,
+    shape,
+)
