@@ -77,6 +77,8 @@ COMPILED_SAMPLE = (
     "test_loop13_seq",
     "test_range_int32_type_negative_delta_expanded",
     "test_if_seq",
+    "test_if_opt",
+    "test_identity_opt",
     "test_scan9_sum",
     "test_sequence_map_add_2_sequences",
     "test_split_to_sequence_1",
@@ -276,30 +278,56 @@ def run_interpreted(case: Case) -> None:
             np.testing.assert_array_equal(a, b)
 
 
-def compiled_entry(module: Any, inputs: list[Any], expected: list[Any]) -> tuple[Any, list[Any]]:
+def compiled_entry(
+    module: Any, inputs: list[Any], expected: list[Any], declared: list[Any] | None = None
+) -> tuple[Any, list[Any]]:
     """A module whose ``@main`` effir.compile can take (tensors in and out):
     the model's ``@main`` renamed, called by a ``@main`` that builds each
-    sequence input from one parameter per element and returns each
-    sequence output's elements (as many as the test expects); and its
-    arguments."""
+    sequence input from one parameter per element (``Some`` of it where
+    the model ``declared`` the input optional) and returns each sequence
+    output's elements (as many as the test expects; an optional output's
+    value read with a ``match?``); and its arguments."""
     import effir
     from effir.importers.common.sequences import library_functions
-    from effir.ir.expr import Call, Function, GlobalVar, Tuple, TupleGetItem, Var, const
+    from effir.importers.common.types import option_element
+    from effir.ir.expr import (
+        Call,
+        Clause,
+        Function,
+        GlobalVar,
+        Match,
+        PatternConstructor,
+        PatternVar,
+        Tuple,
+        TupleGetItem,
+        Var,
+        const,
+    )
     from effir.ir.module import IRModule
     from effir.ir.op import call_op
-    from effir.ir.types import TensorType
+    from effir.ir.types import TensorType, TupleType
 
-    if not any(isinstance(v, list) for v in [*inputs, *expected]):
+    optional = [
+        t is not None and t.WhichOneof("value") == "optional_type"
+        for t in (declared or [None] * len(inputs))
+    ]
+    ret = module.functions["main"].checked_type.ret_type
+    out_types = list(ret.fields) if len(expected) > 1 and isinstance(ret, TupleType) else [ret]
+    if not any(isinstance(v, list) for v in [*inputs, *expected]) and not (
+        any(optional) or any(option_element(t) is not None for t in out_types)
+    ):
         return module, inputs
-    data = module.type_defs["List"]
-    cons, nil = data.constructors
+    cons, nil = (
+        module.type_defs["List"].constructors if "List" in module.type_defs else (None, None)
+    )
+    some = module.type_defs["Option"].constructors[0] if "Option" in module.type_defs else None
     params, args, call_args = [], [], []
     for k, value in enumerate(inputs):
         if not isinstance(value, list):
             p = Var(f"in{k}", TensorType(np.shape(value), str(np.asarray(value).dtype)))
             params.append(p)
             args.append(value)
-            call_args.append(p)
+            call_args.append(Call(some, (p,)) if optional[k] else p)
             continue
         items = []
         for j, item in enumerate(value):
@@ -311,13 +339,17 @@ def compiled_entry(module: Any, inputs: list[Any], expected: list[Any]) -> tuple
         seq = Call(nil, ())
         for item in reversed(items):
             seq = Call(cons, (item, seq))
-        call_args.append(seq)
+        call_args.append(Call(some, (seq,)) if optional[k] else seq)
     result = Call(GlobalVar("model"), tuple(call_args))
     outs = (
         [result] if len(expected) == 1 else [TupleGetItem(result, k) for k in range(len(expected))]
     )
     fields = []
-    for out, want in zip(outs, expected, strict=True):
+    for out, want, t in zip(outs, expected, out_types, strict=True):
+        if option_element(t) is not None:
+            x = Var("present")
+            clause = Clause(PatternConstructor(some, (PatternVar(x),)), x)
+            out = Match(out, (clause,), complete=False)
         if isinstance(want, list):
             fields += [
                 Call(GlobalVar("seq_at"), (out, const(j, "int64"))) for j in range(len(want))
@@ -351,7 +383,8 @@ def run_compiled(case: Case) -> None:
 
     module = import_case(case)
     for inputs, expected in case.data_sets:
-        entry, args = compiled_entry(module, inputs, expected)
+        declared = [i.type for i in case.model.graph.input]
+        entry, args = compiled_entry(module, inputs, expected, declared)
         compiled = effir.compile(entry)
         flat = compiled(*args, state=effir.State(entry, seed=0))
         flat = list(flat) if isinstance(flat, tuple) else [flat]
