@@ -191,6 +191,35 @@ def load(path, key=None):
     return load_artifact(path, key=key)
 
 
+# --- importers (docs/importers.md): onnx is imported when a model is read ---
+from .importers import ModelImportError  # noqa: E402
+
+
+def from_onnx(model_or_path, *, opset=None, initializers="constants", input_types=None):
+    """An ONNX model (a ``ModelProto``, its bytes or a path) as an
+    ``IRModule`` whose ``@main`` takes the graph's inputs and returns its
+    outputs: control flow kept (``Loop``/``Scan``/recurrent layers as
+    ``cf.foreach``/``cf.while_loop``, ``If`` as ``if``), sequences as lists,
+    random operators, dropout and training-mode batch norm on state cells.
+
+    - ``opset``: read the model at this opset of the default domain
+      (default: the model's own).
+    - ``initializers``: ``"constants"`` (default) or ``"parameters"`` (the
+      weights (float initializers of rank 1 or more, but batch
+      norm's running statistics, which stay state) become parameters of
+      ``@main`` after its inputs: what
+      training with ``effir.grad`` needs; their values:
+      ``effir.importers.onnx.initializer_values``).
+    - ``input_types``: effir types for inputs the model does not type
+      precisely enough, by name (for a sequence, its elements' type).
+
+    What cannot be imported is a ``ModelImportError`` naming the node, its
+    operator type and opset. See effir/importers/onnx/convert.py."""
+    from .importers import from_onnx as convert
+
+    return convert(model_or_path, opset=opset, initializers=initializers, input_types=input_types)
+
+
 __all__ = [
     "ArgumentError",
     "AttrError",
@@ -235,6 +264,8 @@ __all__ = [
     "ParseError",
     "StructuralMismatch",
     "WellFormedError",
+    "ModelImportError",
+    "from_onnx",
     "assert_structural_equal",
     "astext",
     "check_well_formed",

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import __version__
 from .backends.interpreter import State, interpret_a2, state_cells
-from .io_safety import output_directory, read_for_rewrite, rewrite
+from .io_safety import output_directory, read_for_rewrite, rewrite, write_program
 from .ir import EffectError, Error, IRModule, TypeCheckError, astext, parse
 from .passes.infer_effects import check_effects, effect_text
 from .passes.infer_type import check
@@ -417,6 +417,27 @@ def cmd_graph(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    """An ONNX model as an effir program (docs/importers.md)."""
+    from .importers import from_onnx
+
+    data, _ = read_input(args.model)  # a missing or unreadable file: a CommandError
+    model = data if args.model == "-" else args.model
+    module = from_onnx(model, opset=args.opset, initializers=args.initializers)
+    text = astext(module)
+    if args.output:
+        write_program(args.output, text, source=None if args.model == "-" else args.model)
+        if not args.quiet:
+            counts = (
+                f"{len(module.functions)} function(s), {len(module.type_defs)} type(s), "
+                f"{len(module.cells)} state cell(s)"
+            )
+            print(f"{args.output}: {counts}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
 def _tensor_specs(spec: object) -> list:
     from .backends.tvm.runtime.signature import TensorSpec, TupleSpec
 
@@ -574,6 +595,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="sizes of the entry's symbolic dimensions to build for (repeat for more shapes)",
     )
     compile_cmd.set_defaults(run=cmd_compile)
+
+    import_cmd = commands.add_parser(
+        "import", help="an ONNX model as an effir program (docs/importers.md)"
+    )
+    import_cmd.add_argument("model", metavar="MODEL", help="an .onnx file, or - for standard input")
+    import_cmd.add_argument(
+        "-o", "--output", metavar="OUT", help="write the program to OUT (default: standard output)"
+    )
+    import_cmd.add_argument(
+        "--opset", type=int, default=None, help="read the model at this opset (default: its own)"
+    )
+    import_cmd.add_argument(
+        "--initializers",
+        choices=("constants", "parameters"),
+        default="constants",
+        help="weights as constants of the program (default) or as parameters of @main",
+    )
+    import_cmd.add_argument("-q", "--quiet", action="store_true", help="no summary line")
+    import_cmd.set_defaults(run=cmd_import)
 
     graph = commands.add_parser("graph", help="draw a program's dataflow as SVG")
     graph.add_argument("file", metavar="FILE", help="a file, or - for standard input")

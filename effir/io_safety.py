@@ -21,6 +21,12 @@ Two commands write where the user points them, and each has its contract
   manifest) or an empty directory. A file, a non-empty directory of other
   things, ``.``, ``..`` or a directory above the current one are refused.
 
+- ``effir import MODEL -o FILE`` writes a program. ``write_program``: a
+  new file, or one that already holds an effir program (it starts with
+  the text format's ``#[version`` header), is replaced by a complete new
+  file renamed over it; anything else (another file, a directory, the
+  model being imported) is refused before anything is written.
+
 Every refusal and every operating-system failure (a read-only directory, a
 file deleted meanwhile) is an ``OutputError``: one message, exit status 1.
 """
@@ -284,4 +290,54 @@ def install_directory(staging: Path, target: Path, manifest: str) -> Path:
         raise OutputError(f"{target}: cannot write the artifact: {_reason(err)}") from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+# -------------------------------------------------------------- import -o
+PROGRAM_HEADER = b"#[version"
+
+
+def write_program(path: str, text: str, source: str | None = None) -> None:
+    """Write ``text`` (an effir program) to ``path``: a new file, or over
+    an effir program (renamed into place when complete); anything else,
+    and the file ``source`` the program was made from, is refused."""
+    target = os.path.realpath(path)
+    if source is not None and os.path.exists(source) and os.path.realpath(source) == target:
+        raise OutputError(f"-o {path}: that is the model being imported; choose another name")
+    try:
+        status = os.stat(target)
+    except FileNotFoundError:
+        status = None
+    except OSError as err:
+        raise OutputError(f"{path}: {_reason(err)}") from None
+    if status is not None:
+        if not stat.S_ISREG(status.st_mode):
+            raise OutputError(f"{path}: {_kind(status.st_mode)}: refusing to replace it")
+        try:
+            with open(target, "rb") as handle:
+                head = handle.read(len(PROGRAM_HEADER))
+        except OSError as err:
+            raise OutputError(f"{path}: cannot read it: {_reason(err)}") from None
+        if head != PROGRAM_HEADER:
+            raise OutputError(
+                f"{path}: exists and is not an effir program; refusing to replace it: remove "
+                "it or choose another name"
+            )
+    directory = os.path.dirname(target) or "."
+    try:
+        fd, temp = tempfile.mkstemp(prefix=".effir-import-", dir=directory)
+    except OSError as err:
+        raise OutputError(f"{path}: cannot write in {directory}: {_reason(err)}") from None
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(text.encode("utf-8"))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temp, stat.S_IMODE(status.st_mode) if status is not None else 0o644)
+        os.replace(temp, target)
+    except OSError as err:
+        _remove(temp)
+        raise OutputError(f"{path}: cannot write: {_reason(err)}") from None
+    except BaseException:
+        _remove(temp)
         raise

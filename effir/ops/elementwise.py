@@ -27,8 +27,11 @@ from .relations import (
     with_op_name,
 )
 
-UNARY = ("negative", "exp", "log", "sqrt", "tanh", "sigmoid", "nn.relu", "logical_not")
-BINARY = ("add", "subtract", "multiply", "divide", "power", "maximum", "minimum")
+UNARY = (
+    "negative", "exp", "log", "sqrt", "tanh", "sigmoid", "nn.relu", "logical_not",
+    "abs", "sin", "cos", "floor", "ceil",
+)  # fmt: skip
+BINARY = ("add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "mod", "fmod")
 COMMUTATIVE = {
     "add",
     "multiply",
@@ -72,6 +75,11 @@ _UNARY_KINDS = {
     "sigmoid": "f",
     "nn.relu": _NUMERIC,
     "logical_not": "b",
+    "abs": _NUMERIC,  # wraps for the most negative int, as negative does
+    "sin": "f",
+    "cos": "f",
+    "floor": "f",
+    "ceil": "f",
 }
 
 
@@ -91,6 +99,11 @@ _UNARY_FNS: dict[str, Callable[[np.ndarray], Any]] = {
     "sigmoid": _sigmoid,
     "nn.relu": lambda x: np.maximum(x, x.dtype.type(0)),
     "logical_not": np.logical_not,
+    "abs": np.abs,
+    "sin": np.sin,
+    "cos": np.cos,
+    "floor": np.floor,
+    "ceil": np.ceil,
 }
 
 
@@ -122,6 +135,21 @@ def _unary_impl(name: str) -> NumpyImpl:
 for _name in UNARY:
     type_rule(_name)(_unary_relation(_name))
     numpy_rule(_name)(_unary_impl(_name))
+
+
+def _mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The remainder with the divisor's sign (Python's ``%``, numpy's
+    ``mod``); an integer modulo by zero fails as an integer division does."""
+    if a.dtype.kind in "iu" and np.any(np.broadcast_to(b, broadcast_values(a, b)) == 0):
+        raise OpFailure("integer modulo by zero")
+    return np.mod(a, b)
+
+
+def _fmod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The remainder with the dividend's sign (C's ``fmod``, truncating)."""
+    if a.dtype.kind in "iu" and np.any(np.broadcast_to(b, broadcast_values(a, b)) == 0):
+        raise OpFailure("integer modulo by zero")
+    return np.fmod(a, b)
 
 
 def _binary_relation(name: str, kinds: str, result_dtype: str | None) -> TypeRelation:
@@ -172,6 +200,8 @@ _BINARY_FNS: dict[str, Callable[[np.ndarray, np.ndarray], Any]] = {
     "power": _power,
     "maximum": np.maximum,
     "minimum": np.minimum,
+    "mod": _mod,
+    "fmod": _fmod,
     "equal": np.equal,
     "not_equal": np.not_equal,
     "less": np.less,
@@ -347,6 +377,61 @@ def _relu_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) ->
         return (None,)
     zero = ctx.const(0, ctx.tensor_type(out).dtype)
     return (ctx.op("where", ctx.op("greater", x, zero), ct, zero),)
+
+
+@defvjp("abs")
+def _abs_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    # sign(x) ct: the slope at 0 is 0, as JAX's
+    (x,) = args
+    if not ctx.is_float(out):
+        return (None,)
+    zero = ctx.const(0, ctx.tensor_type(out).dtype)
+    negated = ctx.op("negative", ct)
+    below = ctx.op("where", ctx.op("less", x, zero), negated, zero)
+    return (ctx.op("where", ctx.op("greater", x, zero), ct, below),)
+
+
+@defvjp("sin")
+def _sin_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    return (ctx.op("multiply", ct, ctx.op("cos", args[0])),)
+
+
+@defvjp("cos")
+def _cos_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    return (ctx.op("negative", ctx.op("multiply", ct, ctx.op("sin", args[0]))),)
+
+
+@defvjp("floor", "ceil")
+def _step_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    # piecewise constant: the slope is 0 wherever it exists (JAX's convention)
+    return (ctx.zeros_like(args[0]),)
+
+
+def _remainder_vjp(ctx: VjpContext, args: Args, out: Expr, ct: Expr, truncate: bool) -> Grads:
+    """x mod y = x - q y with q = floor(x / y) (``mod``) or trunc(x / y)
+    (``fmod``), piecewise constant: dx = ct, dy = -q ct; integers have no
+    derivative."""
+    x, y = args
+    if not ctx.is_float(out):
+        return (None, None)
+    out_type = ctx.tensor_type(out)
+    ratio = ctx.op("divide", x, y)
+    quotient = ctx.op("floor", ratio)
+    if truncate:
+        below = ctx.op("less", ratio, ctx.const(0, out_type.dtype))
+        quotient = ctx.op("where", below, ctx.op("ceil", ratio), quotient)
+    gy = ctx.op("negative", ctx.op("multiply", ct, quotient))
+    return (ctx.unbroadcast(ct, out_type, x), ctx.unbroadcast(gy, out_type, y))
+
+
+@defvjp("mod")
+def _mod_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    return _remainder_vjp(ctx, args, out, ct, truncate=False)
+
+
+@defvjp("fmod")
+def _fmod_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    return _remainder_vjp(ctx, args, out, ct, truncate=True)
 
 
 def _extremum_vjp(ctx: VjpContext, args: Args, out: Expr, ct: Expr) -> Grads:

@@ -48,6 +48,18 @@ register_op(
     doc="index of the maximum (int32)",
 )
 
+register_op(
+    "cumsum",
+    1,
+    attrs=(
+        AttrSpec("axis", "int"),
+        AttrSpec("exclusive", "bool", False),
+        AttrSpec("reverse", "bool", False),
+    ),
+    traits=("opaque",),
+    doc="running sums along axis (exclusive: without the element itself; reverse: from the end)",
+)
+
 
 # ------------------------------------------------------------------ rules
 # Relay's semantics. The reduced axes: every axis when ``axis`` is None or
@@ -123,6 +135,36 @@ for _name in _KINDS:
     numpy_rule(_name)(_reduce_impl(_name))
 
 
+# cumsum: ONNX's CumSum (and numpy's cumsum with its two variants). The
+# result keeps the input's dtype (integers wrap); float16 accumulates in
+# float32, rounded once per element. ``exclusive`` leaves the element itself
+# out (the first sum is 0); ``reverse`` sums from the end of the axis.
+@type_rule("cumsum")
+@with_op_name("cumsum")
+def _cumsum_relation(args: tuple[Type, ...], attrs: Attrs) -> Type:
+    x = expect_tensor(args[0])
+    expect_dtype(x, "iuf")
+    if x.ndim == 0:
+        raise RelationError("the argument must have an axis to sum along, got a scalar")
+    normalize_axes((attrs["axis"],), x.ndim)
+    return x
+
+
+@numpy_rule("cumsum")
+def _cumsum_impl(args: tuple[Any, ...], attrs: Attrs) -> np.ndarray:
+    x = as_tensor(args[0])
+    (axis,) = normalize_axes((attrs["axis"],), x.ndim)
+    data = np.flip(x, axis) if attrs["reverse"] else x
+    with np.errstate(all="ignore"):
+        sums = np.cumsum(data, axis=axis, dtype=compute_dtype(x.dtype))
+    if attrs["exclusive"] and x.shape[axis]:
+        head = np.zeros_like(np.take(sums, [0], axis=axis))
+        sums = np.concatenate([head, np.take(sums, range(x.shape[axis] - 1), axis=axis)], axis)
+    if attrs["reverse"]:
+        sums = np.flip(sums, axis)
+    return to_result(sums, x.dtype)
+
+
 @type_rule("argmax")
 @with_op_name("argmax")
 def _argmax_relation(args: tuple[Type, ...], attrs: Attrs) -> Type:
@@ -178,6 +220,17 @@ def _sum_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> 
         return (None,)
     axes = reduce_axes(attrs, ctx.tensor_type(x).ndim)
     return (ctx.broadcast_like(_kept(ctx, ct, attrs, axes), x),)
+
+
+@defvjp("cumsum")
+def _cumsum_vjp(ctx: VjpContext, args: Args, attrs: Attrs, out: Expr, ct: Expr) -> Grads:
+    # linear: its transpose sums the cotangents from the other end
+    if not ctx.is_float(out):
+        return (None,)
+    flipped = not attrs["reverse"]
+    return (
+        ctx.op("cumsum", ct, axis=attrs["axis"], exclusive=attrs["exclusive"], reverse=flipped),
+    )
 
 
 @defvjp("mean")

@@ -52,7 +52,9 @@ def broadcast_pair(draw):
 
 
 # ---------------------------------------------------------------- elementwise
-@pytest.mark.parametrize("name", ["negative", "exp", "tanh", "sigmoid", "nn.relu"])
+@pytest.mark.parametrize(
+    "name", ["negative", "exp", "tanh", "sigmoid", "nn.relu", "abs", "sin", "cos"]
+)
 @FEW
 @given(shape=shapes, seed=st.integers(0, 2**16))
 def test_unary(name, shape, seed):
@@ -80,6 +82,45 @@ def test_divide_and_power(shapes, seed):
     rng = np.random.default_rng(seed)
     check_vjp("divide", [rand(rng, shapes[0]), rand(rng, shapes[1], low=0.5)], seed=seed)
     check_vjp("power", [rand(rng, shapes[0], low=0.5), rand(rng, shapes[1])], seed=seed)
+
+
+@pytest.mark.parametrize("name", ["mod", "fmod"])
+@FEW
+@given(shapes=broadcast_pair(), seed=st.integers(0, 2**16))
+def test_mod_and_fmod(name, shapes, seed):
+    """Away from the jumps (|x| < |y| < 2 |x| keeps the quotient fixed near the
+    point): dx = ct, dy = -quotient ct."""
+    rng = np.random.default_rng(seed)
+    x = rand(rng, shapes[0], low=0.5) * rng.choice([-1.0, 1.0], shapes[0])
+    y = np.abs(rand(rng, shapes[1], low=0.2)) * 0.37 * rng.choice([-1.0, 1.0], shapes[1])
+    check_vjp(name, [x, y], seed=seed)
+
+
+@pytest.mark.parametrize("name", ["floor", "ceil"])
+def test_floor_and_ceil_have_zero_slope(name):
+    (g,) = check_vjp(name, [np.array([-1.3, 0.2, 2.7])], directions=0)
+    np.testing.assert_array_equal(g, 0.0)
+
+
+def test_abs_slope_at_zero_is_zero():
+    (g,) = check_vjp("abs", [np.array([-1.0, 0.0, 2.0])], directions=0)
+    assert g[1] == 0.0
+
+
+@FEW
+@given(case=st.sampled_from([((5,), 0), ((2, 3), 1), ((2, 3), 0), ((3, 2, 2), -1)]),
+       flags=st.tuples(st.booleans(), st.booleans()), seed=st.integers(0, 2**16))  # fmt: skip
+def test_cumsum(case, flags, seed):
+    shape, axis = case
+    x = rand(np.random.default_rng(seed), shape)
+    check_vjp("cumsum", [x], seed=seed, axis=axis, exclusive=flags[0], reverse=flags[1])
+
+
+def test_forget_dims_and_arange():
+    check_vjp("forget_dims", [np.arange(6.0).reshape(2, 3)], axes=[0])
+    bounds = [np.array(0.25), np.array(3.1), np.array(0.7)]
+    (d_start, d_limit, d_delta) = check_vjp("dyn.arange", bounds)
+    assert d_limit is None or not np.any(d_limit)
 
 
 def test_power_at_zero_has_no_nan():

@@ -1,6 +1,7 @@
 """The TVM backend's layout by stage (docs/architecture.md): the rest of
 effir reaches it through ``driver/`` and ``runtime/`` only, and nothing in
-it imports the frontend. Imports written inside functions count too."""
+it imports the frontend; the importers make IR without a backend or the
+frontend. Imports written inside functions count too."""
 
 from __future__ import annotations
 
@@ -76,3 +77,35 @@ def test_the_pass_registry_names_a_driver_module() -> None:
     for module in BUILTIN_PASS_MODULES:
         if module.startswith(BACKEND + "."):
             assert module[len(BACKEND) + 1 :].split(".")[0] in ENTRY_STAGES, module
+
+
+IMPORTERS = "effir.importers"
+BELOW_IMPORTERS = ("effir.ir", "effir.ops", "effir.passes", "effir.std", "effir.runtime")
+
+
+def test_importers_import_only_the_layers_that_make_ir() -> None:
+    """Importers produce IR, as the frontend does: from effir they import
+    ir, ops, passes, std and runtime (and each other), never a backend or
+    the frontend, and onnx only inside functions (``import effir`` needs
+    no onnx)."""
+    bad = []
+    for path in _sources():
+        if not _module_name(path).startswith(IMPORTERS):
+            continue
+        tree = ast.parse(path.read_text())
+        top_level = {id(n) for n in tree.body}
+        for line, module in _imports(path):
+            if module.startswith("effir.") and not module.startswith((IMPORTERS, *BELOW_IMPORTERS)):
+                bad.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {module}")
+        for node in tree.body:
+            if isinstance(node, ast.Import | ast.ImportFrom) and id(node) in top_level:
+                names = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else [node.module or ""]
+                )
+                if any(n.split(".")[0] in ("onnx", "onnxruntime", "torch") for n in names):
+                    bad.append(
+                        f"{path.relative_to(PACKAGE.parent)}:{node.lineno} imports {names} at load"
+                    )
+    assert not bad, "\n".join(bad)

@@ -175,3 +175,82 @@ def test_argwhere():
     conforms(out, rel("argwhere", T((2, 3), "float64")))
     conforms(run("argwhere", np.zeros((2, 3), bool)), rel("argwhere", T((2, 3), "bool")))
     conforms(run("argwhere", np.asarray(7, "int8")), rel("argwhere", T((), "int8")))
+
+
+# ------------------------------------------------------------------ unique
+def test_unique_relation():
+    values, first, inverse, counts = rel("unique", T((2, "n"), "int32")).fields
+    assert (values.shape, values.dtype) == ((ANY,), "int32")
+    assert (first.shape, inverse.shape, counts.shape) == ((ANY,), (ANY,), (ANY,))
+    assert inverse.dtype == first.dtype == counts.dtype == "int64"
+    assert rel("unique", T((2, 3))).fields[2].shape == (6,)
+    values, _, inverse, _ = rel("unique", T((4, 3)), axis=-2).fields
+    assert (values.shape, inverse.shape) == ((ANY, 3), (4,))
+    with pytest.raises(RelationError, match="unique: a scalar has no axis"):
+        rel("unique", T(()), axis=0)
+
+
+def test_unique_sorted_and_in_first_occurrence_order():
+    """ONNX's Unique examples: sorted, and in the order of first occurrence."""
+    x = np.array([2.0, 1.0, 1.0, 3.0, 4.0, 3.0], "float32")
+    values, first, inverse, counts = run("unique", x)
+    np.testing.assert_array_equal(values, [1, 2, 3, 4])
+    np.testing.assert_array_equal(first, [1, 0, 3, 4])
+    np.testing.assert_array_equal(inverse, [1, 0, 0, 2, 3, 2])
+    np.testing.assert_array_equal(counts, [2, 1, 2, 1])
+    values, first, inverse, counts = run("unique", x, sorted=False)
+    np.testing.assert_array_equal(values, [2, 1, 3, 4])
+    np.testing.assert_array_equal(first, [0, 1, 3, 4])
+    np.testing.assert_array_equal(inverse, [0, 1, 1, 2, 3, 2])
+    np.testing.assert_array_equal(counts, [1, 2, 2, 1])
+    rows = np.array([[1, 0, 0], [1, 0, 0], [2, 3, 4]], "int8")
+    values, first, inverse, counts = run("unique", rows, axis=0)
+    np.testing.assert_array_equal(values, [[1, 0, 0], [2, 3, 4]])
+    assert values.dtype == np.int8 and inverse.tolist() == [0, 0, 1] and counts.tolist() == [2, 1]
+    with pytest.raises(OpFailure, match="unique of an empty axis"):
+        run("unique", np.zeros((0, 2), "float32"), axis=0)
+
+
+# -------------------------------------------------------------- dyn.arange
+def test_arange_relation():
+    t = rel("dyn.arange", T((), "int64"), T((), "int64"), T((), "int64"))
+    assert (t.shape, t.dtype) == ((ANY,), "int64")
+    with pytest.raises(RelationError, match="start, limit and delta must have the same dtype"):
+        rel("dyn.arange", T((), "int64"), T((), "int32"), T((), "int64"))
+    with pytest.raises(RelationError, match="must be a scalar"):
+        rel("dyn.arange", T((1,)), T(()), T(()))
+
+
+@pytest.mark.parametrize(
+    ("start", "limit", "delta", "expected"),
+    [
+        (3, 9, 3, [3, 6]),
+        (10, 4, -2, [10, 8, 6]),
+        (1, 1, 1, []),
+        (5, 1, 2, []),
+        (0, 7, 3, [0, 3, 6]),
+    ],
+)
+def test_arange_values_are_onnx_range(start, limit, delta, expected):
+    for dtype in ("int32", "int64", "float32"):
+        args = (np.array(v, dtype) for v in (start, limit, delta))
+        out = run("dyn.arange", *args)
+        assert out.dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(out, np.array(expected, dtype))
+
+
+def test_arange_refuses_a_zero_or_infinite_step():
+    with pytest.raises(OpFailure, match="the step"):
+        run("dyn.arange", *(np.array(v, "int32") for v in (0, 5, 0)))
+    with pytest.raises(OpFailure, match="must be finite"):
+        run("dyn.arange", *(np.array(v, "float32") for v in (0, np.inf, 1)))
+
+
+# ------------------------------------------------------------- forget_dims
+def test_forget_dims_types_dimensions_unknown_and_keeps_the_value():
+    assert rel("forget_dims", T((2, "n", 4)), axes=[0, -1]).shape == (ANY, "n", ANY)
+    assert rel("forget_dims", T((2, 3))).shape == (ANY, ANY)
+    with pytest.raises(RelationError, match="out of range"):
+        rel("forget_dims", T((2,)), axes=[1])
+    x = np.arange(6.0).reshape(2, 3)
+    assert run("forget_dims", x, axes=[1]) is x

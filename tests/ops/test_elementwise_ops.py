@@ -25,6 +25,10 @@ FLOAT_UNARY = {
     "sqrt": lambda x: np.sqrt(x),
     "tanh": lambda x: np.tanh(x),
     "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
+    "sin": lambda x: np.sin(x),
+    "cos": lambda x: np.cos(x),
+    "floor": lambda x: np.floor(x),
+    "ceil": lambda x: np.ceil(x),
 }
 
 
@@ -47,7 +51,7 @@ def test_float_unary_rejects_other_dtypes(name, dtype):
         rel(name, T((2,), dtype))
 
 
-@pytest.mark.parametrize("name", ["negative", "nn.relu"])
+@pytest.mark.parametrize("name", ["negative", "nn.relu", "abs"])
 def test_numeric_unary_rejects_bool_but_takes_ints(name):
     assert_type(rel(name, T((2,), "int8")), (2,), "int8")
     with pytest.raises(RelationError, match="got bool"):
@@ -172,6 +176,8 @@ ARITHMETIC = {
     "power": lambda a, b: a**b,
     "maximum": lambda a, b: np.where(a > b, a, b),
     "minimum": lambda a, b: np.where(a < b, a, b),
+    "mod": lambda a, b: a - np.floor(a / b) * b,
+    "fmod": lambda a, b: a - np.trunc(a / b) * b,
 }
 
 
@@ -374,3 +380,39 @@ def test_float16_sigmoid_keeps_small_values():
     out = run("sigmoid", np.array([-12.0], np.float16))
     assert out.dtype == np.float16
     np.testing.assert_allclose(out.astype(np.float64), 1 / (1 + np.exp(12.0)), rtol=1e-2)
+
+
+# ------------------------------------------------- abs, mod, fmod (ONNX's)
+def test_abs_wraps_like_negative():
+    out = run("abs", np.array([-128, -3, 0, 7, 127], "int8"))
+    np.testing.assert_array_equal(out, np.array([-128, 3, 0, 7, 127], "int8"))
+    np.testing.assert_array_equal(run("abs", np.array([-0.0, -2.5, np.nan])), [0.0, 2.5, np.nan])
+    np.testing.assert_array_equal(run("abs", np.array([0, 200], "uint8")), [0, 200])
+
+
+@pytest.mark.parametrize("name", ["mod", "fmod"])
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64", "uint16", "float32", "float64"])
+def test_mod_relation(name, dtype):
+    assert_type(rel(name, T((2, 1), dtype), T((3,), dtype)), (2, 3), dtype)
+    with pytest.raises(RelationError, match="the same dtype"):
+        rel(name, T((2,), dtype), T((2,), "int16"))
+
+
+def test_mod_takes_the_divisor_sign_and_fmod_the_dividend_sign():
+    a = np.array([-7, 7, -7, 7, -128], "int8")
+    b = np.array([3, -3, -3, 3, -1], "int8")
+    np.testing.assert_array_equal(run("mod", a, b), [2, -2, -1, 1, 0])
+    np.testing.assert_array_equal(run("fmod", a, b), [-1, 1, -1, 1, 0])
+    x = np.array([-5.5, 5.5, -0.0, 0.0, np.inf, 3.0, -3.0, 2.0], "float32")
+    y = np.array([2.0, -2.0, 3.0, -3.0, 2.0, np.inf, np.inf, 0.0], "float32")
+    np.testing.assert_array_equal(
+        run("mod", x, y), [0.5, -0.5, 0.0, -0.0, np.nan, 3.0, np.inf, np.nan]
+    )
+    assert np.signbit(run("mod", x, y)[3]) and not np.signbit(run("mod", x, y)[2])
+    np.testing.assert_array_equal(run("fmod", x, y), [-1.5, 1.5, -0.0, 0.0, np.nan, 3, -3, np.nan])
+
+
+@pytest.mark.parametrize("name", ["mod", "fmod"])
+def test_integer_modulo_by_zero_fails(name):
+    with pytest.raises(OpFailure, match="integer modulo by zero"):
+        run(name, np.array([1, 2], "int32"), np.array([1, 0], "int32"))

@@ -270,3 +270,34 @@ def test_argmax_relation_matches_numpy(reduction, last):
     last_hit = moved.shape[0] - 1 - hits[::-1].argmax(axis=0)
     expected = last_hit if last else first
     np.testing.assert_array_equal(out.reshape(expected.shape), expected)
+
+
+# ------------------------------------------------------------------ cumsum
+def test_cumsum_relation():
+    assert_type(rel("cumsum", T(("n", 3), "int8"), axis=-1), ("n", 3), "int8")
+    with pytest.raises(RelationError, match="cumsum: the argument must have an axis"):
+        rel("cumsum", T(()), axis=0)
+    with pytest.raises(RelationError, match="axis 2 is out of range"):
+        rel("cumsum", T((2, 3)), axis=2)
+    with pytest.raises(RelationError, match="got bool"):
+        rel("cumsum", T((2,), "bool"), axis=0)
+
+
+@pytest.mark.parametrize("exclusive", [False, True])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_cumsum_values(exclusive, reverse):
+    """ONNX's CumSum reference: the four variants."""
+    x = np.arange(1, 7, dtype="float32").reshape(2, 3)
+    out = run("cumsum", x, axis=1, exclusive=exclusive, reverse=reverse)
+    data = x[:, ::-1] if reverse else x
+    expected = np.cumsum(data, axis=1)
+    if exclusive:
+        expected = np.concatenate([np.zeros((2, 1), "float32"), expected[:, :-1]], axis=1)
+    np.testing.assert_array_equal(out, expected[:, ::-1] if reverse else expected)
+
+
+def test_cumsum_wraps_integers_and_keeps_empty_axes():
+    out = run("cumsum", np.array([100, 100, 100], "int8"), axis=0)
+    np.testing.assert_array_equal(out, np.array([100, -56, 44], "int8"))
+    empty = run("cumsum", np.zeros((2, 0), "float32"), axis=1, exclusive=True)
+    assert empty.shape == (2, 0) and empty.dtype == np.float32

@@ -418,6 +418,27 @@ def test_cuda_kernels_compile_to_ptx() -> None:
         assert ".target sm_90" in ptx and ".entry" in ptx
 
 
+@needs_nvcc
+def test_cuda_kernels_of_the_importers_operators_compile_to_ptx() -> None:
+    """The operators the importers added (mod and fmod of floats, whose
+    float ``truncmod`` is CUDA's ``fmodf``, and of ints; abs, sin, cos,
+    floor, ceil; cumsum's conditional reduction) generate CUDA that nvcc
+    compiles for sm_90."""
+    x, y = Var("x", TensorType((8, 16))), Var("y", TensorType((16,)))
+    i, j = Var("i", TensorType((8, 16), "int32")), Var("j", TensorType((16,), "int32"))
+    unary: Any = x
+    for name in ("abs", "sin", "cos", "floor", "ceil"):
+        unary = call_op(name, unary)
+    for params, body in (
+        ([x, y], call_op("add", call_op("mod", x, y), call_op("fmod", x, y))),
+        ([i, j], call_op("add", call_op("mod", i, j), call_op("fmod", i, j))),
+        ([x], unary),
+        ([x], call_op("cumsum", x, axis=1, exclusive=True, reverse=True)),
+    ):
+        ptx = compile_cuda_to_ptx(build_kernel(function(params, body), "cuda"))
+        assert ".target sm_90" in ptx and ".entry" in ptx
+
+
 def test_cuda_schedules_build_for_every_kind_of_block() -> None:
     """Reductions (dlight's rules), a tuple reduction (argmax's running value
     kept in registers), norms, a chain over the inline budget (computed per

@@ -119,6 +119,12 @@ def _unary_cases() -> list[Any]:
     for op in ("log", "sqrt"):
         out.append(case(op, lambda r: (positive(r, (3, 17)) * 5,)))
         out.append(case(op, lambda r: (positive(r, (4,), "float64"),)))
+    for op in ("abs", "sin", "cos", "floor", "ceil"):
+        out.append(case(op, lambda r: (normal(r, (3, 17)) * 4,)))
+        out.append(case(op, lambda r: (normal(r, (5,), "float16") * 4,)))
+    out.append(case("abs", lambda r: (np.array([-128, -3, 0, 5, 127], "int8"),)))
+    out.append(case("abs", lambda r: (ints(r, (9,), "int64", -(2**40), 2**40),)))
+    out.append(case("abs", lambda r: (ints(r, (9,), "uint16", 0, 60000),)))
     for op in ("exp", "tanh", "sigmoid", "log"):
         out.append(case(op, lambda r: (positive(r, (4, 4), "float16"),)))
     out += [
@@ -158,6 +164,19 @@ def _binary_cases() -> list[Any]:
         case("power", lambda r: (ints(r, (6,), "int32", -9, 9), ints(r, (6,), "int32", 0, 40))),
         case("add", lambda r: (np.array(2.0, "float32"), normal(r, (2, 3)))),  # 0-d broadcasts
     ]
+    for op in ("mod", "fmod"):
+        out.append(case(op, lambda r: (normal(r, (3, 4)) * 5, normal(r, (4,)) * 2)))
+        out.append(case(op, lambda r: (normal(r, (6,), "float16") * 5, normal(r, (6,), "float16"))))
+        out.append(case(op, lambda r: (ints(r, (20,), "int32", -300, 300), nonzero(r, (20,)))))
+        out.append(
+            case(op, lambda r: (ints(r, (12,), "uint8", 0, 255), ints(r, (12,), "uint8", 1, 9)))
+        )
+        out.append(
+            case(op, lambda r: (np.array([-128, 127, -7], "int8"), np.array([-1, -1, 2], "int8")))
+        )
+        special = [0.0, -0.0, 5.5, -5.5, np.inf, -np.inf, np.nan]
+        grid = np.array([(a, b) for a in special for b in special], "float64").T
+        out.append(case(op, lambda r, grid=grid: (grid[0].copy(), grid[1].copy())))
     for op in ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal"):
         out.append(case(op, lambda r: (normal(r, (3, 4)).round(), normal(r, (1, 4)).round())))
         out.append(
@@ -191,6 +210,16 @@ def _other_elementwise_cases() -> list[Any]:
 
 def _reduction_cases() -> list[Any]:
     out = []
+    for exclusive in (False, True):
+        for reverse in (False, True):
+            flags = {"exclusive": exclusive, "reverse": reverse}
+            out.append(case("cumsum", lambda r: (normal(r, (3, 5)),), axis=1, **flags))
+            out.append(
+                case("cumsum", lambda r: (ints(r, (4, 2), "int8", -128, 127),), axis=0, **flags)
+            )
+    out.append(case("cumsum", lambda r: (normal(r, (7,), "float16"),), axis=-1))
+    out.append(case("cumsum", lambda r: (ints(r, (6,), "int64", -(2**62), 2**62),), axis=0))
+    out.append(case("cumsum", lambda r: (np.zeros((2, 0), "float32"),), axis=1))
     for op in ("sum", "mean", "max", "min", "prod"):
         make = (
             (lambda r: (positive(r, (2, 3, 4)) + 0.5,))

@@ -1,9 +1,10 @@
 """Data-dependent shapes in the Relax lowering [RULE DYN].
 
 An operator whose result shape depends on data (``boolean_mask``,
-``argwhere``, the ``dyn.*`` operators, ``shape_of``) runs as the
-executor's kernels (dynamic_kernels.py): one counts, the VM turns the
+``argwhere``, ``unique``, the ``dyn.*`` operators, ``shape_of``) runs as
+the executor's kernels (dynamic_kernels.py): one counts, the VM turns the
 count into a shape (``tensor_to_shape``) and allocates, the other fills.
+``forget_dims`` (a value whose type forgets sizes) is a ``match_cast``.
 The helpers here (rows, dimensions, views, the executor's kernels for the
 target) serve the loops too.
 
@@ -246,6 +247,114 @@ class DynamicLowering:
         self._check_shape(call, ok, message, [total, *asked])
         return self.bb.emit(self._reshape(x, dims), name)
 
+    def _arange(self, call: Call, env: dict[Var, Any], name: str) -> Any:
+        """``dyn.arange``: its length counted by a kernel, checked (a zero
+        step, a float bound that is not finite), then the values filled."""
+        start, limit, delta = (self._atom(a, env) for a in call.args)
+        dtype = call.args[0].checked_type.dtype
+        emit = self.bb.emit
+        counted = emit(
+            relax.call_tir(
+                self._executor("arange_length", dtype),
+                [start, limit, delta],
+                relax.TensorType([1], "int64"),
+            )
+        )
+        n = self._size_of(emit(self._reshape(counted, [])))
+        zero_step = tirx.const(dynamic_kernels.ARANGE_ZERO_STEP, "int64")
+        not_finite = tirx.const(dynamic_kernels.ARANGE_NOT_FINITE, "int64")
+        self._check_shape(call, tirx.NE(n, zero_step), "the step (delta) is 0", [])
+        if not dtype.startswith(("int", "uint")):
+            message = "start, limit and delta must be finite"
+            self._check_shape(call, tirx.NE(n, not_finite), message, [])
+        return emit(
+            relax.call_tir(
+                self._executor("arange_fill", dtype),
+                [start, delta],
+                relax.TensorType([n], dtype),
+            ),
+            name,
+        )
+
+    def _unique(self, call: Call, env: dict[Var, Any], name: str) -> Any:
+        """``unique``: the tensor as rows (its elements, or its slices along
+        ``axis``, moved first), the distinct ones counted (and each row's
+        first occurrence flagged), then gathered, ordered, indexed and
+        counted by a second kernel (dynamic_kernels.py) [RULE DYN]."""
+        (x_arg,) = call.args
+        t = x_arg.checked_type
+        x = self._atom(x_arg, env)
+        dims = self._dims(x, t)
+        emit = self.bb.emit
+        dtype = "int8" if t.dtype == "bool" else t.dtype  # [RULE BOOL]
+        if t.dtype == "bool":
+            x = emit(relax.op.astype(x, "int8"))
+        axis = call.attrs["axis"]
+        if axis is None:
+            total: Any = 1
+            for d in dims:
+                total = total * d
+            moved, order = [total], None
+            rows = emit(self._reshape(x, [total, 1]))
+        else:
+            axis = axis + t.ndim if axis < 0 else axis
+            order = [axis] + [i for i in range(t.ndim) if i != axis]
+            if axis:
+                x = emit(relax.op.permute_dims(x, order))
+            moved = [dims[i] for i in order]
+            self._check_shape(
+                call,
+                _int64(moved[0]) > tirx.const(0, "int64"),
+                f"unique of an empty axis (axis {axis} has length 0)",
+                [],
+            )
+            size: Any = 1
+            for d in moved[1:]:
+                size = size * d
+            rows = emit(self._reshape(x, [moved[0], size]))
+        r = moved[0]
+        row_size = 1 if axis is None else size
+        i64 = lambda *shape: relax.TensorType(list(shape), "int64")  # noqa: E731
+        counted = emit(
+            relax.call_tir(self._executor("unique_count", dtype), [rows], [i64(1), i64(r)])
+        )
+        count, flags = emit(relax.TupleGetItem(counted, 0)), emit(relax.TupleGetItem(counted, 1))
+        n = self._size_of(emit(self._reshape(count, [])))
+        filled = emit(
+            relax.call_tir(
+                self._executor("unique_fill", dtype, int(call.attrs["sorted"])),
+                [rows, flags],
+                [relax.TensorType([n, row_size], dtype), i64(n), i64(r), i64(n)],
+            )
+        )
+        values, first, inverse, counts = (emit(relax.TupleGetItem(filled, k)) for k in range(4))
+        if order is None:
+            values = emit(self._reshape(values, [n]))
+        else:
+            values = emit(self._reshape(values, [n, *moved[1:]]))
+            if order[0]:
+                back = sorted(range(len(order)), key=order.__getitem__)
+                values = emit(relax.op.permute_dims(values, back))
+        if t.dtype == "bool":
+            values = emit(relax.op.astype(values, "bool"))
+        return emit(relax.Tuple([values, first, inverse, counts]), name)
+
+    def _forget_dims(self, call: Call, env: dict[Var, Any], name: str) -> Any:
+        """``forget_dims``: the value itself, its forgotten sizes new shape
+        variables (a ``match_cast``, no copy), so that its Relax type is as
+        loose as its effir type: a kernel of symbolic sizes taking it and
+        a value of those sizes from elsewhere relates them as the same
+        kind of size (kept static, the kernels were built for sizes the
+        other value does not have)."""
+        (x_arg,) = call.args
+        x = self._atom(x_arg, env)
+        dims = self._dims(x, x_arg.checked_type)
+        result = call.checked_type
+        loose = [
+            tirx.Var(f"f{i}", "int64") if d == "?" else dims[i] for i, d in enumerate(result.shape)
+        ]
+        return self.bb.match_cast(x, relax.TensorType(loose, result.dtype))
+
     def _shape_of(self, call: Call, env: dict[Var, Any], name: str) -> Any:
         (x_arg,) = call.args
         x = self._atom(x_arg, env)
@@ -311,5 +420,8 @@ DYNAMIC: dict[str, Callable[..., Any]] = {
     "dyn.full": DynamicLowering._dyn_fill,
     "dyn.reshape": DynamicLowering._dyn_reshape,
     "shape_of": DynamicLowering._shape_of,
+    "dyn.arange": DynamicLowering._arange,
+    "forget_dims": DynamicLowering._forget_dims,
+    "unique": DynamicLowering._unique,
 }
 """The lowering of each operator of data-dependent shape."""

@@ -2,7 +2,8 @@
 of the program but the executor's work around data-dependent shapes.
 
 Operators whose result shape depends on data (``boolean_mask``,
-``argwhere``) run in two kernels with the allocation between them, as the
+``argwhere``, ``unique``, ``dyn.arange``) run in two kernels with the
+allocation between them, as the
 dynamic-shape proposal planned: one counts (``count_true``,
 ``count_nonzero``), the VM turns the count into a shape
 (``tensor_to_shape``) and allocates, the other fills (``mask_rows``,
@@ -314,5 +315,197 @@ def write_rows(dtype: str) -> Any:
         rows = T.match_buffer(var_rows, (k, c), dtype)
         for i, j in T.grid(k, c):
             buf[start[()] + i, j] = rows[i, j]
+
+    return kernel
+
+
+ARANGE_ZERO_STEP, ARANGE_NOT_FINITE = -1, -2
+"""The lengths ``arange_length`` gives for the bounds ``dyn.arange`` refuses."""
+
+
+@cache
+def arange_length(dtype: str) -> Any:
+    """``count[0]`` = the length of ``dyn.arange(start, limit, delta)``:
+    ``max(ceil((limit - start) / delta), 0)``, exact for integers (in
+    int64), in the dtype for floats (float16 in float32); a zero step
+    gives ``ARANGE_ZERO_STEP``, a float bound that is not finite
+    ``ARANGE_NOT_FINITE``, which the lowering reports."""
+    if dtype.startswith(("int", "uint")):
+
+        @T.prim_func(private=True, s_tir=True)
+        def kernel(
+            start: T.Buffer((), dtype),
+            limit: T.Buffer((), dtype),
+            delta: T.Buffer((), dtype),
+            count: T.Buffer((1,), "int64"),
+        ):
+            a = T.Cast("int64", start[()])
+            b = T.Cast("int64", limit[()])
+            d = T.Cast("int64", delta[()])
+            if d == T.int64(0):
+                count[0] = T.int64(ARANGE_ZERO_STEP)
+            else:
+                count[0] = T.max(T.int64(0) - T.floordiv(a - b, d), T.int64(0))
+
+        return kernel
+    wide = "float32" if dtype == "float16" else dtype
+
+    @T.prim_func(private=True, s_tir=True)
+    def float_kernel(
+        start: T.Buffer((), dtype),
+        limit: T.Buffer((), dtype),
+        delta: T.Buffer((), dtype),
+        count: T.Buffer((1,), "int64"),
+    ):
+        a = T.Cast(wide, start[()])
+        b = T.Cast(wide, limit[()])
+        d = T.Cast(wide, delta[()])
+        if not (T.isfinite(a) and T.isfinite(b) and T.isfinite(d)):
+            count[0] = T.int64(ARANGE_NOT_FINITE)
+        elif d == T.Cast(wide, 0):
+            count[0] = T.int64(ARANGE_ZERO_STEP)
+        else:
+            count[0] = T.max(T.Cast("int64", T.ceil((b - a) / d)), T.int64(0))
+
+    return float_kernel
+
+
+@cache
+def arange_fill(dtype: str) -> Any:
+    """``out[i]`` = ``start + i * delta`` (integers in int64, whose values
+    between the bounds cannot overflow; float16 in float32)."""
+    wide = "int64" if dtype.startswith(("int", "uint")) and dtype != "uint64" else dtype
+    wide = "float32" if dtype == "float16" else wide
+
+    @T.prim_func(private=True, s_tir=True)
+    def kernel(
+        start: T.Buffer((), dtype),
+        delta: T.Buffer((), dtype),
+        var_out: T.handle,
+    ):
+        n = T.int64()
+        out = T.match_buffer(var_out, (n,), dtype)
+        for i in range(n):
+            out[i] = T.Cast(
+                dtype, T.Cast(wide, start[()]) + T.Cast(wide, i) * T.Cast(wide, delta[()])
+            )
+
+    return kernel
+
+
+def _row_tests(dtype: str) -> tuple[Any, Any]:
+    """Whether two elements differ, and whether one is less, as numpy's
+    ``unique`` reads them: NaNs are one value, greater than every number.
+    Written without negating a comparison: TVM's simplifier turns
+    ``!(a == b)`` into ``a != b``, an ordered compare that is false for NaN
+    (te_ops [RULE NAN])."""
+    if dtype.startswith("float"):
+
+        def differ(a: Any, b: Any) -> Any:
+            one_nan = tirx.Or(
+                tirx.And(tirx.isnan(a), tirx.Not(tirx.isnan(b))),
+                tirx.And(tirx.Not(tirx.isnan(a)), tirx.isnan(b)),
+            )
+            return tirx.Or(tirx.Or(tirx.LT(a, b), tirx.LT(b, a)), one_nan)
+
+        def less(a: Any, b: Any) -> Any:
+            return tirx.Or(tirx.LT(a, b), tirx.And(tirx.Not(tirx.isnan(a)), tirx.isnan(b)))
+
+        return differ, less
+    # (``==`` of two expressions is their structural equality in Python)
+    return (lambda a, b: tirx.NE(a, b)), (lambda a, b: tirx.LT(a, b))
+
+
+@cache
+def unique_count(dtype: str) -> Any:
+    """``count[0]`` = how many distinct rows ``x`` has; ``first[i]`` = 1
+    where row ``i`` occurs for the first time (O(rows^2) comparisons)."""
+    differ, _ = _row_tests(dtype)
+
+    @T.prim_func(private=True, s_tir=True)
+    def kernel(var_x: T.handle, count: T.Buffer((1,), "int64"), var_first: T.handle):
+        r = T.int64()
+        c = T.int64()
+        x = T.match_buffer(var_x, (r, c), dtype)
+        first = T.match_buffer(var_first, (r,), "int64")
+        same = T.alloc_buffer((1,), "int64", scope="local")
+        count[0] = T.int64(0)
+        for i in range(r):
+            first[i] = T.int64(1)
+            for j in range(i):
+                same[0] = T.int64(1)
+                for k in range(c):
+                    if differ(x[i, k], x[j, k]):
+                        same[0] = T.int64(0)
+                if same[0] == T.int64(1):
+                    first[i] = T.int64(0)
+            count[0] = count[0] + first[i]
+
+    return kernel
+
+
+@cache
+def unique_fill(dtype: str, ordered: int) -> Any:
+    """The distinct rows of ``x`` (``ordered``: ascending, rows compared
+    lexicographically; else in the order they first occur), where each
+    first occurs, each row's index among them, and how many times each
+    occurs: numpy's ``unique`` with every output."""
+    differ, less = _row_tests(dtype)
+
+    @T.prim_func(private=True, s_tir=True)
+    def kernel(
+        var_x: T.handle,
+        var_flags: T.handle,
+        var_values: T.handle,
+        var_at: T.handle,
+        var_inverse: T.handle,
+        var_counts: T.handle,
+    ):
+        r = T.int64()
+        c = T.int64()
+        n = T.int64()
+        x = T.match_buffer(var_x, (r, c), dtype)
+        flags = T.match_buffer(var_flags, (r,), "int64")
+        values = T.match_buffer(var_values, (n, c), dtype)
+        at = T.match_buffer(var_at, (n,), "int64")
+        inverse = T.match_buffer(var_inverse, (r,), "int64")
+        counts = T.match_buffer(var_counts, (n,), "int64")
+        next_slot = T.alloc_buffer((1,), "int64", scope="local")
+        slot = T.alloc_buffer((1,), "int64", scope="local")
+        decided = T.alloc_buffer((1,), "int64", scope="local")
+        same = T.alloc_buffer((1,), "int64", scope="local")
+        next_slot[0] = T.int64(0)
+        for i in range(r):
+            if flags[i] == T.int64(1):
+                if ordered == 1:
+                    slot[0] = T.int64(0)
+                    for j in range(r):
+                        if flags[j] == T.int64(1):
+                            decided[0] = T.int64(0)
+                            for k in range(c):
+                                if decided[0] == T.int64(0):
+                                    if less(x[j, k], x[i, k]):
+                                        slot[0] = slot[0] + T.int64(1)
+                                        decided[0] = T.int64(1)
+                                    elif less(x[i, k], x[j, k]):
+                                        decided[0] = T.int64(1)
+                else:
+                    slot[0] = next_slot[0]
+                    next_slot[0] = next_slot[0] + T.int64(1)
+                for k in range(c):
+                    values[slot[0], k] = x[i, k]
+                at[slot[0]] = i
+        for p in range(n):
+            counts[p] = T.int64(0)
+        for i in range(r):
+            inverse[i] = T.int64(0)
+            for p in range(n):
+                same[0] = T.int64(1)
+                for k in range(c):
+                    if differ(x[i, k], values[p, k]):
+                        same[0] = T.int64(0)
+                if same[0] == T.int64(1):
+                    inverse[i] = p
+            counts[inverse[i]] = counts[inverse[i]] + T.int64(1)
 
     return kernel

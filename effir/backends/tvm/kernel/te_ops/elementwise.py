@@ -51,6 +51,17 @@ def _relu(x: PrimExpr) -> PrimExpr:
     return _select(x < zero, zero, x)
 
 
+def _abs(x: PrimExpr) -> PrimExpr:
+    # integers wrap as numpy's (|INT_MIN| is INT_MIN) [RULE WRAP]; unsigned
+    # values are their own absolute value
+    dtype = _dtype(x)
+    if _kind(dtype) == "u":
+        return x
+    if _kind(dtype) == "f":
+        return te.abs(x)
+    return _let(x, lambda v: _select(v < _const(0, dtype), wrap_sub(_const(0, dtype), v), v))
+
+
 _UNARY: dict[str, Callable[[PrimExpr], PrimExpr]] = {
     "negative": _negative,
     "exp": exp_of,
@@ -60,8 +71,14 @@ _UNARY: dict[str, Callable[[PrimExpr], PrimExpr]] = {
     "sigmoid": sigmoid_of,
     "nn.relu": _relu,
     "logical_not": tirx.Not,
+    "abs": _abs,
+    "sin": te.sin,
+    "cos": te.cos,
+    "floor": te.floor,
+    "ceil": te.ceil,
 }
-_EXACT_IN_F16 = ("negative", "nn.relu", "logical_not")  # no rounding to do
+# no rounding to do: exact in float16
+_EXACT_IN_F16 = ("negative", "nn.relu", "logical_not", "abs", "floor", "ceil")
 
 
 def _unary_rule(name: str) -> Callable[..., Tensor]:
@@ -152,6 +169,63 @@ def int_power(a: Tensor, b: Tensor, out_type: Type) -> Tensor:
     return power
 
 
+def int_remainder(a: PrimExpr, b: PrimExpr, floor: bool) -> PrimExpr:
+    """[RULE DIV] The integer remainder with the divisor's sign (``floor``:
+    Python's ``%``) or the dividend's (C's), never trapping: a zero divisor
+    (checked [RULE CHECK]) and -1 (x86 traps on ``INT_MIN % -1``, whose
+    remainder is 0) are replaced by 1, whose remainder is 0."""
+    dtype = _dtype(a)
+    zero, one = _const(0, dtype), _const(1, dtype)
+
+    def body(a: PrimExpr, b: PrimExpr) -> PrimExpr:
+        unsafe = b == zero
+        if _kind(dtype) == "i":
+            unsafe = tirx.Or(unsafe, b == _const(-1, dtype))
+        safe = _select(unsafe, one, b)
+        return tirx.floormod(a, safe) if floor else tirx.truncmod(a, safe)
+
+    return _lets([a, b], body)
+
+
+def float_mod(a: PrimExpr, b: PrimExpr) -> PrimExpr:
+    """numpy's float ``mod`` (``npy_divmod``): C's ``fmod`` (LLVM's exact
+    ``frem``, which ``truncmod`` of floats is), moved by the
+    divisor where the signs differ, and a zero result takes the divisor's
+    sign."""
+    dtype = _dtype(a)
+    zero = _const(0, dtype)
+
+    def body(r: PrimExpr) -> PrimExpr:
+        # the signs differ (booleans are not compared [RULE BOOL]; NaN moves nothing)
+        differ = tirx.Or(tirx.And(b < zero, r > zero), tirx.And(b > zero, r < zero))
+        moved = _select(differ, r + b, r)
+        nonzero = tirx.Or(r != zero, _is_nan(r))  # an ordered != is false for NaN [RULE NAN]
+        return _select(nonzero, moved, tirx.copysign(zero, b))
+
+    return _let(tirx.truncmod(a, b), body)
+
+
+def _remainder_rule(name: str) -> Callable[..., Tensor]:
+    floor = name == "mod"
+
+    def rule(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
+        dtype = _dtype(args[0])
+        if _kind(dtype) == "f":
+            fn = (lambda a, b: _lets([b], lambda v: float_mod(a, v))) if floor else tirx.truncmod
+            return _map(name, out_type, args, _widened(dtype, fn))
+        out = _map(name, out_type, args, lambda a, b: int_remainder(a, b, floor))
+        divisor = args[1]
+
+        def zero(*i: PrimExpr) -> PrimExpr:  # as int64: see the divide rule
+            at = _load_broadcast(divisor, i, _shape(out))
+            return at.astype("int64") == _const(0, "int64")
+
+        require(_shape(out), zero, "integer modulo by zero")
+        return out
+
+    return rule
+
+
 def _divide(a: PrimExpr, b: PrimExpr) -> PrimExpr:
     return a / b if _kind(_dtype(a)) == "f" else int_divide(a, b)
 
@@ -233,6 +307,8 @@ def _extremum_rule(name: str) -> Callable[..., Tensor]:
 
 for _op in _ARITH:
     te_rule(_op)(_arith_rule(_op))
+for _op in ("mod", "fmod"):
+    te_rule(_op)(_remainder_rule(_op))
 for _op in _COMPARE:
     te_rule(_op)(_compare_rule(_op))
 for _op in ("maximum", "minimum"):

@@ -195,3 +195,33 @@ def _argmax(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
         name="argmax",
     )
     return _unless_empty_at_run_time(index, "argmax", in_shape, axes)
+
+
+@te_rule("cumsum")
+def _cumsum(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
+    """Each element sums the elements before it (or after, ``reverse``),
+    itself included unless ``exclusive``: a reduction over the whole axis
+    with a condition, in order, so O(n^2) per axis of length n (the
+    sequences it serves are short; a scan would be linear)."""
+    (x,) = args
+    shape, dtype = _out(out_type)
+    rank = len(shape)
+    axis = attrs["axis"] + rank if attrs["axis"] < 0 else attrs["axis"]
+    if shape[axis] == 0:
+        return te.compute(shape, lambda *i: _const(0, dtype), name="cumsum")
+    acc = compute_dtype(dtype)
+    k = te.reduce_axis((0, shape[axis]), name="k")
+
+    def taken(i: PrimExpr) -> PrimExpr:
+        if attrs["reverse"]:
+            return k > i if attrs["exclusive"] else k >= i
+        return k < i if attrs["exclusive"] else k <= i
+
+    def element(*i: PrimExpr) -> PrimExpr:
+        index = [*i[:axis], k, *i[axis + 1 :]]
+        # a select, not the reduction's ``where``, which effir's schedules drop
+        term = _select(taken(i[axis]), x(*index).astype(acc), _const(0, acc))
+        return _sum_reducer(acc)(term, axis=k)
+
+    sums = te.compute(shape, element, name="cumsum_acc")
+    return te.compute(shape, lambda *i: sums(*i).astype(dtype), name="cumsum")
