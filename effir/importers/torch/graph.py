@@ -321,7 +321,7 @@ def tensor_constant(ctx: NodeContext | None, tensor: Any) -> Value:
     if dtype_of(tensor.dtype) is None:
         message = f"a tensor of dtype {tensor.dtype} has no effir dtype"
         raise ctx.error(message) if ctx is not None else ModelImportError(message)
-    return constant(np.ascontiguousarray(array))
+    return constant(np.array(array, copy=True, order="C"))
 
 
 def _flatten(value: Any) -> list[Any]:

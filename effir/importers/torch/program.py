@@ -72,7 +72,7 @@ def parameter_values(program: Any) -> dict[str, np.ndarray]:
     for spec in program.graph_signature.input_specs:
         if spec.kind == InputKind.PARAMETER:
             array = program.state_dict[spec.target].detach().cpu().numpy()
-            out[identifier(spec.target, "p")] = np.ascontiguousarray(array)
+            out[identifier(spec.target, "p")] = np.array(array, copy=True, order="C")
     return out
 
 
