@@ -68,12 +68,29 @@ def parameter_values(program: Any) -> dict[str, np.ndarray]:
     for ``parameters="parameters"``."""
     from torch.export.graph_signature import InputKind
 
+    names = _input_names(program)
     out = {}
     for spec in program.graph_signature.input_specs:
         if spec.kind == InputKind.PARAMETER:
             array = program.state_dict[spec.target].detach().cpu().numpy()
-            out[identifier(spec.target, "p")] = np.array(array, copy=True, order="C")
+            out[names[spec.arg.name]] = np.array(array, copy=True, order="C")
     return out
+
+
+def _input_names(program: Any) -> dict[str, str]:
+    """The parameter name of each user input and parameter of ``@main``,
+    by placeholder: the input's own name, the parameter's target
+    (``lin.weight`` is ``lin_weight``), made distinct."""
+    from torch.export.graph_signature import InputKind
+
+    taken: set[str] = set()
+    names = {}
+    for spec in program.graph_signature.input_specs:
+        if spec.kind == InputKind.USER_INPUT:
+            names[spec.arg.name] = _fresh(spec.arg.name, taken)
+        elif spec.kind == InputKind.PARAMETER:
+            names[spec.arg.name] = _fresh(spec.target, taken)
+    return names
 
 
 def _dim_names(program: Any) -> Any:
@@ -158,7 +175,7 @@ def _main(state: ImportState, program: Any, weights_are_parameters: bool) -> Com
     users: list[Value] = []
     weights: list[Value] = []
     cells: list[tuple[Any, Any]] = []
-    taken: set[str] = set()
+    names = _input_names(program)
     for spec in signature.input_specs:
         node = placeholders[spec.arg.name]
         with block.builder.span(state.listing.span(node)):
@@ -169,11 +186,11 @@ def _main(state: ImportState, program: Any, weights_are_parameters: bool) -> Com
                         f"the input '{node.name}' is not a tensor: effir imports tensor inputs",
                         state.listing.span(node),
                     )
-                value = _param(_fresh(node.name, taken), _typed(state, node, val))
+                value = _param(names[node.name], _typed(state, node, val))
                 users.append(value)
             elif spec.kind == InputKind.PARAMETER and weights_are_parameters:
                 tensor = program.state_dict[spec.target]
-                value = _param(_fresh(spec.target, taken), _typed(state, node, tensor))
+                value = _param(names[node.name], _typed(state, node, tensor))
                 weights.append(value)
             elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
                 tensor = _tensor_of(program, spec)
