@@ -179,3 +179,46 @@ def test_a_written_user_input_and_bad_arguments_are_refused():
     ep = exported(Mlp(), (torch.randn(2, 6),))
     with pytest.raises(effir.ModelImportError, match="parameters must be one of"):
         effir.from_torch(ep, parameters="weights")
+
+
+class _Prints(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        torch.ops.aten._print("before")
+        y = x + 1
+        torch.ops.aten._print("after")
+        return y
+
+
+def test_an_effect_token_orders_prints_as_the_world_token():
+    """run_decompositions() threads aten._print through with_effects and a
+    token input and output; effir prints in that order (state passing
+    threads its world token through debug.print)."""
+    ep = exported(_Prints(), (torch.randn(2),)).run_decompositions({})
+    kinds = [s.kind.name for s in ep.graph_signature.input_specs]
+    assert kinds == ["TOKEN", "USER_INPUT"]
+    module = effir.from_torch(ep)
+    assert [p.name_hint for p in module["main"].params] == ["x"]
+    printed = []
+    y = effir.interpret(
+        module, np.ones(2, np.float32), sink=lambda label, value: printed.append(label)
+    )
+    assert printed == ["before", "after"]
+    np.testing.assert_array_equal(y, [2.0, 2.0])
+    a2 = effir.transform.pipeline("to-anf,explicate,state-passing")(module)
+    assert "io.print" in effir.astext(a2)
+
+
+def test_a_decomposed_training_batch_norm_writes_its_buffers():
+    """After run_decompositions() batch norm is functional and its running
+    statistics are outputs the signature lists as buffer mutations: the
+    same cells, the same values as PyTorch's."""
+    torch.manual_seed(4)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4)).train()
+    x = torch.randn(6, 3)
+    ep = exported(model, (x,)).run_decompositions()
+    module = effir.from_torch(ep)
+    state = effir.State(module)
+    _close(_run(module, ep, x, state=state), model(x))
+    np.testing.assert_allclose(state["b_1_running_mean"], model[1].running_mean.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(state["b_1_running_var"], model[1].running_var.numpy(), rtol=1e-5)
+    assert int(state["b_1_num_batches_tracked"]) == 1

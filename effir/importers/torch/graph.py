@@ -41,6 +41,9 @@ class Subgraph:
     name: str
 
 
+_MISSING = object()
+
+
 class Scope:
     """FX nodes bound to what they computed; a subgraph's scope sees its
     enclosing graphs' through ``parent``."""
@@ -51,13 +54,13 @@ class Scope:
         self.values: dict[Any, Any] = {}
         self.parent = parent
 
-    def lookup(self, node: Any) -> Any:
+    def lookup(self, node: Any, missing: Any = None) -> Any:
         scope: Scope | None = self
         while scope is not None:
             if node in scope.values:
                 return scope.values[node]
             scope = scope.parent
-        return None
+        return missing
 
     def bind(self, node: Any, value: Any) -> None:
         self.values[node] = value
@@ -135,8 +138,8 @@ class NodeContext:
 
     def read(self, raw: Any) -> Any:
         if _is_node(raw):
-            value = self.scope.lookup(raw)
-            if value is None:
+            value = self.scope.lookup(raw, _MISSING)
+            if value is _MISSING:
                 raise self.error(f"its argument '{raw.name}' is not defined before it")
             return value
         if isinstance(raw, list | tuple):
@@ -331,7 +334,7 @@ def _flatten(value: Any) -> list[Any]:
         top = stack.pop()
         if isinstance(top, list | tuple):
             stack.extend(reversed(top))
-        elif top is not None:
+        else:  # None too: an effect token's place
             out.append(top)
     return out
 

@@ -213,6 +213,8 @@ def _main(state: ImportState, program: Any, weights_are_parameters: bool) -> Com
         if spec.kind in (OutputKind.USER_OUTPUT, OutputKind.LOSS_OUTPUT):
             results.append(value)
         elif spec.kind == OutputKind.BUFFER_MUTATION:
+            if not isinstance(value, Value):
+                raise ModelImportError(f"the buffer {spec.target} is written with no value")
             scope.rebind(placeholders[_buffer_input(program, spec.target)], value)
     for node, cell in cells:  # the buffers' final values, written back
         final = scope.lookup(node)

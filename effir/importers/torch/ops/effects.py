@@ -104,3 +104,55 @@ def _random(ctx: NodeContext) -> Value:
     shape = _static(ctx, ctx.out_type().shape, "its result")
     sampler = "random." + RANDOM[name]
     return ctx.block.op(sampler, key(ctx), shape=shape, dtype=dtype, name_hint=ctx.name)
+
+
+# ------------------------------------------------------------ side effects
+@converter("aten._print")
+def _print(ctx: NodeContext) -> None:
+    """``torch.ops.aten._print(s)``: ``debug.print`` labelled ``s`` (of an
+    empty tensor: effir prints tensors), ordered by the let chain, which
+    state passing threads as the world token."""
+    import numpy as np
+
+    from ...common.values import constant
+
+    text = ctx.arg(0, "s")
+    if not isinstance(text, str):
+        raise ctx.error("it prints a string known when the program is exported")
+    empty = constant(np.zeros((0,), dtype=np.float32))
+    ctx.block.op("debug.print", empty, label=text, name_hint="printed")
+    return None
+
+
+@converter("higher_order.with_effects")
+def _with_effects(ctx: NodeContext) -> list:
+    """``with_effects(token, op, *args)``, torch's threading of an effect
+    token through an operator with side effects: the operator converted
+    as it stands (its order is the let chain's, which state passing
+    threads as effir's world token); the token passed on as nothing."""
+    from ..registry import CONVERTERS
+
+    op = ctx.node.args[1]
+    fn = CONVERTERS.get(target_name(op))
+    if fn is None:
+        raise ctx.error(f"the operator {op} is not supported by effir's importer")
+    result = fn(_applied(ctx, op))
+    return [None, *(result if isinstance(result, list) else [result])]
+
+
+def _applied(ctx: NodeContext, op: object) -> NodeContext:
+    """``ctx`` for ``op`` applied to the arguments after the token and op."""
+    from types import SimpleNamespace
+
+    node = SimpleNamespace(
+        args=tuple(ctx.node.args[2:]),
+        kwargs=dict(ctx.node.kwargs),
+        target=op,
+        name=ctx.node.name,
+        meta=ctx.node.meta,
+    )
+    applied = NodeContext.__new__(NodeContext)
+    for slot in NodeContext.__slots__:
+        setattr(applied, slot, getattr(ctx, slot))
+    applied.node = node
+    return applied

@@ -159,3 +159,33 @@ def _batch_norm(ctx: NodeContext) -> Value:
         _assign(ctx, ctx.raw(3, "running_mean"), new_mean)
         _assign(ctx, ctx.raw(4, "running_var"), new_var)
     return y
+
+
+@converter("aten._native_batch_norm_legit_functional", "aten._native_batch_norm_legit_no_training")
+def _native_batch_norm(ctx: NodeContext) -> list[Value]:
+    """The functional forms ``run_decompositions()`` leaves: ``(y, mean,
+    rstd[, new_running_mean, new_running_var])``, the running statistics
+    returned (the signature lists them as buffer mutations). The saved
+    mean and reciprocal deviation are for torch's backward: not given."""
+    name = target_name(ctx.node.target)
+    x = ctx.tensor(0, "input")
+    dtype = x.tensor.dtype
+    channels = x.tensor.shape[1]
+    if not isinstance(channels, int):
+        raise ctx.error("batch norm needs a static number of channels (dimension 1)")
+    weight = _or_filled(ctx, ctx.arg(1, "weight"), channels, 1.0, dtype)
+    bias = _or_filled(ctx, ctx.arg(2, "bias"), channels, 0.0, dtype)
+    mean, var = ctx.tensor(3, "running_mean"), ctx.tensor(4, "running_var")
+    if name.endswith("no_training"):
+        momentum, eps = ctx.arg(5, "momentum"), float(ctx.arg(6, "eps"))
+        y = ctx.block.op("nn.batch_norm_infer", x, weight, bias, mean, var, axis=1, epsilon=eps)
+        return [y, None, None]  # type: ignore[list-item]
+    if not bool(ctx.arg(5, "training")):
+        raise ctx.error("the functional batch norm is read in training mode only")
+    momentum, eps = float(ctx.arg(6, "momentum")), float(ctx.arg(7, "eps"))
+    result = ctx.block.op(
+        "nn.batch_norm_train", x, weight, bias, mean, var, axis=1, epsilon=eps,
+        momentum=momentum, name_hint=ctx.name,
+    )  # fmt: skip
+    y, new_mean, new_var = ctx.block.fields(result, 3, ["y", "running_mean", "running_var"])
+    return [y, None, None, new_mean, new_var]  # type: ignore[list-item]
