@@ -64,13 +64,16 @@ def test_differentiates_with_respect_to_the_parameters():
     np.testing.assert_allclose(np.sum(grad * direction), numeric, rtol=1e-5)
 
 
-def test_compiles_to_what_the_interpreter_computes():
+def test_compiles_exports_and_reloads(tmp_path):
     """Compiled (llvm), two calls on one State from the same seed as the
     interpreter's: dropout's key and batch norm's statistics move on
-    identically; two batch sizes of the symbolic ``batch``."""
-    code = """
+    identically; two batch sizes of the symbolic ``batch``; exported,
+    reloaded and run. And cond, while_loop, scan and map compiled against
+    PyTorch."""
+    code = f"""
 import numpy as np, torch, effir
 from tests.importers.test_torch_roundtrip import _recurrent
+from tests.importers.torch_models import Branchy, Loops, exported
 from effir.importers.torch import parameter_values
 model, ep, x = _recurrent()
 module = effir.from_torch(ep)
@@ -83,6 +86,17 @@ for batch in (2, 3):
     want = effir.interpret(module, x, *weights, state=reference)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 np.testing.assert_allclose(state["bn_running_var"], reference["bn_running_var"], rtol=1e-5)
+loaded = effir.load(compiled.export({str(tmp_path / "artifact")!r}))
+again = loaded(x, *weights, state=loaded.new_state())
+assert again.shape == (3, 5, 5)
+for made, args in ((Branchy(), (torch.full((4,), 0.9),)), (Loops(), (torch.randn(3, 4), torch.tensor(4)))):
+    run = effir.compile(effir.from_torch(exported(made, args)))
+    got = run(*[a.numpy() for a in args])
+    got = got if isinstance(got, tuple) else (got,)
+    want = made(*args)
+    want = want if isinstance(want, tuple) else (want,)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-6)
 print("ok", int(state["bn_num_batches_tracked"]))
 """
     run = run_isolated(code, timeout=600).check()
