@@ -45,7 +45,12 @@ schema (batch norm in training mode: its running statistics)."""
 
 def from_torch(program: Any, *, parameters: str = "parameters") -> Any:
     """See ``effir.from_torch``."""
-    import torch
+    try:
+        import torch
+    except ImportError:
+        raise ModelImportError(
+            "reading torch.export programs needs the torch package (pip install torch)"
+        ) from None
 
     if not isinstance(program, torch.export.ExportedProgram):
         raise ModelImportError(
