@@ -220,6 +220,24 @@ def from_onnx(model_or_path, *, opset=None, initializers="constants", input_type
     return convert(model_or_path, opset=opset, initializers=initializers, input_types=input_types)
 
 
+def from_torch(exported_program, *, parameters="parameters"):
+    """A ``torch.export.ExportedProgram`` as an ``IRModule`` whose ``@main``
+    takes the program's user inputs (a ``torch.export.Dim`` a symbolic
+    dimension of its name), then, with ``parameters="parameters"`` (the
+    default), the module's parameters (``effir.importers.torch.
+    parameter_values`` gives their arrays): what training with
+    ``effir.grad`` needs; ``"constants"`` makes them constants. Buffers
+    are constants, but those the program writes (batch norm's running
+    statistics in training mode), which are state cells; ``cond``,
+    ``while_loop``, ``scan``, ``map`` and the recurrent layers stay control
+    flow; randomness draws from key cells. What cannot be imported is a
+    ``ModelImportError`` naming the FX node, its target and the Python
+    line torch recorded. See effir/importers/torch/program.py."""
+    from .importers import from_torch as convert
+
+    return convert(exported_program, parameters=parameters)
+
+
 __all__ = [
     "ArgumentError",
     "AttrError",
@@ -266,6 +284,7 @@ __all__ = [
     "WellFormedError",
     "ModelImportError",
     "from_onnx",
+    "from_torch",
     "assert_structural_equal",
     "astext",
     "check_well_formed",

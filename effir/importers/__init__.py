@@ -51,4 +51,12 @@ def from_onnx(
     return convert(model_or_path, opset=opset, initializers=initializers, input_types=input_types)
 
 
-__all__ = ["ModelImportError", "from_onnx"]
+def from_torch(exported_program: Any, *, parameters: str = "parameters") -> Any:
+    """A ``torch.export.ExportedProgram`` as an effir ``IRModule``
+    (``effir.from_torch``; effir/importers/torch/program.py)."""
+    from .torch import from_torch as convert
+
+    return convert(exported_program, parameters=parameters)
+
+
+__all__ = ["ModelImportError", "from_onnx", "from_torch"]

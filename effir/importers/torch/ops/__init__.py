@@ -1,0 +1,1 @@
+"""The converters, by family (each module registers its operators)."""
