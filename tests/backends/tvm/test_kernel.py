@@ -419,6 +419,33 @@ def test_cuda_kernels_compile_to_ptx() -> None:
 
 
 @needs_nvcc
+@pytest.mark.parametrize(
+    ("dtype", "value", "printed"),
+    [
+        ("int32", 10, "10"),
+        ("int32", -7, "-7"),
+        ("uint64", 2**64 - 5, "(uint64_t)(int64_t)-5"),
+        ("float32", 2.0, "0x1p+1f"),
+        ("float32", -0.0, "-0x0p+0f"),
+    ],
+)
+def test_cuda_kernels_with_opaque_constants_compile_to_ptx(
+    dtype: str, value: Any, printed: str
+) -> None:
+    """A program constant is an opaque ``reinterpret`` until LowerIntrin
+    [RULE OPAQUE]; TVM's CUDA code generator printed it as ``*(int
+    *)(&(10))``, which nvcc refused ("must be an lvalue"), so every CUDA
+    build with a constant failed. On CUDA it is lowered to the immediate of
+    the same bits (a negative int, a uint64 past int64's range, -0.0)."""
+    x = Var("x", TensorType((4,), dtype))
+    body = call_op("multiply", x, const(np.array(value, dtype=dtype)))
+    kernel = build_kernel(function([x], body), "cuda")
+    assert "(&(" not in kernel.source() and printed in kernel.source().replace(" ", "")
+    ptx = compile_cuda_to_ptx(kernel)
+    assert ".target sm_90" in ptx and ".entry" in ptx
+
+
+@needs_nvcc
 def test_cuda_kernels_of_the_importers_operators_compile_to_ptx() -> None:
     """The operators the importers added (mod and fmod of floats, whose
     float ``truncmod`` is CUDA's ``fmodf``, and of ints; abs, sin, cos,

@@ -113,6 +113,45 @@ def _reinterpret(value: PrimExpr) -> PrimExpr:
     return tirx.call_intrin(_dtype(value), "tirx.reinterpret", value)
 
 
+def _lower_reinterpret_for_cuda(call: PrimExpr) -> PrimExpr:
+    """``LowerIntrin``'s rule for ``reinterpret`` on CUDA [RULE OPAQUE]:
+    the opaque wrappers are no longer needed there (it is the last pass),
+    and TVM's CUDA code generator prints a ``reinterpret`` as
+    ``*(T *)(&(x))``, which nvcc refuses when ``x`` is an immediate ("must
+    be an lvalue"). A ``reinterpret`` to the argument's own dtype is the
+    argument; one of an immediate is the immediate of the same bits (a
+    uint64 past int64's range: the cast of its signed bits, which wraps in
+    CUDA as in numpy); any other stays for the code generator, which binds
+    a non-immediate argument to a variable first."""
+    (arg,) = call.args
+    to, source = _dtype(call), _dtype(arg)
+    if to == source:
+        return arg
+    if "bool" in (to, source) or "x" in to + source:  # a vector (lanes): the code generator's
+        return call
+    width = np.dtype(to).itemsize * 8
+    if isinstance(arg, tirx.IntImm):
+        # TVM's NarrowDataType may have narrowed the immediate (an int32 -5
+        # under a uint64 reinterpret): its value, wrapped to the width
+        bits = int(arg.value) % 2**width
+    elif isinstance(arg, tirx.FloatImm) and np.dtype(source).itemsize * 8 == width:
+        bits = np.array(arg.value, source).view(f"uint{width}").item()
+    else:
+        return call
+    if _kind(to) == "f":
+        return tirx.FloatImm(to, float(np.array(bits, f"uint{width}").view(to).item()))
+    if _kind(to) == "i" and bits >= 2 ** (width - 1):
+        return tirx.IntImm(to, bits - 2**width)
+    if bits >= 2**63:  # a uint64 past int64's range: its signed bits, cast
+        return tirx.Cast(to, tirx.IntImm("int64", bits - 2**64))
+    return tirx.IntImm(to, bits)
+
+
+tirx.op.register_intrin_lowering(
+    "tirx.reinterpret", "cuda", f=_lower_reinterpret_for_cuda, level=99
+)
+
+
 def _is_atom(value: PrimExpr) -> bool:
     """A variable, an immediate or an opaque immediate: nothing to bind."""
     if isinstance(value, tvm.ir.Call) and value.op.name == "tirx.reinterpret":
