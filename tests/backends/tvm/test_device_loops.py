@@ -8,7 +8,10 @@ GPU (``count < limit``, and in a ``while_loop`` whether its output buffer
 was full); the levels now keep the count and its limit in the VM's shape
 arithmetic, on the host. These tests read the executable TVM
 built for CUDA (no GPU needed): in a ``foreach``'s levels no condition
-comes from a tensor, in a ``while_loop``'s only its own condition does.
+comes from a tensor, in a ``while_loop``'s only its own condition does. A
+whole loop of symbolic length (the GRU's: one persistent kernel per chunk
+of steps, relax/loops.py [RULE CHUNK]) chooses its call and each chunk's
+length on the host too.
 Running them on a GPU is benchmarks/cuda_device.py's ``--part checks``.
 """
 
@@ -76,9 +79,16 @@ def gru_on_cuda() -> str:
 def test_a_foreach_on_a_gpu_reads_no_condition_from_the_gpu(gru_on_cuda: str) -> None:
     names = levels(gru_on_cuda)
     assert len(names) == 6  # level 0 and five levels above it [RULE LEVELS]
+    assert all(name.startswith("chunks") for name in names)  # the chunks' loop
     for name in names:
         host, device = conditions(gru_on_cuda, name)
-        assert (host, device) == (1, 0), (name, host, device)
+        # level 0: whether to go on, and whether the chunk has steps for
+        # the prologue; the levels above: whether to go on
+        expected = (2, 0) if name.endswith("level0") else (1, 0)
+        assert (host, device) == expected, (name, host, device)
+    # which of the bounded calls or the chunks' loop runs: on the host too
+    host, device = conditions(gru_on_cuda, "main")
+    assert host >= 2 and device == 0, (host, device)
 
 
 def test_a_while_loop_on_a_gpu_reads_only_its_condition_from_the_gpu() -> None:
@@ -114,12 +124,14 @@ def test_a_loop_in_a_while_loops_body_leaves_it_the_hosts_count() -> None:
     module = effir.check(effir.parse(NESTED))
     spec = effir.compile(module, target="cuda").specialization("main", {"t": 3})
     text = str(spec.executable.as_text())
-    assert any(n.startswith("foreach") for n in levels(text))  # a VM loop inside
-    # the outer loop's output buffer is asked after the inner loop is lowered
+    assert any(n.startswith("chunks") for n in levels(text))  # a loop over chunks inside
+    # the outer loop's output buffer is asked after the inner loop is
+    # lowered, the inner loop's call chosen on the host: only the outer
+    # loop's own condition is read from the GPU
     (outer,) = [n for n in levels(text) if n.startswith("while") and n.endswith("level0")]
-    assert conditions(text, outer) == (2, 1)
+    assert conditions(text, outer)[1] == 1
     for name in levels(text):
-        if name.startswith("foreach"):
+        if name.startswith("chunks"):
             assert conditions(text, name)[1] == 0, name
 
 
@@ -136,6 +148,16 @@ def test_a_loop_in_a_while_loops_body_equals_the_interpreter() -> None:
     assert got[1][1] == want[1][1] == 5
 
 
+BRANCHING = H + (  # control flow in the body: a VM loop, not a whole one
+    "def @main(%xs: Tensor[(t, 4), float32], %h0: Tensor[(4), float32]) {\n"
+    "  cf.foreach(fn (%row: Tensor[(4), float32], %h: Tensor[(4), float32]) {\n"
+    "    let %n = if (less(sum(%row), 0f)) { tanh(%row + %h) } else { %row * %h };\n"
+    "    (%n, %n)\n"
+    "  }, %xs, %h0)\n"
+    "}\n"
+)
+
+
 def test_relax_cuda_graphs_would_share_a_loops_storage_across_its_steps() -> None:
     """Why effir does not run Relax's RewriteCUDAGraph (relax/pipeline.py
     [RULE NOGRAPH]): on a VM loop it lifts the step's storage, the new state
@@ -148,9 +170,9 @@ def test_relax_cuda_graphs_would_share_a_loops_storage_across_its_steps() -> Non
     from effir.backends.tvm.relax.pipeline import relax_pipeline
     from effir.backends.tvm.target import building
 
-    module = effir.check(effir.parse(gru_text(16, 16)))
+    module = effir.check(effir.parse(BRANCHING))
     compiled = effir.compile(module, target="cuda")
-    spec = compiled.specialization("main", {"b": 4, "t": 6})
+    spec = compiled.specialization("main", {"t": 6})
     assert "cuda_graph" not in str(spec.executable.as_text())  # effir's build: none
     planned = spec.program.module
     with building(compiled.target):

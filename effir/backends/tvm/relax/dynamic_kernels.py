@@ -271,21 +271,6 @@ def before_end(dtype: str) -> Any:
 
 
 @cache
-def chunk_length(dtype: str, limit: int) -> Any:
-    """``n[0]`` = ``min(limit, rows - start)``: the steps of the chunk of
-    ``xs`` that starts at row ``start``."""
-
-    @T.prim_func(private=True, s_tir=True)
-    def kernel(var_xs: T.handle, start: T.Buffer((), "int64"), n: T.Buffer((1,), "int64")):
-        t = T.int64()
-        c = T.int64()
-        xs = T.match_buffer(var_xs, (t, c), dtype)  # noqa: F841  (binds t)
-        n[0] = T.min(T.int64(limit), t - start[()])
-
-    return kernel
-
-
-@cache
 def chunk_rows(dtype: str) -> Any:
     """``out`` = the rows of ``xs`` from ``start`` (as many as ``out`` has)."""
 

@@ -166,20 +166,21 @@ class LoopLowering(WholeLoopCalls):
         rows = [self._rows(x, t) for x, t in zip(sequences, xs_leaves, strict=True)]
         steps = self._length(call, rows, xs_leaves)
         emit = self.bb.emit
-        count = self._count_of(steps)
-        long = emit(relax.op.greater(count, _int64(LOOP_CHUNK)))
+        # which call runs is decided in the VM's shape arithmetic, on the
+        # host: a tensor condition would wait for the GPU [RULE HOSTCOUNT]
+        long = relax.prim_value(tirx.GT(steps, tirx.const(LOOP_CHUNK, "int64")))
         chunked = self.bb.block(
             lambda: self._chunked(call, gv, lowered, steps, rows, state, rest, xs_leaves)
         )
 
         def direct(bounds: list[int]) -> Any:
             """The call of the smallest bound of ``bounds`` (descending)
-            that holds ``count`` steps."""
+            that holds ``steps``."""
             if len(bounds) == 1:
                 return self._bounded_call(
                     call, gv, lowered, sequences, xs_leaves, state, rest, bounds[0]
                 )
-            larger = emit(relax.op.greater(count, _int64(bounds[1])))
+            larger = relax.prim_value(tirx.GT(steps, tirx.const(bounds[1], "int64")))
             return emit(
                 relax.If(
                     larger,
@@ -206,13 +207,6 @@ class LoopLowering(WholeLoopCalls):
                     [tirx.min(lengths[0], other), tirx.max(lengths[0], other)] if shown else [],
                 )
         return lengths[0]
-
-    def _count_of(self, dim: Any) -> Any:
-        """An ``int64`` scalar tensor holding the dimension ``dim``."""
-        if isinstance(dim, int | tirx.IntImm):
-            return _int64(int(dim))
-        flat = self.bb.emit(relax.op.shape_to_tensor(relax.ShapeExpr([dim])))
-        return self.bb.emit(self._reshape(flat, []))
 
     def _bounded_call(
         self,
@@ -315,11 +309,11 @@ class LoopLowering(WholeLoopCalls):
 
         def advance(start: Any, carried: list[Any], fixed: list[Any]) -> tuple[Any, list[Any]]:
             seqs, inner_rest = fixed[:n_fixed], fixed[n_fixed:]
-            n = self._executor_call(
-                "chunk_length", xs_types[0].dtype, [seqs[0], start], [1], "int64", LOOP_CHUNK
-            )
+            # the chunk's steps from the level's count and limit, on the host
+            done, limit = self.host_count
+            left = tirx.min(tirx.const(LOOP_CHUNK, "int64"), limit - done)
             k = tirx.Var("k", "int64")
-            self.bb.match_cast(emit(relax.op.tensor_to_shape(n)), relax.ShapeType([k]))
+            self.bb.match_cast(emit(relax.ShapeExpr([left])), relax.ShapeType([k]))
             chunk = []
             for seq, t, c in zip(seqs, xs_types, sizes, strict=True):
                 part = self._executor_call("chunk_rows", t.dtype, [seq, start], [k, c])
@@ -588,7 +582,7 @@ class LoopLowering(WholeLoopCalls):
         by the executor's kernel."""
         host_count = getattr(self, "host_count", None)
         if host_count is not None:
-            return relax.prim_value(tirx.GE(host_count, cap))
+            return relax.prim_value(tirx.GE(host_count[0], cap))
         return self._executor_call("at_capacity", dtype, [buf, count], [], "bool")
 
     # -------------------------------------------------------------- levels
@@ -649,9 +643,10 @@ class LoopLowering(WholeLoopCalls):
         f = declare_level(0)
 
         def step() -> Any:
-            # the step's count on the host (``_full``); a loop in the step's
-            # body sets its own, and gives this one back when it is lowered
-            outer, self.host_count = getattr(self, "host_count", None), f.n
+            # the step's count and the level's limit on the host (``_full``,
+            # ``_chunked``); a loop in the step's body sets its own, and
+            # gives this one back when it is lowered
+            outer, self.host_count = getattr(self, "host_count", None), (f.n, f.limit)
             try:
                 count, carried = steps.advance(f.count, f.carried, f.fixed)
             finally:

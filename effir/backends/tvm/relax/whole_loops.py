@@ -119,8 +119,8 @@ class WholeLoopCalls:
         if static is not None:
             value = emit(computed() if static > 0 else empty())
         else:
-            count = self._count_of(length)
-            some = emit(relax.op.greater(count, relax.const(np.int64(0), "int64")))
+            # on the host, in the VM's shape arithmetic [RULE HOSTCOUNT]
+            some = relax.prim_value(tirx.GT(length, tirx.const(0, "int64")))
             value = emit(relax.If(some, self.bb.block(computed), self.bb.block(empty)))
         return [emit(relax.TupleGetItem(value, i)) for i in range(len(types))]
 
