@@ -105,7 +105,7 @@ def loop_kernels(compiled: Any) -> tuple[int, int]:
     whole, vm = 0, 0
     for spec in compiled.specializations.values():
         text = spec.program.module.script()
-        whole += len(set(re.findall(r"effir_\d+_loop_\d+(?![_\d])", text)))
+        whole += len(set(re.findall(r"effir_[0-9a-f]{16}_loop_\d+(?![_\d])", text)))
         vm += len(re.findall(r"def (?:foreach|while)_\d+_level0", text))
     return whole, vm
 

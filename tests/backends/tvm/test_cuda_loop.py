@@ -42,8 +42,8 @@ def loop_symbols(spec: Any) -> tuple[set[str], set[str], int]:
     """The persistent kernels and prologues the Relax program calls, and its
     VM loops (functions of a loop's levels)."""
     text = spec.program.module.script()
-    kernels = set(re.findall(r"effir_\d+_loop_\d+(?![_\d])", text))
-    prologues = set(re.findall(r"effir_\d+_loop_\d+_prologue", text))
+    kernels = set(re.findall(r"effir_[0-9a-f]{16}_loop_\d+(?![_\d])", text))
+    prologues = set(re.findall(r"effir_[0-9a-f]{16}_loop_\d+_prologue", text))
     return kernels, prologues, len(re.findall(r"def (?:foreach|while)_\d+_level0", text))
 
 

@@ -331,7 +331,7 @@ def check_gradient_modes(hidden: int, batch: int, blocks: int) -> None:
     for mode in ("none", "loop", "sqrt"):
         m = build(cfg, grad="effir", checkpoint=mode)
         with emulated(blocks):
-            compiled = effir.compile(m)
+            compiled = effir.compile(m, entry="loss_grad")
             loss, grads = compiled(
                 tokens, targets, *params, entry="loss_grad", state=effir.State(m)
             )

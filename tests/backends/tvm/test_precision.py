@@ -190,12 +190,31 @@ NVCC = shutil.which("nvcc") is not None
 WMMA = {"tf32": ".f32.tf32.tf32.f32", "bfloat16": ".f32.bf16.bf16.f32"}
 
 
+GRU_CELL = (
+    H
+    + """
+def @main(%x: Tensor[(32, 64), float32], %h: Tensor[(32, 64), float32],
+          %w: Tensor[(192, 64), float32], %u: Tensor[(192, 64), float32],
+          %bias: Tensor[(192), float32]) {
+  let %gx = nn.dense(%x, %w) + %bias;
+  let %gh = nn.dense(%h, %u);
+  let %gxs = split(%gx, indices_or_sections=3, axis=1);
+  let %ghs = split(%gh, indices_or_sections=3, axis=1);
+  let %z = sigmoid(%gxs.0 + %ghs.0);
+  let %r = sigmoid(%gxs.1 + %ghs.1);
+  let %n = tanh(%gxs.2 + %r * %ghs.2);
+  (1f - %z) * %n + %z * %h
+}
+"""
+)
+
+
 @pytest.mark.skipif(not NVCC, reason="needs nvcc to compile CUDA to PTX")
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_the_gru_step_multiplies_on_the_tensor_cores_only_when_asked(precision: str) -> None:
-    module = effir.check(effir.parse(gru_text(64, 64)))
-    compiled = effir.compile(module, target="cuda", precision=precision)
-    spec = compiled.specialization("main", {"b": 32, "t": 4})
+    """A GRU cell compiled by itself: both products on the tensor cores."""
+    compiled = effir.compile(effir.check(effir.parse(GRU_CELL)), target="cuda", precision=precision)
+    spec = next(iter(compiled.specializations.values()))
     ptx = spec.ptx()
     mma = re.findall(r"\bw?mma\.[\w.]+", ptx) + re.findall(r"\bwgmma\.[\w.]+", ptx)
     if precision == "float32":
@@ -204,6 +223,20 @@ def test_the_gru_step_multiplies_on_the_tensor_cores_only_when_asked(precision: 
     assert any(WMMA[precision] in instruction for instruction in mma), mma
     # both products of the step (x w^T and h u^T) call the tile
     assert spec.source("cuda").count(f"effir_mma_{'tf32' if precision == 'tf32' else 'bf16'}(") == 2
+
+
+@pytest.mark.skipif(not NVCC, reason="needs nvcc to compile CUDA to PTX")
+def test_a_gru_loop_on_cuda_is_one_persistent_kernel_rounding_its_products() -> None:
+    """The GRU's loop is a persistent kernel [RULE WHOLE], whose products
+    keep the float32 units (its operands are on chip, not tiles of
+    parameters) with TF32's rounding, the same numbers as the tiles."""
+    module = effir.check(effir.parse(gru_text(64, 64)))
+    compiled = effir.compile(module, target="cuda", precision="tf32")
+    spec = compiled.specialization("main", {"b": 32, "t": 4})
+    source = spec.source("cuda")
+    assert re.search(r"effir_[0-9a-f]{16}_loop_0_kernel", source)
+    assert "effir_mma" not in source
+    assert "4294959104" in source or "0xffffe000" in source.lower()
 
 
 @pytest.mark.skipif(not NVCC, reason="needs nvcc to compile CUDA to PTX")
