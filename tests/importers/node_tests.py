@@ -63,16 +63,6 @@ UNSUPPORTED = {
 }
 """Cases effir refuses, and a word the error message must contain."""
 
-KNOWN_BACKEND_DEFECTS = {
-    "test_cumsum_2d_axis_0": "int64 add of a cast in one kernel fails to build",
-    "test_cumsum_2d_axis_1": "int64 add of a cast in one kernel fails to build",
-    "test_cumsum_2d_int32": "int64 add of a cast in one kernel fails to build",
-    "test_cumsum_2d_negative_axis": "int64 add of a cast in one kernel fails to build",
-    "test_loop11": "a while loop's per-step output of data-dependent shape is not compiled",
-}
-"""Cases that import and interpret, whose compiled run fails on a defect
-or limitation of the TVM backend (not of the importer)."""
-
 COMPILED_SAMPLE = (
     "test_loop13_seq",
     "test_range_int32_type_negative_delta_expanded",
@@ -90,6 +80,8 @@ COMPILED_SAMPLE = (
     "test_slice_neg_steps",
     "test_nonzero_example",
     "test_unique_sorted_with_axis_3d",
+    "test_cumsum_2d_int32",
+    "test_loop11",
 )
 """The compiled cases the test suite runs (one subprocess): a few per
 group; benchmarks/onnx_node_tests.py compiles every case."""
