@@ -528,7 +528,10 @@ class LoopLowering(WholeLoopCalls):
         static = [i for i, c in enumerate(sizes) if c is not None]
         if grow and static:  # the others grow as their rows' size is told (_widened)
             grown = self._grown(
-                [bufs[i] for i in static], [outs[i] for i in static], [sizes[i] for i in static], count
+                [bufs[i] for i in static],
+                [outs[i] for i in static],
+                [sizes[i] for i in static],
+                count,
             )
             bufs = list(bufs)
             for i, buf in zip(static, grown, strict=True):
