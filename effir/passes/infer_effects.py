@@ -17,7 +17,9 @@ The algorithm has two fixpoints over the whole module:
    ``cf.foreach`` is called with the operator's other arguments) [RULE F].
    Tuples and ADT values hold the union of their fields: imprecise but sound.
    Once the program is type-checked, types sharpen this [RULE T]: a value
-   whose type is a tensor or a key holds no function and no reference.
+   whose type is a tensor or a key holds no function and no reference. A
+   module not yet checked is checked first (where it type-checks): without
+   types the sets grow with the nesting of closures, and the work with it.
 2. **Effects**: a function's effects are its body's direct effects
    (``ref_read``/``ref_write`` of a reference that may be a global cell, an
    effectful operator on such a reference, an ``io`` operator) plus the
@@ -36,13 +38,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ir.analysis import body_nodes
-from ..ir.diagnostics import EffectError
+from ..ir.diagnostics import EffectError, TypeCheckError
 from ..ir.expr import (
     Call,
     Clause,
     Constructor,
     Expr,
     Function,
+    GlobalCell,
     GlobalVar,
     If,
     Let,
@@ -65,6 +68,7 @@ from ..ir.node import Node, child_nodes
 from ..ir.op import op_def
 from ..ir.types import FuncType, KeyType, RefType, TensorType, TupleType, Type
 from ..ir.well_formed import check_well_formed
+from .infer_type import check
 
 IO = "io"
 
@@ -95,7 +99,7 @@ def infer_effects(module: IRModule) -> EffectInfo:
     """Effects of every function, closure and call; ``violations`` lists the
     functions whose effects exceed an effect annotation (see check_effects)."""
     check_well_formed(module)
-    return _EffectInference(module).run()
+    return _EffectInference(_typed(module)).run()
 
 
 def check_effects(module: IRModule) -> EffectInfo:
@@ -116,9 +120,24 @@ def check_effects(module: IRModule) -> EffectInfo:
 def solve_flows(module: IRModule) -> _EffectInference:
     """The flow solution alone, for passes that must know which functions,
     cells and references an expression may be (``value_of``, ``callees_of``)."""
-    analysis = _EffectInference(module)
+    analysis = _EffectInference(_typed(module))
     analysis.solve_flows()
     return analysis
+
+
+def _typed(module: IRModule) -> IRModule:
+    """``module`` type-checked when it is not yet and can be [RULE T]: without
+    types, every function a loop or an operator is given may flow into every
+    value after it, so sets grow with the nesting of closures (quadratic
+    work, 2.5x for twice the nested loops); checking is linear. A module
+    that does not type-check is analysed as it is."""
+    roots = [*(fn.body for fn in module.functions.values()), *module.cells.values()]
+    if all(r.init.has_type if isinstance(r, GlobalCell) else r.has_type for r in roots):
+        return module
+    try:
+        return check(module)
+    except TypeCheckError:
+        return module
 
 
 # Sources are hashable: ("def", name), ("fn", Function), ("ctor", name),

@@ -22,7 +22,8 @@ in another branch. Two more kinds stay [RULE G]:
   program (it may loosen a dimension to ``?``) and graph form has nowhere
   to write it;
 - a let whose variable a function literal inside its scope uses (a closure
-  captures it): graph form is one activation's dataflow, and writing the
+  that stays captures it; one in the value of a let that goes does not
+  count): graph form is one activation's dataflow, and writing the
   value inside the closure would compute it at each call (a loop body's
   key split would draw from the same key at every iteration, which the
   linearity verifier rightly rejects in a state-passing program).
@@ -69,12 +70,15 @@ def to_gnf(module: IRModule) -> IRModule:
 def to_gnf_expr(expr: Expr) -> Expr:
     """``expr`` with its movable, unannotated lets substituted away.
 
-    A let kept because a closure captures it can become removable when that
-    closure is itself removed as unused (it is decided before the closure's
-    fate is known): the walk is repeated until no such let is left. Each
-    round removes at least one let and is linear; a second round is needed
-    only where a dropped closure captured a let, a third only where such a
-    let's value was itself a dropped closure's capture, and so on."""
+    A let kept because a closure captures it becomes removable when that
+    closure is itself removed as unused. A backward sweep first finds the
+    lets that go for certain (unused by the code that stays, unannotated,
+    movable even before any substitution: ``_Dying``), and captures inside
+    their values do not count: a chain of dropped closures, each capturing
+    the previous one's let, goes in one linear walk. A let that goes only
+    once another's substitution makes its value movable (a call of a
+    let-bound closure, which the sweep takes as unknown code) is caught by
+    a further walk, repeated until no removable let is left."""
     if isinstance(expr, ATOM_TYPES):
         return expr
     result: Expr = _Graph(expr).mutate(expr)  # type: ignore[assignment]
@@ -112,24 +116,68 @@ def removable_lets(root: Expr) -> Iterator[Let]:
             yield node
 
 
-def _captured(facts: Facts) -> set[Var]:
+def _captured(facts: Facts, dying: frozenset[int] = frozenset()) -> set[Var]:
     """Let variables used inside a function literal within their scope: a
     use nested in more function literals than the let. Nodes go parents
-    first (reversed post-order); a shared node counts at its deepest place."""
-    depth: dict[int, int] = {}
+    first (reversed post-order); a shared node counts at its deepest place.
+    Uses inside the values of the lets ``dying`` (ids) do not count: those
+    values go, with the closures in them."""
+    root = facts.order[-1] if facts.order else None
+    depth: dict[int, int] = {id(root): 0}
     deepest_use: dict[Var, int] = {}
     bound_at: dict[Var, int] = {}
     for node in reversed(facts.order):
-        here = depth.get(id(node), 0)
+        here = depth.get(id(node))
+        if here is None:  # reached only through a dying let's value
+            continue
         if isinstance(node, Let):
             bound_at[node.var] = here
         inner = here + 1 if isinstance(node, Function) else here
         for _, child, _ in expression_edges(node):
+            if id(node) in dying and child is node.value:  # type: ignore[attr-defined]
+                continue
             if isinstance(child, Var):
                 deepest_use[child] = max(deepest_use.get(child, 0), inner)
             elif not isinstance(child, ATOM_TYPES):
-                depth[id(child)] = max(depth.get(id(child), 0), inner)
+                depth[id(child)] = max(depth.get(id(child), -1), inner)
     return {v for v, d in bound_at.items() if deepest_use.get(v, 0) > d}
+
+
+class _Dying(Mutator):
+    """The backward sweep of ``to_gnf_expr``: body before value, as ``dce``
+    sweeps. A let goes for certain when no code that stays uses its
+    variable, it is unannotated and its value is movable as it is
+    (``pinned``: before any substitution, a call of a variable counts as
+    unknown code); its value is then not visited, so what it uses counts
+    for nothing. ``dying`` collects the ids of those lets."""
+
+    body_first = True
+    patterns = False
+
+    def __init__(self, facts: Facts) -> None:
+        super().__init__()
+        self.pinned = facts.pinned()
+        self.recursive = facts.recursive
+        self.used: set[Var] = set()
+        self.dying: set[int] = set()
+
+    def keep(self, let: Let) -> bool:
+        if let.var in self.used or let.var.type_annotation is not None:
+            return True
+        value = let.value
+        if isinstance(value, ATOM_TYPES):
+            movable = not (isinstance(value, Var) and value in self.recursive)
+        else:
+            movable = id(value) not in self.pinned
+        if movable:
+            self.dying.add(id(let))
+        return not movable
+
+    def child(self, node: Node) -> Node:
+        if isinstance(node, Var):
+            self.used.add(node)
+            return node
+        return self.memo.get(id(node), node)
 
 
 class _Graph(Mutator):
@@ -144,7 +192,9 @@ class _Graph(Mutator):
         super().__init__()
         facts = Facts(root)
         self.recursive = facts.recursive
-        self.captured = _captured(facts)
+        sweep = _Dying(facts)
+        sweep.mutate(root)
+        self.captured = _captured(facts, frozenset(sweep.dying))
         self.subst: dict[Var, Expr] = {}
         self.pinned: dict[int, bool] = {}  # of rebuilt nodes, by identity
         self.keep: list[Expr] = []  # rebuilt nodes stay alive: their ids are keys

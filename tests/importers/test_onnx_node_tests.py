@@ -48,8 +48,7 @@ def test_node_tests_compiled_equal_the_expectations():
     """A few cases of every group through effir.compile (llvm), in one
     subprocess: deterministic ones against the expected outputs, random
     ones by their properties and equal to the interpreter's draws."""
-    defect = "test_cumsum_2d_axis_0"  # one of KNOWN_BACKEND_DEFECTS, still failing
-    names = [*nt.COMPILED_SAMPLE, defect]
+    names = list(nt.COMPILED_SAMPLE)
     code = f"""
 import json
 from tests.importers import node_tests as nt
@@ -58,10 +57,11 @@ print(json.dumps(results))
 """
     run = run_isolated(code, timeout=600).check()
     results = json.loads(run.stdout.strip().splitlines()[-1])
-    status, why = results.pop(defect)
-    assert status == "fail" and "failed to build" in why, (
-        f"{defect} compiles now: remove it from KNOWN_BACKEND_DEFECTS"
-    )
+    assert {nt.case(n).group for n in results} == {g for g, _ in nt.GROUPS}
+    for name, symptom in nt.KNOWN_BACKEND_DEFECTS.items():
+        status, why = results.pop(name)
+        assert status == "fail" and symptom in why, (
+            f"{name} compiles now: remove it from KNOWN_BACKEND_DEFECTS"
+        )
     failed = {name: why for name, (status, why) in results.items() if status != "pass"}
     assert not failed, failed
-    assert {nt.case(n).group for n in results} == {g for g, _ in nt.GROUPS}

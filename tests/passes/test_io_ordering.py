@@ -23,7 +23,7 @@ from effir.ir.module import IRModule
 from effir.ir.visitor import pre_order
 from effir.passes.state_passing import state_passing
 
-from .equivalence import run_observed
+from .equivalence import assert_same_run, run_observed
 
 PROGRAM = """#[version = "0.0.5"]
 global @rng: Ref[Key] = ref(random.key(0));
@@ -120,3 +120,19 @@ def test_a1_output_does_not_survive_such_schedules():
     # The unused prints are always dropped, and most orders move them.
     assert all(labels_after(a1, seed, drop=True) != labels for seed in range(20))
     assert sum(labels_after(a1, seed, drop=False) != labels for seed in range(20)) > 10
+
+
+def test_a_dropped_result_keeps_the_annotation_that_types_the_printed_value():
+    """Only the annotation of ``%f`` says which ``Option`` the printed
+    ``None`` is: state passing, which no longer needs ``%f``'s binding,
+    keeps it, so the result still type-checks, and prints as the input."""
+    module = effir.parse(
+        """#[version = "0.0.5"]
+def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
+  let %f: Option[Key] = debug.print(None, label="none");
+  %x
+}
+"""
+    )
+    passed = effir.check(state_passing(effir.check(module)))
+    assert_same_run(module, passed, [np.ones(2, "float32")])

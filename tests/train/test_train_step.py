@@ -21,6 +21,7 @@ from effir import Tensor
 from effir.backends.interpreter import interpret_a2
 from effir.optim import SGD, Adam
 from effir.train import TrainingError
+from tests.isolated import run_isolated
 
 B, D, H = 8, 3, 4
 F32 = "float32"
@@ -172,6 +173,45 @@ def test_the_compiled_step_equals_the_interpreted_one() -> None:
         np.testing.assert_allclose(compiled.params[n], interpreted.params[n], rtol=1e-4, atol=1e-6)
     np.testing.assert_array_equal(compiled.state["rng"].data, interpreted.state["rng"].data)
     np.testing.assert_allclose(compiled.state["bn"][1], interpreted.state["bn"][1], rtol=1e-5)
+
+
+SEQUENCE = ("t", 2, 4)  # of a symbolic length t
+
+
+@effir.script
+def sequence_loss(xs: Tensor[SEQUENCE, F32], w: Tensor[(3, 4), F32]) -> Tensor[(), F32]:
+    total = np.float32(0.0)
+    for x in xs:
+        total = total + np.sum(effir.nn.dense(x, w))
+    return total
+
+
+SYMBOLIC_LENGTH = """
+import numpy as np, effir
+from effir.optim import SGD
+from tests.train.test_train_step import sequence_loss
+
+runs = []
+for target in (None, "llvm"):
+    step = effir.train_step(sequence_loss, SGD(lr=0.01), wrt=["w"], target=target)
+    assert (step.program is None) == (target is None)
+    run = step.init({"w": np.linspace(-1, 1, 12, dtype="float32").reshape(3, 4)})
+    rng = np.random.default_rng(0)
+    losses = [float(step(run, rng.standard_normal((t, 2, 4)).astype("float32"))) for t in (3, 5, 1)]
+    runs.append((losses, run.params["w"]))
+(li, wi), (lc, wc) = runs
+np.testing.assert_allclose(lc, li, rtol=1e-5)
+np.testing.assert_allclose(wc, wi, rtol=1e-5, atol=1e-6)
+print("same")
+"""
+
+
+def test_a_compiled_step_of_a_loss_looping_over_a_symbolic_length() -> None:
+    """A loss looping over a sequence of symbolic length ``t``: the compiled
+    step (built for each length it is called with) equals the interpreted
+    one. Its specialisation once failed with "cannot infer the argument
+    types of this call"."""
+    assert run_isolated(SYMBOLIC_LENGTH).check().stdout.split()[-1] == "same"
 
 
 # ------------------------------------------------------------------ errors

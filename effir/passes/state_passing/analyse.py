@@ -102,8 +102,11 @@ class Analysis:
 
     def needed(self, var: Var) -> bool:
         """Whether a binding of ``var`` must be kept: a variable of the
-        program that is never used is not rebound after translation."""
-        return var in self.used or var not in self.bound
+        program that is never used is not rebound after translation, unless
+        it is annotated: its annotation may be what fixes the type of a value
+        it was bound from (``let %f: Option[Key] = debug.print(None)``: the
+        ``None`` that ``io.print`` still prints has no other type)."""
+        return var in self.used or var not in self.bound or var.type_annotation is not None
 
     def sort(self, cells: Iterable[str]) -> tuple[str, ...]:
         return tuple(sorted(set(cells), key=self.order.__getitem__))

@@ -224,6 +224,35 @@ def test_every_form_of_while_loop_runs_as_the_interpreter(
         assert_close(out[index], ref[index])
 
 
+WHILE_SIZED = """
+import numpy as np, effir
+from effir.backends.tvm.driver.compile import compile as compile_module
+from tests.backends.tvm.test_compile import assert_close
+module = effir.check(effir.parse('''#[version = "0.0.5"]
+def @main(%x: Tensor[(3), float32], %keep: Tensor[(3), bool], %limit: float32) {
+  cf.while_loop(fn (%s: float32) { less(%s, %limit) }, fn (%s: float32) {
+    ((multiply(boolean_mask(%x, %keep), %s), add(%s, 2f)), add(%s, 1f))
+  }, 0f)
+}'''))
+compiled = compile_module(module)
+x = np.array([1, 2, 3], np.float32)
+for keep, limit in [([1, 0, 1], 1), ([0, 1, 1], 5), ([1, 1, 1], 40), ([0, 0, 0], 3)]:
+    args = (x, np.array(keep, bool), np.array(limit, np.float32))
+    out, ref = compiled(*args), effir.interpret(module, *args)
+    assert out[0][0].shape == (limit, sum(keep)), out[0][0].shape
+    assert_close(out, ref)
+print("same")
+"""
+
+
+def test_a_while_loop_whose_per_step_output_has_a_data_dependent_size() -> None:
+    """[RULE VMSIZED] A while_loop's per-step output of a size the step
+    tells (ONNX Loop's scan outputs): its buffer is widened by the first
+    step and grows as the loop runs past its capacity (16 rows), beside a
+    static output; before, a CompileError."""
+    assert run_isolated(WHILE_SIZED).check().stdout.split()[-1] == "same"
+
+
 # ------------------------------------------------------------- deep runs
 DEEP = """
 import os, tempfile

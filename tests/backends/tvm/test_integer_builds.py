@@ -104,6 +104,22 @@ def test_a_widened_counter_added_to_an_accumulator_builds_for_every_pair_of_dtyp
         _check(f"{HEADER}def @main({_params(INTS + FLOATS)}) {{\n  ({', '.join(outs)})\n}}\n")
 
 
+def test_a_widened_value_added_to_itself_builds_for_every_pair_of_dtypes() -> None:
+    """``let %c = cast(%a, dtype="int64"); add(%c, %c)`` (ONNX CumSum with
+    a run-time int32 axis made it): one let variable met twice in one
+    kernel, for every narrower dtype of ``%a``, at both levels."""
+    for dst in SUITE_INTS:
+        lets, outs = [], []
+        for src in INTS:
+            if src != dst:
+                lets.append(f'  let %c_{src} = cast(%{src}, dtype="{dst}");')
+                outs.append(f"add(%c_{src}, %c_{src})")
+        body = "\n".join(lets)
+        src_text = f"{HEADER}def @main({_params(INTS)}) {{\n{body}\n  ({', '.join(outs)})\n}}\n"
+        for level in (1, 2):
+            _check(src_text, level)
+
+
 def test_nested_integer_arithmetic_builds_for_every_dtype() -> None:
     """``divide(divide(%a, %b), %c)`` on int32 and its siblings: each
     arithmetic operator nested in each other one, every integer dtype."""

@@ -27,11 +27,14 @@
   doubled when full for ``while_loop``), cut to the steps run at the end.
   Each step releases its result tuple before going on, so memory does not
   grow with the steps.
-- [RULE VMSIZED] A ``cf.foreach``'s per-step output may have one ``?``
-  dimension: its buffer starts with no rows, the first step's row size
-  widens it (``grow_rows``), it grows as a ``while_loop``'s, and it is cut
-  to the steps run at the end, the ``?`` being the row size over the other
-  dimensions (sqrt checkpointing's segments, of a size known at run time).
+- [RULE VMSIZED] A VM loop's per-step output (``cf.foreach``'s or an
+  unpadded ``cf.while_loop``'s) may have one ``?`` dimension: its buffer
+  starts with no rows, the first step's row size widens it
+  (``grow_rows``), it grows as a ``while_loop``'s, and it is cut to the
+  steps run at the end, the ``?`` being the row size over the other
+  dimensions (sqrt checkpointing's segments, of a size known at run time;
+  ONNX Loop's scan outputs). A padded ``while_loop``'s rows exist before
+  any step has told their size: type inference requires them static.
 - [RULE LEVELS] The VM has no loop instruction a Relax program can reach:
   a loop is a recursive function, and the VM runs each call of a VM
   function as a native C++ recursion (vm.cc: InvokeBytecode -> RunLoop),
@@ -424,7 +427,8 @@ class LoopLowering(WholeLoopCalls):
         captured: list[Var] = []
         for fn in (cond, body):
             captured += [v for v in free_vars(fn) if v not in functions and v not in captured]
-        out_type, state_type = self._body_types(body, call)
+        padded = pads(call)
+        out_type, state_type = self._body_types(body, call, sized=True)
         outs, sizes = _outputs(out_type)
         emit = self.bb.emit
 
@@ -445,7 +449,6 @@ class LoopLowering(WholeLoopCalls):
                 return self._step(body, inner, count, carried, out_type, outs, grow=not padded)
 
         limit, given = while_limit(call)
-        padded = pads(call)
         if given is not None:  # a shape variable: the host compares [RULE HOSTCOUNT]
             top = rows = self._run_time_limit(call, self._atom(given, env), given.checked_type)
         else:
@@ -458,7 +461,10 @@ class LoopLowering(WholeLoopCalls):
         steps = _Steps(
             carried=[
                 self._atom(init_arg, env),
-                *[self._zeros([first, c], leaf.dtype) for leaf, c in zip(outs, sizes, strict=True)],
+                *[
+                    self._zeros([first, c] if c is not None else [0, 0], leaf.dtype)
+                    for leaf, c in zip(outs, sizes, strict=True)
+                ],
             ],
             carried_types=[relax_type(state_type)] + _buffer_types(outs),
             fixed=fixed,
@@ -469,8 +475,10 @@ class LoopLowering(WholeLoopCalls):
         count, final = self._levels(steps, top, "while")
         n = rows if padded else self._size_of(count)
         stacked = []
-        for buf, leaf in zip(final[1:], outs, strict=True):
-            c = int(np.prod(leaf.shape, dtype=np.int64))
+        for buf, leaf, c in zip(final[1:], outs, sizes, strict=True):
+            if c is None:  # [RULE VMSIZED] cut to the steps run, its ? from the rows' size
+                stacked.extend(self._stacked([buf], [leaf], n))
+                continue
             if not padded:
                 buf = self._executor_call("prefix", leaf.dtype, [buf], [n, c])
             stacked.append(emit(self._reshape(buf, [n, *[int(d) for d in leaf.shape]])))
@@ -511,8 +519,17 @@ class LoopLowering(WholeLoopCalls):
         new_state = emit(relax.TupleGetItem(step, 1))
         bufs = carried[1:]
         _, sizes = _outputs(outs)
-        if grow and outs:
-            bufs = self._grown(bufs, outs, sizes, count)
+        static = [i for i, c in enumerate(sizes) if c is not None]
+        if grow and static:  # the others grow as their rows' size is told (_widened)
+            grown = self._grown(
+                [bufs[i] for i in static],
+                [outs[i] for i in static],
+                [sizes[i] for i in static],
+                count,
+            )
+            bufs = list(bufs)
+            for i, buf in zip(static, grown, strict=True):
+                bufs[i] = buf
         written = []
         for buf, value, leaf, c in zip(bufs, self._leaves(out, out_type), outs, sizes, strict=True):
             if c is None:  # [RULE VMSIZED] a size the step tells
@@ -778,8 +795,10 @@ class LoopLowering(WholeLoopCalls):
         return self.bb.emit(call)
 
     def _body_types(self, body: Function, call: Call, sized: bool = False) -> tuple[Type, Type]:
-        """A loop body's per-step output and state types; ``sized``
-        (foreach): an output may have one ``?`` [RULE VMSIZED]."""
+        """A loop body's per-step output and state types; ``sized`` (a VM
+        loop): an output may have one ``?`` [RULE VMSIZED]. (A padded
+        while_loop's output, whose zero rows are allocated before any step,
+        is static: type inference refuses a ``?`` there.)"""
         step_type = body.body.checked_type
         assert isinstance(step_type, TupleType)
         out_type, state_type = step_type.fields
