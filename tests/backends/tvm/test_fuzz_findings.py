@@ -67,3 +67,36 @@ def test_a_chain_of_sixteen_elementwise_lets_builds_at_o1() -> None:
     # A hang, not a speed target: 16 lets take hours at the measured growth.
     result = run_isolated(ELEMENTWISE_CHAIN, timeout=20).check()
     assert "built" in result.stdout
+
+
+ADT_TUPLE_MATCH = r'''
+import effir
+
+module = effir.check(effir.parse("""#[version = "0.0.5"]
+type Maybe[A] { Just(A), Nothing }
+def @both(%a: Maybe[Tensor[(3,), float32]], %b: Maybe[Tensor[(3,), float32]]) {
+  match ((%a, %b)) {
+    (Just(%x), Just(%y)) => add(%x, %y),
+    (Just(%x), Nothing) => tanh(%x),
+    (Nothing, Just(%y)) => negative(%y),
+    (Nothing, Nothing) => zeros(shape=[3], dtype="float32")
+  }
+}
+def @main(%x: Tensor[(3,), float32], %c: bool) {
+  @both(if (%c) { Just(%x) } else { Nothing }, Nothing)
+}
+"""))
+effir.compile(module, opt_level=2)
+print("built")
+'''
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a match on a tuple of ADT values, one known to partial evaluation (Nothing) and "
+    "one chosen by data, fails to build at -O2: TVM 'field_tokens.size() > "
+    "tuple_item->index (1 vs. 1)'",
+)
+def test_a_tuple_of_a_known_and_an_unknown_adt_value_matches_compiled_at_o2() -> None:
+    result = run_isolated(ADT_TUPLE_MATCH).check()
+    assert "built" in result.stdout
