@@ -372,7 +372,7 @@ def _worker_process(path: str, start: int, stderr: Any) -> subprocess.Popen:
         [sys.executable, "-m", "tests.backends.tvm.fuzz.harness", "--worker", path, str(start)],
         stdout=subprocess.PIPE,
         stderr=stderr,
-        text=True,
+        bufsize=0,  # _run_worker splits lines itself: see _lines
         env=env,
         cwd=ROOT,
     )
@@ -419,19 +419,29 @@ def _run_worker(path: str, start: int, count: int, results: list, timeout: float
     selector.register(proc.stdout, selectors.EVENT_READ)
     current, began = None, time.monotonic()
     import_deadline = began + 300  # the imports, before the first marker
+    pending = bytearray()  # read from the pipe, not yet split into lines
     try:
         while True:
             deadline = import_deadline if current is None else began + timeout
-            if not selector.select(max(0.0, deadline - time.monotonic())):
+            # A line already read is handled before waiting: the pipe being
+            # quiet says nothing of lines read with the one before (a
+            # buffered readline hid a START there, and the wait timed out).
+            if b"\n" not in pending and not selector.select(max(0.0, deadline - time.monotonic())):
                 proc.kill()
                 proc.wait()
                 if current is None:
                     raise RuntimeError("the fuzz worker did not start: " + stderr_path.read_text())
                 results[current] = Outcome("timeout", f"over {timeout:.0f} s", "", timeout)
                 return current + 1
-            line = proc.stdout.readline()
-            if not line:
-                break
+            if b"\n" not in pending:
+                chunk = os.read(proc.stdout.fileno(), 1 << 16)
+                if not chunk:
+                    break
+                pending += chunk
+                continue
+            raw, _, rest = bytes(pending).partition(b"\n")
+            pending = bytearray(rest)
+            line = raw.decode(errors="replace")
             if line.startswith(START):
                 current, began = int(line.split()[1]), time.monotonic()
             elif line.startswith(RESULT):
