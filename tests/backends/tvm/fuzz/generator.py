@@ -49,7 +49,35 @@ FEATURES: dict[str, str] = {
     "integer power, take(mode=fast) out of range, a bad dyn.reshape or reshape of a ? "
     "dimension, dyn.zeros of a negative size, max/min/argmax/take over an empty axis",
     "deep": "recursion, while loops and foreach of up to 10,000 steps (the deep bucket)",
+    # The widened groups (WIDENED): the shapes of program the adversarial
+    # review found and the older groups never drew.
+    "joins": "if and match whose branches have unknown, zero, symbolic and static sizes, "
+    "a zero-trip while loop's stacked outputs joined with data (shape_of and sum after)",
+    "growing": "cf.while_loop and cf.foreach whose state grows (Tensor[(?), ...] state "
+    "started empty or from a mask)",
+    "strided": "strided_slice and strided_set with negative (and mixed) strides, begins and "
+    "ends out of range",
+    "int_mixed": "mixed-width integer casts (an int64 accumulator of a narrower counter) and "
+    "nested integer arithmetic (divide of divide) across dtypes",
+    "const_fold": "constants that fold to zero (float division by them: IEEE inf/nan; integer "
+    "division by them: an EvalError), negative literals, random.key and fold_in of "
+    "negative values",
+    "adt_tuples": "a match on a tuple of ADT values whose constructors the caller makes "
+    "(known to partial evaluation) or data decides",
+    "prelude": "the prelude's functions: @map, @foldl, @foldr, @length, @nth, @rev, @zip, "
+    "@filter, @iterate, @tmap, @size",
+    "prints": "debug.print of a tensor, a tuple, a key, an ADT value and ()",
+    "global_body": "global functions as loop bodies and conditions (a symbolic length "
+    "included); a symbolic foreach with () state and () output returned",
+    "nesting": "nesting near the documented limits: 499 nested ifs (MAX_NESTED_BLOCKS), "
+    "constants of 1024 and 1025 elements (constant folding's limit), long let chains, "
+    "deeply nested tuples and matches",
 }
+WIDENED = frozenset(
+    ["joins", "growing", "strided", "int_mixed", "const_fold", "adt_tuples", "prelude"]
+    + ["prints", "global_body", "nesting"]
+)
+"""The groups of issue 27's widened generator (the rest are the original ones)."""
 
 INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 _SUFFIX = {
@@ -65,6 +93,8 @@ _SUFFIX = {
 HEADER = '#[version = "0.0.5"]\n'
 RNG_CELL = "global @rng: Ref[Key] = ref(random.key(5));\n"
 LIST_ADT = "type List[A] { Cons(A, List[A]), Nil }\n"
+MAYBE_ADT = "type Maybe[A] { Just(A), Nothing }\n"
+NESTED_IF_DEPTHS = (3, 40, 250, 499)  # docs/backend.md: 500 blocks, the function's own included
 DEEP_DEPTHS = (1000, 4000, 10000)
 
 Dim = int | str
@@ -172,6 +202,8 @@ class _Gen:
     forced: list[str] = field(default_factory=list)  # always returned (errors, keys)
     used: set[str] = field(default_factory=set)
     uses_list: bool = False
+    uses_prelude: bool = False  # prelude names (its List too): no LIST_ADT of our own
+    uses_maybe: bool = False
     counter: int = 0
     np_rng: np.random.Generator | None = None
     n_steps: int | None = None  # the value of the symbolic dimension n
@@ -245,7 +277,9 @@ class _Gen:
         # Parameters no fragment used are left out: a smaller program to read.
         self.params = [p for p in self.params if re.search(re.escape(p[0]) + r"\b", used)]
         params = ", ".join(f"{n}: {t}" for n, t, _ in self.params)
-        text = HEADER + (LIST_ADT if self.uses_list else "") + RNG_CELL + "".join(self.defs)
+        adts = LIST_ADT if self.uses_list and not self.uses_prelude else ""
+        adts += MAYBE_ADT if self.uses_maybe else ""
+        text = HEADER + adts + RNG_CELL + "".join(self.defs)
         text += f"def @main({params}) {{\n  {body}\n  ({', '.join(outs)},)\n}}\n"
         args = [value for _, _, value in self.params]
         return Program(text, args, frozenset(self.used), steps, fragments=tuple(self.names))
@@ -736,6 +770,9 @@ _FRAGMENTS: dict[str, list[Callable[[_Gen], None]]] = {
     ],
     "deep": [],
 }
+from .widened import WIDENED_FRAGMENTS  # noqa: E402  (its fragments take a _Gen)
+
+_FRAGMENTS.update(WIDENED_FRAGMENTS)
 assert set(_FRAGMENTS) == set(FEATURES)
 FRAGMENT_NAMES = [k.__name__.removeprefix("f_") for ks in _FRAGMENTS.values() for k in ks]
 

@@ -25,6 +25,10 @@ Outcomes, per program (``OUTCOMES``):
 - ``refused``: ``effir.compile`` (phase ``compile``) or the first call's
   build (phase ``call``) raised a ``BackendError``/``CompileError``, a clean
   refusal (allowed only for constructs documented as not compiled);
+- ``pass-failure`` (``run_one(..., passes=True)``): a registered pass run
+  alone (after the passes it requires) raised, produced a program that
+  does not type-check, or one the interpreter runs to other results,
+  state, prints or errors (``check_passes``);
 - ``invalid``: the program does not type-check or the interpreter raised
   something other than an ``EvalError``: a bug of the generator (or of the
   interpreter), never of the backend.
@@ -58,8 +62,23 @@ import numpy as np
 from .generator import FEATURES, Program, one_fragment_programs, programs
 
 ROOT = Path(__file__).resolve().parents[4]
-OUTCOMES = ("ok", "mismatch", "non-effir-error", "crash", "timeout", "refused", "invalid")
-FAILURES = ("mismatch", "non-effir-error", "crash", "timeout", "invalid")
+OUTCOMES = (
+    "ok",
+    "mismatch",
+    "non-effir-error",
+    "pass-failure",
+    "crash",
+    "timeout",
+    "refused",
+    "invalid",
+)
+FAILURES = ("mismatch", "non-effir-error", "pass-failure", "crash", "timeout", "invalid")
+# Passes check_passes leaves out, and why: grad differentiates (another
+# meaning, checked by tests/autodiff); lower-tvm is what effir.compile runs
+# at every level, which run_one checks compiled.
+UNCHECKED_PASSES = {"grad": "differentiates", "lower-tvm": "checked compiled"}
+# Passes that change random values by design: only typing is checked.
+RANDOMISING_PASSES = frozenset({"split-keys"})
 START, RESULT = "@@fuzz-start", "@@fuzz-result"
 # A program text that makes the worker kill itself with SIGSEGV: the
 # harness's own test that a crash is attributed to its program.
@@ -120,8 +139,12 @@ def _run(call: Callable[..., Any], module: Any, steps: int) -> _Run:
 def _differ(got: Any, want: Any, where: str) -> str | None:
     """Why ``got`` is not ``want`` (None when equal): floats to 1e-5
     (relative, with 1e-5 absolute near zero), everything else exactly."""
-    from effir.runtime.values import PRNGKey
+    from effir.runtime.values import ADTValue, PRNGKey
 
+    if isinstance(want, ADTValue):
+        if not isinstance(got, ADTValue) or got.constructor != want.constructor:
+            return f"{where}: {got!r}, expected {want!r}"
+        return _differ(got.fields, want.fields, f"{where}.{want.constructor}")
     if isinstance(want, tuple):
         if not isinstance(got, tuple) or len(got) != len(want):
             return f"{where}: expected a tuple of {len(want)}, got {type(got).__name__}"
@@ -157,6 +180,8 @@ def _compare(got: _Run, ref: _Run) -> str | None:
         labels, r_labels = [p[0] for p in prints], [p[0] for p in r_prints]
         if labels != r_labels:
             why = why or f"call {step} prints {labels}, expected {r_labels}"
+        for (label, value), (_, r_value) in zip(prints, r_prints, strict=False):
+            why = why or _differ(value, r_value, f"call {step} print {label!r}")
         if why:
             return why
     return None
@@ -167,10 +192,106 @@ def _error_text(exc: BaseException) -> str:
 
 
 def run_one(
-    text: str, args: Sequence[np.ndarray], steps: int, target: str | None = None
+    text: str,
+    args: Sequence[np.ndarray],
+    steps: int,
+    target: str | None = None,
+    levels: Sequence[int] | None = None,
+    passes: bool = False,
 ) -> Outcome:
     """Interpret, compile (for ``target``: by default ``EFFIR_FUZZ_TARGET``,
-    else the CPU) and run one program; classify what happened."""
+    else the CPU) and run one program; classify what happened. ``levels``:
+    compile at each of these optimisation levels (by default once, at the
+    default level), and then an ``EvalError`` must match the interpreter's
+    message as well as its class; ``passes``: ``check_passes`` first."""
+    import effir
+
+    try:
+        module = effir.check(effir.parse(text, source_name="fuzz.effir"))
+    except effir.Error as exc:
+        return Outcome("invalid", f"does not type-check: {exc}")
+    ref = _run(lambda st, sink: effir.interpret(module, *args, state=st, sink=sink), module, steps)
+    if ref.error is not None and not isinstance(ref.error, effir.EvalError):
+        return Outcome("invalid", f"the interpreter raised {_error_text(ref.error)}")
+    if passes:
+        failure = check_passes(module, args, steps, ref)
+        if failure is not None:
+            return Outcome("pass-failure", failure, "passes")
+    outcome = Outcome("ok")
+    for level in levels if levels is not None else [None]:
+        outcome = _run_compiled(module, args, steps, ref, target, level)
+        if level is not None:
+            outcome.phase = f"{outcome.phase} O{level}".strip()
+        if outcome.kind != "ok":
+            return outcome
+    return outcome
+
+
+def check_passes(module: Any, args: Sequence[np.ndarray], steps: int, ref: _Run) -> str | None:
+    """Each registered pass alone (after the passes it requires; but
+    ``UNCHECKED_PASSES``), verified (``PassContext(verify=True)``: the
+    output is well formed, well typed and linear) and checked again by
+    ``effir.check``, then interpreted (an A2 output by ``interpret_a2``)
+    against ``ref``: results, final cells, prints and errors (class and
+    message). Passes that change random values (``RANDOMISING_PASSES``) are
+    checked for typing only. What went wrong first, or None."""
+    import effir
+    from effir.backends.interpreter import interpret_a2
+    from effir.passes.infra import PassContext
+    from effir.passes.invariants import is_a2
+    from effir.passes.pipeline import pipeline
+    from effir.passes.registry import registered_passes
+
+    for name, p in registered_passes().items():
+        if name in UNCHECKED_PASSES:
+            continue
+        first = "explicate,state-passing," if "a2" in p.requires else "to-anf," * bool(p.requires)
+        try:
+            out = effir.check(pipeline(first + name)(module, PassContext(verify=True)))
+        except Exception as exc:  # noqa: BLE001 (every exception is a finding)
+            return f"{name}: {_error_text(exc)}"
+        if name in RANDOMISING_PASSES:
+            continue
+        interpret = interpret_a2 if is_a2(out) else effir.interpret
+        got = _run(
+            lambda st, sink, m=out, run=interpret: run(m, *args, state=st, sink=sink), module, steps
+        )
+        why = _compare(got, ref) or _same_error(got, ref)
+        if why is not None:
+            return f"{name}: {why}"
+    return None
+
+
+def _same_error(got: _Run, ref: _Run) -> str | None:
+    """Why two runs did not fail alike (None when they did, or neither
+    failed): the same call, the same class, the same message."""
+    err, ref_err = got.error, ref.error
+    if err is None and ref_err is None:
+        return None
+    if err is None or ref_err is None:
+        return f"raised {_error_text(err) if err else 'nothing'}; expected " + (
+            _error_text(ref_err) if ref_err else "nothing"
+        )
+    same = type(err) is type(ref_err) and str(err) == str(ref_err)
+    if not same or len(got.calls) != len(ref.calls):
+        return (
+            f"raised {_error_text(err)} in call {len(got.calls)}; expected "
+            f"{_error_text(ref_err)} in call {len(ref.calls)}"
+        )
+    return None
+
+
+def _run_compiled(
+    module: Any,
+    args: Sequence[np.ndarray],
+    steps: int,
+    ref: _Run,
+    target: str | None,
+    level: int | None,
+) -> Outcome:
+    """Compile ``module`` at ``level`` (None: the default) and compare its
+    runs with the interpreter's ``ref``; with a level, errors compare by
+    message too."""
     target = target or os.environ.get("EFFIR_FUZZ_TARGET", "llvm")
     import effir
     from effir.backends.tvm.runtime.errors import BackendError, BuildDefect
@@ -180,14 +301,7 @@ def run_one(
     if isinstance(compile_error, type):
         refusals += (compile_error,)
     try:
-        module = effir.check(effir.parse(text, source_name="fuzz.effir"))
-    except effir.Error as exc:
-        return Outcome("invalid", f"does not type-check: {exc}")
-    ref = _run(lambda st, sink: effir.interpret(module, *args, state=st, sink=sink), module, steps)
-    if ref.error is not None and not isinstance(ref.error, effir.EvalError):
-        return Outcome("invalid", f"the interpreter raised {_error_text(ref.error)}")
-    try:
-        compiled = effir.compile(module, target=target)
+        compiled = effir.compile(module, target=target, opt_level=level)
     except BuildDefect as exc:  # TVM's failure, located: a defect all the same
         return Outcome("non-effir-error", _error_text(exc), "compile")
     except refusals as exc:
@@ -215,7 +329,8 @@ def run_one(
         return Outcome("refused", _error_text(err), "call")
     if ref_err is None:
         return Outcome("mismatch", f"compiled code raised {_error_text(err)}", "call")
-    if type(err) is not type(ref_err) or len(got.calls) != len(ref.calls):
+    why = None if level is None else _same_error(got, ref)
+    if type(err) is not type(ref_err) or len(got.calls) != len(ref.calls) or why:
         return Outcome(
             "mismatch",
             f"compiled code raised {_error_text(err)} in call {len(got.calls)}; the "
@@ -233,13 +348,13 @@ def worker(path: str, start: int) -> None:
     import effir  # noqa: F401  (imported before the first marker: not a program's time)
 
     for index in range(start, len(batch)):
-        text, args, steps = batch[index]
+        text, args, steps, levels, passes = batch[index]
         print(f"{START} {index}", flush=True)
         began = time.perf_counter()
         if text == SELF_TEST_CRASH:
             os.kill(os.getpid(), signal.SIGSEGV)
         try:
-            outcome = run_one(text, args, steps)
+            outcome = run_one(text, args, steps, levels=levels, passes=passes)
         except Exception as exc:  # noqa: BLE001 (a harness bug: say where)
             outcome = Outcome("invalid", "harness: " + "".join(traceback.format_exception(exc)))
         outcome.seconds = time.perf_counter() - began
@@ -257,7 +372,7 @@ def _worker_process(path: str, start: int, stderr: Any) -> subprocess.Popen:
         [sys.executable, "-m", "tests.backends.tvm.fuzz.harness", "--worker", path, str(start)],
         stdout=subprocess.PIPE,
         stderr=stderr,
-        text=True,
+        bufsize=0,  # _run_worker splits lines itself: see _lines
         env=env,
         cwd=ROOT,
     )
@@ -272,15 +387,22 @@ def _signal_name(returncode: int) -> str:
     return f"exit status {returncode}"
 
 
-def run_batch(batch: Sequence[Program], timeout: float = 120.0) -> list[Outcome]:
+def run_batch(
+    batch: Sequence[Program],
+    timeout: float = 120.0,
+    levels: Sequence[int] | None = None,
+    passes: bool = False,
+) -> list[Outcome]:
     """Each program of ``batch`` compiled and interpreted; one worker process
     for the batch, a new one after each crash or time-out (``timeout``
-    seconds per program, the import excepted)."""
+    seconds per program, the import excepted). ``levels`` and ``passes``:
+    as ``run_one``'s (every level, every pass: the widened runs)."""
     results: list[Outcome | None] = [None] * len(batch)
     with tempfile.TemporaryDirectory(prefix="effir-fuzz-") as tmp:
         path = os.path.join(tmp, "batch.pkl")
         with open(path, "wb") as f:
-            pickle.dump([(p.text, p.args, p.steps) for p in batch], f)
+            levels = list(levels) if levels is not None else None
+            pickle.dump([(p.text, p.args, p.steps, levels, passes) for p in batch], f)
         start = 0
         while start < len(batch):
             start = _run_worker(path, start, len(batch), results, timeout, Path(tmp))
@@ -297,19 +419,29 @@ def _run_worker(path: str, start: int, count: int, results: list, timeout: float
     selector.register(proc.stdout, selectors.EVENT_READ)
     current, began = None, time.monotonic()
     import_deadline = began + 300  # the imports, before the first marker
+    pending = bytearray()  # read from the pipe, not yet split into lines
     try:
         while True:
             deadline = import_deadline if current is None else began + timeout
-            if not selector.select(max(0.0, deadline - time.monotonic())):
+            # A line already read is handled before waiting: the pipe being
+            # quiet says nothing of lines read with the one before (a
+            # buffered readline hid a START there, and the wait timed out).
+            if b"\n" not in pending and not selector.select(max(0.0, deadline - time.monotonic())):
                 proc.kill()
                 proc.wait()
                 if current is None:
                     raise RuntimeError("the fuzz worker did not start: " + stderr_path.read_text())
                 results[current] = Outcome("timeout", f"over {timeout:.0f} s", "", timeout)
                 return current + 1
-            line = proc.stdout.readline()
-            if not line:
-                break
+            if b"\n" not in pending:
+                chunk = os.read(proc.stdout.fileno(), 1 << 16)
+                if not chunk:
+                    break
+                pending += chunk
+                continue
+            raw, _, rest = bytes(pending).partition(b"\n")
+            pending = bytearray(rest)
+            line = raw.decode(errors="replace")
             if line.startswith(START):
                 current, began = int(line.split()[1]), time.monotonic()
             elif line.startswith(RESULT):
@@ -337,13 +469,15 @@ def run_programs(
     batch_size: int = 50,
     timeout: float = 120.0,
     progress: Callable[[int, list[Outcome]], None] | None = None,
+    levels: Sequence[int] | None = None,
+    passes: bool = False,
 ) -> list[Outcome]:
     """``progs`` in batches of ``batch_size`` programs per worker process;
     ``progress(first, outcomes)`` is told each batch's outcomes as it ends, so a
     long (nightly) run reports as it goes rather than only at the end."""
     outcomes: list[Outcome] = []
     for lo in range(0, len(progs), batch_size):
-        done = run_batch(progs[lo : lo + batch_size], timeout)
+        done = run_batch(progs[lo : lo + batch_size], timeout, levels, passes)
         outcomes += done
         if progress is not None:
             progress(lo, done)
@@ -425,6 +559,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="compile for this target (default llvm; benchmarks/cuda_device.py runs cuda)",
     )
+    parser.add_argument(
+        "--levels",
+        default=None,
+        help="compile at each of these optimisation levels, errors compared by message "
+        "(e.g. 0,1,2; default: once, at the default level)",
+    )
+    parser.add_argument(
+        "--passes", action="store_true", help="check every registered pass alone too"
+    )
     parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     ns = parser.parse_args(argv)
     if ns.target is not None:
@@ -440,7 +583,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.only:
         progs = [progs[i] for i in ns.only]
     began = time.monotonic()
-    outcomes = run_programs(progs, ns.batch, ns.timeout, _progress_printer(progs, began))
+    levels = [int(v) for v in ns.levels.split(",")] if ns.levels else None
+    outcomes = run_programs(
+        progs, ns.batch, ns.timeout, _progress_printer(progs, began), levels, ns.passes
+    )
     print(summary(progs, outcomes, ns.show, "fragment" if ns.one_fragment else "feature"))
     print(f"\n{len(progs)} programs in {time.monotonic() - began:.0f} s")
     return 1 if any(o.kind in FAILURES for o in outcomes) else 0
