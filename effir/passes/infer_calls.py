@@ -2,103 +2,92 @@
 an argument type is unknown [RULE Q]), global functions (their symbolic
 dimensions renamed per call [RULE D]), constructors and closures.
 
-``CallInference`` is a part of ``TypeInferencer`` (``infer_type.py``), split
-off at the seam between walking expressions and applying functions; it
-uses the inferencer's solver, error reporting and walk (``_flat``,
-``_infer``)."""
+``CallRules`` is a part of ``TypeInferencer`` (``infer_type.py``), split
+off at the seam between walking expressions and applying functions: the
+inferencer holds it and calls it for every ``Call``. It shares the
+inferencer's ``InferenceState`` (infer_state.py: the solver, the
+signatures, error reporting, the waiting relations) and calls back into
+its walk (``InferenceWalk``: ``flat``, ``eval``, ``instantiate``,
+``constructor_type``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from ..ir.diagnostics import Span
 from ..ir.expr import Call, Constructor, GlobalVar, Op, Var
-from ..ir.functor import on
 from ..ir.node import Node
 from ..ir.op import op_def
+from ..ir.trampoline import Computation
 from ..ir.types import ANY, FuncType, IncompleteType, TensorType, Type, TypeVar
 from ..ops.relations import NotReady, RelationError
+from .infer_state import InferenceState, InferenceWalk
 from .type_solver import UnifyError, rename_dims, show
 
 
-class Pending:
-    """A relation waiting for argument types [RULE Q]."""
+class CallRules:
+    """The call rules of ``TypeInferencer``."""
 
-    __slots__ = ("attempt", "node", "span", "forcible")
+    def __init__(self, state: InferenceState, walk: InferenceWalk) -> None:
+        self.state = state
+        self.walk = walk
 
-    def __init__(
-        self, attempt: Callable[..., None], node: Node, span: Span | None, forcible: bool
-    ) -> None:
-        self.attempt = attempt
-        self.node = node
-        self.span = span
-        self.forcible = forcible  # attempt(force=True) always completes
-
-
-class CallInference:
-    """The call rules of ``TypeInferencer`` (a mixin: the attributes it
-    reads are the inferencer's)."""
-
-    solver: Any
-    signatures: dict[str, FuncType]
-    pending: list[Pending]
-    span_stack: list[Span | None]
-
-    @on(Call)
-    def _call(self, expr: Call):
+    def call(self, expr: Call) -> Computation[Type]:
+        """Generator: the type of a call (its arguments typed first)."""
         arg_types = []
         for a in expr.args:
-            t = self._flat(a)
-            arg_types.append(t if t is not None else (yield self.eval(a)))
+            t = self.walk.flat(a)
+            arg_types.append(t if t is not None else (yield self.walk.eval(a)))
         callee = expr.callee
         if isinstance(callee, Op):
             return self._call_op(expr, callee, arg_types)
-        if isinstance(callee, GlobalVar) and callee.name in self.signatures:
+        if isinstance(callee, GlobalVar) and callee.name in self.state.signatures:
             return self._call_global(expr, callee.name, arg_types)
         if isinstance(callee, Constructor):
-            fn_type = self._constructor_type(callee)
+            fn_type = self.walk.constructor_type(callee)
             what = f"constructor {callee.name}"
         else:
-            fn_type = yield self.eval(callee)
+            fn_type = yield self.walk.eval(callee)
             what = "the called function"
-        fn = self.solver.head(fn_type)
+        fn = self.state.solver.head(fn_type)
         if isinstance(fn, IncompleteType):
             result = IncompleteType()
-            self._unify(fn, FuncType(tuple(arg_types), result), expr, "a call")
+            self.state.unify(fn, FuncType(tuple(arg_types), result), expr, "a call")
             return result
         if not isinstance(fn, FuncType):
-            self._error(
-                f"{what} is not a function: it has type {show(self.solver.resolve(fn))}", callee
+            self.state.error(
+                f"{what} is not a function: it has type {show(self.state.solver.resolve(fn))}",
+                callee,
             )
             return IncompleteType()
-        fn = self._instantiate(fn)
+        fn = self.walk.instantiate(fn)
         return self._apply(expr, fn, arg_types, what)
 
     def _apply(self, expr: Call, fn: FuncType, arg_types: list[Type], what: str) -> Type:
         if len(fn.arg_types) != len(arg_types):
-            self._error(f"{what} takes {len(fn.arg_types)} argument(s), got {len(arg_types)}", expr)
+            self.state.error(
+                f"{what} takes {len(fn.arg_types)} argument(s), got {len(arg_types)}", expr
+            )
             return IncompleteType()
         for i, (param, arg) in enumerate(zip(fn.arg_types, arg_types, strict=True)):
             try:
-                self.solver.unify(param, arg)
+                self.state.solver.unify(param, arg)
             except UnifyError as err:
-                self._mismatch(
+                self.state.mismatch(
                     param, arg, call_site(expr.args[i], expr), f"argument {i + 1} of {what}", err
                 )
         return fn.ret_type
 
-    def _global_signature(self, name: str) -> FuncType:
+    def global_signature(self, name: str) -> FuncType:
         """A global's signature, resolved: its inferred result type must be
         renamed [RULE D] and instantiated like its annotated parts."""
-        sig = self.solver.resolve(self.signatures[name])
+        sig = self.state.solver.resolve(self.state.signatures[name])
         assert isinstance(sig, FuncType)
         return sig
 
     def _call_global(self, expr: Call, name: str, arg_types: list[Type]) -> Type:
-        sig = self._instantiate(self._global_signature(name))
+        sig = self.walk.instantiate(self.global_signature(name))
         if len(sig.arg_types) != len(arg_types):
-            self._error(
+            self.state.error(
                 f"@{name} takes {len(sig.arg_types)} argument(s), got {len(arg_types)}", expr
             )
             return IncompleteType()
@@ -111,44 +100,44 @@ class CallInference:
             # dimensions become `?`.
             dims: dict[str, object] = {}
             for i, (param, arg) in enumerate(zip(sig.arg_types, arg_types, strict=True)):
-                problem = _match_dims(param, self.solver.resolve(arg), dims, force)
+                problem = _match_dims(param, self.state.solver.resolve(arg), dims, force)
                 if problem:
-                    self._error(
+                    self.state.error(
                         f"argument {i + 1} of @{name}: {problem} "
-                        f"(expected {show(param)}, got {show(self.solver.resolve(arg))})",
+                        f"(expected {show(param)}, got {show(self.state.solver.resolve(arg))})",
                         call_site(expr.args[i], expr),
                     )
                     return
             renamed = rename_dims(sig, dims)  # type: ignore[arg-type]
             assert isinstance(renamed, FuncType)
             out = self._apply(expr, renamed, arg_types, f"@{name}")
-            self._unify(result, out, expr, f"the result of @{name}")
+            self.state.unify(result, out, expr, f"the result of @{name}")
 
-        self._try(attempt, expr, forcible=True)
+        self.state.attempt(attempt, expr, forcible=True)
         return result
 
-    def _call_op_core(self, expr: Call, arg_types: list[Type]) -> Type:
+    def call_op_core(self, expr: Call, arg_types: list[Type]) -> Type:
         return self._call_op(expr, expr.callee, arg_types)  # type: ignore[arg-type]
 
     def _call_op(self, expr: Call, op: Op, arg_types: list[Type]) -> Type:
         definition = op_def(op)
         relation = definition.rules.get("type")
         if relation is None:
-            self._error(f"operator {op.name} has no type relation registered", expr)
+            self.state.error(f"operator {op.name} has no type relation registered", expr)
             return IncompleteType()
         result = IncompleteType()
         control_flow = "control_flow" in definition.traits
         memo: dict[str, Any] = {}
 
         def attempt(force: bool = False) -> None:
-            resolved = tuple(self.solver.resolve(t) for t in arg_types)
+            resolved = tuple(self.state.solver.resolve(t) for t in arg_types)
             try:
                 if control_flow:
-                    out = relation(resolved, expr.attrs, _RelationSolver(self, memo, force))
+                    out = relation(resolved, expr.attrs, _RelationSolver(self.state, memo, force))
                 else:
                     out = relation(resolved, expr.attrs)
             except RelationError as err:
-                self._error(
+                self.state.error(
                     f"{op.name}: {err.message}"
                     if not err.message.startswith(op.name)
                     else err.message,
@@ -158,48 +147,12 @@ class CallInference:
             except _Reported:
                 return
             try:
-                self.solver.unify(result, out)
+                self.state.solver.unify(result, out)
             except UnifyError as err:
-                self._mismatch(result, out, expr, f"the result of {op.name}", err)
+                self.state.mismatch(result, out, expr, f"the result of {op.name}", err)
 
-        self._try(attempt, expr, forcible=control_flow)
+        self.state.attempt(attempt, expr, forcible=control_flow)
         return result
-
-    def _try(self, attempt: Callable[..., None], node: Node, forcible: bool = False) -> None:
-        try:
-            attempt()
-        except NotReady:
-            self.pending.append(Pending(attempt, node, self._span(node), forcible))
-
-    def _solve_pending(self) -> None:
-        """Retry waiting relations until none makes progress [RULE Q]; then
-        force the first waiting global call (its unknown symbolic dimensions
-        become `?`), which may unblock the others, and go on."""
-        while self.pending:
-            progress = False
-            waiting, self.pending = self.pending, []
-            for item in waiting:
-                self.span_stack.append(item.span)
-                try:
-                    item.attempt()
-                    progress = True
-                except NotReady:
-                    self.pending.append(item)
-                finally:
-                    self.span_stack.pop()
-            if progress:
-                continue
-            forcible = next((p for p in self.pending if p.forcible), None)
-            if forcible is None:
-                return
-            self.pending.remove(forcible)
-            self.span_stack.append(forcible.span)
-            try:
-                forcible.attempt(force=True)
-            except NotReady:  # still waiting on something unknown: it waits unforced
-                self.pending.append(Pending(forcible.attempt, forcible.node, forcible.span, False))
-            finally:
-                self.span_stack.pop()
 
 
 class _Reported(Exception):
@@ -212,15 +165,15 @@ class _RelationSolver:
     call (what it learnt before it had to wait); ``forced`` says that the
     call was forced [RULE Q], so the relation must not wait again."""
 
-    def __init__(self, inferencer: Any, memo: dict[str, Any], forced: bool) -> None:
-        self._inferencer = inferencer
+    def __init__(self, state: InferenceState, memo: dict[str, Any], forced: bool) -> None:
+        self._state = state
         self.memo = memo
         self.forced = forced
 
     def unify(self, expected: Type, actual: Type, what: str = "a loop function") -> Type:
-        before = len(self._inferencer.errors)
-        result = self._inferencer._unify(expected, actual, None, what)
-        if len(self._inferencer.errors) > before:
+        before = len(self._state.errors)
+        result = self._state.unify(expected, actual, None, what)
+        if len(self._state.errors) > before:
             raise _Reported
         return result
 
@@ -228,16 +181,16 @@ class _RelationSolver:
         """``Solver.join`` [RULE JOIN]: NotReady while a part is unknown,
         unless forced; a mismatch is reported."""
         try:
-            return self._inferencer.solver.join(a, b, self.forced)
+            return self._state.solver.join(a, b, self.forced)
         except UnifyError as err:
-            self._inferencer._mismatch(a, b, None, what, err)
+            self._state.mismatch(a, b, None, what, err)
             raise _Reported from None
 
     def within(self, sub: Type, sup: Type) -> bool:
-        return self._inferencer.solver.within(sub, sup)
+        return self._state.solver.within(sub, sup)
 
     def resolve(self, t: Type) -> Type:
-        return self._inferencer.solver.resolve(t)
+        return self._state.solver.resolve(t)
 
 
 def call_site(node: Node, parent: Node) -> Node:

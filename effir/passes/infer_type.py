@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from ..ir.collector import collector_paced
-from ..ir.diagnostics import Span, TypeCheckError
+from ..ir.diagnostics import TypeCheckError
 from ..ir.expr import (
     Call,
     Clause,
@@ -76,7 +76,7 @@ from ..ir.expr import (
     TupleGetItem,
     Var,
 )
-from ..ir.expr_functor import ExprFunctor
+from ..ir.expr_functor import Computation, ExprFunctor
 from ..ir.functor import on
 from ..ir.module import IRModule
 from ..ir.node import Node
@@ -94,8 +94,9 @@ from ..ir.well_formed import check_well_formed
 from ..ops.relations import NotReady
 from .call_graph import definition_order
 from .exhaustiveness import missing_case
-from .infer_calls import CallInference, Pending, call_site
-from .type_solver import Solver, UnifyError, rename_dims, show, substitute
+from .infer_calls import CallRules, call_site
+from .infer_state import InferenceState
+from .type_solver import UnifyError, rename_dims, show, substitute
 
 BOOL_SCALAR = TensorType((), "bool")
 UNIT = TupleType(())
@@ -163,29 +164,22 @@ class _LastChecked:
 _LAST_CHECKED = _LastChecked()
 
 
-class TypeInferencer(CallInference, ExprFunctor):
+class TypeInferencer(ExprFunctor):
     """An ``ExprFunctor``: one generator hook per expression class, run
     through ``eval`` (a type already known, or the hook between its span's
-    push and pop, its result recorded)."""
+    push and pop, its result recorded). Calls go to ``CallRules``
+    (infer_calls.py); both share one ``InferenceState`` (infer_state.py)."""
 
     def __init__(self, module: IRModule) -> None:
         ExprFunctor.__init__(self)
-        self.module = module
-        self.solver = Solver()
-        self.types: dict[Expr, Type] = {}
-        self.var_types: dict[Var, Type] = {}
-        self.signatures: dict[str, FuncType] = {}
-        self.cell_types: dict[str, Type] = {}
-        self.pending: list[Pending] = []
-        self.errors: list[TypeCheckError] = []
-        self.span_stack: list[Span | None] = [None]
-        self.constant_types: dict[tuple[tuple[int, ...], np.dtype], TensorType] = {}
+        self.state = InferenceState(module)
+        self.calls = CallRules(self.state, self)
 
     # ---------------------------------------------------------------- driver
     def run(self) -> None:
-        module = self.module
+        module = self.state.module
         for name, fn in module.functions.items():
-            self.signatures[name] = self._signature(fn)
+            self.state.signatures[name] = self._signature(fn)
         for name, cell in module.cells.items():
             self._check_cell(name, cell)
         # One function needs no call graph (the walk that builds it visits
@@ -193,58 +187,58 @@ class TypeInferencer(CallInference, ExprFunctor):
         order = list(module.functions) if len(module.functions) < 2 else definition_order(module)
         for name in order:
             fn = module.functions[name]
-            self.span_stack = [fn.span]
+            self.state.span_stack = [fn.span]
             fn_type = self.evaluate(fn)
-            self._unify(self.signatures[name], fn_type, fn, f"the definition of @{name}")
-            self._solve_pending()
+            self.state.unify(self.state.signatures[name], fn_type, fn, f"the definition of @{name}")
+            self.state.solve_pending()
         self._finish()
 
     def run_expr(self, expr: Expr) -> Type:
         # The signatures of the globals the expression calls, made when
         # first asked for: typing one function against a large module
         # (each copy passes/specialise_dims.py makes) costs that function.
-        self.signatures = _Signatures(self.module, self._signature)
-        for name, cell in self.module.cells.items():
+        self.state.signatures = _Signatures(self.state.module, self._signature)
+        for name, cell in self.state.module.cells.items():
             self._check_cell(name, cell)
-        self.span_stack = [expr.span]
+        self.state.span_stack = [expr.span]
         result = self.evaluate(expr)
-        self._solve_pending()
+        self.state.solve_pending()
         self._finish()
-        return self.solver.resolve(result)
+        return self.state.solver.resolve(result)
 
     def _finish(self) -> None:
-        self._solve_pending()
-        if not self.errors:
-            for item in self.pending:
-                self._error(
+        self.state.solve_pending()
+        if not self.state.errors:
+            for item in self.state.pending:
+                self.state.error(
                     "cannot infer the argument types of this call; add a type annotation",
                     item.node,
                     item.span,
                 )
         # Each variable's type is resolved once, and is complete when no
         # unknown is left in it.
-        resolve, memo = self.solver.resolve, {}
+        resolve, memo = self.state.solver.resolve, {}
         var_types: dict[Var, Type] = {}
-        if not self.errors:
-            var_types = {v: resolve(t, memo) for v, t in self.var_types.items()}
+        if not self.state.errors:
+            var_types = {v: resolve(t, memo) for v, t in self.state.var_types.items()}
             complete = _Completeness()
             unknown = [v for v, t in var_types.items() if not complete(t)]
             # Name the variables with nothing known first: they need the annotation.
             bare = [
                 v
                 for v in unknown
-                if isinstance(self.solver.head(self.var_types[v]), IncompleteType)
+                if isinstance(self.state.solver.head(self.state.var_types[v]), IncompleteType)
             ]
             for var in bare or unknown:
-                known = show(self.solver.resolve(self.var_types[var]))
-                self._error(
+                known = show(self.state.solver.resolve(self.state.var_types[var]))
+                self.state.error(
                     f"cannot infer the type of %{var.name_hint} "
                     f"(known so far: {known}); add a type annotation",
                     var,
                 )
-        if self.errors:
-            raise TypeCheckError.combine(self.errors)
-        for expr, t in self.types.items():
+        if self.state.errors:
+            raise TypeCheckError.combine(self.state.errors)
+        for expr, t in self.state.types.items():
             expr.set_checked_type(resolve(t, memo))
         for var, t in var_types.items():
             var.set_checked_type(t)
@@ -256,63 +250,32 @@ class TypeInferencer(CallInference, ExprFunctor):
 
     def _check_cell(self, name: str, cell: GlobalCell) -> None:
         # `global @c: Ref[T] = ref(init);` stores `init`, of type T.
-        self.span_stack = [cell.span]
+        self.state.span_stack = [cell.span]
         init_type = self.evaluate(cell.init)
-        self._solve_pending()
+        self.state.solve_pending()
         cell_type: Type = RefType(init_type)
         if cell.type is not None:
             if isinstance(cell.type, RefType):
                 # The declared type holds every value written later, not
                 # only the initial one [RULE JOIN].
-                self._unify(cell.type, cell_type, cell.init, f"the initial value of @{name}")
+                self.state.unify(cell.type, cell_type, cell.init, f"the initial value of @{name}")
                 cell_type = cell.type
             else:
-                self._error(
+                self.state.error(
                     f"state cell @{name} must have a Ref[...] type, got {show(cell.type)}", cell
                 )
-        self.cell_types[name] = cell_type
-
-    # ------------------------------------------------------------ errors
-    def _span(self, node: Node | None) -> Span | None:
-        if node is not None and node.span is not None:
-            return node.span
-        for span in reversed(self.span_stack):
-            if span is not None:
-                return span
-        return None
-
-    def _error(self, message: str, node: Node | None, span: Span | None = None) -> None:
-        self.errors.append(TypeCheckError(message, span or self._span(node)))
-
-    def _unify(self, expected: Type, actual: Type, node: Node | None, what: str) -> Type:
-        try:
-            return self.solver.unify(expected, actual)
-        except UnifyError as err:
-            return self._mismatch(expected, actual, node, what, err)
-
-    def _mismatch(
-        self, expected: Type, actual: Type, node: Node | None, what: str, err: UnifyError
-    ) -> Type:
-        """Report a failed unification; the unknown type the failing part gets.
-        (Hot callers unify in their own ``try`` and format ``what`` only here.)"""
-        exp, act = self.solver.resolve(expected), self.solver.resolve(actual)
-        message = f"type mismatch in {what}: expected {show(exp)}, got {show(act)}"
-        inner = err.detail
-        if not (show(exp) in inner and show(act) in inner):  # says something new
-            message += f" ({inner})"
-        self._error(message, node)
-        return IncompleteType()
+        self.state.cell_types[name] = cell_type
 
     def _record(self, expr: Expr, t: Type) -> Type:
-        self.types[expr] = t
+        self.state.types[expr] = t
         return t
 
     # ------------------------------------------------------------- walking
     # Most expressions of a program in A-normal form are leaves (variables,
     # constants, cells) or have leaves for operands: operator calls, tuples,
-    # projections, reference operations. ``_leaf`` and ``_flat`` type those
+    # projections, reference operations. ``_leaf`` and ``flat`` type those
     # directly; only the others start a generator on the trampoline. Each
-    # ``yield self.eval(e)`` is preceded by ``_flat(e)``, and the result is
+    # ``yield self.eval(e)`` is preceded by ``flat(e)``, and the result is
     # the same either way: the generators below call the same ``_*_core``
     # functions once their operands are typed.
     def _leaf(self, expr: Expr) -> Type | None:
@@ -320,21 +283,21 @@ class TypeInferencer(CallInference, ExprFunctor):
         for anything else."""
         cls = type(expr)
         if cls is Var:
-            t = self.var_types.get(expr)  # type: ignore[call-overload]
+            t = self.state.var_types.get(expr)  # type: ignore[call-overload]
             return t if t is not None else self._bind_var(expr)  # type: ignore[arg-type]
         if cls is Constant:
-            t = self.types.get(expr)
+            t = self.state.types.get(expr)
             if t is None:
-                t = self.types[expr] = self._constant_type(expr)  # type: ignore[arg-type]
+                t = self.state.types[expr] = self._constant_type(expr)  # type: ignore[arg-type]
             return t
         if cls is GlobalVar:
-            t = self.cell_types.get(expr.name)  # type: ignore[attr-defined]
+            t = self.state.cell_types.get(expr.name)  # type: ignore[attr-defined]
             if t is not None:
-                self.types[expr] = t
+                self.state.types[expr] = t
             return t
         return None
 
-    def _flat(self, expr: Expr) -> Type | None:
+    def flat(self, expr: Expr) -> Type | None:
         """The type of a leaf, or of an expression with leaves for operands
         (what ``eval`` gives, without a generator); None for the rest."""
         t = self._leaf(expr)
@@ -358,8 +321,8 @@ class TypeInferencer(CallInference, ExprFunctor):
             operands = (expr.value,)  # type: ignore[attr-defined]
         else:
             return None
-        if expr in self.types:  # a shared sub-expression (graph form)
-            return self.types[expr]
+        if expr in self.state.types:  # a shared sub-expression (graph form)
+            return self.state.types[expr]
         types = []
         for operand in operands:
             t = self._leaf(operand)
@@ -368,12 +331,12 @@ class TypeInferencer(CallInference, ExprFunctor):
             types.append(t)
         span = expr.span
         if span is not None:
-            self.span_stack.append(span)
+            self.state.span_stack.append(span)
         try:
             result = _CORES[cls](self, expr, types)
         finally:
             if span is not None:
-                self.span_stack.pop()
+                self.state.span_stack.pop()
         return self._record(expr, result)
 
     def eval(self, expr: Expr) -> Any:  # type: ignore[override]
@@ -383,8 +346,8 @@ class TypeInferencer(CallInference, ExprFunctor):
         global function used as a value (one node may stand for uses in
         several functions, whose type parameters differ: a polymorphic
         function's body inlined into another, ``@id`` in both)."""
-        if expr in self.types and type(expr) not in _INSTANTIATED:
-            return self.types[expr]
+        if expr in self.state.types and type(expr) not in _INSTANTIATED:
+            return self.state.types[expr]
         return self._infer(expr)
 
     def _infer(self, expr: Expr):
@@ -392,28 +355,28 @@ class TypeInferencer(CallInference, ExprFunctor):
         (a let chain records its lets' types itself)."""
         pushed = expr.span is not None
         if pushed:
-            self.span_stack.append(expr.span)
+            self.state.span_stack.append(expr.span)
         try:
             result = yield from ExprFunctor.eval(self, expr)
             if isinstance(expr, Let):
                 return result
         finally:
             if pushed:
-                self.span_stack.pop()
+                self.state.span_stack.pop()
         return self._record(expr, result)
 
     @on(Let)
     def _infer_let(self, expr: Let):
         # A let chain is walked in a loop, not by nesting generators.
         chain = []
-        unify = self.solver.unify
-        while isinstance(expr, Let) and expr not in self.types:
+        unify = self.state.solver.unify
+        while isinstance(expr, Let) and expr not in self.state.types:
             var_type = self._bind_var(expr.var)
-            value_type = self._flat(expr.value)
+            value_type = self.flat(expr.value)
             if value_type is None:
                 value_type = yield self.eval(expr.value)
             if expr.var.type_annotation is not None and isinstance(
-                self.solver.head(value_type), IncompleteType
+                self.state.solver.head(value_type), IncompleteType
             ):
                 self._annotated(expr, var_type, value_type)
             else:
@@ -423,18 +386,20 @@ class TypeInferencer(CallInference, ExprFunctor):
                     self._binding_mismatch(expr, var_type, value_type, err)
             chain.append(expr)
             expr = expr.body
-        body_type = self._flat(expr)
+        body_type = self.flat(expr)
         if body_type is None:
             body_type = yield self.eval(expr)
         for let in chain:
-            self.types[let] = body_type
+            self.state.types[let] = body_type
         return body_type
 
     def _binding_mismatch(
         self, let: Let, var_type: Type, value_type: Type, err: UnifyError
     ) -> None:
         where = call_site(let.value, let)
-        self._mismatch(var_type, value_type, where, f"the binding of %{let.var.name_hint}", err)
+        self.state.mismatch(
+            var_type, value_type, where, f"the binding of %{let.var.name_hint}", err
+        )
 
     def _annotated(self, let: Let, var_type: Type, value_type: Type) -> None:
         """An annotated let of a value whose type is not known yet: the
@@ -443,53 +408,60 @@ class TypeInferencer(CallInference, ExprFunctor):
         gives the value its type if nothing else does [RULE JOIN]."""
 
         def attempt(force: bool = False) -> None:
-            if not force and isinstance(self.solver.head(value_type), IncompleteType):
+            if not force and isinstance(self.state.solver.head(value_type), IncompleteType):
                 raise NotReady
             try:
-                self.solver.unify(var_type, value_type)
+                self.state.solver.unify(var_type, value_type)
             except UnifyError as err:
                 self._binding_mismatch(let, var_type, value_type, err)
 
-        self._try(attempt, let, forcible=True)
+        self.state.attempt(attempt, let, forcible=True)
 
     def _bind_var(self, var: Var) -> Type:
-        t = self.var_types.get(var)
+        t = self.state.var_types.get(var)
         if t is None:
             t = var.type_annotation or IncompleteType()
-            self.var_types[var] = t
+            self.state.var_types[var] = t
         return t
 
     @on(Var)
     def _var(self, expr: Var):
-        return self.var_types.get(expr) or self._bind_var(expr)
+        return self.state.var_types.get(expr) or self._bind_var(expr)
         yield  # a generator
 
     @on(GlobalVar)
     def _global(self, expr: GlobalVar):
-        if expr.name in self.cell_types:
-            return self.cell_types[expr.name]
-        if expr.name in self.module.cells:
+        if expr.name in self.state.cell_types:
+            return self.state.cell_types[expr.name]
+        if expr.name in self.state.module.cells:
             # Cells are initialised in declaration order [see State].
-            self._error(
+            self.state.error(
                 f"state cell @{expr.name} is used before it is initialised: a cell's "
                 "initial value may only use the cells declared before it",
                 expr,
             )
             return IncompleteType()
         # Used as a value: instantiate type parameters; its dims become `?` [RULE D].
-        return rename_dims(self._instantiate(self._global_signature(expr.name)), {})
+        return rename_dims(self.instantiate(self.calls.global_signature(expr.name)), {})
         yield
 
-    def _instantiate(self, t: FuncType) -> FuncType:
+    def instantiate(self, t: FuncType) -> FuncType:
         if not t.type_params:
             return t
-        resolved = self.solver.resolve(t)
+        resolved = self.state.solver.resolve(t)
         assert isinstance(resolved, FuncType)
         t = resolved
         fresh = {tv: IncompleteType() for tv in t.type_params}
         inst = substitute(FuncType(t.arg_types, t.ret_type, (), t.effects), fresh)
         assert isinstance(inst, FuncType)
         return inst
+
+    @on(Call)
+    def _call(self, expr: Call) -> Computation[Type]:
+        return self.calls.call(expr)
+
+    def _call_op_core(self, expr: Call, operands: list[Type]) -> Type:
+        return self.calls.call_op_core(expr, operands)
 
     @on(Constant)
     def _constant(self, expr: Constant):
@@ -500,21 +472,21 @@ class TypeInferencer(CallInference, ExprFunctor):
         # Constants of one shape and dtype share their type (types are
         # immutable): a program holds many scalar constants.
         key = (expr.data.shape, expr.data.dtype)
-        t = self.constant_types.get(key)
+        t = self.state.constant_types.get(key)
         if t is None:
-            t = self.constant_types[key] = TensorType(key[0], _dtype_name(key[1]))
+            t = self.state.constant_types[key] = TensorType(key[0], _dtype_name(key[1]))
         return t
 
     @on(Op)
     def _op(self, expr: Op):
-        self._error(
+        self.state.error(
             f"operator {expr.name} must be called, not used as a value; wrap it in a function", expr
         )
         return IncompleteType()
         yield
 
-    def _constructor_type(self, ctor: Constructor) -> FuncType:
-        data = self.module.type_defs[ctor.adt]
+    def constructor_type(self, ctor: Constructor) -> FuncType:
+        data = self.state.module.type_defs[ctor.adt]
         fresh = {tv: IncompleteType() for tv in data.type_params}
         ret = TypeCall(GlobalTypeVar(data.name), tuple(fresh.values()))
         inputs = tuple(substitute(t, fresh) for t in ctor.inputs)
@@ -522,14 +494,14 @@ class TypeInferencer(CallInference, ExprFunctor):
 
     @on(Constructor)
     def _constructor(self, expr: Constructor):
-        return self._constructor_type(expr)
+        return self.constructor_type(expr)
         yield
 
     @on(Tuple)
     def _tuple(self, expr: Tuple):
         fields = []
         for f in expr.fields:
-            t = self._flat(f)
+            t = self.flat(f)
             fields.append(t if t is not None else (yield self.eval(f)))
         return self._tuple_core(expr, fields)
 
@@ -538,7 +510,7 @@ class TypeInferencer(CallInference, ExprFunctor):
 
     @on(TupleGetItem)
     def _tuple_get_item(self, expr: TupleGetItem):
-        tuple_type = self._flat(expr.tuple_value)
+        tuple_type = self.flat(expr.tuple_value)
         if tuple_type is None:
             tuple_type = yield self.eval(expr.tuple_value)
         return self._tuple_get_item_core(expr, [tuple_type])
@@ -548,48 +520,50 @@ class TypeInferencer(CallInference, ExprFunctor):
         result = IncompleteType()
 
         def attempt() -> None:
-            t = self.solver.head(tuple_type)
+            t = self.state.solver.head(tuple_type)
             if isinstance(t, IncompleteType):
                 raise NotReady
             if not isinstance(t, TupleType):
-                self._error(f"cannot take field {expr.index} of a value of type {show(t)}", expr)
+                self.state.error(
+                    f"cannot take field {expr.index} of a value of type {show(t)}", expr
+                )
                 return
             if not 0 <= expr.index < len(t.fields):
-                self._error(
+                self.state.error(
                     f"field index {expr.index} is out of range for a tuple of "
-                    f"{len(t.fields)} fields ({show(self.solver.resolve(t))})",
+                    f"{len(t.fields)} fields ({show(self.state.solver.resolve(t))})",
                     expr,
                 )
                 return
-            self._unify(result, t.fields[expr.index], expr, "a tuple field")
+            self.state.unify(result, t.fields[expr.index], expr, "a tuple field")
 
-        self._try(attempt, expr)
+        self.state.attempt(attempt, expr)
         return result
 
     @on(Function)
     def _function(self, expr: Function):
         params = tuple(self._bind_var(p) for p in expr.params)
-        body_type = self._flat(expr.body)
+        body_type = self.flat(expr.body)
         if body_type is None:
             body_type = yield self.eval(expr.body)
         if expr.ret_type is not None:
-            body_type = self._unify(
+            body_type = self.state.unify(
                 expr.ret_type, body_type, call_site(expr.body, expr), "the function's result"
             )
         return FuncType(params, body_type, expr.type_params)
 
     @on(If)
     def _if(self, expr: If):
-        cond = self._flat(expr.cond)
+        cond = self.flat(expr.cond)
         if cond is None:
             cond = yield self.eval(expr.cond)
-        self._unify(
+        self.state.unify(
             BOOL_SCALAR, cond, call_site(expr.cond, expr), "the condition of if (a bool scalar)"
         )
-        then_type = self._flat(expr.then_branch)
+        then_type = self.flat(expr.then_branch)
         if then_type is None:
             then_type = yield self.eval(expr.then_branch)
-        else_type = self._flat(expr.else_branch)
+        else_type = self.flat(expr.else_branch)
         if else_type is None:
             else_type = yield self.eval(expr.else_branch)
         return self._join(
@@ -600,7 +574,7 @@ class TypeInferencer(CallInference, ExprFunctor):
 
     @on(Match)
     def _match(self, expr: Match):
-        errors_before = len(self.errors)
+        errors_before = len(self.state.errors)
         data_type = yield self.eval(expr.data)
         bodies: list[tuple[Type, Node]] = []
         for clause in expr.clauses:
@@ -608,10 +582,10 @@ class TypeInferencer(CallInference, ExprFunctor):
             bodies.append(((yield self.eval(clause.body)), clause.body))
         result = self._join(expr, bodies, "the clauses of match") if bodies else IncompleteType()
         # Exhaustiveness assumes well-typed patterns (consistent arities).
-        if expr.complete and len(self.errors) == errors_before:
-            missing = missing_case(expr, self.module)
+        if expr.complete and len(self.state.errors) == errors_before:
+            missing = missing_case(expr, self.state.module)
             if missing is not None:
-                self._error(
+                self.state.error(
                     f"match is not exhaustive: no clause matches {missing} "
                     "(add a clause, or write match? to fail at run time instead)",
                     expr,
@@ -629,12 +603,12 @@ class TypeInferencer(CallInference, ExprFunctor):
             joined, _ = parts[0]
             for t, node in parts[1:]:
                 try:
-                    joined = self.solver.join(joined, t, force)
+                    joined = self.state.solver.join(joined, t, force)
                 except UnifyError as err:
-                    joined = self._mismatch(joined, t, call_site(node, expr), what, err)
-            self._unify(result, joined, expr, what)
+                    joined = self.state.mismatch(joined, t, call_site(node, expr), what, err)
+            self.state.unify(result, joined, expr, what)
 
-        self._try(attempt, expr, forcible=True)
+        self.state.attempt(attempt, expr, forcible=True)
         return result
 
     def _bind_pattern(self, clause: Clause, data_type: Type) -> None:
@@ -644,18 +618,18 @@ class TypeInferencer(CallInference, ExprFunctor):
             if isinstance(pattern, PatternWildcard):
                 continue
             if isinstance(pattern, PatternVar):
-                self._unify(self._bind_var(pattern.var), t, pattern, "a pattern variable")
+                self.state.unify(self._bind_var(pattern.var), t, pattern, "a pattern variable")
             elif isinstance(pattern, PatternTuple):
                 fields = tuple(IncompleteType() for _ in pattern.patterns)
-                self._unify(t, TupleType(fields), pattern, "a tuple pattern")
+                self.state.unify(t, TupleType(fields), pattern, "a tuple pattern")
                 work.extend(zip(pattern.patterns, fields, strict=True))
             elif isinstance(pattern, PatternConstructor):
-                ctor_type = self._constructor_type(pattern.constructor)
-                self._unify(
+                ctor_type = self.constructor_type(pattern.constructor)
+                self.state.unify(
                     t, ctor_type.ret_type, pattern, f"the pattern {pattern.constructor.name}"
                 )
                 if len(pattern.patterns) != len(ctor_type.arg_types):
-                    self._error(
+                    self.state.error(
                         f"constructor {pattern.constructor.name} has "
                         f"{len(ctor_type.arg_types)} field(s), the pattern gives "
                         f"{len(pattern.patterns)}",
@@ -666,7 +640,7 @@ class TypeInferencer(CallInference, ExprFunctor):
 
     @on(RefCreate)
     def _ref_create(self, expr: RefCreate):
-        value_type = self._flat(expr.value)
+        value_type = self.flat(expr.value)
         if value_type is None:
             value_type = yield self.eval(expr.value)
         return self._ref_create_core(expr, [value_type])
@@ -676,7 +650,7 @@ class TypeInferencer(CallInference, ExprFunctor):
 
     @on(RefRead)
     def _ref_read(self, expr: RefRead):
-        ref_type = self._flat(expr.ref)
+        ref_type = self.flat(expr.ref)
         if ref_type is None:
             ref_type = yield self.eval(expr.ref)
         return self._ref_read_core(expr, [ref_type])
@@ -684,24 +658,24 @@ class TypeInferencer(CallInference, ExprFunctor):
     def _ref_read_core(self, expr: RefRead, operands: list[Type]) -> Type:
         (ref_type,) = operands
         content = IncompleteType()
-        self._unify(
+        self.state.unify(
             RefType(content), ref_type, call_site(expr.ref, expr), "ref_read (a Ref[...] value)"
         )
         return content
 
     @on(RefWrite)
     def _ref_write(self, expr: RefWrite):
-        ref_type = self._flat(expr.ref)
+        ref_type = self.flat(expr.ref)
         if ref_type is None:
             ref_type = yield self.eval(expr.ref)
-        value_type = self._flat(expr.value)
+        value_type = self.flat(expr.value)
         if value_type is None:
             value_type = yield self.eval(expr.value)
         return self._ref_write_core(expr, [ref_type, value_type])
 
     def _ref_write_core(self, expr: RefWrite, operands: list[Type]) -> Type:
         ref_type, value_type = operands
-        self._unify(ref_type, RefType(value_type), expr, "ref_write")
+        self.state.unify(ref_type, RefType(value_type), expr, "ref_write")
         return UNIT
 
 
@@ -770,4 +744,4 @@ _CORES: dict[type, Callable[[TypeInferencer, Any, list[Type]], Type]] = {
     RefWrite: TypeInferencer._ref_write_core,
     RefCreate: TypeInferencer._ref_create_core,
 }
-"""What an expression with typed operands has for type (see ``_flat``)."""
+"""What an expression with typed operands has for type (see ``flat``)."""

@@ -20,7 +20,8 @@ chain ends in the interpreter's failure: a check that fails (runtime/errors.py
 null ``Object`` (the ``match``'s value is cast back to its type where it is
 bound).
 
-The methods are a mixin of relax/lower.py's ``_Lowering``.
+The rules are ``AdtRules``, a rule set relax/lower.py's walk holds; they
+share relax/state.py's ``LoweringState``.
 """
 
 from __future__ import annotations
@@ -46,7 +47,9 @@ from ....ir.type_tree import leaves
 from ....ir.types import TupleType, Type, TypeCall
 from ....passes.type_solver import substitute
 from ..runtime.errors import site_message
-from .types import relax_type
+from .dynamic import DynamicRules
+from .state import LoweringState, Walk
+from .types import declare, relax_type
 
 
 def has_constructor_pattern(match: Match) -> bool:
@@ -59,11 +62,17 @@ def tag(index: int) -> Any:
     return relax.const(np.int64(index), "int64")
 
 
-class AdtLowering:
-    """Constructors and matches for ``_Lowering`` (relax/lower.py)."""
+class AdtRules:
+    """Constructors and matches for relax/lower.py's walk."""
+
+    def __init__(self, state: LoweringState, walk: Walk, dynamic: DynamicRules) -> None:
+        self.state = state
+        self.bb = state.bb
+        self.walk = walk
+        self.dynamic = dynamic
 
     # ---------------------------------------------------------- values
-    def _construct(self, ctor: Constructor, args: list[Any], name: str) -> Any:
+    def construct(self, ctor: Constructor, args: list[Any], name: str) -> Any:
         """``C(args)``: the tuple of its tag and fields."""
         if not args and ctor.inputs:  # a function value (relax/closures.py)
             return self._constructor_value(ctor)
@@ -72,14 +81,14 @@ class AdtLowering:
             # chain as long as a loop runs (a list grown per step, the key
             # tape of a gradient): TVM's runtime frees a chain by a native
             # recursion per link, which overflowed 8 MB past ~130,000 links
-            self.recursion = True
+            self.state.recursion = True
         return self.bb.emit(relax.Tuple([tag(self._ctor_index(ctor)), *args]), name)
 
     def _ctor_index(self, ctor: Constructor) -> int:
-        data = self.module.type_defs[ctor.adt]
+        data = self.state.module.type_defs[ctor.adt]
         return [c.name for c in data.constructors].index(ctor.name)
 
-    def _typed(self, value: Any, t: Type) -> Any:
+    def typed(self, value: Any, t: Type) -> Any:
         """``value`` with the Relax type of ``t``: a value that reached here
         as an ``Object``, or a tuple with an ``Object`` where ``t`` says more
         (a field, a type parameter's value, a closure call's result), is
@@ -113,11 +122,11 @@ class AdtLowering:
         return self.bb.match_cast(value, relax.ObjectType())
 
     # ----------------------------------------------------------- match
-    def _adt_match(self, expr: Match, env: dict[Var, Any], name: str) -> Computation[Any]:
-        """The chain of tests, on the trampoline (relax/lower.py's ``_chain``):
+    def adt_match(self, expr: Match, env: dict[Var, Any], name: str) -> Computation[Any]:
+        """The chain of tests, on the trampoline (relax/lower.py's ``chain``):
         each clause's blocks are yielded, so matches nested in clause
         bodies are no Python recursion."""
-        data = self._atom(expr.data, env)
+        data = self.walk.atom(expr.data, env)
         clauses = list(expr.clauses)
         # Built from the last clause back: each clause's block holds its
         # test and an If of its body and the blocks after it.
@@ -133,7 +142,9 @@ class AdtLowering:
         """[RULE MATCHFAIL] The interpreter's failure of a ``match?`` no
         clause of which matched, at run time; then a value never reached."""
         message = "no clause matches the value"
-        self._emit_check(tirx.const(False, "bool"), site_message("match?", message, expr.span), [])
+        self.dynamic.emit_check(
+            tirx.const(False, "bool"), site_message("match?", message, expr.span), []
+        )
         return self.bb.emit(relax.op.null_value())
 
     def _clause(
@@ -153,7 +164,7 @@ class AdtLowering:
         while work:
             pattern, value, t = work.pop()
             if isinstance(pattern, PatternVar):
-                inner[pattern.var] = self._typed(value, pattern.var.checked_type)
+                inner[pattern.var] = self.typed(value, pattern.var.checked_type)
             elif isinstance(pattern, PatternTuple):
                 fields = t.fields if isinstance(t, TupleType) else [None] * len(pattern.patterns)
                 for i, (sub, ft) in enumerate(zip(pattern.patterns, fields, strict=True)):
@@ -163,11 +174,11 @@ class AdtLowering:
                     parts = self._fields(value, pattern.constructor, t)
                     types = self._field_types(pattern.constructor, t)
                     work.extend(zip(pattern.patterns, parts, types, strict=True))
-        return (yield self._chain(clause.body, inner))
+        return (yield self.walk.chain(clause.body, inner))
 
     def _field_types(self, ctor: Constructor, data_type: Type) -> list[Type]:
         """The types of ``ctor``'s fields in a value of ``data_type``."""
-        definition = self.module.type_defs[ctor.adt]
+        definition = self.state.module.type_defs[ctor.adt]
         args = data_type.args if isinstance(data_type, TypeCall) else ()
         mapping = dict(zip(definition.type_params, args, strict=False))
         return [substitute(t, mapping) for t in ctor.inputs]
@@ -220,6 +231,20 @@ class AdtLowering:
 
     def _both(self, a: Any, b: Any) -> Any:
         return self.bb.emit(relax.op.logical_and(a, b))
+
+    def _constructor_value(self, ctor: Constructor) -> Any:
+        """A constructor that takes arguments, as a value: the closure of a
+        function building its value (made once per constructor)."""
+        gv = self.state.constructor_functions.get(ctor.name)
+        if gv is None:
+            params = [relax.Var(f"field{i}", relax_type(t)) for i, t in enumerate(ctor.inputs)]
+            gv = declare(self.bb, params, relax.ObjectType(), f"make_{ctor.name}")
+            fields = [tag(self._ctor_index(ctor)), *params]
+            body = self.bb.block(lambda: self.bb.emit(relax.Tuple(fields)))
+            function = relax.Function(params, body, relax.ObjectType(), False)
+            self.bb.update_func(gv, function.with_attr("effir_name", gv.name_hint))
+            self.state.constructor_functions[ctor.name] = gv
+        return self.bb.emit(relax.op.make_closure(gv, relax.Tuple([])), ctor.name)
 
 
 def links_values(ctor: Constructor) -> bool:

@@ -1,4 +1,4 @@
-"""The kernels compiled apart ([RULE APART], relax/lower.py): built in
+"""The kernels compiled apart ([RULE APART], relax/kernel_calls.py): built in
 groups, in parallel, and shared by every build of the process.
 
 Why: a gradient program is many small kernels (46 and 5 whole loops for a

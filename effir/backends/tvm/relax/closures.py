@@ -13,7 +13,8 @@ where the callee's type is unknown, is cast to the call's type.
 
 A primitive function (a kernel) is not a value here: ``CompileError``.
 
-The methods are a mixin of relax/lower.py's ``_Lowering``.
+The rules are ``ClosureRules``, a rule set relax/lower.py's walk holds; they
+share relax/state.py's ``LoweringState``.
 """
 
 from __future__ import annotations
@@ -22,17 +23,22 @@ from typing import Any
 
 from tvm import relax
 
-from ....ir.expr import Call, Constructor, Function, GlobalVar, Var
+from ....ir.expr import Call, Function, GlobalVar, Var
 from ....passes.fuse import is_primitive
 from ..runtime.errors import BackendError
-from .adts import tag as _tag
+from .state import LoweringState, Walk
 from .types import declare, relax_type
 
 
-class ClosureLowering:
-    """Closures as values for ``_Lowering`` (relax/lower.py)."""
+class ClosureRules:
+    """Closures as values for relax/lower.py's walk."""
 
-    def _closure_value(self, fn: Function, env: dict[Var, Any], name: str, span: Any) -> Any:
+    def __init__(self, state: LoweringState, walk: Walk) -> None:
+        self.state = state
+        self.bb = state.bb
+        self.walk = walk
+
+    def closure_value(self, fn: Function, env: dict[Var, Any], name: str, span: Any) -> Any:
         """The VM closure of the function literal ``fn``: bound to ``%name``
         by a let, or a value of its own where it is written (a function's
         result, as the prelude's ``@compose`` and ``@flip`` return one)."""
@@ -42,18 +48,18 @@ class ClosureLowering:
                 "on): only its calls are compiled",
                 span,
             )
-        closure = self._lift(fn, env, name, captured_last=True)
+        closure = self.walk.lift(fn, env, name, captured_last=True)
         captured = relax.Tuple([env[v] for v in closure.captured])
         return self.bb.emit(relax.op.make_closure(closure.gv, captured), name)
 
-    def _global_value(self, gv: GlobalVar) -> Any:
+    def global_value(self, gv: GlobalVar) -> Any:
         """A global function as a value: a closure of no captured variable
         (of a function calling it at depth 1 when the global counts its
         depth of recursion, relax/lower.py [RULE DEPTH]). A program with
         function values runs on the large stack (runtime/stack.py)."""
-        self.recursion = True
-        target = self.globals[gv.name]
-        if gv.name in self.recursive:
+        self.state.recursion = True
+        target = self.state.globals[gv.name]
+        if gv.name in self.state.recursive:
             target = self._at_depth_one(gv.name)
         return self.bb.emit(relax.op.make_closure(target, relax.Tuple([])))
 
@@ -61,43 +67,29 @@ class ClosureLowering:
         """The recursive global ``name`` without its depth parameter: it
         calls the global at depth 1 (made once)."""
         key = "value:" + name
-        gv = self.constructor_functions.get(key)
+        gv = self.state.constructor_functions.get(key)
         if gv is None:
-            fn = self.module.functions[name]
+            fn = self.state.module.functions[name]
             params = [relax.Var(p.name_hint, relax_type(p.checked_type)) for p in fn.params]
             ret = relax_type(fn.body.checked_type)
             gv = declare(self.bb, params, ret, f"value_{name}")
             one = relax.const(1, "int64")
             body = self.bb.block(
-                lambda: self.bb.emit(relax.Call(self.globals[name], [one, *params]))
+                lambda: self.bb.emit(relax.Call(self.state.globals[name], [one, *params]))
             )
             function = relax.Function(params, body, ret, False)
             self.bb.update_func(gv, function.with_attr("effir_name", gv.name_hint))
-            self.constructor_functions[key] = gv
+            self.state.constructor_functions[key] = gv
         return gv
 
-    def _constructor_value(self, ctor: Constructor) -> Any:
-        """A constructor that takes arguments, as a value: the closure of a
-        function building its value (made once per constructor)."""
-        gv = self.constructor_functions.get(ctor.name)
-        if gv is None:
-            params = [relax.Var(f"field{i}", relax_type(t)) for i, t in enumerate(ctor.inputs)]
-            gv = declare(self.bb, params, relax.ObjectType(), f"make_{ctor.name}")
-            fields = [_tag(self._ctor_index(ctor)), *params]
-            body = self.bb.block(lambda: self.bb.emit(relax.Tuple(fields)))
-            function = relax.Function(params, body, relax.ObjectType(), False)
-            self.bb.update_func(gv, function.with_attr("effir_name", gv.name_hint))
-            self.constructor_functions[ctor.name] = gv
-        return self.bb.emit(relax.op.make_closure(gv, relax.Tuple([])), ctor.name)
-
-    def _invoke(self, closure: Any, call: Call, env: dict[Var, Any], name: str) -> Any:
+    def invoke(self, closure: Any, call: Call, env: dict[Var, Any], name: str) -> Any:
         """A call of a function value. TVM's LowerRuntimeBuiltin gives every
         ``invoke_closure`` the type ``Object``, whatever type it asked for,
         and a ``TupleGetItem`` of such a result then fails to normalise: a
         result that is not a tensor is asked for as an ``Object`` and gets
         its type back by a cast where it is bound (relax/lower.py's ``_value``,
-        relax/adts.py's ``_typed``), as an ADT's fields do."""
-        args = relax.Tuple([self._atom(a, env) for a in call.args])
+        relax/adts.py's ``typed``), as an ADT's fields do."""
+        args = relax.Tuple([self.walk.atom(a, env) for a in call.args])
         want = relax_type(call.checked_type)
         asked = want if isinstance(want, relax.TensorType) else relax.ObjectType()
         return self.bb.emit(relax.op.invoke_closure(closure, args, [asked]), name)

@@ -8,7 +8,8 @@ count into a shape (``tensor_to_shape``) and allocates, the other fills.
 The helpers here (rows, dimensions, views, the executor's kernels for the
 target) serve the loops too.
 
-The methods are a mixin of relax/lower.py's ``_Lowering``.
+The rules are ``DynamicRules``, a rule set relax/lower.py's walk holds; they
+share relax/state.py's ``LoweringState``.
 """
 
 from __future__ import annotations
@@ -26,23 +27,29 @@ from ....ir.types import TensorType
 from ..kernel.checks import error_shape
 from ..runtime.errors import CHECK_FUNCTION, VALUE_MARK, BackendError, site_message
 from . import dynamic_kernels
+from .state import LoweringState, Walk
 from .types import scheduled
 
 
-class DynamicLowering:
-    """The executor's kernels and shapes for ``_Lowering`` (relax/lower.py)."""
+class DynamicRules:
+    """The executor's kernels and shapes for relax/lower.py's walk."""
+
+    def __init__(self, state: LoweringState, walk: Walk) -> None:
+        self.state = state
+        self.bb = state.bb
+        self.walk = walk
 
     def _executor(self, kernel: str, *args: Any) -> Any:
         """The executor kernel ``kernel`` (made by ``dynamic_kernels.kernel
         (*args)``: a dtype, a chunk size), added to the module once."""
         key = "_".join([kernel, *map(str, args)])
-        gv = self.executor_gvs.get(key)
+        gv = self.state.executor_gvs.get(key)
         if gv is None:
-            func = self._on_target(getattr(dynamic_kernels, kernel)(*args))
-            gv = self.executor_gvs[key] = self.bb.add_func(func, key)
+            func = self.on_target(getattr(dynamic_kernels, kernel)(*args))
+            gv = self.state.executor_gvs[key] = self.bb.add_func(func, key)
         return gv
 
-    def _reshape(self, value: Any, shape: list[Any]) -> Any:
+    def reshape(self, value: Any, shape: list[Any]) -> Any:
         """``value`` with ``shape``: a view of the same memory (the VM's
         builtin), not a copy; Relax's own ``reshape`` outside a dataflow
         block is an unscheduled copy kernel, 20 ms for a 3 MB tensor."""
@@ -52,7 +59,7 @@ class DynamicLowering:
             "vm.builtin.reshape", value, relax.ShapeExpr(list(shape)), ty_args=ty
         )
 
-    def _on_target(self, func: Any) -> Any:
+    def on_target(self, func: Any) -> Any:
         """An executor kernel for the target: on a GPU it runs as one
         thread (its steps are sequential: a running count of the rows
         written; the data it moves is small beside the kernels').
@@ -62,20 +69,20 @@ class DynamicLowering:
         module in which one function does not declare it, and the loop
         kernels ran 2.3x slower without it."""
         func = func.with_attr("tirx.noalias", True)
-        if self.target.kind.name == "llvm":
+        if self.state.target.kind.name == "llvm":
             return func
         return scheduled(dynamic_kernels.single_thread(func))
 
-    def _rows(self, value: Any, t: TensorType) -> Any:
+    def rows(self, value: Any, t: TensorType) -> Any:
         """``value`` as a (rows, row size) tensor: a view for the executor
         kernels, which work on rows."""
-        dims = self._dims(value, t)
+        dims = self.dims(value, t)
         row = 1
         for d in dims[1:]:
             row = row * d
-        return self.bb.emit(self._reshape(value, [dims[0] if dims else 1, row]))
+        return self.bb.emit(self.reshape(value, [dims[0] if dims else 1, row]))
 
-    def _dims(self, value: Any, t: TensorType) -> list[Any]:
+    def dims(self, value: Any, t: TensorType) -> list[Any]:
         """The dimensions of a tensor value: its static ones, variables
         bound by a cast for the others."""
         if t.is_static:
@@ -88,23 +95,23 @@ class DynamicLowering:
         del cast
         return names
 
-    def _size_of(self, count: Any) -> Any:
+    def size_of(self, count: Any) -> Any:
         """A variable holding the value of the ``int64`` scalar ``count``."""
-        flat = self.bb.emit(self._reshape(count, [1]))
+        flat = self.bb.emit(self.reshape(count, [1]))
         shape = self.bb.emit(relax.op.tensor_to_shape(flat))
         n = tirx.Var("n", "int64")
         self.bb.match_cast(shape, relax.ShapeType([n]))
         return n
 
-    def _check_shape(self, call: Call, ok: Any, message: str, values: list[Any]) -> None:
+    def check_shape(self, call: Call, ok: Any, message: str, values: list[Any]) -> None:
         """Fail as the interpreter does unless ``ok`` (a condition on shape
         variables) holds: ``message``'s ``{}`` show ``values`` (runtime/errors.py
         [RULE CHECK]; here once per operator call, on shapes, never per
         element)."""
         op = op_def(call.callee).name  # type: ignore[arg-type]
-        self._emit_check(ok, site_message(op, message.replace("{}", VALUE_MARK), call.span), values)
+        self.emit_check(ok, site_message(op, message.replace("{}", VALUE_MARK), call.span), values)
 
-    def _emit_check(self, ok: Any, text: str, values: list[Any]) -> None:
+    def emit_check(self, ok: Any, text: str, values: list[Any]) -> None:
         """[RULE CHECK] (runtime/errors.py) ``effir.check(ok, text, *values)`` on the
         host, where ``ok`` and ``values`` are expressions of shape
         variables and ``text`` is a ``site_message``."""
@@ -115,7 +122,7 @@ class DynamicLowering:
             relax.Call(relax.ExternFunc(CHECK_FUNCTION), args, ty_args=[relax.ObjectType()])
         )
 
-    def _test_error_code(self, error: Any, checks: tuple[str, ...]) -> None:
+    def test_error_code(self, error: Any, checks: tuple[str, ...]) -> None:
         """A GPU kernel's error output (kernel/checks.py), copied to the host
         and tested: the failing check's message, with its values."""
         shape = self.bb.emit(relax.op.tensor_to_shape(error))
@@ -124,16 +131,16 @@ class DynamicLowering:
         self.bb.match_cast(shape, relax.ShapeType([code, *values]))
         for k, text in enumerate(checks):
             shown = values[: max(1, text.count(VALUE_MARK))]
-            self._emit_check(tirx.NE(code, tirx.const(k + 1, "int64")), text, shown)
+            self.emit_check(tirx.NE(code, tirx.const(k + 1, "int64")), text, shown)
 
     # --------------------------------------------------- dynamic shapes
     def _boolean_mask(self, call: Call, env: dict[Var, Any], name: str) -> Any:
         """``x[mask]``: count, allocate, fill [RULE DYN]."""
         x_arg, mask_arg = call.args
         x_type, mask_type = x_arg.checked_type, mask_arg.checked_type
-        x = self._atom(x_arg, env)
-        mask = self._atom(mask_arg, env)
-        x_dims = self._dims(x, x_type)
+        x = self.walk.atom(x_arg, env)
+        mask = self.walk.atom(mask_arg, env)
+        x_dims = self.dims(x, x_type)
         k = mask_type.ndim
         rows = 1
         for d in x_dims[:k]:
@@ -141,7 +148,7 @@ class DynamicLowering:
         size = 1
         for d in x_dims[k:]:
             size = size * d
-        mask_dims = self._dims(mask, mask_type)
+        mask_dims = self.dims(mask, mask_type)
         same = tirx.const(True, "bool")
         for m, d in zip(mask_dims, x_dims, strict=False):
             same = tirx.And(same, tirx.EQ(_int64(m), _int64(d)))
@@ -150,16 +157,16 @@ class DynamicLowering:
                 f"the mask's shape {_shape_text(k)} does not match the data's shape "
                 f"{_shape_text(len(x_dims))}"
             )
-            self._check_shape(call, same, message, [*mask_dims, *x_dims])
+            self.check_shape(call, same, message, [*mask_dims, *x_dims])
         emit = self.bb.emit
-        flat_mask = emit(self._reshape(mask, [rows]))
+        flat_mask = emit(self.reshape(mask, [rows]))
         counted = emit(
             relax.call_tir(
                 self._executor("count_true"), [flat_mask], relax.TensorType([1], "int64")
             )
         )
-        n = self._size_of(emit(self._reshape(counted, [])))
-        flat_x = emit(self._reshape(x, [rows, size]))
+        n = self.size_of(emit(self.reshape(counted, [])))
+        flat_x = emit(self.reshape(x, [rows, size]))
         picked = emit(
             relax.call_tir(
                 self._executor("mask_rows", x_type.dtype),
@@ -167,18 +174,18 @@ class DynamicLowering:
                 relax.TensorType([n, size], x_type.dtype),
             )
         )
-        return emit(self._reshape(picked, [n, *x_dims[k:]]), name)
+        return emit(self.reshape(picked, [n, *x_dims[k:]]), name)
 
     def _argwhere(self, call: Call, env: dict[Var, Any], name: str) -> Any:
         (x_arg,) = call.args
         x_type = x_arg.checked_type
-        x = self._atom(x_arg, env)
-        dims = self._dims(x, x_type)
+        x = self.walk.atom(x_arg, env)
+        dims = self.dims(x, x_type)
         total = 1
         for d in dims:
             total = total * d
         emit = self.bb.emit
-        flat = emit(self._reshape(x, [total]))
+        flat = emit(self.reshape(x, [total]))
         if x_type.dtype == "bool":
             counted = emit(
                 relax.call_tir(self._executor("count_true"), [flat], relax.TensorType([1], "int64"))
@@ -192,7 +199,7 @@ class DynamicLowering:
                     self._executor("count_nonzero", dtype), [flat], relax.TensorType([1], "int64")
                 )
             )
-        n = self._size_of(emit(self._reshape(counted, [])))
+        n = self.size_of(emit(self.reshape(counted, [])))
         shape = emit(relax.op.shape_to_tensor(relax.ShapeExpr(dims)))
         return emit(
             relax.call_tir(
@@ -219,13 +226,13 @@ class DynamicLowering:
         op = op_def(call.callee).name  # type: ignore[arg-type]
         dtype = str(call.attrs["dtype"])
         shape_arg = call.args[-1]
-        dims = self._dyn_shape(self._atom(shape_arg, env), shape_arg.checked_type)
+        dims = self._dyn_shape(self.walk.atom(shape_arg, env), shape_arg.checked_type)
         ok = tirx.const(True, "bool")
         for d in dims:
             ok = tirx.And(ok, d >= tirx.const(0, "int64"))
-        self._check_shape(call, ok, f"negative size in shape {_shape_text(len(dims))}", dims)
+        self.check_shape(call, ok, f"negative size in shape {_shape_text(len(dims))}", dims)
         if op == "dyn.full":
-            value = self.bb.emit(relax.op.astype(self._atom(call.args[0], env), dtype))
+            value = self.bb.emit(relax.op.astype(self.walk.atom(call.args[0], env), dtype))
         else:
             value = relax.const(np.asarray(0 if op == "dyn.zeros" else 1, dtype=dtype), dtype)
         total = 1
@@ -235,22 +242,22 @@ class DynamicLowering:
         flat = emit(
             relax.call_tir(self._executor("fill", dtype), [value], relax.TensorType([total], dtype))
         )
-        return emit(self._reshape(flat, dims), name)
+        return emit(self.reshape(flat, dims), name)
 
     def _dyn_reshape(self, call: Call, env: dict[Var, Any], name: str) -> Any:
         x_arg, shape_arg = call.args
-        x = self._atom(x_arg, env)
-        x_dims = self._dims(x, x_arg.checked_type)
-        asked = self._dyn_shape(self._atom(shape_arg, env), shape_arg.checked_type)
+        x = self.walk.atom(x_arg, env)
+        x_dims = self.dims(x, x_arg.checked_type)
+        asked = self._dyn_shape(self.walk.atom(shape_arg, env), shape_arg.checked_type)
         dims, ok, total = _resolved_newshape(x_dims, asked, bool(call.attrs["allowzero"]))
         message = f"cannot reshape {VALUE_MARK} elements into shape {_shape_text(len(asked))}"
-        self._check_shape(call, ok, message, [total, *asked])
-        return self.bb.emit(self._reshape(x, dims), name)
+        self.check_shape(call, ok, message, [total, *asked])
+        return self.bb.emit(self.reshape(x, dims), name)
 
     def _arange(self, call: Call, env: dict[Var, Any], name: str) -> Any:
         """``dyn.arange``: its length counted by a kernel, checked (a zero
         step, a float bound that is not finite), then the values filled."""
-        start, limit, delta = (self._atom(a, env) for a in call.args)
+        start, limit, delta = (self.walk.atom(a, env) for a in call.args)
         dtype = call.args[0].checked_type.dtype
         emit = self.bb.emit
         counted = emit(
@@ -260,13 +267,13 @@ class DynamicLowering:
                 relax.TensorType([1], "int64"),
             )
         )
-        n = self._size_of(emit(self._reshape(counted, [])))
+        n = self.size_of(emit(self.reshape(counted, [])))
         zero_step = tirx.const(dynamic_kernels.ARANGE_ZERO_STEP, "int64")
         not_finite = tirx.const(dynamic_kernels.ARANGE_NOT_FINITE, "int64")
-        self._check_shape(call, tirx.NE(n, zero_step), "the step (delta) is 0", [])
+        self.check_shape(call, tirx.NE(n, zero_step), "the step (delta) is 0", [])
         if not dtype.startswith(("int", "uint")):
             message = "start, limit and delta must be finite"
-            self._check_shape(call, tirx.NE(n, not_finite), message, [])
+            self.check_shape(call, tirx.NE(n, not_finite), message, [])
         return emit(
             relax.call_tir(
                 self._executor("arange_fill", dtype),
@@ -283,8 +290,8 @@ class DynamicLowering:
         counted by a second kernel (dynamic_kernels.py) [RULE DYN]."""
         (x_arg,) = call.args
         t = x_arg.checked_type
-        x = self._atom(x_arg, env)
-        dims = self._dims(x, t)
+        x = self.walk.atom(x_arg, env)
+        dims = self.dims(x, t)
         emit = self.bb.emit
         dtype = "int8" if t.dtype == "bool" else t.dtype  # [RULE BOOL]
         if t.dtype == "bool":
@@ -295,14 +302,14 @@ class DynamicLowering:
             for d in dims:
                 total = total * d
             moved, order = [total], None
-            rows = emit(self._reshape(x, [total, 1]))
+            rows = emit(self.reshape(x, [total, 1]))
         else:
             axis = axis + t.ndim if axis < 0 else axis
             order = [axis] + [i for i in range(t.ndim) if i != axis]
             if axis:
                 x = emit(relax.op.permute_dims(x, order))
             moved = [dims[i] for i in order]
-            self._check_shape(
+            self.check_shape(
                 call,
                 _int64(moved[0]) > tirx.const(0, "int64"),
                 f"unique of an empty axis (axis {axis} has length 0)",
@@ -311,7 +318,7 @@ class DynamicLowering:
             size: Any = 1
             for d in moved[1:]:
                 size = size * d
-            rows = emit(self._reshape(x, [moved[0], size]))
+            rows = emit(self.reshape(x, [moved[0], size]))
         r = moved[0]
         row_size = 1 if axis is None else size
         i64 = lambda *shape: relax.TensorType(list(shape), "int64")  # noqa: E731
@@ -319,7 +326,7 @@ class DynamicLowering:
             relax.call_tir(self._executor("unique_count", dtype), [rows], [i64(1), i64(r)])
         )
         count, flags = emit(relax.TupleGetItem(counted, 0)), emit(relax.TupleGetItem(counted, 1))
-        n = self._size_of(emit(self._reshape(count, [])))
+        n = self.size_of(emit(self.reshape(count, [])))
         filled = emit(
             relax.call_tir(
                 self._executor("unique_fill", dtype, int(call.attrs["sorted"])),
@@ -329,9 +336,9 @@ class DynamicLowering:
         )
         values, first, inverse, counts = (emit(relax.TupleGetItem(filled, k)) for k in range(4))
         if order is None:
-            values = emit(self._reshape(values, [n]))
+            values = emit(self.reshape(values, [n]))
         else:
-            values = emit(self._reshape(values, [n, *moved[1:]]))
+            values = emit(self.reshape(values, [n, *moved[1:]]))
             if order[0]:
                 back = sorted(range(len(order)), key=order.__getitem__)
                 values = emit(relax.op.permute_dims(values, back))
@@ -347,8 +354,8 @@ class DynamicLowering:
         kind of size (kept static, the kernels were built for sizes the
         other value does not have)."""
         (x_arg,) = call.args
-        x = self._atom(x_arg, env)
-        dims = self._dims(x, x_arg.checked_type)
+        x = self.walk.atom(x_arg, env)
+        dims = self.dims(x, x_arg.checked_type)
         result = call.checked_type
         loose = [
             tirx.Var(f"f{i}", "int64") if d == "?" else dims[i] for i, d in enumerate(result.shape)
@@ -357,10 +364,28 @@ class DynamicLowering:
 
     def _shape_of(self, call: Call, env: dict[Var, Any], name: str) -> Any:
         (x_arg,) = call.args
-        x = self._atom(x_arg, env)
-        dims = self._dims(x, x_arg.checked_type)
+        x = self.walk.atom(x_arg, env)
+        dims = self.dims(x, x_arg.checked_type)
         shape = self.bb.emit(relax.op.shape_to_tensor(relax.ShapeExpr(dims)))
         return self.bb.emit(relax.op.astype(shape, str(call.attrs["dtype"])), name)
+
+    def zeros(self, shape: list[Any], dtype: str) -> Any:
+        return self.executor_call("zeros", dtype, [], shape)
+
+    def executor_call(
+        self, kernel: str, dtype: str, args: list[Any], shape: list[Any], out: str = "", *extra: Any
+    ) -> Any:
+        """The executor's ``kernel`` for ``dtype`` (relax/dynamic_kernels.py;
+        ``extra``: its other parameters) called on ``args``: a new tensor of
+        ``shape`` and of dtype ``out`` (``dtype`` when empty)."""
+        ty = relax.TensorType(shape, out or dtype)
+        return self.bb.emit(relax.call_tir(self._executor(kernel, dtype, *extra), args, ty))
+
+    def write_into(self, kernel: str, buf: Any, value: Any, at: Any, dtype: str) -> Any:
+        """``buf`` with ``value`` written at row ``at`` in place, by the
+        executor's ``kernel`` (``write_row``, ``write_rows``)."""
+        call = relax.op.call_tir_inplace(self._executor(kernel, dtype), [buf, value, at], 0, buf.ty)
+        return self.bb.emit(call)
 
 
 def _shape_text(rank: int) -> str:
@@ -413,15 +438,15 @@ def _resolved_newshape(
 
 
 DYNAMIC: dict[str, Callable[..., Any]] = {
-    "boolean_mask": DynamicLowering._boolean_mask,
-    "argwhere": DynamicLowering._argwhere,
-    "dyn.zeros": DynamicLowering._dyn_fill,
-    "dyn.ones": DynamicLowering._dyn_fill,
-    "dyn.full": DynamicLowering._dyn_fill,
-    "dyn.reshape": DynamicLowering._dyn_reshape,
-    "shape_of": DynamicLowering._shape_of,
-    "dyn.arange": DynamicLowering._arange,
-    "forget_dims": DynamicLowering._forget_dims,
-    "unique": DynamicLowering._unique,
+    "boolean_mask": DynamicRules._boolean_mask,
+    "argwhere": DynamicRules._argwhere,
+    "dyn.zeros": DynamicRules._dyn_fill,
+    "dyn.ones": DynamicRules._dyn_fill,
+    "dyn.full": DynamicRules._dyn_fill,
+    "dyn.reshape": DynamicRules._dyn_reshape,
+    "shape_of": DynamicRules._shape_of,
+    "dyn.arange": DynamicRules._arange,
+    "forget_dims": DynamicRules._forget_dims,
+    "unique": DynamicRules._unique,
 }
 """The lowering of each operator of data-dependent shape."""

@@ -51,11 +51,12 @@
   docs/backend.md says why not the VM's own jumps.
 
 Every loop form is one of two builders over the shared levels
-(``_levels``): ``_foreach_in_vm`` and ``_while_loop``; map (state ``()``),
+(``_levels``): ``_foreach_in_vm`` and ``while_loop``; map (state ``()``),
 scan (per-step output ``()``), several sequences and several states, and
 static, symbolic or ``?`` lengths all go through the same code.
 
-The methods are a mixin of relax/lower.py's ``_Lowering``.
+The rules are ``LoopRules``, a rule set relax/lower.py's walk holds; they
+share relax/state.py's ``LoweringState``.
 """
 
 from __future__ import annotations
@@ -79,8 +80,11 @@ from ..kernel.primitive import leaves
 from ..loop import LoweredLoop
 from ..loop.cuda import CudaLoop
 from ..runtime.errors import BackendError
+from .dynamic import DynamicRules
+from .kernel_calls import KernelRules
+from .state import LoweringState, Walk
 from .types import declare, is_const, relax_type, static, unknown_shape
-from .whole_loops import WholeLoop, WholeLoopCalls, whole_outputs
+from .whole_loops import WholeLoop, WholeLoopRules, whole_outputs
 
 LOOP_CHUNK = 1024
 """Steps per call of a whole-loop kernel [RULE CHUNK]."""
@@ -125,11 +129,26 @@ class _Steps:
     depth: int | None = None  # which fixed value is the depth of recursion [RULE DEPTH]
 
 
-class LoopLowering(WholeLoopCalls):
-    """The loops of ``_Lowering`` (relax/lower.py)."""
+class LoopRules:
+    """The loops of relax/lower.py's walk."""
+
+    def __init__(
+        self,
+        state: LoweringState,
+        walk: Walk,
+        kernel: KernelRules,
+        dynamic: DynamicRules,
+        whole: WholeLoopRules,
+    ) -> None:
+        self.state = state
+        self.bb = state.bb
+        self.walk = walk
+        self.kernel = kernel
+        self.dynamic = dynamic
+        self.whole = whole
 
     # ------------------------------------------------------------ foreach
-    def _foreach(self, call: Call, env: dict[Var, Any], name: str) -> Any:
+    def foreach(self, call: Call, env: dict[Var, Any], name: str) -> Any:
         """[RULE LOOP] ``cf.foreach(body, xs, init)`` as one TIR loop when
         its body allows, else a VM loop."""
         body_arg, xs_arg, init_arg = call.args
@@ -139,7 +158,7 @@ class LoopLowering(WholeLoopCalls):
         xs_type = xs_arg.checked_type
         step_types = [*_step_types(xs_type), init_arg.checked_type, body.checked_type]
         step_types += [v.checked_type for v in captured]
-        self._needs_static(step_types)
+        self.kernel.needs_static(step_types)
         if not all(map(static, step_types)):
             return self._foreach_in_vm(call, env, name)
         if not list(type_tree.leaves(body.body.checked_type)):
@@ -148,15 +167,15 @@ class LoopLowering(WholeLoopCalls):
             # body's steps as the interpreter does (a step may still fail).
             return self._foreach_in_vm(call, env, name)
         try:  # [RULE WHOLE] (relax/whole_loops.py): one TIR function, or two GPU kernels
-            gv = self._whole_loop(body, captured, functions)
+            gv = self.whole.whole_loop(body, captured, functions)
         except BackendError:  # control flow, effects or checks in the body: a VM loop
             return self._foreach_in_vm(call, env, name)
         lowered = gv.lowered
-        sequences = self._leaves(self._atom(xs_arg, env), xs_type)
-        state = self._leaves(self._atom(init_arg, env), init_arg.checked_type)
+        sequences = self.kernel.leaves(self.walk.atom(xs_arg, env), xs_type)
+        state = self.kernel.leaves(self.walk.atom(init_arg, env), init_arg.checked_type)
         rest = []
         for v in captured:
-            rest += self._leaves(self._atom(v, env), v.checked_type)
+            rest += self.kernel.leaves(self.walk.atom(v, env), v.checked_type)
         rest += [self.bb.constant(c) for c in lowered.constants]
         length = _leading_dim(xs_type)
         if isinstance(length, int):
@@ -166,7 +185,7 @@ class LoopLowering(WholeLoopCalls):
         # (its copies of the chunks' rows cost less than a prologue of the
         # whole length would hold).
         xs_leaves = leaves(xs_type)
-        rows = [self._rows(x, t) for x, t in zip(sequences, xs_leaves, strict=True)]
+        rows = [self.dynamic.rows(x, t) for x, t in zip(sequences, xs_leaves, strict=True)]
         steps = self._length(call, rows, xs_leaves)
         emit = self.bb.emit
         # which call runs is decided in the VM's shape arithmetic, on the
@@ -203,7 +222,7 @@ class LoopLowering(WholeLoopCalls):
             # as the interpreter's message, which sorts the lengths
             shown = " [{}, {}]" if len(lengths) == 2 else ""
             for other in lengths[1:]:
-                self._check_shape(
+                self.dynamic.check_shape(
                     call,
                     tirx.EQ(lengths[0], other),
                     f"the sequences have different lengths{shown}",
@@ -242,7 +261,7 @@ class LoopLowering(WholeLoopCalls):
         n_keep = len(lowered.outputs) + len(lowered.state)
 
         def kept() -> Any:
-            parts, _ = self._whole_call(loop, [*seq_params, *carried, *inner_rest], steps)
+            parts, _ = self.whole.whole_call(loop, [*seq_params, *carried, *inner_rest], steps)
             return relax.Tuple(parts[:n_keep])
 
         params = [*seq_params, *carried, *others]
@@ -250,8 +269,8 @@ class LoopLowering(WholeLoopCalls):
         function = relax.Function(params, self.bb.block(kept), ret, False).with_attr(
             "tir_var_upper_bound", {"steps": bound}
         )
-        gv = self.bb.add_func(function, f"bounded_{self.loops}")
-        self.loops += 1
+        gv = self.bb.add_func(function, f"bounded_{self.state.loops}")
+        self.state.loops += 1
         emit = self.bb.emit
         result = emit(relax.Call(gv, [*sequences, *state, *[r for r in rest if not is_const(r)]]))
         parts = [emit(relax.TupleGetItem(result, i)) for i in range(n_keep)]
@@ -281,7 +300,7 @@ class LoopLowering(WholeLoopCalls):
                     emit(relax.op.strided_slice(x, [0], [start], [start + steps]))
                     for x in sequences
                 ]
-            parts, result = self._whole_call(gv, [*chunk, *state, *rest], steps)
+            parts, result = self.whole.whole_call(gv, [*chunk, *state, *rest], steps)
             self._release(result)  # in a VM loop's step, its outputs would live until the loop ends
             for i in range(n_out):
                 pieces[i].append(parts[i])
@@ -313,29 +332,29 @@ class LoopLowering(WholeLoopCalls):
         def advance(start: Any, carried: list[Any], fixed: list[Any]) -> tuple[Any, list[Any]]:
             seqs, inner_rest = fixed[:n_fixed], fixed[n_fixed:]
             # the chunk's steps from the level's count and limit, on the host
-            done, limit = self.host_count
+            done, limit = self.state.host_count
             left = tirx.min(tirx.const(LOOP_CHUNK, "int64"), limit - done)
             k = tirx.Var("k", "int64")
             self.bb.match_cast(emit(relax.ShapeExpr([left])), relax.ShapeType([k]))
             chunk = []
             for seq, t, c in zip(seqs, xs_types, sizes, strict=True):
-                part = self._executor_call("chunk_rows", t.dtype, [seq, start], [k, c])
-                chunk.append(emit(self._reshape(part, [k, *[int(d) for d in t.shape[1:]]])))
+                part = self.dynamic.executor_call("chunk_rows", t.dtype, [seq, start], [k, c])
+                chunk.append(emit(self.dynamic.reshape(part, [k, *[int(d) for d in t.shape[1:]]])))
             args = [*chunk, *carried[:n_state], *inner_rest]
-            parts, result = self._whole_call(loop, args, k)
+            parts, result = self.whole.whole_call(loop, args, k)
             written = []
             bufs = carried[n_state:]
             for buf, part, leaf, c in zip(
                 bufs, parts[: len(bufs)], lowered.outputs, out_sizes, strict=True
             ):
-                flat = emit(self._reshape(part, [k, c]))
-                written.append(self._write_into("write_rows", buf, flat, start, leaf.dtype))
+                flat = emit(self.dynamic.reshape(part, [k, c]))
+                written.append(self.dynamic.write_into("write_rows", buf, flat, start, leaf.dtype))
             new_state = parts[len(lowered.outputs) : len(lowered.outputs) + n_state]
             self._release(result)
             return emit(relax.op.add(start, _int64(LOOP_CHUNK))), [*new_state, *written]
 
         bufs = [
-            self._zeros([length, c], leaf.dtype)
+            self.dynamic.zeros([length, c], leaf.dtype)
             for leaf, c in zip(lowered.outputs, out_sizes, strict=True)
         ]
         steps = _Steps(
@@ -360,7 +379,7 @@ class LoopLowering(WholeLoopCalls):
         functions = {v: f for v, f in env.items() if isinstance(f, Function)}
         captured = [v for v in free_vars(body) if v not in functions]
         xs_type = xs_arg.checked_type
-        self._needs_static(_step_types(xs_type) + [init_arg.checked_type, body.checked_type])
+        self.kernel.needs_static(_step_types(xs_type) + [init_arg.checked_type, body.checked_type])
         out_type, state_type = self._body_types(body, call, sized=True)
         outs, sizes = _outputs(out_type)
         xs_leaves = leaves(xs_type)
@@ -372,11 +391,11 @@ class LoopLowering(WholeLoopCalls):
                     call.span,
                 )
         emit = self.bb.emit
-        sequences = self._leaves(self._atom(xs_arg, env), xs_type)
-        rows = [self._rows(x, t) for x, t in zip(sequences, xs_leaves, strict=True)]
+        sequences = self.kernel.leaves(self.walk.atom(xs_arg, env), xs_type)
+        rows = [self.dynamic.rows(x, t) for x, t in zip(sequences, xs_leaves, strict=True)]
         length = self._length(call, rows, xs_leaves)
         n_rows = len(rows)
-        fixed = [*rows, *[self._atom(v, env) for v in captured]]
+        fixed = [*rows, *[self.walk.atom(v, env) for v in captured]]
         depth = self._depth_into(fixed, [body], functions)
 
         def advance(count: Any, carried: list[Any], fixed: list[Any]) -> tuple[Any, list[Any]]:
@@ -387,19 +406,19 @@ class LoopLowering(WholeLoopCalls):
             step_rows = []
             for seq, leaf in zip(fixed[:n_rows], xs_leaves, strict=True):
                 row_size = int(np.prod(leaf.shape[1:], dtype=np.int64))
-                row = self._executor_call("take_row", leaf.dtype, [seq, count], [row_size])
-                step_rows.append(emit(self._reshape(row, [int(d) for d in leaf.shape[1:]])))
-            x_t = self._rebuild(body.params[0].checked_type, iter(step_rows))
+                row = self.dynamic.executor_call("take_row", leaf.dtype, [seq, count], [row_size])
+                step_rows.append(emit(self.dynamic.reshape(row, [int(d) for d in leaf.shape[1:]])))
+            x_t = self.kernel.rebuild(body.params[0].checked_type, iter(step_rows))
             inner = {**functions, **dict(zip(captured, fixed[n_rows:], strict=False))}
             inner.update({body.params[0]: x_t, body.params[1]: carried[0]})
             return self._step(body, inner, count, carried, out_type, outs, grow=False)
 
         bufs = [
-            self._zeros([length, c] if c is not None else [0, 0], leaf.dtype)
+            self.dynamic.zeros([length, c] if c is not None else [0, 0], leaf.dtype)
             for leaf, c in zip(outs, sizes, strict=True)
         ]
         steps = _Steps(
-            carried=[self._atom(init_arg, env), *bufs],
+            carried=[self.walk.atom(init_arg, env), *bufs],
             carried_types=[relax_type(state_type)] + _buffer_types(outs),
             fixed=fixed,
             guard=None,
@@ -408,9 +427,9 @@ class LoopLowering(WholeLoopCalls):
         )
         _, final = self._levels(steps, length, "foreach")
         stacked = self._stacked(final[1:], outs, length)
-        return emit(relax.Tuple([self._rebuild(out_type, iter(stacked)), final[0]]), name)
+        return emit(relax.Tuple([self.kernel.rebuild(out_type, iter(stacked)), final[0]]), name)
 
-    def _while_loop(self, call: Call, env: dict[Var, Any], name: str) -> Any:
+    def while_loop(self, call: Call, env: dict[Var, Any], name: str) -> Any:
         """[RULE VMLOOP] ``cf.while_loop(cond, body, init[, limit])`` in the
         VM: the condition before each step, the outputs in buffers that
         double when full, cut to the steps run. [RULE PAD] Padded
@@ -420,7 +439,7 @@ class LoopLowering(WholeLoopCalls):
         fourth argument) is read once, checked ``>= 0`` as the interpreter
         checks it [RULE CHECK], and is the count limit of the levels."""
         cond_arg, body_arg, init_arg = call.args[:3]
-        self._needs_static([a.checked_type for a in call.args] + [call.checked_type])
+        self.kernel.needs_static([a.checked_type for a in call.args] + [call.checked_type])
         cond = self._literal(cond_arg, env, call)
         body = self._literal(body_arg, env, call)
         functions = {v: f for v, f in env.items() if isinstance(f, Function)}
@@ -432,7 +451,7 @@ class LoopLowering(WholeLoopCalls):
         outs, sizes = _outputs(out_type)
         emit = self.bb.emit
 
-        fixed = [self._atom(v, env) for v in captured]
+        fixed = [self.walk.atom(v, env) for v in captured]
         depth = self._depth_into(fixed, [cond, body], functions)
 
         def scope(fixed: list[Any]) -> dict[Var, Any]:
@@ -441,7 +460,7 @@ class LoopLowering(WholeLoopCalls):
         def guard(carried: list[Any], fixed: list[Any]) -> Any:
             with self._at_depth(fixed, depth):
                 start = {**scope(fixed), cond.params[0]: carried[0]}
-                return self.drive(self._chain(cond.body, start))
+                return self.walk.drive(self.walk.chain(cond.body, start))
 
         def advance(count: Any, carried: list[Any], fixed: list[Any]) -> tuple[Any, list[Any]]:
             inner = {**scope(fixed), body.params[0]: carried[0]}
@@ -450,7 +469,7 @@ class LoopLowering(WholeLoopCalls):
 
         limit, given = while_limit(call)
         if given is not None:  # a shape variable: the host compares [RULE HOSTCOUNT]
-            top = rows = self._run_time_limit(call, self._atom(given, env), given.checked_type)
+            top = rows = self._run_time_limit(call, self.walk.atom(given, env), given.checked_type)
         else:
             top = tirx.const(int(limit) if limit is not None else int(NO_LIMIT), "int64")
             rows = limit
@@ -460,9 +479,9 @@ class LoopLowering(WholeLoopCalls):
             first = int(limit) if limit is not None and 0 < limit <= 64 else 16
         steps = _Steps(
             carried=[
-                self._atom(init_arg, env),
+                self.walk.atom(init_arg, env),
                 *[
-                    self._zeros([first, c] if c is not None else [0, 0], leaf.dtype)
+                    self.dynamic.zeros([first, c] if c is not None else [0, 0], leaf.dtype)
                     for leaf, c in zip(outs, sizes, strict=True)
                 ],
             ],
@@ -473,16 +492,16 @@ class LoopLowering(WholeLoopCalls):
             depth=depth,
         )
         count, final = self._levels(steps, top, "while")
-        n = rows if padded else self._size_of(count)
+        n = rows if padded else self.dynamic.size_of(count)
         stacked = []
         for buf, leaf, c in zip(final[1:], outs, sizes, strict=True):
             if c is None:  # [RULE VMSIZED] cut to the steps run, its ? from the rows' size
                 stacked.extend(self._stacked([buf], [leaf], n))
                 continue
             if not padded:
-                buf = self._executor_call("prefix", leaf.dtype, [buf], [n, c])
-            stacked.append(emit(self._reshape(buf, [n, *[int(d) for d in leaf.shape]])))
-        fields = [self._rebuild(out_type, iter(stacked)), final[0]]
+                buf = self.dynamic.executor_call("prefix", leaf.dtype, [buf], [n, c])
+            stacked.append(emit(self.dynamic.reshape(buf, [n, *[int(d) for d in leaf.shape]])))
+        fields = [self.kernel.rebuild(out_type, iter(stacked)), final[0]]
         return emit(relax.Tuple(fields + ([count] if padded else [])), name)
 
     def _run_time_limit(self, call: Call, value: Any, t: Type) -> Any:
@@ -496,8 +515,8 @@ class LoopLowering(WholeLoopCalls):
         if t.dtype == "uint64":
             value = emit(relax.op.minimum(value, relax.const(np.uint64(NO_LIMIT), "uint64")))
         top = emit(relax.op.astype(value, "int64")) if t.dtype != "int64" else value
-        rows = self._size_of(top)
-        self._check_shape(call, rows >= 0, "max_iterations must be >= 0, got {}", [rows])
+        rows = self.dynamic.size_of(top)
+        self.dynamic.check_shape(call, rows >= 0, "max_iterations must be >= 0, got {}", [rows])
         return rows
 
     def _step(
@@ -514,7 +533,7 @@ class LoopLowering(WholeLoopCalls):
         ``count`` of the buffers (doubled first when full, if ``grow``: a
         padded while_loop's never are [RULE PAD])."""
         emit = self.bb.emit
-        step = self.drive(self._chain(body.body, env))
+        step = self.walk.drive(self.walk.chain(body.body, env))
         out = emit(relax.TupleGetItem(step, 0))
         new_state = emit(relax.TupleGetItem(step, 1))
         bufs = carried[1:]
@@ -531,14 +550,16 @@ class LoopLowering(WholeLoopCalls):
             for i, buf in zip(static, grown, strict=True):
                 bufs[i] = buf
         written = []
-        for buf, value, leaf, c in zip(bufs, self._leaves(out, out_type), outs, sizes, strict=True):
+        for buf, value, leaf, c in zip(
+            bufs, self.kernel.leaves(out, out_type), outs, sizes, strict=True
+        ):
             if c is None:  # [RULE VMSIZED] a size the step tells
                 dims = [d if isinstance(d, int) else tirx.Var("d", "int64") for d in leaf.shape]
                 value = self.bb.match_cast(value, relax.TensorType(dims, leaf.dtype))
                 c = _product(dims)
                 buf = self._widened(buf, leaf.dtype, c, count)
-            row = emit(self._reshape(value, [c]))
-            written.append(self._write_into("write_row", buf, row, count, leaf.dtype))
+            row = emit(self.dynamic.reshape(value, [c]))
+            written.append(self.dynamic.write_into("write_row", buf, row, count, leaf.dtype))
         self._release(step)
         return emit(relax.op.add(count, _int64(1))), [new_state, *written]
 
@@ -557,7 +578,7 @@ class LoopLowering(WholeLoopCalls):
         def doubled() -> Any:
             return relax.Tuple(
                 [
-                    self._executor_call("grow", leaf.dtype, [b], [cap * 2, c])
+                    self.dynamic.executor_call("grow", leaf.dtype, [b], [cap * 2, c])
                     for b, leaf, c in zip(shaped, outs, sizes, strict=True)
                 ]
             )
@@ -583,7 +604,9 @@ class LoopLowering(WholeLoopCalls):
 
         def grown() -> Any:
             size = cap * 2 + 8
-            return relax.Tuple([self._executor_call("grow_rows", dtype, [shaped], [size, c])])
+            return relax.Tuple(
+                [self.dynamic.executor_call("grow_rows", dtype, [shaped], [size, c])]
+            )
 
         kept = relax.SeqExpr([], relax.Tuple([shaped]))
         chosen = emit(relax.If(full, self.bb.block(grown), kept))
@@ -597,10 +620,10 @@ class LoopLowering(WholeLoopCalls):
         step ``count``: on the host inside a level's step [RULE HOSTCOUNT]
         (its rows are a shape variable, the step's count the level's), else
         by the executor's kernel."""
-        host_count = getattr(self, "host_count", None)
+        host_count = self.state.host_count
         if host_count is not None:
             return relax.prim_value(tirx.GE(host_count[0], cap))
-        return self._executor_call("at_capacity", dtype, [buf, count], [], "bool")
+        return self.dynamic.executor_call("at_capacity", dtype, [buf, count], [], "bool")
 
     # -------------------------------------------------------------- levels
     def _levels(self, steps: _Steps, limit: Any, kind: str) -> tuple[Any, list[Any]]:
@@ -638,7 +661,7 @@ class LoopLowering(WholeLoopCalls):
             it = iter(passed)
             fixed = [v if is_const(v) else next(it) for v in steps.fixed]
             params = [count, at, *carried, *passed]
-            gv = declare(self.bb, params, ret, f"{kind}_{self.loops}_level{level}")
+            gv = declare(self.bb, params, ret, f"{kind}_{self.state.loops}_level{level}")
             return _Level(gv, params, count, n, bound, carried, fixed, passed)
 
         def deeper(f: _Level) -> list[Any]:
@@ -663,11 +686,11 @@ class LoopLowering(WholeLoopCalls):
             # the step's count and the level's limit on the host (``_full``,
             # ``_chunked``); a loop in the step's body sets its own, and
             # gives this one back when it is lowered
-            outer, self.host_count = getattr(self, "host_count", None), (f.n, f.limit)
+            outer, self.state.host_count = self.state.host_count, (f.n, f.limit)
             try:
                 count, carried = steps.advance(f.count, f.carried, f.fixed)
             finally:
-                self.host_count = outer
+                self.state.host_count = outer
             at = relax.ShapeExpr([f.n + steps.stride, f.limit])
             return emit(relax.Call(f.gv, [count, at, *carried, *deeper(f)]))
 
@@ -708,7 +731,7 @@ class LoopLowering(WholeLoopCalls):
 
             self.bb.update_func(g.gv, relax.Function(g.params, self.bb.block(again), ret, False))
             inner, span = g.gv, span * LEVEL_STEPS
-        self.loops += 1
+        self.state.loops += 1
         passed = [v for v in steps.fixed if not is_const(v)]
         at = relax.ShapeExpr([tirx.const(0, "int64"), limit])
         result = emit(relax.Call(inner, [_int64(0), at, *steps.carried, *passed]))
@@ -725,37 +748,30 @@ class LoopLowering(WholeLoopCalls):
         loop's levels counts one more (``_levels``), so that the depth
         counts native calls and a recursion through a loop stops before
         the stack runs out, however deep the loop goes."""
-        if self.depth is None or not any(self._calls_deeper(f, known) for f in functions):
+        if self.state.depth is None or not any(self.walk.calls_deeper(f, known) for f in functions):
             return None
-        fixed.append(self.bb.emit(relax.op.add(self.depth, _int64(1))))
+        fixed.append(self.bb.emit(relax.op.add(self.state.depth, _int64(1))))
         return len(fixed) - 1
 
     @contextlib.contextmanager
     def _at_depth(self, fixed: list[Any], index: int | None) -> Iterator[None]:
         """Lower a loop's step inside its level function: the depth of
         recursion there is its parameter (or none)."""
-        saved, self.depth = self.depth, None if index is None else fixed[index]
+        saved, self.state.depth = self.state.depth, None if index is None else fixed[index]
         try:
             yield
         finally:
-            self.depth = saved
-
-    def _dps_call(self, kernel: Any, args: list[Any], outs: list[Any]) -> tuple[list[Any], Any]:
-        """``kernel`` (a loop kernel compiled apart) called on ``args``: its
-        outputs as a list, and the call's value (to release)."""
-        emit = self.bb.emit
-        if len(outs) == 1:
-            value = emit(relax.call_dps_packed(kernel, args, outs[0]))
-            return [value], None
-        value = emit(relax.call_dps_packed(kernel, args, outs))
-        return [emit(relax.TupleGetItem(value, i)) for i in range(len(outs))], value
+            self.state.depth = saved
 
     def _loop_result(self, call: Call, stacked: list[Any], state: list[Any], name: str = "") -> Any:
         """``(stacked outputs, final state)`` of ``call``'s type, from leaves."""
         ret = call.checked_type
         assert isinstance(ret, TupleType)
         value = relax.Tuple(
-            [self._rebuild(ret.fields[0], iter(stacked)), self._rebuild(ret.fields[1], iter(state))]
+            [
+                self.kernel.rebuild(ret.fields[0], iter(stacked)),
+                self.kernel.rebuild(ret.fields[1], iter(state)),
+            ]
         )
         return self.bb.emit(value, name)
 
@@ -770,29 +786,11 @@ class LoopLowering(WholeLoopCalls):
             if any(d == ANY for d in shape):
                 cap, c = tirx.Var("cap", "int64"), tirx.Var("c", "int64")
                 shaped = self.bb.match_cast(buf, relax.TensorType([cap, c], leaf.dtype))
-                buf = self._executor_call("prefix", leaf.dtype, [shaped], [length, c])
+                buf = self.dynamic.executor_call("prefix", leaf.dtype, [shaped], [length, c])
                 known = int(np.prod([d for d in shape if d != ANY], dtype=np.int64))
                 shape = [tirx.floordiv(c, known) if d == ANY else d for d in shape]
-            out.append(self.bb.emit(self._reshape(buf, [length, *shape])))
+            out.append(self.bb.emit(self.dynamic.reshape(buf, [length, *shape])))
         return out
-
-    def _zeros(self, shape: list[Any], dtype: str) -> Any:
-        return self._executor_call("zeros", dtype, [], shape)
-
-    def _executor_call(
-        self, kernel: str, dtype: str, args: list[Any], shape: list[Any], out: str = "", *extra: Any
-    ) -> Any:
-        """The executor's ``kernel`` for ``dtype`` (relax/dynamic_kernels.py;
-        ``extra``: its other parameters) called on ``args``: a new tensor of
-        ``shape`` and of dtype ``out`` (``dtype`` when empty)."""
-        ty = relax.TensorType(shape, out or dtype)
-        return self.bb.emit(relax.call_tir(self._executor(kernel, dtype, *extra), args, ty))
-
-    def _write_into(self, kernel: str, buf: Any, value: Any, at: Any, dtype: str) -> Any:
-        """``buf`` with ``value`` written at row ``at`` in place, by the
-        executor's ``kernel`` (``write_row``, ``write_rows``)."""
-        call = relax.op.call_tir_inplace(self._executor(kernel, dtype), [buf, value, at], 0, buf.ty)
-        return self.bb.emit(call)
 
     def _body_types(self, body: Function, call: Call, sized: bool = False) -> tuple[Type, Type]:
         """A loop body's per-step output and state types; ``sized`` (a VM

@@ -69,13 +69,18 @@ Algorithm
    those variables, checked at run time where the interpreter checks
    them; every compiled program exports.
 
-The parts: relax/types.py (the types, [RULE SYMBOLIC]), relax/loops.py
+The parts: relax/types.py (the types, [RULE SYMBOLIC]), relax/kernel_calls.py
+([RULE FLAT], [RULE APART], [RULE VIEW]), relax/loops.py and whole_loops.py
 ([RULE LOOP], [RULE CHUNK], [RULE VMLOOP], [RULE LEVELS]),
 relax/dynamic.py ([RULE DYN]), relax/symbolic.py and kernel/symbolic_shapes.py
 ([RULE SHAPEPOLY]), relax/adts.py ([RULE ADT]),
 relax/closures.py ([RULE VMCLOSURE]) and runtime/stack.py (run-time checks, the
-large stack); this module is the walk over the program and its calls,
-kernels and closures.
+large stack); this module is the walk over the program, its calls and the
+closures lifted where they are called. Each part is a rule set (``LoopRules``,
+``AdtRules``, ...) the walk holds and calls, composed, not inherited: one
+``LoweringState`` (relax/state.py) holds what they share, each field
+declared with its type, and each rule set's constructor names the state and
+the other rule sets it uses.
 
 Known limitations: references left after state passing and a kernel used
 as a value are not compiled: CompileError, naming the construct
@@ -96,7 +101,6 @@ import numpy as np
 import tvm
 from tvm import relax, tirx
 
-from ....ir import type_tree
 from ....ir.diagnostics import Error, Span
 from ....ir.expr import (
     Call,
@@ -125,7 +129,6 @@ from ....ir.module import IRModule
 from ....ir.node import Node
 from ....ir.op import op_def
 from ....ir.printer import astext
-from ....ir.types import TensorType, Type
 from ....ir.visitor import free_vars, pre_order
 from ....passes.call_graph import reachable, recursive
 from ....passes.fuse import is_primitive
@@ -134,19 +137,19 @@ from ....passes.specialise_dims import source_name
 from ..kernel import rounding
 from ..kernel.checks import error_shape
 from ..kernel.lower_tvm import one_call_kernel
-from ..kernel.primitive import KernelIR, leaves, lower_kernel
 from ..runtime.errors import BackendError, CompileError, build_failure
 from ..runtime.printing import PRINT_FUNCTION, print_label, print_layout
 from ..runtime.stack import MAX_DEPTH
-from .adts import AdtLowering, has_constructor_pattern
+from .adts import AdtRules, has_constructor_pattern
 from .apart import LIBRARY
-from .builder import Builder
-from .closures import ClosureLowering
+from .closures import ClosureRules
 from .depth import deeper_kernel
-from .dynamic import DYNAMIC, DynamicLowering
-from .loops import LoopLowering
-from .symbolic import SymbolicLowering
-from .types import NeedsStatic, declare, named_dims, relax_type, scheduled, static
+from .dynamic import DYNAMIC, DynamicRules
+from .kernel_calls import KernelRules
+from .loops import LoopRules
+from .state import LiftedFunction, LoweringState
+from .types import NeedsStatic, declare, relax_type
+from .whole_loops import WholeLoopRules
 
 
 # ================================================================== types
@@ -191,81 +194,72 @@ def lower_to_relax(
         raise build_failure(err, entry, lowering.sites, span) from None
 
 
-@dataclass
-class _Closure:
-    """A lifted function literal: its Relax function and captured variables."""
+class _Lowering(ExprFunctor):
+    """The walk over the program: globals, blocks, values, calls, closures
+    lifted where they are called, the depth of recursion; what it does not
+    do itself goes to the rule sets it holds, which share ``state``."""
 
-    gv: Any
-    captured: list[Var]
-    deep: bool  # takes the depth of recursion first [RULE DEPTH]
-
-
-class _Lowering(
-    ExprFunctor, LoopLowering, DynamicLowering, SymbolicLowering, AdtLowering, ClosureLowering
-):
     def __init__(self, module: IRModule, target: Any, symbolic: tuple[str, ...] = ()) -> None:
         super().__init__()
-        self.module = module
-        self.target = target
-        self.symbols = {name: tirx.Var(name, "int64") for name in symbolic}
-        self.entry = ""
-        self.apart: dict[str, None] = {}  # the symbols of its kernels, in order [RULE APART]
-        self.bb = Builder()
-        self.globals: dict[str, Any] = {}
-        self.kernels: dict[str, tuple[Any, KernelIR]] = {}  # effir's, by text and types
-        self.executor_gvs: dict[str, Any] = {}  # the executor's (relax/dynamic.py)
-        self.lifted: dict[tuple[int, bool], _Closure] = {}
-        self.constructor_functions: dict[str, Any] = {}  # relax/closures.py
-        self.loops = 0
-        self.recursive: set[str] = set()  # globals on a cycle of calls [RULE DEPTH]
-        self.depth: Any = None  # the depth of recursion where code is lowered
-        self.recursion = False  # runs on a large stack (runtime/stack.py): recursion, ADT chains
-        self.sites: dict[str, Span | None] = {}  # RelaxProgram.sites
+        symbols = {name: tirx.Var(name, "int64") for name in symbolic}
+        self.state = LoweringState(module, target, symbols)
+        self.bb = self.state.bb
+        self.dynamic = DynamicRules(self.state, self)
+        self.kernel = KernelRules(self.state, self, self.dynamic)
+        self.adt = AdtRules(self.state, self, self.dynamic)
+        self.closure = ClosureRules(self.state, self)
+        whole = WholeLoopRules(self.state, self.kernel, self.dynamic)
+        self.loop = LoopRules(self.state, self, self.kernel, self.dynamic, whole)
+
+    @property
+    def sites(self) -> dict[str, Span | None]:
+        """``RelaxProgram.sites`` so far (where a failure is reported)."""
+        return self.state.sites
 
     # ------------------------------------------------------------ globals
     def run(self, entry: str) -> RelaxProgram:
         # [RULE ROUND] (kernel/rounding.py): gradient programs round per operator
-        with rounding.per_operator(rounding.gradient_program(self.module)):
+        with rounding.per_operator(rounding.gradient_program(self.state.module)):
             return self._run(entry)
 
     def _run(self, entry: str) -> RelaxProgram:
-        self.entry = entry
+        self.state.entry = entry
         reached = self._reachable(entry)
-        self.recursive = recursive(self.module) & set(reached)
-        self.recursion = bool(self.recursive)
+        self.state.recursive = recursive(self.state.module) & set(reached)
+        self.state.recursion = bool(self.state.recursive)
         for name in reached:  # [GLOBALS] declare, then define
-            fn = self.module.functions[name]
-            symbols = self.symbols if name == entry else None
+            fn = self.state.module.functions[name]
+            symbols = self.state.symbols if name == entry else None
             with _located(fn, source_name(fn, name)):
                 params = [
                     relax.Var(p.name_hint, relax_type(p.checked_type, symbols)) for p in fn.params
                 ]
                 ret = relax_type(fn.body.checked_type, symbols)
-            if name in self.recursive:  # [RULE DEPTH]
+            if name in self.state.recursive:  # [RULE DEPTH]
                 params.insert(0, relax.Var("depth", relax.TensorType([], "int64")))
-            label = f"{name}_recursive" if name == entry and name in self.recursive else name
-            self.globals[name] = declare(self.bb, params, ret, label)
+            label = f"{name}_recursive" if name == entry and name in self.state.recursive else name
+            self.state.globals[name] = declare(self.bb, params, ret, label)
         for name in reached:
-            fn = self.module.functions[name]
+            fn = self.state.module.functions[name]
             with _located(fn, source_name(fn, name)):
                 function = self._function(fn, name)
-            if name == entry and name not in self.recursive:
+            if name == entry and name not in self.state.recursive:
                 function = function.with_attr("global_symbol", entry)
-            self.bb.update_func(self.globals[name], function)
-        if entry in self.recursive:  # the entry as it is called: depth 0
+            self.bb.update_func(self.state.globals[name], function)
+        if entry in self.state.recursive:  # the entry as it is called: depth 0
             self._entry_of_recursive(entry)
         module = self.bb.finalize()
         # built in parallel while the caller builds the module, or by an
         # earlier build (relax/apart.py)
-        libraries = LIBRARY.start(self.apart) if self.apart else None
-        span = self.module.functions[entry].span
+        libraries = LIBRARY.start(self.state.apart) if self.state.apart else None
+        span = self.state.module.functions[entry].span
         return RelaxProgram(
             module,
             entry,
-            len(self.kernels),
-            self.loops,
-            self.recursion,
-            self.sites,
+            len(self.state.kernels),
+            self.state.loops,
+            self.state.recursion,
+            self.state.sites,
             span,
             libraries,
         )
@@ -273,37 +267,38 @@ class _Lowering(
     def _entry_of_recursive(self, entry: str) -> None:
         """[RULE DEPTH] The public entry of a recursive entry function: its
         parameters, then a call at depth 0."""
-        fn = self.module.functions[entry]
+        fn = self.state.module.functions[entry]
         params = [
-            relax.Var(p.name_hint, relax_type(p.checked_type, self.symbols)) for p in fn.params
+            relax.Var(p.name_hint, relax_type(p.checked_type, self.state.symbols))
+            for p in fn.params
         ]
-        ret = relax_type(fn.body.checked_type, self.symbols)
+        ret = relax_type(fn.body.checked_type, self.state.symbols)
 
         def call() -> Any:
             zero = relax.const(np.int64(0), "int64")
-            return self.bb.emit(relax.Call(self.globals[entry], [zero, *params]))
+            return self.bb.emit(relax.Call(self.state.globals[entry], [zero, *params]))
 
         body = self.bb.block(call)
         function = relax.Function(params, body, ret, False).with_attr("global_symbol", entry)
         self.bb.add_func(function, entry)
 
     def _reachable(self, entry: str) -> list[str]:
-        if entry not in self.module.functions:
+        if entry not in self.state.module.functions:
             raise BackendError(f"the module has no function @{entry}")
-        return reachable(self.module, entry)
+        return reachable(self.state.module, entry)
 
     def _function(self, fn: Function, name: str) -> Any:
         """A Relax function of the global ``fn`` (taking the depth of
         recursion first when it is recursive [RULE DEPTH])."""
         env: dict[Var, Any] = {}
         params = []
-        symbols = self.symbols if name == self.entry else None
+        symbols = self.state.symbols if name == self.state.entry else None
         for v in fn.params:
             param = relax.Var(v.name_hint, relax_type(v.checked_type, symbols))
             env[v] = param
             params.append(param)
         depth = None
-        if name in self.recursive:
+        if name in self.state.recursive:
             depth = relax.Var("depth", relax.TensorType([], "int64"))
             params.insert(0, depth)
         body = self._at_depth_of(fn, env, depth)
@@ -313,11 +308,11 @@ class _Lowering(
     def _at_depth_of(self, fn: Function, env: dict[Var, Any], depth: Any) -> Any:
         """``fn``'s body lowered where the depth of recursion is ``depth``
         (a parameter, or None)."""
-        saved, self.depth = self.depth, depth
+        saved, self.state.depth = self.state.depth, depth
         try:
             return self._block(fn.body, env)
         finally:
-            self.depth = saved
+            self.state.depth = saved
 
     def _deeper(self, callee: str, span: Any) -> Any:
         """[RULE DEPTH] The depth a call of the recursive ``callee`` runs
@@ -325,37 +320,37 @@ class _Lowering(
         kernel (an ``EvalError`` naming ``callee`` past it); 1 from code
         that is not recursive."""
         one = relax.const(np.int64(1), "int64")
-        if self.depth is None:
+        if self.state.depth is None:
             return one
-        on_host = self.target.kind.name == "llvm"
+        on_host = self.state.target.kind.name == "llvm"
         key = f"deeper:{callee}:{span}"
-        known = self.executor_gvs.get(key)
+        known = self.state.executor_gvs.get(key)
         if known is None:
             func, text = deeper_kernel(MAX_DEPTH, callee, span, on_host)
-            known = self.executor_gvs[key] = (
-                self.bb.add_func(self._on_target(func), "deeper"),
+            known = self.state.executor_gvs[key] = (
+                self.bb.add_func(self.dynamic.on_target(func), "deeper"),
                 text,
             )
         gv, text = known
         depth = relax.TensorType([], "int64")
         if on_host:  # the kernel raises by itself
-            return self.bb.emit(relax.call_tir(gv, [self.depth], depth))
+            return self.bb.emit(relax.call_tir(gv, [self.state.depth], depth))
         outs = [depth, relax.TensorType(list(error_shape((text,))), "int64")]
-        result = self.bb.emit(relax.call_tir(gv, [self.depth], outs))
-        self._test_error_code(self.bb.emit(relax.TupleGetItem(result, 1)), (text,))
+        result = self.bb.emit(relax.call_tir(gv, [self.state.depth], outs))
+        self.dynamic.test_error_code(self.bb.emit(relax.TupleGetItem(result, 1)), (text,))
         return self.bb.emit(relax.TupleGetItem(result, 0))
 
     # ------------------------------------------------------------- blocks
     def _block(self, expr: Expr, env: dict[Var, Any]) -> Any:
         """``expr`` as a Relax sequence of bindings ending in its value."""
-        return self.drive(self.bb.nested(self._chain(expr, env)))
+        return self.drive(self.bb.nested(self.chain(expr, env)))
 
-    def _chain(self, expr: Expr, env: dict[Var, Any]) -> Computation[Any]:
+    def chain(self, expr: Expr, env: dict[Var, Any]) -> Computation[Any]:
         """The bindings of the let chain ``expr`` emitted in the open block,
         on the trampoline: a value's hook (``@on`` below) that opens blocks
         of its own (an ``If``'s branches, a ``match``'s clauses) yields
         them, so nested blocks are no Python recursion. Synchronously:
-        ``self.drive(self._chain(expr, env))``."""
+        ``self.drive(self.chain(expr, env))``."""
         while isinstance(expr, Let):
             value = expr.value
             if isinstance(value, Function):
@@ -369,60 +364,60 @@ class _Lowering(
         return self._bound(expr, (yield self.eval(expr, env, "result")))
 
     # ------------------------------------------------------------- values
-    def _atom(self, expr: Expr, env: dict[Var, Any]) -> Any:
+    def atom(self, expr: Expr, env: dict[Var, Any]) -> Any:
         if isinstance(expr, Var):
             value = env.get(expr)
             if value is None:
                 raise BackendError(f"%{expr.name_hint} is not bound here", expr.span)
             if isinstance(value, Function):  # a closure that escapes [RULE VMCLOSURE]
-                return self._closure_value(value, env, expr.name_hint, expr.span)
+                return self.closure.closure_value(value, env, expr.name_hint, expr.span)
             return value
         if isinstance(expr, Constant):
             return self.bb.constant(expr.data)
         if isinstance(expr, Constructor):
-            return self._construct(expr, [], expr.name)
-        if isinstance(expr, GlobalVar) and expr.name in self.globals:
-            return self._global_value(expr)
+            return self.adt.construct(expr, [], expr.name)
+        if isinstance(expr, GlobalVar) and expr.name in self.state.globals:
+            return self.closure.global_value(expr)
         raise BackendError(f"{type(expr).__name__} is not compiled", expr.span)
 
     def _bound(self, expr: Expr, value: Any) -> Any:
         """A let-bound value as lowered (by its ``@on`` hook below), cast to
         its effir type where it came out as an ``Object`` (a closure call's
         result, a polymorphic callee's, a ``match``'s: relax/adts.py
-        ``_typed``), its Relax variables remembered as ``expr``'s sites."""
-        typed = self._typed(value, expr.checked_type)
+        ``typed``), its Relax variables remembered as ``expr``'s sites."""
+        typed = self.adt.typed(value, expr.checked_type)
         for var in (value, typed):
             if isinstance(var, relax.Var):
-                self.sites.setdefault(str(var.name), expr.span)
+                self.state.sites.setdefault(str(var.name), expr.span)
         return typed
 
     # A let-bound value lowered and emitted as ``name``: one ``@on`` hook
     # per expression class, returning the value or a computation (``If``,
-    # ``match``: the blocks they open are yielded, see ``_chain``).
+    # ``match``: the blocks they open are yielded, see ``chain``).
     @on(Var, Constant, GlobalVar, Constructor)
     def _atom_value(self, expr: Expr, env: dict[Var, Any], name: str) -> Any:
-        return self._atom(expr, env)
+        return self.atom(expr, env)
 
     @on(Tuple)
     def _tuple_value(self, expr: Tuple, env: dict[Var, Any], name: str) -> Any:
-        return self.bb.emit(relax.Tuple([self._atom(f, env) for f in expr.fields]), name)
+        return self.bb.emit(relax.Tuple([self.atom(f, env) for f in expr.fields]), name)
 
     @on(TupleGetItem)
     def _get_value(self, expr: TupleGetItem, env: dict[Var, Any], name: str) -> Any:
-        tuple_value = self._atom(expr.tuple_value, env)
+        tuple_value = self.atom(expr.tuple_value, env)
         return self.bb.emit(relax.TupleGetItem(tuple_value, expr.index), name)
 
     @on(If)
     def _if_value(self, expr: If, env: dict[Var, Any], name: str) -> Computation[Any]:
-        cond = self._atom(expr.cond, env)
-        then = yield self.bb.nested(self._chain(expr.then_branch, dict(env)))
-        other = yield self.bb.nested(self._chain(expr.else_branch, dict(env)))
+        cond = self.atom(expr.cond, env)
+        then = yield self.bb.nested(self.chain(expr.then_branch, dict(env)))
+        other = yield self.bb.nested(self.chain(expr.else_branch, dict(env)))
         return self.bb.emit(relax.If(cond, then, other), name)
 
     @on(Match)
     def _match_value(self, expr: Match, env: dict[Var, Any], name: str) -> Any:
         if has_constructor_pattern(expr):
-            return self._adt_match(expr, env, name)
+            return self.adt.adt_match(expr, env, name)
         return self._match(expr, env)
 
     @on(Call)
@@ -433,7 +428,7 @@ class _Lowering(
     def _function_value(self, expr: Function, env: dict[Var, Any], name: str) -> Any:
         # A literal in a value's place (a function's or a branch's result):
         # the closure it makes [RULE VMCLOSURE], as an escaping let-bound one.
-        return self._closure_value(expr, env, name, expr.span)
+        return self.closure.closure_value(expr, env, name, expr.span)
 
     @on(RefCreate, RefRead, RefWrite)
     def _ref_value(self, expr: Expr, env: dict[Var, Any], name: str) -> Any:
@@ -449,7 +444,7 @@ class _Lowering(
     def _match(self, expr: Match, env: dict[Var, Any]) -> Computation[Any]:
         """A match whose first clause binds a tuple's parts (the only kind
         without constructors), in the open block."""
-        data = self._atom(expr.data, env)
+        data = self.atom(expr.data, env)
         clause = expr.clauses[0]
         work = [(clause.pattern, data)]
         while work:
@@ -464,7 +459,7 @@ class _Lowering(
                     "a match on constructors (an ADT) is not compiled; run it with the interpreter",
                     clause.span or expr.span,
                 )
-        return self._chain(clause.body, env)
+        return self.chain(clause.body, env)
 
     # -------------------------------------------------------------- calls
     def _call(self, call: Call, env: dict[Var, Any], name: str) -> Any:
@@ -472,33 +467,33 @@ class _Lowering(
         if isinstance(callee, Op):
             return self._operator(call, env, name)
         if isinstance(callee, Constructor):
-            return self._construct(callee, [self._atom(a, env) for a in call.args], name)
+            return self.adt.construct(callee, [self.atom(a, env) for a in call.args], name)
         if isinstance(callee, GlobalVar):
-            args = [self._atom(a, env) for a in call.args]
-            if callee.name in self.recursive:
-                called = self.module.functions[callee.name]
+            args = [self.atom(a, env) for a in call.args]
+            if callee.name in self.state.recursive:
+                called = self.state.module.functions[callee.name]
                 shown = source_name(called, callee.name)
                 args.insert(0, self._deeper(f"@{shown}", called.span))
-            return self.bb.emit(relax.Call(self.globals[callee.name], args), name)
+            return self.bb.emit(relax.Call(self.state.globals[callee.name], args), name)
         if isinstance(callee, Var) and isinstance(env.get(callee), Function):
             fn = env[callee]
             if is_primitive(fn):
-                return self._kernel_call(fn, call.args, env, name)
-            closure = self._lift(fn, env, callee.name_hint)
-            args = [env[v] for v in closure.captured] + [self._atom(a, env) for a in call.args]
+                return self.kernel.kernel_call(fn, call.args, env, name)
+            closure = self.lift(fn, env, callee.name_hint)
+            args = [env[v] for v in closure.captured] + [self.atom(a, env) for a in call.args]
             if closure.deep:
                 args.insert(0, self._deeper(f"%{callee.name_hint}", fn.span))
             return self.bb.emit(relax.Call(closure.gv, args), name)
         if isinstance(callee, Var) and callee in env:  # a function value [RULE VMCLOSURE]
-            return self._invoke(env[callee], call, env, name)
+            return self.closure.invoke(env[callee], call, env, name)
         raise BackendError(
             f"a call of {astext(callee)}, a function computed at run time, is not compiled",
             call.span,
         )
 
-    def _lift(
+    def lift(
         self, fn: Function, env: dict[Var, Any], name: str, captured_last: bool = False
-    ) -> _Closure:
+    ) -> LiftedFunction:
         """[RULE CLOSURE] ``fn`` as a private Relax function of its free
         variables and parameters (lifted once); ``captured_last`` puts the
         free variables last, as a VM closure binds them (relax/closures.py).
@@ -507,21 +502,21 @@ class _Lowering(
         a VM closure does not (the VM's ``invoke_closure`` passes only the
         call's arguments): a program with function values runs on the large
         stack (runtime/stack.py) instead."""
-        known = self.lifted.get((id(fn), captured_last))
+        known = self.state.lifted.get((id(fn), captured_last))
         if known is not None:
             return known
         captured = [v for v in free_vars(fn) if not isinstance(env.get(v), Function)]
         inner_functions = {v: env[v] for v in free_vars(fn) if isinstance(env.get(v), Function)}
         itself = any(f is fn for f in inner_functions.values())
-        deep = not captured_last and (itself or self._calls_deeper(fn, inner_functions))
-        self.recursion = self.recursion or itself or captured_last
+        deep = not captured_last and (itself or self.calls_deeper(fn, inner_functions))
+        self.state.recursion = self.state.recursion or itself or captured_last
         order = [*fn.params, *captured] if captured_last else [*captured, *fn.params]
         params = [relax.Var(v.name_hint, relax_type(v.checked_type)) for v in order]
         if deep:
             params.insert(0, relax.Var("depth", relax.TensorType([], "int64")))
         ret = relax_type(fn.body.checked_type)
         gv = declare(self.bb, params, ret, f"lifted_{name}")
-        closure = self.lifted[(id(fn), captured_last)] = _Closure(gv, captured, deep)
+        closure = self.state.lifted[(id(fn), captured_last)] = LiftedFunction(gv, captured, deep)
         inner = dict(inner_functions)
         body_params = []
         for v in order:
@@ -537,7 +532,7 @@ class _Lowering(
         self.bb.update_func(gv, function.with_attr("effir_name", gv.name_hint))  # unique
         return closure
 
-    def _calls_deeper(self, fn: Function, functions: dict[Var, Any]) -> bool:
+    def calls_deeper(self, fn: Function, functions: dict[Var, Any]) -> bool:
         """[RULE DEPTH] Whether ``fn`` calls a recursive global or a closure
         (which may recurse): it must pass the depth of recursion on."""
         bound = dict(functions)
@@ -547,7 +542,7 @@ class _Lowering(
         for node in pre_order(fn.body):
             if isinstance(node, Call):
                 callee = node.callee
-                if isinstance(callee, GlobalVar) and callee.name in self.recursive:
+                if isinstance(callee, GlobalVar) and callee.name in self.state.recursive:
                     return True
                 if isinstance(callee, Var):
                     target = bound.get(callee)
@@ -556,115 +551,22 @@ class _Lowering(
         return False
 
     # ------------------------------------------------------------ kernels
-    def _kernel_call(
-        self, fn: Function, arguments: tuple[Expr, ...], env: dict[Var, Any], name: str
-    ) -> Any:
-        """[RULE FLAT] A primitive function's call: its arguments' tensors
-        in, its result's tensors out."""
-        types = [p.checked_type for p in fn.params]
-        result_type = fn.body.checked_type
-        args = [self._atom(a, env) for a in arguments]
-        if not (all(static(t) for t in types) and static(result_type)):
-            self._needs_static([*types, result_type])
-            shown = [_input_name(a) for a in arguments]
-            return self._shape_polymorphic(fn, args, types, result_type, name, shown)
-        if not leaves(result_type):  # nothing to compute (random.split(k, num=0))
-            return self._rebuild(result_type, iter(()))
-        view = _view_shape(fn)
-        if view is not None:  # [RULE VIEW]
-            return self.bb.emit(self._reshape(args[0], view), name)
-        gv, lowered = self._kernel(fn)
-        inputs = [leaf for arg, t in zip(args, types, strict=True) for leaf in self._leaves(arg, t)]
-        inputs += [self.bb.constant(c) for c in lowered.constants]
-        outs = [relax_type(t) for t in lowered.signature.outputs]
-        return self._call_kernel(gv, inputs, outs, lowered.checks, result_type, name)
-
-    def _call_kernel(
-        self,
-        gv: str,
-        inputs: list[Any],
-        outs: list[Any],
-        checks: tuple[str, ...],
-        result_type: Type,
-        name: str,
-    ) -> Any:
-        """The call of a kernel (``outs``: its outputs' types) as a value of
-        ``result_type``. A kernel with checks has an error output more
-        (kernel/checks.py): a CPU kernel raises by itself, a GPU kernel's error
-        code is tested on the host after it."""
-        if not outs:  # nothing to compute (random.split(k, num=0) after a mask)
-            return self._rebuild(result_type, iter(()))
-        if checks:
-            outs = [*outs, relax.TensorType(list(error_shape(checks)), "int64")]
-        result = self.bb.emit(
-            relax.call_dps_packed(gv, inputs, outs if len(outs) > 1 else outs[0]), name
-        )
-        if len(outs) == 1:  # a tensor, or a tuple of one (random.split(k, num=1))
-            return self._rebuild(result_type, iter([result]))
-        parts = [self.bb.emit(relax.TupleGetItem(result, i)) for i in range(len(outs))]
-        if checks:
-            error = parts.pop()
-            if self.target.kind.name != "llvm":
-                self._test_error_code(error, checks)
-        return self._rebuild(result_type, iter(parts))
-
-    def _needs_static(self, types: list[Type]) -> None:
-        """[RULE SYMBOLIC] Code whose types name the entry's symbolic
-        dimensions, where they must be static."""
-        needed = {d for t in types for d in named_dims(t)} & self.symbols.keys()
-        if needed:
-            raise NeedsStatic(needed)
-
-    def _kernel(
-        self, fn: Function, sizes: dict[str, Any] | None = None, inputs: list[str] | None = None
-    ) -> tuple[str, KernelIR]:
-        """``fn``'s kernel (``sizes``: its symbolic ones, [RULE SHAPEPOLY];
-        ``inputs``: what its arguments are, for messages)."""
-        key = astext(fn) + "|" + ",".join(astext(p.checked_type) for p in fn.params)
-        known = self.kernels.get(key)
-        if known is None:
-            lowered = lower_kernel(fn, self.target, sizes, inputs=inputs)
-            symbol = self._compiled_apart(lowered.module["main"], _identifier(lowered.name))
-            known = self.kernels[key] = (symbol, lowered)
-        return known
-
-    def _compiled_apart(self, func: Any, name: str, weight: int = 1) -> str:
-        """[RULE APART] ``func`` (effir's own kernel or loop) is compiled
-        apart from the Relax module, in modules of effir's kernels alone
-        (relax/apart.py: in parallel, and once per process for a kernel
-        every build shares), linked into the VM's executable; its call is
-        ``call_dps_packed`` of the returned symbol. TVM's LLVM code
-        generator drops ``noalias`` from every function of a module as soon
-        as something in it (the shape functions Relax generates, say) leads
-        it to, and effir's loops then run 2.3x slower: compiled apart, they
-        keep it whatever the program."""
-        symbol = LIBRARY.symbol(scheduled(func), name, self.target, weight)
-        self.apart[symbol] = None
-        return symbol
-
-    def _leaves(self, value: Any, t: Type) -> list[Any]:
-        """The tensors of a value of type ``t`` (a tuple's, in order)."""
-        return type_tree.flatten(t, value, lambda v, i: self.bb.emit(relax.TupleGetItem(v, i)))
-
-    def _rebuild(self, t: Type, parts: Any) -> Any:
-        """The value of type ``t`` made of the next of ``parts``."""
-        return type_tree.unflatten(t, parts, make=lambda fields: self.bb.emit(relax.Tuple(fields)))
 
     # ---------------------------------------------------------- operators
     def _operator(self, call: Call, env: dict[Var, Any], name: str) -> Any:
         definition = op_def(call.callee)  # type: ignore[arg-type]
         if definition.name == "cf.foreach":
-            return self._foreach(call, env, name)
+            return self.loop.foreach(call, env, name)
         if definition.name == "cf.while_loop":
-            return self._while_loop(call, env, name)
+            return self.loop.while_loop(call, env, name)
         if definition.name == "io.print":
             return self._print(call, env, name)
         dynamic = DYNAMIC.get(definition.name)
         if dynamic is not None:
-            return dynamic(self, call, env, name)
+            return dynamic(self.dynamic, call, env, name)
         if definition.effect == "pure" and "te" in definition.rules:
             operands = tuple(a for a in call.args if isinstance(a, Var))
-            return self._kernel_call(_one_call_kernel(call), operands, env, name)
+            return self.kernel.kernel_call(_one_call_kernel(call), operands, env, name)
         raise BackendError(
             f"the operator {definition.name} is not compiled outside a kernel",
             call.span,
@@ -673,10 +575,10 @@ class _Lowering(
     def _print(self, call: Call, env: dict[Var, Any], name: str) -> Any:
         """``io.print(%world, %x)``: the packed function ``effir.print``
         prints, in order; the world token advances by one."""
-        world, value = (self._atom(a, env) for a in call.args)
+        world, value = (self.atom(a, env) for a in call.args)
         label = str(call.attrs.get("label", ""))
         try:
-            layout = print_layout(call.args[1].checked_type, dict(self.module.type_defs))
+            layout = print_layout(call.args[1].checked_type, dict(self.state.module.type_defs))
         except BackendError as err:
             raise BackendError(err.message, call.span) from None
         args = [tvm.ir.StringImm(print_label(label)), value]
@@ -688,38 +590,6 @@ class _Lowering(
         one = relax.const(np.int64(1), "int64")
         advanced = self.bb.emit(relax.op.add(world, one))
         return self.bb.emit(relax.Tuple([advanced, value]), name)
-
-
-VIEW_OPERATORS = frozenset({"reshape", "squeeze", "expand_dims"})
-"""Operators whose result is their operand's elements in the same order."""
-
-
-def _view_shape(fn: Function) -> list[int] | None:
-    """[RULE VIEW] The result's shape when the primitive function ``fn`` only
-    reshapes its one tensor parameter (``reshape``, ``squeeze``,
-    ``expand_dims``, static shapes, same dtype): it is then called as a
-    view of the argument's memory (the VM's ``reshape`` builtin), not as a
-    kernel copying it. The reverse loop's stacks cut into chunks
-    (``reshape(%factor, newshape=[10, -1, 768])``) were four copies of 3 to
-    10 MB in each training step of the GRU language model (10 ms of CPU
-    of some 250). Every tensor the VM holds is contiguous, and none is
-    written after it is made, so the view is the value."""
-    body = fn.body
-    if len(fn.params) != 1 or not isinstance(body, Call) or not isinstance(body.callee, Op):
-        return None
-    if body.callee.name not in VIEW_OPERATORS or list(body.args) != [fn.params[0]]:
-        return None
-    source, result = fn.params[0].checked_type, body.checked_type
-    if not (isinstance(source, TensorType) and isinstance(result, TensorType)):
-        return None
-    if source.dtype != result.dtype or not (static(source) and static(result)):
-        return None
-    return [int(d) for d in result.shape]
-
-
-def _input_name(arg: Expr) -> str:
-    """A kernel's argument as a message names it."""
-    return f"the input %{arg.name_hint}" if isinstance(arg, Var) else "a constant input"
 
 
 def _one_call_kernel(call: Call) -> Function:
@@ -739,8 +609,3 @@ def _located(fn: Function, name: str) -> Iterator[None]:
         if err.span is not None:
             raise
         raise BackendError(f"@{name}: {err.message}", fn.span) from None
-
-
-def _identifier(name: str) -> str:
-    cleaned = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
-    return cleaned if cleaned and not cleaned[0].isdigit() else f"k_{cleaned}"

@@ -33,12 +33,13 @@ and kernel/symbolic_shapes.py has no rule for, a ``te`` rule that needs a static
 size) is not compiled: a ``CompileError`` naming the operator, at its
 location.
 
-The methods are a mixin of relax/lower.py's ``_Lowering``.
+The rules are ``SymbolicRules``, a rule set relax/lower.py's walk holds; they
+share relax/state.py's ``LoweringState``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tvm_ffi
 from tvm import tirx
@@ -47,13 +48,24 @@ from ....ir.expr import Function, Let, Var
 from ....ir.functor import Mutator, on, pre_order
 from ....ir.types import ANY, KeyType, TensorType, TupleType, Type
 from ..kernel.symbolic_shapes import KernelSizes, type_kernel
+from .state import LoweringState
 from .types import relax_type
 
+if TYPE_CHECKING:
+    from .dynamic import DynamicRules
+    from .kernel_calls import KernelRules
 
-class SymbolicLowering:
-    """Kernels of data-dependent shapes for ``_Lowering`` (relax/lower.py)."""
 
-    def _shape_polymorphic(
+class SymbolicRules:
+    """Kernels of data-dependent shapes for relax/kernel_calls.py."""
+
+    def __init__(self, state: LoweringState, kernel: KernelRules, dynamic: DynamicRules) -> None:
+        self.state = state
+        self.bb = state.bb
+        self.kernel = kernel
+        self.dynamic = dynamic
+
+    def shape_polymorphic(
         self,
         fn: Function,
         args: list[Any],
@@ -65,21 +77,23 @@ class SymbolicLowering:
         """[RULE SHAPEPOLY] The call of ``fn``, a kernel whose types keep a
         ``?``: compiled once for every size (``shown``: what its arguments
         are, for messages)."""
-        inputs = [leaf for arg, t in zip(args, types, strict=True) for leaf in self._leaves(arg, t)]
+        inputs = [
+            leaf for arg, t in zip(args, types, strict=True) for leaf in self.kernel.leaves(arg, t)
+        ]
         typed, sizes, known = self._named_sizes(fn, inputs)
         for check in sizes.checks:  # [RULE SIZECHECK], before the kernel runs
-            self._check_shape(
+            self.dynamic.check_shape(
                 check.call,
                 sizes.substituted(check.ok, known),
                 check.message,
                 [sizes.substituted(v, known) for v in check.values],
             )
-        gv, lowered = self._kernel(typed, dict(sizes.exprs), shown)
+        gv, lowered = self.kernel.kernel(typed, dict(sizes.exprs), shown)
         inputs = inputs + [self.bb.constant(c) for c in lowered.constants]
         relax_sizes = {d: sizes.substituted(e, known) for d, e in sizes.exprs.items()}
         outs = [relax_type(t, relax_sizes) for t in lowered.signature.outputs]
         result_type = typed.body.checked_type
-        return self._call_kernel(gv, inputs, outs, lowered.checks, result_type, name)
+        return self.kernel.call_kernel(gv, inputs, outs, lowered.checks, result_type, name)
 
     def _named_sizes(
         self, fn: Function, inputs: list[Any]
@@ -96,7 +110,7 @@ class SymbolicLowering:
             if isinstance(t, KeyType) or (isinstance(t, TensorType) and t.is_static):
                 return t
             assert isinstance(t, TensorType)
-            dims = self._dims(value, t)
+            dims = self.dynamic.dims(value, t)
             shape = [d if d != ANY else _size_name(dims[k], known) for k, d in enumerate(t.shape)]
             return TensorType(tuple(shape), t.dtype)
 

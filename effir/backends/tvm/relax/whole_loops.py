@@ -30,6 +30,9 @@ from ..loop import LoweredLoop, lower_loop
 from ..loop.cuda import CudaLoop, emulation, lower_cuda_loop
 from ..runtime.errors import BackendError
 from .apart import LOOP_WEIGHT
+from .dynamic import DynamicRules
+from .kernel_calls import KernelRules
+from .state import LoweringState
 
 
 @dataclass
@@ -41,16 +44,22 @@ class WholeLoop:
     prologue: str | None = None
 
 
-class WholeLoopCalls:
-    """Lowering and calling whole loops (a mixin of ``_Lowering``)."""
+class WholeLoopRules:
+    """Lowering and calling whole loops, for relax/loops.py."""
 
-    def _whole_loop(
+    def __init__(self, state: LoweringState, kernel: KernelRules, dynamic: DynamicRules) -> None:
+        self.state = state
+        self.bb = state.bb
+        self.kernel = kernel
+        self.dynamic = dynamic
+
+    def whole_loop(
         self, body: Function, captured: Sequence[Var], functions: Mapping[Var, Function]
     ) -> WholeLoop:
         """``body``'s whole loop, compiled apart; a ``BackendError`` when the
         body cannot be one (control flow, effects, run-time checks)."""
         emulated = emulation()
-        on_gpu = self.target.kind.name == "cuda"
+        on_gpu = self.state.target.kind.name == "cuda"
         with collecting_checks() as checks:
             if on_gpu or emulated is not None:
                 lowered: Any = lower_cuda_loop(
@@ -58,23 +67,29 @@ class WholeLoopCalls:
                     {},
                     captured,
                     functions,
-                    self.module,
-                    self.target,
+                    self.state.module,
+                    self.state.target,
                     on_gpu=on_gpu,
                     blocks=None if on_gpu else emulated,
                 )
             else:
-                lowered = lower_loop(body, {}, captured, functions, self.module, parallel=True)
+                lowered = lower_loop(
+                    body, {}, captured, functions, self.state.module, parallel=True
+                )
         if checks:  # kernel/checks.py: the VM loop's step kernels check, a loop kernel cannot
             raise BackendError("a run-time check in the loop body")
         func = tvm.tirx.transform.ConvertSSA()(tvm.IRModule({"main": lowered.func}))["main"]
-        loop = WholeLoop(lowered, self._compiled_apart(func, f"loop_{self.loops}", LOOP_WEIGHT))
+        loop = WholeLoop(
+            lowered, self.kernel.compiled_apart(func, f"loop_{self.state.loops}", LOOP_WEIGHT)
+        )
         if isinstance(lowered, CudaLoop) and lowered.prologue is not None:
-            loop.prologue = self._compiled_apart(lowered.prologue, f"loop_{self.loops}_prologue")
-        self.loops += 1
+            loop.prologue = self.kernel.compiled_apart(
+                lowered.prologue, f"loop_{self.state.loops}_prologue"
+            )
+        self.state.loops += 1
         return loop
 
-    def _whole_call(self, loop: WholeLoop, args: list[Any], length: Any) -> tuple[list[Any], Any]:
+    def whole_call(self, loop: WholeLoop, args: list[Any], length: Any) -> tuple[list[Any], Any]:
         """``loop`` called on ``args`` (sequences of ``length`` steps, the
         state, the captured values and constants): its outputs (the
         stacked outputs, the final state, then scratch) and the call's
@@ -109,8 +124,8 @@ class WholeLoopCalls:
             made = []
             for (leaf, seq), t in zip(lowered.hoisted, types, strict=True):
                 size = int(np.prod(leaf.shape, dtype=np.int64))
-                flat = self._zeros([length if seq else 1, size], leaf.dtype)
-                made.append(emit(self._reshape(flat, list(t.shape.values))))
+                flat = self.dynamic.zeros([length if seq else 1, size], leaf.dtype)
+                made.append(emit(self.dynamic.reshape(flat, list(t.shape.values))))
             return relax.Tuple(made)
 
         static = length if isinstance(length, int) else None
@@ -123,6 +138,16 @@ class WholeLoopCalls:
             some = relax.prim_value(tirx.GT(length, tirx.const(0, "int64")))
             value = emit(relax.If(some, self.bb.block(computed), self.bb.block(empty)))
         return [emit(relax.TupleGetItem(value, i)) for i in range(len(types))]
+
+    def _dps_call(self, kernel: Any, args: list[Any], outs: list[Any]) -> tuple[list[Any], Any]:
+        """``kernel`` (a loop kernel compiled apart) called on ``args``: its
+        outputs as a list, and the call's value (to release)."""
+        emit = self.bb.emit
+        if len(outs) == 1:
+            value = emit(relax.call_dps_packed(kernel, args, outs[0]))
+            return [value], None
+        value = emit(relax.call_dps_packed(kernel, args, outs))
+        return [emit(relax.TupleGetItem(value, i)) for i in range(len(outs))], value
 
 
 def whole_outputs(lowered: LoweredLoop | CudaLoop, length: Any) -> list[Any]:
