@@ -26,6 +26,7 @@ thread: instruments, verification, per-pass options, ``opt_level``),
 from __future__ import annotations
 
 from .passes.infra import (
+    BUILTIN_PASSES,
     INVARIANTS,
     OPT_LEVELS,
     FunctionPass,
@@ -52,6 +53,7 @@ from .passes.pass_files import PassFileError, load_pass_file
 from .passes.pipeline import STANDARD_PIPELINES, pipeline, run_pipeline, standard_pipeline
 
 __all__ = [
+    "BUILTIN_PASSES",
     "INVARIANTS",
     "OPT_LEVELS",
     "STANDARD_PIPELINES",

@@ -581,7 +581,7 @@ def pass_class_of(
         "preserves": frozenset(declared.preserves),
         "prelude": declared.prelude,
         "defined_at": _where(f),
-        "definition": f,
+        "definition": staticmethod(f),  # a function, not a method of the pass
         "function": staticmethod(f),
         "slots": tuple(positional),
         "context_keyword": keyword,

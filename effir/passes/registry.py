@@ -69,10 +69,11 @@ def register_pass(p: Any) -> Any:
     the module's docstring). Returns ``p``, so that it decorates a class."""
     from .infra import Pass  # infra.py builds on this module
 
-    made = p() if isinstance(p, type) and issubclass(p, Pass) else p
-    if not isinstance(made, Pass):
+    cls = p if isinstance(p, type) else type(p)
+    if not issubclass(cls, Pass):
         raise RegistrationError(f"{p!r} is not a pass: give a Pass subclass or instance")
-    _check_declaration(made)
+    _check_declaration(cls)
+    made = p() if isinstance(p, type) else p
     with _registry_lock:
         known = _REGISTRY.get(made.name)
         if known is not None and known.defined_at != made.defined_at:
@@ -84,9 +85,9 @@ def register_pass(p: Any) -> Any:
     return p
 
 
-def _check_declaration(p: Pass) -> None:
-    """What ``p``'s class declares is consistent (the module's docstring)."""
-    cls = type(p)
+def _check_declaration(p: type[Pass]) -> None:
+    """What the pass class ``p`` declares is consistent (the module's docstring)."""
+    cls = p
     where = f"pass {p.name or '?'} ({p.defined_at})"
     if not p.name:
         raise RegistrationError(f"{where}: a pass class needs a name (a class variable)")
