@@ -24,9 +24,9 @@ from effir.ir.expr import Call, Op
 @effir.transform.function_pass(name="tanh-to-sigmoid", requires={"anf"}, preserves={"anf"})
 def tanh_to_sigmoid(fn, module, context):
     """every tanh becomes a sigmoid"""
-
-    class Swap(effir.ir.ExprMutator):
-        def visit_Call(self, new, old):
+    class Swap(effir.ir.Mutator):
+        @effir.ir.on(Call)
+        def call(self, new, old):
             if isinstance(new.callee, Op) and new.callee.name == "tanh":
                 return Call(Op("sigmoid"), new.args, new.attrs)
             return new

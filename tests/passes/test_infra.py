@@ -81,8 +81,9 @@ def _reuse_the_sub_key(module: IRModule) -> IRModule:
             keys.append(expr.var)
         expr = expr.body
 
-    class Swap(effir.ir.ExprMutator):
-        def visit_Call(self, new, old):
+    class Swap(effir.ir.Mutator):
+        @effir.ir.on(Call)
+        def call(self, new, old):
             if getattr(new.callee, "name", "") == "random.dropout" and new.args[1] is keys[1]:
                 return Call(new.callee, (new.args[0], keys[0]), new.attrs)
             return new

@@ -10,7 +10,7 @@ import threading
 import pytest
 
 import effir
-from effir.ir.expr import Constant, Function, Let, Op
+from effir.ir.expr import Call, Constant, Function, Let, Op
 from effir.ir.module import IRModule
 from effir.transform import (
     Instrument,
@@ -78,8 +78,9 @@ def test_a_function_pass_sees_the_function_the_module_and_the_context(scratch):
         """Replaces add(x, 0f) by x."""
         seen.append((type(module).__name__, context.verify))
 
-        class Rewrite(effir.ir.ExprMutator):
-            def visit_Call(self, new, old):
+        class Rewrite(effir.ir.Mutator):
+            @effir.ir.on(Call)
+            def call(self, new, old):
                 zero = isinstance(new.args[-1], Constant) and not new.args[-1].data.any()
                 if isinstance(new.callee, Op) and new.callee.name == "add" and zero:
                     return new.args[0]
