@@ -44,7 +44,7 @@ BUILTIN_PASSES: dict[str, str] = {
     "fold-constant": "effir.passes.fold_constant:fold_constant",
     "fuse": "effir.passes.fuse:fuse",
     "grad": "effir.autodiff.api:grad_pass",
-    "lower-tvm": "effir.backends.tvm.kernel.lower_tvm:lower_tvm",
+    "lower-tvm": "effir.backends.tvm.driver.passes:lower_tvm",
     "partial-eval": "effir.passes.partial_eval:partial_eval",
     "simplify": "effir.passes.simplify:simplify",
     "specialise-dims": "effir.passes.specialise_dims:specialise_dims_pass",
@@ -72,7 +72,7 @@ def register_pass(p: Any) -> Any:
     cls = p if isinstance(p, type) else type(p)
     if not issubclass(cls, Pass):
         raise RegistrationError(f"{p!r} is not a pass: give a Pass subclass or instance")
-    _check_declaration(cls)
+    _check_declaration(p)
     made = p() if isinstance(p, type) else p
     with _registry_lock:
         known = _REGISTRY.get(made.name)
@@ -85,14 +85,17 @@ def register_pass(p: Any) -> Any:
     return p
 
 
-def _check_declaration(p: type[Pass]) -> None:
-    """What the pass class ``p`` declares is consistent (the module's docstring)."""
-    cls = p
+def _check_declaration(p: type[Pass] | Pass) -> None:
+    """What the pass class ``p`` declares (or a ``Sequential``, the pass
+    ``p``) is consistent (the module's docstring)."""
+    from .infra import Sequential  # infra.py builds on this module
+
+    cls = p if isinstance(p, type) else type(p)
     where = f"pass {p.name or '?'} ({p.defined_at})"
     if not p.name:
         raise RegistrationError(f"{where}: a pass class needs a name (a class variable)")
     params = cls.__dict__.get("__dataclass_params__")
-    if params is None or not params.frozen:
+    if not isinstance(p, Sequential) and (params is None or not params.frozen):
         raise RegistrationError(f"{where}: a pass class must be a @dataclass(frozen=True)")
     for attribute in ("requires", "establishes", "preserves"):
         for invariant in getattr(p, attribute):
@@ -102,6 +105,8 @@ def _check_declaration(p: type[Pass]) -> None:
                     + ", ".join(sorted(INVARIANTS))
                     + ")"
                 )
+    if isinstance(p, Sequential):
+        return  # derived from its members, each checked when it was made
     both = sorted(p.requires & p.establishes)
     if both:
         raise RegistrationError(

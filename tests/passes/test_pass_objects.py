@@ -270,3 +270,14 @@ def test_grad_names_its_prelude_and_the_context_runs_it():
     a2 = pipeline("state-passing")(effir.parse(A1))
     grad.with_options(wrt="x", value=False)(a2, PassContext(instruments=[timing]))
     assert [n for n, _ in timing.records] == ["grad"]
+
+
+def test_a_sequence_is_registrable_under_its_name():
+    effects = Sequential(["explicate", "state-passing"], name="my-effects")
+    register_pass(effects)
+    try:
+        assert lookup_pass("my-effects") is effects
+        out = pipeline("my-effects,split-keys")(effir.parse(A1))
+        assert effir.transform.INVARIANTS["a2"](out) is None
+    finally:
+        unregister_pass("my-effects")
