@@ -196,8 +196,12 @@ class Pass:
             cls.doc = first_line(cls.__dict__.get("__doc__"))
 
     def __post_init__(self) -> None:
+        try:
+            specs = self.options
+        except TypeError as err:  # a field that cannot be an option
+            raise PassError(f"pass {self.name} ({self.defined_at}): {err}") from None
         given = set()
-        for spec in self.options:
+        for spec in specs:
             value = getattr(self, spec.name)
             if value != spec.default or type(value) is not type(spec.default):
                 given.add(spec.name)
@@ -249,7 +253,7 @@ class Pass:
     def apply(self, module: IRModule, context: PassContext) -> Any:
         """The transformation itself, with its options: no requirement check,
         no instrument, no verification (``context.run`` does those)."""
-        raise NotImplementedError(f"{type(self).__name__} defines no transformation")
+        raise PassError(f"pass {self.name} ({self.defined_at}) defines no transformation")
 
     def describe(self) -> str:
         """One paragraph for ``effir opt --list-passes``."""
@@ -267,7 +271,7 @@ class ModulePass(Pass):
     """A pass over the whole module: define ``transform(module, context)``."""
 
     def transform(self, module: IRModule, context: PassContext) -> IRModule:
-        raise NotImplementedError(f"{type(self).__name__} defines no transform")
+        raise PassError(f"pass {self.name} ({self.defined_at}) defines no transform")
 
     def apply(self, module: IRModule, context: PassContext) -> Any:
         return self.transform(module, context)
@@ -282,7 +286,7 @@ class FunctionPass(Pass):
     def transform_function(
         self, function: Function, module: IRModule, context: PassContext
     ) -> Function:
-        raise NotImplementedError(f"{type(self).__name__} defines no transform_function")
+        raise PassError(f"pass {self.name} ({self.defined_at}) defines no transform_function")
 
     def apply(self, module: IRModule, context: PassContext) -> Any:
         functions = {

@@ -281,3 +281,20 @@ def test_a_sequence_is_registrable_under_its_name():
         assert effir.transform.INVARIANTS["a2"](out) is None
     finally:
         unregister_pass("my-effects")
+
+
+def test_a_pass_class_used_wrongly_is_a_pass_error_not_a_python_one():
+    @dataclass(frozen=True)
+    class Forgot(ModulePass):
+        name = "forgot"
+
+    with pytest.raises(PassError, match="pass forgot \\(.*Forgot\\) defines no transform"):
+        Forgot()(effir.parse(SCALAR))
+
+    @dataclass(frozen=True)
+    class ListOption(ModulePass):
+        name = "list-option"
+        items: tuple = ()
+
+    with pytest.raises(PassError, match="option items is a tuple; an option is one of bool"):
+        ListOption()
