@@ -694,12 +694,12 @@ class PassContext:
             i.should_run(p, module) for i in self.instruments
         ):
             return module
-        if p.prelude and any(INVARIANTS[i](module) is not None for i in p.requires):
+        if p.prelude and any(self._problem(i, module) is not None for i in p.requires):
             from .pipeline import pipeline  # pipeline.py builds on this module
 
             module = self.run(pipeline(p.prelude, name=f"{p.name}'s prelude"), module)
         for invariant in sorted(p.requires):
-            problem = INVARIANTS[invariant](module)
+            problem = self._problem(invariant, module)  # a verdict on this module is reused
             if problem is not None:
                 makers = [
                     q.name for q in registered_passes().values() if invariant in q.establishes
