@@ -1,7 +1,9 @@
 """effir.transform: the pass API (as TVM's ``tvm.transform``).
 
-Write a pass with a decorator; it is registered where it is defined, so
-pipeline text, ``effir opt`` and ``effir.compile`` find it by name::
+Write a pass as a frozen dataclass (its fields are its options), or with a
+decorator that makes one of a function and registers it where it is
+defined, so pipeline text, ``effir opt`` and ``effir.compile`` find it by
+name::
 
     @effir.transform.function_pass(name="add-zero", requires={"anf"})
     def add_zero(fn, module, context):
@@ -11,10 +13,12 @@ pipeline text, ``effir opt`` and ``effir.compile`` find it by name::
         out = effir.pipeline("O2,add-zero,fuse{max-fused-ops=32}")(module)
 
 The pieces (docs/passes.md): ``Pass`` (a named ``IRModule -> IRModule``
-with the invariants it requires and establishes, and its options),
+with the invariants it requires, establishes and preserves, and its
+options; subclass ``ModulePass`` or ``FunctionPass``, options by
+``option(...)``),
 ``Sequential`` (passes in order, itself a pass), ``PassContext`` (per
 thread: instruments, verification, per-pass options, ``opt_level``),
-``pipeline(text)``, the registry (``register_pass``, ``get_pass``,
+``pipeline(text)``, the registry (``register_pass``, ``lookup_pass``,
 ``registered_passes``), the instruments ``Timing`` and ``PrintIR``, and
 ``load_pass_file`` (a Python file of your passes: ``effir opt --load``).
 """
@@ -22,9 +26,12 @@ thread: instruments, verification, per-pass options, ``opt_level``),
 from __future__ import annotations
 
 from .passes.infra import (
+    BUILTIN_PASSES,
     INVARIANTS,
     OPT_LEVELS,
+    FunctionPass,
     Instrument,
+    ModulePass,
     Option,
     Pass,
     PassContext,
@@ -35,9 +42,9 @@ from .passes.infra import (
     Timing,
     as_pass,
     function_pass,
-    get_pass,
     lookup_pass,
     module_pass,
+    option,
     register_pass,
     registered_passes,
     unregister_pass,
@@ -46,10 +53,13 @@ from .passes.pass_files import PassFileError, load_pass_file
 from .passes.pipeline import STANDARD_PIPELINES, pipeline, run_pipeline, standard_pipeline
 
 __all__ = [
+    "BUILTIN_PASSES",
     "INVARIANTS",
     "OPT_LEVELS",
     "STANDARD_PIPELINES",
     "Instrument",
+    "FunctionPass",
+    "ModulePass",
     "Option",
     "Pass",
     "PassContext",
@@ -61,10 +71,10 @@ __all__ = [
     "Timing",
     "as_pass",
     "function_pass",
-    "get_pass",
     "lookup_pass",
     "load_pass_file",
     "module_pass",
+    "option",
     "pipeline",
     "register_pass",
     "registered_passes",

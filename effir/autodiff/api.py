@@ -4,7 +4,9 @@ Each takes a module and returns it with one function added,
 ``@<entry>_grad`` (``effir.autodiff.entry`` says what it returns), plus a
 ``@<g>_vjp`` per global function the entry calls with a gradient flowing
 through it. An A1 program (global cells) goes through ``explicate`` and
-``state-passing`` first, so the result is A2: randomness and running
+``state-passing`` first (the ``grad`` pass requires an A2 program in
+A-normal form and names those passes as its prelude, which the pass
+context runs; ``effir.grad`` runs them itself), so the result is A2: randomness and running
 statistics are explicit inputs and outputs, threaded and never
 differentiated. The gradient program is an ordinary effir program: it is
 optimised, interpreted and compiled like any other.
@@ -24,7 +26,7 @@ from ..ir.program import Program, resolve
 from ..ir.vjp import DifferentiationError
 from ..passes.anf_sharing import fresh_binders
 from ..passes.infer_type import check
-from ..passes.infra import Option, a2_problem, anf_problem, module_pass
+from ..passes.infra import INVARIANTS, Option, module_pass
 from ..passes.partial_eval import partial_eval
 from ..passes.pipeline import pipeline
 from ..passes.verify_linear.verifier import REPLAYS_KEYS
@@ -62,10 +64,32 @@ def grad_program(
 ) -> Program:
     """``module`` with the gradient function of ``@entry`` added, and that
     function's name."""
-    policy = policy_of(checkpoint)
     module, entry = resolve(module, entry, DifferentiationError, "effir.grad")
-    if a2_problem(module) is not None or anf_problem(module) is not None:
-        module = pipeline("to-anf,explicate,state-passing")(module)
+    if any(INVARIANTS[i](module) is not None for i in GRAD_REQUIRES):
+        module = pipeline(GRAD_PRELUDE)(module)
+    return _differentiate(module, entry, wrt, checkpoint, output, with_value, name, specialise)
+
+
+GRAD_REQUIRES = frozenset({"anf", "a2"})
+"""What differentiation needs of its input: A-normal form, state passed."""
+
+GRAD_PRELUDE = "to-anf,explicate,state-passing"
+"""The passes that make any program what differentiation needs (the grad
+pass's prelude; ``grad_program`` runs them for the API)."""
+
+
+def _differentiate(
+    module: IRModule,
+    entry: str,
+    wrt: Sequence[str] | str | None,
+    checkpoint: str | CheckpointPolicy,
+    output: int | None,
+    with_value: bool,
+    name: str | None,
+    specialise: bool,
+) -> Program:
+    """``grad_program`` on an A2 module in A-normal form."""
+    policy = policy_of(checkpoint)
     if specialise:
         module = check(partial_eval(module))
         # what partial evaluation left higher-order: a closure passed to a
@@ -186,7 +210,9 @@ def _as_given(
 
 @module_pass(
     name="grad",
-    establishes={"a2", "anf"},
+    requires=GRAD_REQUIRES,
+    preserves=GRAD_REQUIRES,  # the gradient functions are A2 and in A-normal form
+    prelude=GRAD_PRELUDE,
     options={
         "entry": "the function to differentiate",
         "wrt": "comma-separated parameter names (empty: every float parameter)",
@@ -211,6 +237,5 @@ def grad_pass(
     """Adds @<entry>_grad, the reverse-mode gradient of @entry (docs/autodiff.md)."""
     names = [w.strip() for w in wrt.split(",") if w.strip()] or None
     field = None if output == -1 else output
-    return grad_module(
-        module, entry, names, checkpoint, field, with_value=value, specialise=specialise
-    )
+    module, entry = resolve(module, entry, DifferentiationError, "effir.grad")
+    return _differentiate(module, entry, names, checkpoint, field, value, None, specialise).module

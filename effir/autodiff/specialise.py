@@ -400,6 +400,7 @@ def _state_count(fn: Function) -> int:
 
 @module_pass(
     name="specialise-function-arguments",
+    preserves={"anf", "a2"},  # copies of functions, with known arguments bound
     options={"entry": "the function whose calls are specialised"},
 )
 def specialise_function_arguments(module: IRModule, entry: str = "main") -> IRModule:

@@ -74,7 +74,7 @@ from .types import (
     TypeVar,
     scalar_type,
 )
-from .visitor import ExprMutator, post_order, pre_order
+from .visitor import post_order, pre_order
 from .well_formed import check_well_formed
 
 __all__ = [name for name in dir() if not name.startswith("_")]

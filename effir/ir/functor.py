@@ -125,16 +125,9 @@ class Functor:
                 for node_cls in getattr(attr, "__effir_before__", ()):
                     before_rules[node_cls] = name
         cls._rules = {c: getattr(cls, n) for c, n in rules.items()}
-        cls._rules.update(cls.extra_rules())
         cls._after_rules = {c: getattr(cls, n) for c, n in after_rules.items()}
         cls._before_rules = {c: getattr(cls, n) for c, n in before_rules.items()}
         cls._plans = {}
-
-    @classmethod
-    def extra_rules(cls) -> dict[type, Callable[..., Any]]:
-        """Hooks found otherwise than by ``@on`` (the ``visit_<Class>``
-        names of ``ExprMutator``); built once per class."""
-        return {}
 
     @classmethod
     def plan(cls, node_type: type) -> Plan:

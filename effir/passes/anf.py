@@ -146,6 +146,7 @@ def simple_operands(value: Expr) -> tuple[Expr, ...] | None:
 @module_pass(
     name="to-anf",
     establishes={"anf", "bbnf"},
+    preserves={"a2"},
     doc="every intermediate value bound by a let, in evaluation order",
 )
 def to_anf(module: IRModule) -> IRModule:

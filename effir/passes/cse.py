@@ -118,7 +118,11 @@ from .dce import CallFacts
 from .infra import module_pass
 
 
-@module_pass(name="cse", doc="merges repeated pure computations in scope")
+@module_pass(
+    name="cse",
+    preserves={"anf", "a2", "bbnf"},  # a binding's value becomes a variable in scope
+    doc="merges repeated pure computations in scope",
+)
 def cse(module: IRModule) -> IRModule:
     """``module`` with repeated pure computations merged (the module itself
     if there are none)."""

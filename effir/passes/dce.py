@@ -281,6 +281,7 @@ def _call_removable(call: Call, facts: CallFacts) -> bool:
 # ---------------------------------------------------------------------- pass
 @module_pass(
     name="dce",
+    preserves={"anf", "a2", "bbnf"},  # only removes bindings
     doc="removes let bindings whose variable is unused and whose value has no effect",
 )
 def dce(module: IRModule) -> IRModule:

@@ -79,6 +79,7 @@ class _Explicate(Mutator):
 @module_pass(
     name="explicate",
     establishes={"anf"},
+    preserves={"a2"},  # an A2 input has no surface effect: nothing to rewrite
     doc="effectful surface operators become reads and writes of their cells (A1)",
 )
 def explicate(module: IRModule) -> IRModule:

@@ -106,6 +106,7 @@ DEFAULT_MAX_ELEMENTS = 1024
 
 @module_pass(
     name="fold-constant",
+    preserves={"anf", "a2", "bbnf"},  # a binding's value becomes a constant or an atom
     doc="calls of pure operators on constants, projections of tuple literals, "
     "ifs on constants and lets of atoms are computed at compile time",
     options={

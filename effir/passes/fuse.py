@@ -193,6 +193,7 @@ def is_primitive(fn: Function) -> bool:
 @module_pass(
     name="fuse",
     requires={"anf"},
+    preserves={"anf", "a2"},  # a group of pure calls becomes one call of a primitive
     doc="groups of pure operator calls in a block become one primitive function (a kernel)",
     options={"max_fused_ops": Option("most operator calls in one kernel", minimum=1)},
 )

@@ -1,64 +1,80 @@
-"""Pass infrastructure: passes with invariants and options, sequences of
-passes, the registry, and a per-thread context that instruments and
-verifies them. The public face is ``effir.transform`` (docs/passes.md).
+"""Pass infrastructure: passes as declared objects, sequences of passes,
+and a per-thread context that instruments and verifies them. The public
+face is ``effir.transform`` (docs/passes.md).
 
-A ``Pass`` is a function ``IRModule -> IRModule`` with a kebab-case name and
-the invariants it ``requires`` of its input and ``establishes`` in its
-output. Invariants are named properties with a checker each (``INVARIANTS``):
-``anf`` (A-normal form), ``bbnf`` (basic-block normal form), ``gnf``
-(graph normal form), ``a2`` (no global state is read or written: a
-state-passing program). Before a pass runs, its requirements are checked and
-an unmet one is a ``PassError`` that says which pass would establish it; so a
-pipeline in the wrong order fails at once, naming the pass and the
-invariant, instead of producing a wrong program.
+A pass is a frozen dataclass, as xDSL writes its ``ModulePass``: its
+fields are its options (``fuse{max-fused-ops=32}`` in pipeline text sets
+the field ``max_fused_ops``; ``options.py``), and what it is, as class
+variables: its kebab-case ``name``, a ``doc`` line, and the invariants it
+``requires`` of its input, ``establishes`` in its output and
+``preserves`` (holds after it when it held before). Invariants are named
+properties with a checker each (``INVARIANTS``): ``anf`` (A-normal form),
+``bbnf`` (basic-block normal form), ``gnf`` (graph normal form), ``a2``
+(no global state is read or written: a state-passing program). Subclass
+``ModulePass`` (``transform(module, context)``) or ``FunctionPass``
+(``transform_function(function, module, context)``, applied to each
+global function). The registry checks the declaration when it registers
+the class (``registry.py``): known invariants, nothing both required and
+established (a pass that needs an invariant and keeps it ``preserves``
+it), nothing both established and preserved, an option of an option type
+with a default.
 
-Passes are written as functions and registered where they are defined by
-the decorators ``@module_pass(name=..., requires=..., establishes=...)``
-and ``@function_pass(...)``: the function's parameters with defaults are
-the pass's options (``fuse{max-fused-ops=32}`` in pipeline text), and it
-may take the context (a function pass also the module). Registering a name
-again from the same definition (module and qualified name: a re-run
-notebook cell) replaces it; from another definition is an error naming
-both. The built-in passes' modules are imported on the first look-up.
+The decorators ``@module_pass(name=..., requires=..., ...)`` and
+``@function_pass(...)`` are sugar: they make such a class of a function
+(its parameters with defaults become the fields), register it where it is
+defined and return the function unchanged, its pass as ``f.effir_pass``.
+Registering a name again from the same definition (module and qualified
+name: a re-run notebook cell) replaces it; from another definition is an
+error naming both.
+
+Before a pass runs, its requirements are checked and an unmet one is a
+``PassError`` that says which pass would establish it; so a pipeline in the
+wrong order fails at once, naming the pass and the invariant, instead of
+producing a wrong program. A pass whose requirements some passes can
+always establish names them as its ``prelude`` (pipeline text): the
+context runs them first when the input lacks one (``grad`` needs an A2
+program in A-normal form, whatever the user gives it).
 
 A ``PassContext`` holds the instruments (per-pass timing; printing the
 program before or after each pass, or only after the passes that changed
-it, as MLIR's ``print-ir-after-change``; your own ``Instrument``), options
-per pass, the ``opt_level`` that selects the standard pipeline, and whether
-to verify after each pass. Each thread has its own stack of entered
-contexts (``threading.local``): a context entered in one thread is never
-another thread's. Verification type-checks the output (well-formedness
-first) and, once the program is A2, runs the linearity verifier; a failure
-names the pass that broke the invariant, as does a pass that returns
-something other than a module. What a pass declares is checked too: its
-output must have every invariant it ``establishes``, and every one it
-``preserves`` that its input had; a false declaration is a ``PassError``
-located at the pass's definition. Tests run with verification on; ``effir
-opt`` too unless asked not to. It costs about one type check per pass:
-``check`` remembers the module it checked last, so a pass that checks its
-input right after verification finds it done, and the verdicts on one
-pass's output (A2? linear?) serve again for the next pass's input.
+it, as MLIR's ``print-ir-after-change``; your own ``Instrument``, which may
+skip a pass with ``should_run`` and hear the context entered and exited,
+as TVM's instruments do), options per pass, the ``opt_level`` that selects
+the standard pipeline, and whether to verify after each pass. Each thread
+has its own stack of entered contexts (``threading.local``): a context
+entered in one thread is never another thread's. Verification type-checks
+the output (well-formedness first) and, once the program is A2, runs the
+linearity verifier; a failure names the pass that broke the invariant, as
+does a pass that returns something other than a module. What a pass
+declares is checked too: its output must have every invariant it
+``establishes``, and every one it ``preserves`` that its input had; a
+false declaration is a ``PassError`` located at the pass's definition.
+Tests run with verification on; ``effir opt`` too unless asked not to. It
+costs about one type check per pass: ``check`` remembers the module it
+checked last, so a pass that checks its input right after verification
+finds it done, and the verdicts on one pass's output (A2? linear?) serve
+again for the next pass's input.
 
 ``Sequential`` runs passes in order and is itself a pass (nestable), with
 requirements and guarantees derived from its members;
 ``effir.passes.pipeline`` turns a text such as ``explicate,state-passing,dce``
 into one.
 
-The invariants' checkers are in ``invariants.py``, the registry in
+The invariants' checkers are in ``invariants.py``, the options in
+``options.py``, the registry (and its table of the built-in passes) in
 ``registry.py``, the instruments in ``instruments.py``; every name is
 importable from here as well.
 """
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import inspect
 import threading
 import time
-import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from ..ir.collector import COLLECTOR_THRESHOLD, collector_paced  # noqa: F401
 from ..ir.diagnostics import (
@@ -82,157 +98,37 @@ from .invariants import (  # noqa: F401  (re-exported)
     gnf_problem,
     is_a2,
 )
+from .options import OPTION_KEY, OPTION_TYPES, Option, option, options_of, word  # noqa: F401  (option re-exported)
 from .registry import (  # noqa: F401  (re-exported)
-    BUILTIN_PASS_MODULES,
-    BUILTIN_PASS_PACKAGES,
+    BUILTIN_PASSES,
     RegistrationError,
-    get_pass,
     lookup_pass,
     register_pass,
     registered_passes,
     unregister_pass,
 )
 
-Transform = Callable[[IRModule], IRModule]
 T = TypeVar("T")
+INVARIANT_KINDS = ("requires", "establishes", "preserves")
+"""The class variables of a pass that name invariants."""
 
 
-# ------------------------------------------------------------------- options
-OPTION_TYPES: tuple[type, ...] = (bool, int, float, str)
-"""The types a pass option may have (pipeline text writes each as a word)."""
-
-
-@dataclass(frozen=True)
-class Option:
-    """One option of a pass: a parameter of its function with a default
-    (``max_fused_ops: int = 256``), written ``max-fused-ops=32`` in pipeline
-    text. The decorators fill ``name``, ``type`` and ``default`` from the
-    function's signature; give ``doc`` (and ``minimum``) in their
-    ``options=`` mapping."""
-
-    doc: str = ""
-    minimum: int | float | None = None
-    name: str = ""
-    type: type = object
-    default: Any = None
-
-    @property
-    def text_name(self) -> str:
-        """The name pipeline text uses: kebab-case."""
-        return self.name.replace("_", "-")
-
-    def parse(self, text: str) -> Any:
-        """The value the word ``text`` denotes; ValueError says what was expected."""
-        return self.validate(self._convert(text))
-
-    def _convert(self, text: str) -> Any:
-        if self.type is bool:
-            if text.lower() in ("true", "1", "on"):
-                return True
-            if text.lower() in ("false", "0", "off"):
-                return False
-            raise ValueError(f"expected true or false, got {text!r}")
-        try:
-            return self.type(text) if self.type is not int else int(text, 10)
-        except ValueError:
-            expected = {int: "an integer", float: "a number"}.get(self.type, "a value")
-            raise ValueError(f"expected {expected}, got {text!r}") from None
-
-    def validate(self, value: Any) -> Any:
-        """``value`` if it is one this option takes; ValueError otherwise."""
-        if self.type is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, self.type) or (self.type is int and isinstance(value, bool)):
-            raise ValueError(f"expected {self.type.__name__}, got {value!r}")
-        if self.minimum is not None and value < self.minimum:
-            raise ValueError(f"must be at least {self.minimum}, got {value!r}")
-        return value
-
-    def describe(self) -> str:
-        text = f"{self.text_name}={_word(self.default)} ({self.type.__name__})"
-        return f"{text}: {self.doc}" if self.doc else text
-
-
-def _word(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-@dataclass(frozen=True)
-class _CallPlan:
-    """How a pass's function is called: what its positional parameters
-    after the module (or function) receive, each "module" or "context",
-    and whether it takes ``context=`` by keyword."""
-
-    positional: tuple[str, ...] = ()
-    context_keyword: bool = False
-
-
-def _plan(
-    transform: Callable[..., Any], per_function: bool, docs: Mapping[str, str | Option] | None
-) -> tuple[_CallPlan, tuple[Option, ...]]:
-    """What ``transform``'s signature says: how to call it, and its options
-    (the parameters after the first that have a default of an option type).
-    A parameter named ``module`` or ``context`` receives that; others
-    without a default receive, in order, the module (a function pass) and
-    the context."""
+# ------------------------------------------------------------- where defined
+def definition_span(definition: Any) -> Span | None:
+    """Where a pass is defined (its decorator's or class's first line), for
+    errors about the pass; None when its source cannot be read."""
     try:
-        signature = inspect.signature(transform)
-    except (TypeError, ValueError):  # a builtin without a signature: f(module)
-        return _CallPlan(), ()
-    try:
-        hints = typing.get_type_hints(transform)
-    except Exception:  # an annotation that does not resolve: use the defaults' types
-        hints = {}
-    params = list(signature.parameters.values())[1:]
-    slots = ["module", "context"] if per_function else ["context"]
-    positional: list[str] = []
-    keyword, options = False, []
-    for param in params:
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            continue
-        wanted = param.name if param.name in slots else None
-        if wanted is None and param.default is param.empty:
-            wanted = next((slot for slot in slots if slot not in positional), None)
-            if wanted is None or param.kind == param.KEYWORD_ONLY:
-                raise PassError(
-                    f"{_where(transform)}: parameter {param.name!r} needs a default to be an "
-                    "option of the pass"
-                )
-        if wanted is not None:
-            if param.kind == param.KEYWORD_ONLY:
-                if wanted != "context":
-                    raise PassError(f"{_where(transform)}: {param.name!r} must be positional")
-                keyword = True
-            else:
-                positional.append(wanted)
-            continue
-        kind = hints.get(param.name, type(param.default))
-        if kind not in OPTION_TYPES:
-            kind = type(param.default)
-        if kind not in OPTION_TYPES:
-            continue  # not an option: left at its default
-        given = (docs or {}).get(param.name)
-        spec = given if isinstance(given, Option) else Option(doc=given or "")
-        options.append(replace(spec, name=param.name, type=kind, default=param.default))
-    unknown = set(docs or ()) - {o.name for o in options}
-    if unknown:
-        raise PassError(
-            f"{_where(transform)}: options= names {', '.join(sorted(unknown))}, which "
-            "are not parameters with a default"
-        )
-    return _CallPlan(tuple(positional), keyword), tuple(options)
-
-
-def definition_span(transform: Callable[..., Any]) -> Span | None:
-    """Where a pass's function is defined (its ``def`` line), for errors
-    about the pass; None when its source cannot be read."""
-    try:
-        code = inspect.unwrap(transform).__code__
-        with open(code.co_filename, encoding="utf-8") as handle:
+        if isinstance(definition, type):
+            lines, line = inspect.getsourcelines(definition)
+            filename = inspect.getsourcefile(definition) or ""
+        else:
+            code = inspect.unwrap(definition).__code__
+            filename, line = code.co_filename, code.co_firstlineno
+        with open(filename, encoding="utf-8") as handle:
             text = handle.read()
-    except (AttributeError, OSError, UnicodeDecodeError, ValueError):
+    except (AttributeError, OSError, TypeError, UnicodeDecodeError, ValueError):
         return None
-    return line_span(Source(code.co_filename, text), code.co_firstlineno)
+    return line_span(Source(filename, text), line)
 
 
 def line_span(source: Source, line: int) -> Span | None:
@@ -246,52 +142,84 @@ def line_span(source: Source, line: int) -> Span | None:
     return Span(source, start + indent, start + max(len(content), indent + 1))
 
 
-def _where(transform: Callable[..., Any]) -> str:
-    """A function's defining location: its module and qualified name."""
-    module = getattr(transform, "__module__", None) or "?"
-    name = getattr(transform, "__qualname__", None) or repr(transform)
+def _where(definition: Any) -> str:
+    """A function's or class's defining location: its module and qualified name."""
+    module = getattr(definition, "__module__", None) or "?"
+    name = getattr(definition, "__qualname__", None) or repr(definition)
     return f"{module}.{name}"
 
 
-# -------------------------------------------------------------------- passes
-@dataclass(frozen=True, eq=False)
-class Pass:
-    """A named transformation with the invariants it needs and gives.
+def first_line(doc: str | None) -> str:
+    """The first paragraph of a docstring on one line, without markup."""
+    text = inspect.cleandoc(doc or "").split("\n\n")[0].replace("\n", " ").replace("``", "")
+    return text.strip()
 
-    ``transform`` is ``f(module) -> IRModule`` (or, with ``per_function``,
-    ``f(function) -> Function`` applied to each global function). It may take
-    more: a module pass ``f(module, context)``, a function pass
-    ``f(function, module, context)``; parameters with a default of type
-    bool, int, float or str are its ``options``. ``values`` are the
-    options given (``with_options``, pipeline text). ``preserves``: the
-    invariants that hold after the pass when they held before it (for
-    ``Sequential``'s guarantees). Calling a pass runs it in a context:
+
+# -------------------------------------------------------------------- passes
+@dataclass(frozen=True)
+class Pass:
+    """A named transformation ``IRModule -> IRModule`` with the invariants
+    it needs and gives (class variables) and its options (fields).
+
+    ``values`` are the options given (constructor, ``with_options``,
+    pipeline text), by field name. Calling a pass runs it in a context:
     ``p(module)`` (the current one) or ``p(module, context)``."""
 
-    name: str
-    transform: Callable[..., Any]
-    requires: frozenset[str] = frozenset()
-    establishes: frozenset[str] = frozenset()
-    doc: str = ""
-    preserves: frozenset[str] = frozenset()
-    options: tuple[Option, ...] | None = None
-    values: tuple[tuple[str, Any], ...] = ()
-    per_function: bool = False
-    defined_at: str = ""
-    _call: _CallPlan = field(default=_CallPlan(), repr=False)
+    name: ClassVar[str] = ""
+    doc: ClassVar[str] = ""
+    requires: ClassVar[frozenset[str]] = frozenset()
+    establishes: ClassVar[frozenset[str]] = frozenset()
+    preserves: ClassVar[frozenset[str]] = frozenset()
+    prelude: ClassVar[str] = ""
+    """Pipeline text that establishes ``requires`` from any input: run
+    first when the input lacks one of them (empty: an unmet requirement is
+    an error)."""
+    defined_at: ClassVar[str] = ""
+    """The definition's module and qualified name, for errors about it."""
+    definition: ClassVar[Any] = None
+    """The class or function that defines the pass (for its source line)."""
+
+    # The option fields given explicitly (by field name), not defaulted.
+    _given: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for attribute in INVARIANT_KINDS:
+            value = cls.__dict__.get(attribute)
+            if value is not None:
+                setattr(cls, attribute, frozenset((value,) if isinstance(value, str) else value))
+        if "defined_at" not in cls.__dict__:
+            cls.defined_at = _where(cls)
+        if "definition" not in cls.__dict__:
+            cls.definition = cls
+        if "doc" not in cls.__dict__:
+            cls.doc = first_line(cls.__dict__.get("__doc__"))
 
     def __post_init__(self) -> None:
-        for attribute in ("requires", "establishes", "preserves"):
-            value = getattr(self, attribute)
-            if isinstance(value, str):
-                value = (value,)
-            object.__setattr__(self, attribute, frozenset(value))
-        if self.options is None:
-            call, options = _plan(self.transform, self.per_function, None)
-            object.__setattr__(self, "options", options)
-            object.__setattr__(self, "_call", call)
-        if not self.defined_at:
-            object.__setattr__(self, "defined_at", _where(self.transform))
+        try:
+            specs = self.options
+        except TypeError as err:  # a field that cannot be an option
+            raise PassError(f"pass {self.name} ({self.defined_at}): {err}") from None
+        given = set()
+        for spec in specs:
+            value = getattr(self, spec.name)
+            if value != spec.default or type(value) is not type(spec.default):
+                given.add(spec.name)
+            try:
+                object.__setattr__(self, spec.name, spec.validate(value))
+            except ValueError as err:
+                raise PassError(f"option {spec.text_name} of pass {self.name}: {err}") from None
+        object.__setattr__(self, "_given", frozenset(given))
+
+    @property
+    def options(self) -> tuple[Option, ...]:
+        """The pass's options: its dataclass fields (``options.py``)."""
+        return options_of(type(self))
+
+    @property
+    def values(self) -> tuple[tuple[str, Any], ...]:
+        """The options given explicitly, by field name, in field order."""
+        return tuple((o.name, getattr(self, o.name)) for o in self.options if o.name in self._given)
 
     def __call__(self, module: IRModule, context: PassContext | None = None) -> IRModule:
         return (context or PassContext.current()).run(self, module)
@@ -303,40 +231,66 @@ class Pass:
         """The pass as pipeline text writes it: ``fuse{max-fused-ops=32}``."""
         if not self.values:
             return self.name
-        given = " ".join(f"{n.replace('_', '-')}={_word(v)}" for n, v in self.values)
+        given = " ".join(f"{n.replace('_', '-')}={word(v)}" for n, v in self.values)
         return f"{self.name}{{{given}}}"
 
     def option(self, name: str) -> Option:
-        """The option ``name`` (kebab-case or a parameter's name)."""
-        for option in self.options or ():
-            if name in (option.name, option.text_name):
-                return option
-        known = ", ".join(o.text_name for o in self.options or ()) or "none"
+        """The option ``name`` (kebab-case or a field's name)."""
+        for spec in self.options:
+            if name in (spec.name, spec.text_name):
+                return spec
+        known = ", ".join(o.text_name for o in self.options) or "none"
         raise PassError(f"pass {self.name} has no option {name!r} (its options: {known})")
 
     def with_options(self, **values: Any) -> Pass:
-        """This pass with options set (by parameter name); a PassError names
-        an unknown option or a bad value."""
-        given = dict(self.values)
-        for name, value in values.items():
-            option = self.option(name)
-            try:
-                given[option.name] = option.validate(value)
-            except ValueError as err:
-                raise PassError(f"option {option.text_name} of pass {self.name}: {err}") from None
-        return replace(self, values=tuple(given.items()))
+        """This pass with options set (by field name, or kebab-case); a
+        PassError names an unknown option or a bad value."""
+        fields = {self.option(name).name: value for name, value in values.items()}
+        made = replace(self, **fields)
+        object.__setattr__(made, "_given", self._given | made._given | frozenset(fields))
+        return made
 
     def apply(self, module: IRModule, context: PassContext) -> Any:
         """The transformation itself, with its options: no requirement check,
         no instrument, no verification (``context.run`` does those)."""
-        options = dict(self.values)
-        given = {"module": module, "context": context}
-        extra = tuple(given[slot] for slot in self._call.positional)
-        keywords = {"context": context} if self._call.context_keyword else {}
-        if not self.per_function:
-            return self.transform(module, *extra, **keywords, **options)
+        raise PassError(f"pass {self.name} ({self.defined_at}) defines no transformation")
+
+    def describe(self) -> str:
+        """One paragraph for ``effir opt --list-passes``."""
+        lines = [f"{self.name}: {self.doc}" if self.doc else self.name]
+        for attribute in INVARIANT_KINDS:
+            held = getattr(self, attribute)
+            if held:
+                lines.append(f"    {attribute} {', '.join(sorted(held))}")
+        lines += [f"    option {o.describe()}" for o in self.options]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class ModulePass(Pass):
+    """A pass over the whole module: define ``transform(module, context)``."""
+
+    def transform(self, module: IRModule, context: PassContext) -> IRModule:
+        raise PassError(f"pass {self.name} ({self.defined_at}) defines no transform")
+
+    def apply(self, module: IRModule, context: PassContext) -> Any:
+        return self.transform(module, context)
+
+
+@dataclass(frozen=True)
+class FunctionPass(Pass):
+    """A pass applied to each global function: define
+    ``transform_function(function, module, context)``. The module is
+    rebuilt only when some function changed."""
+
+    def transform_function(
+        self, function: Function, module: IRModule, context: PassContext
+    ) -> Function:
+        raise PassError(f"pass {self.name} ({self.defined_at}) defines no transform_function")
+
+    def apply(self, module: IRModule, context: PassContext) -> Any:
         functions = {
-            name: self.transform(fn, *extra, **keywords, **options)
+            name: self.transform_function(fn, module, context)
             for name, fn in module.functions.items()
         }
         for name, fn in functions.items():
@@ -349,25 +303,15 @@ class Pass:
             return module
         return IRModule(functions, module.type_defs, module.cells)
 
-    def describe(self) -> str:
-        """One paragraph for ``effir opt --list-passes``."""
-        lines = [f"{self.name}: {self.doc}" if self.doc else self.name]
-        if self.requires:
-            lines.append(f"    requires {', '.join(sorted(self.requires))}")
-        if self.establishes:
-            lines.append(f"    establishes {', '.join(sorted(self.establishes))}")
-        lines += [f"    option {o.describe()}" for o in self.options or ()]
-        return "\n".join(lines)
-
 
 class Sequential(Pass):
     """Passes run in order; itself a pass (nestable). Members are passes,
     registered names (or pipeline text) or decorated functions. It requires
     of its input what a member requires that must come from the input (no
-    earlier member establishes it, every earlier one ``preserves`` it), and
-    establishes what its members establish and later members keep
-    (establish again or preserve). Each member's own requirements are
-    checked again when it runs."""
+    earlier member establishes it, every earlier one ``preserves`` it, and
+    the member has no ``prelude`` to make it), and establishes what its
+    members establish and later members keep (establish again or preserve).
+    Each member's own requirements are checked again when it runs."""
 
     passes: tuple[Pass, ...]
     requirers: dict[str, str]
@@ -384,23 +328,33 @@ class Sequential(Pass):
         kept = set(INVARIANTS)
         from_input = set(INVARIANTS)  # what still holds if it held on the input
         for member in members:
-            for invariant in member.requires & from_input:
+            needed = frozenset() if member.prelude else member.requires
+            for invariant in needed & from_input:
                 requires.setdefault(invariant, _requirer(member, invariant))
             from_input = (from_input & member.preserves) - member.establishes
-            held = set(member.establishes) | (held & member.preserves)
+            # what a member required (met, or it would not have run) and keeps holds after it
+            assured = member.requires & member.preserves
+            held = set(member.establishes | assured) | (held & member.preserves)
             kept &= member.establishes | member.preserves
-        super().__init__(
-            name,
-            _run_members,
-            frozenset(requires),
-            frozenset(held),
-            doc or "runs " + ",".join(m.spelled() for m in members),
-            frozenset(kept),
-            options=(),
-            defined_at=f"{__name__}.Sequential({name})",
-        )
-        object.__setattr__(self, "passes", members)
-        object.__setattr__(self, "requirers", requires)
+        declared = {
+            "name": name,
+            "requires": frozenset(requires),
+            "establishes": frozenset(held),
+            "preserves": frozenset(kept),
+            "doc": doc or "runs " + ",".join(m.spelled() for m in members),
+            "defined_at": f"{__name__}.Sequential({name})",
+            "passes": members,
+            "requirers": requires,
+            "_given": frozenset(),
+        }
+        for attribute, value in declared.items():
+            object.__setattr__(self, attribute, value)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __hash__(self) -> int:
+        return id(self)
 
     def apply(self, module: IRModule, context: PassContext) -> IRModule:
         for member in self.passes:
@@ -425,17 +379,14 @@ def _requirer(p: Pass, invariant: str) -> str:
     return p.requirers.get(invariant, p.name) if isinstance(p, Sequential) else p.name
 
 
-def _run_members(module: IRModule) -> IRModule:  # pragma: no cover  (Sequential.apply runs them)
-    raise AssertionError("a Sequential runs its members")
-
-
 def as_pass(item: Pass | str | Callable[..., Any]) -> Pass:
-    """A pass from a pass, a registered name, or a function a decorator made a pass."""
+    """A pass from a pass, a registered name (or pipeline text), or a
+    function a decorator made a pass."""
     if isinstance(item, Pass):
         return item
     if isinstance(item, str):
         if any(c in item for c in ",{"):  # pipeline text
-            from .pipeline import pipeline
+            from .pipeline import pipeline  # pipeline.py builds on this module
 
             passes = pipeline(item)
             return passes.passes[0] if len(passes) == 1 else passes
@@ -460,23 +411,26 @@ def module_pass(
     preserves: Iterable[str] = (),
     doc: str | None = None,
     options: Mapping[str, str | Option] | None = None,
+    prelude: str = "",
+    register: bool = True,
 ) -> Any:
-    """Registers ``f(module[, context], **options) -> IRModule`` as a pass
-    where it is defined; use as ``@module_pass(name="my-pass", requires=...)``.
+    """Makes ``f(module[, context], **options) -> IRModule`` a ``ModulePass``
+    class and registers it where it is defined; use as
+    ``@module_pass(name="my-pass", requires=...)``.
 
     ``name`` defaults to the function's name in kebab-case, ``doc`` to the
-    first line of its docstring; ``options`` documents (``"text"`` or
-    ``Option(doc, minimum=...)``) the parameters with defaults, which are
-    the pass's options. The function is returned unchanged (calling it
-    runs it bare); its pass is ``f.effir_pass`` (or ``get_pass(name)``)."""
-    return _decorator(
-        transform, name, requires, establishes, preserves, doc, options, per_function=False
-    )
+    first line of its docstring; the parameters with defaults of an option
+    type become the class's fields, its options; ``options`` documents
+    them (``"text"`` or ``Option(doc, minimum=...)``). The function is
+    returned unchanged (calling it runs it bare); its pass is
+    ``f.effir_pass`` (or ``lookup_pass(name)``). ``register=False`` makes
+    the pass without registering it (a throwaway pass, as in tests)."""
+    declared = _Declared(name, requires, establishes, preserves, doc, options, prelude, register)
+    return _decorator(transform, declared, _CallsModule)
 
 
 def function_pass(
     transform: Callable[..., Any] | str | None = None,
-    legacy: Callable[..., Any] | None = None,
     /,
     *,
     name: str | None = None,
@@ -485,67 +439,166 @@ def function_pass(
     preserves: Iterable[str] = (),
     doc: str | None = None,
     options: Mapping[str, str | Option] | None = None,
+    prelude: str = "",
+    register: bool = True,
 ) -> Any:
-    """Registers ``f(function[, module[, context]], **options) -> Function``,
-    applied to each global function, as a pass (as ``module_pass``); the
-    module is rebuilt only when some function changed.
+    """Makes ``f(function[, module[, context]], **options) -> Function``,
+    applied to each global function, a ``FunctionPass`` class (as
+    ``module_pass``)."""
+    declared = _Declared(name, requires, establishes, preserves, doc, options, prelude, register)
+    return _decorator(transform, declared, _CallsFunction)
 
-    ``function_pass("name", f)`` makes an unregistered ``Pass`` at once (a
-    throwaway pass, as in tests)."""
-    if isinstance(transform, str) and legacy is not None:
-        return Pass(
-            transform,
-            legacy,
-            frozenset(requires),
-            frozenset(establishes),
-            doc or "",
-            frozenset(preserves),
-            per_function=True,
-        )
-    return _decorator(
-        transform, name, requires, establishes, preserves, doc, options, per_function=True
-    )
+
+@dataclass(frozen=True)
+class _Declared:
+    """What a decorator was given."""
+
+    name: str | None
+    requires: Iterable[str]
+    establishes: Iterable[str]
+    preserves: Iterable[str]
+    doc: str | None
+    options: Mapping[str, str | Option] | None
+    prelude: str
+    register: bool
+
+
+@dataclass(frozen=True)
+class _CallsModule(ModulePass):
+    """The base of the classes ``@module_pass`` makes: calls the function."""
+
+    function: ClassVar[Callable[..., Any]]
+    slots: ClassVar[tuple[str, ...]] = ()  # what the positional parameters after the first get
+    context_keyword: ClassVar[bool] = False
+
+    def transform(self, module: IRModule, context: PassContext) -> IRModule:
+        return _call(self, module, module, context)
+
+
+@dataclass(frozen=True)
+class _CallsFunction(FunctionPass):
+    """The base of the classes ``@function_pass`` makes: calls the function."""
+
+    function: ClassVar[Callable[..., Any]]
+    slots: ClassVar[tuple[str, ...]] = ()
+    context_keyword: ClassVar[bool] = False
+
+    def transform_function(
+        self, function: Function, module: IRModule, context: PassContext
+    ) -> Function:
+        return _call(self, function, module, context)
+
+
+def _call(p: _CallsModule | _CallsFunction, first: Any, module: IRModule, context: Any) -> Any:
+    given = {"module": module, "context": context}
+    extra = tuple(given[slot] for slot in p.slots)
+    keywords = {"context": context} if p.context_keyword else {}
+    options = {o.name: getattr(p, o.name) for o in p.options}
+    return type(p).function(first, *extra, **keywords, **options)
 
 
 def _decorator(
     transform: Callable[..., Any] | str | None,
-    name: str | None,
-    requires: Iterable[str],
-    establishes: Iterable[str],
-    preserves: Iterable[str],
-    doc: str | None,
-    options: Mapping[str, str | Option] | None,
-    per_function: bool,
+    declared: _Declared,
+    base: type[_CallsModule] | type[_CallsFunction],
 ) -> Any:
     if isinstance(transform, str):  # @module_pass("name")
-        name, transform = transform, None
+        declared, transform = replace(declared, name=transform), None
 
-    def register(f: Callable[..., Any]) -> Callable[..., Any]:
-        call, declared = _plan(f, per_function, options)
-        p = Pass(
-            name or getattr(f, "__name__", "pass").replace("_", "-"),
-            f,
-            frozenset(requires),
-            frozenset(establishes),
-            doc if doc is not None else _first_line(getattr(f, "__doc__", None)),
-            frozenset(preserves),
-            options=declared,
-            per_function=per_function,
-            defined_at=_where(f),
-            _call=call,
-        )
-        register_pass(p)
-        with contextlib.suppress(AttributeError, TypeError):
+    def make(f: Callable[..., Any]) -> Callable[..., Any]:
+        cls = pass_class_of(f, declared, base)
+        p = cls()
+        if declared.register:
+            register_pass(p)
+        try:
             f.effir_pass = p  # type: ignore[attr-defined]
+        except (AttributeError, TypeError):
+            if not declared.register:
+                raise PassError(f"{_where(f)} cannot carry its pass: decorate a function") from None
         return f
 
-    return register if transform is None else register(transform)
+    return make if transform is None else make(transform)
 
 
-def _first_line(doc: str | None) -> str:
-    """The first sentence-line of a docstring, without markup."""
-    text = inspect.cleandoc(doc or "").split("\n\n")[0].replace("\n", " ").replace("``", "")
-    return text.strip()
+def pass_class_of(
+    f: Callable[..., Any],
+    declared: _Declared,
+    base: type[_CallsModule] | type[_CallsFunction],
+) -> type[Pass]:
+    """The frozen dataclass a decorator makes of ``f``: one field per
+    parameter with a default of an option type (after the module, or the
+    function and the module); parameters named ``module`` or ``context``,
+    and the others without a default in order, receive those."""
+    try:
+        signature = inspect.signature(f)
+    except (TypeError, ValueError):  # a builtin without a signature: f(module)
+        signature = None
+    try:
+        hints = inspect.get_annotations(f, eval_str=True)
+    except Exception:  # an annotation that does not resolve: use the defaults' types
+        hints = {}
+    per_function = issubclass(base, FunctionPass)
+    slots = ["module", "context"] if per_function else ["context"]
+    positional: list[str] = []
+    keyword, fields = False, []
+    params = list(signature.parameters.values())[1:] if signature is not None else []
+    for param in params:
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        wanted = param.name if param.name in slots else None
+        if wanted is None and param.default is param.empty:
+            wanted = next((slot for slot in slots if slot not in positional), None)
+            if wanted is None or param.kind == param.KEYWORD_ONLY:
+                raise PassError(
+                    f"{_where(f)}: parameter {param.name!r} needs a default to be an "
+                    "option of the pass"
+                )
+        if wanted is not None:
+            if param.kind == param.KEYWORD_ONLY:
+                if wanted != "context":
+                    raise PassError(f"{_where(f)}: {param.name!r} must be positional")
+                keyword = True
+            else:
+                positional.append(wanted)
+            continue
+        kind = hints.get(param.name, type(param.default))
+        if kind not in OPTION_TYPES:
+            kind = type(param.default)
+        if kind not in OPTION_TYPES:
+            continue  # not an option: left at its default
+        given = (declared.options or {}).get(param.name)
+        spec = given if isinstance(given, Option) else Option(doc=given or "")
+        metadata = {OPTION_KEY: spec}
+        fields.append((param.name, kind, field(default=param.default, metadata=metadata)))
+    unknown = set(declared.options or ()) - {name for name, _, _ in fields}
+    if unknown:
+        raise PassError(
+            f"{_where(f)}: options= names {', '.join(sorted(unknown))}, which "
+            "are not parameters with a default"
+        )
+    name = declared.name or getattr(f, "__name__", "pass").replace("_", "-")
+    namespace = {
+        "name": name,
+        "doc": declared.doc if declared.doc is not None else first_line(f.__doc__),
+        "requires": frozenset(declared.requires),
+        "establishes": frozenset(declared.establishes),
+        "preserves": frozenset(declared.preserves),
+        "prelude": declared.prelude,
+        "defined_at": _where(f),
+        "definition": staticmethod(f),  # a function, not a method of the pass
+        "function": staticmethod(f),
+        "slots": tuple(positional),
+        "context_keyword": keyword,
+        "__module__": getattr(f, "__module__", None) or __name__,
+    }
+    class_name = "".join(part.capitalize() for part in name.replace("_", "-").split("-"))
+    return dataclasses.make_dataclass(
+        (class_name or "Anonymous") + "Pass",
+        fields,
+        bases=(base,),
+        namespace=namespace,
+        frozen=True,
+    )
 
 
 # ------------------------------------------------------------------- context
@@ -603,19 +656,50 @@ class PassContext:
 
     def __enter__(self) -> PassContext:
         _stack().append(self)
+        entered: list[Instrument] = []
+        try:
+            for instrument in self.instruments:
+                instrument.enter_context(self)
+                entered.append(instrument)
+        except BaseException:  # the context is not entered: undo what was
+            self._exit_instruments(entered)
+            _stack().pop()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
         stack = _stack()
         if stack and stack[-1] is self:
             stack.pop()
+            self._exit_instruments(self.instruments)
+
+    @staticmethod
+    def _exit_instruments(instruments: list[Instrument]) -> None:
+        """Each instrument's ``exit_context``, in reverse order; every one
+        runs even when an earlier one raises (the first error is raised)."""
+        failure: BaseException | None = None
+        for instrument in reversed(instruments):
+            try:
+                instrument.exit_context()
+            except BaseException as err:  # raised once all have run
+                failure = failure or err
+        if failure is not None:
+            raise failure
 
     def run(self, p: Pass, module: IRModule) -> IRModule:
         """Run one pass: requirements, instruments, verification."""
         if not isinstance(module, IRModule):
             raise PassError(f"pass {p.name} was given a {type(module).__name__}, not an IRModule")
+        if not isinstance(p, Sequential) and not all(
+            i.should_run(p, module) for i in self.instruments
+        ):
+            return module
+        if p.prelude and any(self._problem(i, module) is not None for i in p.requires):
+            from .pipeline import pipeline  # pipeline.py builds on this module
+
+            module = self.run(pipeline(p.prelude, name=f"{p.name}'s prelude"), module)
         for invariant in sorted(p.requires):
-            problem = INVARIANTS[invariant](module)
+            problem = self._problem(invariant, module)  # a verdict on this module is reused
             if problem is not None:
                 makers = [
                     q.name for q in registered_passes().values() if invariant in q.establishes
@@ -630,7 +714,7 @@ class PassContext:
         given = self.options.get(p.name)
         if given:  # the context's options, then the pass's own over them
             own = dict(p.values)
-            p = replace(p, values=()).with_options(**given).with_options(**own)
+            p = type(p)().with_options(**given).with_options(**own)
         if self.verify:
             self._verify_input(module)
         for instrument in self.instruments:
@@ -703,7 +787,7 @@ class PassContext:
             problem = self._problem(invariant, after)
             if problem is not None:
                 verb = "establish" if invariant in p.establishes else "preserve"
-                span = definition_span(p.transform)  # the declaration: the decorator's line
+                span = definition_span(p.definition)  # the declaration: the decorator's line
                 raise PassError(
                     f"pass {p.name} broke {INVARIANT_TEXT[invariant]}, which it declares to "
                     f"{verb}: {problem}",

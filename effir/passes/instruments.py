@@ -1,6 +1,8 @@
 """Instruments: hooks a ``PassContext`` calls around each pass (per-pass
 timing, printing the program before or after each pass or after those
-that changed it)."""
+that changed it), as TVM's pass instruments: ``should_run`` may skip a
+pass, ``enter_context``/``exit_context`` hear the context entered and left
+(to set up and flush what the instrument records)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from ..ir.module import IRModule
 from ..ir.printer import astext
 
 if TYPE_CHECKING:
-    from .infra import Pass
+    from .infra import Pass, PassContext
 
 
 class Instrument:
@@ -24,6 +26,19 @@ class Instrument:
     returned a new module."""
 
     needs_changed: bool = True
+
+    def enter_context(self, context: PassContext) -> None:
+        """Called when ``context``, which holds this instrument, is entered
+        (``with``); an exception leaves the context not entered."""
+
+    def exit_context(self) -> None:
+        """Called when the context that holds this instrument is left."""
+
+    def should_run(self, p: Pass, module: IRModule) -> bool:
+        """Whether ``p`` runs on ``module``: a pass any instrument refuses is
+        skipped (its input goes on unchanged, and no ``before``/``after``
+        is called). A sequence is never skipped whole: ask of its members."""
+        return True
 
     def before(self, p: Pass, module: IRModule) -> None:
         pass

@@ -1,8 +1,12 @@
 """Loading a user's Python file of passes (``effir opt --load my_passes.py``).
 
-The file registers passes with the pass API (``@effir.transform.module_pass``
-and friends) when it runs, as an MLIR plugin registers its passes when it is
-loaded; pipeline text then names them like built-in ones. Whatever goes
+The file's passes are registered when it runs, as an MLIR plugin
+registers its passes when it is loaded: those made by the decorators
+(``@effir.transform.module_pass`` and friends) register themselves, and
+every pass class the file defines with a ``name`` (a frozen dataclass
+subclassing ``effir.transform.ModulePass`` or ``FunctionPass``) is
+registered once the file has run. Pipeline text then names them like
+built-in ones. Whatever goes
 wrong in the file (a syntax error, an exception while it runs, a pass
 registered twice) is one ``PassFileError`` located at the file's line, not
 a traceback; the passes it registered before failing are removed again, so
@@ -16,14 +20,15 @@ definition) and two files with the same name do not collide.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import sys
 import traceback
 import types
 from pathlib import Path
 
 from ..ir.diagnostics import Error, PassError, Source
-from .infra import line_span
-from .registry import registered_passes, unregister_pass
+from .infra import Pass, line_span
+from .registry import register_pass, registered_passes, unregister_pass
 
 
 class PassFileError(PassError):
@@ -49,12 +54,43 @@ def load_pass_file(path: str | Path) -> tuple[str, ...]:
     sys.modules[name] = module  # dataclasses and typing look their module up
     try:
         exec(code, module.__dict__)
+        for cls in _pass_classes(module):
+            _register_class(cls, source)
     except (Exception, SystemExit) as err:
         sys.modules.pop(name, None)
         for pass_name in _registered_by(name, before):
             unregister_pass(pass_name)
+        if isinstance(err, PassFileError):
+            raise err from None
         raise _located(err, source) from None
     return tuple(_registered_by(name, before, include_replaced=True))
+
+
+def _pass_classes(module: types.ModuleType) -> list[type[Pass]]:
+    """The pass classes ``module`` defines itself, with a name (not those a
+    decorator made of a function: they registered themselves)."""
+    return [
+        value
+        for value in vars(module).values()
+        if isinstance(value, type)
+        and issubclass(value, Pass)
+        and value.__module__ == module.__name__
+        and value.definition is value
+        and value.name
+    ]
+
+
+def _register_class(cls: type[Pass], source: Source) -> None:
+    """Register ``cls``; a refused declaration is located at the class."""
+    try:
+        register_pass(cls)
+    except Error as err:
+        try:
+            line = inspect.getsourcelines(cls)[1]
+        except (OSError, TypeError):
+            line = None
+        span = line_span(source, line) if line is not None else None
+        raise PassFileError(f"loading passes failed: {err.message}", span) from None
 
 
 def _read(path: Path) -> str:

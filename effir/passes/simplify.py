@@ -90,6 +90,7 @@ from .infra import module_pass
 
 @module_pass(
     name="simplify",
+    preserves={"anf", "a2", "bbnf"},  # a binding's value becomes an atom or one call
     doc="algebraic identities that keep every bit: x * 1, tuples of projections, "
     "reshape of reshape, transpose of transpose, casts to the same dtype...",
 )

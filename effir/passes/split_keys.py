@@ -49,6 +49,7 @@ _SPLIT = op_def("random.split")
 @module_pass(
     name="split-keys",
     requires={"a2"},
+    preserves={"a2", "anf"},  # splits stay bindings of one call
     doc="a chain of key splits in a block becomes one split (changes random values)",
 )
 def split_keys(module: IRModule) -> IRModule:

@@ -65,6 +65,7 @@ from .infra import module_pass
 @module_pass(
     name="to-bbnf",
     establishes={"bbnf"},
+    preserves={"a2"},
     doc="every block a let chain; sharing across blocks bound in their common block",
 )
 def to_bbnf(module: IRModule) -> IRModule:

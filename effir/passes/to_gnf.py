@@ -58,6 +58,7 @@ from .to_bbnf import located
 @module_pass(
     name="to-gnf",
     establishes={"gnf"},
+    preserves={"a2"},
     doc="pure let-bound values written where they are used (graph form, for display)",
 )
 def to_gnf(module: IRModule) -> IRModule:

@@ -72,9 +72,10 @@ def test_the_backend_does_not_import_the_frontend() -> None:
 
 
 def test_the_pass_registry_names_a_driver_module() -> None:
-    from effir.passes.registry import BUILTIN_PASS_MODULES
+    from effir.passes.registry import BUILTIN_PASSES
 
-    for module in BUILTIN_PASS_MODULES:
+    for definition in BUILTIN_PASSES.values():
+        module = definition.partition(":")[0]
         if module.startswith(BACKEND + "."):
             assert module[len(BACKEND) + 1 :].split(".")[0] in ENTRY_STAGES, module
 

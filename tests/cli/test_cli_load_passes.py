@@ -24,9 +24,9 @@ from effir.ir.expr import Call, Op
 @effir.transform.function_pass(name="tanh-to-sigmoid", requires={"anf"}, preserves={"anf"})
 def tanh_to_sigmoid(fn, module, context):
     """every tanh becomes a sigmoid"""
-
-    class Swap(effir.ir.ExprMutator):
-        def visit_Call(self, new, old):
+    class Swap(effir.ir.Mutator):
+        @effir.ir.on(Call)
+        def call(self, new, old):
             if isinstance(new.callee, Op) and new.callee.name == "tanh":
                 return Call(Op("sigmoid"), new.args, new.attrs)
             return new
@@ -131,3 +131,57 @@ def test_a_missing_pass_file(tmp_path, capsys):
     program = write(tmp_path, "m.effir", PROGRAM)
     assert main(["opt", program, "-O1", "--load", str(tmp_path / "nope.py")]) == 1
     assert "nope.py: no such file" in capsys.readouterr().err
+
+
+CLASS_PASSES = '''\
+from dataclasses import dataclass
+
+import effir
+from effir.ir import Mutator, on
+from effir.ir.expr import Call, Op
+from effir.transform import FunctionPass, option
+
+
+@dataclass(frozen=True)
+class Rename(FunctionPass):
+    """one operator becomes another"""
+
+    name = "rename-op"
+    requires = {"anf"}
+    preserves = {"anf"}
+
+    old: str = option("tanh", "the operator replaced")
+    new: str = "sigmoid"
+
+    def transform_function(self, fn, module, context):
+        old, new = self.old, self.new
+
+        class Swap(Mutator):
+            @on(Call)
+            def call(self, done, original):
+                if isinstance(done.callee, Op) and done.callee.name == old:
+                    return Call(Op(new), done.args, done.attrs)
+                return done
+
+        return Swap().mutate(fn)
+'''
+
+
+def test_a_pass_class_in_the_file_is_registered_with_its_options(tmp_path, capsys):
+    code, out, err = opt(tmp_path, capsys, CLASS_PASSES, "-p", "to-anf,rename-op{new=exp}")
+    assert (code, err) == (0, "")
+    assert "exp(" in out and "tanh" not in out
+    loaded = write(tmp_path, "my_passes.py", CLASS_PASSES)
+    assert main(["opt", "--list-passes", "--load", loaded]) == 0
+    listing = capsys.readouterr().out
+    assert "rename-op: one operator becomes another\n    requires anf" in listing
+    assert "option old=tanh (str): the operator replaced" in listing
+
+
+def test_a_pass_class_with_a_wrong_declaration_is_located(tmp_path, capsys):
+    wrong = CLASS_PASSES.replace('preserves = {"anf"}', 'establishes = {"anf"}')
+    code, out, err = opt(tmp_path, capsys, wrong, "-O1")
+    assert code == 1 and out == ""
+    assert "my_passes.py:9:1: pass error: loading passes failed: pass rename-op" in err
+    assert "both requires and establishes anf" in err and "Traceback" not in err
+    assert "rename-op" not in registered_passes()

@@ -93,4 +93,5 @@ def test_opt_needs_one_pipeline_and_checks_requirements(tmp_path, capsys):
     assert main(["opt", path, "-p", "split-keys"]) == 1
     err = capsys.readouterr().err
     assert "pass split-keys requires a state-passing program (A2)" in err
-    assert "run grad or state-passing first" in err  # grad takes A1 to A2 too
+    # grad requires A2 (its prelude makes it) and preserves it: not a maker of A2.
+    assert "; run state-passing first" in err

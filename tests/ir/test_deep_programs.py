@@ -6,12 +6,12 @@ import pytest
 import effir
 from effir.ir import (
     Call,
-    ExprMutator,
     Function,
     GlobalVar,
     If,
     IRModule,
     Let,
+    Mutator,
     TensorType,
     Tuple,
     Var,
@@ -25,6 +25,13 @@ VEC = TensorType((4,), "float32")
 pytestmark = pytest.mark.usefixtures("default_recursion_limit")
 
 
+class EveryField(Mutator):
+    """A mutator that walks every field (binders and types too) and rewrites nothing."""
+
+    binders = True
+    types = True
+
+
 def roundtrip_everything(mod: IRModule) -> None:
     text = effir.astext(mod)
     again = effir.parse(text)
@@ -32,7 +39,7 @@ def roundtrip_everything(mod: IRModule) -> None:
     assert effir.structural_hash(again) == effir.structural_hash(mod)
     assert effir.astext(again) == text
     effir.check_well_formed(again)
-    rebuilt = ExprMutator().mutate(again["main"])
+    rebuilt = EveryField().mutate(again["main"])
     assert rebuilt is again["main"]  # nothing to rewrite: identity is kept
 
 

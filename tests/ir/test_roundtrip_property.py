@@ -21,16 +21,17 @@ from effir.ir import (
     Attrs,
     Call,
     Constant,
-    ExprMutator,
     Function,
     IRModule,
     Let,
+    Mutator,
     Op,
     Tuple,
     TypeVar,
     Var,
     check_well_formed,
     lookup_op,
+    on,
     pre_order,
     structural_diff,
 )
@@ -85,18 +86,23 @@ def test_printing_is_deterministic(mod):
 # --------------------------------------------------------- alpha-renaming
 
 
-class _Renamer(ExprMutator):
+class _Renamer(Mutator):
     """Gives every variable and type variable a new object and a new name."""
+
+    binders = True
+    types = True
 
     def __init__(self) -> None:
         super().__init__()
         self.count = 0
 
-    def visit_Var(self, new: Var, old: Var) -> Var:
+    @on(Var)
+    def var(self, new: Var, old: Var) -> Var:
         self.count += 1
         return Var(f"renamed_{self.count}", new.type_annotation)
 
-    def visit_TypeVar(self, new: TypeVar, old: TypeVar) -> TypeVar:
+    @on(TypeVar)
+    def type_var(self, new: TypeVar, old: TypeVar) -> TypeVar:
         self.count += 1
         return TypeVar(f"Renamed{self.count}")
 
@@ -210,12 +216,16 @@ def _mutable(node) -> bool:
     return isinstance(node, Function)
 
 
-class _Mutate(ExprMutator):
+class _Mutate(Mutator):
+    binders = True
+    types = True
+
     def __init__(self, target, which: int) -> None:
         super().__init__()
         self.target, self.which = target, which
 
-    def _replace(self, new, old):
+    @on(Constant, Call, Function)
+    def replace(self, new, old):
         if old is not self.target:
             return new
         if isinstance(new, Constant):
@@ -223,8 +233,6 @@ class _Mutate(ExprMutator):
         if isinstance(new, Call):
             return _mutated_call(new, self.which)
         return _mutated_function(new)
-
-    visit_Constant = visit_Call = visit_Function = _replace
 
 
 @st.composite

@@ -7,16 +7,17 @@ import effir
 from effir.ir import (
     Call,
     Constant,
-    ExprMutator,
     Function,
     GlobalVar,
     IRModule,
     Let,
+    Mutator,
     Tuple,
     Var,
     WellFormedError,
     get_op,
     lookup_op,
+    on,
     post_order,
     pre_order,
 )
@@ -34,8 +35,9 @@ def test_orders_visit_shared_nodes_once():
     assert pre[0] is root and pre.count(shared) == 1
 
 
-class DoubleConstants(ExprMutator):
-    def visit_Constant(self, new, old):
+class DoubleConstants(Mutator):
+    @on(Constant)
+    def constant(self, new, old):
         return Constant(new.data * 2)
 
 
@@ -52,7 +54,12 @@ def test_mutator_rewrites_bottom_up_and_keeps_sharing():
 
 def test_mutator_keeps_identity_when_nothing_changes():
     mod = effir.parse(H + "def @main(%x) { let %y = add(%x, %x); (%y, %y) }\n")
-    assert ExprMutator().mutate(mod["main"]) is mod["main"]
+
+    class EveryField(Mutator):
+        binders = True
+        types = True
+
+    assert EveryField().mutate(mod["main"]) is mod["main"]
 
 
 def test_well_formed_accepts_parsed_programs():

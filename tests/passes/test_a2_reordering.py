@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 import effir
 from effir.backends.interpreter import interpret_a2
 from effir.ir.expr import Expr, Let, Var
+from effir.ir.functor import Mutator, on
 from effir.ir.module import IRModule
 from effir.ir.node import Node
-from effir.ir.visitor import ExprMutator, block_heads, pre_order
+from effir.ir.visitor import block_heads, pre_order
 from effir.passes.state_passing import state_passing
 
 from .a1_programs import A1Program, a1_programs
@@ -30,8 +31,11 @@ def _free_uses(expr: Expr) -> set[Var]:
     return {node for node in pre_order(expr) if isinstance(node, Var)}
 
 
-class _Reschedule(ExprMutator):
+class _Reschedule(Mutator):
     """Each block's bindings in a random order that respects data flow."""
+
+    binders = True
+    types = True
 
     def __init__(self, rnd: random.Random) -> None:
         super().__init__()
@@ -42,7 +46,8 @@ class _Reschedule(ExprMutator):
         self.heads = block_heads(root)
         return super().mutate(root)
 
-    def visit_Let(self, new: Node, old: Node) -> Node:
+    @on(Let)
+    def let(self, new: Node, old: Node) -> Node:
         if id(old) not in self.heads:
             return new
         assert isinstance(new, Let)

@@ -106,8 +106,8 @@ def test_no_dead_code_returns_the_module_itself() -> None:
 
 
 def test_passes_are_registered_and_run_in_a_pipeline() -> None:
-    assert lookup_pass("dce").transform is dce
-    assert lookup_pass("cse").transform is cse
+    assert lookup_pass("dce").definition is dce
+    assert lookup_pass("cse").definition is cse
     module = parse(
         "def @main(%x: Tensor[(4), float32]) {"
         " let %a = add(%x, %x); let %b = add(%x, %x); multiply(%a, %b) }"

@@ -69,8 +69,8 @@ def folded_value(text: str) -> Constant:
 
 # ------------------------------------------------------------- registry
 def test_both_passes_are_registered():
-    assert lookup_pass("fold-constant").transform is fold_constant
-    assert lookup_pass("simplify").transform is simplify
+    assert lookup_pass("fold-constant").definition is fold_constant
+    assert lookup_pass("simplify").definition is simplify
     assert lookup_pass("fold-constant").doc and lookup_pass("simplify").doc
 
 

@@ -377,7 +377,7 @@ def test_fusing_twice_is_fusing_once_and_kernels_are_not_refused() -> None:
 
 
 def test_registered_requires_anf_and_runs_after_state_passing() -> None:
-    assert lookup_pass("fuse").transform is fuse
+    assert lookup_pass("fuse").definition is fuse
     nested = parse(f"def @main(%x: {V}) {{ let %a = add(let %y = exp(%x); %y, 1f); %a }}")
     with pytest.raises(PassError, match="requires A-normal form"):
         run_pipeline(nested, "fuse")

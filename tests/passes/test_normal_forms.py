@@ -18,7 +18,7 @@ from effir.ir.expr import Call, Expr, Op, is_atom
 from effir.ir.visitor import pre_order
 from effir.passes.anf import to_anf, to_anf_expr
 from effir.passes.anf_sharing import Facts
-from effir.passes.infra import Pass, PassContext, PassError, anf_problem
+from effir.passes.infra import PassContext, PassError, anf_problem, module_pass
 from effir.passes.pipeline import lookup_pass, run_pipeline
 from effir.passes.to_bbnf import bbnf_problem, to_bbnf
 from effir.passes.to_gnf import gnf_problem, to_gnf
@@ -298,7 +298,8 @@ def test_passes_are_registered_with_their_invariants() -> None:
     assert lookup_pass("to-gnf").establishes == {"gnf"}
     module = parse("def @main(%x: Tensor[(4), float32]) { let %a = exp(%x); add(%a, %a) }")
     graph = run_pipeline(module, "to-gnf", PassContext(verify=True))
-    needs_bbnf = Pass("needs-bbnf", lambda m: m, requires=frozenset({"bbnf"}))
+    needs = module_pass(name="needs-bbnf", requires={"bbnf"}, register=False)
+    needs_bbnf = needs(lambda m: m).effir_pass
     across_blocks = to_gnf(
         parse("""
 def @main(%x: Tensor[(4), float32], %c: bool) {

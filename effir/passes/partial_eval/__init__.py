@@ -101,6 +101,7 @@ __all__ = ["MAX_ELEMENTS", "MAX_INLINE", "MAX_UNROLL", "partial_eval"]
 @module_pass(
     name="partial-eval",
     establishes={"anf"},
+    preserves={"a2"},  # inlines and folds: adds no effect
     doc="fold constants, resolve static ifs, matches and projections, inline known calls",
     options={
         "fuel": Option(

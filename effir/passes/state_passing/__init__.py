@@ -87,6 +87,7 @@ __all__ = ["Signature", "state_passing"]
 @module_pass(
     name="state-passing",
     establishes={"anf", "a2"},
+    preserves=(),  # rebuilds every function that touches state: no other form survives
     doc="global state becomes parameters and results (A1 -> A2)",
 )
 def state_passing(module: IRModule) -> IRModule:

@@ -32,7 +32,7 @@ from ....passes.infra import module_pass
 @module_pass(
     name="lower-tvm",
     requires={"anf"},
-    establishes={"anf"},
+    preserves={"anf", "a2"},  # a pure call becomes a call of a one-call kernel
     doc="pure operator calls TVM can compute, outside fused groups, become one-call kernels",
 )
 def lower_tvm(module: IRModule) -> IRModule:
