@@ -30,9 +30,21 @@ BUILTIN_PASS_PACKAGES = ("effir.passes",)
 """Packages whose modules define the built-in passes (each registers its
 own where it is defined)."""
 
-BUILTIN_PASS_MODULES = ("effir.backends.tvm.driver.passes",)
-"""Modules outside those packages that register passes: the TVM backend's
-(lower-tvm, which imports TVM only when it runs)."""
+BUILTIN_PASS_MODULES: list[str] = []
+"""Modules above this layer that define passes, each named by the layer
+that owns it (``register_pass_module``): the backends name the TVM
+backend's (lower-tvm, which imports TVM only when it runs)."""
+
+
+def register_pass_module(name: str) -> None:
+    """Have the registry import module ``name`` (which registers passes) at
+    its first look-up: how a layer above passes adds its passes without the
+    registry naming it."""
+    with _registry_lock:
+        if name not in BUILTIN_PASS_MODULES:
+            BUILTIN_PASS_MODULES.append(name)
+        if _loaded:
+            importlib.import_module(name)
 
 
 def register_pass(p: Pass) -> Pass:
@@ -109,6 +121,7 @@ get_pass = lookup_pass
 
 __all__ = [
     "BUILTIN_PASS_MODULES",
+    "register_pass_module",
     "BUILTIN_PASS_PACKAGES",
     "RegistrationError",
     "get_pass",
