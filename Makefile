@@ -19,6 +19,7 @@ demo: $(STAMP)
 # files go to one worker (--dist loadfile), so a module-scoped build is made once.
 test: $(STAMP)
 	$(BIN)/ruff check effir tests benchmarks examples
+	$(BIN)/lint-imports  # the layers of pyproject.toml [tool.importlinter]
 	$(BIN)/python -m pytest -n auto --maxprocesses 2 --dist loadfile
 
 # Re-execute the tutorials and save their outputs (they are committed executed;

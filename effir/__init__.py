@@ -1,6 +1,7 @@
 """effir: a Relay-style functional IR for effectful, dynamic ML programs."""
 
 from . import (
+    highlight,  # registers how notebooks show nodes and modules (HTML)
     ops,  # noqa: F401  (registers every operator)
     transform,
 )

@@ -25,7 +25,9 @@ from pygments.token import (
     Whitespace,
 )
 
+from .ir.display import register_renderer
 from .ir.names import BUILTIN_TYPE_WORDS, EXPRESSION_WORDS, KEYWORDS
+from .ir.printer import astext
 from .ir.types import DTYPES
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -103,3 +105,11 @@ def html(text: str) -> str:
     """``text`` as highlighted HTML with inline styles (no style sheet
     needed: notebooks on a repository page drop ``<style>`` elements)."""
     return highlight(text, EffirLexer(), HtmlFormatter(noclasses=True, nobackground=True))
+
+
+def _node_html(obj: object) -> str:
+    """A node or module as notebooks show it: its text, highlighted."""
+    return html(astext(obj))  # type: ignore[arg-type]
+
+
+register_renderer("html", _node_html)

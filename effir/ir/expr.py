@@ -9,7 +9,7 @@ import numpy as np
 
 from .diagnostics import WellFormedError
 from .names import KEYWORDS, require_name
-from .node import EMPTY_ATTRS, Attrs, Node
+from .node import EMPTY_ATTRS, PATTERN, Attrs, Node
 from .types import Type, TypeVar
 
 
@@ -171,6 +171,7 @@ class Constructor(Expr):
 
 class Pattern(Node):
     __slots__ = ()
+    ROLE = PATTERN
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)

@@ -6,8 +6,10 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
 from .diagnostics import WellFormedError
+from .display import render
 from .expr import Constructor, Function, GlobalCell, TypeData
 from .names import EXPRESSION_WORDS, KEYWORDS, require_name
+from .op import lookup_op
 from .types import RESERVED_TYPE_NAMES
 
 
@@ -76,12 +78,9 @@ class IRModule:
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name.removeprefix("@") in self._functions
 
-    def _repr_html_(self) -> str:
+    def _repr_html_(self) -> str | None:
         """Jupyter shows a module as its highlighted text (effir/highlight.py)."""
-        from ..highlight import html
-        from .printer import astext
-
-        return html(astext(self))
+        return render("html", self)
 
     def with_function(self, name: str, fn: Function) -> IRModule:
         return IRModule({**self._functions, name: fn}, self._type_defs, self._cells)
@@ -94,9 +93,8 @@ class IRModule:
 
     def __str__(self) -> str:
         """The program in the text format (what ``print`` shows)."""
-        from .printer import astext
-
-        return astext(self)
+        text = render("text", self)
+        return repr(self) if text is None else text
 
     def __repr__(self) -> str:
         """One line: what the module defines (``print(module)`` shows the text)."""
@@ -111,8 +109,6 @@ class IRModule:
 def check_constructor_name(name: str) -> None:
     """A constructor name must read back as that constructor, not as a
     literal, a keyword or an operator."""
-    from .op import lookup_op  # the registry imports expr, not module
-
     require_name(name, "constructor name", EXPRESSION_WORDS | KEYWORDS)
     if lookup_op(name) is not None:
         raise WellFormedError(f"constructor name {name!r} is the name of an operator")

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
 from .diagnostics import Span
+from .display import render
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
@@ -37,6 +38,9 @@ class Node:
     """An immutable IR node; ``span`` records where it came from, if anywhere."""
 
     FIELDS: ClassVar[tuple[tuple[str, str], ...]] = ()
+    # What a field of this class's type holds: "expr", "type" or "pattern"
+    # (the Type and Pattern bases, defined above this module, say so).
+    ROLE: ClassVar[str] = "expr"
 
     span: Span | None = field(default=None, kw_only=True)
 
@@ -55,21 +59,17 @@ class Node:
             return repr(self)
 
     def _text(self) -> str:
-        from .printer import astext  # printing is the readable repr
-
-        return astext(self).rstrip("\n")
+        text = render("text", self)
+        return object.__repr__(self) if text is None else text.rstrip("\n")
 
     def children(self) -> Iterator[Node]:
         """Direct child nodes (binders, types and constructor definitions
         included), in field order."""
         return iter(child_nodes(self))
 
-    def _repr_html_(self) -> str:
+    def _repr_html_(self) -> str | None:
         """Jupyter shows a node as its highlighted text (effir/highlight.py)."""
-        from ..highlight import html
-        from .printer import astext
-
-        return html(astext(self))
+        return render("html", self)
 
 
 # What each field kind holds: (a tuple of nodes, binders); None: no node.
@@ -143,13 +143,11 @@ def child_slots(cls: type[Node]) -> tuple[Slot, ...]:
 
 
 def _role(cls: type, annotation: str) -> str:
-    from .expr import Pattern  # the node classes are defined after this base
-    from .types import Type
-
-    if issubclass(cls, Type):
+    role = getattr(cls, "ROLE", EXPR)
+    if role == TYPE:
         return TYPE
     words = set(re.findall(r"\w+", annotation))
-    if issubclass(cls, Pattern) or "Pattern" in words:
+    if role == PATTERN or "Pattern" in words:
         return PATTERN
     if words and words <= _TYPE_WORDS:
         return TYPE

@@ -22,6 +22,8 @@ The only exception the parser raises is ``ParseError``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from . import lexer as L
 from . import metadata
 from .collector import collector_paced
@@ -390,13 +392,21 @@ def parse(
         raise ParseError(again.message, again.span, (*again.notes, note)) from None
 
 
+# The standard library (effir.std, which parses its text with this module,
+# so it sits above it) registers itself here, for the hint above.
+_PRELUDE: list[Callable[[], IRModule]] = []
+
+
+def register_prelude(load: Callable[[], IRModule]) -> None:
+    """Let a parse error that names something ``load()`` defines say so."""
+    _PRELUDE[:] = [load]
+
+
 def _prelude_defining(unknown: tuple[str, str] | None) -> IRModule | None:
     """``effir.prelude()`` if it defines the name an error found unknown."""
-    if unknown is None or unknown[0] == "variable":
+    if unknown is None or unknown[0] == "variable" or not _PRELUDE:
         return None
-    from ..std import prelude  # effir.std parses its text with this module
-
-    module = prelude()
+    module = _PRELUDE[0]()
     what, name = unknown
     if what == "global":
         return module if name in module.functions else None

@@ -38,6 +38,7 @@ from typing import Any
 
 from . import metadata
 from .collector import collector_paced
+from .display import register_renderer
 from .expr import (
     Call,
     Clause,
@@ -788,3 +789,6 @@ def _astext(node: IRModule | Node) -> str:
     if isinstance(node, Attrs):  # pragma: no cover - convenience
         return ", ".join(f"{k}={attr_text(v)}" for k, v in node.items())
     raise TypeError(f"cannot print {type(node).__name__}")
+
+
+register_renderer("text", astext)

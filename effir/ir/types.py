@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from .diagnostics import WellFormedError
 from .names import BUILTIN_TYPE_WORDS, KEYWORDS, is_identifier
-from .node import Node
+from .node import TYPE, Node
 
 # A dimension is an int (static), a str naming a symbolic dimension ("n"),
 # or ANY ("?"), a dimension known only at run time.
@@ -37,6 +37,7 @@ class Type(Node):
     """Base of all types."""
 
     __slots__ = ()
+    ROLE = TYPE
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)

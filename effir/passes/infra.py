@@ -379,16 +379,24 @@ def _requirer(p: Pass, invariant: str) -> str:
     return p.requirers.get(invariant, p.name) if isinstance(p, Sequential) else p.name
 
 
+# Pipeline text is read by effir.passes.pipeline, which builds on this module
+# (it makes Sequentials of registered passes); it registers its reader here.
+_PIPELINE_TEXT: list[Callable[[str], Sequential]] = []
+
+
+def register_pipeline_reader(read: Callable[[str], Sequential]) -> None:
+    """Let ``as_pass`` (and so ``Sequential``) read pipeline text with ``read``."""
+    _PIPELINE_TEXT[:] = [read]
+
+
 def as_pass(item: Pass | str | Callable[..., Any]) -> Pass:
     """A pass from a pass, a registered name (or pipeline text), or a
     function a decorator made a pass."""
     if isinstance(item, Pass):
         return item
     if isinstance(item, str):
-        if any(c in item for c in ",{"):  # pipeline text
-            from .pipeline import pipeline  # pipeline.py builds on this module
-
-            passes = pipeline(item)
+        if any(c in item for c in ",{") and _PIPELINE_TEXT:  # pipeline text
+            passes = _PIPELINE_TEXT[0](item)
             return passes.passes[0] if len(passes) == 1 else passes
         return lookup_pass(item.strip())
     made = getattr(item, "effir_pass", None)

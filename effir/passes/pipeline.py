@@ -12,9 +12,19 @@ located in the text.
 
 from __future__ import annotations
 
+import difflib
+
 from ..ir.diagnostics import Source, Span
 from ..ir.module import IRModule
-from .infra import Pass, PassContext, PassError, Sequential, lookup_pass, registered_passes
+from .infra import (
+    Pass,
+    PassContext,
+    PassError,
+    Sequential,
+    lookup_pass,
+    register_pipeline_reader,
+    registered_passes,
+)
 
 STANDARD_PIPELINES = {
     "O0": "",
@@ -150,7 +160,6 @@ class _Reader:
 
 
 def _did_you_mean(name: str) -> str:
-    import difflib
 
     close = difflib.get_close_matches(name, list(registered_passes()), n=1)
     return f"did you mean {close[0]}?" if close else ""
@@ -159,3 +168,6 @@ def _did_you_mean(name: str) -> str:
 def run_pipeline(module: IRModule, text: str, context: PassContext | None = None) -> IRModule:
     """``module`` after each pass of the pipeline ``text``, in order."""
     return pipeline(text)(module, context)
+
+
+register_pipeline_reader(pipeline)

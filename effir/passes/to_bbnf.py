@@ -36,29 +36,16 @@ effectful shared expression's first use), the pinned operands evaluated
 before it are bound first. Every program in A-normal form that
 ``to-anf`` produces is in this form, so ``to-anf`` establishes ``bbnf`` too.
 
-The checker ``bbnf_problem`` reports the first violation with its place.
+The checker ``bbnf_problem`` (effir/passes/invariants.py) reports the first violation with its place.
 """
 
 from __future__ import annotations
 
 from ..ir.expr import (
-    Call,
     Expr,
-    Function,
-    If,
-    Let,
-    Match,
-    Op,
-    RefCreate,
-    RefRead,
-    RefWrite,
-    Tuple,
-    TupleGetItem,
 )
 from ..ir.module import IRModule
-from ..ir.visitor import pre_order
 from .anf import normal_form
-from .anf_sharing import expression_edges, lifted_nodes
 from .infra import module_pass
 
 
@@ -78,60 +65,3 @@ def to_bbnf(module: IRModule) -> IRModule:
 def to_bbnf_expr(expr: Expr) -> Expr:
     """``expr`` in basic-block normal form; a Function stays a Function."""
     return normal_form(expr, atomic=False)
-
-
-def bbnf_problem(module: IRModule) -> str | None:
-    """Where ``module`` is not in basic-block normal form, or None."""
-    for name, fn in module.functions.items():
-        for node in pre_order(fn):
-            if not isinstance(node, Expr):
-                continue
-            for slot, child, opens in expression_edges(node):
-                if not isinstance(child, Let) or opens:
-                    continue
-                if isinstance(node, Let):
-                    if slot == "body":
-                        continue
-                    where = "the value of a let"
-                else:
-                    where = describe(node)
-                return (
-                    f"@{name}: a let{located(child)} is nested in {where}; "
-                    "in basic-block normal form lets only make up blocks"
-                )
-        lifted = lifted_nodes(fn)
-        if lifted:
-            node = lifted[-1]  # outermost first: the order is children first
-            return (
-                f"@{name}: {describe(node)}{located(node)} is shared by several blocks; "
-                "basic-block normal form binds it in the block that encloses its uses"
-            )
-    return None
-
-
-def located(node: Expr) -> str:
-    """`` at file:line:col`` when ``node`` has a span, else nothing."""
-    return f" at {node.span}" if node.span is not None else ""
-
-
-def describe(node: Expr) -> str:
-    """A short description of an expression, for messages."""
-    if isinstance(node, Call):
-        if isinstance(node.callee, Op):
-            return f"the call of {node.callee.name}"
-        return "a call"
-    kinds: list[tuple[type, str]] = [
-        (Let, "a let"),
-        (Tuple, "a tuple"),
-        (TupleGetItem, "a tuple projection"),
-        (If, "an if"),
-        (Match, "a match"),
-        (Function, "a function literal"),
-        (RefCreate, "a ref"),
-        (RefRead, "a ref_read"),
-        (RefWrite, "a ref_write"),
-    ]
-    for cls, text in kinds:
-        if isinstance(node, cls):
-            return text
-    return f"a {type(node).__name__}"

@@ -38,21 +38,20 @@ ends) could have been observed, as with ``dce``.
 
 ``to-anf`` after ``to-gnf`` runs as the original: movable values move to
 their uses' lowest common scope (a pure value may go down into a branch that
-uses it, never into a closure). The checker ``gnf_problem`` (invariant ``gnf``) names the
+uses it, never into a closure). The checker ``gnf_problem`` (invariant ``gnf``,
+effir/passes/invariants.py) names the
 first let that [RULE G] would remove.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-from ..ir.expr import ATOM_TYPES, Expr, Function, Let, Var
+from ..ir.expr import ATOM_TYPES, Expr, Let, Var
 from ..ir.functor import Mutator
 from ..ir.module import IRModule
 from ..ir.node import Node
 from .anf_sharing import Facts, expression_edges, pins
 from .infra import module_pass
-from .to_bbnf import located
+from .invariants import captured_lets, removable_lets
 
 
 @module_pass(
@@ -86,62 +85,6 @@ def to_gnf_expr(expr: Expr) -> Expr:
     while next(removable_lets(result), None) is not None:
         result = _Graph(result).mutate(result)  # type: ignore[assignment]
     return result
-
-
-def gnf_problem(module: IRModule) -> str | None:
-    """Where ``module`` is not in graph normal form, or None."""
-    for name, fn in module.functions.items():
-        for let in removable_lets(fn):
-            return (
-                f"@{name}: let %{let.var.name_hint}{located(let)} binds a pure value; "
-                "graph normal form writes the value where it is used"
-            )
-    return None
-
-
-def removable_lets(root: Expr) -> Iterator[Let]:
-    """The lets of ``root`` that graph normal form removes [RULE G]."""
-    facts = Facts(root)
-    pinned = facts.pinned()
-    captured = _captured(facts)
-    for node in facts.order:
-        if not isinstance(node, Let) or node.var.type_annotation is not None:
-            continue
-        if node.var in captured:
-            continue
-        value = node.value
-        if isinstance(value, ATOM_TYPES):
-            if not (isinstance(value, Var) and value in facts.recursive):
-                yield node
-        elif id(value) not in pinned:
-            yield node
-
-
-def _captured(facts: Facts, dying: frozenset[int] = frozenset()) -> set[Var]:
-    """Let variables used inside a function literal within their scope: a
-    use nested in more function literals than the let. Nodes go parents
-    first (reversed post-order); a shared node counts at its deepest place.
-    Uses inside the values of the lets ``dying`` (ids) do not count: those
-    values go, with the closures in them."""
-    root = facts.order[-1] if facts.order else None
-    depth: dict[int, int] = {id(root): 0}
-    deepest_use: dict[Var, int] = {}
-    bound_at: dict[Var, int] = {}
-    for node in reversed(facts.order):
-        here = depth.get(id(node))
-        if here is None:  # reached only through a dying let's value
-            continue
-        if isinstance(node, Let):
-            bound_at[node.var] = here
-        inner = here + 1 if isinstance(node, Function) else here
-        for _, child, _ in expression_edges(node):
-            if id(node) in dying and child is node.value:  # type: ignore[attr-defined]
-                continue
-            if isinstance(child, Var):
-                deepest_use[child] = max(deepest_use.get(child, 0), inner)
-            elif not isinstance(child, ATOM_TYPES):
-                depth[id(child)] = max(depth.get(id(child), -1), inner)
-    return {v for v, d in bound_at.items() if deepest_use.get(v, 0) > d}
 
 
 class _Dying(Mutator):
@@ -195,7 +138,7 @@ class _Graph(Mutator):
         self.recursive = facts.recursive
         sweep = _Dying(facts)
         sweep.mutate(root)
-        self.captured = _captured(facts, frozenset(sweep.dying))
+        self.captured = captured_lets(facts, frozenset(sweep.dying))
         self.subst: dict[Var, Expr] = {}
         self.pinned: dict[int, bool] = {}  # of rebuilt nodes, by identity
         self.keep: list[Expr] = []  # rebuilt nodes stay alive: their ids are keys

@@ -8,7 +8,7 @@ from functools import cache
 from importlib.resources import files
 
 from ..ir.module import IRModule
-from ..ir.parser import parse
+from ..ir.parser import parse, register_prelude
 
 PRELUDE = "prelude.rly"
 
@@ -19,3 +19,6 @@ def prelude() -> IRModule:
     module is immutable, so every caller may share it)."""
     text = files(__package__).joinpath(PRELUDE).read_text()
     return parse(text, source_name=f"effir/std/{PRELUDE}")
+
+
+register_prelude(prelude)

@@ -19,9 +19,10 @@ from effir.ir.visitor import pre_order
 from effir.passes.anf import to_anf, to_anf_expr
 from effir.passes.anf_sharing import Facts
 from effir.passes.infra import PassContext, PassError, anf_problem, module_pass
+from effir.passes.invariants import bbnf_problem, gnf_problem
 from effir.passes.pipeline import lookup_pass, run_pipeline
-from effir.passes.to_bbnf import bbnf_problem, to_bbnf
-from effir.passes.to_gnf import gnf_problem, to_gnf
+from effir.passes.to_bbnf import to_bbnf
+from effir.passes.to_gnf import to_gnf
 from effir.passes.verify_linear import verify_linear
 
 from .a1_programs import A1Program, a1_programs
