@@ -104,6 +104,7 @@ from .registry import (  # noqa: F401  (re-exported)
     RegistrationError,
     lookup_pass,
     register_pass,
+    register_pass_classes,
     registered_passes,
     unregister_pass,
 )
@@ -372,6 +373,9 @@ class Sequential(Pass):
 
     def __len__(self) -> int:
         return len(self.passes)
+
+
+register_pass_classes(Pass, Sequential)
 
 
 def _requirer(p: Pass, invariant: str) -> str:

@@ -61,16 +61,22 @@ listing the passes imports no TVM."""
 
 _REGISTRY: dict[str, Pass] = {}
 _registry_lock = threading.RLock()
+_PASS_CLASSES: dict[str, type] = {}
+"""``Pass`` and ``Sequential``, given by infra.py (``register_pass_classes``),
+which builds on this module and so cannot be imported by it."""
+
+
+def register_pass_classes(base: type, sequential: type) -> None:
+    """Tell the registry the classes of passes it checks declarations against."""
+    _PASS_CLASSES.update(base=base, sequential=sequential)
 
 
 def register_pass(p: Any) -> Any:
     """Register a pass (an instance, or a pass class: its instance with the
     default options) under its name, once its declaration is checked (see
     the module's docstring). Returns ``p``, so that it decorates a class."""
-    from .infra import Pass  # infra.py builds on this module
-
     cls = p if isinstance(p, type) else type(p)
-    if not issubclass(cls, Pass):
+    if not issubclass(cls, _PASS_CLASSES["base"]):
         raise RegistrationError(f"{p!r} is not a pass: give a Pass subclass or instance")
     _check_declaration(p)
     made = p() if isinstance(p, type) else p
@@ -88,14 +94,12 @@ def register_pass(p: Any) -> Any:
 def _check_declaration(p: type[Pass] | Pass) -> None:
     """What the pass class ``p`` declares (or a ``Sequential``, the pass
     ``p``) is consistent (the module's docstring)."""
-    from .infra import Sequential  # infra.py builds on this module
-
     cls = p if isinstance(p, type) else type(p)
     where = f"pass {p.name or '?'} ({p.defined_at})"
     if not p.name:
         raise RegistrationError(f"{where}: a pass class needs a name (a class variable)")
     params = cls.__dict__.get("__dataclass_params__")
-    if not isinstance(p, Sequential) and (params is None or not params.frozen):
+    if not isinstance(p, _PASS_CLASSES["sequential"]) and (params is None or not params.frozen):
         raise RegistrationError(f"{where}: a pass class must be a @dataclass(frozen=True)")
     for attribute in ("requires", "establishes", "preserves"):
         for invariant in getattr(p, attribute):
@@ -105,7 +109,7 @@ def _check_declaration(p: type[Pass] | Pass) -> None:
                     + ", ".join(sorted(INVARIANTS))
                     + ")"
                 )
-    if isinstance(p, Sequential):
+    if isinstance(p, _PASS_CLASSES["sequential"]):
         return  # derived from its members, each checked when it was made
     both = sorted(p.requires & p.establishes)
     if both:
@@ -140,11 +144,9 @@ def _load_builtin(name: str) -> None:
     """Make the built-in pass ``name`` registered: import the module that
     defines it, and register it there if it is a class (a decorated
     function registered its pass as its module was imported)."""
-    from .infra import Pass  # infra.py builds on this module
-
     module_name, _, attribute = BUILTIN_PASSES[name].partition(":")
     definition = getattr(importlib.import_module(module_name), attribute)
-    if isinstance(definition, type) and issubclass(definition, Pass):
+    if isinstance(definition, type) and issubclass(definition, _PASS_CLASSES["base"]):
         with _registry_lock:
             if name not in _REGISTRY:
                 register_pass(definition)
@@ -176,6 +178,7 @@ __all__ = [
     "RegistrationError",
     "lookup_pass",
     "register_pass",
+    "register_pass_classes",
     "registered_passes",
     "unregister_pass",
 ]

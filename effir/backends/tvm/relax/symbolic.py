@@ -39,7 +39,7 @@ share relax/state.py's ``LoweringState``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import tvm_ffi
 from tvm import tirx
@@ -53,7 +53,27 @@ from .types import relax_type
 
 if TYPE_CHECKING:
     from .dynamic import DynamicRules
-    from .kernel_calls import KernelRules
+
+
+class KernelRules(Protocol):
+    """What these rules call of relax/kernel_calls.py's (which builds on
+    this module, so it is named by what it does, not imported)."""
+
+    def leaves(self, value: Any, t: Type) -> list[Any]: ...
+
+    def kernel(
+        self, fn: Function, sizes: dict[str, Any] | None = None, inputs: list[str] | None = None
+    ) -> tuple[str, Any]: ...
+
+    def call_kernel(
+        self,
+        gv: str,
+        inputs: list[Any],
+        outs: list[Any],
+        checks: tuple[str, ...],
+        result_type: Type,
+        name: str,
+    ) -> Any: ...
 
 
 class SymbolicRules:
