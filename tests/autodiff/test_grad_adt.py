@@ -5,8 +5,6 @@ differences in float64 (docs/autodiff.md "ADTs")."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -331,10 +329,7 @@ def check_compiled_carried_adts() -> None:
     check_compiled_equals_interpreted(g, args)
 
 
-@pytest.mark.skipif(
-    os.environ.get("EFFIR_NIGHTLY") != "1",
-    reason="a long build (loops with a tape): EFFIR_NIGHTLY=1",
-)
+@pytest.mark.nightly  # a long build (loops with a tape)
 def test_the_compiled_gradient_of_loops_carrying_adts_equals_the_interpreted():
     from tests.isolated import run_isolated
 

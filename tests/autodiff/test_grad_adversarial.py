@@ -18,7 +18,6 @@ an ``xfail(strict=True)`` test naming it."""
 
 from __future__ import annotations
 
-import os
 import sys
 
 import numpy as np
@@ -30,11 +29,11 @@ import effir
 from effir.ir.diagnostics import Error
 from effir.ir.vjp import DifferentiationError
 from effir.runtime.values import PRNGKey
+from tests.support.tiers import suite_and_nightly
 
 from .grad_harness import numeric_grad
 
 MODES = ("none", "loop", "sqrt")
-NIGHTLY = os.environ.get("EFFIR_NIGHTLY") == "1"
 H = '#[version = "0.0.5"]\n'
 V = "Tensor[(2), float64]"
 B = "Tensor[(3, 4), float64]"
@@ -246,7 +245,13 @@ PRODUCTS = [
 SHAPES = [(b, p) for b in BIASES for p in PRODUCTS]
 
 
-@pytest.mark.parametrize("bias,product", SHAPES if NIGHTLY else SHAPES[::6])
+@pytest.mark.parametrize(
+    "bias,product",
+    [
+        *SHAPES[::6],
+        *(pytest.param(*s, marks=pytest.mark.nightly) for s in SHAPES if s not in SHAPES[::6]),
+    ],
+)
 def test_hoisting_recognises_only_the_sums_it_may_hoist(bias, product):
     """A bias broadcast over leading axes, over a middle axis, or not at
     all, and a weight multiplied on either side, transposed or not: only
@@ -683,14 +688,11 @@ def loop_nests(draw, depth: int = 0) -> str:
     return "\n".join(lines)
 
 
-@settings(
-    max_examples=12 if NIGHTLY else 4,
-    deadline=None,
-    derandomize=True,
-    phases=[Phase.explicit, Phase.generate],  # no shrinking: seconds, not minutes
-)
-@given(body=loop_nests(), steps=st.integers(0, 6), seed=st.integers(0, 2**16))
-def test_random_loop_nests(body, steps, seed):
+# No shrinking: seconds, not minutes. The suite draws a few examples, the nightly tier more.
+LOOP_NEST_SETTINGS = dict(deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate])
+
+
+def check_random_loop_nests(body, steps, seed):
     """Random nests of foreach / while_loop / loops in branches, two deep
     below the outer foreach (whose length is 0..6, around sqrt's 4)."""
     src = (
@@ -709,6 +711,20 @@ def test_random_loop_nests(body, steps, seed):
         rng.normal(size=2),
     ]
     check_all_modes(src, args, ["xs", "ys", "hinit", "w"], rtol=1e-4, atol=1e-6)
+
+
+test_random_loop_nests = settings(max_examples=4, **LOOP_NEST_SETTINGS)(
+    given(body=loop_nests(), steps=st.integers(0, 6), seed=st.integers(0, 2**16))(
+        check_random_loop_nests
+    )
+)
+test_random_loop_nests_nightly = pytest.mark.nightly(
+    settings(max_examples=12, **LOOP_NEST_SETTINGS)(
+        given(body=loop_nests(), steps=st.integers(0, 6), seed=st.integers(0, 2**16))(
+            check_random_loop_nests
+        )
+    )
+)
 
 
 # ------------------------------------------------ defects fixed here
@@ -1073,8 +1089,9 @@ def @main(%xs: Tensor[(3, 2), float64], %w: {V}) {{
 
 
 # --------------------------------------------------------- deep programs
-def test_a_let_chain_longer_than_the_recursion_limit():
-    n = (2 if NIGHTLY else 1) * sys.getrecursionlimit() + 100
+@pytest.mark.parametrize("times", suite_and_nightly(1, 2))
+def test_a_let_chain_longer_than_the_recursion_limit(times):
+    n = times * sys.getrecursionlimit() + 100
     lines = ["let %v0 = tanh(%x);"]
     lines += [f"let %v{i} = tanh(multiply(%v{i - 1}, %w));" for i in range(1, n)]
     src = H + f"def @main(%x: {V}, %w: {V}) {{\n" + "\n".join(lines) + f"\nsum(%v{n - 1})\n}}"
@@ -1088,7 +1105,8 @@ def test_a_let_chain_longer_than_the_recursion_limit():
     np.testing.assert_allclose(gx, want, rtol=1e-10)
 
 
-def test_many_sequential_loops():
+@pytest.mark.parametrize("loops", suite_and_nightly(120, 1200))
+def test_many_sequential_loops(loops):
     """Loops one after another, each starting from the last one's carry;
     the gradient is built in time linear in their number."""
     import time
@@ -1108,7 +1126,7 @@ def test_many_sequential_loops():
             + f"\nsum({prev})\n}}"
         )
 
-    count = 1200 if NIGHTLY else 120
+    count = loops
     times = []
     for n in (count // 4, count):
         m = effir.parse(program(n))
@@ -1125,10 +1143,10 @@ def test_many_sequential_loops():
         )
 
 
-def test_nested_branches_in_a_loop_body_deeper_than_the_recursion_limit():
+@pytest.mark.parametrize("depth", suite_and_nightly(40, 2 * sys.getrecursionlimit()))
+def test_nested_branches_in_a_loop_body_deeper_than_the_recursion_limit(depth):
     """An if nested in the then-branch of an if, ``depth`` times, inside a
     foreach body, in every mode (the body is recomputed in loop and sqrt)."""
-    depth = 2 * sys.getrecursionlimit() if NIGHTLY else 40
     inner = "tanh(%h)"
     for i in range(depth):
         inner = f"if (%c) {{ let %u{i} = {inner}; tanh(multiply(%u{i}, %w)) }} else {{ exp(%h) }}"
@@ -1144,7 +1162,7 @@ def test_nested_branches_in_a_loop_body_deeper_than_the_recursion_limit():
     finally:
         sys.setrecursionlimit(limit)
     args = [np.full((3, 2), 0.1), np.array([0.2, -0.1]), np.array([0.9, 1.1]), np.array(True)]
-    check_all_modes_parsed(m, args, ["x", "w"], fd=not NIGHTLY)
+    check_all_modes_parsed(m, args, ["x", "w"], fd=depth < sys.getrecursionlimit())
 
 
 def check_all_modes_parsed(m, args, wrt, fd=True):
@@ -1179,14 +1197,13 @@ def _output_of(t):
     return False
 
 
-@settings(
-    max_examples=200 if NIGHTLY else 40,
-    deadline=None,
-    derandomize=True,
-    phases=[Phase.explicit, Phase.generate],
+# The suite draws a few examples, the nightly tier more.
+TYPED_PROGRAM_SETTINGS = dict(
+    deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate]
 )
-@given(data=st.data())
-def test_random_typed_programs_fail_only_with_effir_errors(data):
+
+
+def check_random_typed_programs_fail_only_with_effir_errors(data):
     """Programs from the typed program generator (closures with inferred
     parameters, references and cells, ADTs, while_loops carrying ``()``,
     polymorphic helpers), differentiated in every mode with and without
@@ -1225,3 +1242,13 @@ def test_random_typed_programs_fail_only_with_effir_errors(data):
     value, (got, _) = results["none"][0], results["none"][1]
     for a, b in zip(leaves(got), leaves(value), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+test_random_typed_programs_fail_only_with_effir_errors = settings(
+    max_examples=40, **TYPED_PROGRAM_SETTINGS
+)(given(data=st.data())(check_random_typed_programs_fail_only_with_effir_errors))
+test_random_typed_programs_fail_only_with_effir_errors_nightly = pytest.mark.nightly(
+    settings(max_examples=200, **TYPED_PROGRAM_SETTINGS)(
+        given(data=st.data())(check_random_typed_programs_fail_only_with_effir_errors)
+    )
+)

@@ -2,13 +2,11 @@
 equal the interpreted ones, and the checkpoint modes stay bit-identical
 compiled. Each check runs in a process of its own (tests/isolated.py). By
 default one TVM build: a loop nest with hoisted weight terms, a loop in a
-branch and a while_loop, under ``sqrt``. With EFFIR_NIGHTLY=1 also the
+branch and a while_loop, under ``sqrt``. In the nightly tier also the
 three modes compiled in float32 (bit-identical, [RULE ROUND]) and 0- and
 1-step loops with tuple carries."""
 
 from __future__ import annotations
-
-import os
 
 import pytest
 
@@ -141,7 +139,7 @@ def check_compiled_modes_bit_identical() -> None:
     print("ok")
 
 
-@pytest.mark.skipif(os.environ.get("EFFIR_NIGHTLY") != "1", reason="five builds: EFFIR_NIGHTLY=1")
+@pytest.mark.nightly  # five builds
 def test_compiled_modes_are_bit_identical_on_the_loop_nest():
     run = run_isolated(
         "from tests.autodiff.test_grad_adversarial_compiled import check_compiled_modes_bit_identical"
@@ -218,9 +216,7 @@ def check_random_typed_programs_compiled(examples: int) -> None:
     print("ok", compiled)
 
 
-@pytest.mark.skipif(
-    os.environ.get("EFFIR_NIGHTLY") != "1", reason="many small builds: EFFIR_NIGHTLY=1"
-)
+@pytest.mark.nightly  # many small builds
 def test_random_typed_programs_compiled_equal_interpreted():
     run = run_isolated(
         "from tests.autodiff.test_grad_adversarial_compiled import "

@@ -1,13 +1,11 @@
 """The gradient program compiles (``effir.compile``) and equals the
 interpreted one; a ``cf.foreach``'s backward is compiled as a loop kernel,
 as its forward is. One small TVM build, in a separate process
-(tests/isolated.py); with EFFIR_NIGHTLY=1 also a ``while_loop``'s backward
+(tests/isolated.py); in the nightly tier also a ``while_loop``'s backward
 (as many steps as the forward ran), keys carried by loops on a tape, and
 the GRU language model."""
 
 from __future__ import annotations
-
-import os
 
 import pytest
 
@@ -175,7 +173,7 @@ def check_gru_lm_gradient_compiles() -> None:
     print("ok")
 
 
-@pytest.mark.skipif(os.environ.get("EFFIR_NIGHTLY") != "1", reason="two builds: EFFIR_NIGHTLY=1")
+@pytest.mark.nightly  # two builds
 def test_while_loop_and_key_tape_gradients_compile():
     run = run_isolated(
         "from tests.autodiff.test_grad_compiled import "
@@ -186,7 +184,7 @@ def test_while_loop_and_key_tape_gradients_compile():
     assert "ok" in run.stdout
 
 
-@pytest.mark.skipif(os.environ.get("EFFIR_NIGHTLY") != "1", reason="a long build: EFFIR_NIGHTLY=1")
+@pytest.mark.nightly  # a long build
 def test_gru_lm_gradient_compiles_and_equals_interpreted():
     run = run_isolated(
         "from tests.autodiff.test_grad_compiled import check_gru_lm_gradient_compiles"

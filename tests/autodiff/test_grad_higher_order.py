@@ -6,8 +6,6 @@ differences in float64; and the refusal of what stays higher-order."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -150,11 +148,7 @@ def check_compiled_nested_gradient() -> None:
     check_compiled_equals_interpreted(g, args)
 
 
-@pytest.mark.skipif(
-    os.environ.get("EFFIR_NIGHTLY") != "1",
-    reason="5 s of CPU (the pipeline and build of the gradient program): EFFIR_NIGHTLY=1; "
-    "tests/backends/tvm/test_adts.py has the closure's tuple result in a second",
-)
+@pytest.mark.nightly  # 5 s of CPU (the pipeline and build of the gradient program) tests/backends/tvm/test_adts.py has the closure's tuple result in a second
 def test_the_compiled_gradient_of_map_inside_the_closure_folded_by_foldl():
     from tests.isolated import run_isolated
 

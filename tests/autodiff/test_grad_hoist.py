@@ -5,8 +5,6 @@ the three checkpointing modes stay bit-identical."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -140,7 +138,7 @@ def check_compiled_modes_bit_identical() -> None:
     print("ok")
 
 
-@pytest.mark.skipif(os.environ.get("EFFIR_NIGHTLY") != "1", reason="three builds: EFFIR_NIGHTLY=1")
+@pytest.mark.nightly  # three builds
 def test_compiled_modes_are_bit_identical():
     run = run_isolated(
         "from tests.autodiff.test_grad_hoist import check_compiled_modes_bit_identical"
@@ -203,11 +201,7 @@ def check_compiled_gru_modes_bit_identical(length: int = 9) -> None:
     print("ok")
 
 
-@pytest.mark.skipif(
-    os.environ.get("EFFIR_NIGHTLY") != "1",
-    reason="three GRU builds (30 s; tests/backends/tvm/test_rounding.py checks the rule): "
-    "EFFIR_NIGHTLY=1",
-)
+@pytest.mark.nightly  # three GRU builds (30 s; tests/backends/tvm/test_rounding.py checks the rule)
 def test_compiled_gru_modes_are_bit_identical():
     run = run_isolated(
         "from tests.autodiff.test_grad_hoist import check_compiled_gru_modes_bit_identical"
@@ -272,9 +266,7 @@ def check_compiled_loop_backward_memory() -> None:
     print("ok")
 
 
-@pytest.mark.skipif(
-    os.environ.get("EFFIR_NIGHTLY") != "1", reason="two GRU builds: EFFIR_NIGHTLY=1"
-)
+@pytest.mark.nightly  # two GRU builds
 def test_compiled_loop_backward_memory_per_step():
     run = run_isolated(
         "from tests.autodiff.test_grad_hoist import check_compiled_loop_backward_memory"

@@ -7,8 +7,6 @@ differences; compiled equals interpreted."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -240,9 +238,7 @@ def check_compiled_sqrt_runtime_gradients() -> None:
     )
 
 
-@pytest.mark.skipif(
-    os.environ.get("EFFIR_NIGHTLY") != "1", reason="two long builds (dynamic shapes): NIGHTLY"
-)
+@pytest.mark.nightly  # two long builds (dynamic shapes)
 def test_compiled_sqrt_runtime_gradients_equal_the_interpreted():
     from tests.isolated import run_isolated
 
@@ -265,7 +261,7 @@ def check_compiled_modes_are_bit_identical() -> None:
     print("ok")
 
 
-@pytest.mark.skipif(os.environ.get("EFFIR_NIGHTLY") != "1", reason="six long builds: NIGHTLY")
+@pytest.mark.nightly  # six long builds
 def test_compiled_checkpoint_modes_are_bit_identical():
     from tests.isolated import run_isolated
 

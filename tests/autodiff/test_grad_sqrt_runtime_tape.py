@@ -9,8 +9,6 @@ backward's recomputation of a segment replays them (docs/autodiff.md
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -244,9 +242,7 @@ def check_compiled_runtime_tape() -> None:
     check_compiled_runs_equal_interpreted(g, [_while_args(steps) for steps in (0, 1, 5, 17)])
 
 
-@pytest.mark.skipif(
-    os.environ.get("EFFIR_NIGHTLY") != "1", reason="two long builds (a tape, dynamic shapes)"
-)
+@pytest.mark.nightly  # two long builds (a tape, dynamic shapes)
 def test_compiled_sqrt_with_a_tape_equals_the_interpreted():
     from tests.isolated import run_isolated
 
@@ -270,7 +266,7 @@ def check_compiled_modes_with_a_tape() -> None:
     print("ok")
 
 
-@pytest.mark.skipif(os.environ.get("EFFIR_NIGHTLY") != "1", reason="six long builds: NIGHTLY")
+@pytest.mark.nightly  # six long builds
 def test_compiled_checkpoint_modes_with_a_tape_are_bit_identical():
     from tests.isolated import run_isolated
 

@@ -8,8 +8,6 @@ masks) and ADT values, and the three modes stay bit-identical
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -267,10 +265,7 @@ def check_compiled_keyed_sqrt() -> None:
     check_compiled_equals_interpreted(g, args)
 
 
-@pytest.mark.skipif(
-    os.environ.get("EFFIR_NIGHTLY") != "1",
-    reason="a long build (loops with a tape): EFFIR_NIGHTLY=1",
-)
+@pytest.mark.nightly  # a long build (loops with a tape)
 def test_the_compiled_sqrt_gradient_with_keys_equals_the_interpreted():
     from tests.isolated import run_isolated
 

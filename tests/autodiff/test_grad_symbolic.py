@@ -3,8 +3,6 @@ be 1 (broadcast) or not, against central finite differences in float64."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -89,9 +87,7 @@ def check_compiled_symbolic_gradients() -> None:
     print("ok")
 
 
-@pytest.mark.skipif(
-    os.environ.get("EFFIR_NIGHTLY") != "1", reason="a long build (dynamic shapes): EFFIR_NIGHTLY=1"
-)
+@pytest.mark.nightly  # a long build (dynamic shapes)
 def test_compiled_symbolic_gradients_equal_the_interpreted():
     from tests.isolated import run_isolated
 

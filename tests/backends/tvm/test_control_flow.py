@@ -12,7 +12,6 @@ so that short runs cross the chunk and level boundaries."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -330,7 +329,7 @@ def @main(%n: int32) { @down(%n) }
     assert not any(s.program.recursive for s in compile_module(loop).specializations.values())
 
 
-@pytest.mark.skipif(not os.environ.get("EFFIR_NIGHTLY"), reason="nightly: about a minute")
+@pytest.mark.nightly  # about a minute
 def test_a_recursion_to_the_depth_limit_fits_the_large_stack() -> None:
     # MAX_DEPTH nested calls fit STACK_BYTES: the real limit, not a patched one.
     code = GUARD.replace("relax_lower.MAX_DEPTH = 300", "")
