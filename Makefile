@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-peers notebooks docs clean
+.PHONY: demo test test-fast nightly lint bench bench-peers notebooks docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,15 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check effir tests benchmarks examples
 	$(BIN)/python -m pytest -n auto --maxprocesses 2 --dist loadfile
+
+# The edit loop: no TVM build, no notebook (tests/support/tiers.py: TVM is not
+# even imported, and a test that imports it unmarked fails).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -n auto --maxprocesses 2 --dist loadfile -m "not tvm and not notebook and not nightly"
+
+# The long runs: the fuzzers at full count, the narrow dtypes, the deep programs.
+nightly: $(STAMP)
+	$(BIN)/python -m pytest -n auto --maxprocesses 2 --dist loadfile -m nightly
 
 # Re-execute the tutorials and save their outputs (they are committed executed;
 # `make test` runs them too, without saving). Open them: .venv/bin/jupyter lab notebooks/

@@ -13,9 +13,8 @@ from hypothesis import strategies as st
 
 import effir
 from effir.ir.vjp import DifferentiationError
+from tests.support.grad_harness import check_grad
 from tests.support.tiers import suite_and_nightly
-
-from .grad_harness import check_grad
 
 HEADER = '#[version = "0.0.5"]\n'
 

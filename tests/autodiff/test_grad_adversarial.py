@@ -29,9 +29,8 @@ import effir
 from effir.ir.diagnostics import Error
 from effir.ir.vjp import DifferentiationError
 from effir.runtime.values import PRNGKey
+from tests.support.grad_harness import numeric_grad
 from tests.support.tiers import suite_and_nightly
-
-from .grad_harness import numeric_grad
 
 MODES = ("none", "loop", "sqrt")
 H = '#[version = "0.0.5"]\n'

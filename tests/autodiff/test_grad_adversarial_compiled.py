@@ -1,6 +1,6 @@
 """Compiled gradients of the adversarial programs (test_grad_adversarial.py)
 equal the interpreted ones, and the checkpoint modes stay bit-identical
-compiled. Each check runs in a process of its own (tests/isolated.py). By
+compiled. Each check runs in a process of its own (tests/support/isolated.py). By
 default one TVM build: a loop nest with hoisted weight terms, a loop in a
 branch and a while_loop, under ``sqrt``. In the nightly tier also the
 three modes compiled in float32 (bit-identical, [RULE ROUND]) and 0- and
@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
+
+pytestmark = pytest.mark.tvm  # every test here builds with TVM (or runs isolated)
 
 V = "Tensor[(2), DT]"
 B = "Tensor[(3, 4), DT]"

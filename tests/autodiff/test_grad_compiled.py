@@ -1,7 +1,7 @@
 """The gradient program compiles (``effir.compile``) and equals the
 interpreted one; a ``cf.foreach``'s backward is compiled as a loop kernel,
 as its forward is. One small TVM build, in a separate process
-(tests/isolated.py); in the nightly tier also a ``while_loop``'s backward
+(tests/support/isolated.py); in the nightly tier also a ``while_loop``'s backward
 (as many steps as the forward ran), keys carried by loops on a tape, and
 the GRU language model."""
 
@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
+
+pytestmark = pytest.mark.tvm  # every test here builds with TVM (or runs isolated)
 
 RNN = """#[version = "0.0.5"]
 def @main(%xs: Tensor[(n, 4, 8), float32], %h0: Tensor[(4, 8), float32],

@@ -12,9 +12,8 @@ import effir
 from effir.ir.expr import Call, Function, Op
 from effir.ir.functor import post_order
 from effir.passes.dce import dce
-from tests.isolated import run_isolated
-
-from .grad_harness import check_grad, stacked_elements
+from tests.support.grad_harness import check_grad, stacked_elements
+from tests.support.isolated import run_isolated
 
 MODES = ("none", "loop", "sqrt")
 

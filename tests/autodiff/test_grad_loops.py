@@ -8,8 +8,7 @@ import pytest
 
 import effir
 from effir.ir.vjp import DifferentiationError
-
-from .grad_harness import check_grad
+from tests.support.grad_harness import check_grad
 
 MODES = ("none", "loop", "sqrt")
 

@@ -17,8 +17,8 @@ from effir.ir.module import IRModule
 from effir.ops import control
 from effir.passes.verify_linear import linearity_errors
 from effir.runtime.values import PRNGKey
+from tests.support.grad_harness import assert_compiled_modes_agree, check_grad
 
-from .grad_harness import assert_compiled_modes_agree, check_grad
 from .test_grad_loops import _leaves
 from .test_grad_sqrt_tape import KEYED, KEYED_CELL, LISTED, MIXED, ONLY_KEY, T3
 
@@ -231,7 +231,7 @@ def test_sqrt_stores_about_sqrt_t_carries(monkeypatch, case, shape):
 def check_compiled_runtime_tape() -> None:
     """Two builds: the keyed symbolic foreach and the keyed while_loop (every
     trip count from one build), sqrt, compiled against interpreted."""
-    from tests.autodiff.grad_harness import (
+    from tests.support.grad_harness import (
         check_compiled_equals_interpreted,
         check_compiled_runs_equal_interpreted,
     )
@@ -244,7 +244,7 @@ def check_compiled_runtime_tape() -> None:
 
 @pytest.mark.nightly  # two long builds (a tape, dynamic shapes)
 def test_compiled_sqrt_with_a_tape_equals_the_interpreted():
-    from tests.isolated import run_isolated
+    from tests.support.isolated import run_isolated
 
     run = run_isolated(
         "from tests.autodiff.test_grad_sqrt_runtime_tape import check_compiled_runtime_tape"
@@ -268,7 +268,7 @@ def check_compiled_modes_with_a_tape() -> None:
 
 @pytest.mark.nightly  # six long builds
 def test_compiled_checkpoint_modes_with_a_tape_are_bit_identical():
-    from tests.isolated import run_isolated
+    from tests.support.isolated import run_isolated
 
     run = run_isolated(
         "from tests.autodiff.test_grad_sqrt_runtime_tape import check_compiled_modes_with_a_tape"

@@ -18,8 +18,11 @@ from effir.ir.module import IRModule
 from effir.passes.dce import dce
 from effir.passes.verify_linear import linearity_errors
 from effir.runtime.values import PRNGKey
-
-from .grad_harness import check_compiled_equals_interpreted, check_grad, stacked_elements
+from tests.support.grad_harness import (
+    check_compiled_equals_interpreted,
+    check_grad,
+    stacked_elements,
+)
 
 MODES = ("none", "loop", "sqrt")
 
@@ -267,7 +270,7 @@ def check_compiled_keyed_sqrt() -> None:
 
 @pytest.mark.nightly  # a long build (loops with a tape)
 def test_the_compiled_sqrt_gradient_with_keys_equals_the_interpreted():
-    from tests.isolated import run_isolated
+    from tests.support.isolated import run_isolated
 
     run = run_isolated(
         "from tests.autodiff.test_grad_sqrt_tape import check_compiled_keyed_sqrt"

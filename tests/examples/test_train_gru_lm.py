@@ -20,7 +20,7 @@ import pytest
 import effir
 from effir.backends.interpreter import interpret_a2
 from effir.runtime.values import PRNGKey
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 REFERENCE = Path(__file__).with_name("gru_lm_reference.npz")

@@ -35,6 +35,7 @@ def assert_same_run(a, b) -> None:
         np.testing.assert_array_equal(array, b.state.arrays()[name], err_msg=name)
 
 
+@pytest.mark.tvm
 @pytest.mark.parametrize("target", [None, "llvm"])
 def test_resuming_equals_training_straight_through(target, tmp_path: Path) -> None:
     step = effir.train_step(loss, Adam(lr=0.02), wrt=WRT, target=target)

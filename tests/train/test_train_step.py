@@ -158,6 +158,7 @@ def test_a_module_and_its_entry_are_a_loss_too() -> None:
     assert float(step.call("fit", target, run.params["a"])) < 1e-7
 
 
+@pytest.mark.tvm
 def test_the_compiled_step_equals_the_interpreted_one() -> None:
     seed = 5
     runs = []

@@ -2,7 +2,7 @@
 arithmetic wraps bit for bit as numpy's does for every integer dtype
 (te_ops [RULE WRAP]), and where the interpreter fails, compiled code
 fails with the same ``effir.EvalError`` (te_ops [RULE CHECK]). Compiled
-runs go through ``tests/isolated.py``: a trap (a division by zero) would
+runs go through ``tests/support/isolated.py``: a trap (a division by zero) would
 kill the process."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 import pytest
 
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 from tests.support.tiers import suite_and_nightly
 
 HEADER = '#[version = "0.0.5"]\n'

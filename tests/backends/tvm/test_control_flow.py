@@ -23,7 +23,7 @@ from effir.backends.tvm.relax import loops as relax_loops
 from effir.backends.tvm.runtime.stack import MAX_DEPTH
 from effir.ir.diagnostics import EvalError
 from tests.backends.tvm.test_compile import assert_close
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 
 HEADER = '#[version = "0.0.5"]\n'
 LENGTHS = {"static": "6", "symbolic": "t", "unknown": "?"}

@@ -2,7 +2,7 @@
 CPU: the same kernel, each piece between barriers run by every thread of
 every block before the next ([THREADS]), against numpy and the
 interpreter. What is split how and where the grid waits (stages, owners)
-is checked on its own; the runs are isolated (tests/isolated.py): they
+is checked on its own; the runs are isolated (tests/support/isolated.py): they
 run compiled code."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from effir.backends.tvm.loop.graph import Graph, hoist
 from effir.backends.tvm.target import building, make_target
 from effir.ir.visitor import free_vars
 from tests.backends.tvm.test_loop import foreach_of, module
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 from tests.support.tiers import suite_and_nightly
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import effir
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 
 from .test_compile import assert_close, assert_same_run, parse
 

@@ -3,7 +3,7 @@ as the interpreter's (te_ops [RULE LET]): an int64 accumulator plus a
 widened int32 loop counter, ``divide(divide(a, b), c)`` on int32 and their
 siblings failed to build with TVM's "conflicts with memorization" (its
 ``NarrowDataType`` met a let variable of a narrower range outside its let).
-Compiled runs go through ``tests/isolated.py``."""
+Compiled runs go through ``tests/support/isolated.py``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 from tests.support.tiers import suite_and_nightly
 
 HEADER = '#[version = "0.0.5"]\n'

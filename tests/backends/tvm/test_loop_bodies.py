@@ -28,7 +28,7 @@ import effir
 from effir.backends.tvm.driver.loop_bodies import literal_loop_bodies
 from effir.ir.expr import Call, Function
 from effir.ir.visitor import pre_order
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 
 from ...passes.test_types_match_values import COMMON
 

@@ -14,7 +14,7 @@ from effir.backends.tvm.loop.cpu import rows
 from effir.backends.tvm.loop.cpu import schedule as cpu_schedule
 from tests.backends.tvm.test_loop import foreach_of, module
 from tests.backends.tvm.test_loop_tiles import gru_text
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 
 MIXING = {
     # a reduction over the batch axis

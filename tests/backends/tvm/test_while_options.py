@@ -6,7 +6,7 @@ padding), each built once and called with limits and trip counts of 0, a
 few, past the buffers' first capacity (16) and past the limit. A negative
 limit is the interpreter's located EvalError. CUDA builds the same loops
 (PTX by nvcc); running them needs a GPU. Compiled code runs in a
-subprocess (tests/isolated.py)."""
+subprocess (tests/support/isolated.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 import tvm
 
 import effir
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 
 EXAMPLES = int(os.environ.get("EFFIR_WHILE_EXAMPLES", "8"))
 
