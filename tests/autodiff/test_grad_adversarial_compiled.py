@@ -111,7 +111,7 @@ def check_compiled_modes_bit_identical() -> None:
     import numpy as np
 
     import effir
-    from tests.autodiff.test_grad_adversarial import tuples
+    from tests.support.adversarial_grad_programs import tuples
 
     m = effir.parse(combined("float32"))
     args = combined_args("float32")
@@ -162,9 +162,9 @@ def check_random_typed_programs_compiled(examples: int) -> None:
     from effir.backends.interpreter import interpret_a2
     from effir.backends.tvm.runtime.errors import BuildDefect
     from effir.ir.diagnostics import Error
-    from tests.autodiff.test_grad_adversarial import _output_of
-    from tests.autodiff.test_grad_adversarial import leaves as all_leaves
     from tests.passes.typed_programs import typed_programs
+    from tests.support.adversarial_grad_programs import _output_of
+    from tests.support.adversarial_grad_programs import leaves as all_leaves
 
     compiled = 0
 
@@ -236,7 +236,7 @@ def check_fixed_loop_defects_compiled() -> None:
     import numpy as np
 
     import effir
-    from tests.autodiff.test_grad_adversarial import INTEGER_OUTPUT_FIELD, nested_loops
+    from tests.support.adversarial_grad_programs import INTEGER_OUTPUT_FIELD, nested_loops
 
     rng = np.random.default_rng(52)
     cases = [

@@ -59,7 +59,7 @@ def check_while_loop_and_key_tape_gradients_compile() -> None:
     import numpy as np
 
     import effir
-    from tests.autodiff.test_grad_loops import WHILE
+    from tests.support.loop_grad_programs import WHILE
 
     rng = np.random.default_rng(1)
     # a while_loop: its backward runs as many steps as the forward ran, 0 included
@@ -74,7 +74,7 @@ def check_while_loop_and_key_tape_gradients_compile() -> None:
             np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-14)
     # keys carried by loops (dropout in the bodies) go on a tape: it compiles
     from effir.runtime.values import PRNGKey
-    from tests.autodiff.test_grad_loops import KEYED
+    from tests.support.loop_grad_programs import KEYED
 
     g = effir.value_and_grad(effir.parse(KEYED), wrt=["xs", "w"], checkpoint="loop")
     compiled = effir.compile(g, entry="main_grad")
@@ -158,7 +158,7 @@ def check_gru_lm_gradient_compiles() -> None:
 
     import effir
     from effir.backends.interpreter import interpret_a2
-    from tests.autodiff.test_grad_effects import GRU_WRT, _gru_args
+    from tests.support.effect_grad_programs import GRU_WRT, _gru_args
 
     m = effir.parse(open("examples/gru_lm.effir").read())
     g = effir.value_and_grad(m, wrt=GRU_WRT, checkpoint="loop")

@@ -13,8 +13,7 @@ import pytest
 import effir
 from effir.ops import control
 from tests.support.grad_harness import assert_compiled_modes_agree, check_grad
-
-from .test_grad_loops import RNN, SCAN_AND_MAP, WHILE, _leaves
+from tests.support.loop_grad_programs import RNN, SCAN_AND_MAP, WHILE, _leaves
 
 MODES = ("none", "loop", "sqrt")
 

@@ -18,9 +18,8 @@ from effir.ops import control
 from effir.passes.verify_linear import linearity_errors
 from effir.runtime.values import PRNGKey
 from tests.support.grad_harness import assert_compiled_modes_agree, check_grad
-
-from .test_grad_loops import _leaves
-from .test_grad_sqrt_tape import KEYED, KEYED_CELL, LISTED, MIXED, ONLY_KEY, T3
+from tests.support.loop_grad_programs import _leaves
+from tests.support.tape_grad_programs import KEYED, KEYED_CELL, LISTED, MIXED, ONLY_KEY, T3
 
 MODES = ("none", "loop", "sqrt")
 LENGTHS = [0, 1, 2, 3, 4, 7, 9, 16, 17]

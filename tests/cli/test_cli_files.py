@@ -12,9 +12,8 @@ import pytest
 import effir.cli
 import effir.io_safety
 from effir.cli import main
+from tests.support.cli_texts import CANONICAL, MESSY
 from tests.support.isolated import ROOT
-
-from .test_cli import CANONICAL, MESSY
 
 H = '#[version = "0.0.5"]\n'
 

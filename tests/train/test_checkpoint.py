@@ -14,8 +14,7 @@ import pytest
 import effir
 from effir.optim import SGD, Adam
 from effir.train import CheckpointError, metadata_of, read_checkpoint
-
-from .test_train_step import WRT, batch, initial_params, loss
+from tests.support.train_step_model import WRT, batch, initial_params, loss
 
 
 def train(step, run, first: int, count: int) -> None:

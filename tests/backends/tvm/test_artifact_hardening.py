@@ -19,8 +19,7 @@ import pytest
 
 import effir
 from effir.backends.tvm.runtime.artifact import MANIFEST, SIGNATURE, ArtifactError
-
-from .test_artifact import program
+from tests.support.artifact_programs import program
 
 EVIL = r"""
 #include <stdio.h>

@@ -22,7 +22,7 @@ from effir.backends.tvm.driver.compile import compile as compile_module
 from effir.backends.tvm.relax import loops as relax_loops
 from effir.backends.tvm.runtime.stack import MAX_DEPTH
 from effir.ir.diagnostics import EvalError
-from tests.backends.tvm.test_compile import assert_close
+from tests.support.compiled_runs import assert_close
 from tests.support.isolated import run_isolated
 
 HEADER = '#[version = "0.0.5"]\n'
@@ -228,7 +228,7 @@ DEEP = """
 import os, tempfile
 import numpy as np, effir
 from effir.backends.tvm.driver.compile import compile as compile_module
-from tests.backends.tvm.test_compile import assert_close
+from tests.support.compiled_runs import assert_close
 module = effir.check(effir.parse('''#[version = "0.0.5"]
 def @count(%n: int32) -> float32 {
   if (less_equal(%n, 0)) { 0f } else { add(@count(subtract(%n, 1)), 0.5f) }

@@ -26,8 +26,8 @@ from effir.backends.tvm.loop.function import step_leaves
 from effir.backends.tvm.loop.graph import Graph, hoist
 from effir.backends.tvm.target import building, make_target
 from effir.ir.visitor import free_vars
-from tests.backends.tvm.test_loop import foreach_of, module
 from tests.support.isolated import run_isolated
+from tests.support.loop_programs import foreach_of, module
 from tests.support.tiers import suite_and_nightly
 
 ROOT = Path(__file__).resolve().parents[3]
