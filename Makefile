@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-peers notebooks docs clean
+.PHONY: demo test test-fast nightly typecheck-baseline lint bench bench-peers notebooks docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,21 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check effir tests benchmarks examples
 	$(BIN)/lint-imports  # the layers of pyproject.toml [tool.importlinter]
+	$(BIN)/python -m tests.support.typecheck
 	$(BIN)/python -m pytest -n auto --maxprocesses 2 --dist loadfile
+
+# The edit loop: no TVM build, no notebook (tests/support/tiers.py: TVM is not
+# even imported, and a test that imports it unmarked fails).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -n auto --maxprocesses 2 --dist loadfile -m "not tvm and not notebook and not nightly"
+
+# mypy's errors per file, which `make test` allows no more of: after fixing some.
+typecheck-baseline: $(STAMP)
+	$(BIN)/python -m tests.support.typecheck --update
+
+# The long runs: the fuzzers at full count, the narrow dtypes, the deep programs.
+nightly: $(STAMP)
+	$(BIN)/python -m pytest -n auto --maxprocesses 2 --dist loadfile -m nightly
 
 # Re-execute the tutorials and save their outputs (they are committed executed;
 # `make test` runs them too, without saving). Open them: .venv/bin/jupyter lab notebooks/
@@ -59,4 +73,4 @@ bench-peers: $(BENCH)/.installed
 	$(BENCH)/bin/python benchmarks/compile_latency.py
 
 clean:
-	rm -rf $(VENV) $(BENCH) build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) $(BENCH) build *.egg-info .pytest_cache .hypothesis .mypy_cache

@@ -6,6 +6,9 @@ import sys
 import pytest
 from hypothesis import settings
 
+# The tiers' hooks (markers tvm, slow, nightly, notebook).
+pytest_plugins = ["tests.support.tiers"]
+
 # Property tests draw the same examples on every run, so that the suite is
 # deterministic: a failure in CI is a failure on every machine. Set
 # EFFIR_HYPOTHESIS_RANDOM=1 to draw new examples (a search for new bugs).

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.isolated import ROOT
+from tests.support.isolated import ROOT
 
 HEAVY = ("tvm", "tvm_ffi", "torch")
 HEADER = '#[version = "0.0.5"]\\n'

@@ -1,4 +1,4 @@
-"""tests/isolated.py: a script run in a process of its own reports its
+"""tests/support/isolated.py: a script run in a process of its own reports its
 output, its exit status, an exception, a crash and a time-out, whether the
 process is forked from the fork server or a new interpreter."""
 
@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.isolated import ROOT, run_isolated
+from tests.support.isolated import ROOT, run_isolated
+
+pytestmark = pytest.mark.tvm  # every test here builds with TVM (or runs isolated)
 
 # An env for the script starts a new interpreter instead of a fork.
 HOW = {"forked": None, "new interpreter": {"EFFIR_ISOLATED_TEST": "1"}}
@@ -61,12 +63,12 @@ def test_threads_are_joined_and_runs_do_not_share_state() -> None:
             time.sleep(0.2)
             print("joined")
         threading.Thread(target=late).start()
-        import tests.isolated as m
+        import tests.support.isolated as m
         m.MARK = 1
         """
     ).check()
     assert run.stdout == "joined\n"
-    run_isolated("import tests.isolated as m; assert not hasattr(m, 'MARK')").check()
+    run_isolated("import tests.support.isolated as m; assert not hasattr(m, 'MARK')").check()
 
 
 def test_the_script_sees_the_callers_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -137,6 +137,7 @@ def tokenize(source: Source) -> list[tuple]:
             if tokens and tokens[-1][0] == PUNCT and tokens[-1][1] == ".":
                 # After '.', only an index: `%t.0.1` is two projections, not `0.1`.
                 m = _DIGITS.match(text, pos)
+                assert m is not None  # the token's first character is a digit
                 end = m.end()
                 if end - pos > MAX_NUMBER_LENGTH:
                     raise _error(source, pos, end, "tuple index is too long")

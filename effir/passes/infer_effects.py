@@ -155,7 +155,7 @@ class _EffectInference(ExprFunctor):
         self.module = module
         self.values: dict[object, set[Source]] = {}  # node or ("ret", source) / ("content", src)
         self.functions: list[tuple[Source, Function]] = []
-        self.binders: list[Var] = []  # every variable binder, for annotations
+        self.binder_vars: list[Var] = []  # every variable binder, for annotations
         self.bodies: dict[Source, list[Node]] = {}
         self.holds = _Holds()
 
@@ -193,11 +193,11 @@ class _EffectInference(ExprFunctor):
             if isinstance(node, Function) and node not in defs:
                 self.functions.append((("fn", node), node))
             if isinstance(node, Function):
-                self.binders.extend(node.params)
+                self.binder_vars.extend(node.params)
             elif isinstance(node, Let):
-                self.binders.append(node.var)
+                self.binder_vars.append(node.var)
             elif isinstance(node, PatternVar):
-                self.binders.append(node.var)
+                self.binder_vars.append(node.var)
         # Children before parents: most flows then settle in one sweep.
         nodes.reverse()
         changed = True
@@ -424,7 +424,7 @@ class _EffectInference(ExprFunctor):
 
     def _check_annotations(self, latent: dict[Source, set[str]], info: EffectInfo) -> None:
         key_cells: set[str] | None = None
-        for node in self.binders:
+        for node in self.binder_vars:
             annotation = node.type_annotation
             if not isinstance(annotation, FuncType) or annotation.effects is None:
                 continue

@@ -30,7 +30,7 @@ from effir.ir.expr import Op
 from effir.ir.op import lookup_op
 from effir.ir.type_tree import tuple_leaves
 from effir.ir.vjp import DifferentiationError
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 
 AUTODIFF = Path(effir.__file__).parent / "autodiff"
 
@@ -260,6 +260,7 @@ def check_compiled_policies_are_bit_identical() -> None:
     print("ok")
 
 
+@pytest.mark.tvm
 def test_compiled_policies_are_bit_identical():
     run = run_isolated(
         "from tests.autodiff.test_checkpoint_policies import "

@@ -4,6 +4,8 @@ float64; errors that name what cannot be differentiated and where."""
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -11,8 +13,8 @@ from hypothesis import strategies as st
 
 import effir
 from effir.ir.vjp import DifferentiationError
-
-from .grad_harness import check_grad
+from tests.support.grad_harness import check_grad
+from tests.support.tiers import suite_and_nightly
 
 HEADER = '#[version = "0.0.5"]\n'
 
@@ -196,13 +198,10 @@ def _nested_ifs(depth: int):
     return IRModule({"main": Function((x, c), call_op("sum", body))})
 
 
-def test_nested_ifs_deeper_than_the_recursion_limit():
+@pytest.mark.parametrize("depth", suite_and_nightly(60, 2 * sys.getrecursionlimit()))
+def test_nested_ifs_deeper_than_the_recursion_limit(depth):
     """Branches are differentiated on the trampoline, and each node's free
     variables come from one walk (not one per enclosing branch)."""
-    import os
-    import sys
-
-    depth = 2 * sys.getrecursionlimit() if os.environ.get("EFFIR_NIGHTLY") == "1" else 60
     m = _nested_ifs(depth)
     g = effir.grad(m, wrt=["x"], specialise=False)
     x = np.array([0.3, -0.2])

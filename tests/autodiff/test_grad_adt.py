@@ -5,14 +5,11 @@ differences in float64 (docs/autodiff.md "ADTs")."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
 import effir
-
-from .grad_harness import check_compiled_equals_interpreted, check_grad
+from tests.support.grad_harness import check_compiled_equals_interpreted, check_grad
 
 HEADER = '#[version = "0.0.5"]\n'
 
@@ -199,8 +196,9 @@ def check_compiled_adt_gradient() -> None:
     check_compiled_equals_interpreted(g, args)
 
 
+@pytest.mark.tvm
 def test_the_compiled_gradient_through_lists_equals_the_interpreted():
-    from tests.isolated import run_isolated
+    from tests.support.isolated import run_isolated
 
     run = run_isolated(
         "from tests.autodiff.test_grad_adt import check_compiled_adt_gradient"
@@ -250,8 +248,7 @@ def @main(%a: Tensor[(3), float64], %b: Tensor[(3), float64], %x: Tensor[(3), fl
 
 def test_the_gradient_with_respect_to_an_adt_parameter_is_its_cotangent_adt():
     from effir.runtime.values import ADTValue
-
-    from .grad_harness import numeric_grad
+    from tests.support.grad_harness import numeric_grad
 
     m = effir.parse(HEADER + LIST + LIST_PARAMETER)
     rng = np.random.default_rng(10)
@@ -331,12 +328,9 @@ def check_compiled_carried_adts() -> None:
     check_compiled_equals_interpreted(g, args)
 
 
-@pytest.mark.skipif(
-    os.environ.get("EFFIR_NIGHTLY") != "1",
-    reason="a long build (loops with a tape): EFFIR_NIGHTLY=1",
-)
+@pytest.mark.nightly  # a long build (loops with a tape)
 def test_the_compiled_gradient_of_loops_carrying_adts_equals_the_interpreted():
-    from tests.isolated import run_isolated
+    from tests.support.isolated import run_isolated
 
     run = run_isolated(
         "from tests.autodiff.test_grad_adt import check_compiled_carried_adts"

@@ -18,7 +18,6 @@ an ``xfail(strict=True)`` test naming it."""
 
 from __future__ import annotations
 
-import os
 import sys
 
 import numpy as np
@@ -30,28 +29,20 @@ import effir
 from effir.ir.diagnostics import Error
 from effir.ir.vjp import DifferentiationError
 from effir.runtime.values import PRNGKey
-
-from .grad_harness import numeric_grad
+from tests.support.adversarial_grad_programs import (
+    INTEGER_OUTPUT_FIELD,
+    H,
+    V,
+    _output_of,
+    leaves,
+    nested_loops,
+    tuples,
+)
+from tests.support.grad_harness import numeric_grad
+from tests.support.tiers import suite_and_nightly
 
 MODES = ("none", "loop", "sqrt")
-NIGHTLY = os.environ.get("EFFIR_NIGHTLY") == "1"
-H = '#[version = "0.0.5"]\n'
-V = "Tensor[(2), float64]"
 B = "Tensor[(3, 4), float64]"
-
-
-def leaves(value) -> list:
-    """The tensors (and keys) of a result, in order; an ADT value's fields
-    are taken apart, its constructor kept as a string."""
-    from effir.runtime.values import ADTValue, PRNGKey
-
-    if isinstance(value, tuple):
-        return [leaf for v in value for leaf in leaves(v)]
-    if isinstance(value, ADTValue):
-        return [np.asarray(value.constructor), *leaves(tuple(value.fields))]
-    if isinstance(value, PRNGKey):
-        return [np.asarray(value.data)]
-    return [np.asarray(value)]
 
 
 def check_all_modes(
@@ -246,7 +237,13 @@ PRODUCTS = [
 SHAPES = [(b, p) for b in BIASES for p in PRODUCTS]
 
 
-@pytest.mark.parametrize("bias,product", SHAPES if NIGHTLY else SHAPES[::6])
+@pytest.mark.parametrize(
+    "bias,product",
+    [
+        *SHAPES[::6],
+        *(pytest.param(*s, marks=pytest.mark.nightly) for s in SHAPES if s not in SHAPES[::6]),
+    ],
+)
 def test_hoisting_recognises_only_the_sums_it_may_hoist(bias, product):
     """A bias broadcast over leading axes, over a middle axis, or not at
     all, and a weight multiplied on either side, transposed or not: only
@@ -324,22 +321,6 @@ def test_stacked_recurrent_layers(steps, dtype):
     args = [a.astype(dtype) for a in args]
     wrt = ["xs", "h0", "w1", "u1", "w2", "u2", "b"]
     check_all_modes(stacked_layers(steps, dtype), args, wrt, fd=steps <= 4)
-
-
-# ------------------------------------------------ tuple carries and xs
-def tuples(steps: int) -> str:
-    return (
-        H
-        + f"""def @main(%xs: Tensor[({steps}, 2), float64], %ys: Tensor[({steps}, 2), float64],
-          %h: {V}, %w: {V}) {{
-  let %r = cf.foreach(fn (%p: ({V}, {V}), %s: ({V}, ({V}, {V}))) {{
-    let %a = tanh(add(multiply(%p.0, %s.1.0), %s.0));
-    let %b = multiply(%p.1, %w);
-    ((%a, (%b, %a)), (%b, (%a, add(%s.1.1, %w))))
-  }}, (%xs, %ys), (%h, (%w, %h)));
-  add(add(sum(%r.0.0), sum(%r.0.1.1)), add(sum(%r.1.0), sum(multiply(%r.1.1.0, %r.1.1.1))))
-}}"""
-    )
 
 
 @pytest.mark.parametrize("steps", [0, 1, 2, 5, 9])
@@ -683,14 +664,11 @@ def loop_nests(draw, depth: int = 0) -> str:
     return "\n".join(lines)
 
 
-@settings(
-    max_examples=12 if NIGHTLY else 4,
-    deadline=None,
-    derandomize=True,
-    phases=[Phase.explicit, Phase.generate],  # no shrinking: seconds, not minutes
-)
-@given(body=loop_nests(), steps=st.integers(0, 6), seed=st.integers(0, 2**16))
-def test_random_loop_nests(body, steps, seed):
+# No shrinking: seconds, not minutes. The suite draws a few examples, the nightly tier more.
+LOOP_NEST_SETTINGS = dict(deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate])
+
+
+def check_random_loop_nests(body, steps, seed):
     """Random nests of foreach / while_loop / loops in branches, two deep
     below the outer foreach (whose length is 0..6, around sqrt's 4)."""
     src = (
@@ -709,6 +687,20 @@ def test_random_loop_nests(body, steps, seed):
         rng.normal(size=2),
     ]
     check_all_modes(src, args, ["xs", "ys", "hinit", "w"], rtol=1e-4, atol=1e-6)
+
+
+test_random_loop_nests = settings(max_examples=4, **LOOP_NEST_SETTINGS)(
+    given(body=loop_nests(), steps=st.integers(0, 6), seed=st.integers(0, 2**16))(
+        check_random_loop_nests
+    )
+)
+test_random_loop_nests_nightly = pytest.mark.nightly(
+    settings(max_examples=12, **LOOP_NEST_SETTINGS)(
+        given(body=loop_nests(), steps=st.integers(0, 6), seed=st.integers(0, 2**16))(
+            check_random_loop_nests
+        )
+    )
+)
 
 
 # ------------------------------------------------ defects fixed here
@@ -828,34 +820,6 @@ def test_closures_with_unannotated_parameters(name):
         args[0] = np.array([1, -2, 3], dtype="int32")
     wrt = [n for n in names if n != "xs" or name != "int-sequence"]
     check_all_modes(src, args, wrt)
-
-
-# ------------------------------------------- defects left to loops.py's owners
-def nested_loops(depth: int, branches: bool = False) -> str:
-    """``depth`` foreach loops nested (length-1 sequences but the innermost),
-    each step's output its inner loop's summed outputs (``branches``: its
-    carry through an ``if``)."""
-
-    def seq(d: int) -> str:
-        return "Tensor[(" + ", ".join(["1"] * d + ["2"]) + "), float64]"
-
-    def level(d: int) -> str:
-        if d == depth:
-            return f"let %n = tanh(add(multiply(%a{d}, %w), %h{d})); (sum(%n), %n)"
-        inner = f"fn (%a{d + 1}: {seq(depth - d - 1)}, %h{d + 1}: {V}) {{ {level(d + 1)} }}"
-        loop = f"let %r{d} = cf.foreach({inner}, %a{d}, %h{d});"
-        if branches:
-            return (
-                f"{loop} let %q{d} = if (greater(sum(%r{d}.1), 0f64)) {{ tanh(%r{d}.1) }} "
-                f"else {{ multiply(%r{d}.1, 0.5f64) }}; (sum(%r{d}.0), %q{d})"
-            )
-        return f"{loop} (sum(%r{d}.0), tanh(%r{d}.1))"
-
-    top = level(0).rsplit(" (sum", 1)[0]
-    return (
-        H
-        + f"def @main(%a0: {seq(depth)}, %h0: {V}, %w: {V}) {{ {top} add(sum(%r0.0), sum(%r0.1)) }}"
-    )
 
 
 def vjp_rule_calls(module, op: str, mode: str) -> int:
@@ -981,17 +945,6 @@ def test_a_unit_field_in_a_recomputed_carry():
     check_all_modes(UNIT_IN_CARRY, [np.array([0.5, -1.0])], ["x"])
 
 
-INTEGER_OUTPUT_FIELD = (
-    H
-    + f"""def @main(%xs: Tensor[(5, 2), float64], %w: {V}) {{
-  let %r = cf.foreach(fn (%x: {V}, %h: {V}) {{
-    let %n = tanh(add(multiply(%x, %w), %h));
-    ((%n, argmax(%n)), %n) }}, %xs, %w);
-  sum(%r.0.0)
-}}"""
-)
-
-
 def test_an_integer_field_in_a_loops_outputs():
     rng = rng_for(42)
     check_all_modes(
@@ -1073,8 +1026,9 @@ def @main(%xs: Tensor[(3, 2), float64], %w: {V}) {{
 
 
 # --------------------------------------------------------- deep programs
-def test_a_let_chain_longer_than_the_recursion_limit():
-    n = (2 if NIGHTLY else 1) * sys.getrecursionlimit() + 100
+@pytest.mark.parametrize("times", suite_and_nightly(1, 2))
+def test_a_let_chain_longer_than_the_recursion_limit(times):
+    n = times * sys.getrecursionlimit() + 100
     lines = ["let %v0 = tanh(%x);"]
     lines += [f"let %v{i} = tanh(multiply(%v{i - 1}, %w));" for i in range(1, n)]
     src = H + f"def @main(%x: {V}, %w: {V}) {{\n" + "\n".join(lines) + f"\nsum(%v{n - 1})\n}}"
@@ -1088,7 +1042,8 @@ def test_a_let_chain_longer_than_the_recursion_limit():
     np.testing.assert_allclose(gx, want, rtol=1e-10)
 
 
-def test_many_sequential_loops():
+@pytest.mark.parametrize("loops", suite_and_nightly(120, 1200))
+def test_many_sequential_loops(loops):
     """Loops one after another, each starting from the last one's carry;
     the gradient is built in time linear in their number."""
     import time
@@ -1108,7 +1063,7 @@ def test_many_sequential_loops():
             + f"\nsum({prev})\n}}"
         )
 
-    count = 1200 if NIGHTLY else 120
+    count = loops
     times = []
     for n in (count // 4, count):
         m = effir.parse(program(n))
@@ -1125,10 +1080,10 @@ def test_many_sequential_loops():
         )
 
 
-def test_nested_branches_in_a_loop_body_deeper_than_the_recursion_limit():
+@pytest.mark.parametrize("depth", suite_and_nightly(40, 2 * sys.getrecursionlimit()))
+def test_nested_branches_in_a_loop_body_deeper_than_the_recursion_limit(depth):
     """An if nested in the then-branch of an if, ``depth`` times, inside a
     foreach body, in every mode (the body is recomputed in loop and sqrt)."""
-    depth = 2 * sys.getrecursionlimit() if NIGHTLY else 40
     inner = "tanh(%h)"
     for i in range(depth):
         inner = f"if (%c) {{ let %u{i} = {inner}; tanh(multiply(%u{i}, %w)) }} else {{ exp(%h) }}"
@@ -1144,7 +1099,7 @@ def test_nested_branches_in_a_loop_body_deeper_than_the_recursion_limit():
     finally:
         sys.setrecursionlimit(limit)
     args = [np.full((3, 2), 0.1), np.array([0.2, -0.1]), np.array([0.9, 1.1]), np.array(True)]
-    check_all_modes_parsed(m, args, ["x", "w"], fd=not NIGHTLY)
+    check_all_modes_parsed(m, args, ["x", "w"], fd=depth < sys.getrecursionlimit())
 
 
 def check_all_modes_parsed(m, args, wrt, fd=True):
@@ -1163,30 +1118,13 @@ def check_all_modes_parsed(m, args, wrt, fd=True):
             np.testing.assert_allclose(results["none"][1 + k], want, rtol=1e-5, atol=1e-7)
 
 
-# ------------------------------------- random typed programs: errors are effir's
-def _output_of(t):
-    """``output=`` for a result type: None for a float tensor, the first
-    float tensor field of a tuple; False when there is none."""
-    from effir.ir.types import TensorType, TupleType
-
-    def is_float(u) -> bool:
-        return isinstance(u, TensorType) and u.dtype.startswith("float")
-
-    if is_float(t):
-        return None
-    if isinstance(t, TupleType):
-        return next((i for i, f in enumerate(t.fields) if is_float(f)), False)
-    return False
-
-
-@settings(
-    max_examples=200 if NIGHTLY else 40,
-    deadline=None,
-    derandomize=True,
-    phases=[Phase.explicit, Phase.generate],
+# The suite draws a few examples, the nightly tier more.
+TYPED_PROGRAM_SETTINGS = dict(
+    deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate]
 )
-@given(data=st.data())
-def test_random_typed_programs_fail_only_with_effir_errors(data):
+
+
+def check_random_typed_programs_fail_only_with_effir_errors(data):
     """Programs from the typed program generator (closures with inferred
     parameters, references and cells, ADTs, while_loops carrying ``()``,
     polymorphic helpers), differentiated in every mode with and without
@@ -1225,3 +1163,13 @@ def test_random_typed_programs_fail_only_with_effir_errors(data):
     value, (got, _) = results["none"][0], results["none"][1]
     for a, b in zip(leaves(got), leaves(value), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+test_random_typed_programs_fail_only_with_effir_errors = settings(
+    max_examples=40, **TYPED_PROGRAM_SETTINGS
+)(given(data=st.data())(check_random_typed_programs_fail_only_with_effir_errors))
+test_random_typed_programs_fail_only_with_effir_errors_nightly = pytest.mark.nightly(
+    settings(max_examples=200, **TYPED_PROGRAM_SETTINGS)(
+        given(data=st.data())(check_random_typed_programs_fail_only_with_effir_errors)
+    )
+)

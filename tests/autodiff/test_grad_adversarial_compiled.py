@@ -1,18 +1,18 @@
 """Compiled gradients of the adversarial programs (test_grad_adversarial.py)
 equal the interpreted ones, and the checkpoint modes stay bit-identical
-compiled. Each check runs in a process of its own (tests/isolated.py). By
+compiled. Each check runs in a process of its own (tests/support/isolated.py). By
 default one TVM build: a loop nest with hoisted weight terms, a loop in a
-branch and a while_loop, under ``sqrt``. With EFFIR_NIGHTLY=1 also the
+branch and a while_loop, under ``sqrt``. In the nightly tier also the
 three modes compiled in float32 (bit-identical, [RULE ROUND]) and 0- and
 1-step loops with tuple carries."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
+
+pytestmark = pytest.mark.tvm  # every test here builds with TVM (or runs isolated)
 
 V = "Tensor[(2), DT]"
 B = "Tensor[(3, 4), DT]"
@@ -111,7 +111,7 @@ def check_compiled_modes_bit_identical() -> None:
     import numpy as np
 
     import effir
-    from tests.autodiff.test_grad_adversarial import tuples
+    from tests.support.adversarial_grad_programs import tuples
 
     m = effir.parse(combined("float32"))
     args = combined_args("float32")
@@ -141,7 +141,7 @@ def check_compiled_modes_bit_identical() -> None:
     print("ok")
 
 
-@pytest.mark.skipif(os.environ.get("EFFIR_NIGHTLY") != "1", reason="five builds: EFFIR_NIGHTLY=1")
+@pytest.mark.nightly  # five builds
 def test_compiled_modes_are_bit_identical_on_the_loop_nest():
     run = run_isolated(
         "from tests.autodiff.test_grad_adversarial_compiled import check_compiled_modes_bit_identical"
@@ -162,9 +162,9 @@ def check_random_typed_programs_compiled(examples: int) -> None:
     from effir.backends.interpreter import interpret_a2
     from effir.backends.tvm.runtime.errors import BuildDefect
     from effir.ir.diagnostics import Error
-    from tests.autodiff.test_grad_adversarial import _output_of
-    from tests.autodiff.test_grad_adversarial import leaves as all_leaves
     from tests.passes.typed_programs import typed_programs
+    from tests.support.adversarial_grad_programs import _output_of
+    from tests.support.adversarial_grad_programs import leaves as all_leaves
 
     compiled = 0
 
@@ -218,9 +218,7 @@ def check_random_typed_programs_compiled(examples: int) -> None:
     print("ok", compiled)
 
 
-@pytest.mark.skipif(
-    os.environ.get("EFFIR_NIGHTLY") != "1", reason="many small builds: EFFIR_NIGHTLY=1"
-)
+@pytest.mark.nightly  # many small builds
 def test_random_typed_programs_compiled_equal_interpreted():
     run = run_isolated(
         "from tests.autodiff.test_grad_adversarial_compiled import "
@@ -238,7 +236,7 @@ def check_fixed_loop_defects_compiled() -> None:
     import numpy as np
 
     import effir
-    from tests.autodiff.test_grad_adversarial import INTEGER_OUTPUT_FIELD, nested_loops
+    from tests.support.adversarial_grad_programs import INTEGER_OUTPUT_FIELD, nested_loops
 
     rng = np.random.default_rng(52)
     cases = [

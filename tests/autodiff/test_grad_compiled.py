@@ -1,17 +1,17 @@
 """The gradient program compiles (``effir.compile``) and equals the
 interpreted one; a ``cf.foreach``'s backward is compiled as a loop kernel,
 as its forward is. One small TVM build, in a separate process
-(tests/isolated.py); with EFFIR_NIGHTLY=1 also a ``while_loop``'s backward
+(tests/support/isolated.py); in the nightly tier also a ``while_loop``'s backward
 (as many steps as the forward ran), keys carried by loops on a tape, and
 the GRU language model."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
+
+pytestmark = pytest.mark.tvm  # every test here builds with TVM (or runs isolated)
 
 RNN = """#[version = "0.0.5"]
 def @main(%xs: Tensor[(n, 4, 8), float32], %h0: Tensor[(4, 8), float32],
@@ -59,7 +59,7 @@ def check_while_loop_and_key_tape_gradients_compile() -> None:
     import numpy as np
 
     import effir
-    from tests.autodiff.test_grad_loops import WHILE
+    from tests.support.loop_grad_programs import WHILE
 
     rng = np.random.default_rng(1)
     # a while_loop: its backward runs as many steps as the forward ran, 0 included
@@ -74,7 +74,7 @@ def check_while_loop_and_key_tape_gradients_compile() -> None:
             np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-14)
     # keys carried by loops (dropout in the bodies) go on a tape: it compiles
     from effir.runtime.values import PRNGKey
-    from tests.autodiff.test_grad_loops import KEYED
+    from tests.support.loop_grad_programs import KEYED
 
     g = effir.value_and_grad(effir.parse(KEYED), wrt=["xs", "w"], checkpoint="loop")
     compiled = effir.compile(g, entry="main_grad")
@@ -158,7 +158,7 @@ def check_gru_lm_gradient_compiles() -> None:
 
     import effir
     from effir.backends.interpreter import interpret_a2
-    from tests.autodiff.test_grad_effects import GRU_WRT, _gru_args
+    from tests.support.effect_grad_programs import GRU_WRT, _gru_args
 
     m = effir.parse(open("examples/gru_lm.effir").read())
     g = effir.value_and_grad(m, wrt=GRU_WRT, checkpoint="loop")
@@ -175,7 +175,7 @@ def check_gru_lm_gradient_compiles() -> None:
     print("ok")
 
 
-@pytest.mark.skipif(os.environ.get("EFFIR_NIGHTLY") != "1", reason="two builds: EFFIR_NIGHTLY=1")
+@pytest.mark.nightly  # two builds
 def test_while_loop_and_key_tape_gradients_compile():
     run = run_isolated(
         "from tests.autodiff.test_grad_compiled import "
@@ -186,7 +186,7 @@ def test_while_loop_and_key_tape_gradients_compile():
     assert "ok" in run.stdout
 
 
-@pytest.mark.skipif(os.environ.get("EFFIR_NIGHTLY") != "1", reason="a long build: EFFIR_NIGHTLY=1")
+@pytest.mark.nightly  # a long build
 def test_gru_lm_gradient_compiles_and_equals_interpreted():
     run = run_isolated(
         "from tests.autodiff.test_grad_compiled import check_gru_lm_gradient_compiles"

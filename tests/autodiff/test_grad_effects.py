@@ -11,6 +11,7 @@ import numpy as np
 import effir
 from effir.backends.interpreter import interpret_a2
 from effir.passes.verify_linear import linearity_errors
+from tests.support.effect_grad_programs import GRU_WRT, _gru_args
 
 A1 = """#[version = "0.0.5"]
 global @rng: Ref[Key] = ref(random.key(3));
@@ -103,22 +104,6 @@ def test_running_statistics_are_updated_as_by_the_forward_and_not_differentiated
     assert [p.name_hint for p in fn.params][-2:] == ["rng", "bn"]
 
 
-def _gru_args(t: int = 4, b: int = 2):
-    rng = np.random.default_rng(0)
-
-    def f32(*shape, scale=0.1):
-        return (rng.normal(size=shape) * scale).astype("float32")
-
-    tokens = rng.integers(0, 1000, size=(t, b)).astype("int32")
-    args = [tokens, f32(1000, 32), f32(192, 32), f32(192, 64), np.zeros(192, "float32")]
-    args += [np.ones(64, "float32"), np.zeros(64, "float32"), f32(1000, 64)]
-    args += [np.zeros((b, 64), "float32"), f32(t * b, 1000, scale=1.0)]  # h0, cotangent
-    return args
-
-
-GRU_WRT = ["embed", "w", "u", "bias", "gamma", "beta", "proj"]
-
-
 def test_the_gru_language_model_example():
     """examples/gru_lm.effir (A1: dropout twice, batch norm, a print): the
     gradient program's value, key and statistics are the forward's."""
@@ -163,7 +148,7 @@ def test_the_grad_pass_passes_the_linearity_verifier():
 
 
 def test_keys_on_a_loop_tape_pass_the_linearity_verifier():
-    from tests.autodiff.test_grad_loops import KEYED
+    from tests.support.loop_grad_programs import KEYED
 
     m = effir.parse(KEYED)
     for mode in ("none", "loop", "sqrt"):

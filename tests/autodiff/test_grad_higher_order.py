@@ -6,15 +6,12 @@ differences in float64; and the refusal of what stays higher-order."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
 import effir
 from effir.ir.vjp import DifferentiationError
-
-from .grad_harness import check_compiled_equals_interpreted, check_grad
+from tests.support.grad_harness import check_compiled_equals_interpreted, check_grad
 
 HEADER = '#[version = "0.0.5"]\n'
 T = "Tensor[(3), float64]"
@@ -150,13 +147,9 @@ def check_compiled_nested_gradient() -> None:
     check_compiled_equals_interpreted(g, args)
 
 
-@pytest.mark.skipif(
-    os.environ.get("EFFIR_NIGHTLY") != "1",
-    reason="5 s of CPU (the pipeline and build of the gradient program): EFFIR_NIGHTLY=1; "
-    "tests/backends/tvm/test_adts.py has the closure's tuple result in a second",
-)
+@pytest.mark.nightly  # 5 s of CPU (the pipeline and build of the gradient program) tests/backends/tvm/test_adts.py has the closure's tuple result in a second
 def test_the_compiled_gradient_of_map_inside_the_closure_folded_by_foldl():
-    from tests.isolated import run_isolated
+    from tests.support.isolated import run_isolated
 
     run = run_isolated(
         "from tests.autodiff.test_grad_higher_order import check_compiled_nested_gradient"
@@ -237,8 +230,9 @@ def check_compiled_specialised_gradient() -> None:
     check_compiled_equals_interpreted(g, args)
 
 
+@pytest.mark.tvm
 def test_the_compiled_specialised_gradient_equals_the_interpreted():
-    from tests.isolated import run_isolated
+    from tests.support.isolated import run_isolated
 
     run = run_isolated(
         "from tests.autodiff.test_grad_higher_order import check_compiled_specialised_gradient"

@@ -5,8 +5,6 @@ the three checkpointing modes stay bit-identical."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -14,9 +12,9 @@ import effir
 from effir.ir.expr import Call, Function, Op
 from effir.ir.functor import post_order
 from effir.passes.dce import dce
-from tests.isolated import run_isolated
-
-from .grad_harness import check_grad, stacked_elements
+from tests.support.grad_harness import check_grad, stacked_elements
+from tests.support.hoist_grad_programs import _gru_text
+from tests.support.isolated import run_isolated
 
 MODES = ("none", "loop", "sqrt")
 
@@ -140,7 +138,7 @@ def check_compiled_modes_bit_identical() -> None:
     print("ok")
 
 
-@pytest.mark.skipif(os.environ.get("EFFIR_NIGHTLY") != "1", reason="three builds: EFFIR_NIGHTLY=1")
+@pytest.mark.nightly  # three builds
 def test_compiled_modes_are_bit_identical():
     run = run_isolated(
         "from tests.autodiff.test_grad_hoist import check_compiled_modes_bit_identical"
@@ -148,29 +146,6 @@ def test_compiled_modes_are_bit_identical():
     )
     run.check()
     assert "ok" in run.stdout
-
-
-def _gru_text(length: int, batch: int = 32, inputs: int = 8, hidden: int = 128) -> str:
-    """benchmarks/checkpoint_memory.py's GRU (the loss on the final state)."""
-    g = 3 * hidden
-    return f"""#[version = "0.0.5"]
-def @main(%xs: Tensor[({length}, {batch}, {inputs}), float32], %h0: Tensor[({batch}, {hidden}), float32],
-          %w: Tensor[({g}, {inputs}), float32], %u: Tensor[({g}, {hidden}), float32],
-          %bias: Tensor[({g}), float32]) {{
-  let %step = fn (%x: Tensor[({batch}, {inputs}), float32], %h: Tensor[({batch}, {hidden}), float32]) {{
-    let %gx = nn.dense(%x, %w) + %bias;
-    let %gh = nn.dense(%h, %u);
-    let %gxs = split(%gx, indices_or_sections=3, axis=1);
-    let %ghs = split(%gh, indices_or_sections=3, axis=1);
-    let %z = sigmoid(%gxs.0 + %ghs.0);
-    let %r = sigmoid(%gxs.1 + %ghs.1);
-    let %n = tanh(%gxs.2 + %r * %ghs.2);
-    ((), (1f - %z) * %n + %z * %h)
-  }};
-  let %scan = cf.foreach(%step, %xs, %h0);
-  sum(%scan.1 * %scan.1)
-}}
-"""
 
 
 def check_compiled_gru_modes_bit_identical(length: int = 9) -> None:
@@ -203,11 +178,7 @@ def check_compiled_gru_modes_bit_identical(length: int = 9) -> None:
     print("ok")
 
 
-@pytest.mark.skipif(
-    os.environ.get("EFFIR_NIGHTLY") != "1",
-    reason="three GRU builds (30 s; tests/backends/tvm/test_rounding.py checks the rule): "
-    "EFFIR_NIGHTLY=1",
-)
+@pytest.mark.nightly  # three GRU builds (30 s; tests/backends/tvm/test_rounding.py checks the rule)
 def test_compiled_gru_modes_are_bit_identical():
     run = run_isolated(
         "from tests.autodiff.test_grad_hoist import check_compiled_gru_modes_bit_identical"
@@ -272,9 +243,7 @@ def check_compiled_loop_backward_memory() -> None:
     print("ok")
 
 
-@pytest.mark.skipif(
-    os.environ.get("EFFIR_NIGHTLY") != "1", reason="two GRU builds: EFFIR_NIGHTLY=1"
-)
+@pytest.mark.nightly  # two GRU builds
 def test_compiled_loop_backward_memory_per_step():
     run = run_isolated(
         "from tests.autodiff.test_grad_hoist import check_compiled_loop_backward_memory"

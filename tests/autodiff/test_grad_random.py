@@ -9,8 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import effir
-
-from .grad_harness import check_grad
+from tests.support.grad_harness import check_grad
 
 UNARY = ["tanh", "sigmoid", "negative", "exp(tanh({}))"]
 BINARY = ["add", "subtract", "multiply"]

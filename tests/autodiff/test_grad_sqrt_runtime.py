@@ -7,16 +7,13 @@ differences; compiled equals interpreted."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
 import effir
 from effir.ops import control
-
-from .grad_harness import assert_compiled_modes_agree, check_grad
-from .test_grad_loops import RNN, SCAN_AND_MAP, WHILE, _leaves
+from tests.support.grad_harness import assert_compiled_modes_agree, check_grad
+from tests.support.loop_grad_programs import RNN, SCAN_AND_MAP, WHILE, _leaves
 
 MODES = ("none", "loop", "sqrt")
 
@@ -226,7 +223,7 @@ def test_sqrt_of_a_symbolic_foreach_runs_in_segments():
 def check_compiled_sqrt_runtime_gradients() -> None:
     """Two builds: the symbolic foreach (one length: a build binds n) and
     the while_loop (every trip count, 0 included, from one build)."""
-    from tests.autodiff.grad_harness import (
+    from tests.support.grad_harness import (
         check_compiled_equals_interpreted,
         check_compiled_runs_equal_interpreted,
     )
@@ -240,11 +237,9 @@ def check_compiled_sqrt_runtime_gradients() -> None:
     )
 
 
-@pytest.mark.skipif(
-    os.environ.get("EFFIR_NIGHTLY") != "1", reason="two long builds (dynamic shapes): NIGHTLY"
-)
+@pytest.mark.nightly  # two long builds (dynamic shapes)
 def test_compiled_sqrt_runtime_gradients_equal_the_interpreted():
-    from tests.isolated import run_isolated
+    from tests.support.isolated import run_isolated
 
     run = run_isolated(
         "from tests.autodiff.test_grad_sqrt_runtime import check_compiled_sqrt_runtime_gradients"
@@ -265,9 +260,9 @@ def check_compiled_modes_are_bit_identical() -> None:
     print("ok")
 
 
-@pytest.mark.skipif(os.environ.get("EFFIR_NIGHTLY") != "1", reason="six long builds: NIGHTLY")
+@pytest.mark.nightly  # six long builds
 def test_compiled_checkpoint_modes_are_bit_identical():
-    from tests.isolated import run_isolated
+    from tests.support.isolated import run_isolated
 
     run = run_isolated(
         "from tests.autodiff.test_grad_sqrt_runtime import check_compiled_modes_are_bit_identical"

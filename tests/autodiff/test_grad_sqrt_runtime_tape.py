@@ -9,8 +9,6 @@ backward's recomputation of a segment replays them (docs/autodiff.md
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -19,10 +17,9 @@ from effir.ir.module import IRModule
 from effir.ops import control
 from effir.passes.verify_linear import linearity_errors
 from effir.runtime.values import PRNGKey
-
-from .grad_harness import assert_compiled_modes_agree, check_grad
-from .test_grad_loops import _leaves
-from .test_grad_sqrt_tape import KEYED, KEYED_CELL, LISTED, MIXED, ONLY_KEY, T3
+from tests.support.grad_harness import assert_compiled_modes_agree, check_grad
+from tests.support.loop_grad_programs import _leaves
+from tests.support.tape_grad_programs import KEYED, KEYED_CELL, LISTED, MIXED, ONLY_KEY, T3
 
 MODES = ("none", "loop", "sqrt")
 LENGTHS = [0, 1, 2, 3, 4, 7, 9, 16, 17]
@@ -233,7 +230,7 @@ def test_sqrt_stores_about_sqrt_t_carries(monkeypatch, case, shape):
 def check_compiled_runtime_tape() -> None:
     """Two builds: the keyed symbolic foreach and the keyed while_loop (every
     trip count from one build), sqrt, compiled against interpreted."""
-    from tests.autodiff.grad_harness import (
+    from tests.support.grad_harness import (
         check_compiled_equals_interpreted,
         check_compiled_runs_equal_interpreted,
     )
@@ -244,11 +241,9 @@ def check_compiled_runtime_tape() -> None:
     check_compiled_runs_equal_interpreted(g, [_while_args(steps) for steps in (0, 1, 5, 17)])
 
 
-@pytest.mark.skipif(
-    os.environ.get("EFFIR_NIGHTLY") != "1", reason="two long builds (a tape, dynamic shapes)"
-)
+@pytest.mark.nightly  # two long builds (a tape, dynamic shapes)
 def test_compiled_sqrt_with_a_tape_equals_the_interpreted():
-    from tests.isolated import run_isolated
+    from tests.support.isolated import run_isolated
 
     run = run_isolated(
         "from tests.autodiff.test_grad_sqrt_runtime_tape import check_compiled_runtime_tape"
@@ -270,9 +265,9 @@ def check_compiled_modes_with_a_tape() -> None:
     print("ok")
 
 
-@pytest.mark.skipif(os.environ.get("EFFIR_NIGHTLY") != "1", reason="six long builds: NIGHTLY")
+@pytest.mark.nightly  # six long builds
 def test_compiled_checkpoint_modes_with_a_tape_are_bit_identical():
-    from tests.isolated import run_isolated
+    from tests.support.isolated import run_isolated
 
     run = run_isolated(
         "from tests.autodiff.test_grad_sqrt_runtime_tape import check_compiled_modes_with_a_tape"

@@ -3,14 +3,11 @@ be 1 (broadcast) or not, against central finite differences in float64."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
 import effir
-
-from .grad_harness import check_grad
+from tests.support.grad_harness import check_grad
 
 MASKED = """#[version = "0.0.5"]
 def @main(%x: Tensor[(n, 3), float64], %z: Tensor[(4, 3), float64], %keep: Tensor[(4), bool]) {
@@ -89,11 +86,9 @@ def check_compiled_symbolic_gradients() -> None:
     print("ok")
 
 
-@pytest.mark.skipif(
-    os.environ.get("EFFIR_NIGHTLY") != "1", reason="a long build (dynamic shapes): EFFIR_NIGHTLY=1"
-)
+@pytest.mark.nightly  # a long build (dynamic shapes)
 def test_compiled_symbolic_gradients_equal_the_interpreted():
-    from tests.isolated import run_isolated
+    from tests.support.isolated import run_isolated
 
     run = run_isolated(
         "from tests.autodiff.test_grad_symbolic import check_compiled_symbolic_gradients"

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import effir
-from tests.autodiff.grad_harness import check_grad
-from tests.isolated import run_isolated
+from tests.support.grad_harness import check_grad
+from tests.support.isolated import run_isolated
 
 HEADER = '#[version = "0.0.5"]\n'
 OUTS = {
@@ -109,6 +109,7 @@ def test_keys_in_a_padded_loop_with_a_run_time_limit_go_on_the_tape() -> None:
             check_grad(module, args, ["w"], checkpoint=mode)
 
 
+@pytest.mark.tvm
 def test_compiled_gradients_equal_the_interpreted_ones() -> None:
     programs = [  # (text, the limit's dtype, the modes built: a build each)
         (program("tuple", ", %m, pad_outputs=True", "int64"), "np.int64", ("none", "sqrt")),
@@ -117,7 +118,7 @@ def test_compiled_gradients_equal_the_interpreted_ones() -> None:
     ]
     lines = [
         "import numpy as np, effir",
-        "from tests.autodiff.grad_harness import check_compiled_runs_equal_interpreted",
+        "from tests.support.grad_harness import check_compiled_runs_equal_interpreted",
         "w = np.array([0.3, -0.2, 0.5])",
     ]
     for text, dtype, modes in programs:

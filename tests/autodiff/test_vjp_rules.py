@@ -19,8 +19,8 @@ from effir.ir.types import TensorType, TupleType
 from effir.ir.visitor import post_order
 from effir.ir.vjp import NOT_DIFFERENTIABLE, DifferentiationError, VjpContext, vjp_rule
 from effir.runtime.values import PRNGKey
+from tests.support.isolated import run_isolated
 
-from ..isolated import run_isolated
 from .vjp_harness import Backward, check_vjp, evaluate, type_of_value
 
 F64 = np.float64
@@ -612,6 +612,7 @@ def test_concatenate_of_sizes_known_at_run_time(shapes, types, axis):
 
 
 # ------------------------------------------------------------------ compiled
+@pytest.mark.tvm
 def test_compiled_backward_programs_equal_the_interpreter():
     """dense, softmax, take's scatter-add (static and symbolic token counts),
     batch_norm_train, dropout, strided_slice's strided_set and boolean_mask's

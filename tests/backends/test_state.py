@@ -9,8 +9,7 @@ import effir
 from effir.backends.interpreter import interpret_a2
 from effir.backends.state import StateError
 from effir.runtime.values import PRNGKey
-
-from ..isolated import run_isolated
+from tests.support.isolated import run_isolated
 
 H = '#[version = "0.0.5"]\n'
 CELLS = H + (
@@ -149,6 +148,7 @@ def test_load_refuses_a_file_that_does_not_fit(tmp_path):
     assert snapshot(state) == before
 
 
+@pytest.mark.tvm
 def test_threads_sharing_a_state_advance_it_once_per_call():
     """Eight threads, four calls each, one State: the key advances 32 times,
     as 32 sequential calls do (it advanced 24 times: calls read the same key).
@@ -331,6 +331,7 @@ def test_a_state_whose_tensor_cell_has_another_shape_is_refused():
         interpret_a2(a2, np.ones(4, np.float32), state=effir.State(effir.check(effir.parse(OTHER))))
 
 
+@pytest.mark.tvm
 def test_a_state_made_for_another_program_is_refused_by_compiled_code(tmp_path):
     """Found: TVM's "Check failed: (ptr->ndim == ndim)". A compiled module
     and a loaded artifact refuse the State as the interpreter does."""

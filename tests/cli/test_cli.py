@@ -8,17 +8,8 @@ import sys
 import pytest
 
 from effir.cli import main
+from tests.support.cli_texts import CANONICAL, MESSY, H
 
-H = '#[version = "0.0.5"]\n'
-MESSY = H + "def @main(%x: Tensor[(2), float32]) {let %y = %x + 1f; %y * %y}\n"
-CANONICAL = (
-    H
-    + "\n"
-    + "def @main(%x: Tensor[(2), float32]) {\n"
-    + "  let %y = add(%x, 1f);\n"
-    + "  multiply(%y, %y)\n"
-    + "}\n"
-)
 BROKEN = H + "def @main(%x) {\n  add(%x, %nope)\n}\n"
 
 

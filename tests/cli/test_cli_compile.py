@@ -9,6 +9,8 @@ from effir.cli import main
 
 from .files import write
 
+pytestmark = pytest.mark.tvm  # every test here builds with TVM (or runs isolated)
+
 H = '#[version = "0.0.5"]\n'
 PROGRAM = H + (
     "global @rng: Ref[Key] = ref(random.key(1));\n"

@@ -12,9 +12,8 @@ import pytest
 import effir.cli
 import effir.io_safety
 from effir.cli import main
-
-from ..isolated import ROOT
-from .test_cli import CANONICAL, MESSY
+from tests.support.cli_texts import CANONICAL, MESSY
+from tests.support.isolated import ROOT
 
 H = '#[version = "0.0.5"]\n'
 
@@ -115,6 +114,7 @@ def test_fmt_in_place_refuses_a_file_that_changed_while_it_ran(
 PROGRAM = H + "def @main(%x: Tensor[(2), float32]) { tanh(%x) }\n"
 
 
+@pytest.mark.tvm
 def test_compile_refuses_to_replace_what_is_not_an_artifact(tmp_path, capsys, monkeypatch):
     """It deleted a directory holding a README and a src/, left `.FILE.old`
     behind a file, and exited 3 on `-o .`. All refused before compiling."""
@@ -141,6 +141,7 @@ def test_compile_refuses_to_replace_what_is_not_an_artifact(tmp_path, capsys, mo
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.effir", "notes.txt", "project"]
 
 
+@pytest.mark.tvm
 def test_compile_replaces_an_artifact_and_leaves_nothing_behind(tmp_path, capsys, monkeypatch):
     path = tmp_path / "m.effir"
     path.write_text(PROGRAM)

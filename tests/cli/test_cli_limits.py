@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from effir.cli import main
+from tests.support.isolated import ROOT
 
-from ..isolated import ROOT
 from .files import write
 
 H = '#[version = "0.0.5"]\n'

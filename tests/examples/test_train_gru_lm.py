@@ -11,7 +11,6 @@ nightly."""
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import pytest
 import effir
 from effir.backends.interpreter import interpret_a2
 from effir.runtime.values import PRNGKey
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 REFERENCE = Path(__file__).with_name("gru_lm_reference.npz")
@@ -155,7 +154,7 @@ def test_loss_falls(corpus):
     assert trainer.perplexity(corpus.held_out, max_batches=2) < len(corpus.chars)
 
 
-@pytest.mark.skipif(os.environ.get("EFFIR_NIGHTLY") != "1", reason="nightly: TVM builds, ~1 min")
+@pytest.mark.nightly  # TVM builds, ~1 min
 def test_compiled_training_equals_interpreter_and_resumes_bit_exactly():
     run_isolated(
         f"""

@@ -9,6 +9,7 @@ import json
 import os
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -151,10 +152,11 @@ def check_compiled(sources: list[str]) -> None:
     print("ok")
 
 
+@pytest.mark.tvm
 @settings(max_examples=2, deadline=None, derandomize=True)
 @given(st.lists(programs(), min_size=3, max_size=3))
 def test_eager_and_compiled_agree(sources: list[str]) -> None:
-    from tests.isolated import run_isolated
+    from tests.support.isolated import run_isolated
 
     result = run_isolated(
         "from tests.frontend.test_eager_property import check_compiled; "

@@ -146,9 +146,10 @@ def _leaves(value):
     return [leaf for v in value for leaf in _leaves(v)] if isinstance(value, tuple) else [value]
 
 
+@pytest.mark.tvm
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_scripted_and_traced_examples_compile_and_agree(name):
-    from tests.isolated import run_isolated
+    from tests.support.isolated import run_isolated
 
     result = run_isolated(
         f"from tests.frontend.test_examples import check_compiled; check_compiled({name!r})"
@@ -157,6 +158,7 @@ def test_scripted_and_traced_examples_compile_and_agree(name):
     assert "ok" in result.stdout
 
 
+@pytest.mark.tvm
 def test_scripted_examples_through_the_pass_pipeline():
     """Every registered optimisation, after the effect passes, on the scripted
     models (verified after each pass) keeps their results bit for bit."""

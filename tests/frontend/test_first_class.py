@@ -4,7 +4,7 @@
 the function's own name being the entry; ``effir.compile(module,
 entry=...)`` sets what a call runs; an entry that does not exist is an
 error listing the entries that do and naming ``entry=``. Compiled code
-runs in a subprocess (tests/isolated.py)."""
+runs in a subprocess (tests/support/isolated.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import effir
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 
 F32 = "float32"
 VEC = effir.Tensor[("n",), F32]
@@ -106,6 +106,7 @@ def test_grad_of_a_module_is_still_a_module():
     assert isinstance(out, effir.IRModule) and "loss_grad" in out.functions
 
 
+@pytest.mark.tvm
 @pytest.mark.parametrize(
     ("call", "error"),
     [
@@ -125,6 +126,7 @@ def test_a_missing_entry_lists_the_functions_and_names_entry(call, error):
     assert "entry= names the function to run" in message
 
 
+@pytest.mark.tvm
 def test_what_is_not_a_program_is_refused_by_name():
     with pytest.raises(effir.EvalError, match="effir.interpret takes an effir.IRModule or a"):
         effir.interpret(lambda x: x, X)
@@ -198,6 +200,7 @@ def @encode(%x: Tensor[(n), float32]) -> Tensor[(n), float32] { exp(%x) }
     print("ok")
 
 
+@pytest.mark.tvm
 @pytest.mark.parametrize("check", ["check_compile_a_function", "check_entry_sets_what_a_call_runs"])
 def test_compiled(check: str) -> None:
     done = run_isolated(f"from tests.frontend.test_first_class import {check}; {check}()")

@@ -76,6 +76,7 @@ def test_interpreted_equals_each_sequence_alone(lengths):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.tvm
 def test_compiled_equals_each_sequence_alone():
     compiled = effir.compile(effir.parse(MASKED_GRU))
     for lengths in ([5, 0, 9, 1, 3, 7], [4, 4, 4, 4, 4, 4]):  # batch sizes 6 and 4: two builds

@@ -13,7 +13,7 @@ written, compiled and trained (no static-size copy, no IR text):
   teacher-forced loss that a few SGD steps reduce.
 
 Each compiled result is checked against the interpreter. Compiled code
-runs in a subprocess (tests/isolated.py)."""
+runs in a subprocess (tests/support/isolated.py)."""
 
 import shutil
 
@@ -22,7 +22,9 @@ import pytest
 
 import effir
 from effir import Tensor
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
+
+pytestmark = pytest.mark.tvm  # every test here builds with TVM (or runs isolated)
 
 F32 = "float32"
 H = 4  # a tree node's width

@@ -13,7 +13,7 @@ import json
 import pytest
 
 import effir
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 
 from . import node_tests as nt
 
@@ -44,6 +44,7 @@ def test_unsupported_cases_are_refused_with_the_reason(name: str):
         nt.import_case(case)
 
 
+@pytest.mark.tvm
 def test_node_tests_compiled_equal_the_expectations():
     """A few cases of every group through effir.compile (llvm), in one
     subprocess: deterministic ones against the expected outputs, random

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import effir
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 
 from .onnx_models import I64, B, F, check_against_ort, graph, helper, model, run, tensor
 
@@ -137,6 +137,7 @@ def test_an_optional_getter_of_a_plain_value_at_version_15_is_an_error():
         effir.from_onnx(made)
 
 
+@pytest.mark.tvm
 def test_an_imported_optional_prints_parses_back_and_compiles():
     module = effir.from_onnx(_branch_optional(guarded=True))
     effir.assert_structural_equal(effir.parse(effir.astext(module)), module)

@@ -15,7 +15,7 @@ from effir.backends.interpreter import interpret_a2
 from effir.passes.verify_linear import linearity_errors
 from effir.transform import pipeline
 from tests.deep_programs import work
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 
 from .onnx_models import F, check_against_ort, composite, helper, model, tensor
 
@@ -86,6 +86,7 @@ def test_an_imported_module_differentiates():
         np.testing.assert_allclose(np.sum(grad * direction), numeric, rtol=1e-5, err_msg=name)
 
 
+@pytest.mark.tvm
 def test_an_imported_module_compiles_exports_and_reloads(tmp_path):
     """Compiled (llvm) against the interpreter from the same seed, two calls
     on one State (dropout's key and the statistics move on, identically),
@@ -200,6 +201,7 @@ def test_a_model_of_20000_nodes_imports():
     assert effir.astext(module).count("tanh(") == 5_000
 
 
+@pytest.mark.tvm
 def test_import_effir_needs_neither_onnx_nor_onnxruntime():
     code = """
 import sys

@@ -15,9 +15,11 @@ from effir.importers.torch import parameter_values  # noqa: E402
 from effir.passes.verify_linear import linearity_errors  # noqa: E402
 from effir.transform import pipeline  # noqa: E402
 from tests.deep_programs import work  # noqa: E402
-from tests.isolated import run_isolated  # noqa: E402
+from tests.support.isolated import run_isolated  # noqa: E402
 
 from .torch_models import Recurrent, batch_dim, exported  # noqa: E402
+
+pytestmark = pytest.mark.tvm  # every test here builds with TVM (or runs isolated)
 
 
 def _recurrent():

@@ -1,25 +1,10 @@
 """Programs of Relay's standard library (prelude: lists, options, trees;
 naturals; the gradient cell) parse, check and round-trip."""
 
-from pathlib import Path
-
 import pytest
 
 import effir
-
-STD = Path(__file__).parent / "relay_std"
-PRELUDE = Path(effir.__file__).parent / "std" / "prelude.rly"
-
-
-def without_header(text: str) -> str:
-    return text.split("]", 1)[1]
-
-
-PROGRAMS = {
-    "prelude": lambda: PRELUDE.read_text(),
-    "prelude+nat": lambda: PRELUDE.read_text() + without_header((STD / "nat.rly").read_text()),
-    "gradient_cell": lambda: (STD / "gradient_cell.rly").read_text(),
-}
+from tests.support.relay_std_programs import PROGRAMS, STD
 
 
 @pytest.mark.parametrize("name", PROGRAMS)

@@ -28,16 +28,16 @@ from effir.passes.dce import dce
 from effir.passes.infra import lookup_pass
 from effir.passes.pipeline import run_pipeline
 from effir.passes.verify_linear import verify_linear
-
-from .a1_programs import A1Program, a1_programs
-from .equivalence import assert_same_run
-from .test_state_passing_property import (
+from tests.support.state_passing_observation import (
     COMMON,
     explicate_then_state_passing,
     observe,
     parse_a1,
 )
-from .test_transforms_on_typed_programs import SETTINGS, assert_same
+from tests.support.typed_program_checks import SETTINGS, assert_same
+
+from .a1_programs import A1Program, a1_programs
+from .equivalence import assert_same_run
 from .typed_programs import TypedProgram, typed_programs
 
 EXAMPLES = 100

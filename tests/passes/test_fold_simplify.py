@@ -28,10 +28,10 @@ from effir.passes.fold_constant import fold_constant
 from effir.passes.infra import PassContext, anf_problem, lookup_pass
 from effir.passes.pipeline import pipeline, run_pipeline
 from effir.passes.simplify import simplify
+from tests.support.state_passing_observation import observe, parse_a1
+from tests.support.typed_program_checks import SETTINGS, assert_same
 
 from .a1_programs import A1Program, a1_programs
-from .test_state_passing_property import observe, parse_a1
-from .test_transforms_on_typed_programs import SETTINGS, assert_same
 from .typed_programs import TypedProgram, typed_programs
 
 HEADER = '#[version = "0.0.5"]\n'

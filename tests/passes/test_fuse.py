@@ -29,11 +29,16 @@ from effir.passes.infra import PassContext, PassError, lookup_pass
 from effir.passes.pipeline import run_pipeline
 from effir.passes.verify_linear import verify_linear
 from tests.deep_programs import work
+from tests.support.state_passing_observation import (
+    COMMON,
+    explicate_then_state_passing,
+    observe,
+    parse_a1,
+)
+from tests.support.typed_program_checks import SETTINGS, assert_same
 
 from .a1_programs import A1Program, a1_programs
 from .equivalence import arguments_for, assert_same_run
-from .test_state_passing_property import COMMON, explicate_then_state_passing, observe, parse_a1
-from .test_transforms_on_typed_programs import SETTINGS, assert_same
 from .typed_programs import TypedProgram, typed_programs
 
 EXAMPLES = 60

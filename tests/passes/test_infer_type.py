@@ -408,7 +408,7 @@ def test_incomplete_match_is_not_checked_for_exhaustiveness():
 
 @pytest.mark.parametrize("name", ["prelude", "prelude+nat"])
 def test_relay_standard_library_type_checks(name):
-    from tests.ir.test_relay_std import PROGRAMS
+    from tests.support.relay_std_programs import PROGRAMS
 
     module = effir.check(effir.parse(PROGRAMS[name](), source_name=name))
     assert effir.astext(module["map"].checked_type) == "fn [A, B](fn (A) -> B, List[A]) -> List[B]"
@@ -417,7 +417,7 @@ def test_relay_standard_library_type_checks(name):
 def test_gradient_cell_match_is_not_exhaustive():
     # Our copy of the gradient cell's addition leaves out (One, Raw) and
     # friends, which Relay's original covers with a final wildcard clause.
-    from tests.ir.test_relay_std import PROGRAMS
+    from tests.support.relay_std_programs import PROGRAMS
 
     with pytest.raises(effir.TypeError) as info:
         effir.check(effir.parse(PROGRAMS["gradient_cell"](), source_name="gradient_cell"))

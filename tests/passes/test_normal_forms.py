@@ -24,11 +24,11 @@ from effir.passes.pipeline import lookup_pass, run_pipeline
 from effir.passes.to_bbnf import to_bbnf
 from effir.passes.to_gnf import to_gnf
 from effir.passes.verify_linear import verify_linear
+from tests.support.state_passing_observation import observe, parse_a1
+from tests.support.typed_program_checks import SETTINGS, assert_same
 
 from .a1_programs import A1Program, a1_programs
 from .equivalence import run_observed
-from .test_state_passing_property import observe, parse_a1
-from .test_transforms_on_typed_programs import SETTINGS, assert_same
 from .typed_programs import TypedProgram, typed_programs
 
 HEADER = '#[version = "0.0.5"]\n'

@@ -16,10 +16,10 @@ from effir.ir.visitor import pre_order
 from effir.passes.explicate import explicate
 from effir.passes.partial_eval import MAX_UNROLL, partial_eval
 from effir.passes.state_passing import state_passing
+from tests.support.state_passing_observation import observe, parse_a1
+from tests.support.typed_program_checks import SETTINGS, assert_same
 
 from .a1_programs import A1Program, a1_programs
-from .test_state_passing_property import observe, parse_a1
-from .test_transforms_on_typed_programs import SETTINGS, assert_same
 from .typed_programs import TypedProgram, typed_programs
 
 A2_SETTINGS = dict(

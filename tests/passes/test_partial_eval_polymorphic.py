@@ -35,8 +35,7 @@ from effir.ir.module import IRModule
 from effir.passes.partial_eval import partial_eval
 from effir.passes.pipeline import pipeline
 from effir.runtime.values import ADTValue
-
-from .test_types_match_values import COMMON
+from tests.support.type_mismatch import COMMON
 
 HEADER = '#[version = "0.0.5"]\n'
 F = "Tensor[(), float32]"

@@ -6,6 +6,7 @@ with verification after every pass."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -13,9 +14,9 @@ import effir
 from effir.backends.interpreter import interpret_a2
 from effir.passes.infra import PassContext, registered_passes
 from effir.passes.pipeline import pipeline, run_pipeline
+from tests.support.state_passing_observation import observe, parse_a1
 
 from .a1_programs import A1Program, a1_programs
-from .test_state_passing_property import observe, parse_a1
 
 # Passes that keep every value (split-keys changes random values by design;
 # the effect passes run first, once; grad adds a function, it optimises nothing).
@@ -26,6 +27,7 @@ OPTIMISATIONS = sorted(
 )
 
 
+@pytest.mark.tvm  # the pipelines draw lower-tvm among the passes
 @settings(
     max_examples=80,
     deadline=None,

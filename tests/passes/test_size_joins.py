@@ -20,8 +20,7 @@ from hypothesis import strategies as st
 import effir
 from effir.ir import astext
 from effir.passes.pipeline import pipeline
-
-from .test_types_match_values import COMMON, type_mismatch
+from tests.support.type_mismatch import COMMON, type_mismatch
 
 HEADER = '#[version = "0.0.5"]\n'
 F32 = 'dtype="float32"'

@@ -23,9 +23,9 @@ import pytest
 import effir
 from effir.passes.pipeline import run_pipeline
 from effir.passes.verify_linear import verify_linear
+from tests.support.check_file_cases import SEPARATOR, expected_errors, split_cases
 
 from .equivalence import arguments_for, assert_same_run, run_observed
-from .test_check_files import SEPARATOR, expected_errors, split_cases
 
 TRANSFORMS = Path(__file__).parent / "transforms"
 RUN = re.compile(r"^//\s*RUN:\s*(\S+)\s*$")

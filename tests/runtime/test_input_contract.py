@@ -14,6 +14,8 @@ import pytest
 import effir
 from effir.ir.diagnostics import ArgumentError
 
+pytestmark = pytest.mark.tvm  # every test here builds with TVM (or runs isolated)
+
 PROGRAM = """#[version = "0.0.5"]
 def @main(%xs: Tensor[(t, b, 3), float32], %h: Tensor[(b, 3), float32]) {
   let %body = fn (%x: Tensor[(b, 3), float32], %s: Tensor[(b, 3), float32]) {

@@ -14,8 +14,7 @@ import pytest
 import effir
 from effir.optim import SGD, Adam
 from effir.train import CheckpointError, metadata_of, read_checkpoint
-
-from .test_train_step import WRT, batch, initial_params, loss
+from tests.support.train_step_model import WRT, batch, initial_params, loss
 
 
 def train(step, run, first: int, count: int) -> None:
@@ -35,6 +34,7 @@ def assert_same_run(a, b) -> None:
         np.testing.assert_array_equal(array, b.state.arrays()[name], err_msg=name)
 
 
+@pytest.mark.tvm
 @pytest.mark.parametrize("target", [None, "llvm"])
 def test_resuming_equals_training_straight_through(target, tmp_path: Path) -> None:
     step = effir.train_step(loss, Adam(lr=0.02), wrt=WRT, target=target)

@@ -21,47 +21,8 @@ from effir import Tensor
 from effir.backends.interpreter import interpret_a2
 from effir.optim import SGD, Adam
 from effir.train import TrainingError
-from tests.isolated import run_isolated
-
-B, D, H = 8, 3, 4
-F32 = "float32"
-WRT = ["w", "gamma", "beta", "v"]
-
-bn = effir.cell("bn", (np.zeros(H, "float32"), np.ones(H, "float32")))
-rng = effir.cell("rng", effir.random.key(0))
-
-
-@effir.script
-def loss(
-    x: Tensor[(B, D), F32],
-    w: Tensor[(H, D), F32],
-    gamma: Tensor[(H,), F32],
-    y: Tensor[(B,), F32],
-    beta: Tensor[(H,), F32],
-    v: Tensor[(1, H), F32],
-):
-    """A small regression with batch norm and dropout: the parameters and
-    the data interleaved, to check the step puts each where it belongs."""
-    h = effir.nn.batch_norm(effir.nn.dense(x, w), gamma, beta, bn, training=True)
-    h = effir.nn.dropout(np.tanh(h), rng, rate=0.25)
-    p = np.reshape(effir.nn.dense(h, v), (B,))
-    return np.sum((p - y) * (p - y)) / 8.0
-
-
-def initial_params(seed: int) -> dict[str, np.ndarray]:
-    rs = np.random.default_rng(seed)
-    return {
-        "w": rs.standard_normal((H, D)).astype("f4"),
-        "gamma": np.ones(H, "f4"),
-        "beta": np.zeros(H, "f4"),
-        "v": rs.standard_normal((1, H)).astype("f4"),
-    }
-
-
-def batch(seed: int, step: int) -> tuple[np.ndarray, np.ndarray]:
-    rs = np.random.default_rng([seed, step])
-    x = rs.standard_normal((B, D)).astype("f4")
-    return x, (x.sum(axis=1) + 0.1 * rs.standard_normal(B)).astype("f4")
+from tests.support.isolated import run_isolated
+from tests.support.train_step_model import WRT, H, batch, initial_params, loss
 
 
 def by_hand(optimizer, params, seed, steps):
@@ -159,6 +120,7 @@ def test_a_module_and_its_entry_are_a_loss_too() -> None:
     assert float(step.call("fit", target, run.params["a"])) < 1e-7
 
 
+@pytest.mark.tvm
 def test_the_compiled_step_equals_the_interpreted_one() -> None:
     seed = 5
     runs = []
@@ -175,6 +137,7 @@ def test_the_compiled_step_equals_the_interpreted_one() -> None:
     np.testing.assert_allclose(compiled.state["bn"][1], interpreted.state["bn"][1], rtol=1e-5)
 
 
+F32 = "float32"
 SEQUENCE = ("t", 2, 4)  # of a symbolic length t
 
 

@@ -4,7 +4,7 @@ from the VM's tagged tuples, with the interpreter's input contract (the
 same conversions and ArgumentErrors); long lists without recursion; the
 signature's type definitions through an export and ``effir.load``; a
 type with a field no caller can give refused at compile time. Compiled
-code runs in a subprocess (tests/isolated.py)."""
+code runs in a subprocess (tests/support/isolated.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 import effir
 from effir.backends.tvm.runtime.signature import AdtSpec, Signature, TensorSpec, adt_defs
 from tests.frontend.helpers import define
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 
 F32 = "float32"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 
 SCRIPT = """
 import json, tracemalloc

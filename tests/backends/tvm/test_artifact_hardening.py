@@ -19,8 +19,7 @@ import pytest
 
 import effir
 from effir.backends.tvm.runtime.artifact import MANIFEST, SIGNATURE, ArtifactError
-
-from .test_artifact import program
+from tests.support.artifact_programs import program
 
 EVIL = r"""
 #include <stdio.h>
@@ -178,7 +177,7 @@ def test_a_signed_artifact_is_checked_with_its_key(exported: Path, tmp_path: Pat
 def test_a_fifo_in_the_artifact_is_refused_not_waited_on(exported: Path, tmp_path: Path) -> None:
     """Opening a FIFO blocks until a writer comes: the loader must refuse
     it (in a subprocess with a time-out, so that a hang is a failure)."""
-    from tests.isolated import run_isolated
+    from tests.support.isolated import run_isolated
 
     signed = fresh(exported.with_name("signed"), tmp_path, "signed")
     library = next((signed / "lib").iterdir())

@@ -2,7 +2,7 @@
 process loads what an earlier one built, with identical results; a corrupt
 entry is built again, never loaded; the key follows the program, the target
 and the versions; the cache can be turned off. Processes that load compiled
-code run through tests/isolated.py."""
+code run through tests/support/isolated.py."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import effir
 from effir.backends.tvm.driver import build_cache
 from effir.backends.tvm.driver.build_cache import Cache
 from effir.backends.tvm.target import make_target
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 
 SCRIPT = """
 import json, sys

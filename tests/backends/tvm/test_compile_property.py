@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import effir
+from tests.support.compiled_runs import assert_same_run
 
 from .fuzz.generator import HypothesisChooser, Program, generate
-from .test_compile import assert_same_run
 
 
 @st.composite

@@ -6,7 +6,7 @@ gave 0 or x where IEEE gives NaN, -0 or +0, ``random.key(-5)`` and
 value"), and a ``fold_in`` of -1 then gave the wrong key (its uint32
 additions could not wrap). Every float dtype, every integer dtype, in a
 kernel and in a whole compiled loop. Compiled runs go through
-``tests/isolated.py``."""
+``tests/support/isolated.py``."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import os
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 
 HEADER = '#[version = "0.0.5"]\n'
 FLOATS = ["float16", "float32", "float64"]

@@ -2,24 +2,25 @@
 arithmetic wraps bit for bit as numpy's does for every integer dtype
 (te_ops [RULE WRAP]), and where the interpreter fails, compiled code
 fails with the same ``effir.EvalError`` (te_ops [RULE CHECK]). Compiled
-runs go through ``tests/isolated.py``: a trap (a division by zero) would
+runs go through ``tests/support/isolated.py``: a trap (a division by zero) would
 kill the process."""
 
 from __future__ import annotations
 
 import json
-import os
 import warnings
 
 import numpy as np
+import pytest
 
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
+from tests.support.tiers import suite_and_nightly
 
 HEADER = '#[version = "0.0.5"]\n'
 INTS = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"]
 # The 32- and 64-bit dtypes are the ones LLVM and TVM's simplifier got wrong;
 # the narrow ones run nightly.
-SUITE_INTS = INTS if os.environ.get("EFFIR_NIGHTLY") == "1" else INTS[4:]
+TIERED_INTS = suite_and_nightly(INTS[4:], INTS[:4])
 
 
 def _suffix(dtype: str) -> str:
@@ -104,14 +105,15 @@ def int_sweep(dtype: str) -> list[str]:
     return bad
 
 
-def test_integer_ops_wrap_as_the_interpreter_at_boundary_values() -> None:
+@pytest.mark.parametrize("dtypes", TIERED_INTS)
+def test_integer_ops_wrap_as_the_interpreter_at_boundary_values(dtypes: list[str]) -> None:
     """Found: negative and subtract(0u32, x) of unsigned gave 0, add(x,
     4294967295u32) gave 4294967295, x - INT_MIN kept INT_MIN, and
     ``x + 1 == INT_MIN`` folded to false."""
     code = (
         "import json\n"
         "from tests.backends.tvm.test_compiled_semantics import int_sweep\n"
-        f"print(json.dumps([p for d in {SUITE_INTS!r} for p in int_sweep(d)]))\n"
+        f"print(json.dumps([p for d in {dtypes!r} for p in int_sweep(d)]))\n"
     )
     run = run_isolated(code).check()
     problems = json.loads(run.stdout.strip().splitlines()[-1])

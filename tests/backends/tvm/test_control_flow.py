@@ -12,7 +12,6 @@ so that short runs cross the chunk and level boundaries."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -23,8 +22,8 @@ from effir.backends.tvm.driver.compile import compile as compile_module
 from effir.backends.tvm.relax import loops as relax_loops
 from effir.backends.tvm.runtime.stack import MAX_DEPTH
 from effir.ir.diagnostics import EvalError
-from tests.backends.tvm.test_compile import assert_close
-from tests.isolated import run_isolated
+from tests.support.compiled_runs import assert_close
+from tests.support.isolated import run_isolated
 
 HEADER = '#[version = "0.0.5"]\n'
 LENGTHS = {"static": "6", "symbolic": "t", "unknown": "?"}
@@ -258,7 +257,7 @@ DEEP = """
 import os, tempfile
 import numpy as np, effir
 from effir.backends.tvm.driver.compile import compile as compile_module
-from tests.backends.tvm.test_compile import assert_close
+from tests.support.compiled_runs import assert_close
 module = effir.check(effir.parse('''#[version = "0.0.5"]
 def @count(%n: int32) -> float32 {
   if (less_equal(%n, 0)) { 0f } else { add(@count(subtract(%n, 1)), 0.5f) }
@@ -359,7 +358,7 @@ def @main(%n: int32) { @down(%n) }
     assert not any(s.program.recursive for s in compile_module(loop).specializations.values())
 
 
-@pytest.mark.skipif(not os.environ.get("EFFIR_NIGHTLY"), reason="nightly: about a minute")
+@pytest.mark.nightly  # about a minute
 def test_a_recursion_to_the_depth_limit_fits_the_large_stack() -> None:
     # MAX_DEPTH nested calls fit STACK_BYTES: the real limit, not a patched one.
     code = GUARD.replace("relax_lower.MAX_DEPTH = 300", "")

@@ -18,8 +18,7 @@ import pytest
 import tvm
 
 import effir
-
-from .test_compile import gru_lm
+from tests.support.compiled_runs import gru_lm
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 

@@ -137,7 +137,7 @@ def test_the_gradients_loops_are_persistent_kernels_rounding_per_operator() -> N
     persistent kernels, and a gradient program's fenced products are CUDA's
     unfused ``__fmul_rn`` (kernel/rounding.py [RULE ROUND]), so that the
     checkpoint modes can agree bit for bit."""
-    from tests.autodiff.test_grad_hoist import _gru_text
+    from tests.support.hoist_grad_programs import _gru_text
 
     g = effir.value_and_grad(effir.parse(_gru_text(12, 4, 3, 8)), wrt=["h0", "w", "u"])
     compiled = effir.compile(g, target="cuda", entry="main_grad")
@@ -155,7 +155,7 @@ def test_a_checkpointed_gradients_inner_loops_build_for_cuda(checkpoint: str) ->
     """Checkpointing splits the loop into segments: the inner loops' step
     counts are products of symbols, which the prologue's thread binding
     must take as they are (it once asked for their integer value)."""
-    from tests.autodiff.test_grad_hoist import _gru_text
+    from tests.support.hoist_grad_programs import _gru_text
 
     module = effir.parse(_gru_text(12, 4, 3, 8))
     g = effir.value_and_grad(module, wrt=["h0", "w", "u"], checkpoint=checkpoint)

@@ -2,7 +2,7 @@
 CPU: the same kernel, each piece between barriers run by every thread of
 every block before the next ([THREADS]), against numpy and the
 interpreter. What is split how and where the grid waits (stages, owners)
-is checked on its own; the runs are isolated (tests/isolated.py): they
+is checked on its own; the runs are isolated (tests/support/isolated.py): they
 run compiled code."""
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ from effir.backends.tvm.loop.function import step_leaves
 from effir.backends.tvm.loop.graph import Graph, hoist
 from effir.backends.tvm.target import building, make_target
 from effir.ir.visitor import free_vars
-from tests.backends.tvm.test_loop import foreach_of, module
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
+from tests.support.loop_programs import foreach_of, module
+from tests.support.tiers import suite_and_nightly
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -356,7 +357,7 @@ def test_the_gradients_checkpoint_modes_stay_bit_identical() -> None:
     ).check()
 
 
-@pytest.mark.skipif(os.environ.get("EFFIR_NIGHTLY") != "1", reason="six builds: EFFIR_NIGHTLY=1")
+@pytest.mark.nightly  # six builds
 def test_the_gradients_checkpoint_modes_stay_bit_identical_on_a_grid() -> None:
     """Batch 64: a grid of several blocks for every loop."""
     run_isolated(
@@ -366,7 +367,7 @@ def test_the_gradients_checkpoint_modes_stay_bit_identical_on_a_grid() -> None:
     ).check()
 
 
-@pytest.mark.skipif(os.environ.get("EFFIR_NIGHTLY") != "1", reason="about 2 min: EFFIR_NIGHTLY=1")
+@pytest.mark.nightly  # about 2 min
 def test_the_gpu_check_script_passes_emulated() -> None:
     """benchmarks/cuda_loop_checks.py --emulate: the checks a GPU runs, on
     the CPU (so that they are right before a GPU runs them)."""
@@ -459,8 +460,8 @@ def check_random_steps(examples: int) -> None:
     print("ok")
 
 
-def test_random_steps_equal_the_interpreter() -> None:
-    examples = 60 if os.environ.get("EFFIR_NIGHTLY") == "1" else 10
+@pytest.mark.parametrize("examples", suite_and_nightly(10, 60))
+def test_random_steps_equal_the_interpreter(examples: int) -> None:
     run_isolated(
         "from tests.backends.tvm.test_cuda_loop_emulated import check_random_steps\n"
         f"check_random_steps({examples})",

@@ -8,7 +8,7 @@ feature is enabled here only once its constructs compile).
 
 The suite runs a fixed, seeded set: one small program per fragment of every
 enabled feature (the deep bucket included when enabled), then a few random
-mixes. ``EFFIR_NIGHTLY=1`` runs 2,000 random programs (or
+mixes. The nightly tier (``make nightly``) runs 2,000 random programs (or
 ``EFFIR_FUZZ_COUNT``, from ``EFFIR_FUZZ_SEED``); the CLI does the same with a
 table: ``python -m tests.backends.tvm.fuzz.harness --count 2000 --seed 1``.
 """
@@ -16,13 +16,19 @@ table: ``python -m tests.backends.tvm.fuzz.harness --count 2000 --seed 1``.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 
 import numpy as np
 import pytest
 
 from .fuzz.generator import FEATURES, WIDENED, Program, one_fragment_programs, programs
-from .fuzz.harness import SELF_TEST_CRASH, Outcome, _differ, run_batch, run_programs, summary
+from .fuzz.harness import (
+    SELF_TEST_CRASH,
+    _differ,
+    failures_report,
+    run_batch,
+    run_programs,
+    summary,
+)
 
 # Every feature: each class of issue 12 is fixed (keys and dropout through
 # `if`, integer wrap-around, every foreach/while form and length, ADTs,
@@ -40,33 +46,22 @@ SEED = 0
 MIXED = 6  # random programs of several fragments, after one of each fragment
 
 
-def _failures(progs: Sequence[Program], outcomes: Sequence[Outcome]) -> str:
-    bad = [(p, o) for p, o in zip(progs, outcomes, strict=True) if o.kind != "ok"]
-    if not bad:
-        return ""
-    text = f"{len(bad)} of {len(progs)} programs differ from the interpreter\n"
-    text += summary(progs, outcomes, show=0, by="fragment")
-    for program, outcome in bad[:5]:
-        text += f"\n\n=== {program.label}: {outcome}\n{program.describe()}"
-    return text
-
-
 def test_fixed_programs_run_compiled_as_interpreted() -> None:
     progs = one_fragment_programs(SEED, 1, ENABLED)
     progs += programs(SEED, MIXED, ENABLED, max_fragments=4)
     outcomes = run_batch(progs, timeout=120)
-    failures = _failures(progs, outcomes)
+    failures = failures_report(progs, outcomes)
     assert not failures, failures
 
 
-@pytest.mark.skipif(os.environ.get("EFFIR_NIGHTLY") != "1", reason="set EFFIR_NIGHTLY=1")
+@pytest.mark.nightly
 def test_nightly_random_programs_run_compiled_as_interpreted() -> None:
     count = int(os.environ.get("EFFIR_FUZZ_COUNT", "2000"))
     seed = int(os.environ.get("EFFIR_FUZZ_SEED", "1"))
     progs = programs(seed, count, ENABLED, deep_share=20)
     outcomes = run_programs(progs, batch_size=50, timeout=300)
     print(summary(progs, outcomes, show=0))
-    failures = _failures(progs, outcomes)
+    failures = failures_report(progs, outcomes)
     assert not failures, failures
 
 

@@ -21,8 +21,7 @@ import os
 import pytest
 
 from .fuzz.generator import FEATURES, WIDENED, one_fragment_programs, programs
-from .fuzz.harness import run_batch, run_programs, summary
-from .test_differential_fuzz import _failures
+from .fuzz.harness import failures_report, run_batch, run_programs, summary
 
 LEVELS = (0, 1, 2)
 # Fragments that meet a defect not fixed yet (tests/backends/tvm/test_fuzz_findings.py
@@ -49,7 +48,7 @@ def test_widened_fixed_programs_pass_every_pass_and_level() -> None:
     mixed = programs(SEED, 20, WIDENED, max_fragments=3)
     progs += [p for p in mixed if not KNOWN_DEFECTS.keys() & set(p.fragments)][:MIXED]
     outcomes = run_batch(progs, timeout=240, levels=LEVELS, passes=True)
-    failures = _failures(progs, outcomes)
+    failures = failures_report(progs, outcomes)
     assert not failures, failures
 
 
@@ -69,5 +68,5 @@ def test_nightly_widened_group(group: str, request: pytest.FixtureRequest) -> No
     progs = programs(seed, count, [group], max_fragments=4)
     outcomes = run_programs(progs, batch_size=50, timeout=300, levels=LEVELS, passes=True)
     print(summary(progs, outcomes, show=0))
-    failures = _failures(progs, outcomes)
+    failures = failures_report(progs, outcomes)
     assert not failures, failures

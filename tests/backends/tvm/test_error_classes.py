@@ -5,14 +5,14 @@ failure of the program is an ``EvalError`` everywhere, also where compiled
 code finds it while building a specialisation (a batch norm over one
 value; a reshape that the call's sizes make impossible) rather than while
 running; an entry the program lacks is the same ``ArgumentError``
-everywhere. Compiled runs go through ``tests/isolated.py``."""
+everywhere. Compiled runs go through ``tests/support/isolated.py``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import NamedTuple
 
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 
 HEADER = '#[version = "0.0.5"]\n'
 

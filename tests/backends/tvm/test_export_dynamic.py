@@ -13,9 +13,8 @@ import numpy as np
 import pytest
 
 import effir
-from tests.isolated import run_isolated
-
-from .test_compile import assert_close, assert_same_run, parse
+from tests.support.compiled_runs import assert_close, assert_same_run, parse
+from tests.support.isolated import run_isolated
 
 MASKED = """
 def @main(%x: Tensor[(5, 3), float32], %m: Tensor[(5), bool], %w: Tensor[(4, 3), float32]) {
@@ -70,7 +69,7 @@ def test_a_masked_program_exports_loads_and_runs_from_cpp(
         f"""
         import numpy as np, effir
         from pathlib import Path
-        from tests.backends.tvm.test_compile import parse
+        from tests.support.compiled_runs import parse
         from tests.backends.tvm.test_export_dynamic import MASKED
         d = Path({str(tmp_path)!r})
         x, w = np.load(d / "x.npy"), np.load(d / "w.npy")
@@ -118,7 +117,7 @@ def test_an_adt_program_with_closures_runs_from_cpp(
     tmp_path: Path,
 ) -> None:
     # Lists, match, VM closures (test_adts.py) need nothing of Python.
-    from .test_adts import BUILD_AND_FOLD, X, Y
+    from tests.support.compiled_adt_programs import BUILD_AND_FOLD, X, Y
 
     args = {"n": np.int32(6), "x": X, "y": Y}
     for name, value in args.items():
@@ -126,8 +125,8 @@ def test_an_adt_program_with_closures_runs_from_cpp(
     run_isolated(
         f"""
         import effir
-        from tests.backends.tvm.test_compile import parse
-        from tests.backends.tvm.test_adts import BUILD_AND_FOLD
+        from tests.support.compiled_runs import parse
+        from tests.support.compiled_adt_programs import BUILD_AND_FOLD
         effir.compile(parse(BUILD_AND_FOLD)).export({str(tmp_path / "model")!r})
         """
     ).check()
@@ -206,7 +205,7 @@ def test_every_kind_of_kernel_after_masks_builds_once_exports_and_runs_from_cpp(
         f"""
         import numpy as np, effir
         from pathlib import Path
-        from tests.backends.tvm.test_compile import parse
+        from tests.support.compiled_runs import parse
         from tests.backends.tvm.test_export_dynamic import (
             CLASH, CLASH_MESSAGE, EVERY_KIND, PAIRS, assert_same_values, every_kind_args)
         module = parse(EVERY_KIND)

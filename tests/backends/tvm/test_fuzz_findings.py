@@ -1,5 +1,5 @@
 """Defects the widened differential fuzzer found (issue 27; fuzz/widened.py),
-each as its smallest program, compiled in a subprocess (tests/isolated.py).
+each as its smallest program, compiled in a subprocess (tests/support/isolated.py).
 A defect not fixed yet is ``xfail(strict=True)`` with what it does, so the
 fix turns it into a failure to remove the mark."""
 
@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 
 REDUCE_OF_FOLDED_CHAIN = r'''
 import json

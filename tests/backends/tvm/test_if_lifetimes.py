@@ -1,13 +1,13 @@
 """Keys, tensors and tuples of them flowing out of an ``if`` in compiled code
 (relax/pipeline.py [RULE BRANCH]): a storage planned inside a branch was
 reused after it, out of scope, and the VM crashed (issue 12). Each program
-runs in a fresh process (tests/isolated.py), both branches of each ``if``
+runs in a fresh process (tests/support/isolated.py), both branches of each ``if``
 taken, two calls from one State, against the interpreter bit for bit
 (results and the final key)."""
 
 from __future__ import annotations
 
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 
 SCRIPT = r'''
 import numpy as np

@@ -6,7 +6,7 @@ against the interpreter; in a subprocess."""
 
 from __future__ import annotations
 
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 
 CHECKS = """
 import numpy as np, effir

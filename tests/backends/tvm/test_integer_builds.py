@@ -3,23 +3,25 @@ as the interpreter's (te_ops [RULE LET]): an int64 accumulator plus a
 widened int32 loop counter, ``divide(divide(a, b), c)`` on int32 and their
 siblings failed to build with TVM's "conflicts with memorization" (its
 ``NarrowDataType`` met a let variable of a narrower range outside its let).
-Compiled runs go through ``tests/isolated.py``."""
+Compiled runs go through ``tests/support/isolated.py``."""
 
 from __future__ import annotations
 
 import json
 import os
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
+from tests.support.tiers import suite_and_nightly
 
 HEADER = '#[version = "0.0.5"]\n'
 INTS = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"]
 # The 32- and 64-bit results in the suite, all eight nightly (as
 # test_compiled_semantics.py sweeps them).
-SUITE_INTS = INTS if os.environ.get("EFFIR_NIGHTLY") == "1" else INTS[4:]
+TIERED_INTS = suite_and_nightly(INTS[4:], INTS[:4])
 FLOATS = ["float16", "float32", "float64"]
 # Nonzero in every integer dtype they are cast to (no multiple of 256), so
 # that divisions by them are defined; the floats' are their magnitudes (a
@@ -84,11 +86,14 @@ def _params(dtypes: list[str]) -> str:
     return ", ".join(f"%{d}: Tensor[(8), {d}]" for d in dtypes)
 
 
-def test_a_widened_counter_added_to_an_accumulator_builds_for_every_pair_of_dtypes() -> None:
+@pytest.mark.parametrize("dtypes", TIERED_INTS)
+def test_a_widened_counter_added_to_an_accumulator_builds_for_every_pair_of_dtypes(
+    dtypes: list[str],
+) -> None:
     """``add(%acc: int64, cast(%i, "int64"))`` for every other integer (and
     float) dtype of ``%i``, and its siblings: each wrapping operator and the
     division on each pair of dtypes, the cast on either side."""
-    for dst in SUITE_INTS:
+    for dst in dtypes:
         outs = []
         for src in INTS + FLOATS:
             if src == dst:
@@ -104,11 +109,14 @@ def test_a_widened_counter_added_to_an_accumulator_builds_for_every_pair_of_dtyp
         _check(f"{HEADER}def @main({_params(INTS + FLOATS)}) {{\n  ({', '.join(outs)})\n}}\n")
 
 
-def test_a_widened_value_added_to_itself_builds_for_every_pair_of_dtypes() -> None:
+@pytest.mark.parametrize("dtypes", TIERED_INTS)
+def test_a_widened_value_added_to_itself_builds_for_every_pair_of_dtypes(
+    dtypes: list[str],
+) -> None:
     """``let %c = cast(%a, dtype="int64"); add(%c, %c)`` (ONNX CumSum with
     a run-time int32 axis made it): one let variable met twice in one
     kernel, for every narrower dtype of ``%a``, at both levels."""
-    for dst in SUITE_INTS:
+    for dst in dtypes:
         lets, outs = [], []
         for src in INTS:
             if src != dst:
@@ -120,11 +128,12 @@ def test_a_widened_value_added_to_itself_builds_for_every_pair_of_dtypes() -> No
             _check(src_text, level)
 
 
-def test_nested_integer_arithmetic_builds_for_every_dtype() -> None:
+@pytest.mark.parametrize("dtypes", TIERED_INTS)
+def test_nested_integer_arithmetic_builds_for_every_dtype(dtypes: list[str]) -> None:
     """``divide(divide(%a, %b), %c)`` on int32 and its siblings: each
     arithmetic operator nested in each other one, every integer dtype."""
     outer = ["add", "subtract", "multiply", "divide"]
-    for t in SUITE_INTS:
+    for t in dtypes:
         outs = [f"{f}({g}(%{t}, %b), %c)" for f in outer for g in [*outer, "maximum"]]
         outs += [
             f"power(divide(%{t}, %b), maximum(%c, 1{_suffix(t)}))",

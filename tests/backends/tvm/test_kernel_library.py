@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import effir
 from effir.backends.tvm.relax import apart
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 
 PROGRAM = """#[version = "0.0.5"]
 def @main(%x: Tensor[(4, 8), float32], %w: Tensor[(8, 8), float32]) { tanh(nn.dense(%x, %w)) * 2f }

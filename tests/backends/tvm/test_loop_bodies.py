@@ -28,9 +28,8 @@ import effir
 from effir.backends.tvm.driver.loop_bodies import literal_loop_bodies
 from effir.ir.expr import Call, Function
 from effir.ir.visitor import pre_order
-from tests.isolated import run_isolated
-
-from ...passes.test_types_match_values import COMMON
+from tests.support.isolated import run_isolated
+from tests.support.type_mismatch import COMMON
 
 HEADER = '#[version = "0.0.5"]\n'
 F2 = "Tensor[(2), float32]"

@@ -12,9 +12,9 @@ import pytest
 from effir.backends.tvm.loop import build_loop, lower_loop
 from effir.backends.tvm.loop.cpu import rows
 from effir.backends.tvm.loop.cpu import schedule as cpu_schedule
-from tests.backends.tvm.test_loop import foreach_of, module
-from tests.backends.tvm.test_loop_tiles import gru_text
-from tests.isolated import run_isolated
+from tests.support.gru_programs import gru_text
+from tests.support.isolated import run_isolated
+from tests.support.loop_programs import foreach_of, module
 
 MIXING = {
     # a reduction over the batch axis
@@ -92,7 +92,7 @@ import effir
 from effir.backends.tvm.loop import build_loop
 from effir.backends.tvm.loop.cpu import rows
 from effir.backends.tvm.loop.cpu import schedule as cpu_schedule
-from tests.backends.tvm.test_loop import GRU, assert_close, foreach_of, gru_inputs, module
+from tests.support.loop_programs import GRU, assert_close, foreach_of, gru_inputs, module
 from tests.backends.tvm.test_loop_rows import MIXING
 
 rows.pool_threads = lambda: 2

@@ -10,7 +10,7 @@ process of its own (run_isolated: compiled code)."""
 
 from __future__ import annotations
 
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 
 SCRIPT = """
 import numpy as np

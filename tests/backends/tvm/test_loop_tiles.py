@@ -21,7 +21,8 @@ from effir.backends.tvm.loop.cpu import rows
 from effir.backends.tvm.loop.cpu import schedule as cpu_schedule
 from effir.backends.tvm.loop.cpu.schedule import _rows_per_tile, _tile_order, _tile_panels
 from effir.backends.tvm.schedule.cpu import gemm as schedule_gemm
-from tests.backends.tvm.test_loop import GRU, assert_close, foreach_of, gru_inputs, module, uniform
+from tests.support.gru_programs import gru_text
+from tests.support.loop_programs import GRU, assert_close, foreach_of, gru_inputs, module, uniform
 
 
 @pytest.mark.parametrize(
@@ -100,28 +101,6 @@ def test_gru_panel_by_panel_matches_the_interpreter(
         args = gru_inputs(np.random.default_rng(t * 10 + b), t, b)
         assert_close(kernel(*args), effir.interpret(mod, *args))
         assert kernel.specialize({"b": b}).lowered.unscheduled == []
-
-
-def gru_text(hidden: int) -> str:
-    g = 3 * hidden
-    return f"""
-def @main(%xs: Tensor[(t, b, {hidden}), float32], %h0: Tensor[(b, {hidden}), float32],
-          %w: Tensor[({g}, {hidden}), float32], %u: Tensor[({g}, {hidden}), float32],
-          %bias: Tensor[({g}), float32]) {{
-  let %step = fn (%x: Tensor[(b, {hidden}), float32], %h: Tensor[(b, {hidden}), float32]) {{
-    let %gx = nn.dense(%x, %w) + %bias;
-    let %gh = nn.dense(%h, %u);
-    let %gxs = split(%gx, indices_or_sections=3, axis=1);
-    let %ghs = split(%gh, indices_or_sections=3, axis=1);
-    let %z = sigmoid(%gxs.0 + %ghs.0);
-    let %r = sigmoid(%gxs.1 + %ghs.1);
-    let %n = tanh(%gxs.2 + %r * %ghs.2);
-    let %h_new = (1f - %z) * %n + %z * %h;
-    (%h_new, %h_new)
-  }};
-  cf.foreach(%step, %xs, %h0)
-}}
-"""
 
 
 @pytest.mark.parametrize(("batch", "parallel_loops"), [(32, 2), (1, 0)])

@@ -4,7 +4,7 @@ results equal each sequence run alone by the interpreter, for random
 lengths (with 0, 1, equal lengths, a batch that is not a multiple of the
 tile; hypothesis over lengths), from a padded batch in any order and from
 PyTorch's packed layout; arguments that are not a packed batch are refused
-with an effir error. The compiled runs are isolated (tests/isolated.py):
+with an effir error. The compiled runs are isolated (tests/support/isolated.py):
 the kernel indexes with data."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 import effir
 from effir.frontend.packed import PackedScanError
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 
 PROGRAM = """#[version = "0.0.5"]
 def @main(%xs: Tensor[(t, b, 3), float32], %h0: Tensor[(b, 4), float32],

@@ -3,14 +3,14 @@ optimisation level and compute what the interpreter computes: ``@iterate``
 (whose result is ``@compose``'s closure, a function literal returned as a
 value, before "a function literal that is not bound by a let is not
 compiled"; at ``-O2`` partial evaluation made an ill-typed program),
-``@tmap`` and ``@size``. In a subprocess (tests/isolated.py); the
+``@tmap`` and ``@size``. In a subprocess (tests/support/isolated.py); the
 partial-evaluation side is in tests/passes/test_partial_eval_polymorphic.py."""
 
 from __future__ import annotations
 
 import json
 
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 
 SCRIPT = r"""
 import json

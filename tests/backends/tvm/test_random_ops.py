@@ -40,7 +40,7 @@ from effir.ir.op import op_def
 from effir.ir.types import KeyType, TensorType, Type
 from effir.runtime import prng
 from effir.runtime.values import PRNGKey
-from tests.runtime import test_prng as jax_vectors
+from tests.support import jax_prng_vectors as jax_vectors
 
 LLVM = make_target("llvm")
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import effir
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 
 HEADER = '#[version = "0.0.5"]\n'
 

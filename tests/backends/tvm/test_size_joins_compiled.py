@@ -6,14 +6,14 @@ at ``-O2`` made such a branch of a zero-trip ``cf.while_loop`` by itself,
 and ``sum`` failed with "expected 0"); a loop state declared ``?`` took
 its initial value's 0 (a ``match_cast`` failure); a variable passed to a
 ``(3)`` parameter in one branch became ``(3)`` everywhere. Compiled runs go
-through tests/isolated.py. The type-level tests and properties are in
+through tests/support/isolated.py. The type-level tests and properties are in
 tests/passes/test_size_joins.py."""
 
 from __future__ import annotations
 
 import json
 
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 
 SCRIPT = r'''
 import json

@@ -5,7 +5,7 @@ reversing slice was wrong, because TVM's ``FlattenBuffer`` rewrites ``(c -
 i) // d`` as ``i // -d + c // d``. Every slicing operator (``strided_slice``,
 its adjoint ``strided_set``, ``split``) and their gradients, with negative
 strides, static and run-time sizes, composed with reversals and reshapes,
-against the interpreter. Compiled runs go through ``tests/isolated.py``."""
+against the interpreter. Compiled runs go through ``tests/support/isolated.py``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import os
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 
 HEADER = '#[version = "0.0.5"]\n'
 BIG = 2**31 - 1  # an end past every size: "to the end" (-BIG: "to the start")

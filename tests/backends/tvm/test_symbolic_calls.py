@@ -4,7 +4,7 @@ not inline (a recursive one) and whose dimensions are symbolic compiles,
 its kernels bound at each call as the entry's are, its gradient too; the
 messages of what still cannot be compiled name the user's value and say
 "symbolic" or "data-dependent" for what each is. Compiled code runs in a
-subprocess (tests/isolated.py)."""
+subprocess (tests/support/isolated.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 import effir
 from effir.backends.tvm.relax.types import unknown_shape
 from effir.backends.tvm.runtime.errors import BackendError
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 
 HEADER = '#[version = "0.0.5"]\n'
 

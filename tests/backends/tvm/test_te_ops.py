@@ -28,7 +28,7 @@ from effir.ir.expr import Function, Var
 from effir.ir.op import all_ops, call_op, op_def
 from effir.ir.types import TensorType, TupleType, Type
 from effir.passes.infer_type import infer_expr
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 
 # ------------------------------------------------------------------ helpers
 TOLERANCE = {"float16": (2e-3, 1e-4), "float32": (1e-5, 1e-6), "float64": (1e-10, 1e-12)}

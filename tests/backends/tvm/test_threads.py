@@ -3,7 +3,7 @@ Relax VM per thread; driver/compile.py: the builds' table). Before, all threads
 shared one VM and the process crashed or TVM raised ``Check failed: reg <
 frame->register_file.size()`` (issue 12).
 
-The stress test runs in a fresh process (tests/isolated.py): 16 threads
+The stress test runs in a fresh process (tests/support/isolated.py): 16 threads
 call one compiled module 500 times each, then 16 threads call the
 artifact it exports, reloaded with ``effir.load``, 500 times each. Each
 thread follows one of four call sequences (its inputs and shapes, its own
@@ -13,7 +13,7 @@ yet, so two of them meet each new binding at once: it is built once."""
 
 from __future__ import annotations
 
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 
 SCRIPT = r'''
 import tempfile

@@ -6,7 +6,7 @@ padding), each built once and called with limits and trip counts of 0, a
 few, past the buffers' first capacity (16) and past the limit. A negative
 limit is the interpreter's located EvalError. CUDA builds the same loops
 (PTX by nvcc); running them needs a GPU. Compiled code runs in a
-subprocess (tests/isolated.py)."""
+subprocess (tests/support/isolated.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 import tvm
 
 import effir
-from tests.isolated import run_isolated
+from tests.support.isolated import run_isolated
 
 EXAMPLES = int(os.environ.get("EFFIR_WHILE_EXAMPLES", "8"))
 
@@ -61,7 +61,7 @@ PROPERTY = (
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 import effir
-from tests.backends.tvm.test_compile import assert_close
+from tests.support.compiled_runs import assert_close
 
 
 def runs(dtype):
@@ -142,7 +142,7 @@ def test_a_padded_loop_with_a_run_time_limit_runs_on_the_gpu() -> None:
     run_isolated(
         f"""
         import numpy as np, effir
-        from tests.backends.tvm.test_compile import assert_close
+        from tests.support.compiled_runs import assert_close
         module = effir.check(effir.parse({padded_program()!r}))
         compiled = effir.compile(module, target="cuda")
         x = np.array([0.5, 0.25], np.float32)
@@ -179,7 +179,7 @@ def test_a_condition_that_draws_under_a_run_time_limit_compiles_as_interpreted()
     run_isolated(
         f"""
         import numpy as np, effir
-        from tests.backends.tvm.test_compile import assert_same_run
+        from tests.support.compiled_runs import assert_same_run
         module = effir.check(effir.parse({EFFECTFUL!r}))
         x = np.linspace(-1, 1, 4, dtype=np.float32)
         for m in (0, 1, 3, 20):

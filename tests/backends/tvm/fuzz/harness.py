@@ -502,6 +502,19 @@ def _progress_printer(
     return report
 
 
+def failures_report(progs: Sequence[Program], outcomes: Sequence[Outcome]) -> str:
+    """What a test asserts empty: the programs that differ from the
+    interpreter, summarised by fragment, the first five in full."""
+    bad = [(p, o) for p, o in zip(progs, outcomes, strict=True) if o.kind != "ok"]
+    if not bad:
+        return ""
+    text = f"{len(bad)} of {len(progs)} programs differ from the interpreter\n"
+    text += summary(progs, outcomes, show=0, by="fragment")
+    for program, outcome in bad[:5]:
+        text += f"\n\n=== {program.label}: {outcome}\n{program.describe()}"
+    return text
+
+
 def summary(
     progs: Sequence[Program], outcomes: Sequence[Outcome], show: int = 2, by: str = "feature"
 ) -> str:

@@ -30,7 +30,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.tiers import check_tvm_allowed
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -69,6 +71,7 @@ def run_isolated(
 ) -> IsolatedRun:
     """Run ``code`` with this interpreter in a new process (the repository on
     its path); a crash or a time-out is reported, never raised by a signal."""
+    check_tvm_allowed("runs isolated code (its fork server imports TVM)")
     code = textwrap.dedent(code)
     if not env and os.environ.get("EFFIR_ISOLATED_FORK", "1") != "0":
         forked = _FORK_SERVER.run(code, timeout)

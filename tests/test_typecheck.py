@@ -1,0 +1,41 @@
+"""The type-check ratchet (tests/support/typecheck.py): mypy's errors are
+counted per file, and a file fails when it has more than its baseline."""
+
+from __future__ import annotations
+
+import json
+
+from tests.support.typecheck import BASELINE, Report, compare
+
+OUTPUT = """\
+effir/ir/a.py:3: error: Incompatible types in assignment  [assignment]
+effir/ir/a.py:9:5: error: "Foo" has no attribute "bar"  [attr-defined]
+effir/ir/a.py:9: note: See https://mypy.rtfd.io
+effir/passes/b.py:1: error: Missing return statement  [return]
+"""
+
+
+def test_errors_are_counted_per_file_and_notes_are_not_errors() -> None:
+    assert Report.parse(OUTPUT).counts() == {"effir/ir/a.py": 2, "effir/passes/b.py": 1}
+
+
+def test_a_file_with_more_errors_than_its_baseline_fails_with_its_errors() -> None:
+    worse, better = compare(Report.parse(OUTPUT), {"effir/ir/a.py": 1, "effir/passes/b.py": 1})
+    assert worse[0] == "effir/ir/a.py: 2 type errors, the baseline allows 1:"
+    assert worse[1:] == [
+        "  effir/ir/a.py:3: error: Incompatible types in assignment  [assignment]",
+        '  effir/ir/a.py:9:5: error: "Foo" has no attribute "bar"  [attr-defined]',
+    ]
+    assert better == []
+
+
+def test_a_new_file_allows_no_error_and_a_fixed_one_asks_for_a_lower_baseline() -> None:
+    worse, better = compare(Report.parse(OUTPUT), {"effir/ir/a.py": 2, "effir/gone.py": 4})
+    assert worse[0] == "effir/passes/b.py: 1 type errors, the baseline allows 0:"
+    assert better == ["effir/gone.py: 0 type errors, the baseline says 4"]
+
+
+def test_the_baseline_names_files_that_exist_with_positive_counts() -> None:
+    baseline = json.loads(BASELINE.read_text())
+    root = BASELINE.parents[2]
+    assert all((root / path).is_file() and count > 0 for path, count in baseline.items())
