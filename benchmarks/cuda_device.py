@@ -31,7 +31,7 @@ Parts (``--part``, repeatable; default all, in this order):
   through DLPack without a copy, ``on_device`` results they take back
   without a copy, a consumer on another stream, the State kept on the GPU.
 - ``precision``: TF32 and bfloat16 products on the tensor cores equal the
-  CPU's emulation of them (precision.py [RULE PRECISION]).
+  CPU's emulation of them (precision.py [RULE COMPILE-PRECISION]).
 - ``speed``: the GRU (benchmarks/gru_peers.py's cases) by effir against
   JAX ``jit(lax.scan)`` at its best layout (weights transposed once and
   closed over; the input projection per step and hoisted, the faster

@@ -30,7 +30,7 @@ the loop was built as a persistent kernel (no VM loop left):
 - ``effir.value_and_grad`` of the GRU language model
   (examples/gru_lm_training.py) in the three checkpoint modes: the loss
   and gradients equal the interpreter's, and the modes agree bit for bit
-  (docs/backend.md [RULE ROUND]).
+  (docs/backend.md [RULE KERNEL-ROUND]).
 
 Speed: the GRU (weights ``(3H, I)``) compiled for CUDA, called from numpy
 (the host-device copies included, as benchmarks/cuda_device.py times

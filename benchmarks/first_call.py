@@ -11,8 +11,8 @@ the machine's load falls on all three alike:
 - ``no cache``: ``EFFIR_CACHE_DIR=off``, as before the cache: lowering,
   TVM's build, and LLVM's code generation in memory at the first call;
 - ``cold``: an empty cache: the same, the library then linked and written
-  to the cache by a thread of its own (driver/build_cache.py [RULE
-  BACKGROUND]);
+  to the cache by a thread of its own (driver/build_cache.py
+  [RULE CACHE-BACKGROUND]);
 - ``warm``: the cache filled by an earlier process: the library loaded.
 
 The ``no cache`` processes also time each stage (wrapping the functions

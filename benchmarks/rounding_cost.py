@@ -1,4 +1,4 @@
-"""What [RULE ROUND] (effir/backends/tvm/kernel/rounding.py) costs: the same
+"""What [RULE KERNEL-ROUND] (effir/backends/tvm/kernel/rounding.py) costs: the same
 program built with and without the fences on products between operators,
 in one process, calls of the two builds interleaved, CPU time per call.
 

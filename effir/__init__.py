@@ -52,7 +52,7 @@ TypeError = TypeCheckError  # noqa: A001
 
 __version__ = "0.1.0"
 
-# --- the Python frontend (issue 15, docs/frontend.md) ---
+# --- the Python frontend (docs/frontend.md) ---
 from .frontend import (  # noqa: E402
     Cell,
     Cons,

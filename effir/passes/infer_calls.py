@@ -1,6 +1,6 @@
 """Type inference of calls: operators (their type relations, retried while
-an argument type is unknown [RULE Q]), global functions (their symbolic
-dimensions renamed per call [RULE D]), constructors and closures.
+an argument type is unknown [RULE TYPE-WAIT]), global functions (their symbolic
+dimensions renamed per call [RULE TYPE-CALLDIMS]), constructors and closures.
 
 ``CallInference`` is a part of ``TypeInferencer`` (``infer_type.py``), split
 off at the seam between walking expressions and applying functions; it
@@ -23,7 +23,7 @@ from .type_solver import UnifyError, rename_dims, show
 
 
 class Pending:
-    """A relation waiting for argument types [RULE Q]."""
+    """A relation waiting for argument types [RULE TYPE-WAIT]."""
 
     __slots__ = ("attempt", "node", "span", "forcible")
 
@@ -90,7 +90,7 @@ class CallInference:
 
     def _global_signature(self, name: str) -> FuncType:
         """A global's signature, resolved: its inferred result type must be
-        renamed [RULE D] and instantiated like its annotated parts."""
+        renamed [RULE TYPE-CALLDIMS] and instantiated like its annotated parts."""
         sig = self.solver.resolve(self.signatures[name])
         assert isinstance(sig, FuncType)
         return sig
@@ -105,7 +105,7 @@ class CallInference:
         result = IncompleteType()
 
         def attempt(force: bool = False) -> None:
-            # [RULE D] the callee's symbolic dimensions, in the caller's terms.
+            # [RULE TYPE-CALLDIMS] the callee's symbolic dimensions, in the caller's terms.
             # An argument still unknown where the callee has symbolic
             # dimensions waits (NotReady) unless `force`d: then those
             # dimensions become `?`.
@@ -172,7 +172,7 @@ class CallInference:
             self.pending.append(Pending(attempt, node, self._span(node), forcible))
 
     def _solve_pending(self) -> None:
-        """Retry waiting relations until none makes progress [RULE Q]; then
+        """Retry waiting relations until none makes progress [RULE TYPE-WAIT]; then
         force the first waiting global call (its unknown symbolic dimensions
         become `?`), which may unblock the others, and go on."""
         while self.pending:
@@ -210,7 +210,7 @@ class _RelationSolver:
     """What a control-flow relation may do: unify types, join them, resolve
     them. ``memo`` is the relation's own, kept across the attempts at one
     call (what it learnt before it had to wait); ``forced`` says that the
-    call was forced [RULE Q], so the relation must not wait again."""
+    call was forced [RULE TYPE-WAIT], so the relation must not wait again."""
 
     def __init__(self, inferencer: Any, memo: dict[str, Any], forced: bool) -> None:
         self._inferencer = inferencer
@@ -225,7 +225,7 @@ class _RelationSolver:
         return result
 
     def join(self, a: Type, b: Type, what: str) -> Type:
-        """``Solver.join`` [RULE JOIN]: NotReady while a part is unknown,
+        """``Solver.join`` [RULE TYPE-JOIN]: NotReady while a part is unknown,
         unless forced; a mismatch is reported."""
         try:
             return self._inferencer.solver.join(a, b, self.forced)

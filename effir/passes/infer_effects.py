@@ -14,14 +14,14 @@ The algorithm has two fixpoints over the whole module:
    ``ref(...)`` allocation sites. Sources flow through lets, calls (arguments
    to parameters, bodies to results), tuples, ADT fields, pattern variables,
    reference contents and control-flow operators (a function given to
-   ``cf.foreach`` is called with the operator's other arguments) [RULE F].
+   ``cf.foreach`` is called with the operator's other arguments) [RULE EFFECT-FLOW].
    Tuples and ADT values hold the union of their fields: imprecise but sound.
-   Once the program is type-checked, types sharpen this [RULE T]: a value
+   Once the program is type-checked, types sharpen this [RULE EFFECT-TYPED]: a value
    whose type is a tensor or a key holds no function and no reference.
 2. **Effects**: a function's effects are its body's direct effects
    (``ref_read``/``ref_write`` of a reference that may be a global cell, an
    effectful operator on such a reference, an ``io`` operator) plus the
-   latent effects of every function a call in its body may call [RULE E].
+   latent effects of every function a call in its body may call [RULE EFFECT-DIRECT].
    Bodies of nested ``fn`` are not part of the enclosing function's effects
    until the closure is called. Recursion is handled by iterating to a
    fixpoint over the call graph.
@@ -210,7 +210,7 @@ class _EffectInference(ExprFunctor):
         return None
 
     def call_into(self, callees: set[Source], args: list[set[Source]], result: object) -> bool:
-        """[RULE F] arguments flow to parameters, bodies to the call's result."""
+        """[RULE EFFECT-FLOW] arguments flow to parameters, bodies to the call's result."""
         changed = False
         for src in list(callees):
             fn = self.function_of(src)
@@ -224,7 +224,7 @@ class _EffectInference(ExprFunctor):
         return changed
 
     def step(self, node: Node) -> bool:
-        """[RULE F] one node's flows; whether any set grew."""
+        """[RULE EFFECT-FLOW] one node's flows; whether any set grew."""
         return self.eval(node)
 
     @on(Node)
@@ -287,7 +287,7 @@ class _EffectInference(ExprFunctor):
         args = [v(a) for a in node.args]
         if isinstance(node.callee, Op):
             if "control_flow" in op_def(node.callee).traits:
-                # [RULE F] each function argument is called with all the others.
+                # [RULE EFFECT-FLOW] each function argument is called with all the others.
                 everything: set[Source] = set().union(*args) if args else set()
                 changed = False
                 for arg in args:
@@ -320,7 +320,7 @@ class _EffectInference(ExprFunctor):
         return {s[1] for s in sources if s[0] == "cell"}
 
     def direct_effects(self, node: Node) -> set[str]:
-        """[RULE E] effects a node has by itself (not through a call)."""
+        """[RULE EFFECT-DIRECT] effects a node has by itself (not through a call)."""
         if isinstance(node, RefRead):
             return {f"read @{c}" for c in self.cells_in(self.value_of(node.ref))}
         if isinstance(node, RefWrite):
@@ -433,7 +433,7 @@ class _EffectInference(ExprFunctor):
 
 
 class _Holds:
-    """What a value of a type may be or contain [RULE T]: (functions,
+    """What a value of a type may be or contain [RULE EFFECT-TYPED]: (functions,
     references). A tensor or a key holds neither, whatever the
     field-insensitive flows say (a tuple's projection gets every field's
     sources); a function type holds functions, a ``Ref`` references; ADTs,

@@ -1,4 +1,4 @@
-"""Constants of a program in compiled code (te_ops [RULE OPAQUE]):
+"""Constants of a program in compiled code (te_ops [RULE TE-OPAQUE]):
 ``divide(%x, 0f)`` (or a constant that folds to 0) did not build ("Divide
 by zero"), ``divide(0f, %x)``, ``multiply(%x, 0f)`` and ``add(%x, 0f)``
 gave 0 or x where IEEE gives NaN, -0 or +0, ``random.key(-5)`` and

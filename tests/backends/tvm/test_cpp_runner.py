@@ -240,7 +240,7 @@ def test_an_artifact_for_an_unknown_device_is_refused(
 
 def test_the_runner_prints_tuples_keys_and_adt_values(runner: Path, tmp_path: Path) -> None:
     """A print of a value that is not a tensor carries its layout as a third
-    argument of effir.print (runtime/printing.py [RULE PRINT]); the runner
+    argument of effir.print (runtime/printing.py [RULE RUNTIME-PRINT]); the runner
     summarises the value's tensors."""
     src = (
         '#[version = "0.0.5"]\n'

@@ -135,7 +135,7 @@ def test_one_block_runs_the_hidden_32_gru_with_syncthreads_alone() -> None:
 def test_the_gradients_loops_are_persistent_kernels_rounding_per_operator() -> None:
     """value_and_grad of a GRU: the forward and the reverse loop are both
     persistent kernels, and a gradient program's fenced products are CUDA's
-    unfused ``__fmul_rn`` (kernel/rounding.py [RULE ROUND]), so that the
+    unfused ``__fmul_rn`` (kernel/rounding.py [RULE KERNEL-ROUND]), so that the
     checkpoint modes can agree bit for bit."""
     from tests.autodiff.test_grad_hoist import _gru_text
 
@@ -185,7 +185,7 @@ def @main(%xs: Tensor[(12, 4), float32], %h0: Tensor[(4), float32]) {
 
 
 def test_a_fenced_product_is_cudas_unfused_multiply() -> None:
-    """[RULE ROUND] on CUDA: the fence (LLVM's) becomes ``__fmul_rn`` around
+    """[RULE KERNEL-ROUND] on CUDA: the fence (LLVM's) becomes ``__fmul_rn`` around
     the product its ``Let`` bindings end in; another fenced value is
     itself."""
     x, y, v = (tirx.Var(n, "float32") for n in "xyv")

@@ -1,5 +1,5 @@
 """Loops the VM drives on a GPU wait for the GPU only where the program
-needs a value from it (relax/loops.py [RULE HOSTCOUNT]).
+needs a value from it (relax/loops.py [RULE LOOP-HOSTCOUNT]).
 
 A condition the Relax VM reads from a tensor in a GPU's memory is copied to
 the host, which waits for every kernel launched before it. With the step
@@ -75,7 +75,7 @@ def gru_on_cuda() -> str:
 
 def test_a_foreach_on_a_gpu_reads_no_condition_from_the_gpu(gru_on_cuda: str) -> None:
     names = levels(gru_on_cuda)
-    assert len(names) == 6  # level 0 and five levels above it [RULE LEVELS]
+    assert len(names) == 6  # level 0 and five levels above it [RULE LOOP-LEVELS]
     for name in names:
         host, device = conditions(gru_on_cuda, name)
         assert (host, device) == (1, 0), (name, host, device)
@@ -138,7 +138,7 @@ def test_a_loop_in_a_while_loops_body_equals_the_interpreter() -> None:
 
 def test_relax_cuda_graphs_would_share_a_loops_storage_across_its_steps() -> None:
     """Why effir does not run Relax's RewriteCUDAGraph (relax/pipeline.py
-    [RULE NOGRAPH]): on a VM loop it lifts the step's storage, the new state
+    [RULE PIPELINE-NOGRAPH]): on a VM loop it lifts the step's storage, the new state
     passed to the next step included, into one allocation for the VM's life
     inside the level function that calls itself. When TVM's pass stops
     doing that, this test fails and the reason is gone."""

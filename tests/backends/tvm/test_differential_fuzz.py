@@ -1,4 +1,4 @@
-"""Differential fuzzing of the compiled path (issue 12, item 5): generated
+"""Differential fuzzing of the compiled path: generated
 programs (tests/backends/tvm/fuzz/generator.py) compiled with
 ``effir.compile`` and interpreted, in a subprocess per batch so that a crash
 is a reported failure naming its program (fuzz/harness.py). Every outcome
@@ -24,7 +24,7 @@ import pytest
 from .fuzz.generator import FEATURES, Program, one_fragment_programs, programs
 from .fuzz.harness import SELF_TEST_CRASH, Outcome, _differ, run_batch, run_programs, summary
 
-# Every feature: each class of issue 12 is fixed (keys and dropout through
+# Every feature: each class of defect it found is fixed (keys and dropout through
 # `if`, integer wrap-around, every foreach/while form and length, ADTs,
 # errors raised as the interpreter's, loops and recursion 10,000 deep). A
 # class that breaks again shows here with its program.

@@ -1,5 +1,5 @@
-"""Programs with data-dependent shapes export (relax/symbolic.py [RULE
-SHAPEPOLY]): the kernels after a ``boolean_mask`` are compiled once with
+"""Programs with data-dependent shapes export (relax/symbolic.py
+[RULE LOWER-SHAPEPOLY]): the kernels after a ``boolean_mask`` are compiled once with
 symbolic sizes, so one build runs every mask, from Python, from an
 ``effir.load``ed artifact and from the C++ runner, as the interpreter."""
 

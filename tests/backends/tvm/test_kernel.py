@@ -236,7 +236,7 @@ def test_reductions_and_norms_schedule() -> None:
 
 
 def test_a_long_chain_of_transcendentals_builds_quickly() -> None:
-    """[RULE BUDGET] Inlining twelve tanh/sigmoid/exp into one expression
+    """[RULE SCHED-BUDGET] Inlining twelve tanh/sigmoid/exp into one expression
     would take minutes of LLVM code generation; the budget keeps it linear."""
     x = Var("x", TensorType((4, 64)))
     body: Any = x

@@ -154,7 +154,7 @@ def test_the_body_as_effir_compile_leaves_it() -> None:
 
 def test_inputs_need_not_be_aligned_or_contiguous(gru) -> None:
     """numpy arrays at odd addresses, a strided view: zero-copy where the
-    layout allows, and no misaligned vector access (RULE ALIGN)."""
+    layout allows, and no misaligned vector access ([RULE LOOPFN-ALIGN])."""
     mod, _, kernel = gru
     xs, h0, w, u, bias = gru_inputs(np.random.default_rng(2), 9, 2)
     raw = np.empty(w.size + 1, np.float32)

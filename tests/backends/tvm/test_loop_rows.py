@@ -1,6 +1,6 @@
 """[ROWS] (loop/rows.py): a whole loop whose rows are independent (a GRU
 over a batch) runs by blocks of rows across the thread pool, each block
-through every step, with no barrier per step (issue 18, batch 32); a loop
+through every step, with no barrier per step (batch 32); a loop
 whose step mixes rows keeps the serial form; batch 1 stays serial. The
 split's results equal the interpreter's and, bit for bit, the serial
 form's (the same arithmetic per row)."""

@@ -1,6 +1,6 @@
 """``effir.compile(precision=...)``: how float32 matrix products multiply
-(precision.py [RULE PRECISION], schedule/cuda/tensor_core.py [RULE
-TENSORCORE]).
+(precision.py [RULE COMPILE-PRECISION], schedule/cuda/tensor_core.py
+[RULE SCHED-TENSORCORE]).
 
 On the CPU a TF32 or bfloat16 program computes what the GPU's tensor cores
 compute: its products equal numpy's on the rounded operands (the

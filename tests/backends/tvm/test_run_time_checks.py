@@ -1,4 +1,4 @@
-"""Run-time checks of compiled code (runtime/errors.py [RULE CHECK]): one mechanism
+"""Run-time checks of compiled code (runtime/errors.py [RULE RUNTIME-CHECK]): one mechanism
 for every target. Each kind of check (integer division by zero, ``take``
 out of range, ``max``/``argmax`` of an empty axis, a negative integer
 power, a bad reshape, the depth of recursion) raises the interpreter's

@@ -1,6 +1,6 @@
 """Compiled ``cf.while_loop`` with ``max_iterations`` known at run time (the
 fourth argument, of any integer dtype) and with padded outputs
-(relax/loops.py [RULE PAD]) against the interpreter: random loops drawn
+(relax/loops.py [RULE LOOP-PAD]) against the interpreter: random loops drawn
 by Hypothesis (state, per-step outputs, the limit's form and dtype,
 padding), each built once and called with limits and trip counts of 0, a
 few, past the buffers' first capacity (16) and past the limit. A negative

@@ -88,7 +88,7 @@ class Build(NamedTuple):
     """Loaded from the build cache (driver/build_cache.py) instead of built."""
     shared: int = 0
     """Of its kernels and loops, how many an earlier build of this process
-    had built already (relax/apart.py [RULE SHARE]): not built again."""
+    had built already (relax/apart.py [RULE APART-SHARE]): not built again."""
 
 
 @dataclass
@@ -199,7 +199,7 @@ class Specialization:
             if program.libraries is not None:
                 for library in program.libraries.modules.result():
                     executable.mod.import_module(library)
-        except Exception as err:  # TVM's: never a user's [RULE CHECK]
+        except Exception as err:  # TVM's: never a user's [RULE RUNTIME-CHECK]
             raise build_failure(err, program.entry, program.sites, program.span) from None
         return executable
 
@@ -207,7 +207,7 @@ class Specialization:
         """An executable to write out: this one built again around the
         same kernels, as no VM has run it (TVM writes an executable whose
         VM was made with a warning per function, and one being written
-        must not be run meanwhile: build_cache.py [RULE BACKGROUND])."""
+        must not be run meanwhile: build_cache.py [RULE CACHE-BACKGROUND])."""
         return self._built() if self.program.module is not None else self.executable
 
     def source(self, kind: str = "cuda") -> str:
@@ -274,7 +274,7 @@ class CompiledModule:
         self.entry = entry
         """What a call runs when it names no ``entry=`` (``compile``'s)."""
         self.precision = precision
-        """How matrix products multiply (precision.py [RULE PRECISION])."""
+        """How matrix products multiply (precision.py [RULE COMPILE-PRECISION])."""
         self.specializations: dict[tuple[str, tuple[tuple[str, int], ...]], Specialization] = {}
         self.static_dims: dict[str, set[str]] = {}  # per entry, learnt (specialization)
         self._lock = threading.Lock()
@@ -394,7 +394,7 @@ class CompiledModule:
     def specialization(self, entry: str, dims: Dims, at_call: bool = False) -> Specialization:
         """The build serving ``dims`` (made now if none does).
 
-        [RULE BINDING] A binding under which the program cannot run (a
+        [RULE COMPILE-BINDING] A binding under which the program cannot run (a
         reshape its sizes make impossible, a value over the size limit:
         the specialisation's type check or size check fails) is, when a
         call asks for it (``at_call``), that call's run-time failure: the
@@ -491,7 +491,7 @@ class CompiledModule:
                 return spec
 
     def _specialize(self, entry: str, bound: Dims, at_call: bool) -> IRModule:
-        """``specialize`` for a build; [RULE BINDING] its failure under a
+        """``specialize`` for a build; [RULE COMPILE-BINDING] its failure under a
         call's binding is that call's EvalError."""
         try:
             return specialize(self.module, entry, bound)
@@ -515,10 +515,10 @@ class CompiledModule:
         self, cache: Cache, key: str, entry: str, spec: Specialization
     ) -> None:
         """Write ``spec`` to the cache on a thread of its own, so that the
-        first call does not wait for it (driver/build_cache.py [RULE
-        BACKGROUND]): the build in memory runs meanwhile, its VM made first,
+        first call does not wait for it (driver/build_cache.py
+        [RULE CACHE-BACKGROUND]): the build in memory runs meanwhile, its VM made first,
         and the library written is what an export then copies. A cache
-        that cannot be written leaves the build in memory [RULE NEVER-CRASH]."""
+        that cannot be written leaves the build in memory [RULE CACHE-NEVER-CRASH]."""
         spec.function()  # LLVM's code for every module now, before the writer reads them
         program = spec.program
         static_dims = set(self.static_dims.get(entry, set()))
@@ -602,7 +602,7 @@ def compile(  # noqa: A001  (effir.compile, as tvm.compile)
       ``nn.matmul``) multiply: ``"float32"`` (the default, as the
       interpreter), ``"tf32"`` or ``"bfloat16"`` (operands rounded to that
       format, products accumulated in float32; on CUDA on the tensor cores
-      where the shapes allow: precision.py [RULE PRECISION]).
+      where the shapes allow: precision.py [RULE COMPILE-PRECISION]).
 
     The passes run in the current ``PassContext`` (its instruments and
     verification). ``compiled.report`` (``CompileReport``) says what was

@@ -398,7 +398,7 @@ def _row_tests(dtype: str) -> tuple[Any, Any]:
     ``unique`` reads them: NaNs are one value, greater than every number.
     Written without negating a comparison: TVM's simplifier turns
     ``!(a == b)`` into ``a != b``, an ordered compare that is false for NaN
-    (te_ops [RULE NAN])."""
+    (te_ops [RULE TE-NAN])."""
     if dtype.startswith("float"):
 
         def differ(a: Any, b: Any) -> Any:

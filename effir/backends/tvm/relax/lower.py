@@ -27,53 +27,53 @@ Algorithm
    - a primitive function is lowered once per distinct text and types
      (kernel.lower_kernel) and called with ``call_tir``; its tuple and key
      arguments are flattened into tensors, its tuple results rebuilt
-     [RULE FLAT];
+     [RULE LOWER-FLAT];
    - ``cf.foreach`` whose body is static and pure is one ``call_tir`` of the
-     loop (loop.lower_loop): no VM instruction runs per step [RULE LOOP].
+     loop (loop.lower_loop): no VM instruction runs per step [RULE LOOP-TIR].
      A long sequence runs in chunks of ``LOOP_CHUNK`` steps, one call each,
      the state passed from one to the next: the loop's prologue holds the
      hoisted input projections of its steps, so memory stays bounded
-     whatever the length [RULE CHUNK];
+     whatever the length [RULE LOOP-CHUNK];
    - a function literal that is not primitive is lifted to a private Relax
      function taking its free variables first; a call of a let-bound one
-     calls that function [RULE CLOSURE]; one used as a value is a VM
-     closure (relax/closures.py [RULE VMCLOSURE]);
+     calls that function [RULE LOWER-CLOSURE]; one used as a value is a VM
+     closure (relax/closures.py [RULE LOWER-VMCLOSURE]);
    - ``if`` is a Relax ``If`` whose branches are blocks of their own (the
      tensors a branch allocates get storage of their own, whatever flows
-     out of it: relax/pipeline.py [RULE BRANCH]); a ``match`` on tuples
+     out of it: relax/pipeline.py [RULE PIPELINE-BRANCH]); a ``match`` on tuples
      binds the patterns' variables by projection, one on constructors
-     tests tags (relax/adts.py [RULE ADT], where ADT values are tagged VM
+     tests tags (relax/adts.py [RULE LOWER-ADT], where ADT values are tagged VM
      tuples);
    - ``io.print`` calls the packed function ``effir.print`` (registered by
      the Python runtime and by the C++ runner) and advances the world token;
    - a loop that cannot be one TIR function (``cf.while_loop``, a
      ``cf.foreach`` with control flow or effects in its body) is a VM loop
      the VM runs step by step, in levels of recursive functions so that
-     its native depth stays bounded [RULE VMLOOP] [RULE LEVELS]; its
+     its native depth stays bounded [RULE LOOP-VM] [RULE LOOP-LEVELS]; its
      per-step outputs go to buffers written in place, cut to the steps run;
-   - [RULE DEPTH] a global on a cycle of the call graph (and a closure that
+   - [RULE LOWER-DEPTH] a global on a cycle of the call graph (and a closure that
      calls itself or may call one) takes its depth of recursion first;
      each call passes it on through a kernel that adds one and fails with
      an ``EvalError`` naming the callee past ``MAX_DEPTH`` nested calls,
      and a VM loop in such code counts its levels' calls too. Such a
-     program runs on a thread with a large stack (runtime/stack.py [RULE STACK]);
+     program runs on a thread with a large stack (runtime/stack.py [RULE RUNTIME-STACK]);
      a recursive entry is a wrapper calling its body at depth 0;
    - an operator of data-dependent shape (``boolean_mask``, ``argwhere``,
      the ``dyn.*`` operators, ``shape_of``) runs as the executor's kernels
      (relax/dynamic_kernels.py): count, allocate once the size is known
-     (``tensor_to_shape``), fill [RULE DYN].
-4. [RULE SHAPEPOLY] A primitive function whose types keep a ``?``
+     (``tensor_to_shape``), fill [RULE LOWER-DYN].
+4. [RULE LOWER-SHAPEPOLY] A primitive function whose types keep a ``?``
    dimension (a kernel after ``boolean_mask``) is compiled once with its
    sizes as variables bound from its arguments' run-time shapes
    (relax/symbolic.py, kernel/symbolic_shapes.py): its sizes are expressions of
    those variables, checked at run time where the interpreter checks
    them; every compiled program exports.
 
-The parts: relax/types.py (the types, [RULE SYMBOLIC]), relax/loops.py
-([RULE LOOP], [RULE CHUNK], [RULE VMLOOP], [RULE LEVELS]),
-relax/dynamic.py ([RULE DYN]), relax/symbolic.py and kernel/symbolic_shapes.py
-([RULE SHAPEPOLY]), relax/adts.py ([RULE ADT]),
-relax/closures.py ([RULE VMCLOSURE]) and runtime/stack.py (run-time checks, the
+The parts: relax/types.py (the types, [RULE LOWER-SYMBOLIC]), relax/loops.py
+([RULE LOOP-TIR], [RULE LOOP-CHUNK], [RULE LOOP-VM], [RULE LOOP-LEVELS]),
+relax/dynamic.py ([RULE LOWER-DYN]), relax/symbolic.py and kernel/symbolic_shapes.py
+([RULE LOWER-SHAPEPOLY]), relax/adts.py ([RULE LOWER-ADT]),
+relax/closures.py ([RULE LOWER-VMCLOSURE]) and runtime/stack.py (run-time checks, the
 large stack); this module is the walk over the program and its calls,
 kernels and closures.
 
@@ -159,7 +159,7 @@ class RelaxProgram:
     entry: str
     kernels: int = 0
     loops: int = 0
-    recursive: bool = False  # runs on a large stack (runtime/stack.py [RULE STACK])
+    recursive: bool = False  # runs on a large stack (runtime/stack.py [RULE RUNTIME-STACK])
     sites: dict[str, Span | None] = field(default_factory=dict)
     """The source of the value bound to each Relax variable, by name: where
     a failure of TVM's build that names one is reported (runtime/errors.py
@@ -167,7 +167,7 @@ class RelaxProgram:
     span: Span | None = None  # the entry's, where no site is named
     libraries: Any = None
     """Its kernels' modules, being built (relax/apart.py ``Pending``:
-    [RULE OVERLAP]); the executable imports them."""
+    [RULE APART-OVERLAP]); the executable imports them."""
 
 
 def lower_to_relax(
@@ -197,7 +197,7 @@ class _Closure:
 
     gv: Any
     captured: list[Var]
-    deep: bool  # takes the depth of recursion first [RULE DEPTH]
+    deep: bool  # takes the depth of recursion first [RULE LOWER-DEPTH]
 
 
 class _Lowering(
@@ -209,7 +209,7 @@ class _Lowering(
         self.target = target
         self.symbols = {name: tirx.Var(name, "int64") for name in symbolic}
         self.entry = ""
-        self.apart: dict[str, None] = {}  # the symbols of its kernels, in order [RULE APART]
+        self.apart: dict[str, None] = {}  # the symbols of its kernels, in order [RULE LOWER-APART]
         self.bb = Builder()
         self.globals: dict[str, Any] = {}
         self.kernels: dict[str, tuple[Any, KernelIR]] = {}  # effir's, by text and types
@@ -217,14 +217,14 @@ class _Lowering(
         self.lifted: dict[tuple[int, bool], _Closure] = {}
         self.constructor_functions: dict[str, Any] = {}  # relax/closures.py
         self.loops = 0
-        self.recursive: set[str] = set()  # globals on a cycle of calls [RULE DEPTH]
+        self.recursive: set[str] = set()  # globals on a cycle of calls [RULE LOWER-DEPTH]
         self.depth: Any = None  # the depth of recursion where code is lowered
         self.recursion = False  # runs on a large stack (runtime/stack.py): recursion, ADT chains
         self.sites: dict[str, Span | None] = {}  # RelaxProgram.sites
 
     # ------------------------------------------------------------ globals
     def run(self, entry: str) -> RelaxProgram:
-        # [RULE ROUND] (kernel/rounding.py): gradient programs round per operator
+        # [RULE KERNEL-ROUND] (kernel/rounding.py): gradient programs round per operator
         with rounding.per_operator(rounding.gradient_program(self.module)):
             return self._run(entry)
 
@@ -241,7 +241,7 @@ class _Lowering(
                     relax.Var(p.name_hint, relax_type(p.checked_type, symbols)) for p in fn.params
                 ]
                 ret = relax_type(fn.body.checked_type, symbols)
-            if name in self.recursive:  # [RULE DEPTH]
+            if name in self.recursive:  # [RULE LOWER-DEPTH]
                 params.insert(0, relax.Var("depth", relax.TensorType([], "int64")))
             label = f"{name}_recursive" if name == entry and name in self.recursive else name
             self.globals[name] = declare(self.bb, params, ret, label)
@@ -271,7 +271,7 @@ class _Lowering(
         )
 
     def _entry_of_recursive(self, entry: str) -> None:
-        """[RULE DEPTH] The public entry of a recursive entry function: its
+        """[RULE LOWER-DEPTH] The public entry of a recursive entry function: its
         parameters, then a call at depth 0."""
         fn = self.module.functions[entry]
         params = [
@@ -294,7 +294,7 @@ class _Lowering(
 
     def _function(self, fn: Function, name: str) -> Any:
         """A Relax function of the global ``fn`` (taking the depth of
-        recursion first when it is recursive [RULE DEPTH])."""
+        recursion first when it is recursive [RULE LOWER-DEPTH])."""
         env: dict[Var, Any] = {}
         params = []
         symbols = self.symbols if name == self.entry else None
@@ -320,7 +320,7 @@ class _Lowering(
             self.depth = saved
 
     def _deeper(self, callee: str, span: Any) -> Any:
-        """[RULE DEPTH] The depth a call of the recursive ``callee`` runs
+        """[RULE LOWER-DEPTH] The depth a call of the recursive ``callee`` runs
         at: one more than here, checked against ``MAX_DEPTH`` by one small
         kernel (an ``EvalError`` naming ``callee`` past it); 1 from code
         that is not recursive."""
@@ -359,8 +359,8 @@ class _Lowering(
         while isinstance(expr, Let):
             value = expr.value
             if isinstance(value, Function):
-                # A kernel, or a closure lifted where it is called [RULE
-                # CLOSURE]: no run-time value of its own.
+                # A kernel, or a closure lifted where it is called
+                # [RULE LOWER-CLOSURE]: no run-time value of its own.
                 env[expr.var] = value
             else:
                 lowered = yield self.eval(value, env, expr.var.name_hint)
@@ -374,7 +374,7 @@ class _Lowering(
             value = env.get(expr)
             if value is None:
                 raise BackendError(f"%{expr.name_hint} is not bound here", expr.span)
-            if isinstance(value, Function):  # a closure that escapes [RULE VMCLOSURE]
+            if isinstance(value, Function):  # a closure that escapes [RULE LOWER-VMCLOSURE]
                 return self._closure_value(value, env, expr.name_hint, expr.span)
             return value
         if isinstance(expr, Constant):
@@ -432,7 +432,7 @@ class _Lowering(
     @on(Function)
     def _function_value(self, expr: Function, env: dict[Var, Any], name: str) -> Any:
         # A literal in a value's place (a function's or a branch's result):
-        # the closure it makes [RULE VMCLOSURE], as an escaping let-bound one.
+        # the closure it makes [RULE LOWER-VMCLOSURE], as an escaping let-bound one.
         return self._closure_value(expr, env, name, expr.span)
 
     @on(RefCreate, RefRead, RefWrite)
@@ -489,7 +489,7 @@ class _Lowering(
             if closure.deep:
                 args.insert(0, self._deeper(f"%{callee.name_hint}", fn.span))
             return self.bb.emit(relax.Call(closure.gv, args), name)
-        if isinstance(callee, Var) and callee in env:  # a function value [RULE VMCLOSURE]
+        if isinstance(callee, Var) and callee in env:  # a function value [RULE LOWER-VMCLOSURE]
             return self._invoke(env[callee], call, env, name)
         raise BackendError(
             f"a call of {astext(callee)}, a function computed at run time, is not compiled",
@@ -499,11 +499,11 @@ class _Lowering(
     def _lift(
         self, fn: Function, env: dict[Var, Any], name: str, captured_last: bool = False
     ) -> _Closure:
-        """[RULE CLOSURE] ``fn`` as a private Relax function of its free
+        """[RULE LOWER-CLOSURE] ``fn`` as a private Relax function of its free
         variables and parameters (lifted once); ``captured_last`` puts the
         free variables last, as a VM closure binds them (relax/closures.py).
         One called where it is bound that calls itself, a recursive global
-        or another closure takes the depth of recursion first [RULE DEPTH];
+        or another closure takes the depth of recursion first [RULE LOWER-DEPTH];
         a VM closure does not (the VM's ``invoke_closure`` passes only the
         call's arguments): a program with function values runs on the large
         stack (runtime/stack.py) instead."""
@@ -538,7 +538,7 @@ class _Lowering(
         return closure
 
     def _calls_deeper(self, fn: Function, functions: dict[Var, Any]) -> bool:
-        """[RULE DEPTH] Whether ``fn`` calls a recursive global or a closure
+        """[RULE LOWER-DEPTH] Whether ``fn`` calls a recursive global or a closure
         (which may recurse): it must pass the depth of recursion on."""
         bound = dict(functions)
         for node in pre_order(fn.body):
@@ -559,7 +559,7 @@ class _Lowering(
     def _kernel_call(
         self, fn: Function, arguments: tuple[Expr, ...], env: dict[Var, Any], name: str
     ) -> Any:
-        """[RULE FLAT] A primitive function's call: its arguments' tensors
+        """[RULE LOWER-FLAT] A primitive function's call: its arguments' tensors
         in, its result's tensors out."""
         types = [p.checked_type for p in fn.params]
         result_type = fn.body.checked_type
@@ -571,7 +571,7 @@ class _Lowering(
         if not leaves(result_type):  # nothing to compute (random.split(k, num=0))
             return self._rebuild(result_type, iter(()))
         view = _view_shape(fn)
-        if view is not None:  # [RULE VIEW]
+        if view is not None:  # [RULE LOWER-VIEW]
             return self.bb.emit(self._reshape(args[0], view), name)
         gv, lowered = self._kernel(fn)
         inputs = [leaf for arg, t in zip(args, types, strict=True) for leaf in self._leaves(arg, t)]
@@ -609,7 +609,7 @@ class _Lowering(
         return self._rebuild(result_type, iter(parts))
 
     def _needs_static(self, types: list[Type]) -> None:
-        """[RULE SYMBOLIC] Code whose types name the entry's symbolic
+        """[RULE LOWER-SYMBOLIC] Code whose types name the entry's symbolic
         dimensions, where they must be static."""
         needed = {d for t in types for d in named_dims(t)} & self.symbols.keys()
         if needed:
@@ -618,7 +618,7 @@ class _Lowering(
     def _kernel(
         self, fn: Function, sizes: dict[str, Any] | None = None, inputs: list[str] | None = None
     ) -> tuple[str, KernelIR]:
-        """``fn``'s kernel (``sizes``: its symbolic ones, [RULE SHAPEPOLY];
+        """``fn``'s kernel (``sizes``: its symbolic ones, [RULE LOWER-SHAPEPOLY];
         ``inputs``: what its arguments are, for messages)."""
         key = astext(fn) + "|" + ",".join(astext(p.checked_type) for p in fn.params)
         known = self.kernels.get(key)
@@ -629,7 +629,7 @@ class _Lowering(
         return known
 
     def _compiled_apart(self, func: Any, name: str, weight: int = 1) -> str:
-        """[RULE APART] ``func`` (effir's own kernel or loop) is compiled
+        """[RULE LOWER-APART] ``func`` (effir's own kernel or loop) is compiled
         apart from the Relax module, in modules of effir's kernels alone
         (relax/apart.py: in parallel, and once per process for a kernel
         every build shares), linked into the VM's executable; its call is
@@ -680,7 +680,7 @@ class _Lowering(
         except BackendError as err:
             raise BackendError(err.message, call.span) from None
         args = [tvm.ir.StringImm(print_label(label)), value]
-        if layout is not None:  # [RULE PRINT] what the VM holds is not the value
+        if layout is not None:  # [RULE RUNTIME-PRINT] what the VM holds is not the value
             args.append(tvm.ir.StringImm(layout))
         self.bb.emit(
             relax.Call(relax.ExternFunc(PRINT_FUNCTION), args, ty_args=[relax.ObjectType()])
@@ -695,7 +695,7 @@ VIEW_OPERATORS = frozenset({"reshape", "squeeze", "expand_dims"})
 
 
 def _view_shape(fn: Function) -> list[int] | None:
-    """[RULE VIEW] The result's shape when the primitive function ``fn`` only
+    """[RULE LOWER-VIEW] The result's shape when the primitive function ``fn`` only
     reshapes its one tensor parameter (``reshape``, ``squeeze``,
     ``expand_dims``, static shapes, same dtype): it is then called as a
     view of the argument's memory (the VM's ``reshape`` builtin), not as a

@@ -1,4 +1,4 @@
-"""[RULE WHOLE] The calls of a whole loop (relax/loops.py [RULE LOOP]).
+"""[RULE LOOP-WHOLE] The calls of a whole loop (relax/loops.py [RULE LOOP-TIR]).
 
 On the CPU a whole loop is one TIR function (loop/): its prologue and the
 loop over the steps. On CUDA it is two (loop/cuda/): the prologue, an
@@ -88,7 +88,7 @@ class WholeLoopCalls:
         return self._dps_call(loop.symbol, [*args, *hoisted], whole_outputs(lowered, length))
 
     def _prologue_call(self, loop: WholeLoop, args: list[Any], length: Any) -> list[Any]:
-        """[RULE WHOLE] The hoisted products of ``length`` steps, computed
+        """[RULE LOOP-WHOLE] The hoisted products of ``length`` steps, computed
         only when there are steps."""
         lowered = loop.lowered
         assert isinstance(lowered, CudaLoop) and loop.prologue is not None
