@@ -103,7 +103,7 @@ class Row:
 def loop_kernels(compiled: Any) -> tuple[int, int]:
     """(persistent loop kernels, VM loops) of every build of ``compiled``."""
     whole, vm = 0, 0
-    for spec in compiled.specializations.values():
+    for spec in compiled.specialisations.values():
         text = spec.program.module.script()
         whole += len(set(re.findall(r"effir_\d+_loop_\d+(?![_\d])", text)))
         vm += len(re.findall(r"def (?:foreach|while)_\d+_level0", text))

@@ -549,7 +549,7 @@ def compile_time() -> dict[str, float]:
     start = time.perf_counter()
     compiled = effir.compile(module)
     middle = time.perf_counter()
-    compiled.specialization("main", {"t": 100, "b": 32})
+    compiled.specialisation("main", {"t": 100, "b": 32})
     end = time.perf_counter()
     return {"pipeline": middle - start, "build": end - middle}
 
@@ -561,7 +561,7 @@ def export_for_memory(path: Path, lengths: list[int]) -> None:
     inputs, hidden = 256, 256
     compiled = effir.compile(effir.check(effir.parse(gru_text(inputs, hidden, final_only=True))))
     for length in lengths:
-        compiled.specialization("main", {"t": length, "b": 1})
+        compiled.specialisation("main", {"t": length, "b": 1})
     compiled.export(path)
 
 

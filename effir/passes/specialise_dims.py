@@ -7,7 +7,7 @@ A symbolic dimension is rigid and scoped to its global function (docs/
 architecture.md): ``def @encode(%t: Tensor[(n), int32])`` means one
 unknown size per call, matched against the caller's types. A backend that
 generates code per concrete shape (the TVM backend's kernels, driver/
-specialize.py) binds the *entry*'s dimensions from a call's arguments;
+specialise.py) binds the *entry*'s dimensions from a call's arguments;
 ``@encode``'s ``n`` would stay unknown however the entry is bound, and its
 kernels could not be built. This pass writes every function the entry
 reaches in the entry's terms:

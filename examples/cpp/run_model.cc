@@ -430,7 +430,7 @@ std::string DescribeValue(const ffi::AnyView& value, int depth) {
   return out + ")";
 }
 
-// The dimensions an exported library binds (its specialization's "dims").
+// The dimensions an exported library binds (its specialisation's "dims").
 std::map<std::string, int64_t> BoundDims(const ffi::Map<ffi::Any, ffi::Any>& spec) {
   std::map<std::string, int64_t> bound;
   for (const auto& kv : spec.at("dims").cast<ffi::Map<ffi::Any, ffi::Any>>()) {

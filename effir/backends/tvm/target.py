@@ -171,7 +171,7 @@ def building(target: Any) -> Iterator[None]:
 # "alignment cannot be set to less than the default alignment"), which
 # nvcc compiles: found on the first run on a real GPU, where the build
 # failed at the first call. effir's own builds therefore use nvcc when the
-# CUDA toolkit is installed (as ``Specialization.ptx`` already did), and
+# CUDA toolkit is installed (as ``Specialisation.ptx`` already did), and
 # TVM's default otherwise; other TVM builds in the process keep TVM's
 # choice (the flag is set only inside ``building``, per thread).
 _effir_build = threading.local()

@@ -428,5 +428,5 @@ def test_a_failure_of_tvms_build_is_a_compile_error_at_the_binding_it_names(monk
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_an_adt_program_builds_for_cuda_and_compiles_to_ptx() -> None:
     compiled = effir.compile(parse(BUILD_AND_FOLD), target="cuda")
-    (spec,) = compiled.specializations.values()
+    (spec,) = compiled.specialisations.values()
     assert ".entry" in spec.ptx()

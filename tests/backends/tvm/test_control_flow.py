@@ -326,9 +326,9 @@ def @main(%n: int32) { @down(%n) }
     printed: list[str] = []
     compiled(np.array(3, np.int32), sink=lambda label, value: printed.append(label))
     assert printed == ["bottom"]  # prints on the worker thread reach the caller's sink
-    assert all(s.program.recursive for s in compiled.specializations.values())
+    assert all(s.program.recursive for s in compiled.specialisations.values())
     loop = foreach_program("static", "vm")
-    assert not any(s.program.recursive for s in compile_module(loop).specializations.values())
+    assert not any(s.program.recursive for s in compile_module(loop).specialisations.values())
 
 
 @pytest.mark.skipif(not os.environ.get("EFFIR_NIGHTLY"), reason="nightly: about a minute")

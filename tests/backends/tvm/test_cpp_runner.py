@@ -278,8 +278,8 @@ def test_a_call_that_matches_no_library_lists_the_shapes_served(
         "  nn.dense(%x, %w)\n}\n"
     )
     compiled = effir.compile(module)
-    compiled.specialization("main", {"n": 2})
-    compiled.specialization("main", {"n": 3})
+    compiled.specialisation("main", {"n": 2})
+    compiled.specialisation("main", {"n": 3})
     compiled.export(tmp_path / "model")
     served = (
         "note: the artifact serves:\n"

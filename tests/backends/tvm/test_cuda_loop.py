@@ -34,7 +34,7 @@ def cuda_gru(inputs: int, hidden: int, batch: int) -> Any:
     """The GRU built for CUDA at ``batch`` (its length symbolic)."""
     module = effir.check(effir.parse(gru_text(inputs, hidden)))
     compiled = effir.compile(module, target="cuda", dims={"b": batch, "t": 100})
-    (spec,) = compiled.specializations.values()
+    (spec,) = compiled.specialisations.values()
     return spec
 
 
@@ -141,7 +141,7 @@ def test_the_gradients_loops_are_persistent_kernels_rounding_per_operator() -> N
 
     g = effir.value_and_grad(effir.parse(_gru_text(12, 4, 3, 8)), wrt=["h0", "w", "u"])
     compiled = effir.compile(g, target="cuda", entry="main_grad")
-    (spec,) = compiled.specializations.values()
+    (spec,) = compiled.specialisations.values()
     kernels, _, vm_loops = loop_symbols(spec)
     assert vm_loops == 0 and len(kernels) == 2
     source = spec.source("cuda")
@@ -160,7 +160,7 @@ def test_a_checkpointed_gradients_inner_loops_build_for_cuda(checkpoint: str) ->
     module = effir.parse(_gru_text(12, 4, 3, 8))
     g = effir.value_and_grad(module, wrt=["h0", "w", "u"], checkpoint=checkpoint)
     compiled = effir.compile(g, target="cuda", entry="main_grad")
-    (spec,) = compiled.specializations.values()
+    (spec,) = compiled.specialisations.values()
     kernels, prologues, _ = loop_symbols(spec)
     assert kernels and prologues
     assert ".entry" in spec.ptx()
@@ -179,7 +179,7 @@ def @main(%xs: Tensor[(12, 4), float32], %h0: Tensor[(4), float32]) {
   cf.foreach(%step, %xs, %h0)
 }
 """
-    (spec,) = effir.compile(effir.parse(text), target="cuda").specializations.values()
+    (spec,) = effir.compile(effir.parse(text), target="cuda").specialisations.values()
     kernels, _, vm_loops = loop_symbols(spec)
     assert not kernels and vm_loops == 1
 

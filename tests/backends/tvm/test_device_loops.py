@@ -69,7 +69,7 @@ def levels(executable_text: str) -> list[str]:
 @pytest.fixture(scope="module")
 def gru_on_cuda() -> str:
     module = effir.check(effir.parse(gru_text(16, 16)))
-    spec = effir.compile(module, target="cuda").specialization("main", {"b": 4, "t": 6})
+    spec = effir.compile(module, target="cuda").specialisation("main", {"b": 4, "t": 6})
     return str(spec.executable.as_text())
 
 
@@ -83,7 +83,7 @@ def test_a_foreach_on_a_gpu_reads_no_condition_from_the_gpu(gru_on_cuda: str) ->
 
 def test_a_while_loop_on_a_gpu_reads_only_its_condition_from_the_gpu() -> None:
     module = effir.check(effir.parse(WHILE))
-    spec = next(iter(effir.compile(module, target="cuda").specializations.values()))
+    spec = next(iter(effir.compile(module, target="cuda").specialisations.values()))
     text = str(spec.executable.as_text())
     names = levels(text)
     assert names
@@ -112,7 +112,7 @@ NESTED = H + (
 
 def test_a_loop_in_a_while_loops_body_leaves_it_the_hosts_count() -> None:
     module = effir.check(effir.parse(NESTED))
-    spec = effir.compile(module, target="cuda").specialization("main", {"t": 3})
+    spec = effir.compile(module, target="cuda").specialisation("main", {"t": 3})
     text = str(spec.executable.as_text())
     assert any(n.startswith("foreach") for n in levels(text))  # a VM loop inside
     # the outer loop's output buffer is asked after the inner loop is lowered
@@ -150,7 +150,7 @@ def test_relax_cuda_graphs_would_share_a_loops_storage_across_its_steps() -> Non
 
     module = effir.check(effir.parse(gru_text(16, 16)))
     compiled = effir.compile(module, target="cuda")
-    spec = compiled.specialization("main", {"b": 4, "t": 6})
+    spec = compiled.specialisation("main", {"b": 4, "t": 6})
     assert "cuda_graph" not in str(spec.executable.as_text())  # effir's build: none
     planned = spec.program.module
     with building(compiled.target):

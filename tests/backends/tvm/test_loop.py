@@ -128,7 +128,7 @@ def test_gru_matches_the_interpreter(gru, t: int, b: int) -> None:
         expected = (np.zeros((0, b, 16), np.float32), h0)
     assert_close(kernel(xs, h0, w, u, bias), expected)
     assert kernel.builds <= 2
-    assert kernel.specialize({"b": b}).lowered.unscheduled == []  # every block got its schedule
+    assert kernel.specialise({"b": b}).lowered.unscheduled == []  # every block got its schedule
 
 
 def test_gru_runs_as_the_interpreters_foreach_kernel(gru) -> None:

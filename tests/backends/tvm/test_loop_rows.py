@@ -107,7 +107,7 @@ def run(mod, blocks, b, args):
     k = build_loop(body, module=mod, dims={"b": b})
     params = [p.name_hint for p in mod["main"].params]
     captured = [args[params.index(v.name_hint)] for v in k.captured]
-    return k.specialize({"b": b}).lowered.row_blocks, k(args[0], args[1], *captured)
+    return k.specialise({"b": b}).lowered.row_blocks, k(args[0], args[1], *captured)
 
 
 gru = module(GRU)

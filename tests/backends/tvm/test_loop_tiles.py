@@ -99,7 +99,7 @@ def test_gru_panel_by_panel_matches_the_interpreter(
     for t, b in [(11, 2), (16, 8)]:
         args = gru_inputs(np.random.default_rng(t * 10 + b), t, b)
         assert_close(kernel(*args), effir.interpret(mod, *args))
-        assert kernel.specialize({"b": b}).lowered.unscheduled == []
+        assert kernel.specialise({"b": b}).lowered.unscheduled == []
 
 
 def gru_text(hidden: int) -> str:
@@ -181,7 +181,7 @@ def test_chunk_products_are_packed_and_not_padded() -> None:
     np.testing.assert_allclose(outs, a @ w, rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(p, s0 + np.einsum("cki,ckj->ij", a, b), rtol=1e-5, atol=1e-3)
     np.testing.assert_allclose(q, s1 + a.sum(axis=(0, 1)), rtol=1e-5, atol=1e-3)
-    lowered = kernel.specialize({}).lowered
+    lowered = kernel.specialise({}).lowered
     assert lowered.unscheduled == []
     assert not lowered.padded
     script = lowered.func.script()
@@ -248,7 +248,7 @@ def test_a_k_major_weight_of_the_step_is_packed_once_a_call(
     (outs, final), (want_outs, want_final) = kernel(*args), effir.interpret(mod, *args)
     np.testing.assert_allclose(outs, want_outs, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(final, want_final, rtol=1e-4, atol=1e-5)
-    lowered = kernel.specialize({}).lowered
+    lowered = kernel.specialise({}).lowered
     assert lowered.unscheduled == []
     script = lowered.func.script()
     prologue, step = script.split("for t in range(")

@@ -195,7 +195,7 @@ WMMA = {"tf32": ".f32.tf32.tf32.f32", "bfloat16": ".f32.bf16.bf16.f32"}
 def test_the_gru_step_multiplies_on_the_tensor_cores_only_when_asked(precision: str) -> None:
     module = effir.check(effir.parse(gru_text(64, 64)))
     compiled = effir.compile(module, target="cuda", precision=precision)
-    spec = compiled.specialization("main", {"b": 32, "t": 4})
+    spec = compiled.specialisation("main", {"b": 32, "t": 4})
     ptx = spec.ptx()
     mma = re.findall(r"\bw?mma\.[\w.]+", ptx) + re.findall(r"\bwgmma\.[\w.]+", ptx)
     if precision == "float32":
@@ -211,7 +211,7 @@ def test_a_product_of_other_shapes_keeps_the_float32_units_with_the_rounding() -
     # 20 rows: not a multiple of the 16 x 16 tile
     module = effir.check(effir.parse(DENSE.replace("(32, 48)", "(20, 48)")))
     spec = next(
-        iter(effir.compile(module, target="cuda", precision="tf32").specializations.values())
+        iter(effir.compile(module, target="cuda", precision="tf32").specialisations.values())
     )
     assert "effir_mma" not in spec.source("cuda")
     assert "4294959104" in spec.source("cuda") or "0xffffe000" in spec.source("cuda").lower()
@@ -226,7 +226,7 @@ def test_a_transposed_operand_is_read_through_its_strides_on_the_tensor_cores() 
         "  nn.matmul(%a, %b, transpose_a=True)\n}\n"
     )
     compiled = effir.compile(effir.check(effir.parse(text)), target="cuda", precision="bfloat16")
-    source = next(iter(compiled.specializations.values())).source("cuda")
+    source = next(iter(compiled.specialisations.values())).source("cuda")
     (call,) = re.findall(r"effir_mma_bf16\((.*)\);", source)
     # A(i, k) at a[i + 48 k]; B(k, j) at b[32 k + j]; 16 x 16 tiles, depth 64
     assert re.search(r", 1, 48, .*, 32, 1, 16, 16, 64$", call), call

@@ -129,7 +129,7 @@ def test_a_padded_loop_with_a_run_time_limit_builds_for_cuda() -> None:
     code."""
     module = effir.check(effir.parse(padded_program(), source_name="w.effir"))
     compiled = effir.compile(module, target="cuda")
-    (spec,) = compiled.specializations.values()
+    (spec,) = compiled.specialisations.values()
     host = spec.program.module.script()
     assert "cf.while_loop: max_iterations must be >= 0" in host
     assert '"effir.check"' in host

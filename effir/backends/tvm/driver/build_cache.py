@@ -32,7 +32,7 @@ process's library).
 [RULE CACHE-BACKGROUND] A new build is written to the cache on a thread of its
 own while the program runs from memory (``CompiledModule``), so a first
 call costs what it costs without the cache. The writer links an
-executable of its own (``Specialization.exportable``: one no VM has run,
+executable of its own (``Specialisation.exportable``: one no VM has run,
 which TVM writes out as it was built) around the same kernel modules,
 under ``MODULES`` (runtime/thread_vms.py). The process waits for the
 writer before it exits; an export of the build waits for it and copies

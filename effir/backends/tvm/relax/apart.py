@@ -35,7 +35,7 @@ Algorithm:
 4. [RULE APART-OVERLAP] A lowering starts its kernels' builds (``start``) and
    returns; its Relax program builds meanwhile (``relax.build``), and
    imports the kernels' modules once both are done
-   (driver/compile.py, ``Specialization``).
+   (driver/compile.py, ``Specialisation``).
 
 The executable of a program imports the modules holding its kernels; an
 export or the build cache writes them with it.

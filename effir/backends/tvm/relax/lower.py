@@ -7,7 +7,7 @@ After the pipeline (``effir.compile``: the effect passes, partial
 evaluation, the basic-block optimisations, ``fuse`` and ``lower-tvm``) a
 program is pure A2 code in A-normal form whose operator calls sit in
 primitive functions. This module turns one specialisation of it
-(driver/specialize.py: the entry's dimensions bound) into a Relax IRModule: each
+(driver/specialise.py: the entry's dimensions bound) into a Relax IRModule: each
 primitive function becomes scheduled TIR called with ``call_tir``, a static
 ``cf.foreach`` becomes one TIR loop, and the control around them (``if``,
 calls, recursion, tuples, output, data-dependent shapes) becomes Relax,

@@ -30,7 +30,7 @@ from ..runtime.errors import BackendError
 from .loop_bodies import literal_loop_bodies
 
 
-def specialize(module: IRModule, entry: str, dims: Mapping[str, int]) -> IRModule:
+def specialise(module: IRModule, entry: str, dims: Mapping[str, int]) -> IRModule:
     """``module`` with ``@entry``'s dimensions bound by ``dims`` (its own
     annotations and those inside it), type-checked again, and every
     function it calls copied per binding of that function's dimensions at
