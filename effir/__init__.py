@@ -1,7 +1,7 @@
 """effir: a Relay-style functional IR for effectful, dynamic ML programs."""
 
 from . import (
-    ops,  # noqa: F401  (registers every operator)
+    ops,  # registers every operator
     transform,
 )
 from .autodiff import DifferentiationError, grad, value_and_grad
@@ -48,7 +48,7 @@ from .transform import (
 
 # ``effir.TypeError``: the name users expect; the class is TypeCheckError so
 # that it never shadows Python's own TypeError inside effir.
-TypeError = TypeCheckError  # noqa: A001
+TypeError = TypeCheckError
 
 __version__ = "0.1.0"
 
@@ -128,7 +128,7 @@ from .frontend.packed import compile_packed, packed_scan  # noqa: E402  (variabl
 from .train import TrainState, TrainStep, train_step  # noqa: E402  (docs/training.md)
 
 
-def compile(  # noqa: A001
+def compile(
     module,
     target="llvm",
     pipeline=None,

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import effir
-import effir.passes.fold_constant  # noqa: F401  (registers the pass)
-import effir.passes.simplify  # noqa: F401  (registers the pass)
+import effir.passes.fold_constant  # registers the pass
+import effir.passes.simplify  # registers the pass
 from effir.backends.interpreter import interpret_a2
 from effir.ir.expr import Call, Constant, Expr, Function, Let, Tuple, Var, const
 from effir.ir.module import IRModule

@@ -37,7 +37,7 @@ def mismatches(src: str, args: list, opt_levels: tuple[int, ...] = (0, 2)) -> li
 
     warnings.simplefilter("ignore")
     namespace = {"np": np, "PRNGKey": PRNGKey, "inf": np.inf, "nan": np.nan}
-    values = [eval(a, namespace) for a in args]  # noqa: S307  (the test's own reprs)
+    values = [eval(a, namespace) for a in args]  # the test's own reprs
     module = effir.check(effir.parse(src, source_name="constants.effir"))
     ref = effir.interpret(module, *values)
     bad = []

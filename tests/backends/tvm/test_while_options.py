@@ -110,7 +110,7 @@ def test_run_time_limits_and_padding_compiled_equal_the_interpreter() -> None:
 
 def padded_program() -> str:
     namespace: dict = {}
-    exec(GENERATOR, namespace)  # noqa: S102 (the test's own generator text)
+    exec(GENERATOR, namespace)  # the test's own generator text
     return (
         namespace["HEADER"] + "def @main(%x: Tensor[(2), float32], %bound: float32, %m: int32) {\n"
         "  let %c = fn (%s: (int32, Tensor[(2), float32])) { less(sum(%s.1), %bound) };\n"

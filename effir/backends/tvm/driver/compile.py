@@ -579,7 +579,7 @@ class CompiledModule:
         return State(self.source, seed=seed)
 
 
-def compile(  # noqa: A001  (effir.compile, as tvm.compile)
+def compile(  # effir.compile, as tvm.compile
     module: IRModule | Any,
     target: str | Mapping[str, Any] | Any = "llvm",
     pipeline: str | Pass | None = None,

@@ -109,7 +109,7 @@ def _run(call: Callable[..., Any], module: Any, steps: int) -> _Run:
         printed: list[tuple[str, Any]] = []
         try:
             result = call(state, lambda label, value, into=printed: into.append((label, value)))
-        except Exception as exc:  # noqa: BLE001 (every exception is an outcome)
+        except Exception as exc:  # every exception is an outcome
             run.error = exc
             return run
         cells = {name: _snapshot(state[name]) for name in module.cells}
@@ -192,7 +192,7 @@ def run_one(
         return Outcome("non-effir-error", _error_text(exc), "compile")
     except refusals as exc:
         return Outcome("refused", _error_text(exc), "compile")
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         kind = "mismatch" if isinstance(exc, effir.Error) else "non-effir-error"
         return Outcome(kind, _error_text(exc), "compile")
     got = _run(lambda st, sink: compiled(*args, state=st, sink=sink), module, steps)
@@ -240,7 +240,7 @@ def worker(path: str, start: int) -> None:
             os.kill(os.getpid(), signal.SIGSEGV)
         try:
             outcome = run_one(text, args, steps)
-        except Exception as exc:  # noqa: BLE001 (a harness bug: say where)
+        except Exception as exc:  # a harness bug: say where
             outcome = Outcome("invalid", "harness: " + "".join(traceback.format_exception(exc)))
         outcome.seconds = time.perf_counter() - began
         print(f"{RESULT} {index} {json.dumps(outcome.__dict__)}", flush=True)

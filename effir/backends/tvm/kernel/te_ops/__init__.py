@@ -95,4 +95,5 @@ Modules: ``common`` (helpers, ``opaque`` [RULE TE-OPAQUE]), ``float_math`` [RULE
 rule.
 """
 
-from . import common, elementwise, float_math, nn, reductions, shape, wrapping  # noqa: F401  (registers the rules)
+# Importing the modules registers their rules.
+from . import common, elementwise, float_math, nn, reductions, shape, wrapping
