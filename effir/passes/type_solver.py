@@ -90,16 +90,6 @@ class Solver:
             return t  # the common case, without starting a trampoline
         return _Resolve(self, {} if memo is None else memo).evaluate(t)
 
-    def is_complete(self, t: Type) -> bool:
-        """No unbound IncompleteType anywhere in ``t``."""
-        stack = [t]
-        while stack:
-            t = self.head(stack.pop())
-            if isinstance(t, IncompleteType):
-                return False
-            stack.extend(c for c in t.children() if isinstance(c, Type))
-        return True
-
     # ------------------------------------------------------------ unify
     def unify(self, expected: Type, actual: Type) -> Type:
         """Make the two types equal (binding variables); the merged type.

@@ -25,16 +25,6 @@ def host_cpu() -> str:
     return str(tvm.target.codegen.llvm_get_system_cpu())
 
 
-def llvm_target() -> Any:
-    """The host CPU, with its vector extensions."""
-    return tvm.target.Target({"kind": "llvm", "mcpu": host_cpu()})
-
-
-def cuda_target(arch: str = "sm_90") -> Any:
-    """CUDA for ``arch`` (an H100 is sm_90), with a portable host."""
-    return tvm.target.Target({**CUDA_DEFAULTS, "arch": arch}, host=gpu_host())
-
-
 def gpu_host() -> Any:
     """The host of a GPU target: the CPU of any x86-64 machine (LLVM's
     generic one). What a GPU program runs on the host is the VM's shape

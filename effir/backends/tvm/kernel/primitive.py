@@ -387,11 +387,6 @@ _CACHE: dict[tuple[Any, ...], Kernel] = {}
 _CACHE_LOCK = threading.Lock()
 
 
-def clear_cache() -> None:
-    with _CACHE_LOCK:
-        _CACHE.clear()
-
-
 @dataclass(frozen=True)
 class KernelIR:
     """A primitive function lowered to scheduled TIR, before code
