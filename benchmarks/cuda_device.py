@@ -31,7 +31,7 @@ Parts (``--part``, repeatable; default all, in this order):
   through DLPack without a copy, ``on_device`` results they take back
   without a copy, a consumer on another stream, the State kept on the GPU.
 - ``precision``: TF32 and bfloat16 products on the tensor cores equal the
-  CPU's emulation of them (precision.py [RULE PRECISION]).
+  CPU's emulation of them (precision.py [RULE COMPILE-PRECISION]).
 - ``speed``: the GRU (benchmarks/gru_peers.py's cases) by effir against
   JAX ``jit(lax.scan)`` at its best layout (weights transposed once and
   closed over; the input projection per step and hoisted, the faster
@@ -497,7 +497,7 @@ def @main(%x: Tensor[(128, 256), float32], %w: Tensor[(768, 256), float32],
           %b: Tensor[(768), float32]) { tanh(nn.dense(%x, %w) + %b) }
 """
             compiled = run.compile(text, precision=precision)
-            spec = next(iter(compiled.specializations.values()))
+            spec = next(iter(compiled.specialisations.values()))
             on_tensor_cores = (not run.gpu) or "effir_mma" in spec.source("cuda")
             assert on_tensor_cores, "the product is not on the tensor cores"
             run.built("built, on the tensor cores")
@@ -780,7 +780,7 @@ def part_train(run: Run) -> None:
         opt = optimizer.init(params)
         state = effir.State(module)
         if run.dry:
-            program.specialization("train_step", {})
+            program.specialisation("train_step", {})
             run.built(f"built in {time.perf_counter() - start:.0f} s")
         loss, params, opt = program.on_device(
             tokens, targets, *params, *opt, entry="train_step", state=state

@@ -30,7 +30,7 @@ the loop was built as a persistent kernel (no VM loop left):
 - ``effir.value_and_grad`` of the GRU language model
   (examples/gru_lm_training.py) in the three checkpoint modes: the loss
   and gradients equal the interpreter's, and the modes agree bit for bit
-  (docs/backend.md [RULE ROUND]).
+  (docs/backend.md [RULE KERNEL-ROUND]).
 
 Speed: the GRU (weights ``(3H, I)``) compiled for CUDA, called from numpy
 (the host-device copies included, as benchmarks/cuda_device.py times
@@ -103,7 +103,7 @@ class Row:
 def loop_kernels(compiled: Any) -> tuple[int, int]:
     """(persistent loop kernels, VM loops) of every build of ``compiled``."""
     whole, vm = 0, 0
-    for spec in compiled.specializations.values():
+    for spec in compiled.specialisations.values():
         text = spec.program.module.script()
         whole += len(set(re.findall(r"effir_[0-9a-f]{16}_loop_\d+(?![_\d])", text)))
         vm += len(re.findall(r"def (?:foreach|while)_\d+_level0", text))

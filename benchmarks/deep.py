@@ -32,8 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.deep_programs
 
-import effir  # noqa: E402
-from tests.deep_programs import DEEP_PROGRAMS, STAGES, stage_action, work  # noqa: E402
+import effir
+from tests.deep_programs import DEEP_PROGRAMS, STAGES, stage_action, work
 
 
 class _OverLimit(Exception):

@@ -11,8 +11,8 @@ the machine's load falls on all three alike:
 - ``no cache``: ``EFFIR_CACHE_DIR=off``, as before the cache: lowering,
   TVM's build, and LLVM's code generation in memory at the first call;
 - ``cold``: an empty cache: the same, the library then linked and written
-  to the cache by a thread of its own (driver/build_cache.py [RULE
-  BACKGROUND]);
+  to the cache by a thread of its own (driver/build_cache.py
+  [RULE CACHE-BACKGROUND]);
 - ``warm``: the cache filled by an earlier process: the library loaded.
 
 The ``no cache`` processes also time each stage (wrapping the functions
@@ -62,14 +62,14 @@ def child(breakdown: bool) -> None:
         setattr(owner, name, wrapper)
 
     if breakdown:
-        timed(compile_module, "specialize", "specialize")
+        timed(compile_module, "specialise", "specialise")
         timed(compile_module, "lower_to_relax", "effir lowering")
         timed(apart.KernelLibrary, "_build", "kernels")  # on their threads, beside relax.build
         timed(compile_module.relax, "build", "relax.build")
     module = effir.parse((ROOT / "examples" / "gru_lm.effir").read_text())
     compiled = effir.compile(module)
     start = time.perf_counter()
-    spec = compiled.specialization("main", dict(DIMS))
+    spec = compiled.specialisation("main", dict(DIMS))
     built = time.perf_counter()
     spec.function()  # the thread's VM: LLVM's code generation when built in memory
     end = time.perf_counter()
@@ -115,7 +115,7 @@ def main() -> None:
         print(f"| {name} | {statistics.median(values):.3f} | {min(values):.3f} |")
     print("\nWhere the time of a first call without the cache goes (median s):\n")
     print("| stage | s |\n|---|---|")
-    order = ["specialize", "effir lowering", "kernels", "relax.build", "first VM"]
+    order = ["specialise", "effir lowering", "kernels", "relax.build", "first VM"]
     for stage in order:
         if stage in stages:
             print(f"| {stage} | {statistics.median(stages[stage]):.3f} |")

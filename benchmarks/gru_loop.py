@@ -2,7 +2,7 @@
 (effir/backends/tvm/loop/) against a numpy loop, one step per iteration.
 
 Cases (float32): input and hidden 256, T=100, batch 1 and 32 (the sizes of
-TVM_NOTES.md, where JAX's jit(lax.scan) took 1.81 ms and 14.5 ms on the same
+the first measurements, where JAX's jit(lax.scan) took 1.81 ms and 14.5 ms on the same
 kind of 2-core machine), and hidden 32, T=1000, batch 1, where per-step
 overhead dominates. The GRU is written in effir text, type-checked and fused
 (``to-anf,fuse``); its loop body goes to ``build_loop``. Times are the median
@@ -31,7 +31,7 @@ from effir.ir.expr import Call, Function, Let, Op
 from effir.ir.visitor import pre_order
 from effir.passes.pipeline import run_pipeline
 
-CASES = [  # (input, hidden, T, batch, JAX ms from TVM_NOTES.md or None)
+CASES = [  # (input, hidden, T, batch, JAX ms measured then, or None)
     (256, 256, 100, 1, 1.81),
     (256, 256, 100, 32, 14.5),
     (32, 32, 1000, 1, None),

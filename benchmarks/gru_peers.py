@@ -3,7 +3,7 @@
 Cases (float32, weights scaled as a trained network's):
 
 1. A GRU over a sequence, input and hidden 256, T=100, batch 1 and 32,
-   against each peer at its best (issue 18; each formulation is written
+   against each peer at its best (each formulation is written
    beside its function below): effir (``effir.compile`` of the whole
    program: the pipeline, TVM for this CPU, the Relax VM; the recurrence is
    one TIR loop, the input projections hoisted into one matrix product);
@@ -128,7 +128,7 @@ def @main(%xs: Tensor[(t, b, {inputs}), float32], %done: Tensor[(t, b, 1), float
 
 
 # ------------------------------------------------------------------ peers
-# Each peer at its best, and the formulations the issue compared (issue 18).
+# Each peer at its best, and the formulations compared.
 # All compute the same GRU (gates z, r, n in that order along 3H; the bias
 # on the input side only) and are checked against numpy_gru.
 
@@ -447,7 +447,7 @@ def gru_case(
 # ------------------------------------------------------------ call order
 def call_order_child(repeats: int) -> None:
     """In a process of its own (what a process allocated before decides what
-    fresh allocations cost: issue 18, relax/pipeline.py [RULE ANYALIGN]): one
+    fresh allocations cost: relax/pipeline.py [RULE PIPELINE-ANYALIGN]): one
     compiled GRU (hidden 256, T=100) called at batch 1 first, then at batch
     32, then at batch 1 again; prints the medians as JSON."""
     inputs = hidden = 256
@@ -549,7 +549,7 @@ def compile_time() -> dict[str, float]:
     start = time.perf_counter()
     compiled = effir.compile(module)
     middle = time.perf_counter()
-    compiled.specialization("main", {"t": 100, "b": 32})
+    compiled.specialisation("main", {"t": 100, "b": 32})
     end = time.perf_counter()
     return {"pipeline": middle - start, "build": end - middle}
 
@@ -561,7 +561,7 @@ def export_for_memory(path: Path, lengths: list[int]) -> None:
     inputs, hidden = 256, 256
     compiled = effir.compile(effir.check(effir.parse(gru_text(inputs, hidden, final_only=True))))
     for length in lengths:
-        compiled.specialization("main", {"t": length, "b": 1})
+        compiled.specialisation("main", {"t": length, "b": 1})
     compiled.export(path)
 
 

@@ -15,12 +15,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
-from timing import median_seconds  # noqa: E402
+import numpy as np
+from timing import median_seconds
 
-import effir  # noqa: E402
-from tests.importers.onnx_models import I64, B, F, graph, helper, model, tensor  # noqa: E402
-from tests.importers.test_onnx_roundtrip import _chain, _nested_ifs  # noqa: E402
+import effir
+from tests.importers.onnx_models import I64, B, F, graph, helper, model, tensor
+from tests.importers.test_onnx_roundtrip import _chain, _nested_ifs
 
 
 def loop_of_chain(n: int):

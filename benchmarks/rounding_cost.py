@@ -1,4 +1,4 @@
-"""What [RULE ROUND] (effir/backends/tvm/kernel/rounding.py) costs: the same
+"""What [RULE KERNEL-ROUND] (effir/backends/tvm/kernel/rounding.py) costs: the same
 program built with and without the fences on products between operators,
 in one process, calls of the two builds interleaved, CPU time per call.
 
@@ -25,13 +25,13 @@ from collections.abc import Callable
 
 os.environ["EFFIR_CACHE_DIR"] = "off"
 
-import checkpoint_memory  # noqa: E402
-import gru_peers  # noqa: E402
-import numpy as np  # noqa: E402
-import train_step  # noqa: E402
+import checkpoint_memory
+import gru_peers
+import numpy as np
+import train_step
 
-import effir  # noqa: E402
-from effir.backends.tvm.kernel import rounding  # noqa: E402
+import effir
+from effir.backends.tvm.kernel import rounding
 
 
 def build(what: str, fenced: bool) -> Callable[[], object]:

@@ -96,7 +96,7 @@ def main() -> None:
     repeats = parser.parse_args().repeats
     module = effir.check(effir.parse(PROGRAM))
     compiled = effir.compile(module)
-    spec = next(iter(compiled.specializations.values()))
+    spec = next(iter(compiled.specialisations.values()))
     x = np.random.default_rng(0).standard_normal((8, 16)).astype(np.float32)
     signature = compiled.signature()
     state = effir.State(module)

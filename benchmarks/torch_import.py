@@ -17,12 +17,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
-from timing import median_seconds  # noqa: E402
+import torch
+from timing import median_seconds
 
-import effir  # noqa: E402
-from tests.importers.test_torch_roundtrip import _Chain  # noqa: E402
-from tests.importers.torch_models import exported  # noqa: E402
+import effir
+from tests.importers.test_torch_roundtrip import _Chain
+from tests.importers.torch_models import exported
 
 
 class _Layers(torch.nn.Module):

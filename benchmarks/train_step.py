@@ -43,9 +43,9 @@ from timing import median_after_warmup
 import effir
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "examples"))
-from gru_lm_training import Config, build, init_params  # noqa: E402
+from gru_lm_training import Config, build, init_params
 
-from effir.optim import Adam  # noqa: E402
+from effir.optim import Adam
 
 LR, B1, B2, EPS = 1e-3, 0.9, 0.999, 1e-8
 

@@ -2,7 +2,7 @@
 
 from . import (
     highlight,  # registers how notebooks show nodes and modules (HTML)
-    ops,  # noqa: F401  (registers every operator)
+    ops,  # registers every operator
     transform,
 )
 from .autodiff import DifferentiationError, grad, value_and_grad
@@ -49,11 +49,11 @@ from .transform import (
 
 # ``effir.TypeError``: the name users expect; the class is TypeCheckError so
 # that it never shadows Python's own TypeError inside effir.
-TypeError = TypeCheckError  # noqa: A001
+TypeError = TypeCheckError
 
 __version__ = "0.1.0"
 
-# --- the Python frontend (issue 15, docs/frontend.md) ---
+# --- the Python frontend (docs/frontend.md) ---
 from .frontend import (  # noqa: E402
     Cell,
     Cons,
@@ -129,7 +129,7 @@ from .frontend.packed import compile_packed, packed_scan  # noqa: E402  (variabl
 from .train import TrainState, TrainStep, train_step  # noqa: E402  (docs/training.md)
 
 
-def compile(  # noqa: A001
+def compile(
     module,
     target="llvm",
     pipeline=None,

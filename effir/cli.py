@@ -388,7 +388,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         if missing or unknown:
             wrong = f"no size for {', '.join(missing)}" if missing else f"no dimension {unknown[0]}"
             raise CommandError(f"--dims {dims}: {wrong} (@{entry} has: {', '.join(needed)})")
-        compiled.specialization(entry, dims)
+        compiled.specialisation(entry, dims)
     path = compiled.export(args.output)
     print(compiled.report.table())
     print(f"exported to {path}")

@@ -158,7 +158,7 @@ def main() -> int:
     print("== compiled (effir.compile: the whole pipeline, TVM for this CPU, Relax VM) ==")
     start_compile = time.perf_counter()
     compiled = effir.compile(module)
-    compiled.specialization("main", {"t": 6, "b": 4})
+    compiled.specialisation("main", {"t": 6, "b": 4})
     compile_seconds = time.perf_counter() - start_compile
     for line in compiled.report.table().splitlines():
         print(f"  {line}")

@@ -35,7 +35,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from gru_lm_training import (  # noqa: E402
+from gru_lm_training import (
     GRADS,
     PARAM_NAMES,
     Config,
@@ -44,8 +44,8 @@ from gru_lm_training import (  # noqa: E402
     initial_cells,
 )
 
-import effir  # noqa: E402
-from effir.optim import Adam  # noqa: E402
+import effir
+from effir.optim import Adam
 
 DATA = Path(__file__).parent / "data" / "genesis.txt"
 HELD_OUT = 0.1  # the last tenth of the text is never trained on

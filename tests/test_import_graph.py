@@ -82,7 +82,6 @@ LATE_IMPORT_DEBT = frozenset(
         "effir.importers.torch.ops.elementwise",
         "effir.importers.torch.ops.recurrent",
         "effir.importers.torch.program",
-        "effir.importers.torch.types",
         "effir.ops.relations",
         "effir.passes.infra",
     }

@@ -143,7 +143,7 @@ class AdtInfo:
             if text in DTYPES:
                 break
             try:
-                annotation = eval(text, scope)  # noqa: S307 (the user's own annotation)
+                annotation = eval(text, scope)  # the user's own annotation
             except Exception as err:
                 raise FrontendError(
                     f"cannot evaluate the annotation {text!r} of {where} ({err})",

@@ -129,7 +129,7 @@ def new_var(name: str, type_annotation: Type | None = None) -> Var:
     return var
 
 
-def var(name: str, type: Any = None) -> Var:  # noqa: A002
+def var(name: str, type: Any = None) -> Var:
     """A variable (a function parameter): ``effir.var("x", effir.Tensor[(n, 8), "float32"])``."""
     return Var(name, as_type(type) if type is not None else None, span=current_span())
 
@@ -789,7 +789,7 @@ class ModuleBuilder:
         self._adts: dict[str, TypeData] = {}
         self._ret: list[Any] = []
 
-    def add_cell(self, name: str, value: Any, type: Any = None) -> Cell:  # noqa: A002
+    def add_cell(self, name: str, value: Any, type: Any = None) -> Cell:
         """Declare ``@name`` holding ``value`` (no ``RefCreate`` needed)."""
         made = value if isinstance(value, Cell) else Cell(name, value, type)
         self._cells[name] = made

@@ -28,7 +28,7 @@ from ..ir.diagnostics import FrontendError
 from ..ir.expr import Constant, Expr, Function, GlobalVar, Tuple, TupleGetItem
 from ..ir.types import TensorType, TupleType
 from . import numpy_spellings
-from .builder import apply_op, building, call, emit, type_hint
+from .builder import apply_op, building, call, type_hint
 from .spans import PACKAGE, caller_span, current_span
 
 _LOCAL = threading.local()
@@ -237,10 +237,6 @@ def _getattr(self: Expr, name: str) -> Any:
 
 def _call(self: Expr, *args: Any) -> Any:
     return call(self, *args)
-
-
-def _emit(self: Expr, name: str | None = None) -> Any:
-    return emit(self, name) if building() else self
 
 
 _METHODS = {

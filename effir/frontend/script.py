@@ -141,7 +141,7 @@ def _return_type(fn: Callable[..., Any]) -> Type | None:
         return None
     if isinstance(ann, str):
         try:
-            ann = eval(ann, fn.__globals__)  # noqa: S307 (the user's own annotation)
+            ann = eval(ann, fn.__globals__)  # the user's own annotation
         except Exception:
             return None
     try:

@@ -73,7 +73,7 @@ class Converter(StatementConverter, ExpressionConverter, MatchConverter):
 
     def annotation(self, node: ast.expr) -> Type:
         try:
-            value = eval(  # noqa: S307 (the user's own annotation, as Python evaluates it)
+            value = eval(  # the user's own annotation, as Python evaluates it
                 compile(ast.Expression(node), self.filename, "eval"), self.globals
             )
         except Exception as err:

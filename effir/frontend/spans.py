@@ -44,7 +44,7 @@ def line_span(filename: str, line: int) -> Span:
     return python_span(filename, line, indent, len(text.rstrip()))
 
 
-class span_scope:  # noqa: N801 (used as a function: ``with span_scope(span):``)
+class span_scope:  # used as a function: ``with span_scope(span):``
     """Nodes built inside carry ``span`` (the script converter's AST node)
     instead of the calling Python line. A class, not a generator: the
     converter enters one per AST node."""

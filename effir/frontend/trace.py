@@ -86,7 +86,7 @@ def _params(fn: Callable[..., Any], types: tuple[Any, ...]) -> list[Var]:
     for n, p in signature.parameters.items():
         ann = p.annotation
         if isinstance(ann, str):
-            ann = eval(ann, fn.__globals__)  # noqa: S307 (the user's own annotation)
+            ann = eval(ann, fn.__globals__)  # the user's own annotation
         if ann is inspect.Parameter.empty:
             raise FrontendError(
                 f"parameter {n} of {fn.__name__} has no type",

@@ -88,7 +88,7 @@ class Cell:
     """A module-level state cell, declared with its initial value: stands for
     ``@name`` in built code and for its ``RefValue`` when run eagerly."""
 
-    def __init__(self, name: str, value: Any, type: Any = None) -> None:  # noqa: A002
+    def __init__(self, name: str, value: Any, type: Any = None) -> None:
         init = to_expr(value)
         value_type = as_type(type) if type is not None else static_type(init)
         self.name = name
@@ -121,7 +121,7 @@ class Cell:
         return f"<effir cell @{self.name}>"
 
 
-def cell(name: str, value: Any, type: Any = None) -> Cell:  # noqa: A002
+def cell(name: str, value: Any, type: Any = None) -> Cell:
     """A state cell ``@name`` holding ``value`` (a number, a numpy array, a
     key from ``effir.random.key(seed)``, a tuple of these, or an expression);
     no ``RefCreate`` wrapping needed."""

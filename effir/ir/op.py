@@ -18,7 +18,7 @@ from .expr import Call, Expr, Op
 from .node import EMPTY_ATTRS, Attrs
 from .types import DTYPES
 
-# What an operator does besides computing its result (DESIGN.md "Effect kinds").
+# What an operator does besides computing its result (docs/semantics.md §4.1, "Effect kinds").
 EFFECT_KINDS = ("pure", "random", "state", "io")
 
 # Traits read by generic passes (fusion, CSE...) instead of operator names.

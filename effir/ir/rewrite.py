@@ -15,18 +15,18 @@ and holds what patterns ask about the program:
   ``resolve(x)`` gives what a variable is bound to (rewritten), and
   ``constant_value(x)`` its constant value if it has one;
 - a ``let`` bound to an atom (a variable or a constant) of its own type is
-  substituted into its body and disappears [RULE S] [RULE T];
+  substituted into its body and disappears [RULE FOLD-SUBST] [RULE FOLD-TYPE];
 - a rewrite that makes a ``let``'s value a block (``if`` on a constant
   whose branch is one) has the block's bindings moved before it, so
   A-normal form is kept;
-- every replacement gets the checked type of what it replaces [RULE T],
+- every replacement gets the checked type of what it replaces [RULE FOLD-TYPE],
   so patterns further up can ask the type of a rewritten argument.
 
 At each node the patterns run to a fixpoint (a replacement is offered to
 the patterns again), bottom-up over the program; ``apply_patterns`` then
 repeats over the module until nothing changes (removing the bindings the
-rewrites left dead can expose more). The soundness rules [RULE T],
-[RULE A], [RULE S], [RULE L] are stated in ``effir/passes/fold_constant.py``.
+rewrites left dead can expose more). The soundness rules [RULE FOLD-TYPE],
+[RULE FOLD-ATOM], [RULE FOLD-SUBST], [RULE FOLD-DEAD] are stated in ``effir/passes/fold_constant.py``.
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ class PatternRewriter(Mutator):
             else:
                 return new
             if not result.has_type and old.has_type:
-                result.set_checked_type(old.checked_type)  # [RULE T]
+                result.set_checked_type(old.checked_type)  # [RULE FOLD-TYPE]
             new = old = result
         return new
 
@@ -165,7 +165,7 @@ class PatternRewriter(Mutator):
 
     def bind(self, let: Let) -> None:
         value = self.child(let.value)
-        recursive = let.var in self._used  # [RULE S]
+        recursive = let.var in self._used  # [RULE FOLD-SUBST]
         if (
             isinstance(value, Let)
             and not isinstance(let.value, Let)
@@ -178,7 +178,7 @@ class PatternRewriter(Mutator):
             while isinstance(value, Let):
                 value = value.body
         self.values[let.var] = value  # type: ignore[assignment]
-        # [RULE A] an atom; [RULE T] of the same type.
+        # [RULE FOLD-ATOM] an atom; [RULE FOLD-TYPE] of the same type.
         if (
             self.substitute_atoms
             and isinstance(value, Var | Constant)
@@ -215,7 +215,7 @@ class PatternRewriter(Mutator):
         assert isinstance(rebuilt, Expr)
         result = self.visit(rebuilt, node)
         if result is not node and not result.has_type and node.has_type:
-            result.set_checked_type(node.checked_type)  # [RULE T]
+            result.set_checked_type(node.checked_type)  # [RULE FOLD-TYPE]
         return result
 
     def _flatten(self, old: Let) -> Expr:
@@ -242,7 +242,7 @@ class PatternRewriter(Mutator):
 
 # ------------------------------------------------------- dead bindings
 class DeadTrivialBinding(RewritePattern):
-    """[RULE L] a ``let`` whose variable is unused and whose value can
+    """[RULE FOLD-DEAD] a ``let`` whose variable is unused and whose value can
     neither fail nor have an effect (an atom, a tuple of atoms, a
     projection of an atom) goes. Lets are finished body first, so removing
     one (and the uses its value made) can make an earlier one dead in the
@@ -294,7 +294,7 @@ def apply_patterns(
 ) -> IRModule:
     """Each global function of ``module`` through a ``PatternRewriter`` of
     ``patterns()``, then, where it changed, without the trivial bindings it
-    left dead [RULE L]; ``module`` itself when nothing changed.
+    left dead [RULE FOLD-DEAD]; ``module`` itself when nothing changed.
     ``typecheck(module)`` fills in the checked types the patterns read.
 
     Removing a binding can expose a new opportunity to the expression
@@ -331,14 +331,14 @@ def type_of(expr: Expr) -> Type | None:
 
 def annotation_needed(var: Var, value: Expr) -> bool:
     """Whether substituting ``value`` for ``var`` may drop the only
-    annotation that fixes ``value``'s type [RULE T]."""
+    annotation that fixes ``value``'s type [RULE FOLD-TYPE]."""
     return (
         var.type_annotation is not None and isinstance(value, Var) and value.type_annotation is None
     )
 
 
 def same_type(a: Expr | Type | None, b: Expr | Type | None) -> bool:
-    """Both known and structurally equal [RULE T]."""
+    """Both known and structurally equal [RULE FOLD-TYPE]."""
     ta = type_of(a) if isinstance(a, Expr) else a
     tb = type_of(b) if isinstance(b, Expr) else b
     return ta is not None and tb is not None and structural_equal(ta, tb)

@@ -1,4 +1,4 @@
-"""effir's operator set, one module per family (DESIGN.md "Operators").
+"""effir's operator set, one module per family (docs/semantics.md §5, "Operators").
 
 Importing this package registers every operator. Each family module defines
 its operators once: name, arity, attributes, effect kind and traits; later

@@ -25,28 +25,28 @@ needed. Where it is bound depends on whether it may move:
   operator, a constructor or a function literal (a variable, a global, a
   computed closure: unknown code), creates, reads or writes a reference, or
   mentions a variable of a recursive ``let`` (inside that let's value the
-  variable is not bound yet where the expression would go) [RULE M]. A
+  variable is not bound yet where the expression would go) [RULE ANF-MOVABLE]. A
   function literal is movable when its body is.
 - Every other expression is *pinned*.
 
 A shared movable expression is bound once, in the lowest common scope of
 its uses: the innermost block (function body, branch, clause) that encloses
 every use, just before the first construct of that block that contains a
-use, in evaluation order [RULE L]. Its free variables are bound there: each
+use, in evaluation order [RULE ANF-SCOPE]. Its free variables are bound there: each
 use is in their scope, so their binders come earlier in that block or in
 an enclosing one (only a recursive let's own variable could come later,
-and [RULE M] pins what mentions it). This is Relay's ToANormalForm
+and [RULE ANF-MOVABLE] pins what mentions it). This is Relay's ToANormalForm
 (``CalcScope``): a node's scope is the lowest common ancestor of the scopes
 of the edges that reach it, an edge into a branch, a clause or a function
 body opening a child scope.
 
 A nullary constructor call (``None``, ``Nil``) is never shared: each use
-builds its own [RULE D].
+builds its own [RULE ANF-NULLARY].
 
 A shared pinned expression is bound where it is first used and reused by
 later uses in the same block or in blocks nested in it; a use in a sibling
 scope (the other branch, or the code after an ``if`` whose branch used it)
-binds a fresh instance of it [RULE P]. Binding it at the lowest common
+binds a fresh instance of it [RULE ANF-UNFOLD]. Binding it at the lowest common
 scope would run its effect on a path that never used it. Within one branch
 this is exactly what the interpreter does; after an ``if`` whose branch
 evaluated it, the interpreter remembers the value and A-normal form cannot
@@ -58,8 +58,8 @@ Algorithm
 ---------
 1. One walk of each definition (``Facts``): the number of edges reaching
    each compound node, the nodes children first, the recursive let
-   variables, and bottom-up which nodes are pinned [RULE M].
-2. If a pinned node is shared, ``Unfolder`` makes [RULE P] explicit: it
+   variables, and bottom-up which nodes are pinned [RULE ANF-MOVABLE].
+2. If a pinned node is shared, ``Unfolder`` makes [RULE ANF-UNFOLD] explicit: it
    walks the pinned part in evaluation order with the blocks as scopes; a
    pinned node reached again outside the scope of its first evaluation is
    replaced by a fresh instance (new binders for the variables it binds;
@@ -68,7 +68,7 @@ Algorithm
    its first use, in that use's block or a nested one.
 3. ``Placement`` gives every node its scope in topological order, parents
    first (Kahn's algorithm over the edge counts): the lowest common
-   ancestor of its edges' scopes [RULE L]; a node whose edges are not all
+   ancestor of its edges' scopes [RULE ANF-SCOPE]; a node whose edges are not all
    in one scope is *lifted* (Relay's ``lifted`` set).
 4. ``_Normalizer`` walks in evaluation order. A shared node is bound the
    first time it is reached: a pinned one in the current block, a movable
@@ -289,7 +289,7 @@ def to_anf_expr(expr: Expr) -> Expr:
 
 def normal_form(expr: Expr, atomic: bool) -> Expr:
     """``expr`` with its blocks as let chains and its sharing placed by
-    [RULE L] and [RULE P]: operands bound to atoms when ``atomic`` (ANF),
+    [RULE ANF-SCOPE] and [RULE ANF-UNFOLD]: operands bound to atoms when ``atomic`` (ANF),
     left nested otherwise, where only sharing across blocks is bound (BBNF)."""
     if is_atom(expr):
         return expr
@@ -299,7 +299,7 @@ def normal_form(expr: Expr, atomic: bool) -> Expr:
 
 # -------------------------------------------------------------- normalizer
 class _Normalizer(ExprFunctor):
-    """Step 4: blocks as let chains, shared nodes bound by [RULE L]/[RULE P].
+    """Step 4: blocks as let chains, shared nodes bound by [RULE ANF-SCOPE]/[RULE ANF-UNFOLD].
     An ``ExprFunctor``: ``eval(expr, bindings)`` is ``expr``'s let-free
     value, what it needs emitted into ``bindings``."""
 

@@ -1,8 +1,8 @@
 """The sharing analyses of A-normal form (steps 1-3 of ``anf.py``'s
 algorithm): a node's expression edges in evaluation order, which nodes are
-shared and which pinned (``Facts``, [RULE M]), the unfolding of shared
-pinned nodes [RULE P] (``Unfolder``), and the scope each node is bound in
-(``Placement``, [RULE L]); and ``fresh_binders``, the copy that unfolding
+shared and which pinned (``Facts``, [RULE ANF-MOVABLE]), the unfolding of shared
+pinned nodes [RULE ANF-UNFOLD] (``Unfolder``), and the scope each node is bound in
+(``Placement``, [RULE ANF-SCOPE]); and ``fresh_binders``, the copy that unfolding
 (and inlining elsewhere) binds a second time. ``anf.py`` states the rules;
 its normalizer (step 4) and ``to_gnf``/``to_bbnf`` use these."""
 
@@ -129,7 +129,7 @@ def _leaf(expr: Expr) -> bool:
     Building one costs nothing, and its type comes from where it is used
     (``let %e: List[int32] = Nil``): bound once for several uses, the
     binding would have no type of its own once a pass removes a use
-    [RULE D]."""
+    [RULE ANF-NULLARY]."""
     return isinstance(expr, ATOM_TYPES) or (
         isinstance(expr, Call) and not expr.args and isinstance(expr.callee, Constructor)
     )
@@ -183,7 +183,7 @@ class Facts(Visitor):
         self.order.append(node)
 
     def pinned(self) -> set[int]:
-        """The compound nodes that may not move [RULE M]."""
+        """The compound nodes that may not move [RULE ANF-MOVABLE]."""
         pinned: set[int] = set()
         for node in self.order:
             if pins(node, self.recursive) or any(
@@ -194,7 +194,7 @@ class Facts(Visitor):
 
 
 def pins(node: Expr, recursive: set[Var]) -> bool:
-    """Whether ``node`` itself (its children aside) is pinned [RULE M]."""
+    """Whether ``node`` itself (its children aside) is pinned [RULE ANF-MOVABLE]."""
     if isinstance(node, RefCreate | RefRead | RefWrite):
         return True
     if isinstance(node, Call) and not _known_pure_call(node):
@@ -227,7 +227,7 @@ def _known_pure_call(call: Call) -> bool:
 
 # --------------------------------------------------------------- unfolding
 class Unfolder(ExprFunctor):
-    """[RULE P] made explicit (step 2): a pinned node reached outside the
+    """[RULE ANF-UNFOLD] made explicit (step 2): a pinned node reached outside the
     scope of its first evaluation becomes a fresh instance. An
     ``ExprFunctor`` whose hooks rebuild a pinned node (a let chain as a
     loop, anything else edge by edge); ``visit`` is its memo, scoped by

@@ -17,7 +17,7 @@ and every use of ``%b`` now names ``%a``: the alias is dead and ``dce``
 removes it (``cse,dce``). Nothing else changes; unchanged subtrees keep
 their identity, so a module without duplicates is returned as it is.
 
-What is merged [RULE M]
+What is merged [RULE CSE-KEY]
 -----------------------
 Two values are the same computation when they have equal *keys*:
 
@@ -56,7 +56,7 @@ the same checked type; and a binding merges only into one whose variable has
 the same type annotation (or both none), so a ``?`` in an annotation is
 never replaced by a precise size or the reverse.
 
-Where [RULE D]
+Where [RULE CSE-DOM]
 --------------
 The earlier binding must dominate the later one: in a let tree that is an
 earlier binding of the same block or of an enclosing block (a closure body
@@ -64,7 +64,7 @@ sees its creator's bindings, a branch its enclosing block's), never a
 sibling branch or clause. The table of keys is scoped accordingly: each
 block (a let chain) adds its keys and removes them when it ends. A shared
 sub-expression (graph form) is rewritten once for all its uses, so it sees
-only the bindings it contains [RULE S].
+only the bindings it contains [RULE CSE-SHARED].
 
 Known imprecisions: operands of commutative operators are not sorted
 (``add(%x, %y)`` and ``add(%y, %x)`` stay apart); a call whose inferred
@@ -141,7 +141,7 @@ _COMPOUND = (Call, Tuple, TupleGetItem, Function, If, Match, Clause, RefCreate, 
 
 class _Merger(Mutator):
     """The walk: blocks in evaluation order (``blocks``), each binding
-    merged as it is bound; a shared node opens a barrier [RULE S]."""
+    merged as it is bound; a shared node opens a barrier [RULE CSE-SHARED]."""
 
     blocks = True
     patterns = False
@@ -156,7 +156,7 @@ class _Merger(Mutator):
         self.table: dict[Hashable, list[tuple[Var, int]]] = {}
         self.added: list[list[Hashable]] = []  # the keys each open block added
         self.values: dict[int, Expr] = {}  # a bound let's new value, by the let's id
-        self.barrier = 0  # entries of blocks below this depth are not visible [RULE S]
+        self.barrier = 0  # entries of blocks below this depth are not visible [RULE CSE-SHARED]
         self.barriers: list[int] = []  # the barriers the open shared nodes replaced
 
     # ----------------------------------------------------------- the walk
@@ -209,7 +209,7 @@ class _Merger(Mutator):
         return body
 
     def _merge(self, let: Let, value: Expr) -> Expr:
-        """[RULE M] ``let.var``'s new value: the variable of an earlier
+        """[RULE CSE-KEY] ``let.var``'s new value: the variable of an earlier
         binding with the same key in scope, or ``value``."""
         var = let.var
         if isinstance(value, Var):
@@ -232,7 +232,7 @@ class _Merger(Mutator):
 
     # ----------------------------------------------------------- the keys
     def _key(self, original: Expr, value: Expr) -> Hashable | None:
-        """[RULE M] what ``value`` computes, or None when it must not merge;
+        """[RULE CSE-KEY] what ``value`` computes, or None when it must not merge;
         ``original`` is the node effect inference saw."""
         if isinstance(value, Constant):
             return _constant_key(value)

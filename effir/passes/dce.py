@@ -18,7 +18,7 @@ A binding ``let %x = v; body`` is *dead* when ``%x`` is not used in ``body``
 (a use inside ``v`` itself, a let-bound function calling itself, does not
 count) and ``v`` is *effect-free*: evaluating it changes nothing the rest of
 the program or its caller can observe, so not evaluating it changes nothing
-either [RULE R]. Effect-free are:
+either [RULE DCE-UNOBSERVED]. Effect-free are:
 
 - atoms, tuples, projections, ``fn`` literals (creating a closure runs
   nothing) and constructor calls: they only build values;
@@ -34,7 +34,7 @@ either [RULE R]. Effect-free are:
   write no local reference either (effect inference does not list local
   ``ref(...)`` cells, since a caller never sees them; but a closure writing
   a reference of its creator is observable by the creator, so a call that
-  may write any reference stays) [RULE C];
+  may write any reference stays) [RULE DCE-CALL];
 - ``let``, ``if`` and ``match`` whose parts are all effect-free.
 
 Never effect-free: ``ref_write``; every operator whose kind is ``io``
@@ -50,7 +50,7 @@ where it is first needed; removing a dead binding that contains its first
 use moves its evaluation to the next one. That is harmless for an
 effect-free value unless it allocates references (the closure/creator rule
 of semantics §8 could then give two references where there was one), so a
-shared node that may allocate counts as effectful [RULE S].
+shared node that may allocate counts as effectful [RULE DCE-SHARED].
 
 What removal may change
 -----------------------
@@ -90,7 +90,7 @@ only read cells stays (removing it would be sound, but the rule is "pure"),
 and so does ``nn.batch_norm`` with ``training=False``, whose kind is
 ``state`` although it only reads its cell; a call that writes only a local
 reference it creates itself stays; a shared node that may allocate counts
-as effectful [RULE S].
+as effectful [RULE DCE-SHARED].
 
 Each node is visited once (a shared node once, its result reused), so the
 pass is linear in the program's size. Step 1 is ``effir.ir.analysis.scan``;
@@ -156,7 +156,7 @@ class CallFacts:
         return frozenset() if refs is None else refs.get(call, frozenset())
 
     def removable(self, call: Call) -> bool:
-        """[RULE C] an unused call of it may go: pure, and writes no reference."""
+        """[RULE DCE-CALL] an unused call of it may go: pure, and writes no reference."""
         effects = self.info.calls.get(call)
         return effects is not None and not effects and not ({WRITE, IO} & self._refs(call))
 
@@ -230,7 +230,7 @@ def _operands(node: Node) -> list[Node]:
 
 def _effect_free(order: list[Node], shared: set[int], facts: CallFacts) -> set[int]:
     """The ids of the nodes of ``order`` whose evaluation has no effect
-    [RULE R]; atoms have none."""
+    [RULE DCE-UNOBSERVED]; atoms have none."""
     free: set[int] = set()
     allocates: set[int] = set()
     for node in order:
@@ -246,7 +246,7 @@ def _effect_free(order: list[Node], shared: set[int], facts: CallFacts) -> set[i
             fresh = _allocates(node, facts)
         for child in _operands(node):
             key = id(child)
-            if key not in free or (key in shared and key in allocates):  # [RULE S]
+            if key not in free or (key in shared and key in allocates):  # [RULE DCE-SHARED]
                 ok = False
             if key in allocates:
                 fresh = True

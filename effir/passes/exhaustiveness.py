@@ -68,7 +68,7 @@ class _Usefulness(ExprFunctor):
     def _constructor(self, p: PatternConstructor) -> Head:
         return p.constructor.name, p.patterns, p.constructor.adt
 
-    def specialize(self, rows: list[Row], name: str, arity: int) -> list[Row]:
+    def specialise(self, rows: list[Row], name: str, arity: int) -> list[Row]:
         out = []
         for row in rows:
             first = row[0]
@@ -103,7 +103,7 @@ class _Usefulness(ExprFunctor):
         present = {r[0][0] for r in rows if r[0] is not None}
         if signature is not None and all(name in present for name, _ in signature):
             for name, arity in signature:
-                found = yield self.useful(self.specialize(rows, name, arity), arity + width - 1)
+                found = yield self.useful(self.specialise(rows, name, arity), arity + width - 1)
                 if found is not None:
                     return (_show(name, found[:arity]),) + found[arity:]
             return None

@@ -15,7 +15,7 @@ only where removing dead bindings exposed more, see
    or a tuple of tensors with static shapes and at most ``max_elements``
    elements in all. The value is the operator's own numpy rule applied to
    the same arrays the interpreter would pass, so it is the interpreter's
-   value bit for bit, dtype and rank included [RULE V].
+   value bit for bit, dtype and rank included [RULE FOLD-VALUE].
 2. **Projections.** ``(a, b).1`` and ``%t.1`` with ``let %t = (a, b)``
    become ``b`` when ``b`` is an atom (and, for a literal, every other field
    is an atom too: nothing with an effect is dropped).
@@ -36,7 +36,7 @@ What is never folded, and why:
   key, which is never a constant, so they are never candidates);
 - results with a symbolic or ``?`` dimension (a dynamic-shape operator on
   constants): the constant's static type would be more precise than the
-  call's, and [RULE T] below forbids that;
+  call's, and [RULE FOLD-TYPE] below forbids that;
 - results larger than ``max_elements`` (default 1024): folding
   ``zeros(shape=[1000, 1000])`` would put four megabytes into the program
   text instead of one call;
@@ -46,7 +46,7 @@ What is never folded, and why:
 
 Soundness rules, cited in the code:
 
-- [RULE T] Every replacement has exactly the checked type of the expression
+- [RULE FOLD-TYPE] Every replacement has exactly the checked type of the expression
   it replaces. A more precise type (a static shape for a ``?``) could make a
   later ``if`` or call fail to type-check; a less precise one could lose a
   static shape that ``squeeze`` needs. Where the types differ (an ``if``
@@ -57,13 +57,13 @@ Soundness rules, cited in the code:
   which may be all that fixes ``%w``'s type (``let %w = None`` of an
   ``Option[A]``): the variable is substituted only when it has no
   annotation or ``%w`` has one of its own.
-- [RULE A] Only atoms are moved or duplicated. A field taken out of a tuple,
+- [RULE FOLD-ATOM] Only atoms are moved or duplicated. A field taken out of a tuple,
   a value substituted for a variable: each is a variable or a constant, so
   no evaluation (and no effect) is repeated, dropped or reordered.
-- [RULE S] A variable is substituted only if none of its uses was rewritten
+- [RULE FOLD-SUBST] A variable is substituted only if none of its uses was rewritten
   before its ``let`` was reached (a use inside its own value, which a
   recursive ``let`` allows): otherwise that use would be left dangling.
-- [RULE L] In a function the pass changed, a ``let`` whose variable is
+- [RULE FOLD-DEAD] In a function the pass changed, a ``let`` whose variable is
   unused is removed when its value can neither fail nor have an effect (an
   atom, a tuple of atoms, a projection of an atom). ``%t.1`` with
   ``let %t = (%a, %b)`` folds to ``%b``, but the tuple's ``let`` would still
@@ -155,7 +155,7 @@ class FoldCall(RewritePattern):
                 value = impl(args, new.attrs)
         except Exception:  # the run-time error stays at run time
             return None
-        return _as_constant(value, result_type, old)  # [RULE V] [RULE T]
+        return _as_constant(value, result_type, old)  # [RULE FOLD-VALUE] [RULE FOLD-TYPE]
 
 
 class FoldProjection(RewritePattern):
@@ -170,13 +170,14 @@ class FoldProjection(RewritePattern):
             # A literal: the other fields are evaluated too, so they must be atoms.
             field = tup.fields[new.index]
             others = (f for i, f in enumerate(tup.fields) if i != new.index)
-            if all(is_atom(f) for f in others) and same_type(field, old):  # [RULE T]
+            if all(is_atom(f) for f in others) and same_type(field, old):  # [RULE FOLD-TYPE]
                 return field
             return None
         value = rewriter.resolve(tup)
         if isinstance(value, Tuple):
             field = value.fields[new.index]
-            if isinstance(field, Var | Constant) and same_type(field, old):  # [RULE A] [RULE T]
+            # [RULE FOLD-ATOM] [RULE FOLD-TYPE]
+            if isinstance(field, Var | Constant) and same_type(field, old):
                 return field
         return None
 
@@ -194,7 +195,7 @@ class FoldIf(RewritePattern):
         taken, old_taken = (
             (new.then_branch, old.then_branch) if cond else (new.else_branch, old.else_branch)
         )
-        return taken if same_type(old_taken, old) else None  # [RULE T]
+        return taken if same_type(old_taken, old) else None  # [RULE FOLD-TYPE]
 
 
 def _static_size(t: Type) -> int | None:

@@ -38,7 +38,7 @@ The rules (which calls may share a group)
 Decisions read the operator registry (effect kind and traits), never an
 operator's name. Each call gets a *fusion kind* from its traits:
 
-[RULE K] ``elementwise``/``broadcast`` -> EW; ``injective`` -> INJ;
+[RULE FUSE-KIND] ``elementwise``/``broadcast`` -> EW; ``injective`` -> INJ;
 ``reduction`` -> REDUCE; ``out_fusable`` (matmul-like: ``nn.dense``,
 ``nn.matmul``) -> OUT. A call is a *barrier* (never in a group) when its
 operator is not ``pure`` (``random``/``state``/``io`` effects are never
@@ -48,7 +48,7 @@ projections, references, ``if``/``match`` and function literals are barriers
 too. So are the keyed ``random.*`` operators of a state-passing program
 (``opaque``). REDUCE and OUT are *anchors*: the expensive part of a kernel.
 
-[RULE T] Only calls whose arguments are variables or constants and whose
+[RULE FUSE-STATIC] Only calls whose arguments are variables or constants and whose
 arguments and result are tensors with known dimensions (integers or named
 symbolic dimensions such as ``n``) are grouped. A ``?`` dimension comes from
 a data-dependent operator; ``partition-dynamic`` isolates those, and a
@@ -57,18 +57,18 @@ kernel needs the relation between its shapes (two ``n`` are one size, two
 tuple (``concatenate``, ``stack``) stay outside: a group's inputs and its
 result are tensors.
 
-[RULE B] Groups never cross a basic block: a block is the let chain of a
+[RULE FUSE-BLOCK] Groups never cross a basic block: a block is the let chain of a
 function body, a branch, a clause, a closure or loop body (each is fused
 separately). A use in a nested block, in a barrier, in a shared
 (graph-form) expression or in the block's tail (unless the tail is the
 group's own output) is a use *outside* the group.
 
-[RULE O] A group has one output, its last member. Every other member's
+[RULE FUSE-OUTPUT] A group has one output, its last member. Every other member's
 value is used only by members of the same group, so nothing is computed
 twice and nothing inside needs to be returned. A value used by two groups,
 or by a group and anything outside, is the output of its own group.
 
-[RULE A] At most one anchor per group (two reductions, or a product and a
+[RULE FUSE-ANCHOR] At most one anchor per group (two reductions, or a product and a
 reduction, are two kernels). An anchor takes:
 - an *epilogue*: the members downstream of it must be EW (bias add,
   activation, scaling of a sum), applied to each output element as it is
@@ -98,12 +98,12 @@ reduction, are two kernels). An anchor takes:
   computed once. (The group's *inputs* may be read on both sides:
   ``divide(%x, sum(%x))`` is one kernel.)
 
-[RULE E] Groups without an anchor: any mix of EW and INJ members.
+[RULE FUSE-NOANCHOR] Groups without an anchor: any mix of EW and INJ members.
 
-[RULE N] At most ``MAX_FUSED_OPS`` (256, Relay's ``max_depth``) members per
+[RULE FUSE-MAX] At most ``MAX_FUSED_OPS`` (256, Relay's ``max_depth``) members per
 group, so that kernels stay of a size a backend schedules well.
 
-Placement [RULE P]: the group's call replaces the binding of its output, the
+Placement [RULE FUSE-PLACE]: the group's call replaces the binding of its output, the
 last member, and the other members' bindings go. Every member's operands
 are bound before the member, hence before the output: the call is in scope.
 Only pure calls move, and only later, so the order of effects is unchanged.
@@ -119,12 +119,11 @@ Algorithm
    first; primitive functions are left as they are (fusing is idempotent:
    a group's call is a barrier the second time, and a primitive body is
    never fused again).
-3. In each block, classify each binding (and the tail) by [RULE K, T].
+3. In each block, classify each binding (and the tail) by [RULE FUSE-KIND] [RULE FUSE-STATIC].
    First, in block order, each anchor takes its chain of EW consumers
-   [RULE A]. Then walk the other candidates from the last to the first: a
+   [RULE FUSE-ANCHOR]. Then walk the other candidates from the last to the first: a
    candidate joins its consumers' group when all its uses are by candidates
-   of one group of this block [RULE O, B] and the kinds allow it [RULE A,
-   E, N]; otherwise it starts a group of which it is the output. Each
+   of one group of this block [RULE FUSE-OUTPUT] [RULE FUSE-BLOCK] and the kinds allow it [RULE FUSE-ANCHOR] [RULE FUSE-NOANCHOR] [RULE FUSE-MAX]; otherwise it starts a group of which it is the output. Each
    candidate remembers its side (epilogue, anchor, prologue) and whether
    every path from it to the output is EW, so each decision is O(uses).
 4. Rebuild the block: a group of one member stays a plain call; a larger one
@@ -158,22 +157,22 @@ from .infer_type import check
 from .infra import Option, module_pass
 
 MAX_FUSED_OPS = 256
-"""Most operator calls in one group [RULE N] (Relay's ``relay.FuseOps.max_depth``)."""
+"""Most operator calls in one group [RULE FUSE-MAX] (Relay's ``relay.FuseOps.max_depth``)."""
 
 PRIMITIVE = Attrs((("Primitive", 1),))
 """The attributes of a fused function: a backend compiles it as one kernel."""
 
-# Fusion kinds [RULE K]; REDUCE and OUT are anchors.
+# Fusion kinds [RULE FUSE-KIND]; REDUCE and OUT are anchors.
 EW, INJ, REDUCE, OUT = "elementwise", "injective", "reduction", "out_fusable"
 _BARRIER_TRAITS = frozenset({"opaque", "dynamic_shape", "control_flow"})
-# The side of an anchored group a member is on [RULE A]; groups without an
+# The side of an anchored group a member is on [RULE FUSE-ANCHOR]; groups without an
 # anchor have only EPI members.
 EPI, ANCHOR, PRO = "epilogue", "anchor", "prologue"
 _NAME_LENGTH = 60  # longest fused-function name, cut at an operator boundary
 
 
 def fusion_kind(definition: OpDef) -> str | None:
-    """[RULE K] The operator's fusion kind, or None for a barrier."""
+    """[RULE FUSE-KIND] The operator's fusion kind, or None for a barrier."""
     traits = definition.traits
     if definition.effect != "pure" or traits & _BARRIER_TRAITS:
         return None
@@ -242,12 +241,12 @@ class _Facts:
 
 
 def _static(t: Type) -> bool:
-    """[RULE T] A tensor whose every dimension is an integer or a name."""
+    """[RULE FUSE-STATIC] A tensor whose every dimension is an integer or a name."""
     return isinstance(t, TensorType) and all(d != ANY for d in t.shape)
 
 
 def _candidate_kind(expr: Expr) -> str | None:
-    """[RULE K, T] The fusion kind of ``expr`` if it may join a group."""
+    """[RULE FUSE-KIND] [RULE FUSE-STATIC] The fusion kind of ``expr`` if it may join a group."""
     if not isinstance(expr, Call) or not isinstance(expr.callee, Op) or not expr.has_type:
         return None
     kind = fusion_kind(op_def(expr.callee))
@@ -287,7 +286,7 @@ class _Grouping:
     clean: dict[int, bool] = field(default_factory=dict)  # all paths to the output are EW
 
     def epilogues(self) -> None:
-        """[RULE A] Anchors first, in block order: each takes the chain of EW
+        """[RULE FUSE-ANCHOR] Anchors first, in block order: each takes the chain of EW
         calls that consume its value one after the other (``dense -> add ->
         relu``), before an injective consumer further on could make a group
         that the anchor may no longer join (Relay's phase 0)."""
@@ -313,7 +312,7 @@ class _Grouping:
                 self.clean[i] = i != a
 
     def backwards(self) -> None:
-        """[RULE O, A, E, N] From the last candidate to the first: join the
+        """[RULE FUSE-OUTPUT] [RULE FUSE-ANCHOR] [RULE FUSE-NOANCHOR] [RULE FUSE-MAX] From the last candidate to the first: join the
         one group all uses are in, when the kinds allow it; else start one."""
         for i in reversed(range(len(self.kinds))):
             kind = self.kinds[i]
@@ -343,7 +342,7 @@ class _Grouping:
             self.side[i] = where
 
     def _side(self, kind: str, group: _Group, users: list[int]) -> str | None:
-        """[RULE A, E] The side of ``group`` a candidate of ``kind`` whose
+        """[RULE FUSE-ANCHOR] [RULE FUSE-NOANCHOR] The side of ``group`` a candidate of ``kind`` whose
         uses are ``users`` joins, or None when it may not join."""
         if kind in (REDUCE, OUT):
             if group.anchor is not None:
@@ -363,7 +362,7 @@ class _Grouping:
 
 class _Fuser(Mutator):
     """The walk of step 2-4: each block once its values and tail are
-    rewritten (nested blocks first [RULE B]); a kernel is never fused again."""
+    rewritten (nested blocks first [RULE FUSE-BLOCK]); a kernel is never fused again."""
 
     blocks = True
     patterns = False
@@ -405,7 +404,7 @@ class _Fuser(Mutator):
         for i in reversed(range(n)):
             let = chain[i]
             if i in fused:
-                continue  # [RULE P] computed inside its group's function
+                continue  # [RULE FUSE-PLACE] computed inside its group's function
             if i in output:
                 fn_var, fn, call = self._build(output[i], chain, exprs)
                 body = Let(fn_var, fn, Let(let.var, call, body, span=let.span), span=let.span)
@@ -426,7 +425,7 @@ class _Fuser(Mutator):
                     i = index.get(arg) if isinstance(arg, Var) else None
                     if i is not None and i < j:
                         users[i].append(j)
-        # Only uses by candidates of this block may be inside a group [RULE O, B].
+        # Only uses by candidates of this block may be inside a group [RULE FUSE-OUTPUT] [RULE FUSE-BLOCK].
         inside = [
             i < n and bool(users[i]) and len(users[i]) == self.uses[chain[i].var]
             for i in range(n + 1)

@@ -1,6 +1,6 @@
 """Type inference of calls: operators (their type relations, retried while
-an argument type is unknown [RULE Q]), global functions (their symbolic
-dimensions renamed per call [RULE D]), constructors and closures.
+an argument type is unknown [RULE TYPE-WAIT]), global functions (their symbolic
+dimensions renamed per call [RULE TYPE-CALLDIMS]), constructors and closures.
 
 ``CallRules`` is a part of ``TypeInferencer`` (``infer_type.py``), split
 off at the seam between walking expressions and applying functions: the
@@ -79,7 +79,7 @@ class CallRules:
 
     def global_signature(self, name: str) -> FuncType:
         """A global's signature, resolved: its inferred result type must be
-        renamed [RULE D] and instantiated like its annotated parts."""
+        renamed [RULE TYPE-CALLDIMS] and instantiated like its annotated parts."""
         sig = self.state.solver.resolve(self.state.signatures[name])
         assert isinstance(sig, FuncType)
         return sig
@@ -94,7 +94,7 @@ class CallRules:
         result = IncompleteType()
 
         def attempt(force: bool = False) -> None:
-            # [RULE D] the callee's symbolic dimensions, in the caller's terms.
+            # [RULE TYPE-CALLDIMS] the callee's symbolic dimensions, in the caller's terms.
             # An argument still unknown where the callee has symbolic
             # dimensions waits (NotReady) unless `force`d: then those
             # dimensions become `?`.
@@ -163,7 +163,7 @@ class _RelationSolver:
     """What a control-flow relation may do: unify types, join them, resolve
     them. ``memo`` is the relation's own, kept across the attempts at one
     call (what it learnt before it had to wait); ``forced`` says that the
-    call was forced [RULE Q], so the relation must not wait again."""
+    call was forced [RULE TYPE-WAIT], so the relation must not wait again."""
 
     def __init__(self, state: InferenceState, memo: dict[str, Any], forced: bool) -> None:
         self._state = state
@@ -178,7 +178,7 @@ class _RelationSolver:
         return result
 
     def join(self, a: Type, b: Type, what: str) -> Type:
-        """``Solver.join`` [RULE JOIN]: NotReady while a part is unknown,
+        """``Solver.join`` [RULE TYPE-JOIN]: NotReady while a part is unknown,
         unless forced; a mismatch is reported."""
         try:
             return self._state.solver.join(a, b, self.forced)

@@ -14,16 +14,16 @@ The algorithm has two fixpoints over the whole module:
    ``ref(...)`` allocation sites. Sources flow through lets, calls (arguments
    to parameters, bodies to results), tuples, ADT fields, pattern variables,
    reference contents and control-flow operators (a function given to
-   ``cf.foreach`` is called with the operator's other arguments) [RULE F].
+   ``cf.foreach`` is called with the operator's other arguments) [RULE EFFECT-FLOW].
    Tuples and ADT values hold the union of their fields: imprecise but sound.
-   Once the program is type-checked, types sharpen this [RULE T]: a value
+   Once the program is type-checked, types sharpen this [RULE EFFECT-TYPED]: a value
    whose type is a tensor or a key holds no function and no reference. A
    module not yet checked is checked first (where it type-checks): without
    types the sets grow with the nesting of closures, and the work with it.
 2. **Effects**: a function's effects are its body's direct effects
    (``ref_read``/``ref_write`` of a reference that may be a global cell, an
    effectful operator on such a reference, an ``io`` operator) plus the
-   latent effects of every function a call in its body may call [RULE E].
+   latent effects of every function a call in its body may call [RULE EFFECT-DIRECT].
    Bodies of nested ``fn`` are not part of the enclosing function's effects
    until the closure is called. Recursion is handled by iterating to a
    fixpoint over the call graph.
@@ -126,7 +126,7 @@ def solve_flows(module: IRModule) -> _EffectInference:
 
 
 def _typed(module: IRModule) -> IRModule:
-    """``module`` type-checked when it is not yet and can be [RULE T]: without
+    """``module`` type-checked when it is not yet and can be [RULE EFFECT-TYPED]: without
     types, every function a loop or an operator is given may flow into every
     value after it, so sets grow with the nesting of closures (quadratic
     work, 2.5x for twice the nested loops); checking is linear. A module
@@ -229,7 +229,7 @@ class _EffectInference(ExprFunctor):
         return None
 
     def call_into(self, callees: set[Source], args: list[set[Source]], result: object) -> bool:
-        """[RULE F] arguments flow to parameters, bodies to the call's result."""
+        """[RULE EFFECT-FLOW] arguments flow to parameters, bodies to the call's result."""
         changed = False
         for src in list(callees):
             fn = self.function_of(src)
@@ -243,7 +243,7 @@ class _EffectInference(ExprFunctor):
         return changed
 
     def step(self, node: Node) -> bool:
-        """[RULE F] one node's flows; whether any set grew."""
+        """[RULE EFFECT-FLOW] one node's flows; whether any set grew."""
         return self.eval(node)
 
     @on(Node)
@@ -306,7 +306,7 @@ class _EffectInference(ExprFunctor):
         args = [v(a) for a in node.args]
         if isinstance(node.callee, Op):
             if "control_flow" in op_def(node.callee).traits:
-                # [RULE F] each function argument is called with all the others.
+                # [RULE EFFECT-FLOW] each function argument is called with all the others.
                 everything: set[Source] = set().union(*args) if args else set()
                 changed = False
                 for arg in args:
@@ -339,7 +339,7 @@ class _EffectInference(ExprFunctor):
         return {s[1] for s in sources if s[0] == "cell"}
 
     def direct_effects(self, node: Node) -> set[str]:
-        """[RULE E] effects a node has by itself (not through a call)."""
+        """[RULE EFFECT-DIRECT] effects a node has by itself (not through a call)."""
         if isinstance(node, RefRead):
             return {f"read @{c}" for c in self.cells_in(self.value_of(node.ref))}
         if isinstance(node, RefWrite):
@@ -452,7 +452,7 @@ class _EffectInference(ExprFunctor):
 
 
 class _Holds:
-    """What a value of a type may be or contain [RULE T]: (functions,
+    """What a value of a type may be or contain [RULE EFFECT-TYPED]: (functions,
     references). A tensor or a key holds neither, whatever the
     field-insensitive flows say (a tuple's projection gets every field's
     sources); a function type holds functions, a ``Ref`` references; ADTs,

@@ -5,7 +5,7 @@
 around: every value both read or write is a field here, declared with its
 type and what it is for. It also holds what both do with those fields and
 nothing else: report an error where the walk is, unify and report a
-mismatch, and keep the relations that wait for argument types [RULE Q].
+mismatch, and keep the relations that wait for argument types [RULE TYPE-WAIT].
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from .type_solver import Solver, UnifyError, show
 
 
 class Pending:
-    """A relation waiting for argument types [RULE Q]."""
+    """A relation waiting for argument types [RULE TYPE-WAIT]."""
 
     __slots__ = ("attempt", "node", "span", "forcible")
 
@@ -56,7 +56,7 @@ class InferenceState:
     cell_types: dict[str, Type] = field(default_factory=dict)
     """Each initialised state cell's ``Ref`` type, in declaration order."""
     pending: list[Pending] = field(default_factory=list)
-    """Relations waiting for argument types [RULE Q]."""
+    """Relations waiting for argument types [RULE TYPE-WAIT]."""
     errors: list[TypeCheckError] = field(default_factory=list)
     """The errors found, reported together when inference ends."""
     span_stack: list[Span | None] = field(default_factory=lambda: [None])
@@ -96,7 +96,7 @@ class InferenceState:
         self.error(message, node)
         return IncompleteType()
 
-    # ---------------------------------------------------------- [RULE Q]
+    # ---------------------------------------------------------- [RULE TYPE-WAIT]
     def attempt(self, attempt: Callable[..., None], node: Node, forcible: bool = False) -> None:
         """Run ``attempt`` now, or keep it waiting while it raises NotReady."""
         try:
@@ -105,7 +105,7 @@ class InferenceState:
             self.pending.append(Pending(attempt, node, self.span(node), forcible))
 
     def solve_pending(self) -> None:
-        """Retry waiting relations until none makes progress [RULE Q]; then
+        """Retry waiting relations until none makes progress [RULE TYPE-WAIT]; then
         force the first waiting global call (its unknown symbolic dimensions
         become `?`), which may unblock the others, and go on."""
         while self.pending:

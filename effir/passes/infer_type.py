@@ -12,19 +12,19 @@ type inferencer is:
    variable with its value, a callee's parameters with its arguments. A
    value that is one of several (both branches of an ``if``, the clauses of
    a ``match``) has their join instead, which is ``?`` where their sizes
-   differ [RULE JOIN] (``type_solver.py``); no unification narrows a
+   differ [RULE TYPE-JOIN] (``type_solver.py``); no unification narrows a
    variable's type.
 3. An operator call asks the operator's type relation (``rules["type"]``,
    registered beside the operator). If an argument type is still unknown the
    relation says ``NotReady`` and the call waits in a queue; the queue is
-   retried until nothing changes [RULE Q]. Control-flow operators unify the
+   retried until nothing changes [RULE TYPE-WAIT]. Control-flow operators unify the
    types of the functions they take, which is how an unannotated loop body
    learns its parameter types.
 4. Symbolic dimensions (``n``) are rigid inside the global function that
    mentions them: ``n`` equals only ``n`` (and ``?``). They belong to that
    function, like implicit type parameters: at a call of a global function,
    its symbolic dimensions are matched against the arguments' dimensions and
-   the result type is written in the caller's dimensions [RULE D]. A ``?``
+   the result type is written in the caller's dimensions [RULE TYPE-CALLDIMS]. A ``?``
    matches anything and is checked at run time.
 5. After all bodies, every type is resolved and cached on its expression
    (``expr.checked_type``). A variable whose type is still unknown is an
@@ -257,7 +257,7 @@ class TypeInferencer(ExprFunctor):
         if cell.type is not None:
             if isinstance(cell.type, RefType):
                 # The declared type holds every value written later, not
-                # only the initial one [RULE JOIN].
+                # only the initial one [RULE TYPE-JOIN].
                 self.state.unify(cell.type, cell_type, cell.init, f"the initial value of @{name}")
                 cell_type = cell.type
             else:
@@ -405,7 +405,7 @@ class TypeInferencer(ExprFunctor):
         """An annotated let of a value whose type is not known yet: the
         annotation is checked against it once it is known (it says what the
         variable holds; a ``?`` in it says nothing of the value), and only
-        gives the value its type if nothing else does [RULE JOIN]."""
+        gives the value its type if nothing else does [RULE TYPE-JOIN]."""
 
         def attempt(force: bool = False) -> None:
             if not force and isinstance(self.state.solver.head(value_type), IncompleteType):
@@ -441,7 +441,7 @@ class TypeInferencer(ExprFunctor):
                 expr,
             )
             return IncompleteType()
-        # Used as a value: instantiate type parameters; its dims become `?` [RULE D].
+        # Used as a value: instantiate type parameters; its dims become `?` [RULE TYPE-CALLDIMS].
         return rename_dims(self.instantiate(self.calls.global_signature(expr.name)), {})
         yield
 
@@ -594,8 +594,8 @@ class TypeInferencer(ExprFunctor):
 
     def _join(self, expr: Expr, parts: list[tuple[Type, Node]], what: str) -> Type:
         """The type of ``expr``, whose value is one of ``parts`` (branches,
-        clauses): their join [RULE JOIN], once they are known; until then
-        the join waits [RULE Q], and if nothing else can make progress it is
+        clauses): their join [RULE TYPE-JOIN], once they are known; until then
+        the join waits [RULE TYPE-WAIT], and if nothing else can make progress it is
         forced (an unknown part is unified with the others)."""
         result = IncompleteType()
 

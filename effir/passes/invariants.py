@@ -102,7 +102,7 @@ def gnf_problem(module: IRModule) -> str | None:
 
 
 def removable_lets(root: Expr) -> Iterator[Let]:
-    """The lets of ``root`` that graph normal form removes [RULE G]."""
+    """The lets of ``root`` that graph normal form removes [RULE GNF-KEEP]."""
     facts = Facts(root)
     pinned = facts.pinned()
     captured = captured_lets(facts)

@@ -29,7 +29,7 @@ The rewrites, and why each is exact:
    - ``x + 0``: exact for integers only. For floats ``-0.0 + +0.0 = +0.0``,
      so ``x + 0f`` is NOT ``x`` (its sign bit differs when ``x`` is
      ``-0.0``); ``x + (-0.0)`` is ``x`` for every float ``x`` and is rewritten.
-   - Only when the result's type is exactly ``x``'s [RULE T]: ``x + zeros``
+   - Only when the result's type is exactly ``x``'s [RULE FOLD-TYPE]: ``x + zeros``
      that broadcasts ``x`` to a bigger shape is a new tensor, not ``x``.
 3. **Shape operators.**
 
@@ -58,10 +58,10 @@ The rewrites, and why each is exact:
 
 Soundness rules (those of ``fold_constant``, whose walker this pass uses):
 every replacement has exactly the type of what it replaces, checked with
-the operators' own type relations where a call is rebuilt [RULE T]; only
+the operators' own type relations where a call is rebuilt [RULE FOLD-TYPE]; only
 atoms are moved, so nothing is evaluated twice or dropped except pure
-operators [RULE A]. Of the bindings a rewrite leaves dead, those of atoms,
-tuples of atoms and projections of atoms go [RULE L] (the ``let %a = %t.0``
+operators [RULE FOLD-ATOM]. Of the bindings a rewrite leaves dead, those of atoms,
+tuples of atoms and projections of atoms go [RULE FOLD-DEAD] (the ``let %a = %t.0``
 of a tuple rebuilt as ``%t``: a key or world token held twice would break
 linearity); others, such as the inner reshape's, are dead-code
 elimination's to remove.
@@ -119,7 +119,7 @@ class TupleOfProjections(RewritePattern):
             return None
         source_type = type_of(source)
         if isinstance(source_type, TupleType) and len(source_type.fields) == len(tup.fields):
-            if same_type(source, old):  # [RULE T]
+            if same_type(source, old):  # [RULE FOLD-TYPE]
                 return source
         return None
 
@@ -127,7 +127,7 @@ class TupleOfProjections(RewritePattern):
 # ---------------------------------------------------------------- helpers
 def _producer(rw: PatternRewriter, expr: Expr, name: str) -> Call | None:
     """The call of operator ``name`` that ``expr`` is (directly, or as the
-    value of the variable it is), when its argument is an atom [RULE A];
+    value of the variable it is), when its argument is an atom [RULE FOLD-ATOM];
     else None."""
     value = rw.resolve(expr)
     if (
@@ -146,13 +146,13 @@ def _constant(rw: PatternRewriter, expr: Expr) -> np.ndarray | None:
 
 
 def _same_as_arg(x: Expr, old: Expr) -> Expr | None:
-    """``x`` when it has exactly the call's type [RULE T]."""
+    """``x`` when it has exactly the call's type [RULE FOLD-TYPE]."""
     return x if same_type(x, old) else None
 
 
 def _rebuilt(old: Expr, name: str, x: Expr, **attrs: Any) -> Expr | None:
     """``name(x, **attrs)`` when its type (by the operator's relation) is
-    the call's [RULE T]; it keeps the call's span."""
+    the call's [RULE FOLD-TYPE]; it keeps the call's span."""
     x_type = type_of(x)
     if x_type is None:
         return None

@@ -7,7 +7,7 @@ A symbolic dimension is rigid and scoped to its global function (docs/
 architecture.md): ``def @encode(%t: Tensor[(n), int32])`` means one
 unknown size per call, matched against the caller's types. A backend that
 generates code per concrete shape (the TVM backend's kernels, driver/
-specialize.py) binds the *entry*'s dimensions from a call's arguments;
+specialise.py) binds the *entry*'s dimensions from a call's arguments;
 ``@encode``'s ``n`` would stay unknown however the entry is bound, and its
 kernels could not be built. This pass writes every function the entry
 reaches in the entry's terms:
@@ -16,20 +16,20 @@ reaches in the entry's terms:
    they are: a symbolic size the backend keeps symbolic).
 2. Walking from the entry (a worklist: no Python recursion per call), each
    call of a global function ``@g`` that has dimensions of its own gives
-   them values from the call's argument and result types [RULE BIND]: a
+   them values from the call's argument and result types [RULE DIMS-BIND]: a
    size, a dimension of the entry, or ``?`` (a size known only at run
    time, or one the call does not determine). The call then calls the copy
    of ``@g`` made for that binding, ``@g`` with the binding substituted in
    every type it holds, typed on its own and walked in turn. Copies are
    memoised by ``(@g, binding)``: a recursive call whose arguments have
-   the caller's sizes calls the copy itself [RULE MEMO].
+   the caller's sizes calls the copy itself [RULE DIMS-MEMO].
 3. A function with no dimensions of its own is walked once, in place (its
    calls are specialised; its code is the same for every caller).
 4. A global function used as a value (passed, stored), not called, has
    ``?`` for its dimensions (as the type checker gives it): its reference
-   is to the copy with every dimension ``?`` [RULE VALUE].
+   is to the copy with every dimension ``?`` [RULE DIMS-VALUE].
 5. At most ``MAX_BINDINGS`` bindings with sizes are copied per function; a
-   call beyond calls the all-``?`` copy [RULE LIMIT]. A recursion whose
+   call beyond calls the all-``?`` copy [RULE DIMS-LIMIT]. A recursion whose
    sizes change at each call (``@f(%x[1:])``) would otherwise copy the
    function once per size.
 
@@ -64,7 +64,7 @@ from .infer_type import check, infer_expr
 from .infra import PassError, module_pass
 
 MAX_BINDINGS = 8
-"""Copies with sizes per function [RULE LIMIT]."""
+"""Copies with sizes per function [RULE DIMS-LIMIT]."""
 
 SOURCE_NAME = "source_name"
 """The attribute of a copy holding the name of the function it copies."""
@@ -112,7 +112,7 @@ class _Specialiser:
         self.taken = set(module.functions) | set(module.cells)
         self.dims = {name: _own_dims(fn) for name, fn in self.originals.items()}
         self.copies: dict[tuple[str, Binding], str] = {}
-        self.sized: dict[str, int] = {}  # copies with a size, per function [RULE LIMIT]
+        self.sized: dict[str, int] = {}  # copies with a size, per function [RULE DIMS-LIMIT]
         self.pending: list[str] = []
         self.walked: set[str] = set()
 
@@ -123,7 +123,7 @@ class _Specialiser:
             assert isinstance(fn, Function)
             self.functions[entry] = fn
             self._typed(entry)
-        # [RULE MEMO] a call of the entry at its own binding calls the entry
+        # [RULE DIMS-MEMO] a call of the entry at its own binding calls the entry
         own = {d: self.given.get(d, d) for d in self.dims[entry]}
         self.copies[(entry, _key(own))] = entry
         self.pending.append(entry)
@@ -139,7 +139,7 @@ class _Specialiser:
 
     # ------------------------------------------------------------ copies
     def callee(self, name: str, call: Call) -> str:
-        """The function ``call`` (of ``@name``) should call [RULE BIND]."""
+        """The function ``call`` (of ``@name``) should call [RULE DIMS-BIND]."""
         if not self.dims[name]:
             self.pending.append(name)  # walked in place (step 3)
             return name
@@ -147,11 +147,11 @@ class _Specialiser:
         sized = any(isinstance(v, int) for v in binding.values())
         key = (name, _key(binding))
         if key not in self.copies and sized and self.sized.get(name, 0) >= MAX_BINDINGS:
-            return self.generic(name)  # [RULE LIMIT]
+            return self.generic(name)  # [RULE DIMS-LIMIT]
         return self.copy(name, binding)
 
     def generic(self, name: str) -> str:
-        """The copy of ``@name`` with every dimension ``?`` [RULE VALUE]."""
+        """The copy of ``@name`` with every dimension ``?`` [RULE DIMS-VALUE]."""
         if not self.dims[name]:
             self.pending.append(name)
             return name
@@ -233,7 +233,7 @@ def _own_dims(fn: Function) -> frozenset[str]:
 
 
 def _binding(fn: Function, call: Call, dims: frozenset[str]) -> dict[str, Dim]:
-    """[RULE BIND] What ``call`` gives each dimension of ``fn``: the size
+    """[RULE DIMS-BIND] What ``call`` gives each dimension of ``fn``: the size
     or entry dimension its argument (or result) types have where ``fn``'s
     types name it, a size before a name before ``?``; ``?`` where nothing
     gives one (a dimension of ``fn``'s body alone)."""

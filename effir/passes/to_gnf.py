@@ -10,13 +10,13 @@ Which lets go
 -------------
 Relay's pass removes every let (a recursive one becomes ``let %f = v;
 %f``): its IR had no effects worth ordering. Here a let is removed when
-its value is *movable* in the sense of ``anf.py`` [RULE M]: no effectful
+its value is *movable* in the sense of ``anf.py`` [RULE ANF-MOVABLE]: no effectful
 operator, no reference, no call of unknown code (a variable, a global, a
 computed closure; a called function literal is checked with its body), no
 loop with a non-literal body, no recursive let's variable. The others stay
 lets, in order: the let is what orders an effect, and a graph node is
 evaluated where it is first needed, which could be later or, once shared,
-in another branch. Two more kinds stay [RULE G]:
+in another branch. Two more kinds stay [RULE GNF-KEEP]:
 
 - a let whose variable is annotated: the annotation is part of the
   program (it may loosen a dimension to ``?``) and graph form has nowhere
@@ -40,7 +40,7 @@ ends) could have been observed, as with ``dce``.
 their uses' lowest common scope (a pure value may go down into a branch that
 uses it, never into a closure). The checker ``gnf_problem`` (invariant ``gnf``,
 effir/passes/invariants.py) names the
-first let that [RULE G] would remove.
+first let that [RULE GNF-KEEP] would remove.
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ class _Graph(Mutator):
         return not self.pinned[id(value)]
 
     def _register(self, node: Expr) -> Expr:
-        """Record whether a rebuilt node is pinned ([RULE M] of anf.py)."""
+        """Record whether a rebuilt node is pinned ([RULE ANF-MOVABLE] of anf.py)."""
         if id(node) not in self.pinned:
             self.pinned[id(node)] = pins(node, self.recursive) or any(
                 self.pinned.get(id(child), False) for _, child, _ in expression_edges(node)

@@ -3,7 +3,7 @@ union-find, tensor dimensions merged (a ``?`` takes the other side's size;
 symbolic dimensions are rigid and equal only to themselves); and the join
 of two types, the type of a value that is one or the other.
 
-Unification and join answer different questions [RULE JOIN]. Unification
+Unification and join answer different questions [RULE TYPE-JOIN]. Unification
 says that two types describe *one* value (a let and its value, an argument
 and its parameter): a ``?`` there may take the other side's size, which the
 interpreter checks at run time. A join describes a value that is *either*
@@ -90,16 +90,6 @@ class Solver:
             return t  # the common case, without starting a trampoline
         return _Resolve(self, {} if memo is None else memo).evaluate(t)
 
-    def is_complete(self, t: Type) -> bool:
-        """No unbound IncompleteType anywhere in ``t``."""
-        stack = [t]
-        while stack:
-            t = self.head(stack.pop())
-            if isinstance(t, IncompleteType):
-                return False
-            stack.extend(c for c in t.children() if isinstance(c, Type))
-        return True
-
     # ------------------------------------------------------------ unify
     def unify(self, expected: Type, actual: Type) -> Type:
         """Make the two types equal (binding variables); the merged type.
@@ -128,18 +118,18 @@ class Solver:
         if isinstance(a, TensorType) and isinstance(b, TensorType):
             # The merged type is the caller's to use; a variable bound to `a`
             # or `b` keeps its binding, which is also the type of the other
-            # values it was unified with (no narrowing) [RULE JOIN].
+            # values it was unified with (no narrowing) [RULE TYPE-JOIN].
             return a, b, unify_tensors(a, b)
         return a, b, None
 
     # ------------------------------------------------------------- join
     def join(self, a: Type, b: Type, force: bool = False) -> Type:
-        """The type of a value that is an ``a`` or a ``b`` [RULE JOIN]:
+        """The type of a value that is an ``a`` or a ``b`` [RULE TYPE-JOIN]:
         tensors' sizes where they agree, ``?`` where they differ; tuples and
         ADTs (immutable, so covariant) field by field; references and
         functions (invariant) unified. Neither side is changed where it is
         known. An unknown part on either side could still turn out to be
-        either side's size: ``NotReady`` (the caller waits [RULE Q]), or,
+        either side's size: ``NotReady`` (the caller waits [RULE TYPE-WAIT]), or,
         ``force``d, it is unified with the other side. Raises ``UnifyError``
         for types of different kinds, dtypes or ranks."""
         return _Join(self, force).evaluate(a, b)

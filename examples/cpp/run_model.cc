@@ -117,7 +117,7 @@ struct Failure : std::runtime_error {
 };
 
 // A failed run-time check of the compiled code (effir.check, called by a CPU
-// kernel or by the VM: effir/backends/tvm/runtime/errors.py [RULE CHECK]): the
+// kernel or by the VM: effir/backends/tvm/runtime/errors.py [RULE RUNTIME-CHECK]): the
 // interpreter's located message, printed as the runner's error (the TVM
 // error that carries it back adds a traceback).
 std::string g_check_failure;
@@ -430,7 +430,7 @@ std::string DescribeValue(const ffi::AnyView& value, int depth) {
   return out + ")";
 }
 
-// The dimensions an exported library binds (its specialization's "dims").
+// The dimensions an exported library binds (its specialisation's "dims").
 std::map<std::string, int64_t> BoundDims(const ffi::Map<ffi::Any, ffi::Any>& spec) {
   std::map<std::string, int64_t> bound;
   for (const auto& kv : spec.at("dims").cast<ffi::Map<ffi::Any, ffi::Any>>()) {
@@ -651,7 +651,7 @@ int Run(int argc, char** argv) {
 
   // io.print calls the packed function effir.print: a label, the value and,
   // for a value that is not a tensor, its layout (runtime/printing.py
-  // [RULE PRINT]), which a summary of its tensors does not need.
+  // [RULE RUNTIME-PRINT]), which a summary of its tensors does not need.
   ffi::Function::SetGlobal(
       "effir.print", ffi::Function::FromPacked([](ffi::PackedArgs args, ffi::Any* rv) {
         std::cout << "print " << std::string(args[0].cast<ffi::String>()) << ": "
@@ -659,7 +659,7 @@ int Run(int argc, char** argv) {
       }),
       true);
 
-  // A failed run-time check raises with its message (runtime/errors.py [RULE CHECK]).
+  // A failed run-time check raises with its message (runtime/errors.py [RULE RUNTIME-CHECK]).
   ffi::Function::SetGlobal(
       "effir.check", ffi::Function::FromPacked([](ffi::PackedArgs args, ffi::Any* rv) {
         if (args[0].cast<int64_t>() != 0) return;
@@ -766,7 +766,7 @@ void* RunOnLargeStack(void* data) {
 // 3.5 KB of stack a call), and compiled recursion may nest up to MAX_DEPTH
 // (100,000) calls before it stops with an EvalError: the program runs on a
 // thread with a 1 GiB stack, as effir.load runs recursive programs
-// (effir/backends/tvm/runtime/stack.py [RULE STACK]). Only the pages a run touches
+// (effir/backends/tvm/runtime/stack.py [RULE RUNTIME-STACK]). Only the pages a run touches
 // are committed.
 int main(int argc, char** argv) {
   Invocation call{argc, argv, 1};

@@ -3,7 +3,7 @@ equal the interpreted ones, and the checkpoint modes stay bit-identical
 compiled. Each check runs in a process of its own (tests/support/isolated.py). By
 default one TVM build: a loop nest with hoisted weight terms, a loop in a
 branch and a while_loop, under ``sqrt``. In the nightly tier also the
-three modes compiled in float32 (bit-identical, [RULE ROUND]) and 0- and
+three modes compiled in float32 (bit-identical, [RULE KERNEL-ROUND]) and 0- and
 1-step loops with tuple carries."""
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def test_compiled_gradient_of_a_loop_nest_with_branches_and_a_while_loop():
 
 
 def check_compiled_modes_bit_identical() -> None:
-    """float32: [RULE ROUND] keeps a value independent of the kernel it is
+    """float32: [RULE KERNEL-ROUND] keeps a value independent of the kernel it is
     computed in, so the three modes' compiled gradients are the same bits."""
     import numpy as np
 

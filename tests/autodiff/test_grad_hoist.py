@@ -156,7 +156,7 @@ def check_compiled_gru_modes_bit_identical(length: int = 9) -> None:
     kernel, so the gates' cotangents of the first backward step rounded
     differently in ``none``'s reverse loop, which reads the stored
     residuals, than in ``loop``'s, which recomputes them
-    (backends/tvm/kernel/rounding.py [RULE ROUND])."""
+    (backends/tvm/kernel/rounding.py [RULE KERNEL-ROUND])."""
     batch, inputs, hidden = 4, 3, 5
     m = effir.parse(_gru_text(length, batch, inputs, hidden))
     rng = np.random.default_rng(length)
@@ -195,7 +195,7 @@ def check_compiled_loop_backward_memory() -> None:
     step more, in (B, H) tensors: the program stores about 1.5 (the carry,
     x_t and its cotangent; 2.4 measured). Each segment's frame of the
     compiled VM loop kept its tuple of recomputed residuals alive until the
-    loop ended (12.2; relax/pipeline.py [RULE KILLUNUSED]), and the segments'
+    loop ended (12.2; relax/pipeline.py [RULE PIPELINE-KILLUNUSED]), and the segments'
     reverse loop iterated over a reversed copy of the stored carries (3.6;
     autodiff/sqrt.py ``segmented_back``). The gradients equal the
     interpreter's."""

@@ -1,5 +1,5 @@
-"""Commands that touch user files never destroy one by surprise (issue 13,
-effir/io_safety.py): `fmt -i` on links, FIFOs, read-only and changing files;
+"""Commands that touch user files never destroy one by surprise
+(effir/io_safety.py): `fmt -i` on links, FIFOs, read-only and changing files;
 `compile -o` onto directories and files that are not artifacts."""
 
 import os

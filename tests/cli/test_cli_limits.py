@@ -1,4 +1,4 @@
-"""User errors exit 1 with a located message, never 3 (issue 13): sizes over
+"""User errors exit 1 with a located message, never 3: sizes over
 the limit (EFFIR_MAX_TENSOR_BYTES), numbers out of range, bad input files,
 malformed state attributes, a pass given an ill-typed program."""
 

@@ -65,7 +65,7 @@ def test_numpy_spelling_hint_written_out_works(name: str) -> None:
     written = WRITTEN[name]
     blank = re.sub(r"0\.0|1\.0|\[2, 3\]|\"float32\"", "_", written)
     assert _shape_of_hint(hint) == blank
-    got = _run(lambda x: eval(written, {"effir": effir, "x": x}), X)  # noqa: S307
+    got = _run(lambda x: eval(written, {"effir": effir, "x": x}), X)
     np.testing.assert_array_equal(got, reference(X))
 
 

@@ -285,10 +285,10 @@ def check_tree_network_builds_for_cuda() -> None:
 
     grad = effir.value_and_grad(tree_loss, wrt=["w", "b"])
     compiled = effir.compile(grad, target="cuda")  # static shapes: built at once
-    (spec,) = compiled.specializations.values()
+    (spec,) = compiled.specialisations.values()
     assert ".entry" in spec.ptx()
     decoder = effir.compile(decode, target="cuda", dims={"b": 2})
-    built = list(decoder.specializations.values())
+    built = list(decoder.specialisations.values())
     assert built and all(".entry" in s.ptx() for s in built)
     if tvm.cuda(0).exist:  # a lent GPU machine runs it
         rs = np.random.default_rng(3)

@@ -409,7 +409,7 @@ def outcome(run: Callable[[Case], None], case: Case) -> tuple[str, str]:
     """``("pass", "")`` or ``("fail", why)``, never an exception."""
     try:
         run(case)
-    except Exception as err:  # noqa: BLE001  (a failing case is a result here)
+    except Exception as err:  # a failing case is a result here
         return "fail", f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"
     return "pass", ""
 

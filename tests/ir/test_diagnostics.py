@@ -1,4 +1,4 @@
-"""Every malformed input gets one located ParseError (issue: diagnostics)."""
+"""Every malformed input gets one located ParseError."""
 
 import pytest
 

@@ -211,7 +211,7 @@ def test_pattern_rewriter_dispatches_by_operator_and_substitutes() -> None:
     x, a, b = Var("x", TensorType((2,))), Var("a"), Var("b")
     program = Function((x,), Let(a, call_op("negative", x), Let(b, call_op("negative", a), b)))
     out = PatternRewriter([_NegNeg()]).rewrite(program)
-    # %b = x is an atom of unknown type: kept (fold-constant's [RULE T]).
+    # %b = x is an atom of unknown type: kept (fold-constant's [RULE FOLD-TYPE]).
     assert isinstance(out, Function) and isinstance(out.body, Let)
     assert out.body.body.value is x  # type: ignore[attr-defined]
     table = PatternRewriter([_NegNeg()]).table

@@ -1,4 +1,4 @@
-"""The operator registry: every DESIGN.md operator registered once, with a
+"""The operator registry: every operator of docs/semantics.md registered once, with a
 validated attribute schema, an effect kind and traits."""
 
 import pytest

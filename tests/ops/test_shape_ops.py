@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import effir  # noqa: F401  (registers the operators)
+import effir  # registers the operators
 from effir.ir.types import ANY, IncompleteType, TensorType, TupleType
 from effir.ops.relations import NotReady, OpFailure, RelationError
 

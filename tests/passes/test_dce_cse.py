@@ -15,8 +15,8 @@ import numpy as np
 from hypothesis import given, settings
 
 import effir
-import effir.passes.cse  # noqa: F401  (registers "cse")
-import effir.passes.dce  # noqa: F401  (registers "dce")
+import effir.passes.cse  # registers "cse"
+import effir.passes.dce  # registers "dce"
 from effir.backends.interpreter import interpret_a2
 from effir.ir import IRModule, Op, astext, pre_order
 from effir.ir.expr import Call, Function, If, Let, Var

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import effir
-import effir.passes.fold_constant  # noqa: F401  (registers the pass)
-import effir.passes.simplify  # noqa: F401  (registers the pass)
+import effir.passes.fold_constant  # registers the pass
+import effir.passes.simplify  # registers the pass
 from effir.backends.interpreter import interpret_a2
 from effir.ir.expr import Call, Constant, Expr, Function, Let, Tuple, Var, const
 from effir.ir.module import IRModule
@@ -207,8 +207,8 @@ def test_a_shared_block_is_not_flattened():
 
 
 def test_if_whose_taken_branch_has_another_type_stays():
-    # The if's type is the join of its branches', (?) [RULE JOIN]: the then
-    # branch alone would have a 3 where the program had a ? [RULE T].
+    # The if's type is the join of its branches', (?) [RULE TYPE-JOIN]: the then
+    # branch alone would have a 3 where the program had a ? [RULE FOLD-TYPE].
     module = parse(
         """def @main(%x: Tensor[(?), float32], %y: Tensor[(3), float32]) {
           if (True) { %y } else { %x }
@@ -218,7 +218,7 @@ def test_if_whose_taken_branch_has_another_type_stays():
 
 
 def test_if_whose_taken_branch_has_the_joined_type_folds():
-    # [RULE JOIN] a (?) branch and a (3) branch make a (?) if, not a (3) one:
+    # [RULE TYPE-JOIN] a (?) branch and a (3) branch make a (?) if, not a (3) one:
     # the taken (?) branch has the if's type, so it replaces it.
     module = parse(
         """def @main(%x: Tensor[(?), float32], %y: Tensor[(3), float32]) {
@@ -401,7 +401,7 @@ def test_transpose_composition_matches_numpy_for_every_pair():
 
 def test_a_rewrite_that_would_change_the_type_is_not_made():
     # (n, 4) -> (-1, 2) -> (-1, 4) has type (?, 4); reshape(%x, [-1, 4])
-    # would have the more precise (n, 4) [RULE T].
+    # would have the more precise (n, 4) [RULE FOLD-TYPE].
     text = """def @main(%x: Tensor[(n, 4), float32]) {
       reshape(reshape(%x, newshape=[-1, 2]), newshape=[-1, 4])
     }"""
@@ -536,7 +536,7 @@ def test_fold_then_simplify_preserves_meaning(program: TypedProgram) -> None:
 )
 def test_state_passing_programs_stay_linear(program: A1Program, names: list[str]) -> None:
     # Verification after each pass includes the linearity verifier: a
-    # projection of the world token left behind would be a second use [RULE L].
+    # projection of the world token left behind would be a second use [RULE FOLD-DEAD].
     a1 = parse_a1(program)
     context = PassContext(verify=True)
     a2 = run_pipeline(a1, "explicate,state-passing", context)

@@ -72,7 +72,7 @@ def _nested_loops(n: int) -> str:
 def test_dce_of_an_unchecked_module_is_linear_in_the_nesting_of_loops() -> None:
     """Effect inference without types let every loop body flow into every
     value inside it (2.6x the work for twice the loops); it types the module
-    first now, where it can (infer_effects [RULE T])."""
+    first now, where it can (infer_effects [RULE EFFECT-TYPED])."""
     from effir.passes.dce import dce
 
     modules = {n: effir.parse(_nested_loops(n)) for n in (6, 24, 48)}  # not checked

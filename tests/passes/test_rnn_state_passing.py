@@ -80,7 +80,7 @@ def test_two_steps_from_one_state_match(programs):
 
 def test_eight_threads_give_the_results_of_eight_sequential_calls(programs):
     """An A2 program has no global state: calls with separate states may run
-    at once (DESIGN.md), and give exactly the sequential results."""
+    at once (docs/semantics.md §4), and give exactly the sequential results."""
     _, a2 = programs
     main = a2["main"]
     calls = [(arguments(10 + i), effir.State(a2, seed=i)) for i in range(8)]

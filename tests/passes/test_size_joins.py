@@ -1,4 +1,4 @@
-"""The join of sizes [RULE JOIN] (passes/type_solver.py, docs/semantics.md
+"""The join of sizes [RULE TYPE-JOIN] (passes/type_solver.py, docs/semantics.md
 §2.2): a value that is one of several (an ``if``'s branches, a ``match``'s
 clauses, a loop's state on entry and after its body) has a size only where
 they all have the same one, ``?`` elsewhere; unification (one value seen
@@ -109,7 +109,7 @@ def test_branches_of_another_dtype_or_rank_are_still_an_error(other: str, clash:
 
 
 def test_a_branch_whose_type_is_known_later_is_joined_when_it_is() -> None:
-    # The then branch's type waits for @g's inferred result [RULE Q].
+    # The then branch's type waits for @g's inferred result [RULE TYPE-WAIT].
     module = checked(
         f"""def @main(%a: Tensor[(?, 4), float32], %c: bool) {{
           let %y = if (%c) {{ @g(%a) }} else {{ zeros(shape=[0, 4], {F32}) }};

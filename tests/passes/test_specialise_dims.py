@@ -68,7 +68,7 @@ def test_a_callee_is_written_in_the_callers_sizes():
     copy = functions["g_dims"]
     assert effir.astext(copy.params[0].checked_type) == "Tensor[(5), float32]"
     assert source_name(copy, "g_dims") == "g"
-    # the recursive call calls the copy itself [RULE MEMO]
+    # the recursive call calls the copy itself [RULE DIMS-MEMO]
     callees = {n.name for n in pre_order(copy) if isinstance(n, effir.ir.GlobalVar)}
     assert callees == {"g_dims"}
     assert "g" in out.functions  # the original stays (other entries may call it)

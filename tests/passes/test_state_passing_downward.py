@@ -1,5 +1,5 @@
 """State passing of local references captured by closures passed down to
-other functions ([RULE DOWN] in effir/passes/state_passing.py): the callee
+other functions ([RULE STATE-DOWNWARD] in effir/passes/state_passing.py): the callee
 takes the reference's value as state, each caller with its own copy of the
 callee; what truly escapes (returned, stored) is still refused."""
 

@@ -185,7 +185,7 @@ HEADER = '#[version = "0.0.5"]\n'
 
 
 def test_rule_d_renames_the_dims_of_an_inferred_result_type() -> None:
-    """[RULE D] also when the callee's result type is inferred, not annotated:
+    """[RULE TYPE-CALLDIMS] also when the callee's result type is inferred, not annotated:
     the caller must see its own dims, never the callee's ``n``."""
     module = effir.parse(
         HEADER

@@ -84,7 +84,7 @@ from effir.runtime.values import PRNGKey
 
 # The fixed part of every module: ADTs and global helpers, polymorphic or
 # with symbolic dims of their own (``n`` and ``m``, distinct from main's ``n``
-# although spelled the same: [RULE D] renames them at each call).
+# although spelled the same: [RULE TYPE-CALLDIMS] renames them at each call).
 HELPERS_TEXT = """#[version = "0.0.5"]
 type Option[A] { Some(A), None }
 type List[A] { Cons(A, List[A]), Nil }

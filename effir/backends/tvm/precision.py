@@ -1,4 +1,4 @@
-"""[RULE PRECISION] How matrix products multiply: ``effir.compile``'s
+"""[RULE COMPILE-PRECISION] How matrix products multiply: ``effir.compile``'s
 ``precision`` option.
 
 Why

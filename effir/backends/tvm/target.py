@@ -1,6 +1,6 @@
 """TVM targets for this machine: TVM 0.27 rejects target strings with flags
 (``"llvm -mcpu=..."``), and plain ``"llvm"`` compiles for generic x86-64,
-3.5x slower than code for the host CPU (docs/backend.md, TVM_NOTES.md)."""
+3.5x slower than code for the host CPU (docs/backend.md)."""
 
 from __future__ import annotations
 
@@ -23,16 +23,6 @@ register_check_function()  # compiled code reports its checks through it
 @cache
 def host_cpu() -> str:
     return str(tvm.target.codegen.llvm_get_system_cpu())
-
-
-def llvm_target() -> Any:
-    """The host CPU, with its vector extensions."""
-    return tvm.target.Target({"kind": "llvm", "mcpu": host_cpu()})
-
-
-def cuda_target(arch: str = "sm_90") -> Any:
-    """CUDA for ``arch`` (an H100 is sm_90), with a portable host."""
-    return tvm.target.Target({**CUDA_DEFAULTS, "arch": arch}, host=gpu_host())
 
 
 def gpu_host() -> Any:
@@ -148,7 +138,7 @@ def building(target: Any) -> Iterator[None]:
     elimination. That pass skips the bodies of ``Let`` expressions when it
     counts and places an expression's binding, but then substitutes its
     variable inside them too: an index used inside a kernel's ``Let``
-    expressions (the threefry rounds of ``random.dropout``, the [RULE LET]
+    expressions (the threefry rounds of ``random.dropout``, the [RULE TE-LET]
     bindings of te_ops) and computed twice by a later statement was
     replaced before its binding, and the build failed ("variable cse_v1 has been
     used before definition", any dropout of 32 elements or more). LLVM and
@@ -171,7 +161,7 @@ def building(target: Any) -> Iterator[None]:
 # "alignment cannot be set to less than the default alignment"), which
 # nvcc compiles: found on the first run on a real GPU, where the build
 # failed at the first call. effir's own builds therefore use nvcc when the
-# CUDA toolkit is installed (as ``Specialization.ptx`` already did), and
+# CUDA toolkit is installed (as ``Specialisation.ptx`` already did), and
 # TVM's default otherwise; other TVM builds in the process keep TVM's
 # choice (the flag is set only inside ``building``, per thread).
 _effir_build = threading.local()
@@ -188,7 +178,7 @@ def _cuda_compile(code: str) -> Any:
 def with_cuda_library(code: str) -> str:
     """CUDA source TVM generated, with the device functions of effir's own
     that its kernels call (the tensor-core tiles,
-    schedule/cuda/tensor_core.cuh [RULE TENSORCORE]) defined before it."""
+    schedule/cuda/tensor_core.cuh [RULE SCHED-TENSORCORE]) defined before it."""
     if "effir_mma_" not in code:
         return code
     from .schedule.cuda.tensor_core import LIBRARY

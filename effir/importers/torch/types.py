@@ -22,9 +22,3 @@ def dtype_of(dtype: Any) -> str | None:
     (bfloat16, complex, float8)."""
     name = str(dtype).removeprefix("torch.")
     return name if name in DTYPES else None
-
-
-def torch_dtype(name: str) -> Any:
-    import torch
-
-    return getattr(torch, name)

@@ -51,7 +51,7 @@ A closure over a local reference may be passed down to a global function
 (``@map(%add_to_acc, %xs)``): the callee then reads and writes the
 reference, so it takes the reference's value as state like a cell's; each
 caller gets its own copy of the callee and of what the callee calls
-directly ([RULE DOWN], ``_copy_for_callers``), since another caller has
+directly ([RULE STATE-DOWNWARD], ``_copy_for_callers``), since another caller has
 other references or none.
 
 What is rejected, with a located error, rather than mis-compiled: a
@@ -61,7 +61,7 @@ function (returned by it, stored in a reference or a data structure, or
 called where the reference is not live), and an ADT field holding functions
 that need different cells.
 
-The package follows the steps: ``specialise`` (2 and [RULE DOWN]),
+The package follows the steps: ``specialise`` (2 and [RULE STATE-DOWNWARD]),
 ``analyse`` (3 and 4, with the calling convention in ``signature``),
 ``translate`` (5) and ``loops`` (5, for loop operators).
 """
@@ -107,7 +107,7 @@ def state_passing(module: IRModule) -> IRModule:
         try:
             analysis = Analysis(module, nodes, copies)
             break
-        except DownwardClosures as need:  # [RULE DOWN]
+        except DownwardClosures as need:  # [RULE STATE-DOWNWARD]
             module = check(copy_for_callers(module, need.pairs, copies))
             nodes = {name: expr_nodes(fn) for name, fn in module.functions.items()}
     result = Translator(module, analysis).run()

@@ -366,7 +366,7 @@ class Analysis:
     def _check_local_closures(self) -> None:
         """A closure that touches a local reference may be called, given to
         a loop, passed down as an argument (the callee then takes the
-        reference's value as state, [RULE DOWN]), held in a tuple or an ADT
+        reference's value as state, [RULE STATE-DOWNWARD]), held in a tuple or an ADT
         value and aliased, as long as it stays inside the activation that
         created the reference: the flows follow it through all of these, so
         one rule decides for every form (``_check_escapes``). Returned from

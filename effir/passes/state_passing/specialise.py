@@ -1,7 +1,7 @@
 """State passing, step 2: cells passed to global functions are resolved
 by copying the functions (``specialise_cell_arguments``), and a global
 function that a closure over a caller's local reference is passed down to
-gets a copy per caller ([RULE DOWN], ``copy_for_callers``). Both rewrite the
+gets a copy per caller ([RULE STATE-DOWNWARD], ``copy_for_callers``). Both rewrite the
 module before the analysis, which then sees only direct uses of cells."""
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ class DownwardClosures(Exception):
 def copy_for_callers(
     module: IRModule, pairs: set[tuple[str, str]], copies: dict[str, str]
 ) -> IRModule:
-    """[RULE DOWN] A closure over a local reference, passed down to a global
+    """[RULE STATE-DOWNWARD] A closure over a local reference, passed down to a global
     function (``@map(%add_to_acc, %xs)``), makes that function read and
     write the reference: it must then take the reference's value as state.
     Another caller has other references (or none), so each caller gets its

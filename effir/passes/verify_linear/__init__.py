@@ -42,7 +42,7 @@ then rightly dead in A2.
 
 Rules.
 
-1. [RULE KEY] A part of a place whose type holds a ``Key`` is used at most
+1. [RULE LINEAR-KEY] A part of a place whose type holds a ``Key`` is used at most
    once on every path. A key free in a ``fn`` is used where the closure is
    created; the closure is then a place used at most once (a call is a use),
    and passing it to a control-flow operator (trait ``control_flow``) reuses
@@ -52,13 +52,13 @@ Rules.
    keys again on purpose (dropout's rule draws the forward's mask with the
    same key; a recomputed loop step pops its keys from the tape). The
    user's own functions stay checked, and so do rules 2-4 in marked ones.
-2. [RULE WORLD] The world token is used exactly once on every path: the
+2. [RULE LINEAR-WORLD] The world token is used exactly once on every path: the
    ``io`` state parameter, the ``state_outputs`` of an ``io`` operator
    (``io.print``'s output 0), the ``io`` field of a state-passing call's
    result, and a world token in a loop's initial state, which the loop body
    (a ``fn`` it is given) must use once and which comes out in the loop's
    final state.
-3. [RULE STATE] New state is not dropped: the ``state_outputs`` of an
+3. [RULE LINEAR-STATE] New state is not dropped: the ``state_outputs`` of an
    operator call (``nn.batch_norm_train``'s new mean and variance) and
    fields 1.. of a call to a function whose ``state_out`` is non-empty
    (callee known statically: a global ``def``, or a variable let-bound to a
@@ -67,7 +67,7 @@ Rules.
    is also in ``state_out`` must be used too; that is off by default because
    a function that only writes a cell (``ref_write(@acc, ...)`` in A1)
    rightly ignores the cell's incoming value.
-4. [RULE SHAPE] A function with ``state_out`` returns on every path a tuple
+4. [RULE LINEAR-SHAPE] A function with ``state_out`` returns on every path a tuple
    of ``1 + len(state_out)`` fields (a tuple literal, or a value whose type
    is such a tuple); ``state_in`` names at most as many cells as there are
    parameters, without repeats, and each such parameter has the type of its

@@ -148,9 +148,9 @@ class PathState:
             table = self.obs if is_ob else self.uses
             base = table.get(key, MISSING)
             values = [(delta.get((is_ob, key), base), end) for delta, end in branches]
-            if not is_ob:  # [RULE KEY] used on some path: used
+            if not is_ob:  # [RULE LINEAR-KEY] used on some path: used
                 value = next((v for v, _ in values if v is not MISSING), MISSING)
-            else:  # [RULE STATE] met only if met on every path where it exists
+            else:  # [RULE LINEAR-STATE] met only if met on every path where it exists
                 value = SAT
                 for v, end in values:
                     if v is not MISSING and v is not SAT:

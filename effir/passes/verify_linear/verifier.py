@@ -63,7 +63,7 @@ IO = WORLD  # the state name of the world token
 REPLAYS_KEYS = "replays_keys"
 """The function attribute of a function that reads keys again on purpose
 (``grad``'s ``@main_grad`` and ``@g_vjp``: the backward replays the forward's
-draws): [RULE KEY] is not applied in it nor in the closures it creates."""
+draws): [RULE LINEAR-KEY] is not applied in it nor in the closures it creates."""
 
 
 def loop_threading(op) -> dict | None:
@@ -71,7 +71,7 @@ def loop_threading(op) -> dict | None:
     through its bodies (argument, parameter; must the body use it? only a
     step must) to its final state (result field ``final``), from the
     operator's ``loop`` rule; a world token in it is followed there
-    [RULE WORLD]."""
+    [RULE LINEAR-WORLD]."""
     shape = op.rules.get("loop")
     if shape is None:
         return None
@@ -130,14 +130,14 @@ class Verifier(Evaluator):
             place = Place(param.name_hint, param.span, type_of(param), param)
             if i >= first_state:
                 cell = state_in[i - first_state]
-                if cell == IO:  # [RULE WORLD]
+                if cell == IO:  # [RULE LINEAR-WORLD]
                     place.marks.add(())
                     self.oblige(place, (), f"the world token %{param.name_hint}", "bound")
-                elif cell in state_out and self.require_incoming_use:  # [RULE STATE]
+                elif cell in state_out and self.require_incoming_use:  # [RULE LINEAR-STATE]
                     what = f"the incoming value of @{cell} (%{param.name_hint})"
                     self.oblige(place, (), what, "bound")
             env[param] = self.keep(place)
-        for index, paths, must_use in self.seeds.get(fn, ()):  # [RULE WORLD]
+        for index, paths, must_use in self.seeds.get(fn, ()):  # [RULE LINEAR-WORLD]
             param = fn.params[index]
             val = env.get(param)
             place = val[0] if val else Place(param.name_hint, param.span, type_of(param), param)
@@ -167,7 +167,7 @@ class Verifier(Evaluator):
             )
 
     def signature(self, fn: Function, name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """[RULE SHAPE] the state attributes, or () () when they are malformed."""
+        """[RULE LINEAR-SHAPE] the state attributes, or () () when they are malformed."""
         lists = []
         for attr in ("state_in", "state_out"):
             cells = fn.attrs.get(attr, ())
@@ -267,7 +267,7 @@ class Verifier(Evaluator):
         return known
 
     def linear_at(self, place: Place, path: Path) -> bool:
-        """[RULE KEY]/[RULE WORLD] is this part of a place used at most once?"""
+        """[RULE LINEAR-KEY]/[RULE LINEAR-WORLD] is this part of a place used at most once?"""
         if place.captures:
             return True
         if self.is_world(place, path):
@@ -283,7 +283,7 @@ class Verifier(Evaluator):
         return None
 
     def oblige(self, place: Place, path: Path, what: str, how: str, span=None, leaves=None):
-        """[RULE STATE] each leaf of ``place`` at ``path`` must be used."""
+        """[RULE LINEAR-STATE] each leaf of ``place`` at ``path`` must be used."""
         span = span if span is not None else place.binder
         group: list[Obligation] = []
         for leaf in leaves if leaves is not None else leaf_paths(type_at(place.type, path), path):
@@ -306,7 +306,7 @@ class Verifier(Evaluator):
 
     # --------------------------------------------------------------- uses
     def record(self, val: Val, site: Site) -> None:
-        """[RULE KEY]/[RULE WORLD] at most once: report an earlier overlapping
+        """[RULE LINEAR-KEY]/[RULE LINEAR-WORLD] at most once: report an earlier overlapping
         use. A use of a let alias's key parts is a use of its source's too
         (reported once: on the alias if it is the alias that is used twice)."""
         stack: list[tuple[Place, Path, bool]] = [(*val, True)] if val is not None else []
@@ -507,7 +507,7 @@ class Verifier(Evaluator):
         self.env[var] = self.keep(dest)
 
     def key_parts(self, place: Place, path: Path) -> list[Path]:
-        """The leaves of ``place`` under ``path`` that [RULE KEY] makes
+        """The leaves of ``place`` under ``path`` that [RULE LINEAR-KEY] makes
         linear, and nothing else does (not a world token, not a closure):
         a let alias uses them only where its own uses do."""
         ty = type_at(place.type, path)
@@ -520,7 +520,7 @@ class Verifier(Evaluator):
         ]
 
     def ret(self, val: Val, expr: Expr, site: Site) -> None:
-        """A returned value is used; [RULE SHAPE]; the path ends here."""
+        """A returned value is used; [RULE LINEAR-SHAPE]; the path ends here."""
         self.use(val, site)
         if self.state_out:
             want = 1 + len(self.state_out)
@@ -668,7 +668,7 @@ class Verifier(Evaluator):
         return self.done(self.keep(result), call, site, tail)
 
     def thread(self, call: Call, init: tuple[Place, Path], result: Place, loop, span) -> None:
-        """[RULE WORLD] a world token in a loop's initial state is the body's
+        """[RULE LINEAR-WORLD] a world token in a loop's initial state is the body's
         to use once per iteration, and comes out in the final state, where it
         must be used. (Other state is not followed: a program may drop a
         loop's final state.)"""
@@ -696,7 +696,7 @@ class Verifier(Evaluator):
         return None, ""
 
     def every_iteration(self, val: tuple[Place, Path], call: Call, site: Site) -> None:
-        """[RULE KEY] a closure run by a control-flow operator reuses its captures."""
+        """[RULE LINEAR-KEY] a closure run by a control-flow operator reuses its captures."""
         place, path = val
         if path or not place.captures:
             return
@@ -713,7 +713,7 @@ class Verifier(Evaluator):
             )
 
     def closure(self, fn: Function, site: Site, ctx: Span | None) -> Val:
-        """[RULE KEY] free places are used where the closure is created."""
+        """[RULE LINEAR-KEY] free places are used where the closure is created."""
         if self.free is None:
             self.free = free_vars_with_paths(self.module)
         place = Place(None, fn.span or ctx, type_of(fn), fn)

@@ -1,5 +1,5 @@
-"""ADT values at the compiled boundary (runtime/signature.py [RULE
-ADTARG]): a compiled entry takes and returns ADT values, converted to and
+"""ADT values at the compiled boundary (runtime/signature.py
+[RULE RUNTIME-ADTARG]): a compiled entry takes and returns ADT values, converted to and
 from the VM's tagged tuples, with the interpreter's input contract (the
 same conversions and ArgumentErrors); long lists without recursion; the
 signature's type definitions through an export and ``effir.load``; a

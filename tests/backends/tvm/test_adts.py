@@ -1,5 +1,5 @@
-"""ADTs, ``match`` and closures compiled (relax/adts.py [RULE ADT],
-relax/closures.py [RULE VMCLOSURE]): lists built by recursion and folded,
+"""ADTs, ``match`` and closures compiled (relax/adts.py [RULE LOWER-ADT],
+relax/closures.py [RULE LOWER-VMCLOSURE]): lists built by recursion and folded,
 polymorphic functions given closures, nested patterns, export; and what is
 still not compiled refused by ``effir.compile`` with a located
 ``CompileError``."""
@@ -139,7 +139,7 @@ def @main(%x: Tensor[(n), float32]) {
 
 
 def check_a_match_that_may_fail() -> None:
-    # [RULE MATCHFAIL] Once refused by effir.compile; now the interpreter's
+    # [RULE LOWER-MATCHFAIL] Once refused by effir.compile; now the interpreter's
     # failure at run time, located at the match? (the entry's dimension n
     # builds at the first call).
     module = parse(MAY_FAIL)
@@ -170,7 +170,7 @@ def @main(%xs: Tensor[(?), float32]) {
 
 
 def check_a_list_longer_than_the_native_stack_frees() -> None:
-    # [RULE STACK] TVM's runtime frees a chain of ADT values by one native
+    # [RULE RUNTIME-STACK] TVM's runtime frees a chain of ADT values by one native
     # call per link: 140,000 links overflowed a thread's 8 MB stack
     # (a segfault) when the program ran on the caller's thread.
     compiled = effir.compile(parse(GROWN))
@@ -317,7 +317,7 @@ def test_an_adt_program_exports_and_loads(tmp_path: Path) -> None:
 def check_an_adt_the_entry_takes() -> None:
     # Refused before ("compiled code takes and gives tensors, keys and
     # tuples"): ADT values now cross the boundary (runtime/signature.py
-    # [RULE ADTARG]; tests/backends/tvm/test_adt_arguments.py).
+    # [RULE RUNTIME-ADTARG]; tests/backends/tvm/test_adt_arguments.py).
     module = parse(
         LIST + "def @main(%o: Option[Tensor[(n), float32]]) "
         "{ match (%o) { Some(%x) => sum(%x), None => 0f } }"
@@ -370,5 +370,5 @@ def test_a_failure_of_tvms_build_is_a_compile_error_at_the_binding_it_names(monk
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_an_adt_program_builds_for_cuda_and_compiles_to_ptx() -> None:
     compiled = effir.compile(parse(BUILD_AND_FOLD), target="cuda")
-    (spec,) = compiled.specializations.values()
+    (spec,) = compiled.specialisations.values()
     assert ".entry" in spec.ptx()

@@ -1,9 +1,9 @@
 """Arguments at any address are passed to compiled code without a copy
-(relax/pipeline.py [RULE ANYALIGN]): every TIR function of the executable
+(relax/pipeline.py [RULE PIPELINE-ANYALIGN]): every TIR function of the executable
 assumes its parameters aligned to their element size only. Before, an
 array not 64-byte aligned (numpy aligns to 16 bytes) was copied at every
 call into fresh memory, whose cost depended on what the process had
-allocated before (issue 18: a GRU ran 2x slower when its batch-1 shape was
+allocated before (a GRU ran 2x slower when its batch-1 shape was
 the first one called). Run in a fresh process: a misaligned vector move
 would crash it."""
 
@@ -73,7 +73,7 @@ with tempfile.TemporaryDirectory() as tmp:
     compiled.export(path)
     loaded = effir.load(path)
     report["loaded"] = copied_bytes(loaded)
-    # An artifact exported before [RULE ANYALIGN] (no "any_alignment" in its
+    # An artifact exported before [RULE PIPELINE-ANYALIGN] (no "any_alignment" in its
     # manifest) has its misaligned arguments copied to aligned memory.
     manifest = path / "effir-artifact.json"
     data = json.loads(manifest.read_text())

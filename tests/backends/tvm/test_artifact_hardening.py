@@ -1,4 +1,4 @@
-"""Artifacts as untrusted input (issue 13): what ``effir.load`` checks is
+"""Artifacts as untrusted input: what ``effir.load`` checks is
 exactly what it runs (a library swapped after the check is never loaded),
 every broken manifest or state file is an ``ArtifactError`` (never a
 RecursionError, OverflowError, KeyError or a failure at call time), and a

@@ -1,5 +1,5 @@
 """effir.compile (effir/backends/tvm/driver/compile.py, relax/lower.py,
-driver/specialize.py): whole programs through the pipeline, lowered to Relax and
+driver/specialise.py): whole programs through the pipeline, lowered to Relax and
 run by its virtual machine, against the interpreter: the examples (two
 steps from one State: random values and keys bit for bit, floats to 1e-5),
 data-dependent ``if``, recursion, closures, tuple matches, prints in order,
@@ -222,7 +222,7 @@ def test_the_gru_model_builds_for_cuda_and_its_kernels_compile_to_ptx() -> None:
     # the test stops at PTX for sm_90 (an H100).
     module = effir.parse((EXAMPLES / "gru_lm.effir").read_text())
     compiled = effir.compile(module, target="cuda")
-    spec = compiled.specialization("main", {"t": 6, "b": 4})
+    spec = compiled.specialisation("main", {"t": 6, "b": 4})
     source = spec.source("cuda")
     assert source.count("__global__") >= 10
     ptx = spec.ptx()
@@ -258,7 +258,7 @@ def @main(%xs: Tensor[(10, 2, 3), float32], %h0: Tensor[(2, 3), float32]) {
         rng.standard_normal((10, 2, 3)).astype(np.float32),
         rng.standard_normal((2, 3)).astype(np.float32),
     )
-    spec = next(iter(compiled.specializations.values()))
+    spec = next(iter(compiled.specialisations.values()))
     # one loop kernel (named by its content: relax/apart.py), called once per chunk
     calls = re.findall(
         r'R.call_dps_packed\("(effir_[0-9a-f]{16}_loop_0)"', spec.program.module.script()
@@ -320,7 +320,7 @@ def @main(%xs: Tensor[(4, 2), float32]) {
 
 
 def test_a_kernel_that_only_reshapes_is_a_view() -> None:
-    """relax/lower.py [RULE VIEW]: a primitive function that only reshapes
+    """relax/lower.py [RULE LOWER-VIEW]: a primitive function that only reshapes
     its one tensor (the backward's stacks cut into chunks) is called as a
     view of the argument's memory, no kernel copying it; the values are
     the interpreter's. Before: one copy kernel per reshape."""

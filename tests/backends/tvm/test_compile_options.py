@@ -1,7 +1,7 @@
 """effir.compile's options (effir/backends/tvm/driver/compile.py): target strings
 as TVM users write them, opt_level and pipeline, dims built at once,
 progress lines only when asked for, and the report's named fields.
-Three TVM builds in all."""
+Four TVM builds in all."""
 
 from __future__ import annotations
 
@@ -125,6 +125,16 @@ def test_quiet_by_default_and_verbose_on_stderr(capfd):
     captured = capfd.readouterr()
     assert captured.err == "" and captured.out == ""
     compiled.verbose = True  # builds from now on are reported (on stderr)
-    compiled.specialization("main", {"m": 1})  # an unused binding: served by the static build
+    compiled.specialisation("main", {"m": 1})  # an unused binding: served by the static build
     assert capfd.readouterr().err == ""  # nothing was built
     assert len(compiled.report.builds) == 1
+
+
+def test_the_old_spelling_still_works_and_says_it_is_deprecated():
+    compiled = effir.compile(effir.parse(STATIC))
+    with pytest.warns(DeprecationWarning, match="use specialisations"):
+        old = compiled.specializations
+    assert old is compiled.specialisations and len(old) == 1
+    with pytest.warns(DeprecationWarning, match="use specialisation$"):
+        spec = compiled.specialization("main", {})
+    assert spec is next(iter(compiled.specialisations.values()))

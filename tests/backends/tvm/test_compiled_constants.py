@@ -1,4 +1,4 @@
-"""Constants of a program in compiled code (te_ops [RULE OPAQUE]):
+"""Constants of a program in compiled code (te_ops [RULE TE-OPAQUE]):
 ``divide(%x, 0f)`` (or a constant that folds to 0) did not build ("Divide
 by zero"), ``divide(0f, %x)``, ``multiply(%x, 0f)`` and ``add(%x, 0f)``
 gave 0 or x where IEEE gives NaN, -0 or +0, ``random.key(-5)`` and
@@ -37,7 +37,7 @@ def mismatches(src: str, args: list, opt_levels: tuple[int, ...] = (0, 2)) -> li
 
     warnings.simplefilter("ignore")
     namespace = {"np": np, "PRNGKey": PRNGKey, "inf": np.inf, "nan": np.nan}
-    values = [eval(a, namespace) for a in args]  # noqa: S307  (the test's own reprs)
+    values = [eval(a, namespace) for a in args]  # the test's own reprs
     module = effir.check(effir.parse(src, source_name="constants.effir"))
     ref = effir.interpret(module, *values)
     bad = []

@@ -1,7 +1,7 @@
-"""Compiled code has the interpreter's semantics (issue 12): integer
+"""Compiled code has the interpreter's semantics: integer
 arithmetic wraps bit for bit as numpy's does for every integer dtype
-(te_ops [RULE WRAP]), and where the interpreter fails, compiled code
-fails with the same ``effir.EvalError`` (te_ops [RULE CHECK]). Compiled
+(te_ops [RULE TE-WRAP]), and where the interpreter fails, compiled code
+fails with the same ``effir.EvalError`` (te_ops [RULE RUNTIME-CHECK]). Compiled
 runs go through ``tests/support/isolated.py``: a trap (a division by zero) would
 kill the process."""
 
@@ -361,7 +361,7 @@ def test_relu_of_unsigned_integers_compiles_as_the_identity() -> None:
 def test_a_constant_with_no_elements_compiles() -> None:
     """A (3, 0) constant (what -O2 folds an empty slice's gradient to) was
     built, then failed to load at the first call ("Invalid DLTensor file
-    format", relax/builder.py [RULE EMPTY]); found by the property test of
+    format", relax/builder.py [RULE LOWER-EMPTY]); found by the property test of
     tests/backends/tvm/test_strided_compiled.py."""
     run_isolated(
         """
@@ -386,7 +386,7 @@ def test_compiled_prints_give_the_sink_the_interpreters_values(tmp_path) -> None
     uint32 array. Every kind of value (nested tuples, a key, ``()``, a
     list of 200 pairs, an Option of a key, a list of keys), from a compiled module at -O0
     and -O2 and a loaded artifact, as the interpreter's sink gets it
-    (runtime/printing.py [RULE PRINT])."""
+    (runtime/printing.py [RULE RUNTIME-PRINT])."""
     src = (
         HEADER + "type List[A] { Cons(A, List[A]), Nil }\n"
         "type Option[A] { Some(A), None }\n"

@@ -72,7 +72,7 @@ def foreach_program(length: str, body: str) -> effir.IRModule:
 @pytest.fixture(scope="module")
 def small_levels() -> Any:
     """Chunks of 4 steps, loop levels of 2 steps, 2 levels: a few steps
-    cross every boundary of [RULE CHUNK] and [RULE LEVELS]."""
+    cross every boundary of [RULE LOOP-CHUNK] and [RULE LOOP-LEVELS]."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(relax_loops, "LOOP_CHUNK", 4)
         patch.setattr(relax_loops, "LEVEL_STEPS", 2)
@@ -136,7 +136,7 @@ def @main(%x: Tensor[(7, 2), float32], %m: Tensor[(7), bool]) {
 
 
 def test_a_foreach_whose_per_step_output_has_a_data_dependent_size(small_levels: Any) -> None:
-    """[RULE VMSIZED] The steps' output of a size known once a step has run
+    """[RULE LOOP-VMSIZED] The steps' output of a size known once a step has run
     (sqrt checkpointing's segments of ceil(sqrt(T)) steps): its buffer is
     widened by the first step and grows as a while_loop's; before, a
     CompileError."""
@@ -173,7 +173,8 @@ def @main(%xs: Tensor[(?, 2), float32], %ys: Tensor[(?, 3), float32]) {
     where = interpreted.value.location  # the cf.foreach call
     with pytest.raises(EvalError, match=rf"{where}: .*cf\.foreach: .*different lengths") as got:
         compile_module(module)(xs, ys)
-    assert str(got.value) == str(interpreted.value)  # one message (runtime/errors.py [RULE CHECK])
+    # one message (runtime/errors.py [RULE RUNTIME-CHECK])
+    assert str(got.value) == str(interpreted.value)
 
 
 # ------------------------------------------------------------ while loops
@@ -245,7 +246,7 @@ print("same")
 
 
 def test_a_while_loop_whose_per_step_output_has_a_data_dependent_size() -> None:
-    """[RULE VMSIZED] A while_loop's per-step output of a size the step
+    """[RULE LOOP-VMSIZED] A while_loop's per-step output of a size the step
     tells (ONNX Loop's scan outputs): its buffer is widened by the first
     step and grows as the loop runs past its capacity (16 rows), beside a
     static output; before, a CompileError."""
@@ -287,7 +288,7 @@ print("same")
 def test_loops_and_recursion_ten_thousand_deep_run_as_the_interpreter() -> None:
     # The VM runs each call of a VM function as a native recursion: a loop
     # of 10,000 steps as one recursion overflowed the native stack
-    # [RULE LEVELS], and so did a recursion 10,000 deep [RULE STACK].
+    # [RULE LOOP-LEVELS], and so did a recursion 10,000 deep [RULE RUNTIME-STACK].
     run_isolated(DEEP).check()
 
 
@@ -353,9 +354,9 @@ def @main(%n: int32) { @down(%n) }
     printed: list[str] = []
     compiled(np.array(3, np.int32), sink=lambda label, value: printed.append(label))
     assert printed == ["bottom"]  # prints on the worker thread reach the caller's sink
-    assert all(s.program.recursive for s in compiled.specializations.values())
+    assert all(s.program.recursive for s in compiled.specialisations.values())
     loop = foreach_program("static", "vm")
-    assert not any(s.program.recursive for s in compile_module(loop).specializations.values())
+    assert not any(s.program.recursive for s in compile_module(loop).specialisations.values())
 
 
 @pytest.mark.nightly  # about a minute

@@ -239,7 +239,7 @@ def test_an_artifact_for_an_unknown_device_is_refused(
 
 def test_the_runner_prints_tuples_keys_and_adt_values(runner: Path, tmp_path: Path) -> None:
     """A print of a value that is not a tensor carries its layout as a third
-    argument of effir.print (runtime/printing.py [RULE PRINT]); the runner
+    argument of effir.print (runtime/printing.py [RULE RUNTIME-PRINT]); the runner
     summarises the value's tensors."""
     src = (
         '#[version = "0.0.5"]\n'
@@ -277,8 +277,8 @@ def test_a_call_that_matches_no_library_lists_the_shapes_served(
         "  nn.dense(%x, %w)\n}\n"
     )
     compiled = effir.compile(module)
-    compiled.specialization("main", {"n": 2})
-    compiled.specialization("main", {"n": 3})
+    compiled.specialisation("main", {"n": 2})
+    compiled.specialisation("main", {"n": 3})
     compiled.export(tmp_path / "model")
     served = (
         "note: the artifact serves:\n"

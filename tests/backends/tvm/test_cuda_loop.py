@@ -34,7 +34,7 @@ def cuda_gru(inputs: int, hidden: int, batch: int) -> Any:
     """The GRU built for CUDA at ``batch`` (its length symbolic)."""
     module = effir.check(effir.parse(gru_text(inputs, hidden)))
     compiled = effir.compile(module, target="cuda", dims={"b": batch, "t": 100})
-    (spec,) = compiled.specializations.values()
+    (spec,) = compiled.specialisations.values()
     return spec
 
 
@@ -135,13 +135,13 @@ def test_one_block_runs_the_hidden_32_gru_with_syncthreads_alone() -> None:
 def test_the_gradients_loops_are_persistent_kernels_rounding_per_operator() -> None:
     """value_and_grad of a GRU: the forward and the reverse loop are both
     persistent kernels, and a gradient program's fenced products are CUDA's
-    unfused ``__fmul_rn`` (kernel/rounding.py [RULE ROUND]), so that the
+    unfused ``__fmul_rn`` (kernel/rounding.py [RULE KERNEL-ROUND]), so that the
     checkpoint modes can agree bit for bit."""
     from tests.support.hoist_grad_programs import _gru_text
 
     g = effir.value_and_grad(effir.parse(_gru_text(12, 4, 3, 8)), wrt=["h0", "w", "u"])
     compiled = effir.compile(g, target="cuda", entry="main_grad")
-    (spec,) = compiled.specializations.values()
+    (spec,) = compiled.specialisations.values()
     kernels, _, vm_loops = loop_symbols(spec)
     assert vm_loops == 0 and len(kernels) == 2
     source = spec.source("cuda")
@@ -160,7 +160,7 @@ def test_a_checkpointed_gradients_inner_loops_build_for_cuda(checkpoint: str) ->
     module = effir.parse(_gru_text(12, 4, 3, 8))
     g = effir.value_and_grad(module, wrt=["h0", "w", "u"], checkpoint=checkpoint)
     compiled = effir.compile(g, target="cuda", entry="main_grad")
-    (spec,) = compiled.specializations.values()
+    (spec,) = compiled.specialisations.values()
     kernels, prologues, _ = loop_symbols(spec)
     assert kernels and prologues
     assert ".entry" in spec.ptx()
@@ -179,13 +179,13 @@ def @main(%xs: Tensor[(12, 4), float32], %h0: Tensor[(4), float32]) {
   cf.foreach(%step, %xs, %h0)
 }
 """
-    (spec,) = effir.compile(effir.parse(text), target="cuda").specializations.values()
+    (spec,) = effir.compile(effir.parse(text), target="cuda").specialisations.values()
     kernels, _, vm_loops = loop_symbols(spec)
     assert not kernels and vm_loops == 1
 
 
 def test_a_fenced_product_is_cudas_unfused_multiply() -> None:
-    """[RULE ROUND] on CUDA: the fence (LLVM's) becomes ``__fmul_rn`` around
+    """[RULE KERNEL-ROUND] on CUDA: the fence (LLVM's) becomes ``__fmul_rn`` around
     the product its ``Let`` bindings end in; another fenced value is
     itself."""
     x, y, v = (tirx.Var(n, "float32") for n in "xyv")

@@ -293,7 +293,7 @@ def check_compiled(blocks: int) -> None:
             want_outs, want_h = numpy_gru(xs, h0, w, u, bias) if length else (outs, h0)
             np.testing.assert_allclose(h, want_h, rtol=1e-5, atol=1e-5)
             assert outs.shape == (length, 3, 16)
-        assert len(compiled.specializations) == 1
+        assert len(compiled.specialisations) == 1
         rnn = effir.check(effir.parse((ROOT / "examples" / "rnn_dropout_bn.effir").read_text()))
         shapes = [(12, 4, 8), (4, 16), (16, 8), (16, 16), (16,), (16,), (16,)]
         args = [(rng.standard_normal(s) * 0.25).astype(np.float32) for s in shapes]

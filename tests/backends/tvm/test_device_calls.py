@@ -5,7 +5,7 @@ The first run of effir's CUDA builds on a real GPU found that every CUDA
 program failed before its first kernel with TVM's "expected cuda" (the VM
 was handed host tensors) and that a CUDA failure whose text ended in a
 stray NUL byte was reported as an empty message. Calls now move values
-through runtime/placement.py [RULE DEVICE]: arrays already on the program's
+through runtime/placement.py [RULE RUNTIME-DEVICE]: arrays already on the program's
 device are used in place (DLPack), results can stay there
 (``on_device``), and the State's cells stay on a GPU between calls.
 

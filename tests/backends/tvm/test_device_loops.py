@@ -1,5 +1,5 @@
 """Loops the VM drives on a GPU wait for the GPU only where the program
-needs a value from it (relax/loops.py [RULE HOSTCOUNT]).
+needs a value from it (relax/loops.py [RULE LOOP-HOSTCOUNT]).
 
 A condition the Relax VM reads from a tensor in a GPU's memory is copied to
 the host, which waits for every kernel launched before it. With the step
@@ -10,7 +10,7 @@ arithmetic, on the host. These tests read the executable TVM
 built for CUDA (no GPU needed): in a ``foreach``'s levels no condition
 comes from a tensor, in a ``while_loop``'s only its own condition does. A
 whole loop of symbolic length (the GRU's: one persistent kernel per chunk
-of steps, relax/loops.py [RULE CHUNK]) chooses its call and each chunk's
+of steps, relax/loops.py [RULE LOOP-CHUNK]) chooses its call and each chunk's
 length on the host too.
 Running them on a GPU is benchmarks/cuda_device.py's ``--part checks``.
 """
@@ -72,13 +72,13 @@ def levels(executable_text: str) -> list[str]:
 @pytest.fixture(scope="module")
 def gru_on_cuda() -> str:
     module = effir.check(effir.parse(gru_text(16, 16)))
-    spec = effir.compile(module, target="cuda").specialization("main", {"b": 4, "t": 6})
+    spec = effir.compile(module, target="cuda").specialisation("main", {"b": 4, "t": 6})
     return str(spec.executable.as_text())
 
 
 def test_a_foreach_on_a_gpu_reads_no_condition_from_the_gpu(gru_on_cuda: str) -> None:
     names = levels(gru_on_cuda)
-    assert len(names) == 6  # level 0 and five levels above it [RULE LEVELS]
+    assert len(names) == 6  # level 0 and five levels above it [RULE LOOP-LEVELS]
     assert all(name.startswith("chunks") for name in names)  # the chunks' loop
     for name in names:
         host, device = conditions(gru_on_cuda, name)
@@ -93,7 +93,7 @@ def test_a_foreach_on_a_gpu_reads_no_condition_from_the_gpu(gru_on_cuda: str) ->
 
 def test_a_while_loop_on_a_gpu_reads_only_its_condition_from_the_gpu() -> None:
     module = effir.check(effir.parse(WHILE))
-    spec = next(iter(effir.compile(module, target="cuda").specializations.values()))
+    spec = next(iter(effir.compile(module, target="cuda").specialisations.values()))
     text = str(spec.executable.as_text())
     names = levels(text)
     assert names
@@ -122,7 +122,7 @@ NESTED = H + (
 
 def test_a_loop_in_a_while_loops_body_leaves_it_the_hosts_count() -> None:
     module = effir.check(effir.parse(NESTED))
-    spec = effir.compile(module, target="cuda").specialization("main", {"t": 3})
+    spec = effir.compile(module, target="cuda").specialisation("main", {"t": 3})
     text = str(spec.executable.as_text())
     assert any(n.startswith("chunks") for n in levels(text))  # a loop over chunks inside
     # the outer loop's output buffer is asked after the inner loop is
@@ -160,7 +160,7 @@ BRANCHING = H + (  # control flow in the body: a VM loop, not a whole one
 
 def test_relax_cuda_graphs_would_share_a_loops_storage_across_its_steps() -> None:
     """Why effir does not run Relax's RewriteCUDAGraph (relax/pipeline.py
-    [RULE NOGRAPH]): on a VM loop it lifts the step's storage, the new state
+    [RULE PIPELINE-NOGRAPH]): on a VM loop it lifts the step's storage, the new state
     passed to the next step included, into one allocation for the VM's life
     inside the level function that calls itself. When TVM's pass stops
     doing that, this test fails and the reason is gone."""
@@ -172,7 +172,7 @@ def test_relax_cuda_graphs_would_share_a_loops_storage_across_its_steps() -> Non
 
     module = effir.check(effir.parse(BRANCHING))
     compiled = effir.compile(module, target="cuda")
-    spec = compiled.specialization("main", {"t": 6})
+    spec = compiled.specialisation("main", {"t": 6})
     assert "cuda_graph" not in str(spec.executable.as_text())  # effir's build: none
     planned = spec.program.module
     with building(compiled.target):

@@ -1,4 +1,4 @@
-"""Differential fuzzing of the compiled path (issue 12, item 5): generated
+"""Differential fuzzing of the compiled path: generated
 programs (tests/backends/tvm/fuzz/generator.py) compiled with
 ``effir.compile`` and interpreted, in a subprocess per batch so that a crash
 is a reported failure naming its program (fuzz/harness.py). Every outcome
@@ -30,7 +30,7 @@ from .fuzz.harness import (
     summary,
 )
 
-# Every feature: each class of issue 12 is fixed (keys and dropout through
+# Every feature: each class of defect it found is fixed (keys and dropout through
 # `if`, integer wrap-around, every foreach/while form and length, ADTs,
 # errors raised as the interpreter's, loops and recursion 10,000 deep). A
 # class that breaks again shows here with its program. The widened groups

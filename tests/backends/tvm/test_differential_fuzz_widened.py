@@ -1,4 +1,4 @@
-"""The widened generator's groups (issue 27; fuzz/widened.py), each program
+"""The widened generator's groups (fuzz/widened.py), each program
 checked the strict way: every registered pass alone (after the passes it
 requires) keeps it well typed and equal to the interpreter, and it compiles
 at optimisation levels 0, 1 and 2 to what the interpreter computes, errors

@@ -1,5 +1,5 @@
-"""Programs with data-dependent shapes export (relax/symbolic.py [RULE
-SHAPEPOLY]): the kernels after a ``boolean_mask`` are compiled once with
+"""Programs with data-dependent shapes export (relax/symbolic.py
+[RULE LOWER-SHAPEPOLY]): the kernels after a ``boolean_mask`` are compiled once with
 symbolic sizes, so one build runs every mask, from Python, from an
 ``effir.load``ed artifact and from the C++ runner, as the interpreter."""
 
@@ -41,7 +41,7 @@ def test_kernels_after_a_mask_build_once_for_every_count() -> None:
     # no element is an error there, so it is left out here.
     empty = parse(MASKED.replace(", max(%h))", ")"))
     assert_same_run(empty, X, np.zeros(5, bool), W)
-    assert len(compiled.specializations) == 1
+    assert len(compiled.specialisations) == 1
 
 
 def test_an_entry_of_unknown_size_builds_once() -> None:
@@ -51,7 +51,7 @@ def test_an_entry_of_unknown_size_builds_once() -> None:
     for rows in (0, 2):
         x = X[:rows]
         assert_close(compiled(x), effir.interpret(module, x))
-    assert len(compiled.specializations) == 1
+    assert len(compiled.specialisations) == 1
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
@@ -107,7 +107,7 @@ def test_a_masked_program_builds_for_cuda_and_compiles_to_ptx() -> None:
     # Symbolic kernels on a GPU: their spatial loops bound to threads, each
     # reduction's initial value before its loop (kernel/primitive.py).
     compiled = effir.compile(parse(MASKED), target="cuda")
-    (spec,) = compiled.specializations.values()
+    (spec,) = compiled.specialisations.values()
     assert ".entry" in spec.ptx()
 
 
@@ -214,7 +214,7 @@ def test_every_kind_of_kernel_after_masks_builds_once_exports_and_runs_from_cpp(
         for pair in PAIRS:
             args = every_kind_args(pair)
             assert_same_values(compiled(*args), effir.interpret(module, *args))
-        assert len(compiled.specializations) == 1, compiled.report
+        assert len(compiled.specialisations) == 1, compiled.report
         compiled.export(d / "model")
         loaded = effir.load(d / "model")
         for k, pair in enumerate(PAIRS):
@@ -273,7 +273,7 @@ def @main(%x: Tensor[(5, 3), float32], %m: Tensor[(5), bool], %n: Tensor[(5), bo
     with pytest.raises(effir.EvalError, match="^compile.effir:6:4: .*nn.matmul: ") as ran:
         compiled(*args)
     assert str(interpreted.value).splitlines()[1:] == str(ran.value).splitlines()[1:]
-    assert len(compiled.specializations) == 1
+    assert len(compiled.specialisations) == 1
     compiled.export(tmp_path / "model")
     loaded = effir.load(tmp_path / "model")
     assert_close(loaded(X, two, other_two), effir.interpret(module, X, two, other_two))

@@ -1,4 +1,4 @@
-"""Defects the widened differential fuzzer found (issue 27; fuzz/widened.py),
+"""Defects the widened differential fuzzer found (fuzz/widened.py),
 each as its smallest program, compiled in a subprocess (tests/support/isolated.py).
 A defect not fixed yet is ``xfail(strict=True)`` with what it does, so the
 fix turns it into a failure to remove the mark."""

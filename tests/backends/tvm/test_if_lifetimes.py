@@ -1,6 +1,6 @@
 """Keys, tensors and tuples of them flowing out of an ``if`` in compiled code
-(relax/pipeline.py [RULE BRANCH]): a storage planned inside a branch was
-reused after it, out of scope, and the VM crashed (issue 12). Each program
+(relax/pipeline.py [RULE PIPELINE-BRANCH]): a storage planned inside a branch was
+reused after it, out of scope, and the VM crashed. Each program
 runs in a fresh process (tests/support/isolated.py), both branches of each ``if``
 taken, two calls from one State, against the interpreter bit for bit
 (results and the final key)."""
@@ -17,7 +17,7 @@ from effir.runtime.values import PRNGKey
 HEADER = '#[version = "0.0.5"]\nglobal @rng: Ref[Key] = ref(random.key(5));\n'
 X = np.array([0.5, -1.0, 2.0, 0.25], np.float32)
 PROGRAMS = {
-    # The issue's example: a dropout in one branch, another after the if.
+    # The first crash found: a dropout in one branch, another after the if.
     "dropout after an if": ("""
 def @main(%x: Tensor[(4), float32]) {
   let %a = if (greater(sum(%x), 0f)) { nn.dropout(%x, @rng) } else { %x };

@@ -1,5 +1,5 @@
 """Mixed-width integer casts and nested integer arithmetic build, and wrap
-as the interpreter's (te_ops [RULE LET]): an int64 accumulator plus a
+as the interpreter's (te_ops [RULE TE-LET]): an int64 accumulator plus a
 widened int32 loop counter, ``divide(divide(a, b), c)`` on int32 and their
 siblings failed to build with TVM's "conflicts with memorization" (its
 ``NarrowDataType`` met a let variable of a narrower range outside its let).

@@ -236,7 +236,7 @@ def test_reductions_and_norms_schedule() -> None:
 
 
 def test_a_long_chain_of_transcendentals_builds_quickly() -> None:
-    """[RULE BUDGET] Inlining twelve tanh/sigmoid/exp into one expression
+    """[RULE SCHED-BUDGET] Inlining twelve tanh/sigmoid/exp into one expression
     would take minutes of LLVM code generation; the budget keeps it linear."""
     x = Var("x", TensorType((4, 64)))
     body: Any = x
@@ -433,7 +433,7 @@ def test_cuda_kernels_with_opaque_constants_compile_to_ptx(
     dtype: str, value: Any, printed: str
 ) -> None:
     """A program constant is an opaque ``reinterpret`` until LowerIntrin
-    [RULE OPAQUE]; TVM's CUDA code generator printed it as ``*(int
+    [RULE TE-OPAQUE]; TVM's CUDA code generator printed it as ``*(int
     *)(&(10))``, which nvcc refused ("must be an lvalue"), so every CUDA
     build with a constant failed. On CUDA it is lowered to the immediate of
     the same bits (a negative int, a uint64 past int64's range, -0.0)."""

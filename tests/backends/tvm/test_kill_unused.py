@@ -1,5 +1,5 @@
 """A variable that holds memory and is never read is killed right after
-its binding (relax/pipeline.py [RULE KILLUNUSED]): ``KillAfterLastUse`` kills
+its binding (relax/pipeline.py [RULE PIPELINE-KILLUNUSED]): ``KillAfterLastUse`` kills
 only after a last read, so such a register kept its value until the
 function returned, and a compiled VM loop (a chain of calls) kept every
 step's. The end-to-end check (the compiled ``loop`` backward's memory per

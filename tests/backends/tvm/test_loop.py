@@ -51,7 +51,7 @@ def test_gru_matches_the_interpreter(gru, t: int, b: int) -> None:
         expected = (np.zeros((0, b, 16), np.float32), h0)
     assert_close(kernel(xs, h0, w, u, bias), expected)
     assert kernel.builds <= 2
-    assert kernel.specialize({"b": b}).lowered.unscheduled == []  # every block got its schedule
+    assert kernel.specialise({"b": b}).lowered.unscheduled == []  # every block got its schedule
 
 
 def test_gru_runs_as_the_interpreters_foreach_kernel(gru) -> None:
@@ -77,7 +77,7 @@ def test_the_body_as_effir_compile_leaves_it() -> None:
 
 def test_inputs_need_not_be_aligned_or_contiguous(gru) -> None:
     """numpy arrays at odd addresses, a strided view: zero-copy where the
-    layout allows, and no misaligned vector access (RULE ALIGN)."""
+    layout allows, and no misaligned vector access ([RULE LOOPFN-ALIGN])."""
     mod, _, kernel = gru
     xs, h0, w, u, bias = gru_inputs(np.random.default_rng(2), 9, 2)
     raw = np.empty(w.size + 1, np.float32)

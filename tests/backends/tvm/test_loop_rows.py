@@ -1,6 +1,6 @@
 """[ROWS] (loop/rows.py): a whole loop whose rows are independent (a GRU
 over a batch) runs by blocks of rows across the thread pool, each block
-through every step, with no barrier per step (issue 18, batch 32); a loop
+through every step, with no barrier per step (batch 32); a loop
 whose step mixes rows keeps the serial form; batch 1 stays serial. The
 split's results equal the interpreter's and, bit for bit, the serial
 form's (the same arithmetic per row)."""
@@ -107,7 +107,7 @@ def run(mod, blocks, b, args):
     k = build_loop(body, module=mod, dims={"b": b})
     params = [p.name_hint for p in mod["main"].params]
     captured = [args[params.index(v.name_hint)] for v in k.captured]
-    return k.specialize({"b": b}).lowered.row_blocks, k(args[0], args[1], *captured)
+    return k.specialise({"b": b}).lowered.row_blocks, k(args[0], args[1], *captured)
 
 
 gru = module(GRU)

@@ -1,5 +1,5 @@
 """The scratch of a whole-loop kernel of symbolic length (relax/loops.py
-[RULE CHUNK]): a call on T steps allocates memory proportional to
+[RULE LOOP-CHUNK]): a call on T steps allocates memory proportional to
 min(T, LOOP_CHUNK), not to ``LOOP_CHUNK`` whatever T (the short loops of
 ``checkpoint="sqrt"``'s segments held as much scratch as a long one).
 

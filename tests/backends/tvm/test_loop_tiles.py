@@ -1,10 +1,10 @@
 """The register tile of a whole loop's contractions (loop/cpu/schedule.py):
 a tile of few rows (a step at batch 1 or 2: a matrix-vector product) spans
 several panels of columns, so that each step of the reduction issues
-independent multiply-adds instead of waiting on one chain (issue 18, the
+independent multiply-adds instead of waiting on one chain (the
 hidden-32 GRU at batch 1), and no tile holds more accumulators than the
 CPU has registers for; a right-hand side too large for L2 is tiled
-column panel by column panel (issue 18, batch 32). Values are checked by
+column panel by column panel (batch 32). Values are checked by
 test_loop.py (batch 2 runs the widened tile), here for the panel order,
 and by the benchmarks."""
 
@@ -75,7 +75,7 @@ def test_rows_per_tile() -> None:
 def test_tile_order_keeps_a_large_weight_panel_by_panel() -> None:
     """A right-hand side larger than L2 (the hidden-256 GRU's 768 x 256
     weights) runs column panel by column panel, each panel over every row
-    tile (issue 18, batch 32); a small one keeps the row tiles outside."""
+    tile (batch 32); a small one keeps the row tiles outside."""
     rows, cols, steps = "rows", "cols", "steps"
     big, small = 768 * 256 * 4, 96 * 32 * 4
     assert _tile_order([rows], cols, big) == [cols, rows]
@@ -100,14 +100,14 @@ def test_gru_panel_by_panel_matches_the_interpreter(
     for t, b in [(11, 2), (16, 8)]:
         args = gru_inputs(np.random.default_rng(t * 10 + b), t, b)
         assert_close(kernel(*args), effir.interpret(mod, *args))
-        assert kernel.specialize({"b": b}).lowered.unscheduled == []
+        assert kernel.specialise({"b": b}).lowered.unscheduled == []
 
 
 @pytest.mark.parametrize(("batch", "parallel_loops"), [(32, 2), (1, 0)])
 def test_no_barrier_per_step_in_the_hidden_256_gru(
     batch: int, parallel_loops: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 18: a parallel loop ends at a barrier, which on a busy machine
+    """A parallel loop ends at a barrier, which on a busy machine
     waits a time slice. The hidden-256 GRU's step (a 2**22.6 multiply-add
     product and its gates at batch 32) has no parallel loop, no barrier per
     step; at batch 32 the batch-32 prologue's projection of all steps and
@@ -147,7 +147,7 @@ def test_chunk_products_are_packed_and_not_padded() -> None:
     products, batched over the steps in the prologue, pack both operands
     into panels (schedule/cpu/gemm.py [BATCH]), each its own copy (the sum
     reads the stack as it lies); the sum, one row a step, stays in the step
-    [RULE NO PAD], so the batched tensors are not padded to whole tiles of
+    [RULE LOOPFN-NOPAD], so the batched tensors are not padded to whole tiles of
     steps (at 10 steps, 16 were computed). Before: neither packed, every
     product run for 16 steps."""
     mod = module(CHUNKS)
@@ -160,7 +160,7 @@ def test_chunk_products_are_packed_and_not_padded() -> None:
     np.testing.assert_allclose(outs, a @ w, rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(p, s0 + np.einsum("cki,ckj->ij", a, b), rtol=1e-5, atol=1e-3)
     np.testing.assert_allclose(q, s1 + a.sum(axis=(0, 1)), rtol=1e-5, atol=1e-3)
-    lowered = kernel.specialize({}).lowered
+    lowered = kernel.specialise({}).lowered
     assert lowered.unscheduled == []
     assert not lowered.padded
     script = lowered.func.script()
@@ -227,7 +227,7 @@ def test_a_k_major_weight_of_the_step_is_packed_once_a_call(
     (outs, final), (want_outs, want_final) = kernel(*args), effir.interpret(mod, *args)
     np.testing.assert_allclose(outs, want_outs, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(final, want_final, rtol=1e-4, atol=1e-5)
-    lowered = kernel.specialize({}).lowered
+    lowered = kernel.specialise({}).lowered
     assert lowered.unscheduled == []
     script = lowered.func.script()
     prologue, step = script.split("for t in range(")

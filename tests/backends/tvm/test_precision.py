@@ -1,6 +1,6 @@
 """``effir.compile(precision=...)``: how float32 matrix products multiply
-(precision.py [RULE PRECISION], schedule/cuda/tensor_core.py [RULE
-TENSORCORE]).
+(precision.py [RULE COMPILE-PRECISION], schedule/cuda/tensor_core.py
+[RULE SCHED-TENSORCORE]).
 
 On the CPU a TF32 or bfloat16 program computes what the GPU's tensor cores
 compute: its products equal numpy's on the rounded operands (the
@@ -214,7 +214,7 @@ def @main(%x: Tensor[(32, 64), float32], %h: Tensor[(32, 64), float32],
 def test_the_gru_step_multiplies_on_the_tensor_cores_only_when_asked(precision: str) -> None:
     """A GRU cell compiled by itself: both products on the tensor cores."""
     compiled = effir.compile(effir.check(effir.parse(GRU_CELL)), target="cuda", precision=precision)
-    spec = next(iter(compiled.specializations.values()))
+    spec = next(iter(compiled.specialisations.values()))
     ptx = spec.ptx()
     mma = re.findall(r"\bw?mma\.[\w.]+", ptx) + re.findall(r"\bwgmma\.[\w.]+", ptx)
     if precision == "float32":
@@ -227,12 +227,12 @@ def test_the_gru_step_multiplies_on_the_tensor_cores_only_when_asked(precision: 
 
 @pytest.mark.skipif(not NVCC, reason="needs nvcc to compile CUDA to PTX")
 def test_a_gru_loop_on_cuda_is_one_persistent_kernel_rounding_its_products() -> None:
-    """The GRU's loop is a persistent kernel [RULE WHOLE], whose products
+    """The GRU's loop is a persistent kernel [RULE LOOP-WHOLE], whose products
     keep the float32 units (its operands are on chip, not tiles of
     parameters) with TF32's rounding, the same numbers as the tiles."""
     module = effir.check(effir.parse(gru_text(64, 64)))
     compiled = effir.compile(module, target="cuda", precision="tf32")
-    spec = compiled.specialization("main", {"b": 32, "t": 4})
+    spec = compiled.specialisation("main", {"b": 32, "t": 4})
     source = spec.source("cuda")
     assert re.search(r"effir_[0-9a-f]{16}_loop_0_kernel", source)
     assert "effir_mma" not in source
@@ -244,7 +244,7 @@ def test_a_product_of_other_shapes_keeps_the_float32_units_with_the_rounding() -
     # 20 rows: not a multiple of the 16 x 16 tile
     module = effir.check(effir.parse(DENSE.replace("(32, 48)", "(20, 48)")))
     spec = next(
-        iter(effir.compile(module, target="cuda", precision="tf32").specializations.values())
+        iter(effir.compile(module, target="cuda", precision="tf32").specialisations.values())
     )
     assert "effir_mma" not in spec.source("cuda")
     assert "4294959104" in spec.source("cuda") or "0xffffe000" in spec.source("cuda").lower()
@@ -259,7 +259,7 @@ def test_a_transposed_operand_is_read_through_its_strides_on_the_tensor_cores() 
         "  nn.matmul(%a, %b, transpose_a=True)\n}\n"
     )
     compiled = effir.compile(effir.check(effir.parse(text)), target="cuda", precision="bfloat16")
-    source = next(iter(compiled.specializations.values())).source("cuda")
+    source = next(iter(compiled.specialisations.values())).source("cuda")
     (call,) = re.findall(r"effir_mma_bf16\((.*)\);", source)
     # A(i, k) at a[i + 48 k]; B(k, j) at b[32 k + j]; 16 x 16 tiles, depth 64
     assert re.search(r", 1, 48, .*, 32, 1, 16, 16, 64$", call), call

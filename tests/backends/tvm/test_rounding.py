@@ -1,4 +1,4 @@
-"""[RULE ROUND] (effir/backends/tvm/kernel/rounding.py): in a gradient program an
+"""[RULE KERNEL-ROUND] (effir/backends/tvm/kernel/rounding.py): in a gradient program an
 operator's float product is rounded where the operator ends, whatever
 kernel it is fused into, so the compiled value of ``x*y - x*z`` does not
 depend on the fusion around it (LLVM contracted whichever product had a

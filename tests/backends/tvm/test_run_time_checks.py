@@ -1,4 +1,4 @@
-"""Run-time checks of compiled code (runtime/errors.py [RULE CHECK]): one mechanism
+"""Run-time checks of compiled code (runtime/errors.py [RULE RUNTIME-CHECK]): one mechanism
 for every target. Each kind of check (integer division by zero, ``take``
 out of range, ``max``/``argmax`` of an empty axis, a negative integer
 power, a bad reshape, the depth of recursion) raises the interpreter's
@@ -197,7 +197,7 @@ def test_each_check_builds_for_cuda_with_its_check_on_the_device() -> None:
     result = ", ".join(f"%r{k}" for k in range(len(STATIC)))
     text = f"{HEADER}def @main({params}) {{\n{body}\n  ({result})\n}}\n"
     compiled = effir.compile(effir.parse(text, source_name="cuda.effir"), target="cuda")
-    (spec,) = compiled.specializations.values()
+    (spec,) = compiled.specialisations.values()
     device = spec.source("cuda")
     assert "assert" not in device.lower()
     assert device.count("effir_error") >= len(STATIC)  # each kernel's error-code output
@@ -243,7 +243,7 @@ def test_a_check_showing_two_run_time_values_builds_for_cuda() -> None:
     """take mode=fast after a mask shows the index and the axis's run-time
     size: the device's error output holds both, the VM tests it."""
     compiled = effir.compile(effir.parse(source("take_masked")), target="cuda")
-    (spec,) = compiled.specializations.values()
+    (spec,) = compiled.specialisations.values()
     host = spec.program.module.script()
     mark = "<effir-value>"
     assert f"take: index {mark} is out of range for axis 0 of size {mark}" in host
@@ -254,7 +254,7 @@ def test_a_check_showing_two_run_time_values_builds_for_cuda() -> None:
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_recursion_depth_is_checked_on_cuda_too() -> None:
     compiled = effir.compile(effir.parse(RECURSION, source_name="r.effir"), target="cuda")
-    (spec,) = compiled.specializations.values()
+    (spec,) = compiled.specialisations.values()
     host = spec.program.module.script()
     assert "count: recursion deeper than" in host and '"effir.check"' in host
     assert "assert" not in spec.source("cuda").lower()

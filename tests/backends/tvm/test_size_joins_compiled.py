@@ -1,4 +1,4 @@
-"""Compiled code of programs whose types join unknown sizes [RULE JOIN]
+"""Compiled code of programs whose types join unknown sizes [RULE TYPE-JOIN]
 (passes/type_solver.py) equals the interpreter. Before, the join of a
 ``(?, 4)`` and a ``(0, 4)`` branch was ``(0, 4)``: compiled ``shape_of``
 said ``[0, 4]`` where the interpreter said ``[3, 4]`` (partial evaluation

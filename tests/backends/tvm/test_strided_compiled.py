@@ -1,4 +1,4 @@
-"""Slices with negative strides, compiled (te_ops [RULE OPAQUE]):
+"""Slices with negative strides, compiled (te_ops [RULE TE-OPAQUE]):
 ``strided_set`` with a negative stride wrote the wrong rows and left
 uninitialised values in its result, and the compiled gradient through a
 reversing slice was wrong, because TVM's ``FlattenBuffer`` rewrites ``(c -

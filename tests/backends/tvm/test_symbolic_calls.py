@@ -1,4 +1,4 @@
-"""Symbolic dimensions through calls (driver/specialize.py,
+"""Symbolic dimensions through calls (driver/specialise.py,
 passes/specialise_dims.py): a global function the partial evaluator does
 not inline (a recursive one) and whose dimensions are symbolic compiles,
 its kernels bound at each call as the entry's are, its gradient too; the

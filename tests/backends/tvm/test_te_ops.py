@@ -511,7 +511,7 @@ def test_nan_propagates_as_in_numpy() -> None:
 
 
 def test_exp_tanh_sigmoid_over_the_float32_range() -> None:
-    """[RULE MATH] The vectorisable approximations agree with numpy to 1e-5
+    """[RULE TE-MATH] The vectorisable approximations agree with numpy to 1e-5
     relative everywhere: tiny, moderate and huge arguments, the overflow and
     underflow thresholds, subnormal results, infinities and NaN."""
     grid = np.concatenate(
@@ -530,8 +530,8 @@ def test_exp_tanh_sigmoid_over_the_float32_range() -> None:
 
 
 def test_integer_division_truncates_and_never_traps() -> None:
-    """[RULE DIV] C's truncation; INT_MIN / -1 wraps; a zero divisor fails
-    as in the interpreter [RULE CHECK], without trapping."""
+    """[RULE TE-DIV] C's truncation; INT_MIN / -1 wraps; a zero divisor fails
+    as in the interpreter [RULE RUNTIME-CHECK], without trapping."""
     a = np.array([7, -7, 7, -7, -128, 5, -3], "int8")
     b = np.array([2, 2, -2, -2, -1, 1, 7], "int8")
     check("divide", a, b)

@@ -1,7 +1,7 @@
 """Compiled programs called from many threads at once (runtime/thread_vms.py: one
 Relax VM per thread; driver/compile.py: the builds' table). Before, all threads
 shared one VM and the process crashed or TVM raised ``Check failed: reg <
-frame->register_file.size()`` (issue 12).
+frame->register_file.size()``.
 
 The stress test runs in a fresh process (tests/support/isolated.py): 16 threads
 call one compiled module 500 times each, then 16 threads call the

@@ -2,7 +2,7 @@
 elimination is off, since it substituted a variable inside ``Let``
 expressions before the statement that binds it, and any dropout of 32
 elements or more failed to build ("variable cse_v1 has been used before
-definition", issue 12). Two of the build paths: a compiled program's
+definition"). Two of the build paths: a compiled program's
 kernels (relax/lower.py) and a kernel built alone (kernel/primitive.py)."""
 
 from __future__ import annotations

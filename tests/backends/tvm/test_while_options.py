@@ -1,6 +1,6 @@
 """Compiled ``cf.while_loop`` with ``max_iterations`` known at run time (the
 fourth argument, of any integer dtype) and with padded outputs
-(relax/loops.py [RULE PAD]) against the interpreter: random loops drawn
+(relax/loops.py [RULE LOOP-PAD]) against the interpreter: random loops drawn
 by Hypothesis (state, per-step outputs, the limit's form and dtype,
 padding), each built once and called with limits and trip counts of 0, a
 few, past the buffers' first capacity (16) and past the limit. A negative
@@ -110,7 +110,7 @@ def test_run_time_limits_and_padding_compiled_equal_the_interpreter() -> None:
 
 def padded_program() -> str:
     namespace: dict = {}
-    exec(GENERATOR, namespace)  # noqa: S102 (the test's own generator text)
+    exec(GENERATOR, namespace)  # the test's own generator text
     return (
         namespace["HEADER"] + "def @main(%x: Tensor[(2), float32], %bound: float32, %m: int32) {\n"
         "  let %c = fn (%s: (int32, Tensor[(2), float32])) { less(sum(%s.1), %bound) };\n"
@@ -129,7 +129,7 @@ def test_a_padded_loop_with_a_run_time_limit_builds_for_cuda() -> None:
     code."""
     module = effir.check(effir.parse(padded_program(), source_name="w.effir"))
     compiled = effir.compile(module, target="cuda")
-    (spec,) = compiled.specializations.values()
+    (spec,) = compiled.specialisations.values()
     host = spec.program.module.script()
     assert "cf.while_loop: max_iterations must be >= 0" in host
     assert '"effir.check"' in host

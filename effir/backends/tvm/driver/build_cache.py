@@ -21,7 +21,7 @@ dimensions a program's kernels need static are learnt by lowering
 (``<program key>.static.json``) so that a new process finds the entry of
 its first shape without lowering.
 
-[RULE ATOMIC] Files are written under a temporary name in the cache
+[RULE CACHE-ATOMIC] Files are written under a temporary name in the cache
 directory and renamed into place (``os.replace``), the library before its
 record: a reader sees a whole entry or none, whatever other processes do
 at the same time. Two processes that build one entry at once both write
@@ -29,16 +29,16 @@ it; the later record wins, and it names its own library (a library is
 named by its checksum, so one process's record never describes the other
 process's library).
 
-[RULE BACKGROUND] A new build is written to the cache on a thread of its
+[RULE CACHE-BACKGROUND] A new build is written to the cache on a thread of its
 own while the program runs from memory (``CompiledModule``), so a first
 call costs what it costs without the cache. The writer links an
-executable of its own (``Specialization.exportable``: one no VM has run,
+executable of its own (``Specialisation.exportable``: one no VM has run,
 which TVM writes out as it was built) around the same kernel modules,
 under ``MODULES`` (runtime/thread_vms.py). The process waits for the
 writer before it exits; an export of the build waits for it and copies
 the library written.
 
-[RULE NEVER-CRASH] A missing, unreadable, corrupt or stale entry (a record
+[RULE CACHE-NEVER-CRASH] A missing, unreadable, corrupt or stale entry (a record
 that does not parse, a library whose checksum differs from its record's,
 one TVM cannot load) is a miss: the program is built again and the entry
 rewritten. Only a library whose checksum matches its record is loaded.
@@ -103,7 +103,7 @@ def _sha256(data: bytes) -> str:
 
 
 def _library_name(key: str, digest: str) -> str:
-    """An entry's library, named by its checksum [RULE ATOMIC]."""
+    """An entry's library, named by its checksum [RULE CACHE-ATOMIC]."""
     return f"{key}.{digest[:16]}.so"
 
 
@@ -132,7 +132,7 @@ class Cache:
                     f"tvm {tvm.__version__}",
                     f"effir {effir_digest()}",
                     f"target {target}",
-                    f"precision {precision}",  # precision.py [RULE PRECISION]
+                    f"precision {precision}",  # precision.py [RULE COMPILE-PRECISION]
                     # a whole loop's row blocks are as many as the pool's threads (loop/rows.py)
                     f"threads {tvm.runtime.num_threads()}",
                     program_text,
@@ -181,7 +181,7 @@ class Cache:
 
     # ------------------------------------------------------------ entries
     def load(self, key: str) -> Entry | None:
-        """The entry ``key`` loaded, or None (a miss) [RULE NEVER-CRASH]."""
+        """The entry ``key`` loaded, or None (a miss) [RULE CACHE-NEVER-CRASH]."""
         try:
             record = json.loads(self._path(f"{key}.json").read_text())
             if not isinstance(record, dict) or record.get("format") != FORMAT:
@@ -204,7 +204,7 @@ class Cache:
             return None
 
     def store(self, key: str, executable: Any, kernels: int, loops: int, recursive: bool) -> Entry:
-        """Export ``executable`` as the entry ``key`` [RULE ATOMIC] and load
+        """Export ``executable`` as the entry ``key`` [RULE CACHE-ATOMIC] and load
         it back (the loaded library is what runs, as on a hit). Raises
         OSError or TVM's error when it cannot be written."""
         self.root.mkdir(parents=True, exist_ok=True)
@@ -235,7 +235,7 @@ class Cache:
         return self.root / name
 
     def _write(self, path: Path, data: bytes) -> None:
-        """``data`` as ``path``, whole or not at all [RULE ATOMIC]."""
+        """``data`` as ``path``, whole or not at all [RULE CACHE-ATOMIC]."""
         self.root.mkdir(parents=True, exist_ok=True)
         fd, temporary = tempfile.mkstemp(dir=self.root, prefix=".tmp-")
         try:

@@ -57,7 +57,7 @@ def callable_part(module: IRModule, entry: str) -> IRModule:
 def _may_be_an_entry(fn: Function) -> bool:
     """Whether ``fn``'s declared types allow it to be a compiled entry
     (undeclared ones may): no type parameter, no function type (an ADT
-    value crosses the boundary, runtime/signature.py [RULE ADTARG])."""
+    value crosses the boundary, runtime/signature.py [RULE RUNTIME-ADTARG])."""
     if fn.type_params:
         return False
     declared = [p.type_annotation for p in fn.params] + [fn.ret_type]

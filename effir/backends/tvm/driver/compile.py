@@ -7,7 +7,7 @@ operator groups and wraps the pure calls TVM can compute that no group took
 interpreter runs ``@main``, with the same arguments and the same ``State``.
 
 Each call binds the entry's symbolic dimensions from its arguments' shapes
-(driver/specialize.py) and runs the specialisation for that binding, lowered to a
+(driver/specialise.py) and runs the specialisation for that binding, lowered to a
 Relax module (relax/lower.py) and built by TVM the first time the binding
 is met, then kept: a second call with the same shapes compiles nothing. The
 VM runs the control (calls, ``if``, recursion, output) without Python and
@@ -20,6 +20,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -59,7 +60,7 @@ from ..target import building, device_of, make_target, with_cuda_library
 from . import passes as backend_passes  # noqa: F401  (registers lower-tvm)
 from .build_cache import Cache
 from .compilable import callable_part, refuse_uncompilable
-from .specialize import specialize
+from .specialise import specialise
 
 COMPILE_PIPELINES = {
     0: STANDARD_PIPELINES["O1"] + ",lower-tvm",
@@ -88,7 +89,7 @@ class Build(NamedTuple):
     """Loaded from the build cache (driver/build_cache.py) instead of built."""
     shared: int = 0
     """Of its kernels and loops, how many an earlier build of this process
-    had built already (relax/apart.py [RULE SHARE]): not built again."""
+    had built already (relax/apart.py [RULE APART-SHARE]): not built again."""
 
 
 @dataclass
@@ -168,7 +169,7 @@ class Progress:
 
 
 # ------------------------------------------------------------ one binding
-class Specialization:
+class Specialisation:
     """One binding of the entry's dimensions: the Relax program, built."""
 
     def __init__(self, program: RelaxProgram, target: Any, executable: Any = None) -> None:
@@ -199,7 +200,7 @@ class Specialization:
             if program.libraries is not None:
                 for library in program.libraries.modules.result():
                     executable.mod.import_module(library)
-        except Exception as err:  # TVM's: never a user's [RULE CHECK]
+        except Exception as err:  # TVM's: never a user's [RULE RUNTIME-CHECK]
             raise build_failure(err, program.entry, program.sites, program.span) from None
         return executable
 
@@ -207,7 +208,7 @@ class Specialization:
         """An executable to write out: this one built again around the
         same kernels, as no VM has run it (TVM writes an executable whose
         VM was made with a warning per function, and one being written
-        must not be run meanwhile: build_cache.py [RULE BACKGROUND])."""
+        must not be run meanwhile: build_cache.py [RULE CACHE-BACKGROUND])."""
         return self._built() if self.program.module is not None else self.executable
 
     def source(self, kind: str = "cuda") -> str:
@@ -274,9 +275,9 @@ class CompiledModule:
         self.entry = entry
         """What a call runs when it names no ``entry=`` (``compile``'s)."""
         self.precision = precision
-        """How matrix products multiply (precision.py [RULE PRECISION])."""
-        self.specializations: dict[tuple[str, tuple[tuple[str, int], ...]], Specialization] = {}
-        self.static_dims: dict[str, set[str]] = {}  # per entry, learnt (specialization)
+        """How matrix products multiply (precision.py [RULE COMPILE-PRECISION])."""
+        self.specialisations: dict[tuple[str, tuple[tuple[str, int], ...]], Specialisation] = {}
+        self.static_dims: dict[str, set[str]] = {}  # per entry, learnt (specialisation)
         self._lock = threading.Lock()
         self._program_text: str | None = None  # the build cache's key (_cache)
         self._primed: set[str] = set()  # entries whose static dims the cache gave
@@ -343,7 +344,7 @@ class CompiledModule:
             self.changed_states.add(state)
 
         def function(dims: Dims) -> Any:
-            spec = self.specialization(name, dims, at_call=True)
+            spec = self.specialisation(name, dims, at_call=True)
             return runner(spec.function(), spec.program.recursive)
 
         with printing_to(sink):
@@ -391,10 +392,29 @@ class CompiledModule:
             )
         return self.module.functions[name]
 
-    def specialization(self, entry: str, dims: Dims, at_call: bool = False) -> Specialization:
+    def specialization(self, entry: str, dims: Dims) -> Specialisation:
+        """Deprecated spelling of ``specialisation`` (effir spells it with an s)."""
+        warnings.warn(
+            "CompiledModule.specialization is deprecated; use specialisation",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.specialisation(entry, dims)
+
+    @property
+    def specializations(self) -> dict[tuple[str, tuple[tuple[str, int], ...]], Specialisation]:
+        """Deprecated spelling of ``specialisations``."""
+        warnings.warn(
+            "CompiledModule.specializations is deprecated; use specialisations",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.specialisations
+
+    def specialisation(self, entry: str, dims: Dims, at_call: bool = False) -> Specialisation:
         """The build serving ``dims`` (made now if none does).
 
-        [RULE BINDING] A binding under which the program cannot run (a
+        [RULE COMPILE-BINDING] A binding under which the program cannot run (a
         reshape its sizes make impossible, a value over the size limit:
         the specialisation's type check or size check fails) is, when a
         call asks for it (``at_call``), that call's run-time failure: the
@@ -414,7 +434,7 @@ class CompiledModule:
         never changed), so calls at known shapes never wait for a build;
         builds happen under the lock, so two threads meeting a new binding
         at once build it once."""
-        known = self.specializations.get(_key(entry, dims, self.static_dims.get(entry, set())))
+        known = self.specialisations.get(_key(entry, dims, self.static_dims.get(entry, set())))
         if known is not None:
             return known
         with self._lock:
@@ -422,7 +442,7 @@ class CompiledModule:
             while True:
                 bound = {d: v for d, v in dims.items() if d in static_dims}
                 key = _key(entry, dims, static_dims)
-                spec = self.specializations.get(key)
+                spec = self.specialisations.get(key)
                 if spec is not None:
                     return spec
                 start = time.perf_counter()
@@ -440,7 +460,7 @@ class CompiledModule:
                 hit = cache.load(cache_key) if cache is not None else None
                 if hit is not None:
                     program = RelaxProgram(None, entry, hit.kernels, hit.loops, hit.recursive)
-                    spec = Specialization(program, self.target, hit.module)
+                    spec = Specialisation(program, self.target, hit.module)
                     spec.library = hit.library
                     build = Build(
                         bound, time.perf_counter() - start, hit.kernels, hit.loops, entry, True
@@ -450,7 +470,7 @@ class CompiledModule:
                         f"loaded @{entry} ({_dims_text(bound)}) from the build cache "
                         f"in {build.seconds:.2f} s"
                     )
-                    self.specializations[key] = spec
+                    self.specialisations[key] = spec
                     return spec
                 self.progress(
                     f"building @{entry} ({_dims_text(bound)}) for {self.target.kind.name}"
@@ -458,7 +478,7 @@ class CompiledModule:
                 try:
                     with products_in(self.precision):
                         program = lower_to_relax(
-                            self._specialize(entry, bound, at_call), entry, self.target, symbolic
+                            self._specialise(entry, bound, at_call), entry, self.target, symbolic
                         )
                 except NeedsStatic as need:
                     static_dims = self.static_dims[entry] = static_dims | need.dims
@@ -474,7 +494,7 @@ class CompiledModule:
                     + (f" ({shared} built before)" if shared else "")
                     + "; TVM builds them"
                 )
-                spec = Specialization(program, self.target)
+                spec = Specialisation(program, self.target)
                 if cache is not None:
                     self._store_in_background(cache, cache_key, entry, spec)
                 build = Build(
@@ -487,14 +507,14 @@ class CompiledModule:
                 )
                 self.report.builds.append(build)
                 self.progress(f"built @{entry} ({_dims_text(bound)}) in {build.seconds:.2f} s")
-                self.specializations[key] = spec
+                self.specialisations[key] = spec
                 return spec
 
-    def _specialize(self, entry: str, bound: Dims, at_call: bool) -> IRModule:
-        """``specialize`` for a build; [RULE BINDING] its failure under a
+    def _specialise(self, entry: str, bound: Dims, at_call: bool) -> IRModule:
+        """``specialise`` for a build; [RULE COMPILE-BINDING] its failure under a
         call's binding is that call's EvalError."""
         try:
-            return specialize(self.module, entry, bound)
+            return specialise(self.module, entry, bound)
         except (TypeCheckError, BackendError) as err:
             if not (at_call and bound):
                 raise
@@ -512,13 +532,13 @@ class CompiledModule:
         return Cache.open(self._program_text, self.target, self.precision)
 
     def _store_in_background(
-        self, cache: Cache, key: str, entry: str, spec: Specialization
+        self, cache: Cache, key: str, entry: str, spec: Specialisation
     ) -> None:
         """Write ``spec`` to the cache on a thread of its own, so that the
-        first call does not wait for it (driver/build_cache.py [RULE
-        BACKGROUND]): the build in memory runs meanwhile, its VM made first,
+        first call does not wait for it (driver/build_cache.py
+        [RULE CACHE-BACKGROUND]): the build in memory runs meanwhile, its VM made first,
         and the library written is what an export then copies. A cache
-        that cannot be written leaves the build in memory [RULE NEVER-CRASH]."""
+        that cannot be written leaves the build in memory [RULE CACHE-NEVER-CRASH]."""
         spec.function()  # LLVM's code for every module now, before the writer reads them
         program = spec.program
         static_dims = set(self.static_dims.get(entry, set()))
@@ -559,7 +579,7 @@ class CompiledModule:
         return State(self.source, seed=seed)
 
 
-def compile(  # noqa: A001  (effir.compile, as tvm.compile)
+def compile(  # effir.compile, as tvm.compile
     module: IRModule | Any,
     target: str | Mapping[str, Any] | Any = "llvm",
     pipeline: str | Pass | None = None,
@@ -602,7 +622,7 @@ def compile(  # noqa: A001  (effir.compile, as tvm.compile)
       ``nn.matmul``) multiply: ``"float32"`` (the default, as the
       interpreter), ``"tf32"`` or ``"bfloat16"`` (operands rounded to that
       format, products accumulated in float32; on CUDA on the tensor cores
-      where the shapes allow: precision.py [RULE PRECISION]).
+      where the shapes allow: precision.py [RULE COMPILE-PRECISION]).
 
     The passes run in the current ``PassContext`` (its instruments and
     verification). ``compiled.report`` (``CompileReport``) says what was
@@ -645,10 +665,10 @@ def compile(  # noqa: A001  (effir.compile, as tvm.compile)
     compiled.verbose = verbose
     main = optimised.functions.get(entry)
     if main is not None and all(static(p.checked_type) for p in main.params):
-        compiled.specialization(entry, {})
+        compiled.specialisation(entry, {})
     bindings = [dims] if isinstance(dims, Mapping) else list(dims or ())
     for binding in bindings:
-        compiled.specialization(entry, _binding(compiled, entry, binding))
+        compiled.specialisation(entry, _binding(compiled, entry, binding))
     return compiled
 
 

@@ -46,7 +46,7 @@ def export(
     """Write ``compiled`` with every specialisation built so far to the
     directory ``path`` (replaced as a whole, only once the new one is
     complete). Call the program once per shape binding it must serve, or
-    use ``compiled.specialization(entry, dims)``, before exporting. The
+    use ``compiled.specialisation(entry, dims)``, before exporting. The
     cells start from ``state`` (checked against the program's cells) or,
     without it, from their declared initial values. With a ``key``, the
     manifest is signed (HMAC-SHA256) so that ``load(path, key=...)``
@@ -55,11 +55,11 @@ def export(
     if key is not None:
         key_bytes(key)  # refused before anything is written
     exported_state = _exported_state(compiled, state)  # likewise
-    built = [(key, spec) for key, spec in compiled.specializations.items()]
+    built = [(key, spec) for key, spec in compiled.specialisations.items()]
     if not built:
         raise ArtifactError(
             "nothing to export: the program has not been built for any shape yet; call it "
-            "once (or compiled.specialization('main', dims)) for each shape it must serve"
+            "once (or compiled.specialisation('main', dims)) for each shape it must serve"
         )
     staging = staging_directory(target, MANIFEST)  # io_safety.py: what may be replaced
     try:

@@ -10,7 +10,7 @@ such argument ``%f`` of type ``fn(A, B) -> C`` becomes the literal
 ``fn (%a: A, %b: B) { %f(%a, %b) }``, which the lowering compiles like any
 other body (a call of a global is a direct call; of a closure value, an
 ``invoke_closure``). The types are those inference gave the argument at
-this use, so the program is checked again afterwards (``specialize``).
+this use, so the program is checked again afterwards (``specialise``).
 """
 
 from __future__ import annotations

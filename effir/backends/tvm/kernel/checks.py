@@ -1,5 +1,5 @@
 """Run-time checks of a kernel: where the interpreter fails on a value, the
-compiled kernel fails too, on every target (runtime/errors.py [RULE CHECK]).
+compiled kernel fails too, on every target (runtime/errors.py [RULE RUNTIME-CHECK]).
 
 A ``te`` rule states what it checks with ``require(shape, bad, message,
 shown)``: the call fails when ``bad(*i)`` holds at some index ``i`` of

@@ -273,7 +273,7 @@ class Kernel:
             self._function(
                 *handles[: len(inputs)], *self._constant_handles, *handles[len(inputs) :]
             )
-        except Exception as err:  # a failed check [RULE CHECK], or TVM's own
+        except Exception as err:  # a failed check [RULE RUNTIME-CHECK], or TVM's own
             raise run_time_error(err, self.name) from None
         for out, scratch in copies:
             out[...] = scratch
@@ -360,7 +360,7 @@ def build_kernel(
         tuple(sorted(dims.items())),
         str(tvm_target),
         schedule,
-        precision.current(),  # [RULE PRECISION]: the products' rounding is in the kernel
+        precision.current(),  # [RULE COMPILE-PRECISION]: the products' rounding is in the kernel
     )
     with _CACHE_LOCK:
         cached = _CACHE.get(key)
@@ -385,11 +385,6 @@ def _prepared(
 
 _CACHE: dict[tuple[Any, ...], Kernel] = {}
 _CACHE_LOCK = threading.Lock()
-
-
-def clear_cache() -> None:
-    with _CACHE_LOCK:
-        _CACHE.clear()
 
 
 @dataclass(frozen=True)
@@ -541,7 +536,8 @@ class _Builder:
 
     def __init__(self, dims: Mapping[str, int], fence: bool = True) -> None:
         self.dims = dims
-        self.fence = fence  # [RULE ROUND] (kernel/rounding.py): gradient programs, LLVM targets
+        # [RULE KERNEL-ROUND] (kernel/rounding.py): gradient programs, LLVM targets
+        self.fence = fence
         self.env: dict[int, TEValue] = {}
         self.inputs: list[Any] = []  # the parameters' placeholders
         self.constant_inputs: list[Any] = []
@@ -698,7 +694,7 @@ def _same_dim(got: Any, want: int | str) -> bool:
 
 def _symbolic(size: Any) -> bool:
     """Whether a bound dimension is a size known at run time: a TIR
-    variable, or an expression of them ([RULE SHAPEPOLY])."""
+    variable, or an expression of them ([RULE LOWER-SHAPEPOLY])."""
     return isinstance(size, tvm.ir.expr.Expr) and not isinstance(size, tirx.IntImm)
 
 

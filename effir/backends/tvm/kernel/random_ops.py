@@ -2,7 +2,7 @@
 interpreter's numpy rules (``effir.runtime.prng``, and so JAX) compute.
 
 Threefry2x32 is integer arithmetic: 20 rounds of ``uint32`` add (wrapping
-modulo 2**32: ``wrap_add``, te_ops [RULE WRAP], since TVM marks LLVM's
+modulo 2**32: ``wrap_add``, te_ops [RULE TE-WRAP], since TVM marks LLVM's
 unsigned additions no-unsigned-wrap, and LLVM folded a ``fold_in`` of the
 constant -1 as if ``0xFFFFFFFF + k`` could not wrap), rotate (``(x << r) |
 (x >> (32 - r))``) and xor, the key injected every four rounds. The counters
@@ -210,8 +210,8 @@ def _stage(shape: Sequence[Dim], element: Callable[[Index], PrimExpr], name: str
 
 
 def _size(shape: Sequence[Dim]) -> Dim:
-    """The number of elements: an int, or (a symbolic shape, [RULE
-    SHAPEPOLY] in relax/symbolic.py) an ``int64`` expression of the sizes."""
+    """The number of elements: an int, or (a symbolic shape,
+    [RULE LOWER-SHAPEPOLY] in relax/symbolic.py) an ``int64`` expression of the sizes."""
     if all(isinstance(d, int) for d in shape):
         return int(np.prod(shape, dtype=np.int64))
     size: PrimExpr = tvm.tirx.const(1, "int64")

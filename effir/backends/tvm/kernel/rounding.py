@@ -1,4 +1,4 @@
-"""[RULE ROUND] An operator's float result is rounded where the operator
+"""[RULE KERNEL-ROUND] An operator's float result is rounded where the operator
 ends, whatever kernel it is inlined into.
 
 Why
@@ -16,8 +16,7 @@ merged by CSE has two uses). The value of ``multiply`` then depended on
 the fusion around it: compiled, the gradients of ``checkpoint="none"``
 (whose forward stores the step's residuals) and ``"loop"`` (whose
 backward recomputes them inside its reverse loop) differed in the last
-bits, though both compute the same operators on the same values
-(issue 17).
+bits, though both compute the same operators on the same values.
 
 The rule
 --------

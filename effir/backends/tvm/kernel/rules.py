@@ -52,10 +52,6 @@ def te_rule(*names: str) -> Callable[[TERule], TERule]:
     return register
 
 
-def has_te_rule(op_name: str) -> bool:
-    return "te" in op_def(op_name).rules
-
-
 _SYMBOLIC: ContextVar[Mapping[str, Any] | None] = ContextVar("effir_symbolic_dims", default=None)
 
 

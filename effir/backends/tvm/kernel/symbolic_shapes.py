@@ -1,21 +1,21 @@
 """The types of a kernel of symbolic sizes, and the run-time checks that
-make them hold [RULE SHAPEPOLY] (relax/symbolic.py, step 2).
+make them hold [RULE LOWER-SHAPEPOLY] (relax/symbolic.py, step 2).
 
 A kernel after a data-dependent shape has parameters whose sizes are
 named (``dyn0``, ``dyn1``, ...: the sizes the VM knows). Its body is typed
 here operator by operator, each size an ``int64`` expression of those
 names, so that every size in it is named too:
 
-1. [RULE NAMED] An operator whose type relation relates the names (``tanh``
+1. [RULE SHAPE-NAMED] An operator whose type relation relates the names (``tanh``
    of ``(dyn0, 3)`` is ``(dyn0, 3)``) keeps the relation's type.
-2. [RULE SIZEEXPR] An operator whose result size is arithmetic on the
+2. [RULE SHAPE-SIZEEXPR] An operator whose result size is arithmetic on the
    names (a concatenation, ``reshape(-1)``, a slice, ``split``) gets a new
    name for that expression (``dyn2 = dyn0 + dyn1``), or the name of an
    equal one, or an int where it simplifies to one. The kernel's ``te``
    rules see each name as its expression (kernel/rules.py ``symbolic_dims``), so
    the output shapes of the lowered TIR are these expressions, and the
    Relax call's output types are the same expressions of the VM's sizes.
-3. [RULE SIZECHECK] Sizes the types cannot relate but the interpreter
+3. [RULE SHAPE-SIZECHECK] Sizes the types cannot relate but the interpreter
    checks at run time (two different names that must agree, or broadcast
    as numpy does: equal or one of them 1) are checked where the kernel is
    called, before it runs: a failed check is the interpreter's
@@ -55,7 +55,7 @@ Dim = int | str
 
 @dataclass(frozen=True)
 class SizeCheck:
-    """[RULE SIZECHECK] ``ok`` must hold when ``call`` runs; otherwise the
+    """[RULE SHAPE-SIZECHECK] ``ok`` must hold when ``call`` runs; otherwise the
     interpreter's ``message``, each VALUE_MARK showing one of ``values``."""
 
     call: Call
@@ -83,7 +83,7 @@ class KernelSizes:
         return self.exprs[d]
 
     def dim(self, expr: PrimExpr) -> Dim:
-        """[RULE SIZEEXPR] The dimension of ``expr``: an int, the name of an
+        """[RULE SHAPE-SIZEEXPR] The dimension of ``expr``: an int, the name of an
         equal expression, or a new name."""
         expr = self._analyzer.simplify(expr)
         if isinstance(expr, tirx.IntImm):
@@ -96,7 +96,7 @@ class KernelSizes:
         return name
 
     def check(self, call: Call, ok: PrimExpr, message: str, values: Sequence[PrimExpr]) -> None:
-        """[RULE SIZECHECK] ``ok`` is checked when the kernel is called."""
+        """[RULE SHAPE-SIZECHECK] ``ok`` is checked when the kernel is called."""
         ok = self._analyzer.simplify(ok)
         if isinstance(ok, tirx.IntImm) and int(ok):
             return
@@ -165,7 +165,7 @@ def _call_type(call: Call, sizes: KernelSizes) -> Type:
 
 def _relation(call: Call, args: tuple[Type, ...], sizes: KernelSizes | None = None) -> Type:
     """The operator's type relation on ``args``; with ``sizes``, two sizes
-    it needs equal are checked equal at run time [RULE SIZECHECK]."""
+    it needs equal are checked equal at run time [RULE SHAPE-SIZECHECK]."""
     definition = op_def(call.callee)  # type: ignore[arg-type]
 
     def merge(a: Dim, b: Dim, what: str) -> Dim:
@@ -238,7 +238,7 @@ SizeRule = Callable[[Call, tuple[Type, ...], KernelSizes], Type]
 
 
 def _broadcast(call: Call, args: tuple[Type, ...], sizes: KernelSizes) -> Type:
-    """numpy's broadcasting on sizes known at run time [RULE SIZECHECK]:
+    """numpy's broadcasting on sizes known at run time [RULE SHAPE-SIZECHECK]:
     equal sizes, or 1, which stretches."""
     dtype = _relation(call, tuple(_stand_in(t) for t in args))
     assert isinstance(dtype, TensorType)
@@ -295,7 +295,7 @@ def _fields(call: Call, args: tuple[Type, ...]) -> tuple[list[TensorType], str]:
 def _equal_sizes(
     call: Call, fields: list[TensorType], axes: Sequence[int], sizes: KernelSizes, message: str
 ) -> None:
-    """[RULE SIZECHECK] The fields' sizes along ``axes`` agree."""
+    """[RULE SHAPE-SIZECHECK] The fields' sizes along ``axes`` agree."""
     first = _exprs(fields[0], sizes)
     conditions = [
         shape[a] == first[a]
@@ -455,6 +455,6 @@ SIZE_RULES: dict[str, SizeRule] = {
     "split": _split,
     "squeeze": _squeeze,
 }
-"""[RULE SIZEEXPR] [RULE SIZECHECK] The operators whose sizes need more
+"""[RULE SHAPE-SIZEEXPR] [RULE SHAPE-SIZECHECK] The operators whose sizes need more
 than their type relation when an argument's size is named; the
 ``broadcast`` operators use ``_broadcast``."""

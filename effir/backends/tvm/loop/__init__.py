@@ -46,7 +46,7 @@ The algorithm
    consumers. When a step has too few rows for a register tile (batch 1),
    the ``T`` axis is padded to a multiple of the tile (``padded_length``);
    a reduction of step data alone whose rows do not tile (a sum to one
-   row a step) stays in the step rather than pad them all [RULE NO PAD].
+   row a step) stays in the step rather than pad them all [RULE LOOPFN-NOPAD].
 5. [SCHED] The prologue and the step are each a PrimFunc
    (``te.create_prim_func``) scheduled by ``cpu.schedule``: spatial blocks are
    inlined into their consumers (within schedule/inline.py's budget on the
@@ -86,7 +86,7 @@ The algorithm
    the kernel keeps between calls (one set per thread: fresh pages cost a
    page fault per 4 KiB, more than filling them).
 
-[RULE ALIGN] Buffers of the loop function are declared aligned to their
+[RULE LOOPFN-ALIGN] Buffers of the loop function are declared aligned to their
 element size only: numpy arrays, passed zero-copy through DLPack, are
 16-byte aligned at best (a slice, less), and a buffer declared 64-byte
 aligned makes LLVM emit aligned vector moves that fault on them.
@@ -109,7 +109,7 @@ schedule/common.py. ``packed`` builds the same loop over a packed batch of
 sequences of different lengths, whose step runs only the rows still
 active (``effir.compile_packed``). ``cuda`` builds the same loop for a
 GPU: a prologue and one persistent kernel running every step (its essay,
-[RULE PERSISTENT]); ``build_loop`` itself builds for the CPU only.
+[RULE CUDA-PERSISTENT]); ``build_loop`` itself builds for the CPU only.
 """
 
 from __future__ import annotations

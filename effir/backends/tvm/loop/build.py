@@ -133,7 +133,7 @@ class LoopKernel:
         """How many builds (bindings of the symbolic dimensions) were made."""
         return len(self._builds)
 
-    def specialize(self, dims: Mapping[str, int] | None = None) -> _Compiled:
+    def specialise(self, dims: Mapping[str, int] | None = None) -> _Compiled:
         """The build for ``dims`` (the values of the symbolic dimensions)."""
         key = tuple(sorted((dims or {}).items()))
         if key not in self._builds:
@@ -208,7 +208,7 @@ class LoopKernel:
         leaves = [(t, arg.what) for arg in self._captured for t, _ in arg.leaves]
         for (t, what), a in zip(leaves, captured, strict=True):
             bind_dims(t, a.shape, dims, what)
-        return self.specialize(dims)
+        return self.specialise(dims)
 
     def _scratch(self, build: _Compiled, rows: int) -> list[np.ndarray]:
         """The prologue's buffers for ``rows`` (padded) steps, kept between
@@ -259,7 +259,7 @@ def build_loop(
     ``parallel``: large contractions use TVM's thread pool (all cores)."""
     kernel = LoopKernel(body, target, functions or {}, module, parallel)
     if dims is not None or _is_static(kernel):
-        kernel.specialize(dims)
+        kernel.specialise(dims)
     return kernel
 
 

@@ -202,5 +202,5 @@ class StepTE(ExprFunctor):
         if not call.has_type:
             raise BackendError("the loop body has no types: run effir.check first", call.span)
         value = rule(tuple(args), call.attrs, concrete(call.checked_type, self.dims))
-        # [RULE ROUND] (kernel/rounding.py) in gradient programs; a whole loop is built for LLVM only
+        # [RULE KERNEL-ROUND] (kernel/rounding.py) in gradient programs; a whole loop is built for LLVM only
         return rounding.rounded(value) if rounding.active() else value

@@ -2,7 +2,7 @@
 buffer, a serial loop over the steps whose one block binds the scheduled
 step's buffers (``match_buffer``) to where their data lives at step ``t``,
 the final state copied out; and ``lower_loop``, every step from the body
-to that function. [RULE ALIGN] (the package's docstring) for the buffers'
+to that function. [RULE LOOPFN-ALIGN] (the package's docstring) for the buffers'
 declared alignment."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from .values import Leaf
 
 
 def _param(name: str, shape: Sequence[Any], dtype: str) -> Any:
-    """A loop-function parameter [RULE ALIGN]."""
+    """A loop-function parameter [RULE LOOPFN-ALIGN]."""
     return tirx.decl_buffer(
         list(shape),
         dtype,
@@ -132,7 +132,7 @@ def _loop_function(
     hoisted = [
         _param(f"hoisted{i}", t.shape, t.dtype) for i, t in enumerate(stages.prologue_outputs)
     ]
-    # [RULE INVARIANT] a state leaf the step returns unchanged (an
+    # [RULE LOOPFN-INVARIANT] a state leaf the step returns unchanged (an
     # accumulator of a reverse loop whose terms are summed after it) is read
     # from ``init`` and copied to ``final`` once, never double-buffered.
     varying = [(i, t) for i, t in enumerate(io.state) if i not in io.invariant]

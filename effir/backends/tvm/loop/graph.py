@@ -309,7 +309,7 @@ def hoist(graph: Graph, xs: list[te.Tensor], length: Any, pad: bool = True) -> S
         rows = math.prod(int(d) for d in op.output(0).shape[:-1])
         return cls[op] == SEQ and bool(op.reduce_axis) and not tiles_within_step(rows)
 
-    # [RULE NO PAD] A reduction of step data alone (no weight) whose rows do
+    # [RULE LOOPFN-NOPAD] A reduction of step data alone (no weight) whose rows do
     # not tile (a bias gradient's sum over a chunk's rows: one row a step)
     # gains nothing from the prologue, and there it would pad every
     # batched tensor to whole tiles of steps: the GRU language model's

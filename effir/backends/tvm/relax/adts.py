@@ -1,4 +1,4 @@
-"""ADT values and ``match`` in the Relax lowering [RULE ADT].
+"""ADT values and ``match`` in the Relax lowering [RULE LOWER-ADT].
 
 A value of an algebraic data type is a VM tuple: its constructor's tag (an
 ``int64`` scalar tensor, the constructor's position in its type's
@@ -12,10 +12,10 @@ A ``match`` is a chain of tests, the first clause first: each clause's
 pattern is tested as one boolean (nested ``If``s: a field is cast and
 tested only once the tags above it matched), then an ``If`` runs the
 clause's body with its variables bound, or the rest of the chain. The last
-clause of a complete ``match`` is not tested. [RULE MATCHFAIL] A
+clause of a complete ``match`` is not tested. [RULE LOWER-MATCHFAIL] A
 ``match?`` whose clauses may all fail tests its last clause too, and the
 chain ends in the interpreter's failure: a check that fails (runtime/errors.py
-[RULE CHECK], ``effir.check`` on the host, on every target), an
+[RULE RUNTIME-CHECK], ``effir.check`` on the host, on every target), an
 ``EvalError`` at the ``match?``; the value after it, never reached, is a
 null ``Object`` (the ``match``'s value is cast back to its type where it is
 bound).
@@ -77,7 +77,7 @@ class AdtRules:
         if not args and ctor.inputs:  # a function value (relax/closures.py)
             return self._constructor_value(ctor)
         if links_values(ctor):
-            # [RULE STACK] a value linking to another ADT value may become a
+            # [RULE RUNTIME-STACK] a value linking to another ADT value may become a
             # chain as long as a loop runs (a list grown per step, the key
             # tape of a gradient): TVM's runtime frees a chain by a native
             # recursion per link, which overflowed 8 MB past ~130,000 links
@@ -132,14 +132,14 @@ class AdtRules:
         # test and an If of its body and the blocks after it.
         data_type = expr.data.checked_type
         rest: Any = None  # after the last clause: none, it matches
-        if not expr.complete and refutable(clauses[-1].pattern):  # [RULE MATCHFAIL]
+        if not expr.complete and refutable(clauses[-1].pattern):  # [RULE LOWER-MATCHFAIL]
             rest = self.bb.block(lambda: self._no_clause_matches(expr))
         for k in range(len(clauses) - 1, 0, -1):
             rest = yield self.bb.nested(self._clause(clauses[k], data, data_type, env, rest, name))
         return (yield self._clause(clauses[0], data, data_type, env, rest, name))
 
     def _no_clause_matches(self, expr: Match) -> Any:
-        """[RULE MATCHFAIL] The interpreter's failure of a ``match?`` no
+        """[RULE LOWER-MATCHFAIL] The interpreter's failure of a ``match?`` no
         clause of which matched, at run time; then a value never reached."""
         message = "no clause matches the value"
         self.dynamic.emit_check(

@@ -1,4 +1,4 @@
-"""The kernels compiled apart ([RULE APART], relax/kernel_calls.py): built in
+"""The kernels compiled apart ([RULE LOWER-APART], relax/kernel_calls.py): built in
 groups, in parallel, and shared by every build of the process.
 
 Why: a gradient program is many small kernels (46 and 5 whole loops for a
@@ -12,13 +12,13 @@ were built already.
 
 Algorithm:
 
-1. [RULE SHARE] A kernel is known by its content: the structural hash of
+1. [RULE APART-SHARE] A kernel is known by its content: the structural hash of
    its scheduled PrimFunc (TVM's ``structural_hash``, which names do not
    change), and the target. ``symbol`` returns the symbol of a kernel
    already known to the process when one is structurally equal (checked,
    not only hashed), else a new symbol ``effir_<hash>_<name>``: the same
    kernel is the same code wherever it is called from.
-2. [RULE GROUPS] ``modules`` builds the kernels not built yet: they are
+2. [RULE APART-GROUPS] ``modules`` builds the kernels not built yet: they are
    dealt into groups of about equal work (a whole loop counts as
    ``LOOP_WEIGHT`` kernels), one group per worker thread, as TVM's
    per-module cost (about 18 ms of LLVM set-up) forbids one module per
@@ -27,15 +27,15 @@ Algorithm:
    makes LLVM generate the group's machine code (the first look-up of a
    function of an LLVM module does all of it), which the first call would
    otherwise do on one thread.
-3. [RULE ONCE] A kernel is built by one build only: a build claims the
+3. [RULE APART-ONCE] A kernel is built by one build only: a build claims the
    kernels it builds (a future each) under the lock, and a build that
    needs a kernel another one is building waits for it. A build that
    fails gives its claims back, so that a later build tries again.
 
-4. [RULE OVERLAP] A lowering starts its kernels' builds (``start``) and
+4. [RULE APART-OVERLAP] A lowering starts its kernels' builds (``start``) and
    returns; its Relax program builds meanwhile (``relax.build``), and
    imports the kernels' modules once both are done
-   (driver/compile.py, ``Specialization``).
+   (driver/compile.py, ``Specialisation``).
 
 The executable of a program imports the modules holding its kernels; an
 export or the build cache writes them with it.
@@ -100,7 +100,7 @@ class KernelLibrary:
         self._by_symbol: dict[str, _Kernel] = {}
 
     def symbol(self, func: Any, name: str, target: Any, weight: int = 1) -> str:
-        """[RULE SHARE] The symbol ``func`` (a scheduled PrimFunc) is called
+        """[RULE APART-SHARE] The symbol ``func`` (a scheduled PrimFunc) is called
         by: a structurally equal kernel's, or a new one."""
         digest = int(tvm_ffi.structural_hash(func)) & (1 << 64) - 1
         key = (str(target), digest)
@@ -119,12 +119,12 @@ class KernelLibrary:
 
     def modules(self, symbols: Iterable[str]) -> list[Any]:
         """The runtime modules holding the kernels ``symbols`` (each once),
-        the kernels not built yet built now [RULE GROUPS] [RULE ONCE]."""
+        the kernels not built yet built now [RULE APART-GROUPS] [RULE APART-ONCE]."""
         return self.start(symbols, wait=True).modules.result()
 
     def start(self, symbols: Iterable[str], wait: bool = False) -> Pending:
         """``modules(symbols)``, the builds on a thread of their own
-        [RULE OVERLAP] (this one when ``wait``): the kernels this call
+        [RULE APART-OVERLAP] (this one when ``wait``): the kernels this call
         builds are claimed now, so ``Pending.built`` says how many."""
         wanted = [self._by_symbol[s] for s in dict.fromkeys(symbols)]
         with self._lock:

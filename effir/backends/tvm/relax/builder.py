@@ -18,7 +18,7 @@ them); ``match_cast`` binds a ``MatchCast`` the same way. The module, its
 globals and everything else stay TVM's (``add_func``, ``update_func``,
 ``finalize`` ... are the wrapped builder's).
 
-[RULE FLAT] Every binding is emitted in a block of ``block``; TVM's
+[RULE LOWER-FLAT] Every binding is emitted in a block of ``block``; TVM's
 builder never has a block open. An expression whose arguments are not
 atoms would make TVM's normaliser emit them into the builder's open block:
 with none open it refuses ("Cannot normalize non-leaf without a scope"),
@@ -61,7 +61,7 @@ class Builder:
     def __getattr__(self, name: str) -> Any:
         """The module's methods are TVM's builder's; the others of TVM's
         (``emit_te``, ``emit_output``, ...) would bind into a block of
-        TVM's, which is never open [RULE FLAT], so they are refused here."""
+        TVM's, which is never open [RULE LOWER-FLAT], so they are refused here."""
         if name in _MODULE_METHODS:
             return getattr(self._bb, name)
         raise AttributeError(
@@ -123,7 +123,7 @@ class Builder:
         return var
 
     def constant(self, data: np.ndarray) -> Any:
-        """``data`` as a Relax value. [RULE EMPTY] A constant of no elements
+        """``data`` as a Relax value. [RULE LOWER-EMPTY] A constant of no elements
         (and rank 2 or more) cannot be read back from a built module: TVM
         writes it, then fails to load it ("Invalid DLTensor file format")
         when the program first runs. It has no data to keep: its shape and

@@ -1,7 +1,7 @@
-"""Functions as values in the Relax lowering [RULE VMCLOSURE].
+"""Functions as values in the Relax lowering [RULE LOWER-VMCLOSURE].
 
 A function literal called where it is bound is lifted and called directly
-(relax/lower.py [RULE CLOSURE]). One used as a value (passed to a global
+(relax/lower.py [RULE LOWER-CLOSURE]). One used as a value (passed to a global
 such as a ``foldl``, stored in an ADT, returned) becomes a VM closure:
 ``make_closure`` of its lifted function with the captured variables, which
 the VM binds as the *last* arguments (``VMClosure::BindLastArgs``), so the
@@ -55,7 +55,7 @@ class ClosureRules:
     def global_value(self, gv: GlobalVar) -> Any:
         """A global function as a value: a closure of no captured variable
         (of a function calling it at depth 1 when the global counts its
-        depth of recursion, relax/lower.py [RULE DEPTH]). A program with
+        depth of recursion, relax/lower.py [RULE LOWER-DEPTH]). A program with
         function values runs on the large stack (runtime/stack.py)."""
         self.state.recursion = True
         target = self.state.globals[gv.name]

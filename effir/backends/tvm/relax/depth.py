@@ -1,5 +1,5 @@
 """The kernel that counts the depth of compiled recursion and stops it past
-``MAX_DEPTH`` calls (runtime/stack.py [RULE STACK], relax/lower.py [RULE DEPTH])."""
+``MAX_DEPTH`` calls (runtime/stack.py [RULE RUNTIME-STACK], relax/lower.py [RULE LOWER-DEPTH])."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from ..kernel.checks import check_site, collecting_checks, error_output, raising
 def deeper_kernel(limit: int, callee: str, span: Span | None, on_host: bool) -> Any:
     """``out = depth + 1``, failing past ``limit`` as a call of ``callee`` at
     ``span``: the depth of recursion a call runs at, and its check, in one
-    VM instruction (relax/lower.py [RULE DEPTH]). A checked kernel
+    VM instruction (relax/lower.py [RULE LOWER-DEPTH]). A checked kernel
     (kernel/checks.py): on a GPU with an error output; on the host, where
     every recursive call runs it, the check's call folds into ``out``
     (no output more to allocate at every call). Returns the PrimFunc

@@ -1,4 +1,4 @@
-"""Data-dependent shapes in the Relax lowering [RULE DYN].
+"""Data-dependent shapes in the Relax lowering [RULE LOWER-DYN].
 
 An operator whose result shape depends on data (``boolean_mask``,
 ``argwhere``, ``unique``, the ``dyn.*`` operators, ``shape_of``) runs as
@@ -106,13 +106,13 @@ class DynamicRules:
     def check_shape(self, call: Call, ok: Any, message: str, values: list[Any]) -> None:
         """Fail as the interpreter does unless ``ok`` (a condition on shape
         variables) holds: ``message``'s ``{}`` show ``values`` (runtime/errors.py
-        [RULE CHECK]; here once per operator call, on shapes, never per
+        [RULE RUNTIME-CHECK]; here once per operator call, on shapes, never per
         element)."""
         op = op_def(call.callee).name  # type: ignore[arg-type]
         self.emit_check(ok, site_message(op, message.replace("{}", VALUE_MARK), call.span), values)
 
     def emit_check(self, ok: Any, text: str, values: list[Any]) -> None:
-        """[RULE CHECK] (runtime/errors.py) ``effir.check(ok, text, *values)`` on the
+        """[RULE RUNTIME-CHECK] (runtime/errors.py) ``effir.check(ok, text, *values)`` on the
         host, where ``ok`` and ``values`` are expressions of shape
         variables and ``text`` is a ``site_message``."""
         text = text.encode("utf-8", "backslashreplace").decode()
@@ -135,7 +135,7 @@ class DynamicRules:
 
     # --------------------------------------------------- dynamic shapes
     def _boolean_mask(self, call: Call, env: dict[Var, Any], name: str) -> Any:
-        """``x[mask]``: count, allocate, fill [RULE DYN]."""
+        """``x[mask]``: count, allocate, fill [RULE LOWER-DYN]."""
         x_arg, mask_arg = call.args
         x_type, mask_type = x_arg.checked_type, mask_arg.checked_type
         x = self.walk.atom(x_arg, env)
@@ -287,13 +287,13 @@ class DynamicRules:
         """``unique``: the tensor as rows (its elements, or its slices along
         ``axis``, moved first), the distinct ones counted (and each row's
         first occurrence flagged), then gathered, ordered, indexed and
-        counted by a second kernel (dynamic_kernels.py) [RULE DYN]."""
+        counted by a second kernel (dynamic_kernels.py) [RULE LOWER-DYN]."""
         (x_arg,) = call.args
         t = x_arg.checked_type
         x = self.walk.atom(x_arg, env)
         dims = self.dims(x, t)
         emit = self.bb.emit
-        dtype = "int8" if t.dtype == "bool" else t.dtype  # [RULE BOOL]
+        dtype = "int8" if t.dtype == "bool" else t.dtype  # [RULE TE-BOOL]
         if t.dtype == "bool":
             x = emit(relax.op.astype(x, "int8"))
         axis = call.attrs["axis"]

@@ -130,7 +130,7 @@ def grow(dtype: str) -> Any:
     def kernel(var_buf: T.handle, var_out: T.handle):
         cap = T.int64()
         c = T.int64()
-        buf = T.match_buffer(var_buf, (cap, c), dtype)  # noqa: F841  (binds cap)
+        buf = T.match_buffer(var_buf, (cap, c), dtype)  # binds cap
         out = T.match_buffer(var_out, (cap * T.int64(2), c), dtype)
         for i, k in T.grid(cap * T.int64(2), c):
             out[i, k] = T.if_then_else(
@@ -172,7 +172,7 @@ def write_row(dtype: str) -> Any:
     def kernel(var_buf: T.handle, var_row: T.handle, at: T.Buffer((), "int64")):
         cap = T.int64()
         c = T.int64()
-        buf = T.match_buffer(var_buf, (cap, c), dtype)  # noqa: F841  (binds cap)
+        buf = T.match_buffer(var_buf, (cap, c), dtype)  # binds cap
         row = T.match_buffer(var_row, (c,), dtype)
         for k in range(c):
             buf[at[()], k] = row[k]
@@ -189,7 +189,7 @@ def prefix(dtype: str) -> Any:
         cap = T.int64()
         c = T.int64()
         n = T.int64()
-        buf = T.match_buffer(var_buf, (cap, c), dtype)  # noqa: F841  (binds cap)
+        buf = T.match_buffer(var_buf, (cap, c), dtype)  # binds cap
         out = T.match_buffer(var_out, (n, c), dtype)
         for i, k in T.grid(n, c):
             out[i, k] = buf[i, k]
@@ -205,7 +205,7 @@ def take_row(dtype: str) -> Any:
     def kernel(var_xs: T.handle, at: T.Buffer((), "int64"), var_out: T.handle):
         t = T.int64()
         c = T.int64()
-        xs = T.match_buffer(var_xs, (t, c), dtype)  # noqa: F841  (binds t)
+        xs = T.match_buffer(var_xs, (t, c), dtype)  # binds t
         out = T.match_buffer(var_out, (c,), dtype)
         for k in range(c):
             out[k] = xs[at[()], k]
@@ -383,7 +383,7 @@ def _row_tests(dtype: str) -> tuple[Any, Any]:
     ``unique`` reads them: NaNs are one value, greater than every number.
     Written without negating a comparison: TVM's simplifier turns
     ``!(a == b)`` into ``a != b``, an ordered compare that is false for NaN
-    (te_ops [RULE NAN])."""
+    (te_ops [RULE TE-NAN])."""
     if dtype.startswith("float"):
 
         def differ(a: Any, b: Any) -> Any:

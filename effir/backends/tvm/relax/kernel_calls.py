@@ -1,13 +1,13 @@
 """Kernel calls in the Relax lowering: a primitive function's call as the
 call of its scheduled TIR, compiled apart from the Relax module.
 
-- [RULE FLAT] Its tuple and key arguments are flattened into tensors, its
+- [RULE LOWER-FLAT] Its tuple and key arguments are flattened into tensors, its
   tuple results rebuilt.
-- [RULE APART] Its TIR is compiled apart from the Relax module
+- [RULE LOWER-APART] Its TIR is compiled apart from the Relax module
   (relax/apart.py), once per distinct text and types.
-- [RULE VIEW] A kernel that only reshapes is a view of its argument.
+- [RULE LOWER-VIEW] A kernel that only reshapes is a view of its argument.
 - A kernel whose types keep a ``?`` dimension goes to relax/symbolic.py
-  [RULE SHAPEPOLY].
+  [RULE LOWER-SHAPEPOLY].
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class KernelRules:
     def kernel_call(
         self, fn: Function, arguments: tuple[Expr, ...], env: dict[Var, Any], name: str
     ) -> Any:
-        """[RULE FLAT] A primitive function's call: its arguments' tensors
+        """[RULE LOWER-FLAT] A primitive function's call: its arguments' tensors
         in, its result's tensors out."""
         types = [p.checked_type for p in fn.params]
         result_type = fn.body.checked_type
@@ -54,7 +54,7 @@ class KernelRules:
         if not leaves(result_type):  # nothing to compute (random.split(k, num=0))
             return self.rebuild(result_type, iter(()))
         view = _view_shape(fn)
-        if view is not None:  # [RULE VIEW]
+        if view is not None:  # [RULE LOWER-VIEW]
             return self.bb.emit(self.dynamic.reshape(args[0], view), name)
         gv, lowered = self.kernel(fn)
         inputs = [leaf for arg, t in zip(args, types, strict=True) for leaf in self.leaves(arg, t)]
@@ -92,7 +92,7 @@ class KernelRules:
         return self.rebuild(result_type, iter(parts))
 
     def needs_static(self, types: list[Type]) -> None:
-        """[RULE SYMBOLIC] Code whose types name the entry's symbolic
+        """[RULE LOWER-SYMBOLIC] Code whose types name the entry's symbolic
         dimensions, where they must be static."""
         needed = {d for t in types for d in named_dims(t)} & self.state.symbols.keys()
         if needed:
@@ -101,7 +101,7 @@ class KernelRules:
     def kernel(
         self, fn: Function, sizes: dict[str, Any] | None = None, inputs: list[str] | None = None
     ) -> tuple[str, KernelIR]:
-        """``fn``'s kernel (``sizes``: its symbolic ones, [RULE SHAPEPOLY];
+        """``fn``'s kernel (``sizes``: its symbolic ones, [RULE LOWER-SHAPEPOLY];
         ``inputs``: what its arguments are, for messages)."""
         key = astext(fn) + "|" + ",".join(astext(p.checked_type) for p in fn.params)
         known = self.state.kernels.get(key)
@@ -112,7 +112,7 @@ class KernelRules:
         return known
 
     def compiled_apart(self, func: Any, name: str, weight: int = 1) -> str:
-        """[RULE APART] ``func`` (effir's own kernel or loop) is compiled
+        """[RULE LOWER-APART] ``func`` (effir's own kernel or loop) is compiled
         apart from the Relax module, in modules of effir's kernels alone
         (relax/apart.py: in parallel, and once per process for a kernel
         every build shares), linked into the VM's executable; its call is
@@ -139,7 +139,7 @@ VIEW_OPERATORS = frozenset({"reshape", "squeeze", "expand_dims"})
 
 
 def _view_shape(fn: Function) -> list[int] | None:
-    """[RULE VIEW] The result's shape when the primitive function ``fn`` only
+    """[RULE LOWER-VIEW] The result's shape when the primitive function ``fn`` only
     reshapes its one tensor parameter (``reshape``, ``squeeze``,
     ``expand_dims``, static shapes, same dtype): it is then called as a
     view of the argument's memory (the VM's ``reshape`` builtin), not as a

@@ -1,17 +1,17 @@
 """Loops in the Relax lowering: whole TIR loops, chunks, and VM loops.
 
-- [RULE LOOP] ``cf.foreach`` whose body is static and pure is one call of
+- [RULE LOOP-TIR] ``cf.foreach`` whose body is static and pure is one call of
   the loop kernel (loop.lower_loop; on CUDA a prologue and one persistent
-  kernel, loop/cuda/, relax/whole_loops.py [RULE WHOLE]): no VM
+  kernel, loop/cuda/, relax/whole_loops.py [RULE LOOP-WHOLE]): no VM
   instruction runs per step.
-- [RULE CHUNK] A sequence longer than ``LOOP_CHUNK`` steps runs in chunks,
+- [RULE LOOP-CHUNK] A sequence longer than ``LOOP_CHUNK`` steps runs in chunks,
   one call each, the state passed on: the kernel's prologue holds the
   hoisted input projections of its steps, so memory stays bounded whatever
   the length. With a static length the chunks are unrolled; with a
   symbolic or data-dependent (``?``) one the VM chooses at run time between
   one call in a function whose length is declared bounded (its scratch
-  then planned once) and a VM loop over chunks [RULE LEVELS].
-- [RULE BOUNDS] Relax plans a bounded function's scratch for its bound,
+  then planned once) and a VM loop over chunks [RULE LOOP-LEVELS].
+- [RULE LOOP-BOUNDS] Relax plans a bounded function's scratch for its bound,
   whatever the length it is called with; so a loop of symbolic length has
   one bounded function per size class (``LOOP_CHUNK``, a quarter of it,
   ... down to ``MIN_BOUND`` steps: ``scratch_bounds``) and the VM calls
@@ -20,14 +20,14 @@
   ``LOOP_CHUNK`` (the k-step loops of ``checkpoint="sqrt"``'s segments),
   and each class's storage is still one size, which the pooled allocator
   reuses from call to call.
-- [RULE VMLOOP] A loop that cannot be one TIR function (``cf.while_loop``,
+- [RULE LOOP-VM] A loop that cannot be one TIR function (``cf.while_loop``,
   a ``cf.foreach`` with control flow or effects in its body) is a VM loop
-  the VM runs step by step [RULE LEVELS]; its per-step outputs go to
+  the VM runs step by step [RULE LOOP-LEVELS]; its per-step outputs go to
   buffers written in place (of the sequence's length for ``foreach``;
   doubled when full for ``while_loop``), cut to the steps run at the end.
   Each step releases its result tuple before going on, so memory does not
   grow with the steps.
-- [RULE VMSIZED] A VM loop's per-step output (``cf.foreach``'s or an
+- [RULE LOOP-VMSIZED] A VM loop's per-step output (``cf.foreach``'s or an
   unpadded ``cf.while_loop``'s) may have one ``?`` dimension: its buffer
   starts with no rows, the first step's row size widens it
   (``grow_rows``), it grows as a ``while_loop``'s, and it is cut to the
@@ -35,7 +35,7 @@
   dimensions (sqrt checkpointing's segments, of a size known at run time;
   ONNX Loop's scan outputs). A padded ``while_loop``'s rows exist before
   any step has told their size: type inference requires them static.
-- [RULE LEVELS] The VM has no loop instruction a Relax program can reach:
+- [RULE LOOP-LEVELS] The VM has no loop instruction a Relax program can reach:
   a loop is a recursive function, and the VM runs each call of a VM
   function as a native C++ recursion (vm.cc: InvokeBytecode -> RunLoop),
   about 3.5 KB of native stack per call. A loop of N steps as one
@@ -87,21 +87,21 @@ from .types import declare, is_const, relax_type, static, unknown_shape
 from .whole_loops import WholeLoop, WholeLoopRules, whole_outputs
 
 LOOP_CHUNK = 1024
-"""Steps per call of a whole-loop kernel [RULE CHUNK]."""
+"""Steps per call of a whole-loop kernel [RULE LOOP-CHUNK]."""
 
 BOUND_FACTOR = 4
 """Ratio of one size class of a symbolic loop's bounded calls to the next
-[RULE BOUNDS]."""
+[RULE LOOP-BOUNDS]."""
 
 MIN_BOUND = 16
 """Steps of the smallest size class of a symbolic loop's bounded calls
-[RULE BOUNDS]."""
+[RULE LOOP-BOUNDS]."""
 
 LEVEL_STEPS = 32
-"""Calls one level of a VM loop makes before it returns [RULE LEVELS]."""
+"""Calls one level of a VM loop makes before it returns [RULE LOOP-LEVELS]."""
 
 LEVELS = 5
-"""Levels below the top one of a VM loop [RULE LEVELS]."""
+"""Levels below the top one of a VM loop [RULE LOOP-LEVELS]."""
 
 NO_LIMIT = np.int64(2**62)
 """The count limit of a loop that has none (a ``while_loop`` without
@@ -126,7 +126,7 @@ class _Steps:
     guard: Callable[[list[Any], list[Any]], Any] | None
     advance: Callable[[Any, list[Any], list[Any]], tuple[Any, list[Any]]]
     stride: int = 1
-    depth: int | None = None  # which fixed value is the depth of recursion [RULE DEPTH]
+    depth: int | None = None  # which fixed value is the depth of recursion [RULE LOWER-DEPTH]
 
 
 class LoopRules:
@@ -149,7 +149,7 @@ class LoopRules:
 
     # ------------------------------------------------------------ foreach
     def foreach(self, call: Call, env: dict[Var, Any], name: str) -> Any:
-        """[RULE LOOP] ``cf.foreach(body, xs, init)`` as one TIR loop when
+        """[RULE LOOP-TIR] ``cf.foreach(body, xs, init)`` as one TIR loop when
         its body allows, else a VM loop."""
         body_arg, xs_arg, init_arg = call.args
         body = self._literal(body_arg, env, call)
@@ -166,7 +166,7 @@ class LoopRules:
             # cannot schedule a function without a buffer); the VM runs the
             # body's steps as the interpreter does (a step may still fail).
             return self._foreach_in_vm(call, env, name)
-        try:  # [RULE WHOLE] (relax/whole_loops.py): one TIR function, or two GPU kernels
+        try:  # [RULE LOOP-WHOLE] (relax/whole_loops.py): one TIR function, or two GPU kernels
             gv = self.whole.whole_loop(body, captured, functions)
         except BackendError:  # control flow, effects or checks in the body: a VM loop
             return self._foreach_in_vm(call, env, name)
@@ -181,7 +181,7 @@ class LoopRules:
         if isinstance(length, int):
             return self._in_chunks(call, gv, lowered, length, sequences, state, rest, name)
         # A symbolic or ``?`` length: up to LOOP_CHUNK steps, one call on
-        # the sequences as they are [RULE BOUNDS]; more, the chunked loop
+        # the sequences as they are [RULE LOOP-BOUNDS]; more, the chunked loop
         # (its copies of the chunks' rows cost less than a prologue of the
         # whole length would hold).
         xs_leaves = leaves(xs_type)
@@ -189,7 +189,7 @@ class LoopRules:
         steps = self._length(call, rows, xs_leaves)
         emit = self.bb.emit
         # which call runs is decided in the VM's shape arithmetic, on the
-        # host: a tensor condition would wait for the GPU [RULE HOSTCOUNT]
+        # host: a tensor condition would wait for the GPU [RULE LOOP-HOSTCOUNT]
         long = relax.prim_value(tirx.GT(steps, tirx.const(LOOP_CHUNK, "int64")))
         chunked = self.bb.block(
             lambda: self._chunked(call, gv, lowered, steps, rows, state, rest, xs_leaves)
@@ -244,8 +244,8 @@ class LoopRules:
         """One call of the loop kernel on at most ``bound`` steps, in a
         function of its own whose length is declared bounded
         (``tir_var_upper_bound``): Relax then plans the kernel's scratch
-        (the hoisted projections) statically, for ``bound`` steps [RULE
-        BOUNDS], and reuses it from call to call, where a symbolic size
+        (the hoisted projections) statically, for ``bound`` steps
+        [RULE LOOP-BOUNDS], and reuses it from call to call, where a symbolic size
         would make the VM allocate fresh pages at every call (a page fault
         per 4 KiB, slower than the loop)."""
         steps = tirx.Var("steps", "int64")
@@ -287,7 +287,7 @@ class LoopRules:
         rest: list[Any],
         name: str,
     ) -> Any:
-        """[RULE CHUNK] The loop kernel called on ``LOOP_CHUNK`` steps at a
+        """[RULE LOOP-CHUNK] The loop kernel called on ``LOOP_CHUNK`` steps at a
         time (a static length: the chunks unrolled), the state passed on."""
         emit = self.bb.emit
         n_out, n_state = len(lowered.outputs), len(lowered.state)
@@ -319,8 +319,8 @@ class LoopRules:
         rest: list[Any],
         xs_types: list[TensorType],
     ) -> Any:
-        """[RULE CHUNK] A whole loop of symbolic length as a VM loop over
-        chunks [RULE LEVELS]: each step calls the loop kernel on the next
+        """[RULE LOOP-CHUNK] A whole loop of symbolic length as a VM loop over
+        chunks [RULE LOOP-LEVELS]: each step calls the loop kernel on the next
         ``LOOP_CHUNK`` rows of the sequences (copied out), passes the state
         on and writes the chunk's outputs into buffers of the whole length."""
         emit = self.bb.emit
@@ -371,7 +371,7 @@ class LoopRules:
 
     # ------------------------------------------------------------ VM loops
     def _foreach_in_vm(self, call: Call, env: dict[Var, Any], name: str) -> Any:
-        """[RULE VMLOOP] ``cf.foreach`` step by step in the VM: step
+        """[RULE LOOP-VM] ``cf.foreach`` step by step in the VM: step
         ``count`` takes row ``count`` of each sequence and writes row
         ``count`` of buffers of the sequences' length."""
         body_arg, xs_arg, init_arg = call.args
@@ -430,14 +430,14 @@ class LoopRules:
         return emit(relax.Tuple([self.kernel.rebuild(out_type, iter(stacked)), final[0]]), name)
 
     def while_loop(self, call: Call, env: dict[Var, Any], name: str) -> Any:
-        """[RULE VMLOOP] ``cf.while_loop(cond, body, init[, limit])`` in the
+        """[RULE LOOP-VM] ``cf.while_loop(cond, body, init[, limit])`` in the
         VM: the condition before each step, the outputs in buffers that
-        double when full, cut to the steps run. [RULE PAD] Padded
+        double when full, cut to the steps run. [RULE LOOP-PAD] Padded
         (``pad_outputs``), the buffers have ``max_iterations`` rows from
         the start, zeros, never grow and are not cut; the count of steps
         run is the third field. ``max_iterations`` known at run time (the
         fourth argument) is read once, checked ``>= 0`` as the interpreter
-        checks it [RULE CHECK], and is the count limit of the levels."""
+        checks it [RULE RUNTIME-CHECK], and is the count limit of the levels."""
         cond_arg, body_arg, init_arg = call.args[:3]
         self.kernel.needs_static([a.checked_type for a in call.args] + [call.checked_type])
         cond = self._literal(cond_arg, env, call)
@@ -468,12 +468,12 @@ class LoopRules:
                 return self._step(body, inner, count, carried, out_type, outs, grow=not padded)
 
         limit, given = while_limit(call)
-        if given is not None:  # a shape variable: the host compares [RULE HOSTCOUNT]
+        if given is not None:  # a shape variable: the host compares [RULE LOOP-HOSTCOUNT]
             top = rows = self._run_time_limit(call, self.walk.atom(given, env), given.checked_type)
         else:
             top = tirx.const(int(limit) if limit is not None else int(NO_LIMIT), "int64")
             rows = limit
-        if padded:  # [RULE PAD] every row there is, from the start
+        if padded:  # [RULE LOOP-PAD] every row there is, from the start
             first = rows
         else:
             first = int(limit) if limit is not None and 0 < limit <= 64 else 16
@@ -495,7 +495,7 @@ class LoopRules:
         n = rows if padded else self.dynamic.size_of(count)
         stacked = []
         for buf, leaf, c in zip(final[1:], outs, sizes, strict=True):
-            if c is None:  # [RULE VMSIZED] cut to the steps run, its ? from the rows' size
+            if c is None:  # [RULE LOOP-VMSIZED] cut to the steps run, its ? from the rows' size
                 stacked.extend(self._stacked([buf], [leaf], n))
                 continue
             if not padded:
@@ -507,7 +507,7 @@ class LoopRules:
     def _run_time_limit(self, call: Call, value: Any, t: Type) -> Any:
         """A ``max_iterations`` given at run time (an integer scalar of any
         integer dtype): as a shape variable (the levels' count limit, on
-        the host), checked ``>= 0`` [RULE CHECK]. An
+        the host), checked ``>= 0`` [RULE RUNTIME-CHECK]. An
         unsigned 64-bit value is capped at ``NO_LIMIT`` first, so that it
         stays positive as an ``int64``."""
         assert isinstance(t, TensorType)
@@ -531,7 +531,7 @@ class LoopRules:
     ) -> tuple[Any, list[Any]]:
         """One step of a VM loop: the body, its outputs written to row
         ``count`` of the buffers (doubled first when full, if ``grow``: a
-        padded while_loop's never are [RULE PAD])."""
+        padded while_loop's never are [RULE LOOP-PAD])."""
         emit = self.bb.emit
         step = self.walk.drive(self.walk.chain(body.body, env))
         out = emit(relax.TupleGetItem(step, 0))
@@ -553,7 +553,7 @@ class LoopRules:
         for buf, value, leaf, c in zip(
             bufs, self.kernel.leaves(out, out_type), outs, sizes, strict=True
         ):
-            if c is None:  # [RULE VMSIZED] a size the step tells
+            if c is None:  # [RULE LOOP-VMSIZED] a size the step tells
                 dims = [d if isinstance(d, int) else tirx.Var("d", "int64") for d in leaf.shape]
                 value = self.bb.match_cast(value, relax.TensorType(dims, leaf.dtype))
                 c = _product(dims)
@@ -595,7 +595,7 @@ class LoopRules:
         ]
 
     def _widened(self, buf: Any, dtype: str, c: Any, count: Any) -> Any:
-        """[RULE VMSIZED] The buffer of a per-step output of ``c`` elements
+        """[RULE LOOP-VMSIZED] The buffer of a per-step output of ``c`` elements
         (known once a step has run), given rows of that width when full."""
         emit = self.bb.emit
         cap, width = tirx.Var("cap", "int64"), tirx.Var("c", "int64")
@@ -617,7 +617,7 @@ class LoopRules:
 
     def _full(self, buf: Any, cap: Any, dtype: str, count: Any) -> Any:
         """Whether the output buffer ``buf`` of ``cap`` rows has no row for
-        step ``count``: on the host inside a level's step [RULE HOSTCOUNT]
+        step ``count``: on the host inside a level's step [RULE LOOP-HOSTCOUNT]
         (its rows are a shape variable, the step's count the level's), else
         by the executor's kernel."""
         host_count = self.state.host_count
@@ -627,12 +627,12 @@ class LoopRules:
 
     # -------------------------------------------------------------- levels
     def _levels(self, steps: _Steps, limit: Any, kind: str) -> tuple[Any, list[Any]]:
-        """[RULE LEVELS] Run ``steps`` from count 0 until ``guard`` says
+        """[RULE LOOP-LEVELS] Run ``steps`` from count 0 until ``guard`` says
         stop or the count reaches ``limit`` (an ``int64`` value the host
         knows: a size or a shape variable); the final count (a tensor, as
         the steps' kernels read it) and carried values.
 
-        [RULE HOSTCOUNT] What decides whether a level goes on is on the
+        [RULE LOOP-HOSTCOUNT] What decides whether a level goes on is on the
         host: each level takes the count and its limit as a shape ``(n,
         limit)`` beside the count tensor, and returns ``(n, stopped)``; the
         VM compares them in its shape arithmetic. A condition the VM reads
@@ -667,7 +667,7 @@ class LoopRules:
         def deeper(f: _Level) -> list[Any]:
             """The fixed values a call from ``f`` passes: the depth of
             recursion, if the loop counts it, one more (each call of a
-            level is a native call [RULE DEPTH])."""
+            level is a native call [RULE LOWER-DEPTH])."""
             if steps.depth is None:
                 return f.passed
             at = next(i for i, v in enumerate(f.passed) if v is f.fixed[steps.depth])
@@ -742,7 +742,7 @@ class LoopRules:
     def _depth_into(
         self, fixed: list[Any], functions: list[Function], known: dict[Var, Any]
     ) -> int | None:
-        """[RULE DEPTH] (relax/lower.py) A VM loop whose body calls what may
+        """[RULE LOWER-DEPTH] (relax/lower.py) A VM loop whose body calls what may
         recurse takes the depth of recursion, as one of its fixed values
         (its index; None when it takes none). Each call of one of the
         loop's levels counts one more (``_levels``), so that the depth
@@ -778,7 +778,7 @@ class LoopRules:
     def _stacked(self, bufs: list[Any], outs: Sequence[Any], length: Any) -> list[Any]:
         """The (rows, row size) buffers of a loop's per-step outputs ``outs``
         (tensor types or leaves) viewed as the outputs stacked over
-        ``length`` steps; [RULE VMSIZED] a buffer of rows of a size the
+        ``length`` steps; [RULE LOOP-VMSIZED] a buffer of rows of a size the
         steps told is cut to ``length`` rows, its ``?`` from that size."""
         out = []
         for buf, leaf in zip(bufs, outs, strict=True):
@@ -794,7 +794,7 @@ class LoopRules:
 
     def _body_types(self, body: Function, call: Call, sized: bool = False) -> tuple[Type, Type]:
         """A loop body's per-step output and state types; ``sized`` (a VM
-        loop): an output may have one ``?`` [RULE VMSIZED]. (A padded
+        loop): an output may have one ``?`` [RULE LOOP-VMSIZED]. (A padded
         while_loop's output, whose zero rows are allocated before any step,
         is static: type inference refuses a ``?`` there.)"""
         step_type = body.body.checked_type
@@ -828,7 +828,7 @@ class LoopRules:
 @dataclass
 class _Level:
     """One level's function while it is built: its parameters (``n`` and
-    ``limit``: the host's count and limit [RULE HOSTCOUNT])."""
+    ``limit``: the host's count and limit [RULE LOOP-HOSTCOUNT])."""
 
     gv: Any
     params: list[Any]
@@ -846,7 +846,7 @@ def _int64(value: int) -> Any:
 
 def _outputs(out_type: Type | list[TensorType]) -> tuple[list[TensorType], list[int | None]]:
     """A loop's per-step output leaves and their sizes (None: known once
-    a step has run, [RULE VMSIZED])."""
+    a step has run, [RULE LOOP-VMSIZED])."""
     outs = out_type if isinstance(out_type, list) else leaves(out_type)
     sizes = [int(np.prod(leaf.shape, dtype=np.int64)) if leaf.is_static else None for leaf in outs]
     return outs, sizes
@@ -906,7 +906,7 @@ def _step_types(t: Type) -> list[Type]:
 def scratch_bounds() -> list[int]:
     """The size classes of a symbolic loop's bounded calls, largest first:
     ``LOOP_CHUNK``, then each ``BOUND_FACTOR`` times smaller down to
-    ``MIN_BOUND`` [RULE BOUNDS]."""
+    ``MIN_BOUND`` [RULE LOOP-BOUNDS]."""
     bounds = [LOOP_CHUNK]
     while bounds[-1] // BOUND_FACTOR >= MIN_BOUND:
         bounds.append(bounds[-1] // BOUND_FACTOR)

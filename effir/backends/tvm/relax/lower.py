@@ -7,7 +7,7 @@ After the pipeline (``effir.compile``: the effect passes, partial
 evaluation, the basic-block optimisations, ``fuse`` and ``lower-tvm``) a
 program is pure A2 code in A-normal form whose operator calls sit in
 primitive functions. This module turns one specialisation of it
-(driver/specialize.py: the entry's dimensions bound) into a Relax IRModule: each
+(driver/specialise.py: the entry's dimensions bound) into a Relax IRModule: each
 primitive function becomes scheduled TIR called with ``call_tir``, a static
 ``cf.foreach`` becomes one TIR loop, and the control around them (``if``,
 calls, recursion, tuples, output, data-dependent shapes) becomes Relax,
@@ -27,54 +27,54 @@ Algorithm
    - a primitive function is lowered once per distinct text and types
      (kernel.lower_kernel) and called with ``call_tir``; its tuple and key
      arguments are flattened into tensors, its tuple results rebuilt
-     [RULE FLAT];
+     [RULE LOWER-FLAT];
    - ``cf.foreach`` whose body is static and pure is one ``call_tir`` of the
-     loop (loop.lower_loop): no VM instruction runs per step [RULE LOOP].
+     loop (loop.lower_loop): no VM instruction runs per step [RULE LOOP-TIR].
      A long sequence runs in chunks of ``LOOP_CHUNK`` steps, one call each,
      the state passed from one to the next: the loop's prologue holds the
      hoisted input projections of its steps, so memory stays bounded
-     whatever the length [RULE CHUNK];
+     whatever the length [RULE LOOP-CHUNK];
    - a function literal that is not primitive is lifted to a private Relax
      function taking its free variables first; a call of a let-bound one
-     calls that function [RULE CLOSURE]; one used as a value is a VM
-     closure (relax/closures.py [RULE VMCLOSURE]);
+     calls that function [RULE LOWER-CLOSURE]; one used as a value is a VM
+     closure (relax/closures.py [RULE LOWER-VMCLOSURE]);
    - ``if`` is a Relax ``If`` whose branches are blocks of their own (the
      tensors a branch allocates get storage of their own, whatever flows
-     out of it: relax/pipeline.py [RULE BRANCH]); a ``match`` on tuples
+     out of it: relax/pipeline.py [RULE PIPELINE-BRANCH]); a ``match`` on tuples
      binds the patterns' variables by projection, one on constructors
-     tests tags (relax/adts.py [RULE ADT], where ADT values are tagged VM
+     tests tags (relax/adts.py [RULE LOWER-ADT], where ADT values are tagged VM
      tuples);
    - ``io.print`` calls the packed function ``effir.print`` (registered by
      the Python runtime and by the C++ runner) and advances the world token;
    - a loop that cannot be one TIR function (``cf.while_loop``, a
      ``cf.foreach`` with control flow or effects in its body) is a VM loop
      the VM runs step by step, in levels of recursive functions so that
-     its native depth stays bounded [RULE VMLOOP] [RULE LEVELS]; its
+     its native depth stays bounded [RULE LOOP-VM] [RULE LOOP-LEVELS]; its
      per-step outputs go to buffers written in place, cut to the steps run;
-   - [RULE DEPTH] a global on a cycle of the call graph (and a closure that
+   - [RULE LOWER-DEPTH] a global on a cycle of the call graph (and a closure that
      calls itself or may call one) takes its depth of recursion first;
      each call passes it on through a kernel that adds one and fails with
      an ``EvalError`` naming the callee past ``MAX_DEPTH`` nested calls,
      and a VM loop in such code counts its levels' calls too. Such a
-     program runs on a thread with a large stack (runtime/stack.py [RULE STACK]);
+     program runs on a thread with a large stack (runtime/stack.py [RULE RUNTIME-STACK]);
      a recursive entry is a wrapper calling its body at depth 0;
    - an operator of data-dependent shape (``boolean_mask``, ``argwhere``,
      the ``dyn.*`` operators, ``shape_of``) runs as the executor's kernels
      (relax/dynamic_kernels.py): count, allocate once the size is known
-     (``tensor_to_shape``), fill [RULE DYN].
-4. [RULE SHAPEPOLY] A primitive function whose types keep a ``?``
+     (``tensor_to_shape``), fill [RULE LOWER-DYN].
+4. [RULE LOWER-SHAPEPOLY] A primitive function whose types keep a ``?``
    dimension (a kernel after ``boolean_mask``) is compiled once with its
    sizes as variables bound from its arguments' run-time shapes
    (relax/symbolic.py, kernel/symbolic_shapes.py): its sizes are expressions of
    those variables, checked at run time where the interpreter checks
    them; every compiled program exports.
 
-The parts: relax/types.py (the types, [RULE SYMBOLIC]), relax/kernel_calls.py
-([RULE FLAT], [RULE APART], [RULE VIEW]), relax/loops.py and whole_loops.py
-([RULE LOOP], [RULE CHUNK], [RULE VMLOOP], [RULE LEVELS]),
-relax/dynamic.py ([RULE DYN]), relax/symbolic.py and kernel/symbolic_shapes.py
-([RULE SHAPEPOLY]), relax/adts.py ([RULE ADT]),
-relax/closures.py ([RULE VMCLOSURE]) and runtime/stack.py (run-time checks, the
+The parts: relax/types.py (the types, [RULE LOWER-SYMBOLIC]), relax/kernel_calls.py
+([RULE LOWER-FLAT], [RULE LOWER-APART], [RULE LOWER-VIEW]), relax/loops.py and whole_loops.py
+([RULE LOOP-TIR], [RULE LOOP-CHUNK], [RULE LOOP-VM], [RULE LOOP-LEVELS]),
+relax/dynamic.py ([RULE LOWER-DYN]), relax/symbolic.py and kernel/symbolic_shapes.py
+([RULE LOWER-SHAPEPOLY]), relax/adts.py ([RULE LOWER-ADT]),
+relax/closures.py ([RULE LOWER-VMCLOSURE]) and runtime/stack.py (run-time checks, the
 large stack); this module is the walk over the program, its calls and the
 closures lifted where they are called. Each part is a rule set (``LoopRules``,
 ``AdtRules``, ...) the walk holds and calls, composed, not inherited: one
@@ -162,7 +162,7 @@ class RelaxProgram:
     entry: str
     kernels: int = 0
     loops: int = 0
-    recursive: bool = False  # runs on a large stack (runtime/stack.py [RULE STACK])
+    recursive: bool = False  # runs on a large stack (runtime/stack.py [RULE RUNTIME-STACK])
     sites: dict[str, Span | None] = field(default_factory=dict)
     """The source of the value bound to each Relax variable, by name: where
     a failure of TVM's build that names one is reported (runtime/errors.py
@@ -170,7 +170,7 @@ class RelaxProgram:
     span: Span | None = None  # the entry's, where no site is named
     libraries: Any = None
     """Its kernels' modules, being built (relax/apart.py ``Pending``:
-    [RULE OVERLAP]); the executable imports them."""
+    [RULE APART-OVERLAP]); the executable imports them."""
 
 
 def lower_to_relax(
@@ -218,7 +218,7 @@ class _Lowering(ExprFunctor):
 
     # ------------------------------------------------------------ globals
     def run(self, entry: str) -> RelaxProgram:
-        # [RULE ROUND] (kernel/rounding.py): gradient programs round per operator
+        # [RULE KERNEL-ROUND] (kernel/rounding.py): gradient programs round per operator
         with rounding.per_operator(rounding.gradient_program(self.state.module)):
             return self._run(entry)
 
@@ -235,7 +235,7 @@ class _Lowering(ExprFunctor):
                     relax.Var(p.name_hint, relax_type(p.checked_type, symbols)) for p in fn.params
                 ]
                 ret = relax_type(fn.body.checked_type, symbols)
-            if name in self.state.recursive:  # [RULE DEPTH]
+            if name in self.state.recursive:  # [RULE LOWER-DEPTH]
                 params.insert(0, relax.Var("depth", relax.TensorType([], "int64")))
             label = f"{name}_recursive" if name == entry and name in self.state.recursive else name
             self.state.globals[name] = declare(self.bb, params, ret, label)
@@ -265,7 +265,7 @@ class _Lowering(ExprFunctor):
         )
 
     def _entry_of_recursive(self, entry: str) -> None:
-        """[RULE DEPTH] The public entry of a recursive entry function: its
+        """[RULE LOWER-DEPTH] The public entry of a recursive entry function: its
         parameters, then a call at depth 0."""
         fn = self.state.module.functions[entry]
         params = [
@@ -289,7 +289,7 @@ class _Lowering(ExprFunctor):
 
     def _function(self, fn: Function, name: str) -> Any:
         """A Relax function of the global ``fn`` (taking the depth of
-        recursion first when it is recursive [RULE DEPTH])."""
+        recursion first when it is recursive [RULE LOWER-DEPTH])."""
         env: dict[Var, Any] = {}
         params = []
         symbols = self.state.symbols if name == self.state.entry else None
@@ -315,7 +315,7 @@ class _Lowering(ExprFunctor):
             self.state.depth = saved
 
     def _deeper(self, callee: str, span: Any) -> Any:
-        """[RULE DEPTH] The depth a call of the recursive ``callee`` runs
+        """[RULE LOWER-DEPTH] The depth a call of the recursive ``callee`` runs
         at: one more than here, checked against ``MAX_DEPTH`` by one small
         kernel (an ``EvalError`` naming ``callee`` past it); 1 from code
         that is not recursive."""
@@ -354,8 +354,8 @@ class _Lowering(ExprFunctor):
         while isinstance(expr, Let):
             value = expr.value
             if isinstance(value, Function):
-                # A kernel, or a closure lifted where it is called [RULE
-                # CLOSURE]: no run-time value of its own.
+                # A kernel, or a closure lifted where it is called
+                # [RULE LOWER-CLOSURE]: no run-time value of its own.
                 env[expr.var] = value
             else:
                 lowered = yield self.eval(value, env, expr.var.name_hint)
@@ -369,7 +369,7 @@ class _Lowering(ExprFunctor):
             value = env.get(expr)
             if value is None:
                 raise BackendError(f"%{expr.name_hint} is not bound here", expr.span)
-            if isinstance(value, Function):  # a closure that escapes [RULE VMCLOSURE]
+            if isinstance(value, Function):  # a closure that escapes [RULE LOWER-VMCLOSURE]
                 return self.closure.closure_value(value, env, expr.name_hint, expr.span)
             return value
         if isinstance(expr, Constant):
@@ -427,7 +427,7 @@ class _Lowering(ExprFunctor):
     @on(Function)
     def _function_value(self, expr: Function, env: dict[Var, Any], name: str) -> Any:
         # A literal in a value's place (a function's or a branch's result):
-        # the closure it makes [RULE VMCLOSURE], as an escaping let-bound one.
+        # the closure it makes [RULE LOWER-VMCLOSURE], as an escaping let-bound one.
         return self.closure.closure_value(expr, env, name, expr.span)
 
     @on(RefCreate, RefRead, RefWrite)
@@ -484,7 +484,7 @@ class _Lowering(ExprFunctor):
             if closure.deep:
                 args.insert(0, self._deeper(f"%{callee.name_hint}", fn.span))
             return self.bb.emit(relax.Call(closure.gv, args), name)
-        if isinstance(callee, Var) and callee in env:  # a function value [RULE VMCLOSURE]
+        if isinstance(callee, Var) and callee in env:  # a function value [RULE LOWER-VMCLOSURE]
             return self.closure.invoke(env[callee], call, env, name)
         raise BackendError(
             f"a call of {astext(callee)}, a function computed at run time, is not compiled",
@@ -494,11 +494,11 @@ class _Lowering(ExprFunctor):
     def lift(
         self, fn: Function, env: dict[Var, Any], name: str, captured_last: bool = False
     ) -> LiftedFunction:
-        """[RULE CLOSURE] ``fn`` as a private Relax function of its free
+        """[RULE LOWER-CLOSURE] ``fn`` as a private Relax function of its free
         variables and parameters (lifted once); ``captured_last`` puts the
         free variables last, as a VM closure binds them (relax/closures.py).
         One called where it is bound that calls itself, a recursive global
-        or another closure takes the depth of recursion first [RULE DEPTH];
+        or another closure takes the depth of recursion first [RULE LOWER-DEPTH];
         a VM closure does not (the VM's ``invoke_closure`` passes only the
         call's arguments): a program with function values runs on the large
         stack (runtime/stack.py) instead."""
@@ -533,7 +533,7 @@ class _Lowering(ExprFunctor):
         return closure
 
     def calls_deeper(self, fn: Function, functions: dict[Var, Any]) -> bool:
-        """[RULE DEPTH] Whether ``fn`` calls a recursive global or a closure
+        """[RULE LOWER-DEPTH] Whether ``fn`` calls a recursive global or a closure
         (which may recurse): it must pass the depth of recursion on."""
         bound = dict(functions)
         for node in pre_order(fn.body):
@@ -582,7 +582,7 @@ class _Lowering(ExprFunctor):
         except BackendError as err:
             raise BackendError(err.message, call.span) from None
         args = [tvm.ir.StringImm(print_label(label)), value]
-        if layout is not None:  # [RULE PRINT] what the VM holds is not the value
+        if layout is not None:  # [RULE RUNTIME-PRINT] what the VM holds is not the value
             args.append(tvm.ir.StringImm(layout))
         self.bb.emit(
             relax.Call(relax.ExternFunc(PRINT_FUNCTION), args, ty_args=[relax.ObjectType()])

@@ -12,11 +12,11 @@ created (``memory.alloc_storage``) where the token is first used, inside the
 branch, so the later ``alloc_tensor`` refers to a variable that is out of
 scope: after ``KillAfterLastUse`` its register is null, and the VM crashes
 in ``StorageObj::AllocTensor``. A key split inside a branch and split again
-after it was enough (issue 12).
+after it was enough.
 
 What this module does
 ---------------------
-[RULE BRANCH] Before the planner runs, every ``builtin.alloc_tensor`` inside
+[RULE PIPELINE-BRANCH] Before the planner runs, every ``builtin.alloc_tensor`` inside
 an ``If`` branch (at any depth, so loop bodies and nested ``if``\\ s too) is
 lowered as ``LowerAllocTensor`` would lower an unplanned one: a storage of
 its own, then the tensor in it. The planner then sees only the allocations
@@ -26,7 +26,7 @@ with each other; the VM's pooled allocator recycles their storage from one
 call (or loop step) to the next, so this costs a pool lookup per tensor,
 not a system allocation.
 
-[RULE ANYALIGN] Every TIR function of the module (the operators Relax
+[RULE PIPELINE-ANYALIGN] Every TIR function of the module (the operators Relax
 legalises, its shape functions) declares its parameters' buffers aligned
 to their element size only, as effir's own kernels and loops do
 (kernel/primitive.py ``relax_alignment``): TVM declares them 64-byte aligned, LLVM
@@ -39,16 +39,16 @@ what the process had allocated before: glibc serves a large block from
 fresh pages (mmap, a page fault per 4 KiB) until a larger block has been
 freed, which raises its mmap threshold. The GRU of benchmarks/gru_peers.py
 at batch 1 ran in 1.5 ms when it was the first shape called and in 0.76
-ms after a call at batch 32 (issue 18). Unaligned vector moves cost
+ms after a call at batch 32. Unaligned vector moves cost
 nothing extra on aligned data.
 
-[RULE NOGRAPH] Relax's ``RewriteCUDAGraph`` is not run: it assumes a
+[RULE PIPELINE-NOGRAPH] Relax's ``RewriteCUDAGraph`` is not run: it assumes a
 function's planned storage may live for the VM's life, and a VM loop's
 level function calls itself with tensors in that storage (docs/backend.md,
 "CUDA graphs: not used, and why"; tests/backends/tvm/test_device_loops.py
 keeps that reason checked).
 
-[RULE KILLUNUSED] After ``KillAfterLastUse``, every variable that is bound
+[RULE PIPELINE-KILLUNUSED] After ``KillAfterLastUse``, every variable that is bound
 to a value with a register of its own (a call, a tuple, a tuple item, an
 ``if``) holding memory and is never read is killed right after its
 binding. ``KillAfterLastUse`` kills a variable after its last read, so a
@@ -62,7 +62,7 @@ kept its step's tensors alive until the whole loop ended: memory linear
 in the trip count that the program does not hold. The checkpointed
 backward of a GRU (benchmarks/checkpoint_memory.py, ``loop``) kept every
 segment's recomputed residuals and so stored 12-13 (B, H) tensors per
-step instead of about 3 (issue 17).
+step instead of about 3.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ _ALLOC_TENSOR = tvm.ir.Op.get("relax.builtin.alloc_tensor")
 
 def relax_pipeline(target: Any) -> Any:
     """TVM's default Relax lowering (``relax.get_pipeline("default")``)
-    with [RULE BRANCH] before the static memory planning; for a GPU, the
+    with [RULE PIPELINE-BRANCH] before the static memory planning; for a GPU, the
     small operators Relax legalises itself (the scalar arithmetic of loop
     counters, reshapes) get TVM's default GPU schedule (one thread per
     element), which every kernel needs there. effir's own kernels arrive
@@ -103,7 +103,7 @@ def relax_pipeline(target: Any) -> Any:
         transform.CallTIRRewrite(),
         own_storage_in_branches(),
         transform.StaticPlanBlockMemory(),
-        # [RULE NOGRAPH] no RewriteCUDAGraph (TVM's default runs it, a no-op
+        # [RULE PIPELINE-NOGRAPH] no RewriteCUDAGraph (TVM's default runs it, a no-op
         # unless configured): on effir's builds it lifts the storage of a
         # VM loop's steps, which call each other, into one allocation they
         # share (docs/backend.md, "CUDA graphs: not used, and why").
@@ -122,7 +122,7 @@ def relax_pipeline(target: Any) -> Any:
 
 
 def any_alignment() -> Any:
-    """[RULE ANYALIGN] as a module pass: every TIR function's parameters
+    """[RULE PIPELINE-ANYALIGN] as a module pass: every TIR function's parameters
     aligned to their element size only."""
 
     @tvm.transform.module_pass(opt_level=0, name="effir.AnyAlignment")
@@ -140,7 +140,7 @@ def any_alignment() -> Any:
 
 
 def own_storage_in_branches() -> Any:
-    """[RULE BRANCH] as a Relax module pass."""
+    """[RULE PIPELINE-BRANCH] as a Relax module pass."""
 
     @tvm.transform.module_pass(opt_level=0, name="effir.OwnStorageInBranches")
     def run(module: Any, _context: Any) -> Any:
@@ -235,7 +235,7 @@ def bindings_of(function: Any) -> Iterator[tuple[Any, Any]]:
 
 
 def kill_unused() -> Any:
-    """[RULE KILLUNUSED] as a Relax module pass (after ``KillAfterLastUse``)."""
+    """[RULE PIPELINE-KILLUNUSED] as a Relax module pass (after ``KillAfterLastUse``)."""
 
     @tvm.transform.module_pass(opt_level=0, name="effir.KillUnused")
     def run(module: Any, _context: Any) -> Any:

@@ -32,7 +32,7 @@ class LiftedFunction:
 
     gv: Any
     captured: list[Var]
-    deep: bool  # takes the depth of recursion first [RULE DEPTH]
+    deep: bool  # takes the depth of recursion first [RULE LOWER-DEPTH]
 
 
 @dataclass
@@ -52,7 +52,7 @@ class LoweringState:
     globals: dict[str, Any] = field(default_factory=dict)
     """The Relax function of each global function reached, by name."""
     recursive: set[str] = field(default_factory=set)
-    """The globals on a cycle of calls: they take the depth first [RULE DEPTH]."""
+    """The globals on a cycle of calls: they take the depth first [RULE LOWER-DEPTH]."""
     depth: Any = None
     """The depth of recursion where code is being lowered (a Relax value), or None."""
     recursion: bool = False
@@ -60,7 +60,7 @@ class LoweringState:
     kernels: dict[str, tuple[str, KernelIR]] = field(default_factory=dict)
     """effir's kernels compiled so far, by text and types: symbol and lowering."""
     apart: dict[str, None] = field(default_factory=dict)
-    """The symbols of the kernels compiled apart, in order [RULE APART]."""
+    """The symbols of the kernels compiled apart, in order [RULE LOWER-APART]."""
     executor_gvs: dict[str, Any] = field(default_factory=dict)
     """The executor's kernels added to the module (relax/dynamic.py), by key."""
     lifted: dict[tuple[int, bool], LiftedFunction] = field(default_factory=dict)
@@ -71,7 +71,7 @@ class LoweringState:
     """Loops lowered so far: compiled loops counted, and unique function names."""
     host_count: Any = None
     """The host's count and the level's limit of the VM loop step being
-    lowered [RULE HOSTCOUNT], or None."""
+    lowered [RULE LOOP-HOSTCOUNT], or None."""
     sites: dict[str, Span | None] = field(default_factory=dict)
     """The source of each Relax variable's value, by name (``RelaxProgram.sites``)."""
 
@@ -98,5 +98,5 @@ class Walk(Protocol):
         ...
 
     def calls_deeper(self, fn: Function, functions: dict[Var, Any]) -> bool:
-        """Whether ``fn`` must pass the depth of recursion on [RULE DEPTH]."""
+        """Whether ``fn`` must pass the depth of recursion on [RULE LOWER-DEPTH]."""
         ...

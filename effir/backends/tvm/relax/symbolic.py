@@ -1,5 +1,5 @@
 """Kernels after a data-dependent shape, compiled once for every size
-[RULE SHAPEPOLY].
+[RULE LOWER-SHAPEPOLY].
 
 A primitive function whose types keep a ``?`` dimension (``tanh`` of a
 ``boolean_mask``, a ``sum`` over its rows, a concatenation of two masked
@@ -17,11 +17,11 @@ executable like any kernel, so every such program exports, reloads with
 2. The function's body is typed again with these names in place of the
    ``?``s (kernel/symbolic_shapes.py): every size in it is an int or a name, a
    name standing for an ``int64`` expression of the parameters' sizes
-   (``dyn2 = dyn0 + dyn1`` for a concatenation) [RULE SIZEEXPR]; sizes the
+   (``dyn2 = dyn0 + dyn1`` for a concatenation) [RULE SHAPE-SIZEEXPR]; sizes the
    types cannot relate but the interpreter checks at run time (two masks'
    counts meeting in an ``add``) are checked before the kernel runs, with
    numpy's broadcasting, and fail with the interpreter's ``EvalError``
-   [RULE SIZECHECK].
+   [RULE SHAPE-SIZECHECK].
 3. Its kernel is lowered with each name its TIR expression (kernel/primitive.py, the
    rules' ``symbolic_dims``); the TIR function binds the variables from its
    arguments' shapes when called, and checks that tensors sharing a name
@@ -94,14 +94,14 @@ class SymbolicRules:
         name: str,
         shown: list[str] | None = None,
     ) -> Any:
-        """[RULE SHAPEPOLY] The call of ``fn``, a kernel whose types keep a
+        """[RULE LOWER-SHAPEPOLY] The call of ``fn``, a kernel whose types keep a
         ``?``: compiled once for every size (``shown``: what its arguments
         are, for messages)."""
         inputs = [
             leaf for arg, t in zip(args, types, strict=True) for leaf in self.kernel.leaves(arg, t)
         ]
         typed, sizes, known = self._named_sizes(fn, inputs)
-        for check in sizes.checks:  # [RULE SIZECHECK], before the kernel runs
+        for check in sizes.checks:  # [RULE SHAPE-SIZECHECK], before the kernel runs
             self.dynamic.check_shape(
                 check.call,
                 sizes.substituted(check.ok, known),

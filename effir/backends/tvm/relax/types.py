@@ -6,9 +6,9 @@ tensor of that shape, one with a ``?`` (data-dependent) dimension a tensor
 of known rank; a ``Key`` the ``uint32[2]`` tensor of its threefry words;
 the world token an ``int64`` scalar tensor; tuples stay tuples; an ADT
 value, a function value and a type parameter's are ``Object``s
-(relax/adts.py [RULE ADT], relax/closures.py [RULE VMCLOSURE]).
+(relax/adts.py [RULE LOWER-ADT], relax/closures.py [RULE LOWER-VMCLOSURE]).
 
-[RULE SYMBOLIC] A dimension the build leaves symbolic (a loop's length) is
+[RULE LOWER-SYMBOLIC] A dimension the build leaves symbolic (a loop's length) is
 a TIR variable of the entry function; code that needs it static raises
 ``NeedsStatic``, and the build binds it (driver/compile.py).
 """
@@ -38,7 +38,7 @@ from ..runtime.errors import BackendError
 
 def relax_type(t: Type, symbols: dict[str, Any] | None = None) -> Any:
     """[TYPES] The Relax type of values of effir type ``t``; a dimension
-    named in ``symbols`` is that symbolic variable [RULE SYMBOLIC]."""
+    named in ``symbols`` is that symbolic variable [RULE LOWER-SYMBOLIC]."""
     if isinstance(t, TensorType):
         if t.is_static:
             return relax.TensorType([int(d) for d in t.shape], t.dtype)
@@ -58,7 +58,7 @@ def relax_type(t: Type, symbols: dict[str, Any] | None = None) -> Any:
 
 
 class NeedsStatic(Exception):
-    """[RULE SYMBOLIC] Lowering met code that needs these symbolic
+    """[RULE LOWER-SYMBOLIC] Lowering met code that needs these symbolic
     dimensions static (a kernel of their shapes): specialise them and
     lower again."""
 

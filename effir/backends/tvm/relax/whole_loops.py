@@ -1,4 +1,4 @@
-"""[RULE WHOLE] The calls of a whole loop (relax/loops.py [RULE LOOP]).
+"""[RULE LOOP-WHOLE] The calls of a whole loop (relax/loops.py [RULE LOOP-TIR]).
 
 On the CPU a whole loop is one TIR function (loop/): its prologue and the
 loop over the steps. On CUDA it is two (loop/cuda/): the prologue, an
@@ -103,7 +103,7 @@ class WholeLoopRules:
         return self._dps_call(loop.symbol, [*args, *hoisted], whole_outputs(lowered, length))
 
     def _prologue_call(self, loop: WholeLoop, args: list[Any], length: Any) -> list[Any]:
-        """[RULE WHOLE] The hoisted products of ``length`` steps, computed
+        """[RULE LOOP-WHOLE] The hoisted products of ``length`` steps, computed
         only when there are steps."""
         lowered = loop.lowered
         assert isinstance(lowered, CudaLoop) and loop.prologue is not None
@@ -134,7 +134,7 @@ class WholeLoopRules:
         if static is not None:
             value = emit(computed() if static > 0 else empty())
         else:
-            # on the host, in the VM's shape arithmetic [RULE HOSTCOUNT]
+            # on the host, in the VM's shape arithmetic [RULE LOOP-HOSTCOUNT]
             some = relax.prim_value(tirx.GT(length, tirx.const(0, "int64")))
             value = emit(relax.If(some, self.bb.block(computed), self.bb.block(empty)))
         return [emit(relax.TupleGetItem(value, i)) for i in range(len(types))]

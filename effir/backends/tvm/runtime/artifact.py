@@ -18,7 +18,7 @@ The manifest says what the artifact is (``"format": "effir-artifact"``,
 (runtime/signature.py: parameters, state passing, result, as plain JSON), each
 specialisation's dimensions, library and SHA-256, and each cell's type and
 files, and whether its libraries take arrays at any address
-(``"any_alignment"``, relax/pipeline.py [RULE ANYALIGN]: an artifact without
+(``"any_alignment"``, relax/pipeline.py [RULE PIPELINE-ANYALIGN]: an artifact without
 it has its arguments copied to 64-byte aligned memory). Loading checks the format, the version and every checksum before it
 loads a library, so a corrupt, truncated or foreign artifact is a clear
 ``ArtifactError``, never a crash; ``.npy`` files are read with

@@ -45,7 +45,7 @@ class BuildDefect(CompileError):
     failure, not as a refusal (tests/backends/tvm/fuzz/harness.py)."""
 
 
-# [RULE CHECK] One mechanism for every run-time check of compiled code
+# [RULE RUNTIME-CHECK] One mechanism for every run-time check of compiled code
 # (an operator's check in a kernel, kernel/checks.py; a shape checked by the VM,
 # relax/dynamic.py; the depth of recursion, runtime/stack.py), on every target:
 #
@@ -67,7 +67,7 @@ class BuildDefect(CompileError):
 #   carries one. No TVM exception type reaches a user.
 
 SITE_MARK = "[effir-site "
-"""Where the site's JSON starts in a check's message (see [RULE CHECK])."""
+"""Where the site's JSON starts in a check's message (see [RULE RUNTIME-CHECK])."""
 
 VALUE_MARK = "<effir-value>"
 """Where a check's message shows a run-time value (filled in when it fails)."""
@@ -78,7 +78,7 @@ CHECK_FUNCTION = "effir.check"
 
 
 def site_message(op: str, message: str, span: Span | None) -> str:
-    """The message of a check of ``op`` at ``span`` (see [RULE CHECK])."""
+    """The message of a check of ``op`` at ``span`` (see [RULE RUNTIME-CHECK])."""
     info: dict[str, Any] = {"op": op, "message": message}
     if span is not None:
         line, column = span.source.line_col(span.start)

@@ -1,7 +1,7 @@
 """Where a compiled program's values live: the device it was built for, and
 the moves between there and its caller.
 
-[RULE DEVICE] A Relax VM built for a GPU takes its arguments in the GPU's
+[RULE RUNTIME-DEVICE] A Relax VM built for a GPU takes its arguments in the GPU's
 memory and leaves its results there (handed host tensors, every CUDA
 program failed with TVM's "expected cuda" before its first kernel: found
 on the first run on a real GPU). ``Placement`` makes each move once, and

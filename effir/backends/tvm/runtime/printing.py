@@ -1,11 +1,11 @@
 """``debug.print`` in compiled code: the packed function ``io.print``
 calls, the labels it carries, and where a thread's prints go.
 
-[RULE PRINT] The sink gets exactly what the interpreter gives it: a
+[RULE RUNTIME-PRINT] The sink gets exactly what the interpreter gives it: a
 tensor as a numpy array, a ``Key`` as a ``PRNGKey``, a tuple as a tuple,
 an ADT value as an ``ADTValue``. The VM holds a key as a ``uint32[2]``
 tensor, a tuple as an ``Array`` and an ADT value as the ``Array`` of its
-tag and fields (relax/adts.py [RULE ADT]), so a print of anything but a
+tag and fields (relax/adts.py [RULE LOWER-ADT]), so a print of anything but a
 tensor carries its layout (``print_layout``, made from the value's type
 when the program is lowered: JSON, with each ADT instance described once,
 so a recursive type is finite), and ``effir.print`` rebuilds the value
@@ -127,7 +127,7 @@ def _array(value: Any) -> np.ndarray:
 
 def rebuilt(value: Any, layout: str | None) -> Any:
     """The interpreter's value of the VM's ``value`` laid out as ``layout``
-    [RULE PRINT]: the nodes in pre-order, then built children first."""
+    [RULE RUNTIME-PRINT]: the nodes in pre-order, then built children first."""
     if layout is None:
         return _array(value)
     described = json.loads(layout)
@@ -171,7 +171,7 @@ def rebuilt(value: Any, layout: str | None) -> Any:
 
 def _print(label: str, value: Any, layout: str | None = None) -> None:
     """``effir.print``: the packed function ``io.print`` calls, with the
-    value's layout where it is not a tensor [RULE PRINT]. The sink (the
+    value's layout where it is not a tensor [RULE RUNTIME-PRINT]. The sink (the
     interpreter's default one when none was given) gets what the
     interpreter gives it; a failure (a label standard output cannot
     encode) is reported as the interpreter's: ``debug.print: ...``."""

@@ -9,9 +9,9 @@ dimensions), which cells it passes (state passing's ``state_in`` and
 in plain data that round-trips through JSON, and this module converts
 values between numpy (as the interpreter gives them) and the VM's tensors.
 
-ADT values cross the boundary too [RULE ADTARG]: the VM holds
-``Cons(%h, %t)`` as the tuple of its tag and fields (relax/adts.py [RULE
-ADT]), so an argument is converted to that tuple and a result back to the
+ADT values cross the boundary too [RULE RUNTIME-ADTARG]: the VM holds
+``Cons(%h, %t)`` as the tuple of its tag and fields (relax/adts.py
+[RULE LOWER-ADT]), so an argument is converted to that tuple and a result back to the
 value (an instance of the class ``@effir.adt`` declared for it, as the
 interpreter gives it: runtime/values.py ``adt_value``). The signature
 carries the definitions of the types it names (``Signature.adts``, in the
@@ -349,11 +349,11 @@ def to_tvm(
 ) -> Any:
     """An argument as the VM takes it: tensors (zero-copy when numpy's
     array is contiguous and writable, at any address since the executable's
-    functions assume only element alignment, relax/pipeline.py [RULE
-    ANYALIGN]; ``any_alignment=False``, for an artifact exported before
+    functions assume only element alignment, relax/pipeline.py
+    [RULE PIPELINE-ANYALIGN]; ``any_alignment=False``, for an artifact exported before
     that, only when 64-byte aligned), keys as their ``uint32[2]`` words,
     tuples as tuples, ADT values (their types in ``adts``) as the tuple of
-    their tag and fields [RULE ADTARG]. The value is one the input
+    their tag and fields [RULE RUNTIME-ADTARG]. The value is one the input
     contract converted and checked (``Signature.bind``)."""
     if isinstance(spec, TensorSpec | KeySpec):
         return _tensor_to_tvm(value, any_alignment)

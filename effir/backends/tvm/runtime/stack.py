@@ -1,14 +1,14 @@
 """Running a VM function: a native stack deep enough for recursion
 (relax/depth.py has the kernel that counts the depth).
 
-[RULE STACK] The Relax VM runs each call of a VM function as a native C++
+[RULE RUNTIME-STACK] The Relax VM runs each call of a VM function as a native C++
 recursion (vm.cc: InvokeBytecode -> RunLoop), about 3.5 KB of native stack
 per call: a thread's 8 MB stack holds some 2,000 nested calls, and a deeper
 recursion crashed the process. Loops are bounded by their levels
-(relax/loops.py [RULE LEVELS]); a user's recursion needs a stack as deep
+(relax/loops.py [RULE LOOP-LEVELS]); a user's recursion needs a stack as deep
 as it goes. So compiled recursion counts its depth and stops with an
-``EvalError`` past ``MAX_DEPTH`` calls (relax/lower.py [RULE DEPTH]; the
-check is a kernel's, runtime/errors.py [RULE CHECK]), and a
+``EvalError`` past ``MAX_DEPTH`` calls (relax/lower.py [RULE LOWER-DEPTH]; the
+check is a kernel's, runtime/errors.py [RULE RUNTIME-CHECK]), and a
 program whose call graph is recursive runs on a worker thread whose stack
 (``STACK_BYTES``) holds ``MAX_DEPTH`` calls with room to spare. So does
 a program that builds ADT values linking to others (relax/adts.py
@@ -29,7 +29,7 @@ from typing import Any
 from .printing import current_sink, printing_to
 
 MAX_DEPTH = 100_000
-"""Nested calls of recursive functions a compiled program may make [RULE STACK]."""
+"""Nested calls of recursive functions a compiled program may make [RULE RUNTIME-STACK]."""
 
 STACK_BYTES = 1 << 30
 """The native stack of the threads that run recursive programs: 10 KB per
@@ -45,8 +45,8 @@ _pool_lock = threading.Lock()
 def on_large_stack(
     function: Callable[..., Any], context: Callable[[], AbstractContextManager[Any]]
 ) -> Callable[..., Any]:
-    """``function`` run on a thread with a ``STACK_BYTES`` stack [RULE
-    STACK], inside ``context()`` there (what the caller's thread-local
+    """``function`` run on a thread with a ``STACK_BYTES`` stack
+    [RULE RUNTIME-STACK], inside ``context()`` there (what the caller's thread-local
     settings are, such as where prints go); the caller waits for it."""
 
     def call(*args: Any) -> Any:

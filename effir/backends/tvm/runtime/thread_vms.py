@@ -3,7 +3,7 @@
 A Relax VM is not reentrant: a call keeps its frames and registers in the
 VM object, so two threads calling one VM at once overwrite each other's
 registers (TVM's ``Check failed: reg < frame->register_file.size()``, or a
-segfault; issue 12). What a VM shares with another VM made from the same
+segfault). What a VM shares with another VM made from the same
 executable is read-only (the bytecode, the constants, the kernels) or
 locked (the pooled allocator of each device), so each thread gets a VM of
 its own, made from the shared executable the first time that thread calls
@@ -12,7 +12,7 @@ function object is cached with it, so a call costs one thread-local
 lookup more than a shared VM did (docs/backend.md, "Threads").
 
 A VM built for a GPU takes its arguments in the GPU's memory and returns
-its results there: runtime/placement.py moves them [RULE DEVICE].
+its results there: runtime/placement.py moves them [RULE RUNTIME-DEVICE].
 """
 
 from __future__ import annotations

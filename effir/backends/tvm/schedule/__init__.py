@@ -2,7 +2,7 @@
 
 ``te.create_prim_func`` gives one loop nest per TE compute, in the order the
 rules built them: unscheduled, a fused kernel runs 20-70x slower than
-numpy (TVM_NOTES.md). ``schedule_prim_func`` rewrites the loops with
+numpy (docs/backend.md, "Schedules"). ``schedule_prim_func`` rewrites the loops with
 ``tvm.s_tir.Schedule``; it reads the blocks' structure (spatial or
 reduction iterators, which buffer an operand's innermost index walks),
 never which operator a block came from.
@@ -12,7 +12,7 @@ CPU (LLVM), in five steps:
 1. Inline. A spatial block that is not an output is substituted into its
    consumers (``compute_inline``), repeatedly, so that a chain of
    elementwise and injective operators becomes one loop nest computing each
-   output element in registers. [RULE BUDGET] LLVM code generation of TVM
+   output element in registers. [RULE SCHED-BUDGET] LLVM code generation of TVM
    expressions substitutes every ``let`` variable by its value, so an
    expression whose lets are used k times each, nested n deep, costs k^n to
    compile (a chain of eight inlined ``tanh`` takes minutes). A producer is
@@ -23,7 +23,7 @@ CPU (LLVM), in five steps:
    (Relay's rule for ``out_fusable`` anchors).
 2. Matmul-like blocks (a sum of products of two operands over one
    reduction axis, ``nn.dense`` and ``nn.matmul``), as the hand-scheduled
-   step kernel of TVM_NOTES.md:
+   GRU step kernel was first:
    - the right operand contiguous along the output's last axis j
      (``a @ b``): tile i by 4 and j by two vectors, reorder to
      ``io, jo, k, ii, ji``, unroll ii, vectorise ji, accumulate the tile in
@@ -55,7 +55,7 @@ a kernel computes, only how fast.
 CUDA: the blocks are inlined within the same budget (dlight's own fallback
 inlines every block, and a chain of squarings inlined whole is exponential
 in size); with a TF32 or bfloat16 precision, a product whose shape allows
-runs on the tensor cores (cuda/tensor_core.py [RULE TENSORCORE]), and the
+runs on the tensor cores (cuda/tensor_core.py [RULE SCHED-TENSORCORE]), and the
 computes rounding the other products' operands are inlined into them;
 then, when the function has one reduction, dlight's GPU rules
 (matmul, GEMV, reduction) schedule it inside ``with target``; otherwise
@@ -64,7 +64,7 @@ only consumer computed in the consumer's thread (a CUDA kernel cannot
 allocate global memory for an intermediate tensor).
 
 Known limitations: no multithreading (``parallel`` did not pay at these
-sizes on 2 cores, TVM_NOTES.md); tile sizes are fixed, not tuned; a
+sizes on 2 cores); tile sizes are fixed, not tuned; a
 matmul-like block with a batched, k-contiguous right operand and many rows
 is tiled without packing; on CUDA, a kernel whose over-budget producer
 feeds two blocks, outside the dlight rules, needs global scratch memory

@@ -1,4 +1,4 @@
-"""[RULE BUDGET] Inlining within a budget: a spatial block substituted into
+"""[RULE SCHED-BUDGET] Inlining within a budget: a spatial block substituted into
 its consumers while the let-substituted size of the result stays small
 (schedule/__init__.py, step 1 on both targets)."""
 
@@ -13,7 +13,7 @@ from ..precision import ROUNDED_OPERAND
 from .common import KEEP, Blocks, Load, attempt, matmul_operands
 
 INLINE_BUDGET = 3000
-"""Most let-substituted expression nodes an inlining may produce [RULE BUDGET]."""
+"""Most let-substituted expression nodes an inlining may produce [RULE SCHED-BUDGET]."""
 
 
 # ====================================================== expression costs
@@ -88,7 +88,7 @@ def expression_cost(expr: Any) -> Cost:
 # ================================================================ inlining
 def inline_within_budget(sch: Any) -> None:
     """Step 1: inline every spatial, non-output block into its consumers
-    while [RULE BUDGET] allows, never into a matmul-like block."""
+    while [RULE SCHED-BUDGET] allows, never into a matmul-like block."""
     blocks = Blocks(sch)
     progress = True
     while progress:  # each success may make another producer inlinable
@@ -121,8 +121,8 @@ def _may_inline(blocks: Blocks, block: Any) -> bool:
 
 
 def inline_operand_rounding(sch: Any) -> None:
-    """The computes rounding a product's operands (precision.py [RULE
-    PRECISION]) inlined into the product, on a GPU: its schedules read
+    """The computes rounding a product's operands (precision.py
+    [RULE COMPILE-PRECISION]) inlined into the product, on a GPU: its schedules read
     each operand element once per thread block (into shared memory or
     registers), so the rounding costs a few instructions per load, and a
     GPU kernel has no global memory for an intermediate tensor."""

@@ -1,6 +1,6 @@
 """The converters, one module per family; importing registers them."""
 
-from . import (  # noqa: F401
+from . import (
     control,
     effects,
     elementwise,

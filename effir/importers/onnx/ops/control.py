@@ -18,7 +18,7 @@
   moved first and reversed when it scans backwards; its outputs are
   stacked, then reversed and moved to their axes.
 
-[RULE JOIN] A loop's carried values may change shape from one iteration
+[RULE TYPE-JOIN] A loop's carried values may change shape from one iteration
 to the next (a tensor that grows, a sequence whose elements are not known
 until the body inserts one). The body is converted with the initial
 values' types; where what it returns is not of those types, the types are
@@ -166,7 +166,7 @@ def _passes_true(graph: Any) -> bool:
 def _carried_types(
     ctx: NodeContext, types: list[Type], outputs: Sequence[Value], first: int
 ) -> list[Type] | None:
-    """[RULE JOIN] The joined types, or None when the body's results
+    """[RULE TYPE-JOIN] The joined types, or None when the body's results
     (``outputs[first:]``) already have ``types``."""
     joined, changed = [], False
     for k, t in enumerate(types):

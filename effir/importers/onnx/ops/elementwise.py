@@ -8,8 +8,6 @@ is cast to the base's dtype, as ONNX's reference computes it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
 from ...common.block import Block
@@ -243,9 +241,3 @@ def _selu(ctx: NodeContext) -> list[Value]:
     gamma = float(ctx.attrs.get("gamma", 1.05070102214813232421875))
     elu = activation(ctx.block, "elu", x, alpha, None)
     return [ctx.block.op("multiply", elu, scalar(gamma, x.tensor.dtype))]
-
-
-def constants_of(values: Sequence[Value]) -> list[np.ndarray] | None:
-    """The values' contents, when all are known."""
-    found = [v.const for v in values]
-    return None if any(c is None for c in found) else found  # type: ignore[return-value]

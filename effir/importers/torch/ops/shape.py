@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ....ir.types import ANY, TensorType
+from ....ir.types import ANY
 from ...common.block import TupleValue
 from ...common.values import Value, constant
 from ..graph import NodeContext
@@ -362,9 +362,3 @@ def _getitem(ctx: NodeContext) -> Any:
     if not isinstance(items, list | tuple):
         raise ctx.error("getitem of something other than an operator's results")
     return items[index]
-
-
-def tensor_of(ctx: NodeContext, value: Any, what: str) -> TensorType:
-    if not isinstance(value, Value) or not value.is_tensor:
-        raise ctx.error(f"{what} must be a tensor")
-    return value.tensor

@@ -1,3 +1,3 @@
-"""A differential fuzzer for the compiled path (issue 12, item 5): typed
+"""A differential fuzzer for the compiled path: typed
 random programs (``generator.py``), each compiled with ``effir.compile`` and
 interpreted in a subprocess, their results compared (``harness.py``)."""

@@ -77,7 +77,7 @@ WIDENED = frozenset(
     ["joins", "growing", "strided", "int_mixed", "const_fold", "adt_tuples", "prelude"]
     + ["prints", "global_body", "nesting"]
 )
-"""The groups of issue 27's widened generator (the rest are the original ones)."""
+"""The groups of the widened generator (the rest are the original ones)."""
 
 INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 _SUFFIX = {

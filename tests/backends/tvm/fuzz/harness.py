@@ -128,7 +128,7 @@ def _run(call: Callable[..., Any], module: Any, steps: int) -> _Run:
         printed: list[tuple[str, Any]] = []
         try:
             result = call(state, lambda label, value, into=printed: into.append((label, value)))
-        except Exception as exc:  # noqa: BLE001 (every exception is an outcome)
+        except Exception as exc:  # every exception is an outcome
             run.error = exc
             return run
         cells = {name: _snapshot(state[name]) for name in module.cells}
@@ -248,7 +248,7 @@ def check_passes(module: Any, args: Sequence[np.ndarray], steps: int, ref: _Run)
         first = "explicate,state-passing," if "a2" in p.requires else "to-anf," * bool(p.requires)
         try:
             out = effir.check(pipeline(first + name)(module, PassContext(verify=True)))
-        except Exception as exc:  # noqa: BLE001 (every exception is a finding)
+        except Exception as exc:  # every exception is a finding
             return f"{name}: {_error_text(exc)}"
         if name in RANDOMISING_PASSES:
             continue
@@ -306,7 +306,7 @@ def _run_compiled(
         return Outcome("non-effir-error", _error_text(exc), "compile")
     except refusals as exc:
         return Outcome("refused", _error_text(exc), "compile")
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         kind = "mismatch" if isinstance(exc, effir.Error) else "non-effir-error"
         return Outcome(kind, _error_text(exc), "compile")
     got = _run(lambda st, sink: compiled(*args, state=st, sink=sink), module, steps)
@@ -355,7 +355,7 @@ def worker(path: str, start: int) -> None:
             os.kill(os.getpid(), signal.SIGSEGV)
         try:
             outcome = run_one(text, args, steps, levels=levels, passes=passes)
-        except Exception as exc:  # noqa: BLE001 (a harness bug: say where)
+        except Exception as exc:  # a harness bug: say where
             outcome = Outcome("invalid", "harness: " + "".join(traceback.format_exception(exc)))
         outcome.seconds = time.perf_counter() - began
         print(f"{RESULT} {index} {json.dumps(outcome.__dict__)}", flush=True)

@@ -1,4 +1,4 @@
-"""The widened generator's fragments (issue 27): the shapes of program an
+"""The widened generator's fragments: the shapes of program an
 adversarial review found defects in and the original groups never drew.
 
 Each ``f_*`` function is a fragment of one group of ``generator.WIDENED``

@@ -7,33 +7,33 @@ computes, bit for bit for integers and booleans and to 1e-5 relative for
 floats. Where TVM's own lowering computes something else, the rule says so
 and does it by hand:
 
-[RULE NAN] TVM lowers ``max``/``min`` to an ordered compare and select, so
+[RULE TE-NAN] TVM lowers ``max``/``min`` to an ordered compare and select, so
 ``max(nan, 1)`` is 1 but ``max(1, nan)`` is nan, and ``!=`` to an *ordered*
 not-equal, false when either side is NaN. numpy propagates NaN through
 ``maximum``, ``minimum``, ``max``, ``min`` and ``nn.relu``, counts NaN as the
 maximum in ``argmax`` and says ``nan != x``; the rules test ``isnan``
 explicitly.
 
-[RULE BOOL] TVM's LLVM code generator cannot compare booleans (``i1``);
+[RULE TE-BOOL] TVM's LLVM code generator cannot compare booleans (``i1``);
 booleans are compared, reduced and converted as ``int8``.
 
-[RULE F16] float16 is computed in float32 and rounded once per operator,
+[RULE TE-F16] float16 is computed in float32 and rounded once per operator,
 as the numpy rules do (numpy's own float16 loops do the same).
 
-[RULE DIV] Integer division truncates toward zero (C, TVM), not numpy's
+[RULE TE-DIV] Integer division truncates toward zero (C, TVM), not numpy's
 floor, and the most negative integer divided by -1 wraps to itself. The
 divisor is made safe before dividing: x86 traps on a zero divisor and on
 ``INT_MIN / -1``, and a vectorised select evaluates both sides. A division
-by zero fails [RULE CHECK].
+by zero fails [RULE RUNTIME-CHECK].
 
-[RULE CHECK] Where the interpreter fails on a value (an integer division
+[RULE RUNTIME-CHECK] Where the interpreter fails on a value (an integer division
 by zero, ``power`` with a negative integer exponent, ``take`` with
 ``mode="fast"`` of an index out of range, an empty axis), the rule states
 the check with ``checks.require`` and computes a safe value there; the
 kernel computes its checks once per call into an error code and fails with
 the interpreter's located error, on every target (kernel/checks.py, runtime/errors.py).
 
-[RULE MATH] TVM's ``tanh`` for LLVM is ``(1 - e^-2x) / (1 + e^-2x)``, off by
+[RULE TE-MATH] TVM's ``tanh`` for LLVM is ``(1 - e^-2x) / (1 + e^-2x)``, off by
 6e-5 relative near zero, and its ``exp`` calls libm once per element, which
 does not vectorise. float32 ``exp`` and ``tanh`` (and ``sigmoid``,
 ``softmax`` through them) use the vectorisable approximations below, within
@@ -41,15 +41,15 @@ a few ulp of numpy's over the whole range, infinities, NaN, overflow to inf
 and underflow to 0 included; float64 uses libm. The same code runs on every
 target, so CPU and CUDA kernels agree.
 
-[RULE LET] An element read more than once in an expression is bound once
+[RULE TE-LET] An element read more than once in an expression is bound once
 with ``tirx.Let``: inlining a producer then copies its expression once per
 *reading site*, not once per use, so a chain of such operators stays linear
 in size as TIR. (TVM's LLVM code generator still substitutes the lets; the
-schedule's inline budget, schedule/inline.py [RULE BUDGET], bounds what that
+schedule's inline budget, schedule/inline.py [RULE SCHED-BUDGET], bounds what that
 costs; integer ``power`` is staged over several computes for the same
-reason.) A let's value is opaque [RULE OPAQUE].
+reason.) A let's value is opaque [RULE TE-OPAQUE].
 
-[RULE OPAQUE] Two of TVM's integer analyses go wrong on expressions the
+[RULE TE-OPAQUE] Two of TVM's integer analyses go wrong on expressions the
 rules build, and the rules hide those expressions from them (``opaque``:
 a ``reinterpret`` to the expression's own dtype, which LLVM emits as
 nothing; measured: the assembly of float32, int32 and int64 kernels is
@@ -60,7 +60,7 @@ unchanged, line for line):
   does not follow (``bitwise_or``, ``if_then_else``) a second time outside
   their let, where a let variable has its dtype's whole range; a variable
   whose value has a narrower range (a widened ``cast``, a masked half of
-  [RULE WRAP], a quotient's guard of [RULE DIV]) then has two ranges and
+  [RULE TE-WRAP], a quotient's guard of [RULE TE-DIV]) then has two ranges and
   the build aborts ("conflicts with memorization"). Opaque, every let
   variable has one range, its dtype's, wherever it is met;
 - *a division of a position* (``strided_set``'s slot of an output row):
@@ -71,7 +71,7 @@ unchanged, line for line):
   (a ``strided_slice`` of stride -1, the backward of a loop), gives that
   form. The numerator is opaque, the divisor positive.
 
-[RULE WRAP] Integer ``+ - *`` wrap modulo 2^bits, as numpy's do. TVM's
+[RULE TE-WRAP] Integer ``+ - *`` wrap modulo 2^bits, as numpy's do. TVM's
 LLVM code generator marks 32- and 64-bit integer ``+ - *`` no-signed-wrap
 (unsigned: no-unsigned-wrap), so an overflow is undefined behaviour that
 LLVM exploits: ``0u32 - x`` folds to 0 (it can only not wrap when x is 0),
@@ -88,11 +88,12 @@ products fit) and reassembled with shifts and masks. LLVM narrows the
 Known imprecisions: floating-point sums are accumulated in a different
 order than numpy's pairwise sums.
 
-Modules: ``common`` (helpers, ``opaque`` [RULE OPAQUE]), ``float_math`` [RULE MATH] [RULE NAN],
-``wrapping`` [RULE WRAP], ``elementwise`` [RULE DIV], ``reductions``,
+Modules: ``common`` (helpers, ``opaque`` [RULE TE-OPAQUE]), ``float_math`` [RULE TE-MATH] [RULE TE-NAN],
+``wrapping`` [RULE TE-WRAP], ``elementwise`` [RULE TE-DIV], ``reductions``,
 ``shape`` (shapes and indexing), ``nn``; a rule's run-time checks are
-``checks.require`` [RULE CHECK]. Importing the package registers every
+``checks.require`` [RULE RUNTIME-CHECK]. Importing the package registers every
 rule.
 """
 
-from . import common, elementwise, float_math, nn, reductions, shape, wrapping  # noqa: F401  (registers the rules)
+# Importing the modules registers their rules.
+from . import common, elementwise, float_math, nn, reductions, shape, wrapping

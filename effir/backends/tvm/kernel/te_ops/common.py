@@ -1,4 +1,4 @@
-"""Helpers every ``te`` rule uses: shapes, dtypes, constants, lets [RULE LET],
+"""Helpers every ``te`` rule uses: shapes, dtypes, constants, lets [RULE TE-LET],
 broadcasting loads, elementwise maps. The rules' reasons are the package's
 docstring."""
 
@@ -58,20 +58,20 @@ def _const(value: Any, dtype: str) -> PrimExpr:
 
 
 def opaque(value: PrimExpr) -> PrimExpr:
-    """``value``, which TVM's integer arithmetic cannot see into [RULE
-    OPAQUE]: a ``reinterpret`` to its own dtype, which the LLVM code
+    """``value``, which TVM's integer arithmetic cannot see into
+    [RULE TE-OPAQUE]: a ``reinterpret`` to its own dtype, which the LLVM code
     generator emits as nothing. Other dtypes are left as they are."""
     return _reinterpret(value) if _kind(_dtype(value)) in "iu" else value
 
 
 def let_expr(var: Any, value: PrimExpr, body: PrimExpr) -> PrimExpr:
-    """``let var = value in body``, the value opaque [RULE OPAQUE]."""
+    """``let var = value in body``, the value opaque [RULE TE-OPAQUE]."""
     return tirx.Let(var, opaque(value), body)
 
 
 def program_constant(value: Any, dtype: str) -> PrimExpr:
     """A constant of the program (a literal, the value of a fill), opaque
-    [RULE OPAQUE]: TVM's simplifier folds ``x * 0.0`` to 0 and ``0.0 / x``
+    [RULE TE-OPAQUE]: TVM's simplifier folds ``x * 0.0`` to 0 and ``0.0 / x``
     to 0 (wrong where x is infinite, NaN or negative), ``x + 0.0`` to x
     (wrong for -0.0), refuses ``x / 0.0`` ("Divide by zero") and folds
     ``x == INT_MIN`` to false. A ``reinterpret`` to its own dtype hides the
@@ -114,7 +114,7 @@ def _reinterpret(value: PrimExpr) -> PrimExpr:
 
 
 def _lower_reinterpret_for_cuda(call: PrimExpr) -> PrimExpr:
-    """``LowerIntrin``'s rule for ``reinterpret`` on CUDA [RULE OPAQUE]:
+    """``LowerIntrin``'s rule for ``reinterpret`` on CUDA [RULE TE-OPAQUE]:
     the opaque wrappers are no longer needed there (it is the last pass),
     and TVM's CUDA code generator prints a ``reinterpret`` as
     ``*(T *)(&(x))``, which nvcc refuses when ``x`` is an immediate ("must
@@ -175,7 +175,7 @@ def _constant_read(value: PrimExpr) -> PrimExpr | None:
 
 
 def _let(value: PrimExpr, body: Callable[[PrimExpr], PrimExpr]) -> PrimExpr:
-    """``body(value)`` with ``value`` bound once [RULE LET]."""
+    """``body(value)`` with ``value`` bound once [RULE TE-LET]."""
     constant = _constant_read(value)
     value = value if constant is None else constant
     if _is_atom(value):
@@ -196,7 +196,7 @@ def _load_broadcast(
     """``x`` at ``index`` of the broadcast result (numpy's rule: trailing
     dimensions align, a dimension of size 1 stretches). A size known only
     at run time that is not the result's (``out``) may be the 1 that
-    stretches: read at 0 where it is (kernel/symbolic_shapes.py [RULE SIZECHECK])."""
+    stretches: read at 0 where it is (kernel/symbolic_shapes.py [RULE SHAPE-SIZECHECK])."""
     shape = _shape(x)
     offset = len(index) - len(shape)
     return x(*(_stretched(d, index[offset + k], out, offset + k) for k, d in enumerate(shape)))
@@ -227,7 +227,7 @@ def _map(
 
 
 def _widened(dtype: str, fn: Callable[..., PrimExpr]) -> Callable[..., PrimExpr]:
-    """``fn`` computed in float32 for float16 arguments [RULE F16]."""
+    """``fn`` computed in float32 for float16 arguments [RULE TE-F16]."""
     if dtype != "float16":
         return fn
     return lambda *xs: fn(*(x.astype("float32") for x in xs)).astype("float16")

@@ -1,5 +1,5 @@
 """Elementwise rules: unary and binary arithmetic, integer division and power
-[RULE DIV] [RULE CHECK], comparisons [RULE BOOL], ``where``, ``cast``. The
+[RULE TE-DIV] [RULE RUNTIME-CHECK], comparisons [RULE TE-BOOL], ``where``, ``cast``. The
 rules' reasons are the package's docstring."""
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def _relu(x: PrimExpr) -> PrimExpr:
 
 
 def _abs(x: PrimExpr) -> PrimExpr:
-    # integers wrap as numpy's (|INT_MIN| is INT_MIN) [RULE WRAP]; unsigned
+    # integers wrap as numpy's (|INT_MIN| is INT_MIN) [RULE TE-WRAP]; unsigned
     # values are their own absolute value
     dtype = _dtype(x)
     if _kind(dtype) == "u":
@@ -97,7 +97,7 @@ for _op in _UNARY:
 
 
 def int_divide(a: PrimExpr, b: PrimExpr) -> PrimExpr:
-    """[RULE DIV] Truncating division that never traps. The divisor is made
+    """[RULE TE-DIV] Truncating division that never traps. The divisor is made
     safe (1 in place of 0 and -1; x / -1 is computed as -x / 1) and a zero
     divisor's quotient is masked to 0 by a multiplication: TVM's simplifier
     assumes the guard of a select when simplifying its branches, which are
@@ -114,7 +114,8 @@ def int_divide(a: PrimExpr, b: PrimExpr) -> PrimExpr:
             numerator = _select(b == minus_one, wrap_sub(zero, a), a)
         else:
             safe, numerator = _select(b == zero, one, b), a
-        return tirx.truncdiv(numerator, safe) * nonzero  # zero divisors: checked [RULE CHECK]
+        # zero divisors: checked [RULE RUNTIME-CHECK]
+        return tirx.truncdiv(numerator, safe) * nonzero
 
     return _lets([a, b], body)
 
@@ -122,11 +123,11 @@ def int_divide(a: PrimExpr, b: PrimExpr) -> PrimExpr:
 def int_power(a: Tensor, b: Tensor, out_type: Type) -> Tensor:
     """``a ** b`` for integers by repeated squaring over every bit of ``b``,
     wrapping as numpy's integer power does; a negative exponent fails
-    [RULE CHECK]. One reduction over the exponent's bits, in order, whose
+    [RULE RUNTIME-CHECK]. One reduction over the exponent's bits, in order, whose
     accumulator is (result, square, started): as one expression the
-    squarings would nest 64 lets deep, each used twice [RULE LET], and as
+    squarings would nest 64 lets deep, each used twice [RULE TE-LET], and as
     one compute per bit a 64-bit power is 128 blocks (a minute to build).
-    Products wrap by ``wrap_mul`` [RULE WRAP]."""
+    Products wrap by ``wrap_mul`` [RULE TE-WRAP]."""
     shape, dtype = _out(out_type)
     exp_dtype = _dtype(b)
     bits = np.dtype(exp_dtype).itemsize * 8
@@ -160,7 +161,7 @@ def int_power(a: Tensor, b: Tensor, out_type: Type) -> Tensor:
     )
 
     power = te.compute(shape, lambda *i: result(*i), name="power")
-    if _kind(exp_dtype) == "i":  # a negative exponent fails [RULE CHECK]
+    if _kind(exp_dtype) == "i":  # a negative exponent fails [RULE RUNTIME-CHECK]
         require(
             shape,
             lambda *i: _load_broadcast(b, i, shape) < _const(0, exp_dtype),
@@ -170,9 +171,9 @@ def int_power(a: Tensor, b: Tensor, out_type: Type) -> Tensor:
 
 
 def int_remainder(a: PrimExpr, b: PrimExpr, floor: bool) -> PrimExpr:
-    """[RULE DIV] The integer remainder with the divisor's sign (``floor``:
+    """[RULE TE-DIV] The integer remainder with the divisor's sign (``floor``:
     Python's ``%``) or the dividend's (C's), never trapping: a zero divisor
-    (checked [RULE CHECK]) and -1 (x86 traps on ``INT_MIN % -1``, whose
+    (checked [RULE RUNTIME-CHECK]) and -1 (x86 traps on ``INT_MIN % -1``, whose
     remainder is 0) are replaced by 1, whose remainder is 0."""
     dtype = _dtype(a)
     zero, one = _const(0, dtype), _const(1, dtype)
@@ -196,10 +197,10 @@ def float_mod(a: PrimExpr, b: PrimExpr) -> PrimExpr:
     zero = _const(0, dtype)
 
     def body(r: PrimExpr) -> PrimExpr:
-        # the signs differ (booleans are not compared [RULE BOOL]; NaN moves nothing)
+        # the signs differ (booleans are not compared [RULE TE-BOOL]; NaN moves nothing)
         differ = tirx.Or(tirx.And(b < zero, r > zero), tirx.And(b > zero, r < zero))
         moved = _select(differ, r + b, r)
-        nonzero = tirx.Or(r != zero, _is_nan(r))  # an ordered != is false for NaN [RULE NAN]
+        nonzero = tirx.Or(r != zero, _is_nan(r))  # an ordered != is false for NaN [RULE TE-NAN]
         return _select(nonzero, moved, tirx.copysign(zero, b))
 
     return _let(tirx.truncmod(a, b), body)
@@ -231,7 +232,7 @@ def _divide(a: PrimExpr, b: PrimExpr) -> PrimExpr:
 
 
 def _as_comparable(x: PrimExpr) -> PrimExpr:
-    """[RULE BOOL] Booleans compare as int8; float16 widens (exactly)."""
+    """[RULE TE-BOOL] Booleans compare as int8; float16 widens (exactly)."""
     dtype = _dtype(x)
     if dtype == "bool":
         return _select(x, _const(1, "int8"), _const(0, "int8"))
@@ -241,7 +242,7 @@ def _as_comparable(x: PrimExpr) -> PrimExpr:
 def _not_equal(a: PrimExpr, b: PrimExpr) -> PrimExpr:
     if _kind(_dtype(a)) != "f":
         return a != b
-    return tirx.Or(a != b, tirx.Or(_is_nan(a), _is_nan(b)))  # [RULE NAN]
+    return tirx.Or(a != b, tirx.Or(_is_nan(a), _is_nan(b)))  # [RULE TE-NAN]
 
 
 _ARITH: dict[str, Callable[[PrimExpr, PrimExpr], PrimExpr]] = {

@@ -1,5 +1,5 @@
-"""Vectorisable ``exp`` and ``tanh`` for float32 [RULE MATH], and NaN-
-propagating ``max``/``min`` [RULE NAN]. The rules' reasons are the
+"""Vectorisable ``exp`` and ``tanh`` for float32 [RULE TE-MATH], and NaN-
+propagating ``max``/``min`` [RULE TE-NAN]. The rules' reasons are the
 package's docstring."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from .common import _const, _dtype, _is_nan, _kind, _let, _lets, _select
 PrimExpr = Any  # tvm.tirx.PrimExpr
 
 
-# [RULE MATH] Cephes' expf: n = round(x / ln 2), r = x - n ln 2 in two parts
+# [RULE TE-MATH] Cephes' expf: n = round(x / ln 2), r = x - n ln 2 in two parts
 # (Cody and Waite), exp(r) by a degree-7 polynomial, times 2^n built from its
 # exponent bits in two halves so that results between 2^-149 and 2^128 (and
 # overflow to inf, underflow to 0) come out right.
@@ -127,7 +127,7 @@ def tanh_f64(x: PrimExpr) -> PrimExpr:
 
 
 def exp_of(x: PrimExpr) -> PrimExpr:
-    """``exp`` in x's (float32 or float64) dtype [RULE MATH]."""
+    """``exp`` in x's (float32 or float64) dtype [RULE TE-MATH]."""
     return exp_f32(x) if _dtype(x) == "float32" else te.exp(x)
 
 
@@ -142,7 +142,7 @@ def sigmoid_of(x: PrimExpr) -> PrimExpr:
 
 
 def nan_max(a: PrimExpr, b: PrimExpr) -> PrimExpr:
-    """numpy's ``maximum`` [RULE NAN]: NaN if either is NaN."""
+    """numpy's ``maximum`` [RULE TE-NAN]: NaN if either is NaN."""
     if _kind(_dtype(a)) != "f":
         return te.max(a, b)
     return _lets([a, b], lambda a, b: _select(tirx.Or(_is_nan(a), a > b), a, b))

@@ -1,6 +1,6 @@
 """``nn`` rules: dense and matmul, softmax, layer and batch normalisation. The
 rules' reasons are the package's docstring; a product's operands are
-rounded to the compile's precision (precision.py [RULE PRECISION])."""
+rounded to the compile's precision (precision.py [RULE COMPILE-PRECISION])."""
 
 from __future__ import annotations
 
@@ -240,7 +240,7 @@ def _batch_norm_train(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> tu
     updated with the unbiased one. ``n``, the number of values per channel,
     known at build time decides the numpy rule's cases here; after a mask it
     is known at run time only and they are decided there: n == 1 fails
-    when the kernel runs [RULE CHECK] (known or not: a program that never
+    when the kernel runs [RULE RUNTIME-CHECK] (known or not: a program that never
     reaches the call runs), n == 0 leaves the running statistics unchanged
     (y is then empty)."""
     x, gamma, beta, running_mean, running_var = args
@@ -261,7 +261,8 @@ def _batch_norm_train(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> tu
         shown = tuple(tirx.Cast("int64", d) for d in shape if not isinstance(d, int))
         require((), lambda: n == 1, message, lambda: shown)
         return _batch_norm_statistics(args, attrs, unbias, n == 0)
-    if n == 1:  # fails when it runs, as the interpreter does [RULE CHECK]: not if not reached
+    # fails when it runs, as the interpreter does [RULE RUNTIME-CHECK]: not if not reached
+    if n == 1:
         message = "expected more than 1 value per channel when training, got input of shape "
         require((), lambda: tirx.const(True, "bool"), message + str(tuple(shape)))
         return _batch_norm_statistics(args, attrs, _scalar(1.0, cd), None)

@@ -1,5 +1,5 @@
 """Reductions: ``sum``, ``mean``, ``max``, ``min``, ``prod`` and ``argmax``,
-empty axes included [RULE CHECK]. The rules' reasons are the package's
+empty axes included [RULE RUNTIME-CHECK]. The rules' reasons are the package's
 docstring."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def _product_reducer() -> Any:
 
 
 def _nan_reducer(name: str) -> Any:
-    """max/min that propagate NaN [RULE NAN]; the identity is -inf/+inf."""
+    """max/min that propagate NaN [RULE TE-NAN]; the identity is -inf/+inf."""
     if name == "max":
         return te.comm_reducer(nan_max, lambda dtype: _const(-math.inf, dtype), name="nan_max")
     return te.comm_reducer(nan_min, lambda dtype: _const(math.inf, dtype), name="nan_min")
@@ -85,7 +85,7 @@ def _reduce_rule(name: str) -> Callable[..., Tensor]:
             empty = next(a for a in axes if in_shape[a] == 0)
             return _empty_reduction(name, shape, dtype, empty)
         raxes, in_index = reduction_layout(in_shape, axes, attrs["keepdims"])
-        # [RULE BOOL] booleans reduce as int8 (max is any, min is all).
+        # [RULE TE-BOOL] booleans reduce as int8 (max is any, min is all).
         acc = "int8" if dtype == "bool" else compute_dtype(dtype)
         reducer = _reducer(name, acc)
         total = te.compute(
@@ -110,7 +110,7 @@ def _unless_empty_at_run_time(
 ) -> Tensor:
     """``out``, failing as the interpreter does when an axis it reduces,
     of a size known only at run time (after boolean_mask), is empty then
-    [RULE CHECK] (a static empty axis is ``_empty_reduction``'s)."""
+    [RULE RUNTIME-CHECK] (a static empty axis is ``_empty_reduction``'s)."""
     symbolic = [a for a in axes if not isinstance(in_shape[a], int)]
     if not symbolic:
         return out
@@ -130,7 +130,7 @@ def _empty_reduction(name: str, shape: Sequence[int], dtype: str, axis: int = 0)
     """A reduction over an empty axis: TVM's loop over it never runs, and
     the initial value is written inside it, so the result is given directly:
     0 for a sum, 1 for a product, NaN for a mean (0 / 0). max, min and
-    argmax of an empty axis fail, as in the interpreter [RULE CHECK]."""
+    argmax of an empty axis fail, as in the interpreter [RULE RUNTIME-CHECK]."""
     value = {"prod": 1, "mean": math.nan}.get(name, 0)
     if dtype == "bool":
         value = bool(value)
@@ -141,7 +141,7 @@ def _empty_reduction(name: str, shape: Sequence[int], dtype: str, axis: int = 0)
 
 
 def _argmax_reducer(last: bool, is_float: bool) -> Any:
-    """(index, value) pairs: the larger value wins, NaN above all [RULE NAN];
+    """(index, value) pairs: the larger value wins, NaN above all [RULE TE-NAN];
     between equal values (or two NaN) the first index, or the last one. The
     identity's index loses every tie: the largest int32, or -1."""
 

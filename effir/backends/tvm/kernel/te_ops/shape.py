@@ -1,5 +1,5 @@
 """Shape and indexing rules: ``reshape``, ``transpose``, ``concatenate``,
-``split``, slicing, ``take`` [RULE CHECK], fills. The rules' reasons are
+``split``, slicing, ``take`` [RULE RUNTIME-CHECK], fills. The rules' reasons are
 the package's docstring."""
 
 from __future__ import annotations
@@ -58,13 +58,13 @@ def _reshape(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
     in_shape = _shape(x)
     if all(isinstance(d, int) for d in in_shape) or not all(isinstance(d, int) for d in shape):
         # (a result of sizes known at run time: its element count is checked
-        # before the kernel runs, kernel/symbolic_shapes.py [RULE SIZECHECK])
+        # before the kernel runs, kernel/symbolic_shapes.py [RULE SHAPE-SIZECHECK])
         return te.compute(
             shape, lambda *i: x(*_unravel(_ravel(i, shape), in_shape)), name="reshape"
         )
     # A symbolic input (after boolean_mask) may hold another number of
     # elements than the static result: checked at run time, as the
-    # interpreter does [RULE CHECK].
+    # interpreter does [RULE RUNTIME-CHECK].
     size: PrimExpr = _const(1, "int64")
     for d in in_shape:
         size = size * tirx.Cast("int64", d) if not isinstance(d, int) else size * d
@@ -249,7 +249,7 @@ def _sized(size: Any, dtype: str) -> PrimExpr:
 
 def _take_index(index: PrimExpr, size: Any, mode: str) -> PrimExpr:
     """An index in [0, size): wrapped (Python's modulo) or clipped ("clip"
-    and "fast", which the interpreter checks and a kernel cannot [RULE DIV])."""
+    and "fast", which the interpreter checks and a kernel cannot [RULE TE-DIV])."""
     dtype = _dtype(index)
     signed = _kind(dtype) == "i"
     if mode == "wrap":
@@ -279,7 +279,7 @@ def _take(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
     rank = len(indices.shape)
     empty = f"cannot take from axis {axis} of size 0"
     if isinstance(size, int) and size == 0:
-        # nothing to take from: fails unless nothing is taken [RULE CHECK]
+        # nothing to take from: fails unless nothing is taken [RULE RUNTIME-CHECK]
         require(shape, lambda *i: tirx.const(True, "bool"), empty)
         return te.compute(shape, lambda *i: _const(0, out_type.dtype), name="take")
     if not isinstance(size, int) and mode != "fast":  # a size 0 at run time fails
@@ -293,7 +293,7 @@ def _take(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
         # nothing read from an axis of size 0 at run time (the check fails)
         return tirx.if_then_else(size == 0, _const(0, out_type.dtype), value)
 
-    if mode == "fast":  # clipped, and checked [RULE CHECK]
+    if mode == "fast":  # clipped, and checked [RULE RUNTIME-CHECK]
 
         def bad(*i: PrimExpr) -> PrimExpr:
             index = indices(*i[axis : axis + rank])  # (a load: a let cannot index a buffer)
@@ -350,9 +350,9 @@ def _scatter_add(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
     every target with no write conflicts and a fixed summation order; it
     costs the output's size times the indices' count (an embedding table's
     backward: vocabulary x tokens x width), against the updates' size for a
-    serial scatter. float16 accumulates in float32 [RULE F16], integers
-    wrap [RULE WRAP]; ``mode="fast"`` checks its indices as ``take`` does
-    [RULE CHECK]."""
+    serial scatter. float16 accumulates in float32 [RULE TE-F16], integers
+    wrap [RULE TE-WRAP]; ``mode="fast"`` checks its indices as ``take`` does
+    [RULE RUNTIME-CHECK]."""
     x, indices, updates = args
     shape, dtype = _out(out_type)
     axis = attrs["axis"] % len(shape)
@@ -421,7 +421,7 @@ def _strided_set(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
     """Element i of an axis is the value's ``(i - start) / step`` where that
     is a whole number in [0, count) (the numpy rule's plan), the data's
     elsewhere; the lazy ``if_then_else`` reads only the chosen input. The
-    division is of an opaque distance by a positive step [RULE OPAQUE]."""
+    division is of an opaque distance by a positive step [RULE TE-OPAQUE]."""
     x, v = args
     in_shape = _shape(x)
     plan = _slices(attrs, len(in_shape))
@@ -445,7 +445,7 @@ def _strided_set(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
             start, step, count = placed[d]
             wide = position if isinstance(start, int) else position.astype("int64")
             # the distance from the start in the step's direction, opaque,
-            # over the step's magnitude [RULE OPAQUE]
+            # over the step's magnitude [RULE TE-OPAQUE]
             offset = opaque(wide - start if step > 0 else start - wide)
             q = tirx.floordiv(offset, abs(step))
             ok = tirx.And(tirx.floormod(offset, abs(step)) == 0, tirx.And(q >= 0, q < count))

@@ -1,4 +1,4 @@
-"""Integer ``+ - *`` that wrap modulo 2^bits as numpy's do [RULE WRAP]. The
+"""Integer ``+ - *`` that wrap modulo 2^bits as numpy's do [RULE TE-WRAP]. The
 rules' reasons are the package's docstring."""
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def _wrapping(op: str, a: PrimExpr, b: PrimExpr) -> PrimExpr:
 
 
 def wrap_add(a: PrimExpr, b: PrimExpr) -> PrimExpr:
-    """``a + b``, wrapping for integers [RULE WRAP]."""
+    """``a + b``, wrapping for integers [RULE TE-WRAP]."""
     return _wrapping("+", a, b)
 
 
@@ -123,7 +123,7 @@ def wrap_mul(a: PrimExpr, b: PrimExpr) -> PrimExpr:
 
 
 def _sum_reducer(dtype: str) -> Any:
-    """``te.sum``, wrapping for integers of 32 bits and more [RULE WRAP]."""
+    """``te.sum``, wrapping for integers of 32 bits and more [RULE TE-WRAP]."""
     if _kind(dtype) in "bf" or np.dtype(dtype).itemsize < 4:
         return te.sum
     return te.comm_reducer(wrap_add, lambda dtype: _const(0, dtype), name="wrap_sum")

@@ -28,7 +28,7 @@ step in the step, and when the machine is busy (more runnable threads
 than cores) a worker the scheduler has not run holds that barrier for a
 time slice (milliseconds); a block whose work is less than a time slice's
 (2**27 multiply-adds is about 4 ms of one core) loses more there than a
-second core gains. With 2**17 (before issue 18) and 2**20, the hidden-256
+second core gains. With 2**17 (the first threshold) and 2**20, the hidden-256
 GRU's step (2**17.6 a step at batch 1, 2**22.6 at batch 32) and its
 elementwise gates (2**20 at batch 32: three more barriers a step) met a
 barrier at every step. Measured side by side on the loaded 2-core
@@ -170,7 +170,7 @@ def _inline(sch: Any, root: Any) -> None:
     outputs, packings, producers of a reduction (which would recompute them
     for every output element) unless they only move data, an expensive
     producer read at several places (each would get a copy), and where the
-    consumer would outgrow schedule/inline.py's INLINE_BUDGET (RULE BUDGET there:
+    consumer would outgrow schedule/inline.py's INLINE_BUDGET ([RULE SCHED-BUDGET] there:
     LLVM code generation substitutes every let)."""
     outputs = {sch.get(b).name_hint for b in sch.get_output_blocks(root)}
     for b in reversed(sch.get_child_blocks(root)):

@@ -1,6 +1,6 @@
 """A whole ``cf.foreach`` loop as one persistent GPU kernel.
 
-[RULE PERSISTENT] Purpose
+[RULE CUDA-PERSISTENT] Purpose
 -------------------------
 A recurrent loop run by the VM step by step launches several kernels per
 step from the host, each of which reads the recurrent weights from memory
@@ -43,7 +43,7 @@ The algorithm
    the algorithm is tested against the interpreter without a GPU.
 
 The calls (the prologue, then the kernel) are made by relax/whole_loops.py
-[RULE WHOLE].
+[RULE LOOP-WHOLE].
 
 Known limitations: it has not yet run on a GPU (built, compiled to PTX by
 nvcc, and run serially on the CPU); only static, pure bodies (anything

@@ -19,7 +19,7 @@ def schedule_cuda(func: Any, target: Any) -> Any:
     """Inline within the budget (dlight's own fallback inlines every block,
     and a chain of squarings inlined whole is exponential in size); with a
     TF32 or bfloat16 precision, a product on the tensor cores where its
-    shape allows ([RULE TENSORCORE]); then dlight's matmul, GEMV and
+    shape allows ([RULE SCHED-TENSORCORE]); then dlight's matmul, GEMV and
     reduction rules where one applies to the whole function, else one
     thread per output element of each block."""
     from tvm.s_tir import dlight

@@ -1,7 +1,7 @@
 // effir's tensor-core tiles (schedule/cuda/tensor_core.py): the device
 // functions a matrix product's kernel calls, one warp per 16 x 16 tile of
 // C = A B over the product's whole depth, when effir.compile(precision=...)
-// asks for TF32 or bfloat16 (precision.py [RULE PRECISION]).
+// asks for TF32 or bfloat16 (precision.py [RULE COMPILE-PRECISION]).
 //
 // A(i, k) is a[i * a_i + k * a_k] and B(k, j) is b[k * b_k + j * b_j]: any
 // layout, at any address, since each step's tiles are staged through the

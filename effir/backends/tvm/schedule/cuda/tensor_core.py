@@ -1,5 +1,5 @@
-"""[RULE TENSORCORE] A matrix product on the GPU's tensor cores, when the
-compile's precision is TF32 or bfloat16 (precision.py [RULE PRECISION]).
+"""[RULE SCHED-TENSORCORE] A matrix product on the GPU's tensor cores, when the
+compile's precision is TF32 or bfloat16 (precision.py [RULE COMPILE-PRECISION]).
 
 Why not TVM's own
 -----------------

@@ -1,8 +1,8 @@
 """Specialisation: a program's symbolic dimensions bound to the sizes of
 one call's arguments.
 
-Kernels are generated per concrete shape (DESIGN.md: "static code is
-generated per concrete shape behind a runtime shape check"): the compiled
+Kernels are generated per concrete shape, behind a run-time shape check
+(docs/architecture.md, the decisions table): the compiled
 program keeps one specialisation per binding of the entry's symbolic
 dimensions (``t``, ``b``), and checks each call's arguments against it.
 Specialising is a substitution in the entry's type annotations followed by
@@ -30,13 +30,13 @@ from ..runtime.errors import BackendError
 from .loop_bodies import literal_loop_bodies
 
 
-def specialize(module: IRModule, entry: str, dims: Mapping[str, int]) -> IRModule:
+def specialise(module: IRModule, entry: str, dims: Mapping[str, int]) -> IRModule:
     """``module`` with ``@entry``'s dimensions bound by ``dims`` (its own
     annotations and those inside it), type-checked again, and every
     function it calls copied per binding of that function's dimensions at
     its calls (passes/specialise_dims.py): a callee's kernels are then
     written in the entry's sizes, and one whose sizes stay symbolic asks
-    for them as the entry's do (relax/types.py [RULE SYMBOLIC]). Loop
+    for them as the entry's do (relax/types.py [RULE LOWER-SYMBOLIC]). Loop
     bodies that are not function literals are wrapped in one afterwards
     (``loop_bodies``), and the result checked again."""
     module = literal_loop_bodies(specialise_dims(module, entry, dims))
