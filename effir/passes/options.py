@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 OPTION_TYPES: tuple[type, ...] = (bool, int, float, str)
 """The types a pass option may have (pipeline text writes each as a word)."""
@@ -64,7 +64,7 @@ class Option:
             value = float(value)
         if not isinstance(value, self.type) or (self.type is int and isinstance(value, bool)):
             raise ValueError(f"expected {self.type.__name__}, got {value!r}")
-        if self.minimum is not None and value < self.minimum:
+        if self.minimum is not None and cast(float, value) < self.minimum:  # a number here
             raise ValueError(f"must be at least {self.minimum}, got {value!r}")
         return value
 
