@@ -4,7 +4,8 @@ fourth argument, of any integer dtype) and with padded outputs
 by Hypothesis (state, per-step outputs, the limit's form and dtype,
 padding), each built once and called with limits and trip counts of 0, a
 few, past the buffers' first capacity (16) and past the limit. A negative
-limit is the interpreter's located EvalError. CUDA builds the same loops
+limit is the interpreter's located EvalError, and so is a padded loop of
+2**64 - 1 rows (past the size limit: relax/dynamic.py [RULE LOWER-SIZE]). CUDA builds the same loops
 (PTX by nvcc); running them needs a GPU. Compiled code runs in a
 subprocess (tests/support/isolated.py)."""
 
@@ -70,8 +71,15 @@ def runs(dtype):
         limits = (0, 2, 25, 100) if dtype else (None,)
         for m in limits:
             yield (x, np.float32(bound)) + ((np.asarray(m, dtype),) if dtype else ())
-    if dtype == "uint64":  # past int64: capped, never negative
+    if dtype == "uint64":  # past int64: capped, never negative (padded: past the size limit)
         yield x, np.float32(30.0), np.asarray(2**64 - 1, dtype)
+
+
+def outcome(run):
+    try:
+        return run()
+    except effir.EvalError as err:
+        return err
 
 
 @settings(max_examples=EXAMPLES, deadline=None, database=None,
@@ -82,7 +90,15 @@ def compiled_equals_interpreted(program):
     module = effir.check(effir.parse(text, source_name="w.effir"))
     compiled = effir.compile(module)
     for args in runs(dtype):
-        assert_close(compiled(*args), effir.interpret(module, *args))
+        got = outcome(lambda: compiled(*args))
+        want = outcome(lambda: effir.interpret(module, *args))
+        if isinstance(want, effir.EvalError):  # 2**62 padded rows: refused by both, located
+            assert isinstance(got, effir.EvalError), (got, want)
+            for message in (str(got), str(want)):
+                assert message.startswith("w.effir:5:3: runtime error: cf.while_loop: "), message
+                assert "more than the limit of 4 GiB" in message, message
+        else:
+            assert_close(got, want)
     if dtype is not None and dtype.startswith("int"):
         bad = args[:2] + (np.asarray(-3, dtype),)
         got = []

@@ -10,8 +10,9 @@ What an entry is keyed by (``Cache.key``): the SHA-256 of the optimised
 program's canonical text (the printer's, metadata included: what is built),
 the entry function, the bound dimensions and the names left symbolic, the
 target (its full text: kind, ``mcpu``, attributes), the size of TVM's
-thread pool (a whole loop runs as many blocks of rows: loop/rows.py), TVM's
-version and a digest of effir's own source files (a changed lowering is a new key, not a
+thread pool (a whole loop runs as many blocks of rows: loop/rows.py), the
+size limit (the build checks sizes of the run against it: relax/dynamic.py
+[RULE LOWER-SIZE]), TVM's version and a digest of effir's own source files (a changed lowering is a new key, not a
 stale hit). An entry is two files: ``<key>.<sha>.so``, the VM executable
 with its kernels (``export_library``), named by its own SHA-256's first
 16 digits, and ``<key>.json``, what the build was (its kernels and loops,
@@ -64,6 +65,7 @@ from typing import Any
 
 import tvm
 
+from ....runtime.limits import max_bytes
 from ..runtime.thread_vms import MODULES
 
 FORMAT = 2
@@ -133,6 +135,8 @@ class Cache:
                     f"effir {effir_digest()}",
                     f"target {target}",
                     f"precision {precision}",  # precision.py [RULE COMPILE-PRECISION]
+                    # run-time sizes are checked against the limit at build time (relax/dynamic.py)
+                    f"size limit {max_bytes()}",
                     # a whole loop's row blocks are as many as the pool's threads (loop/rows.py)
                     f"threads {tvm.runtime.num_threads()}",
                     program_text,

@@ -8,6 +8,17 @@ count into a shape (``tensor_to_shape``) and allocates, the other fills.
 The helpers here (rows, dimensions, views, the executor's kernels for the
 target) serve the loops too.
 
+[RULE LOWER-SIZE] A tensor whose size the run chooses (``dyn.zeros``' shape,
+``dyn.arange``'s length, a padded ``cf.while_loop``'s rows given at run
+time) is checked against the size limit (runtime/limits.py) on the host
+before it is allocated, with the interpreter's kind of located error
+(``check_size``); its dimensions' product is never computed where it could
+wrap around 64 bits (``_product_at_most``), as TVM's allocation computes
+it. A size bounded by values that already exist (``boolean_mask``'s rows,
+a buffer that doubles, a kernel's result of symbolic sizes, products of
+its arguments' dimensions: [RULE LOWER-SHAPEPOLY]) is not checked: it
+fails, if ever, as an allocation TVM refuses, not as a short buffer.
+
 The rules are ``DynamicRules``, a rule set relax/lower.py's walk holds; they
 share relax/state.py's ``LoweringState``.
 """
@@ -24,6 +35,7 @@ from tvm import relax, tirx
 from ....ir.expr import Call, Var
 from ....ir.op import op_def
 from ....ir.types import TensorType
+from ....runtime.limits import ENV, human, max_bytes
 from ..kernel.checks import error_shape
 from ..runtime.errors import CHECK_FUNCTION, VALUE_MARK, BackendError, site_message
 from . import dynamic_kernels
@@ -110,6 +122,27 @@ class DynamicRules:
         element)."""
         op = op_def(call.callee).name  # type: ignore[arg-type]
         self.emit_check(ok, site_message(op, message.replace("{}", VALUE_MARK), call.span), values)
+
+    def check_size(self, call: Call, dims: list[Any], dtype: str, what: str) -> None:
+        """[RULE LOWER-SIZE] Refuse, before it is allocated, a tensor of ``dims``
+        (shape variables of the run: a size read from data, a limit given
+        at run time) past the size limit (runtime/limits.py), as the
+        interpreter refuses it. TVM's VM multiplies the dimensions and the
+        item size in 64 bits, where 2**62 rows of 4 bytes wrap around to 0:
+        unchecked, such a tensor got a buffer of a few bytes, which the
+        kernel filling it then wrote past, corrupting the heap. A static
+        shape was checked when the program was specialised (driver/specialise.py);
+        the limit is the one in force when the program is built."""
+        if all(isinstance(d, int) for d in dims):
+            return
+        limit = max_bytes()
+        bound = tirx.const(limit // np.dtype(dtype).itemsize, "int64")
+        shape = "(" + ", ".join([VALUE_MARK] * len(dims)) + ")"  # as the interpreter's
+        message = (
+            f"{what} of shape {shape} and dtype {dtype} would take more "
+            f"than the limit of {human(limit)} (set {ENV} to allow more)"
+        )
+        self.check_shape(call, _product_at_most(dims, bound), message, dims)
 
     def emit_check(self, ok: Any, text: str, values: list[Any]) -> None:
         """[RULE RUNTIME-CHECK] (runtime/errors.py) ``effir.check(ok, text, *values)`` on the
@@ -231,6 +264,7 @@ class DynamicRules:
         for d in dims:
             ok = tirx.And(ok, d >= tirx.const(0, "int64"))
         self.check_shape(call, ok, f"negative size in shape {_shape_text(len(dims))}", dims)
+        self.check_size(call, dims, dtype, "the result")
         if op == "dyn.full":
             value = self.bb.emit(relax.op.astype(self.walk.atom(call.args[0], env), dtype))
         else:
@@ -274,6 +308,7 @@ class DynamicRules:
         if not dtype.startswith(("int", "uint")):
             message = "start, limit and delta must be finite"
             self.check_shape(call, tirx.NE(n, not_finite), message, [])
+        self.check_size(call, [n], dtype, "the result")
         return emit(
             relax.call_tir(
                 self._executor("arange_fill", dtype),
@@ -433,8 +468,26 @@ def _resolved_newshape(
         size = size * d
     ok = tirx.And(ok, minus_ones <= one)
     ok = tirx.And(ok, tirx.Or(minus_ones == zero, known > zero))
-    ok = tirx.And(ok, size == total)
+    # the product of ``dims`` is computed in 64 bits, where a wrapped one
+    # could equal ``total``: equal only when it does not pass it
+    ok = tirx.And(ok, tirx.And(size == total, _product_at_most(dims, total)))
     return dims, ok, total
+
+
+def _product_at_most(dims: list[Any], bound: Any) -> Any:
+    """Whether the product of ``dims`` (non-negative) is at most ``bound``,
+    without computing it: each dimension against ``bound`` divided by the
+    ones before it, so that no 64-bit product wraps around."""
+    one, zero = tirx.const(1, "int64"), tirx.const(0, "int64")
+    fits: Any = tirx.const(True, "bool")
+    empty: Any = tirx.const(False, "bool")
+    left = _int64(bound)
+    for d in dims:
+        d = _int64(d)
+        fits = tirx.And(fits, d <= left)
+        empty = tirx.Or(empty, d == zero)
+        left = tirx.floordiv(left, tirx.max(d, one))
+    return tirx.Or(empty, fits)
 
 
 DYNAMIC: dict[str, Callable[..., Any]] = {

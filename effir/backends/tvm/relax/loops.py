@@ -475,6 +475,8 @@ class LoopRules:
             rows = limit
         if padded:  # [RULE LOOP-PAD] every row there is, from the start
             first = rows
+            for leaf in outs:  # [RULE LOWER-SIZE] rows given at run time: under the limit
+                self.dynamic.check_size(call, [rows, *leaf.shape], leaf.dtype, "a padded output")
         else:
             first = int(limit) if limit is not None and 0 < limit <= 64 else 16
         steps = _Steps(

@@ -61,7 +61,8 @@ Algorithm
    - an operator of data-dependent shape (``boolean_mask``, ``argwhere``,
      the ``dyn.*`` operators, ``shape_of``) runs as the executor's kernels
      (relax/dynamic_kernels.py): count, allocate once the size is known
-     (``tensor_to_shape``), fill [RULE LOWER-DYN].
+     (``tensor_to_shape``), fill [RULE LOWER-DYN]; a size the run chooses
+     is checked against the size limit before it is allocated [RULE LOWER-SIZE].
 4. [RULE LOWER-SHAPEPOLY] A primitive function whose types keep a ``?``
    dimension (a kernel after ``boolean_mask``) is compiled once with its
    sizes as variables bound from its arguments' run-time shapes
