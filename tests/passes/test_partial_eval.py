@@ -132,6 +132,65 @@ def test_only_short_static_loops_unroll():
         assert np.array_equal(want[0], got[0]) and np.array_equal(want[1], got[1])
 
 
+def test_a_loop_nest_unrolls_only_when_its_steps_are_few():
+    """Short loops nested in a short loop (a checkpointed gradient's
+    segments) run the product of their steps: a nest of more than
+    ``MAX_UNROLL`` steps keeps its outer loop, whose body's inner loop
+    unrolls; a nest within the limit unrolls whole."""
+
+    def program(outer: int, inner: int) -> effir.IRModule:
+        return effir.parse(f"""#[version = "0.0.5"]
+        def @main(%xs: Tensor[({outer}, {inner}, 2), float32], %h: Tensor[(2), float32]) {{
+          cf.foreach(fn (%seg: Tensor[({inner}, 2), float32], %s: Tensor[(2), float32]) {{
+            let %r = cf.foreach(fn (%x: Tensor[(2), float32], %t: Tensor[(2), float32]) {{
+              let %n = tanh(add(%t, %x));
+              (%n, %n)
+            }}, %seg, %s);
+            (%r.0, %r.1)
+          }}, %xs, %h)
+        }}""")
+
+    for outer, inner, loops in ((4, 6, 1), (2, 3, 0), (1, MAX_UNROLL, 0), (2, MAX_UNROLL, 1)):
+        module = program(outer, inner)
+        after = effir.check(partial_eval(module))
+        text = effir.astext(after)
+        assert text.count("cf.foreach") == loops, text
+        assert text.count("tanh(") == (inner if loops else outer * inner), text
+        xs = np.random.default_rng(inner).standard_normal((outer, inner, 2)).astype("float32")
+        h = np.ones(2, "float32")
+        want, got = effir.interpret(module, xs, h), effir.interpret(after, xs, h)
+        assert np.array_equal(want[0], got[0]) and np.array_equal(want[1], got[1])
+
+
+def test_a_while_loop_unrolls_only_as_many_steps_as_its_nested_loops_allow():
+    """A while_loop whose body holds a short foreach unrolls while its steps
+    times the foreach's stay within ``MAX_UNROLL``."""
+
+    def program(bound: int) -> effir.IRModule:
+        return effir.parse(f"""#[version = "0.0.5"]
+        def @main(%xs: Tensor[(4, 2), float32], %x: Tensor[(2), float32]) {{
+          cf.while_loop(fn (%s: (int32, Tensor[(2), float32])) {{ less(%s.0, {bound}) }},
+            fn (%s: (int32, Tensor[(2), float32])) {{
+              let %r = cf.foreach(fn (%a: Tensor[(2), float32], %t: Tensor[(2), float32]) {{
+                let %n = tanh(add(%t, %a));
+                (%n, %n)
+              }}, %xs, %s.1);
+              (%r.1, (add(%s.0, 1), %r.1))
+            }}, (0, %x))
+        }}""")
+
+    x = np.array([0.5, -1.0], "float32")
+    xs = np.random.default_rng(0).standard_normal((4, 2)).astype("float32")
+    for bound, unrolled in ((2, True), (3, False)):
+        module = effir.check(program(bound))
+        after = effir.check(partial_eval(module))
+        text = effir.astext(after)
+        assert ("cf.while_loop" not in text) == unrolled, text
+        assert text.count("tanh(") == (4 * bound if unrolled else 4), text
+        want, got = effir.interpret(module, xs, x), effir.interpret(after, xs, x)
+        assert np.array_equal(want[0], got[0]) and np.array_equal(want[1][1], got[1][1])
+
+
 def test_while_loops_unroll_only_when_every_condition_is_static():
     def program(bound: int, limit: str = "") -> effir.IRModule:
         return effir.parse(f"""#[version = "0.0.5"]

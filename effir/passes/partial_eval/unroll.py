@@ -3,6 +3,14 @@ package docstring): ``cf.foreach`` over a sequence of static length, and
 ``cf.while_loop`` whose condition folds to a constant at every step, tried
 and thrown away when it does not.
 
+``MAX_UNROLL`` bounds the loop bodies that unrolling a loop inlines, the
+bodies of the short loops nested in it included (``inlined_steps``): each
+level of a loop nest may be short (the k-step segments of a checkpointed
+gradient's loop, T/k of them) while the nest runs T steps, which unrolled
+whole would be straight-line code T steps long, where a loop of T steps
+stays a loop. So an outer loop whose nest is too long stays a loop, and
+only its short inner loops may unroll in its body.
+
 ``Unrolling`` is a part of ``evaluator.Evaluator``, written apart: it uses
 the evaluator's ``inline``, ``emit``, ``size_of``, ``snapshot`` and its
 store and budget."""
@@ -14,7 +22,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...ir.builder import LetBuilder
-from ...ir.expr import Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
+from ...ir.expr import Call, Constant, Expr, Function, Let, Op, Tuple, TupleGetItem, Var
+from ...ir.functor import post_order, pre_order
+from ...ir.node import Node, child_nodes
 from ...ir.op import get_op, op_def
 from ...ir.types import TensorType, TupleType, Type
 from ...ops.control import LIMIT_ARG, pads, while_limit
@@ -47,6 +57,8 @@ class Unrolling:
         body = self.known_function(call.args[0], args[0], env, 2)
         if body is None or self.size_of(body.fn) * length > self.budget:
             return None
+        if length * inlined_steps(body.fn) > MAX_UNROLL:  # type: ignore[arg-type]
+            return None  # a nest too long to unroll whole (module docstring)
         xs, state = args[1], args[2]
         outputs = []
         for t in range(length):
@@ -83,6 +95,7 @@ class Unrolling:
         result_type = call.checked_type
         if cond is None or body is None or not isinstance(result_type, TupleType):
             return None
+        per_step = inlined_steps(body.fn)  # type: ignore[arg-type]
         limit, given = while_limit(call)
         if given is not None:  # a run-time max_iterations: only a constant one unrolls
             value = args[LIMIT_ARG].const
@@ -103,7 +116,8 @@ class Unrolling:
                 return self.abandon(saved)
             if not bool(go.const):
                 break
-            if len(outputs) >= MAX_UNROLL or self.size_of(body.fn) > self.budget:  # type: ignore[arg-type]
+            too_long = (len(outputs) + 1) * per_step > MAX_UNROLL
+            if too_long or self.size_of(body.fn) > self.budget:  # type: ignore[arg-type]
                 return self.abandon(saved)
             step = yield self.inline(body, [state], trial)
             outputs.append(self.project(step, 0, trial))
@@ -219,3 +233,48 @@ class Unrolling:
                 if folded is not None:
                     return PV(Constant(folded, span=span), const=folded)
         return self.emit(Var(name.rsplit(".", 1)[-1]), call, out)
+
+
+def inlined_steps(fn: Function) -> int:
+    """The loop bodies one inlined copy of ``fn`` (a loop body) makes when
+    the short loops in it unroll in turn: 1 for a body without loops; else
+    the sum over its loops of a ``cf.foreach``'s static steps times its
+    body's, where that is at most ``MAX_UNROLL`` (it would unroll), and 1
+    for any other loop (one that stays a loop; a ``while_loop``, whose steps
+    only a trial tells). ``fn`` is small (at most ``MAX_INLINE`` nodes, as
+    ``known_function`` requires), so the walk is bounded; a nested body
+    found neither as a literal nor as a function let-bound in ``fn`` counts
+    as one step."""
+    functions = {n.var: n.value for n in pre_order(fn.body, children=_exprs) if isinstance(n, Let)}
+    counts: dict[int, int] = {}  # per node: the bodies its subtree's loops make
+
+    def body_of(arg: Expr) -> Function | None:
+        found = functions.get(arg) if isinstance(arg, Var) else arg
+        return found if isinstance(found, Function) else None
+
+    def steps_of(body: Function | None) -> int:
+        return 1 if body is None else max(1, counts.get(id(body), 0))
+
+    for node in post_order(fn.body, children=_exprs):
+        # a nested function's loops count where it is called or looped over
+        total = sum(counts.get(id(c), 0) for c in _exprs(node) if not isinstance(c, Function))
+        if isinstance(node, Function):
+            total = counts.get(id(node.body), 0)
+        elif isinstance(node, Call) and isinstance(node.callee, Op):
+            name = op_def(node.callee).name
+            if name == "cf.foreach":
+                length = leading_length(node.args[1])
+                nested = None if length is None else length * steps_of(body_of(node.args[0]))
+                total += nested if nested is not None and nested <= MAX_UNROLL else 1
+            elif name == "cf.while_loop":
+                total += 1
+        elif isinstance(node, Call):  # a closure called: its loops, once
+            callee = body_of(node.callee)
+            total += 0 if callee is None else counts.get(id(callee), 0)
+        counts[id(node)] = total
+    return max(1, counts.get(id(fn.body), 0))
+
+
+def _exprs(node: Node) -> list[Node]:
+    """The children of ``node`` that may hold loops (not its types)."""
+    return [c for c in child_nodes(node) if not isinstance(c, Type)]

@@ -154,15 +154,45 @@ def test_the_gradients_loops_are_persistent_kernels_rounding_per_operator() -> N
 def test_a_checkpointed_gradients_inner_loops_build_for_cuda(checkpoint: str) -> None:
     """Checkpointing splits the loop into segments: the inner loops' step
     counts are products of symbols, which the prologue's thread binding
-    must take as they are (it once asked for their integer value)."""
+    must take as they are (it once asked for their integer value). The
+    segments (3 of 4 steps) are short, the nest is not: partial
+    evaluation keeps the forward's loop over the segments (it once
+    unrolled the whole nest into straight-line code), which is a
+    persistent kernel as the reverse segment's loop is; the reverse loop
+    over the segments, whose body holds that loop, stays the VM's."""
     from tests.support.hoist_grad_programs import _gru_text
 
     module = effir.parse(_gru_text(12, 4, 3, 8))
     g = effir.value_and_grad(module, wrt=["h0", "w", "u"], checkpoint=checkpoint)
     compiled = effir.compile(g, target="cuda", entry="main_grad")
     (spec,) = compiled.specialisations.values()
-    kernels, prologues, _ = loop_symbols(spec)
-    assert kernels and prologues
+    kernels, prologues, vm_loops = loop_symbols(spec)
+    assert len(kernels) == 2 and prologues and vm_loops == 1, (kernels, vm_loops)
+    assert ".entry" in spec.ptx()
+
+
+@needs_nvcc
+def test_a_loop_whose_body_unrolled_a_short_loop_is_one_persistent_kernel() -> None:
+    """A loop over segments whose inner loop unrolls in its body: the
+    prologue hoists every step's input product, over a symbolic count of
+    segments, where a product and its elementwise consumer share a domain
+    of symbolic extent (the thread binding once asked for its integer
+    value)."""
+    text = """#[version = "0.0.5"]
+def @main(%xs: Tensor[(4, 3, 2, 8), float32], %h0: Tensor[(2, 8), float32],
+          %w: Tensor[(8, 8), float32]) {
+  cf.foreach(fn (%seg: Tensor[(3, 2, 8), float32], %s: Tensor[(2, 8), float32]) {
+    let %r = cf.foreach(fn (%x: Tensor[(2, 8), float32], %h: Tensor[(2, 8), float32]) {
+      let %n = tanh(add(nn.dense(%x, %w), %h));
+      (%n, %n)
+    }, %seg, %s);
+    (%r.0, %r.1)
+  }, %xs, %h0)
+}
+"""
+    (spec,) = effir.compile(effir.parse(text), target="cuda").specialisations.values()
+    kernels, prologues, vm_loops = loop_symbols(spec)
+    assert len(kernels) == 1 and len(prologues) == 1 and vm_loops == 0, (kernels, vm_loops)
     assert ".entry" in spec.ptx()
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
@@ -191,15 +190,28 @@ def is_var(e: Any, var: Any) -> bool:
 def is_empty(sch: Any, block: Any) -> bool:
     """A block over a domain with an extent of 0 (it computes nothing, or
     only its reduction's initial value)."""
-    return any(int(iv.dom.extent) == 0 for iv in sch.get(block).iter_vars)
+    return any(_static(iv.dom.extent) == 0 for iv in sch.get(block).iter_vars)
 
 
 def same_domain(sch: Any, producer: Any, consumer: Any) -> bool:
     """Producer and consumer iterate over the same shape (an elementwise
     pair: the consumer's tile needs the same tile of the producer)."""
-    a = [int(iv.dom.extent) for iv in sch.get(producer).iter_vars]
-    b = [int(iv.dom.extent) for iv in sch.get(consumer).iter_vars]
-    return a == b and int(np.prod(a)) > 0
+    a = [iv.dom.extent for iv in sch.get(producer).iter_vars]
+    b = [iv.dom.extent for iv in sch.get(consumer).iter_vars]
+    if len(a) != len(b):
+        return False
+    if not all(
+        tvm_ffi.structural_equal(x, y, map_free_vars=False) for x, y in zip(a, b, strict=True)
+    ):
+        return False
+    # a symbolic extent (a loop prologue's steps) is the same on both sides:
+    # when it is 0 at run time neither block runs
+    return all(_static(x) != 0 for x in a)
+
+
+def _static(extent: Any) -> int | None:
+    """An extent's value when it is static, None when it is symbolic."""
+    return int(extent) if isinstance(extent, tirx.IntImm) else None
 
 
 # =================================================================== GPU
