@@ -66,7 +66,7 @@ def @main(%x: Tensor[(4), float32]) {
     # [RULE PIPELINE-KILLUNUSED]) and the call returned None.
     "an item returned by a branch that binds nothing": ("""
 def @main(%x: Tensor[(4), float32]) {
-  let %t = if (greater(sum(%x), 0f)) { (tanh(%x), %x) } else { (%x, negative(%x)) };
+  let %t = if (greater(sum(%x), 0f)) { (multiply(%x, 2f), %x) } else { (%x, negative(%x)) };
   let %y = %t.0;
   if (greater(max(%x), 1f)) { %y } else { %t.1 }
 }""", [X, 0.25 * X, -X]),
