@@ -63,15 +63,12 @@ UNSUPPORTED = {
 }
 """Cases effir refuses, and a word the error message must contain."""
 
-KNOWN_BACKEND_DEFECTS = {
-    name: "expect a Tensor but get None"
-    for name in ("test_loop13_seq", "test_sequence_map_add_2_sequences", "test_split_to_sequence_1")
-}
+KNOWN_BACKEND_DEFECTS: dict[str, str] = {}
 """Sampled cases that import and interpret, whose compiled run fails on a
 defect of the TVM backend (not of the importer), and the symptom it
-shows: a recursive function reading a list element in an ``if`` inside a
-``match?`` clause (the sequence outputs' ``@seq_at``) returns None
-compiled."""
+shows: none at present. (The last, a list element read by an ``if``
+branch that binds nothing returned None compiled, is
+tests/backends/tvm/test_adts.py's ``LIST_AT``.)"""
 
 COMPILED_SAMPLE = (
     "test_loop13_seq",

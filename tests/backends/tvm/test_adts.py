@@ -252,6 +252,40 @@ def check_an_option_built_in_place_matched_against_another_constructor() -> None
     print("ok")
 
 
+# The ONNX importer's @seq_at (importers/common/sequences.py), by which a
+# sequence output's elements are read: the element is the result of an if
+# branch that binds nothing ({ %x }), and relax/pipeline.py's KillUnused
+# took %x (read only as that branch's result) for a value never read and
+# freed it at its binding: the compiled call returned None ("expect a
+# Tensor but get None").
+LIST_AT = (
+    LIST
+    + """
+def @at[A](%xs: List[A], %i: Tensor[(), int64]) -> A {
+  match? (%xs) {
+    Cons(%x, %rest) => if (equal(%i, 0i64)) { %x } else { @at(%rest, subtract(%i, 1i64)) },
+  }
+}
+
+def @main(%a: Tensor[(3), float32], %b: Tensor[(3), float32], %i: Tensor[(), int64]) {
+  @at(Cons(%a, Cons(%b, Nil)), %i)
+}
+"""
+)
+
+
+def check_a_list_element_read_by_a_recursive_function() -> None:
+    module = parse(LIST_AT)
+    compiled = effir.compile(module)
+    for i, want in ((0, X), (1, Y)):
+        got = compiled(X, Y, np.int64(i))
+        np.testing.assert_array_equal(got, effir.interpret(module, X, Y, np.int64(i)))
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(effir.EvalError, match="no clause matches the value"):
+        compiled(X, Y, np.int64(2))
+    print("ok")
+
+
 # Compiled code runs in a process of its own: a crash (a storage freed in
 # one branch of an if and used again, say) is a reported failure.
 def _isolated(check: str) -> None:
@@ -284,6 +318,10 @@ def test_a_match_that_may_fail_runs_and_fails_where_the_interpreter_does() -> No
 
 def test_an_option_built_in_place_matched_against_another_constructor() -> None:
     _isolated("check_an_option_built_in_place_matched_against_another_constructor")
+
+
+def test_a_list_element_read_by_a_recursive_function() -> None:
+    _isolated("check_a_list_element_read_by_a_recursive_function")
 
 
 def test_a_list_longer_than_the_native_stack_frees() -> None:

@@ -61,6 +61,15 @@ def @main(%x: Tensor[(4), float32]) {
   ref_write(@rng, %ks.2);
   (%z, %ks.0, nn.dropout(%z, @rng))
 }""", [X, 0.25 * X, -X]),
+    # A tuple's item returned by a branch that binds nothing: read only as
+    # that branch's result, it was freed at its binding (relax/pipeline.py
+    # [RULE PIPELINE-KILLUNUSED]) and the call returned None.
+    "an item returned by a branch that binds nothing": ("""
+def @main(%x: Tensor[(4), float32]) {
+  let %t = if (greater(sum(%x), 0f)) { (multiply(%x, 2f), %x) } else { (%x, negative(%x)) };
+  let %y = %t.0;
+  if (greater(max(%x), 1f)) { %y } else { %t.1 }
+}""", [X, 0.25 * X, -X]),
     # An if in the body of a loop the VM runs step by step.
     "an if in a foreach body": ("""
 def @main(%xs: Tensor[(5, 4), float32]) {
@@ -107,4 +116,4 @@ for name, (text, inputs) in PROGRAMS.items():
 
 def test_keys_and_tensors_flowing_out_of_ifs_run_as_the_interpreter() -> None:
     run = run_isolated(SCRIPT).check()
-    assert run.stdout.count("ok:") == 6, run.describe()
+    assert run.stdout.count("ok:") == 7, run.describe()

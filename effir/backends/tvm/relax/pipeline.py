@@ -51,18 +51,20 @@ keeps that reason checked).
 [RULE PIPELINE-KILLUNUSED] After ``KillAfterLastUse``, every variable that is bound
 to a value with a register of its own (a call, a tuple, a tuple item, an
 ``if``) holding memory and is never read is killed right after its
-binding. ``KillAfterLastUse`` kills a variable after its last read, so a
-variable never read was never killed: Relax's own simplifications leave
-such bindings (a loop kernel's outputs regrouped as the effir program's
-tuple, ``backward = (outputs, carry)``, whose items are then read from the
-kernel's results directly), and the register kept the tuple, and every
-tensor in it, until the function returned. A compiled VM loop is a chain
-of calls (relax/loops.py: each step calls the next), so each step's frame
-kept its step's tensors alive until the whole loop ended: memory linear
-in the trip count that the program does not hold. The checkpointed
-backward of a GRU (benchmarks/checkpoint_memory.py, ``loop``) kept every
-segment's recomputed residuals and so stored 12-13 (B, H) tensors per
-step instead of about 3.
+binding. The result of every ``SeqExpr`` (an ``If`` branch that binds
+nothing too: ``if (c) { %x }``) is a read. ``KillAfterLastUse`` kills a
+variable after its last read, so a variable never read was never killed:
+Relax's own simplifications leave such bindings (a loop kernel's outputs
+regrouped as the effir program's tuple, ``backward = (outputs, carry)``,
+whose items are then read from the kernel's results directly), and the
+register kept the tuple, and every tensor in it, until the function
+returned. A compiled VM loop is a chain of calls (relax/loops.py: each
+step calls the next), so each step's frame kept its step's tensors alive
+until the whole loop ended: memory linear in the trip count that the
+program does not hold. The checkpointed backward of a GRU
+(benchmarks/checkpoint_memory.py, ``loop``) kept every segment's
+recomputed residuals and so stored 12-13 (B, H) tensors per step instead
+of about 3.
 """
 
 from __future__ import annotations
@@ -220,16 +222,16 @@ def _rewrite_seq(seq: Any, depth: int, rule: BindingRule) -> Computation[Any]:
     return new
 
 
-def bindings_of(function: Any) -> Iterator[tuple[Any, Any]]:
-    """Every binding of ``function`` with the ``SeqExpr`` it is in, branches
-    included, in order (an explicit stack, for the same reason as
-    ``rewrite_bindings``)."""
+def seqs_of(function: Any) -> Iterator[Any]:
+    """Every ``SeqExpr`` of ``function``: its body and every ``If`` branch,
+    at any depth, those without bindings too (an explicit stack, for the
+    same reason as ``rewrite_bindings``)."""
     stack = [function.body]
     while stack:
         seq = stack.pop()
+        yield seq
         for block in seq.blocks:
             for binding in block.bindings:
-                yield binding, seq
                 if isinstance(binding.value, relax.If):
                     stack += [binding.value.false_branch, binding.value.true_branch]
 
@@ -267,22 +269,27 @@ def _holds_object(ty: Any) -> bool:
 
 
 def _unused(function: Any) -> set[Any]:
-    """The variables bound to a register of their own and never read."""
+    """The variables bound to a register of their own and never read.
+
+    A ``SeqExpr``'s result is a read wherever the sequence is, one with no
+    bindings too: ``if (c) { %x } else { ... }`` reads ``%x`` only as its
+    branch's result. Found only through a sequence's bindings, such a
+    branch was never walked, and ``%x`` was killed at its binding: the
+    branch returned None (the ONNX importer's ``@seq_at``, a list's element
+    returned by a branch)."""
     bound: list[Any] = []
     read: set[Any] = set()
-    seqs_seen: set[Any] = set()
-    for binding, seq in bindings_of(function):
-        value = binding.value
-        if isinstance(binding, relax.VarBinding) and isinstance(value, _OWN_REGISTER):
-            if _holds_object(binding.var.ty):
-                bound.append(binding.var)
-        # An If's branches are walked as bindings of their own; it reads
-        # its condition (and each branch its result, below).
-        read.update(free_vars(value.cond if isinstance(value, relax.If) else value))
-        if seq not in seqs_seen:
-            seqs_seen.add(seq)
-            read.update(free_vars(seq.body))
-    read.update(free_vars(function.body.body))
+    for seq in seqs_of(function):
+        read.update(free_vars(seq.body))
+        for block in seq.blocks:
+            for binding in block.bindings:
+                value = binding.value
+                if isinstance(binding, relax.VarBinding) and isinstance(value, _OWN_REGISTER):
+                    if _holds_object(binding.var.ty):
+                        bound.append(binding.var)
+                # An If's branches are sequences of their own (above); the
+                # If itself reads its condition.
+                read.update(free_vars(value.cond if isinstance(value, relax.If) else value))
     return {v for v in bound if v not in read}
 
 
