@@ -332,7 +332,7 @@ class LoopRules:
         def advance(start: Any, carried: list[Any], fixed: list[Any]) -> tuple[Any, list[Any]]:
             seqs, inner_rest = fixed[:n_fixed], fixed[n_fixed:]
             # the chunk's steps from the level's count and limit, on the host
-            done, limit = self.state.host_count
+            done, limit = self.state.host_level
             left = tirx.min(tirx.const(LOOP_CHUNK, "int64"), limit - done)
             k = tirx.Var("k", "int64")
             self.bb.match_cast(emit(relax.ShapeExpr([left])), relax.ShapeType([k]))
@@ -622,9 +622,10 @@ class LoopRules:
         step ``count``: on the host inside a level's step [RULE LOOP-HOSTCOUNT]
         (its rows are a shape variable, the step's count the level's), else
         by the executor's kernel."""
-        host_count = self.state.host_count
-        if host_count is not None:
-            return relax.prim_value(tirx.GE(host_count[0], cap))
+        host_level = self.state.host_level
+        if host_level is not None:
+            count, _ = host_level
+            return relax.prim_value(tirx.GE(count, cap))
         return self.dynamic.executor_call("at_capacity", dtype, [buf, count], [], "bool")
 
     # -------------------------------------------------------------- levels
@@ -688,11 +689,11 @@ class LoopRules:
             # the step's count and the level's limit on the host (``_full``,
             # ``_chunked``); a loop in the step's body sets its own, and
             # gives this one back when it is lowered
-            outer, self.state.host_count = self.state.host_count, (f.n, f.limit)
+            outer, self.state.host_level = self.state.host_level, (f.n, f.limit)
             try:
                 count, carried = steps.advance(f.count, f.carried, f.fixed)
             finally:
-                self.state.host_count = outer
+                self.state.host_level = outer
             at = relax.ShapeExpr([f.n + steps.stride, f.limit])
             return emit(relax.Call(f.gv, [count, at, *carried, *deeper(f)]))
 

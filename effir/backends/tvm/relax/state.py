@@ -69,9 +69,9 @@ class LoweringState:
     """Functions made for constructors and globals used as values (relax/closures.py)."""
     loops: int = 0
     """Loops lowered so far: compiled loops counted, and unique function names."""
-    host_count: Any = None
-    """The host's count and the level's limit of the VM loop step being
-    lowered [RULE LOOP-HOSTCOUNT], or None."""
+    host_level: Any = None
+    """``(count, limit)``: the host's step count and the level's limit of the
+    VM loop step being lowered [RULE LOOP-HOSTCOUNT], or None."""
     sites: dict[str, Span | None] = field(default_factory=dict)
     """The source of each Relax variable's value, by name (``RelaxProgram.sites``)."""
 
