@@ -14,7 +14,7 @@ import numpy as np
 from timing import median_seconds
 
 import effir
-from effir.passes.infer_effects import infer_effects
+from effir.passes.analyses.infer_effects import infer_effects
 
 H = '#[version = "0.0.5"]\n'
 EXAMPLE = Path(__file__).parents[1] / "examples" / "gru_lm.effir"

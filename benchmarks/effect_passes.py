@@ -17,10 +17,10 @@ from timing import median_seconds
 
 import effir
 from effir.backends.interpreter import interpret_a2
-from effir.passes.explicate import explicate
-from effir.passes.split_keys import split_keys
-from effir.passes.state_passing import state_passing
-from effir.passes.verify_linear import verify_linear
+from effir.passes.analyses.verify_linear import verify_linear
+from effir.passes.transforms.explicate import explicate
+from effir.passes.transforms.split_keys import split_keys
+from effir.passes.transforms.state_passing import state_passing
 
 H = '#[version = "0.0.5"]\n'
 EXAMPLES = Path(__file__).parents[1] / "examples"

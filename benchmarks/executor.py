@@ -28,7 +28,7 @@ from effir.backends.tvm.kernel.primitive import build_kernel
 from effir.backends.tvm.loop import build_loop
 from effir.ir.expr import Call, Function, Let, Op, Var
 from effir.ir.visitor import pre_order
-from effir.passes.fuse import is_primitive
+from effir.passes.transforms.fuse import is_primitive
 
 H = '#[version = "0.0.5"]\n'
 

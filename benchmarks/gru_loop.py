@@ -29,7 +29,7 @@ import effir
 from effir.backends.tvm.loop import LoopKernel, build_loop
 from effir.ir.expr import Call, Function, Let, Op
 from effir.ir.visitor import pre_order
-from effir.passes.pipeline import run_pipeline
+from effir.passes.infra.pipeline import run_pipeline
 
 CASES = [  # (input, hidden, T, batch, JAX ms measured then, or None)
     (256, 256, 100, 1, 1.81),

@@ -29,7 +29,7 @@ from timing import median_seconds
 
 import effir
 from effir.backends.tvm.kernel.primitive import build_kernel
-from effir.passes.pipeline import run_pipeline
+from effir.passes.infra.pipeline import run_pipeline
 
 H = '#[version = "0.0.5"]\n'
 WARMUP, RUNS = 10, 50

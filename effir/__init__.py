@@ -1,5 +1,7 @@
 """effir: a Relay-style functional IR for effectful, dynamic ML programs."""
 
+from effir.passes.analyses.infer_type import check
+
 from . import (
     highlight,  # registers how notebooks show nodes and modules (HTML)
     ops,  # registers every operator
@@ -34,7 +36,6 @@ from .ir import (
     structural_hash,
 )
 from .ir.program import Program
-from .passes.infer_type import check
 from .runtime.device_array import DeviceArray
 from .std import prelude
 from .transform import (

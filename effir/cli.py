@@ -17,13 +17,14 @@ from typing import BinaryIO
 
 import numpy as np
 
+from effir.passes.analyses.infer_effects import check_effects, effect_text
+from effir.passes.analyses.infer_type import check
+from effir.passes.analyses.verify_linear import linearity_errors
+
 from . import __version__
 from .backends.interpreter import State, interpret_a2, state_cells
 from .io_safety import output_directory, read_for_rewrite, rewrite, write_program
 from .ir import EffectError, Error, IRModule, TypeCheckError, astext, parse
-from .passes.infer_effects import check_effects, effect_text
-from .passes.infer_type import check
-from .passes.verify_linear import linearity_errors
 from .runtime.limits import LimitSettingError, tensor_too_large
 from .runtime.values import PRNGKey, describe_value
 from .transform import (

@@ -25,7 +25,14 @@ thread: instruments, verification, per-pass options, ``opt_level``),
 
 from __future__ import annotations
 
-from .passes.infra import (
+from effir.passes.infra.pass_files import PassFileError, load_pass_file
+from effir.passes.infra.pipeline import (
+    STANDARD_PIPELINES,
+    pipeline,
+    run_pipeline,
+    standard_pipeline,
+)
+from effir.passes.infra.transform import (
     BUILTIN_PASSES,
     INVARIANTS,
     OPT_LEVELS,
@@ -49,8 +56,6 @@ from .passes.infra import (
     registered_passes,
     unregister_pass,
 )
-from .passes.pass_files import PassFileError, load_pass_file
-from .passes.pipeline import STANDARD_PIPELINES, pipeline, run_pipeline, standard_pipeline
 
 __all__ = [
     "BUILTIN_PASSES",

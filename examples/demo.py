@@ -29,9 +29,9 @@ import numpy as np
 import effir
 from effir.backends.interpreter import interpret_a2
 from effir.ir import Call, GlobalVar, Op, lookup_op, post_order
-from effir.passes.infer_effects import effect_text, infer_effects
-from effir.passes.pipeline import run_pipeline
-from effir.passes.verify_linear import verify_linear
+from effir.passes.analyses.infer_effects import effect_text, infer_effects
+from effir.passes.analyses.verify_linear import verify_linear
+from effir.passes.infra.pipeline import run_pipeline
 
 EXAMPLE = Path(__file__).with_name("gru_lm.effir")
 

@@ -13,10 +13,10 @@ import sys
 from collections.abc import Callable
 
 import effir
-from effir.passes.infer_effects import check_effects
-from effir.passes.infra import PassContext
-from effir.passes.pipeline import pipeline
-from effir.passes.verify_linear import linearity_errors
+from effir.passes.analyses.infer_effects import check_effects
+from effir.passes.analyses.verify_linear import linearity_errors
+from effir.passes.infra.pipeline import pipeline
+from effir.passes.infra.transform import PassContext
 
 H = '#[version = "0.0.5"]\n'
 

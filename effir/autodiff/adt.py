@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from effir.passes.analyses.type_solver import substitute
+
 from ..ir.builder import LetBuilder, fresh_name
 from ..ir.expr import (
     Clause,
@@ -57,7 +59,6 @@ from ..ir.types import (
     TypeCall,
     TypeVar,
 )
-from ..passes.type_solver import substitute
 from .cotangent import ct_type, differentiable, materialize
 
 TypeKey = tuple

@@ -18,18 +18,19 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from effir.passes.analyses.anf_sharing import fresh_binders
+from effir.passes.analyses.infer_type import check
+from effir.passes.analyses.verify_linear.verifier import REPLAYS_KEYS
+from effir.passes.infra.pipeline import pipeline
+from effir.passes.infra.transform import INVARIANTS, Option, module_pass
+from effir.passes.transforms.partial_eval import partial_eval
+
 from ..ir.builder import fresh_name
 from ..ir.expr import Function
 from ..ir.module import IRModule
 from ..ir.node import Attrs
 from ..ir.program import Program, resolve
 from ..ir.vjp import DifferentiationError
-from ..passes.anf_sharing import fresh_binders
-from ..passes.infer_type import check
-from ..passes.infra import INVARIANTS, Option, module_pass
-from ..passes.partial_eval import partial_eval
-from ..passes.pipeline import pipeline
-from ..passes.verify_linear.verifier import REPLAYS_KEYS
 from . import loop_rule  # noqa: F401  (registers the loops' binding rule on import)
 from .checkpoint import CheckpointPolicy, policy_of
 from .differentiator import Differentiator

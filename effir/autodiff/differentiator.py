@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from effir.passes.analyses.infer_type import infer_expr
+
 from ..ir.analysis import operands
 from ..ir.builder import fresh_name
 from ..ir.diagnostics import Span
@@ -19,7 +21,6 @@ from ..ir.functor import pre_order
 from ..ir.module import IRModule
 from ..ir.op import op_def
 from ..ir.vjp import DifferentiationError
-from ..passes.infer_type import infer_expr
 from .adt import AdtCotangents
 from .cotangent import differentiable
 from .free import free_variable_table

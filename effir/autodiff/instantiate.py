@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from effir.passes.analyses.anf_sharing import fresh_binders
+
 from ..ir import type_tree
 from ..ir.expr import Expr, Function
 from ..ir.functor import Mutator, on
 from ..ir.node import Node
 from ..ir.types import FuncType, TupleType, Type, TypeCall, TypeVar
-from ..passes.anf_sharing import fresh_binders
 from .adt import TypeKey, type_key
 
 

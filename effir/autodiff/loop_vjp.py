@@ -19,13 +19,14 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from effir.passes.analyses.anf_sharing import fresh_binders
+
 from ..ir import type_tree
 from ..ir.builder import LetBuilder
 from ..ir.diagnostics import Span
 from ..ir.expr import Call, Expr, Function, GlobalVar, Let, TupleGetItem, Var, is_atom
 from ..ir.types import ANY, Dim, TensorType, TupleType, Type
 from ..ir.vjp import DifferentiationError
-from ..passes.anf_sharing import fresh_binders
 from . import hoist, keytape
 from .cotangent import (
     accumulate,

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from effir.passes.analyses.anf_sharing import fresh_binders
+
 from ..ir.analysis import free_vars
 from ..ir.builder import LetBuilder
 from ..ir.expr import Call, Constant, Expr, Function, Op, TupleGetItem, Var
@@ -29,7 +31,6 @@ from ..ir.expr_functor import Computation
 from ..ir.op import op_def
 from ..ir.types import TensorType, TupleType
 from ..ir.vjp import DifferentiationError
-from ..passes.anf_sharing import fresh_binders
 from . import keytape
 from .cotangent import ct_type, differentiable, materialize, reverse, stackable
 from .loop_vjp import LoopVjp, Slots, fixed_shape

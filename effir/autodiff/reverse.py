@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from effir.passes.analyses.anf_sharing import fresh_binders
+
 from ..ir.builder import LetBuilder
 from ..ir.expr import (
     Call,
@@ -52,7 +54,6 @@ from ..ir.expr_functor import Computation, ExprFunctor
 from ..ir.functor import on
 from ..ir.types import FuncType, TupleType
 from ..ir.vjp import NOT_DIFFERENTIABLE, DifferentiationError, VjpContext, vjp_rule
-from ..passes.anf_sharing import fresh_binders
 from .cotangent import CT, accumulate, ct_type, differentiable, fields_of, materialize
 from .rules import binding_vjp_rule
 

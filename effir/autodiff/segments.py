@@ -18,11 +18,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
+from effir.passes.analyses.anf_sharing import fresh_binders
+
 from ..ir.builder import LetBuilder
 from ..ir.expr import Expr, Function, Var
 from ..ir.type_tree_emit import Leaf, map_values
 from ..ir.types import TensorType, Type
-from ..passes.anf_sharing import fresh_binders
 from . import keytape
 from .cotangent import ct_type, reverse
 from .hoist import Plan

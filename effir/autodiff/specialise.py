@@ -36,6 +36,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from effir.passes.analyses.anf_sharing import fresh_binders
+from effir.passes.analyses.infer_type import infer_expr
+from effir.passes.infra.transform import module_pass
+
 from ..ir import type_tree
 from ..ir.analysis import free_vars, use_counts
 from ..ir.builder import fresh_name
@@ -46,9 +50,6 @@ from ..ir.functor import Mutator, on, pre_order
 from ..ir.module import IRModule
 from ..ir.node import Node
 from ..ir.types import ANY, Dim, TensorType
-from ..passes.anf_sharing import fresh_binders
-from ..passes.infer_type import infer_expr
-from ..passes.infra import module_pass
 from .instantiate import instance_key, instantiate, instantiation
 
 MAX_DEPTH = 4

@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from effir.passes.analyses.anf_sharing import fresh_binders
+from effir.passes.analyses.infer_type import check
+
 from ..ir.builder import LetBuilder
 from ..ir.expr import Call, Expr, Function, GlobalVar, TupleGetItem, Var
 from ..ir.module import IRModule
@@ -24,8 +27,6 @@ from ..ir.rewrite import PatternRewriter, RewritePattern, apply_patterns
 from ..ir.types import TensorType, TupleType, Type
 from ..ir.vjp import DifferentiationError
 from ..ops.control import pads, while_limit
-from ..passes.anf_sharing import fresh_binders
-from ..passes.infer_type import check
 from .loop_vjp import splice
 
 

@@ -574,8 +574,9 @@ class Interpreter(Evaluator):
         if self._checked:
             return
         self._checked = True
+        from effir.passes.analyses.infer_type import check
+
         from ..ir.diagnostics import TypeCheckError
-        from ..passes.infer_type import check
 
         with _CHECKING:
             try:

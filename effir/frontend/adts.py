@@ -37,6 +37,8 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from effir.passes.analyses.type_solver import substitute
+
 from ..ir.diagnostics import FrontendError
 from ..ir.expr import (
     Call,
@@ -52,7 +54,6 @@ from ..ir.expr import (
 from ..ir.functor import pre_order
 from ..ir.module import IRModule
 from ..ir.types import DTYPES, GlobalTypeVar, Type, TypeCall, TypeVar
-from ..passes.type_solver import substitute
 from ..runtime.values import ADTValue, register_adt_class
 from . import builder as B
 from .spans import current_span

@@ -15,7 +15,7 @@ hint: literal and value patterns, ``|``, ``*rest``, mappings, guards.
 
 As the IR's ``match``, a scripted ``match`` must cover every value: one
 that does not is refused at its line with the exhaustiveness check's
-witness (passes/exhaustiveness.py), where Python would silently run no
+witness (passes/analyses/exhaustiveness.py), where Python would silently run no
 case.
 """
 
@@ -24,6 +24,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from effir.passes.analyses.exhaustiveness import missing_case
 
 from ..ir.expr import (
     Clause,
@@ -36,7 +38,6 @@ from ..ir.expr import (
     PatternWildcard,
     Var,
 )
-from ..passes.exhaustiveness import missing_case
 from . import builder as B
 from .adts import adt_module, is_constructor, note_adt
 from .liveness import assigned, match_outputs

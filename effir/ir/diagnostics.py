@@ -202,7 +202,7 @@ class MissingRuleError(PassError, NotImplementedError):
 
 class LinearityError(Error):
     """A state-passing (A2) program that reuses a PRNG key or the world token,
-    or drops new state (``effir.passes.verify_linear``)."""
+    or drops new state (``effir.passes.analyses.verify_linear``)."""
 
     kind = "linearity error"
     rule = "use"

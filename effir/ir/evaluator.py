@@ -58,10 +58,10 @@ equation and what is known of its inputs):
   hook ``(self, node, values, *args)``. A node with neither fails loudly,
   naming the node class and the walker.
 
-Real users: ``passes/partial_eval/evaluator.py`` (rules per compound,
-inlining and unrolling through ``yield``), ``passes/state_passing/
+Real users: ``passes/transforms/partial_eval/evaluator.py`` (rules per compound,
+inlining and unrolling through ``yield``), ``passes/transforms/state_passing/
 translate.py`` (rules per bound value, threading each cell's current
-value), ``passes/verify_linear/verifier.py`` (rules per expression,
+value), ``passes/analyses/verify_linear/verifier.py`` (rules per expression,
 forking and joining the keys used on each path) and
 ``backends/interpreter.py`` (rules per expression in an environment, tail
 positions returned as continuations).

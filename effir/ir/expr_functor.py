@@ -39,9 +39,9 @@ programs too deep for Python's recursion:
 ``yield``). ``effir.ir.evaluator.Evaluator`` is an ``ExprFunctor`` with
 the defaults of an abstract interpreter (let chains, branches, scopes).
 
-Real users: ``passes/anf.py`` (a normal form, hooks per compound
-expression with the block the bindings go to), ``passes/anf_sharing.py``
-(``Unfolder``), ``passes/exhaustiveness.py`` (patterns) and
+Real users: ``passes/transforms/anf.py`` (a normal form, hooks per compound
+expression with the block the bindings go to), ``passes/analyses/anf_sharing.py``
+(``Unfolder``), ``passes/analyses/exhaustiveness.py`` (patterns) and
 ``ir/printer.py`` (IR to text).
 """
 

@@ -26,7 +26,7 @@ At each node the patterns run to a fixpoint (a replacement is offered to
 the patterns again), bottom-up over the program; ``apply_patterns`` then
 repeats over the module until nothing changes (removing the bindings the
 rewrites left dead can expose more). The soundness rules [RULE FOLD-TYPE],
-[RULE FOLD-ATOM], [RULE FOLD-SUBST], [RULE FOLD-DEAD] are stated in ``effir/passes/fold_constant.py``.
+[RULE FOLD-ATOM], [RULE FOLD-SUBST], [RULE FOLD-DEAD] are stated in ``effir/passes/transforms/fold_constant.py``.
 """
 
 from __future__ import annotations

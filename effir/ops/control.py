@@ -131,7 +131,7 @@ def _step_types(
     """The state parameter's type, the new state's and the per-step output
     of a loop step ``body``: ``fn(*before, state) -> (out, new_state)``.
 
-    [RULE TYPE-JOIN] (passes/type_solver.py) The state is ``init`` on entry and
+    [RULE TYPE-JOIN] (passes/analyses/type_solver.py) The state is ``init`` on entry and
     ``new_state`` after a step. A state parameter with a type (annotated, or
     known otherwise) is that type: ``init`` and ``new_state`` are values of
     it, checked as arguments are. An unannotated one is given ``init``'s

@@ -1,2 +1,5 @@
-"""Passes: the pass infrastructure and every transformation and analysis of effir IR
-(imports effir.ir and effir.ops only). See docs/architecture.md."""
+"""Passes, in three layers (imports effir.ir and effir.ops only):
+``transforms`` (passes that rewrite a program) on ``infra`` (passes as
+declared objects, their context, registry and pipelines) on ``analyses``
+(types, effects, calls, linearity: what a program is). See
+docs/architecture.md."""

@@ -36,6 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from effir.passes.analyses.infer_type import check
+
 from .. import frontend
 from ..autodiff.api import grad_module
 from ..backends.interpreter import interpret_a2
@@ -48,7 +50,6 @@ from ..ir.module import IRModule
 from ..ir.node import Attrs
 from ..ir.types import TensorType, Type
 from ..optim.base import Optimizer
-from ..passes.infer_type import check
 from ..runtime.arguments import bind_arguments
 from .checkpoint import Checkpoint, CheckpointError, read_checkpoint, save_checkpoint
 

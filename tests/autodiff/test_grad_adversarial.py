@@ -753,7 +753,7 @@ def test_wrt_names_must_be_strings():
 def test_the_grad_pass_takes_output():
     """The pass had no ``output`` option: a tuple result could not be
     differentiated from pipeline text."""
-    from effir.passes.pipeline import pipeline
+    from effir.passes.infra.pipeline import pipeline
 
     m = effir.parse(OUTPUT)
     rng = rng_for(32)

@@ -10,7 +10,7 @@ import numpy as np
 
 import effir
 from effir.backends.interpreter import interpret_a2
-from effir.passes.verify_linear import linearity_errors
+from effir.passes.analyses.verify_linear import linearity_errors
 from tests.support.effect_grad_programs import GRU_WRT, _gru_args
 
 A1 = """#[version = "0.0.5"]

@@ -285,8 +285,8 @@ def test_a_recursion_wrapping_its_function_argument_ends_in_a_refusal():
     # every level passes a new closure: the copies are bounded (MAX_DEPTH,
     # MAX_COPIES), and the closure still passed at the end is refused
     from effir.autodiff.specialise import MAX_COPIES, specialise_function_arguments
-    from effir.passes.infer_type import check
-    from effir.passes.partial_eval import partial_eval
+    from effir.passes.analyses.infer_type import check
+    from effir.passes.transforms.partial_eval import partial_eval
 
     m = effir.parse(HEADER + GROWING.replace("T3", T))
     with pytest.raises(DifferentiationError) as info:

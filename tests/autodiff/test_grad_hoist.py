@@ -11,7 +11,7 @@ import pytest
 import effir
 from effir.ir.expr import Call, Function, Op
 from effir.ir.functor import post_order
-from effir.passes.dce import dce
+from effir.passes.transforms.dce import dce
 from tests.support.grad_harness import check_grad, stacked_elements
 from tests.support.hoist_grad_programs import _gru_text
 from tests.support.isolated import run_isolated

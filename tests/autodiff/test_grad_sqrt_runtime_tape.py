@@ -15,7 +15,7 @@ import pytest
 import effir
 from effir.ir.module import IRModule
 from effir.ops import control
-from effir.passes.verify_linear import linearity_errors
+from effir.passes.analyses.verify_linear import linearity_errors
 from effir.runtime.values import PRNGKey
 from tests.support.grad_harness import assert_compiled_modes_agree, check_grad
 from tests.support.loop_grad_programs import _leaves

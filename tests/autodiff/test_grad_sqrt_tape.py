@@ -15,8 +15,8 @@ import effir
 from effir.ir.expr import Call, Op
 from effir.ir.functor import post_order
 from effir.ir.module import IRModule
-from effir.passes.dce import dce
-from effir.passes.verify_linear import linearity_errors
+from effir.passes.analyses.verify_linear import linearity_errors
+from effir.passes.transforms.dce import dce
 from effir.runtime.values import PRNGKey
 from tests.support.grad_harness import (
     check_compiled_equals_interpreted,

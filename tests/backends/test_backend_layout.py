@@ -72,7 +72,7 @@ def test_the_backend_does_not_import_the_frontend() -> None:
 
 
 def test_the_pass_registry_names_a_driver_module() -> None:
-    from effir.passes.registry import BUILTIN_PASSES
+    from effir.passes.infra.registry import BUILTIN_PASSES
 
     for definition in BUILTIN_PASSES.values():
         module = definition.partition(":")[0]

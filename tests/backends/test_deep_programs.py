@@ -5,7 +5,7 @@ to program size anywhere)."""
 import pytest
 
 import effir
-from effir.passes.infer_effects import infer_effects
+from effir.passes.analyses.infer_effects import infer_effects
 
 H = '#[version = "0.0.5"]\n'
 

@@ -11,7 +11,7 @@ import pytest
 
 import effir
 from effir.backends.interpreter import interpret_a2
-from effir.passes.state_passing import state_passing
+from effir.passes.transforms.state_passing import state_passing
 from effir.runtime.values import PRNGKey
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
@@ -162,8 +162,8 @@ def test_scripted_and_traced_examples_compile_and_agree(name):
 def test_scripted_examples_through_the_pass_pipeline():
     """Every registered optimisation, after the effect passes, on the scripted
     models (verified after each pass) keeps their results bit for bit."""
-    from effir.passes.infra import PassContext, registered_passes
-    from effir.passes.pipeline import run_pipeline
+    from effir.passes.infra.pipeline import run_pipeline
+    from effir.passes.infra.transform import PassContext, registered_passes
 
     passes = registered_passes()
     # grad is a transformation, not an optimisation (it adds a gradient

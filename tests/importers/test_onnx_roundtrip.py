@@ -12,7 +12,7 @@ import pytest
 
 import effir
 from effir.backends.interpreter import interpret_a2
-from effir.passes.verify_linear import linearity_errors
+from effir.passes.analyses.verify_linear import linearity_errors
 from effir.transform import pipeline
 from tests.deep_programs import work
 from tests.support.isolated import run_isolated

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 import effir  # noqa: E402
 from effir.importers.torch import parameter_values  # noqa: E402
-from effir.passes.verify_linear import linearity_errors  # noqa: E402
+from effir.passes.analyses.verify_linear import linearity_errors  # noqa: E402
 from effir.transform import pipeline  # noqa: E402
 from tests.deep_programs import work  # noqa: E402
 from tests.support.isolated import run_isolated  # noqa: E402

@@ -21,7 +21,7 @@ from effir.ir.functor import Mutator, on
 from effir.ir.module import IRModule
 from effir.ir.node import Node
 from effir.ir.visitor import block_heads, pre_order
-from effir.passes.state_passing import state_passing
+from effir.passes.transforms.state_passing import state_passing
 from tests.support.state_passing_observation import observe, parse_a1
 
 from .a1_programs import A1Program, a1_programs

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import effir
-from effir.passes.call_graph import definition_order, references
+from effir.passes.analyses.call_graph import definition_order, references
 
 
 def module_from_graph(edges: dict[int, set[int]], n: int) -> effir.IRModule:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import effir
-from effir.passes.infer_effects import check_effects
+from effir.passes.analyses.infer_effects import check_effects
 from tests.support.check_file_cases import HEADER, expected_errors, split_cases
 
 CHECKS = Path(__file__).parent / "checks"

@@ -12,7 +12,7 @@ import signal
 from hypothesis import HealthCheck, given, settings
 
 import effir
-from effir.passes.infer_effects import infer_effects
+from effir.passes.analyses.infer_effects import infer_effects
 from tests.ir.strategies import modules
 
 

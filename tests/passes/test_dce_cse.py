@@ -1,5 +1,5 @@
 """dce and cse: effect-aware dead-code elimination and common-subexpression
-elimination (``effir/passes/dce.py``, ``effir/passes/cse.py``).
+elimination (``effir/passes/transforms/dce.py``, ``effir/passes/transforms/cse.py``).
 
 The golden cases are ``transforms/dce.effir`` and ``transforms/cse.effir``;
 here: the properties (same results, final state and prints, bit for bit, on
@@ -15,19 +15,19 @@ import numpy as np
 from hypothesis import given, settings
 
 import effir
-import effir.passes.cse  # registers "cse"
-import effir.passes.dce  # registers "dce"
+import effir.passes.transforms.cse  # registers "cse"
+import effir.passes.transforms.dce  # registers "dce"
 from effir.backends.interpreter import interpret_a2
 from effir.ir import IRModule, Op, astext, pre_order
 from effir.ir.expr import Call, Function, If, Let, Var
 from effir.ir.op import call_op
 from effir.ir.structural import structural_equal
 from effir.ir.types import TensorType
-from effir.passes.cse import cse
-from effir.passes.dce import dce
-from effir.passes.infra import lookup_pass
-from effir.passes.pipeline import run_pipeline
-from effir.passes.verify_linear import verify_linear
+from effir.passes.analyses.verify_linear import verify_linear
+from effir.passes.infra.pipeline import run_pipeline
+from effir.passes.infra.transform import lookup_pass
+from effir.passes.transforms.cse import cse
+from effir.passes.transforms.dce import dce
 from tests.support.state_passing_observation import (
     COMMON,
     explicate_then_state_passing,

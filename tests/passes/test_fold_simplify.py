@@ -15,19 +15,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import effir
-import effir.passes.fold_constant  # registers the pass
-import effir.passes.simplify  # registers the pass
+import effir.passes.transforms.fold_constant  # registers the pass
+import effir.passes.transforms.simplify  # registers the pass
 from effir.backends.interpreter import interpret_a2
 from effir.ir.expr import Call, Constant, Expr, Function, Let, Tuple, Var, const
 from effir.ir.module import IRModule
 from effir.ir.op import call_op
 from effir.ir.structural import structural_equal
 from effir.ir.types import TensorType
-from effir.passes.anf import to_anf
-from effir.passes.fold_constant import fold_constant
-from effir.passes.infra import PassContext, anf_problem, lookup_pass
-from effir.passes.pipeline import pipeline, run_pipeline
-from effir.passes.simplify import simplify
+from effir.passes.infra.pipeline import pipeline, run_pipeline
+from effir.passes.infra.transform import PassContext, anf_problem, lookup_pass
+from effir.passes.transforms.anf import to_anf
+from effir.passes.transforms.fold_constant import fold_constant
+from effir.passes.transforms.simplify import simplify
 from tests.support.state_passing_observation import observe, parse_a1
 from tests.support.typed_program_checks import SETTINGS, assert_same
 

@@ -1,4 +1,4 @@
-"""fuse: operator fusion (``effir/passes/fuse.py``).
+"""fuse: operator fusion (``effir/passes/transforms/fuse.py``).
 
 The golden cases are ``transforms/fuse.effir``; here: the rules one by one
 (anchors and their epilogues, prologues of reductions only, one anchor per
@@ -23,11 +23,11 @@ from effir.ir.expr import Call, Function, Let, Var
 from effir.ir.op import OpDef, call_op
 from effir.ir.structural import structural_equal
 from effir.ir.types import TensorType
-from effir.passes.anf import to_anf
-from effir.passes.fuse import MAX_FUSED_OPS, fuse, fusion_kind, is_primitive
-from effir.passes.infra import PassContext, PassError, lookup_pass
-from effir.passes.pipeline import run_pipeline
-from effir.passes.verify_linear import verify_linear
+from effir.passes.analyses.verify_linear import verify_linear
+from effir.passes.infra.pipeline import run_pipeline
+from effir.passes.infra.transform import PassContext, PassError, lookup_pass
+from effir.passes.transforms.anf import to_anf
+from effir.passes.transforms.fuse import MAX_FUSED_OPS, fuse, fusion_kind, is_primitive
 from tests.deep_programs import work
 from tests.support.state_passing_observation import (
     COMMON,

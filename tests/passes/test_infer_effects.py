@@ -5,7 +5,7 @@ import pytest
 
 import effir
 from effir.ir import Call, Function, post_order
-from effir.passes.infer_effects import effect_text, infer_effects
+from effir.passes.analyses.infer_effects import effect_text, infer_effects
 
 HEADER = '#[version = "0.0.5"]\n'
 CELLS = """
@@ -163,7 +163,7 @@ def annotated(text: str):
 
 
 def test_effect_annotations_that_hold():
-    from effir.passes.infer_effects import check_effects
+    from effir.passes.analyses.infer_effects import check_effects
 
     check_effects(
         annotated(
@@ -182,7 +182,7 @@ def test_effect_annotations_that_hold():
 
 
 def test_effect_annotation_violations_are_located_errors():
-    from effir.passes.infer_effects import check_effects
+    from effir.passes.analyses.infer_effects import check_effects
 
     module = annotated(
         """
@@ -201,7 +201,7 @@ def test_effect_annotation_violations_are_located_errors():
 
 
 def test_random_allows_key_cells_only():
-    from effir.passes.infer_effects import check_effects
+    from effir.passes.analyses.infer_effects import check_effects
 
     module = annotated(
         """

@@ -17,7 +17,7 @@ from effir.ir import (
     post_order,
 )
 from effir.ir.expr import Expr
-from effir.passes.call_graph import definition_order
+from effir.passes.analyses.call_graph import definition_order
 
 HEADER = '#[version = "0.0.5"]\n'
 
@@ -425,7 +425,7 @@ def test_gradient_cell_match_is_not_exhaustive():
 
 
 def test_infer_expr_types_a_closed_expression():
-    from effir.passes.infer_type import infer_expr
+    from effir.passes.analyses.infer_type import infer_expr
 
     expr = effir.parse_expr("fn (%x: Tensor[(n, 3), float32]) { sum(%x, axis=[1]) }")
     assert effir.astext(infer_expr(expr)) == "fn (Tensor[(n, 3), float32]) -> Tensor[(n), float32]"

@@ -11,7 +11,8 @@ import pytest
 import effir
 from effir.ir.expr import Call, Function, Let, TupleGetItem, Var
 from effir.ir.module import IRModule
-from effir.passes.infra import (
+from effir.passes.infra.pipeline import STANDARD_PIPELINES, pipeline, run_pipeline
+from effir.passes.infra.transform import (
     COLLECTOR_THRESHOLD,
     Pass,
     PassContext,
@@ -26,7 +27,6 @@ from effir.passes.infra import (
     module_pass,
     register_pass,
 )
-from effir.passes.pipeline import STANDARD_PIPELINES, pipeline, run_pipeline
 
 A1 = """#[version = "0.0.5"]
 global @rng: Ref[Key] = ref(random.key(0));

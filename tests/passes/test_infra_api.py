@@ -65,7 +65,7 @@ def test_every_built_in_pass_is_registered_the_tvm_lowering_included():
     names = set(registered_passes())
     assert {"to-anf", "explicate", "state-passing", "fuse", "dce", "lower-tvm"} <= names
     # Registered by the decorator on the pass's own function, where it is defined.
-    assert lookup_pass("fuse").defined_at == "effir.passes.fuse.fuse"
+    assert lookup_pass("fuse").defined_at == "effir.passes.transforms.fuse.fuse"
     assert lookup_pass("lower-tvm").defined_at == "effir.backends.tvm.kernel.lower_tvm.lower_tvm"
     assert [o.text_name for o in lookup_pass("fuse").options] == ["max-fused-ops"]
 
@@ -237,7 +237,9 @@ def test_re_registering_from_the_same_definition_replaces_it(scratch):
         in message
     )
     assert "<locals>.other defines another pass" in message
-    with pytest.raises(RegistrationError, match="already registered, by effir.passes.dce.dce"):
+    with pytest.raises(
+        RegistrationError, match="already registered, by effir.passes.transforms.dce.dce"
+    ):
         module_pass(other, name="dce")
 
 

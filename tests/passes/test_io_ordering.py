@@ -21,7 +21,7 @@ import effir
 from effir.ir.expr import Expr, Function, Let, Var
 from effir.ir.module import IRModule
 from effir.ir.visitor import pre_order
-from effir.passes.state_passing import state_passing
+from effir.passes.transforms.state_passing import state_passing
 
 from .equivalence import assert_same_run, run_observed
 

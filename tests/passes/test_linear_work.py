@@ -73,7 +73,7 @@ def test_dce_of_an_unchecked_module_is_linear_in_the_nesting_of_loops() -> None:
     """Effect inference without types let every loop body flow into every
     value inside it (2.6x the work for twice the loops); it types the module
     first now, where it can (infer_effects [RULE EFFECT-TYPED])."""
-    from effir.passes.dce import dce
+    from effir.passes.transforms.dce import dce
 
     modules = {n: effir.parse(_nested_loops(n)) for n in (6, 24, 48)}  # not checked
     work(lambda: dce(modules[6]))  # warm
@@ -92,7 +92,7 @@ def test_to_gnf_removes_a_chain_of_dropped_closures_in_linear_work() -> None:
     """Each let is kept while the closure after it captures it, until that
     closure goes: once one walk per link (3.9x the work for twice the
     chain), now one backward sweep finds them all (to_gnf._Dying)."""
-    from effir.passes.to_gnf import to_gnf
+    from effir.passes.transforms.to_gnf import to_gnf
 
     modules = {n: effir.parse(_dropped_closures(n)) for n in (12, 50, 100)}
     work(lambda: to_gnf(modules[12]))  # warm

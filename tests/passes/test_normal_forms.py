@@ -16,14 +16,14 @@ from effir.backends.interpreter import interpret, interpret_a2
 from effir.ir import Function, If, IRModule, Let, TensorType, Tuple, TupleGetItem, Var, call_op
 from effir.ir.expr import Call, Expr, Op, is_atom
 from effir.ir.visitor import pre_order
-from effir.passes.anf import to_anf, to_anf_expr
-from effir.passes.anf_sharing import Facts
-from effir.passes.infra import PassContext, PassError, anf_problem, module_pass
-from effir.passes.invariants import bbnf_problem, gnf_problem
-from effir.passes.pipeline import lookup_pass, run_pipeline
-from effir.passes.to_bbnf import to_bbnf
-from effir.passes.to_gnf import to_gnf
-from effir.passes.verify_linear import verify_linear
+from effir.passes.analyses.anf_sharing import Facts
+from effir.passes.analyses.verify_linear import verify_linear
+from effir.passes.infra.invariants import bbnf_problem, gnf_problem
+from effir.passes.infra.pipeline import lookup_pass, run_pipeline
+from effir.passes.infra.transform import PassContext, PassError, anf_problem, module_pass
+from effir.passes.transforms.anf import to_anf, to_anf_expr
+from effir.passes.transforms.to_bbnf import to_bbnf
+from effir.passes.transforms.to_gnf import to_gnf
 from tests.support.state_passing_observation import observe, parse_a1
 from tests.support.typed_program_checks import SETTINGS, assert_same
 
@@ -429,7 +429,7 @@ def test_10000_nested_calls_at_the_default_recursion_limit(default_recursion_lim
 
 
 def test_fresh_binders_copies_every_compound_node_and_renames_binders() -> None:
-    from effir.passes.anf import fresh_binders
+    from effir.passes.transforms.anf import fresh_binders
 
     fn = effir.parse(
         '#[version = "0.0.5"]\n'

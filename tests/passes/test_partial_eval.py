@@ -13,9 +13,9 @@ import effir
 from effir.backends.interpreter import interpret_a2
 from effir.ir.expr import RefRead, RefWrite
 from effir.ir.visitor import pre_order
-from effir.passes.explicate import explicate
-from effir.passes.partial_eval import MAX_UNROLL, partial_eval
-from effir.passes.state_passing import state_passing
+from effir.passes.transforms.explicate import explicate
+from effir.passes.transforms.partial_eval import MAX_UNROLL, partial_eval
+from effir.passes.transforms.state_passing import state_passing
 from tests.support.state_passing_observation import observe, parse_a1
 from tests.support.typed_program_checks import SETTINGS, assert_same
 

@@ -32,8 +32,8 @@ from hypothesis import strategies as st
 import effir
 from effir.ir.expr import Function, GlobalVar
 from effir.ir.module import IRModule
-from effir.passes.partial_eval import partial_eval
-from effir.passes.pipeline import pipeline
+from effir.passes.infra.pipeline import pipeline
+from effir.passes.transforms.partial_eval import partial_eval
 from effir.runtime.values import ADTValue
 from tests.support.type_mismatch import COMMON
 

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 import effir
 from effir.backends.interpreter import interpret_a2
-from effir.passes.infra import PassContext, registered_passes
-from effir.passes.pipeline import pipeline, run_pipeline
+from effir.passes.infra.pipeline import pipeline, run_pipeline
+from effir.passes.infra.transform import PassContext, registered_passes
 from tests.support.state_passing_observation import observe, parse_a1
 
 from .a1_programs import A1Program, a1_programs

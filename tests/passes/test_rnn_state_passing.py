@@ -15,8 +15,8 @@ import pytest
 import effir
 from effir.backends.interpreter import interpret_a2
 from effir.ir.visitor import pre_order
-from effir.passes.state_passing import state_passing
-from effir.passes.verify_linear import verify_linear
+from effir.passes.analyses.verify_linear import verify_linear
+from effir.passes.transforms.state_passing import state_passing
 
 from .equivalence import assert_same_run, assert_same_value
 

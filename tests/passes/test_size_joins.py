@@ -1,4 +1,4 @@
-"""The join of sizes [RULE TYPE-JOIN] (passes/type_solver.py, docs/semantics.md
+"""The join of sizes [RULE TYPE-JOIN] (passes/analyses/type_solver.py, docs/semantics.md
 §2.2): a value that is one of several (an ``if``'s branches, a ``match``'s
 clauses, a loop's state on entry and after its body) has a size only where
 they all have the same one, ``?`` elsewhere; unification (one value seen
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import effir
 from effir.ir import astext
-from effir.passes.pipeline import pipeline
+from effir.passes.infra.pipeline import pipeline
 from tests.support.type_mismatch import COMMON, type_mismatch
 
 HEADER = '#[version = "0.0.5"]\n'

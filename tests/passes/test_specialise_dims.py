@@ -1,4 +1,4 @@
-"""specialise-dims (effir/passes/specialise_dims.py): each global function
+"""specialise-dims (effir/passes/transforms/specialise_dims.py): each global function
 copied per binding of its symbolic dimensions at its calls, written in the
 entry's. Structure (copies, recursion calling its own copy, the limit, a
 function used as a value, the names messages show) and a property test:
@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 import effir
 from effir.ir.types import ANY, TensorType
 from effir.ir.visitor import pre_order
-from effir.passes.call_graph import reachable
-from effir.passes.infra import PassError, lookup_pass
-from effir.passes.specialise_dims import MAX_BINDINGS, source_name, specialise_dims
+from effir.passes.analyses.call_graph import reachable
+from effir.passes.infra.transform import PassError, lookup_pass
+from effir.passes.transforms.specialise_dims import MAX_BINDINGS, source_name, specialise_dims
 
 HEADER = '#[version = "0.0.5"]\n'
 

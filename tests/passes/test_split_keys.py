@@ -13,9 +13,9 @@ import effir
 from effir.backends.interpreter import interpret_a2
 from effir.ir.expr import Call, Function, Let
 from effir.ir.module import IRModule
-from effir.passes.split_keys import split_keys
-from effir.passes.state_passing import state_passing
-from effir.passes.verify_linear import verify_linear
+from effir.passes.analyses.verify_linear import verify_linear
+from effir.passes.transforms.split_keys import split_keys
+from effir.passes.transforms.state_passing import state_passing
 from effir.runtime import prng
 
 H = '#[version = "0.0.5"]\nglobal @rng: Ref[Key] = ref(random.key(0));\n'

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import effir
-from effir.passes.split_keys import split_keys
-from effir.passes.state_passing import state_passing
+from effir.passes.transforms.split_keys import split_keys
+from effir.passes.transforms.state_passing import state_passing
 
 from .equivalence import assert_same_run
 

@@ -1,5 +1,5 @@
 """State passing of local references captured by closures passed down to
-other functions ([RULE STATE-DOWNWARD] in effir/passes/state_passing.py): the callee
+other functions ([RULE STATE-DOWNWARD] in effir/passes/transforms/state_passing.py): the callee
 takes the reference's value as state, each caller with its own copy of the
 callee; what truly escapes (returned, stored) is still refused."""
 
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import effir
 from effir.backends.interpreter import interpret_a2
-from effir.passes.state_passing import state_passing
+from effir.passes.transforms.state_passing import state_passing
 
 H = '#[version = "0.0.5"]\n'
 

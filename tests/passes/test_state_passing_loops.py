@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import effir
-from effir.passes.state_passing import state_passing
-from effir.passes.verify_linear import verify_linear
+from effir.passes.analyses.verify_linear import verify_linear
+from effir.passes.transforms.state_passing import state_passing
 
 from .equivalence import assert_same_run
 

@@ -80,7 +80,7 @@ def a2_problems(a1: IRModule, a2: IRModule) -> list[str]:
 
 def check_state_passing(program: A1Program, passes: Callable[[IRModule], IRModule]) -> None:
     """The property, for one program and one way of running the passes."""
-    from effir.passes.verify_linear import verify_linear
+    from effir.passes.analyses.verify_linear import verify_linear
 
     a1 = parse_a1(program)
     expected = observe(effir.interpret, a1, program, a1)
@@ -118,7 +118,7 @@ def check_state_passing(program: A1Program, passes: Callable[[IRModule], IRModul
 
 
 def state_passing_alone(module: IRModule) -> IRModule:
-    from effir.passes.state_passing import state_passing
+    from effir.passes.transforms.state_passing import state_passing
 
     return state_passing(module)
 
@@ -172,8 +172,8 @@ def test_state_passing_is_the_identity_on_a2_programs(program: A1Program) -> Non
     ``effir.compile``'s default pipeline does on the A2 module ``effir.grad``
     returns."""
     from effir.ir.structural import structural_equal
-    from effir.passes.anf import to_anf
-    from effir.passes.state_passing import state_passing
+    from effir.passes.transforms.anf import to_anf
+    from effir.passes.transforms.state_passing import state_passing
 
     a1 = parse_a1(program)
     try:

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 import effir
-from effir.passes.pipeline import run_pipeline
-from effir.passes.verify_linear import verify_linear
+from effir.passes.analyses.verify_linear import verify_linear
+from effir.passes.infra.pipeline import run_pipeline
 from tests.support.check_file_cases import SEPARATOR, expected_errors, split_cases
 
 from .equivalence import arguments_for, assert_same_run, run_observed

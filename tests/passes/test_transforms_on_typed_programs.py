@@ -12,9 +12,9 @@ from hypothesis import given, settings
 import effir
 from effir.ir.expr import Function, Let
 from effir.ir.visitor import pre_order
-from effir.passes.anf import to_anf
-from effir.passes.explicate import explicate
-from effir.passes.state_passing import state_passing
+from effir.passes.transforms.anf import to_anf
+from effir.passes.transforms.explicate import explicate
+from effir.passes.transforms.state_passing import state_passing
 from tests.support.typed_program_checks import SETTINGS, assert_same
 
 from .typed_programs import TypedProgram, typed_programs

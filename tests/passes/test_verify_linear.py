@@ -1,4 +1,4 @@
-"""The linearity verifier (effir.passes.verify_linear): each rule on a linear
+"""The linearity verifier (effir.passes.analyses.verify_linear): each rule on a linear
 A2 program and on violating ones, with both locations in the message; the
 MLIR-style cases of checks/linearity.effir; deep programs."""
 
@@ -11,7 +11,7 @@ import pytest
 
 import effir
 from effir.ir import Attrs, Function, IRModule, KeyType, Let, TensorType, Tuple, Var, call_op
-from effir.passes.verify_linear import linearity_errors, verify_linear
+from effir.passes.analyses.verify_linear import linearity_errors, verify_linear
 
 H = '#[version = "0.0.5"]\n'
 CHECKS = Path(__file__).parent / "checks" / "linearity.effir"

@@ -79,7 +79,7 @@ from effir.ir import (
     lookup_op,
 )
 from effir.ir.expr import Call
-from effir.passes.type_solver import Solver, UnifyError
+from effir.passes.analyses.type_solver import Solver, UnifyError
 from effir.runtime.values import PRNGKey
 
 # The fixed part of every module: ADTs and global helpers, polymorphic or

@@ -8,7 +8,7 @@ import numpy as np
 import effir
 from effir.ir.expr import Call, Function, Let, Op, Var
 from effir.ir.visitor import pre_order
-from effir.passes.pipeline import run_pipeline
+from effir.passes.infra.pipeline import run_pipeline
 from effir.runtime.values import PRNGKey
 
 HEADER = '#[version = "0.0.5"]\n'

@@ -120,7 +120,7 @@ def parse_a1(program: A1Program) -> IRModule:
 
 
 def explicate_then_state_passing(module: IRModule) -> IRModule:
-    from effir.passes.explicate import explicate
-    from effir.passes.state_passing import state_passing
+    from effir.passes.transforms.explicate import explicate
+    from effir.passes.transforms.state_passing import state_passing
 
     return state_passing(explicate(module))

@@ -22,7 +22,7 @@ from effir.ir import (
     TypeCall,
     astext,
 )
-from effir.passes.type_solver import substitute
+from effir.passes.analyses.type_solver import substitute
 from effir.runtime.values import ADTValue, PRNGKey, RefValue, describe_value
 
 COMMON: dict[str, Any] = dict(

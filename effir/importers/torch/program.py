@@ -24,11 +24,12 @@ from typing import Any
 
 import numpy as np
 
+from effir.passes.analyses.infer_type import check
+from effir.passes.transforms.dce import dce
+
 from ...ir.expr import Function, RefRead, RefWrite
 from ...ir.trampoline import Computation, run
 from ...ir.types import TupleType
-from ...passes.dce import dce
-from ...passes.infer_type import check
 from ..common.block import Block
 from ..common.diagnostics import ModelImportError
 from ..common.parts import identifier

@@ -23,9 +23,9 @@ from effir.ir.expr import Constant, Function, Tuple, TupleGetItem, Var, const
 from effir.ir.op import call_op
 from effir.ir.types import KeyType, TensorType, TupleType
 from effir.ir.visitor import pre_order
-from effir.passes.fuse import is_primitive
-from effir.passes.infer_type import infer_expr
-from effir.passes.pipeline import run_pipeline
+from effir.passes.analyses.infer_type import infer_expr
+from effir.passes.infra.pipeline import run_pipeline
+from effir.passes.transforms.fuse import is_primitive
 from effir.runtime.values import PRNGKey
 
 HEADER = '#[version = "0.0.5"]\n'

@@ -19,7 +19,7 @@ from effir.backends.tvm.loop.cpu import schedule as cpu_schedule
 from effir.backends.tvm.runtime.errors import BackendError
 from effir.ir.expr import Call
 from effir.ir.visitor import free_vars
-from effir.passes.pipeline import run_pipeline
+from effir.passes.infra.pipeline import run_pipeline
 from effir.runtime.values import PRNGKey
 from tests.support.loop_programs import (
     GRU,

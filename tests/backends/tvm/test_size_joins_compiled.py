@@ -1,5 +1,5 @@
 """Compiled code of programs whose types join unknown sizes [RULE TYPE-JOIN]
-(passes/type_solver.py) equals the interpreter. Before, the join of a
+(passes/analyses/type_solver.py) equals the interpreter. Before, the join of a
 ``(?, 4)`` and a ``(0, 4)`` branch was ``(0, 4)``: compiled ``shape_of``
 said ``[0, 4]`` where the interpreter said ``[3, 4]`` (partial evaluation
 at ``-O2`` made such a branch of a zero-trip ``cf.while_loop`` by itself,

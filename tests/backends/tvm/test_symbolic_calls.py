@@ -1,5 +1,5 @@
 """Symbolic dimensions through calls (driver/specialise.py,
-passes/specialise_dims.py): a global function the partial evaluator does
+passes/transforms/specialise_dims.py): a global function the partial evaluator does
 not inline (a recursive one) and whose dimensions are symbolic compiles,
 its kernels bound at each call as the entry's are, its gradient too; the
 messages of what still cannot be compiled name the user's value and say

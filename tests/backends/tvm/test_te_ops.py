@@ -27,7 +27,7 @@ from effir.backends.tvm.kernel.primitive import build_kernel
 from effir.ir.expr import Function, Var
 from effir.ir.op import all_ops, call_op, op_def
 from effir.ir.types import TensorType, TupleType, Type
-from effir.passes.infer_type import infer_expr
+from effir.passes.analyses.infer_type import infer_expr
 from tests.support.isolated import run_isolated
 
 # ------------------------------------------------------------------ helpers

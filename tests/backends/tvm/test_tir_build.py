@@ -14,7 +14,7 @@ from effir.backends.tvm.kernel.primitive import build_kernel
 from effir.ir.expr import Function, Var
 from effir.ir.op import call_op
 from effir.ir.types import KeyType, TensorType
-from effir.passes.infer_type import infer_expr
+from effir.passes.analyses.infer_type import infer_expr
 from effir.runtime.values import PRNGKey
 
 HEADER = '#[version = "0.0.5"]\nglobal @rng: Ref[Key] = ref(random.key(5));\n'

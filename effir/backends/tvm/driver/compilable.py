@@ -22,12 +22,13 @@ program is built (by ``effir.compile`` for an entry of static shapes).
 
 from __future__ import annotations
 
+from effir.passes.analyses.call_graph import reachable
+
 from ....ir.expr import Call, Function, GlobalVar, Op, RefCreate, RefRead, RefWrite
 from ....ir.module import IRModule
 from ....ir.op import op_def
 from ....ir.types import FuncType, TypeVar
 from ....ir.visitor import pre_order
-from ....passes.call_graph import reachable
 from ..relax.dynamic import DYNAMIC
 from ..runtime.errors import BackendError, CompileError
 from ..runtime.signature import adt_defs, spec_of

@@ -29,14 +29,15 @@ from typing import Any, NamedTuple, TextIO
 
 from tvm import relax
 
+from effir.passes.infra.pipeline import STANDARD_PIPELINES
+from effir.passes.infra.pipeline import pipeline as parse_pipeline
+from effir.passes.infra.transform import Pass, PassContext, PassError
+
 from ....ir.diagnostics import Error, EvalError, TypeCheckError
 from ....ir.module import IRModule
 from ....ir.printer import astext
 from ....ir.program import DEFAULT_ENTRY, resolve
 from ....ir.visitor import pre_order
-from ....passes.infra import Pass, PassContext, PassError
-from ....passes.pipeline import STANDARD_PIPELINES
-from ....passes.pipeline import pipeline as parse_pipeline
 from ....runtime.arguments import check_call_options, unknown_entry
 from ...interpreter import Sink, State
 from ..loop.cuda import emulation

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from effir.passes.analyses.infer_type import check
+
 from ....ir.expr import Call, Function, Let, Op, TupleGetItem, Var
 from ....ir.visitor import free_vars
-from ....passes.infer_type import check
 from ....runtime.packed_scan import PackedScan, PackedScanError
 from ..loop.cpu.packed import PackedLoop
 

@@ -10,7 +10,7 @@ type inference, which makes static what the binding determines (a
 ``reshape(%x, newshape=[-1, 64])`` of a ``(t, b, 64)`` tensor becomes
 ``(24, 64)`` once ``t = 6`` and ``b = 4``). The functions the entry calls
 are copied per binding of their own dimensions at each call
-(passes/specialise_dims.py), so that they are bound too. What stays ``?``
+(passes/transforms/specialise_dims.py), so that they are bound too. What stays ``?``
 depends on data (``boolean_mask``, a ``while_loop``'s outputs) and is
 handled by the executor at run time.
 """
@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from effir.passes.analyses.call_graph import reachable
+from effir.passes.analyses.infer_type import check
+from effir.passes.transforms.specialise_dims import specialise_dims
+
 from ....ir.expr import Expr, Var
 from ....ir.functor import pre_order
 from ....ir.module import IRModule
-from ....passes.call_graph import reachable
-from ....passes.infer_type import check
-from ....passes.specialise_dims import specialise_dims
 from ....runtime.limits import static_bytes, too_large
 from ..runtime.errors import BackendError
 from .loop_bodies import literal_loop_bodies
@@ -34,7 +35,7 @@ def specialise(module: IRModule, entry: str, dims: Mapping[str, int]) -> IRModul
     """``module`` with ``@entry``'s dimensions bound by ``dims`` (its own
     annotations and those inside it), type-checked again, and every
     function it calls copied per binding of that function's dimensions at
-    its calls (passes/specialise_dims.py): a callee's kernels are then
+    its calls (passes/transforms/specialise_dims.py): a callee's kernels are then
     written in the entry's sizes, and one whose sizes stay symbolic asks
     for them as the entry's do (relax/types.py [RULE LOWER-SYMBOLIC]). Loop
     bodies that are not function literals are wrapped in one afterwards

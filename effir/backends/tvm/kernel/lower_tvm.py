@@ -17,6 +17,10 @@ Calls inside primitive functions are left alone (they are a kernel's body).
 
 from __future__ import annotations
 
+from effir.passes.analyses.infer_type import check
+from effir.passes.infra.transform import module_pass
+from effir.passes.transforms.fuse import PRIMITIVE, is_primitive
+
 from ....ir import type_tree
 from ....ir.expr import Call, Constant, Function, Let, Op, Var
 from ....ir.functor import Mutator, on, pre_order
@@ -24,9 +28,6 @@ from ....ir.module import IRModule
 from ....ir.node import Node
 from ....ir.op import op_def
 from ....ir.types import ANY, KeyType, TensorType, Type
-from ....passes.fuse import PRIMITIVE, is_primitive
-from ....passes.infer_type import check
-from ....passes.infra import module_pass
 
 
 @module_pass(

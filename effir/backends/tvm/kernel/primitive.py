@@ -38,6 +38,8 @@ import tvm
 import tvm_ffi
 from tvm import te, tirx
 
+from effir.passes.analyses.infer_type import infer_expr
+
 from ....ir import type_tree
 from ....ir.diagnostics import Error
 from ....ir.expr import Call, Constant, Expr, Function, Let, Op, Tuple, TupleGetItem, Var
@@ -45,7 +47,6 @@ from ....ir.op import op_def
 from ....ir.printer import astext
 from ....ir.types import ANY, KeyType, TensorType, TupleType, Type
 from ....ir.visitor import post_order
-from ....passes.infer_type import infer_expr
 from ....runtime.values import PRNGKey
 from .. import precision
 from ..runtime.errors import BackendError, check_failure, run_time_error

@@ -56,8 +56,9 @@ import tvm
 import tvm_ffi
 from tvm import te, tirx
 
+from effir.passes.analyses.verify_linear.verifier import REPLAYS_KEYS
+
 from ....ir.module import IRModule
-from ....passes.verify_linear.verifier import REPLAYS_KEYS
 from .rules import TEValue
 
 FENCE = "llvm.arithmetic.fence"

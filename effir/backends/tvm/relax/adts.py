@@ -32,6 +32,8 @@ import numpy as np
 from tvm import relax, tirx
 from tvm.relax.analysis import BaseCheckResult, type_base_check
 
+from effir.passes.analyses.type_solver import substitute
+
 from ....ir.expr import (
     Clause,
     Constructor,
@@ -45,7 +47,6 @@ from ....ir.expr import (
 from ....ir.trampoline import Computation
 from ....ir.type_tree import leaves
 from ....ir.types import TupleType, Type, TypeCall
-from ....passes.type_solver import substitute
 from ..runtime.errors import site_message
 from .dynamic import DynamicRules
 from .state import LoweringState, Walk

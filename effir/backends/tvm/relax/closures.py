@@ -23,8 +23,9 @@ from typing import Any
 
 from tvm import relax
 
+from effir.passes.transforms.fuse import is_primitive
+
 from ....ir.expr import Call, Function, GlobalVar, Var
-from ....passes.fuse import is_primitive
 from ..runtime.errors import BackendError
 from .state import LoweringState, Walk
 from .types import declare, relax_type

@@ -102,6 +102,11 @@ import numpy as np
 import tvm
 from tvm import relax, tirx
 
+from effir.passes.analyses.call_graph import reachable, recursive
+from effir.passes.analyses.infer_type import infer_expr
+from effir.passes.transforms.fuse import is_primitive
+from effir.passes.transforms.specialise_dims import source_name
+
 from ....ir.diagnostics import Error, Span
 from ....ir.expr import (
     Call,
@@ -131,10 +136,6 @@ from ....ir.node import Node
 from ....ir.op import op_def
 from ....ir.printer import astext
 from ....ir.visitor import free_vars, pre_order
-from ....passes.call_graph import reachable, recursive
-from ....passes.fuse import is_primitive
-from ....passes.infer_type import infer_expr
-from ....passes.specialise_dims import source_name
 from ..kernel import rounding
 from ..kernel.checks import error_shape
 from ..kernel.lower_tvm import one_call_kernel

@@ -25,10 +25,11 @@ import numpy as np
 import tvm
 import tvm_ffi
 
+from effir.passes.analyses.type_solver import substitute
+
 from ....ir.expr import TypeData
 from ....ir.printer import astext
 from ....ir.types import GlobalTypeVar, KeyType, TensorType, TupleType, Type, TypeCall
-from ....passes.type_solver import substitute
 from ....runtime.values import ADTValue, PRNGKey
 from ...interpreter import Sink, print_sink
 from .errors import BackendError, site_message

@@ -237,10 +237,10 @@ def check_passes(module: Any, args: Sequence[np.ndarray], steps: int, ref: _Run)
     checked for typing only. What went wrong first, or None."""
     import effir
     from effir.backends.interpreter import interpret_a2
-    from effir.passes.infra import PassContext
-    from effir.passes.invariants import is_a2
-    from effir.passes.pipeline import pipeline
-    from effir.passes.registry import registered_passes
+    from effir.passes.infra.invariants import is_a2
+    from effir.passes.infra.pipeline import pipeline
+    from effir.passes.infra.registry import registered_passes
+    from effir.passes.infra.transform import PassContext
 
     for name, p in registered_passes().items():
         if name in UNCHECKED_PASSES:

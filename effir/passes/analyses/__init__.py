@@ -1,0 +1,2 @@
+"""Analyses: what a program is (types, effects, calls, linearity of state,
+exhaustiveness, sharing), computed without changing it."""

@@ -1,0 +1,2 @@
+"""Transformations: passes that rewrite a program (normal forms, state
+passing, partial evaluation, folding, fusion, dead and common code)."""
