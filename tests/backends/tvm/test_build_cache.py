@@ -126,7 +126,7 @@ def test_the_digest_covers_every_source_file_of_effir(monkeypatch):
     monkeypatch.setattr(build_cache, "_EFFIR_DIGEST", None)
     monkeypatch.setattr(Path, "read_bytes", recording)
     build_cache.effir_digest()
-    assert package / "passes" / "type_solver.py" in read
+    assert package / "passes" / "analyses" / "type_solver.py" in read
     assert set(read) == set(package.rglob("*.py"))
 
 
