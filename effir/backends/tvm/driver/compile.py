@@ -45,6 +45,7 @@ from ..precision import PRECISIONS, products_in
 from ..relax.lower import RelaxProgram, lower_to_relax
 from ..relax.pipeline import relax_pipeline
 from ..relax.types import NeedsStatic, static
+from ..runtime.entry_call import call_entry
 from ..runtime.errors import BackendError, CompileError, build_failure, run_time_error
 from ..runtime.placement import Placement
 from ..runtime.printing import printing_to
@@ -52,7 +53,6 @@ from ..runtime.signature import (
     Dims,
     Signature,
     adt_defs,
-    call_entry,
     spec_of,
 )
 from ..runtime.stack import runner
