@@ -34,9 +34,9 @@ from ..common.block import Block
 from ..common.diagnostics import ModelImportError
 from ..common.parts import identifier
 from ..common.values import Value
+from . import ops  # noqa: F401  (importing the converters registers them)
 from .graph import ImportState, Scope, convert_nodes, param_type, tensor_constant
 from .listing import list_program
-from .registry import ensure_registered
 
 PARAMETERS = ("parameters", "constants")
 MUTATING = {"aten.batch_norm": (3, 4), "aten._native_batch_norm_legit": (3, 4)}
@@ -62,7 +62,6 @@ def from_torch(program: Any, *, parameters: str = "parameters") -> Any:
         raise ModelImportError(
             f"parameters must be one of {', '.join(PARAMETERS)}, not {parameters!r}"
         )
-    ensure_registered()
     gm = program.graph_module
     state = ImportState(list_program(gm, "exported_program"), _dim_names(program))
     main = run(_main(state, program, parameters == "parameters"))
