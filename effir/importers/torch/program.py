@@ -37,6 +37,7 @@ from ..common.values import Value
 from . import ops  # noqa: F401  (importing the converters registers them)
 from .graph import ImportState, Scope, convert_nodes, param_type, tensor_constant
 from .listing import list_program
+from .registry import target_name
 
 PARAMETERS = ("parameters", "constants")
 MUTATING = {"aten.batch_norm": (3, 4), "aten._native_batch_norm_legit": (3, 4)}
@@ -152,8 +153,6 @@ def _buffer_input(program: Any, target: str) -> str | None:
 def _written_arguments(node: Any) -> list[int]:
     """The positions of the arguments ``node`` writes: its schema's
     ``Tensor(a!)`` ones; batch norm's running statistics in training."""
-    from .registry import target_name
-
     name = target_name(node.target)
     if name in MUTATING:
         training = node.args[5] if len(node.args) > 5 else node.kwargs.get("training", False)
