@@ -36,8 +36,9 @@ import effir
 from effir.ir.expr import Expr, Let
 from effir.ir.module import IRModule
 from effir.ir.visitor import pre_order
+from effir.passes.infra.instruments import Timing
 from effir.passes.infra.pipeline import STANDARD_PIPELINES, pipeline
-from effir.passes.infra.transform import PassContext, Timing
+from effir.passes.infra.transform import PassContext
 from effir.passes.transforms.anf import to_anf
 
 H = '#[version = "0.0.5"]\n'

@@ -25,6 +25,7 @@ thread: instruments, verification, per-pass options, ``opt_level``),
 
 from __future__ import annotations
 
+from effir.passes.infra.instruments import PrintIR, Timing
 from effir.passes.infra.pass_files import PassFileError, load_pass_file
 from effir.passes.infra.pipeline import (
     STANDARD_PIPELINES,
@@ -43,10 +44,8 @@ from effir.passes.infra.transform import (
     Pass,
     PassContext,
     PassError,
-    PrintIR,
     RegistrationError,
     Sequential,
-    Timing,
     as_pass,
     function_pass,
     lookup_pass,

@@ -43,8 +43,6 @@ LAZY_PACKAGES = (
 LATE_IMPORT_DEBT = frozenset(
     {
         "effir",
-        "effir.backends.interpreter",
-        "effir.backends.state",
         "effir.backends.tvm.driver.compile",
         "effir.backends.tvm.kernel.primitive",
         "effir.backends.tvm.kernel.rounding",
@@ -54,7 +52,6 @@ LATE_IMPORT_DEBT = frozenset(
         "effir.backends.tvm.loop.cuda.threads",
         "effir.backends.tvm.loop.graph",
         "effir.backends.tvm.runtime.errors",
-        "effir.backends.tvm.runtime.signature",
         "effir.backends.tvm.schedule.cpu.gemm",
         "effir.backends.tvm.schedule.cuda.kernel",
         "effir.backends.tvm.target",
@@ -89,27 +86,9 @@ LATE_IMPORT_DEBT = frozenset(
     }
 )
 CYCLE_DEBT = (
-    frozenset({"effir.autodiff.checkpoint", "effir.autodiff.differentiator"}),
-    frozenset({"effir.passes.infra.transform", "effir.passes.infra.instruments"}),
-    frozenset(
-        {
-            "effir.passes.transforms.partial_eval.evaluator",
-            "effir.passes.transforms.partial_eval.unroll",
-        }
-    ),
-    frozenset({"effir.backends.interpreter", "effir.backends.state"}),
-    frozenset({"effir.backends.tvm.runtime.placement", "effir.backends.tvm.runtime.signature"}),
-    frozenset({"effir.backends.tvm.driver.compile", "effir.backends.tvm.driver.export"}),
+    frozenset({"effir.passes.infra.transform", "effir.passes.infra.registry"}),
     frozenset({"effir.frontend.adts", "effir.frontend.builder"}),
     frozenset({"effir.frontend.script", "effir.frontend.script_convert"}),
-    frozenset({"effir.importers.onnx.graph", "effir.importers.onnx.ops"}),
-    frozenset({"effir.importers.torch.graph", "effir.importers.torch.listing"}),
-    frozenset(
-        {
-            "effir.passes.transforms.state_passing.loops",
-            "effir.passes.transforms.state_passing.translate",
-        }
-    ),
 )
 
 

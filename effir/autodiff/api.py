@@ -35,6 +35,7 @@ from . import loop_rule  # noqa: F401  (registers the loops' binding rule on imp
 from .checkpoint import CheckpointPolicy, policy_of
 from .differentiator import Differentiator
 from .entry import build_grad
+from .reverse import finish
 from .specialise import SPECIALISE
 from .unpad import unpad_while_loops
 
@@ -112,7 +113,7 @@ def _differentiate(
     taken.add(target)
     ad = Differentiator(work, policy, taken)
     grad_fn = build_grad(ad, work.functions[entry], wrt, output, with_value)
-    vjps = ad.finish()
+    vjps = finish(ad)
     ct_datas, ct_adds = ad.adts.finish()
     out = module.with_function(target, replays_keys(grad_fn))
     for vjp_name, fn in vjps.items():

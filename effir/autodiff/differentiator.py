@@ -9,7 +9,7 @@ its differentiated form.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from effir.passes.analyses.infer_type import infer_expr
 
@@ -26,17 +26,24 @@ from .cotangent import differentiable
 from .free import free_variable_table
 from .instantiate import instance_key, instantiate, instantiation
 from .keytape import TAPE, tape_type_def
-from .reverse import ClosureVjp, Reverse, function_vjp
 
-if TYPE_CHECKING:
-    from .checkpoint import CheckpointPolicy  # it builds on this module
+
+@dataclass(frozen=True)
+class ClosureVjp:
+    """A let-bound closure's differentiated form: the variable bound to its
+    ``vjp`` closure and the free variables its pullback returns cotangents for."""
+
+    vjp: Var
+    free: tuple[Var, ...]
 
 
 class Differentiator:
     """Module-wide state of one differentiation (see the module docstring)."""
 
-    def __init__(self, module: IRModule, checkpoint: CheckpointPolicy, taken: set[str]) -> None:
+    def __init__(self, module: IRModule, checkpoint: object, taken: set[str]) -> None:
         self.module = module  # typed; its nodes are used (once) in the output
+        # the run's CheckpointPolicy, read by the loops' rule (loop_rule.py):
+        # checkpoint.py builds on this module, so it is carried untyped here
         self.checkpoint = checkpoint
         self.taken = taken  # global names in use
         # a global's vjp per name, or per (name, instantiation) for a
@@ -94,16 +101,6 @@ class Differentiator:
                 )
             self.tape = tape_type_def()
         return self.tape
-
-    def finish(self) -> dict[str, Function]:
-        """Every ``vjp`` global asked for (a worklist, not recursion)."""
-        while self.pending:
-            key = self.pending.pop()
-            name, fn = self.sources[key]
-            if fn.attrs.get("Primitive") == 1:
-                raise_primitive(name, fn)
-            self.functions[self.vjp_names[key]] = Reverse.drive(function_vjp(self, fn, []))
-        return self.functions
 
     def free_differentiable(self, node: Expr, exclude: Var | None = None) -> list[Var]:
         """The free variables of ``node`` that gradients flow to: those of a

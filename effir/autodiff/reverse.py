@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from effir.passes.analyses.anf_sharing import fresh_binders
 
@@ -55,21 +53,10 @@ from ..ir.functor import on
 from ..ir.types import FuncType, TupleType
 from ..ir.vjp import NOT_DIFFERENTIABLE, DifferentiationError, VjpContext, vjp_rule
 from .cotangent import CT, accumulate, ct_type, differentiable, fields_of, materialize
+from .differentiator import ClosureVjp, Differentiator, raise_primitive
 from .rules import binding_vjp_rule
 
-if TYPE_CHECKING:
-    from .differentiator import Differentiator
-
 Step = Callable[[LetBuilder], None]
-
-
-@dataclass(frozen=True)
-class ClosureVjp:
-    """A let-bound closure's differentiated form: the variable bound to its
-    ``vjp`` closure and the free variables its pullback returns cotangents for."""
-
-    vjp: Var
-    free: tuple[Var, ...]
 
 
 class Reverse(ExprFunctor):
@@ -413,3 +400,14 @@ def function_vjp(ad: Differentiator, fn: Function, free: list[Var]) -> Computati
     ret = TupleType((result_type, pullback_type))
     params, body = typed_params(fn.params, body)
     return Function(params, body, ret, fn.type_params, span=fn.span)
+
+
+def finish(ad: Differentiator) -> dict[str, Function]:
+    """Every ``vjp`` global ``ad`` was asked for (a worklist, not recursion)."""
+    while ad.pending:
+        key = ad.pending.pop()
+        name, fn = ad.sources[key]
+        if fn.attrs.get("Primitive") == 1:
+            raise_primitive(name, fn)
+        ad.functions[ad.vjp_names[key]] = Reverse.drive(function_vjp(ad, fn, []))
+    return ad.functions

@@ -21,20 +21,19 @@ The rule is a computation on the trampoline (a generator, as every
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-from ..ir.builder import LetBuilder
-from ..ir.expr import Call, Op, Var
+from ..ir.expr import Op
 from ..ir.expr_functor import Computation
 from ..ir.op import lookup_op
-
-if TYPE_CHECKING:
-    from .reverse import Reverse  # the rule's first argument: no import at run time
 
 BINDING_VJP = "binding_vjp"
 """The key of the rule in an operator's ``rules``."""
 
-BindingVjp = Callable[["Reverse", Var, Call, LetBuilder], Computation[None]]
+BindingVjp = Callable[..., Computation[None]]
+"""A rule, called as ``rule(rev, var, call, b)``: ``rev`` the ``Reverse``
+differentiating the block (reverse.py, which builds on this table and
+looks rules up in it), ``var = call`` the binding, ``b`` the forward's
+builder. Each rule types its own parameters (loop_rule.py)."""
 
 
 def def_binding_vjp(*names: str) -> Callable[[BindingVjp], BindingVjp]:

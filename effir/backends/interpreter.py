@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from ..ir import analysis
-from ..ir.diagnostics import ArgumentError, EvalError, Span
+from ..ir.diagnostics import ArgumentError, EvalError, Span, TypeCheckError
 from ..ir.evaluator import Evaluator
 from ..ir.expr import (
     ATOM_TYPES,
@@ -76,6 +76,7 @@ from ..ir.program import Program, resolve
 from ..ir.types import TensorType, TupleType, Type, TypeCall
 from ..ops.effects import WORLD
 from ..ops.relations import OpFailure
+from ..passes.analyses.infer_type import check
 from ..runtime.arguments import (
     bind_arguments,
     check_argument,
@@ -85,7 +86,7 @@ from ..runtime.arguments import (
 )
 from ..runtime.limits import fully_sized, static_bytes, too_large
 from ..runtime.values import ADTValue, RefValue, adt_value, describe_value
-from .state import State, type_of_value
+from .state import State, register_initialiser_evaluator, type_of_value
 
 Sink = Callable[[str, Any], None]
 
@@ -574,10 +575,6 @@ class Interpreter(Evaluator):
         if self._checked:
             return
         self._checked = True
-        from effir.passes.analyses.infer_type import check
-
-        from ..ir.diagnostics import TypeCheckError
-
         with _CHECKING:
             try:
                 check(self.module)
@@ -740,3 +737,6 @@ def _with_sizes(t: Type, env: Env) -> Type:
             tuple(sizes.get(d, d) if isinstance(d, str) else d for d in t.shape), t.dtype
         )
     return t
+
+
+register_initialiser_evaluator(lambda module, state: Interpreter(module, state).evaluate)

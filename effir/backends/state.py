@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from ..ir.diagnostics import Error, EvalError, Span
+from ..ir.expr import Expr
 from ..ir.module import IRModule
 from ..ir.printer import astext
 from ..ir.program import resolve
@@ -55,6 +56,27 @@ from ..runtime import prng
 from ..runtime.values import PRNGKey, RefValue, describe_value, type_text
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)
+
+InitialiserEvaluator = Callable[[IRModule, "State"], Callable[[Expr], Any]]
+"""``make(module, state)``: a function from a cell's initialiser to its value."""
+
+_INITIALISERS: list[InitialiserEvaluator] = []
+"""How a State runs its cells' initialisers (programs of the module): the
+interpreter, the reference semantics, registers itself when it is imported
+(backends/interpreter.py). It reads and writes a State's cells, so it builds
+on this module, not the reverse, as the printer lets what builds on it show
+itself through ir/display.py's hooks."""
+
+
+def register_initialiser_evaluator(make: InitialiserEvaluator) -> None:
+    """Let every ``State`` evaluate its cells' initialisers with ``make``."""
+    _INITIALISERS[:] = [make]
+
+
+def _initialiser_evaluator(module: IRModule, state: State) -> Callable[[Expr], Any]:
+    if not _INITIALISERS:  # only before effir's own import is complete
+        raise StateError("no evaluator of cell initialisers is registered: import effir first")
+    return _INITIALISERS[0](module, state)
 
 
 class StateError(EvalError):
@@ -84,8 +106,6 @@ class State(Mapping[str, Any]):
     """
 
     def __init__(self, module: IRModule | Any, seed: int | None = None) -> None:
-        from .interpreter import Interpreter  # the initialisers are programs
-
         if not isinstance(module, IRModule):  # a scripted function (ir/program.py)
             module = resolve(module, None, StateError, "effir.State")[0]
         if seed is not None and not (
@@ -101,10 +121,10 @@ class State(Mapping[str, Any]):
             # whole module): a compiled program without cells makes a State
             # at every call (docs/performance.md, the per-call cost).
             return
-        interpreter = Interpreter(module, self)
+        evaluate = _initialiser_evaluator(module, self)
         key_index = 0
         for name, cell in module.cells.items():
-            ref = RefValue(interpreter.evaluate(cell.init), name)
+            ref = RefValue(evaluate(cell.init), name)
             if seed is not None and isinstance(ref.value, PRNGKey):
                 ref.value = _seeded_key(int(seed), key_index)
                 key_index += 1

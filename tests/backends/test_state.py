@@ -356,3 +356,25 @@ def test_a_state_made_for_another_program_is_refused_by_compiled_code(tmp_path):
         print("ok")
         """
     ).check()
+
+
+def test_a_state_runs_its_initialisers_with_the_registered_evaluator(monkeypatch):
+    """The interpreter registers itself as the evaluator of cell
+    initialisers (state.py sits below it); without one, a State says so
+    instead of failing on an empty table."""
+    from effir.backends import state as state_module
+
+    module = effir.parse(CELLS + "def @main() { 0f }\n")
+    assert state_module._INITIALISERS, "the interpreter registers itself on import"
+    seen = []
+    registered = state_module._INITIALISERS[0]
+
+    def counting(mod, st):
+        seen.append(mod)
+        return registered(mod, st)
+
+    monkeypatch.setattr(state_module, "_INITIALISERS", [counting])
+    assert list(effir.State(module)) == ["rng", "bn"] and seen == [module]
+    monkeypatch.setattr(state_module, "_INITIALISERS", [])
+    with pytest.raises(StateError, match="no evaluator of cell initialisers is registered"):
+        effir.State(module)

@@ -8,10 +8,9 @@ from __future__ import annotations
 import onnx
 import pytest
 
+from effir.importers.onnx import ops  # noqa: F401  (importing the converters registers them)
 from effir.importers.onnx.model import SUPPORTED_OPSETS
-from effir.importers.onnx.registry import CONVERTERS, ensure_registered, schema
-
-ensure_registered()
+from effir.importers.onnx.registry import CONVERTERS, schema
 
 
 def _since_versions(op_type: str) -> set[int]:

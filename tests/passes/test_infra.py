@@ -11,15 +11,14 @@ import pytest
 import effir
 from effir.ir.expr import Call, Function, Let, TupleGetItem, Var
 from effir.ir.module import IRModule
+from effir.passes.infra.instruments import PrintIR, Timing
 from effir.passes.infra.pipeline import STANDARD_PIPELINES, pipeline, run_pipeline
 from effir.passes.infra.transform import (
     COLLECTOR_THRESHOLD,
     Pass,
     PassContext,
     PassError,
-    PrintIR,
     Sequential,
-    Timing,
     a2_problem,
     anf_problem,
     function_pass,
@@ -223,3 +222,30 @@ def test_the_collector_is_paced_while_a_pass_runs_and_restored_after():
     with pytest.raises(ZeroDivisionError):
         _pass("failing", lambda m: 1 // 0)(effir.parse('#[version = "0.0.5"]\ndef @main() { 1 }'))
     assert gc.get_threshold() == before
+
+
+def test_a_prelude_is_read_by_the_registered_pipeline_reader(monkeypatch):
+    """transform.py runs a pass's prelude with the reader pipeline.py
+    registers (pipeline.py builds on transform.py); without one, the run
+    says so instead of failing on an empty table."""
+    from effir.passes.infra import transform
+
+    @transform.module_pass(name="t-needs-anf", requires=("anf",), prelude="to-anf", register=False)
+    def needs_anf(module, context):
+        return module
+
+    nested = effir.parse(
+        '#[version = "0.0.5"]\ndef @main(%x: Tensor[(2), float32]) { add(add(%x, %x), %x) }\n'
+    )
+    read = []
+    registered = transform._PIPELINE_TEXT[0]
+    monkeypatch.setattr(
+        transform,
+        "_PIPELINE_TEXT",
+        [lambda text, name: read.append(name) or registered(text, name)],
+    )
+    needs_anf.effir_pass(nested)
+    assert read == ["t-needs-anf's prelude"]
+    monkeypatch.setattr(transform, "_PIPELINE_TEXT", [])
+    with pytest.raises(PassError, match="no reader of pipeline text is registered"):
+        needs_anf.effir_pass(nested)

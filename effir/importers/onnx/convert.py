@@ -35,6 +35,7 @@ from ..common.diagnostics import ModelImportError
 from ..common.parts import identifier
 from ..common.types import list_element, list_type, loose
 from ..common.values import Value
+from . import ops  # noqa: F401  (importing the converters registers them)
 from .graph import (
     ImportState,
     Scope,
@@ -47,7 +48,6 @@ from .graph import (
 )
 from .listing import list_model
 from .model import load
-from .registry import ensure_registered
 
 INITIALIZERS = ("constants", "parameters")
 
@@ -64,7 +64,6 @@ def from_onnx(
         raise ModelImportError(
             f"initializers must be one of {', '.join(INITIALIZERS)}, not {initializers!r}"
         )
-    ensure_registered()
     model = load(model_or_path, opset)
     state = ImportState(model, list_model(model.proto, model.name, model.opset))
     main = run(_main(state, initializers == "parameters", dict(input_types or {})))

@@ -77,8 +77,3 @@ def attribute_value(value: Any) -> Any:
     if isinstance(value, list) and value and isinstance(value[0], bytes):
         return [v.decode("utf-8", "replace") for v in value]
     return value
-
-
-def ensure_registered() -> None:
-    """Import every converter module (they register themselves)."""
-    from . import ops  # noqa: F401

@@ -34,9 +34,10 @@ from ..common.block import Block
 from ..common.diagnostics import ModelImportError
 from ..common.parts import identifier
 from ..common.values import Value
+from . import ops  # noqa: F401  (importing the converters registers them)
 from .graph import ImportState, Scope, convert_nodes, param_type, tensor_constant
 from .listing import list_program
-from .registry import ensure_registered
+from .registry import target_name
 
 PARAMETERS = ("parameters", "constants")
 MUTATING = {"aten.batch_norm": (3, 4), "aten._native_batch_norm_legit": (3, 4)}
@@ -62,7 +63,6 @@ def from_torch(program: Any, *, parameters: str = "parameters") -> Any:
         raise ModelImportError(
             f"parameters must be one of {', '.join(PARAMETERS)}, not {parameters!r}"
         )
-    ensure_registered()
     gm = program.graph_module
     state = ImportState(list_program(gm, "exported_program"), _dim_names(program))
     main = run(_main(state, program, parameters == "parameters"))
@@ -153,8 +153,6 @@ def _buffer_input(program: Any, target: str) -> str | None:
 def _written_arguments(node: Any) -> list[int]:
     """The positions of the arguments ``node`` writes: its schema's
     ``Tensor(a!)`` ones; batch norm's running statistics in training."""
-    from .registry import target_name
-
     name = target_name(node.target)
     if name in MUTATING:
         training = node.args[5] if len(node.args) > 5 else node.kwargs.get("training", False)

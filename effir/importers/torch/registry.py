@@ -49,15 +49,3 @@ def target_name(target: Any) -> str:
 def target_label(target: Any) -> str:
     """The target as torch prints it (``aten.add.Tensor``)."""
     return str(target) if hasattr(target, "overloadpacket") else target_name(target)
-
-
-_LOADED = False
-
-
-def ensure_registered() -> None:
-    """Import the converter modules (each registers its operators)."""
-    global _LOADED
-    if not _LOADED:
-        from .ops import control, effects, elementwise, nn, recurrent, shape  # noqa: F401
-
-        _LOADED = True

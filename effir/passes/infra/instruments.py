@@ -2,49 +2,20 @@
 timing, printing the program before or after each pass or after those
 that changed it), as TVM's pass instruments: ``should_run`` may skip a
 pass, ``enter_context``/``exit_context`` hear the context entered and left
-(to set up and flush what the instrument records)."""
+(to set up and flush what the instrument records). ``Instrument``, the
+hooks' interface, is defined beside the ``PassContext`` that calls them
+(transform.py, imported from here as well); this module holds the
+instruments effir gives."""
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
 from effir.ir.module import IRModule
 from effir.ir.printer import astext
-
-if TYPE_CHECKING:
-    from effir.passes.infra.transform import Pass, PassContext
-
-
-class Instrument:
-    """Hooks around each pass of a context; subclass it for your own.
-
-    ``needs_changed``: whether ``after`` needs ``changed`` exactly, which
-    costs a structural comparison of the whole program, about as much as a
-    pass. When no instrument needs it, ``changed`` only says whether the pass
-    returned a new module."""
-
-    needs_changed: bool = True
-
-    def enter_context(self, context: PassContext) -> None:
-        """Called when ``context``, which holds this instrument, is entered
-        (``with``); an exception leaves the context not entered."""
-
-    def exit_context(self) -> None:
-        """Called when the context that holds this instrument is left."""
-
-    def should_run(self, p: Pass, module: IRModule) -> bool:
-        """Whether ``p`` runs on ``module``: a pass any instrument refuses is
-        skipped (its input goes on unchanged, and no ``before``/``after``
-        is called). A sequence is never skipped whole: ask of its members."""
-        return True
-
-    def before(self, p: Pass, module: IRModule) -> None:
-        pass
-
-    def after(self, p: Pass, module: IRModule, changed: bool, seconds: float) -> None:
-        pass
+from effir.passes.infra.transform import Instrument, Pass
 
 
 @dataclass

@@ -62,8 +62,10 @@ into one.
 
 The invariants' checkers are in ``invariants.py``, the options in
 ``options.py``, the registry (and its table of the built-in passes) in
-``registry.py``, the instruments in ``instruments.py``; every name is
-importable from here as well.
+``registry.py``; every name is importable from here as well. The
+``Instrument`` hooks are defined here, beside the context that calls
+them; the instruments effir gives (``Timing``, ``PrintIR``) are in
+``instruments.py``, which builds on this module.
 """
 
 from __future__ import annotations
@@ -90,7 +92,6 @@ from effir.ir.module import IRModule
 from effir.ir.structural import structural_equal
 from effir.passes.analyses.infer_type import check
 from effir.passes.analyses.verify_linear import linearity_errors
-from effir.passes.infra.instruments import Instrument, PrintIR, Timing  # noqa: F401  (re-exported)
 from effir.passes.infra.invariants import (  # noqa: F401  (re-exported)
     INVARIANT_TEXT,
     INVARIANTS,
@@ -387,12 +388,19 @@ def _requirer(p: Pass, invariant: str) -> str:
 
 # Pipeline text is read by effir.passes.infra.pipeline, which builds on this module
 # (it makes Sequentials of registered passes); it registers its reader here.
-_PIPELINE_TEXT: list[Callable[[str], Sequential]] = []
+_PIPELINE_TEXT: list[Callable[[str, str], Sequential]] = []
 
 
-def register_pipeline_reader(read: Callable[[str], Sequential]) -> None:
-    """Let ``as_pass`` (and so ``Sequential``) read pipeline text with ``read``."""
+def register_pipeline_reader(read: Callable[[str, str], Sequential]) -> None:
+    """Let ``as_pass`` (and so ``Sequential``) and a pass's ``prelude`` read
+    pipeline text with ``read(text, name)``."""
     _PIPELINE_TEXT[:] = [read]
+
+
+def _read_pipeline(text: str, name: str) -> Sequential:
+    if not _PIPELINE_TEXT:  # only before effir's own import is complete
+        raise PassError(f"no reader of pipeline text is registered to read {name}: import effir")
+    return _PIPELINE_TEXT[0](text, name)
 
 
 def as_pass(item: Pass | str | Callable[..., Any]) -> Pass:
@@ -402,7 +410,7 @@ def as_pass(item: Pass | str | Callable[..., Any]) -> Pass:
         return item
     if isinstance(item, str):
         if any(c in item for c in ",{") and _PIPELINE_TEXT:  # pipeline text
-            passes = _PIPELINE_TEXT[0](item)
+            passes = _PIPELINE_TEXT[0](item, "pipeline")
             return passes.passes[0] if len(passes) == 1 else passes
         return lookup_pass(item.strip())
     made = getattr(item, "effir_pass", None)
@@ -615,6 +623,37 @@ def pass_class_of(
     )
 
 
+# ---------------------------------------------------------------- instruments
+class Instrument:
+    """Hooks around each pass of a context; subclass it for your own.
+
+    ``needs_changed``: whether ``after`` needs ``changed`` exactly, which
+    costs a structural comparison of the whole program, about as much as a
+    pass. When no instrument needs it, ``changed`` only says whether the pass
+    returned a new module."""
+
+    needs_changed: bool = True
+
+    def enter_context(self, context: PassContext) -> None:
+        """Called when ``context``, which holds this instrument, is entered
+        (``with``); an exception leaves the context not entered."""
+
+    def exit_context(self) -> None:
+        """Called when the context that holds this instrument is left."""
+
+    def should_run(self, p: Pass, module: IRModule) -> bool:
+        """Whether ``p`` runs on ``module``: a pass any instrument refuses is
+        skipped (its input goes on unchanged, and no ``before``/``after``
+        is called). A sequence is never skipped whole: ask of its members."""
+        return True
+
+    def before(self, p: Pass, module: IRModule) -> None:
+        pass
+
+    def after(self, p: Pass, module: IRModule, changed: bool, seconds: float) -> None:
+        pass
+
+
 # ------------------------------------------------------------------- context
 OPT_LEVELS = (0, 1, 2)
 """``opt_level`` selects a standard pipeline (effir.passes.infra.pipeline):
@@ -709,9 +748,7 @@ class PassContext:
         ):
             return module
         if p.prelude and any(self._problem(i, module) is not None for i in p.requires):
-            from effir.passes.infra.pipeline import pipeline  # pipeline.py builds on this module
-
-            module = self.run(pipeline(p.prelude, name=f"{p.name}'s prelude"), module)
+            module = self.run(_read_pipeline(p.prelude, f"{p.name}'s prelude"), module)
         for invariant in sorted(p.requires):
             problem = self._problem(invariant, module)  # a verdict on this module is reused
             if problem is not None:

@@ -45,6 +45,7 @@ from ..precision import PRECISIONS, products_in
 from ..relax.lower import RelaxProgram, lower_to_relax
 from ..relax.pipeline import relax_pipeline
 from ..relax.types import NeedsStatic, static
+from ..runtime.entry_call import call_entry
 from ..runtime.errors import BackendError, CompileError, build_failure, run_time_error
 from ..runtime.placement import Placement
 from ..runtime.printing import printing_to
@@ -52,7 +53,6 @@ from ..runtime.signature import (
     Dims,
     Signature,
     adt_defs,
-    call_entry,
     spec_of,
 )
 from ..runtime.stack import runner
@@ -61,6 +61,7 @@ from ..target import building, device_of, make_target, with_cuda_library
 from . import passes as backend_passes  # noqa: F401  (registers lower-tvm)
 from .build_cache import Cache
 from .compilable import callable_part, refuse_uncompilable
+from .export import export
 from .specialise import specialise
 
 COMPILE_PIPELINES = {
@@ -572,8 +573,6 @@ class CompiledModule:
         ``StateNotExportedWarning`` when calls changed a State. With a
         ``key`` the manifest is signed (HMAC-SHA256), and
         ``effir.load(path, key=key)`` refuses a tampered artifact."""
-        from .export import export
-
         return export(self, path, key=key, state=state)
 
     def new_state(self, seed: int | None = None) -> State:

@@ -1,7 +1,12 @@
 """``compiled.export(path)``: a compiled program written as an artifact
 (runtime/artifact.py describes the format and loads it), its cells holding
 the State given (``state=``: a trained model's) or their declared initial
-values."""
+values.
+
+It builds on runtime/ only: ``export`` reads a compiled program through
+``Exportable`` (what it needs of one), which ``CompiledModule``
+(driver/compile.py, whose ``export`` method calls it) has.
+"""
 
 from __future__ import annotations
 
@@ -9,16 +14,18 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import tvm
 
 from ....io_safety import install_directory, staging_directory
 from ....ir import type_tree
+from ....ir.module import IRModule
 from ....runtime.values import PRNGKey
 from ...state import State, StateError
 from ..runtime.artifact import (
@@ -32,13 +39,65 @@ from ..runtime.artifact import (
     manifest_signature,
 )
 from ..runtime.errors import StateNotExportedWarning
-from ..runtime.signature import KeySpec, Spec, TensorSpec, TupleSpec, spec_to_json, type_of
+from ..runtime.signature import (
+    KeySpec,
+    Signature,
+    Spec,
+    TensorSpec,
+    TupleSpec,
+    spec_to_json,
+    type_of,
+)
 from ..runtime.thread_vms import MODULES
-from .compile import CompiledModule
+
+
+class BuiltProgram(Protocol):
+    """What an export reads of a built program (``RelaxProgram``)."""
+
+    @property
+    def recursive(self) -> bool: ...
+
+
+class Built(Protocol):
+    """What an export reads of one built binding (``Specialisation``)."""
+
+    @property
+    def program(self) -> BuiltProgram: ...
+
+    @property
+    def library(self) -> Path | None: ...
+
+    @property
+    def writer(self) -> threading.Thread | None: ...
+
+    def exportable(self) -> Any: ...
+
+
+class Exportable(Protocol):
+    """What an export reads of a compiled program (``CompiledModule``)."""
+
+    @property
+    def source(self) -> IRModule: ...
+
+    @property
+    def target(self) -> Any: ...
+
+    @property
+    def precision(self) -> str: ...
+
+    @property
+    def specialisations(self) -> Mapping[tuple[str, tuple[tuple[str, int], ...]], Built]: ...
+
+    @property
+    def changed_states(self) -> Iterable[State]: ...
+
+    def signature(self, entry: str | None = None) -> Signature: ...
+
+    def new_state(self, seed: int | None = None) -> State: ...
 
 
 def export(
-    compiled: CompiledModule,
+    compiled: Exportable,
     path: str | os.PathLike[str],
     key: Key | None = None,
     state: State | Mapping[str, Any] | None = None,
@@ -117,7 +176,7 @@ def export(
     return install_directory(staging, target, MANIFEST)
 
 
-def _exported_state(compiled: CompiledModule, given: Any) -> State:
+def _exported_state(compiled: Exportable, given: Any) -> State:
     """The State the artifact's cells hold: ``given`` checked against the
     program's cells (each one given a value of its type, no other), or the
     initial values, with a warning when the program's calls changed a

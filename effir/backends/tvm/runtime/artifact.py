@@ -58,6 +58,7 @@ from ....ops.effects import WORLD
 from ....runtime.arguments import check_call_options, unknown_entry
 from ....runtime.values import PRNGKey
 from ...state import State
+from .entry_call import call_entry
 from .errors import BackendError, run_time_error
 from .placement import Placement
 from .printing import printing_to
@@ -65,7 +66,6 @@ from .signature import (
     Dims,
     Signature,
     Spec,
-    call_entry,
     spec_from_json,
     type_of,
 )

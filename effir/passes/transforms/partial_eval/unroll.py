@@ -11,13 +11,15 @@ whole would be straight-line code T steps long, where a loop of T steps
 stays a loop. So an outer loop whose nest is too long stays a loop, and
 only its short inner loops may unroll in its body.
 
-``Unrolling`` is a part of ``evaluator.Evaluator``, written apart: it uses
-the evaluator's ``inline``, ``emit``, ``size_of``, ``snapshot`` and its
-store and budget."""
+``Unrolling`` is a part of ``evaluator.PartialEvaluator``, written apart: it
+uses the evaluator's ``inline``, ``emit``, ``size_of``, ``snapshot`` and its
+store and budget, which ``Evaluating`` states (a Protocol, the type of
+``self`` in its methods: evaluator.py builds on this module)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -38,16 +40,60 @@ from effir.passes.transforms.partial_eval.values import (
     RefId,
 )
 
-if TYPE_CHECKING:
-    from effir.passes.transforms.partial_eval.evaluator import PartialEvaluator
+
+class Evaluating(Protocol):
+    """What the unrolling rules use of the evaluator they are a part of."""
+
+    budget: int
+    inlining: list[Function]
+    store: dict[RefId, Entry]
+    escaped: set[LocalRef]
+
+    def captured(self, fn: Function, env: dict[Var, PV]) -> dict[Var, PV]: ...
+
+    def emit(self, var: Var, value: Expr, out: LetBuilder, **known: Any) -> PV: ...
+
+    def snapshot(self) -> dict[RefId, Entry]: ...
+
+    def size_of(self, fn: Function) -> int: ...
+
+    def instantiation(
+        self, fn: Function, hints: Iterable[tuple[Type, Type]]
+    ) -> dict[str, Type] | None: ...
+
+    def inline(
+        self, target: PV, args: list[PV], out: LetBuilder, types: dict[str, Type] | None = None
+    ): ...
+
+    def known_function(self, arg: Expr, pv: PV, env: dict[Var, PV], arity: int) -> PV | None: ...
+
+    def unroll_while(self, call: Call, args: list[PV], env: dict[Var, PV], out: LetBuilder): ...
+
+    def pad_rows(
+        self, stacked: PV, rows: int, stacked_type: Type, out: LetBuilder
+    ) -> PV | None: ...
+
+    def abandon(self, saved: tuple[dict[RefId, Entry], set[LocalRef], int]) -> None: ...
+
+    def stack_or_empty(
+        self, outputs: list[PV], stacked_type: Type, out: LetBuilder
+    ) -> PV | None: ...
+
+    def step_of(self, xs: PV, t: int, out: LetBuilder, span) -> PV: ...
+
+    def stack(self, outputs: list[PV], stacked_type: Type, out: LetBuilder) -> PV: ...
+
+    def tuple_of(self, parts: list[PV], out: LetBuilder) -> PV: ...
+
+    def project(self, pv: PV, index: int, out: LetBuilder) -> PV: ...
+
+    def apply(self, name: str, args: list[PV], attrs: dict, out: LetBuilder, span) -> PV: ...
 
 
 class Unrolling:
     """The evaluator's rules for unrolling loops."""
 
-    def unroll(
-        self: PartialEvaluator, call: Call, args: list[PV], env: dict[Var, PV], out: LetBuilder
-    ):
+    def unroll(self: Evaluating, call: Call, args: list[PV], env: dict[Var, PV], out: LetBuilder):
         """A short loop with a static trip count, one inlined body per step;
         None when it does not qualify."""
         if not call.has_type:
@@ -80,7 +126,7 @@ class Unrolling:
         )
 
     def known_function(
-        self: PartialEvaluator, arg: Expr, pv: PV, env: dict[Var, PV], arity: int
+        self: Evaluating, arg: Expr, pv: PV, env: dict[Var, PV], arity: int
     ) -> PV | None:
         """The loop body ``arg`` as a function that may be inlined, or None."""
         fn = PV(arg, fn=arg, env=self.captured(arg, env)) if isinstance(arg, Function) else pv
@@ -91,7 +137,7 @@ class Unrolling:
         return fn if self.size_of(fn.fn) <= MAX_INLINE else None
 
     def unroll_while(
-        self: PartialEvaluator, call: Call, args: list[PV], env: dict[Var, PV], out: LetBuilder
+        self: Evaluating, call: Call, args: list[PV], env: dict[Var, PV], out: LetBuilder
     ):
         """``cf.while_loop`` whose condition is a constant at every step and
         false within ``MAX_UNROLL`` steps (or ``max_iterations``). The steps
@@ -143,7 +189,7 @@ class Unrolling:
         return self.emit(Var("while"), Tuple(tuple(f.atom for f in fields)), out, fields=fields)
 
     def pad_rows(
-        self: PartialEvaluator, stacked: PV, rows: int, stacked_type: Type, out: LetBuilder
+        self: Evaluating, stacked: PV, rows: int, stacked_type: Type, out: LetBuilder
     ) -> PV | None:
         """A padded while_loop's ``stacked`` outputs followed by ``rows``
         rows of zeros (None where a per-step shape is not static)."""
@@ -164,15 +210,13 @@ class Unrolling:
         padding = PV(Constant(zeros), const=zeros)
         return self.apply("concatenate", [self.tuple_of([stacked, padding], out)], {}, out, None)
 
-    def abandon(
-        self: PartialEvaluator, saved: tuple[dict[RefId, Entry], set[LocalRef], int]
-    ) -> None:
+    def abandon(self: Evaluating, saved: tuple[dict[RefId, Entry], set[LocalRef], int]) -> None:
         """Forget a trial: the store, the escaped references and the budget
         as they were before it."""
         self.store, self.escaped, self.budget = saved
 
     def stack_or_empty(
-        self: PartialEvaluator, outputs: list[PV], stacked_type: Type, out: LetBuilder
+        self: Evaluating, outputs: list[PV], stacked_type: Type, out: LetBuilder
     ) -> PV | None:
         """The stacked outputs; for zero steps, empty tensors of the static
         per-step shapes (None if a shape is not static)."""
@@ -189,7 +233,7 @@ class Unrolling:
         empty = np.zeros((0, *shape), dtype=stacked_type.dtype)
         return PV(Constant(empty), const=empty)
 
-    def step_of(self: PartialEvaluator, xs: PV, t: int, out: LetBuilder, span) -> PV:
+    def step_of(self: Evaluating, xs: PV, t: int, out: LetBuilder, span) -> PV:
         """Step ``t`` of a sequence (a tensor or a tuple of tensors), as the
         operator's rule takes it: ``xs[t]``."""
         if xs.fields is not None:
@@ -201,7 +245,7 @@ class Unrolling:
         index = np.asarray(t, dtype="int32")
         return self.apply("take", [xs, PV(Constant(index), const=index)], {"axis": 0}, out, span)
 
-    def stack(self: PartialEvaluator, outputs: list[PV], stacked_type: Type, out: LetBuilder) -> PV:
+    def stack(self: Evaluating, outputs: list[PV], stacked_type: Type, out: LetBuilder) -> PV:
         if isinstance(stacked_type, TupleType):
             parts = [
                 self.stack([self.project(o, i, out) for o in outputs], f, out)
@@ -211,18 +255,18 @@ class Unrolling:
         packed = self.tuple_of(outputs, out)
         return self.apply("stack", [packed], {"axis": 0}, out, None)
 
-    def tuple_of(self: PartialEvaluator, parts: list[PV], out: LetBuilder) -> PV:
+    def tuple_of(self: Evaluating, parts: list[PV], out: LetBuilder) -> PV:
         return self.emit(
             Var("tuple"), Tuple(tuple(p.atom for p in parts)), out, fields=tuple(parts)
         )
 
-    def project(self: PartialEvaluator, pv: PV, index: int, out: LetBuilder) -> PV:
+    def project(self: Evaluating, pv: PV, index: int, out: LetBuilder) -> PV:
         if pv.fields is not None:
             return pv.fields[index]
         return self.emit(Var("field"), TupleGetItem(pv.atom, index), out)
 
     def apply(
-        self: PartialEvaluator, name: str, args: list[PV], attrs: dict, out: LetBuilder, span
+        self: Evaluating, name: str, args: list[PV], attrs: dict, out: LetBuilder, span
     ) -> PV:
         definition = op_def(name)
         call = Call(

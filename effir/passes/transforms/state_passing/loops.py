@@ -11,29 +11,78 @@ the answer of the last test and the iteration count.
 
 ``LoopTranslation`` is a part of ``translate.Translator``, written apart: it
 uses the translator's ``a`` (the analysis), ``atom``, ``value_atom``,
-``current``, ``bind_call`` and ``rebind``."""
+``current``, ``bind_call`` and ``rebind``, which ``Translating`` states (a
+Protocol, the type of ``self`` in its methods: translate.py builds on this
+module)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from effir.ir.builder import LetBuilder, TupleLayout
 from effir.ir.diagnostics import EffectError, Span
 from effir.ir.expr import Call, Expr, Function, GlobalVar, Var
+from effir.ir.module import IRModule
 from effir.ir.op import op_def
 from effir.ir.types import TupleType
 from effir.ops.control import LIMIT_ARG, LoopBody, LoopShape, pads, while_limit
+from effir.passes.transforms.state_passing.analyse import Analysis
 from effir.passes.transforms.state_passing.signature import STEP, Signature, carry, out_name
 
-if TYPE_CHECKING:
-    from effir.passes.transforms.state_passing.translate import Translator
+
+class Translating(Protocol):
+    """What the loop rules use of the translator they are a part of."""
+
+    module: IRModule
+    a: Analysis
+
+    def atom(self, expr: Expr) -> Expr: ...
+
+    def value_atom(self, expr: Expr, b: LetBuilder) -> Expr: ...
+
+    def current(self, sigma: dict[str, Expr], cell: str, node: Expr) -> Expr: ...
+
+    def bind_call(
+        self, var: Var, call: Call, sig: Signature, sigma: dict[str, Expr], b: LetBuilder
+    ) -> Var: ...
+
+    def rebind(
+        self,
+        b: LetBuilder,
+        value: Expr,
+        layout: TupleLayout,
+        group: str,
+        cells: tuple[str, ...],
+        sigma: dict[str, Expr],
+    ) -> None: ...
+
+    def bind_condition_loop(
+        self,
+        var: Var,
+        call: Call,
+        shape: LoopShape,
+        sigs: dict[int, Signature],
+        args: list[Expr],
+        sigma: dict[str, Expr],
+        b: LetBuilder,
+    ) -> None: ...
+
+    def loop_function(
+        self,
+        fn_atom: Expr,
+        body: LoopBody,
+        sig: Signature,
+        carried: tuple[str, ...],
+        sigma: dict[str, Expr],
+        span: Span | None,
+    ) -> Function: ...
 
 
 class LoopTranslation:
     """The translator's rules for loop operators."""
 
     def bind_loop(
-        self: Translator,
+        self: Translating,
         var: Var,
         call: Call,
         name: str,
@@ -100,7 +149,7 @@ class LoopTranslation:
             b.bind(var, b.tuple(fields))
 
     def bind_condition_loop(
-        self: Translator,
+        self: Translating,
         var: Var,
         call: Call,
         shape: LoopShape,
@@ -234,7 +283,7 @@ class LoopTranslation:
             b.bind(var, b.tuple([outputs, state, *rows]))
 
     def loop_function(
-        self: Translator,
+        self: Translating,
         fn_atom: Expr,
         body: LoopBody,
         sig: Signature,
