@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 import effir
-from effir.frontend import script_exprs, script_match, script_stmts
 from tests.frontend.helpers import define
 
 F32 = "float32"
@@ -249,7 +248,8 @@ CASES = [
     ),
     Case(
         SCRIPTS.format(
-            "exprs", 'print("label", value) [print takes one value (after an optional label string)]'
+            "exprs",
+            'print("label", value) [print takes one value (after an optional label string)]',
         ),
         "print takes one value",
         'print("label", value)',
@@ -349,8 +349,7 @@ LOOPS = [
             "at the loop body's top level",
         ),
         "ys.append outside the loop that owns ys, or in a branch",
-        "start ys = [] just before the loop and append once per step, "
-        "at the loop body's top level",
+        "start ys = [] just before the loop and append once per step, at the loop body's top level",
         "ys = []\nys.append(x)\nreturn ys",
         "ys = []\nfor row in x:\n    ys.append(row)\nreturn ys",
         lambda x, y: x,
@@ -360,8 +359,7 @@ LOOPS = [
         "ys is appended to twice in one step",
         "append once per step (start another list for another value)",
         "ys = []\nfor row in x:\n    ys.append(row)\n    ys.append(row * 2.0)\nreturn ys",
-        "ys = []\nzs = []\nfor row in x:\n    ys.append(row)\n    zs.append(row * 2.0)\n"
-        "return zs",
+        "ys = []\nzs = []\nfor row in x:\n    ys.append(row)\n    zs.append(row * 2.0)\nreturn zs",
         lambda x, y: x * 2,
     ),
     Case(
@@ -435,7 +433,7 @@ LOOPS = [
         SCRIPTS.format("stmts", "assign a variable of the condition in the loop body"),
         "this while loop changes nothing its condition reads",
         "assign a variable of the condition in the loop body",
-        "s = x\nwhile effir.op.sum(s) < 10.0:\n    print(\"s\", s)\nreturn s",
+        's = x\nwhile effir.op.sum(s) < 10.0:\n    print("s", s)\nreturn s',
         "s = x\nwhile effir.op.sum(s) < 10.0:\n    s = s + 1.0\nreturn s",
         lambda x, y: x + 2,  # sum(x) is 2.5; each step adds 6
     ),
@@ -521,8 +519,10 @@ MATCHES = [
         SCRIPTS.format("match", "its fields: {}"),
         "Tree.Node has no field lhs",
         "its fields: left, right",
-        NODE + "    case Tree.Node(lhs=Tree.Leaf(v)):\n        return v\n    case _:\n        return y",
-        NODE + "    case Tree.Node(left=Tree.Leaf(v)):\n        return v\n    case _:\n        return y",
+        NODE
+        + "    case Tree.Node(lhs=Tree.Leaf(v)):\n        return v\n    case _:\n        return y",
+        NODE
+        + "    case Tree.Node(left=Tree.Leaf(v)):\n        return v\n    case _:\n        return y",
         lambda x, y: x,
     ),
 ]
@@ -650,9 +650,7 @@ STATEMENTS = [  # REFUSED_STMTS
         before="class K:\n    scale = 2.0",
     ),
     Case(
-        SCRIPTS.format(
-            "stmts", "write the loop as `while cond:` with the exit in its condition"
-        ),
+        SCRIPTS.format("stmts", "write the loop as `while cond:` with the exit in its condition"),
         "break is not supported in @effir.script",
         "write the loop as `while cond:` with the exit in its condition",
         "s = x\nwhile effir.op.sum(s) < 100.0:\n    s = s + 1.0\n    if effir.op.sum(s) > 10.0:\n"
@@ -811,6 +809,7 @@ BUILTINS = [  # the builtins of script_exprs.builtin_call; test_hints.py has the
     ),
 ]
 CASES += LOOPS + MATCHES + PATTERNS + STATEMENTS + EXPRESSIONS + BUILTINS
+
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.site.split(": ", 1)[1][:40])
 def test_script_hint_applied(case: Case) -> None:

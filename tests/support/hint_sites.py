@@ -67,9 +67,7 @@ def _template(node: ast.expr) -> str | None:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
     if isinstance(node, ast.JoinedStr):
-        return "".join(
-            v.value if isinstance(v, ast.Constant) else "{}" for v in node.values
-        )
+        return "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         left, right = _template(node.left), _template(node.right)
         if left is not None and right is not None:
@@ -161,9 +159,13 @@ def _hints(node: ast.expr, where: _Where) -> Iterator[str]:
     """The hint texts (or unresolved expressions) ``node`` may hold."""
     if isinstance(node, ast.Attribute) and node.attr == "hint":
         return  # forwarded from a caught error: its origin is the site
+    scope = where.scope
+    params = {a.arg for a in scope.args.args} if isinstance(scope, ast.FunctionDef) else set()
     for value in _resolved(node, where):
         if isinstance(value, ast.Constant) and value.value is None:
             continue
+        if isinstance(value, ast.Name) and value.id in params:
+            continue  # a helper that passes its caller's hint on: the caller is the site
         text = _template(value)
         yield text if text is not None else f"<{ast.unparse(value)}>"
 
@@ -175,7 +177,9 @@ def _hint_and_message(call: ast.Call, classes: set[str]) -> tuple[ast.expr, ast.
     if callee in classes:
         hint = keyword or (call.args[3] if len(call.args) > 3 else None)
         message = call.args[0] if call.args else None
-    elif callee == "error" and isinstance(func, ast.Attribute) and ast.unparse(func) == "self.error":
+    elif (
+        callee == "error" and isinstance(func, ast.Attribute) and ast.unparse(func) == "self.error"
+    ):
         hint = keyword or (call.args[2] if len(call.args) > 2 else None)
         message = call.args[1] if len(call.args) > 1 else None
     else:
