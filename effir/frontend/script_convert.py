@@ -44,9 +44,7 @@ class Converter(StatementConverter, ExpressionConverter, MatchConverter):
         tree = ast.parse(textwrap.dedent(text))
         node = tree.body[0]
         if not isinstance(node, ast.FunctionDef):
-            raise FrontendError(
-                f"{sf.name} is not a def", hint="script a function defined with def"
-            )
+            raise self.error(node, f"{sf.name} is not a def", "script a function defined with def")
         self.node = node
         self.globals = dict(fn.__globals__)
         if fn.__closure__:

@@ -260,7 +260,7 @@ class StatementConverter:
             raise self.error(
                 stmt,
                 f"{name} is appended to twice in one step",
-                "append once per step (append a tuple for several values)",
+                "append once per step (start another list for another value)",
             )
         target.value = self.expr(call.args[0], env)
 

@@ -216,3 +216,27 @@ def test_requires_grad_hint_detach_works() -> None:
     assert "it records gradients: pass x.detach()" in str(err.value)
     assert "CPU (x.cpu())" not in str(err.value)
     np.testing.assert_array_equal(f.interpret(t.detach()), X * 2)
+
+
+NUMPY = "effir/frontend/numpy_spellings.py: {}"
+BUILTIN = "effir/frontend/script_exprs.py: {}"
+HINTS_APPLIED = {
+    NUMPY.format("write {} [attribute .{} of an effir value]"): (
+        test_attribute_hint_traced_and_scripted_works
+    ),
+    NUMPY.format("write {} [np.{}{} is not supported on effir values]"): (
+        test_numpy_spelling_hint_written_out_works
+    ),
+    NUMPY.format("write effir.op.{} (its attributes are keyword arguments)"): (
+        test_named_operator_hint_works
+    ),
+    "effir/frontend/operators.py: write effir.cond(pred, then_fn, else_fn) or "
+    "effir.while_loop(...), or convert the function with @effir.script": (
+        test_traced_if_hint_effir_cond_works
+    ),
+    "effir/frontend/operators.py: write effir.op.{}(a, b) (or `is` to compare the nodes "
+    "themselves)": test_traced_equality_hint_works,
+    "effir/frontend/promotion.py: cast the {} operand: effir.op.cast(x, "
+    'dtype="{}") (np.{}(x) in @effir.script and eagerly)': test_promotion_hint_cast_works,
+    **{BUILTIN.format(hint): test_builtin_hint_works for hint, _ in BUILTIN_FIXES.values()},
+}
