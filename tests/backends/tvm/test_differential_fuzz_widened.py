@@ -28,7 +28,6 @@ LEVELS = (0, 1, 2)
 # has each one's smallest program, xfail(strict=True)): left out of the fixed
 # sample until the fix, drawn everywhere else (the nightly runs, the CLI).
 KNOWN_DEFECTS = {
-    "let_chain": "test_a_chain_of_sixteen_elementwise_lets_builds_at_o1",
     "adt_tuple_match": "test_a_tuple_of_a_known_and_an_unknown_adt_value_matches_compiled_at_o2",
 }
 SEED = 0

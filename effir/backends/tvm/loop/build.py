@@ -21,7 +21,7 @@ from ....ir.module import IRModule
 from ....ir.types import FuncType, KeyType, TensorType, TupleType, Type
 from ....ir.visitor import free_vars
 from ....runtime.values import PRNGKey
-from ..kernel.constant_lets import without_constant_lets
+from ..kernel.lets import normalised_lets
 from ..runtime.errors import BackendError
 from ..target import building, make_target
 from .function import LoweredLoop, lower_loop
@@ -38,7 +38,7 @@ class _Compiled:
 
 def _compile(lowered: LoweredLoop, target: Any) -> _Compiled:
     with building(target):
-        module = without_constant_lets(tvm.IRModule({"main": lowered.func}))
+        module = normalised_lets(tvm.IRModule({"main": lowered.func}))
         executable = tvm.compile(module, target=target)
     return _Compiled(executable["main"], lowered)
 

@@ -57,7 +57,7 @@ from typing import Any
 import tvm
 import tvm_ffi
 
-from ..kernel.constant_lets import without_constant_lets
+from ..kernel.lets import normalised_lets
 from ..target import building
 
 LOOP_WEIGHT = 8
@@ -163,7 +163,7 @@ class KernelLibrary:
         def build(group: list[_Kernel]) -> Any:
             with context, building(target):
                 kernels = tvm.IRModule({k.symbol: k.func for k in group})
-                library = tvm.compile(without_constant_lets(kernels), target=target)
+                library = tvm.compile(normalised_lets(kernels), target=target)
             if on_cpu:  # LLVM's machine code, here rather than at the first call
                 library.mod.get_function(group[0].symbol)
             return library.mod

@@ -163,7 +163,7 @@ def _is_atom(value: PrimExpr) -> bool:
 def _constant_read(value: PrimExpr) -> PrimExpr | None:
     """The constant ``value`` reads when it loads a compute of one
     (``scalar_constant``): read directly rather than bound to a let, which
-    kernel/constant_lets.py would substitute anyway [RULE TE-CONSTLET]."""
+    kernel/lets.py would substitute anyway [RULE TE-CONSTLET]."""
     if not (isinstance(value, tvm.ir.Call) and value.op.name == "te.tensor_load"):
         return None
     tensor = value.args[0]
