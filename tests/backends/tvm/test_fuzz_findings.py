@@ -145,10 +145,12 @@ def test_a_chain_of_forty_elementwise_lets_builds_at_o1() -> None:
     assert "built" in result.stdout
 
 
-ADT_TUPLE_MATCH = r'''
+ADT_TUPLE_MATCH = r"""
+import json
+import numpy as np
 import effir
 
-module = effir.check(effir.parse("""#[version = "0.0.5"]
+module = effir.check(effir.parse('''#[version = "0.0.5"]
 type Maybe[A] { Just(A), Nothing }
 def @both(%a: Maybe[Tensor[(3,), float32]], %b: Maybe[Tensor[(3,), float32]]) {
   match ((%a, %b)) {
@@ -161,18 +163,56 @@ def @both(%a: Maybe[Tensor[(3,), float32]], %b: Maybe[Tensor[(3,), float32]]) {
 def @main(%x: Tensor[(3,), float32], %c: bool) {
   @both(if (%c) { Just(%x) } else { Nothing }, Nothing)
 }
-"""))
-effir.compile(module, opt_level=2)
-print("built")
-'''
+'''))
+x = np.array([-1, 0.5, 2], np.float32)
+results = {}
+for level in (0, 1, 2):
+    compiled = effir.compile(module, opt_level=level)
+    for c in (True, False):
+        got = compiled(x, np.bool_(c))
+        want = effir.interpret(module, x, np.bool_(c))
+        results[f"-O{level} {c}"] = bool(np.allclose(got, want)) or f"{got} != {want}"
+print(json.dumps(results))
+"""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a match on a tuple of ADT values, one known to partial evaluation (Nothing) and "
-    "one chosen by data, fails to build at -O2: TVM 'field_tokens.size() > "
-    "tuple_item->index (1 vs. 1)'",
-)
 def test_a_tuple_of_a_known_and_an_unknown_adt_value_matches_compiled_at_o2() -> None:
+    """[RULE LOWER-DEADCLAUSE]: at -O2 ``Nothing`` keeps its precise Relax
+    type through the tuple; the clauses reading a ``Just``'s field of it
+    failed TVM's build ("field_tokens.size() > tuple_item->index")."""
     result = run_isolated(ADT_TUPLE_MATCH).check()
-    assert "built" in result.stdout
+    results = json.loads(result.stdout.strip().splitlines()[-1])
+    assert results == {f"-O{level} {c}": True for level in (0, 1, 2) for c in (True, False)}
+
+
+NO_CLAUSE_FITS = r"""
+import json
+import numpy as np
+import effir
+
+module = effir.check(effir.parse('''#[version = "0.0.5"]
+type Maybe[A] { Just(A), Nothing }
+def @main(%x: Tensor[(3,), float32]) {
+  let %n: Maybe[Tensor[(3,), float32]] = Nothing;
+  match? ((%n, %x)) {
+    (Just(%y), %z) => add(%y, %z),
+  }
+}
+'''))
+results = {}
+for level in (0, 1, 2):
+    try:
+        effir.compile(module, opt_level=level)(np.ones(3, np.float32))
+        results[level] = "ran"
+    except effir.Error as exc:
+        results[level] = f"{type(exc).__name__}: {exc.message[:200]}"
+print(json.dumps(results))
+"""
+
+
+def test_a_match_none_of_whose_clauses_fits_a_known_value_fails_at_run_time() -> None:
+    """[RULE LOWER-DEADCLAUSE]: every clause ruled out by the value's type; the
+    build failed at every level, it now fails as the interpreter does."""
+    result = run_isolated(NO_CLAUSE_FITS).check()
+    results = json.loads(result.stdout.strip().splitlines()[-1])
+    assert results == dict.fromkeys("012", "EvalError: match?: no clause matches the value")
