@@ -216,3 +216,55 @@ def test_a_match_none_of_whose_clauses_fits_a_known_value_fails_at_run_time() ->
     result = run_isolated(NO_CLAUSE_FITS).check()
     results = json.loads(result.stdout.strip().splitlines()[-1])
     assert results == dict.fromkeys("012", "EvalError: match?: no clause matches the value")
+
+
+INTEGER_DIVISION_BY_CONSTANT_ZERO = r"""
+import json
+import numpy as np
+import effir
+
+dtype = DTYPE
+results = {}
+for op in ("divide", "mod", "fmod"):
+    for zero in (f'cast(0, dtype="{dtype}")', f'subtract(cast(3, dtype="{dtype}"), cast(3, dtype="{dtype}"))'):
+        text = f'#[version = "0.0.5"]\ndef @main(%x: Tensor[(4,), {dtype}]) {{ {op}(%x, {zero}) }}'
+        module = effir.check(effir.parse(text))
+        for level in (0, 1, 2):
+            try:
+                effir.compile(module, opt_level=level)(np.arange(1, 5).astype(dtype))
+                got = "ran"
+            except effir.Error as exc:
+                got = type(exc).__name__ + ("" if "by zero" in exc.message else exc.message[:200])
+            results[f"{op} {zero} -O{level}"] = got
+print(json.dumps(results))
+"""
+
+INTEGER_DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        pytest.param(
+            d,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="uint32 divide/mod/fmod by subtract(3u32, 3u32) at -O1 fails to build: "
+                "TVM's StmtSimplify, 'Divide by zero' (the 32-bit wrap_sub's constant "
+                "folds to 0 inside the safe-divisor select)",
+            ),
+        )
+        if d == "uint32"
+        else d
+        for d in INTEGER_DTYPES
+    ],
+)
+def test_an_integer_division_by_a_constant_zero_fails_at_run_time(dtype: str) -> None:
+    """docs/semantics.md: an integer division by zero is an EvalError, compiled
+    code included, the zero literal or folded, at every level. Before
+    [RULE TE-CONSTLET], a folded zero failed the build for int8, uint8,
+    uint16 and uint64 ("conflicts with previous binding")."""
+    script = INTEGER_DIVISION_BY_CONSTANT_ZERO.replace("DTYPE", repr(dtype))
+    result = run_isolated(script, timeout=300).check()
+    results = json.loads(result.stdout.strip().splitlines()[-1])
+    assert set(results.values()) == {"EvalError"}, results
