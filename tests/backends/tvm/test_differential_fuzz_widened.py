@@ -27,11 +27,7 @@ LEVELS = (0, 1, 2)
 # Fragments that meet a defect not fixed yet (tests/backends/tvm/test_fuzz_findings.py
 # has each one's smallest program, xfail(strict=True)): left out of the fixed
 # sample until the fix, drawn everywhere else (the nightly runs, the CLI).
-KNOWN_DEFECTS = {
-    "let_chain": "test_a_chain_of_sixteen_elementwise_lets_builds_at_o1",
-    "fold_limit": "test_a_reduction_of_a_constant_elementwise_chain_builds_at_every_level",
-    "adt_tuple_match": "test_a_tuple_of_a_known_and_an_unknown_adt_value_matches_compiled_at_o2",
-}
+KNOWN_DEFECTS: dict[str, str] = {}
 SEED = 0
 MIXED = 3  # random programs of several widened fragments, after one of each
 

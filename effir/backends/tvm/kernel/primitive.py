@@ -57,6 +57,7 @@ from . import (
     te_ops,  # noqa: F401  (registers the te rules)
 )
 from .checks import check_site, collecting_checks, error_output, error_shape
+from .lets import normalised_lets
 from .rounding import rounded
 from .rules import TEValue, dim_value, symbolic_dims
 from .te_ops.common import scalar_constant
@@ -474,7 +475,7 @@ def _build(fn: Function, target: Any, dims: dict[str, int], schedule: bool) -> K
     lowered = lower_kernel(fn, target, dims, schedule)
     try:
         with building(target):
-            executable = tvm.compile(lowered.module, target=target)
+            executable = tvm.compile(normalised_lets(lowered.module), target=target)
     except RuntimeError as err:  # TVM's InternalError: a schedule or rule bug
         raise BackendError(f"TVM failed to build kernel {lowered.name}: {err}", fn.span) from err
     return Kernel(

@@ -21,6 +21,7 @@ from ....ir.module import IRModule
 from ....ir.types import FuncType, KeyType, TensorType, TupleType, Type
 from ....ir.visitor import free_vars
 from ....runtime.values import PRNGKey
+from ..kernel.lets import normalised_lets
 from ..runtime.errors import BackendError
 from ..target import building, make_target
 from .function import LoweredLoop, lower_loop
@@ -37,7 +38,8 @@ class _Compiled:
 
 def _compile(lowered: LoweredLoop, target: Any) -> _Compiled:
     with building(target):
-        executable = tvm.compile(tvm.IRModule({"main": lowered.func}), target=target)
+        module = normalised_lets(tvm.IRModule({"main": lowered.func}))
+        executable = tvm.compile(module, target=target)
     return _Compiled(executable["main"], lowered)
 
 

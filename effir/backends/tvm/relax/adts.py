@@ -30,7 +30,6 @@ from typing import Any
 
 import numpy as np
 from tvm import relax, tirx
-from tvm.relax.analysis import BaseCheckResult, type_base_check
 
 from effir.passes.analyses.type_solver import substitute
 
@@ -108,19 +107,8 @@ class AdtRules:
         tuple_type = relax.TupleType(
             [relax.TensorType([], "int64"), *(relax_type(t) for t in types)]
         )
-        cast = self.bb.match_cast(self._of_any_constructor(value, tuple_type), tuple_type)
+        cast = self.bb.match_cast(value, tuple_type)
         return [self.bb.emit(relax.TupleGetItem(cast, i + 1)) for i in range(len(types))]
-
-    def _of_any_constructor(self, value: Any, tuple_type: Any) -> Any:
-        """``value`` as an ``Object`` where its Relax type is another
-        constructor's tuple (``None``'s ``(tag,)`` where ``Some``'s fields
-        are read): a value built in place keeps its constructor's precise
-        type, through an ``If`` whose branches agree on it too, and TVM
-        refuses at build time a ``match_cast`` that cannot succeed, even in
-        a clause its tag test never runs ("tuple size mismatch")."""
-        if type_base_check(tuple_type, value.ty) != BaseCheckResult.FAIL_L0:
-            return value
-        return self.bb.match_cast(value, relax.ObjectType())
 
     # ----------------------------------------------------------- match
     def adt_match(self, expr: Match, env: dict[Var, Any], name: str) -> Computation[Any]:
@@ -132,6 +120,12 @@ class AdtRules:
         # Built from the last clause back: each clause's block holds its
         # test and an If of its body and the blocks after it.
         data_type = expr.data.checked_type
+        # [RULE LOWER-DEADCLAUSE] a clause the value's Relax type rules out is not lowered
+        clauses = [c for c in clauses if not never_matches(c.pattern, data.ty)]
+        if not clauses:  # a match? fails; a complete match is never reached
+            if not expr.complete:
+                return self._no_clause_matches(expr)
+            return self.bb.emit(relax.op.null_value(), name)
         rest: Any = None  # after the last clause: none, it matches
         if not expr.complete and refutable(clauses[-1].pattern):  # [RULE LOWER-MATCHFAIL]
             rest = self.bb.block(lambda: self._no_clause_matches(expr))
@@ -246,6 +240,33 @@ class AdtRules:
             self.bb.update_func(gv, function.with_attr("effir_name", gv.name_hint))
             self.state.constructor_functions[ctor.name] = gv
         return self.bb.emit(relax.op.make_closure(gv, relax.Tuple([])), ctor.name)
+
+
+def never_matches(pattern: Pattern, ty: Any) -> bool:
+    """[RULE LOWER-DEADCLAUSE] Whether ``pattern`` cannot match a value of
+    Relax type ``ty``: somewhere in it, a constructor whose tuple has
+    another length than the value's there. A value built in place keeps
+    its constructor's precise tuple type (``Nothing`` as ``(tag,)``, also
+    through a tuple, a let or an ``If`` whose branches agree), and reading
+    another constructor's fields of it, even in a clause its tag test
+    never runs, is what TVM refuses at build time: a ``match_cast`` that
+    cannot succeed ("tuple size mismatch"), or, cast through ``Object``
+    first, a field its memory planner tracks and finds missing
+    ("field_tokens.size() > tuple_item->index"). Such a clause is dropped
+    before lowering: the clauses after it are the same chain without it,
+    and a complete match's last remaining clause is still the one left."""
+    work = [(pattern, ty)]
+    while work:
+        pat, t = work.pop()
+        if not isinstance(t, relax.TupleType):
+            continue  # an Object: any constructor may have built it
+        if isinstance(pat, PatternConstructor):
+            if len(t.fields) != 1 + len(pat.constructor.inputs):
+                return True
+            work.extend(zip(pat.patterns, list(t.fields)[1:], strict=False))
+        elif isinstance(pat, PatternTuple):
+            work.extend(zip(pat.patterns, t.fields, strict=False))
+    return False
 
 
 def links_values(ctor: Constructor) -> bool:

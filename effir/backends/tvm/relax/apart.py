@@ -57,6 +57,7 @@ from typing import Any
 import tvm
 import tvm_ffi
 
+from ..kernel.lets import normalised_lets
 from ..target import building
 
 LOOP_WEIGHT = 8
@@ -161,9 +162,8 @@ class KernelLibrary:
 
         def build(group: list[_Kernel]) -> Any:
             with context, building(target):
-                library = tvm.compile(
-                    tvm.IRModule({k.symbol: k.func for k in group}), target=target
-                )
+                kernels = tvm.IRModule({k.symbol: k.func for k in group})
+                library = tvm.compile(normalised_lets(kernels), target=target)
             if on_cpu:  # LLVM's machine code, here rather than at the first call
                 library.mod.get_function(group[0].symbol)
             return library.mod

@@ -75,7 +75,8 @@ def program_constant(value: Any, dtype: str) -> PrimExpr:
     to 0 (wrong where x is infinite, NaN or negative), ``x + 0.0`` to x
     (wrong for -0.0), refuses ``x / 0.0`` ("Divide by zero") and folds
     ``x == INT_MIN`` to false. A ``reinterpret`` to its own dtype hides the
-    value until ``LowerIntrin``, the last pass, removes it; a negative
+    value until TVM's late passes remove it (``FP8StorageLegalize``; a
+    let of constants is substituted before [RULE TE-CONSTLET]); a negative
     integer (and a uint64 past int64's range) is the ``reinterpret`` of
     its bits as the other signedness, which stays to the code generator:
     after ``LowerIntrin`` the analyzer still folds a cast of a negative
@@ -161,10 +162,8 @@ def _is_atom(value: PrimExpr) -> bool:
 
 def _constant_read(value: PrimExpr) -> PrimExpr | None:
     """The constant ``value`` reads when it loads a compute of one
-    (``scalar_constant``): bound to a let, it would stay there, which
-    TVM's LLVM code generator binds twice where it visits the let twice,
-    once folded and once not, and rejects ("conflicts with previous
-    binding")."""
+    (``scalar_constant``): read directly rather than bound to a let, which
+    kernel/lets.py would substitute anyway [RULE TE-CONSTLET]."""
     if not (isinstance(value, tvm.ir.Call) and value.op.name == "te.tensor_load"):
         return None
     tensor = value.args[0]
