@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast nightly typecheck-baseline lint bench bench-peers notebooks docs clean
+.PHONY: demo test test-fast nightly typecheck-baseline duplicates-baseline lint bench bench-peers notebooks docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,10 +17,14 @@ demo: $(STAMP)
 
 # Two workers (pytest-xdist): the suite is CPU-bound and CI has 2 cores. Whole
 # files go to one worker (--dist loadfile), so a module-scoped build is made once.
+# Before it, three ratchets: the import contract, mypy's errors per file and the
+# duplicate blocks of 6 lines or more (effir, tests, benchmarks, examples: pylint's
+# symilar) per pair of files, neither above its checked-in baseline.
 test: $(STAMP)
 	$(BIN)/ruff check effir tests benchmarks examples
 	$(BIN)/lint-imports  # the layers of pyproject.toml [tool.importlinter]
 	$(BIN)/python -m tests.support.typecheck
+	$(BIN)/python -m tests.support.duplicates
 	$(BIN)/python -m pytest -n auto --maxprocesses 2 --dist loadfile
 
 # The edit loop: no TVM build, no notebook (tests/support/tiers.py: TVM is not
@@ -31,6 +35,11 @@ test-fast: $(STAMP)
 # mypy's errors per file, which `make test` allows no more of: after fixing some.
 typecheck-baseline: $(STAMP)
 	$(BIN)/python -m tests.support.typecheck --update
+
+# The duplicate lines per pair of files that `make test` allows: after removing a copy
+# (the baseline may only shrink; a new copy is moved into one shared function instead).
+duplicates-baseline: $(STAMP)
+	$(BIN)/python -m tests.support.duplicates --update
 
 # The long runs: the fuzzers at full count, the narrow dtypes, the deep programs.
 nightly: $(STAMP)

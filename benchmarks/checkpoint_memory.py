@@ -48,6 +48,10 @@ from pathlib import Path
 import numpy as np
 from timing import median_seconds
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.support.gru_programs import NEW_STATE, gates
+
 MODES = ("none", "loop", "sqrt")
 WRT = ["h0", "w", "u", "bias"]
 
@@ -64,14 +68,8 @@ def @main(%xs: Tensor[({steps}, {batch}, {inputs}), float32],
           %bias: Tensor[({g}), float32]) {{
   let %step = fn (%x: Tensor[({batch}, {inputs}), float32],
                   %h: Tensor[({batch}, {hidden}), float32]) {{
-    let %gx = nn.dense(%x, %w) + %bias;
-    let %gh = nn.dense(%h, %u);
-    let %gxs = split(%gx, indices_or_sections=3, axis=1);
-    let %ghs = split(%gh, indices_or_sections=3, axis=1);
-    let %z = sigmoid(%gxs.0 + %ghs.0);
-    let %r = sigmoid(%gxs.1 + %ghs.1);
-    let %n = tanh(%gxs.2 + %r * %ghs.2);
-    let %h_new = (1f - %z) * %n + %z * %h;
+{gates(4)}
+    let %h_new = {NEW_STATE};
     ((), %h_new)
   }};
   let %scan = cf.foreach(%step, %xs, %h0);

@@ -16,7 +16,7 @@ Two programs, each written in effir and in JAX:
   example's sizes (vocabulary 60, embedding 32, hidden 128, 32 steps,
   batch 16, dropout 0.1). effir: ``effir.train_step`` of its ``@loss``;
   JAX: ``jit`` of ``value_and_grad`` and the Adam update, written as XLA
-  likes it (benchmarks/train_step.py's).
+  likes it (benchmarks/jax_gru_lm.py, which train_step.py times too).
 
 Each measurement is a fresh process that imports the library, builds the
 program and calls it once; "compile" is from the model's Python function
@@ -54,11 +54,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from jax_gru_lm import B1, B2, EPS, LR, jax_train_step
+
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("mlp", "gru")
 T, B, D, H, C = 16, 32, 8, 16, 4  # the MLP's steps, batch, features, units, classes (mlp_scan.py)
 GRU = {"vocab": 60, "embed": 32, "hidden": 128, "seq_len": 32, "batch": 16, "rate": 0.1}
-LR, B1, B2, EPS = 1e-3, 0.9, 0.999, 1e-8
 
 
 def cpu_seconds() -> float:
@@ -142,7 +143,6 @@ def jax_gru() -> Any:
     import numpy as np
 
     v, e, h, t, b, rate = (GRU[k] for k in ("vocab", "embed", "hidden", "seq_len", "batch", "rate"))
-    n = t * b
     rs = np.random.default_rng(0)
     params = (
         rs.standard_normal((v, e), np.float32) / np.sqrt(e),
@@ -154,49 +154,7 @@ def jax_gru() -> Any:
         rs.standard_normal((h, v), np.float32) / np.sqrt(h),
     )
 
-    def dropout(key, x):
-        return jnp.where(jax.random.bernoulli(key, 1.0 - rate, x.shape), x / (1.0 - rate), 0.0)
-
-    def loss_fn(params, tokens, targets, key, mean0, var0):
-        embed, w_t, u_t, bias, gamma, beta, proj_t = params
-        key, sub = jax.random.split(key)
-        gx = dropout(sub, embed[tokens]) @ w_t + bias
-
-        def cell(hp, g):
-            gh = hp @ u_t
-            z = jax.nn.sigmoid(g[:, :h] + gh[:, :h])
-            r = jax.nn.sigmoid(g[:, h : 2 * h] + gh[:, h : 2 * h])
-            c = jnp.tanh(g[:, 2 * h :] + r * gh[:, 2 * h :])
-            new = (1.0 - z) * c + z * hp
-            return new, new
-
-        _, hs = jax.lax.scan(cell, jnp.zeros((b, h), jnp.float32), gx)
-        flat = hs.reshape(n, h)
-        mean = flat.mean(0)
-        var = ((flat - mean) ** 2).mean(0)
-        normed = (flat - mean) / jnp.sqrt(var + 1e-5) * gamma + beta
-        key, sub = jax.random.split(key)
-        logp = jax.nn.log_softmax(dropout(sub, normed) @ proj_t)
-        loss = -jnp.take_along_axis(logp, targets.reshape(n, 1), axis=1).sum() / n
-        stats = (0.9 * mean0 + 0.1 * mean, 0.9 * var0 + 0.1 * var * (n / (n - 1)))
-        return loss, (key, stats)
-
-    @jax.jit
-    def train_step(params, opt, tokens, targets, key, mean0, var0):
-        (loss, (key, stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-            params, tokens, targets, key, mean0, var0
-        )
-        step, m, v = opt
-        step = step + 1
-        m = tuple(B1 * a + (1 - B1) * g for a, g in zip(m, grads, strict=True))
-        v = tuple(B2 * a + (1 - B2) * g * g for a, g in zip(v, grads, strict=True))
-        c1, c2 = 1 - B1**step, 1 - B2**step
-        params = tuple(
-            p - LR * (a / c1) / (jnp.sqrt(q / c2) + EPS)
-            for p, a, q in zip(params, m, v, strict=True)
-        )
-        return loss, params, (step, m, v), key, stats
-
+    train_step = jax_train_step(h, b, t, rate)
     zeros = tuple(jnp.zeros_like(p) for p in params)
     tokens, targets = gru_batch()
     out = train_step(

@@ -20,16 +20,21 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import effir
 from effir.backends.tvm.loop import LoopKernel, build_loop
 from effir.ir.expr import Call, Function, Let, Op
 from effir.ir.visitor import pre_order
 from effir.passes.infra.pipeline import run_pipeline
+from tests.support.gru_programs import NEW_STATE, gates
 
 CASES = [  # (input, hidden, T, batch, JAX ms measured then, or None)
     (256, 256, 100, 1, 1.81),
@@ -54,14 +59,8 @@ def @main(%xs: Tensor[(t, b, {inputs}), float32], %h0: Tensor[(b, {hidden}), flo
           %w: Tensor[({g}, {inputs}), float32], %u: Tensor[({g}, {hidden}), float32],
           %bias: Tensor[({g}), float32]) {{
   let %step = fn (%x: Tensor[(b, {inputs}), float32], %h: Tensor[(b, {hidden}), float32]) {{
-    let %gx = nn.dense(%x, %w) + %bias;
-    let %gh = nn.dense(%h, %u);
-    let %gxs = split(%gx, indices_or_sections=3, axis=1);
-    let %ghs = split(%gh, indices_or_sections=3, axis=1);
-    let %z = sigmoid(%gxs.0 + %ghs.0);
-    let %r = sigmoid(%gxs.1 + %ghs.1);
-    let %n = tanh(%gxs.2 + %r * %ghs.2);
-    let %h_new = (1f - %z) * %n + %z * %h;
+{gates(4)}
+    let %h_new = {NEW_STATE};
     ({out}, %h_new)
   }};
   let %scan = cf.foreach(%step, %xs, %h0);

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from jax_gru_lm import B1, B2, EPS, LR, jax_train_step
 from timing import median_after_warmup
 
 import effir
@@ -46,8 +47,6 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "examples"))
 from gru_lm_training import Config, build, init_params
 
 from effir.optim import Adam
-
-LR, B1, B2, EPS = 1e-3, 0.9, 0.999, 1e-8
 
 
 def batch(cfg: Config, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -100,56 +99,10 @@ def jax_step(cfg: Config) -> tuple[Any, float, float] | None:
         import jax.numpy as jnp
     except ImportError:
         return None
-    rate, n = cfg.rate, cfg.seq_len * cfg.batch
     embed, w, u, bias, gamma, beta, proj = init_params(cfg)
     # XLA's layout: (in, out) matrices, so every product is x @ w
     params = tuple(jnp.asarray(a) for a in (embed, w.T, u.T, bias, gamma, beta, proj.T))
-
-    def dropout(key, x):
-        return jnp.where(jax.random.bernoulli(key, 1.0 - rate, x.shape), x / (1.0 - rate), 0.0)
-
-    def loss_fn(params, tokens, targets, key, mean0, var0):
-        embed, w_t, u_t, bias, gamma, beta, proj_t = params
-        key, sub = jax.random.split(key)
-        xs = dropout(sub, embed[tokens])
-        gx = xs @ w_t + bias  # every step's input projection at once
-        h = cfg.hidden
-
-        def cell(hp, g):
-            gh = hp @ u_t
-            z = jax.nn.sigmoid(g[:, :h] + gh[:, :h])
-            r = jax.nn.sigmoid(g[:, h : 2 * h] + gh[:, h : 2 * h])
-            c = jnp.tanh(g[:, 2 * h :] + r * gh[:, 2 * h :])
-            new = (1.0 - z) * c + z * hp
-            return new, new
-
-        _, hs = jax.lax.scan(cell, jnp.zeros((cfg.batch, h), jnp.float32), gx)
-        flat = hs.reshape(n, h)
-        mean = flat.mean(0)
-        var = ((flat - mean) ** 2).mean(0)
-        normed = (flat - mean) / jnp.sqrt(var + 1e-5) * gamma + beta
-        key, sub = jax.random.split(key)
-        logp = jax.nn.log_softmax(dropout(sub, normed) @ proj_t)
-        loss = -jnp.take_along_axis(logp, targets.reshape(n, 1), axis=1).sum() / n
-        stats = (0.9 * mean0 + 0.1 * mean, 0.9 * var0 + 0.1 * var * (n / (n - 1)))
-        return loss, (key, stats)
-
-    @jax.jit
-    def train_step(params, opt, tokens, targets, key, mean0, var0):
-        (loss, (key, stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-            params, tokens, targets, key, mean0, var0
-        )
-        t, m, v = opt
-        t = t + 1
-        m = tuple(B1 * a + (1 - B1) * g for a, g in zip(m, grads, strict=True))
-        v = tuple(B2 * a + (1 - B2) * g * g for a, g in zip(v, grads, strict=True))
-        c1, c2 = 1 - B1**t, 1 - B2**t
-        params = tuple(
-            p - LR * (a / c1) / (jnp.sqrt(b / c2) + EPS)
-            for p, a, b in zip(params, m, v, strict=True)
-        )
-        return loss, params, (t, m, v), key, stats
-
+    train_step = jax_train_step(cfg.hidden, cfg.batch, cfg.seq_len, cfg.rate)
     zeros = tuple(jnp.zeros_like(p) for p in params)
     opt = (jnp.float32(0), zeros, zeros)
     tokens, targets = (jnp.asarray(a) for a in batch(cfg))

@@ -9,6 +9,7 @@ import numpy as np
 import effir
 from effir.runtime import prng
 from effir.runtime.values import PRNGKey
+from tests.support.gru_programs import NEW_STATE, gates
 
 HEADER = '#[version = "0.0.5"]\n'
 EXAMPLE = Path(__file__).parents[2] / "examples" / "gru_lm.effir"
@@ -33,26 +34,20 @@ def gru_step(x, h, w, u, bias):
     return (1 - z) * n + z * h
 
 
-GRU = """
+GRU = f"""
 def @gru_cell(%x: Tensor[(b, 3), float32], %h: Tensor[(b, 5), float32],
               %w: Tensor[(15, 3), float32], %u: Tensor[(15, 5), float32],
-              %bias: Tensor[(15), float32]) -> (Tensor[(b, 5), float32], Tensor[(b, 5), float32]) {
-  let %gx = nn.dense(%x, %w) + %bias;
-  let %gh = nn.dense(%h, %u);
-  let %gxs = split(%gx, indices_or_sections=3, axis=1);
-  let %ghs = split(%gh, indices_or_sections=3, axis=1);
-  let %z = sigmoid(%gxs.0 + %ghs.0);
-  let %r = sigmoid(%gxs.1 + %ghs.1);
-  let %n = tanh(%gxs.2 + %r * %ghs.2);
-  let %h_new = (1f - %z) * %n + %z * %h;
+              %bias: Tensor[(15), float32]) -> (Tensor[(b, 5), float32], Tensor[(b, 5), float32]) {{
+{gates(2)}
+  let %h_new = {NEW_STATE};
   (%h_new, %h_new)
-}
+}}
 def @main(%xs: Tensor[(t, b, 3), float32], %h0: Tensor[(b, 5), float32],
           %w: Tensor[(15, 3), float32], %u: Tensor[(15, 5), float32],
-          %bias: Tensor[(15), float32]) {
-  let %step = fn (%x, %h) { @gru_cell(%x, %h, %w, %u, %bias) };
+          %bias: Tensor[(15), float32]) {{
+  let %step = fn (%x, %h) {{ @gru_cell(%x, %h, %w, %u, %bias) }};
   cf.foreach(%step, %xs, %h0)
-}
+}}
 """
 
 

@@ -10,6 +10,7 @@ from effir.ir.expr import Call, Function, Let, Op, Var
 from effir.ir.visitor import pre_order
 from effir.passes.infra.pipeline import run_pipeline
 from effir.runtime.values import PRNGKey
+from tests.support.gru_programs import NEW_STATE, gates
 
 HEADER = '#[version = "0.0.5"]\n'
 
@@ -64,26 +65,20 @@ def uniform(rng: np.random.Generator, *shape: int, scale: float = 1.0) -> np.nda
 
 
 # ----------------------------------------------------------------- the GRU
-GRU = """
+GRU = f"""
 def @gru_cell(%x: Tensor[(b, 8), float32], %h: Tensor[(b, 16), float32],
               %w: Tensor[(48, 8), float32], %u: Tensor[(48, 16), float32],
-              %bias: Tensor[(48), float32]) -> (Tensor[(b, 16), float32], Tensor[(b, 16), float32]) {
-  let %gx = nn.dense(%x, %w) + %bias;
-  let %gh = nn.dense(%h, %u);
-  let %gxs = split(%gx, indices_or_sections=3, axis=1);
-  let %ghs = split(%gh, indices_or_sections=3, axis=1);
-  let %z = sigmoid(%gxs.0 + %ghs.0);
-  let %r = sigmoid(%gxs.1 + %ghs.1);
-  let %n = tanh(%gxs.2 + %r * %ghs.2);
-  let %h_new = (1f - %z) * %n + %z * %h;
+              %bias: Tensor[(48), float32]) -> (Tensor[(b, 16), float32], Tensor[(b, 16), float32]) {{
+{gates(2)}
+  let %h_new = {NEW_STATE};
   (%h_new, %h_new)
-}
+}}
 def @main(%xs: Tensor[(t, b, 8), float32], %h0: Tensor[(b, 16), float32],
           %w: Tensor[(48, 8), float32], %u: Tensor[(48, 16), float32],
-          %bias: Tensor[(48), float32]) {
-  let %step = fn (%x, %h) { @gru_cell(%x, %h, %w, %u, %bias) };
+          %bias: Tensor[(48), float32]) {{
+  let %step = fn (%x, %h) {{ @gru_cell(%x, %h, %w, %u, %bias) }};
   cf.foreach(%step, %xs, %h0)
-}
+}}
 """
 
 

@@ -28,6 +28,7 @@ import effir
 from effir.backends.tvm.driver.build_cache import Cache
 from effir.backends.tvm.precision import PRECISIONS, numpy_operand
 from effir.backends.tvm.target import make_target
+from tests.support.gru_programs import NEW_STATE, gates
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -192,19 +193,13 @@ WMMA = {"tf32": ".f32.tf32.tf32.f32", "bfloat16": ".f32.bf16.bf16.f32"}
 
 GRU_CELL = (
     H
-    + """
+    + f"""
 def @main(%x: Tensor[(32, 64), float32], %h: Tensor[(32, 64), float32],
           %w: Tensor[(192, 64), float32], %u: Tensor[(192, 64), float32],
-          %bias: Tensor[(192), float32]) {
-  let %gx = nn.dense(%x, %w) + %bias;
-  let %gh = nn.dense(%h, %u);
-  let %gxs = split(%gx, indices_or_sections=3, axis=1);
-  let %ghs = split(%gh, indices_or_sections=3, axis=1);
-  let %z = sigmoid(%gxs.0 + %ghs.0);
-  let %r = sigmoid(%gxs.1 + %ghs.1);
-  let %n = tanh(%gxs.2 + %r * %ghs.2);
-  (1f - %z) * %n + %z * %h
-}
+          %bias: Tensor[(192), float32]) {{
+{gates(2)}
+  {NEW_STATE}
+}}
 """
 )
 

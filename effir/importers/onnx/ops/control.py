@@ -29,17 +29,15 @@ The initial values and the body's results are then widened to those types.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from ....ir.expr import Call, Function, Tuple, Var
-from ....ir.op import get_op
+from ....ir.expr import Function, Tuple, Var
 from ....ir.trampoline import Computation
-from ....ir.types import ANY, TensorType, TupleType, Type
+from ....ir.types import ANY, TensorType, TupleType
 from ...common.block import Block
-from ...common.types import JoinError, covers, join
+from ...common.control import emit_foreach, joined_if, settled_types
 from ...common.values import Value, constant
 from ..graph import NodeContext
 from ..registry import converter
@@ -72,33 +70,11 @@ def _if(ctx: NodeContext) -> Computation[list[Value]]:
         taken, outputs = yield ctx.subgraph(branches[0 if bool(cond.const) else 1], [])
         ctx.block.builder.bindings.extend(taken.builder.bindings)
         return outputs
-    then_block, then_out = yield ctx.subgraph(branches[0], [])
-    else_block, else_out = yield ctx.subgraph(branches[1], [])
-    if len(then_out) != len(else_out):
-        raise ctx.error(f"its branches give {len(then_out)} and {len(else_out)} outputs")
-    types = []
-    for k, (a, b) in enumerate(zip(then_out, else_out, strict=True)):
-        try:
-            types.append(join(a.type, b.type))
-        except JoinError as err:
-            raise ctx.error(f"output {k} of its branches cannot be one value: {err}") from None
-    then_expr = _result(
-        then_block, [then_block.widen(v, t) for v, t in zip(then_out, types, strict=True)]
+    then = yield ctx.subgraph(branches[0], [])
+    other = yield ctx.subgraph(branches[1], [])
+    return joined_if(
+        ctx.block, cond, then, other, ctx.error, ctx.name, _names(ctx), unwrap_one=True
     )
-    else_expr = _result(
-        else_block, [else_block.widen(v, t) for v, t in zip(else_out, types, strict=True)]
-    )
-    if len(types) == 1:
-        return [ctx.block.if_(cond, then_expr, else_expr, types[0], ctx.name)]
-    result = ctx.block.if_(cond, then_expr, else_expr, TupleType(tuple(types)), ctx.name)
-    return ctx.block.fields(result, len(types), _names(ctx))
-
-
-def _result(block: Block, values: Sequence[Value]) -> Any:
-    """The block's bindings around its result: one value, or their tuple."""
-    if len(values) == 1:
-        return block.finish(values[0].expr)
-    return block.finish(Tuple(tuple(v.expr for v in values), span=block.span))
 
 
 def _names(ctx: NodeContext) -> list[str]:
@@ -163,27 +139,6 @@ def _passes_true(graph: Any) -> bool:
     return False
 
 
-def _carried_types(
-    ctx: NodeContext, types: list[Type], outputs: Sequence[Value], first: int
-) -> list[Type] | None:
-    """[RULE TYPE-JOIN] The joined types, or None when the body's results
-    (``outputs[first:]``) already have ``types``."""
-    joined, changed = [], False
-    for k, t in enumerate(types):
-        returned = outputs[first + k].type
-        if covers(t, returned):
-            joined.append(t)
-            continue
-        try:
-            joined.append(join(t, returned))
-        except JoinError as err:
-            raise ctx.error(
-                f"its carried value {k} changes from one iteration to the next: {err}"
-            ) from None
-        changed = True
-    return joined if changed else None
-
-
 def _foreach_loop(
     ctx: NodeContext, graph: Any, trips: int, inits: list[Value], scans: int
 ) -> Computation[list[Value]]:
@@ -198,7 +153,7 @@ def _foreach_loop(
         params = [Value(index, index.type_annotation), scalar(True, "bool"), *fields]
         inner, outputs = yield ctx.subgraph("body", params)
         block.builder.bindings.extend(inner.builder.bindings)
-        joined = _carried_types(ctx, types, outputs, 1)
+        joined = settled_types(ctx.error, types, outputs[1 : 1 + len(types)])
         if joined is None:
             break
         types = joined
@@ -206,22 +161,9 @@ def _foreach_loop(
         raise ctx.error("the types of its carried values do not settle")
     results = [block.widen(v, t) for v, t in zip(outputs[1 : 1 + len(types)], types, strict=True)]
     per_step = outputs[1 + len(types) :]
-    out_expr = Tuple(tuple(v.expr for v in per_step), span=ctx.span)
-    step = block.finish(
-        Tuple((out_expr, Tuple(tuple(v.expr for v in results), span=ctx.span)), span=ctx.span)
-    )
-    fn = Function((index, state), step, span=ctx.span)
     xs = constant(np.arange(trips, dtype=np.int64))
-    init = ctx.block.tuple(
-        [ctx.block.widen(v, t) for v, t in zip(inits, types, strict=True)], "init"
-    )
-    stacked = TupleType(
-        tuple(TensorType((trips, *v.tensor.shape), v.tensor.dtype) for v in per_step)
-    )
-    loop = ctx.block.emit(
-        Call(get_op("cf.foreach"), (fn, xs.expr, init.expr), span=ctx.span),
-        TupleType((stacked, TupleType(tuple(types)))),
-        ctx.name,
+    loop = emit_foreach(
+        ctx.block, (index, state, block), per_step, results, xs, trips, inits, types, ctx.name
     )
     return _loop_outputs(ctx, loop, len(types), scans)
 
@@ -259,7 +201,7 @@ def _while_loop(
         fields = block.fields(Value(state, state.type_annotation), 2 + len(types), names)
         inner, outputs = yield ctx.subgraph("body", fields)
         block.builder.bindings.extend(inner.builder.bindings)
-        joined = _carried_types(ctx, types, outputs, 1)
+        joined = settled_types(ctx.error, types, outputs[1 : 1 + len(types)])
         if joined is None:
             break
         types = joined
@@ -341,7 +283,7 @@ def _scan(ctx: NodeContext) -> Computation[list[Value]]:
         elements = block.fields(Value(x_t, x_t.type_annotation), count, names[states:])
         inner, outputs = yield ctx.subgraph("body", [*carried, *elements])
         block.builder.bindings.extend(inner.builder.bindings)
-        joined = _carried_types(ctx, types, outputs, 0)
+        joined = settled_types(ctx.error, types, outputs[:states])
         if joined is None:
             break
         types = joined
@@ -349,25 +291,9 @@ def _scan(ctx: NodeContext) -> Computation[list[Value]]:
         raise ctx.error("the types of its states do not settle")
     results = [block.widen(v, t) for v, t in zip(outputs[:states], types, strict=True)]
     per_step = outputs[states:]
-    step = Tuple(
-        (
-            Tuple(tuple(v.expr for v in per_step), span=ctx.span),
-            Tuple(tuple(v.expr for v in results), span=ctx.span),
-        ),
-        span=ctx.span,
-    )
-    fn = Function((x_t, state), block.finish(step), span=ctx.span)
-    init = ctx.block.tuple(
-        [ctx.block.widen(v, t) for v, t in zip(inits, types, strict=True)], "init"
-    )
     seqs = ctx.block.tuple(xs, "xs")
-    stacked = TupleType(
-        tuple(TensorType((length, *v.tensor.shape), v.tensor.dtype) for v in per_step)
-    )
-    loop = ctx.block.emit(
-        Call(get_op("cf.foreach"), (fn, seqs.expr, init.expr), span=ctx.span),
-        TupleType((stacked, TupleType(tuple(types)))),
-        ctx.name,
+    loop = emit_foreach(
+        ctx.block, (x_t, state, block), per_step, results, seqs, length, inits, types, ctx.name
     )
     finals_and_outs = _loop_outputs(ctx, loop, states, outs)
     finals, stacks = finals_and_outs[:states], finals_and_outs[states:]

@@ -20,12 +20,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ....ir.expr import Call, Function, Tuple, Var
-from ....ir.op import get_op
+from ....ir.expr import Function, Tuple, Var
 from ....ir.trampoline import Computation
-from ....ir.types import TensorType, TupleType, Type
-from ...common.block import Block
-from ...common.types import JoinError, covers, join
+from ....ir.types import TensorType, TupleType
+from ...common.control import emit_foreach, joined_if, settled_types
 from ...common.values import Value
 from ..graph import NodeContext, Subgraph
 from ..registry import converter
@@ -47,10 +45,6 @@ def _values(ctx: NodeContext, values: Any, what: str) -> list[Value]:
     return out
 
 
-def _result(block: Block, values: Sequence[Value]) -> Any:
-    return block.finish(Tuple(tuple(v.expr for v in values), span=block.span))
-
-
 @converter("higher_order.cond")
 def _cond(ctx: NodeContext) -> Computation[list[Value]]:
     pred = ctx.arg(0, "pred")
@@ -70,24 +64,10 @@ def _cond(ctx: NodeContext) -> Computation[list[Value]]:
         taken, outputs = yield ctx.subgraph(true_fn if known else false_fn, operands)
         ctx.block.builder.bindings.extend(taken.builder.bindings)
         return outputs
-    then_block, then_out = yield ctx.subgraph(true_fn, operands)
-    else_block, else_out = yield ctx.subgraph(false_fn, operands)
-    if len(then_out) != len(else_out):
-        raise ctx.error(f"its branches give {len(then_out)} and {len(else_out)} outputs")
-    types = []
-    for k, (a, b) in enumerate(zip(then_out, else_out, strict=True)):
-        try:
-            types.append(join(a.type, b.type))
-        except JoinError as err:
-            raise ctx.error(f"output {k} of its branches cannot be one value: {err}") from None
-    then_expr = _result(
-        then_block, [then_block.widen(v, t) for v, t in zip(then_out, types, strict=False)]
-    )
-    else_expr = _result(
-        else_block, [else_block.widen(v, t) for v, t in zip(else_out, types, strict=False)]
-    )
-    both = ctx.block.if_(pred, then_expr, else_expr, TupleType(tuple(types)), ctx.name)
-    return ctx.block.fields(both, len(types), ["branch"] * len(types))
+    then = yield ctx.subgraph(true_fn, operands)
+    other = yield ctx.subgraph(false_fn, operands)
+    names = ["branch"] * len(then[1])
+    return joined_if(ctx.block, pred, then, other, ctx.error, ctx.name, names, unwrap_one=False)
 
 
 def _zero(v: Value) -> Value:
@@ -96,22 +76,6 @@ def _zero(v: Value) -> Value:
     from ...common.values import constant
 
     return constant(np.zeros((), dtype=v.tensor.dtype))
-
-
-def _settled(ctx: NodeContext, types: list[Type], outputs: Sequence[Value]) -> list[Type] | None:
-    """The carried types joined with what the body returns, or None when
-    they already cover it."""
-    joined, changed = [], False
-    for k, (t, v) in enumerate(zip(types, outputs, strict=True)):
-        if covers(t, v.type):
-            joined.append(t)
-            continue
-        try:
-            joined.append(join(t, v.type))
-        except JoinError as err:
-            raise ctx.error(f"its carried value {k} changes between iterations: {err}") from None
-        changed = True
-    return joined if changed else None
 
 
 @converter("higher_order.while_loop")
@@ -131,7 +95,7 @@ def _while_loop(ctx: NodeContext) -> Computation[list[Value]]:
         body.builder.bindings.extend(inner.builder.bindings)
         if len(outputs) != len(types):
             raise ctx.error(f"its body gives {len(outputs)} values for {len(types)} carried")
-        joined = _settled(ctx, types, outputs)
+        joined = settled_types(ctx.error, types, outputs)
         if joined is None:
             break
         types = joined
@@ -188,7 +152,7 @@ def _foreach(
         body.builder.bindings.extend(inner.builder.bindings)
         if len(outputs) < len(types):
             raise ctx.error(f"its body gives {len(outputs)} values for {len(types)} carried")
-        joined = _settled(ctx, types, outputs[: len(types)])
+        joined = settled_types(ctx.error, types, outputs[: len(types)])
         if joined is None:
             break
         types = joined
@@ -196,19 +160,9 @@ def _foreach(
         raise ctx.error("the types of its carried values do not settle")
     results = [body.widen(v, t) for v, t in zip(outputs, types, strict=False)]
     per_step = outputs[len(types) :]
-    step = Tuple((_tuple(ctx, per_step), _tuple(ctx, results)), span=ctx.span)
-    fn = Function((x_t, state), body.finish(step), span=ctx.span)
-    init = ctx.block.tuple(
-        [ctx.block.widen(v, t) for v, t in zip(inits, types, strict=False)], "init"
-    )
     seqs = ctx.block.tuple(xs, "xs")
-    stacked = TupleType(
-        tuple(TensorType((length, *v.tensor.shape), v.tensor.dtype) for v in per_step)
-    )
-    loop = ctx.block.emit(
-        Call(get_op("cf.foreach"), (fn, seqs.expr, init.expr), span=ctx.span),
-        TupleType((stacked, TupleType(tuple(types)))),
-        ctx.name,
+    loop = emit_foreach(
+        ctx.block, (x_t, state, body), per_step, results, seqs, length, inits, types, ctx.name
     )
     outs, finals = ctx.block.fields(loop, 2, ["outs", "finals"])
     return [
