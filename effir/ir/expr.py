@@ -21,6 +21,7 @@ class Expr(Node):
     """
 
     __slots__ = ("_checked_type",)
+    _checked_type: Type
 
     @property
     def checked_type(self) -> Type:

@@ -48,12 +48,14 @@ expression with the block the bindings go to), ``passes/analyses/anf_sharing.py`
 from __future__ import annotations
 
 from types import GeneratorType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar, overload
 
 from .diagnostics import MissingRuleError
 from .functor import Functor, Plan
 from .node import Node
 from .trampoline import Computation, run
+
+T = TypeVar("T")
 
 
 class ExprFunctor(Functor):
@@ -78,8 +80,18 @@ class ExprFunctor(Functor):
         self.memo = {}
 
     # ------------------------------------------------------------ driving
-    drive = staticmethod(run)
-    """Drive a computation to its result (a value is returned as it is)."""
+    @overload
+    @staticmethod
+    def drive(computation: Computation[T]) -> T: ...
+
+    @overload
+    @staticmethod
+    def drive(computation: T) -> T: ...
+
+    @staticmethod
+    def drive(computation: Any) -> Any:
+        """Drive a computation to its result (a value is returned as it is)."""
+        return run(computation)
 
     def evaluate(self, node: Node, *args: Any) -> Any:
         """The result of ``node`` in the context ``args``, run to completion."""

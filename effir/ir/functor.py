@@ -36,6 +36,10 @@ entered and ``bind(let)`` is called in between (what a variable holds is
 known at its uses); with ``body_first = True`` the body is rewritten first
 and ``keep(let)`` decides whether the binding stays (its value is then
 never visited: a backward sweep, as dead-code elimination wants).
+``mutate_as(root, Function)`` is ``mutate`` with its result checked to be
+of that class, and ``child_expr(e)`` is ``child`` checked to be an
+expression (a pass's hooks keep a function a function and an expression
+an expression).
 
 The family's other members share ``Functor``'s tables: ``ExprFunctor``
 (effir.ir.expr_functor), whose hooks return a result per node and
@@ -53,10 +57,12 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, TypeVar
 
-from .expr import Let
+from .diagnostics import PassError
+from .expr import Expr, Let
 from .node import EXPR, PATTERN, TYPE, Node, child_nodes, child_slots, nodes_in
 
 F = TypeVar("F", bound=Callable[..., Any])
+N = TypeVar("N", bound=Node)
 
 
 Plan = tuple[Any, Any, tuple[tuple[str, bool], ...], bool, Any]
@@ -364,6 +370,27 @@ class Mutator(Functor):
             else:
                 memo[id(node)] = self.finish(node)
         return self.child(root)
+
+    def mutate_as(self, root: Node, kind: type[N]) -> N:
+        """``mutate(root)``, checked to be a ``kind`` (TVM's ``Downcast``):
+        a rewrite keeps a function a function and an expression an
+        expression, and a hook that does not is a bug of its pass, reported
+        here rather than wherever the result is used next."""
+        return self._checked(root, self.mutate(root), kind)
+
+    def child_expr(self, expr: Expr) -> Expr:
+        """``child(expr)`` checked to be an expression, for a hook that
+        reads a rewritten child as one."""
+        return self._checked(expr, self.child(expr), Expr)
+
+    def _checked(self, old: Node, new: Node, kind: type[N]) -> N:
+        if not isinstance(new, kind):
+            raise PassError(
+                f"{type(self).__name__} rewrote a {type(old).__name__} into a "
+                f"{type(new).__name__}, not a {kind.__name__}",
+                getattr(old, "span", None),
+            )
+        return new
 
     def _enter_block(self, head: Let, stack: list[tuple[Any, int]]) -> None:
         chain = [head]

@@ -181,7 +181,7 @@ class OpDef:
     def arity_error(self, count: int) -> str:
         """The message of a call that passes ``count`` inputs (``takes`` is False)."""
         expected = str(self.num_inputs)
-        if self.optional_inputs:
+        if self.num_inputs is not None and self.optional_inputs:
             expected = f"{self.num_inputs} to {self.num_inputs + self.optional_inputs}"
         return f"{self.name} takes {expected} argument(s), got {count}"
 

@@ -338,13 +338,14 @@ class Parser(ExprParser):
 
 def _as_text(text: str | bytes, source_name: str) -> str:
     if isinstance(text, bytes | bytearray):
+        data = bytes(text)
         try:
-            text = bytes(text).decode("utf-8")
+            text = data.decode("utf-8")
         except UnicodeDecodeError as err:
-            prefix = bytes(text[: err.start]).decode("utf-8", errors="replace")
+            prefix = data[: err.start].decode("utf-8", errors="replace")
             source = Source(source_name, prefix + "\ufffd")
             raise ParseError(
-                f"the input is not UTF-8 text (byte 0x{text[err.start]:02x} at offset {err.start})",
+                f"the input is not UTF-8 text (byte 0x{data[err.start]:02x} at offset {err.start})",
                 Span(source, len(prefix), len(prefix) + 1),
             ) from None
     elif not isinstance(text, str):

@@ -39,7 +39,7 @@ from .expr import (
 from .literals import LiteralError, literal_value
 from .names import KEYWORDS
 from .node import EMPTY_ATTRS, Attrs
-from .op import all_ops, lookup_op
+from .op import all_ops, get_op, lookup_op, op_def
 from .parser_tokens import TERMINATORS, is_token
 from .parser_types import ATTRIBUTE, TypeParser
 
@@ -482,7 +482,7 @@ class ExprParser(TypeParser):
         return Constant(array, span=Span(self.source, start[2], token[3]))
 
     def op_node(self, name: str) -> Op:
-        return lookup_op(name).op
+        return get_op(name)
 
     def make_call(
         self,
@@ -494,7 +494,7 @@ class ExprParser(TypeParser):
     ) -> Call:
         span = self.span_from(token)
         if isinstance(callee, Op):
-            definition = lookup_op(callee.name)
+            definition = op_def(callee)
             if not definition.takes(len(args)):
                 raise self.error(definition.arity_error(len(args)), token)
             try:

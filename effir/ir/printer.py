@@ -112,6 +112,9 @@ class _Text:
     ``multiline`` are what the layout rules ask of a text."""
 
     __slots__ = ("pieces", "length", "multiline")
+    pieces: list[Text]
+    length: int
+    multiline: bool
 
     def __init__(self, pieces: list[Text]) -> None:
         self.pieces = pieces
@@ -218,21 +221,31 @@ class _Block:
     written before its current line."""
 
     __slots__ = ("parent", "level", "depth", "pending")
+    parent: _Block | None
+    level: int
+    depth: int
+    pending: list[Text]
 
     def __init__(self, parent: _Block | None, level: int) -> None:
         self.parent = parent
         self.level = level
         self.depth = 0 if parent is None else parent.depth + 1
-        self.pending: list[str] = []
+        self.pending = []
+
+    def up(self) -> _Block:
+        """The enclosing block (this one is not a root: its depth is above 0)."""
+        assert self.parent is not None, "a root block has no enclosing block"
+        return self.parent
 
 
 def _lca(a: _Block, b: _Block) -> _Block:
+    """The innermost block enclosing both (they are in one tree)."""
     while a.depth > b.depth:
-        a = a.parent
+        a = a.up()
     while b.depth > a.depth:
-        b = b.parent
+        b = b.up()
     while a is not b:
-        a, b = a.parent, b.parent
+        a, b = a.up(), b.up()
     return a
 
 
@@ -328,7 +341,7 @@ class _Layout:
                     self.placement[key] = candidates.pop(key)
                     ready.append(child)
 
-    def block_for(self, parent: Expr, slot: Any, level: int) -> _Block:
+    def block_for(self, parent: Expr | None, slot: Any, level: int) -> _Block:
         block = self.edge_blocks.get((id(parent), slot))
         return block if block is not None else _Block(None, level)
 
@@ -389,7 +402,7 @@ class Printer(ExprFunctor):
 
     # --------------------------------------------------------------- modules
     def module(self, mod: IRModule) -> str:
-        parts = [f'#[version = "{VERSION}"]']
+        parts: list[Text] = [f'#[version = "{VERSION}"]']
         self.reserved_type_names = _RESERVED_TYPE_NAMES | frozenset(mod.type_defs)
         for data in mod.type_defs.values():
             self.reset_names()
@@ -412,7 +425,7 @@ class Printer(ExprFunctor):
         if not data.constructors:  # an opaque type, as Relay's `extern type`
             return "extern " + head
             yield  # a generator, as every printing step
-        lines = [head + " {"]
+        lines: list[Text] = [head + " {"]
         for ctor in data.constructors:
             if ctor.inputs:
                 inputs = []
@@ -537,7 +550,7 @@ class Printer(ExprFunctor):
 
     @on(Call)
     def _call(self, expr: Call, layout: _Layout, level: int) -> Computation[Text]:
-        if _is_nullary_value(expr):
+        if isinstance(expr.callee, Constructor) and _is_nullary_value(expr):
             return expr.callee.name  # Relay's spelling of a nullary constructor's value
         callee = yield self.inline(expr.callee, layout, expr, "callee", level)
         if id(expr.callee) not in layout.shared:
@@ -677,11 +690,11 @@ class Printer(ExprFunctor):
     def _pattern_var(self, pattern: PatternVar) -> Text | Computation[Text]:
         if pattern.var.type_annotation is None:
             return self.var_name(pattern.var)
-        return self._annotated(pattern.var)
+        return self._annotated(pattern.var, pattern.var.type_annotation)
 
-    def _annotated(self, var: Var) -> Computation[Text]:
+    def _annotated(self, var: Var, annotation: Type) -> Computation[Text]:
         name = self.var_name(var)
-        return _cat(name, ": ", (yield self.eval(var.type_annotation)))
+        return _cat(name, ": ", (yield self.eval(annotation)))
 
     @on(PatternConstructor)
     def _pattern_constructor(self, pattern: PatternConstructor) -> Text | Computation[Text]:

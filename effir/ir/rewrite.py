@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 from .analysis import shared_nodes, use_counts
-from .expr import Call, Constant, Expr, Let, Op, Tuple, TupleGetItem, Var, is_atom
+from .expr import Call, Constant, Expr, Function, Let, Op, Tuple, TupleGetItem, Var, is_atom
 from .functor import Mutator
 from .module import IRModule
 from .node import Node
@@ -118,9 +118,9 @@ class PatternRewriter(Mutator):
         # Identities of the shared nodes, originals and their rewritten forms.
         self._shared: set[int] = set()
 
-    def rewrite(self, root: Expr) -> Expr:
-        self._shared = shared_nodes(root)
-        return self.mutate(root)  # type: ignore[return-value]
+    def rewrite(self, fn: Function) -> Function:
+        self._shared = shared_nodes(fn)
+        return self.mutate_as(fn, Function)
 
     def visit(self, new: Expr, old: Expr) -> Expr:
         """``new``'s replacement: the patterns applied until none applies."""
@@ -225,11 +225,11 @@ class PatternRewriter(Mutator):
         Binders are unique, so nothing is captured, and the block's lets
         still run first."""
         inner: list[Let] = []
-        value = self.child(old.value)
+        value = self.child_expr(old.value)
         while isinstance(value, Let):
             inner.append(value)
             value = value.body
-        body = self.child(old.body)
+        body = self.child_expr(old.body)
         result = body if old.var in self.subst else Let(old.var, value, body, span=old.span)
         for binding in reversed(inner):
             result = Let(binding.var, binding.value, result, span=binding.span)
@@ -237,7 +237,7 @@ class PatternRewriter(Mutator):
                 result.set_checked_type(old.checked_type)
         if old.has_type and not result.has_type:
             result.set_checked_type(old.checked_type)
-        return result  # type: ignore[return-value]
+        return result
 
 
 # ------------------------------------------------------- dead bindings

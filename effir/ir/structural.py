@@ -300,7 +300,7 @@ class _Hasher:
                 return _mix(_mix(_DEF, self.ordinal[child]), ann_hash)
             ordinal = self.ordinal.get(child)
             if ordinal is None:  # free: hashed by name, equal only if identical
-                name = getattr(child, "name_hint", None) or child.name
+                name = child.name_hint if isinstance(child, Var) else child.name
                 return _mix(_FREE, _stable(name))
             return _mix(_BOUND, ordinal)
         return self.memo[id(child)]

@@ -26,19 +26,27 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from types import GeneratorType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 T = TypeVar("T")
 
 Computation = Generator[Any, Any, T]
 
 
-def run(computation: Computation[T] | T) -> T:
+@overload
+def run(computation: Computation[T]) -> T: ...
+
+
+@overload
+def run(computation: T) -> T: ...
+
+
+def run(computation: Any) -> Any:
     """Run a generator-based recursive computation to completion (a value
     that is not a generator is returned as it is)."""
     if type(computation) is not GeneratorType:
-        return computation  # type: ignore[return-value]
-    stack: list[Computation[Any]] = [computation]  # type: ignore[list-item]
+        return computation
+    stack: list[Computation[Any]] = [computation]
     value: Any = None
     error: BaseException | None = None
     while True:

@@ -63,7 +63,7 @@ def map_values(
             stack[-1][2].append(tree)
             continue
         field = ty.fields[i]
-        sub = [b.emit_get(v, i, part) for v in here]
+        sub: list[Expr] = [b.emit_get(v, i, part) for v in here]
         if isinstance(field, TupleType):
             stack.append((field, sub, []))
         else:

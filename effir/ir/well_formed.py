@@ -49,7 +49,7 @@ class _Checker:
     def fail(self, message: str, *nodes: Node | None) -> WellFormedError:
         return WellFormedError(message, _span_of(*nodes, self.context))
 
-    def bind(self, binder: Node) -> None:
+    def bind(self, binder: Var | TypeVar) -> None:
         if binder in self.ever_bound:
             name = f"%{binder.name_hint}" if isinstance(binder, Var) else binder.name
             raise self.fail(f"{name} is bound more than once", binder)
@@ -82,7 +82,7 @@ class _Checker:
                 continue
             self.visited.add(id(node))
             self.check_node(node)
-            binders: list[Node] = []
+            binders: list[Var | TypeVar] = []
             items: list[tuple[Node, tuple]] = []
             for name, kind in type(node).FIELDS:
                 value = getattr(node, name)

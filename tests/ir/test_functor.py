@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import sys
 
+import pytest
+
 import effir
 from effir.ir import analysis
-from effir.ir.expr import Call, Constructor, Function, Let, Op, Tuple, TypeData, Var, const
+from effir.ir.diagnostics import PassError
+from effir.ir.expr import Call, Constructor, Expr, Function, Let, Op, Tuple, TypeData, Var, const
 from effir.ir.functor import Mutator, Visitor, after, on, pre_order
 from effir.ir.node import Node, child_slots
 from effir.ir.op import call_op
@@ -216,3 +219,20 @@ def test_pattern_rewriter_dispatches_by_operator_and_substitutes() -> None:
     assert out.body.body.value is x  # type: ignore[attr-defined]
     table = PatternRewriter([_NegNeg()]).table
     assert table.lookup(call_op("add", x, x)) == ()
+
+
+class _FunctionToItsBody(Mutator):
+    """A broken rewrite: a function becomes its body."""
+
+    @on(Function)
+    def _function(self, new: Function, old: Function) -> Node:
+        return new.body
+
+
+def test_mutate_as_names_the_mutator_whose_rewrite_changed_the_class() -> None:
+    x = Var("x")
+    fn = Function((x,), x)
+    message = "_FunctionToItsBody rewrote a Function into a Var, not a Function"
+    with pytest.raises(PassError, match=message):
+        _FunctionToItsBody().mutate_as(fn, Function)
+    assert _FunctionToItsBody().mutate_as(fn, Expr) is x  # still an expression

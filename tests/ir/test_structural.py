@@ -179,3 +179,11 @@ def test_a_shared_polymorphic_type_round_trips():
 def test_duplicate_binders_in_one_list_are_never_equal_to_distinct_ones():
     x, y, z = Var("x"), Var("y"), Var("z")
     assert not effir.structural_equal(Function((x, y), x), Function((z, z), z))
+
+
+def test_a_free_variable_with_an_empty_hint_hashes_by_its_empty_name():
+    # The hint chose between a Var's and a TypeVar's name by truthiness, so
+    # an empty hint asked a Var for the TypeVar's ``name``.
+    assert effir.structural_hash(Var("")) == effir.structural_hash(Var(""))
+    assert effir.structural_hash(Var("")) != effir.structural_hash(Var("a"))
+    assert effir.structural_hash(Tuple((Var(""),))) == effir.structural_hash(Tuple((Var(""),)))

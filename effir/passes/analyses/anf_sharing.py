@@ -309,8 +309,8 @@ class Unfolder(ExprFunctor):
             copy = dataclasses.replace(node)
         else:
             renamer = _FreshBinders(binders, {}, copy_all=False)
-            copy = renamer.mutate(node)
-            assert isinstance(copy, Expr) and copy is not node
+            copy = renamer.mutate_as(node, Expr)
+            assert copy is not node
             for original in post_order(node):
                 new = renamer.memo.get(id(original))
                 if new is not None and new is not original and id(original) in self.pinned:
@@ -447,11 +447,16 @@ class _FreshBinders(Mutator):
         rebuilt = super().rebuild(node)
         if self.copy_all and rebuilt is node and isinstance(node, Expr) and not is_atom(node):
             rebuilt = dataclasses.replace(node)
-        if rebuilt is not node and isinstance(node, Expr) and node.has_type:
+        if (
+            rebuilt is not node
+            and isinstance(rebuilt, Expr)
+            and isinstance(node, Expr)
+            and node.has_type
+        ):
             # Only binders are renamed: the copy has its original's type (a
             # constructor call may have no other source of it, once the
             # parameter it was passed to is inlined away).
-            rebuilt.set_checked_type(node.checked_type)  # type: ignore[union-attr]
+            rebuilt.set_checked_type(node.checked_type)
         return rebuilt
 
 

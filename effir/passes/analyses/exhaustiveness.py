@@ -37,7 +37,7 @@ _TUPLE = "(tuple)"
 def missing_case(match: Match, module: IRModule) -> str | None:
     """A value (as pattern text, ``_`` for anything) that no clause of
     ``match`` matches, or None when the match is exhaustive."""
-    return _Usefulness(module).missing(match)
+    return _Usefulness(module).witness(match)
 
 
 class _Usefulness(ExprFunctor):
@@ -51,7 +51,7 @@ class _Usefulness(ExprFunctor):
         super().__init__()
         self.module = module
 
-    def missing(self, match: Match) -> str | None:
+    def witness(self, match: Match) -> str | None:
         rows: list[Row] = [(self.eval(c.pattern),) for c in match.clauses]
         witness = self.drive(self.useful(rows, 1))
         return None if witness is None else witness[0]

@@ -45,7 +45,6 @@ from effir.ir.expr import (
     Constructor,
     Expr,
     Function,
-    GlobalCell,
     GlobalVar,
     If,
     Let,
@@ -131,8 +130,9 @@ def _typed(module: IRModule) -> IRModule:
     value after it, so sets grow with the nesting of closures (quadratic
     work, 2.5x for twice the nested loops); checking is linear. A module
     that does not type-check is analysed as it is."""
-    roots = [*(fn.body for fn in module.functions.values()), *module.cells.values()]
-    if all(r.init.has_type if isinstance(r, GlobalCell) else r.has_type for r in roots):
+    roots = [fn.body for fn in module.functions.values()]
+    roots.extend(cell.init for cell in module.cells.values())
+    if all(r.has_type for r in roots):
         return module
     try:
         return check(module)

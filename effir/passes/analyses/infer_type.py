@@ -217,7 +217,8 @@ class TypeInferencer(ExprFunctor):
                 )
         # Each variable's type is resolved once, and is complete when no
         # unknown is left in it.
-        resolve, memo = self.state.solver.resolve, {}
+        resolve = self.state.solver.resolve
+        memo: dict[int, Type] = {}
         var_types: dict[Var, Type] = {}
         if not self.state.errors:
             var_types = {v: resolve(t, memo) for v, t in self.state.var_types.items()}
@@ -366,10 +367,11 @@ class TypeInferencer(ExprFunctor):
         return self._record(expr, result)
 
     @on(Let)
-    def _infer_let(self, expr: Let):
+    def _infer_let(self, let: Let):
         # A let chain is walked in a loop, not by nesting generators.
         chain = []
         unify = self.state.solver.unify
+        expr: Expr = let
         while isinstance(expr, Let) and expr not in self.state.types:
             var_type = self._bind_var(expr.var)
             value_type = self.flat(expr.value)
@@ -389,8 +391,8 @@ class TypeInferencer(ExprFunctor):
         body_type = self.flat(expr)
         if body_type is None:
             body_type = yield self.eval(expr)
-        for let in chain:
-            self.state.types[let] = body_type
+        for link in chain:
+            self.state.types[link] = body_type
         return body_type
 
     def _binding_mismatch(

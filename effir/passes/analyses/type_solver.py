@@ -398,12 +398,15 @@ class _Unify(ExprFunctor):
             )
         if len(a.type_params) != len(b.type_params):
             raise UnifyError(f"polymorphic and monomorphic functions: {show(a)} vs {show(b)}")
+        b_args, b_ret = b.arg_types, b.ret_type
         if b.type_params:  # compare up to renaming of the type parameters
-            b = substitute(b, dict(zip(b.type_params, a.type_params, strict=True)))  # type: ignore[assignment]
+            renaming = dict(zip(b.type_params, a.type_params, strict=True))
+            b_args = tuple(substitute(t, renaming) for t in b_args)
+            b_ret = substitute(b_ret, renaming)
         args = []
-        for x, y in zip(a.arg_types, b.arg_types, strict=True):
+        for x, y in zip(a.arg_types, b_args, strict=True):
             args.append((yield self.eval(x, y)))
-        ret = yield self.eval(a.ret_type, b.ret_type)
+        ret = yield self.eval(a.ret_type, b_ret)
         return FuncType(tuple(args), ret, a.type_params, a.effects)
 
     @on(GlobalTypeVar, TypeCall)

@@ -97,6 +97,7 @@ each.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import overload
 
 from effir.ir.expr import (
     ATOM_TYPES,
@@ -140,7 +141,8 @@ def simple_operands(value: Expr) -> tuple[Expr, ...] | None:
     in field order (``child_slots``); None for anything else."""
     if not isinstance(value, _SIMPLE):
         return None
-    return tuple(nodes_in(value, _AnfCheck.plan(type(value))[2]))
+    fields = nodes_in(value, _AnfCheck.plan(type(value))[2])
+    return tuple(f for f in fields if isinstance(f, Expr))  # these classes hold only expressions
 
 
 @module_pass(
@@ -224,7 +226,7 @@ class _AnfCheck(Visitor):
         pending, self.pending = self.pending, []
         return pending
 
-    def _atoms(self, *operands: Expr) -> None:
+    def _atoms(self, *operands: Node) -> None:
         for operand in operands:
             if not isinstance(operand, ATOM_TYPES):
                 self.fail()
@@ -243,8 +245,8 @@ class _AnfCheck(Visitor):
             expr = expr.body
         self._value(expr)
 
-    def _value(self, value: Expr) -> None:
-        """A let's value or a chain's end: an atom, or a node whose own
+    def _value(self, value: Node) -> None:
+        """A let's value, a chain's end or a clause: an atom, or a node whose own
         hook accepts it (a let fails: no let in a let's value)."""
         if isinstance(value, ATOM_TYPES):
             return
@@ -282,8 +284,17 @@ class _AnfCheck(Visitor):
         self._atoms(node.data)
 
 
+@overload
+def to_anf_expr(expr: Function) -> Function: ...
+
+
+@overload
+def to_anf_expr(expr: Expr) -> Expr: ...
+
+
 def to_anf_expr(expr: Expr) -> Expr:
-    """``expr`` in A-normal form; a Function stays a Function."""
+    """``expr`` in A-normal form; a Function stays a Function (the
+    normalizer's root is evaluated by its ``Function`` hook)."""
     return normal_form(expr, atomic=True)
 
 
@@ -407,8 +418,12 @@ class _Normalizer(ExprFunctor):
         """The value of an atom or of a shared node already bound, without a
         trip through the trampoline (most operands are one of these)."""
         if isinstance(expr, ATOM_TYPES):
-            return self.alias.get(expr, expr) if isinstance(expr, Var) else expr
+            return self._atom_value(expr)
         return self.bound.get(id(expr))
+
+    def _atom_value(self, atom: Expr) -> Expr:
+        """An atom's value: the atom a variable aliases, else itself."""
+        return self.alias.get(atom, atom) if isinstance(atom, Var) else atom
 
     def operand(self, expr: Expr, bindings: Bindings) -> Expr | Computation[Expr]:
         if self.atomic:
@@ -458,7 +473,7 @@ class _Normalizer(ExprFunctor):
         value, key = let.value, id(let.value)
         plain = let.var.type_annotation is None
         if isinstance(value, ATOM_TYPES):
-            result = self._known(value)
+            result = self._atom_value(value)
         elif key not in self.shared:
             result = yield (self._plans.get(type(value)) or self.plan(type(value)))[0](
                 self, value, bindings
@@ -480,8 +495,8 @@ class _Normalizer(ExprFunctor):
     # One hook per compound class: its operands in evaluation order, its
     # blocks (branches, clauses, a function's body) each a block of its own.
     @on(Let)
-    def _let_chain(self, expr: Let, bindings: Bindings) -> Computation[Expr]:
-        head: Expr = expr
+    def _let_chain(self, head: Let, bindings: Bindings) -> Computation[Expr]:
+        expr: Expr = head
         # A shared let inside the chain is a value of its own (memoized).
         while isinstance(expr, Let) and (expr is head or id(expr) not in self.shared):
             yield self._let(expr, bindings)

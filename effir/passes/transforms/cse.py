@@ -129,7 +129,7 @@ def cse(module: IRModule) -> IRModule:
     facts = CallFacts(module)
     functions = {}
     for name, fn in module.functions.items():
-        functions[name] = _Merger(module, facts, shared_nodes(fn)).mutate(fn)
+        functions[name] = _Merger(module, facts, shared_nodes(fn)).mutate_as(fn, Function)
     if all(functions[n] is fn for n, fn in module.functions.items()):
         return module
     return IRModule(functions, module.type_defs, module.cells)
@@ -189,9 +189,9 @@ class _Merger(Mutator):
         self.added.append([])
 
     def bind(self, let: Let) -> None:
-        self.values[id(let)] = self._merge(let, self.child(let.value))
+        self.values[id(let)] = self._merge(let, self.child_expr(let.value))
 
-    def finish_block(self, chain: list[Let]) -> Node:  # type: ignore[override]
+    def finish_block(self, chain: list[Let]) -> Node:
         for key in self.added.pop():
             stack = self.table[key]
             stack.pop()
@@ -199,7 +199,7 @@ class _Merger(Mutator):
                 del self.table[key]
         if id(chain[0]) in self.shared:
             self.barrier = self.barriers.pop()
-        body = self.child(chain[-1].body)
+        body = self.child_expr(chain[-1].body)
         values = self.values
         for let in reversed(chain):
             value = values.pop(id(let))

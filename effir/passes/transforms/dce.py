@@ -290,7 +290,7 @@ def dce(module: IRModule) -> IRModule:
     functions = {}
     for name, fn in module.functions.items():
         order, shared = scan(fn)
-        functions[name] = _Sweep(_effect_free(order, shared, facts)).mutate(fn)
+        functions[name] = _Sweep(_effect_free(order, shared, facts)).mutate_as(fn, Function)
     if all(functions[n] is fn for n, fn in module.functions.items()):
         return module
     return IRModule(functions, module.type_defs, module.cells)

@@ -95,11 +95,8 @@ def explicate(module: IRModule) -> IRModule:
     for name, fn in module.functions.items():
         if scans[name][1]:
             rewriter = _Explicate()
-            new = rewriter.mutate(fn)
-            if not rewriter.normal:
-                new = to_anf_expr(new)
-            assert isinstance(new, Function)
-            fn = new
+            new = rewriter.mutate_as(fn, Function)
+            fn = new if rewriter.normal else to_anf_expr(new)
         functions[name] = fn
     return IRModule(functions, module.type_defs, module.cells)
 

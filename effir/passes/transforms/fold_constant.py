@@ -202,12 +202,11 @@ def _static_size(t: Type) -> int | None:
     """Elements in all the tensors of ``t`` when it is made of statically
     shaped tensors only, else None."""
     if isinstance(t, TensorType):
-        if all(isinstance(d, int) and not isinstance(d, bool) for d in t.shape):
-            return math.prod(t.shape)
-        return None
+        dims = [d for d in t.shape if isinstance(d, int) and not isinstance(d, bool)]
+        return math.prod(dims) if len(dims) == len(t.shape) else None
     if isinstance(t, TupleType):
-        sizes = [_static_size(f) for f in t.fields]
-        return None if any(s is None for s in sizes) else sum(sizes)  # type: ignore[arg-type]
+        sizes = [s for s in map(_static_size, t.fields) if s is not None]
+        return sum(sizes) if len(sizes) == len(t.fields) else None
     return None
 
 

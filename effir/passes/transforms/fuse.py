@@ -207,7 +207,7 @@ def fuse(module: IRModule, max_fused_ops: int = MAX_FUSED_OPS) -> IRModule:
     functions = {}
     for name, fn in module.functions.items():
         fuser = _Fuser(facts[name].uses, facts[name].shared, max_fused_ops)
-        functions[name] = fuser.mutate(fn)
+        functions[name] = fuser.mutate_as(fn, Function)
     if all(functions[n] is fn for n, fn in module.functions.items()):
         return module
     return IRModule(functions, module.type_defs, module.cells)
@@ -381,10 +381,10 @@ class _Fuser(Mutator):
         return fn if is_primitive(fn) else None
 
     # -------------------------------------------------------- one block
-    def finish_block(self, chain: list[Let]) -> Expr:  # type: ignore[override]
+    def finish_block(self, chain: list[Let]) -> Expr:
         tail = chain[-1].body
-        values = [self.child(let.value) for let in chain]
-        new_tail = self.child(tail)
+        values = [self.child_expr(let.value) for let in chain]
+        new_tail = self.child_expr(tail)
 
         exprs: list[Expr] = [let.value for let in chain] + [tail]
         kinds = [None if id(e) in self.shared else _candidate_kind(e) for e in exprs]

@@ -60,9 +60,7 @@ def split_keys(module: IRModule) -> IRModule:
 
 def _split_function(fn: Function) -> Function:
     uses = use_counts(fn)
-    result = _Blocks(uses).mutate(fn)
-    assert isinstance(result, Function)
-    return result
+    return _Blocks(uses).mutate_as(fn, Function)
 
 
 def _is_pair_split(value: Expr) -> bool:
@@ -111,8 +109,8 @@ def _rewrite_block(head: Let, uses: Counter) -> Expr:
     consumers: dict[Var, list[tuple[int, Var]]] = {}
     for other, j in splits.items():
         value = bindings[j][1]
-        assert isinstance(value, Call)
-        consumers.setdefault(value.args[0], []).append((j, other))
+        assert isinstance(value, Call) and isinstance(key := value.args[0], Var)
+        consumers.setdefault(key, []).append((j, other))
     # next[s] = the split that consumes s's first half, and nothing else does.
     following: dict[Var, Var] = {}
     for var, i in splits.items():

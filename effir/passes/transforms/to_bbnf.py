@@ -41,9 +41,9 @@ The checker ``bbnf_problem`` (effir/passes/infra/invariants.py) reports the firs
 
 from __future__ import annotations
 
-from effir.ir.expr import (
-    Expr,
-)
+from typing import overload
+
+from effir.ir.expr import Expr, Function
 from effir.ir.module import IRModule
 from effir.passes.infra.transform import module_pass
 from effir.passes.transforms.anf import normal_form
@@ -62,6 +62,15 @@ def to_bbnf(module: IRModule) -> IRModule:
     return IRModule(functions, module.type_defs, module.cells)
 
 
+@overload
+def to_bbnf_expr(expr: Function) -> Function: ...
+
+
+@overload
+def to_bbnf_expr(expr: Expr) -> Expr: ...
+
+
 def to_bbnf_expr(expr: Expr) -> Expr:
-    """``expr`` in basic-block normal form; a Function stays a Function."""
+    """``expr`` in basic-block normal form; a Function stays a Function
+    (the normalizer's root is evaluated by its ``Function`` hook)."""
     return normal_form(expr, atomic=False)

@@ -45,13 +45,17 @@ first let that [RULE GNF-KEEP] would remove.
 
 from __future__ import annotations
 
-from effir.ir.expr import ATOM_TYPES, Expr, Let, Var
+from typing import TypeVar
+
+from effir.ir.expr import ATOM_TYPES, Expr, Function, Let, Var
 from effir.ir.functor import Mutator
 from effir.ir.module import IRModule
 from effir.ir.node import Node
 from effir.passes.analyses.anf_sharing import Facts, expression_edges, pins
 from effir.passes.infra.invariants import captured_lets, removable_lets
 from effir.passes.infra.transform import module_pass
+
+E = TypeVar("E", bound=Expr)
 
 
 @module_pass(
@@ -63,7 +67,7 @@ from effir.passes.infra.transform import module_pass
 def to_gnf(module: IRModule) -> IRModule:
     """Every global function in graph normal form (cell initialisers are
     left alone)."""
-    functions = {name: to_gnf_expr(fn) for name, fn in module.functions.items()}
+    functions = {name: _graph_form(fn, Function) for name, fn in module.functions.items()}
     return IRModule(functions, module.type_defs, module.cells)
 
 
@@ -79,11 +83,16 @@ def to_gnf_expr(expr: Expr) -> Expr:
     once another's substitution makes its value movable (a call of a
     let-bound closure, which the sweep takes as unknown code) is caught by
     a further walk, repeated until no removable let is left."""
+    return _graph_form(expr, Expr)
+
+
+def _graph_form(expr: E, kind: type[E]) -> E:
+    """``to_gnf_expr`` of an expression that stays a ``kind`` (a function)."""
     if isinstance(expr, ATOM_TYPES):
         return expr
-    result: Expr = _Graph(expr).mutate(expr)  # type: ignore[assignment]
+    result = _Graph(expr).mutate_as(expr, kind)
     while next(removable_lets(result), None) is not None:
-        result = _Graph(result).mutate(result)  # type: ignore[assignment]
+        result = _Graph(result).mutate_as(result, kind)
     return result
 
 
@@ -141,7 +150,7 @@ class _Graph(Mutator):
         self.captured = captured_lets(facts, frozenset(sweep.dying))
         self.subst: dict[Var, Expr] = {}
         self.pinned: dict[int, bool] = {}  # of rebuilt nodes, by identity
-        self.keep: list[Expr] = []  # rebuilt nodes stay alive: their ids are keys
+        self.alive: list[Expr] = []  # rebuilt nodes stay alive: their ids are keys
 
     def child(self, node: Node) -> Node:
         if isinstance(node, Var):
@@ -149,10 +158,10 @@ class _Graph(Mutator):
         return self.memo.get(id(node), node)
 
     def bind(self, let: Let) -> None:
-        value = self.child(let.value)
+        value = self.child_expr(let.value)
         var = let.var
         if var.type_annotation is None and var not in self.captured and self._movable(value):
-            self.subst[var] = value  # type: ignore[assignment]
+            self.subst[var] = value
 
     def finish(self, node: Node) -> Node:
         if isinstance(node, Let) and node.var in self.subst:
@@ -171,5 +180,5 @@ class _Graph(Mutator):
             self.pinned[id(node)] = pins(node, self.recursive) or any(
                 self.pinned.get(id(child), False) for _, child, _ in expression_edges(node)
             )
-            self.keep.append(node)
+            self.alive.append(node)
         return node

@@ -22,7 +22,7 @@ from effir.passes.infra.transform import module_pass
 from effir.passes.transforms.fuse import PRIMITIVE, is_primitive
 
 from ....ir import type_tree
-from ....ir.expr import Call, Constant, Function, Let, Op, Var
+from ....ir.expr import Call, Constant, Expr, Function, Let, Op, Var
 from ....ir.functor import Mutator, on, pre_order
 from ....ir.module import IRModule
 from ....ir.node import Node
@@ -63,7 +63,9 @@ def one_call_kernel(call: Call) -> tuple[Function, list[Var]]:
     """A primitive function computing ``call`` alone, and the variables it
     is called on: each variable argument becomes a parameter, constants
     stay in its body."""
-    params, operands, args = [], [], []
+    params: list[Var] = []
+    operands: list[Var] = []
+    args: list[Expr] = []
     for arg in call.args:
         if isinstance(arg, Var):
             param = Var(f"p{len(params)}", arg.checked_type)

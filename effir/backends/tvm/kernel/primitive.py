@@ -79,7 +79,7 @@ def concrete_type(t: Type, dims: Mapping[str, Any], what: str = "a type") -> Typ
             raise BackendError(
                 f"a kernel computes tensors, tuples and keys, not {astext(leaf)} ({what})"
             )
-        shape = []
+        shape: list[int | str] = []
         for d in leaf.shape:
             if isinstance(d, int):
                 shape.append(d)
@@ -596,8 +596,12 @@ class _Builder:
         return self._call(node, tuple(memo[id(a)] for a in node.args))
 
     def _call(self, call: Call, args: tuple[TEValue, ...]) -> TEValue:
-        name = call.callee.name  # type: ignore[union-attr]
-        definition = op_def(call.callee)  # type: ignore[arg-type]
+        callee = call.callee
+        if not isinstance(callee, Op):
+            what = type(callee).__name__
+            raise BackendError(f"a kernel calls operators only, not a {what}", call.span)
+        name = callee.name
+        definition = op_def(callee)
         rule = definition.rules.get("te")
         if rule is None or definition.effect != "pure":
             why = (

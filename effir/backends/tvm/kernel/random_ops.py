@@ -98,6 +98,7 @@ splits ``fmuladd`` into a rounded multiply and add).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -562,9 +563,7 @@ def split_te(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> tuple[te.Te
     if num == 0:
         return ()
     state = _threefry(key, (num,), lambda index: (_u32(0), _cast(_U32, index[0])), "random_split")
-    return tuple(
-        _key_output(lambda i=i: _words(state, (i,)), f"random_split_{i}") for i in range(num)
-    )
+    return tuple(_key_output(partial(_words, state, (i,)), f"random_split_{i}") for i in range(num))
 
 
 @te_rule("random.fold_in")

@@ -101,7 +101,7 @@ class AdtRules:
             return self.bb.match_cast(value, want)
         return value
 
-    def _fields(self, value: Any, ctor: Constructor, data_type: Type) -> list[Any]:
+    def _fields(self, value: Any, ctor: Constructor, data_type: Type | None) -> list[Any]:
         """The fields of ``value``, known to be built by ``ctor``."""
         types = self._field_types(ctor, data_type)
         tuple_type = relax.TupleType(
@@ -155,7 +155,7 @@ class AdtRules:
         self, clause: Clause, data: Any, data_type: Type, env: dict[Var, Any]
     ) -> Computation[Any]:
         inner = dict(env)
-        work = [(clause.pattern, data, data_type)]
+        work: list[tuple[Pattern, Any, Type | None]] = [(clause.pattern, data, data_type)]
         while work:
             pattern, value, t = work.pop()
             if isinstance(pattern, PatternVar):
@@ -171,14 +171,15 @@ class AdtRules:
                     work.extend(zip(pattern.patterns, parts, types, strict=True))
         return (yield self.walk.chain(clause.body, inner))
 
-    def _field_types(self, ctor: Constructor, data_type: Type) -> list[Type]:
-        """The types of ``ctor``'s fields in a value of ``data_type``."""
+    def _field_types(self, ctor: Constructor, data_type: Type | None) -> list[Type]:
+        """The types of ``ctor``'s fields in a value of ``data_type`` (None:
+        not known, the fields' declared types)."""
         definition = self.state.module.type_defs[ctor.adt]
         args = data_type.args if isinstance(data_type, TypeCall) else ()
         mapping = dict(zip(definition.type_params, args, strict=False))
         return [substitute(t, mapping) for t in ctor.inputs]
 
-    def _test(self, pattern: Pattern, value: Any, t: Type) -> Computation[Any]:
+    def _test(self, pattern: Pattern, value: Any, t: Type | None) -> Computation[Any]:
         """A boolean scalar: whether ``value`` matches ``pattern`` (on the
         trampoline: a pattern nests as deep as the program may)."""
         if not refutable(pattern):

@@ -32,7 +32,7 @@ import numpy as np
 import tvm
 from tvm import relax, tirx
 
-from ....ir.expr import Call, Var
+from ....ir.expr import Call, Expr, Var
 from ....ir.op import op_def
 from ....ir.types import TensorType
 from ....runtime.limits import ENV, human, max_bytes
@@ -170,7 +170,7 @@ class DynamicRules:
     def _boolean_mask(self, call: Call, env: dict[Var, Any], name: str) -> Any:
         """``x[mask]``: count, allocate, fill [RULE LOWER-DYN]."""
         x_arg, mask_arg = call.args
-        x_type, mask_type = x_arg.checked_type, mask_arg.checked_type
+        x_type, mask_type = _tensor(x_arg), _tensor(mask_arg)
         x = self.walk.atom(x_arg, env)
         mask = self.walk.atom(mask_arg, env)
         x_dims = self.dims(x, x_type)
@@ -211,7 +211,7 @@ class DynamicRules:
 
     def _argwhere(self, call: Call, env: dict[Var, Any], name: str) -> Any:
         (x_arg,) = call.args
-        x_type = x_arg.checked_type
+        x_type = _tensor(x_arg)
         x = self.walk.atom(x_arg, env)
         dims = self.dims(x, x_type)
         total = 1
@@ -259,7 +259,7 @@ class DynamicRules:
         op = op_def(call.callee).name  # type: ignore[arg-type]
         dtype = str(call.attrs["dtype"])
         shape_arg = call.args[-1]
-        dims = self._dyn_shape(self.walk.atom(shape_arg, env), shape_arg.checked_type)
+        dims = self._dyn_shape(self.walk.atom(shape_arg, env), _tensor(shape_arg))
         ok = tirx.const(True, "bool")
         for d in dims:
             ok = tirx.And(ok, d >= tirx.const(0, "int64"))
@@ -281,8 +281,8 @@ class DynamicRules:
     def _dyn_reshape(self, call: Call, env: dict[Var, Any], name: str) -> Any:
         x_arg, shape_arg = call.args
         x = self.walk.atom(x_arg, env)
-        x_dims = self.dims(x, x_arg.checked_type)
-        asked = self._dyn_shape(self.walk.atom(shape_arg, env), shape_arg.checked_type)
+        x_dims = self.dims(x, _tensor(x_arg))
+        asked = self._dyn_shape(self.walk.atom(shape_arg, env), _tensor(shape_arg))
         dims, ok, total = _resolved_newshape(x_dims, asked, bool(call.attrs["allowzero"]))
         message = f"cannot reshape {VALUE_MARK} elements into shape {_shape_text(len(asked))}"
         self.check_shape(call, ok, message, [total, *asked])
@@ -292,7 +292,7 @@ class DynamicRules:
         """``dyn.arange``: its length counted by a kernel, checked (a zero
         step, a float bound that is not finite), then the values filled."""
         start, limit, delta = (self.walk.atom(a, env) for a in call.args)
-        dtype = call.args[0].checked_type.dtype
+        dtype = _tensor(call.args[0]).dtype
         emit = self.bb.emit
         counted = emit(
             relax.call_tir(
@@ -324,7 +324,7 @@ class DynamicRules:
         first occurrence flagged), then gathered, ordered, indexed and
         counted by a second kernel (dynamic_kernels.py) [RULE LOWER-DYN]."""
         (x_arg,) = call.args
-        t = x_arg.checked_type
+        t = _tensor(x_arg)
         x = self.walk.atom(x_arg, env)
         dims = self.dims(x, t)
         emit = self.bb.emit
@@ -390,8 +390,8 @@ class DynamicRules:
         other value does not have)."""
         (x_arg,) = call.args
         x = self.walk.atom(x_arg, env)
-        dims = self.dims(x, x_arg.checked_type)
-        result = call.checked_type
+        dims = self.dims(x, _tensor(x_arg))
+        result = _tensor(call)
         loose = [
             tirx.Var(f"f{i}", "int64") if d == "?" else dims[i] for i, d in enumerate(result.shape)
         ]
@@ -400,7 +400,7 @@ class DynamicRules:
     def _shape_of(self, call: Call, env: dict[Var, Any], name: str) -> Any:
         (x_arg,) = call.args
         x = self.walk.atom(x_arg, env)
-        dims = self.dims(x, x_arg.checked_type)
+        dims = self.dims(x, _tensor(x_arg))
         shape = self.bb.emit(relax.op.shape_to_tensor(relax.ShapeExpr(dims)))
         return self.bb.emit(relax.op.astype(shape, str(call.attrs["dtype"])), name)
 
@@ -503,3 +503,12 @@ DYNAMIC: dict[str, Callable[..., Any]] = {
     "unique": DynamicRules._unique,
 }
 """The lowering of each operator of data-dependent shape."""
+
+
+def _tensor(expr: Expr) -> TensorType:
+    """The checked type of an operand or result these rules read as a
+    tensor's (the operator's type relation made it one)."""
+    t = expr.checked_type
+    if not isinstance(t, TensorType):
+        raise BackendError(f"expected a tensor, got a value of type {t}", expr.span)
+    return t

@@ -62,6 +62,7 @@ share relax/state.py's ``LoweringState``.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -73,7 +74,7 @@ from tvm.relax.op.vm import kill_object
 from ....ir import type_tree
 from ....ir.expr import Call, Expr, Function, Var
 from ....ir.printer import astext
-from ....ir.types import ANY, TensorType, TupleType, Type
+from ....ir.types import ANY, Dim, TensorType, TupleType, Type
 from ....ir.visitor import free_vars
 from ....ops.control import pads, while_limit
 from ..kernel.primitive import leaves
@@ -324,7 +325,7 @@ class LoopRules:
         ``LOOP_CHUNK`` rows of the sequences (copied out), passes the state
         on and writes the chunk's outputs into buffers of the whole length."""
         emit = self.bb.emit
-        sizes = [int(np.prod(t.shape[1:], dtype=np.int64)) for t in xs_types]
+        sizes = [_elements(t.shape[1:]) for t in xs_types]
         out_sizes = [int(np.prod(leaf.shape, dtype=np.int64)) for leaf in lowered.outputs]
         n_state = len(lowered.state)
         n_fixed = len(rows)
@@ -405,7 +406,7 @@ class LoopRules:
         def step(count: Any, carried: list[Any], fixed: list[Any]) -> tuple[Any, list[Any]]:
             step_rows = []
             for seq, leaf in zip(fixed[:n_rows], xs_leaves, strict=True):
-                row_size = int(np.prod(leaf.shape[1:], dtype=np.int64))
+                row_size = _elements(leaf.shape[1:])
                 row = self.dynamic.executor_call("take_row", leaf.dtype, [seq, count], [row_size])
                 step_rows.append(emit(self.dynamic.reshape(row, [int(d) for d in leaf.shape[1:]])))
             x_t = self.kernel.rebuild(body.params[0].checked_type, iter(step_rows))
@@ -540,12 +541,12 @@ class LoopRules:
         new_state = emit(relax.TupleGetItem(step, 1))
         bufs = carried[1:]
         _, sizes = _outputs(outs)
-        static = [i for i, c in enumerate(sizes) if c is not None]
+        static = {i: c for i, c in enumerate(sizes) if c is not None}
         if grow and static:  # the others grow as their rows' size is told (_widened)
             grown = self._grown(
                 [bufs[i] for i in static],
                 [outs[i] for i in static],
-                [sizes[i] for i in static],
+                list(static.values()),
                 count,
             )
             bufs = list(bufs)
@@ -851,8 +852,17 @@ def _outputs(out_type: Type | list[TensorType]) -> tuple[list[TensorType], list[
     """A loop's per-step output leaves and their sizes (None: known once
     a step has run, [RULE LOOP-VMSIZED])."""
     outs = out_type if isinstance(out_type, list) else leaves(out_type)
-    sizes = [int(np.prod(leaf.shape, dtype=np.int64)) if leaf.is_static else None for leaf in outs]
+    sizes = [_elements(leaf.shape) if leaf.is_static else None for leaf in outs]
     return outs, sizes
+
+
+def _elements(dims: Sequence[Dim]) -> int:
+    """The number of elements of a static shape (a loop's row, a step's
+    output: what the type relation made static)."""
+    sizes = [d for d in dims if isinstance(d, int)]
+    if len(sizes) != len(dims):
+        raise BackendError(f"a static shape was expected, got {tuple(dims)}")
+    return math.prod(sizes)
 
 
 def _product(dims: list[Any]) -> Any:

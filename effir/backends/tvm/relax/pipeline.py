@@ -247,9 +247,7 @@ def kill_unused() -> Any:
                 continue
             unused = _unused(function)
             if unused:
-                module[gv] = rewrite_bindings(
-                    function, lambda b, _depth, dead=unused: _killed_after(b, dead, normalizer)
-                )
+                module[gv] = rewrite_bindings(function, _killing(unused, normalizer))
         return module
 
     return run
@@ -291,6 +289,11 @@ def _unused(function: Any) -> set[Any]:
                 # If itself reads its condition.
                 read.update(free_vars(value.cond if isinstance(value, relax.If) else value))
     return {v for v in bound if v not in read}
+
+
+def _killing(unused: set[Any], normalizer: Any) -> BindingRule:
+    """The rule that follows each binding of ``unused`` with its ``kill_object``."""
+    return lambda binding, _depth: _killed_after(binding, unused, normalizer)
 
 
 def _killed_after(binding: Any, unused: set[Any], normalizer: Any) -> list[Any]:

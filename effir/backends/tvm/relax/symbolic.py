@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import tvm_ffi
 from tvm import tirx
 
-from ....ir.expr import Function, Let, Var
+from ....ir.expr import Expr, Function, Let, Var
 from ....ir.functor import Mutator, on, pre_order
 from ....ir.types import ANY, KeyType, TensorType, TupleType, Type
 from ..kernel.symbolic_shapes import KernelSizes, type_kernel
@@ -134,15 +134,16 @@ class SymbolicRules:
             shape = [d if d != ANY else _size_name(dims[k], known) for k, d in enumerate(t.shape)]
             return TensorType(tuple(shape), t.dtype)
 
-        mapping = {p: Var(p.name_hint, named(p.checked_type), span=p.span) for p in fn.params}
+        retyped = {p: named(p.checked_type) for p in fn.params}
+        mapping = {p: Var(p.name_hint, t, span=p.span) for p, t in retyped.items()}
         for node in pre_order(fn.body):  # fresh let variables, typed below
             if isinstance(node, Let):
                 mapping[node.var] = Var(node.var.name_hint, span=node.var.span)
-        body = _Rename(mapping).mutate(fn.body)
+        body = _Rename(mapping).mutate_as(fn.body, Expr)
         params = tuple(mapping[p] for p in fn.params)
         typed = Function(params, body, None, fn.type_params, fn.attrs, span=fn.span)
-        for p in params:
-            p.set_checked_type(p.type_annotation)
+        for p, t in retyped.items():
+            mapping[p].set_checked_type(t)
         sizes = KernelSizes(list(known))
         type_kernel(typed, sizes)
         return typed, sizes, known

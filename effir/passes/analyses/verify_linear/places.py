@@ -5,7 +5,9 @@ joined at its end."""
 
 from __future__ import annotations
 
+import enum
 import itertools
+from typing import Final
 
 from effir.ir.diagnostics import Span
 from effir.ir.expr import Expr
@@ -18,7 +20,19 @@ Path = tuple[int, ...]
 Site = tuple[Expr, Node | None, int, Span | None]
 MISSING = object()
 SERIALS = itertools.count()
-SAT = "met"  # an obligation met on every path so far
+
+
+class _Met(enum.Enum):
+    SAT = "met"
+
+
+SAT: Final = _Met.SAT  # an obligation met on every path so far
+Status = Site | _Met | None
+"""An obligation's state on a path: ``SAT``, None (unmet), or the ``Site``
+of the path end that left it unmet."""
+Delta = tuple[dict[tuple["Place", Path], Site], dict["Obligation", Status]]
+"""A branch's changes that matter after the join: the sites of its uses
+of places older than the branch, and the status of its obligations."""
 
 
 class Obligation:
@@ -104,7 +118,7 @@ class PathState:
 
     def __init__(self) -> None:
         self.uses: dict[tuple[Place, Path], Site] = {}
-        self.obs: dict[Obligation, object] = {}  # SAT, None (unmet), or the Site of a path end
+        self.obs: dict[Obligation, Status] = {}
         self.memo: dict[int, Val] = {}  # shared (graph-form) expressions evaluated
         self.log: list[tuple[dict, object, object]] = []
         self.depth = 0
@@ -118,21 +132,22 @@ class PathState:
         self.depth += 1
         return len(self.log), next(SERIALS)
 
-    def end(self, mark: tuple[int, int]) -> dict[tuple[bool, object], object]:
+    def end(self, mark: tuple[int, int]) -> Delta:
         """Undo the branch since ``mark``; its changes that matter after the
         join (not those to its own places, nor obligations it created and met)."""
         entries = self.log[mark[0] :]
         before: dict[tuple[int, object], object] = {}
         for table, key, old in entries:
             before.setdefault((id(table), key), old)
-        delta = {}
+        uses: dict[tuple[Place, Path], Site] = {}
+        obs: dict[Obligation, Status] = {}
         for (table_id, key), old in before.items():
-            if table_id == id(self.uses):
+            if table_id == id(self.uses) and isinstance(key, tuple):
                 if key[0].serial < mark[1]:
-                    delta[(False, key)] = self.uses[key]
-            elif table_id == id(self.obs):
+                    uses[key] = self.uses[key]
+            elif table_id == id(self.obs) and isinstance(key, Obligation):
                 if old is not MISSING or self.obs[key] is not SAT:
-                    delta[(True, key)] = self.obs[key]
+                    obs[key] = self.obs[key]
         for table, key, old in reversed(entries):
             if old is MISSING:
                 table.pop(key, None)
@@ -140,21 +155,22 @@ class PathState:
                 table[key] = old
         del self.log[mark[0] :]
         self.depth -= 1
-        return delta
+        return uses, obs
 
-    def merge(self, branches: list[tuple[dict, Site]]) -> None:
-        keys = {k for delta, _ in branches for k in delta}
-        for is_ob, key in keys:
-            table = self.obs if is_ob else self.uses
-            base = table.get(key, MISSING)
-            values = [(delta.get((is_ob, key), base), end) for delta, end in branches]
-            if not is_ob:  # [RULE LINEAR-KEY] used on some path: used
-                value = next((v for v, _ in values if v is not MISSING), MISSING)
-            else:  # [RULE LINEAR-STATE] met only if met on every path where it exists
-                value = SAT
-                for v, end in values:
-                    if v is not MISSING and v is not SAT:
-                        value = end if v is None else v
-                        break
-            if value is not MISSING:
-                self.set(table, key, value)
+    def merge(self, branches: list[tuple[Delta, Site]]) -> None:
+        # [RULE LINEAR-KEY] used on some path: used
+        for use in {k for (uses, _), _ in branches for k in uses}:
+            base = self.uses.get(use, MISSING)
+            found = (uses.get(use, base) for (uses, _), _ in branches)
+            site = next((v for v in found if v is not MISSING), MISSING)
+            if site is not MISSING:
+                self.set(self.uses, use, site)
+        # [RULE LINEAR-STATE] met only if met on every path where it exists
+        for ob in {k for (_, obs), _ in branches for k in obs}:
+            value: Status = SAT
+            for (_, obs), end in branches:
+                here = obs if ob in obs else self.obs  # else unchanged on that path
+                if ob in here and (v := here[ob]) is not SAT:
+                    value = end if v is None else v
+                    break
+            self.set(self.obs, ob, value)

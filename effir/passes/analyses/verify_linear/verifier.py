@@ -37,7 +37,7 @@ from effir.ir.expr import (
 from effir.ir.functor import on
 from effir.ir.module import IRModule
 from effir.ir.node import Node
-from effir.ir.op import op_def
+from effir.ir.op import OpDef, op_def
 from effir.ir.structural import structural_equal
 from effir.ir.types import KeyType, RefType, TupleType, Type, TypeCall
 from effir.ops.effects import WORLD, WORLD_TYPE
@@ -158,7 +158,7 @@ class Verifier(Evaluator):
                 self.oblige(place, path, what, "bound")
         body_site: Site = (fn.body, fn, len(slots(fn)) - 1, fn.span)
         self.evaluate(fn.body, body_site, fn.span, True)
-        unmet: dict[int, list[tuple[Obligation, object]]] = {}
+        unmet: dict[int, list[tuple[Obligation, Site | None]]] = {}
         for ob, status in self.state.obs.items():
             if status is not SAT:
                 unmet.setdefault(id(ob.group), []).append((ob, status))
@@ -425,7 +425,7 @@ class Verifier(Evaluator):
         self.state.set(memo, id(expr), val)
         return val
 
-    def child(self, expr: Expr, parent: Node, index: int, ctx: Span | None, tail=False):
+    def child(self, expr: Expr, parent: Node | None, index: int, ctx: Span | None, tail=False):
         """A child expression's site, and its evaluation (None for an atom
         read in place; a rule's immediate value is yielded back as it is)."""
         site = (expr, parent, index, ctx)
@@ -439,8 +439,9 @@ class Verifier(Evaluator):
         return val
 
     @on(Let)
-    def _let(self, expr: Let, site: Site, ctx: Span | None, tail: bool):
+    def _let(self, let: Let, site: Site, ctx: Span | None, tail: bool):
         """A let chain in one frame; its tail is not looked up as shared."""
+        expr: Expr = let
         while isinstance(expr, Let):
             ctx = expr.span or ctx
             vsite, gen = self.child(expr.value, expr, 1, ctx)
@@ -477,7 +478,12 @@ class Verifier(Evaluator):
     @on(RefCreate, RefRead, RefWrite)
     def _ref(self, expr: RefCreate | RefRead | RefWrite, site: Site, ctx: Span | None, tail: bool):
         ctx = expr.span or ctx
-        for i, part in enumerate(expr.children()):
+        parts: tuple[Expr, ...]
+        if isinstance(expr, RefWrite):
+            parts = (expr.ref, expr.value)
+        else:
+            parts = (expr.value,) if isinstance(expr, RefCreate) else (expr.ref,)
+        for i, part in enumerate(parts):
             psite, gen = self.child(part, expr, i, ctx)
             self.use(self.atom(part) if gen is None else (yield gen), psite)
         val = None
@@ -486,7 +492,7 @@ class Verifier(Evaluator):
         return self.done(val, expr, site, tail)
 
     @on(Node)
-    def _other(self, expr: Node, site: Site, ctx: Span | None, tail: bool) -> Val:
+    def _other(self, expr: Expr, site: Site, ctx: Span | None, tail: bool) -> Val:
         return self.done(None, expr, site, tail)  # pragma: no cover
 
     def bind_let(self, var: Var, val: Val, value: Expr, site: Site) -> None:
@@ -565,7 +571,7 @@ class Verifier(Evaluator):
         else:
             if data is not None:  # used; its patterns take over its world tokens
                 self.record(data, ssite)
-                self.satisfy(*data, moved=True)
+                self.satisfy(data[0], data[1], moved=True)
             bodies = [c.body for c in expr.clauses]
         if tail:  # a tail call: nothing to do after the branches
             return self.branches(expr, bodies, data, None, ctx, tail)
@@ -649,8 +655,8 @@ class Verifier(Evaluator):
                 self.move(val, result, (), asite)  # the ADT value holds it
             else:
                 self.use(val, asite)
-            if control and val is not None:
-                self.every_iteration(val, call, asite)
+            if op is not None and control and val is not None:
+                self.every_iteration(val, call, op, asite)
             args.append(val)
         span = call.span or ctx
         if op is not None:
@@ -663,7 +669,7 @@ class Verifier(Evaluator):
                 self.oblige(result, (index,), what, "produced", span)
             loop = loop_threading(op)
             if loop is not None and args[loop["init"]] is not None:
-                self.thread(call, args[loop["init"]], result, loop, span)
+                self.thread(call, op, args[loop["init"]], result, loop, span)
         else:
             fn, name = self.known_callee(callee)
             if fn is not None:
@@ -677,7 +683,9 @@ class Verifier(Evaluator):
                     self.oblige(result, (1 + j,), what, "produced", span)
         return self.done(self.keep(result), call, site, tail)
 
-    def thread(self, call: Call, init: tuple[Place, Path], result: Place, loop, span) -> None:
+    def thread(
+        self, call: Call, op: OpDef, init: tuple[Place, Path], result: Place, loop, span
+    ) -> None:
         """[RULE LINEAR-WORLD] a world token in a loop's initial state is the body's
         to use once per iteration, and comes out in the final state, where it
         must be used. (Other state is not followed: a program may drop a
@@ -693,7 +701,7 @@ class Verifier(Evaluator):
         at = (loop["final"],)
         leaves = [at + mark for mark in marks]
         result.marks.update(leaves)
-        what = f"the world token threaded through {call.callee.name}"
+        what = f"the world token threaded through {op.name}"
         self.oblige(result, at, what, "produced", span, leaves)
 
     def known_callee(self, callee: Expr) -> tuple[Function | None, str]:
@@ -705,7 +713,7 @@ class Verifier(Evaluator):
             return callee, f"the function at {full_location(callee.span)}"
         return None, ""
 
-    def every_iteration(self, val: tuple[Place, Path], call: Call, site: Site) -> None:
+    def every_iteration(self, val: tuple[Place, Path], call: Call, op: OpDef, site: Site) -> None:
         """[RULE LINEAR-KEY] a closure run by a control-flow operator reuses its captures."""
         place, path = val
         if path or not place.captures:
@@ -716,7 +724,7 @@ class Verifier(Evaluator):
             self.error(
                 f"{self.describe(captured, cpath)} is captured by {closure} (created at "
                 f"{short_location(place.produced, captured.binder)}), which "
-                f"{call.callee.name} at {short_location(call.span or where, captured.binder)} runs "
+                f"{op.name} at {short_location(call.span or where, captured.binder)} runs "
                 f"once per iteration: the same {self.noun(captured, cpath)} is used in every "
                 "iteration",
                 where,

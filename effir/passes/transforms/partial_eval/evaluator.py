@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from itertools import islice
 from typing import Any
 
@@ -188,7 +189,7 @@ class PartialEvaluator(Unrolling, Evaluator):
             return None
         return pv.ref
 
-    def flush(self, out: LetBuilder, ids: set[RefId] | None = None) -> None:
+    def flush(self, out: LetBuilder, ids: AbstractSet[RefId] | None = None) -> None:
         """Write back the dirty values (of ``ids``; None: all of them)."""
         for ref_id, entry in list(self.store.items()):
             if entry.dirty and (ids is None or ref_id in ids):
@@ -196,7 +197,7 @@ class PartialEvaluator(Unrolling, Evaluator):
                 self.uses([entry.value], out)
                 out.bind(Var("_", span=entry.target.span), RefWrite(entry.target, entry.value.atom))
 
-    def forget(self, ids: set[RefId]) -> None:
+    def forget(self, ids: AbstractSet[RefId]) -> None:
         for ref_id in ids:
             self.store.pop(ref_id, None)
 

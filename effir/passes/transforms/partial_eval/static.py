@@ -5,12 +5,15 @@ inferred types given to residual parameters."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 
 from effir.ir.expr import (
     Call,
     Constructor,
     Expr,
+    Pattern,
     PatternConstructor,
     PatternTuple,
     PatternVar,
@@ -89,7 +92,7 @@ def fold_tuple(definition, call: Call, fields: tuple[PV, ...]) -> np.ndarray | N
     )
 
 
-def static_match(pattern, data: PV) -> dict[Var, PV] | bool | None:
+def static_match(pattern: Pattern, data: PV) -> dict[Var, PV] | Literal[False] | None:
     """Bindings if ``pattern`` surely matches ``data``, False if it surely
     does not, None if that is not known statically."""
     work = [(pattern, data)]

@@ -11,19 +11,19 @@ whole would be straight-line code T steps long, where a loop of T steps
 stays a loop. So an outer loop whose nest is too long stays a loop, and
 only its short inner loops may unroll in its body.
 
-``Unrolling`` is a part of ``evaluator.PartialEvaluator``, written apart: it
-uses the evaluator's ``inline``, ``emit``, ``size_of``, ``snapshot`` and its
-store and budget, which ``Evaluating`` states (a Protocol, the type of
-``self`` in its methods: evaluator.py builds on this module)."""
+``Unrolling`` is a part of ``evaluator.Evaluator``, written apart: it uses
+the evaluator's ``inline``, ``emit``, ``size_of``, ``snapshot`` and its
+store and budget."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 import numpy as np
 
 from effir.ir.builder import LetBuilder
+from effir.ir.evaluator import Computation
 from effir.ir.expr import Call, Constant, Expr, Function, Let, Op, Tuple, TupleGetItem, Var
 from effir.ir.functor import post_order, pre_order
 from effir.ir.node import Node, child_nodes
@@ -41,62 +41,29 @@ from effir.passes.transforms.partial_eval.values import (
 )
 
 
-class Evaluating(Protocol):
-    """What the unrolling rules use of the evaluator they are a part of."""
-
-    budget: int
-    inlining: list[Function]
-    store: dict[RefId, Entry]
-    escaped: set[LocalRef]
-
-    def captured(self, fn: Function, env: dict[Var, PV]) -> dict[Var, PV]: ...
-
-    def emit(self, var: Var, value: Expr, out: LetBuilder, **known: Any) -> PV: ...
-
-    def snapshot(self) -> dict[RefId, Entry]: ...
-
-    def size_of(self, fn: Function) -> int: ...
-
-    def instantiation(
-        self, fn: Function, hints: Iterable[tuple[Type, Type]]
-    ) -> dict[str, Type] | None: ...
-
-    def inline(
-        self, target: PV, args: list[PV], out: LetBuilder, types: dict[str, Type] | None = None
-    ): ...
-
-    def known_function(self, arg: Expr, pv: PV, env: dict[Var, PV], arity: int) -> PV | None: ...
-
-    def unroll_while(self, call: Call, args: list[PV], env: dict[Var, PV], out: LetBuilder): ...
-
-    def pad_rows(
-        self, stacked: PV, rows: int, stacked_type: Type, out: LetBuilder
-    ) -> PV | None: ...
-
-    def abandon(self, saved: tuple[dict[RefId, Entry], set[LocalRef], int]) -> None: ...
-
-    def stack_or_empty(
-        self, outputs: list[PV], stacked_type: Type, out: LetBuilder
-    ) -> PV | None: ...
-
-    def step_of(self, xs: PV, t: int, out: LetBuilder, span) -> PV: ...
-
-    def stack(self, outputs: list[PV], stacked_type: Type, out: LetBuilder) -> PV: ...
-
-    def tuple_of(self, parts: list[PV], out: LetBuilder) -> PV: ...
-
-    def project(self, pv: PV, index: int, out: LetBuilder) -> PV: ...
-
-    def apply(self, name: str, args: list[PV], attrs: dict, out: LetBuilder, span) -> PV: ...
+class _Emit(Protocol):
+    def __call__(self, var: Var, value: Expr, out: LetBuilder, **known: Any) -> PV: ...
 
 
 class Unrolling:
     """The evaluator's rules for unrolling loops."""
 
-    def unroll(self: Evaluating, call: Call, args: list[PV], env: dict[Var, PV], out: LetBuilder):
+    # What the rules use of the evaluator (``evaluator.PartialEvaluator`` defines them).
+    budget: int
+    inlining: list[Function]
+    store: dict[RefId, Entry]
+    escaped: set[LocalRef]
+    captured: Callable[[Function, dict[Var, PV]], dict[Var, PV]]
+    emit: _Emit
+    inline: Callable[[PV, list[PV], LetBuilder], Computation[PV]]
+    instantiation: Callable[[Function, Iterable[tuple[Type, Type]]], dict[str, Type] | None]
+    size_of: Callable[[Function], int]
+    snapshot: Callable[[], dict[RefId, Entry]]
+
+    def unroll(self, call: Call, args: list[PV], env: dict[Var, PV], out: LetBuilder):
         """A short loop with a static trip count, one inlined body per step;
         None when it does not qualify."""
-        if not call.has_type:
+        if not call.has_type or not isinstance(call.callee, Op):
             return None
         name = op_def(call.callee).name
         if name == "cf.while_loop":
@@ -107,13 +74,16 @@ class Unrolling:
         result_type = call.checked_type
         if length is None or not 1 <= length <= MAX_UNROLL:
             return None
-        body = self.known_function(call.args[0], args[0], env, 2)
-        if body is None or self.size_of(body.fn) * length > self.budget:
+        known = self.known_function(call.args[0], args[0], env, 2)
+        if known is None:
             return None
-        if length * inlined_steps(body.fn) > MAX_UNROLL:  # type: ignore[arg-type]
+        body, body_fn = known
+        if self.size_of(body_fn) * length > self.budget:
+            return None
+        if length * inlined_steps(body_fn) > MAX_UNROLL:
             return None  # a nest too long to unroll whole (module docstring)
         xs, state = args[1], args[2]
-        outputs = []
+        outputs: list[PV] = []
         for t in range(length):
             x_t = self.step_of(xs, t, out, call.span)
             step = yield self.inline(body, [x_t, state], out)
@@ -126,29 +96,29 @@ class Unrolling:
         )
 
     def known_function(
-        self: Evaluating, arg: Expr, pv: PV, env: dict[Var, PV], arity: int
-    ) -> PV | None:
-        """The loop body ``arg`` as a function that may be inlined, or None."""
+        self, arg: Expr, pv: PV, env: dict[Var, PV], arity: int
+    ) -> tuple[PV, Function] | None:
+        """The loop body ``arg`` as a function that may be inlined (its value
+        and its function), or None."""
         fn = PV(arg, fn=arg, env=self.captured(arg, env)) if isinstance(arg, Function) else pv
         if fn.fn is None or fn.fn in self.inlining or len(fn.fn.params) != arity:
             return None
         if self.instantiation(fn.fn, ()) is None:  # no call site tells its types
             return None
-        return fn if self.size_of(fn.fn) <= MAX_INLINE else None
+        return (fn, fn.fn) if self.size_of(fn.fn) <= MAX_INLINE else None
 
-    def unroll_while(
-        self: Evaluating, call: Call, args: list[PV], env: dict[Var, PV], out: LetBuilder
-    ):
+    def unroll_while(self, call: Call, args: list[PV], env: dict[Var, PV], out: LetBuilder):
         """``cf.while_loop`` whose condition is a constant at every step and
         false within ``MAX_UNROLL`` steps (or ``max_iterations``). The steps
         are evaluated on trial: when a condition is not a constant, what the
         trial emitted and learnt is thrown away and the loop stays a loop."""
-        cond = self.known_function(call.args[0], args[0], env, 1)
-        body = self.known_function(call.args[1], args[1], env, 1)
+        known_cond = self.known_function(call.args[0], args[0], env, 1)
+        known_body = self.known_function(call.args[1], args[1], env, 1)
         result_type = call.checked_type
-        if cond is None or body is None or not isinstance(result_type, TupleType):
+        if known_cond is None or known_body is None or not isinstance(result_type, TupleType):
             return None
-        per_step = inlined_steps(body.fn)  # type: ignore[arg-type]
+        (cond, cond_fn), (body, body_fn) = known_cond, known_body
+        per_step = inlined_steps(body_fn)
         limit, given = while_limit(call)
         if given is not None:  # a run-time max_iterations: only a constant one unrolls
             value = args[LIMIT_ARG].const
@@ -158,11 +128,12 @@ class Unrolling:
         saved = (self.store, set(self.escaped), self.budget)
         self.store = self.snapshot()
         trial = LetBuilder()
-        state, outputs = args[2], []
+        state = args[2]
+        outputs: list[PV] = []
         while True:
             if limit is not None and len(outputs) >= limit:
                 break
-            if self.size_of(cond.fn) > self.budget:  # type: ignore[arg-type]
+            if self.size_of(cond_fn) > self.budget:
                 return self.abandon(saved)
             go = yield self.inline(cond, [state], trial)
             if go.const is None or go.const.shape != ():
@@ -170,7 +141,7 @@ class Unrolling:
             if not bool(go.const):
                 break
             too_long = (len(outputs) + 1) * per_step > MAX_UNROLL
-            if too_long or self.size_of(body.fn) > self.budget:  # type: ignore[arg-type]
+            if too_long or self.size_of(body_fn) > self.budget:
                 return self.abandon(saved)
             step = yield self.inline(body, [state], trial)
             outputs.append(self.project(step, 0, trial))
@@ -188,52 +159,50 @@ class Unrolling:
             fields += (PV(Constant(count, span=call.span), const=count),)
         return self.emit(Var("while"), Tuple(tuple(f.atom for f in fields)), out, fields=fields)
 
-    def pad_rows(
-        self: Evaluating, stacked: PV, rows: int, stacked_type: Type, out: LetBuilder
-    ) -> PV | None:
+    def pad_rows(self, stacked: PV, rows: int, stacked_type: Type, out: LetBuilder) -> PV | None:
         """A padded while_loop's ``stacked`` outputs followed by ``rows``
         rows of zeros (None where a per-step shape is not static)."""
         if rows == 0:
             return stacked
         if isinstance(stacked_type, TupleType):
-            parts = [
+            padded = [
                 self.pad_rows(self.project(stacked, i, out), rows, f, out)
                 for i, f in enumerate(stacked_type.fields)
             ]
-            return None if None in parts else self.tuple_of(parts, out)  # type: ignore[arg-type]
+            parts = [p for p in padded if p is not None]
+            return self.tuple_of(parts, out) if len(parts) == len(padded) else None
         if not isinstance(stacked_type, TensorType):
             return None
-        shape = stacked_type.shape[1:]
-        if not all(isinstance(d, int) for d in shape):
+        shape = [d for d in stacked_type.shape[1:] if isinstance(d, int)]
+        if len(shape) != len(stacked_type.shape) - 1:
             return None
         zeros = np.zeros((rows, *shape), dtype=stacked_type.dtype)
         padding = PV(Constant(zeros), const=zeros)
         return self.apply("concatenate", [self.tuple_of([stacked, padding], out)], {}, out, None)
 
-    def abandon(self: Evaluating, saved: tuple[dict[RefId, Entry], set[LocalRef], int]) -> None:
+    def abandon(self, saved: tuple[dict[RefId, Entry], set[LocalRef], int]) -> None:
         """Forget a trial: the store, the escaped references and the budget
         as they were before it."""
         self.store, self.escaped, self.budget = saved
 
-    def stack_or_empty(
-        self: Evaluating, outputs: list[PV], stacked_type: Type, out: LetBuilder
-    ) -> PV | None:
+    def stack_or_empty(self, outputs: list[PV], stacked_type: Type, out: LetBuilder) -> PV | None:
         """The stacked outputs; for zero steps, empty tensors of the static
         per-step shapes (None if a shape is not static)."""
         if outputs:
             return self.stack(outputs, stacked_type, out)
         if isinstance(stacked_type, TupleType):
-            parts = [self.stack_or_empty([], f, out) for f in stacked_type.fields]
-            return None if None in parts else self.tuple_of(parts, out)  # type: ignore[arg-type]
+            empties = [self.stack_or_empty([], f, out) for f in stacked_type.fields]
+            parts = [p for p in empties if p is not None]
+            return self.tuple_of(parts, out) if len(parts) == len(empties) else None
         if not isinstance(stacked_type, TensorType):
             return None
-        shape = stacked_type.shape[1:]
-        if not all(isinstance(d, int) for d in shape):
+        shape = [d for d in stacked_type.shape[1:] if isinstance(d, int)]
+        if len(shape) != len(stacked_type.shape) - 1:
             return None
         empty = np.zeros((0, *shape), dtype=stacked_type.dtype)
         return PV(Constant(empty), const=empty)
 
-    def step_of(self: Evaluating, xs: PV, t: int, out: LetBuilder, span) -> PV:
+    def step_of(self, xs: PV, t: int, out: LetBuilder, span) -> PV:
         """Step ``t`` of a sequence (a tensor or a tuple of tensors), as the
         operator's rule takes it: ``xs[t]``."""
         if xs.fields is not None:
@@ -245,7 +214,7 @@ class Unrolling:
         index = np.asarray(t, dtype="int32")
         return self.apply("take", [xs, PV(Constant(index), const=index)], {"axis": 0}, out, span)
 
-    def stack(self: Evaluating, outputs: list[PV], stacked_type: Type, out: LetBuilder) -> PV:
+    def stack(self, outputs: list[PV], stacked_type: Type, out: LetBuilder) -> PV:
         if isinstance(stacked_type, TupleType):
             parts = [
                 self.stack([self.project(o, i, out) for o in outputs], f, out)
@@ -255,19 +224,17 @@ class Unrolling:
         packed = self.tuple_of(outputs, out)
         return self.apply("stack", [packed], {"axis": 0}, out, None)
 
-    def tuple_of(self: Evaluating, parts: list[PV], out: LetBuilder) -> PV:
+    def tuple_of(self, parts: list[PV], out: LetBuilder) -> PV:
         return self.emit(
             Var("tuple"), Tuple(tuple(p.atom for p in parts)), out, fields=tuple(parts)
         )
 
-    def project(self: Evaluating, pv: PV, index: int, out: LetBuilder) -> PV:
+    def project(self, pv: PV, index: int, out: LetBuilder) -> PV:
         if pv.fields is not None:
             return pv.fields[index]
         return self.emit(Var("field"), TupleGetItem(pv.atom, index), out)
 
-    def apply(
-        self: Evaluating, name: str, args: list[PV], attrs: dict, out: LetBuilder, span
-    ) -> PV:
+    def apply(self, name: str, args: list[PV], attrs: dict, out: LetBuilder, span) -> PV:
         definition = op_def(name)
         call = Call(
             get_op(name), tuple(a.atom for a in args), definition.normalize_attrs(attrs), span=span

@@ -258,9 +258,9 @@ class Analysis:
                 before = (len(r), len(w))
                 for _, kind, found in sites:
                     if kind == "direct":
-                        (callee,) = found
-                        r |= reads[callee]
-                        w |= writes[callee]
+                        (target,) = found
+                        r |= reads[target]
+                        w |= writes[target]
                     else:
                         g = self.group[next(iter(found))]
                         r |= group_reads[g]

@@ -11,13 +11,12 @@ the answer of the last test and the iteration count.
 
 ``LoopTranslation`` is a part of ``translate.Translator``, written apart: it
 uses the translator's ``a`` (the analysis), ``atom``, ``value_atom``,
-``current``, ``bind_call`` and ``rebind``, which ``Translating`` states (a
-Protocol, the type of ``self`` in its methods: translate.py builds on this
-module)."""
+``current``, ``bind_call`` and ``rebind``."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from effir.ir.builder import LetBuilder, TupleLayout
 from effir.ir.diagnostics import EffectError, Span
@@ -26,63 +25,26 @@ from effir.ir.module import IRModule
 from effir.ir.op import op_def
 from effir.ir.types import TupleType
 from effir.ops.control import LIMIT_ARG, LoopBody, LoopShape, pads, while_limit
-from effir.passes.transforms.state_passing.analyse import Analysis
 from effir.passes.transforms.state_passing.signature import STEP, Signature, carry, out_name
 
-
-class Translating(Protocol):
-    """What the loop rules use of the translator they are a part of."""
-
-    module: IRModule
-    a: Analysis
-
-    def atom(self, expr: Expr) -> Expr: ...
-
-    def value_atom(self, expr: Expr, b: LetBuilder) -> Expr: ...
-
-    def current(self, sigma: dict[str, Expr], cell: str, node: Expr) -> Expr: ...
-
-    def bind_call(
-        self, var: Var, call: Call, sig: Signature, sigma: dict[str, Expr], b: LetBuilder
-    ) -> Var: ...
-
-    def rebind(
-        self,
-        b: LetBuilder,
-        value: Expr,
-        layout: TupleLayout,
-        group: str,
-        cells: tuple[str, ...],
-        sigma: dict[str, Expr],
-    ) -> None: ...
-
-    def bind_condition_loop(
-        self,
-        var: Var,
-        call: Call,
-        shape: LoopShape,
-        sigs: dict[int, Signature],
-        args: list[Expr],
-        sigma: dict[str, Expr],
-        b: LetBuilder,
-    ) -> None: ...
-
-    def loop_function(
-        self,
-        fn_atom: Expr,
-        body: LoopBody,
-        sig: Signature,
-        carried: tuple[str, ...],
-        sigma: dict[str, Expr],
-        span: Span | None,
-    ) -> Function: ...
+if TYPE_CHECKING:
+    from effir.passes.transforms.state_passing.analyse import Analysis
 
 
 class LoopTranslation:
     """The translator's rules for loop operators."""
 
+    # What the rules use of the translator (``translate.Translator`` defines them).
+    module: IRModule
+    a: Analysis
+    atom: Callable[[Expr], Expr]
+    value_atom: Callable[[Expr, LetBuilder], Expr]
+    current: Callable[[dict[str, Expr], str, Expr], Expr]
+    bind_call: Callable[[Var, Call, Signature, dict[str, Expr], LetBuilder], Var]
+    rebind: Callable[[LetBuilder, Expr, TupleLayout, str, tuple[str, ...], dict[str, Expr]], None]
+
     def bind_loop(
-        self: Translating,
+        self,
         var: Var,
         call: Call,
         name: str,
@@ -122,7 +84,7 @@ class LoopTranslation:
             if body.step:
                 carried = self.a.sort(set(carried) | set(sig.writes))
             elif sig.writes:
-                self.bind_condition_loop(var, call, shape, sigs, args, sigma, b)
+                self.bind_condition_loop(var, call, name, shape, sigs, args, sigma, b)
                 return
         for body in shape.bodies:
             sig = sigs.get(body.arg, Signature())
@@ -149,9 +111,10 @@ class LoopTranslation:
             b.bind(var, b.tuple(fields))
 
     def bind_condition_loop(
-        self: Translating,
+        self,
         var: Var,
         call: Call,
+        name: str,
         shape: LoopShape,
         sigs: dict[int, Signature],
         args: list[Expr],
@@ -168,7 +131,6 @@ class LoopTranslation:
         happen in the original order: test, step, test, ..., the failing
         test (or the last step)."""
         span = call.span
-        name = op_def(call.callee).name
         conditions = [body for body in shape.bodies if not body.step]
         steps = [body for body in shape.bodies if body.step]
         if len(conditions) != 1 or len(steps) != 1 or any(x.params != 1 for x in shape.bodies):
@@ -222,6 +184,7 @@ class LoopTranslation:
         with b.span(span):
             before = dict(sigma)
             zero = b.const(0, dtype)
+            go: Expr
             if limit == 0:
                 go = b.const(False)
             elif bound is not None:  # known at run time: no test if it is 0
@@ -283,7 +246,7 @@ class LoopTranslation:
             b.bind(var, b.tuple([outputs, state, *rows]))
 
     def loop_function(
-        self: Translating,
+        self,
         fn_atom: Expr,
         body: LoopBody,
         sig: Signature,

@@ -32,7 +32,7 @@ def specialise_cell_arguments(module: IRModule, nodes: dict[str, list[Node]]) ->
     while work:
         name = work.pop()
         rewriter = _CellArguments(cells, functions, copies, specialised, work, ref_params)
-        new = rewriter.mutate(functions[name])
+        new = rewriter.mutate_as(functions[name], Function)
         if new is not functions[name]:
             functions[name] = new
             changed = True
@@ -182,9 +182,10 @@ def copy_for_callers(
         for old, new in renamed.items():
             copy = fresh_binders(functions[old], {})
             assert isinstance(copy, Function)
-            functions[new] = _Redirect(renamed).mutate(copy)
+            functions[new] = _Redirect(renamed).mutate_as(copy, Function)
             copies[new] = caller
-        functions[caller] = _Redirect({callee: renamed[callee]}).mutate(functions[caller])
+        redirect = _Redirect({callee: renamed[callee]})
+        functions[caller] = redirect.mutate_as(functions[caller], Function)
     return IRModule(functions, module.type_defs, module.cells)
 
 

@@ -83,7 +83,7 @@ class Translator(LoopTranslation, Evaluator):
             return IRModule(functions, self.module.type_defs, self.module.cells)
         type_defs, constructors = self.type_defs_with_state()
         rename = _Constructors(constructors)
-        functions = {name: rename.mutate(fn) for name, fn in functions.items()}
+        functions = {name: rename.mutate_as(fn, Function) for name, fn in functions.items()}
         return IRModule(functions, type_defs, self.module.cells)
 
     def type_defs_with_state(self) -> tuple[dict[str, TypeData], dict[str, Constructor]]:
@@ -228,7 +228,7 @@ class Translator(LoopTranslation, Evaluator):
         return None
 
     # ------------------------------------------------------ functions
-    def translate_function(self, fn: Function, sig: Signature) -> Computation:
+    def translate_function(self, fn: Function, sig: Signature) -> Computation[Function]:
         self.inside.update(self.a.writes_inside(fn))
         b = LetBuilder(fn.span)
         typed = {c: b.var(cell_hint(c), self.cell_type(c)) for c in sig.reads}

@@ -32,7 +32,9 @@ def static_shape(t: Type) -> tuple[int, ...]:
 
 
 def _out(t: Type) -> tuple[tuple[int, ...], str]:
-    return static_shape(t), t.dtype  # type: ignore[union-attr]
+    if not isinstance(t, TensorType):
+        raise BackendError(f"expected a tensor type, got {t!r}")
+    return static_shape(t), t.dtype
 
 
 def _shape(x: Tensor) -> tuple[int, ...]:

@@ -267,7 +267,7 @@ def _take_index(index: PrimExpr, size: Any, mode: str) -> PrimExpr:
 @te_rule("take")
 def _take(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
     x, indices = args
-    shape, _ = _out(out_type)
+    shape, dtype = _out(out_type)
     mode = attrs["mode"]
     if attrs["axis"] is None:
         flat_shape = (math.prod(_shape(x)),)
@@ -281,7 +281,7 @@ def _take(args: tuple[Any, ...], attrs: Attrs, out_type: Type) -> Tensor:
     if isinstance(size, int) and size == 0:
         # nothing to take from: fails unless nothing is taken [RULE RUNTIME-CHECK]
         require(shape, lambda *i: tirx.const(True, "bool"), empty)
-        return te.compute(shape, lambda *i: _const(0, out_type.dtype), name="take")
+        return te.compute(shape, lambda *i: _const(0, dtype), name="take")
     if not isinstance(size, int) and mode != "fast":  # a size 0 at run time fails
         require(shape, lambda *i: size == 0, empty)
 
