@@ -159,6 +159,12 @@ def first_line(doc: str | None) -> str:
     return text.strip()
 
 
+def invariant_set(declared: str | Iterable[str]) -> frozenset[str]:
+    """The invariants a declaration names: a string names one (``"anf"``, as
+    a class variable or a decorator's argument), not its letters."""
+    return frozenset((declared,) if isinstance(declared, str) else declared)
+
+
 # -------------------------------------------------------------------- passes
 @dataclass(frozen=True)
 class Pass:
@@ -191,7 +197,7 @@ class Pass:
         for attribute in INVARIANT_KINDS:
             value = cls.__dict__.get(attribute)
             if value is not None:
-                setattr(cls, attribute, frozenset((value,) if isinstance(value, str) else value))
+                setattr(cls, attribute, invariant_set(value))
         if "defined_at" not in cls.__dict__:
             cls.defined_at = _where(cls)
         if "definition" not in cls.__dict__:
@@ -428,9 +434,9 @@ def module_pass(
     /,
     *,
     name: str | None = None,
-    requires: Iterable[str] = (),
-    establishes: Iterable[str] = (),
-    preserves: Iterable[str] = (),
+    requires: str | Iterable[str] = (),
+    establishes: str | Iterable[str] = (),
+    preserves: str | Iterable[str] = (),
     doc: str | None = None,
     options: Mapping[str, str | Option] | None = None,
     prelude: str = "",
@@ -456,9 +462,9 @@ def function_pass(
     /,
     *,
     name: str | None = None,
-    requires: Iterable[str] = (),
-    establishes: Iterable[str] = (),
-    preserves: Iterable[str] = (),
+    requires: str | Iterable[str] = (),
+    establishes: str | Iterable[str] = (),
+    preserves: str | Iterable[str] = (),
     doc: str | None = None,
     options: Mapping[str, str | Option] | None = None,
     prelude: str = "",
@@ -473,16 +479,20 @@ def function_pass(
 
 @dataclass(frozen=True)
 class _Declared:
-    """What a decorator was given."""
+    """What a decorator was given, its invariants as sets (``invariant_set``)."""
 
     name: str | None
-    requires: Iterable[str]
-    establishes: Iterable[str]
-    preserves: Iterable[str]
+    requires: str | Iterable[str]
+    establishes: str | Iterable[str]
+    preserves: str | Iterable[str]
     doc: str | None
     options: Mapping[str, str | Option] | None
     prelude: str
     register: bool
+
+    def __post_init__(self) -> None:
+        for attribute in INVARIANT_KINDS:
+            object.__setattr__(self, attribute, invariant_set(getattr(self, attribute)))
 
 
 @dataclass(frozen=True)
@@ -602,9 +612,9 @@ def pass_class_of(
     namespace = {
         "name": name,
         "doc": declared.doc if declared.doc is not None else first_line(f.__doc__),
-        "requires": frozenset(declared.requires),
-        "establishes": frozenset(declared.establishes),
-        "preserves": frozenset(declared.preserves),
+        "requires": invariant_set(declared.requires),
+        "establishes": invariant_set(declared.establishes),
+        "preserves": invariant_set(declared.preserves),
         "prelude": declared.prelude,
         "defined_at": _where(f),
         "definition": staticmethod(f),  # a function, not a method of the pass
