@@ -82,11 +82,9 @@ LATE_IMPORT_DEBT = frozenset(
         "effir.importers.torch.ops.recurrent",
         "effir.importers.torch.program",
         "effir.ops.relations",
-        "effir.passes.infra.transform",
     }
 )
 CYCLE_DEBT = (
-    frozenset({"effir.passes.infra.transform", "effir.passes.infra.registry"}),
     frozenset({"effir.frontend.adts", "effir.frontend.builder"}),
     frozenset({"effir.frontend.script", "effir.frontend.script_convert"}),
 )

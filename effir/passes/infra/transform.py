@@ -105,11 +105,7 @@ from effir.passes.infra.options import OPTION_KEY, OPTION_TYPES, Option, option,
 from effir.passes.infra.registry import (  # noqa: F401  (re-exported)
     BUILTIN_PASSES,
     RegistrationError,
-    lookup_pass,
-    register_pass,
-    register_pass_classes,
-    registered_passes,
-    unregister_pass,
+    Registry,
 )
 
 T = TypeVar("T")
@@ -384,7 +380,12 @@ class Sequential(Pass):
         return len(self.passes)
 
 
-register_pass_classes(Pass, Sequential)
+PASSES: Registry[Pass] = Registry(Pass, Sequential)
+"""Every pass by name (``registry.py``): the decorators register here."""
+register_pass = PASSES.register
+lookup_pass = PASSES.lookup
+registered_passes = PASSES.registered
+unregister_pass = PASSES.unregister
 
 
 def _requirer(p: Pass, invariant: str) -> str:
