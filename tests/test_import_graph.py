@@ -59,9 +59,6 @@ LATE_IMPORT_DEBT = frozenset(
         "effir.frontend.adts",
         "effir.frontend.builder",
         "effir.frontend.packed",
-        "effir.frontend.script",
-        "effir.frontend.script_match",
-        "effir.frontend.script_stmts",
         "effir.frontend.trace",
         "effir.frontend.values",
         "effir.importers",
@@ -84,10 +81,7 @@ LATE_IMPORT_DEBT = frozenset(
         "effir.ops.relations",
     }
 )
-CYCLE_DEBT = (
-    frozenset({"effir.frontend.adts", "effir.frontend.builder"}),
-    frozenset({"effir.frontend.script", "effir.frontend.script_convert"}),
-)
+CYCLE_DEBT = (frozenset({"effir.frontend.adts", "effir.frontend.builder"}),)
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,10 @@ from ..ir.expr import Expr, Function, Tuple, Var
 from ..ir.types import Type
 from . import builder as B
 from .promotion import is_number
-from .script import GlobalCallable, ModuleContext, ScriptFunction
 from .script_exprs import ExpressionConverter
 from .script_match import MatchConverter
 from .script_stmts import StatementConverter
-from .script_values import Return, Staged, fill_slots
+from .script_values import GlobalCallable, Return, Scripted, Scripts, Staged, fill_slots
 from .spans import python_span, span_scope
 from .values import Cell, as_type, to_expr
 
@@ -26,7 +25,7 @@ from .values import Cell, as_type, to_expr
 class Converter(StatementConverter, ExpressionConverter, MatchConverter):
     """Converts one scripted function."""
 
-    def __init__(self, sf: ScriptFunction, context: ModuleContext) -> None:
+    def __init__(self, sf: Scripted, context: Scripts) -> None:
         self.sf = sf
         self.context = context
         fn = sf.fn
