@@ -30,6 +30,7 @@ from ..ir.expr import GlobalVar
 from ..ir.module import IRModule
 from . import builder as B
 from . import eager
+from .module_builder import ModuleBuilder
 from .script_convert import Converter
 from .script_values import GlobalCallable
 
@@ -84,7 +85,7 @@ def script(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> 
 
 def convert_module(entry: ScriptFunction) -> IRModule:
     """``entry`` and every scripted function it reaches, as one module."""
-    mb = B.ModuleBuilder()
+    mb = ModuleBuilder()
     context = ModuleContext()
     context.need(entry)
     while context.pending:
