@@ -37,9 +37,9 @@ LAZY_PACKAGES = (
     "effir.importers",
 )
 
-# Modules that still import effir modules inside functions, or sit in an
-# import cycle: the debt left, which may only shrink (a test fails when an
-# entry is no longer needed). Each is a layer to untie, not a licence.
+# Modules that still import effir modules inside functions (or lazy ones
+# without a reason): the debt left, which may only shrink (a test fails
+# when an entry is no longer needed). Each is a layer to untie, not a licence.
 LATE_IMPORT_DEBT = frozenset(
     {
         "effir",
@@ -56,14 +56,8 @@ LATE_IMPORT_DEBT = frozenset(
         "effir.backends.tvm.schedule.cuda.kernel",
         "effir.backends.tvm.target",
         "effir.cli",
-        "effir.frontend.adts",
-        "effir.frontend.builder",
         "effir.frontend.packed",
-        "effir.frontend.script",
-        "effir.frontend.script_match",
-        "effir.frontend.script_stmts",
         "effir.frontend.trace",
-        "effir.frontend.values",
         "effir.importers",
         "effir.importers.onnx.convert",
         "effir.importers.onnx.graph",
@@ -82,13 +76,7 @@ LATE_IMPORT_DEBT = frozenset(
         "effir.importers.torch.ops.recurrent",
         "effir.importers.torch.program",
         "effir.ops.relations",
-        "effir.passes.infra.transform",
     }
-)
-CYCLE_DEBT = (
-    frozenset({"effir.passes.infra.transform", "effir.passes.infra.registry"}),
-    frozenset({"effir.frontend.adts", "effir.frontend.builder"}),
-    frozenset({"effir.frontend.script", "effir.frontend.script_convert"}),
 )
 
 
@@ -239,21 +227,10 @@ def a_cycle(edges: dict[str, set[str]], component: list[str]) -> list[str]:
     return component
 
 
-def _covered(component: list[str]) -> bool:
-    return any(debt <= set(component) for debt in CYCLE_DEBT)
-
-
-def test_the_import_graph_has_no_cycle_beyond_the_listed_debt() -> None:
+def test_the_import_graph_has_no_cycle() -> None:
     edges = graph()
-    cycles = [" -> ".join(a_cycle(edges, c)) for c in strongly_connected(edges) if not _covered(c)]
+    cycles = [" -> ".join(a_cycle(edges, c)) for c in strongly_connected(edges)]
     assert not cycles, "import cycles (counting imports inside functions):\n" + "\n".join(cycles)
-
-
-def test_the_cycle_debt_only_shrinks() -> None:
-    edges = graph()
-    components = [set(c) for c in strongly_connected(edges)]
-    paid = [sorted(d) for d in CYCLE_DEBT if not any(d <= c for c in components)]
-    assert not paid, f"no longer in a cycle: remove from CYCLE_DEBT: {paid}"
 
 
 def _lazily_imported(target: str) -> bool:
@@ -283,8 +260,7 @@ def test_the_late_import_debt_only_shrinks() -> None:
         for i in imports(modules)
         if i.in_function and (not _lazily_imported(i.target) or not i.reason)
     }
-    cyclic = {m for c in strongly_connected(graph()) for m in c}
-    paid = sorted(LATE_IMPORT_DEBT - indebted - cyclic)
+    paid = sorted(LATE_IMPORT_DEBT - indebted)
     assert not paid, f"remove from LATE_IMPORT_DEBT: {paid}"
 
 

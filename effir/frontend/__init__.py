@@ -1,7 +1,7 @@
 """Frontends: Python to effir IR (docs/frontend.md).
 
 - the builder (``effir.var``, ``effir.op``, ``effir.ModuleBuilder``,
-  ``effir.cond``/``foreach``/``while_loop``): builder.py, values.py, opns.py;
+  ``effir.cond``/``foreach``/``while_loop``): builder.py (on blocks.py), module_builder.py, values.py, opns.py;
 - ``@effir.script``: AST conversion (script.py; the converter in
   script_convert.py, script_stmts.py, script_exprs.py, script_values.py;
   liveness.py);
@@ -14,7 +14,6 @@
 from . import operators as _operators
 from .adts import adt, match, prelude_adt
 from .builder import (
-    ModuleBuilder,
     call,
     cond,
     emit,
@@ -25,6 +24,7 @@ from .builder import (
     while_loop,
     write,
 )
+from .module_builder import ModuleBuilder
 from .opns import build_namespace
 from .script import ScriptFunction, script
 from .trace import TracedFunction, trace

@@ -55,8 +55,10 @@ from ..ir.functor import pre_order
 from ..ir.module import IRModule
 from ..ir.types import DTYPES, GlobalTypeVar, Type, TypeCall, TypeVar
 from ..runtime.values import ADTValue, register_adt_class
+from ..std import prelude
 from . import builder as B
 from .spans import current_span
+from .values import as_type, is_symbolic, register_adt_expressions, to_expr, to_value
 
 RESERVED_FIELDS = frozenset({"constructor", "fields"})
 """``ADTValue``'s own attributes: no field may take their names."""
@@ -156,8 +158,6 @@ class AdtInfo:
 def as_field_type(spec: Any, where: str) -> Type:
     """A field's type from its spelling (``as_type``'s, and type parameters
     as strings inside generic types)."""
-    from .values import as_type
-
     if isinstance(spec, str) and spec not in DTYPES and spec.isidentifier():
         return TypeVar(spec)
     try:
@@ -176,8 +176,6 @@ class ConstructorClass(type):
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         values = _bind(cls, args, kwargs)
-        from .values import is_symbolic, to_value
-
         if B.building() or is_symbolic(values):
             return build(cls, values)
         return _instance(cls, tuple(to_value(v) for v in values))
@@ -216,8 +214,6 @@ def _instance(cls: ConstructorClass, fields: tuple[Any, ...]) -> ADTValue:
 
 def build(cls: ConstructorClass, values: tuple[Any, ...]) -> Any:
     """``C(values...)`` as IR: the call, bound while a function is built."""
-    from .values import to_expr
-
     note_adt(cls.adt)
     call = Call(
         cls.adt.constructor(cls.ir_name), tuple(to_expr(v) for v in values), span=current_span()
@@ -364,8 +360,6 @@ def prelude_adt(
 
 def _prelude_type(name: str) -> Callable[[], TypeData]:
     def load() -> TypeData:
-        from ..std import prelude
-
         return prelude().type_defs[name]
 
     return load
@@ -419,8 +413,6 @@ def adt_expr(value: Any) -> Expr | None:
     """An ADT value made in Python (``Tree.Leaf(x)`` run eagerly), or a bare
     nullary constructor (``effir.Nil``), as the expression building it;
     None for anything else. Iterative: a list nests as deep as it is long."""
-    from .values import to_expr
-
     if isinstance(value, ConstructorClass) and not value.field_names:
         return build(value, ())
     if not isinstance(value, ADTValue):
@@ -452,6 +444,9 @@ def adt_expr(value: Any) -> Expr | None:
         ctor = cls.adt.constructor(cls.ir_name)
         done.append(Call(ctor, fields, span=current_span()))
     return done[0]
+
+
+register_adt_expressions(adt_expr)
 
 
 # ------------------------------------------------------------- match

@@ -16,13 +16,12 @@ of blocks being built, names from the Python code, type hints, cells.
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
-from ..ir.builder import LetBuilder
+from ..backends.interpreter import _RUNTIME_FAILURES, print_sink
 from ..ir.diagnostics import AttrError, Error, EvalError, FrontendError
 from ..ir.expr import (
     Call,
@@ -30,7 +29,6 @@ from ..ir.expr import (
     Constant,
     Expr,
     Function,
-    GlobalCell,
     GlobalVar,
     If,
     Let,
@@ -41,87 +39,29 @@ from ..ir.expr import (
     RefWrite,
     Tuple,
     TupleGetItem,
-    TypeData,
     Var,
 )
 from ..ir.module import IRModule
 from ..ir.node import Attrs
 from ..ir.op import lookup_op
 from ..ir.types import KeyType, RefType, TensorType, TupleType, Type
+from ..ops.control import empty_outputs, run_time_limit
 from ..ops.relations import OpFailure
 from ..runtime.values import RefValue
+from . import eager
+from .blocks import (  # noqa: F401  (building, note_cell: used through this module)
+    _Block,
+    _blocks,
+    _Root,
+    building,
+    current_block,
+    fresh_name,
+    note_cell,
+)
+from .eager import scoped
 from .promotion import is_number, operand_group, promote
 from .spans import current_span
 from .values import Cell, as_type, is_concrete, to_expr, to_value
-
-_LOCAL = threading.local()
-
-
-class _Root:
-    """One global function being built: its used names and the cells it reads."""
-
-    def __init__(self) -> None:
-        self.names: set[str] = set()
-        self.counters: dict[str, int] = {}
-        self.slots = 0  # places kept for closures (script.py) to fill at the end
-        self.cells: dict[str, Cell] = {}
-        self.hints: dict[int, tuple[Var, Type]] = {}
-        self.weak: dict[int, Expr] = {}  # values that are Python numbers eagerly
-        # Globals of scripted or traced functions this one calls (their modules).
-        self.functions: dict[str, Function] = {}
-        self.declarations: dict[str, GlobalCell] = {}
-        self.adts: dict[str, TypeData] = {}  # the types it builds or matches (adts.py)
-
-
-class _Block:
-    """One let-chain being built (its bindings are a ``LetBuilder``'s)."""
-
-    def __init__(self, root: _Root) -> None:
-        self.root = root
-        self.lets = LetBuilder()
-        self.bindings: list[tuple[Var, Expr]] = self.lets.bindings
-
-
-def _blocks() -> list[_Block]:
-    blocks = getattr(_LOCAL, "blocks", None)
-    if blocks is None:
-        blocks = _LOCAL.blocks = []
-    return blocks
-
-
-def current_block() -> _Block | None:
-    blocks = _blocks()
-    return blocks[-1] if blocks else None
-
-
-def building() -> bool:
-    """Whether a function body is being built (operators emit bindings)."""
-    return bool(_blocks())
-
-
-def note_cell(cell: Cell) -> None:
-    """Record that the function being built uses ``cell``."""
-    block = current_block()
-    if block is not None:
-        block.root.cells[cell.name] = cell
-
-
-def fresh_name(hint: str) -> str:
-    block = current_block()
-    hint = hint or "t"
-    if block is None:
-        return hint
-    root = block.root
-    names, counters = root.names, root.counters
-    name, n = hint, counters.get(hint, 0)
-    if n:
-        name = f"{hint}{n}"
-    while name in names:  # each hint's counter only moves forward: linear overall
-        n += 1
-        name = f"{hint}{n}"
-    counters[hint] = n + 1
-    names.add(name)
-    return name
 
 
 def new_var(name: str, type_annotation: Type | None = None) -> Var:
@@ -337,14 +277,10 @@ def is_weak(value: Any) -> bool:
 
 def run_eagerly(name: str, args: tuple[Any, ...], attrs: Attrs, span: Any) -> Any:
     """An operator on concrete values, by its numpy rule (as the interpreter runs it)."""
-    from ..backends.interpreter import _RUNTIME_FAILURES, print_sink
-
     definition = lookup_op(name)
     impl = definition.rules.get("numpy")
     if impl is None:
         raise EvalError(f"operator {name} has no numpy rule registered", span)
-    from . import eager
-
     values = tuple(to_value(a) for a in args)
     try:
         if definition.effect == "io":
@@ -486,8 +422,6 @@ def cond(pred: Any, then_fn: Any, else_fn: Any) -> Any:
     branch, both return values of the same structure. On a concrete ``pred``
     only the chosen branch runs (eagerly)."""
     if is_concrete(pred) and not building():
-        from . import eager
-
         chosen = then_fn if bool(np.asarray(to_value(pred))) else else_fn
         return eager.run(_as_fn(chosen, "a branch of effir.cond"), ())
     span = current_span()
@@ -521,8 +455,6 @@ def foreach(body: Any, xs: Any, init: Any = ()) -> tuple[Any, Any]:
     leading axis of ``xs`` (or of each tensor of a tuple); returns the
     stacked outputs and the final state, shaped as the body returned them."""
     if not building() and is_concrete(xs) and is_concrete(init):
-        from . import eager
-
         return _foreach_eager(eager.scoped(_as_fn(body, "the body of effir.foreach")), xs, init)
     span = current_span()
     x = _param("x", _step_like(xs))
@@ -571,8 +503,6 @@ def while_loop(
         )
     eager = max_iterations is None or is_concrete(max_iterations)
     if not building() and is_concrete(init) and eager:
-        from .eager import scoped
-
         return _while_eager(
             scoped(cond_fn), scoped(body), init, max_iterations, outputs, pad_outputs
         )
@@ -688,8 +618,6 @@ def _no_outputs(
     §7.1): from the type of what ``step`` returns, traced once aside on
     placeholders of ``params``' types (nothing runs: a cell's key is not
     drawn; nothing traced is kept)."""
-    from ..ops.control import empty_outputs
-
     span = current_span()
     with _block(new_root=True):
         out = step(*[new_var(name, t) for name, t in params])[0]
@@ -717,8 +645,6 @@ def _stacked_type(out: Any) -> Type | None:
 
 def _while_eager(cond_fn, body, init, max_iterations, outputs, pad_outputs):
     """The loop run in Python, as the operator's numpy rule runs it."""
-    from ..ops.control import run_time_limit
-
     try:
         limit = None if max_iterations is None else run_time_limit(to_value(max_iterations))
     except OpFailure as err:
@@ -768,107 +694,3 @@ def function(
     return Function(
         tuple(params), body, as_type(ret_type) if ret_type is not None else None, span=span
     )
-
-
-class ModuleBuilder:
-    """Builds an ``IRModule``: global functions, ``emit``-ed let-chains and
-    state cells.
-
-    >>> mb = ModuleBuilder()
-    >>> rng = mb.add_cell("rng", effir.random.key(0))
-    >>> x = effir.var("x", effir.Tensor[(4,), "float32"])
-    >>> with mb.function("main", [x]):
-    ...     mb.ret(effir.op.nn.dropout(x, rng, rate=0.5))
-    """
-
-    def __init__(self) -> None:
-        self._functions: dict[str, Function] = {}
-        self._cells: dict[str, Cell] = {}
-        self._other_functions: dict[str, Function] = {}
-        self._declarations: dict[str, GlobalCell] = {}
-        self._adts: dict[str, TypeData] = {}
-        self._ret: list[Any] = []
-
-    def add_cell(self, name: str, value: Any, type: Any = None) -> Cell:
-        """Declare ``@name`` holding ``value`` (no ``RefCreate`` needed)."""
-        made = value if isinstance(value, Cell) else Cell(name, value, type)
-        self._cells[name] = made
-        return made
-
-    def add_function(self, name: str, fn: Function) -> GlobalVar:
-        self._functions[name] = fn
-        return GlobalVar(name, span=current_span())
-
-    def global_var(self, name: str) -> GlobalVar:
-        """``@name``, for calls to a function defined (or to be defined) here."""
-        return GlobalVar(name, span=current_span())
-
-    @contextlib.contextmanager
-    def function(
-        self, name: str, params: list[Var] | tuple[Var, ...] = (), ret_type: Any = None
-    ) -> Iterator[ModuleBuilder]:
-        """Build ``@name``: ``emit`` and operators inside bind in order, and
-        ``ret(value)`` gives the result."""
-        span = current_span()
-        with _block(new_root=True) as block:
-            for p in params:
-                block.root.names.add(p.name_hint)
-            self._ret.append(_NO_RESULT)
-            try:
-                yield self
-                result = self._ret[-1]
-            finally:
-                self._ret.pop()
-            if result is _NO_RESULT:
-                raise FrontendError(f"@{name} has no result", span, hint="call builder.ret(value)")
-            body = _close(block, to_expr(result))
-            self._cells.update(block.root.cells)
-            self.add_globals(block.root)
-        self._functions[name] = Function(
-            tuple(params), body, as_type(ret_type) if ret_type is not None else None, span=span
-        )
-
-    def emit(self, value: Any, name: str | None = None) -> Any:
-        return emit(value, name)
-
-    def ret(self, value: Any) -> None:
-        if not self._ret:
-            raise FrontendError("ret outside builder.function(...)", current_span())
-        self._ret[-1] = value
-
-    def add_cells_of(self, cells: dict[str, Cell]) -> None:
-        self._cells.update(cells)
-
-    def add_globals(self, root: _Root) -> None:
-        """The globals of the scripted/traced functions a built one calls,
-        and the types it uses."""
-        self._other_functions.update(root.functions)
-        self._declarations.update(root.declarations)
-        self._adts.update(root.adts)
-
-    def add_type_defs(self, adts: dict[str, TypeData]) -> None:
-        """Types the module's functions use (``@effir.adt`` declarations)."""
-        self._adts.update(adts)
-
-    def get(self) -> IRModule:
-        """The module built so far, with the definitions of the types its
-        functions use (frontend/adts.py)."""
-        from .adts import type_defs_for
-
-        functions = {**self._other_functions, **self._functions}
-        cells = {**self._declarations, **{n: c.declaration for n, c in self._cells.items()}}
-        adts = type_defs_for(functions.values(), self._adts)
-        return IRModule(functions, {d.name: d for d in adts}, cells)
-
-    @property
-    def module(self) -> IRModule:
-        return self.get()
-
-    def state(self):
-        """A fresh interpreter ``State`` for the module's cells."""
-        from ..backends.interpreter import State
-
-        return State(self.get())
-
-
-_NO_RESULT = object()

@@ -20,25 +20,41 @@ from typing import Any
 
 import numpy as np
 
-from . import numpy_spellings
-
 _LOCAL = threading.local()
+
+
+Converts = Callable[[Any, Any, Any], bool]
+Convert = Callable[[Any, Any, Any], Any]
+_SPELLINGS: list[tuple[Converts, Convert]] = []
+"""The numpy spellings of effir operators: whether a numpy call
+``(fn, args, kwargs)`` is one, and that call run as the operator.
+Registered by numpy_spellings.py, which builds on the builder that runs
+eager code with this module; ``effir.frontend`` imports it, so it is there
+before any eager run."""
+
+
+def register_spellings(converts: Converts, convert: Convert) -> None:
+    """Make the numpy calls ``converts`` answers for the effir operators on
+    ``EagerArray``s; registering again replaces them."""
+    _SPELLINGS[:] = [(converts, convert)]
 
 
 class EagerArray(np.ndarray):
     """A numpy array inside an eager run (see the module's docstring)."""
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        if method == "__call__" and numpy_spellings.converts(ufunc, inputs, kwargs):
+        converts, convert = _SPELLINGS[0]
+        if method == "__call__" and converts(ufunc, inputs, kwargs):
             # numpy hands a scalar operand (``np.float64(0.5) > x``) over as a 0-d
             # array: it is the scalar, weak as when scripted (promotion.py).
             inputs = tuple(i[()] if type(i) is np.ndarray and i.ndim == 0 else i for i in inputs)
-            return wrap(numpy_spellings.convert(ufunc, inputs, kwargs))
+            return wrap(convert(ufunc, inputs, kwargs))
         return wrap(getattr(ufunc, method)(*unwrap(inputs), **unwrap(kwargs)))
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
-        if numpy_spellings.converts(func, args, kwargs) and func not in (np.array, np.asarray):
-            return wrap(numpy_spellings.convert(func, args, kwargs))
+        converts, convert = _SPELLINGS[0]
+        if converts(func, args, kwargs) and func not in (np.array, np.asarray):
+            return wrap(convert(func, args, kwargs))
         return wrap(func(*unwrap(args), **unwrap(kwargs)))
 
     def __repr__(self) -> str:

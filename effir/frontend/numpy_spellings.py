@@ -4,7 +4,8 @@ the same IR whether ``@effir.script`` reads the call in the AST or
 ``effir.trace`` meets it at run time, through numpy's own dispatch
 protocols (``__array_ufunc__`` for ufuncs such as ``np.tanh`` and
 ``ndarray + x``, ``__array_function__`` for ``np.sum``, ``np.stack``...,
-installed on expressions by operators.py).
+installed on expressions by operators.py, and registered with eager.py
+for the ``EagerArray``s of eager runs).
 
 A numpy function outside the table is refused with a ``FrontendError``
 naming the ``effir.op`` function to write instead (the operator of the
@@ -22,6 +23,7 @@ from ..ir.diagnostics import FrontendError
 from ..ir.expr import Expr
 from ..ir.op import lookup_op
 from . import builder as B
+from .eager import register_spellings
 
 UNARY: dict[Any, str] = {
     np.tanh: "tanh",
@@ -215,3 +217,6 @@ def _as_is(args: list, kwargs: dict) -> Any:
 
 def _ints(shape: Any) -> list[Any]:
     return list(shape) if isinstance(shape, tuple | list) else [shape]
+
+
+register_spellings(converts, convert)

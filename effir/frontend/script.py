@@ -24,13 +24,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..backends.interpreter import interpret
 from ..ir.diagnostics import FrontendError
-from ..ir.expr import GlobalVar, Var
+from ..ir.expr import GlobalVar
 from ..ir.module import IRModule
-from ..ir.types import Type
 from . import builder as B
 from . import eager
-from .values import as_type
+from .module_builder import ModuleBuilder
+from .script_convert import Converter
+from .script_values import GlobalCallable
 
 
 class ScriptFunction:
@@ -67,8 +69,6 @@ class ScriptFunction:
         return self.module, self.name
 
     def interpret(self, *args: Any, **kwargs: Any) -> Any:
-        from ..backends.interpreter import interpret
-
         return interpret(self.module, *args, entry=self.name, **kwargs)
 
     def __repr__(self) -> str:
@@ -85,9 +85,7 @@ def script(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> 
 
 def convert_module(entry: ScriptFunction) -> IRModule:
     """``entry`` and every scripted function it reaches, as one module."""
-    from .script_convert import Converter  # the converter imports this module
-
-    mb = B.ModuleBuilder()
+    mb = ModuleBuilder()
     context = ModuleContext()
     context.need(entry)
     while context.pending:
@@ -117,34 +115,9 @@ class ModuleContext:
             )
         return GlobalVar(sf.name)
 
-
-class GlobalCallable:
-    """A scripted function used from converted code: calls become calls of
-    ``@name``; its return annotation types the result (for unpacking)."""
-
-    def __init__(self, gv: GlobalVar, sf: ScriptFunction) -> None:
-        self.gv, self.sf = gv, sf
-
-    def __call__(self, *args: Any) -> Any:
-        result = B.call(self.gv, *args)
-        ret = _return_type(self.sf.fn)
-        if ret is not None and isinstance(result, Var):
-            block = B.current_block()
-            if block is not None:
-                block.root.hints[id(result)] = (result, ret)
-        return result
-
-
-def _return_type(fn: Callable[..., Any]) -> Type | None:
-    ann = fn.__annotations__.get("return")
-    if ann is None:
-        return None
-    if isinstance(ann, str):
-        try:
-            ann = eval(ann, fn.__globals__)  # the user's own annotation
-        except Exception:
-            return None
-    try:
-        return as_type(ann)
-    except FrontendError:
-        return None
+    def called(self, value: Any) -> GlobalCallable | None:
+        """A scripted function read by converted code, as a global of the
+        module (converted in turn); None for any other value."""
+        return (
+            GlobalCallable(self.need(value), value) if isinstance(value, ScriptFunction) else None
+        )

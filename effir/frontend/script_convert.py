@@ -13,20 +13,20 @@ from ..ir.diagnostics import FrontendError, Span
 from ..ir.expr import Expr, Function, Tuple, Var
 from ..ir.types import Type
 from . import builder as B
+from .blocks import NotedCell
 from .promotion import is_number
-from .script import GlobalCallable, ModuleContext, ScriptFunction
 from .script_exprs import ExpressionConverter
 from .script_match import MatchConverter
 from .script_stmts import StatementConverter
-from .script_values import Return, Staged, fill_slots
+from .script_values import GlobalCallable, Return, Scripted, Scripts, Staged, fill_slots
 from .spans import python_span, span_scope
-from .values import Cell, as_type, to_expr
+from .values import as_type, to_expr
 
 
 class Converter(StatementConverter, ExpressionConverter, MatchConverter):
     """Converts one scripted function."""
 
-    def __init__(self, sf: ScriptFunction, context: ModuleContext) -> None:
+    def __init__(self, sf: Scripted, context: Scripts) -> None:
         self.sf = sf
         self.context = context
         fn = sf.fn
@@ -80,7 +80,7 @@ class Converter(StatementConverter, ExpressionConverter, MatchConverter):
             return as_type(value)
 
     # -------------------------------------------------------- functions
-    def convert(self) -> tuple[Function, dict[str, Cell]]:
+    def convert(self) -> tuple[Function, dict[str, NotedCell]]:
         node = self.node
         args = node.args
         if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs or args.defaults:

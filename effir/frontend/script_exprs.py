@@ -17,8 +17,7 @@ from ..ir.expr import Expr, Var
 from ..ir.types import TensorType, TupleType
 from . import builder as B
 from . import numpy_spellings
-from .script import GlobalCallable, ScriptFunction
-from .script_values import Collector, EmptyList, Staged
+from .script_values import Collector, EmptyList, GlobalCallable, Staged
 from .spans import span_scope
 from .values import Cell
 
@@ -231,8 +230,9 @@ class ExpressionConverter:
             raise self.error(
                 node, f"{node.id} is being built by this loop", f"read {node.id} after the loop"
             )
-        if isinstance(value, ScriptFunction):
-            return GlobalCallable(self.context.need(value), value)
+        called = self.context.called(value)  # a scripted function: a global
+        if called is not None:
+            return called
         if isinstance(value, Cell):
             B.note_cell(value)
             return value.global_var

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from effir.passes.analyses.exhaustiveness import missing_case
 
@@ -41,12 +41,10 @@ from ..ir.expr import (
 from . import builder as B
 from .adts import adt_module, is_constructor, note_adt
 from .liveness import assigned, match_outputs
-from .script_values import Return
+from .script_stmts import _always_returns
+from .script_values import Converting, Return
 from .spans import span_scope
 from .values import to_expr
-
-if TYPE_CHECKING:
-    from .script_convert import Converter
 
 REFUSED_PATTERNS = {
     ast.MatchValue: ("a literal or value pattern", "compare with if/elif: if x == 0:"),
@@ -57,11 +55,47 @@ REFUSED_PATTERNS = {
 }
 
 
+class Matching(Converting, Protocol):
+    """What the ``match`` rules use of the converter they are part of: its
+    shared parts and their own helpers (the type of ``self`` below)."""
+
+    def _subject(self, stmt: ast.Match, env: dict[str, Any]) -> Expr: ...
+
+    def _build(
+        self,
+        stmt: ast.Match,
+        data: Expr,
+        env: dict[str, Any],
+        case_body: Callable[[ast.match_case, dict[str, Any]], Callable[[], Any]],
+    ) -> Any: ...
+
+    def _pattern(
+        self,
+        node: ast.pattern,
+        bound: dict[str, Any],
+        data: Expr,
+        types: set[str],
+        env: dict[str, Any],
+        top: bool = False,
+    ) -> Pattern: ...
+
+    def _class_pattern(
+        self,
+        node: ast.MatchClass,
+        bound: dict[str, Any],
+        data: Expr,
+        types: set[str],
+        env: dict[str, Any],
+    ) -> Pattern: ...
+
+    def _capture(self, name: str, node: ast.AST) -> Var: ...
+
+
 class MatchConverter:
     """The ``match`` statement's part of ``Converter`` (script_convert.py)."""
 
     def plain_match(
-        self: Converter, stmt: ast.Match, env: dict[str, Any], live_after: set[str]
+        self: Matching, stmt: ast.Match, env: dict[str, Any], live_after: set[str]
     ) -> None:
         """A ``match`` after which the block goes on: the live names its
         cases assign are its result."""
@@ -100,7 +134,7 @@ class MatchConverter:
             env[name] = value
 
     def returning_match(
-        self: Converter,
+        self: Matching,
         stmt: ast.Match,
         rest: list[ast.stmt],
         env: dict[str, Any],
@@ -108,8 +142,6 @@ class MatchConverter:
     ) -> Return:
         """A ``match`` whose cases return: each case's body, the rest of the
         block after it where it does not return, gives the result."""
-        from .script_stmts import _always_returns
-
         data = self._subject(stmt, env)
 
         def case_body(case: ast.match_case, bound: dict[str, Any]) -> Callable[[], Any]:
@@ -130,13 +162,13 @@ class MatchConverter:
         return Return(self._build(stmt, data, env, case_body))
 
     # ------------------------------------------------------------ helpers
-    def _subject(self: Converter, stmt: ast.Match, env: dict[str, Any]) -> Expr:
+    def _subject(self: Matching, stmt: ast.Match, env: dict[str, Any]) -> Expr:
         value = self.expr(stmt.subject, env)
         with span_scope(self.span(stmt.subject)):
             return B.emit(to_expr(value)) if B.building() else to_expr(value)
 
     def _build(
-        self: Converter,
+        self: Matching,
         stmt: ast.Match,
         data: Expr,
         env: dict[str, Any],
@@ -173,7 +205,7 @@ class MatchConverter:
             return B.match_clauses(data, clauses)
 
     def _pattern(
-        self: Converter,
+        self: Matching,
         node: ast.pattern,
         bound: dict[str, Any],
         data: Expr,
@@ -213,7 +245,7 @@ class MatchConverter:
         raise self.error(node, f"a {type(node).__name__} pattern is not supported")
 
     def _class_pattern(
-        self: Converter,
+        self: Matching,
         node: ast.MatchClass,
         bound: dict[str, Any],
         data: Expr,
@@ -259,7 +291,7 @@ class MatchConverter:
         constructor = ctor.adt.constructor(ctor.ir_name)
         return PatternConstructor(constructor, parts, span=self.span(node))
 
-    def _capture(self: Converter, name: str, node: ast.AST) -> Var:
+    def _capture(self: Matching, name: str, node: ast.AST) -> Var:
         with span_scope(self.span(node)):
             return B.new_var(name)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 import builtins
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -20,18 +20,15 @@ from . import builder as B
 from .liveness import (
     analyze_loop,
     append_target,
+    assigned,
     branch_outputs,
     live_in,
     target_names,
 )
 from .script_exprs import BINOPS
-from .script_values import Collector, EmptyList, Return, Slot, Staged
+from .script_values import Collector, Converting, EmptyList, Return, Slot, Staged
 from .spans import span_scope
 from .values import to_expr
-
-if TYPE_CHECKING:
-    from .script_convert import Converter
-
 
 REFUSED_STMTS = {
     ast.Try: ("try/except", "check values with effir operators; errors stop the program"),
@@ -642,12 +639,10 @@ def _always_returns(stmts: list[ast.stmt]) -> bool:
 
 
 def _assigns(stmts: list[ast.stmt], name: str) -> bool:
-    from .liveness import assigned
-
     return name in assigned(stmts)
 
 
-def _check_no_return(conv: Converter, body: list[ast.stmt]) -> None:
+def _check_no_return(conv: Converting, body: list[ast.stmt]) -> None:
     stack: list[ast.AST] = list(body)
     while stack:
         node = stack.pop()

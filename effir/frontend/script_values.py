@@ -1,22 +1,90 @@
 """What the script converter keeps in its environment besides effir
 values: a block's return, the lists loops append to, nested functions
 (staged: inlined where called with values, a closure where used as one)
-and the let-chain places kept for those closures."""
+the let-chain places kept for those closures, and the scripted functions
+it calls; with what these parts use of the converter and of the module
+being converted (Protocols: script_convert.py and script.py build on this
+module)."""
 
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
-from ..ir.expr import Expr, Function, Let, Var
+from ..ir.diagnostics import FrontendError, Span
+from ..ir.expr import Expr, Function, GlobalVar, Let, Var
 from ..ir.functor import Mutator, Plan, on
 from ..ir.node import Node
+from ..ir.types import Type
 from . import builder as B
 from .spans import span_scope
-from .values import to_expr
+from .values import as_type, to_expr
 
-if TYPE_CHECKING:
-    from .script_convert import Converter
+
+class Converting(Protocol):
+    """What the parts of the script converter (``Converter``,
+    script_convert.py) use of one another."""
+
+    def span(self, node: ast.AST) -> Span | None: ...
+
+    def error(self, node: ast.AST, message: str, hint: str | None = None) -> FrontendError: ...
+
+    def annotation(self, node: ast.expr) -> Type: ...
+
+    def value_expr(self, value: Any, node: ast.AST) -> Expr: ...
+
+    def expr(self, node: ast.expr, env: dict[str, Any], lambda_slot: bool = False) -> Any: ...
+
+    def block(
+        self, stmts: list[ast.stmt], env: dict[str, Any], live_out: set[str]
+    ) -> Return | None: ...
+
+
+class Scripted(Protocol):
+    """A scripted function as its conversion reads it (``ScriptFunction``)."""
+
+    name: str
+    fn: Callable[..., Any]
+
+
+class Scripts(Protocol):
+    """The module being converted (``ModuleContext``, script.py): what a
+    name the converter reads calls, if it is a scripted function."""
+
+    def called(self, value: Any) -> GlobalCallable | None: ...
+
+
+class GlobalCallable:
+    """A scripted function used from converted code: calls become calls of
+    ``@name``; its return annotation types the result (for unpacking)."""
+
+    def __init__(self, gv: GlobalVar, sf: Scripted) -> None:
+        self.gv, self.sf = gv, sf
+
+    def __call__(self, *args: Any) -> Any:
+        result = B.call(self.gv, *args)
+        ret = _return_type(self.sf.fn)
+        if ret is not None and isinstance(result, Var):
+            block = B.current_block()
+            if block is not None:
+                block.root.hints[id(result)] = (result, ret)
+        return result
+
+
+def _return_type(fn: Callable[..., Any]) -> Type | None:
+    ann = fn.__annotations__.get("return")
+    if ann is None:
+        return None
+    if isinstance(ann, str):
+        try:
+            ann = eval(ann, fn.__globals__)  # the user's own annotation
+        except Exception:
+            return None
+    try:
+        return as_type(ann)
+    except FrontendError:
+        return None
 
 
 class Return:
@@ -46,7 +114,7 @@ class Staged:
     as a value or called from converted code."""
 
     def __init__(
-        self, conv: Converter, node: ast.FunctionDef | ast.Lambda, env: dict, slot: Slot | None
+        self, conv: Converting, node: ast.FunctionDef | ast.Lambda, env: dict, slot: Slot | None
     ) -> None:
         self.conv, self.node, self.env, self.slot = conv, node, env, slot
         self.var: Var | None = None

@@ -15,9 +15,10 @@ from ..ir.expr import Function, Var
 from ..ir.module import IRModule
 from . import builder as B
 from . import eager
+from .module_builder import ModuleBuilder
 from .operators import tracing_scope
 from .spans import current_span
-from .values import Cell, as_type, to_expr
+from .values import as_type, to_expr
 
 
 class TracedFunction:
@@ -48,7 +49,7 @@ def trace(
     fn: Callable[..., Any],
     *types: Any,
     name: str | None = None,
-    module: B.ModuleBuilder | None = None,
+    module: ModuleBuilder | None = None,
 ) -> TracedFunction:
     """Trace ``fn``: its parameters get ``types`` (or its annotations), its
     operators are recorded in order; the result is ``@name`` (default: the
@@ -56,7 +57,7 @@ def trace(
     ``module``, the function is added to that builder."""
     name = name or (fn.__name__ if fn.__name__.isidentifier() else "main")
     params = _params(fn, types)
-    mb = module if module is not None else B.ModuleBuilder()
+    mb = module if module is not None else ModuleBuilder()
     span = current_span()
     with tracing_scope(), B._block(new_root=True) as block:
         for p in params:
@@ -65,7 +66,7 @@ def trace(
         if result is None:
             raise FrontendError(f"{name} returned None", span, hint="return the result")
         body = B._close(block, to_expr(result))
-        cells: dict[str, Cell] = dict(block.root.cells)
+        cells = dict(block.root.cells)
         mb.add_globals(block.root)
     mb.add_cells_of(cells)
     mb.add_function(name, Function(tuple(params), body, span=span))

@@ -4,18 +4,23 @@ values (numbers, numpy arrays, tuples, keys) and effir expressions."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from ..backends.interpreter import Interpreter
 from ..ir.diagnostics import FrontendError
 from ..ir.expr import Call, Constant, Expr, GlobalCell, GlobalVar, Tuple, const
 from ..ir.expr_functor import Computation, ExprFunctor
 from ..ir.functor import on
+from ..ir.module import IRModule
 from ..ir.node import Node
 from ..ir.op import call_op
 from ..ir.types import DTYPES, KeyType, RefType, TensorType, TupleType, Type
+from ..runtime import prng
 from ..runtime.values import ADTValue, PRNGKey, RefValue
+from .blocks import note_cell
 from .spans import current_span
 
 
@@ -110,9 +115,6 @@ class Cell:
     def eager(self) -> RefValue:
         """The cell's value for eager runs, created from the initial value."""
         if self._eager is None:
-            from ..backends.interpreter import Interpreter
-            from ..ir.module import IRModule
-
             init = self.declaration.init
             self._eager = RefValue(Interpreter(IRModule()).evaluate(init), self.name)
         return self._eager
@@ -159,6 +161,18 @@ def is_symbolic(value: Any) -> bool:
     return False
 
 
+_ADT_EXPRESSIONS: list[Callable[[Any], Expr | None]] = []
+"""How an ADT value made in Python becomes an expression: registered by
+adts.py, whose constructor classes build with the builder, which converts
+with this module."""
+
+
+def register_adt_expressions(convert: Callable[[Any], Expr | None]) -> None:
+    """Let ``to_expr`` convert what ``convert`` does not answer None for (an
+    ADT value, a bare constructor); registering it again replaces it."""
+    _ADT_EXPRESSIONS[:] = [convert]
+
+
 def to_expr(value: Any, dtype: str | None = None) -> Expr:
     """``value`` as an expression; a Python number takes ``dtype`` (the other
     operand's) when given, else int32 / float32."""
@@ -166,8 +180,6 @@ def to_expr(value: Any, dtype: str | None = None) -> Expr:
         return value
     span = current_span()
     if isinstance(value, Cell):
-        from .builder import note_cell
-
         note_cell(value)
         return value.global_var
     if isinstance(value, bool):
@@ -184,11 +196,10 @@ def to_expr(value: Any, dtype: str | None = None) -> Expr:
         return Tuple(tuple(to_expr(v, dtype) for v in value), span=span)
     if isinstance(value, PRNGKey):
         return _key_expr(value)
-    from .adts import adt_expr  # here: adts.py builds on this module
-
-    made = adt_expr(value)
-    if made is not None:
-        return made
+    for convert in _ADT_EXPRESSIONS:
+        made = convert(value)
+        if made is not None:
+            return made
     raise FrontendError(
         f"a Python {type(value).__name__} cannot be used as an effir value",
         span,
@@ -198,8 +209,6 @@ def to_expr(value: Any, dtype: str | None = None) -> Expr:
 
 def _key_expr(key: PRNGKey) -> Expr:
     """``random.key(seed)`` for a key that a seed makes."""
-    from ..runtime import prng
-
     hi, lo = int(key.data[0]), int(key.data[1])
     seed = (hi << 32) | lo
     for value, dtype in ((lo, "int32"), (seed, "int64"), (seed - (1 << 64), "int64")):

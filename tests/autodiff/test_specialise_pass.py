@@ -9,7 +9,7 @@ import numpy as np
 import effir
 from effir.backends.interpreter import interpret_a2
 from effir.passes.infra.pipeline import pipeline
-from effir.passes.infra.registry import lookup_pass
+from effir.passes.infra.transform import lookup_pass
 
 HEADER = '#[version = "0.0.5"]\n'
 

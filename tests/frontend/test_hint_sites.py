@@ -41,7 +41,7 @@ NOT_YET_APPLIED = {
     "quotes": "raised when the type is first used, not declared: test not written",
     "effir/frontend/adts.py: declare the type with @effir.adt and build the value with its "
     "classes": "needs a value of a type declared in text: test not written",
-    "effir/frontend/builder.py: call builder.ret(value)": "test not written",
+    "effir/frontend/module_builder.py: call builder.ret(value)": "test not written",
     "effir/frontend/numpy_spellings.py: write {}, or effir.op.{} with keyword attributes": (
         "test not written"
     ),

@@ -25,7 +25,9 @@ from effir.transform import (
     RegistrationError,
     Sequential,
     Timing,
+    function_pass,
     lookup_pass,
+    module_pass,
     option,
     pipeline,
     register_pass,
@@ -186,6 +188,37 @@ def test_registration_checks_what_a_pass_declares():
         prelude = "to-anf"
 
     _refused(PreludeForNothing, "has a prelude but requires nothing")
+
+
+def test_a_string_declares_one_invariant_in_a_decorator_as_in_a_class():
+    """``requires="anf"`` names the invariant anf, not the letters a, n, f:
+    the decorators read a string as a class variable does."""
+
+    @module_pass(name="string-needs-anf", requires="anf", preserves="anf", register=False)
+    def needs_anf(module):
+        return module
+
+    @function_pass(name="string-makes-anf", establishes="anf", register=False)
+    def makes_anf(function):
+        return function
+
+    @dataclass(frozen=True)
+    class StringKeeps(ModulePass):
+        name = "string-keeps"
+        requires = "anf"
+        preserves = "anf"
+
+    for p in (needs_anf.effir_pass, StringKeeps()):
+        assert (p.requires, p.establishes, p.preserves) == ({"anf"}, frozenset(), {"anf"})
+    assert makes_anf.effir_pass.establishes == {"anf"}
+    nested = effir.parse(SCALAR)
+    with pytest.raises(PassError, match="pass string-needs-anf requires A-normal form: "):
+        needs_anf.effir_pass(nested)
+    flat = pipeline("to-anf")(nested)
+    assert needs_anf.effir_pass(flat) is flat
+    with pytest.raises(RegistrationError, match="unknown invariant 'anf,a2'"):
+        module_pass(name="string-two", requires="anf,a2")(lambda module: module)
+    assert "string-two" not in registered_passes()
 
 
 def test_every_built_in_pass_is_in_the_table_and_the_table_is_true():

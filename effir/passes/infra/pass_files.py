@@ -27,8 +27,13 @@ import types
 from pathlib import Path
 
 from effir.ir.diagnostics import Error, PassError, Source
-from effir.passes.infra.registry import register_pass, registered_passes, unregister_pass
-from effir.passes.infra.transform import Pass, line_span
+from effir.passes.infra.transform import (
+    Pass,
+    line_span,
+    register_pass,
+    registered_passes,
+    unregister_pass,
+)
 
 
 class PassFileError(PassError):

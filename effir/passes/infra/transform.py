@@ -105,11 +105,7 @@ from effir.passes.infra.options import OPTION_KEY, OPTION_TYPES, Option, option,
 from effir.passes.infra.registry import (  # noqa: F401  (re-exported)
     BUILTIN_PASSES,
     RegistrationError,
-    lookup_pass,
-    register_pass,
-    register_pass_classes,
-    registered_passes,
-    unregister_pass,
+    Registry,
 )
 
 T = TypeVar("T")
@@ -159,6 +155,12 @@ def first_line(doc: str | None) -> str:
     return text.strip()
 
 
+def invariant_set(declared: str | Iterable[str]) -> frozenset[str]:
+    """The invariants a declaration names: a string names one (``"anf"``, as
+    a class variable or a decorator's argument), not its letters."""
+    return frozenset((declared,) if isinstance(declared, str) else declared)
+
+
 # -------------------------------------------------------------------- passes
 @dataclass(frozen=True)
 class Pass:
@@ -191,7 +193,7 @@ class Pass:
         for attribute in INVARIANT_KINDS:
             value = cls.__dict__.get(attribute)
             if value is not None:
-                setattr(cls, attribute, frozenset((value,) if isinstance(value, str) else value))
+                setattr(cls, attribute, invariant_set(value))
         if "defined_at" not in cls.__dict__:
             cls.defined_at = _where(cls)
         if "definition" not in cls.__dict__:
@@ -378,7 +380,12 @@ class Sequential(Pass):
         return len(self.passes)
 
 
-register_pass_classes(Pass, Sequential)
+PASSES: Registry[Pass] = Registry(Pass, Sequential)
+"""Every pass by name (``registry.py``): the decorators register here."""
+register_pass = PASSES.register
+lookup_pass = PASSES.lookup
+registered_passes = PASSES.registered
+unregister_pass = PASSES.unregister
 
 
 def _requirer(p: Pass, invariant: str) -> str:
@@ -428,9 +435,9 @@ def module_pass(
     /,
     *,
     name: str | None = None,
-    requires: Iterable[str] = (),
-    establishes: Iterable[str] = (),
-    preserves: Iterable[str] = (),
+    requires: str | Iterable[str] = (),
+    establishes: str | Iterable[str] = (),
+    preserves: str | Iterable[str] = (),
     doc: str | None = None,
     options: Mapping[str, str | Option] | None = None,
     prelude: str = "",
@@ -456,9 +463,9 @@ def function_pass(
     /,
     *,
     name: str | None = None,
-    requires: Iterable[str] = (),
-    establishes: Iterable[str] = (),
-    preserves: Iterable[str] = (),
+    requires: str | Iterable[str] = (),
+    establishes: str | Iterable[str] = (),
+    preserves: str | Iterable[str] = (),
     doc: str | None = None,
     options: Mapping[str, str | Option] | None = None,
     prelude: str = "",
@@ -473,16 +480,20 @@ def function_pass(
 
 @dataclass(frozen=True)
 class _Declared:
-    """What a decorator was given."""
+    """What a decorator was given, its invariants as sets (``invariant_set``)."""
 
     name: str | None
-    requires: Iterable[str]
-    establishes: Iterable[str]
-    preserves: Iterable[str]
+    requires: str | Iterable[str]
+    establishes: str | Iterable[str]
+    preserves: str | Iterable[str]
     doc: str | None
     options: Mapping[str, str | Option] | None
     prelude: str
     register: bool
+
+    def __post_init__(self) -> None:
+        for attribute in INVARIANT_KINDS:
+            object.__setattr__(self, attribute, invariant_set(getattr(self, attribute)))
 
 
 @dataclass(frozen=True)
@@ -602,9 +613,9 @@ def pass_class_of(
     namespace = {
         "name": name,
         "doc": declared.doc if declared.doc is not None else first_line(f.__doc__),
-        "requires": frozenset(declared.requires),
-        "establishes": frozenset(declared.establishes),
-        "preserves": frozenset(declared.preserves),
+        "requires": invariant_set(declared.requires),
+        "establishes": invariant_set(declared.establishes),
+        "preserves": invariant_set(declared.preserves),
         "prelude": declared.prelude,
         "defined_at": _where(f),
         "definition": staticmethod(f),  # a function, not a method of the pass

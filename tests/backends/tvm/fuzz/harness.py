@@ -239,8 +239,7 @@ def check_passes(module: Any, args: Sequence[np.ndarray], steps: int, ref: _Run)
     from effir.backends.interpreter import interpret_a2
     from effir.passes.infra.invariants import is_a2
     from effir.passes.infra.pipeline import pipeline
-    from effir.passes.infra.registry import registered_passes
-    from effir.passes.infra.transform import PassContext
+    from effir.passes.infra.transform import PassContext, registered_passes
 
     for name, p in registered_passes().items():
         if name in UNCHECKED_PASSES:
