@@ -139,3 +139,55 @@ def test_integer_widths_eagerly_are_the_irs() -> None:
         assert _structure(got) == _structure(want)
         np.testing.assert_array_equal(got, want)
     assert all(type(v) is np.ndarray for v in eager)  # the caller gets plain numpy
+
+
+PAIRS = """
+@effir.script
+def pairs(xs: effir.Tensor[(3, 4), F32]):
+    ys = []
+    for i in range(3):
+        x = xs[i]
+        ys.append((x * 2.0, np.sum(x)))
+    acc = np.zeros((4,), dtype="float32")
+    for a, b in ys:
+        acc = acc + a * b
+    return ys[1], ys[-1][1], len(ys), acc, ys
+"""
+
+
+def _steps_stacked(value):
+    """A returned list of per-step tuples as the program returns it: each
+    field stacked along the steps (a list of tensors is its stacked tensor)."""
+    if isinstance(value, list) and value and isinstance(value[0], tuple | list):
+        return tuple(_steps_stacked(list(field)) for field in zip(*value, strict=True))
+    if isinstance(value, list):
+        return np.stack(value)
+    if isinstance(value, tuple):
+        return tuple(_steps_stacked(v) for v in value)
+    return value
+
+
+def _assert_same(got, want) -> None:
+    assert _structure(got) == _structure(want), (got, want)
+    for g, w in zip(_leaves(got), _leaves(want), strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6)
+
+
+def _leaves(value):
+    if isinstance(value, tuple | list):
+        return [leaf for v in value for leaf in _leaves(v)]
+    return [value]
+
+
+def test_list_of_tuples_is_indexed_by_step_as_eagerly() -> None:
+    """A loop's list of per-step tuples: ``ys[i]`` is step ``i``'s tuple,
+    ``len(ys)`` the number of steps and ``for a, b in ys`` walks the steps,
+    interpreted as eagerly and traced; returned, each field is stacked."""
+    f = define(PAIRS)["pairs"]
+    eager = f(XS)
+    assert isinstance(eager[4], list) and len(eager[4]) == 3
+    want = _steps_stacked(tuple(eager))
+    want = (*want[:2], np.int32(3), *want[3:])  # a Python int eagerly
+    _assert_same(f.interpret(XS), want)
+    _assert_same(effir.trace(f.fn, Tensor[(3, 4), F32]).interpret(XS), want)
+    np.testing.assert_array_equal(want[0][0], XS[1] * 2)
