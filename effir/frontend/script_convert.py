@@ -18,7 +18,7 @@ from .script import GlobalCallable, ModuleContext, ScriptFunction
 from .script_exprs import ExpressionConverter
 from .script_match import MatchConverter
 from .script_stmts import StatementConverter
-from .script_values import Return, Staged, fill_slots
+from .script_values import Return, StackedList, Staged, fill_slots
 from .spans import python_span, span_scope
 from .values import Cell, as_type, to_expr
 
@@ -125,6 +125,8 @@ class Converter(StatementConverter, ExpressionConverter, MatchConverter):
                 return value.closure()
             if isinstance(value, GlobalCallable):
                 return value.gv
+            if isinstance(value, StackedList):  # the tuple of its stacked fields
+                value = value.fields
             if isinstance(value, tuple | list):
                 return Tuple(tuple(self.value_expr(v, node) for v in value), span=self.span(node))
             if value is None:

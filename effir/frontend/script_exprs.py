@@ -18,7 +18,7 @@ from ..ir.types import TensorType, TupleType
 from . import builder as B
 from . import numpy_spellings
 from .script import GlobalCallable, ScriptFunction
-from .script_values import Collector, EmptyList, Staged
+from .script_values import Collector, EmptyList, StackedList, Staged
 from .spans import span_scope
 from .values import Cell
 
@@ -135,7 +135,7 @@ class ExpressionConverter:
             return self.subscript(node, env)
         if isinstance(node, ast.Attribute):
             base = self.expr(node.value, env)
-            if isinstance(base, Expr | Staged | Collector | tuple):
+            if isinstance(base, Expr | Staged | Collector | StackedList | tuple):
                 err = numpy_spellings.attribute_error(node.attr)
                 raise self.error(node, err.message, err.hint)
             try:
@@ -159,7 +159,7 @@ class ExpressionConverter:
 
     def binop(self, op: Callable[[Any, Any], Any], a: Any, b: Any, node: ast.AST) -> Any:
         for v in (a, b):
-            if isinstance(v, Staged | GlobalCallable | str) or v is None:
+            if isinstance(v, Staged | GlobalCallable | StackedList | str) or v is None:
                 raise self.error(node, f"arithmetic on {_describe(v)}")
         return op(a, b)
 
@@ -200,7 +200,7 @@ class ExpressionConverter:
                     node.slice, "a tuple index must be a Python int", "index tuples with constants"
                 )
             return base[index]
-        if isinstance(base, Expr):
+        if isinstance(base, Expr | StackedList):
             if isinstance(index, tuple):
                 raise self.error(
                     node.slice,
@@ -245,6 +245,8 @@ class ExpressionConverter:
         callee = self.expr(node.func, env)
         args = [self.expr(a, env) for a in node.args]
         kwargs = {kw.arg: self.expr(kw.value, env) for kw in node.keywords}
+        if callee not in (len, zip):
+            self.no_stacked_argument(node, [*args, *kwargs.values()])
         if callee is print:
             return self.print_call(node, args, kwargs)
         if isinstance(callee, Staged):
@@ -271,6 +273,20 @@ class ExpressionConverter:
         if callable(callee):
             return callee(*args, **kwargs)
         raise self.error(node.func, f"{_describe(callee)} is not callable")
+
+    def no_stacked_argument(self, node: ast.Call, args: list) -> None:
+        """Refuse a list of per-step tuples as an argument: the callee would
+        get the tuple of its stacked fields where, run eagerly, it gets the
+        list (indexed by step)."""
+        for arg in args:
+            if isinstance(arg, StackedList):
+                raise self.error(
+                    node,
+                    f"{arg.name} is a list of tuples a loop built: a function would get "
+                    "the tuple of its stacked fields, not the list",
+                    f"append each field to its own list and pass those, or index {arg.name} "
+                    f"by step ({arg.name}[i])",
+                )
 
     def hint_call(self, callee: Staged, args: list, result: Any) -> None:
         """The type hint of a closure call's result: its body converted once
@@ -344,6 +360,10 @@ class ExpressionConverter:
                 return len(args[0])
             if fn in (float, int, bool, abs, min, max):
                 return fn(*args, **kwargs)
+        if fn is len and len(args) == 1 and isinstance(args[0], StackedList):
+            length = args[0].length()
+            if length is not None:
+                return length
         if fn is len and len(args) == 1 and isinstance(args[0], Expr):
             t = B.type_hint(args[0])
             if isinstance(t, TupleType):
@@ -391,6 +411,8 @@ def _describe(value: Any) -> str:
         return "a function"
     if isinstance(value, GlobalCallable):
         return f"the function {value.sf.name}"
+    if isinstance(value, StackedList):
+        return f"{value.name}, a list of tuples a loop built,"
     if value is None:
         return "None"
     return f"a Python {type(value).__name__}"

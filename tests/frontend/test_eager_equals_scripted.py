@@ -189,5 +189,51 @@ def test_list_of_tuples_is_indexed_by_step_as_eagerly() -> None:
     want = _steps_stacked(tuple(eager))
     want = (*want[:2], np.int32(3), *want[3:])  # a Python int eagerly
     _assert_same(f.interpret(XS), want)
-    _assert_same(effir.trace(f.fn, Tensor[(3, 4), F32]).interpret(XS), want)
+    traced = effir.trace(f.fn, Tensor[(3, 4), F32]).interpret(XS)  # ys: a tuple of steps
+    _assert_same((*traced[:4], _steps_stacked(list(traced[4]))), want)
     np.testing.assert_array_equal(want[0][0], XS[1] * 2)
+
+
+def check_pairs_compiled() -> None:
+    """Run in a subprocess: ``pairs`` compiled gives what it gives interpreted."""
+    f = define(PAIRS)["pairs"]
+    _assert_same(effir.compile(f)(XS), f.interpret(XS))
+    print("ok")
+
+
+@pytest.mark.tvm
+def test_list_of_tuples_compiled_as_interpreted() -> None:
+    from tests.support.isolated import run_isolated
+
+    result = run_isolated(
+        "from tests.frontend.test_eager_equals_scripted import check_pairs_compiled; "
+        "check_pairs_compiled()"
+    )
+    result.check()
+    assert "ok" in result.stdout
+
+
+NEGATIVE = """
+@effir.script
+def last(xs: effir.Tensor[(3, 4), F32], ys: effir.Tensor[("n", 4), F32]):
+    return xs[-1], xs[-3], ys[-1], xs[-2:]
+"""
+
+
+def test_negative_index_counts_from_the_end_as_eagerly() -> None:
+    """``x[-1]`` is the last row (``take`` clips, so -1 would be row 0): a
+    static length makes it ``n - 1``, an unknown one a wrapping ``take``."""
+    f = define(NEGATIVE)["last"]
+    ys = XS[:2] + 1.0
+    _assert_same(f.interpret(XS, ys), f(XS, ys))
+    np.testing.assert_array_equal(f.interpret(XS, ys)[2], ys[-1])
+
+
+def test_negative_index_past_the_start_is_refused() -> None:
+    f = define(NEGATIVE.replace("xs[-3]", "xs[-4]"))["last"]
+    with pytest.raises(effir.FrontendError) as err:
+        effir.check(f.module)
+    assert err.value.message == "index -4 is out of range for a leading axis of 3"
+    assert err.value.span is not None
+    with pytest.raises(IndexError):
+        f(XS, XS)
