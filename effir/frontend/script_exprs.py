@@ -42,7 +42,6 @@ REFUSED_EXPRS = {
     ast.GeneratorExp: ("a generator expression", "write a for loop that appends to a list"),
     ast.Yield: ("yield (a generator)", "return the stacked outputs of a loop"),
     ast.YieldFrom: ("yield from (a generator)", "return the stacked outputs of a loop"),
-    ast.Await: ("await", "effir programs are not coroutines"),
     ast.Dict: ("a dict", "use a tuple"),
     ast.Set: ("a set", "use a tuple"),
     ast.JoinedStr: ("an f-string", 'print("label", value) prints a value with a label'),
@@ -372,7 +371,7 @@ class ExpressionConverter:
                 return t.shape[0]
         names = {
             range: "range outside a for loop",
-            zip: "zip",
+            zip: "zip outside a for loop",
             enumerate: "enumerate",
             sum: "the builtin sum",
             min: "the builtin min",
@@ -385,7 +384,7 @@ class ExpressionConverter:
         }
         hints = {
             range: "for i in range(n):",
-            zip: "iterate over a tuple of tensors: for x, y in (xs, ys)",
+            zip: "loop over it where it is made: for x, y in zip(xs, ys):",
             enumerate: "for i in range(n): x = xs[i]",
             sum: "effir.op.sum",
             min: "effir.op.minimum",

@@ -54,8 +54,6 @@ REFUSED_STMTS = {
     ast.Break: ("break", "write the loop as `while cond:` with the exit in its condition"),
     ast.Continue: ("continue", "use if/else inside the loop body"),
     ast.AsyncFunctionDef: ("async def", "use a plain def"),
-    ast.AsyncFor: ("async for", "use a plain for"),
-    ast.AsyncWith: ("async with", "move it outside the scripted function"),
     ast.Assert: ("assert", "check values before calling the program"),
 }
 
@@ -268,7 +266,7 @@ class StatementConverter:
             raise self.error(
                 stmt,
                 f"{name} is appended to twice in one step",
-                "append once per step (start another list for another value)",
+                "append once per step (append a tuple for several values)",
             )
         target.value = self.expr(call.args[0], env)
 

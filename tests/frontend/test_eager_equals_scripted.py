@@ -237,3 +237,25 @@ def test_negative_index_past_the_start_is_refused() -> None:
     assert err.value.span is not None
     with pytest.raises(IndexError):
         f(XS, XS)
+
+
+ZIPPED = """
+@effir.script
+def zipped(xs: effir.Tensor[(3, 4), F32]):
+    ys = []
+    for x in xs:
+        ys.append((x * 2.0, np.sum(x)))
+    zs = []
+    for (a, b), x in zip(ys[1:], xs[:2]):
+        zs.append(a * b - x)
+    return zs
+"""
+
+
+def test_zip_walks_a_list_of_tuples_by_step() -> None:
+    """``zip`` takes a loop's list of tuples (sliced too) with tensors, as
+    Python zips the list: step by step (the sequences of one length)."""
+    f = define(ZIPPED)["zipped"]
+    want = np.stack([XS[i + 1] * 2 * XS[i + 1].sum() - XS[i] for i in range(2)])
+    np.testing.assert_allclose(np.stack(f(XS)), want, rtol=1e-6)
+    np.testing.assert_allclose(f.interpret(XS), want, rtol=1e-6)

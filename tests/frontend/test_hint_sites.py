@@ -26,16 +26,6 @@ def _registered() -> dict[str, Callable]:
 # Sites no test applies yet, each with why; the lead's list to empty. A key
 # here that a test registers, or that the frontend no longer gives, fails.
 NOT_YET_APPLIED = {
-    "effir/frontend/script_exprs.py: effir programs are not coroutines": (
-        "not reached: await outside an async def is a SyntaxError, an async def is refused"
-    ),
-    "effir/frontend/script_stmts.py: use a plain for": "not reached, as await",
-    "effir/frontend/script_stmts.py: move it outside the scripted function": (
-        "not reached (async with), as await"
-    ),
-    "effir/frontend/script_stmts.py: append once per step, at the loop body's top level": (
-        "not reached: a loop's outputs are its body's top-level appends, which always run"
-    ),
     "effir/frontend/adts.py: write {}": "reached only through a string annotation",
     "effir/frontend/adts.py: name a type defined at module level, or the type itself in "
     "quotes": "raised when the type is first used, not declared: test not written",
@@ -69,9 +59,6 @@ NOT_YET_APPLIED = {
     ),
     "effir/frontend/script_convert.py: define the function in a file (or register its "
     "source in linecache)": "test not written",
-    "effir/frontend/script_exprs.py: iterate over a tuple of tensors: for x, y in (xs, ys)": (
-        "looks wrong (a for over a tuple is refused): not yet applied or fixed"
-    ),
     "effir/frontend/script_exprs.py: pass the length as an argument": "test not written",
     "effir/frontend/trace.py: return the result": "test not written",
     'effir/frontend/trace.py: pass the types: effir.trace(f, effir.Tensor[(n, 8), "float32"], '

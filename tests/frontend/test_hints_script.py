@@ -355,12 +355,24 @@ LOOPS = [
         lambda x, y: x,
     ),
     Case(
-        SCRIPTS.format("stmts", "append once per step (start another list for another value)"),
+        SCRIPTS.format("stmts", "append once per step (append a tuple for several values)"),
         "ys is appended to twice in one step",
-        "append once per step (start another list for another value)",
+        "append once per step (append a tuple for several values)",
         "ys = []\nfor row in x:\n    ys.append(row)\n    ys.append(row * 2.0)\nreturn ys",
-        "ys = []\nzs = []\nfor row in x:\n    ys.append(row)\n    zs.append(row * 2.0)\nreturn zs",
-        lambda x, y: x * 2,
+        "ys = []\nfor row in x:\n    ys.append((row, row * 2.0))\nreturn ys[1]",
+        lambda x, y: np.stack([x[1], x[1] * 2]),  # step 1's pair
+    ),
+    Case(
+        SCRIPTS.format(
+            "exprs", "append each field to its own list and pass those, or index {} by step ({}[i])"
+        ),
+        "ys is a list of tuples a loop built: a function would get the tuple of its stacked fields",
+        "append each field to its own list and pass those, or index ys by step (ys[i])",
+        "def second(ps):\n    return ps[1][1]\nys = []\nfor row in x:\n"
+        "    ys.append((row, row * 2.0))\nreturn second(ys)",
+        "def second(p):\n    return p[1]\nys = []\nfor row in x:\n"
+        "    ys.append((row, row * 2.0))\nreturn second(ys[1])",
+        lambda x, y: x[1] * 2,
     ),
     Case(
         SCRIPTS.format("stmts", "give {} a value before the if, or in both branches"),
@@ -775,6 +787,14 @@ EXPRESSIONS = [  # REFUSED_EXPRS
     ),
 ]
 BUILTINS = [  # the builtins of script_exprs.builtin_call; test_hints.py has the others
+    Case(
+        SCRIPTS.format("exprs", "loop over it where it is made: for x, y in zip(xs, ys):"),
+        "zip outside a for loop is not supported here",
+        "loop over it where it is made: for x, y in zip(xs, ys):",
+        "pairs = zip(x, y)\nzs = []\nfor a, b in pairs:\n    zs.append(a - b)\nreturn zs",
+        "zs = []\nfor a, b in zip(x, y):\n    zs.append(a - b)\nreturn zs",
+        lambda x, y: x - y,
+    ),
     Case(
         SCRIPTS.format("exprs", "for i in range(n):"),
         "range outside a for loop is not supported here",
