@@ -97,10 +97,8 @@ class AdtInfo:
                 f"the type {self.name} takes {len(self.type_params)} type argument(s), "
                 f"got {len(args)}",
                 current_span(),
-                hint=f"write {self.name}[{', '.join(self.type_params)}]"
-                if self.type_params
-                else f"write {self.name}",
-            )
+                hint=f"write {self.name}[{', '.join(self.type_params)}]",
+            )  # only a generic type is subscripted (``_apply``)
         return TypeCall(GlobalTypeVar(self.name), tuple(args))
 
     def data(self) -> TypeData:

@@ -561,14 +561,7 @@ def _loop_hint(result: Any, out: Any, length: Any, init: Any, counted: bool = Fa
     if block is None or not isinstance(result, Var) or length is None:
         return
 
-    def stacked(value: Any) -> Type | None:
-        if isinstance(value, tuple | list):
-            fields = [stacked(v) for v in value]
-            return None if any(f is None for f in fields) else TupleType(tuple(fields))
-        t = _structure_type(value)
-        return TensorType((length, *t.shape), t.dtype) if isinstance(t, TensorType) else None
-
-    outs, state = stacked(out), _structure_type(init)
+    outs, state = _stacked_type(out, length), _structure_type(init)
     if outs is not None and state is not None:
         count = (TensorType((), "int64"),) if counted else ()
         block.root.hints[id(result)] = (result, TupleType((outs, state, *count)))
@@ -634,13 +627,20 @@ def _no_outputs(
         raise EvalError(str(err), span) from None
 
 
-def _stacked_type(out: Any) -> Type | None:
-    """The type of per-step outputs ``out`` stacked along a leading axis."""
+def _stacked_type(out: Any, length: Any = 0) -> Type | None:
+    """The type of per-step outputs ``out`` (Python tuples of values, or a
+    value of a tuple type) stacked along a leading axis of ``length``."""
     if isinstance(out, tuple | list):
-        fields = [_stacked_type(f) for f in out]
+        fields = [_stacked_type(f, length) for f in out]
         return None if any(f is None for f in fields) else TupleType(tuple(fields))
-    t = _structure_type(out)
-    return TensorType((0, *t.shape), t.dtype) if isinstance(t, TensorType) else None
+    return _stacked_fields(_structure_type(out), length)
+
+
+def _stacked_fields(t: Type | None, length: Any) -> Type | None:
+    if isinstance(t, TupleType):
+        fields = [_stacked_fields(f, length) for f in t.fields]
+        return None if any(f is None for f in fields) else TupleType(tuple(fields))
+    return TensorType((length, *t.shape), t.dtype) if isinstance(t, TensorType) else None
 
 
 def _while_eager(cond_fn, body, init, max_iterations, outputs, pad_outputs):

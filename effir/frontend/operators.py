@@ -87,6 +87,15 @@ def _getitem(self: Expr, index: Any) -> Any:
                 hint="index from the front",
             )
         return TupleGetItem(self, index, span=current_span())
+    if isinstance(index, int) and index < 0:  # Python's count from the end
+        n = t.shape[0] if isinstance(t, TensorType) and t.ndim else None
+        if not isinstance(n, int):
+            return apply_op("take", (self, index), {"axis": 0, "mode": "wrap"})
+        if index < -n:
+            raise FrontendError(
+                f"index {index} is out of range for a leading axis of {n}", current_span()
+            )
+        index += n
     if isinstance(index, slice):
         if index.step not in (None, 1):
             raise FrontendError("a slice with a step", current_span(), hint="x[a:b]")

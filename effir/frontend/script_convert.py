@@ -18,7 +18,15 @@ from .promotion import is_number
 from .script_exprs import ExpressionConverter
 from .script_match import MatchConverter
 from .script_stmts import StatementConverter
-from .script_values import GlobalCallable, Return, Scripted, Scripts, Staged, fill_slots
+from .script_values import (
+    GlobalCallable,
+    Return,
+    Scripted,
+    Scripts,
+    StackedList,
+    Staged,
+    fill_slots,
+)
 from .spans import python_span, span_scope
 from .values import as_type, to_expr
 
@@ -125,6 +133,8 @@ class Converter(StatementConverter, ExpressionConverter, MatchConverter):
                 return value.closure()
             if isinstance(value, GlobalCallable):
                 return value.gv
+            if isinstance(value, StackedList):  # the tuple of its stacked fields
+                value = value.fields
             if isinstance(value, tuple | list):
                 return Tuple(tuple(self.value_expr(v, node) for v in value), span=self.span(node))
             if value is None:

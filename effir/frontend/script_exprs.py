@@ -17,7 +17,7 @@ from ..ir.expr import Expr, Var
 from ..ir.types import TensorType, TupleType
 from . import builder as B
 from . import numpy_spellings
-from .script_values import Collector, EmptyList, GlobalCallable, Staged
+from .script_values import Collector, EmptyList, GlobalCallable, StackedList, Staged
 from .spans import span_scope
 from .values import Cell
 
@@ -41,7 +41,6 @@ REFUSED_EXPRS = {
     ast.GeneratorExp: ("a generator expression", "write a for loop that appends to a list"),
     ast.Yield: ("yield (a generator)", "return the stacked outputs of a loop"),
     ast.YieldFrom: ("yield from (a generator)", "return the stacked outputs of a loop"),
-    ast.Await: ("await", "effir programs are not coroutines"),
     ast.Dict: ("a dict", "use a tuple"),
     ast.Set: ("a set", "use a tuple"),
     ast.JoinedStr: ("an f-string", 'print("label", value) prints a value with a label'),
@@ -134,7 +133,7 @@ class ExpressionConverter:
             return self.subscript(node, env)
         if isinstance(node, ast.Attribute):
             base = self.expr(node.value, env)
-            if isinstance(base, Expr | Staged | Collector | tuple):
+            if isinstance(base, Expr | Staged | Collector | StackedList | tuple):
                 err = numpy_spellings.attribute_error(node.attr)
                 raise self.error(node, err.message, err.hint)
             try:
@@ -158,7 +157,7 @@ class ExpressionConverter:
 
     def binop(self, op: Callable[[Any, Any], Any], a: Any, b: Any, node: ast.AST) -> Any:
         for v in (a, b):
-            if isinstance(v, Staged | GlobalCallable | str) or v is None:
+            if isinstance(v, Staged | GlobalCallable | StackedList | str) or v is None:
                 raise self.error(node, f"arithmetic on {_describe(v)}")
         return op(a, b)
 
@@ -199,14 +198,15 @@ class ExpressionConverter:
                     node.slice, "a tuple index must be a Python int", "index tuples with constants"
                 )
             return base[index]
-        if isinstance(base, Expr):
+        if isinstance(base, Expr | StackedList):
             if isinstance(index, tuple):
                 raise self.error(
                     node.slice,
                     "multi-dimensional indexing",
                     "index one axis at a time, or use effir.op.strided_slice",
                 )
-            return base[index]
+            indexed: Any = base  # Expr's [] is installed by frontend/operators.py
+            return indexed[index]
         raise self.error(node, f"indexing {_describe(base)}")
 
     def lookup(self, node: ast.Name, env: dict[str, Any]) -> Any:
@@ -245,6 +245,8 @@ class ExpressionConverter:
         callee = self.expr(node.func, env)
         args = [self.expr(a, env) for a in node.args]
         kwargs = {kw.arg: self.expr(kw.value, env) for kw in node.keywords}
+        if callee not in (len, zip):
+            self.no_stacked_argument(node, [*args, *kwargs.values()])
         if callee is print:
             return self.print_call(node, args, kwargs)
         if isinstance(callee, Staged):
@@ -271,6 +273,20 @@ class ExpressionConverter:
         if callable(callee):
             return callee(*args, **kwargs)
         raise self.error(node.func, f"{_describe(callee)} is not callable")
+
+    def no_stacked_argument(self, node: ast.Call, args: list) -> None:
+        """Refuse a list of per-step tuples as an argument: the callee would
+        get the tuple of its stacked fields where, run eagerly, it gets the
+        list (indexed by step)."""
+        for arg in args:
+            if isinstance(arg, StackedList):
+                raise self.error(
+                    node,
+                    f"{arg.name} is a list of tuples a loop built: a function would get "
+                    "the tuple of its stacked fields, not the list",
+                    f"append each field to its own list and pass those, or index {arg.name} "
+                    f"by step ({arg.name}[i])",
+                )
 
     def hint_call(self, callee: Staged, args: list, result: Any) -> None:
         """The type hint of a closure call's result: its body converted once
@@ -344,6 +360,10 @@ class ExpressionConverter:
                 return len(args[0])
             if fn in (float, int, bool, abs, min, max):
                 return fn(*args, **kwargs)
+        if fn is len and len(args) == 1 and isinstance(args[0], StackedList):
+            length = args[0].length()
+            if length is not None:
+                return length
         if fn is len and len(args) == 1 and isinstance(args[0], Expr):
             t = B.type_hint(args[0])
             if isinstance(t, TupleType):
@@ -352,7 +372,7 @@ class ExpressionConverter:
                 return t.shape[0]
         names = {
             range: "range outside a for loop",
-            zip: "zip",
+            zip: "zip outside a for loop",
             enumerate: "enumerate",
             sum: "the builtin sum",
             min: "the builtin min",
@@ -365,7 +385,7 @@ class ExpressionConverter:
         }
         hints = {
             range: "for i in range(n):",
-            zip: "iterate over a tuple of tensors: for x, y in (xs, ys)",
+            zip: "loop over it where it is made: for x, y in zip(xs, ys):",
             enumerate: "for i in range(n): x = xs[i]",
             sum: "effir.op.sum",
             min: "effir.op.minimum",
@@ -391,6 +411,8 @@ def _describe(value: Any) -> str:
         return "a function"
     if isinstance(value, GlobalCallable):
         return f"the function {value.sf.name}"
+    if isinstance(value, StackedList):
+        return f"{value.name}, a list of tuples a loop built,"
     if value is None:
         return "None"
     return f"a Python {type(value).__name__}"

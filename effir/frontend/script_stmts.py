@@ -26,7 +26,16 @@ from .liveness import (
     target_names,
 )
 from .script_exprs import BINOPS
-from .script_values import Collector, Converting, EmptyList, Return, Slot, Staged
+from .script_values import (
+    Collector,
+    Converting,
+    EmptyList,
+    Return,
+    Slot,
+    StackedList,
+    Staged,
+    stacked_outputs,
+)
 from .spans import span_scope
 from .values import to_expr
 
@@ -43,8 +52,6 @@ REFUSED_STMTS = {
     ast.Break: ("break", "write the loop as `while cond:` with the exit in its condition"),
     ast.Continue: ("continue", "use if/else inside the loop body"),
     ast.AsyncFunctionDef: ("async def", "use a plain def"),
-    ast.AsyncFor: ("async for", "use a plain for"),
-    ast.AsyncWith: ("async with", "move it outside the scripted function"),
     ast.Assert: ("assert", "check values before calling the program"),
 }
 
@@ -257,7 +264,7 @@ class StatementConverter:
             raise self.error(
                 stmt,
                 f"{name} is appended to twice in one step",
-                "append once per step (start another list for another value)",
+                "append once per step (append a tuple for several values)",
             )
         target.value = self.expr(call.args[0], env)
 
@@ -365,7 +372,11 @@ class StatementConverter:
         state: Any,
         bind: Callable[[dict], None] | None,
         live_after: set[str],
+        appended: dict[str, Any] | None = None,
     ) -> tuple[Any, Any]:
+        """One step of the loop: its outputs and new state; ``appended``
+        gets what the step appended to each list (its structure: a tuple
+        per step makes a ``StackedList``)."""
         inner = dict(env)
         inner.update(zip(carried, state, strict=True))
         if bind is not None:
@@ -375,21 +386,20 @@ class StatementConverter:
         self.block(stmt.body, inner, set(carried) | live_after)
         outs = []
         for name in outputs:
-            if collectors[name].value is None:
-                raise self.error(
-                    stmt,
-                    f"{name} is not appended to in every step",
-                    "append once per step, at the loop body's top level",
-                )
-            outs.append(self.value_expr(collectors[name].value, stmt))
+            value = collectors[name].value
+            # The body's top-level appends (liveness.appended_lists) always run.
+            assert value is not None, f"{name} was not appended to"
+            if appended is not None:
+                appended[name] = value
+            outs.append(self.value_expr(value, stmt))
         new_state = tuple(self.value_expr(inner[n], stmt) for n in carried)
         return tuple(outs), new_state
 
-    def finish_loop(self, env, carried, outputs, outs, final, weak=frozenset()) -> None:
+    def finish_loop(self, env, carried, outputs, outs, final, weak, appended) -> None:
         for name, value in zip(carried, _marked(final, carried, weak), strict=True):
             env[name] = value
         for name, value in zip(outputs, outs, strict=True):
-            env[name] = value
+            env[name] = stacked_outputs(name, value, appended.get(name))
 
     def type_numbers(self, stmt, env, carried, outputs, bind, live_after) -> frozenset[str]:
         """A carried variable that starts as a Python number (``s = 0``)
@@ -444,17 +454,21 @@ class StatementConverter:
                 and isinstance(it.func, ast.Name)
                 and self.lookup(it.func, env) is zip
             )
+            stacked = False
             if zipped:  # for a, b in zip(xs, ys): one foreach over the tuple (xs, ys)
                 if any(k.arg != "strict" for k in it.keywords) or not it.args:
                     raise self.error(it, "zip takes the sequences only", "zip(xs, ys)")
-                xs = tuple(self.expr(a, env) for a in it.args)
-                if not all(isinstance(x, Expr | np.ndarray) for x in xs):
+                sequences = [self.expr(a, env) for a in it.args]
+                if not all(isinstance(x, Expr | np.ndarray | StackedList) for x in sequences):
                     raise self.error(
                         it, "zip of values that are not tensors", "zip tensors of one length"
                     )
+                xs = tuple(_sequence(x) for x in sequences)
             else:
                 xs = self.expr(it, env)
-            if not isinstance(xs, Expr | np.ndarray) and not zipped:
+                stacked = isinstance(xs, StackedList)
+                xs = _sequence(xs)
+            if not isinstance(xs, Expr | np.ndarray) and not (zipped or stacked):
                 raise self.error(
                     it,
                     "a Python for loop over a value that is not a tensor",
@@ -474,6 +488,7 @@ class StatementConverter:
         )
         init = _one(self.initial(env, carried, stmt))
         n = len(carried)
+        appended: dict[str, Any] = {}
 
         def body(x: Any, state: Any) -> Any:
             if range_args is not None:
@@ -486,12 +501,15 @@ class StatementConverter:
                 _marked(_many(state, n), carried, weak),
                 lambda inner: bind(inner, x),
                 live_after,
+                appended,
             )
             return _one(outs), _one(new_state)
 
         with span_scope(self.span(stmt)):
             outs, final = B.foreach(body, xs, init)
-        self.finish_loop(env, carried, outputs, _many(outs, len(outputs)), _many(final, n), weak)
+        self.finish_loop(
+            env, carried, outputs, _many(outs, len(outputs)), _many(final, n), weak, appended
+        )
 
     def range_args(self, it: ast.expr, env: dict[str, Any]) -> tuple | None:
         if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name)):
@@ -524,6 +542,7 @@ class StatementConverter:
             live_after,
         )
         init = (to_expr(start, "int32"), *self.initial(env, carried, stmt))
+        appended: dict[str, Any] = {}
 
         def cond(state: Any) -> Any:
             i = state[0]
@@ -541,12 +560,13 @@ class StatementConverter:
                 _marked(tuple(rest), carried, weak),
                 lambda inner: self.assign(stmt.target, i, inner),
                 live_after,
+                appended,
             )
             return outs, (i + step, *new_state)
 
         with span_scope(self.span(stmt)):
             outs, final = B.while_loop(cond, body, init, outputs=True)
-        self.finish_loop(env, carried, outputs, outs, final[1:], weak)
+        self.finish_loop(env, carried, outputs, outs, final[1:], weak, appended)
 
     def while_loop(self, stmt: ast.While, env: dict[str, Any], live_after: set[str]) -> None:
         carried, outputs = self.loop_state(stmt, env, live_after)
@@ -561,6 +581,7 @@ class StatementConverter:
 
         n = len(carried)
         init = _one(init)
+        appended: dict[str, Any] = {}
 
         def cond(state: Any) -> Any:
             inner = dict(env)
@@ -583,12 +604,15 @@ class StatementConverter:
                 _marked(_many(state, n), carried, weak),
                 None,
                 live_after,
+                appended,
             )
             return _one(outs), _one(new_state)
 
         with span_scope(self.span(stmt)):
             outs, final = B.while_loop(cond, body, init, outputs=True)
-        self.finish_loop(env, carried, outputs, _many(outs, len(outputs)), _many(final, n), weak)
+        self.finish_loop(
+            env, carried, outputs, _many(outs, len(outputs)), _many(final, n), weak, appended
+        )
 
 
 def _marked(values: tuple, carried: tuple[str, ...], weak: frozenset[str]) -> tuple:
@@ -598,6 +622,12 @@ def _marked(values: tuple, carried: tuple[str, ...], weak: frozenset[str]) -> tu
         if name in weak:
             B.mark_weak(value)
     return values
+
+
+def _sequence(value: Any) -> Any:
+    """What a ``for`` walks for ``value``: a ``StackedList``'s stacked
+    fields (each step their tuple), else the value itself."""
+    return value.fields if isinstance(value, StackedList) else value
 
 
 def _one(values: tuple) -> Any:

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..ir.diagnostics import FrontendError, Span
-from ..ir.expr import Expr, Function, GlobalVar, Let, Var
+from ..ir.expr import Expr, Function, GlobalVar, Let, Tuple, Var
 from ..ir.functor import Mutator, Plan, on
 from ..ir.node import Node
-from ..ir.types import Type
+from ..ir.types import TensorType, TupleType, Type
 from . import builder as B
 from .spans import span_scope
 from .values import as_type, to_expr
@@ -105,6 +105,70 @@ class Collector:
 
 class EmptyList:
     """``outs = []`` before a loop appends to it."""
+
+
+class StackedList:
+    """A list a loop appended a tuple to at each step, as the program holds
+    it: each field stacked along the steps (the tuple of stacked tensors
+    ``cf.foreach`` gives). Python's list is the reference: indexing, ``len``
+    and iteration go by step, as on the list the function builds eagerly;
+    as a value (returned, put in a tuple) it is the tuple of its stacked
+    fields. A list of tensors needs no such wrapper: its stacked tensor
+    indexes, measures and iterates by step already.
+
+    ``fields`` holds the stacked tensors shaped as one step's tuple (nested
+    tuples of effir values)."""
+
+    def __init__(self, name: str, fields: tuple) -> None:
+        self.name = name
+        self.fields = fields
+
+    def __getitem__(self, index: Any) -> Any:
+        """Step ``index``'s tuple; a slice, the list of those steps."""
+        taken = _map_leaves(self.fields, lambda leaf: leaf[index])
+        return StackedList(self.name, taken) if isinstance(index, slice) else taken
+
+    def length(self) -> Any:
+        """The number of steps: an int when the type says it, else None."""
+        leaf = self.fields
+        while isinstance(leaf, tuple):
+            leaf = leaf[0]
+        t = B.type_hint(leaf) if isinstance(leaf, Expr) else None
+        if isinstance(t, TensorType) and t.ndim and isinstance(t.shape[0], int):
+            return t.shape[0]
+        return None
+
+
+def stacked_outputs(name: str, value: Any, step: Any) -> Any:
+    """The value a loop's list ``name`` has after the loop: ``value``, its
+    outputs stacked, wrapped as a ``StackedList`` when a step appended a
+    tuple (``step``, the value appended in a step, or its type says so)."""
+    like = _structure(step)
+    if not isinstance(like, tuple):
+        return value
+    return StackedList(name, B.unflatten(value, like) if isinstance(value, Expr) else value)
+
+
+def _structure(value: Any) -> Any:
+    """``value``'s tuple structure (nested tuples of None), None for a leaf."""
+    if isinstance(value, tuple | list):
+        return tuple(_structure(v) for v in value)
+    if isinstance(value, Tuple):
+        return tuple(_structure(v) for v in value.fields)
+    t = B.type_hint(value) if isinstance(value, Expr) else None
+    return _type_structure(t) if isinstance(t, TupleType) else None
+
+
+def _type_structure(t: Type) -> Any:
+    if isinstance(t, TupleType):
+        return tuple(_type_structure(f) for f in t.fields)
+    return None
+
+
+def _map_leaves(fields: Any, fn: Callable[[Any], Any]) -> Any:
+    if isinstance(fields, tuple):
+        return tuple(_map_leaves(f, fn) for f in fields)
+    return fn(fields)
 
 
 class Staged:

@@ -208,7 +208,9 @@ def to_expr(value: Any, dtype: str | None = None) -> Expr:
 
 
 def _key_expr(key: PRNGKey) -> Expr:
-    """``random.key(seed)`` for a key that a seed makes."""
+    """``random.key(seed)`` of the seed that makes ``key``: an int32 seed
+    where one does, else the int64 of the key's 64 bits (every key is the
+    key of one: ``prng.key``)."""
     hi, lo = int(key.data[0]), int(key.data[1])
     seed = (hi << 32) | lo
     for value, dtype in ((lo, "int32"), (seed, "int64"), (seed - (1 << 64), "int64")):
@@ -218,11 +220,7 @@ def _key_expr(key: PRNGKey) -> Expr:
             continue
         if int(array) == value and np.array_equal(prng.key(array), key.data):
             return call_op("random.key", Constant(array, span=current_span()))
-    raise FrontendError(
-        f"{key!r} is not the key of a seed",
-        current_span(),
-        hint="declare the cell with effir.random.key(seed)",
-    )
+    raise AssertionError(f"{key!r}: every key is the key of an int64 seed")
 
 
 def to_value(value: Any) -> Any:

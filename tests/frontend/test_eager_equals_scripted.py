@@ -139,3 +139,123 @@ def test_integer_widths_eagerly_are_the_irs() -> None:
         assert _structure(got) == _structure(want)
         np.testing.assert_array_equal(got, want)
     assert all(type(v) is np.ndarray for v in eager)  # the caller gets plain numpy
+
+
+PAIRS = """
+@effir.script
+def pairs(xs: effir.Tensor[(3, 4), F32]):
+    ys = []
+    for i in range(3):
+        x = xs[i]
+        ys.append((x * 2.0, np.sum(x)))
+    acc = np.zeros((4,), dtype="float32")
+    for a, b in ys:
+        acc = acc + a * b
+    return ys[1], ys[-1][1], len(ys), acc, ys
+"""
+
+
+def _steps_stacked(value):
+    """A returned list of per-step tuples as the program returns it: each
+    field stacked along the steps (a list of tensors is its stacked tensor)."""
+    if isinstance(value, list) and value and isinstance(value[0], tuple | list):
+        return tuple(_steps_stacked(list(field)) for field in zip(*value, strict=True))
+    if isinstance(value, list):
+        return np.stack(value)
+    if isinstance(value, tuple):
+        return tuple(_steps_stacked(v) for v in value)
+    return value
+
+
+def _assert_same(got, want) -> None:
+    assert _structure(got) == _structure(want), (got, want)
+    for g, w in zip(_leaves(got), _leaves(want), strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6)
+
+
+def _leaves(value):
+    if isinstance(value, tuple | list):
+        return [leaf for v in value for leaf in _leaves(v)]
+    return [value]
+
+
+def test_list_of_tuples_is_indexed_by_step_as_eagerly() -> None:
+    """A loop's list of per-step tuples: ``ys[i]`` is step ``i``'s tuple,
+    ``len(ys)`` the number of steps and ``for a, b in ys`` walks the steps,
+    interpreted as eagerly and traced; returned, each field is stacked."""
+    f = define(PAIRS)["pairs"]
+    eager = f(XS)
+    assert isinstance(eager[4], list) and len(eager[4]) == 3
+    want = _steps_stacked(tuple(eager))
+    want = (*want[:2], np.int32(3), *want[3:])  # a Python int eagerly
+    _assert_same(f.interpret(XS), want)
+    traced = effir.trace(f.fn, Tensor[(3, 4), F32]).interpret(XS)  # ys: a tuple of steps
+    _assert_same((*traced[:4], _steps_stacked(list(traced[4]))), want)
+    np.testing.assert_array_equal(want[0][0], XS[1] * 2)
+
+
+def check_pairs_compiled() -> None:
+    """Run in a subprocess: ``pairs`` compiled gives what it gives interpreted."""
+    f = define(PAIRS)["pairs"]
+    _assert_same(effir.compile(f)(XS), f.interpret(XS))
+    print("ok")
+
+
+@pytest.mark.tvm
+def test_list_of_tuples_compiled_as_interpreted() -> None:
+    from tests.support.isolated import run_isolated
+
+    result = run_isolated(
+        "from tests.frontend.test_eager_equals_scripted import check_pairs_compiled; "
+        "check_pairs_compiled()"
+    )
+    result.check()
+    assert "ok" in result.stdout
+
+
+NEGATIVE = """
+@effir.script
+def last(xs: effir.Tensor[(3, 4), F32], ys: effir.Tensor[("n", 4), F32]):
+    return xs[-1], xs[-3], ys[-1], xs[-2:]
+"""
+
+
+def test_negative_index_counts_from_the_end_as_eagerly() -> None:
+    """``x[-1]`` is the last row (``take`` clips, so -1 would be row 0): a
+    static length makes it ``n - 1``, an unknown one a wrapping ``take``."""
+    f = define(NEGATIVE)["last"]
+    ys = XS[:2] + 1.0
+    _assert_same(f.interpret(XS, ys), f(XS, ys))
+    np.testing.assert_array_equal(f.interpret(XS, ys)[2], ys[-1])
+
+
+def test_negative_index_past_the_start_is_refused() -> None:
+    f = define(NEGATIVE.replace("xs[-3]", "xs[-4]"))["last"]
+    with pytest.raises(effir.FrontendError) as err:
+        effir.check(f.module)
+    assert err.value.message == "index -4 is out of range for a leading axis of 3"
+    assert err.value.span is not None
+    with pytest.raises(IndexError):
+        f(XS, XS)
+
+
+ZIPPED = """
+@effir.script
+def zipped(xs: effir.Tensor[(3, 4), F32]):
+    ys = []
+    for x in xs:
+        ys.append((x * 2.0, np.sum(x)))
+    zs = []
+    for (a, b), x in zip(ys[1:], xs[:2]):
+        zs.append(a * b - x)
+    return zs
+"""
+
+
+def test_zip_walks_a_list_of_tuples_by_step() -> None:
+    """``zip`` takes a loop's list of tuples (sliced too) with tensors, as
+    Python zips the list: step by step (the sequences of one length)."""
+    f = define(ZIPPED)["zipped"]
+    want = np.stack([XS[i + 1] * 2 * XS[i + 1].sum() - XS[i] for i in range(2)])
+    np.testing.assert_allclose(np.stack(f(XS)), want, rtol=1e-6)
+    np.testing.assert_allclose(f.interpret(XS), want, rtol=1e-6)

@@ -23,77 +23,9 @@ def _registered() -> dict[str, Callable]:
     return found
 
 
-# Sites no test applies yet, each with why; the lead's list to empty. A key
-# here that a test registers, or that the frontend no longer gives, fails.
-NOT_YET_APPLIED = {
-    "effir/frontend/script_exprs.py: effir programs are not coroutines": (
-        "not reached: await outside an async def is a SyntaxError, an async def is refused"
-    ),
-    "effir/frontend/script_stmts.py: use a plain for": "not reached, as await",
-    "effir/frontend/script_stmts.py: move it outside the scripted function": (
-        "not reached (async with), as await"
-    ),
-    "effir/frontend/script_stmts.py: append once per step, at the loop body's top level": (
-        "not reached: a loop's outputs are its body's top-level appends, which always run"
-    ),
-    "effir/frontend/adts.py: write {}": "reached only through a string annotation",
-    "effir/frontend/adts.py: name a type defined at module level, or the type itself in "
-    "quotes": "raised when the type is first used, not declared: test not written",
-    "effir/frontend/adts.py: declare the type with @effir.adt and build the value with its "
-    "classes": "needs a value of a type declared in text: test not written",
-    "effir/frontend/module_builder.py: call builder.ret(value)": "test not written",
-    "effir/frontend/numpy_spellings.py: write {}, or effir.op.{} with keyword attributes": (
-        "test not written"
-    ),
-    "effir/frontend/numpy_spellings.py: write it with the effir.op functions "
-    "(help(effir.op) lists them)": "test not written",
-    "effir/frontend/numpy_spellings.py: effir.op.transpose": "test not written",
-    "effir/frontend/operators.py: index from the front": "test not written",
-    "effir/frontend/operators.py: x[a:b]": "test not written",
-    "effir/frontend/operators.py: index it: t[0], t[1]": "test not written",
-    "effir/frontend/operators.py: keep it an effir value (effir.op.cast for dtypes)": (
-        "test not written"
-    ),
-    "effir/frontend/operators.py: write the reduction with effir.op (effir.op.sum, "
-    "effir.op.max...)": "test not written",
-    "effir/frontend/operators.py: keep it an effir value: numpy functions on it become "
-    'effir.op calls; for a cast write effir.op.cast(x, dtype="float32") (np.float32(x) is '
-    "one only in @effir.script)": "test not written",
-    'effir/frontend/promotion.py: cast the tensor: effir.op.cast(x, dtype="float32") '
-    "(np.float32(x) in @effir.script), or write an int ({})": "test not written",
-    'effir/frontend/promotion.py: cast the tensor: effir.op.cast(x, dtype="int32")': (
-        "test not written"
-    ),
-    "effir/frontend/script.py: give one another name with @effir.script(name=...)": (
-        "test not written"
-    ),
-    "effir/frontend/script_convert.py: define the function in a file (or register its "
-    "source in linecache)": "test not written",
-    "effir/frontend/script_exprs.py: iterate over a tuple of tensors: for x, y in (xs, ys)": (
-        "looks wrong (a for over a tuple is refused): not yet applied or fixed"
-    ),
-    "effir/frontend/script_exprs.py: pass the length as an argument": "test not written",
-    "effir/frontend/trace.py: return the result": "test not written",
-    'effir/frontend/trace.py: pass the types: effir.trace(f, effir.Tensor[(n, 8), "float32"], '
-    "...)": "test not written",
-    "effir/frontend/values.py: one of {}": "test not written",
-    'effir/frontend/values.py: write effir.Tensor[(n, 8), "float32"], effir.Key, '
-    "effir.Ref[T], a tuple of types or an @effir.adt type": "test not written",
-    "effir/frontend/values.py: use numbers, numpy arrays, tuples, keys or effir values": (
-        "test not written"
-    ),
-    "effir/frontend/values.py: declare the cell with effir.random.key(seed)": ("test not written"),
-}
-
-
 def test_every_hint_is_applied_by_a_test() -> None:
     sites = site_keys(sources())
     registered = _registered()
-    both = sorted(set(registered) & set(NOT_YET_APPLIED))
-    assert not both, "applied, still listed as not yet:\n" + "\n".join(both)
-    gone = sorted(set(NOT_YET_APPLIED) - set(sites))
-    assert not gone, "listed as not yet, no longer a hint:\n" + "\n".join(gone)
-    registered = {**registered, **dict.fromkeys(NOT_YET_APPLIED, None)}
     missing = [f"{s[0].file}:{s[0].line}: {k}" for k, s in sites.items() if k not in registered]
     assert not missing, "hints that no test applies:\n" + "\n".join(missing)
     stale = sorted(set(registered) - set(sites))

@@ -7,6 +7,7 @@ sequence) are filled in with the case's own names and sizes."""
 
 from __future__ import annotations
 
+import linecache
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -355,12 +356,24 @@ LOOPS = [
         lambda x, y: x,
     ),
     Case(
-        SCRIPTS.format("stmts", "append once per step (start another list for another value)"),
+        SCRIPTS.format("stmts", "append once per step (append a tuple for several values)"),
         "ys is appended to twice in one step",
-        "append once per step (start another list for another value)",
+        "append once per step (append a tuple for several values)",
         "ys = []\nfor row in x:\n    ys.append(row)\n    ys.append(row * 2.0)\nreturn ys",
-        "ys = []\nzs = []\nfor row in x:\n    ys.append(row)\n    zs.append(row * 2.0)\nreturn zs",
-        lambda x, y: x * 2,
+        "ys = []\nfor row in x:\n    ys.append((row, row * 2.0))\nreturn ys[1]",
+        lambda x, y: np.stack([x[1], x[1] * 2]),  # step 1's pair
+    ),
+    Case(
+        SCRIPTS.format(
+            "exprs", "append each field to its own list and pass those, or index {} by step ({}[i])"
+        ),
+        "ys is a list of tuples a loop built: a function would get the tuple of its stacked fields",
+        "append each field to its own list and pass those, or index ys by step (ys[i])",
+        "def second(ps):\n    return ps[1][1]\nys = []\nfor row in x:\n"
+        "    ys.append((row, row * 2.0))\nreturn second(ys)",
+        "def second(p):\n    return p[1]\nys = []\nfor row in x:\n"
+        "    ys.append((row, row * 2.0))\nreturn second(ys[1])",
+        lambda x, y: x[1] * 2,
     ),
     Case(
         SCRIPTS.format("stmts", "give {} a value before the if, or in both branches"),
@@ -774,7 +787,51 @@ EXPRESSIONS = [  # REFUSED_EXPRS
         lambda x, y: np.maximum(x, y),
     ),
 ]
+PAIR_FN = """
+@effir.script
+def pair(v: V):
+    return v, v * 2.0
+"""
+UNTYPED = [  # a scripted function without a return annotation: its result's length is unknown
+    Case(
+        "effir/frontend/operators.py: index from the front",
+        "a negative index into a tuple of unknown length",
+        "index from the front",
+        "t = pair(x)\nreturn t[-1]",
+        "t = pair(x)\nreturn t[1]",
+        lambda x, y: x * 2,
+        before=PAIR_FN,
+    ),
+    Case(
+        "effir/frontend/operators.py: index it: t[0], t[1]",
+        "cannot unpack a value whose tuple length is not known here",
+        "index it: t[0], t[1]",
+        "a, b = pair(x)\nreturn b - a",
+        "t = pair(x)\na = t[0]\nb = t[1]\nreturn b - a",
+        lambda x, y: x,
+        before=PAIR_FN,
+    ),
+]
+NUMPY = [
+    Case(
+        "effir/frontend/numpy_spellings.py: effir.op.transpose",
+        "np.stack of one effir tensor with an axis",
+        "effir.op.transpose",
+        "ys = []\nfor row in x:\n    ys.append(row * 2.0)\nreturn np.stack(ys, axis=1)",
+        "ys = []\nfor row in x:\n    ys.append(row * 2.0)\n"
+        "return effir.op.transpose(np.stack(ys), axes=[1, 0])",
+        lambda x, y: np.stack(list(x * 2), axis=1),
+    ),
+]
 BUILTINS = [  # the builtins of script_exprs.builtin_call; test_hints.py has the others
+    Case(
+        SCRIPTS.format("exprs", "loop over it where it is made: for x, y in zip(xs, ys):"),
+        "zip outside a for loop is not supported here",
+        "loop over it where it is made: for x, y in zip(xs, ys):",
+        "pairs = zip(x, y)\nzs = []\nfor a, b in pairs:\n    zs.append(a - b)\nreturn zs",
+        "zs = []\nfor a, b in zip(x, y):\n    zs.append(a - b)\nreturn zs",
+        lambda x, y: x - y,
+    ),
     Case(
         SCRIPTS.format("exprs", "for i in range(n):"),
         "range outside a for loop is not supported here",
@@ -808,7 +865,7 @@ BUILTINS = [  # the builtins of script_exprs.builtin_call; test_hints.py has the
         lambda x, y: x != 0,
     ),
 ]
-CASES += LOOPS + MATCHES + PATTERNS + STATEMENTS + EXPRESSIONS + BUILTINS
+CASES += LOOPS + MATCHES + PATTERNS + STATEMENTS + EXPRESSIONS + UNTYPED + NUMPY + BUILTINS
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.site.split(": ", 1)[1][:40])
@@ -816,4 +873,80 @@ def test_script_hint_applied(case: Case) -> None:
     check(case)
 
 
-HINTS_APPLIED = {case.site: test_script_hint_applied for case in CASES}
+LENGTH = """
+@effir.script
+def total(xs: effir.Tensor[("n", 3), F32]):
+    s = xs[0] * 0.0
+    for i in range(len(xs)):
+        s = s + xs[i]
+    return s
+"""
+
+
+def test_len_of_a_run_time_length_hint() -> None:
+    with pytest.raises(effir.FrontendError) as err:
+        effir.check(define(LENGTH)["total"].module)
+    assert err.value.message == (
+        "len of a value whose length is known only at run time is not supported here"
+    )
+    assert err.value.hint == "pass the length as an argument"
+    assert err.value.span is not None
+    fixed = LENGTH.replace("F32]):", 'F32], n: effir.Tensor[(), "int32"]):')
+    total = define(fixed.replace("len(xs)", "n"))["total"]
+    n = np.int32(len(X))
+    np.testing.assert_allclose(total.interpret(X, n), X.sum(axis=0), rtol=1e-6)
+    np.testing.assert_allclose(total(X, n), X.sum(axis=0), rtol=1e-6)
+
+
+NAMED = """
+@effir.script(name="g")
+def helper(v: V):
+    return v * 2.0
+
+
+@effir.script
+def g(x: V):
+    return helper(x) + 1.0
+"""
+
+
+def test_two_functions_of_one_name_hint() -> None:
+    with pytest.raises(effir.FrontendError) as err:
+        effir.check(define(PRELUDE + NAMED)["g"].module)
+    assert err.value.message == "two scripted functions are named g"
+    assert err.value.hint == "give one another name with @effir.script(name=...)"
+    assert err.value.span is not None
+    g = define(PRELUDE + NAMED.replace('name="g"', 'name="twice"'))["g"]
+    np.testing.assert_array_equal(g.interpret(X), X * 2 + 1)
+    np.testing.assert_array_equal(g(X), X * 2 + 1)
+
+
+def test_source_not_available_hint() -> None:
+    text = "def f(x: V):\n    return x * 2.0\n"
+    filename = f"<no-source-{id(text)}>"
+    namespace = {"effir": effir, "V": V}
+    exec(compile(text, filename, "exec"), namespace)
+    f = effir.script(namespace["f"])
+    with pytest.raises(effir.FrontendError) as err:
+        effir.check(f.module)
+    assert err.value.message.startswith("the source of f is not available (")
+    assert err.value.hint == "define the function in a file (or register its source in linecache)"
+    linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
+    try:
+        np.testing.assert_array_equal(f.interpret(X), X * 2)
+        np.testing.assert_array_equal(f(X), X * 2)
+    finally:
+        del linecache.cache[filename]
+
+
+HINTS_APPLIED = {
+    **{case.site: test_script_hint_applied for case in CASES},
+    "effir/frontend/script_exprs.py: pass the length as an argument": (
+        test_len_of_a_run_time_length_hint
+    ),
+    "effir/frontend/script.py: give one another name with @effir.script(name=...)": (
+        test_two_functions_of_one_name_hint
+    ),
+    "effir/frontend/script_convert.py: define the function in a file (or register its source "
+    "in linecache)": test_source_not_available_hint,
+}
