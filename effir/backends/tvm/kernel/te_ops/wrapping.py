@@ -15,10 +15,12 @@ PrimExpr = Any  # tvm.tirx.PrimExpr
 
 def low_bits(x: PrimExpr, width: int) -> PrimExpr:
     """``x mod 2^width`` (``x & (2^width - 1)``) of a 64-bit integer, with no
-    mask of 32 bits or more [RULE TE-MASK]: ``x - ((x >> width) << width)``,
-    which LLVM folds back into the ``and``."""
+    unsigned mask of 32 bits or more [RULE TE-MASK]: ``x - ((x >> width) <<
+    width)``, which LLVM folds back into the ``and``. (A signed mask stays:
+    TVM folds an int64 mask of a constant, and its shifts of a negative
+    value broke int64's wrapping.)"""
     dtype = _dtype(x)
-    if width < 32:
+    if width < 32 or _kind(dtype) != "u":
         return tirx.bitwise_and(x, _const((1 << width) - 1, dtype))
     shift = _const(width, dtype)
     return x - ((x >> shift) << shift)
