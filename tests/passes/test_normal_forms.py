@@ -458,3 +458,27 @@ def test_a_let_captured_only_by_a_dropped_closure_goes_too() -> None:
     out = lookup_pass("to-gnf")(module, PassContext(verify=True))
     assert gnf_problem(out) is None
     assert "let" not in effir.astext(out)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="to-gnf evaluates the lets in the order the result uses them: the second "
+    "let's division by zero fails first (the fuzzer's const_fold group); not fixed yet",
+)
+def test_to_gnf_keeps_which_failing_let_fails_first() -> None:
+    """Two lets that fail: the program's first one fails, after to-gnf too."""
+    module = effir.check(
+        effir.parse(
+            '#[version = "0.0.5"]\n'
+            "def @main(%a: Tensor[(4,), int32], %b: Tensor[(4,), int8]) {\n"
+            "  let %v1 = divide(%a, subtract(2, 2));\n"
+            "  let %v2 = divide(%b, subtract(1i8, 1i8));\n"
+            "  (%v2, %v1)\n"
+            "}\n"
+        )
+    )
+    args = (np.ones(4, np.int32), np.ones(4, np.int8))
+    graph = effir.check(run_pipeline(module, "to-gnf"))
+    for program in (module, graph):
+        with pytest.raises(effir.EvalError, match=r":3:13: runtime error: divide"):
+            interpret(program, *args)

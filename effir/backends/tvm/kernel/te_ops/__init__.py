@@ -85,6 +85,16 @@ carry no flags; 32-bit ones are computed exactly in 64 bits and truncated;
 products fit) and reassembled with shifts and masks. LLVM narrows the
 32-bit form back to one flag-free instruction.
 
+[RULE TE-MASK] No unsigned ``x & (2^k - 1)`` with k >= 32 reaches TVM: the
+low k bits are ``x - ((x >> k) << k)`` (``wrapping.low_bits``), which LLVM
+folds back into one ``and``. TVM's integer analysis of such a mask of a constant
+(``2^32 & 0xFFFFFFFF``, what a uint32 ``subtract(3, 3)`` becomes once
+TVM's simplifier cancels the operands of its 64-bit exact difference)
+aborts the build ("Divide by zero" in its constant folding) when the
+expression is part of a condition it assumes: a zero check of a divisor,
+a select. A mask of fewer bits is analysed correctly and stays, and so
+does a signed one (TVM folds an int64 mask of a constant).
+
 Known imprecisions: floating-point sums are accumulated in a different
 order than numpy's pairwise sums.
 

@@ -13,7 +13,17 @@ from .common import _const, _dtype, _kind, _let, _lets
 PrimExpr = Any  # tvm.tirx.PrimExpr
 
 
-_LOW = 0xFFFFFFFF
+def low_bits(x: PrimExpr, width: int) -> PrimExpr:
+    """``x mod 2^width`` (``x & (2^width - 1)``) of a 64-bit integer, with no
+    unsigned mask of 32 bits or more [RULE TE-MASK]: ``x - ((x >> width) <<
+    width)``, which LLVM folds back into the ``and``. (A signed mask stays:
+    TVM folds an int64 mask of a constant, and its shifts of a negative
+    value broke int64's wrapping.)"""
+    dtype = _dtype(x)
+    if width < 32 or _kind(dtype) != "u":
+        return tirx.bitwise_and(x, _const((1 << width) - 1, dtype))
+    shift = _const(width, dtype)
+    return x - ((x >> shift) << shift)
 
 
 def _bits_of(x: PrimExpr, shift: int, width: int) -> PrimExpr:
@@ -21,7 +31,7 @@ def _bits_of(x: PrimExpr, shift: int, width: int) -> PrimExpr:
     non-negative value of its own dtype."""
     dtype = _dtype(x)
     shifted = x >> _const(shift, dtype) if shift else x
-    return tirx.bitwise_and(shifted, _const((1 << width) - 1, dtype))
+    return low_bits(shifted, width)
 
 
 def _joined(low: PrimExpr, high: PrimExpr) -> PrimExpr:
@@ -86,7 +96,7 @@ def _wrap32(op: str, a: PrimExpr, b: PrimExpr) -> PrimExpr:
         exact = aw + _const(1 << 32, wide) - bw
     else:
         exact = {"+": aw + bw, "-": aw - bw, "*": aw * bw}[op]
-    low = tirx.bitwise_and(exact, _const(_LOW, wide))
+    low = low_bits(exact, 32)
     if wide == "int64":  # sign-extend bit 31
         sign = _const(1 << 31, wide)
         low = tirx.bitwise_xor(low, sign) - sign
