@@ -59,7 +59,7 @@ from ..runtime.thread_vms import ThreadVMs
 from ..target import building, device_of, make_target, with_cuda_library
 from . import passes as backend_passes  # noqa: F401  (registers lower-tvm)
 from . import program_cache
-from .build_cache import Cache, program_digest
+from .build_cache import Cache, program_digest, spans_digest
 from .compilable import callable_part, refuse_uncompilable
 from .program_cache import ProgramRecord
 from .specialise import specialise
@@ -291,7 +291,7 @@ class CompiledModule:
         self.specialisations: dict[tuple[str, tuple[tuple[str, int], ...]], Specialisation] = {}
         self.static_dims: dict[str, set[str]] = {}  # per entry, learnt (specialisation)
         self._lock = threading.Lock()
-        self._program_text: str | None = None  # the build cache's key (_cache)
+        self._program_key: str | None = None  # the build cache's key (_program_digest)
         self._primed: set[str] = set()  # entries whose static dims the cache gave
         self._signatures: dict[str, Signature] = {}  # per entry: made once, read per call
         self.changed_states: weakref.WeakSet[State] = weakref.WeakSet()
@@ -559,16 +559,21 @@ class CompiledModule:
             return None
         if self.record is not None:
             return Cache.of(self.record.builds, self.target)
-        if self._program_text is None:
-            self._program_text = astext(self.module)
-        return Cache.open(self._program_text, self.target, self.precision)
+        return Cache.of(self._program_digest(), self.target)
+
+    def _program_digest(self) -> str:
+        """The optimised program's key in the build cache (its text and
+        spans: build_cache.program_digest), made once."""
+        if self._program_key is None:
+            self._program_key = program_digest(
+                astext(self.module), spans_digest(self.module), self.target, self.precision
+            )
+        return self._program_key
 
     def program_record(self) -> ProgramRecord:
         """What a later process needs of this program before its first call
         (driver/program_cache.py)."""
         report = self.report
-        if self._program_text is None:
-            self._program_text = astext(self.module)
         entries = tuple(n for n in self.source.functions if n in self.module.functions)
         signatures = {}
         for name in entries:
@@ -577,7 +582,7 @@ class CompiledModule:
             except Error:  # an entry no call can run: the pipeline's output tells later
                 continue
         return ProgramRecord(
-            program_digest(self._program_text, self.target, self.precision),
+            self._program_digest(),
             report.nodes_before,
             report.nodes_after,
             report.pipeline_seconds,

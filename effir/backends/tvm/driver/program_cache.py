@@ -13,9 +13,7 @@ figures.
 [RULE PROGRAM-KEY] A record is keyed by what decides the pipeline's
 output and its builds: the source program's canonical text (metadata
 included) and its spans (each node's source name, start and end, and a
-digest of each source's text: the run-time checks compiled into a
-library carry their sites, runtime/errors.py [RULE RUNTIME-CHECK], so the
-same program at other source lines is another entry), the entry, the
+digest of each source's text: ``build_cache.spans_digest``), the entry, the
 pipeline's text, the context's verification and pass options, and what
 every build key holds (``build_cache.environment``: the versions, the
 target, the precision, the size limit, the thread pool). A pipeline given
@@ -41,13 +39,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ....ir.diagnostics import Source
 from ....ir.module import IRModule
 from ....ir.printer import astext
-from ....ir.visitor import pre_order
 from ....passes.infra import PassContext
 from ..runtime.signature import Signature
-from .build_cache import cache_dir, environment, write_whole
+from .build_cache import cache_dir, environment, spans_digest, write_whole
 
 RECORD_FORMAT = 1
 """The layout of a record; a change is a new key."""
@@ -105,25 +101,6 @@ class ProgramRecord:
             raise ValueError(f"malformed program record ({err})") from None
 
 
-def _spans(module: IRModule) -> str:
-    """A digest of where ``module``'s nodes come from [RULE PROGRAM-KEY]."""
-    digest = hashlib.sha256()
-    sources: dict[int, Source] = {}
-    for name in sorted(module.functions):
-        digest.update(f"@{name}\n".encode())
-        for node in pre_order(module.functions[name]):
-            span = getattr(node, "span", None)
-            if span is None:
-                digest.update(b"-\n")
-                continue
-            sources.setdefault(id(span.source), span.source)
-            digest.update(f"{span.source.name}:{span.start}:{span.end}\n".encode())
-    for source in sorted(sources.values(), key=lambda s: s.name):
-        text = hashlib.sha256(source.text.encode()).hexdigest()
-        digest.update(f"source {source.name} {text}\n".encode())
-    return digest.hexdigest()
-
-
 def program_key(
     source: IRModule,
     entry: str,
@@ -146,7 +123,7 @@ def program_key(
             f"pipeline {pipeline}",
             f"verify {context.verify}",
             f"options {options}",
-            f"spans {_spans(source)}",
+            f"spans {spans_digest(source)}",
             astext(source),
         ]
     )
