@@ -1,5 +1,5 @@
 """Whole compiled programs in the build cache (effir/backends/tvm/driver/
-program_cache.py): a process that compiles a program an earlier process
+program_cache.py, [RULE CACHE-PROGRAM]): a process that compiles a program an earlier process
 compiled skips the pipeline and gives the same results and the same
 located errors; a record is reused only for the same source, spans and
 options; a binding the cache lacks runs the skipped pipeline then; a

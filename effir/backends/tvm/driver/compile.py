@@ -276,7 +276,7 @@ class CompiledModule:
     ) -> None:
         """``module``: the optimised program, or what makes it when first
         needed (a program found in the build cache, with its ``record``:
-        driver/program_cache.py [RULE PROGRAM-LAZY])."""
+        driver/program_cache.py [RULE CACHE-LAZY])."""
         self.source = source
         self._module = module if isinstance(module, IRModule) else None
         self._optimise = None if isinstance(module, IRModule) else module
@@ -310,7 +310,7 @@ class CompiledModule:
     def module(self) -> IRModule:
         """The optimised program (the pipeline's output), made now if it
         came from the build cache and nothing needed it yet
-        (driver/program_cache.py [RULE PROGRAM-LAZY])."""
+        (driver/program_cache.py [RULE CACHE-LAZY])."""
         if self._module is None:
             with self._module_lock:
                 if self._module is None:

@@ -10,7 +10,7 @@ process needs from the pipeline's output before its first call: the key of
 the optimised program's builds, each entry's signature, and the report's
 figures.
 
-[RULE PROGRAM-KEY] A record is keyed by what decides the pipeline's
+[RULE CACHE-PROGRAM] A record is keyed by what decides the pipeline's
 output and its builds: the source program's canonical text (metadata
 included) and its spans (each node's source name, start and end, and a
 digest of each source's text: ``build_cache.spans_digest``), the entry, the
@@ -20,7 +20,7 @@ target, the precision, the size limit, the thread pool). A pipeline given
 as a ``Pass`` object, or a context with instruments (they observe the
 passes, which a hit does not run), is never cached.
 
-[RULE PROGRAM-LAZY] On a hit the optimised program is not made:
+[RULE CACHE-LAZY] On a hit the optimised program is not made:
 ``CompiledModule.module`` runs the pipeline the first time something needs
 it (a binding whose build is not in the cache, an entry without a recorded
 signature, ``effir opt``'s view of it), in the context ``compile`` was
@@ -109,7 +109,7 @@ def program_key(
     target: Any,
     precision: str,
 ) -> str | None:
-    """The record's key [RULE PROGRAM-KEY], or None when the program is not
+    """The record's key [RULE CACHE-PROGRAM], or None when the program is not
     cached (the cache off, a target whose builds are not cached, a context
     with instruments)."""
     if cache_dir() is None or target.kind.name != "llvm" or context.instruments:
