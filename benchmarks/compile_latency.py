@@ -76,10 +76,11 @@ def effir_mlp() -> Any:
     import effir
 
     program = effir.compile(
-        effir.value_and_grad(mlp_scan.loss.module, entry="loss", wrt=mlp_scan.WRT)
+        effir.value_and_grad(mlp_scan.loss.module, entry="loss", wrt=mlp_scan.WRT),
+        entry="loss_grad",
     )
     args = [a for _, a in mlp_arrays()]
-    return program(*args, entry="loss_grad", state=program.new_state())
+    return program(*args, state=program.new_state())
 
 
 def effir_gru() -> Any:

@@ -16,15 +16,17 @@ HEAVY = ("tvm", "tvm_ffi", "torch")
 HEADER = '#[version = "0.0.5"]\\n'
 
 
-def loaded_after(code: str) -> set[str]:
-    """Which of HEAVY a fresh interpreter has imported after ``code``."""
-    probe = f"{code}\nimport sys\nprint(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+def loaded_after(
+    code: str, heavy: tuple[str, ...] = HEAVY, env: dict[str, str] | None = None
+) -> set[str]:
+    """Which of ``heavy`` a fresh interpreter has imported after ``code``."""
+    probe = f"{code}\nimport sys\nprint(sorted(m for m in {heavy!r} if m in sys.modules))"
     done = subprocess.run(
         [sys.executable, "-c", probe],
         capture_output=True,
         text=True,
         cwd=ROOT,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", **(env or {})},
         timeout=120,
         check=False,
     )
@@ -74,3 +76,25 @@ x = torch.ones(3)
 assert np.allclose(compiled(x), np.tanh(1.0))  # a PyTorch argument, through the input contract
 """
     assert loaded_after(code + use) == set(HEAVY)
+
+
+def test_a_compile_from_the_build_cache_does_not_import_ml_dtypes(tmp_path) -> None:
+    """tvm_ffi imports ml_dtypes (bfloat16 and float8 numpy types, which
+    effir has none of) when installed; effir hides it while TVM is imported.
+    A build imports it for ``relax.const``; a process that loads its
+    program from the build cache never does (runtime/importing.py)."""
+    pytest.importorskip("ml_dtypes")
+    code = f"""
+import numpy as np, effir
+compiled = effir.compile(effir.parse('{HEADER}def @main(%x: Tensor[(3), float32]) {{ tanh(%x) }}'))
+assert np.allclose(compiled(np.ones(3, np.float32)), np.tanh(1.0))
+assert compiled.report.builds[0].cached == {{cached}}
+"""
+    env = {"EFFIR_CACHE_DIR": str(tmp_path)}
+    probe = ("tvm", "ml_dtypes")
+    assert loaded_after(code.replace("{cached}", "False"), probe, env) == set(probe)
+    assert loaded_after(code.replace("{cached}", "True"), probe, env) == {"tvm"}
+    assert loaded_after("import ml_dtypes\n" + code.replace("{cached}", "True"), probe, env) == {
+        "tvm",
+        "ml_dtypes",
+    }

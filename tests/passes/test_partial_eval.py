@@ -162,6 +162,36 @@ def test_a_loop_nest_unrolls_only_when_its_steps_are_few():
         assert np.array_equal(want[0], got[0]) and np.array_equal(want[1], got[1])
 
 
+def test_an_inner_loop_over_a_tuple_unrolls_in_an_outer_loop_that_stays():
+    """An inner loop over a tuple of sequences (Python's ``zip`` of two
+    tensors) unrolls inside an outer loop that stays a loop: its steps are
+    taken field by field, as the loop's checked type says, though the
+    sequence is then the outer body's unannotated parameter, which the
+    evaluator's copy leaves untyped (a checkpointed gradient's segments of
+    a ``zip``)."""
+    module = effir.parse("""#[version = "0.0.5"]
+    def @main(%xs: Tensor[(4, 6, 2), float32], %ys: Tensor[(4, 6, 2), float32],
+              %h: Tensor[(2), float32]) {
+      let %body = fn (%seg, %s) {
+        let %r = cf.foreach(fn (%xy: (Tensor[(2), float32], Tensor[(2), float32]),
+                                %t: Tensor[(2), float32]) {
+          let %n = tanh(add(add(%t, %xy.0), %xy.1));
+          (%n, %n)
+        }, %seg, %s);
+        (%r.0, %r.1)
+      };
+      cf.foreach(%body, (%xs, %ys), %h)
+    }""")
+    after = effir.check(partial_eval(module))
+    text = effir.astext(after)
+    assert text.count("cf.foreach") == 1 and text.count("tanh(") == 6, text
+    rs = np.random.default_rng(3)
+    xs, ys = (rs.standard_normal((4, 6, 2)).astype("float32") for _ in range(2))
+    h = np.ones(2, "float32")
+    want, got = effir.interpret(module, xs, ys, h), effir.interpret(after, xs, ys, h)
+    assert np.array_equal(want[0], got[0]) and np.array_equal(want[1], got[1])
+
+
 def test_a_while_loop_unrolls_only_as_many_steps_as_its_nested_loops_allow():
     """A while_loop whose body holds a short foreach unrolls while its steps
     times the foreach's stay within ``MAX_UNROLL``."""

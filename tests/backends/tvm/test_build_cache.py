@@ -74,7 +74,7 @@ def test_a_new_process_loads_the_build_and_a_corrupt_entry_is_rebuilt(effir_cach
 
 
 def test_records_that_do_not_describe_their_library_are_misses(effir_cache_dir):
-    cache = Cache.open("def @main() { 1f }", make_target("llvm"))
+    cache = Cache.open("def @main() { 1f }", "spans", make_target("llvm"))
     assert cache is not None
     effir_cache_dir.mkdir()
     digest = sha256(b"not a library").hexdigest()
@@ -98,17 +98,19 @@ def test_the_key_follows_the_program_target_dimensions_and_versions(monkeypatch,
     monkeypatch.setenv("EFFIR_CACHE_DIR", str(tmp_path))
     llvm = make_target("llvm")
     generic = make_target("llvm -mcpu=x86-64")
-    a = Cache.open("def @main() { 1f }", llvm)
+    a = Cache.open("def @main() { 1f }", "spans", llvm)
     assert a is not None
     key = a.key("main", {"n": 2}, ("t",))
-    assert key == Cache.open("def @main() { 1f }", llvm).key("main", {"n": 2}, ("t",))
-    assert key != Cache.open("def @main() { 2f }", llvm).key("main", {"n": 2}, ("t",))
-    assert key != Cache.open("def @main() { 1f }", generic).key("main", {"n": 2}, ("t",))
+    assert key == Cache.open("def @main() { 1f }", "spans", llvm).key("main", {"n": 2}, ("t",))
+    assert key != Cache.open("def @main() { 2f }", "spans", llvm).key("main", {"n": 2}, ("t",))
+    assert key != Cache.open("def @main() { 1f }", "spans", generic).key("main", {"n": 2}, ("t",))
     assert key != a.key("main", {"n": 3}, ("t",))
     assert key != a.key("main", {"n": 2}, ())
     assert key != a.key("other", {"n": 2}, ("t",))
+    other_lines = Cache.open("def @main() { 1f }", "other spans", llvm)
+    assert key != other_lines.key("main", {"n": 2}, ("t",))  # its checks name other lines
     monkeypatch.setattr(build_cache, "_EFFIR_DIGEST", "another effir")
-    assert key != Cache.open("def @main() { 1f }", llvm).key("main", {"n": 2}, ("t",))
+    assert key != Cache.open("def @main() { 1f }", "spans", llvm).key("main", {"n": 2}, ("t",))
 
 
 def test_the_digest_covers_every_source_file_of_effir(monkeypatch):
@@ -134,7 +136,7 @@ def test_the_digest_covers_every_source_file_of_effir(monkeypatch):
 def test_the_cache_can_be_turned_off(monkeypatch, value):
     monkeypatch.setenv("EFFIR_CACHE_DIR", value)
     assert build_cache.cache_dir() is None
-    assert Cache.open("def @main() { 1f }", make_target("llvm")) is None
+    assert Cache.open("def @main() { 1f }", "spans", make_target("llvm")) is None
 
 
 def test_the_default_directory_is_the_users_cache(monkeypatch, tmp_path):
@@ -144,7 +146,7 @@ def test_the_default_directory_is_the_users_cache(monkeypatch, tmp_path):
 
 
 def test_unreadable_static_records_are_ignored(effir_cache_dir):
-    cache = Cache.open("def @main() { 1f }", make_target("llvm"))
+    cache = Cache.open("def @main() { 1f }", "spans", make_target("llvm"))
     assert cache is not None
     assert cache.static_dims("main") == set()
     cache.record_static("main", {"b", "t"})
@@ -163,7 +165,11 @@ def test_processes_that_fill_one_entry_at_once_leave_a_whole_one(effir_cache_dir
         first, second = pool.map(lambda _: run(effir_cache_dir), range(2))
     assert first["result"] == second["result"]
     assert not list(effir_cache_dir.glob(".tmp-*"))
-    (record_path,) = [p for p in effir_cache_dir.glob("*.json") if ".static." not in p.name]
+    (record_path,) = [
+        p
+        for p in effir_cache_dir.glob("*.json")
+        if not p.name.endswith((".static.json", ".program.json"))
+    ]
     record = json.loads(record_path.read_text())
     library = effir_cache_dir / record["library"]
     assert record["sha256"] == sha256(library.read_bytes()).hexdigest()

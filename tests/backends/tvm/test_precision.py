@@ -25,7 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import effir
-from effir.backends.tvm.driver.build_cache import Cache
+from effir.backends.tvm.driver.build_cache import program_digest
 from effir.backends.tvm.precision import PRECISIONS, numpy_operand
 from effir.backends.tvm.target import make_target
 from tests.support.gru_programs import NEW_STATE, gates
@@ -182,7 +182,7 @@ def test_the_precision_is_reported_exported_and_part_of_the_cache_key(tmp_path) 
     manifest = json.loads((tmp_path / "m" / "effir-artifact.json").read_text())
     assert manifest["precision"] == "tf32"
     target = make_target("llvm")
-    keys = {Cache(tmp_path, "text", target, p).program for p in PRECISIONS}
+    keys = {program_digest("text", "", target, p) for p in PRECISIONS}
     assert len(keys) == len(PRECISIONS)
 
 

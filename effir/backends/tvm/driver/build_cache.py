@@ -7,7 +7,8 @@ the GRU language model (docs/performance.md, "First-call latency"); a
 cached build costs loading a shared library, a millisecond.
 
 What an entry is keyed by (``Cache.key``): the SHA-256 of the optimised
-program's canonical text (the printer's, metadata included: what is built),
+program's canonical text (the printer's, metadata included: what is built)
+and of its spans (the sites its run-time checks report: ``spans_digest``),
 the entry function, the bound dimensions and the names left symbolic, the
 target (its full text: kind, ``mcpu``, attributes), the size of TVM's
 thread pool (a whole loop runs as many blocks of rows: loop/rows.py), the
@@ -65,6 +66,9 @@ from typing import Any
 
 import tvm
 
+from ....ir.diagnostics import Source
+from ....ir.module import IRModule
+from ....ir.visitor import pre_order
 from ....runtime.limits import max_bytes
 from ..runtime.thread_vms import MODULES
 
@@ -120,39 +124,78 @@ class Entry:
     recursive: bool
 
 
-class Cache:
-    """The entries of one compiled program for one target, in ``root``."""
+def environment(target: Any, precision: str) -> list[str]:
+    """What a build depends on besides its program: the cache's layout,
+    TVM's and effir's versions, the target, the matrix products' precision,
+    the size limit and TVM's thread pool. Every key of the cache holds it
+    (the builds' and the whole programs': driver/program_cache.py)."""
+    return [
+        f"effir-build-cache {FORMAT}",
+        f"tvm {tvm.__version__}",
+        f"effir {effir_digest()}",
+        f"target {target}",
+        f"precision {precision}",  # precision.py [RULE COMPILE-PRECISION]
+        # run-time sizes are checked against the limit at build time (relax/dynamic.py)
+        f"size limit {max_bytes()}",
+        # a whole loop's row blocks are as many as the pool's threads (loop/rows.py)
+        f"threads {tvm.runtime.num_threads()}",
+    ]
 
-    def __init__(
-        self, root: Path, program_text: str, target: Any, precision: str = "float32"
-    ) -> None:
+
+def program_digest(program_text: str, spans: str, target: Any, precision: str = "float32") -> str:
+    """The key of an optimised program's builds: its text and its spans
+    (``spans_digest``) in this environment."""
+    lines = [*environment(target, precision), f"spans {spans}", program_text]
+    return _sha256("\n".join(lines).encode())
+
+
+def spans_digest(module: IRModule) -> str:
+    """A digest of where ``module``'s nodes come from: each node's source
+    name, start and end, and each source's text. The run-time checks
+    compiled into a library carry their sites (runtime/errors.py
+    [RULE RUNTIME-CHECK]), so the same program text at other source lines
+    is another build."""
+    digest = hashlib.sha256()
+    sources: dict[int, Source] = {}
+    for name in sorted(module.functions):
+        digest.update(f"@{name}\n".encode())
+        for node in pre_order(module.functions[name]):
+            span = getattr(node, "span", None)
+            if span is None:
+                digest.update(b"-\n")
+                continue
+            sources.setdefault(id(span.source), span.source)
+            digest.update(f"{span.source.name}:{span.start}:{span.end}\n".encode())
+    for source in sorted(sources.values(), key=lambda s: s.name):
+        text = hashlib.sha256(source.text.encode()).hexdigest()
+        digest.update(f"source {source.name} {text}\n".encode())
+    return digest.hexdigest()
+
+
+class Cache:
+    """The entries of one compiled program for one target, in ``root``;
+    ``program``: the program's digest (``program_digest``)."""
+
+    def __init__(self, root: Path, program: str) -> None:
         self.root = root
-        self.program = _sha256(
-            "\n".join(
-                [
-                    f"effir-build-cache {FORMAT}",
-                    f"tvm {tvm.__version__}",
-                    f"effir {effir_digest()}",
-                    f"target {target}",
-                    f"precision {precision}",  # precision.py [RULE COMPILE-PRECISION]
-                    # run-time sizes are checked against the limit at build time (relax/dynamic.py)
-                    f"size limit {max_bytes()}",
-                    # a whole loop's row blocks are as many as the pool's threads (loop/rows.py)
-                    f"threads {tvm.runtime.num_threads()}",
-                    program_text,
-                ]
-            ).encode()
-        )
+        self.program = program
 
     @staticmethod
-    def open(program_text: str, target: Any, precision: str = "float32") -> Cache | None:
-        """The cache for this program, target and precision of its matrix
-        products, or None when the cache is off or the target's builds are
-        not cached."""
+    def open(
+        program_text: str, spans: str, target: Any, precision: str = "float32"
+    ) -> Cache | None:
+        """The cache for this program (its text and ``spans_digest``), target
+        and precision of its matrix products, or None when the cache is off
+        or the target's builds are not cached."""
+        return Cache.of(program_digest(program_text, spans, target, precision), target)
+
+    @staticmethod
+    def of(program: str, target: Any) -> Cache | None:
+        """The cache for the program of digest ``program`` (``program_digest``)."""
         root = cache_dir()
         if root is None or target.kind.name != "llvm":
             return None
-        return Cache(root, program_text, target, precision)
+        return Cache(root, program)
 
     def key(self, entry: str, bound: dict[str, int], symbolic: tuple[str, ...]) -> str:
         dims = ",".join(f"{d}={v}" for d, v in sorted(bound.items()))
@@ -239,13 +282,17 @@ class Cache:
         return self.root / name
 
     def _write(self, path: Path, data: bytes) -> None:
-        """``data`` as ``path``, whole or not at all [RULE CACHE-ATOMIC]."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(dir=self.root, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(data)
-            os.replace(temporary, path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
+        write_whole(self.root, path, data)
+
+
+def write_whole(root: Path, path: Path, data: bytes) -> None:
+    """``data`` as ``path`` in ``root``, whole or not at all [RULE CACHE-ATOMIC]."""
+    root.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=root, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

@@ -22,7 +22,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, TextIO
@@ -59,9 +59,11 @@ from ..runtime.stack import runner
 from ..runtime.thread_vms import ThreadVMs
 from ..target import building, device_of, make_target, with_cuda_library
 from . import passes as backend_passes  # noqa: F401  (registers lower-tvm)
-from .build_cache import Cache
+from . import program_cache
+from .build_cache import Cache, program_digest, spans_digest
 from .compilable import callable_part, refuse_uncompilable
 from .export import export
+from .program_cache import ProgramRecord
 from .specialise import specialise
 
 COMPILE_PIPELINES = {
@@ -111,6 +113,9 @@ class CompileReport:
     pipeline: str = ""
     target: str = ""
     precision: str = "float32"
+    cached: bool = False
+    """The pipeline's output came from the build cache (driver/program_cache.py):
+    ``pipeline_seconds`` is the time of the process that ran it."""
 
     @property
     def build_seconds(self) -> float:
@@ -121,7 +126,7 @@ class CompileReport:
         rows = [
             ("IR nodes before", f"{self.nodes_before}"),
             ("IR nodes after", f"{self.nodes_after}"),
-            ("pipeline", f"{self.pipeline_seconds:.2f} s"),
+            ("pipeline", f"{self.pipeline_seconds:.2f} s" + (" (cached)" if self.cached else "")),
         ]
         if self.precision != "float32":
             rows.append(("matrix products", self.precision))
@@ -264,14 +269,21 @@ class CompiledModule:
     def __init__(
         self,
         source: IRModule,
-        module: IRModule,
+        module: IRModule | Callable[[], IRModule],
         target: Any,
         report: CompileReport,
         entry: str = DEFAULT_ENTRY,
         precision: str = "float32",
+        record: ProgramRecord | None = None,
     ) -> None:
+        """``module``: the optimised program, or what makes it when first
+        needed (a program found in the build cache, with its ``record``:
+        driver/program_cache.py [RULE CACHE-LAZY])."""
         self.source = source
-        self.module = module
+        self._module = module if isinstance(module, IRModule) else None
+        self._optimise = None if isinstance(module, IRModule) else module
+        self._module_lock = threading.Lock()
+        self.record = record
         self.target = target
         self.report = report
         self.entry = entry
@@ -281,7 +293,7 @@ class CompiledModule:
         self.specialisations: dict[tuple[str, tuple[tuple[str, int], ...]], Specialisation] = {}
         self.static_dims: dict[str, set[str]] = {}  # per entry, learnt (specialisation)
         self._lock = threading.Lock()
-        self._program_text: str | None = None  # the build cache's key (_cache)
+        self._program_key: str | None = None  # the build cache's key (_program_digest)
         self._primed: set[str] = set()  # entries whose static dims the cache gave
         self._signatures: dict[str, Signature] = {}  # per entry: made once, read per call
         self.changed_states: weakref.WeakSet[State] = weakref.WeakSet()
@@ -295,6 +307,19 @@ class CompiledModule:
 
     def progress(self, message: str) -> None:
         Progress(self.verbose)(message)
+
+    @property
+    def module(self) -> IRModule:
+        """The optimised program (the pipeline's output), made now if it
+        came from the build cache and nothing needed it yet
+        (driver/program_cache.py [RULE CACHE-LAZY])."""
+        if self._module is None:
+            with self._module_lock:
+                if self._module is None:
+                    assert self._optimise is not None
+                    self.progress("running the pipeline the cached program skipped")
+                    self._module = self._optimise()
+        return self._module
 
     def __call__(
         self,
@@ -374,6 +399,9 @@ class CompiledModule:
         known = self._signatures.get(entry)
         if known is not None:
             return known
+        if self.record is not None and entry in self.record.signatures:
+            made = self._signatures[entry] = self.record.signatures[entry]
+            return made
         fn = self._entry(entry)
         params = tuple((p.name_hint, spec_of(p.checked_type)) for p in fn.params)
         result = spec_of(fn.body.checked_type)
@@ -387,6 +415,8 @@ class CompiledModule:
         return made
 
     def _entry(self, name: str) -> Any:
+        if self.record is not None and name not in self.record.entries:
+            raise unknown_entry(name, list(self.record.entries))
         if name not in self.module.functions:
             # the source's functions that were compiled: what a call may name
             raise unknown_entry(
@@ -529,9 +559,40 @@ class CompiledModule:
         printed once."""
         if emulation() is not None:
             return None
-        if self._program_text is None:
-            self._program_text = astext(self.module)
-        return Cache.open(self._program_text, self.target, self.precision)
+        if self.record is not None:
+            return Cache.of(self.record.builds, self.target)
+        return Cache.of(self._program_digest(), self.target)
+
+    def _program_digest(self) -> str:
+        """The optimised program's key in the build cache (its text and
+        spans: build_cache.program_digest), made once."""
+        if self._program_key is None:
+            self._program_key = program_digest(
+                astext(self.module), spans_digest(self.module), self.target, self.precision
+            )
+        return self._program_key
+
+    def program_record(self) -> ProgramRecord:
+        """What a later process needs of this program before its first call
+        (driver/program_cache.py)."""
+        report = self.report
+        entries = tuple(n for n in self.source.functions if n in self.module.functions)
+        signatures = {}
+        for name in entries:
+            try:
+                signatures[name] = self.signature(name)
+            except Error:  # an entry no call can run: the pipeline's output tells later
+                continue
+        return ProgramRecord(
+            self._program_digest(),
+            report.nodes_before,
+            report.nodes_after,
+            report.pipeline_seconds,
+            report.pipeline,
+            entries,
+            signatures,
+            _static_entry(self.module, self.entry),
+        )
 
     def _store_in_background(
         self, cache: Cache, key: str, entry: str, spec: Specialisation
@@ -645,30 +706,62 @@ def compile(  # effir.compile, as tvm.compile
     if verbose is None:
         verbose = in_notebook()
     progress = Progress(verbose)
-    progress(f"optimising: {passes.spelled() or '(no pass)'}")
-    start = time.perf_counter()
-    optimised = passes(callable_part(module, entry), context)
-    refuse_uncompilable(optimised, entry)
-    report = CompileReport(
-        _size(module),
-        _size(optimised),
-        time.perf_counter() - start,
-        pipeline=passes.spelled(),
-        target=str(tvm_target),
-        precision=precision,
-    )
-    progress(
-        f"optimised in {report.pipeline_seconds:.2f} s "
-        f"({report.nodes_before} -> {report.nodes_after} IR nodes)"
-    )
-    compiled = CompiledModule(module, optimised, tvm_target, report, entry, precision)
+
+    def optimise() -> IRModule:
+        optimised = passes(callable_part(module, entry), context)
+        refuse_uncompilable(optimised, entry)
+        return optimised
+
+    key = None
+    if isinstance(pipeline, str) and emulation() is None:  # a Pass object: its code is no key
+        key = program_cache.program_key(
+            module, entry, passes.spelled(), context, tvm_target, precision
+        )
+    record = program_cache.load(key) if key is not None else None
+    if record is not None:
+        progress("the optimised program is in the build cache: the pipeline is skipped")
+        report = CompileReport(
+            record.nodes_before,
+            record.nodes_after,
+            record.pipeline_seconds,
+            pipeline=record.pipeline,
+            target=str(tvm_target),
+            precision=precision,
+            cached=True,
+        )
+        compiled = CompiledModule(module, optimise, tvm_target, report, entry, precision, record)
+    else:
+        progress(f"optimising: {passes.spelled() or '(no pass)'}")
+        start = time.perf_counter()
+        optimised = optimise()
+        report = CompileReport(
+            _size(module),
+            _size(optimised),
+            time.perf_counter() - start,
+            pipeline=passes.spelled(),
+            target=str(tvm_target),
+            precision=precision,
+        )
+        progress(
+            f"optimised in {report.pipeline_seconds:.2f} s "
+            f"({report.nodes_before} -> {report.nodes_after} IR nodes)"
+        )
+        compiled = CompiledModule(module, optimised, tvm_target, report, entry, precision)
     compiled.verbose = verbose
-    main = optimised.functions.get(entry)
-    if main is not None and all(static(p.checked_type) for p in main.params):
+    if record is not None:
+        is_static = record.static_entry
+    else:
+        is_static = _static_entry(compiled.module, entry)
+    if is_static:
         compiled.specialisation(entry, {})
     bindings = [dims] if isinstance(dims, Mapping) else list(dims or ())
     for binding in bindings:
         compiled.specialisation(entry, _binding(compiled, entry, binding))
+    if key is not None and record is None:
+        try:
+            program_cache.store(key, compiled.program_record())
+        except OSError as err:  # a read-only directory, a full disk [RULE CACHE-NEVER-CRASH]
+            progress(f"the build cache is not written ({err})")
     return compiled
 
 
@@ -691,6 +784,13 @@ def _binding(compiled: CompiledModule, entry: str, dims: Mapping[str, int]) -> D
 def _key(entry: str, dims: Dims, static_dims: set[str]) -> tuple[str, tuple[tuple[str, int], ...]]:
     """The specialisations' key: the entry and its bound dimensions."""
     return entry, tuple(sorted((d, v) for d, v in dims.items() if d in static_dims))
+
+
+def _static_entry(module: IRModule, entry: str) -> bool:
+    """Whether ``entry`` has one build, made at compile time (every
+    parameter's type static)."""
+    main = module.functions.get(entry)
+    return main is not None and all(static(p.checked_type) for p in main.params)
 
 
 def _size(module: IRModule) -> int:

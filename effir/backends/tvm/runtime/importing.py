@@ -1,4 +1,5 @@
-"""Importing TVM for effir, without the PyTorch import TVM's FFI makes.
+"""Importing TVM for effir, without the PyTorch and ml_dtypes imports TVM's
+FFI makes.
 
 ``import tvm`` costs 3 s of CPU on the development machine, and 1.3 s of it
 is PyTorch, which tvm_ffi imports whenever it is installed, as soon as it
@@ -11,8 +12,14 @@ TVM is imported with it hidden (``import torch`` raises ImportError, which
 tvm_ffi expects), and tvm_ffi goes without its PyTorch support in this
 process; a program that imported PyTorch already, or sets
 ``EFFIR_TVM_FULL_IMPORT=1``, gets TVM's own behaviour. The user's own
-later ``import torch`` works as ever. (ml_dtypes, 0.6 s more, cannot be
-spared so: ``relax.const`` imports it at every call.)
+later ``import torch`` works as ever.
+
+ml_dtypes (0.6 s more) is hidden alike: tvm_ffi imports it, when
+installed, only to map numpy's bfloat16 and float8 array types to TVM's,
+and effir has no such dtype (ir/types.py ``DTYPES``), so no array of
+them crosses into TVM. A process that loads its programs from the build
+cache (driver/program_cache.py) then never imports it; one that builds
+imports it at its first ``relax.const``, which imports it for itself.
 
 ``import_tvm`` runs before any of effir's modules imports TVM, where a
 user's call first needs it: ``effir.compile``, ``effir.load``,
@@ -24,7 +31,7 @@ from __future__ import annotations
 import os
 import sys
 
-HIDDEN = ("torch",)
+HIDDEN = ("torch", "ml_dtypes")
 """The packages TVM imports when installed that effir does not need."""
 
 

@@ -83,9 +83,10 @@ class Unrolling:
         if length * inlined_steps(body_fn) > MAX_UNROLL:
             return None  # a nest too long to unroll whole (module docstring)
         xs, state = args[1], args[2]
+        xs_type = call.args[1].checked_type if call.args[1].has_type else None
         outputs: list[PV] = []
         for t in range(length):
-            x_t = self.step_of(xs, t, out, call.span)
+            x_t = self.step_of(xs, t, out, call.span, xs_type)
             step = yield self.inline(body, [x_t, state], out)
             outputs.append(self.project(step, 0, out))
             state = self.project(step, 1, out)
@@ -202,15 +203,29 @@ class Unrolling:
         empty = np.zeros((0, *shape), dtype=stacked_type.dtype)
         return PV(Constant(empty), const=empty)
 
-    def step_of(self, xs: PV, t: int, out: LetBuilder, span) -> PV:
+    def step_of(
+        self, xs: PV, t: int, out: LetBuilder, span: Any, xs_type: Type | None = None
+    ) -> PV:
         """Step ``t`` of a sequence (a tensor or a tuple of tensors), as the
-        operator's rule takes it: ``xs[t]``."""
+        operator's rule takes it: ``xs[t]``. ``xs_type`` is the sequence's
+        type as the loop's call was checked: the value's atom may be a
+        variable the evaluator made, which carries no type of its own (a
+        parameter of an enclosing loop's body that stays a loop)."""
+        if xs_type is None and xs.atom.has_type:
+            xs_type = xs.atom.checked_type
         if xs.fields is not None:
-            return self.tuple_of([self.step_of(f, t, out, span) for f in xs.fields], out)
-        xs_type = xs.atom.checked_type if xs.atom.has_type else None
+            parts = xs_type.fields if isinstance(xs_type, TupleType) else [None] * len(xs.fields)
+            steps = [
+                self.step_of(f, t, out, span, p) for f, p in zip(xs.fields, parts, strict=True)
+            ]
+            return self.tuple_of(steps, out)
         if isinstance(xs_type, TupleType):
             fields = [self.project(xs, i, out) for i in range(len(xs_type.fields))]
-            return self.tuple_of([self.step_of(f, t, out, span) for f in fields], out)
+            steps = [
+                self.step_of(f, t, out, span, p)
+                for f, p in zip(fields, xs_type.fields, strict=True)
+            ]
+            return self.tuple_of(steps, out)
         index = np.asarray(t, dtype="int32")
         return self.apply("take", [xs, PV(Constant(index), const=index)], {"axis": 0}, out, span)
 

@@ -1,0 +1,150 @@
+"""Whole compiled programs in the build cache: a process that compiles a
+program some process compiled before skips the pipeline.
+
+Why: a warm build cache (driver/build_cache.py) spares a process the
+lowering and TVM's build of each specialisation, but ``effir.compile`` still
+ran the whole pipeline (the effect passes, partial evaluation, fusion:
+about half a second for a small MLP's gradient) to learn the optimised
+program the builds are keyed by. A record of the compile keeps what a
+process needs from the pipeline's output before its first call: the key of
+the optimised program's builds, each entry's signature, and the report's
+figures.
+
+[RULE CACHE-PROGRAM] A record is keyed by what decides the pipeline's
+output and its builds: the source program's canonical text (metadata
+included) and its spans (each node's source name, start and end, and a
+digest of each source's text: ``build_cache.spans_digest``), the entry, the
+pipeline's text, the context's verification and pass options, and what
+every build key holds (``build_cache.environment``: the versions, the
+target, the precision, the size limit, the thread pool). A pipeline given
+as a ``Pass`` object, or a context with instruments (they observe the
+passes, which a hit does not run), is never cached.
+
+[RULE CACHE-LAZY] On a hit the optimised program is not made:
+``CompiledModule.module`` runs the pipeline the first time something needs
+it (a binding whose build is not in the cache, an entry without a recorded
+signature, ``effir opt``'s view of it), in the context ``compile`` was
+called in. The pipeline is deterministic, so what it gives then is what the
+process that wrote the record had; its errors, which that process did not
+meet, cannot arise.
+
+A record is one JSON file, ``<key>.program.json``, written whole or not at
+all ([RULE CACHE-ATOMIC]); an unreadable or malformed one is a miss
+([RULE CACHE-NEVER-CRASH]), and the program is compiled as before."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ....ir.module import IRModule
+from ....ir.printer import astext
+from ....passes.infra.transform import PassContext
+from ..runtime.signature import Signature
+from .build_cache import cache_dir, environment, spans_digest, write_whole
+
+RECORD_FORMAT = 1
+"""The layout of a record; a change is a new key."""
+
+
+@dataclass(frozen=True)
+class ProgramRecord:
+    """What a process needs of a compiled program before its first call."""
+
+    builds: str
+    """The optimised program's digest: the key of its builds (build_cache.py)."""
+    nodes_before: int
+    nodes_after: int
+    pipeline_seconds: float
+    pipeline: str
+    entries: tuple[str, ...]
+    """The source's functions that were compiled: what a call may name."""
+    signatures: dict[str, Signature]
+    static_entry: bool
+    """Whether the entry ``compile`` was given is built at compile time."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": RECORD_FORMAT,
+            "builds": self.builds,
+            "nodes_before": self.nodes_before,
+            "nodes_after": self.nodes_after,
+            "pipeline_seconds": self.pipeline_seconds,
+            "pipeline": self.pipeline,
+            "entries": list(self.entries),
+            "signatures": {n: s.to_json() for n, s in self.signatures.items()},
+            "static_entry": self.static_entry,
+        }
+
+    @staticmethod
+    def from_json(data: Any) -> ProgramRecord:
+        """The record ``data`` describes; ValueError when it is not one."""
+        if not isinstance(data, dict) or data.get("format") != RECORD_FORMAT:
+            raise ValueError("not a program record of this format")
+        try:
+            signatures = {
+                str(n): Signature.from_json(s, f"@{n}") for n, s in data["signatures"].items()
+            }
+            return ProgramRecord(
+                str(data["builds"]),
+                int(data["nodes_before"]),
+                int(data["nodes_after"]),
+                float(data["pipeline_seconds"]),
+                str(data["pipeline"]),
+                tuple(str(n) for n in data["entries"]),
+                signatures,
+                bool(data["static_entry"]),
+            )
+        except (KeyError, TypeError, AttributeError) as err:
+            raise ValueError(f"malformed program record ({err})") from None
+
+
+def program_key(
+    source: IRModule,
+    entry: str,
+    pipeline: str,
+    context: PassContext,
+    target: Any,
+    precision: str,
+) -> str | None:
+    """The record's key [RULE CACHE-PROGRAM], or None when the program is not
+    cached (the cache off, a target whose builds are not cached, a context
+    with instruments)."""
+    if cache_dir() is None or target.kind.name != "llvm" or context.instruments:
+        return None
+    options = json.dumps(context.options, sort_keys=True, default=repr)
+    text = "\n".join(
+        [
+            f"effir-program-cache {RECORD_FORMAT}",
+            *environment(target, precision),
+            f"entry {entry}",
+            f"pipeline {pipeline}",
+            f"verify {context.verify}",
+            f"options {options}",
+            f"spans {spans_digest(source)}",
+            astext(source),
+        ]
+    )
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def load(key: str) -> ProgramRecord | None:
+    """The record ``key``, or None (a miss) [RULE CACHE-NEVER-CRASH]."""
+    root = cache_dir()
+    if root is None:
+        return None
+    try:
+        return ProgramRecord.from_json(json.loads((root / f"{key}.program.json").read_text()))
+    except (OSError, ValueError):  # absent, unreadable, malformed: compiled as before
+        return None
+
+
+def store(key: str, record: ProgramRecord) -> None:
+    """Write ``record`` as ``key`` [RULE CACHE-ATOMIC]. Raises OSError when it
+    cannot be written."""
+    root = cache_dir()
+    if root is None:
+        return
+    write_whole(root, root / f"{key}.program.json", json.dumps(record.to_json()).encode())

@@ -1,0 +1,115 @@
+"""Whole compiled programs in the build cache (effir/backends/tvm/driver/
+program_cache.py, [RULE CACHE-PROGRAM]): a process that compiles a program an earlier process
+compiled skips the pipeline and gives the same results and the same
+located errors; a record is reused only for the same source, spans and
+options; a binding the cache lacks runs the skipped pipeline then; a
+malformed record is a miss. Processes that load compiled code run through
+tests/support/isolated.py, each with its own cache directory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from effir.backends.tvm.driver import program_cache
+from tests.support.isolated import run_isolated
+
+PROGRAM = """#[version = "0.0.5"]
+def @main(%x: Tensor[(n, 3), float32], %i: int32) {
+  take(tanh(%x) * 2f, %i, axis=0, mode="fast")
+}
+"""
+
+SCRIPT = """
+import json, sys
+import numpy as np
+import effir
+options = json.loads(sys.argv[1])
+module = effir.parse(options.pop("text"), source_name=options.pop("name"))
+compiled = effir.compile(module, **options)
+x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+result = np.asarray(compiled(x, np.int32(2)))
+np.testing.assert_allclose(result, effir.interpret(module, x, np.int32(2)), rtol=1e-5)
+try:
+    compiled(x, np.int32(7))
+    error = "no error"
+except effir.EvalError as err:
+    error = str(err)
+try:
+    compiled(x, entry="other")
+except effir.Error as err:
+    unknown = str(err)
+print(json.dumps({
+    "pipeline_cached": compiled.report.cached,
+    "builds": [b.cached for b in compiled.report.builds],
+    "result": result.tobytes().hex(),
+    "error": error,
+    "unknown": unknown,
+    "pipeline_ran": compiled._module is not None,
+}))
+"""
+
+
+def run(cache: Path, text: str = PROGRAM, name: str = "prog.effir", **options: object) -> dict:
+    argument = json.dumps({"text": text, "name": name, **options})
+    code = f"import sys; sys.argv = ['x', {argument!r}]\n" + SCRIPT
+    result = run_isolated(code, env={"EFFIR_CACHE_DIR": str(cache)}).check()
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_a_warm_compile_skips_the_pipeline_with_the_same_results_and_errors(tmp_path):
+    cold = run(tmp_path)
+    assert cold["pipeline_cached"] is False and cold["pipeline_ran"] is True
+    assert "prog.effir:3:3: runtime error: take: index 7 is out of range" in cold["error"]
+    assert "@other" in cold["unknown"] and "@main" in cold["unknown"]
+    (record,) = tmp_path.glob("*.program.json")
+
+    warm = run(tmp_path)
+    assert warm["pipeline_cached"] is True and warm["pipeline_ran"] is False
+    assert warm["builds"] == [True]  # the binding's build came from the cache too
+    for field in ("result", "error", "unknown"):
+        assert warm[field] == cold[field], field
+    assert list(tmp_path.glob("*.program.json")) == [record]
+
+
+def test_a_record_is_not_reused_for_other_sources_spans_or_options(tmp_path):
+    run(tmp_path)
+    # the same text elsewhere: its run-time errors must point there
+    moved = run(tmp_path, text=PROGRAM.replace("\n", "\n\n", 1))
+    assert moved["pipeline_cached"] is False
+    assert "prog.effir:4:3: runtime error: take" in moved["error"]
+    renamed = run(tmp_path, name="other.effir")
+    assert renamed["pipeline_cached"] is False and "other.effir:3:3" in renamed["error"]
+    changed = run(tmp_path, text=PROGRAM.replace("2f", "3f"))
+    assert changed["pipeline_cached"] is False and changed["result"] != moved["result"]
+    for options in ({"opt_level": 1}, {"precision": "tf32"}, {"pipeline": "O1,lower-tvm"}):
+        assert run(tmp_path, **options)["pipeline_cached"] is False, options
+    assert len(list(tmp_path.glob("*.program.json"))) == 7
+    assert run(tmp_path, opt_level=1)["pipeline_cached"] is True
+
+
+def test_a_binding_the_cache_lacks_runs_the_skipped_pipeline(tmp_path):
+    """A hit whose binding was never built: the pipeline runs then, and the
+    build is made and cached as on a miss."""
+    run(tmp_path)
+    code = (
+        "import numpy as np, effir\n"
+        f"module = effir.parse({PROGRAM!r}, source_name='prog.effir')\n"
+        "compiled = effir.compile(module)\n"
+        "assert compiled.report.cached and compiled._module is None\n"
+        "x = np.ones((2, 3), np.float32)\n"
+        "want = effir.interpret(module, x, np.int32(1))\n"
+        "np.testing.assert_allclose(compiled(x, np.int32(1)), want, rtol=1e-5)\n"
+        "assert compiled._module is not None, 'the pipeline ran'\n"
+        "print(compiled.report.builds[-1].cached)\n"
+    )
+    result = run_isolated(code, env={"EFFIR_CACHE_DIR": str(tmp_path)}).check()
+    assert result.stdout.split()[-1] in ("True", "False")  # n=2 shares n=4's build or not
+
+
+def test_malformed_records_are_misses(monkeypatch, tmp_path):
+    monkeypatch.setenv("EFFIR_CACHE_DIR", str(tmp_path))
+    assert program_cache.load("absent") is None
+    for text in ("not json", "[]", '{"format": 1}', '{"format": 1, "signatures": 3}'):
+        (tmp_path / "bad.program.json").write_text(text)
+        assert program_cache.load("bad") is None, text
