@@ -27,7 +27,8 @@ design for effir, where a block is a let chain (``effir.ir.block``):
   ``let`` met where a value is expected are each visited with a child
   builder (``visit_with_new_scope``) and finished into a let chain there.
   ``emit_block(block)`` emits a block's bindings into the builder that is
-  open instead (a rule that splices an expansion in place).
+  open instead (a rule that splices an expansion in place); the block's
+  tail goes through ``visit_tail``, which may emit bindings too.
 - **Definitions.** ``visit_var_def(var)`` gives the variable a binder
   becomes (itself by default): a let's, before its value is visited (a
   recursive closure's uses see it), a parameter's and a pattern variable's;
@@ -121,7 +122,12 @@ class BindingMutator(ExprFunctor):
                 remap[var] = defined
             with b.span(let.span):
                 yield self.visit_binding(var, let.value)
-        return (yield self.visit_expr(block.tail))
+        return (yield self.visit_tail(block.tail))
+
+    def visit_tail(self, tail: Expr) -> Expr | Computation[Expr]:
+        """The expression a block ends in, rewritten (``visit_expr``); a
+        pass may emit bindings before it, as a rule does."""
+        return self.visit_expr(tail)
 
     # ------------------------------------------------------------ bindings
     def visit_binding(self, var: Var, value: Expr) -> Computation[None] | None:
