@@ -138,8 +138,9 @@ class BindingMutator(ExprFunctor):
     def reemit_binding(self, value: Expr, var: Var) -> Computation[None] | None:
         """The default rule: the value rewritten (``visit_expr``), bound again."""
         new = self.visit_expr(value)
-        if type(new) is GeneratorType:
+        if isinstance(new, GeneratorType):
             return self._reemit_after(var, new)
+        assert isinstance(new, Expr)
         self.reemit(var, new)
         return None
 
@@ -162,7 +163,8 @@ class BindingMutator(ExprFunctor):
         visited: the expression itself, or a computation of it."""
         cls = type(expr)
         if cls is Var:
-            return self.var_remap.get(expr, expr)  # type: ignore[arg-type]
+            assert isinstance(expr, Var)
+            return self.var_remap.get(expr, expr)
         if cls in _LEAVES:
             return expr
         if cls is Let:
