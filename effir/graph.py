@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .ir import IRModule
+from .ir.block import Block
 from .ir.expr import (
     Call,
     Constant,
@@ -156,23 +157,23 @@ class _Builder(ExprFunctor):
 
     def _region(self, expr: Expr, cluster: Box):
         """Bind the ``let`` chain of ``expr`` inside ``cluster``; the box of its value."""
-        while isinstance(expr, Let):
-            name = f"%{expr.var.name_hint}"
-            if isinstance(expr.value, Function):  # a closure: a cluster named by its binding
-                box = self._closure_box(name, expr.value, cluster)
-                self.env[expr.var] = box  # in scope in its own body (recursion)
-                yield self._function_body(expr.value, box)
+        block = Block.of(expr)
+        for let in block.lets:
+            name = f"%{let.var.name_hint}"
+            if isinstance(let.value, Function):  # a closure: a cluster named by its binding
+                box = self._closure_box(name, let.value, cluster)
+                self.env[let.var] = box  # in scope in its own body (recursion)
+                yield self._function_body(let.value, box)
             else:
-                box = yield self._value(expr.value, cluster, name)
+                box = yield self._value(let.value, cluster, name)
                 if box is None or box.parent is not cluster or box.kind == "param":
                     alias = cluster.add(
-                        Box(name, "op", title=f"{name} = {_short(_text(expr.value), 200)}")
+                        Box(name, "op", title=f"{name} = {_short(_text(let.value), 200)}")
                     )
                     self._edge(box, alias)
                     box = alias
-                self.env[expr.var] = box
-            expr = expr.body
-        return (yield self._value(expr, cluster, None))
+                self.env[let.var] = box
+        return (yield self._value(block.tail, cluster, None))
 
     def _closure_box(self, name: str | None, fn: Function, cluster: Box) -> Box:
         params = ", ".join(f"%{p.name_hint}" for p in fn.params)

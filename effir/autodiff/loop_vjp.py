@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from effir.passes.analyses.anf_sharing import fresh_binders
 
 from ..ir import type_tree
+from ..ir.block import Block
 from ..ir.builder import LetBuilder
 from ..ir.diagnostics import Span
-from ..ir.expr import Call, Expr, Function, GlobalVar, Let, TupleGetItem, Var, is_atom
+from ..ir.expr import Call, Expr, Function, GlobalVar, TupleGetItem, Var, is_atom
 from ..ir.types import ANY, Dim, TensorType, TupleType, Type
 from ..ir.vjp import DifferentiationError
 from . import hoist, keytape
@@ -453,10 +454,11 @@ def _resolve(ad: Differentiator, body: Expr, call: Call) -> Function:
 
 def splice(b: LetBuilder, expr: Expr) -> Expr:
     """The bindings of the block ``expr`` appended to ``b``; its result atom."""
-    while isinstance(expr, Let):
-        b.bind(expr.var, expr.value)
-        expr = expr.body
-    return expr if is_atom(expr) else b.emit(expr, "result")
+    block = Block.of(expr)
+    for let in block.lets:
+        b.bind(let.var, let.value)
+    tail = block.tail
+    return tail if is_atom(tail) else b.emit(tail, "result")
 
 
 def paired_body(

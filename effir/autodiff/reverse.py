@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 from effir.passes.analyses.anf_sharing import fresh_binders
 
+from ..ir.block import Block
 from ..ir.builder import LetBuilder
 from ..ir.expr import (
     Call,
@@ -79,10 +80,11 @@ class Reverse(ExprFunctor):
         """``forward`` on the trampoline: a nested block (a branch, a
         closure, a loop body) is yielded, not called, so nesting depth is
         not Python recursion."""
-        while isinstance(expr, Let):
-            with b.span(expr.span):
-                yield self.binding(expr.var, expr.value, b)
-            expr = expr.body
+        block = Block.of(expr)
+        for let in block.lets:
+            with b.span(let.span):
+                yield self.binding(let.var, let.value, b)
+        expr = block.tail
         if is_atom(expr):
             return expr
         var = Var("result", span=expr.span)

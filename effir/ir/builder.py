@@ -10,7 +10,9 @@ xDSL's ``Builder`` do:
 - ``LetBuilder.emit(value, "x")`` binds ``value`` to a fresh variable and
   returns it; ``finish(result)`` nests the bindings around ``result``, with
   a loop (a chain of 100,000 bindings needs no recursion), each ``let``
-  carrying its value's span, as ``to_anf`` gives it.
+  carrying its value's span, as ``to_anf`` gives it. ``let_chain`` is that
+  loop, shared with ``effir.ir.block`` (a let chain taken apart and put
+  back together).
 - ``with b.span(node.span):`` sets the span that every node made through the
   builder's factories (``b.var``, ``b.tuple``, ``b.get``, ``b.call``, ...)
   carries; a pass locates what it generates at what it translates.
@@ -87,12 +89,10 @@ class LetBuilder:
     def __len__(self) -> int:
         return len(self.bindings)
 
-    def finish(self, result: Expr) -> Expr:
+    def finish(self, result: Expr, reuse: Mapping[Var, Let] | None = None) -> Expr:
         """The bindings as a let chain around ``result`` (``result`` itself
-        when there are none). Each ``let`` carries its value's span."""
-        for var, value in reversed(self.bindings):
-            result = Let(var, value, result, span=value.span)
-        return result
+        when there are none): ``let_chain``."""
+        return let_chain(self.bindings, result, reuse)
 
     # -------------------------------------------------------- factories
     def var(self, name_hint: str, type_annotation: Type | None = None) -> Var:
@@ -133,6 +133,28 @@ class LetBuilder:
 
     def if_(self, cond: Expr, then_branch: Expr, else_branch: Expr) -> If:
         return If(cond, then_branch, else_branch, span=self._span)
+
+
+def let_chain(
+    bindings: Sequence[Binding], result: Expr, reuse: Mapping[Var, Let] | None = None
+) -> Expr:
+    """``bindings`` nested around ``result`` by one loop, last first (a
+    chain of 100,000 bindings needs no recursion). A new ``let`` carries its
+    value's span, as ``to_anf`` gives it. ``reuse`` names the let that
+    bound a variable before a rewrite (``Block.lets``): where a binding and
+    everything after it are unchanged, that let node is kept (its span too),
+    so an unchanged block comes back as the very node it was."""
+    if not reuse:
+        for var, value in reversed(bindings):
+            result = Let(var, value, result, span=value.span)
+        return result
+    for var, value in reversed(bindings):
+        let = reuse.get(var)
+        if let is not None and let.value is value and let.body is result:
+            result = let
+        else:
+            result = Let(var, value, result, span=value.span)
+    return result
 
 
 def fresh_name(base: str, taken: Container[str]) -> str:

@@ -44,7 +44,9 @@ an expression).
 The family's other members share ``Functor``'s tables: ``ExprFunctor``
 (effir.ir.expr_functor), whose hooks return a result per node and
 ``yield`` their children's on the trampoline (IR to text, normal forms),
-and its ``Evaluator`` (effir.ir.evaluator) for abstract interpreters.
+its ``Evaluator`` (effir.ir.evaluator) for abstract interpreters, and its
+``BindingMutator`` (effir.ir.binding_mutator) for rewrites binding by
+binding, emitting through a ``LetBuilder``.
 
 ``pre_order`` and ``post_order`` iterate every node once (all fields);
 shared analyses (free variables, shared nodes, uses) are in

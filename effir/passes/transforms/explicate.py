@@ -24,56 +24,71 @@ has its function normalised again.
 
 from __future__ import annotations
 
-from effir.ir.builder import LetBuilder
+from effir.ir.binding_mutator import BindingMutator
+from effir.ir.block import Block
+from effir.ir.evaluator import Computation
 from effir.ir.expr import (
     Call,
     Expr,
     Function,
     Let,
     Op,
+    Var,
     is_atom,
 )
-from effir.ir.functor import Mutator, on
+from effir.ir.functor import on
 from effir.ir.module import IRModule
 from effir.ir.op import op_def
 from effir.passes.infra.transform import module_pass
 from effir.passes.transforms.anf import is_anf_output, simple_operands, to_anf, to_anf_expr
 
 
-class _Explicate(Mutator):
-    """Applies the rules in a function in A-normal form. ``normal`` stays
-    True while every expansion is a normal block, spliced in place."""
+class _Explicate(BindingMutator):
+    """Applies the rules in a function in A-normal form, binding by
+    binding: an expansion that is a normal block (a let chain of simple
+    values, as the registered rules build) is spliced into the block around
+    it, its bindings in place of the one it expands, as ``to_anf`` would
+    flatten it. ``normal`` stays True while every expansion is; any other
+    expansion is bound as it is and the function is normalised again."""
 
     def __init__(self) -> None:
         super().__init__()
         self.normal = True
 
-    @on(Call)
-    def _call(self, new: Call, old: Call) -> Expr:
-        if isinstance(new.callee, Op):
-            rule = op_def(new.callee).rules.get("explicate")
+    def expansion(self, value: Expr) -> Expr | None:
+        """``value``'s expansion, if it is an operator call with a rule."""
+        if isinstance(value, Call) and isinstance(value.callee, Op):
+            rule = op_def(value.callee).rules.get("explicate")
             if rule is not None:
-                expansion = rule(new)
-                if self.normal and not _normal_block(expansion):
-                    self.normal = False
-                return expansion
-        return new
+                return rule(value)
+        return None
 
-    @on(Let)
-    def _let(self, new: Let, old: Let) -> Expr:
-        # ``let %v = (let %a = e; ...; tail); body`` becomes ``let %a = e;
-        # ...; let %v = tail; body``, each let with its value's span, as
-        # ``to_anf`` flattens it. (In A-normal form no let's value is a let,
-        # so only an expansion makes one.)
-        if not self.normal or not isinstance(new.value, Let) or isinstance(old.value, Let):
-            return new
-        b = LetBuilder()
-        value: Expr = new.value
-        while isinstance(value, Let):
-            b.bind(value.var, value.value)
-            value = value.body
-        b.bind(new.var, value)
-        return b.finish(new.body)
+    def splice(self, expansion: Expr) -> Expr:
+        """A normal expansion's bindings emitted here (not visited again:
+        what a rule builds is already explicit); the expression it ends in."""
+        if self.normal and not _normal_block(expansion):
+            self.normal = False
+        if not self.normal:
+            return expansion
+        block = Block.of(expansion)
+        bind = self.builder.bind
+        for let in block.lets:
+            bind(let.var, let.value)
+        return block.tail
+
+    @on(Call)
+    def _call(self, value: Call, var: Var) -> Computation[None] | None:
+        expansion = self.expansion(value)
+        if expansion is None:
+            return self.reemit_binding(value, var)
+        self.reemit(var, self.splice(expansion))
+        return None
+
+    def visit_tail(self, tail: Expr) -> Expr | Computation[Expr]:
+        expansion = self.expansion(tail)
+        if expansion is None:
+            return super().visit_tail(tail)
+        return self.splice(expansion)
 
 
 @module_pass(

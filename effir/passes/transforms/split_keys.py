@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections import Counter
 
 from effir.ir.analysis import block_heads, use_counts
+from effir.ir.block import Block
 from effir.ir.builder import LetBuilder
 from effir.ir.expr import Call, Expr, Function, Let, Op, TupleGetItem, Var
 from effir.ir.functor import Mutator, on
@@ -93,12 +94,9 @@ class _Blocks(Mutator):
 
 
 def _rewrite_block(head: Let, uses: Counter) -> Expr:
-    bindings: list[tuple[Var, Expr]] = []
-    expr: Expr = head
-    while isinstance(expr, Let):
-        bindings.append((expr.var, expr.value))
-        expr = expr.body
-    tail = expr
+    block = Block.of(head)
+    bindings = block.bindings()
+    tail = block.tail
     splits = {var: i for i, (var, value) in enumerate(bindings) if _is_pair_split(value)}
     halves: dict[Var, dict[int, list[int]]] = {}  # split var -> index -> binding positions
     for i, (_, value) in enumerate(bindings):

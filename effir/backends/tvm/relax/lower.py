@@ -107,6 +107,7 @@ from effir.passes.analyses.infer_type import infer_expr
 from effir.passes.transforms.fuse import is_primitive
 from effir.passes.transforms.specialise_dims import source_name
 
+from ....ir.block import Block
 from ....ir.diagnostics import Error, Span
 from ....ir.expr import (
     Call,
@@ -353,17 +354,18 @@ class _Lowering(ExprFunctor):
         of its own (an ``If``'s branches, a ``match``'s clauses) yields
         them, so nested blocks are no Python recursion. Synchronously:
         ``self.drive(self.chain(expr, env))``."""
-        while isinstance(expr, Let):
-            value = expr.value
+        block = Block.of(expr)
+        for let in block.lets:
+            value = let.value
             if isinstance(value, Function):
                 # A kernel, or a closure lifted where it is called
                 # [RULE LOWER-CLOSURE]: no run-time value of its own.
-                env[expr.var] = value
+                env[let.var] = value
             else:
-                lowered = yield self.eval(value, env, expr.var.name_hint)
-                env[expr.var] = self._bound(value, lowered)
-            expr = expr.body
-        return self._bound(expr, (yield self.eval(expr, env, "result")))
+                lowered = yield self.eval(value, env, let.var.name_hint)
+                env[let.var] = self._bound(value, lowered)
+        tail = block.tail
+        return self._bound(tail, (yield self.eval(tail, env, "result")))
 
     # ------------------------------------------------------------- values
     def atom(self, expr: Expr, env: dict[Var, Any]) -> Any:

@@ -17,6 +17,7 @@ from itertools import islice
 from typing import Any
 
 from effir.ir.analysis import free_vars_by_function
+from effir.ir.block import Block
 from effir.ir.builder import LetBuilder
 from effir.ir.evaluator import Computation, Evaluator
 from effir.ir.expr import (
@@ -130,10 +131,11 @@ class PartialEvaluator(Unrolling, Evaluator):
 
     def value(self, expr: Expr, env: dict[Var, PV], out: LetBuilder, tail: Var | None = None):
         """Evaluate ``expr`` into ``out``; its PV (``tail`` names its last value)."""
-        while isinstance(expr, Let):
-            pv = yield self.eval(expr.value, expr.var, env, out)
-            self.bind_var(env, expr.var, pv)
-            expr = expr.body
+        block = Block.of(expr)
+        for let in block.lets:
+            pv = yield self.eval(let.value, let.var, env, out)
+            self.bind_var(env, let.var, pv)
+        expr = block.tail
         if tail is None:
             tail = Var("result", span=expr.span)
         self.tails.add(tail)

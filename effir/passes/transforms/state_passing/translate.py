@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from effir.ir.block import Block
 from effir.ir.builder import LetBuilder, TupleLayout
 from effir.ir.diagnostics import EffectError
 from effir.ir.evaluator import Computation, Evaluator
@@ -255,10 +256,10 @@ class Translator(LoopTranslation, Evaluator):
         ``writes`` (to the value alone when there are none)."""
         sigma = dict(sigma)
         b = LetBuilder()
-        while isinstance(expr, Let):
-            yield self.eval(expr.value, expr.var, sigma, b)
-            expr = expr.body
-        tail = yield self.tail(expr, sigma, writes, b)
+        block = Block.of(expr)
+        for let in block.lets:
+            yield self.eval(let.value, let.var, sigma, b)
+        tail = yield self.tail(block.tail, sigma, writes, b)
         return b.finish(tail)
 
     def branch_expr(self, expr: If | Match, sigma: dict[str, Expr], writes: tuple[str, ...]):
