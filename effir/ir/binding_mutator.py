@@ -57,10 +57,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from types import GeneratorType
-from typing import Any
+from typing import Any, TypeVar
 
 from .block import Block
 from .builder import LetBuilder
+from .diagnostics import PassError
 from .expr import (
     Clause,
     Constant,
@@ -83,6 +84,9 @@ from .node import Node
 _LEAVES = (GlobalVar, Constant, Op, Constructor)
 
 
+E = TypeVar("E", bound=Expr)
+
+
 class BindingMutator(ExprFunctor):
     """Rewrites blocks binding by binding (see the module docstring):
     ``@on(Cls)`` hooks ``(self, value, var)`` emit into ``self.builder``."""
@@ -96,6 +100,19 @@ class BindingMutator(ExprFunctor):
     def mutate(self, expr: Expr) -> Expr:
         """``expr`` rewritten (a function, a block, any expression)."""
         return self.drive(self.visit_expr(expr))
+
+    def mutate_as(self, expr: Expr, kind: type[E]) -> E:
+        """``mutate(expr)`` checked to be a ``kind`` (as ``Mutator.mutate_as``,
+        TVM's ``Downcast``): a hook that turns a function into something else
+        is a bug of its pass, reported here."""
+        new = self.mutate(expr)
+        if not isinstance(new, kind):
+            raise PassError(
+                f"{type(self).__name__} rewrote a {type(expr).__name__} into a "
+                f"{type(new).__name__}, not a {kind.__name__}",
+                getattr(expr, "span", None),
+            )
+        return new
 
     # -------------------------------------------------------------- blocks
     def visit_with_new_scope(self, expr: Expr) -> Computation[Expr]:

@@ -26,8 +26,8 @@ H = '#[version = "0.0.5"]\n'
 
 
 def rewrite(module: IRModule, mutator: type[BindingMutator]) -> IRModule:
-    functions = {name: mutator().mutate(fn) for name, fn in module.functions.items()}
-    return IRModule(functions, module.type_defs, module.cells)  # type: ignore[arg-type]
+    functions = {name: mutator().mutate_as(fn, Function) for name, fn in module.functions.items()}
+    return IRModule(functions, module.type_defs, module.cells)
 
 
 class SubtractAsNegation(BindingMutator):
@@ -241,3 +241,12 @@ def test_10k_nested_blocks_are_no_recursion() -> None:
     after = SubtractAsNegation().mutate(fn)
     assert isinstance(after, Function) and after is not fn
     assert sum(isinstance(n, Call) and n.callee.name == "negative" for n in pre_order(after)) == 1
+
+
+def test_mutate_as_reports_a_rewrite_into_another_kind_of_node() -> None:
+    """A function rewritten into something else is the pass's bug, named
+    where it happens (as ``Mutator.mutate_as``)."""
+    body = effir.parse(H + "def @main(%x: Tensor[(2), float32]) { negative(%x) }").functions["main"]
+    assert isinstance(body, Function)
+    with pytest.raises(effir.PassError, match="Fresh rewrote a Call into a Call, not a Function"):
+        Fresh().mutate_as(body.body, Function)
