@@ -280,7 +280,7 @@ print(json.dumps(results))
 @pytest.mark.xfail(
     strict=True,
     reason="at -O1 TVM's constant folding aborts the build ('Divide by zero', a float "
-    "divisor): the fuzzer's const_fold group, seed 11 #13; not fixed yet",
+    "divisor): the fuzzer's const_fold group, seed 11, program 13; not fixed yet",
 )
 def test_a_float_division_by_a_folded_zero_is_nan_at_every_level() -> None:
     """numpy's ``0 / (1.5 - 1.5)`` is NaN; compiled code must agree at every level."""
