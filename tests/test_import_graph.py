@@ -43,18 +43,6 @@ LAZY_PACKAGES = (
 LATE_IMPORT_DEBT = frozenset(
     {
         "effir",
-        "effir.backends.tvm.driver.compile",
-        "effir.backends.tvm.kernel.primitive",
-        "effir.backends.tvm.kernel.rounding",
-        "effir.backends.tvm.loop.cpu.packed",
-        "effir.backends.tvm.loop.cpu.schedule",
-        "effir.backends.tvm.loop.cuda.function",
-        "effir.backends.tvm.loop.cuda.threads",
-        "effir.backends.tvm.loop.graph",
-        "effir.backends.tvm.runtime.errors",
-        "effir.backends.tvm.schedule.cpu.gemm",
-        "effir.backends.tvm.schedule.cuda.kernel",
-        "effir.backends.tvm.target",
         "effir.cli",
         "effir.frontend.packed",
         "effir.frontend.trace",
