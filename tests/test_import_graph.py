@@ -37,19 +37,6 @@ LAZY_PACKAGES = (
     "effir.importers",
 )
 
-# Modules that still import effir modules inside functions (or lazy ones
-# without a reason): the debt left, which may only shrink (a test fails
-# when an entry is no longer needed). Each is a layer to untie, not a licence.
-LATE_IMPORT_DEBT = frozenset(
-    {
-        "effir",
-        "effir.cli",
-        "effir.frontend.packed",
-        "effir.frontend.trace",
-        "effir.ops.relations",
-    }
-)
-
 
 @dataclass(frozen=True)
 class Import:
@@ -214,25 +201,14 @@ def test_imports_inside_functions_are_lazy_by_design_and_say_why() -> None:
     bad = [
         f"{i.importer}:{i.line} imports {i.target} inside a function"
         for i in late
-        if not _lazily_imported(i.target) and i.importer not in LATE_IMPORT_DEBT
+        if not _lazily_imported(i.target)
     ]
     silent = [
         f"{i.importer}:{i.line} imports {i.target} late without a reason comment"
         for i in late
-        if _lazily_imported(i.target) and not i.reason and i.importer not in LATE_IMPORT_DEBT
+        if _lazily_imported(i.target) and not i.reason
     ]
     assert not bad + silent, "\n".join(bad + silent)
-
-
-def test_the_late_import_debt_only_shrinks() -> None:
-    modules = module_files()
-    indebted = {
-        i.importer
-        for i in imports(modules)
-        if i.in_function and (not _lazily_imported(i.target) or not i.reason)
-    }
-    paid = sorted(LATE_IMPORT_DEBT - indebted)
-    assert not paid, f"remove from LATE_IMPORT_DEBT: {paid}"
 
 
 def _contracts() -> list[dict]:
