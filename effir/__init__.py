@@ -14,6 +14,7 @@ from .backends.tvm.runtime.errors import (  # no TVM import
     CompileError,
     StateNotExportedWarning,
 )
+from .backends.tvm.runtime.importing import import_tvm as _import_tvm  # imports TVM when called
 from .graph import visualize
 from .ir import (
     ArgumentError,
@@ -163,10 +164,8 @@ def compile(
       format, float32 accumulation; tensor cores on CUDA).
 
     See effir/backends/tvm/driver/compile.py and docs/backend.md."""
-    from .backends.tvm.runtime.importing import import_tvm
-
-    import_tvm()  # without the PyTorch import TVM's FFI makes (runtime/importing.py)
-    from .backends.tvm.driver.compile import compile as compile_module
+    _import_tvm()  # without the PyTorch import TVM's FFI makes (runtime/importing.py)
+    from .backends.tvm.driver.compile import compile as compile_module  # lazy: imports TVM
 
     return compile_module(
         module,
@@ -185,15 +184,14 @@ def load(path, key=None):
     without effir's frontend or a compiler (effir/backends/tvm/runtime/artifact.py).
     With ``key``, the artifact must carry a signature made with that key at
     export (``compiled.export(path, key=key)``)."""
-    from .backends.tvm.runtime.importing import import_tvm
-
-    import_tvm()  # without the PyTorch import TVM's FFI makes (runtime/importing.py)
-    from .backends.tvm.runtime.artifact import load as load_artifact
+    _import_tvm()  # without the PyTorch import TVM's FFI makes (runtime/importing.py)
+    from .backends.tvm.runtime.artifact import load as load_artifact  # lazy: imports TVM
 
     return load_artifact(path, key=key)
 
 
 # --- importers (docs/importers.md): onnx is imported when a model is read ---
+from . import importers  # noqa: E402  (its converters load at the first model read)
 from .importers import ModelImportError  # noqa: E402
 
 
@@ -217,9 +215,9 @@ def from_onnx(model_or_path, *, opset=None, initializers="constants", input_type
 
     What cannot be imported is a ``ModelImportError`` naming the node, its
     operator type and opset. See effir/importers/onnx/convert.py."""
-    from .importers import from_onnx as convert
-
-    return convert(model_or_path, opset=opset, initializers=initializers, input_types=input_types)
+    return importers.from_onnx(
+        model_or_path, opset=opset, initializers=initializers, input_types=input_types
+    )
 
 
 def from_torch(exported_program, *, parameters="parameters"):
@@ -235,9 +233,7 @@ def from_torch(exported_program, *, parameters="parameters"):
     flow; randomness draws from key cells. What cannot be imported is a
     ``ModelImportError`` naming the FX node, its target and the Python
     line torch recorded. See effir/importers/torch/program.py."""
-    from .importers import from_torch as convert
-
-    return convert(exported_program, parameters=parameters)
+    return importers.from_torch(exported_program, parameters=parameters)
 
 
 __all__ = [

@@ -23,6 +23,9 @@ from effir.passes.analyses.verify_linear import linearity_errors
 
 from . import __version__
 from .backends.interpreter import State, interpret_a2, state_cells
+from .backends.tvm.runtime.importing import import_tvm
+from .graph import visualize
+from .importers import from_onnx
 from .io_safety import output_directory, read_for_rewrite, rewrite, write_program
 from .ir import EffectError, Error, IRModule, TypeCheckError, astext, parse
 from .runtime.limits import LimitSettingError, tensor_too_large
@@ -348,11 +351,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
     load_pass_files(args.load)
     module, _, name = load_module(args.file)
     check(module)
-    from .backends.tvm.runtime.importing import import_tvm
-
     import_tvm()  # without the PyTorch import TVM's FFI makes (runtime/importing.py)
-    from .backends.tvm.driver.compile import compile as compile_module
-    from .backends.tvm.runtime.artifact import MANIFEST
+    from .backends.tvm.driver.compile import compile as compile_module  # lazy: imports TVM
+    from .backends.tvm.runtime.artifact import MANIFEST  # lazy: imports TVM
 
     output_directory(args.output, MANIFEST)  # refused before compiling (io_safety.py)
     compiled = compile_module(
@@ -398,8 +399,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 def cmd_graph(args: argparse.Namespace) -> int:
     """A dataflow picture of a program's functions, as SVG (effir/graph.py)."""
-    from .graph import visualize
-
     module, _, name = load_module(args.file)
     names = [n.removeprefix("@") for n in args.function] or None
     for fn_name in names or ():
@@ -420,8 +419,6 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     """An ONNX model as an effir program (docs/importers.md)."""
-    from .importers import from_onnx
-
     data, _ = read_input(args.model)  # a missing or unreadable file: a CommandError
     model = data if args.model == "-" else args.model
     module = from_onnx(model, opset=args.opset, initializers=args.initializers)
@@ -440,7 +437,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def _tensor_specs(spec: object) -> list:
-    from .backends.tvm.runtime.signature import TensorSpec, TupleSpec
+    from .backends.tvm.runtime.signature import TensorSpec, TupleSpec  # lazy: imports TVM
 
     if isinstance(spec, TupleSpec):
         return [leaf for field in spec.fields for leaf in _tensor_specs(field)]

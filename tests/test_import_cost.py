@@ -1,7 +1,8 @@
 """``import effir`` loads no TVM: importing TVM (and, through tvm_ffi, PyTorch
 when it is installed) costs seconds, which a user who parses, checks,
 differentiates or interprets a program should not pay. The first
-``effir.compile`` or ``effir.load`` imports it."""
+``effir.compile`` or ``effir.load`` imports it; onnx and torch, alike, the
+first model read."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from tests.support.isolated import ROOT
 
 HEAVY = ("tvm", "tvm_ffi", "torch")
+LAZY = (*HEAVY, "onnx", "onnxruntime", "google.protobuf")  # the model formats too
 HEADER = '#[version = "0.0.5"]\\n'
 
 
@@ -35,7 +37,13 @@ def loaded_after(
 
 
 def test_import_effir_imports_no_tvm() -> None:
-    assert loaded_after("import effir; effir.optim.Adam; effir.BackendError") == set()
+    assert loaded_after("import effir; effir.optim.Adam; effir.BackendError", LAZY) == set()
+
+
+def test_the_command_line_starts_without_tvm_or_a_model_format() -> None:
+    """``effir --help``, ``check``, ``run``: the command's module imports the
+    importers and the backend's TVM importer at its top, which load neither."""
+    assert loaded_after("from effir import cli; cli.build_parser().format_help()", LAZY) == set()
 
 
 def test_differentiating_and_interpreting_import_no_tvm() -> None:

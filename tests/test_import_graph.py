@@ -1,8 +1,8 @@
 """The import graph of effir, read with ast from every import statement at
 any depth (inside functions and ``if TYPE_CHECKING:`` blocks included):
 it keeps the layers of pyproject.toml's import contract, it has no cycle,
-and an import inside a function is only of a package that is lazy by
-design (TVM, the optional model formats, Pygments) with a one-line reason.
+and an import inside a function delays a package that is lazy by design
+(TVM, the optional model formats, Pygments), with a one-line reason.
 
 A cycle hidden by an import written inside a function still ties the
 modules together: neither can be understood, tested or moved without the
@@ -12,6 +12,7 @@ needs nothing but the standard library."""
 from __future__ import annotations
 
 import ast
+import re
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,9 +23,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "effir"
 
-# What may be imported inside a function: packages that are slow or
-# optional (TVM and its FFI, the model formats, Pygments), and effir's own
-# modules that import them at their top (the TVM backend, the importers).
+# The packages that are lazy by design: slow or optional ones (TVM and its
+# FFI, the model formats, Pygments), and the importers' converters, which
+# load at the first model read rather than at `import effir`. An import
+# inside a function must delay one of them: import it, or one of effir's
+# modules that loads it at its top, where the importing module does not.
 LAZY_PACKAGES = (
     "tvm",
     "tvm_ffi",
@@ -33,50 +36,8 @@ LAZY_PACKAGES = (
     "onnxruntime",
     "google.protobuf",
     "pygments",
-    "effir.backends.tvm",
-    "effir.importers",
-)
-
-# Modules that still import effir modules inside functions (or lazy ones
-# without a reason): the debt left, which may only shrink (a test fails
-# when an entry is no longer needed). Each is a layer to untie, not a licence.
-LATE_IMPORT_DEBT = frozenset(
-    {
-        "effir",
-        "effir.backends.tvm.driver.compile",
-        "effir.backends.tvm.kernel.primitive",
-        "effir.backends.tvm.kernel.rounding",
-        "effir.backends.tvm.loop.cpu.packed",
-        "effir.backends.tvm.loop.cpu.schedule",
-        "effir.backends.tvm.loop.cuda.function",
-        "effir.backends.tvm.loop.cuda.threads",
-        "effir.backends.tvm.loop.graph",
-        "effir.backends.tvm.runtime.errors",
-        "effir.backends.tvm.schedule.cpu.gemm",
-        "effir.backends.tvm.schedule.cuda.kernel",
-        "effir.backends.tvm.target",
-        "effir.cli",
-        "effir.frontend.packed",
-        "effir.frontend.trace",
-        "effir.importers",
-        "effir.importers.onnx.convert",
-        "effir.importers.onnx.graph",
-        "effir.importers.onnx.model",
-        "effir.importers.onnx.ops.control",
-        "effir.importers.onnx.ops.elementwise",
-        "effir.importers.onnx.ops.recurrent",
-        "effir.importers.onnx.ops.sequences",
-        "effir.importers.onnx.ops.shape",
-        "effir.importers.onnx.registry",
-        "effir.importers.onnx.types",
-        "effir.importers.torch.graph",
-        "effir.importers.torch.ops.control",
-        "effir.importers.torch.ops.effects",
-        "effir.importers.torch.ops.elementwise",
-        "effir.importers.torch.ops.recurrent",
-        "effir.importers.torch.program",
-        "effir.ops.relations",
-    }
+    "effir.importers.onnx",
+    "effir.importers.torch",
 )
 
 
@@ -89,6 +50,7 @@ class Import:
     line: int
     in_function: bool
     reason: bool  # a comment on the line (or the line above) says why
+    runs: bool  # False: only under ``if TYPE_CHECKING:``, never at run time
 
 
 def module_files() -> dict[str, Path]:
@@ -102,16 +64,37 @@ def module_files() -> dict[str, Path]:
     return found
 
 
-def _scopes(tree: ast.AST) -> Iterator[tuple[ast.stmt, bool]]:
-    """Every import statement of ``tree``, and whether it is inside a function
-    (an explicit stack: no recursion)."""
-    stack: list[tuple[ast.AST, bool]] = [(tree, False)]
+def _scopes(tree: ast.AST) -> Iterator[tuple[ast.stmt, bool, bool]]:
+    """Every import statement of ``tree``, whether it is inside a function,
+    and whether it runs (not only under ``if TYPE_CHECKING:``); an explicit
+    stack: no recursion."""
+    stack: list[tuple[ast.AST, bool, bool]] = [(tree, False, True)]
     while stack:
-        node, in_function = stack.pop()
+        node, in_function, runs = stack.pop()
         if isinstance(node, ast.Import | ast.ImportFrom):
-            yield node, in_function
+            yield node, in_function, runs
         inner = in_function or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
-        stack.extend((child, inner) for child in ast.iter_child_nodes(node))
+        checking = isinstance(node, ast.If) and _type_checking(node.test)
+        stack.extend(
+            (child, inner, runs and not (checking and child in node.body))
+            for child in ast.iter_child_nodes(node)
+        )
+
+
+def _type_checking(test: ast.expr) -> bool:
+    """``TYPE_CHECKING`` or ``typing.TYPE_CHECKING``."""
+    name = test.attr if isinstance(test, ast.Attribute) else getattr(test, "id", None)
+    return name == "TYPE_CHECKING"
+
+
+def _says_why(line: str) -> bool:
+    """Whether ``line`` has a comment that gives a reason: more than a
+    ``noqa`` or a ``type: ignore`` for a tool."""
+    _, hash_, comment = line.partition("#")
+    return bool(hash_) and any(c.isalnum() for c in TOOL_COMMENT.sub("", comment))
+
+
+TOOL_COMMENT = re.compile(r"noqa(:\s*[A-Z]+[0-9]+(,\s*[A-Z]+[0-9]+)*)?|type:\s*ignore(\[[^]]*\])?")
 
 
 def imports(modules: dict[str, Path]) -> list[Import]:
@@ -122,9 +105,12 @@ def imports(modules: dict[str, Path]) -> list[Import]:
         text = path.read_text()
         lines = text.splitlines()
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node, in_function in _scopes(ast.parse(text)):
-            line = lines[node.lineno - 1] + lines[node.end_lineno - 1]
-            reason = "#" in line or lines[node.lineno - 2].strip().startswith("#")
+        for node, in_function, runs in _scopes(ast.parse(text)):
+            first, last = lines[node.lineno - 1], lines[node.end_lineno - 1]
+            above = lines[node.lineno - 2].strip()
+            reason = (
+                _says_why(first) or _says_why(last) or (above.startswith("#") and _says_why(above))
+            )
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             else:
@@ -138,7 +124,7 @@ def imports(modules: dict[str, Path]) -> list[Import]:
                 ]
             for target in targets:
                 found.append(
-                    Import(name, _resolve(target, modules), node.lineno, in_function, reason)
+                    Import(name, _resolve(target, modules), node.lineno, in_function, reason, runs)
                 )
     return found
 
@@ -233,35 +219,61 @@ def test_the_import_graph_has_no_cycle() -> None:
     assert not cycles, "import cycles (counting imports inside functions):\n" + "\n".join(cycles)
 
 
-def _lazily_imported(target: str) -> bool:
-    return any(target == p or target.startswith(p + ".") for p in LAZY_PACKAGES)
+def loaded_at_top(modules: dict[str, Path], found: list[Import]) -> dict[str, set[str]]:
+    """What importing each module loads before any of its functions runs:
+    its packages (importing ``a.b`` imports ``a`` first), itself, and what
+    the imports at their tops load in turn (effir's modules, and other
+    packages' modules by name); an explicit stack per module."""
+    edges: dict[str, set[str]] = {name: set() for name in modules}
+    for name in modules:
+        package = name.rpartition(".")[0]
+        if package in modules:
+            edges[name].add(package)
+    for imp in found:
+        if not imp.in_function and imp.runs and imp.target != imp.importer:
+            edges[imp.importer].add(imp.target)
+    loads = {}
+    for name in modules:
+        seen, stack = {name}, [name]
+        while stack:
+            for target in edges.get(stack.pop(), ()):
+                if target not in seen:
+                    seen.add(target)
+                    stack.append(target)
+        loads[name] = seen
+    return loads
 
 
-def test_imports_inside_functions_are_lazy_by_design_and_say_why() -> None:
-    modules = module_files()
-    late = [i for i in imports(modules) if i.in_function]
-    bad = [
-        f"{i.importer}:{i.line} imports {i.target} inside a function"
-        for i in late
-        if not _lazily_imported(i.target) and i.importer not in LATE_IMPORT_DEBT
-    ]
-    silent = [
-        f"{i.importer}:{i.line} imports {i.target} late without a reason comment"
-        for i in late
-        if _lazily_imported(i.target) and not i.reason and i.importer not in LATE_IMPORT_DEBT
-    ]
-    assert not bad + silent, "\n".join(bad + silent)
+def _lazy_packages_in(names: set[str]) -> set[str]:
+    return {p for p in LAZY_PACKAGES for n in names if n == p or n.startswith(p + ".")}
 
 
-def test_the_late_import_debt_only_shrinks() -> None:
-    modules = module_files()
-    indebted = {
-        i.importer
-        for i in imports(modules)
-        if i.in_function and (not _lazily_imported(i.target) or not i.reason)
-    }
-    paid = sorted(LATE_IMPORT_DEBT - indebted)
-    assert not paid, f"remove from LATE_IMPORT_DEBT: {paid}"
+def delayed(late: Import, loads: dict[str, set[str]]) -> set[str]:
+    """The lazy packages that ``late`` loads and its importer has not loaded
+    at its top: what writing it inside a function delays (nothing: it
+    belongs at the top, and a cycle it closes is untied, not hidden)."""
+    brings = loads.get(late.target, {late.target})
+    return _lazy_packages_in(brings) - _lazy_packages_in(loads[late.importer])
+
+
+def late_import_errors(modules: dict[str, Path]) -> list[str]:
+    """Every import inside a function that delays no lazy package, or that
+    has no comment saying why."""
+    found = imports(modules)
+    loads = loaded_at_top(modules, found)
+    errors = []
+    for imp in sorted((i for i in found if i.in_function), key=lambda i: (i.importer, i.line)):
+        where = f"{imp.importer}:{imp.line} imports {imp.target} inside a function"
+        if not delayed(imp, loads):
+            errors.append(f"{where}, which delays no lazy package: import it at the top")
+        elif not imp.reason:
+            errors.append(f"{where} without a one-line comment saying why")
+    return errors
+
+
+def test_imports_inside_functions_delay_a_lazy_package_and_say_why() -> None:
+    errors = late_import_errors(module_files())
+    assert not errors, "\n".join(errors)
 
 
 def _contracts() -> list[dict]:
@@ -321,5 +333,42 @@ def test_the_checker_reads_late_imports_and_finds_a_cycle(tmp_path: Path) -> Non
     (component,) = strongly_connected(edges)
     assert component == ["a", "b", "c"]
     assert a_cycle(edges, component) == ["a", "b", "c", "a"]
-    tree = ast.parse("import x\ndef f():\n    import y  # why\n")
-    assert sorted((n.lineno, inside) for n, inside in _scopes(tree)) == [(1, False), (3, True)]
+    tree = ast.parse("import x\ndef f():\n    import y  # why\nif TYPE_CHECKING:\n    import z\n")
+    assert sorted((n.lineno, inside, runs) for n, inside, runs in _scopes(tree)) == [
+        (1, False, True),
+        (3, True, True),
+        (5, False, False),
+    ]
+
+
+def test_a_late_import_must_delay_a_lazy_package_and_say_why(tmp_path: Path) -> None:
+    """What a module loads at its top (itself, its package, the modules it
+    imports) a late import does not delay; an import under ``if
+    TYPE_CHECKING:`` loads nothing; a late import of an effir module that
+    loads TVM, with a reason, is what the rule allows; a ``noqa`` is no reason."""
+    files = {
+        "pkg/__init__.py": "",
+        "pkg/heavy.py": "import tvm\n\ndef f():\n    from tvm import relax  # lazy: TVM\n",
+        "pkg/light.py": "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    import torch\n",
+        "pkg/sub/__init__.py": "import onnx\n",
+        "pkg/sub/tool.py": "def f():\n    import onnx.helper  # lazy: onnx\n",
+        "pkg/user.py": (
+            "from . import light\n\n\n"
+            "def f():\n    import torch  # lazy: torch\n    from . import heavy  # lazy: TVM\n\n\n"
+            "def g():\n    from . import light  # to dodge a cycle\n\n\n"
+            "def h():\n    import onnx  # noqa: F401\n"
+        ),
+    }
+    modules = {}
+    for relative, text in files.items():
+        path = tmp_path / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        modules[relative.removesuffix(".py").removesuffix("/__init__").replace("/", ".")] = path
+    delays_nothing = "inside a function, which delays no lazy package: import it at the top"
+    assert late_import_errors(modules) == [
+        f"pkg.heavy:4 imports tvm {delays_nothing}",
+        f"pkg.sub.tool:2 imports onnx.helper {delays_nothing}",
+        f"pkg.user:10 imports pkg.light {delays_nothing}",
+        "pkg.user:14 imports onnx inside a function without a one-line comment saying why",
+    ]

@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backends.tvm.runtime.importing import import_tvm
 from ..runtime.packed_scan import PackedScan, PackedScanError
 
 ROW_TILE = 8
@@ -170,9 +171,7 @@ def compile_packed(
     across TVM's thread pool for the whole call, each thread carrying its
     tiles through every step (bit-identical results); False: every call
     serial. Imports TVM on first use."""
-    from ..backends.tvm.runtime.importing import import_tvm
-
     import_tvm()  # without the PyTorch import TVM's FFI makes
-    from ..backends.tvm.driver.packed import compile_packed as build
+    from ..backends.tvm.driver.packed import compile_packed as build  # lazy: imports TVM
 
     return build(module, target, parallel=parallel, tile=tile)

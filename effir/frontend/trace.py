@@ -10,6 +10,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from ..backends.interpreter import interpret
 from ..ir.diagnostics import FrontendError
 from ..ir.expr import Function, Var
 from ..ir.module import IRModule
@@ -40,8 +41,6 @@ class TracedFunction:
         return self.module, self.name
 
     def interpret(self, *args: Any, **kwargs: Any) -> Any:
-        from ..backends.interpreter import interpret
-
         return interpret(self.module, *args, entry=self.name, **kwargs)
 
 

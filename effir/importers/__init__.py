@@ -46,7 +46,7 @@ def from_onnx(
     sequences are lists, and random operators, dropout and training-mode
     batch normalisation read and write state cells. What cannot be imported
     is a ``ModelImportError`` naming the node, its operator and opset."""
-    from .onnx import from_onnx as convert
+    from .onnx import from_onnx as convert  # lazy: converters load on first use
 
     return convert(model_or_path, opset=opset, initializers=initializers, input_types=input_types)
 
@@ -54,7 +54,7 @@ def from_onnx(
 def from_torch(exported_program: Any, *, parameters: str = "parameters") -> Any:
     """A ``torch.export.ExportedProgram`` as an effir ``IRModule``
     (``effir.from_torch``; effir/importers/torch/program.py)."""
-    from .torch import from_torch as convert
+    from .torch import from_torch as convert  # lazy: converters load on first use
 
     return convert(exported_program, parameters=parameters)
 

@@ -26,11 +26,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
+from functools import wraps
 from typing import Any, NoReturn
 
 import numpy as np
 
 from ..ir.op import op_def
+from ..ir.printer import astext
 from ..ir.types import ANY, Dim, IncompleteType, TensorType, TupleType, Type
 from ..runtime.limits import tensor_too_large
 from ..runtime.values import as_tensor
@@ -75,8 +77,6 @@ def numpy_rule(*names: str) -> Callable[[NumpyImpl], NumpyImpl]:
 
 # ------------------------------------------------------------------ types
 def describe(t: Type) -> str:
-    from ..ir.printer import astext
-
     return astext(t)
 
 
@@ -231,8 +231,6 @@ def with_op_name(name: str) -> Callable[[TypeRelation], TypeRelation]:
     """Prefix a relation's RelationError messages with ``name: `` so that the
     checks it delegates (``expect_tensor``...) say which operator complained.
     (OpFailure needs no prefix: the interpreter names the operator.)"""
-
-    from functools import wraps
 
     def wrap(fn: TypeRelation) -> TypeRelation:
         @wraps(fn)

@@ -16,6 +16,7 @@ import tvm_ffi
 from tvm.support import nvcc
 
 from .runtime.errors import CompileError, register_check_function
+from .schedule.cuda.tensor_core import LIBRARY
 
 register_check_function()  # compiled code reports its checks through it
 
@@ -181,8 +182,6 @@ def with_cuda_library(code: str) -> str:
     schedule/cuda/tensor_core.cuh [RULE SCHED-TENSORCORE]) defined before it."""
     if "effir_mma_" not in code:
         return code
-    from .schedule.cuda.tensor_core import LIBRARY
-
     return LIBRARY + "\n" + code
 
 

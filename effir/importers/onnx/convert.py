@@ -76,7 +76,7 @@ def from_onnx(
 
 def initializer_values(model_or_path: Any) -> dict[str, np.ndarray]:
     """The initializers' arrays by their parameter names (``_names``)."""
-    from onnx import numpy_helper
+    from onnx import numpy_helper  # lazy: onnx loads when a model is read
 
     model = load(model_or_path, None)
     graph = model.proto.graph
@@ -105,7 +105,7 @@ def _is_weight(graph: Any, name: str, array: np.ndarray) -> bool:
 def _main(
     state: ImportState, weights_are_parameters: bool, input_types: dict[str, Type]
 ) -> Computation[Function]:
-    from onnx import numpy_helper
+    from onnx import numpy_helper  # lazy: onnx loads when a model is read
 
     graph = state.model.proto.graph
     given = {t.name for t in graph.initializer}

@@ -99,7 +99,7 @@ class NodeContext:
         opset = state.model.opset
         self.label = f"{node_label(node, index)} ({node.op_type}-{version}, opset {opset})"
         self.attrs = dict(attribute_defaults(node.op_type, version))
-        import onnx
+        import onnx  # lazy: onnx loads when a model is read
 
         for attribute in node.attribute:
             self.attrs[attribute.name] = attribute_value(onnx.helper.get_attribute_value(attribute))
@@ -199,7 +199,7 @@ def convert_graph(
 
 
 def bind_initializers(state: ImportState, graph: Any, key: str, scope: Scope) -> None:
-    from onnx import numpy_helper
+    from onnx import numpy_helper  # lazy: onnx loads when a model is read
 
     for initializer in graph.initializer:
         scope.bind(initializer.name, initializer_value(state, key, initializer, numpy_helper))

@@ -29,7 +29,7 @@ class Model:
 
 def load(model_or_path: Any, opset: int | None) -> Model:
     try:
-        import onnx
+        import onnx  # lazy: onnx loads when a model is read
     except ImportError:
         raise ModelImportError(
             "reading ONNX models needs the onnx package (pip install onnx)"
@@ -60,6 +60,7 @@ def load(model_or_path: Any, opset: int | None) -> Model:
 
 
 def _parse(onnx: Any, data: bytes, name: str) -> Any:
+    # lazy: onnx's protobuf loads when a model is read
     from google.protobuf.message import DecodeError
 
     try:

@@ -45,7 +45,7 @@ def converter(*op_types: str, versions: Sequence[int]) -> Callable[[ConverterFn]
 def schema(op_type: str, opset: int, domain: str = "") -> Any | None:
     """The operator's schema at ``opset`` (the latest version it had by
     then), or None for an operator ONNX does not define."""
-    import onnx
+    import onnx  # lazy: onnx loads when a model is read
 
     try:
         return onnx.defs.get_schema(op_type, opset, domain)
@@ -56,7 +56,7 @@ def schema(op_type: str, opset: int, domain: str = "") -> Any | None:
 @cache
 def attribute_defaults(op_type: str, version: int, domain: str = "") -> dict[str, Any]:
     """The default values of the operator's attributes at ``version``."""
-    import onnx
+    import onnx  # lazy: onnx loads when a model is read
 
     found = schema(op_type, version, domain)
     if found is None:

@@ -41,7 +41,7 @@ def dtype_of(code: int) -> str:
 
 
 def type_name(code: int) -> str:
-    import onnx
+    import onnx  # lazy: onnx loads when a model is read
 
     try:
         return onnx.TensorProto.DataType.Name(code).lower()

@@ -311,7 +311,7 @@ def _attribute(ctx: NodeContext, module: Any, node: Any) -> Any:
     found = getattr(module, str(node.target), None)
     if found is not None and hasattr(found, "graph"):
         return Subgraph(found, str(node.target))
-    import torch
+    import torch  # lazy: torch loads when a program is read
 
     if isinstance(found, torch.Tensor):
         return tensor_constant(ctx, found)

@@ -27,7 +27,7 @@ import numpy as np
 from effir.passes.analyses.infer_type import check
 from effir.passes.transforms.dce import dce
 
-from ...ir.expr import Function, RefRead, RefWrite
+from ...ir.expr import Function, RefRead, RefWrite, Var
 from ...ir.trampoline import Computation, run
 from ...ir.types import TupleType
 from ..common.block import Block
@@ -48,7 +48,7 @@ schema (batch norm in training mode: its running statistics)."""
 def from_torch(program: Any, *, parameters: str = "parameters") -> Any:
     """See ``effir.from_torch``."""
     try:
-        import torch
+        import torch  # lazy: torch loads when a program is read
     except ImportError:
         raise ModelImportError(
             "reading torch.export programs needs the torch package (pip install torch)"
@@ -72,7 +72,7 @@ def from_torch(program: Any, *, parameters: str = "parameters") -> Any:
 def parameter_values(program: Any) -> dict[str, np.ndarray]:
     """The parameters' arrays by their names in ``@main`` (in its order),
     for ``parameters="parameters"``."""
-    from torch.export.graph_signature import InputKind
+    from torch.export.graph_signature import InputKind  # lazy: torch loads when a program is read
 
     names = _input_names(program)
     out = {}
@@ -87,7 +87,7 @@ def _input_names(program: Any) -> dict[str, str]:
     """The parameter name of each user input and parameter of ``@main``,
     by placeholder: the input's own name, the parameter's target
     (``lin.weight`` is ``lin_weight``), made distinct."""
-    from torch.export.graph_signature import InputKind
+    from torch.export.graph_signature import InputKind  # lazy: torch loads when a program is read
 
     taken: set[str] = set()
     names = {}
@@ -124,6 +124,7 @@ def _dim_names(program: Any) -> Any:
 
 def _mutated_buffers(program: Any) -> dict[str, Any]:
     """Placeholder names of the buffers the program writes, to their targets."""
+    # lazy: torch loads when a program is read
     from torch.export.graph_signature import InputKind, OutputKind
 
     specs = program.graph_signature.input_specs
@@ -142,7 +143,7 @@ def _mutated_buffers(program: Any) -> dict[str, Any]:
 
 
 def _buffer_input(program: Any, target: str) -> str | None:
-    from torch.export.graph_signature import InputKind
+    from torch.export.graph_signature import InputKind  # lazy: torch loads when a program is read
 
     for spec in program.graph_signature.input_specs:
         if spec.kind == InputKind.BUFFER and spec.target == target:
@@ -168,6 +169,7 @@ def _written_arguments(node: Any) -> list[int]:
 
 
 def _main(state: ImportState, program: Any, weights_are_parameters: bool) -> Computation[Function]:
+    # lazy: torch loads when a program is read
     from torch.export.graph_signature import InputKind, OutputKind
 
     gm = program.graph_module
@@ -244,8 +246,6 @@ def _typed(state: ImportState, node: Any, val: Any) -> Any:
 
 
 def _param(name: str, type_: Any) -> Value:
-    from ...ir.expr import Var
-
     return Value(Var(name, type_), type_)
 
 

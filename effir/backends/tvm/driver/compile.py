@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
 from tvm import relax
+from tvm.support import nvcc
 
 from effir.passes.infra.pipeline import STANDARD_PIPELINES
 from effir.passes.infra.pipeline import pipeline as parse_pipeline
@@ -243,8 +244,6 @@ class Specialisation:
     def ptx(self) -> str:
         """The CUDA kernels compiled to PTX by nvcc for the target's
         architecture (TVM's default compiler, NVRTC, is not available)."""
-        from tvm.support import nvcc
-
         with self.target:
             source = with_cuda_library(self.source("cuda"))
             ptx = nvcc.compile_cuda(source, target_format="ptx", compiler="nvcc")

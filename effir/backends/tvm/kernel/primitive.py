@@ -37,6 +37,7 @@ import numpy as np
 import tvm
 import tvm_ffi
 from tvm import te, tirx
+from tvm.support import nvcc
 
 from effir.passes.analyses.infer_type import infer_expr
 
@@ -715,8 +716,6 @@ def compile_cuda_to_ptx(kernel: Kernel) -> str:
             f"kernel {kernel.name} was built for {kernel.target.kind.name}, not cuda: "
             "there is no CUDA source to compile"
         )
-    from tvm.support import nvcc
-
     with kernel.target:
         source = with_cuda_library(kernel.source("cuda"))
         ptx = nvcc.compile_cuda(source, target_format="ptx", compiler="nvcc")

@@ -55,6 +55,7 @@ from typing import Any
 import tvm
 import tvm_ffi
 from tvm import te, tirx
+from tvm.target import codegen
 
 from effir.passes.analyses.verify_linear.verifier import REPLAYS_KEYS
 
@@ -109,8 +110,6 @@ def for_cuda(stmt: Any) -> Any:
     """``stmt`` with each fence replaced by what CUDA rounds alike: a fenced
     float32 or float64 product becomes ``__fmul_rn``/``__dmul_rn`` (never
     contracted), any other fenced value the value itself."""
-    from tvm.target import codegen
-
     fence_id = int(codegen.llvm_lookup_intrinsic_id(FENCE))
 
     def on_call(call: Any, mutator: Any) -> Any:

@@ -15,6 +15,8 @@ import tvm_ffi
 from tvm import te, tirx
 
 from ..schedule.common import vector_lanes
+from ..schedule.cpu.gemm import GemmShape, tile, wide_vectors
+from ..target import make_target
 
 MATERIALIZE = "effir_materialize"
 """Annotation of a packing block: computed into its own buffer, never inlined."""
@@ -245,9 +247,6 @@ def _packed_in_prologue(op: Any) -> bool:
     hidden-256 GRU's input projection at batch 32 (32 x 256 by 256 x 768 a
     step), 64 -> 42 ms of CPU for the whole loop, one thread; at batch 1
     the projection keeps the panels and the register tile."""
-    from ..schedule.cpu.gemm import GemmShape, tile, wide_vectors
-    from ..target import make_target
-
     if len(op.reduce_axis) != 1 or len(op.axis) < 2:
         return False
     extents = [iv.dom.extent for iv in op.axis] + [op.reduce_axis[0].dom.extent]

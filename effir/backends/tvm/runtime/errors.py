@@ -224,6 +224,6 @@ def _check(ok: Any, message: str, *values: Any) -> None:
 def register_check_function() -> None:
     """Register ``CHECK_FUNCTION`` for compiled code in this process (again
     is harmless: the same function replaces itself)."""
-    import tvm_ffi
+    import tvm_ffi  # lazy: `import effir` imports this module and no TVM
 
     tvm_ffi.register_global_func(CHECK_FUNCTION, _check, override=True)

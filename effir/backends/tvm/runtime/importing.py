@@ -44,7 +44,7 @@ def import_tvm() -> None:
     for name in hidden:
         sys.modules[name] = None  # type: ignore[assignment]  # `import name` raises ImportError
     try:
-        import tvm  # noqa: F401
+        import tvm  # noqa: F401  (what this function is for, under the hiding)
         from tvm import relax  # noqa: F401  (what effir uses, under the same hiding)
     finally:
         for name in hidden:

@@ -38,6 +38,7 @@ from ....ir.trampoline import Computation
 from ....ir.types import ANY, TensorType, TupleType
 from ...common.block import Block
 from ...common.control import emit_foreach, joined_if, settled_types
+from ...common.parts import identifier
 from ...common.values import Value, constant
 from ..graph import NodeContext
 from ..registry import converter
@@ -78,8 +79,6 @@ def _if(ctx: NodeContext) -> Computation[list[Value]]:
 
 
 def _names(ctx: NodeContext) -> list[str]:
-    from ...common.parts import identifier
-
     return [identifier(o or "x", "v") for o in ctx.node.output]
 
 
@@ -117,7 +116,7 @@ def _passes_true(graph: Any) -> bool:
         if name == graph.input[1].name:
             return True
         if name in initial:
-            from onnx import numpy_helper
+            from onnx import numpy_helper  # lazy: onnx loads when a model is read
 
             value = numpy_helper.to_array(initial[name])
             return value.size == 1 and bool(value.reshape(()))
@@ -128,7 +127,7 @@ def _passes_true(graph: Any) -> bool:
             name = node.input[0]
             continue
         if node.op_type == "Constant":
-            from onnx import helper, numpy_helper
+            from onnx import helper, numpy_helper  # lazy: onnx loads when a model is read
 
             attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
             if "value" not in attrs:
@@ -178,8 +177,6 @@ def _loop_outputs(
 
 
 def _input_names(graph: Any, start: int) -> list[str]:
-    from ...common.parts import identifier
-
     return [identifier(i.name, "v") for i in graph.input[start:]]
 
 

@@ -14,7 +14,7 @@ from ...common.block import Block
 from ...common.values import Value, constant
 from ..graph import NodeContext
 from ..registry import converter
-from ..types import dtype_of
+from ..types import UnsupportedType, dtype_of
 
 T13 = (6, 13)  # the versions of most elementwise operators: 6, then 13 (bfloat16)
 
@@ -141,8 +141,6 @@ def cast(ctx: NodeContext, x: Value, dtype: str) -> Value:
 
 
 def dtype_of_attr(ctx: NodeContext, name: str) -> str:
-    from ..types import UnsupportedType
-
     try:
         return dtype_of(int(ctx.attrs[name]))
     except UnsupportedType as err:

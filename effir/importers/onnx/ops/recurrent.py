@@ -7,8 +7,10 @@ first: the layer transposes in and out)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from ...common.recurrent import Cell, run_direction, split_gates, stack, zero_state
-from ...common.values import Value
+from ...common.values import Value, constant
 from ..graph import NodeContext
 from ..registry import converter
 from .elementwise import activation, cast
@@ -122,8 +124,4 @@ def _recurrent(ctx: NodeContext) -> list[Value]:
 
 
 def _index(d: int) -> Value:
-    import numpy as np
-
-    from ...common.values import constant
-
     return constant(np.asarray(d, dtype=np.int64))

@@ -38,6 +38,7 @@ from ...common.values import Value
 from ..graph import NodeContext
 from ..registry import converter
 from .elementwise import dtype_of_attr, scalar
+from .shape import dim_of, pack
 
 SEQUENCE_OPS = (11,)
 
@@ -186,8 +187,6 @@ def _split_at_run_time(ctx: NodeContext, x: Value, axis: int, split: Value) -> V
     running sums of the sizes (a scalar size: parts of that size, the last
     one shorter), gathered by ``dyn.arange`` indices, built into a list by a
     local recursive function from the first part's start."""
-    from .shape import dim_of
-
     block = ctx.block
     elem = loose(x.tensor)
     seq_type = list_type(elem)
@@ -268,8 +267,6 @@ def _concat(ctx: NodeContext) -> list[Value]:
 
 
 def _pack(*values: Value) -> Value:
-    from .shape import pack
-
     return pack(list(values))
 
 

@@ -29,7 +29,7 @@ INT64_MAX = np.iinfo(np.int64).max
 
 @converter("Constant", versions=(9, 11, 12, 13, 19, 21, 23, 24, 25))
 def _constant(ctx: NodeContext) -> list[Value]:
-    from onnx import numpy_helper
+    from onnx import numpy_helper  # lazy: onnx loads when a model is read
 
     attrs = ctx.attrs
     if "value" in attrs and attrs["value"] is not None:
@@ -392,7 +392,7 @@ def _expand(ctx: NodeContext) -> list[Value]:
 
 @converter("ConstantOfShape", versions=(9, 20, 21, 23, 24, 25))
 def _constant_of_shape(ctx: NodeContext) -> list[Value]:
-    from onnx import numpy_helper
+    from onnx import numpy_helper  # lazy: onnx loads when a model is read
 
     shape = ctx.tensor(0)
     fill = ctx.attrs.get("value")

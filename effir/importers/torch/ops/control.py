@@ -20,11 +20,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from ....ir.expr import Function, Tuple, Var
 from ....ir.trampoline import Computation
 from ....ir.types import TensorType, TupleType
 from ...common.control import emit_foreach, joined_if, settled_types
-from ...common.values import Value
+from ...common.values import Value, constant
 from ..graph import NodeContext, Subgraph
 from ..registry import converter
 
@@ -71,10 +73,6 @@ def _cond(ctx: NodeContext) -> Computation[list[Value]]:
 
 
 def _zero(v: Value) -> Value:
-    import numpy as np
-
-    from ...common.values import constant
-
     return constant(np.zeros((), dtype=v.tensor.dtype))
 
 

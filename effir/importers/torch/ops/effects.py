@@ -12,10 +12,14 @@ constant probability (the nonzeros of a dropout of ones)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import numpy as np
+
 from ...common.block import Block
-from ...common.values import Value
+from ...common.values import Value, constant
 from ..graph import NodeContext
-from ..registry import converter, target_name
+from ..registry import CONVERTERS, converter, target_name
 from .elementwise import cast, scalar
 from .shape import filled_like
 
@@ -112,10 +116,6 @@ def _print(ctx: NodeContext) -> None:
     """``torch.ops.aten._print(s)``: ``debug.print`` labelled ``s`` (of an
     empty tensor: effir prints tensors), ordered by the let chain, which
     state passing threads as the world token."""
-    import numpy as np
-
-    from ...common.values import constant
-
     text = ctx.arg(0, "s")
     if not isinstance(text, str):
         raise ctx.error("it prints a string known when the program is exported")
@@ -130,8 +130,6 @@ def _with_effects(ctx: NodeContext) -> list:
     token through an operator with side effects: the operator converted
     as it stands (its order is the let chain's, which state passing
     threads as effir's world token); the token passed on as nothing."""
-    from ..registry import CONVERTERS
-
     op = ctx.node.args[1]
     fn = CONVERTERS.get(target_name(op))
     if fn is None:
@@ -142,8 +140,6 @@ def _with_effects(ctx: NodeContext) -> list:
 
 def _applied(ctx: NodeContext, op: object) -> NodeContext:
     """``ctx`` for ``op`` applied to the arguments after the token and op."""
-    from types import SimpleNamespace
-
     node = SimpleNamespace(
         args=tuple(ctx.node.args[2:]),
         kwargs=dict(ctx.node.kwargs),

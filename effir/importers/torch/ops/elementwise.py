@@ -9,7 +9,7 @@ import numpy as np
 
 from ...common.values import Value, constant
 from ..graph import NodeContext
-from ..registry import converter
+from ..registry import converter, target_name
 
 UNARY = {
     "aten.neg": "negative",
@@ -67,8 +67,6 @@ def cast(ctx: NodeContext, x: Value, dtype: str) -> Value:
 
 @converter(*UNARY)
 def _unary(ctx: NodeContext) -> Value:
-    from ..registry import target_name
-
     x = ctx.tensor(0, "self")
     dtype = ctx.out_dtype()
     return ctx.block.op(
@@ -104,8 +102,6 @@ def binary(ctx: NodeContext, op: str) -> Value:
 
 @converter(*ARITHMETIC)
 def _arithmetic(ctx: NodeContext) -> Value:
-    from ..registry import target_name
-
     return binary(ctx, ARITHMETIC[target_name(ctx.node.target)])
 
 
@@ -124,8 +120,6 @@ def _rsub(ctx: NodeContext) -> Value:
 def _in_place(ctx: NodeContext) -> Value:
     """``x.add_(y)``: the sum, and ``x`` holds it from here on (a buffer
     held in a cell is written at the call's end)."""
-    from ..registry import target_name
-
     target = ctx.raw(0, "self")
     a = ctx.tensor(0, "self")
     dtype = a.tensor.dtype
@@ -163,8 +157,6 @@ def _assign(ctx: NodeContext, target: object, value: Value) -> None:
 
 @converter(*COMPARISON)
 def _comparison(ctx: NodeContext) -> Value:
-    from ..registry import target_name
-
     a, b = ctx.arg(0, "self"), ctx.arg(1, "other")
     dtype = _common(ctx, a, b)
     x = cast(ctx, ctx.as_tensor(a, dtype, "self"), dtype)
@@ -209,8 +201,6 @@ def _clamp(ctx: NodeContext) -> Value:
 
 @converter("aten.rsqrt", "aten.reciprocal")
 def _reciprocal(ctx: NodeContext) -> Value:
-    from ..registry import target_name
-
     dtype = ctx.out_dtype()
     x = cast(ctx, ctx.tensor(0, "self"), dtype)
     if target_name(ctx.node.target) == "aten.rsqrt":
@@ -261,8 +251,6 @@ def _softplus(ctx: NodeContext) -> Value:
     "aten.dropout_",
 )
 def _identity(ctx: NodeContext) -> Value:
-    from ..registry import target_name
-
     if target_name(ctx.node.target) == "aten.dropout_" and ctx.arg(2, "train", False):
         raise ctx.error("in-place dropout in training mode is not supported")
     return ctx.tensor(0, "self")

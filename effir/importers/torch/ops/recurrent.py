@@ -13,6 +13,8 @@ weights come per layer, per direction: ``w_ih, w_hh[, b_ih, b_hh]``.
 
 from __future__ import annotations
 
+import numpy as np
+
 from ...common.block import Block
 from ...common.recurrent import Cell, Gates, run_direction, split_gates, stack, zero_state
 from ...common.values import Value, constant
@@ -107,8 +109,6 @@ def _initial(
     """Layer-direction ``index``'s initial state: zeros when the graph makes
     them (``zeros`` or ``new_zeros``, torch's default), which keeps the
     batch's symbolic size; otherwise row ``index`` of ``h0``."""
-    import numpy as np
-
     made = getattr(node, "target", None)
     if made is not None and target_name(made) in ("aten.zeros", "aten.new_zeros"):
         return zero_state(block, x, hidden)

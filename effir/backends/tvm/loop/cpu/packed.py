@@ -99,7 +99,7 @@ from ..graph import CONST, ROW_TILE, Graph, TensorMap, _recompute, hoist, topolo
 from ..values import Leaf, bind_dims
 from . import rows
 from . import schedule as cpu_schedule
-from .schedule import SYMBOLIC_EXTENT, schedule
+from .schedule import ACCUMULATORS, SYMBOLIC_EXTENT, accumulators, schedule
 
 PLANS_KEPT = 16
 """Plans (the packing of one set of lengths) a loop keeps, per thread."""
@@ -435,8 +435,6 @@ def packed_tile() -> int:
     """The rows of the step: as many as one register tile has on this CPU
     (loop/cpu/schedule.py: 8 rows with AVX-512, 2 without), at least 4. Fewer rows
     waste fewer row-steps where a step's active rows are not a multiple."""
-    from .schedule import ACCUMULATORS, accumulators
-
     return 8 if accumulators() >= ACCUMULATORS else 4
 
 

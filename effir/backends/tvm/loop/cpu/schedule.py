@@ -14,10 +14,12 @@ from typing import Any
 import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
+from tvm.target import codegen
 
 from ...schedule.common import static_extent, strip_casts, uses, vector_lanes
 from ...schedule.cpu.gemm import packed_gemm
 from ...schedule.inline import INLINE_BUDGET, expression_cost
+from ...target import make_target
 from ..graph import MATERIALIZE, ROW_TILE, tiles_within_step
 
 PARALLEL_MIN_WORK = 1 << 27
@@ -238,8 +240,6 @@ def _packed_product(sch: Any, b: Any, node: Any, min_work: int | None) -> bool:
     ``_tile_contraction`` ran at a quarter of the packed schedule's rate
     (its tile reads the transposed left operand across rows). False:
     not such a product, nothing changed."""
-    from ...target import make_target
-
     work = math.prod(static_extent(iv.dom.extent) or SYMBOLIC_EXTENT for iv in node.iter_vars)
     parallel = min_work is not None and work >= min_work
     packed = packed_gemm(sch, b, make_target("llvm"), parallel)
@@ -358,10 +358,6 @@ def _rows_per_tile(extents: list[int | None], budget: int) -> int:
 def accumulators() -> int:
     """``ACCUMULATORS`` or ``ACCUMULATORS_AVX2``, for the host CPU (a whole
     loop compiles for the host: loop/kernel.py)."""
-    from tvm.target import codegen
-
-    from ...target import make_target
-
     wide = codegen.target_has_features("avx512f", make_target("llvm"))
     return ACCUMULATORS if wide else ACCUMULATORS_AVX2
 

@@ -17,6 +17,7 @@ from .....ir.expr import Function, Var
 from .....ir.module import IRModule
 from ...kernel import rounding
 from ...kernel.primitive import relax_alignment
+from ...schedule import schedule_prim_func
 from ..function import step_leaves
 from ..graph import Graph, Stages, hoist
 from ..values import Leaf
@@ -209,7 +210,5 @@ def _prologue(stages: Stages, target: Any, on_gpu: bool) -> Any:
         return None
     func = relax_alignment(te.create_prim_func([*stages.prologue_inputs, *stages.prologue_outputs]))
     if on_gpu:
-        from ...schedule import schedule_prim_func
-
         func = schedule_prim_func(func, target)["main"]
     return func.with_attr("global_symbol", "main").with_attr("tirx.noalias", True)

@@ -24,6 +24,7 @@ from enum import Enum
 from typing import Any
 
 from tvm import tirx
+from tvm.backend.cuda import op as cuda_op
 
 from ...runtime.errors import BackendError
 
@@ -108,8 +109,6 @@ class Threads:
         if isinstance(piece, Sync):
             block = tirx.Evaluate(tirx.call_intrin("int32", "tirx.tvm_storage_sync", "shared"))
             if piece is Sync.GRID and self.blocks > 1:
-                from tvm.backend.cuda import op as cuda_op
-
                 # the block's own barrier first: TVM's barrier placement
                 # (ThreadSync) knows it, not the grid's
                 return tirx.SeqStmt([block, tirx.Evaluate(cuda_op.cuda_grid_sync())])

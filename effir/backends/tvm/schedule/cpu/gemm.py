@@ -69,6 +69,7 @@ from typing import Any
 
 import tvm
 from tvm import tirx
+from tvm.target import Target, codegen
 
 from ..common import static_extent, strip_casts, uses, vector_lanes
 
@@ -167,8 +168,6 @@ def tile(shape: GemmShape, wide: bool) -> tuple[int, int] | None:
 
 @functools.cache
 def _wide(target_text: str) -> bool:
-    from tvm.target import Target, codegen
-
     return bool(codegen.target_has_features("avx512f", Target(target_text)))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tvm import s_tir, tirx
+from tvm.s_tir import dlight
 
 from ... import precision
 from ..common import DATA_PAR, ILLEGAL, ORDERED, Blocks, attempt, same_domain
@@ -22,8 +23,6 @@ def schedule_cuda(func: Any, target: Any) -> Any:
     shape allows ([RULE SCHED-TENSORCORE]); then dlight's matmul, GEMV and
     reduction rules where one applies to the whole function, else one
     thread per output element of each block."""
-    from tvm.s_tir import dlight
-
     sch = s_tir.Schedule(func)
     inline_within_budget(sch)
     products = precision.current()
