@@ -18,6 +18,29 @@ each value holds no let and the build is linear in the chain (200 lets:
 without them, a vector of booleans makes TVM 0.27's analyzers fail
 (``InjectVirtualThread``: "IntImm can only take scalar, but boolx8").
 
+A float let whose value reads no memory is bound to the round trip of
+its value through its bits, ``reinterpret(f32, reinterpret(i32, value))``
+(float16 and float64 through int16 and int64). Why: each TVM pass that
+walks with an analyzer (``InjectPermutedLayout``, ``FlattenBuffer``,
+``LowerIntrin``...) binds a let variable whose value has no side effect,
+and binding evaluates the value's integer set, an analysis written for
+index arithmetic. A let of a read is never bound, so its variable is a
+free symbol, a single point; a selection of points (the NaN-propagating
+``maximum`` and ``minimum``, ``where``) is the interval between them; a
+product or a quotient of that interval by a point of unknown sign builds
+``Select(p >= IntImm(float32, 0), ...)``, and TVM aborts the build
+("IntImm supports only int or uint or bool type, but float32 was
+supplied"): ``negative(multiply(maximum(%a, %b), %c))`` was enough.
+Nested, no float value was evaluated so: each held its producer's lets,
+reads included, so it was never bound, and the set of a let is never
+looked into. The round trip is a call, whose set is everything without
+a look inside; TVM's simplifier keeps it (a ``reinterpret`` to the value's
+own dtype would not do: ``FP8StorageLegalize`` removes those before
+``LowerIntrin``, which binds too); LLVM and nvcc emit it as nothing (the
+x86 assembly and the PTX of kernels that built without it are unchanged,
+line for line); and it adds two nodes a let, so the build stays linear.
+A let of a read is left as it is: it is never bound.
+
 [RULE TE-CONSTLET] No let binds a constant: a let whose value reads no
 variable and no buffer is substituted into its body. Why: the program's
 constants are opaque to TVM's simplifier [RULE TE-OPAQUE] until its
@@ -40,11 +63,12 @@ and the size is what the inlining budget already bounds (schedule/inline.py
 float folds [RULE TE-OPAQUE] need an operand that is not a constant, which
 stays bound.
 
-Both are one walk (TVM's mutator; a let chain is flattened with an explicit
-stack, never Python recursion)."""
+All three are one walk (TVM's mutator; a let chain is flattened with an
+explicit stack, never Python recursion)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import tvm
@@ -56,7 +80,8 @@ _PURE = 1
 
 
 def normalised_lets(module: Any) -> Any:
-    """``module`` (a TIR IRModule) with its lets floated out of let values
+    """``module`` (a TIR IRModule) with its lets floated out of let values,
+    its float lets of values that read no memory bound through their bits
     [RULE TE-LETFLOAT] and its constant lets substituted [RULE TE-CONSTLET]."""
     module = tirx.transform.ConvertSSA()(module)
     functions = {
@@ -82,7 +107,7 @@ def _normalised(stmt: Any) -> Any:
                 if _constant(core):
                     constants[item] = core
                 else:
-                    bindings.append((item, core))
+                    bindings.append((item, _bound_value(item, core)))
             elif kind == "expr" and isinstance(item, tirx.Let):
                 # a boolean's value keeps its lets [RULE TE-LETFLOAT]
                 inner = "keep" if str(item.var.ty) == "bool" else "expr"
@@ -99,8 +124,31 @@ def _normalised(stmt: Any) -> Any:
     return tvm_ffi.structural_mutate(stmt, [(tirx.Let, on_let), (tirx.Var, on_var)])
 
 
+def _bound_value(var: Any, value: Any) -> Any:
+    """What ``var`` is bound to: a float value that reads no memory through
+    its bits, opaque to TVM's integer sets [RULE TE-LETFLOAT]; any other
+    value as it is."""
+    bits = _FLOAT.fullmatch(str(var.ty))
+    if bits is None or not _pure(value):
+        return value
+    integer = "int" + bits.group(1) + (bits.group(2) or "")
+    hidden = tirx.call_intrin(integer, "tirx.reinterpret", value)
+    return tirx.call_intrin(str(var.ty), "tirx.reinterpret", hidden)
+
+
+_FLOAT = re.compile(r"float(16|32|64)(x\d+)?")
+"""A float dtype with an integer of its width: its bits and its lanes."""
+
+
 def _constant(expr: Any) -> bool:
     """Whether ``expr`` reads no variable, no buffer and calls nothing impure."""
+    return _pure(expr, variables=True)
+
+
+def _pure(expr: Any, variables: bool = False) -> bool:
+    """Whether ``expr`` reads no buffer, calls nothing impure and, with
+    ``variables``, reads no variable: TVM's analyzers bind a let to such a
+    value (``SideEffect(value) <= kPure``)."""
 
     def reads(node: Any) -> Any:
         if isinstance(node, tvm.ir.expr.Call) and isinstance(node.op, tvm.ir.Op):
@@ -108,12 +156,10 @@ def _constant(expr: Any) -> bool:
             return tvm_ffi.VisitInterrupt(node) if effect is None or effect > _PURE else None
         return tvm_ffi.VisitInterrupt(node)
 
-    found = tvm_ffi.structural_walk(
-        expr,
-        [
-            (tirx.Var, reads),
-            (tvm.ir.expr.TensorLoad, reads),  # a buffer element read
-            (tvm.ir.expr.Call, reads),
-        ],
-    )
-    return found is None
+    kinds = [
+        (tvm.ir.expr.TensorLoad, reads),  # a buffer element read
+        (tvm.ir.expr.Call, reads),
+    ]
+    if variables:
+        kinds.append((tirx.Var, reads))
+    return tvm_ffi.structural_walk(expr, kinds) is None
