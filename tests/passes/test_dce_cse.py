@@ -25,9 +25,10 @@ from effir.ir.structural import structural_equal
 from effir.ir.types import TensorType
 from effir.passes.analyses.verify_linear import verify_linear
 from effir.passes.infra.pipeline import run_pipeline
-from effir.passes.infra.transform import lookup_pass
+from effir.passes.infra.transform import PassContext, lookup_pass
 from effir.passes.transforms.cse import cse
 from effir.passes.transforms.dce import dce
+from tests.support.kept_types import assert_types_kept
 from tests.support.state_passing_observation import (
     COMMON,
     explicate_then_state_passing,
@@ -185,6 +186,24 @@ def test_shared_expressions_stay_shared() -> None:
     assert_same_run(module, after, (np.arange(4, dtype=np.float32),))
 
 
+def test_removing_the_use_that_typed_a_nil_keeps_its_type() -> None:
+    # [RULE PIN-CONTEXT] `%c` alone gives `Nil` its element type; dce removes it (unused, pure),
+    # and the `Nil` printed must keep that type.
+    module = parse(
+        """type List[A] { Cons(A, List[A]), Nil }
+        def @main(%x: Tensor[(3), float32]) {
+          let %a = Nil;
+          let %b = debug.print(%a);
+          let %c = Cons(%x, %a);
+          %b
+        }"""
+    )
+    after = run_pipeline(module, "dce", PassContext(verify=True))
+    assert "Cons" not in body_text(after)
+    assert_types_kept(module, after)
+    assert_same_run(module, after, (np.arange(3, dtype=np.float32),))
+
+
 # ------------------------------------------------------------ cse cases
 def test_nullary_constructors_of_different_types_do_not_merge() -> None:
     module = parse(
@@ -260,7 +279,7 @@ def test_closures_with_the_same_body_do_not_merge() -> None:
 
 
 def test_key_constructors_do_not_merge_keys_are_linear() -> None:
-    # Two `random.key(-2)` are the same key (docs/semantics.md), but each is
+    # [RULE CSE-LINEAR] Two `random.key(-2)` are the same key (docs/semantics.md), but each is
     # consumed once: merged, one key would be used twice, which the -O2
     # pipeline's own linearity check rejects. (Found by the differential
     # fuzzer's prints group, seed 11.)
