@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 from .analysis import shared_nodes, use_counts
+from .context_types import pin_changed_functions
 from .expr import Call, Constant, Expr, Function, Let, Op, Tuple, TupleGetItem, Var, is_atom
 from .functor import Mutator
 from .module import IRModule
@@ -311,6 +312,9 @@ def apply_patterns(
                 again = again or cleaned is not new
                 new = cleaned
             functions[name] = new
+        # A replaced `if` may have been what typed the `None` of its taken
+        # branch [RULE PIN-CONTEXT].
+        functions = pin_changed_functions(module, functions)
         if all(functions[name] is fn for name, fn in module.functions.items()):
             return module
         module = IRModule(functions, module.type_defs, module.cells)

@@ -25,9 +25,10 @@ from effir.ir.structural import structural_equal
 from effir.ir.types import TensorType
 from effir.passes.analyses.verify_linear import verify_linear
 from effir.passes.infra.pipeline import run_pipeline
-from effir.passes.infra.transform import lookup_pass
+from effir.passes.infra.transform import PassContext, lookup_pass
 from effir.passes.transforms.cse import cse
 from effir.passes.transforms.dce import dce
+from tests.support.kept_types import assert_types_kept
 from tests.support.state_passing_observation import (
     COMMON,
     explicate_then_state_passing,
@@ -185,6 +186,24 @@ def test_shared_expressions_stay_shared() -> None:
     assert_same_run(module, after, (np.arange(4, dtype=np.float32),))
 
 
+def test_removing_the_use_that_typed_a_nil_keeps_its_type() -> None:
+    # [RULE PIN-CONTEXT] `%c` alone gives `Nil` its element type; dce removes it (unused, pure),
+    # and the `Nil` printed must keep that type.
+    module = parse(
+        """type List[A] { Cons(A, List[A]), Nil }
+        def @main(%x: Tensor[(3), float32]) {
+          let %a = Nil;
+          let %b = debug.print(%a);
+          let %c = Cons(%x, %a);
+          %b
+        }"""
+    )
+    after = run_pipeline(module, "dce", PassContext(verify=True))
+    assert "Cons" not in body_text(after)
+    assert_types_kept(module, after)
+    assert_same_run(module, after, (np.arange(3, dtype=np.float32),))
+
+
 # ------------------------------------------------------------ cse cases
 def test_nullary_constructors_of_different_types_do_not_merge() -> None:
     module = parse(
@@ -257,6 +276,42 @@ def test_closures_with_the_same_body_do_not_merge() -> None:
         }"""
     )
     assert cse(module) is module
+
+
+def test_key_constructors_do_not_merge_keys_are_linear() -> None:
+    # [RULE CSE-LINEAR] Two `random.key(-2)` are the same key (docs/semantics.md), but each is
+    # consumed once: merged, one key would be used twice, which the -O2
+    # pipeline's own linearity check rejects. (Found by the differential
+    # fuzzer's prints group, seed 11.)
+    module = parse(
+        """def @main() {
+          let %a = debug.print(random.key(-2), label="a");
+          let %b = debug.print(random.key(-2), label="b");
+          let %k = random.key(3);
+          let %l = random.key(3);
+          let %u = random.uniform(%k, shape=[2]);
+          let %s = random.split(%l);
+          (%a, %b, %u, %s.0, %s.1)
+        }"""
+    )
+    after = run_pipeline(module, "O2")
+    verify_linear(after)
+    assert_same_run(module, after, ())
+    a2 = run_pipeline(module, "explicate,state-passing")
+    assert cse(a2) is a2
+
+
+def test_draws_with_one_key_still_merge() -> None:
+    # The keyed draws are values: two draws with the same key and attributes
+    # are the same bits, and merge (the key is used twice already).
+    module = parse(
+        """def @main(%k: Key) {
+          let %u = random.uniform(%k, shape=[2]);
+          let %v = random.uniform(%k, shape=[2]);
+          (%u, %v)
+        }"""
+    )
+    assert "let %v = %u;" in body_text(cse(module))
 
 
 # ------------------------------------------------------------ deep programs

@@ -28,10 +28,12 @@ from effir.passes.infra.transform import PassContext, anf_problem, lookup_pass
 from effir.passes.transforms.anf import to_anf
 from effir.passes.transforms.fold_constant import fold_constant
 from effir.passes.transforms.simplify import simplify
+from tests.support.kept_types import assert_types_kept
 from tests.support.state_passing_observation import observe, parse_a1
 from tests.support.typed_program_checks import SETTINGS, assert_same
 
 from .a1_programs import A1Program, a1_programs
+from .equivalence import assert_same_run
 from .typed_programs import TypedProgram, typed_programs
 
 HEADER = '#[version = "0.0.5"]\n'
@@ -226,6 +228,29 @@ def test_if_whose_taken_branch_has_the_joined_type_folds():
         }"""
     )
     assert body_text(fold_constant(module)) == "%x"
+
+
+# [RULE PIN-CONTEXT] An `if` on a constant whose taken branch is `Nothing`: the other branch
+# gave `Nothing` its type argument; folded, the type must stay (found by the
+# differential fuzzer's prints group, seed 11: "cannot infer the type of %v").
+CONTEXT_TYPED_IFS = """type Maybe[A] { Just(A), Nothing }
+def @main(%x: Tensor[(3), float32]) {
+  let %v = debug.print(if (greater(0, 1)) { Just(%x) } else { Nothing }, label="adt");
+  let %c = greater(0, 1);
+  let %r = if (%c) { Just(%x) } else { Nothing };
+  let %s = debug.print(%r);
+  (%v, %s, if (less(0, 1)) { Nothing } else { Just(%x) })
+}"""
+
+
+@pytest.mark.parametrize("passes", ["fold-constant", "simplify", "fold-constant,simplify"])
+def test_folding_an_if_keeps_the_type_its_other_branch_gave(passes: str) -> None:
+    module = parse(CONTEXT_TYPED_IFS)
+    after = run_pipeline(module, passes, PassContext(verify=True))
+    assert_types_kept(module, after)
+    assert_same_run(module, after, (np.arange(3, dtype=np.float32),))
+    if "fold" in passes:
+        assert "if (" not in effir.astext(after["main"])
 
 
 def test_projection_of_a_literal_keeps_effectful_fields():

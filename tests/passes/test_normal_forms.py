@@ -24,11 +24,12 @@ from effir.passes.infra.transform import PassContext, PassError, anf_problem, mo
 from effir.passes.transforms.anf import to_anf, to_anf_expr
 from effir.passes.transforms.to_bbnf import to_bbnf
 from effir.passes.transforms.to_gnf import to_gnf
+from tests.support.kept_types import assert_types_kept
 from tests.support.state_passing_observation import observe, parse_a1
 from tests.support.typed_program_checks import SETTINGS, assert_same
 
 from .a1_programs import A1Program, a1_programs
-from .equivalence import run_observed
+from .equivalence import assert_same_run, run_observed
 from .typed_programs import TypedProgram, typed_programs
 
 HEADER = '#[version = "0.0.5"]\n'
@@ -281,6 +282,26 @@ def test_the_bbnf_checker_locates_a_nested_let_and_sharing_across_blocks() -> No
     assert problem is not None and "the call of exp at nf.effir:3:8" in problem
     assert "shared by several blocks" in problem
     assert bbnf_problem(to_bbnf(across)) is None
+
+
+def test_gnf_keeps_the_type_a_removed_let_gave_a_nil() -> None:
+    # [RULE PIN-CONTEXT] The match alone gives `Nil` (and `@rev`'s result) the element type;
+    # unused and pure, it goes, and `@rev(Nil)`, kept (a call of a global),
+    # must keep that type (found by the differential fuzzer's prelude group,
+    # seed 11: "cannot infer the type of %v10").
+    module = parse(
+        """def @main(%x: Tensor[(3), float32]) {
+          let %v9 = Nil;
+          let %v10 = @rev(%v9);
+          let %v11 = match (%v10) { Cons(%h, _) => %h, Nil => %x };
+          %x
+        }"""
+    )
+    after = run_pipeline(module, "to-gnf", PassContext(verify=True))
+    assert "match" not in effir.astext(after["main"])
+    assert gnf_problem(after) is None
+    assert_types_kept(module, after)
+    assert_same_run(module, after, (np.arange(3, dtype=np.float32),))
 
 
 def test_the_gnf_checker_locates_a_let_of_a_pure_value() -> None:

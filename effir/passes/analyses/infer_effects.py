@@ -38,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from effir.ir.analysis import body_nodes
-from effir.ir.diagnostics import EffectError, TypeCheckError
+from effir.ir.diagnostics import EffectError
 from effir.ir.expr import (
     Call,
     Clause,
@@ -67,7 +67,7 @@ from effir.ir.node import Node, child_nodes
 from effir.ir.op import op_def
 from effir.ir.types import FuncType, KeyType, RefType, TensorType, TupleType, Type
 from effir.ir.well_formed import check_well_formed
-from effir.passes.analyses.infer_type import check
+from effir.passes.analyses.infer_type import typed_if_possible
 
 IO = "io"
 
@@ -130,14 +130,7 @@ def _typed(module: IRModule) -> IRModule:
     value after it, so sets grow with the nesting of closures (quadratic
     work, 2.5x for twice the nested loops); checking is linear. A module
     that does not type-check is analysed as it is."""
-    roots = [fn.body for fn in module.functions.values()]
-    roots.extend(cell.init for cell in module.cells.values())
-    if all(r.has_type for r in roots):
-        return module
-    try:
-        return check(module)
-    except TypeCheckError:
-        return module
+    return typed_if_possible(module)
 
 
 # Sources are hashable: ("def", name), ("fn", Function), ("ctor", name),

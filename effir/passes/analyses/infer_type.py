@@ -121,6 +121,21 @@ def check(module: IRModule) -> IRModule:
     return module
 
 
+def typed_if_possible(module: IRModule) -> IRModule:
+    """``module`` type-checked when it is not yet and can be; a module that
+    does not type-check is returned as it is (its nodes keep no types).
+    For analyses and passes that use types where they are known and stay
+    conservative where not: effect inference, ``cse``'s keys."""
+    roots = [fn.body for fn in module.functions.values()]
+    roots.extend(cell.init for cell in module.cells.values())
+    if all(r.has_type for r in roots):
+        return module
+    try:
+        return check(module)
+    except TypeCheckError:
+        return module
+
+
 def infer_expr(expr: Expr, module: IRModule | None = None) -> Type:
     """The type of a closed expression (its free global references resolved in
     ``module``)."""

@@ -41,7 +41,14 @@ a variable bound to another, ``let %c = %a;``), so chains of duplicates
 merge in one pass; constants compare as above, globals and constructors by
 name.
 
-Never merged: ``ref(...)`` (two creations are two references), ``ref_read``
+Never merged: a value whose type holds a ``Key`` [RULE CSE-LINEAR]. Two
+``random.key(-2)`` are the same key, as two draws with one key are the same
+bits, but a key is linear (docs/passes.md, "The linearity verifier"): each
+of the two is consumed once, and merged, one key would be consumed twice,
+which the pipeline's own linearity check rejects. A key made from other
+keys (``random.split(%k)`` twice) uses its operand twice already, so
+nothing worth merging is lost; draws (tensors) still merge. Nor
+``ref(...)`` (two creations are two references), ``ref_read``
 (a write may come between), ``ref_write``, operators whose kind is ``io``
 (each output happens), ``random`` or ``state`` (``nn.dropout`` on a cell
 advances it: two calls are two draws; ``nn.batch_norm`` on a cell likewise),
@@ -114,6 +121,8 @@ from effir.ir.node import Node
 from effir.ir.op import op_def
 from effir.ir.printer import astext
 from effir.ir.structural import structural_equal
+from effir.passes.analyses.infer_type import typed_if_possible
+from effir.passes.analyses.key_types import KeyTypes
 from effir.passes.infra.transform import module_pass
 from effir.passes.transforms.dce import CallFacts
 
@@ -125,11 +134,14 @@ from effir.passes.transforms.dce import CallFacts
 )
 def cse(module: IRModule) -> IRModule:
     """``module`` with repeated pure computations merged (the module itself
-    if there are none)."""
+    if there are none). Values whose type is unknown (a module that does
+    not type-check) are not merged: they could be keys [RULE CSE-LINEAR]."""
+    module = typed_if_possible(module)
     facts = CallFacts(module)
+    keys = KeyTypes(module)
     functions = {}
     for name, fn in module.functions.items():
-        functions[name] = _Merger(module, facts, shared_nodes(fn)).mutate_as(fn, Function)
+        functions[name] = _Merger(module, facts, keys, shared_nodes(fn)).mutate_as(fn, Function)
     if all(functions[n] is fn for n, fn in module.functions.items()):
         return module
     return IRModule(functions, module.type_defs, module.cells)
@@ -146,10 +158,13 @@ class _Merger(Mutator):
     blocks = True
     patterns = False
 
-    def __init__(self, module: IRModule, facts: CallFacts, shared: set[int]) -> None:
+    def __init__(
+        self, module: IRModule, facts: CallFacts, keys: KeyTypes, shared: set[int]
+    ) -> None:
         super().__init__()
         self.module = module
         self.facts = facts
+        self.keys = keys
         self.shared = shared
         self.subst: dict[Var, Var] = {}  # merged variable -> the one it merged into
         self.canon: dict[Var, Var] = {}  # for keys: also plain aliases `let %c = %a`
@@ -244,6 +259,8 @@ class _Merger(Mutator):
             return None if tuple_key is None else ("proj", tuple_key, value.index)
         if not isinstance(value, Call) or not isinstance(original, Call):
             return None
+        if not original.has_type or self.keys.holds_key(original.checked_type):
+            return None  # [RULE CSE-LINEAR]
         args = self._atom_keys(value.args)
         if args is None:
             return None

@@ -10,7 +10,9 @@ them, in every block of the program (function bodies, branches, clauses,
 closure bodies, loop bodies), so that later passes and the backends see only
 what the result needs. It requires nothing (not even A-normal form: a value
 that is a nested expression is removable only when all of it is) and keeps
-everything it does not remove, spans and node identity included.
+everything it does not remove, spans and node identity included. A removed
+binding may have been the only use that typed a ``Nil`` that stays; in a
+function it changed, such a binding gets that type as annotation [RULE PIN-CONTEXT].
 
 Which values may go, and why
 ----------------------------
@@ -103,6 +105,7 @@ from __future__ import annotations
 from functools import cached_property
 
 from effir.ir.analysis import body_nodes, operands, scan
+from effir.ir.context_types import pin_changed_functions
 from effir.ir.expr import (
     ATOM_TYPES,
     Call,
@@ -121,6 +124,7 @@ from effir.ir.module import IRModule
 from effir.ir.node import Node
 from effir.ir.op import op_def
 from effir.passes.analyses.infer_effects import EffectInfo, infer_effects, solve_flows
+from effir.passes.analyses.infer_type import typed_if_possible
 from effir.passes.infra.transform import module_pass
 
 # What a call may do to references, local ones included (CallFacts.refs).
@@ -293,6 +297,8 @@ def dce(module: IRModule) -> IRModule:
         functions[name] = _Sweep(_effect_free(order, shared, facts)).mutate_as(fn, Function)
     if all(functions[n] is fn for n, fn in module.functions.items()):
         return module
+    # A removed binding may have been what typed a `Nil` that stays [RULE PIN-CONTEXT].
+    functions = pin_changed_functions(module, functions, typed_if_possible)
     return IRModule(functions, module.type_defs, module.cells)
 
 

@@ -53,6 +53,9 @@ Soundness rules, cited in the code:
   whose taken branch has a size the other branch does not share, so the
   ``if``'s type, their join, has ``?`` there; a ``let`` annotated with a
   looser type than its value's) the expression is left alone.
+  A folded ``if`` whose taken branch is a ``None`` that only the other
+  branch typed keeps that type as an annotation [RULE PIN-CONTEXT] (the
+  driver, ``effir.ir.rewrite.apply_patterns``, pins every function it changed).
   Substituting the atom of ``let %v: T = %w`` drops the annotation ``T``,
   which may be all that fixes ``%w``'s type (``let %w = None`` of an
   ``Option[A]``): the variable is substituted only when it has no

@@ -34,7 +34,10 @@ movable if the body is.
 
 A removed binding whose variable is unused disappears, as in Relay. Its
 value has no effect; only a run-time failure (or a pure loop that never
-ends) could have been observed, as with ``dce``.
+ends) could have been observed, as with ``dce``. When it was the only use
+that typed a ``Nil`` (``match (@rev(Nil)) {...}`` unused), the binding that
+holds the ``Nil`` gets that type as annotation [RULE PIN-CONTEXT] and,
+annotated, stays a let.
 
 ``to-anf`` after ``to-gnf`` runs as the original: movable values move to
 their uses' lowest common scope (a pure value may go down into a branch that
@@ -47,11 +50,13 @@ from __future__ import annotations
 
 from typing import TypeVar
 
+from effir.ir.context_types import pin_changed_functions
 from effir.ir.expr import ATOM_TYPES, Expr, Function, Let, Var
 from effir.ir.functor import Mutator
 from effir.ir.module import IRModule
 from effir.ir.node import Node
 from effir.passes.analyses.anf_sharing import Facts, expression_edges, pins
+from effir.passes.analyses.infer_type import typed_if_possible
 from effir.passes.infra.invariants import captured_lets, removable_lets
 from effir.passes.infra.transform import module_pass
 
@@ -68,6 +73,8 @@ def to_gnf(module: IRModule) -> IRModule:
     """Every global function in graph normal form (cell initialisers are
     left alone)."""
     functions = {name: _graph_form(fn, Function) for name, fn in module.functions.items()}
+    # A removed binding may have been what typed a `Nil` that stays [RULE PIN-CONTEXT].
+    functions = pin_changed_functions(module, functions, typed_if_possible)
     return IRModule(functions, module.type_defs, module.cells)
 
 

@@ -39,8 +39,9 @@ from effir.ir.module import IRModule
 from effir.ir.node import Node
 from effir.ir.op import OpDef, op_def
 from effir.ir.structural import structural_equal
-from effir.ir.types import KeyType, RefType, TupleType, Type, TypeCall
+from effir.ir.types import KeyType, RefType, TupleType, Type
 from effir.ops.effects import WORLD, WORLD_TYPE
+from effir.passes.analyses.key_types import KeyTypes
 from effir.passes.analyses.type_solver import show
 from effir.passes.analyses.verify_linear.captures import (
     free_vars_with_paths,
@@ -99,8 +100,7 @@ class Verifier(Evaluator):
         self.known_fns: dict[Var, Function] = {}  # let-bound (or captured) fn literals
         self.free: dict[Function, list[tuple[Var, Path]]] | None = None
         self.shared = shared_nodes(module)
-        self.holds: dict[Type, bool] = {}
-        self.adt_holds: dict[str, bool] = {}
+        self.key_types = KeyTypes(module)
         self.queue: list[tuple[Function, dict[Var, Val], Place | None, bool]] = []
         self.replaying = False  # in a function marked REPLAYS_KEYS (or a closure of one)
         self.env: dict[Var, Val] = {}
@@ -227,54 +227,8 @@ class Verifier(Evaluator):
 
     # ------------------------------------------------------------- places
     def holds_key(self, ty: Type | None) -> bool:
-        """Whether a value of type ``ty`` may hold a key: in its tuple
-        fields, type arguments or an ADT's constructors. Each part of a type
-        is looked at once: the types of nested tuples share their parts,
-        and a walk of each whole type would be quadratic in the depth."""
-        if ty is None:
-            return False
-        holds = self.holds
-        stack: list[tuple[Type, list[Type] | None]] = [(ty, None)]
-        while stack:
-            t, parts = stack.pop()
-            if parts is not None:  # its parts are done
-                holds[t] = any(holds[p] for p in parts) or (
-                    isinstance(t, TypeCall) and self.adt_holds_key(t.func.name)
-                )
-            elif t in holds:
-                continue
-            elif isinstance(t, KeyType):
-                holds[t] = True
-            elif isinstance(t, TupleType | TypeCall):
-                parts = list(t.fields if isinstance(t, TupleType) else t.args)
-                stack.append((t, parts))
-                stack.extend((p, None) for p in parts)
-            else:
-                holds[t] = False
-        return holds[ty]
-
-    def adt_holds_key(self, name: str) -> bool:
-        """Whether a constructor of the ADT ``name`` may hold a key (its
-        definition walked once)."""
-        known = self.adt_holds.get(name)
-        if known is None:
-            data = self.module.type_defs.get(name)
-            stack = [i for c in data.constructors for i in c.inputs] if data is not None else []
-            known, adts = False, {name}
-            while stack and not known:
-                t = stack.pop()
-                if isinstance(t, KeyType):
-                    known = True
-                elif isinstance(t, TupleType):
-                    stack.extend(t.fields)
-                elif isinstance(t, TypeCall):
-                    stack.extend(t.args)
-                    inner = self.module.type_defs.get(t.func.name)
-                    if inner is not None and inner.name not in adts:
-                        adts.add(inner.name)
-                        stack.extend(i for c in inner.constructors for i in c.inputs)
-            self.adt_holds[name] = known
-        return known
+        """Whether a value of type ``ty`` may hold a key (``key_types``)."""
+        return self.key_types.holds_key(ty)
 
     def linear_at(self, place: Place, path: Path) -> bool:
         """[RULE LINEAR-KEY]/[RULE LINEAR-WORLD] is this part of a place used at most once?"""

@@ -19,6 +19,7 @@ from typing import Any
 from effir.ir.analysis import free_vars_by_function
 from effir.ir.block import Block
 from effir.ir.builder import LetBuilder
+from effir.ir.context_types import annotated, context_typed_constructor
 from effir.ir.evaluator import Computation, Evaluator
 from effir.ir.expr import (
     ATOM_TYPES,
@@ -53,10 +54,8 @@ from effir.passes.transforms.partial_eval.instances import (
     mentioned_type_vars,
 )
 from effir.passes.transforms.partial_eval.static import (
-    annotated,
     fold,
     static_match,
-    underdetermined,
 )
 from effir.passes.transforms.partial_eval.touches import (
     ANYTHING,
@@ -466,7 +465,7 @@ class PartialEvaluator(Unrolling, Evaluator):
         if isinstance(callee, Constructor):
             self.uses(args, out)
             rebuilt = Call(callee, tuple(a.atom for a in args), span=call.span)
-            if underdetermined(callee, self.module):
+            if context_typed_constructor(callee, self.module):
                 # Its type arguments came from where the value went (an
                 # annotated parameter of a function now inlined): kept.
                 var = annotated(var, call.checked_type if call.has_type else None)

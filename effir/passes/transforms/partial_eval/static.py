@@ -1,7 +1,8 @@
 """What the evaluator decides statically: folding a pure operator on
 constants (its own numpy rule, bit-identical to the interpreter), matching
-a pattern against a known value, a foreach's static length, and the
-inferred types given to residual parameters."""
+a pattern against a known value, and a foreach's static length. (The
+inferred types given to residual parameters and to context-typed values,
+``annotated``, are ``effir.ir.context_types``'s.)"""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import numpy as np
 
 from effir.ir.expr import (
     Call,
-    Constructor,
     Expr,
     Pattern,
     PatternConstructor,
@@ -20,9 +20,7 @@ from effir.ir.expr import (
     PatternWildcard,
     Var,
 )
-from effir.ir.functor import pre_order
-from effir.ir.module import IRModule
-from effir.ir.types import IncompleteType, TensorType, TupleType, Type, TypeVar
+from effir.ir.types import TensorType, TupleType
 from effir.passes.transforms.partial_eval.values import MAX_ELEMENTS, PV
 
 
@@ -36,33 +34,6 @@ def leading_length(expr: Expr) -> int | None:
     if isinstance(t, TensorType) and t.shape and isinstance(t.shape[0], int):
         return t.shape[0]
     return None
-
-
-def annotated(param: Var, t: Type | None = None) -> Var:
-    """``param`` with its inferred type (or ``t``, its value's) as
-    annotation, when it has none and the type is closed (no type
-    variables, nothing left unknown)."""
-    if param.type_annotation is not None:
-        return param
-    if t is None:
-        if not param.has_type:
-            return param
-        t = param.checked_type
-    if any(isinstance(n, TypeVar | IncompleteType) for n in pre_order(t)):
-        return param
-    return Var(param.name_hint, t, span=param.span)
-
-
-def underdetermined(ctor: Constructor, module: IRModule) -> bool:
-    """Whether a value built by ``ctor`` does not fix its ADT's type
-    arguments (``Nil``, ``None``: a parameter none of its fields mentions).
-    Inference then learns them from how the value is used, which inlining
-    may remove (the annotated parameter the value was passed to)."""
-    data = module.type_defs.get(ctor.adt)
-    if data is None or not data.type_params:
-        return False
-    mentioned = {n.name for t in ctor.inputs for n in pre_order(t) if isinstance(n, TypeVar)}
-    return any(tv.name not in mentioned for tv in data.type_params)
 
 
 def fold(definition, call: Call, args: list[PV], values: tuple | None = None) -> np.ndarray | None:

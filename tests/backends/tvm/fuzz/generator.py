@@ -231,12 +231,21 @@ class _Gen:
         return name
 
     def bind(
-        self, expr: str, shape: Shape, dtype: str, pool: bool = True, output: bool = True
+        self,
+        expr: str,
+        shape: Shape,
+        dtype: str,
+        pool: bool = True,
+        output: bool = True,
+        annotation: str | None = None,
     ) -> str:
         """``let`` a new variable; ``pool``: later fragments may pick it;
-        ``output``: it may be a result (not a key already consumed)."""
+        ``output``: it may be a result (not a key already consumed);
+        ``annotation``: its type, written where nothing in ``expr`` fixes it
+        (an empty list, whose later uses may not either)."""
         name = self.fresh()
-        self.lines.append(f"let {name} = {expr};")
+        typed = f"{name}: {annotation}" if annotation is not None else name
+        self.lines.append(f"let {typed} = {expr};")
         if pool:
             self.values.append(Value(name, shape, dtype))
         if output:

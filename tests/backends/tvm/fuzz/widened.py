@@ -329,7 +329,8 @@ def _list(g: _Gen) -> str:
 def f_prelude_list(g: _Gen) -> None:
     g.uses_prelude = True
     x = g.pick((3,))
-    lst = g.bind(_list(g), (), "list", False, False)
+    # Annotated: `@length(Nil)` alone would leave the element type unknown.
+    lst = g.bind(_list(g), (), "list", False, False, annotation=f"List[{F3}]")
     step = f"fn (%v: {F3}) {{ multiply(%v, 2f) }}"
     kind = g.choice(["map_foldl", "foldr", "length", "rev", "zip", "filter"])
     if kind == "map_foldl":
