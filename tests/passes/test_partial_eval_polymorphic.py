@@ -31,7 +31,10 @@ from hypothesis import strategies as st
 
 import effir
 from effir.ir.expr import Function, GlobalVar
+from effir.ir.functor import pre_order
 from effir.ir.module import IRModule
+from effir.ir.node import Node
+from effir.ir.types import ANY, TensorType
 from effir.passes.infra.pipeline import pipeline
 from effir.passes.transforms.partial_eval import partial_eval
 from effir.runtime.values import ADTValue
@@ -236,3 +239,116 @@ def test_partial_eval_of_prelude_code_is_well_typed_and_means_the_same(choices: 
     want = effir.interpret(module, *ARGS)
     after = effir.check(partial_eval(module))
     np.testing.assert_allclose(effir.interpret(after, *ARGS), want, rtol=1e-5)
+
+
+# ------------------------------------------- symbolic dimensions inlined
+# A global function's symbolic dimensions are its own, like implicit type
+# parameters: inlined, its body must be the instance at the call site,
+# written in the caller's sizes. Annotating the copy with the callee's
+# checked types (the type of its ``Nil``, its closures' parameters) would
+# name the callee's ``n`` in the caller, where it means nothing (or one of
+# the caller's own dimensions of the same name) [RULE DIMS-BIND].
+
+ROWS = """def @rows(%x: Tensor[(n, 3), float32]) {
+  let %l = Nil;
+  Cons(%x, %l)
+}
+def @scaled(%x: Tensor[(n, 3), float32]) {
+  let %f = fn (%v: Tensor[(n, 3), float32]) { multiply(%v, 2f) };
+  let %l: List[Tensor[(n, 3), float32]] = Nil;
+  Cons(%f(%x), @rows(%x))
+}
+def @total(%l: List[Tensor[(n, 3), float32]]) -> Tensor[(), float32] {
+  match (%l) { Cons(%h, _) => sum(%h), Nil => 0f }
+}
+"""
+
+LEAK = HEADER + ROWS + "def @main(%x: Tensor[(2, 3), float32]) { @rows(%x) }\n"
+
+
+def dims_named(node: Node) -> set[str]:
+    """The symbolic dimensions ``node`` names in any type it holds."""
+    return {
+        d
+        for n in pre_order(node)
+        if isinstance(n, TensorType)
+        for d in n.shape
+        if isinstance(d, str) and d != ANY
+    }
+
+
+def assert_inlined_in_callers_dims(text: str, args: tuple[Any, ...]) -> None:
+    """After partial-eval and -O2, @main has the type it had, names only its
+    own dimensions, and computes what it computed."""
+    module = effir.check(effir.parse(text))
+    own = dims_named(module.functions["main"].checked_type)
+    before = effir.astext(module.functions["main"].checked_type)
+    want = effir.interpret(module, *args)
+    for after in (partial_eval(module), pipeline(O2)(module)):
+        effir.check(after)
+        main = after.functions["main"]
+        assert effir.astext(main.checked_type) == before
+        assert dims_named(main) <= own, effir.astext(main)
+        assert_same_value(effir.interpret(after, *args), want)
+
+
+def assert_same_value(got: Any, want: Any) -> None:
+    if isinstance(want, ADTValue):
+        assert isinstance(got, ADTValue) and got.constructor == want.constructor
+        assert len(got.fields) == len(want.fields)
+        for g, w in zip(got.fields, want.fields, strict=True):
+            assert_same_value(g, w)
+    elif isinstance(want, tuple):
+        assert isinstance(got, tuple) and len(got) == len(want)
+        for g, w in zip(got, want, strict=True):
+            assert_same_value(g, w)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+def test_an_inlined_list_of_rows_is_typed_in_the_callers_sizes() -> None:
+    """The minimal program: @rows's ``Nil`` was pinned as
+    ``List[Tensor[(n, 3), float32]]`` in @main."""
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    assert_inlined_in_callers_dims(LEAK, (x,))
+
+
+def test_a_callee_dimension_named_like_the_callers_is_still_the_callees() -> None:
+    """@main's own ``n`` is not @rows's ``n``: the call on ``%y`` binds
+    @rows's ``n`` to 2, the one on ``%x`` to @main's ``n``."""
+    text = (
+        HEADER
+        + ROWS
+        + """def @main(%x: Tensor[(n, 3), float32], %y: Tensor[(2, 3), float32]) {
+  (@scaled(%y), @total(@rows(%x)), @total(@scaled(%y)))
+}
+"""
+    )
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    y = np.ones((2, 3), np.float32)
+    assert_inlined_in_callers_dims(text, (x, y))
+
+
+SIZED_ARGS = {"%s": (2, 3), "%p": ("n", 3), "%q": ("m", 3)}
+CALLS = ["@rows({})", "@scaled({})", "@total(@rows({}))", "@total(@scaled({}))"]
+
+
+@settings(max_examples=12, **COMMON)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(CALLS), st.sampled_from(sorted(SIZED_ARGS))),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_inlined_calls_of_dimension_polymorphic_functions(calls: list[tuple[str, str]]) -> None:
+    params = ", ".join(
+        f"{a}: Tensor[({', '.join(map(str, shape))}), float32]" for a, shape in SIZED_ARGS.items()
+    )
+    body = ", ".join(call.format(arg) for call, arg in calls)
+    text = HEADER + ROWS + f"def @main({params}) {{ ({body},) }}\n"
+    rng = np.random.default_rng(len(calls))
+    args = tuple(
+        rng.standard_normal(shape).astype(np.float32) for shape in [(2, 3), (4, 3), (1, 3)]
+    )
+    assert_inlined_in_callers_dims(text, args)
