@@ -50,15 +50,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from effir.ir import type_tree
 from effir.ir.builder import fresh_name
-from effir.ir.dims import substitute_dims
+from effir.ir.dims import bind_dims, own_dims, substitute_dims
 from effir.ir.expr import Call, Function, GlobalVar
 from effir.ir.functor import Mutator, on, pre_order
 from effir.ir.module import IRModule
 from effir.ir.node import Attrs, Node
 from effir.ir.program import missing_entry
-from effir.ir.types import ANY, Dim, TensorType, Type
+from effir.ir.types import ANY, Dim, Type
 from effir.passes.analyses.anf_sharing import fresh_binders
 from effir.passes.analyses.infer_type import check, infer_expr
 from effir.passes.infra.transform import PassError, module_pass
@@ -110,7 +109,7 @@ class _Specialiser:
         self.originals = dict(module.functions)
         self.functions: dict[str, Function] = dict(module.functions)
         self.taken = set(module.functions) | set(module.cells)
-        self.dims = {name: _own_dims(fn) for name, fn in self.originals.items()}
+        self.dims = {name: own_dims(fn) for name, fn in self.originals.items()}
         self.copies: dict[tuple[str, Binding], str] = {}
         self.sized: dict[str, int] = {}  # copies with a size, per function [RULE DIMS-LIMIT]
         self.pending: list[str] = []
@@ -221,41 +220,14 @@ class _Calls(Mutator):
         return Call(GlobalVar(target, span=callee.span), new.args, new.attrs, span=new.span)
 
 
-def _own_dims(fn: Function) -> frozenset[str]:
-    """The symbolic dimensions ``fn`` names in any type it holds."""
-    return frozenset(
-        d
-        for node in pre_order(fn)
-        if isinstance(node, TensorType)
-        for d in node.shape
-        if isinstance(d, str) and d != ANY
-    )
-
-
 def _binding(fn: Function, call: Call, dims: frozenset[str]) -> dict[str, Dim]:
-    """[RULE DIMS-BIND] What ``call`` gives each dimension of ``fn``: the size
-    or entry dimension its argument (or result) types have where ``fn``'s
-    types name it, a size before a name before ``?``; ``?`` where nothing
-    gives one (a dimension of ``fn``'s body alone)."""
-    found: dict[str, Dim] = dict.fromkeys(dims, ANY)
+    """[RULE DIMS-BIND] What ``call`` gives each dimension of ``fn``, from its
+    argument and result types (``bind_dims``)."""
     pairs: list[tuple[Type, Type]] = [
         (p.checked_type, a.checked_type) for p, a in zip(fn.params, call.args, strict=True)
     ]
     pairs.append((fn.body.checked_type, call.checked_type))
-    for pattern, concrete in type_tree.corresponding(pairs):
-        if not (isinstance(pattern, TensorType) and isinstance(concrete, TensorType)):
-            continue
-        if len(pattern.shape) != len(concrete.shape):
-            continue
-        for d, c in zip(pattern.shape, concrete.shape, strict=True):
-            if isinstance(d, str) and d in found and _rank(c) > _rank(found[d]):
-                found[d] = c
-    return found
-
-
-def _rank(d: Dim) -> int:
-    """A size beats a name beats ``?``."""
-    return 2 if isinstance(d, int) else 0 if d == ANY else 1
+    return bind_dims(dims, pairs)
 
 
 def _key(binding: Mapping[str, Dim]) -> Binding:

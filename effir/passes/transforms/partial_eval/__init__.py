@@ -26,7 +26,9 @@ Calls and loops (the fuel rules that guarantee termination)
   site (``instances``): its type parameters replaced by the types inference
   gave the call, so the residual mentions only the type parameters of the
   function it is in; when one its body mentions stays unknown, the call
-  stays.
+  stays. Its symbolic dimensions are its own too: the instance is written
+  in the caller's sizes, each one bound from the call's types
+  [RULE DIMS-BIND] (``?`` where they do not tell).
 - A ``cf.foreach`` whose sequence length is static, at most
   ``MAX_UNROLL`` steps, unrolls when its body is a known function that could
   be inlined that many times within the budget: each step is the body

@@ -20,6 +20,7 @@ from effir.ir.analysis import free_vars_by_function
 from effir.ir.block import Block
 from effir.ir.builder import LetBuilder
 from effir.ir.context_types import annotated, context_typed_constructor
+from effir.ir.dims import bind_dims, own_dims
 from effir.ir.evaluator import Computation, Evaluator
 from effir.ir.expr import (
     ATOM_TYPES,
@@ -46,12 +47,13 @@ from effir.ir.functor import on, pre_order
 from effir.ir.module import IRModule
 from effir.ir.node import Node
 from effir.ir.op import op_def
-from effir.ir.types import Type, TypeVar
+from effir.ir.types import Dim, Type, TypeVar
 from effir.passes.transforms.partial_eval.instances import (
     call_hints,
     instance,
     instantiation,
     mentioned_type_vars,
+    signature,
 )
 from effir.passes.transforms.partial_eval.static import (
     fold,
@@ -94,6 +96,10 @@ class PartialEvaluator(Unrolling, Evaluator):
         # only type variables its residual may mention.
         self.scope: dict[str, TypeVar] = {}
         self.mentioned: dict[Function, frozenset[str]] = {}
+        # Each global function's own symbolic dimensions, found when first
+        # inlined (a function not here is local: its dimensions are its
+        # caller's).
+        self.global_dims: _GlobalDims = _GlobalDims(module)
 
     def global_function(self, name: str) -> Function:
         fn = self.module.functions[name]
@@ -472,10 +478,10 @@ class PartialEvaluator(Unrolling, Evaluator):
             return self.emit(var, rebuilt, out, ctor=callee, fields=tuple(args))
         target = self.atom(callee, env)
         if target.fn is not None and self.inlinable(target.fn, len(args)):
-            hints = call_hints(target.fn, callee, call.args, var)
+            hints = list(call_hints(target.fn, callee, call.args, var))
             types = self.instantiation(target.fn, hints)
             if types is not None:
-                return (yield self.inline(target, args, out, types))
+                return (yield self.inline(target, args, out, types, hints))
         self.uses(args, out)
         touched = self.touches_of(target)
         self.touch(touched, out)
@@ -536,19 +542,49 @@ class PartialEvaluator(Unrolling, Evaluator):
             mentioned = self.mentioned[fn] = mentioned_type_vars(fn)
         return instantiation(fn, hints, self.scope, mentioned)
 
+    def dims_at(
+        self, fn: Function, args: list[PV], hints: list[tuple[Type, Type]] | None
+    ) -> dict[str, Dim] | None:
+        """What ``fn``'s symbolic dimensions are where it is inlined, in the
+        sizes of the function being evaluated [RULE DIMS-BIND]: a global
+        function's dimensions are its own (a copy of its body must not name
+        them), matched against the call site's types and the arguments'
+        residual atoms' types; ``?`` where none tells (a global function used
+        as a loop body, as the type checker has it). None for a local
+        function: its dimensions are already the caller's."""
+        own = self.global_dims.get(fn)
+        if own is None:
+            return None
+        if not own:
+            return {}
+        sig = signature(fn)
+        pairs = list(hints or ())
+        pairs.extend(
+            (param, arg.atom.checked_type)
+            for param, arg in zip(sig.arg_types, args, strict=False)
+            if arg.atom.has_type
+        )
+        return bind_dims(own, pairs)
+
     def inline(
-        self, target: PV, args: list[PV], out: LetBuilder, types: dict[str, Type] | None = None
+        self,
+        target: PV,
+        args: list[PV],
+        out: LetBuilder,
+        types: dict[str, Type] | None = None,
+        hints: list[tuple[Type, Type]] | None = None,
     ):
         """``target``'s body on ``args``, as the instance ``types`` (see
         ``instantiation``; None: as known without a call site's types) in
-        the function being evaluated."""
+        the function being evaluated, written in its sizes (``dims_at``:
+        ``hints`` are the call site's types, None for a loop body)."""
         fn = target.fn
         assert fn is not None
         if types is None:
             types = self.instantiation(fn, ())
             assert types is not None  # the caller asked
         self.budget -= self.size_of(fn)
-        copy = instance(fn, types)
+        copy = instance(fn, types, self.dims_at(fn, args, hints))
         self.free.update(free_vars_by_function(copy))
         env = dict(target.env or ())
         for param, arg in zip(copy.params, args, strict=True):
@@ -558,6 +594,23 @@ class PartialEvaluator(Unrolling, Evaluator):
             return (yield self.value(copy.body, env, out))
         finally:
             self.inlining.pop()
+
+
+class _GlobalDims:
+    """``own_dims`` of each global function of ``module``, by identity,
+    computed once each; None for any other function."""
+
+    def __init__(self, module: IRModule) -> None:
+        self.globals = frozenset(module.functions.values())
+        self.known: dict[Function, frozenset[str]] = {}
+
+    def get(self, fn: Function) -> frozenset[str] | None:
+        if fn not in self.globals:
+            return None
+        known = self.known.get(fn)
+        if known is None:
+            known = self.known[fn] = own_dims(fn)
+        return known
 
 
 def assemble(out: LetBuilder, tail_binding: tuple[Var, Expr] | None, atom: Expr) -> Expr:

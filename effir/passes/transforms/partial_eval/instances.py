@@ -12,6 +12,14 @@ the callee's signature. A type parameter that no hint determines (or that
 only a type foreign to the scope would fill) is unknown; a function whose
 body mentions an unknown type parameter is not inlined (the call stays,
 which is always right).
+
+A global function's symbolic dimensions are its own in the same way
+(docs/semantics.md, [RULE TYPE-CALLDIMS]): ``@rows(%x: Tensor[(n, 3),
+float32])``'s ``Nil`` has type ``List[Tensor[(n, 3), float32]]``, and that
+type copied into a caller names an ``n`` that is not the caller's. So the
+instance also replaces them by what the call binds them to
+[RULE DIMS-BIND] (``effir.ir.dims.bind_dims``), in the same annotations and
+inferred types.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from effir.ir.analysis import bound_vars
+from effir.ir.dims import substitute_dims
 from effir.ir.expr import (
     Call,
     Expr,
@@ -36,15 +45,17 @@ from effir.ir.expr import (
 from effir.ir.functor import Mutator, on, pre_order
 from effir.ir.node import Node
 from effir.ir.types import (
+    Dim,
     FuncType,
     IncompleteType,
     RefType,
+    TensorType,
     TupleType,
     Type,
     TypeCall,
     TypeVar,
 )
-from effir.passes.analyses.type_solver import map_type, substitute
+from effir.passes.analyses.type_solver import map_type
 from effir.passes.transforms.anf import fresh_binders
 
 
@@ -125,49 +136,72 @@ def mentioned_type_vars(fn: Function) -> frozenset[str]:
     return frozenset(n.name for n in pre_order(fn.body) if isinstance(n, TypeVar))
 
 
-def instance(fn: Function, types: Mapping[str, Type]) -> Function:
+def instance(
+    fn: Function, types: Mapping[str, Type], dims: Mapping[str, Dim] | None = None
+) -> Function:
     """A copy of ``fn`` with fresh binders, its type parameters replaced by
-    ``types`` in its body's annotations and inferred types."""
+    ``types`` and its symbolic dimensions by ``dims`` (a global function's
+    own, bound at the call: ``bind_dims``; None for a local function, whose
+    dimensions are its caller's) in its annotations and inferred types."""
     copy = fresh_binders(fn)
     assert isinstance(copy, Function)
-    if not types:
+    if not types and not dims:
         return copy
-    body = _Instance(types, bound_vars(copy.body)).mutate(copy.body)
-    assert isinstance(body, Expr)
-    return Function(copy.params, body, copy.ret_type, copy.type_params, copy.attrs, span=copy.span)
+    # The parameters too: a call in the copy learns its callee's sizes
+    # from its arguments' types.
+    renamed = _Instance(types, dims or {}, bound_vars(copy)).mutate(copy)
+    assert isinstance(renamed, Function)
+    return renamed
 
 
 class _Instance(Mutator):
-    """Type variables replaced in annotations; the variables the copy binds
-    (its own, fresh) and its compound expressions (the copy's own too) get
-    their inferred types replaced as well."""
+    """Type variables and dimensions replaced in annotations; the variables
+    the copy binds (its own, fresh) and its compound expressions (the
+    copy's own too) get their inferred types replaced as well."""
 
     binders = True
     types = True
 
-    def __init__(self, types: Mapping[str, Type], own: set[Var]) -> None:
+    def __init__(self, types: Mapping[str, Type], dims: Mapping[str, Dim], own: set[Var]) -> None:
         super().__init__()
         self.by_name = dict(types)
-        self.mapping = {TypeVar(name): t for name, t in types.items()}
+        self.dims = dims
         self.own = own
+
+    def retype(self, t: Type) -> Type:
+        by_name, dims = self.by_name, self.dims
+
+        def leaf(node: Type) -> Type | None:
+            if isinstance(node, TypeVar):
+                return by_name.get(node.name)
+            if isinstance(node, TensorType) and dims:
+                return substitute_dims(node, dims)
+            return None
+
+        return map_type(t, leaf)
 
     @on(TypeVar)
     def _type_var(self, new: Node, old: Node) -> Node:
         assert isinstance(old, TypeVar)
         return self.by_name.get(old.name, new)
 
+    @on(TensorType)
+    def _tensor(self, new: Node, old: Node) -> Node:
+        assert isinstance(new, TensorType)
+        return substitute_dims(new, self.dims)
+
     @on(Var)
     def _var(self, new: Node, old: Node) -> Node:
         assert isinstance(old, Var) and isinstance(new, Var)
-        if old not in self.own:  # a parameter (replaced by its argument) or a captured variable
+        if old not in self.own:  # a captured variable
             return old
         if old.has_type:
-            new.set_checked_type(substitute(old.checked_type, self.mapping))
+            new.set_checked_type(self.retype(old.checked_type))
         return new
 
     @on(Call, Tuple, TupleGetItem, If, Match, Function, Let, RefCreate, RefRead, RefWrite)
     def _compound(self, new: Node, old: Node) -> Node:
         assert isinstance(old, Expr) and isinstance(new, Expr)
         if old.has_type:
-            new.set_checked_type(substitute(old.checked_type, self.mapping))
+            new.set_checked_type(self.retype(old.checked_type))
         return new
