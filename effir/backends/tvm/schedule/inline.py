@@ -28,7 +28,9 @@ class InlineCosts:
     """The footprint of each block's stored value, by block name, kept
     across ``compute_inline``: the consumers' footprints are composed from
     theirs and the producer's (cost.py ``inlined``), never walked again
-    unless the composition does not apply."""
+    unless the composition does not apply. A footprint names variables and
+    buffers by handle; an inlined block's buffer and iterators leave every
+    footprint held with it, so each handle held is a live object's."""
 
     def __init__(self, sch: Any) -> None:
         self.sch = sch
