@@ -18,7 +18,8 @@ import pytest
 import effir
 from effir.backends.tvm.kernel.primitive import Kernel, build_kernel, compile_cuda_to_ptx
 from effir.backends.tvm.runtime.errors import BackendError
-from effir.backends.tvm.schedule.inline import INLINE_BUDGET, expression_cost
+from effir.backends.tvm.schedule.cost import expression_cost
+from effir.backends.tvm.schedule.inline import INLINE_BUDGET
 from effir.ir.expr import Constant, Function, Tuple, TupleGetItem, Var, const
 from effir.ir.op import call_op
 from effir.ir.types import KeyType, TensorType, TupleType

@@ -71,6 +71,19 @@ unchanged, line for line):
   (a ``strided_slice`` of stride -1, the backward of a loop), gives that
   form. The numerator is opaque, the divisor positive.
 
+[RULE TE-DIVISOR] A float division's divisor is opaque too, unless it is a
+nonzero immediate (``common.float_quotient``). TVM's constant folding aborts
+the build on a float division by a literal 0 ("Divide by zero"), where
+IEEE gives inf or NaN, and its simplifier makes such literals out of
+divisors the program constants' opacity does not cover: it cancels
+``x - x`` to 0 for any two equal expressions (its float cancellation
+rules, which it states hold for finite values only), opaque constants
+included, when ``create_prim_func`` simplifies a compute, and a let of
+constants substituted [RULE TE-CONSTLET] or a constant producer inlined
+then puts that 0 under the division (``divide(0f, subtract(1.5f,
+1.5f))``, fused at -O1). Behind the ``reinterpret`` the division sees no
+immediate; LLVM divides as IEEE says.
+
 [RULE TE-WRAP] Integer ``+ - *`` wrap modulo 2^bits, as numpy's do. TVM's
 LLVM code generator marks 32- and 64-bit integer ``+ - *`` no-signed-wrap
 (unsigned: no-unsigned-wrap), so an overflow is undefined behaviour that
@@ -98,7 +111,8 @@ does a signed one (TVM folds an int64 mask of a constant).
 Known imprecisions: floating-point sums are accumulated in a different
 order than numpy's pairwise sums.
 
-Modules: ``common`` (helpers, ``opaque`` [RULE TE-OPAQUE]), ``float_math`` [RULE TE-MATH] [RULE TE-NAN],
+Modules: ``common`` (helpers, ``opaque`` [RULE TE-OPAQUE], ``float_quotient``
+[RULE TE-DIVISOR]), ``float_math`` [RULE TE-MATH] [RULE TE-NAN],
 ``wrapping`` [RULE TE-WRAP], ``elementwise`` [RULE TE-DIV], ``reductions``,
 ``shape`` (shapes and indexing), ``nn``; a rule's run-time checks are
 ``checks.require`` [RULE RUNTIME-CHECK]. Importing the package registers every

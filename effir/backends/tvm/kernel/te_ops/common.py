@@ -66,6 +66,17 @@ def opaque(value: PrimExpr) -> PrimExpr:
     return _reinterpret(value) if _kind(_dtype(value)) in "iu" else value
 
 
+def float_quotient(a: PrimExpr, b: PrimExpr) -> PrimExpr:
+    """``a / b`` of floats, the divisor opaque unless it is a nonzero
+    immediate [RULE TE-DIVISOR]: TVM's constant folding aborts the build on
+    a float divisor it folds to 0, which IEEE divides by (inf, NaN)."""
+    if isinstance(b, tirx.FloatImm) and b.value != 0:
+        return a / b
+    if isinstance(b, tvm.ir.Call) and b.op.name == "tirx.reinterpret":
+        return a / b  # a program constant: opaque already
+    return a / _reinterpret(b)
+
+
 def let_expr(var: Any, value: PrimExpr, body: PrimExpr) -> PrimExpr:
     """``let var = value in body``, the value opaque [RULE TE-OPAQUE]."""
     return tirx.Let(var, opaque(value), body)

@@ -28,6 +28,7 @@ from .common import (
     _select,
     _shape,
     _widened,
+    float_quotient,
 )
 from .float_math import exp_of, nan_max, nan_min, sigmoid_of, tanh_of
 from .wrapping import wrap_add, wrap_mul, wrap_sub
@@ -228,7 +229,7 @@ def _remainder_rule(name: str) -> Callable[..., Tensor]:
 
 
 def _divide(a: PrimExpr, b: PrimExpr) -> PrimExpr:
-    return a / b if _kind(_dtype(a)) == "f" else int_divide(a, b)
+    return float_quotient(a, b) if _kind(_dtype(a)) == "f" else int_divide(a, b)
 
 
 def _as_comparable(x: PrimExpr) -> PrimExpr:

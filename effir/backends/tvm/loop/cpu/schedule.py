@@ -18,7 +18,7 @@ from tvm.target import codegen
 
 from ...schedule.common import static_extent, strip_casts, uses, vector_lanes
 from ...schedule.cpu.gemm import packed_gemm
-from ...schedule.inline import INLINE_BUDGET, expression_cost
+from ...schedule.inline import INLINE_BUDGET, InlineCosts
 from ...target import make_target
 from ..graph import MATERIALIZE, ROW_TILE, tiles_within_step
 
@@ -175,31 +175,33 @@ def _inline(sch: Any, root: Any) -> None:
     consumer would outgrow schedule/inline.py's INLINE_BUDGET ([RULE SCHED-BUDGET] there:
     LLVM code generation substitutes every let)."""
     outputs = {sch.get(b).name_hint for b in sch.get_output_blocks(root)}
+    costs = InlineCosts(sch)  # footprints kept across inlinings, never walked twice
     for b in reversed(sch.get_child_blocks(root)):
         node = sch.get(b)
         if node.name_hint in outputs or MATERIALIZE in node.annotations or _is_reduction(node):
             continue
         if not isinstance(node.body, tirx.BufferStore):
             continue
-        consumers = [sch.get(c) for c in sch.get_consumers(b)]
+        consumer_blocks = sch.get_consumers(b)
+        consumers = [sch.get(c) for c in consumer_blocks]
         if any(_is_reduction(c) for c in consumers) and not _is_copy(node):
             continue
-        mine = expression_cost(node.body.value)
+        mine = costs.of(b)
         name = str(node.body.buffer.name)
         sites = 0
         fits = True
-        for c in consumers:
+        for c, block in zip(consumers, consumer_blocks, strict=True):
             if not isinstance(c.body, tirx.BufferStore):
                 fits = False
                 break
-            theirs = expression_cost(c.body.value)
+            theirs = costs.of(block)
             reads = theirs.reads.get(name, 0)
             sites += reads
             fits = fits and theirs.size + reads * mine.size <= INLINE_BUDGET
         if not fits or (sites > 1 and mine.size > INLINE_MAX_COPIED):
             continue
         try:
-            sch.compute_inline(b)
+            costs.inline(b, consumer_blocks)
         except s_tir.ScheduleError:
             pass
 

@@ -32,7 +32,7 @@ import tvm_ffi
 from tvm import te, tirx
 
 from ...runtime.errors import BackendError
-from ...schedule.inline import expression_cost
+from ...schedule.cost import expression_cost
 from ..graph import topological
 
 CHEAP_COST = 24
