@@ -61,7 +61,6 @@ from typing import Any, TypeVar
 
 from .block import Block
 from .builder import LetBuilder
-from .diagnostics import PassError
 from .expr import (
     Clause,
     Constant,
@@ -78,7 +77,7 @@ from .expr import (
     Var,
 )
 from .expr_functor import Computation, ExprFunctor
-from .functor import Mutator, on, pre_order
+from .functor import Mutator, on, pre_order, rewritten_as
 from .node import Node
 
 _LEAVES = (GlobalVar, Constant, Op, Constructor)
@@ -105,14 +104,7 @@ class BindingMutator(ExprFunctor):
         """``mutate(expr)`` checked to be a ``kind`` (as ``Mutator.mutate_as``,
         TVM's ``Downcast``): a hook that turns a function into something else
         is a bug of its pass, reported here."""
-        new = self.mutate(expr)
-        if not isinstance(new, kind):
-            raise PassError(
-                f"{type(self).__name__} rewrote a {type(expr).__name__} into a "
-                f"{type(new).__name__}, not a {kind.__name__}",
-                getattr(expr, "span", None),
-            )
-        return new
+        return rewritten_as(self, expr, self.mutate(expr), kind)
 
     # -------------------------------------------------------------- blocks
     def visit_with_new_scope(self, expr: Expr) -> Computation[Expr]:

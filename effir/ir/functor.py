@@ -386,13 +386,7 @@ class Mutator(Functor):
         return self._checked(expr, self.child(expr), Expr)
 
     def _checked(self, old: Node, new: Node, kind: type[N]) -> N:
-        if not isinstance(new, kind):
-            raise PassError(
-                f"{type(self).__name__} rewrote a {type(old).__name__} into a "
-                f"{type(new).__name__}, not a {kind.__name__}",
-                getattr(old, "span", None),
-            )
-        return new
+        return rewritten_as(self, old, new, kind)
 
     def _enter_block(self, head: Let, stack: list[tuple[Any, int]]) -> None:
         chain = [head]
@@ -462,3 +456,15 @@ __all__ = [
     "post_order",
     "pre_order",
 ]
+
+
+def rewritten_as(rewriter: object, old: Node, new: Node, kind: type[N]) -> N:
+    """``new``, the rewrite of ``old`` by ``rewriter``, checked to be a
+    ``kind`` (TVM's ``Downcast``); every mutator's ``mutate_as`` uses it."""
+    if not isinstance(new, kind):
+        raise PassError(
+            f"{type(rewriter).__name__} rewrote a {type(old).__name__} into a "
+            f"{type(new).__name__}, not a {kind.__name__}",
+            getattr(old, "span", None),
+        )
+    return new
