@@ -445,19 +445,6 @@ def post_order(*roots: Node, children: Callable[[Node], list[Node]] = child_node
     return order
 
 
-__all__ = [
-    "EXPR",
-    "Functor",
-    "Mutator",
-    "Visitor",
-    "after",
-    "before",
-    "on",
-    "post_order",
-    "pre_order",
-]
-
-
 def rewritten_as(rewriter: object, old: Node, new: Node, kind: type[N]) -> N:
     """``new``, the rewrite of ``old`` by ``rewriter``, checked to be a
     ``kind`` (TVM's ``Downcast``); every mutator's ``mutate_as`` uses it."""
@@ -468,3 +455,17 @@ def rewritten_as(rewriter: object, old: Node, new: Node, kind: type[N]) -> N:
             getattr(old, "span", None),
         )
     return new
+
+
+__all__ = [
+    "EXPR",
+    "Functor",
+    "Mutator",
+    "Visitor",
+    "after",
+    "before",
+    "on",
+    "post_order",
+    "pre_order",
+    "rewritten_as",
+]
