@@ -6,6 +6,8 @@ call of its scheduled TIR, compiled apart from the Relax module.
 - [RULE LOWER-APART] Its TIR is compiled apart from the Relax module
   (relax/apart.py), once per distinct text and types.
 - [RULE LOWER-VIEW] A kernel that only reshapes is a view of its argument.
+- [RULE LOWER-TAKE-INDEX] Its constant ``take`` indices are arguments
+  (relax/take_indices.py).
 - A kernel whose types keep a ``?`` dimension goes to relax/symbolic.py
   [RULE LOWER-SHAPEPOLY].
 """
@@ -26,6 +28,7 @@ from .apart import LIBRARY
 from .dynamic import DynamicRules
 from .state import LoweringState, Walk
 from .symbolic import SymbolicRules
+from .take_indices import lifted_take_indices
 from .types import NeedsStatic, named_dims, relax_type, scheduled, static
 
 
@@ -56,9 +59,10 @@ class KernelRules:
         view = _view_shape(fn)
         if view is not None:  # [RULE LOWER-VIEW]
             return self.bb.emit(self.dynamic.reshape(args[0], view), name)
+        fn, indices = lifted_take_indices(fn)  # [RULE LOWER-TAKE-INDEX]
         gv, lowered = self.kernel(fn)
         inputs = [leaf for arg, t in zip(args, types, strict=True) for leaf in self.leaves(arg, t)]
-        inputs += [self.bb.constant(c) for c in lowered.constants]
+        inputs += [self.bb.constant(c) for c in (*indices, *lowered.constants)]
         outs = [relax_type(t) for t in lowered.signature.outputs]
         return self.call_kernel(gv, inputs, outs, lowered.checks, result_type, name)
 
