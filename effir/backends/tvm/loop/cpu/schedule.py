@@ -19,6 +19,7 @@ from tvm.target import codegen
 from ...schedule.common import static_extent, strip_casts, uses, vector_lanes
 from ...schedule.cpu.gemm import packed_gemm
 from ...schedule.inline import INLINE_BUDGET, InlineCosts
+from ...schedule.unchecked import unchecked_schedule
 from ...target import make_target
 from ..graph import MATERIALIZE, ROW_TILE, tiles_within_step
 
@@ -133,7 +134,7 @@ def schedule(func: Any, parallel: bool, unscheduled: list[str]) -> Any:
     Each block's steps are kept only if TVM accepts them all: a block whose
     schedule TVM finds illegal keeps its plain loops (slower, never wrong)
     and its name goes to ``unscheduled``."""
-    sch = s_tir.Schedule(func)
+    sch = unchecked_schedule(func)  # [RULE SCHED-UNCHECKED]
     min_work = PARALLEL_MIN_WORK if parallel else None
     _inline(sch, sch.get_sblock("root"))
     for name in [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]:

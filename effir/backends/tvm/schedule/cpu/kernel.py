@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tvm import s_tir
-
 from ..common import (
     DATA_PAR,
     ILLEGAL,
@@ -24,6 +22,7 @@ from ..common import (
     vector_lanes,
 )
 from ..inline import inline_within_budget
+from ..unchecked import unchecked_schedule
 from .gemm import packed_gemm
 
 
@@ -33,7 +32,7 @@ class CpuScheduler:
 
     def __init__(self, func: Any, target: Any = None) -> None:
         self.target = target
-        self.sch = s_tir.Schedule(func)
+        self.sch = unchecked_schedule(func)  # [RULE SCHED-UNCHECKED]
         self.blocks = Blocks(self.sch)
         self.placed: set[str] = set()  # blocks scheduled as part of another's tile
         self.tile_of: dict[str, Any] = {}  # a tiled block's outer vector loop
