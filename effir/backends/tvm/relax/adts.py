@@ -47,6 +47,7 @@ from ....ir.trampoline import Computation
 from ....ir.type_tree import leaves
 from ....ir.types import TupleType, Type, TypeCall
 from ..runtime.errors import site_message
+from .constants import constant
 from .dynamic import DynamicRules
 from .state import LoweringState, Walk
 from .types import declare, relax_type
@@ -59,7 +60,7 @@ def has_constructor_pattern(match: Match) -> bool:
 
 def tag(index: int) -> Any:
     """The tag of a value built by a type's ``index``-th constructor."""
-    return relax.const(np.int64(index), "int64")
+    return constant(np.int64(index), "int64")
 
 
 class AdtRules:
@@ -183,7 +184,7 @@ class AdtRules:
         """A boolean scalar: whether ``value`` matches ``pattern`` (on the
         trampoline: a pattern nests as deep as the program may)."""
         if not refutable(pattern):
-            return relax.const(np.bool_(True), "bool")
+            return constant(np.bool_(True), "bool")
         if isinstance(pattern, PatternTuple):
             fields = t.fields if isinstance(t, TupleType) else [None] * len(pattern.patterns)
             test = None
@@ -208,7 +209,7 @@ class AdtRules:
                     test = one if test is None else self._both(test, one)
             return test
 
-        false = self.bb.block(lambda: relax.const(np.bool_(False), "bool"))
+        false = self.bb.block(lambda: constant(np.bool_(False), "bool"))
         fields = yield self.bb.nested(fields_match())
         return self.bb.emit(relax.If(same, fields, false))
 

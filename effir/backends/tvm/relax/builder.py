@@ -36,6 +36,7 @@ from tvm import relax
 
 from ....ir.trampoline import Computation
 from ..runtime.errors import BackendError
+from .constants import constant
 
 MAX_NESTED_BLOCKS = 500
 """How deep blocks (``if`` branches, ``match`` clauses) may nest. effir
@@ -131,7 +132,7 @@ class Builder:
         dtype = str(data.dtype)
         if data.size == 0:
             return self.emit(relax.op.zeros(relax.ShapeExpr(list(data.shape)), dtype), "empty")
-        return relax.const(np.array(data, order="C"), dtype)
+        return constant(data, dtype)
 
     def match_cast(self, value: Any, ty: Any, name_hint: str = "") -> Any:
         """A new variable of type ``ty`` bound to ``value``, checked by the VM

@@ -27,6 +27,7 @@ from effir.passes.transforms.fuse import is_primitive
 
 from ....ir.expr import Call, Function, GlobalVar, Var
 from ..runtime.errors import BackendError
+from .constants import constant
 from .state import LoweringState, Walk
 from .types import declare, relax_type
 
@@ -74,7 +75,7 @@ class ClosureRules:
             params = [relax.Var(p.name_hint, relax_type(p.checked_type)) for p in fn.params]
             ret = relax_type(fn.body.checked_type)
             gv = declare(self.bb, params, ret, f"value_{name}")
-            one = relax.const(1, "int64")
+            one = constant(1, "int64")
             body = self.bb.block(
                 lambda: self.bb.emit(relax.Call(self.state.globals[name], [one, *params]))
             )

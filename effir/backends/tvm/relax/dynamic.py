@@ -39,6 +39,7 @@ from ....runtime.limits import ENV, human, max_bytes
 from ..kernel.checks import error_shape
 from ..runtime.errors import CHECK_FUNCTION, VALUE_MARK, BackendError, site_message
 from . import dynamic_kernels
+from .constants import constant
 from .state import LoweringState, Walk
 from .types import scheduled
 
@@ -268,7 +269,7 @@ class DynamicRules:
         if op == "dyn.full":
             value = self.bb.emit(relax.op.astype(self.walk.atom(call.args[0], env), dtype))
         else:
-            value = relax.const(np.asarray(0 if op == "dyn.zeros" else 1, dtype=dtype), dtype)
+            value = constant(np.asarray(0 if op == "dyn.zeros" else 1, dtype=dtype), dtype)
         total = 1
         for d in dims:
             total = total * d

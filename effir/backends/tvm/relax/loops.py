@@ -81,6 +81,7 @@ from ..kernel.primitive import leaves
 from ..loop import LoweredLoop
 from ..loop.cuda import CudaLoop
 from ..runtime.errors import BackendError
+from .constants import constant
 from .dynamic import DynamicRules
 from .kernel_calls import KernelRules
 from .state import LoweringState, Walk
@@ -516,7 +517,7 @@ class LoopRules:
         assert isinstance(t, TensorType)
         emit = self.bb.emit
         if t.dtype == "uint64":
-            value = emit(relax.op.minimum(value, relax.const(np.uint64(NO_LIMIT), "uint64")))
+            value = emit(relax.op.minimum(value, constant(np.uint64(NO_LIMIT), "uint64")))
         top = emit(relax.op.astype(value, "int64")) if t.dtype != "int64" else value
         rows = self.dynamic.size_of(top)
         self.dynamic.check_shape(call, rows >= 0, "max_iterations must be >= 0, got {}", [rows])
@@ -845,7 +846,7 @@ class _Level:
 
 
 def _int64(value: int) -> Any:
-    return relax.const(np.int64(value), "int64")
+    return constant(np.int64(value), "int64")
 
 
 def _outputs(out_type: Type | list[TensorType]) -> tuple[list[TensorType], list[int | None]]:

@@ -146,6 +146,7 @@ from ..runtime.stack import MAX_DEPTH
 from .adts import AdtRules, has_constructor_pattern
 from .apart import LIBRARY
 from .closures import ClosureRules
+from .constants import constant
 from .depth import deeper_kernel
 from .dynamic import DYNAMIC, DynamicRules
 from .kernel_calls import KernelRules
@@ -278,7 +279,7 @@ class _Lowering(ExprFunctor):
         ret = relax_type(fn.body.checked_type, self.state.symbols)
 
         def call() -> Any:
-            zero = relax.const(np.int64(0), "int64")
+            zero = constant(np.int64(0), "int64")
             return self.bb.emit(relax.Call(self.state.globals[entry], [zero, *params]))
 
         body = self.bb.block(call)
@@ -322,7 +323,7 @@ class _Lowering(ExprFunctor):
         at: one more than here, checked against ``MAX_DEPTH`` by one small
         kernel (an ``EvalError`` naming ``callee`` past it); 1 from code
         that is not recursive."""
-        one = relax.const(np.int64(1), "int64")
+        one = constant(np.int64(1), "int64")
         if self.state.depth is None:
             return one
         on_host = self.state.target.kind.name == "llvm"
@@ -591,7 +592,7 @@ class _Lowering(ExprFunctor):
         self.bb.emit(
             relax.Call(relax.ExternFunc(PRINT_FUNCTION), args, ty_args=[relax.ObjectType()])
         )
-        one = relax.const(np.int64(1), "int64")
+        one = constant(np.int64(1), "int64")
         advanced = self.bb.emit(relax.op.add(world, one))
         return self.bb.emit(relax.Tuple([advanced, value]), name)
 

@@ -18,8 +18,11 @@ ml_dtypes (0.6 s more) is hidden alike: tvm_ffi imports it, when
 installed, only to map numpy's bfloat16 and float8 array types to TVM's,
 and effir has no such dtype (ir/types.py ``DTYPES``), so no array of
 them crosses into TVM. A process that loads its programs from the build
-cache (driver/program_cache.py) then never imports it; one that builds
-imports it at its first ``relax.const``, which imports it for itself.
+cache (driver/program_cache.py) then never imports it, nor does a build
+(relax/constants.py [RULE LOWER-CONST]: ``relax.const`` would import it);
+TVM's ``Executable.jit`` does, when a first call must link the executable
+(a program whose Relax module has no TIR of its own holds an empty C
+module), through the ``tvm.contrib.tvmjs`` its ``export_library`` imports.
 
 ``import_tvm`` runs before any of effir's modules imports TVM, where a
 user's call first needs it: ``effir.compile``, ``effir.load``,
