@@ -25,6 +25,13 @@ settings.load_profile(
 # (``effir_cache_dir``). Processes the tests start inherit the setting.
 os.environ["EFFIR_CACHE_DIR"] = "off"
 
+# effir.compile verifies the program after every pass only when asked
+# (driver/verification.py [RULE COMPILE-VERIFY]); the suite asks, so that a
+# pass that breaks a program is named by whichever test compiles it. The
+# default (the program checked before and after the pipeline) is tested
+# with the variable removed (tests/backends/tvm/test_compile_verification.py).
+os.environ["EFFIR_VERIFY_PASSES"] = "1"
+
 
 @pytest.fixture
 def effir_cache_dir(tmp_path, monkeypatch):

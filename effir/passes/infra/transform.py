@@ -718,6 +718,12 @@ class PassContext:
         stack = _stack()
         return stack[-1] if stack else PassContext()
 
+    @staticmethod
+    def entered() -> bool:
+        """Whether this thread has entered a context (``current()`` is then
+        one the caller made, not a default one)."""
+        return bool(_stack())
+
     def __enter__(self) -> PassContext:
         _stack().append(self)
         entered: list[Instrument] = []

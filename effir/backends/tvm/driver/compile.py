@@ -32,7 +32,7 @@ from tvm.support import nvcc
 
 from effir.passes.infra.pipeline import STANDARD_PIPELINES
 from effir.passes.infra.pipeline import pipeline as parse_pipeline
-from effir.passes.infra.transform import Pass, PassContext, PassError
+from effir.passes.infra.transform import Pass, PassError
 
 from ....ir.diagnostics import Error, EvalError, TypeCheckError
 from ....ir.module import IRModule
@@ -66,6 +66,7 @@ from .compilable import callable_part, refuse_uncompilable
 from .export import export
 from .program_cache import ProgramRecord
 from .specialise import specialise
+from .verification import pipeline_context, run_pipeline
 
 COMPILE_PIPELINES = {
     0: STANDARD_PIPELINES["O1"] + ",lower-tvm",
@@ -685,14 +686,16 @@ def compile(  # effir.compile, as tvm.compile
       where the shapes allow: precision.py [RULE COMPILE-PRECISION]).
 
     The passes run in the current ``PassContext`` (its instruments and
-    verification). ``compiled.report`` (``CompileReport``) says what was
+    verification); with none entered, the program is type-checked before
+    and after the pipeline, not after every pass, unless
+    ``EFFIR_VERIFY_PASSES=1`` (driver/verification.py [RULE COMPILE-VERIFY]). ``compiled.report`` (``CompileReport``) says what was
     done and what it cost. Imports TVM on first use."""
     if pipeline is not None and opt_level is not None:
         raise PassError("effir.compile: give a pipeline or an opt_level, not both")
     module, entry = resolve(module, entry, CompileError, "effir.compile")
     if precision not in PRECISIONS:
         raise CompileError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
-    context = PassContext.current()
+    context = pipeline_context()  # [RULE COMPILE-VERIFY]
     level = context.opt_level if opt_level is None else opt_level
     if pipeline is None:
         if level not in COMPILE_PIPELINES or isinstance(level, bool):
@@ -707,7 +710,7 @@ def compile(  # effir.compile, as tvm.compile
     progress = Progress(verbose)
 
     def optimise() -> IRModule:
-        optimised = passes(callable_part(module, entry), context)
+        optimised = run_pipeline(passes, callable_part(module, entry), context)
         refuse_uncompilable(optimised, entry)
         return optimised
 
