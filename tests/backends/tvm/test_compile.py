@@ -320,7 +320,7 @@ def @main(%xs: Tensor[(4, 2), float32]) {
 
 
 def test_a_kernel_that_only_reshapes_is_a_view() -> None:
-    """relax/lower.py [RULE LOWER-VIEW]: a primitive function that only reshapes
+    """relax/views.py [RULE LOWER-VIEW]: a primitive function that only reshapes
     its one tensor (the backward's stacks cut into chunks) is called as a
     view of the argument's memory, no kernel copying it; the values are
     the interpreter's. Before: one copy kernel per reshape."""

@@ -5,7 +5,8 @@ call of its scheduled TIR, compiled apart from the Relax module.
   tuple results rebuilt.
 - [RULE LOWER-APART] Its TIR is compiled apart from the Relax module
   (relax/apart.py), once per distinct text and types.
-- [RULE LOWER-VIEW] A kernel that only reshapes is a view of its argument.
+- [RULE LOWER-VIEW] A kernel that only rearranges axes, keeping the
+  elements' order, is a view of its argument (relax/views.py).
 - [RULE LOWER-TAKE-INDEX] Its constant ``take`` indices are arguments
   (relax/take_indices.py).
 - A kernel whose types keep a ``?`` dimension goes to relax/symbolic.py
@@ -19,9 +20,9 @@ from typing import Any
 from tvm import relax
 
 from ....ir import type_tree
-from ....ir.expr import Call, Expr, Function, Op, Var
+from ....ir.expr import Expr, Function, Var
 from ....ir.printer import astext
-from ....ir.types import TensorType, Type
+from ....ir.types import Type
 from ..kernel.checks import error_shape
 from ..kernel.primitive import KernelIR, leaves, lower_kernel
 from .apart import LIBRARY
@@ -30,6 +31,7 @@ from .state import LoweringState, Walk
 from .symbolic import SymbolicRules
 from .take_indices import lifted_take_indices
 from .types import NeedsStatic, named_dims, relax_type, scheduled, static
+from .views import view_shape
 
 
 class KernelRules:
@@ -56,7 +58,7 @@ class KernelRules:
             return self.symbolic.shape_polymorphic(fn, args, types, result_type, name, shown)
         if not leaves(result_type):  # nothing to compute (random.split(k, num=0))
             return self.rebuild(result_type, iter(()))
-        view = _view_shape(fn)
+        view = view_shape(fn)
         if view is not None:  # [RULE LOWER-VIEW]
             return self.bb.emit(self.dynamic.reshape(args[0], view), name)
         fn, indices = lifted_take_indices(fn)  # [RULE LOWER-TAKE-INDEX]
@@ -136,33 +138,6 @@ class KernelRules:
     def rebuild(self, t: Type, parts: Any) -> Any:
         """The value of type ``t`` made of the next of ``parts``."""
         return type_tree.unflatten(t, parts, make=lambda fields: self.bb.emit(relax.Tuple(fields)))
-
-
-VIEW_OPERATORS = frozenset({"reshape", "squeeze", "expand_dims"})
-"""Operators whose result is their operand's elements in the same order."""
-
-
-def _view_shape(fn: Function) -> list[int] | None:
-    """[RULE LOWER-VIEW] The result's shape when the primitive function ``fn`` only
-    reshapes its one tensor parameter (``reshape``, ``squeeze``,
-    ``expand_dims``, static shapes, same dtype): it is then called as a
-    view of the argument's memory (the VM's ``reshape`` builtin), not as a
-    kernel copying it. The reverse loop's stacks cut into chunks
-    (``reshape(%factor, newshape=[10, -1, 768])``) were four copies of 3 to
-    10 MB in each training step of the GRU language model (10 ms of CPU
-    of some 250). Every tensor the VM holds is contiguous, and none is
-    written after it is made, so the view is the value."""
-    body = fn.body
-    if len(fn.params) != 1 or not isinstance(body, Call) or not isinstance(body.callee, Op):
-        return None
-    if body.callee.name not in VIEW_OPERATORS or list(body.args) != [fn.params[0]]:
-        return None
-    source, result = fn.params[0].checked_type, body.checked_type
-    if not (isinstance(source, TensorType) and isinstance(result, TensorType)):
-        return None
-    if source.dtype != result.dtype or not (static(source) and static(result)):
-        return None
-    return [int(d) for d in result.shape]
 
 
 def _input_name(arg: Expr) -> str:
