@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from ....ir.expr import Call, Constant, Function, Op, Var
+from ....ir.expr import Call, Constant, Expr, Function, Op, Var
 from ....ir.functor import Mutator, on
 from ....ir.node import Attrs, Node
 from ....ir.types import TensorType
@@ -34,7 +34,7 @@ def lifted_take_indices(fn: Function) -> tuple[Function, list[np.ndarray]]:
     index a new parameter, after its own, and those indices' values, in
     the parameters' order; ``fn`` itself and ``[]`` when there is none."""
     lifting = _Lift()
-    body = lifting.mutate(fn.body)
+    body = lifting.mutate_as(fn.body, Expr)
     if not lifting.values:
         return fn, []
     lifted = Function(
@@ -76,9 +76,9 @@ def _in_range_index(call: Call) -> np.ndarray | None:
         return None
     if not (data.has_type and isinstance(data.checked_type, TensorType)):
         return None
-    shape = data.checked_type.shape
+    shape = [d for d in data.checked_type.shape if isinstance(d, int)]
     axis = call.attrs["axis"]
-    if not all(isinstance(d, int) for d in shape) or (axis is not None and not shape):
+    if len(shape) != len(data.checked_type.shape) or (axis is not None and not shape):
         return None
     size = math.prod(shape) if axis is None else shape[axis % len(shape)]
     value = int(index.data)

@@ -46,8 +46,10 @@ def view_shape(fn: Function) -> list[int] | None:
     result = steps[-1].checked_type
     if not isinstance(result, TensorType) or not static(result):
         return None
-    if any(s.checked_type.dtype != source.dtype for s in steps):
-        return None
+    for step in steps:
+        out = step.checked_type
+        if not isinstance(out, TensorType) or out.dtype != source.dtype:
+            return None
     shape = [int(d) for d in result.shape]
     if math.prod(shape) == 0:
         return shape
@@ -87,9 +89,9 @@ def _order_kept(shape: list[int], steps: list[Call]) -> bool:
         np.zeros(1, np.int8), shape=shape, strides=_row_major(shape), writeable=False
     )
     for step in steps:
-        out = step.checked_type
-        assert isinstance(out, TensorType)
-        if step.callee.name == "transpose":  # type: ignore[union-attr]
+        out, callee = step.checked_type, step.callee
+        assert isinstance(out, TensorType) and isinstance(callee, Op)
+        if callee.name == "transpose":
             axes = step.attrs["axes"]
             array = array.transpose(None if axes is None else [a % array.ndim for a in axes])
             continue
