@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
 from tvm import relax
-from tvm.support import nvcc
 
 from effir.passes.infra.pipeline import STANDARD_PIPELINES
 from effir.passes.infra.pipeline import pipeline as parse_pipeline
@@ -58,7 +57,7 @@ from ..runtime.signature import (
 )
 from ..runtime.stack import runner
 from ..runtime.thread_vms import ThreadVMs
-from ..target import building, device_of, make_target, with_cuda_library
+from ..target import building, cuda_source_to_ptx, device_of, make_target
 from . import passes as backend_passes  # noqa: F401  (registers lower-tvm)
 from . import program_cache
 from .build_cache import Cache, program_digest, spans_digest
@@ -221,33 +220,36 @@ class Specialisation:
 
     def source(self, kind: str = "cuda") -> str:
         """The generated code of the kernels for a device (``"cuda"``): the
-        source TVM generated, which nvcc compiles (compile_cuda_to_ptx).
-        The kernels built apart (relax/apart.py) are in modules of their
-        own, some shared with earlier builds: every one is read, once."""
+        source TVM generated, which nvcc compiles (compile_cuda_to_ptx)."""
+        return "\n".join(self._sources(kind))
+
+    def _sources(self, kind: str) -> list[str]:
+        """The source of each module of ``kind``: the kernels built apart
+        (relax/apart.py) are in modules of their own, some shared with
+        earlier builds: every one is read, once."""
         sources: list[str] = []
-        seen: set[int] = set()
+        seen: set[str] = set()
         work = [self.executable.mod]
         while work:
             module = work.pop()
             if module.kind == kind:
                 text = str(module.inspect_source(""))
-                if hash(text) not in seen:
-                    seen.add(hash(text))
+                if text not in seen:
+                    seen.add(text)
                     sources.append(text)
             work.extend(module.imports)
         if not sources:
             raise BackendError(
                 f"this program was built for {self.target.kind.name}: no {kind} code"
             )
-        return "\n".join(sources)
+        return sources
 
     def ptx(self) -> str:
         """The CUDA kernels compiled to PTX by nvcc for the target's
-        architecture (TVM's default compiler, NVRTC, is not available)."""
-        with self.target:
-            source = with_cuda_library(self.source("cuda"))
-            ptx = nvcc.compile_cuda(source, target_format="ptx", compiler="nvcc")
-        return bytes(ptx).decode()
+        architecture (TVM's default compiler, NVRTC, is not available), one
+        module at a time: each carries TVM's preamble of helpers (float16's
+        ``max``...), which one source would define twice."""
+        return "\n".join(cuda_source_to_ptx(code, self.target) for code in self._sources("cuda"))
 
     def function(self) -> Any:
         """The entry's function in the calling thread's VM (runtime/thread_vms.py)."""
