@@ -85,14 +85,22 @@ def folded_call(
     return te.compute(shape, lambda *_: constant, name="folded")
 
 
+_DEPTH = 16
+"""How many computes of a read of the next (shape operators of a constant)
+``uniform_value`` looks through: a constant look per call, so a kernel's
+folding stays linear in its size; a deeper chain is left to its rules."""
+
+
 def uniform_value(value: TEValue) -> np.ndarray | None:
     """The 0-d array a tensor holds at every position when it is a compute
     of one program constant (``program_constant``), read through shape
-    operators' computes of one; None otherwise."""
+    operators' computes of one (``_DEPTH`` at most); None otherwise."""
     if not isinstance(value, te.Tensor):
         return None
     body: Any = value
-    while isinstance(body, te.Tensor):
+    for _ in range(_DEPTH):
+        if not isinstance(body, te.Tensor):
+            break
         op = body.op
         if not isinstance(op, te.ComputeOp) or op.num_outputs != 1 or op.reduce_axis:
             return None
