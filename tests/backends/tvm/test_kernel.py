@@ -469,6 +469,9 @@ def test_ptx_of_cuda_code_nvcc_refuses_is_a_backend_error() -> None:
         ("uint64", 2**64 - 5, "(uint64_t)(int64_t)-5"),
         ("float32", 2.0, "0x1p+1f"),
         ("float32", -0.0, "-0x0p+0f"),
+        # TVM prints a float64 immediate with 15 digits after the point: 1e-20 was 0
+        ("float64", 1e-20, "__longlong_as_double((int64_t)4307583784117748259)"),
+        ("float64", -0.0, "__longlong_as_double((int64_t)(-9223372036854775807LL-1LL))"),
     ],
 )
 def test_cuda_kernels_with_opaque_constants_compile_to_ptx(
@@ -478,7 +481,8 @@ def test_cuda_kernels_with_opaque_constants_compile_to_ptx(
     [RULE TE-OPAQUE]; TVM's CUDA code generator printed it as ``*(int
     *)(&(10))``, which nvcc refused ("must be an lvalue"), so every CUDA
     build with a constant failed. On CUDA it is lowered to the immediate of
-    the same bits (a negative int, a uint64 past int64's range, -0.0)."""
+    the same bits (a negative int, a uint64 past int64's range, -0.0); a
+    float64 one is ``__longlong_as_double`` of its bits."""
     x = Var("x", TensorType((4,), dtype))
     body = call_op("multiply", x, const(np.array(value, dtype=dtype)))
     kernel = build_kernel(function([x], body), "cuda")

@@ -57,6 +57,7 @@ from . import (
     te_ops,  # noqa: F401  (registers the te rules)
 )
 from .checks import check_site, collecting_checks, error_output, error_shape
+from .constant_calls import folded_call
 from .lets import normalised_lets
 from .rounding import rounded
 from .rules import TEValue, dim_value, symbolic_dims
@@ -611,6 +612,9 @@ class _Builder:
             )
             raise BackendError(f"operator {name} {why}: it cannot be part of a kernel", call.span)
         out_type = concrete_type(call.checked_type, self.dims, f"the result of {name}")
+        folded = folded_call(definition, args, call.attrs, out_type)  # [RULE TE-FOLD]
+        if folded is not None:
+            return folded
         try:
             with check_site(name, call.span):
                 value = rule(args, call.attrs, out_type)
