@@ -325,7 +325,7 @@ def _ratio(head: float, base: float) -> str:
 def _seconds(values: list[float], how: str) -> str:
     if not values:
         return "-"
-    return f"{min(values) if how == 'min' else statistics.median(values):.3f}"
+    return f"{min(values) if how == 'min' else statistics.median(values):.4g}"
 
 
 def table(comparison: Comparison) -> str:
