@@ -110,6 +110,7 @@ class Comparison:
     load_start: tuple[float, float, float]
     load_end: tuple[float, float, float] = (0.0, 0.0, 0.0)
     samples: list[Sample] = field(default_factory=list)
+    interrupted: bool = False
 
 
 # ------------------------------------------------------------------- input
@@ -338,10 +339,15 @@ def table(comparison: Comparison) -> str:
         f"command: {shlex.join(comparison.command)}",
         f"load average (1, 5, 15 min): {load} at start, {load_end} at end; "
         f"{comparison.rounds} rounds, base first in even rounds; seconds",
+    ]
+    if comparison.interrupted:
+        last = max(sample.round for sample in comparison.samples)
+        lines.append(f"INTERRUPTED in round {last}: the runs done so far (runs: base/head)")
+    lines += [
         "",
-        "| benchmark | measurement | base min | base median | head min | head median "
+        "| benchmark | measurement | runs | base min | base median | head min | head median "
         "| head/base min | head/base median |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for benchmark, measurement, base, head in summary(comparison):
         ratios = ["-", "-"]
@@ -353,6 +359,7 @@ def table(comparison: Comparison) -> str:
         cells = [
             benchmark,
             measurement,
+            f"{len(base)}/{len(head)}",
             _seconds(base, "min"),
             _seconds(base, "median"),
             _seconds(head, "min"),
@@ -369,6 +376,7 @@ def raw_samples(comparison: Comparison) -> dict[str, Any]:
         "commits": comparison.commits,
         "command": comparison.command,
         "rounds": comparison.rounds,
+        "interrupted": comparison.interrupted,
         "load_start": list(comparison.load_start),
         "load_end": list(comparison.load_end),
         "samples": [vars(sample) for sample in comparison.samples],
@@ -400,8 +408,17 @@ def benchmarks_of(options: argparse.Namespace) -> list[Benchmark]:
     return found
 
 
-def run(argv: Sequence[str]) -> Comparison:
-    """The whole comparison that ``argv`` asks for (without the report)."""
+@dataclass
+class Plan:
+    """What ``argv`` asks for, checked before anything runs."""
+
+    repo: Path
+    benchmarks: list[Benchmark]
+    json: Path | None
+    comparison: Comparison
+
+
+def plan(argv: Sequence[str]) -> Plan:
     options = arguments(argv)
     if options.rounds < 1:
         raise CompareError(f"--rounds must be at least 1, not {options.rounds}")
@@ -414,13 +431,31 @@ def run(argv: Sequence[str]) -> Comparison:
     comparison = Comparison(
         commits, [Path(sys.argv[0]).name, *argv], options.rounds, os.getloadavg()
     )
+    return Plan(repo, benchmarks, options.json, comparison)
+
+
+def execute(the_plan: Plan) -> Comparison:
+    """The runs, their samples gathered in the plan's comparison. After an
+    error or an interrupt, the samples so far stay there (and in the
+    ``--json`` file): a long run stopped early still reports its rounds."""
+    comparison = the_plan.comparison
     workdir = Path(tempfile.mkdtemp(prefix="effir-compare-"))
-    with checkouts(repo, commits, workdir) as pair:
-        compare(pair, benchmarks, options.rounds, workdir, comparison, progress=sys.stderr)
-    comparison.load_end = os.getloadavg()
-    if options.json:
-        options.json.write_text(json.dumps(raw_samples(comparison), indent=1) + "\n")
+    try:
+        with checkouts(the_plan.repo, comparison.commits, workdir) as pair:
+            compare(pair, the_plan.benchmarks, comparison.rounds, workdir, comparison, sys.stderr)
+    except KeyboardInterrupt:
+        comparison.interrupted = True
+        raise
+    finally:
+        comparison.load_end = os.getloadavg()
+        if the_plan.json and comparison.samples:
+            the_plan.json.write_text(json.dumps(raw_samples(comparison), indent=1) + "\n")
     return comparison
+
+
+def run(argv: Sequence[str]) -> Comparison:
+    """The whole comparison that ``argv`` asks for (without the report)."""
+    return execute(plan(argv))
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -429,13 +464,17 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
+    the_plan = None
     try:
-        comparison = run(sys.argv[1:] if argv is None else argv)
+        the_plan = plan(sys.argv[1:] if argv is None else argv)
+        comparison = execute(the_plan)
     except CompareError as error:
         print(f"compare_commits: {error}", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:
         print("compare_commits: interrupted; the worktrees are removed", file=sys.stderr)
+        if the_plan is not None and the_plan.comparison.samples:
+            print(table(the_plan.comparison))
         return EXIT_INTERRUPTED
     print(table(comparison))
     return 0

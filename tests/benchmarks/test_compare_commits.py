@@ -216,7 +216,7 @@ def test_the_table_and_json_compare_the_two_commits(
     result = """import json, mod; print("RESULT", json.dumps({"t": mod.SECONDS}))"""
     comparison = _run(repo, "--cold", f"a=python -c '{result}'", "--json", str(raw), rounds=3)
     rows = [line for line in cc.table(comparison).splitlines() if line.startswith("| a ")]
-    assert rows == ["| a | t | 1 | 1 | 2 | 2 | 2.000 | 2.000 |"]
+    assert rows == ["| a | t | 3/3 | 1 | 1 | 2 | 2 | 2.000 | 2.000 |"]
     written = json.loads(raw.read_text())
     base, head = _commits(repo)
     assert written["commits"] == {"base": base, "head": head}
@@ -271,19 +271,24 @@ def test_bad_arguments_are_errors(repo: Path, args: list[str], message: str) -> 
         cc.run(["--repo", str(repo), *args])
 
 
+def _cli(repo: Path, scratch: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The script in a process of its own, its temporary files in ``scratch``."""
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), "--repo", str(repo), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "TMPDIR": str(scratch)},
+    )
+
+
 def test_the_command_line_reports_errors_without_a_traceback(repo: Path, tmp_path: Path) -> None:
     scratch = tmp_path / "cli-scratch"
     scratch.mkdir()
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, str(SCRIPT), "--repo", str(repo), *args],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            env={"PATH": "/usr/bin:/bin", "TMPDIR": str(scratch)},
-        )
+        return _cli(repo, scratch, *args)
 
     unknown = cli("--base", "nope", "--cold", "a=true")
     assert (unknown.returncode, unknown.stdout) == (cc.EXIT_BAD_INPUT, "")
@@ -292,4 +297,23 @@ def test_the_command_line_reports_errors_without_a_traceback(repo: Path, tmp_pat
     assert failing.returncode == cc.EXIT_COMMAND_FAILED
     assert "exit status 7" in failing.stderr and "broken pipe" in failing.stderr
     assert "Traceback" not in unknown.stderr + failing.stderr
+    _assert_cleaned_up(repo, scratch)
+
+
+def test_an_interrupted_run_reports_its_samples_so_far_and_leaves_nothing(
+    repo: Path, tmp_path: Path
+) -> None:
+    scratch, marker, raw = tmp_path / "cli-scratch", tmp_path / "marker", tmp_path / "raw.json"
+    scratch.mkdir()
+    # The second run (head's, round 0) sends the script SIGTERM, as a
+    # user's kill would.
+    command = f"a=[ -e {marker} ] && kill -TERM $PPID; touch {marker}; echo 'RESULT {{\"t\": 1}}'"
+    done = _cli(repo, scratch, "--base", "HEAD~1", "--cold", command, "--json", str(raw))
+    assert done.returncode == cc.EXIT_INTERRUPTED, done.stderr
+    assert "interrupted" in done.stderr and "Traceback" not in done.stderr
+    assert "INTERRUPTED in round 0" in done.stdout
+    assert "| a | t | 1/0 | 1 | 1 | - | - | - | - |" in done.stdout
+    written = json.loads(raw.read_text())
+    assert written["interrupted"] is True
+    assert [s["label"] for s in written["samples"]] == ["base"]
     _assert_cleaned_up(repo, scratch)
