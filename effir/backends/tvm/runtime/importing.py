@@ -1,5 +1,5 @@
-"""Importing TVM for effir, without the PyTorch and ml_dtypes imports TVM's
-FFI makes.
+"""Importing TVM for effir, without the PyTorch, ml_dtypes and cuda-python
+imports TVM's FFI makes.
 
 ``import tvm`` costs 3 s of CPU on the development machine, and 1.3 s of it
 is PyTorch, which tvm_ffi imports whenever it is installed, as soon as it
@@ -21,6 +21,11 @@ them crosses into TVM. A process that loads its programs from the build
 cache (driver/program_cache.py) then never imports it; one that builds
 imports it at its first ``relax.const``, which imports it for itself.
 
+cuda-python's bindings (``cuda.bindings``, 0.03 s, installed with
+PyTorch) alike: tvm_ffi imports their driver module only to take a
+``CUstream`` object as an argument, which effir never passes (TVM's own
+uses of them, NVRTC, import them when called, after the hiding).
+
 ``import_tvm`` runs before any of effir's modules imports TVM, where a
 user's call first needs it: ``effir.compile``, ``effir.load``,
 ``effir.compile_packed`` and ``effir compile`` call it (a module that
@@ -36,7 +41,7 @@ import os
 import sys
 from collections.abc import Iterator
 
-HIDDEN = ("torch", "ml_dtypes")
+HIDDEN = ("torch", "ml_dtypes", "cuda.bindings")
 """The packages TVM imports when installed that effir does not need."""
 
 

@@ -45,7 +45,7 @@ from ....runtime.device_array import DLPACK_CPU, HOST_READABLE, DeviceArray, dev
 from ....runtime.values import PRNGKey
 from .errors import BackendError
 from .signature import AdtSpec, KeySpec, Spec, TupleSpec, from_tvm, to_tvm
-from .tvm_runtime import copy_to, synchroniser, tensor, to_numpy
+from .tvm_runtime import copy_to, synchroniser, tensor
 
 
 class Placement:
@@ -155,7 +155,7 @@ class Placement:
             return self.device_array(value)
         if self.on_host:
             return from_tvm(value, spec, adts)
-        array = to_numpy(value)
+        array = value.numpy()  # a GPU's tensor (TVM's: a GPU program was built here)
         return PRNGKey(array) if isinstance(spec, KeySpec) else array
 
     def store(self, cells: Any, name: str, value: Any, spec: Spec) -> None:
