@@ -13,7 +13,9 @@ the entry function, the bound dimensions and the names left symbolic, the
 target (its full text: kind, ``mcpu``, attributes), the size of TVM's
 thread pool (a whole loop runs as many blocks of rows: loop/rows.py), the
 size limit (the build checks sizes of the run against it: relax/dynamic.py
-[RULE LOWER-SIZE]), TVM's version and a digest of effir's own source files (a changed lowering is a new key, not a
+[RULE LOWER-SIZE]), TVM's version (and the size and time of its runtime and
+compiler libraries: runtime/tvm_runtime.py ``identity``, read without TVM's
+Python) and a digest of effir's own source files (a changed lowering is a new key, not a
 stale hit). An entry is two files: ``<key>.<sha>.so``, the VM executable
 with its kernels (``export_library``), named by its own SHA-256's first
 16 digits, and ``<key>.json``, what the build was (its kernels and loops,

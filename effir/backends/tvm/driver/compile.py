@@ -278,7 +278,7 @@ class CompiledModule:
         self,
         source: IRModule,
         module: IRModule | Callable[[], IRModule],
-        target: Any | Callable[[], Any],
+        target: Any,
         report: CompileReport,
         entry: str = DEFAULT_ENTRY,
         precision: str = "float32",

@@ -137,7 +137,9 @@ def synchroniser(where: Any) -> Callable[[], None]:
 def empty(shape: tuple[int, ...], dtype: str, where: Any = CPU) -> Any:
     """A tensor of the runtime's own memory on ``where`` (aligned as TVM aligns)."""
     alloc = _function("runtime.TVMTensorAllocWithScope")
-    return alloc(tvm_ffi.Shape([int(d) for d in shape]), tvm_ffi.dtype(str(dtype)), where, None)
+    return alloc(
+        tvm_ffi.Shape(tuple(int(d) for d in shape)), tvm_ffi.dtype(str(dtype)), where, None
+    )
 
 
 def tensor(array: np.ndarray, where: Any = CPU) -> Any:
