@@ -12,6 +12,9 @@ import json
 from pathlib import Path
 
 from effir.backends.tvm.driver import program_cache
+from tests.support.artifact_programs import HEADER
+from tests.support.artifact_programs import PROGRAM as ARTIFACT_PROGRAM
+from tests.support.compiled_adt_programs import LIST
 from tests.support.isolated import run_isolated
 
 PROGRAM = """#[version = "0.0.5"]
@@ -118,22 +121,11 @@ def test_malformed_records_are_misses(monkeypatch, tmp_path):
         assert program_cache.load("bad") is None, text
 
 
-STATEFUL = """#[version = "0.0.5"]
-type List[A] {
-  Cons(A, List[A]),
-  Nil,
-}
-
-global @rng: Ref[Key] = ref(random.key(3));
-global @count: Ref[Tensor[(), float32]] = ref(0f);
-
-def @main(%x: Tensor[(n, 4), float32], %w: Tensor[(4, 4), float32]) {
-  let %y = nn.dropout(nn.dense(%x, %w), @rng, rate=0.5f);
-  ref_write(@count, add(ref_read(@count), 1f));
-  debug.print(sum(%y), label="total");
-  tanh(%y)
-}
-
+STATEFUL = (
+    HEADER
+    + LIST
+    + ARTIFACT_PROGRAM
+    + """
 def @total(%xs: List[Tensor[(3), float32]]) -> Tensor[(3), float32] {
   match (%xs) {
     Cons(%x, %rest) => add(%x, @total(%rest)),
@@ -141,6 +133,9 @@ def @total(%xs: List[Tensor[(3), float32]]) -> Tensor[(3), float32] {
   }
 }
 """
+)
+"""The program of exported artifacts (a key and a counter in cells, a
+print, a symbolic dimension) with a recursive entry taking an ADT."""
 
 EVERYTHING = """
 import json, sys, threading
