@@ -11,7 +11,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import effir
 from effir.backends.tvm.driver import program_cache
+from effir.backends.tvm.runtime import tvm_runtime
+from effir.passes.infra.transform import PassContext
 from tests.support.artifact_programs import HEADER
 from tests.support.artifact_programs import PROGRAM as ARTIFACT_PROGRAM
 from tests.support.compiled_adt_programs import LIST
@@ -116,9 +119,34 @@ def test_a_binding_the_cache_lacks_runs_the_skipped_pipeline(tmp_path):
 def test_malformed_records_are_misses(monkeypatch, tmp_path):
     monkeypatch.setenv("EFFIR_CACHE_DIR", str(tmp_path))
     assert program_cache.load("absent") is None
-    for text in ("not json", "[]", '{"format": 1}', '{"format": 1, "signatures": 3}'):
+    version = program_cache.RECORD_FORMAT
+    for text in (
+        "not json",
+        "[]",
+        f'{{"format": {version}}}',
+        f'{{"format": {version}, "signatures": 3}}',
+    ):
         (tmp_path / "bad.program.json").write_text(text)
         assert program_cache.load("bad") is None, text
+
+
+def test_the_key_tells_targets_apart_without_tvm(monkeypatch, tmp_path):
+    """[RULE CACHE-PROGRAM] The key holds the target as given and LLVM's name
+    of the host CPU (what TVM's target is made of), read without TVM's
+    Python; a target that is not cached, or not understood, has no key."""
+    monkeypatch.setenv("EFFIR_CACHE_DIR", str(tmp_path))
+    module = effir.parse(PROGRAM)
+    context = PassContext.current()
+
+    def key(target: object, precision: str = "float32") -> str | None:
+        return program_cache.program_key(module, "main", "O2", context, target, precision)
+
+    keys = [key("llvm"), key("llvm -mcpu=x86-64"), key({"kind": "llvm"}), key("llvm", "tf32")]
+    assert None not in keys and len(set(keys)) == len(keys)
+    assert key("llvm") == keys[0]
+    assert key("cuda") is None and key(42) is None and key({"kind": 3}) is None
+    monkeypatch.setattr(tvm_runtime, "host_cpu", lambda: "another-cpu")
+    assert key("llvm") != keys[0]  # a cache directory another machine filled
 
 
 STATEFUL = (
