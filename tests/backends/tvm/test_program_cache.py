@@ -147,6 +147,8 @@ def test_the_key_tells_targets_apart_without_tvm(monkeypatch, tmp_path):
     assert key("cuda") is None and key(42) is None and key({"kind": 3}) is None
     monkeypatch.setattr(tvm_runtime, "host_cpu", lambda: "another-cpu")
     assert key("llvm") != keys[0]  # a cache directory another machine filled
+    monkeypatch.setattr(tvm_runtime, "host_cpu", lambda: None)
+    assert key("llvm") is None  # no compiler library to name the CPU: not cached
 
 
 STATEFUL = (

@@ -59,8 +59,8 @@ def target_key(target: Any) -> tuple[str, str] | None:
     made without TVM's Python: the spelling given (text or config) with,
     for a CPU target, LLVM's name of the host CPU (target.py gives
     ``"llvm"`` that ``mcpu``); a ``tvm.target.Target`` (TVM is imported:
-    the caller made one) as TVM writes it. None when its kind cannot be
-    read here (``make_target`` says why later)."""
+    the caller made one) as TVM writes it. None when its kind, or the host
+    CPU, cannot be read here (``make_target`` says why later)."""
     if isinstance(target, str) and target.split():
         kind, given = target.split()[0], json.dumps(target)
     elif isinstance(target, dict) and isinstance(target.get("kind"), str):
@@ -70,7 +70,10 @@ def target_key(target: Any) -> tuple[str, str] | None:
     else:
         return None
     if kind == "llvm":
-        given += f" host {tvm_runtime.host_cpu()}"
+        cpu = tvm_runtime.host_cpu()
+        if cpu is None:  # no compiler library: the build says why
+            return None
+        given += f" host {cpu}"
     return kind, given
 
 

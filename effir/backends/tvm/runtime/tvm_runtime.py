@@ -76,12 +76,16 @@ def _function(name: str) -> Any:
 
 
 @functools.cache
-def host_cpu() -> str:
+def host_cpu() -> str | None:
     """LLVM's name for this machine's CPU (what ``"llvm"`` compiles for:
     target.py), from TVM's compiler library (loaded as tvm/base.py does,
-    its symbols kept local)."""
-    _load("tvm_compiler", ctypes.RTLD_LOCAL)
-    return str(_function("target.llvm_get_system_cpu")())
+    its symbols kept local); None without one (a TVM of its runtime alone,
+    which builds nothing either)."""
+    try:
+        _load("tvm_compiler", ctypes.RTLD_LOCAL)
+        return str(_function("target.llvm_get_system_cpu")())
+    except (ImportError, OSError, ValueError):  # absent, unloadable, without LLVM
+        return None
 
 
 @functools.cache
