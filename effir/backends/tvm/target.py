@@ -49,11 +49,6 @@ CUDA_DEFAULTS = {
 TARGET_KINDS = ("llvm", "cuda")
 
 
-def device_of(target: Any) -> Any:
-    """The device code built for ``target`` runs on: the CPU, or the first GPU."""
-    return tvm.device("cpu" if target.kind.name == "llvm" else target.kind.name, 0)
-
-
 def make_target(name: str | dict[str, Any] | Any) -> Any:
     """A Target from what users write: ``"llvm"`` (the host CPU) or
     ``"cuda"`` (sm_90, with the host CPU as host), the strings TVM users

@@ -186,7 +186,7 @@ def test_the_precision_is_reported_exported_and_part_of_the_cache_key(tmp_path) 
     manifest = json.loads((tmp_path / "m" / "effir-artifact.json").read_text())
     assert manifest["precision"] == "tf32"
     target = make_target("llvm")
-    keys = {program_digest("text", "", target, p) for p in PRECISIONS}
+    keys = {program_digest("text", "", str(target), p) for p in PRECISIONS}
     assert len(keys) == len(PRECISIONS)
 
 
