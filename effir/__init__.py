@@ -14,6 +14,7 @@ from .backends.tvm.runtime.errors import (  # no TVM import
     CompileError,
     StateNotExportedWarning,
 )
+from .backends.tvm.runtime.importing import import_runtime as _import_runtime  # TVM's runtime
 from .backends.tvm.runtime.importing import import_tvm as _import_tvm  # imports TVM when called
 from .graph import visualize
 from .ir import (
@@ -145,7 +146,8 @@ def compile(
     """``module`` (an ``IRModule``, or a function made by ``@effir.script``
     or ``effir.trace``) through the optimisation pipeline and compiled by
     TVM for ``target``: a callable ``CompiledModule``; ``compiled.report``
-    says what was built and what it cost. Imports TVM on first use.
+    says what was built and what it cost. Imports TVM on first use (its
+    runtime alone when the program is in the build cache).
 
     - ``target``: ``"llvm"`` (this CPU), ``"cuda"``, or a TVM target string
       (``"llvm -mcpu=skylake-avx512"``, ``"cuda -arch=sm_90"``), dict or Target.
@@ -164,8 +166,8 @@ def compile(
       format, float32 accumulation; tensor cores on CUDA).
 
     See effir/backends/tvm/driver/compile.py and docs/backend.md."""
-    _import_tvm()  # without the PyTorch import TVM's FFI makes (runtime/importing.py)
-    from .backends.tvm.driver.compile import compile as compile_module  # lazy: imports TVM
+    _import_runtime()  # without the PyTorch import TVM's FFI makes (runtime/importing.py)
+    from .backends.tvm.driver.compile import compile as compile_module  # lazy: TVM's runtime
 
     return compile_module(
         module,

@@ -63,7 +63,7 @@ def test_compiling_imports_tvm() -> None:
 import effir
 effir.compile(effir.parse('{HEADER}def @main(%x: Tensor[(3), float32]) {{ tanh(%x) }}'))
 """
-    assert {"tvm", "tvm_ffi"} <= loaded_after(code)
+    assert {"tvm", "tvm_ffi"} <= loaded_after(code, env={"EFFIR_CACHE_DIR": "off"})
 
 
 def test_compiling_does_not_import_pytorch_for_tvm() -> None:
@@ -76,23 +76,21 @@ def test_compiling_does_not_import_pytorch_for_tvm() -> None:
 import numpy as np, effir
 compiled = effir.compile(effir.parse('{HEADER}def @main(%x: Tensor[(3), float32]) {{ tanh(%x) }}'))
 """
-    assert loaded_after(code) == {"tvm", "tvm_ffi"}
-    assert loaded_after("import torch\n" + code) == set(HEAVY)
+    off = {"EFFIR_CACHE_DIR": "off"}  # a build: TVM imported (a cached one imports tvm_ffi alone)
+    assert loaded_after(code, env=off) == {"tvm", "tvm_ffi"}
+    assert loaded_after("import torch\n" + code, env=off) == set(HEAVY)
     use = """
 import torch
 x = torch.ones(3)
 assert np.allclose(compiled(x), np.tanh(1.0))  # a PyTorch argument, through the input contract
 """
-    assert loaded_after(code + use) == set(HEAVY)
+    assert loaded_after(code + use, env=off) == set(HEAVY)
 
 
-def test_a_build_does_not_import_ml_dtypes(tmp_path) -> None:
-    """tvm_ffi imports ml_dtypes (bfloat16 and float8 numpy types, which
-    effir has none of) when installed; effir hides it while TVM is imported
-    (runtime/importing.py), and makes its Relax constants without
-    ``relax.const``, which imports it (relax/constants.py [RULE LOWER-CONST]):
-    a build (here of a program with a tensor constant) does not import it,
-    nor does a process that loads its program from the build cache."""
+def test_a_build_does_not_import_ml_dtypes() -> None:
+    """effir makes its Relax constants without ``relax.const``, which imports
+    ml_dtypes (relax/constants.py [RULE LOWER-CONST]): a build (here of a
+    program with a tensor constant) does not import it; it did."""
     pytest.importorskip("ml_dtypes")
     program = (
         f"{HEADER}def @main(%x: Tensor[(2, 2), float32]) {{ tanh(%x) * meta[relay.Constant][0] }}"
@@ -100,21 +98,40 @@ def test_a_build_does_not_import_ml_dtypes(tmp_path) -> None:
         ' "data": "AACAPwAAAEAAAEBAAACAQA=="}]}\\n'
     )
     build = f"""
-import numpy as np, effir
+import effir
 compiled = effir.compile(effir.parse('{program}'))
-assert compiled.report.builds[0].cached == {{cached}}
-"""
-    run = """
-want = np.tanh(1.0) * np.array([[1, 2], [3, 4]], np.float32)
-assert np.allclose(compiled(np.ones((2, 2), np.float32)), want)
+assert not compiled.report.builds[0].cached
 """
     probe = ("tvm", "ml_dtypes")
-    off = {"EFFIR_CACHE_DIR": "off"}
-    assert loaded_after(build.replace("{cached}", "False"), probe, off) == {"tvm"}
+    assert loaded_after(build, probe, {"EFFIR_CACHE_DIR": "off"}) == {"tvm"}
+
+
+def test_a_compile_from_the_build_cache_imports_tvm_ffi_alone(tmp_path) -> None:
+    """A process that loads its program from the build cache runs it on
+    TVM's runtime library through tvm_ffi (runtime/tvm_runtime.py): no
+    ``tvm`` package. tvm_ffi imports ml_dtypes (bfloat16 and float8 numpy
+    types, which effir has none of) and cuda-python's bindings (a stream
+    type effir never passes) when installed; effir hides them while it is
+    imported. A build imports TVM; this one ml_dtypes too, at its first call
+    (TVM's ``Executable.jit`` links a program whose Relax module holds no
+    TIR of its own: runtime/importing.py), not for its constants
+    (``test_a_build_does_not_import_ml_dtypes``)."""
+    pytest.importorskip("ml_dtypes")
+    code = f"""
+import numpy as np, effir
+compiled = effir.compile(effir.parse('{HEADER}def @main(%x: Tensor[(3), float32]) {{ tanh(%x) }}'))
+assert np.allclose(compiled(np.ones(3, np.float32)), np.tanh(1.0))
+assert compiled.report.builds[0].cached == {{cached}}
+"""
     env = {"EFFIR_CACHE_DIR": str(tmp_path)}
-    loaded_after(build.replace("{cached}", "False") + run, probe, env)  # fills the cache
-    assert loaded_after(build.replace("{cached}", "True") + run, probe, env) == {"tvm"}
-    assert loaded_after("import ml_dtypes\n" + build.replace("{cached}", "True"), probe, env) == {
+    probe = ("tvm", "tvm_ffi", "ml_dtypes", "cuda.bindings")
+    assert loaded_after(code.replace("{cached}", "False"), probe, env) == {
         "tvm",
+        "tvm_ffi",
+        "ml_dtypes",
+    }
+    assert loaded_after(code.replace("{cached}", "True"), probe, env) == {"tvm_ffi"}
+    assert loaded_after("import ml_dtypes\n" + code.replace("{cached}", "True"), probe, env) == {
+        "tvm_ffi",
         "ml_dtypes",
     }

@@ -42,7 +42,7 @@ from .. import frontend
 from ..autodiff.api import grad_module
 from ..backends.interpreter import interpret_a2
 from ..backends.state import State, StateError
-from ..backends.tvm.runtime.importing import import_tvm
+from ..backends.tvm.runtime.importing import import_runtime
 from ..ir.builder import fresh_name
 from ..ir.diagnostics import Error
 from ..ir.expr import Function, GlobalVar
@@ -274,7 +274,7 @@ class TrainStep:
         name: str = "train_step",
         target: Any = "llvm",
     ) -> None:
-        import_tvm()  # as effir.compile does: without TVM's optional imports
+        import_runtime()  # as effir.compile does: without TVM's optional imports
         from ..backends.tvm.driver.compile import compile as compile_module  # TVM: lazy
 
         self.module = module

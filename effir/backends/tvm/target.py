@@ -15,7 +15,7 @@ import tvm
 import tvm_ffi
 from tvm.support import nvcc
 
-from .runtime.errors import CompileError, register_check_function
+from .runtime.errors import BackendError, CompileError, register_check_function
 from .schedule.cuda.tensor_core import LIBRARY
 
 register_check_function()  # compiled code reports its checks through it
@@ -47,11 +47,6 @@ CUDA_DEFAULTS = {
 
 
 TARGET_KINDS = ("llvm", "cuda")
-
-
-def device_of(target: Any) -> Any:
-    """The device code built for ``target`` runs on: the CPU, or the first GPU."""
-    return tvm.device("cpu" if target.kind.name == "llvm" else target.kind.name, 0)
 
 
 def make_target(name: str | dict[str, Any] | Any) -> Any:
@@ -183,6 +178,23 @@ def with_cuda_library(code: str) -> str:
     if "effir_mma_" not in code:
         return code
     return LIBRARY + "\n" + code
+
+
+def cuda_source_to_ptx(code: str, target: Any) -> str:
+    """PTX of one CUDA source, compiled by nvcc for ``target``'s architecture
+    (nvcc works without a GPU, NVRTC needs the cuda-bindings package); a
+    source nvcc refuses is a BackendError with nvcc's first errors."""
+    if shutil.which("nvcc") is None:
+        raise BackendError("PTX is compiled by nvcc, which is not installed")
+    try:
+        with target:
+            ptx = nvcc.compile_cuda(with_cuda_library(code), target_format="ptx", compiler="nvcc")
+    except RuntimeError as err:  # TVM's nvcc wrapper: the compiler's output
+        errors = [line for line in str(err).splitlines() if "error" in line][:5]
+        raise BackendError(
+            "nvcc could not compile the generated CUDA code:\n" + "\n".join(errors)
+        ) from None
+    return bytes(ptx).decode()
 
 
 tvm_ffi.register_global_func("tvm_callback_cuda_compile", _cuda_compile, override=True)

@@ -336,15 +336,13 @@ print(json.dumps(results))
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="at -O1 TVM's simplifier cancels float expressions of constants as reals: "
-    "inf - inf is 0 (IEEE: NaN) and (1e8 + 1) - 1e8 is 1 (IEEE, float32: 0); not fixed yet",
-)
 def test_float_expressions_of_constants_are_not_cancelled_as_reals() -> None:
     """TVM's float cancellation rules (``x - x`` to 0, ``(x + y) - y`` to x)
-    hold for finite values in exact arithmetic only; they apply to the
-    program's constants fused at -O1 (-O2 folds them with numpy first)."""
+    hold for finite values in exact arithmetic only; they applied to the
+    program's constants fused at -O1 (-O2 folds them with numpy first):
+    ``inf - inf`` was 0 (IEEE: NaN) and ``(1e8 + 1) - 1e8`` 1 (float32: 0).
+    The kernel builder computes an elementwise call of constants with numpy
+    now [RULE TE-FOLD] (tests/backends/tvm/test_float_folding.py)."""
     result = run_isolated(FLOAT_CANCELLATION).check()
     results = json.loads(result.stdout.strip().splitlines()[-1])
     assert results == dict.fromkeys("012", True)

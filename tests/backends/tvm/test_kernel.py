@@ -20,7 +20,9 @@ from effir.backends.tvm.kernel.primitive import Kernel, build_kernel, compile_cu
 from effir.backends.tvm.runtime.errors import BackendError
 from effir.backends.tvm.schedule.cost import expression_cost
 from effir.backends.tvm.schedule.inline import INLINE_BUDGET
+from effir.backends.tvm.target import cuda_source_to_ptx, make_target
 from effir.ir.expr import Constant, Function, Tuple, TupleGetItem, Var, const
+from effir.ir.module import IRModule
 from effir.ir.op import call_op
 from effir.ir.types import KeyType, TensorType, TupleType
 from effir.ir.visitor import pre_order
@@ -420,6 +422,45 @@ def test_cuda_kernels_compile_to_ptx() -> None:
 
 
 @needs_nvcc
+def test_ptx_of_a_program_whose_float16_kernels_sit_in_several_modules() -> None:
+    """Kernels built apart or shared with an earlier build (relax/apart.py)
+    are CUDA modules of their own, each with TVM's preamble of float16
+    helpers (``max(half, half)``...): compiled as one source they defined
+    those twice and nvcc refused the program's PTX."""
+
+    def program(result: str) -> IRModule:
+        return effir.check(
+            effir.parse(
+                f"""#[version = "0.0.5"]
+def @main(%x: Tensor[(64), float16], %y: Tensor[(64, 64), float16]) {{
+  let %a = exp(multiply(%x, %x));
+  let %b = sum(%y, axis=[0]);
+  let %c = nn.softmax(add(%a, %b));
+  {result}
+}}
+"""
+            )
+        )
+
+    for result in ("%c", "(%c, tanh(%b))", "(%c, sigmoid(%a), tanh(%b))"):
+        spec = effir.compile(program(result), target="cuda").specialisation("main", {})
+        source = spec.source("cuda")
+        kernels = re.findall(
+            r"__global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\([^;]*\{", source
+        )
+        entries = re.findall(r"\.entry (\w+)\(", spec.ptx())
+        assert kernels and sorted(entries) == sorted(kernels)
+
+
+def test_ptx_of_cuda_code_nvcc_refuses_is_a_backend_error() -> None:
+    """nvcc's refusal is a BackendError naming the compiler's first error,
+    not TVM's bare RuntimeError."""
+    target = make_target("cuda")
+    with pytest.raises(BackendError, match="nvcc"):
+        cuda_source_to_ptx('extern "C" __global__ void k() { undeclared(); }', target)
+
+
+@needs_nvcc
 @pytest.mark.parametrize(
     ("dtype", "value", "printed"),
     [
@@ -428,6 +469,9 @@ def test_cuda_kernels_compile_to_ptx() -> None:
         ("uint64", 2**64 - 5, "(uint64_t)(int64_t)-5"),
         ("float32", 2.0, "0x1p+1f"),
         ("float32", -0.0, "-0x0p+0f"),
+        # TVM prints a float64 immediate with 15 digits after the point: 1e-20 was 0
+        ("float64", 1e-20, "__longlong_as_double((int64_t)4307583784117748259)"),
+        ("float64", -0.0, "__longlong_as_double((int64_t)(-9223372036854775807LL-1LL))"),
     ],
 )
 def test_cuda_kernels_with_opaque_constants_compile_to_ptx(
@@ -437,7 +481,8 @@ def test_cuda_kernels_with_opaque_constants_compile_to_ptx(
     [RULE TE-OPAQUE]; TVM's CUDA code generator printed it as ``*(int
     *)(&(10))``, which nvcc refused ("must be an lvalue"), so every CUDA
     build with a constant failed. On CUDA it is lowered to the immediate of
-    the same bits (a negative int, a uint64 past int64's range, -0.0)."""
+    the same bits (a negative int, a uint64 past int64's range, -0.0); a
+    float64 one is ``__longlong_as_double`` of its bits."""
     x = Var("x", TensorType((4,), dtype))
     body = call_op("multiply", x, const(np.array(value, dtype=dtype)))
     kernel = build_kernel(function([x], body), "cuda")

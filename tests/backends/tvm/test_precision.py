@@ -104,7 +104,11 @@ def test_float32_is_the_default_and_the_interpreters_numbers() -> None:
     x, w, b = arrays((32, 48), (64, 48), (64,))
     compiled = effir.compile(module)
     assert compiled.precision == "float32"
-    np.testing.assert_allclose(compiled(x, w, b), effir.interpret(module, x, w, b), rtol=1e-5)
+    # the same float32 numbers up to the order of the dot products' additions
+    # (the host CPU's vector lanes against numpy's BLAS): absolute, where
+    # tanh's result is near 0
+    got, want = compiled(x, w, b), effir.interpret(module, x, w, b)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 @settings(max_examples=8, deadline=None)
@@ -182,7 +186,7 @@ def test_the_precision_is_reported_exported_and_part_of_the_cache_key(tmp_path) 
     manifest = json.loads((tmp_path / "m" / "effir-artifact.json").read_text())
     assert manifest["precision"] == "tf32"
     target = make_target("llvm")
-    keys = {program_digest("text", "", target, p) for p in PRECISIONS}
+    keys = {program_digest("text", "", str(target), p) for p in PRECISIONS}
     assert len(keys) == len(PRECISIONS)
 
 

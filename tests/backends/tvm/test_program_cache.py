@@ -11,7 +11,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import effir
 from effir.backends.tvm.driver import program_cache
+from effir.backends.tvm.runtime import tvm_runtime
+from effir.passes.infra.transform import PassContext
+from tests.support.artifact_programs import HEADER
+from tests.support.artifact_programs import PROGRAM as ARTIFACT_PROGRAM
+from tests.support.compiled_adt_programs import LIST
 from tests.support.isolated import run_isolated
 
 PROGRAM = """#[version = "0.0.5"]
@@ -46,6 +52,7 @@ print(json.dumps({
     "error": error,
     "unknown": unknown,
     "pipeline_ran": compiled._module is not None,
+    "tvm_imported": "tvm" in sys.modules,
 }))
 """
 
@@ -67,6 +74,8 @@ def test_a_warm_compile_skips_the_pipeline_with_the_same_results_and_errors(tmp_
     warm = run(tmp_path)
     assert warm["pipeline_cached"] is True and warm["pipeline_ran"] is False
     assert warm["builds"] == [True]  # the binding's build came from the cache too
+    # a hit runs on TVM's runtime alone (runtime/tvm_runtime.py); a build imports TVM
+    assert warm["tvm_imported"] is False and cold["tvm_imported"] is True
     for field in ("result", "error", "unknown"):
         assert warm[field] == cold[field], field
     assert list(tmp_path.glob("*.program.json")) == [record]
@@ -110,6 +119,130 @@ def test_a_binding_the_cache_lacks_runs_the_skipped_pipeline(tmp_path):
 def test_malformed_records_are_misses(monkeypatch, tmp_path):
     monkeypatch.setenv("EFFIR_CACHE_DIR", str(tmp_path))
     assert program_cache.load("absent") is None
-    for text in ("not json", "[]", '{"format": 1}', '{"format": 1, "signatures": 3}'):
+    version = program_cache.RECORD_FORMAT
+    for text in (
+        "not json",
+        "[]",
+        f'{{"format": {version}}}',
+        f'{{"format": {version}, "signatures": 3}}',
+    ):
         (tmp_path / "bad.program.json").write_text(text)
         assert program_cache.load("bad") is None, text
+
+
+def test_the_key_tells_targets_apart_without_tvm(monkeypatch, tmp_path):
+    """[RULE CACHE-PROGRAM] The key holds the target as given and LLVM's name
+    of the host CPU (what TVM's target is made of), read without TVM's
+    Python; a target that is not cached, or not understood, has no key."""
+    monkeypatch.setenv("EFFIR_CACHE_DIR", str(tmp_path))
+    module = effir.parse(PROGRAM)
+    context = PassContext.current()
+
+    def key(target: object, precision: str = "float32") -> str | None:
+        return program_cache.program_key(module, "main", "O2", context, target, precision)
+
+    keys = [key("llvm"), key("llvm -mcpu=x86-64"), key({"kind": "llvm"}), key("llvm", "tf32")]
+    assert None not in keys and len(set(keys)) == len(keys)
+    assert key("llvm") == keys[0]
+    assert key("cuda") is None and key(42) is None and key({"kind": 3}) is None
+    monkeypatch.setattr(tvm_runtime, "host_cpu", lambda: "another-cpu")
+    assert key("llvm") != keys[0]  # a cache directory another machine filled
+    monkeypatch.setattr(tvm_runtime, "host_cpu", lambda: None)
+    assert key("llvm") is None  # no compiler library to name the CPU: not cached
+
+
+STATEFUL = (
+    HEADER
+    + LIST
+    + ARTIFACT_PROGRAM
+    + """
+def @total(%xs: List[Tensor[(3), float32]]) -> Tensor[(3), float32] {
+  match (%xs) {
+    Cons(%x, %rest) => add(%x, @total(%rest)),
+    Nil => zeros(shape=[3], dtype="float32"),
+  }
+}
+"""
+)
+"""The program of exported artifacts (a key and a counter in cells, a
+print, a symbolic dimension) with a recursive entry taking an ADT."""
+
+EVERYTHING = """
+import json, sys, threading
+import numpy as np
+import effir
+from effir.runtime.values import ADTValue
+module = effir.parse(sys.argv[1], source_name="stateful.effir")
+compiled = effir.compile(module)
+rng = np.random.default_rng(0)
+w = rng.standard_normal((4, 4)).astype(np.float32)
+xs = {n: rng.standard_normal((n, 4)).astype(np.float32) for n in (2, 5)}
+out = {}
+state, reference = compiled.new_state(), effir.State(module)
+for n in (2, 5, 2):
+    printed, expected = [], []
+    got = compiled(xs[n], w, state=state, sink=lambda l, v: printed.append((l, v)))
+    want = effir.interpret(module, xs[n], w, state=reference,
+                           sink=lambda l, v: expected.append((l, v)))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert [l for l, _ in printed] == ["total"]
+    np.testing.assert_allclose(printed[0][1], expected[0][1], rtol=1e-5, atol=1e-5)
+    out[f"main {n}"] = got.tobytes().hex()
+assert np.array_equal(state["rng"].data, reference["rng"].data)
+assert state["count"] == reference["count"] == 3
+# a result left where it ran, and taken back as an argument
+kept = compiled.on_device(xs[2], w, state=compiled.new_state())
+assert isinstance(kept, effir.DeviceArray)
+assert np.array_equal(np.asarray(kept), compiled(xs[2], w, state=compiled.new_state()))
+np.testing.assert_array_equal(
+    compiled(kept, w, state=compiled.new_state()),
+    compiled(np.asarray(kept), w, state=compiled.new_state()),
+)
+# an ADT argument, through a recursive function (run on the large stack)
+items = [np.full(3, i, np.float32) for i in range(4)]
+value = ADTValue("Nil", ())
+for item in items:
+    value = ADTValue("Cons", (item, value))
+total = compiled(value, entry="total")
+np.testing.assert_allclose(total, effir.interpret(module, value, entry="total"))
+out["total"] = total.tobytes().hex()
+# calls from threads at once, each with its own State
+results = {}
+def call(k):
+    results[k] = compiled(xs[5], w, state=compiled.new_state(seed=k))
+threads = [threading.Thread(target=call, args=(k,)) for k in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+for k, got in results.items():
+    want = effir.interpret(module, xs[5], w, state=effir.State(module, seed=k))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+out["tvm_after_calls"] = "tvm" in sys.modules
+out["builds"] = [b.cached for b in compiled.report.builds]
+# an export of what was loaded (writing imports TVM), loaded back
+compiled.export(sys.argv[2])
+loaded = effir.load(sys.argv[2])
+np.testing.assert_allclose(loaded(xs[5], w, sink=lambda l, v: None),
+                           compiled(xs[5], w, sink=lambda l, v: None))
+print(json.dumps(out))
+"""
+
+
+def test_a_warm_process_runs_everything_on_tvms_runtime_alone(tmp_path):
+    """State (a key, a counter), prints, a symbolic dimension at two sizes,
+    device arrays, an ADT argument of a recursive entry and calls from
+    threads, in a process whose compile hit the cache: the same results as
+    the cold process and the interpreter, without TVM's Python
+    (runtime/tvm_runtime.py); an export then imports it and works."""
+
+    def run_everything(export: str) -> dict:
+        argv = [STATEFUL, str(tmp_path / export)]
+        code = f"import sys; sys.argv = ['x', *{argv!r}]\n" + EVERYTHING
+        done = run_isolated(code, env={"EFFIR_CACHE_DIR": str(tmp_path / "cache")}).check()
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    cold = run_everything("cold")
+    warm = run_everything("warm")
+    assert cold["tvm_after_calls"] is True and warm["tvm_after_calls"] is False
+    assert all(warm["builds"]) and not any(cold["builds"])
+    for field in ("main 2", "main 5", "total"):
+        assert warm[field] == cold[field], field

@@ -13,7 +13,9 @@ the entry function, the bound dimensions and the names left symbolic, the
 target (its full text: kind, ``mcpu``, attributes), the size of TVM's
 thread pool (a whole loop runs as many blocks of rows: loop/rows.py), the
 size limit (the build checks sizes of the run against it: relax/dynamic.py
-[RULE LOWER-SIZE]), TVM's version and a digest of effir's own source files (a changed lowering is a new key, not a
+[RULE LOWER-SIZE]), TVM's version (and the size and time of its runtime and
+compiler libraries: runtime/tvm_runtime.py ``identity``, read without TVM's
+Python) and a digest of effir's own source files (a changed lowering is a new key, not a
 stale hit). An entry is two files: ``<key>.<sha>.so``, the VM executable
 with its kernels (``export_library``), named by its own SHA-256's first
 16 digits, and ``<key>.json``, what the build was (its kernels and loops,
@@ -64,12 +66,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import tvm
-
 from ....ir.diagnostics import Source
 from ....ir.module import IRModule
 from ....ir.visitor import pre_order
 from ....runtime.limits import max_bytes
+from ..runtime import tvm_runtime
 from ..runtime.thread_vms import MODULES
 
 FORMAT = 2
@@ -118,33 +119,36 @@ class Entry:
     """A cached build: the library and what the build was."""
 
     library: Path
-    module: Any  # the loaded tvm.runtime.Module
+    module: Any  # the loaded module (runtime/tvm_runtime.py)
     kernels: int
     loops: int
     recursive: bool
 
 
-def environment(target: Any, precision: str) -> list[str]:
+def environment(target: str, precision: str) -> list[str]:
     """What a build depends on besides its program: the cache's layout,
-    TVM's and effir's versions, the target, the matrix products' precision,
-    the size limit and TVM's thread pool. Every key of the cache holds it
-    (the builds' and the whole programs': driver/program_cache.py)."""
+    TVM's and effir's versions, the target (its text: ``target_text``),
+    the matrix products' precision, the size limit and TVM's thread pool.
+    Every key of the cache holds it (the builds' and the whole programs':
+    driver/program_cache.py); it is made without TVM's Python
+    (runtime/tvm_runtime.py), so that a warm compile needs none."""
     return [
         f"effir-build-cache {FORMAT}",
-        f"tvm {tvm.__version__}",
+        f"tvm {tvm_runtime.identity()}",
         f"effir {effir_digest()}",
         f"target {target}",
         f"precision {precision}",  # precision.py [RULE COMPILE-PRECISION]
         # run-time sizes are checked against the limit at build time (relax/dynamic.py)
         f"size limit {max_bytes()}",
         # a whole loop's row blocks are as many as the pool's threads (loop/rows.py)
-        f"threads {tvm.runtime.num_threads()}",
+        f"threads {tvm_runtime.num_threads()}",
     ]
 
 
-def program_digest(program_text: str, spans: str, target: Any, precision: str = "float32") -> str:
+def program_digest(program_text: str, spans: str, target: str, precision: str = "float32") -> str:
     """The key of an optimised program's builds: its text and its spans
-    (``spans_digest``) in this environment."""
+    (``spans_digest``) in this environment, for the target of text ``target``
+    (``str`` of TVM's target)."""
     lines = [*environment(target, precision), f"spans {spans}", program_text]
     return _sha256("\n".join(lines).encode())
 
@@ -185,15 +189,17 @@ class Cache:
         program_text: str, spans: str, target: Any, precision: str = "float32"
     ) -> Cache | None:
         """The cache for this program (its text and ``spans_digest``), target
-        and precision of its matrix products, or None when the cache is off
-        or the target's builds are not cached."""
-        return Cache.of(program_digest(program_text, spans, target, precision), target)
+        (TVM's) and precision of its matrix products, or None when the cache
+        is off or the target's builds are not cached."""
+        digest = program_digest(program_text, spans, str(target), precision)
+        return Cache.of(digest, target.kind.name)
 
     @staticmethod
-    def of(program: str, target: Any) -> Cache | None:
-        """The cache for the program of digest ``program`` (``program_digest``)."""
+    def of(program: str, kind: str) -> Cache | None:
+        """The cache for the program of digest ``program`` (``program_digest``)
+        built for a target of kind ``kind`` (``"llvm"``)."""
         root = cache_dir()
-        if root is None or target.kind.name != "llvm":
+        if root is None or kind != "llvm":
             return None
         return Cache(root, program)
 
@@ -239,7 +245,7 @@ class Cache:
             library = self._path(name)
             if _sha256(library.read_bytes()) != record["sha256"]:
                 return None
-            module = tvm.runtime.load_module(str(library))
+            module = tvm_runtime.load_module(library)
             return Entry(
                 library,
                 module,
@@ -275,7 +281,7 @@ class Cache:
             "recursive": recursive,
         }
         self._write(self._path(f"{key}.json"), json.dumps(record).encode())
-        module = tvm.runtime.load_module(str(library))
+        module = tvm_runtime.load_module(library)
         return Entry(library, module, kernels, loops, recursive)
 
     def _path(self, name: str) -> Path:

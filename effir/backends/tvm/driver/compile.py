@@ -27,9 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
-from tvm import relax
-from tvm.support import nvcc
-
 from effir.passes.infra.pipeline import STANDARD_PIPELINES
 from effir.passes.infra.pipeline import pipeline as parse_pipeline
 from effir.passes.infra.transform import Pass, PassError
@@ -41,13 +38,12 @@ from ....ir.program import DEFAULT_ENTRY, resolve
 from ....ir.visitor import pre_order
 from ....runtime.arguments import check_call_options, unknown_entry
 from ...interpreter import Sink, State
-from ..loop.cuda import emulation
-from ..precision import PRECISIONS, products_in
-from ..relax.lower import RelaxProgram, lower_to_relax
-from ..relax.pipeline import relax_pipeline
-from ..relax.types import NeedsStatic, static
+from ..emulation import emulation
+from ..relax.program import RelaxProgram
+from ..runtime import tvm_runtime
 from ..runtime.entry_call import call_entry
 from ..runtime.errors import BackendError, CompileError, build_failure, run_time_error
+from ..runtime.importing import import_tvm
 from ..runtime.placement import Placement
 from ..runtime.printing import printing_to
 from ..runtime.signature import (
@@ -58,12 +54,9 @@ from ..runtime.signature import (
 )
 from ..runtime.stack import runner
 from ..runtime.thread_vms import ThreadVMs
-from ..target import building, device_of, make_target, with_cuda_library
 from . import passes as backend_passes  # noqa: F401  (registers lower-tvm)
 from . import program_cache
 from .build_cache import Cache, program_digest, spans_digest
-from .compilable import callable_part, refuse_uncompilable
-from .export import export
 from .program_cache import ProgramRecord
 from .specialise import specialise
 from .verification import pipeline_context, run_pipeline
@@ -145,6 +138,11 @@ class CompileReport:
         return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 
 
+def device_of(kind: str) -> Any:
+    """The device code built for a target of ``kind`` runs on: the CPU, or the first GPU."""
+    return tvm_runtime.device("cpu" if kind == "llvm" else kind, 0)
+
+
 def _dims_text(dims: Dims) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(dims.items())) or "static"
 
@@ -181,10 +179,15 @@ class Progress:
 class Specialisation:
     """One binding of the entry's dimensions: the Relax program, built."""
 
-    def __init__(self, program: RelaxProgram, target: Any, executable: Any = None) -> None:
-        """Build ``program`` for ``target``, or take the ``executable``
-        already built for it (a library from the build cache)."""
+    def __init__(
+        self, program: RelaxProgram, kind: str, target: Any = None, executable: Any = None
+    ) -> None:
+        """Build ``program`` for ``target`` (TVM's, of kind ``kind``:
+        ``"llvm"``, ``"cuda"``), or take the ``executable`` already built
+        for it (a library from the build cache, loaded without TVM's
+        Python: runtime/tvm_runtime.py)."""
         self.program = program
+        self.kind = kind
         self.target = target
         self.executable = executable if executable is not None else self._built()
         self.library: Path | None = None
@@ -192,7 +195,7 @@ class Specialisation:
         (the build cache's), which an export copies."""
         self.writer: threading.Thread | None = None
         """The thread writing this build to the cache, if one is."""
-        device = device_of(target)
+        device = device_of(kind)
         self.device = device
         self._vms = ThreadVMs(self.executable, device)
         self._device_found = False
@@ -200,6 +203,11 @@ class Specialisation:
     def _built(self) -> Any:
         """The Relax program built (``relax.build``) and linked with its
         kernels' modules, built meanwhile (relax/apart.py)."""
+        from tvm import relax  # lazy: TVM's compiler, for a build (never a cache hit)
+
+        from ..relax.pipeline import relax_pipeline  # lazy: imports TVM (a build)
+        from ..target import building  # lazy: imports TVM (a build)
+
         program, target = self.program, self.target
         try:
             with building(target):
@@ -222,41 +230,43 @@ class Specialisation:
 
     def source(self, kind: str = "cuda") -> str:
         """The generated code of the kernels for a device (``"cuda"``): the
-        source TVM generated, which nvcc compiles (compile_cuda_to_ptx).
-        The kernels built apart (relax/apart.py) are in modules of their
-        own, some shared with earlier builds: every one is read, once."""
+        source TVM generated, which nvcc compiles (compile_cuda_to_ptx)."""
+        return "\n".join(self._sources(kind))
+
+    def _sources(self, kind: str) -> list[str]:
+        """The source of each module of ``kind``: the kernels built apart
+        (relax/apart.py) are in modules of their own, some shared with
+        earlier builds: every one is read, once."""
         sources: list[str] = []
-        seen: set[int] = set()
+        seen: set[str] = set()
         work = [self.executable.mod]
         while work:
             module = work.pop()
             if module.kind == kind:
                 text = str(module.inspect_source(""))
-                if hash(text) not in seen:
-                    seen.add(hash(text))
+                if text not in seen:
+                    seen.add(text)
                     sources.append(text)
             work.extend(module.imports)
         if not sources:
-            raise BackendError(
-                f"this program was built for {self.target.kind.name}: no {kind} code"
-            )
-        return "\n".join(sources)
+            raise BackendError(f"this program was built for {self.kind}: no {kind} code")
+        return sources
 
     def ptx(self) -> str:
         """The CUDA kernels compiled to PTX by nvcc for the target's
-        architecture (TVM's default compiler, NVRTC, is not available)."""
-        with self.target:
-            source = with_cuda_library(self.source("cuda"))
-            ptx = nvcc.compile_cuda(source, target_format="ptx", compiler="nvcc")
-        return bytes(ptx).decode()
+        architecture (TVM's default compiler, NVRTC, is not available), one
+        module at a time: each carries TVM's preamble of helpers (float16's
+        ``max``...), which one source would define twice."""
+        from ..target import cuda_source_to_ptx  # lazy: imports TVM (a GPU build)
+
+        return "\n".join(cuda_source_to_ptx(code, self.target) for code in self._sources("cuda"))
 
     def function(self) -> Any:
         """The entry's function in the calling thread's VM (runtime/thread_vms.py)."""
         if not self._device_found:
-            if not self.device.exist:
+            if not tvm_runtime.exists(self.device):
                 raise BackendError(
-                    f"this program was built for {self.target.kind.name}, and this "
-                    "machine has no such device"
+                    f"this program was built for {self.kind}, and this machine has no such device"
                 )
             self._device_found = True
         return self._vms.function(self.program.entry)
@@ -278,13 +288,20 @@ class CompiledModule:
     ) -> None:
         """``module``: the optimised program, or what makes it when first
         needed (a program found in the build cache, with its ``record``:
-        driver/program_cache.py [RULE CACHE-LAZY])."""
+        driver/program_cache.py [RULE CACHE-LAZY]); ``target``: TVM's
+        target, or (with a ``record``) what makes it, when a build first
+        needs it (a hit imports no TVM Python: runtime/tvm_runtime.py)."""
         self.source = source
         self._module = module if isinstance(module, IRModule) else None
         self._optimise = None if isinstance(module, IRModule) else module
         self._module_lock = threading.Lock()
         self.record = record
-        self.target = target
+        self._target = None if record is not None else target
+        self._make_target = target if record is not None else None
+        self.target_text = record.target if record is not None else str(target)
+        """TVM's text of the target (what ``str(self.target)`` gives)."""
+        self.target_kind = "llvm" if record is not None else str(target.kind.name)
+        """The target's kind: only CPU (``llvm``) programs are cached."""
         self.report = report
         self.entry = entry
         """What a call runs when it names no ``entry=`` (``compile``'s)."""
@@ -300,13 +317,24 @@ class CompiledModule:
         """The callers' States that calls of entries writing cells were
         given: an export without ``state=`` warns when one of them no longer
         holds the initial values (driver/export.py)."""
-        self.placement = Placement(device_of(target))
+        self.placement = Placement(device_of(self.target_kind))
         """The device the program runs on, and the moves to and from it."""
         self.verbose: bool | TextIO = False
         """Progress lines for the builds to come (see ``compile``)."""
 
     def progress(self, message: str) -> None:
         Progress(self.verbose)(message)
+
+    @property
+    def target(self) -> Any:
+        """TVM's target (a ``tvm.target.Target``), made now for a program
+        loaded from the build cache (importing TVM)."""
+        if self._target is None:
+            with self._module_lock:
+                if self._target is None:
+                    assert self._make_target is not None
+                    self._target = self._make_target()
+        return self._target
 
     @property
     def module(self) -> IRModule:
@@ -492,7 +520,7 @@ class CompiledModule:
                 hit = cache.load(cache_key) if cache is not None else None
                 if hit is not None:
                     program = RelaxProgram(None, entry, hit.kernels, hit.loops, hit.recursive)
-                    spec = Specialisation(program, self.target, hit.module)
+                    spec = Specialisation(program, self.target_kind, executable=hit.module)
                     spec.library = hit.library
                     build = Build(
                         bound, time.perf_counter() - start, hit.kernels, hit.loops, entry, True
@@ -504,13 +532,16 @@ class CompiledModule:
                     )
                     self.specialisations[key] = spec
                     return spec
-                self.progress(
-                    f"building @{entry} ({_dims_text(bound)}) for {self.target.kind.name}"
-                )
+                self.progress(f"building @{entry} ({_dims_text(bound)}) for {self.target_kind}")
+                target = self.target  # TVM's: imported now, for a build (``_tvm_target``)
+                from ..precision import products_in  # lazy: imports TVM (a build)
+                from ..relax.lower import lower_to_relax  # lazy: imports TVM (a build)
+                from ..relax.types import NeedsStatic  # lazy: imports TVM (a build)
+
                 try:
                     with products_in(self.precision):
                         program = lower_to_relax(
-                            self._specialise(entry, bound, at_call), entry, self.target, symbolic
+                            self._specialise(entry, bound, at_call), entry, target, symbolic
                         )
                 except NeedsStatic as need:
                     static_dims = self.static_dims[entry] = static_dims | need.dims
@@ -526,7 +557,7 @@ class CompiledModule:
                     + (f" ({shared} built before)" if shared else "")
                     + "; TVM builds them"
                 )
-                spec = Specialisation(program, self.target)
+                spec = Specialisation(program, self.target_kind, target)
                 if cache is not None:
                     self._store_in_background(cache, cache_key, entry, spec)
                 build = Build(
@@ -560,15 +591,15 @@ class CompiledModule:
         if emulation() is not None:
             return None
         if self.record is not None:
-            return Cache.of(self.record.builds, self.target)
-        return Cache.of(self._program_digest(), self.target)
+            return Cache.of(self.record.builds, self.target_kind)
+        return Cache.of(self._program_digest(), self.target_kind)
 
     def _program_digest(self) -> str:
         """The optimised program's key in the build cache (its text and
         spans: build_cache.program_digest), made once."""
         if self._program_key is None:
             self._program_key = program_digest(
-                astext(self.module), spans_digest(self.module), self.target, self.precision
+                astext(self.module), spans_digest(self.module), self.target_text, self.precision
             )
         return self._program_key
 
@@ -592,6 +623,7 @@ class CompiledModule:
             entries,
             signatures,
             _static_entry(self.module, self.entry),
+            self.target_text,
         )
 
     def _store_in_background(
@@ -634,6 +666,8 @@ class CompiledModule:
         ``StateNotExportedWarning`` when calls changed a State. With a
         ``key`` the manifest is signed (HMAC-SHA256), and
         ``effir.load(path, key=key)`` refuses a tampered artifact."""
+        from .export import export  # lazy: imports TVM (an export writes with it)
+
         return export(self, path, key=key, state=state)
 
     def new_state(self, seed: int | None = None) -> State:
@@ -693,8 +727,6 @@ def compile(  # effir.compile, as tvm.compile
     if pipeline is not None and opt_level is not None:
         raise PassError("effir.compile: give a pipeline or an opt_level, not both")
     module, entry = resolve(module, entry, CompileError, "effir.compile")
-    if precision not in PRECISIONS:
-        raise CompileError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
     context = pipeline_context()  # [RULE COMPILE-VERIFY]
     level = context.opt_level if opt_level is None else opt_level
     if pipeline is None:
@@ -704,21 +736,25 @@ def compile(  # effir.compile, as tvm.compile
     passes = parse_pipeline(pipeline) if isinstance(pipeline, str) else pipeline
     if not isinstance(passes, Pass):
         raise PassError(f"effir.compile: pipeline must be text or a Pass, not {pipeline!r}")
-    tvm_target = make_target(target)
     if verbose is None:
         verbose = in_notebook()
     progress = Progress(verbose)
 
     def optimise() -> IRModule:
+        import_tvm()  # the checks below import TVM: without PyTorch (runtime/importing.py)
+        from .compilable import callable_part, refuse_uncompilable  # lazy: imports TVM
+
         optimised = run_pipeline(passes, callable_part(module, entry), context)
         refuse_uncompilable(optimised, entry)
         return optimised
 
+    # Looked up before the target and the precision are checked: a record
+    # exists only for a compile that checked them (its key holds both), so
+    # a hit imports no TVM Python (runtime/tvm_runtime.py), and anything
+    # wrong is a miss that the checks below refuse.
     key = None
     if isinstance(pipeline, str) and emulation() is None:  # a Pass object: its code is no key
-        key = program_cache.program_key(
-            module, entry, passes.spelled(), context, tvm_target, precision
-        )
+        key = program_cache.program_key(module, entry, passes.spelled(), context, target, precision)
     record = program_cache.load(key) if key is not None else None
     if record is not None:
         progress("the optimised program is in the build cache: the pipeline is skipped")
@@ -727,12 +763,15 @@ def compile(  # effir.compile, as tvm.compile
             record.nodes_after,
             record.pipeline_seconds,
             pipeline=record.pipeline,
-            target=str(tvm_target),
+            target=record.target,
             precision=precision,
             cached=True,
         )
-        compiled = CompiledModule(module, optimise, tvm_target, report, entry, precision, record)
+        compiled = CompiledModule(
+            module, optimise, lambda: _tvm_target(target), report, entry, precision, record
+        )
     else:
+        tvm_target = _tvm_target(target, precision)
         progress(f"optimising: {passes.spelled() or '(no pass)'}")
         start = time.perf_counter()
         optimised = optimise()
@@ -788,9 +827,23 @@ def _key(entry: str, dims: Dims, static_dims: set[str]) -> tuple[str, tuple[tupl
     return entry, tuple(sorted((d, v) for d, v in dims.items() if d in static_dims))
 
 
+def _tvm_target(target: Any, precision: str = "float32") -> Any:
+    """TVM's target for the ``target`` given to ``compile`` (target.py), the
+    ``precision`` checked first: what a build needs, imported with TVM."""
+    import_tvm()  # without PyTorch and ml_dtypes (runtime/importing.py)
+    from ..precision import PRECISIONS  # lazy: imports TVM (a build)
+    from ..target import make_target  # lazy: imports TVM (a build)
+
+    if precision not in PRECISIONS:
+        raise CompileError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+    return make_target(target)
+
+
 def _static_entry(module: IRModule, entry: str) -> bool:
     """Whether ``entry`` has one build, made at compile time (every
     parameter's type static)."""
+    from ..relax.types import static  # lazy: imports TVM (only after the pipeline ran)
+
     main = module.functions.get(entry)
     return main is not None and all(static(p.checked_type) for p in main.params)
 

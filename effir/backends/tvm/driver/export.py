@@ -80,7 +80,10 @@ class Exportable(Protocol):
     def source(self) -> IRModule: ...
 
     @property
-    def target(self) -> Any: ...
+    def target_text(self) -> str: ...
+
+    @property
+    def target_kind(self) -> str: ...
 
     @property
     def precision(self) -> str: ...
@@ -158,8 +161,8 @@ def export(
         manifest = {
             "format": FORMAT,
             "version": VERSION,
-            "target": str(compiled.target),
-            "target_kind": compiled.target.kind.name,
+            "target": compiled.target_text,
+            "target_kind": compiled.target_kind,
             "precision": compiled.precision,
             "tvm": tvm.__version__,
             "any_alignment": True,

@@ -16,9 +16,12 @@ included) and its spans (each node's source name, start and end, and a
 digest of each source's text: ``build_cache.spans_digest``), the entry, the
 pipeline's text, the context's verification and pass options, and what
 every build key holds (``build_cache.environment``: the versions, the
-target, the precision, the size limit, the thread pool). A pipeline given
-as a ``Pass`` object, or a context with instruments (they observe the
-passes, which a hit does not run), is never cached.
+target, the precision, the size limit, the thread pool). The target is
+keyed as the caller gave it, with the host CPU's name for a CPU target
+(``target_key``: what TVM's target is made of, so a hit needs no TVM
+Python; the record keeps TVM's text of it). A pipeline given as a
+``Pass`` object, or a context with instruments (they observe the passes,
+which a hit does not run), is never cached.
 
 [RULE CACHE-LAZY] On a hit the optimised program is not made:
 ``CompiledModule.module`` runs the pipeline the first time something needs
@@ -36,17 +39,42 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from dataclasses import dataclass
 from typing import Any
 
 from ....ir.module import IRModule
 from ....ir.printer import astext
 from ....passes.infra.transform import PassContext
+from ..runtime import tvm_runtime
 from ..runtime.signature import Signature
 from .build_cache import cache_dir, environment, spans_digest, write_whole
 
-RECORD_FORMAT = 1
+RECORD_FORMAT = 2
 """The layout of a record; a change is a new key."""
+
+
+def target_key(target: Any) -> tuple[str, str] | None:
+    """The kind of the target ``compile`` was given and its text for a key,
+    made without TVM's Python: the spelling given (text or config) with,
+    for a CPU target, LLVM's name of the host CPU (target.py gives
+    ``"llvm"`` that ``mcpu``); a ``tvm.target.Target`` (TVM is imported:
+    the caller made one) as TVM writes it. None when its kind, or the host
+    CPU, cannot be read here (``make_target`` says why later)."""
+    if isinstance(target, str) and target.split():
+        kind, given = target.split()[0], json.dumps(target)
+    elif isinstance(target, dict) and isinstance(target.get("kind"), str):
+        kind, given = target["kind"], json.dumps(target, sort_keys=True, default=repr)
+    elif "tvm" in sys.modules and isinstance(target, sys.modules["tvm"].target.Target):
+        kind, given = str(target.kind.name), f"tvm {target}"
+    else:
+        return None
+    if kind == "llvm":
+        cpu = tvm_runtime.host_cpu()
+        if cpu is None:  # no compiler library: the build says why
+            return None
+        given += f" host {cpu}"
+    return kind, given
 
 
 @dataclass(frozen=True)
@@ -64,6 +92,8 @@ class ProgramRecord:
     signatures: dict[str, Signature]
     static_entry: bool
     """Whether the entry ``compile`` was given is built at compile time."""
+    target: str
+    """TVM's text of the target (``str(tvm.target.Target)``): the report's."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -76,6 +106,7 @@ class ProgramRecord:
             "entries": list(self.entries),
             "signatures": {n: s.to_json() for n, s in self.signatures.items()},
             "static_entry": self.static_entry,
+            "target": self.target,
         }
 
     @staticmethod
@@ -96,6 +127,7 @@ class ProgramRecord:
                 tuple(str(n) for n in data["entries"]),
                 signatures,
                 bool(data["static_entry"]),
+                str(data["target"]),
             )
         except (KeyError, TypeError, AttributeError) as err:
             raise ValueError(f"malformed program record ({err})") from None
@@ -111,14 +143,17 @@ def program_key(
 ) -> str | None:
     """The record's key [RULE CACHE-PROGRAM], or None when the program is not
     cached (the cache off, a target whose builds are not cached, a context
-    with instruments)."""
-    if cache_dir() is None or target.kind.name != "llvm" or context.instruments:
+    with instruments). ``target``: as ``compile`` was given it."""
+    if cache_dir() is None or context.instruments:
+        return None
+    keyed = target_key(target)
+    if keyed is None or keyed[0] != "llvm":
         return None
     options = json.dumps(context.options, sort_keys=True, default=repr)
     text = "\n".join(
         [
             f"effir-program-cache {RECORD_FORMAT}",
-            *environment(target, precision),
+            *environment(keyed[1], precision),
             f"entry {entry}",
             f"pipeline {pipeline}",
             f"verify {context.verify}",

@@ -37,7 +37,6 @@ import numpy as np
 import tvm
 import tvm_ffi
 from tvm import te, tirx
-from tvm.support import nvcc
 
 from effir.passes.analyses.infer_type import infer_expr
 
@@ -52,12 +51,13 @@ from ....runtime.values import PRNGKey
 from .. import precision
 from ..runtime.errors import BackendError, check_failure, run_time_error
 from ..schedule import schedule_prim_func
-from ..target import building, make_target, with_cuda_library
+from ..target import building, cuda_source_to_ptx, make_target
 from . import (
     rounding,
     te_ops,  # noqa: F401  (registers the te rules)
 )
 from .checks import check_site, collecting_checks, error_output, error_shape
+from .constant_calls import folded_call
 from .lets import normalised_lets
 from .rounding import rounded
 from .rules import TEValue, dim_value, symbolic_dims
@@ -612,6 +612,9 @@ class _Builder:
             )
             raise BackendError(f"operator {name} {why}: it cannot be part of a kernel", call.span)
         out_type = concrete_type(call.checked_type, self.dims, f"the result of {name}")
+        folded = folded_call(definition, args, call.attrs, out_type)  # [RULE TE-FOLD]
+        if folded is not None:
+            return folded
         try:
             with check_site(name, call.span):
                 value = rule(args, call.attrs, out_type)
@@ -716,7 +719,4 @@ def compile_cuda_to_ptx(kernel: Kernel) -> str:
             f"kernel {kernel.name} was built for {kernel.target.kind.name}, not cuda: "
             "there is no CUDA source to compile"
         )
-    with kernel.target:
-        source = with_cuda_library(kernel.source("cuda"))
-        ptx = nvcc.compile_cuda(source, target_format="ptx", compiler="nvcc")
-    return bytes(ptx).decode()
+    return cuda_source_to_ptx(kernel.source("cuda"), kernel.target)

@@ -33,6 +33,7 @@ from ....ir.module import IRModule
 from ....ir.op import op_def
 from ....ir.types import TupleType, Type
 from ..kernel import random_ops, rounding, te_ops  # noqa: F401  (the te rules)
+from ..kernel.constant_calls import folded_call
 from ..kernel.te_ops.common import scalar_constant
 from ..runtime.errors import BackendError
 from .values import concrete, leaf_of
@@ -201,6 +202,10 @@ class StepTE(ExprFunctor):
             raise BackendError(f"{op.name} has no te rule: TVM cannot compute it", call.span)
         if not call.has_type:
             raise BackendError("the loop body has no types: run effir.check first", call.span)
-        value = rule(tuple(args), call.attrs, concrete(call.checked_type, self.dims))
+        out_type = concrete(call.checked_type, self.dims)
+        folded = folded_call(definition, tuple(args), call.attrs, out_type)  # [RULE TE-FOLD]
+        if folded is not None:
+            return folded
+        value = rule(tuple(args), call.attrs, out_type)
         # [RULE KERNEL-ROUND] (kernel/rounding.py) in gradient programs; a whole loop is built for LLVM only
         return rounding.rounded(value) if rounding.active() else value

@@ -95,7 +95,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -151,32 +150,13 @@ from .depth import deeper_kernel
 from .dynamic import DYNAMIC, DynamicRules
 from .kernel_calls import KernelRules
 from .loops import LoopRules
+from .program import RelaxProgram
 from .state import LiftedFunction, LoweringState
 from .types import NeedsStatic, declare, relax_type
 from .whole_loops import WholeLoopRules
 
 
-# ================================================================== types
-@dataclass
-class RelaxProgram:
-    """A lowered specialisation: the Relax module (it calls no Python:
-    every program exports)."""
-
-    module: Any  # tvm.IRModule
-    entry: str
-    kernels: int = 0
-    loops: int = 0
-    recursive: bool = False  # runs on a large stack (runtime/stack.py [RULE RUNTIME-STACK])
-    sites: dict[str, Span | None] = field(default_factory=dict)
-    """The source of the value bound to each Relax variable, by name: where
-    a failure of TVM's build that names one is reported (runtime/errors.py
-    ``build_failure``)."""
-    span: Span | None = None  # the entry's, where no site is named
-    libraries: Any = None
-    """Its kernels' modules, being built (relax/apart.py ``Pending``:
-    [RULE APART-OVERLAP]); the executable imports them."""
-
-
+# ================================================================== the walk
 def lower_to_relax(
     module: IRModule, entry: str, target: Any, symbolic: tuple[str, ...] = ()
 ) -> RelaxProgram:

@@ -37,9 +37,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import tvm
 import tvm_ffi
-from tvm.runtime import Tensor
 
 from ....ir.diagnostics import ArgumentError
 from ....ir.expr import TypeData
@@ -47,12 +45,11 @@ from ....runtime.device_array import DLPACK_CPU, HOST_READABLE, DeviceArray, dev
 from ....runtime.values import PRNGKey
 from .errors import BackendError
 from .signature import AdtSpec, KeySpec, Spec, TupleSpec, from_tvm, to_tvm
-
-HOST = tvm.cpu(0)
+from .tvm_runtime import copy_to, synchroniser, tensor
 
 
 class Placement:
-    """The device of one compiled program (``tvm.cpu(0)``, ``tvm.cuda(0)``)
+    """The device of one compiled program (the CPU, the first GPU: runtime/tvm_runtime.py)
     and the moves of values to and from it."""
 
     def __init__(self, device: Any) -> None:
@@ -61,6 +58,7 @@ class Placement:
         self.on_host = self.dlpack[0] == DLPACK_CPU
         self.name = device_name(self.dlpack)
         self._world: Any = None
+        self._sync = synchroniser(device)
 
     # ------------------------------------------------------------ in
     def take(self, value: Any, where: str) -> DeviceArray | None:
@@ -115,20 +113,20 @@ class Placement:
             return tvm_ffi.convert([self.argument(v, f, any_alignment, adts) for v, f in fields])
         if isinstance(value, DeviceArray):
             value = value.data
-        if isinstance(value, Tensor):  # a DeviceArray's, or a cell left on a device
+        if isinstance(value, tvm_ffi.Tensor):  # a DeviceArray's, or a cell left on a device
             there = (int(value.device.dlpack_device_type()), int(value.device.index))
-            return value if there == self.dlpack else value.copyto(self.device)
+            return value if there == self.dlpack else copy_to(value, self.device)
         if self.on_host:
             return to_tvm(value, spec, any_alignment)
         array = value.data if isinstance(value, PRNGKey) else np.asarray(value)
-        return tvm.runtime.tensor(np.ascontiguousarray(array), self.device)
+        return tensor(array, self.device)
 
     def world(self) -> Any:
         """The world token's value (``int64`` 0), made on this device once."""
         if self.on_host:
             return np.int64(0)
         if self._world is None:
-            self._world = tvm.runtime.tensor(np.zeros((), np.int64), self.device)
+            self._world = tensor(np.zeros((), np.int64), self.device)
         return self._world
 
     # ----------------------------------------------------------- out
@@ -157,7 +155,7 @@ class Placement:
             return self.device_array(value)
         if self.on_host:
             return from_tvm(value, spec, adts)
-        array = value.numpy()
+        array = value.numpy()  # a GPU's tensor (TVM's: a GPU program was built here)
         return PRNGKey(array) if isinstance(spec, KeySpec) else array
 
     def store(self, cells: Any, name: str, value: Any, spec: Spec) -> None:
@@ -168,5 +166,5 @@ class Placement:
         else:
             cells.keep_on_device(name, value, lambda v: self.result(v, spec))
 
-    def device_array(self, tensor: Any) -> DeviceArray:
-        return DeviceArray(tensor, tuple(tensor.shape), str(tensor.dtype), self.device.sync)
+    def device_array(self, value: Any) -> DeviceArray:
+        return DeviceArray(value, tuple(value.shape), str(value.dtype), self._sync)

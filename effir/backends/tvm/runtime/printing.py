@@ -22,7 +22,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-import tvm
 import tvm_ffi
 
 from effir.passes.analyses.type_solver import substitute
@@ -33,6 +32,7 @@ from ....ir.types import GlobalTypeVar, KeyType, TensorType, TupleType, Type, Ty
 from ....runtime.values import ADTValue, PRNGKey
 from ...interpreter import Sink, print_sink
 from .errors import BackendError, site_message
+from .tvm_runtime import to_numpy
 
 PRINT_FUNCTION = "effir.print"
 """The packed function ``io.print`` calls: ``(label: str, value) -> None``."""
@@ -122,8 +122,7 @@ def _adt_name(t: TypeCall | GlobalTypeVar) -> str:
 
 def _array(value: Any) -> np.ndarray:
     """A VM tensor as a numpy array on the host (a GPU's is copied)."""
-    on_host = value.device.dlpack_device_type() == tvm.cpu(0).dlpack_device_type()
-    return np.from_dlpack(value).copy() if on_host else value.numpy()
+    return to_numpy(value)
 
 
 def rebuilt(value: Any, layout: str | None) -> Any:

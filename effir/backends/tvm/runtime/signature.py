@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import tvm
 import tvm_ffi
 
 from ....ir.expr import Constructor, TypeData
@@ -52,6 +51,7 @@ from ....runtime.arguments import (
 )
 from ....runtime.values import PRNGKey, adt_value
 from .errors import BackendError
+from .tvm_runtime import tensor
 
 Dims = dict[str, int]
 
@@ -387,7 +387,7 @@ def _tensor_to_tvm(value: Any, any_alignment: bool) -> Any:
     aligned = flags.aligned if any_alignment else array.ctypes.data % 64 == 0
     if flags.c_contiguous and flags.writeable and aligned and array.size:
         return tvm_ffi.from_dlpack(array)
-    return tvm.runtime.tensor(np.array(array, order="C"))
+    return tensor(array)
 
 
 def from_tvm(value: Any, spec: Spec, adts: Mapping[str, TypeData] | None = None) -> Any:
@@ -452,4 +452,4 @@ def _instantiated(data: TypeData, t: TypeCall, ctor: Constructor) -> tuple[Type,
 
 def _tag(index: int) -> Any:
     """A constructor's tag as the VM holds it (relax/adts.py ``tag``)."""
-    return tvm.runtime.tensor(np.array(index, dtype=np.int64))
+    return tensor(np.array(index, dtype=np.int64))

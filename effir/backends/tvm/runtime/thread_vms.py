@@ -20,9 +20,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from tvm import relax
-
 from .errors import register_check_function
+from .tvm_runtime import virtual_machine
 
 register_check_function()  # the checks of the code these VMs run report through it
 
@@ -52,7 +51,7 @@ class ThreadVMs:
         functions: dict[str, Any] | None = getattr(self._local, "functions", None)
         if functions is None:
             with MODULES:
-                vm = relax.VirtualMachine(self._module(), self._device)
+                vm = virtual_machine(self._module(), self._device)
             self._local.vm = vm
             functions = self._local.functions = {}
         function = functions.get(entry)

@@ -136,11 +136,12 @@ def _lower_reinterpret_for_cuda(call: PrimExpr) -> PrimExpr:
     argument; one of an immediate is the immediate of the same bits (a
     uint64 past int64's range: the cast of its signed bits, which wraps in
     CUDA as in numpy); any other stays for the code generator, which binds
-    a non-immediate argument to a variable first."""
+    a non-immediate argument to a variable first. A float64 immediate is
+    ``__longlong_as_double`` of its bits (``_cuda_double``)."""
     (arg,) = call.args
     to, source = _dtype(call), _dtype(arg)
     if to == source:
-        return arg
+        return _cuda_double(arg) if isinstance(arg, tirx.FloatImm) else arg
     if "bool" in (to, source) or "x" in to + source:  # a vector (lanes): the code generator's
         return call
     width = np.dtype(to).itemsize * 8
@@ -153,12 +154,25 @@ def _lower_reinterpret_for_cuda(call: PrimExpr) -> PrimExpr:
     else:
         return call
     if _kind(to) == "f":
-        return tirx.FloatImm(to, float(np.array(bits, f"uint{width}").view(to).item()))
+        return _cuda_double(
+            tirx.FloatImm(to, float(np.array(bits, f"uint{width}").view(to).item()))
+        )
     if _kind(to) == "i" and bits >= 2 ** (width - 1):
         return tirx.IntImm(to, bits - 2**width)
     if bits >= 2**63:  # a uint64 past int64's range: its signed bits, cast
         return tirx.Cast(to, tirx.IntImm("int64", bits - 2**64))
     return tirx.IntImm(to, bits)
+
+
+def _cuda_double(value: PrimExpr) -> PrimExpr:
+    """A float immediate for CUDA; a float64 one as ``__longlong_as_double``
+    of its bits, which nvcc folds: TVM's CUDA code generator prints a
+    float64 immediate with 15 digits after the point, so ``1e-20`` was 0
+    and ``2 / 3`` lost its last bits."""
+    if _dtype(value) != "float64":
+        return value
+    bits = np.array(value.value, "float64").view("int64").item()
+    return tirx.call_pure_extern("float64", "__longlong_as_double", tirx.IntImm("int64", bits))
 
 
 tirx.op.register_intrin_lowering(

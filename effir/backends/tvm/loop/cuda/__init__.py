@@ -56,37 +56,7 @@ moved to a GPU with fewer fails at its launch (a CUDA error, never a hang).
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
-
+from ...emulation import emulated, emulation
 from .function import CudaLoop, lower_cuda_loop
-
-_EMULATED: ContextVar[int | None] = ContextVar("effir_emulated_gpu_loops", default=None)
-
-
-@contextmanager
-def emulated(blocks: int = 8) -> Iterator[None]:
-    """Programs compiled for the CPU inside build their whole loops as the
-    GPU's (prologue and persistent kernel, of at most ``blocks`` blocks),
-    run serially ([THREADS]): the GPU's algorithm checked on a CPU."""
-    token = _EMULATED.set(blocks)
-    try:
-        yield
-    finally:
-        _EMULATED.reset(token)
-
-
-def emulation() -> int | None:
-    """The grid of emulated GPU loops, or None when they are not emulated;
-    ``EFFIR_EMULATED_GPU_LOOPS=N`` emulates them, N blocks at most, in every
-    CPU build of the process (the differential fuzzer's, a whole test
-    suite's)."""
-    blocks = _EMULATED.get()
-    if blocks is None and os.environ.get("EFFIR_EMULATED_GPU_LOOPS"):
-        return int(os.environ["EFFIR_EMULATED_GPU_LOOPS"])
-    return blocks
-
 
 __all__ = ["CudaLoop", "emulated", "emulation", "lower_cuda_loop"]
