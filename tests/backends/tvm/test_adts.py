@@ -380,7 +380,7 @@ def test_a_failure_of_tvms_build_is_a_compile_error_at_the_binding_it_names(monk
     # defect of the backend that TVM's build finds.
     import tvm
 
-    from effir.backends.tvm.driver import compile as compile_py
+    from effir.backends.tvm.relax import pipeline as relax_pipeline_py
     from effir.backends.tvm.runtime.errors import BuildDefect
 
     def failing(target: object) -> object:
@@ -392,7 +392,7 @@ def test_a_failure_of_tvms_build_is_a_compile_error_at_the_binding_it_names(monk
 
         return run
 
-    monkeypatch.setattr(compile_py, "relax_pipeline", failing)
+    monkeypatch.setattr(relax_pipeline_py, "relax_pipeline", failing)
     module = parse(
         "def @main(%x: Tensor[(3), float32], %c: Tensor[(), bool]) {\n"
         "  let %scaled = if (%c) { (%x, tanh(%x)) } else { (%x, %x) };\n"
