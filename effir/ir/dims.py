@@ -22,6 +22,14 @@ from .types import ANY, Dim, TensorType, Type
 N = TypeVar("N", bound=Node)
 
 
+def static_shapes(t: Type) -> bool:
+    """Whether every tensor in ``t`` (through tuples, functions and type
+    arguments) has a static shape: what a kernel's types must be."""
+    return all(
+        not isinstance(n, TensorType) or n.is_static for n in pre_order(t) if isinstance(n, Type)
+    )
+
+
 def substitute_dims(node: N, dims: Mapping[str, Dim]) -> N:
     """``node`` (a type, an expression, a function) with each named
     dimension of ``dims`` replaced by its value (a size or another name),

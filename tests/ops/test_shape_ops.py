@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import effir  # registers the operators
 from effir.ir.types import ANY, IncompleteType, TensorType, TupleType
 from effir.ops.relations import NotReady, OpFailure, RelationError
+from tests.support.shape_strategies import prime_factors
 
 from .rules import T, rel, run
 
@@ -118,22 +119,12 @@ def test_reshape_numpy_rule():
         run("reshape", np.zeros((3, 0), "float32"), newshape=[-1, 0])
 
 
-def _factors(n):
-    out, p = [], 2
-    while n > 1:
-        while n % p == 0:
-            out.append(p)
-            n //= p
-        p += 1
-    return out
-
-
 @st.composite
 def reshapes(draw):
     """A static shape, a valid newshape with 0s and at most one -1, and a
     symbolic version of the shape (some dims made symbols or ``?``)."""
     src = draw(st.lists(st.integers(1, 6), max_size=4))
-    factors = [f for d in src for f in _factors(d)]
+    factors = [f for d in src for f in prime_factors(d)]
     factors = draw(st.permutations(factors))
     rank = draw(st.integers(0, 4))
     out = [1] * rank

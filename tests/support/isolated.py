@@ -29,6 +29,7 @@ import textwrap
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tests.support.tiers import check_tvm_allowed
 
@@ -96,6 +97,17 @@ def run_isolated(
     except subprocess.TimeoutExpired as exc:
         return IsolatedRun(code, -1, _text(exc.stdout), _text(exc.stderr), timed_out=True)
     return IsolatedRun(code, done.returncode, done.stdout, done.stderr)
+
+
+def run_isolated_call(module: str, function: str, *args: object, timeout: float = 300.0) -> Any:
+    """``function(*args)`` of ``module`` (a module of the repository, the
+    arguments Python literals) run in a new process by ``run_isolated``, its
+    result (printed as JSON) read back; a crash or a time-out fails."""
+    code = (
+        f"import json\nfrom {module} import {function}\nprint(json.dumps({function}(*{args!r})))\n"
+    )
+    run = run_isolated(code, timeout=timeout).check()
+    return json.loads(run.stdout.strip().splitlines()[-1])
 
 
 def _env() -> dict[str, str]:

@@ -10,13 +10,12 @@ kernel and in a whole compiled loop. Compiled runs go through
 
 from __future__ import annotations
 
-import json
 import os
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.isolated import run_isolated
+from tests.support.isolated import run_isolated_call
 
 HEADER = '#[version = "0.0.5"]\n'
 FLOATS = ["float16", "float32", "float64"]
@@ -74,13 +73,9 @@ def _same(a: object, b: object) -> bool:
 
 
 def _check(src: str, args: list, opt_levels: tuple[int, ...] = (0, 2)) -> None:
-    code = (
-        "import json\n"
-        "from tests.backends.tvm.test_compiled_constants import mismatches\n"
-        f"print(json.dumps(mismatches({src!r}, {args!r}, {opt_levels!r})))\n"
+    problems = run_isolated_call(
+        "tests.backends.tvm.test_compiled_constants", "mismatches", src, args, opt_levels
     )
-    run = run_isolated(code).check()
-    problems = json.loads(run.stdout.strip().splitlines()[-1])
     assert not problems, src + "\n" + "\n".join(problems)
 
 

@@ -11,14 +11,13 @@ bit (zeros' and infinities' signs). Compiled runs go through
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.isolated import run_isolated
+from tests.support.isolated import run_isolated, run_isolated_call
 
 HEADER = '#[version = "0.0.5"]\n'
 SIZE = 16  # the kernels' loops are vectorised
@@ -90,13 +89,9 @@ def _same(got: object, want: object) -> bool:
 
 
 def _check(sources: list[str], dtype: str = "float32", levels: tuple[int, ...] = (0, 1, 2)) -> None:
-    code = (
-        "import json\n"
-        "from tests.backends.tvm.test_float_folding import mismatches\n"
-        f"print(json.dumps(mismatches({sources!r}, {dtype!r}, {levels!r})))\n"
+    problems = run_isolated_call(
+        "tests.backends.tvm.test_float_folding", "mismatches", sources, dtype, levels
     )
-    run = run_isolated(code, timeout=300).check()
-    problems = json.loads(run.stdout.strip().splitlines()[-1])
     assert not problems, "\n".join(problems)
 
 

@@ -9,7 +9,6 @@ cache off (tests/conftest.py), so every case is built."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 
@@ -17,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.isolated import run_isolated
+from tests.support.isolated import run_isolated_call
 
 HEADER = '#[version = "0.0.5"]\n'
 SHAPE = (2, 8)  # the inner axis is vectorised
@@ -63,13 +62,15 @@ def mismatches(src: str, dtype: str, target: str, opt_levels: tuple[int, ...]) -
 def _check(
     src: str, dtype: str, target: str = "llvm", opt_levels: tuple[int, ...] = (1, 2)
 ) -> None:
-    code = (
-        "import json\n"
-        "from tests.backends.tvm.test_float_lets import mismatches\n"
-        f"print(json.dumps(mismatches({src!r}, {dtype!r}, {target!r}, {opt_levels!r})))\n"
+    problems = run_isolated_call(
+        "tests.backends.tvm.test_float_lets",
+        "mismatches",
+        src,
+        dtype,
+        target,
+        opt_levels,
+        timeout=240,
     )
-    run = run_isolated(code, timeout=240).check()
-    problems = json.loads(run.stdout.strip().splitlines()[-1])
     assert not problems, src + "\n" + "\n".join(problems)
 
 

@@ -7,14 +7,13 @@ Compiled runs go through ``tests/support/isolated.py``."""
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.isolated import run_isolated
+from tests.support.isolated import run_isolated_call
 from tests.support.tiers import suite_and_nightly
 
 HEADER = '#[version = "0.0.5"]\n'
@@ -72,13 +71,9 @@ def mismatches(src: str, opt_level: int) -> list[str]:
 
 
 def _check(src: str, opt_level: int = 1) -> None:
-    code = (
-        "import json\n"
-        "from tests.backends.tvm.test_integer_builds import mismatches\n"
-        f"print(json.dumps(mismatches({src!r}, {opt_level})))\n"
+    problems = run_isolated_call(
+        "tests.backends.tvm.test_integer_builds", "mismatches", src, opt_level
     )
-    run = run_isolated(code).check()
-    problems = json.loads(run.stdout.strip().splitlines()[-1])
     assert not problems, src + "\n" + "\n".join(problems)
 
 

@@ -9,13 +9,12 @@ against the interpreter. Compiled runs go through ``tests/support/isolated.py``.
 
 from __future__ import annotations
 
-import json
 import os
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.isolated import run_isolated
+from tests.support.isolated import run_isolated_call
 
 HEADER = '#[version = "0.0.5"]\n'
 BIG = 2**31 - 1  # an end past every size: "to the end" (-BIG: "to the start")
@@ -56,13 +55,9 @@ def _leaves(value: object) -> list:
 
 
 def _check(src: str, args: list[list], dtype: str = "float32", grad: bool = False) -> None:
-    code = (
-        "import json\n"
-        "from tests.backends.tvm.test_strided_compiled import mismatches\n"
-        f"print(json.dumps(mismatches({src!r}, {args!r}, {dtype!r}, {grad!r})))\n"
+    problems = run_isolated_call(
+        "tests.backends.tvm.test_strided_compiled", "mismatches", src, args, dtype, grad
     )
-    run = run_isolated(code).check()
-    problems = json.loads(run.stdout.strip().splitlines()[-1])
     assert not problems, src + "\n" + "\n".join(problems)
 
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import effir
 from effir.backends.tvm.relax.views import view_shape
 from tests.support.isolated import run_isolated
+from tests.support.shape_strategies import prime_factors
 
 HEADER = '#[version = "0.0.5"]\n'
 
@@ -32,16 +33,6 @@ def program(shape: list[int], steps: list[str]) -> str:
     return f"{HEADER}def @main(%x: Tensor[({dims}), float32]) {{\n{body}\n  {before}\n}}\n"
 
 
-def _factors(n: int) -> list[int]:
-    found, p = [], 2
-    while n > 1:
-        while n % p == 0:
-            found.append(p)
-            n //= p
-        p += 1
-    return found
-
-
 @st.composite
 def chains(draw: st.DrawFn) -> tuple[list[int], list[str]]:
     shape = draw(st.lists(st.integers(1, 4), min_size=1, max_size=4))
@@ -55,7 +46,7 @@ def chains(draw: st.DrawFn) -> tuple[list[int], list[str]]:
         elif kind == "reshape":
             rank = draw(st.integers(1, 4))
             new = [1] * rank
-            for f in _factors(math.prod(current)):
+            for f in prime_factors(math.prod(current)):
                 new[draw(st.integers(0, rank - 1))] *= f
             steps.append(f"reshape({{}}, newshape={new})")
             current = new

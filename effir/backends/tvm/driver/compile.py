@@ -32,6 +32,7 @@ from effir.passes.infra.pipeline import pipeline as parse_pipeline
 from effir.passes.infra.transform import Pass, PassError
 
 from ....ir.diagnostics import Error, EvalError, TypeCheckError
+from ....ir.dims import static_shapes
 from ....ir.module import IRModule
 from ....ir.printer import astext
 from ....ir.program import DEFAULT_ENTRY, resolve
@@ -722,8 +723,9 @@ def compile(  # effir.compile, as tvm.compile
     The passes run in the current ``PassContext`` (its instruments and
     verification); with none entered, the program is type-checked before
     and after the pipeline, not after every pass, unless
-    ``EFFIR_VERIFY_PASSES=1`` (driver/verification.py [RULE COMPILE-VERIFY]). ``compiled.report`` (``CompileReport``) says what was
-    done and what it cost. Imports TVM on first use."""
+    ``EFFIR_VERIFY_PASSES=1`` (driver/verification.py
+    [RULE COMPILE-VERIFY]). ``compiled.report`` (``CompileReport``) says
+    what was done and what it cost. Imports TVM on first use."""
     if pipeline is not None and opt_level is not None:
         raise PassError("effir.compile: give a pipeline or an opt_level, not both")
     module, entry = resolve(module, entry, CompileError, "effir.compile")
@@ -842,10 +844,8 @@ def _tvm_target(target: Any, precision: str = "float32") -> Any:
 def _static_entry(module: IRModule, entry: str) -> bool:
     """Whether ``entry`` has one build, made at compile time (every
     parameter's type static)."""
-    from ..relax.types import static  # lazy: imports TVM (only after the pipeline ran)
-
     main = module.functions.get(entry)
-    return main is not None and all(static(p.checked_type) for p in main.params)
+    return main is not None and all(static_shapes(p.checked_type) for p in main.params)
 
 
 def _size(module: IRModule) -> int:

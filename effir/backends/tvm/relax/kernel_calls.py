@@ -20,6 +20,7 @@ from typing import Any
 from tvm import relax
 
 from ....ir import type_tree
+from ....ir.dims import static_shapes
 from ....ir.expr import Expr, Function, Var
 from ....ir.printer import astext
 from ....ir.types import Type
@@ -30,7 +31,7 @@ from .dynamic import DynamicRules
 from .state import LoweringState, Walk
 from .symbolic import SymbolicRules
 from .take_indices import lifted_take_indices
-from .types import NeedsStatic, named_dims, relax_type, scheduled, static
+from .types import NeedsStatic, named_dims, relax_type, scheduled
 from .views import view_shape
 
 
@@ -52,7 +53,7 @@ class KernelRules:
         types = [p.checked_type for p in fn.params]
         result_type = fn.body.checked_type
         args = [self.walk.atom(a, env) for a in arguments]
-        if not (all(static(t) for t in types) and static(result_type)):
+        if not (all(map(static_shapes, types)) and static_shapes(result_type)):
             self.needs_static([*types, result_type])
             shown = [_input_name(a) for a in arguments]
             return self.symbolic.shape_polymorphic(fn, args, types, result_type, name, shown)

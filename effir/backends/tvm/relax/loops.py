@@ -72,6 +72,7 @@ from tvm import relax, tirx
 from tvm.relax.op.vm import kill_object
 
 from ....ir import type_tree
+from ....ir.dims import static_shapes
 from ....ir.expr import Call, Expr, Function, Var
 from ....ir.printer import astext
 from ....ir.types import ANY, Dim, TensorType, TupleType, Type
@@ -85,7 +86,7 @@ from .constants import constant
 from .dynamic import DynamicRules
 from .kernel_calls import KernelRules
 from .state import LoweringState, Walk
-from .types import declare, is_const, relax_type, static, unknown_shape
+from .types import declare, is_const, relax_type, unknown_shape
 from .whole_loops import WholeLoop, WholeLoopRules, whole_outputs
 
 LOOP_CHUNK = 1024
@@ -161,7 +162,7 @@ class LoopRules:
         step_types = [*_step_types(xs_type), init_arg.checked_type, body.checked_type]
         step_types += [v.checked_type for v in captured]
         self.kernel.needs_static(step_types)
-        if not all(map(static, step_types)):
+        if not all(map(static_shapes, step_types)):
             return self._foreach_in_vm(call, env, name)
         if not list(type_tree.leaves(body.body.checked_type)):
             # No output and no state: a TIR loop would compute nothing (TVM

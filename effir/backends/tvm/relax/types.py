@@ -92,13 +92,6 @@ def unknown_shape(shape: Any) -> str:
     return "a data-dependent shape (?)"
 
 
-def static(t: Type) -> bool:
-    """Whether every tensor in ``t`` has a static shape."""
-    return all(
-        not isinstance(n, TensorType) or n.is_static for n in pre_order(t) if isinstance(n, Type)
-    )
-
-
 # ================================================================ program
 
 

@@ -28,7 +28,6 @@ import numpy as np
 
 from ....ir.expr import Call, Expr, Function, Let, Op
 from ....ir.types import TensorType
-from .types import static
 
 VIEW_OPERATORS = frozenset({"reshape", "squeeze", "expand_dims", "transpose"})
 """Operators that rearrange axes without computing."""
@@ -41,10 +40,10 @@ def view_shape(fn: Function) -> list[int] | None:
         return None
     steps = _chain(fn)
     source = fn.params[0].checked_type
-    if steps is None or not (isinstance(source, TensorType) and static(source)):
+    if steps is None or not (isinstance(source, TensorType) and source.is_static):
         return None
     result = steps[-1].checked_type
-    if not isinstance(result, TensorType) or not static(result):
+    if not isinstance(result, TensorType) or not result.is_static:
         return None
     for step in steps:
         out = step.checked_type
