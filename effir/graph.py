@@ -50,6 +50,7 @@ from .ir.expr_functor import ExprFunctor
 from .ir.functor import on
 from .ir.op import lookup_op
 from .ir.printer import astext
+from .ops.control import LOOP_OPS
 
 # Geometry (pixels) and colours.
 CHAR_W, LINE_H, PAD, GAP_X, GAP_Y, TITLE_H = 7.2, 22, 10, 14, 26, 20
@@ -73,7 +74,6 @@ CLUSTER_COLOURS = {
     "module": "#ffffff",
 }
 EDGE_COLOURS = {"data": "#607d8b", "read": "#ef6c00", "write": "#c62828"}
-LOOP_OPS = frozenset({"cf.foreach", "cf.while_loop"})
 
 
 @dataclass(eq=False)

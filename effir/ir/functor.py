@@ -383,10 +383,11 @@ class Mutator(Functor):
     def child_expr(self, expr: Expr) -> Expr:
         """``child(expr)`` checked to be an expression, for a hook that
         reads a rewritten child as one."""
-        return self._checked(expr, self.child(expr), Expr)
+        new = self.child(expr)
+        return new if isinstance(new, Expr) else rewritten_as(self, expr, new, Expr)
 
     def _checked(self, old: Node, new: Node, kind: type[N]) -> N:
-        return rewritten_as(self, old, new, kind)
+        return new if isinstance(new, kind) else rewritten_as(self, old, new, kind)
 
     def _enter_block(self, head: Let, stack: list[tuple[Any, int]]) -> None:
         chain = [head]

@@ -46,6 +46,9 @@ register_op(
 )
 
 
+LOOP_OPS = frozenset({"cf.foreach", "cf.while_loop"})
+"""The names of the loop operators."""
+
 LIMIT_ARG = 3
 """The argument of ``cf.while_loop`` that is its run-time ``max_iterations``
 (when the call has a fourth argument)."""

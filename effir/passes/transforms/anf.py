@@ -417,8 +417,10 @@ class _Normalizer(ExprFunctor):
     def _known(self, expr: Expr) -> Expr | None:
         """The value of an atom or of a shared node already bound, without a
         trip through the trampoline (most operands are one of these)."""
+        if isinstance(expr, Var):  # (the atom it aliases, as _atom_value)
+            return self.alias.get(expr, expr)
         if isinstance(expr, ATOM_TYPES):
-            return self._atom_value(expr)
+            return expr
         return self.bound.get(id(expr))
 
     def _atom_value(self, atom: Expr) -> Expr:

@@ -48,6 +48,7 @@ from effir.ir.module import IRModule
 from effir.ir.node import Node
 from effir.ir.op import op_def
 from effir.ir.types import Dim, Type, TypeVar
+from effir.ops.control import LOOP_OPS
 from effir.passes.transforms.partial_eval.instances import (
     call_hints,
     instance,
@@ -79,6 +80,7 @@ class PartialEvaluator(Unrolling, Evaluator):
         self.budget = budget
         self.inlining: list[Function] = []  # the functions being inlined, innermost last
         self.sizes: dict[Function, int] = {}  # nodes hash by identity
+        self.nests: set[Function] = set()  # the sized functions that hold a loop
         self.tails: set[Var] = set()  # variables made for the value of a block's tail
         self.store: dict[RefId, Entry] = {}
         self.escaped: set[LocalRef] = set()
@@ -517,10 +519,17 @@ class PartialEvaluator(Unrolling, Evaluator):
     def size_of(self, fn: Function) -> int:
         """``fn``'s number of nodes, or ``MAX_INLINE + 1`` if larger: what
         decides inlining, without a walk of each of many nested functions'
-        whole bodies."""
+        whole bodies. The same walk notes whether ``fn`` holds a loop
+        (``nests``), so that unrolling a loop-free body walks it once."""
         size = self.sizes.get(fn)
         if size is None:
-            size = self.sizes[fn] = sum(1 for _ in islice(pre_order(fn), MAX_INLINE + 1))
+            size = 0
+            for node in islice(pre_order(fn), MAX_INLINE + 1):
+                size += 1
+                if isinstance(node, Call) and isinstance(node.callee, Op):
+                    if node.callee.name in LOOP_OPS:
+                        self.nests.add(fn)
+            self.sizes[fn] = size
         return size
 
     def inlinable(self, fn: Function, arity: int) -> bool:

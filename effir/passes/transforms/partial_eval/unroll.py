@@ -58,6 +58,7 @@ class Unrolling:
     inline: Callable[[PV, list[PV], LetBuilder], Computation[PV]]
     instantiation: Callable[[Function, Iterable[tuple[Type, Type]]], dict[str, Type] | None]
     size_of: Callable[[Function], int]
+    nests: set[Function]
     snapshot: Callable[[], dict[RefId, Entry]]
 
     def unroll(self, call: Call, args: list[PV], env: dict[Var, PV], out: LetBuilder):
@@ -80,7 +81,7 @@ class Unrolling:
         body, body_fn = known
         if self.size_of(body_fn) * length > self.budget:
             return None
-        if length * inlined_steps(body_fn) > MAX_UNROLL:
+        if length * self.steps_of(body_fn) > MAX_UNROLL:
             return None  # a nest too long to unroll whole (module docstring)
         xs, state = args[1], args[2]
         xs_type = call.args[1].checked_type if call.args[1].has_type else None
@@ -95,6 +96,11 @@ class Unrolling:
         return self.emit(
             Var("foreach"), Tuple((stacked.atom, state.atom)), out, fields=(stacked, state)
         )
+
+    def steps_of(self, body_fn: Function) -> int:
+        """``inlined_steps(body_fn)``, 1 without a walk for a body that
+        ``size_of`` found holds no loop."""
+        return inlined_steps(body_fn) if body_fn in self.nests else 1
 
     def known_function(
         self, arg: Expr, pv: PV, env: dict[Var, PV], arity: int
@@ -119,7 +125,7 @@ class Unrolling:
         if known_cond is None or known_body is None or not isinstance(result_type, TupleType):
             return None
         (cond, cond_fn), (body, body_fn) = known_cond, known_body
-        per_step = inlined_steps(body_fn)
+        per_step = self.steps_of(body_fn)
         limit, given = while_limit(call)
         if given is not None:  # a run-time max_iterations: only a constant one unrolls
             value = args[LIMIT_ARG].const
