@@ -346,3 +346,43 @@ def test_float_expressions_of_constants_are_not_cancelled_as_reals() -> None:
     result = run_isolated(FLOAT_CANCELLATION).check()
     results = json.loads(result.stdout.strip().splitlines()[-1])
     assert results == dict.fromkeys("012", True)
+
+
+BOOLEAN_AT_VECTOR_TILE = r"""
+import json
+import numpy as np
+import effir
+
+# %s is uint64 arithmetic (emulated in 32-bit halves): too large to inline,
+# so equal(%s, 0) is computed at where's vector tile, in a local buffer.
+module = effir.check(effir.parse('''#[version = "0.0.5"]
+def @main(%a: Tensor[(4,), uint64], %b: Tensor[(4,), uint64]) {
+  let %q = divide(%b, where(equal(%a, 0u64), 1u64, %a));
+  let %s = add(%q, subtract(%b, %a));
+  divide(%b, where(equal(%s, 0u64), 1u64, %s))
+}
+'''))
+a = np.array([0, 3, 7, 2**63], np.uint64)
+b = np.array([5, 9, 2**64 - 1, 1], np.uint64)
+want = effir.interpret(module, a, b).tolist()
+results = {}
+for level in (0, 1, 2):
+    try:
+        got = effir.compile(module, opt_level=level)(a, b).tolist()
+        results[level] = got == want or f"{got} != {want}"
+    except effir.Error as exc:
+        results[level] = f"{type(exc).__name__}: {exc.message[:300]}"
+print(json.dumps(results))
+"""
+
+
+def test_a_boolean_computed_at_a_vector_tile_builds() -> None:
+    """A boolean producer too large to inline, computed at its consumer's
+    vector tile, failed to build at -O1 and -O2 (the widened fuzzer's
+    mixed-integer programs: "dtype mismatch on BufferStore" or a let's
+    "value.ty() == var->ty" check): TVM's StorageRewrite made its local
+    buffer of vector accesses one ``int8x4`` element without converting
+    the accesses. It keeps a scalar loop now [RULE SCHED-BOOLVEC]."""
+    result = run_isolated(BOOLEAN_AT_VECTOR_TILE).check()
+    results = json.loads(result.stdout.strip().splitlines()[-1])
+    assert results == dict.fromkeys("012", True)

@@ -246,7 +246,15 @@ class CpuScheduler:
             self.tile_of[self.blocks.name(block)] = (outer, vt)
 
     def _compute_at_consumer(self, block: Any) -> bool:
-        """[step 5] ``block`` computed at its only consumer's vector tile."""
+        """[step 5] ``block`` computed at its only consumer's vector tile.
+
+        [RULE SCHED-BOOLVEC] A boolean block so placed keeps a scalar loop:
+        its local buffer, written and read only as vectors of n lanes, is
+        what TVM's ``StorageRewrite`` turns into one ``int8xn`` element
+        without converting the accesses, and the build fails ("dtype
+        mismatch on BufferStore", a let of ``boolxn`` bound to ``int8xn``).
+        Its consumer still runs in vectors; the comparison it computes is
+        a few instructions a lane."""
         sch = self.sch
         if self.blocks.name(block) in self.blocks.outputs():
             return False
@@ -261,7 +269,9 @@ class CpuScheduler:
             return False
         attempt(lambda: sch.set_scope(block, 0, "local"))
         loops = sch.get_loops(block)
-        attempt(lambda: sch.vectorize(loops[-1]))
+        store = self.blocks.store(block)
+        if store is None or str(store.buffer.dtype) != "bool":  # [RULE SCHED-BOOLVEC]
+            attempt(lambda: sch.vectorize(loops[-1]))
         self.placed.add(self.blocks.name(block))
         self.tile_of[self.blocks.name(block)] = tile
         return True
