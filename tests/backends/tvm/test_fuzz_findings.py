@@ -386,3 +386,46 @@ def test_a_boolean_computed_at_a_vector_tile_builds() -> None:
     result = run_isolated(BOOLEAN_AT_VECTOR_TILE).check()
     results = json.loads(result.stdout.strip().splitlines()[-1])
     assert results == dict.fromkeys("012", True)
+
+
+CLOSURE_RESULT_IN_LOOP_STATE = r"""
+import json
+import numpy as np
+import effir
+
+module = effir.check(effir.parse('''#[version = "0.0.5"]
+def @cond(%s: (int32, Tensor[(3,), float32])) -> bool { less(%s.0, 4) }
+def @body(%s: (int32, Tensor[(3,), float32])) -> (float32, (int32, Tensor[(3,), float32])) {
+  let %y = tanh(add(%s.1, 0.5f));
+  (sum(%y), (add(%s.0, 1), %y))
+}
+def @main(%x: Tensor[(3,), float32], %n: int32) {
+  let %a = @iterate(fn (%y: Tensor[(3,), float32]) { tanh(add(%y, 1f)) }, %n)(%x);
+  let %r = cf.while_loop(@cond, @body, (0, %a));
+  (%a, %r.1.1)
+}
+'''))
+x, n = np.array([0.1, -0.5, 2.0], np.float32), np.int32(2)
+want = [w.tolist() for w in effir.interpret(module, x, n)]
+results = {}
+for level in (0, 1, 2):
+    try:
+        got = [g.tolist() for g in effir.compile(module, opt_level=level)(x, n)]
+        results[level] = bool(np.allclose(got, want, rtol=1e-5)) or f"{got} != {want}"
+    except effir.Error as exc:
+        results[level] = f"{type(exc).__name__}: {exc.message[:300]}"
+print(json.dumps(results))
+"""
+
+
+def test_a_closure_calls_tensor_result_passes_into_a_global_loop_body() -> None:
+    """The tensor a function value returns (``@iterate(f, n)(x)``), put in
+    the state of a ``cf.while_loop`` whose body is a global function, failed
+    to build at -O0 and -O1 ("Argument 2 type mismatch ... given
+    T.Tuple(R.Tensor((), dtype="int32"), R.Any)"; the widened fuzzer's
+    prelude and global-body programs, seed 101 #22, #36, #49): TVM types
+    every ``invoke_closure`` ``Object`` whatever it asked for. Every result
+    is asked for as an ``Object`` and cast back where it is bound."""
+    result = run_isolated(CLOSURE_RESULT_IN_LOOP_STATE).check()
+    results = json.loads(result.stdout.strip().splitlines()[-1])
+    assert results == dict.fromkeys("012", True)

@@ -86,12 +86,12 @@ class ClosureRules:
 
     def invoke(self, closure: Any, call: Call, env: dict[Var, Any], name: str) -> Any:
         """A call of a function value. TVM's LowerRuntimeBuiltin gives every
-        ``invoke_closure`` the type ``Object``, whatever type it asked for,
-        and a ``TupleGetItem`` of such a result then fails to normalise: a
-        result that is not a tensor is asked for as an ``Object`` and gets
-        its type back by a cast where it is bound (relax/lower.py's ``_value``,
-        relax/adts.py's ``typed``), as an ADT's fields do."""
+        ``invoke_closure`` the type ``Object``, whatever type it asked for:
+        a ``TupleGetItem`` of such a result then fails to normalise, and a
+        tensor result put in a tuple passed to a typed function (a global
+        loop body's state) fails the call's argument check. So every result
+        is asked for as an ``Object`` and gets its type back by a cast
+        where it is bound (relax/lower.py's ``_value``, relax/adts.py's
+        ``typed``), as an ADT's fields do."""
         args = relax.Tuple([self.walk.atom(a, env) for a in call.args])
-        want = relax_type(call.checked_type)
-        asked = want if isinstance(want, relax.TensorType) else relax.ObjectType()
-        return self.bb.emit(relax.op.invoke_closure(closure, args, [asked]), name)
+        return self.bb.emit(relax.op.invoke_closure(closure, args, [relax.ObjectType()]), name)
