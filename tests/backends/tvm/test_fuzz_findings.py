@@ -423,7 +423,7 @@ def test_a_closure_calls_tensor_result_passes_into_a_global_loop_body() -> None:
     the state of a ``cf.while_loop`` whose body is a global function, failed
     to build at -O0 and -O1 ("Argument 2 type mismatch ... given
     T.Tuple(R.Tensor((), dtype="int32"), R.Any)"; the widened fuzzer's
-    prelude and global-body programs, seed 101 #22, #36, #49): TVM types
+    prelude and global-body programs: seed 101, programs 22, 36 and 49): TVM types
     every ``invoke_closure`` ``Object`` whatever it asked for. Every result
     is asked for as an ``Object`` and cast back where it is bound."""
     result = run_isolated(CLOSURE_RESULT_IN_LOOP_STATE).check()
