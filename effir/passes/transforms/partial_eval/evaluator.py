@@ -526,9 +526,9 @@ class PartialEvaluator(Unrolling, Evaluator):
             size = 0
             for node in islice(pre_order(fn), MAX_INLINE + 1):
                 size += 1
-                if isinstance(node, Call) and isinstance(node.callee, Op):
-                    if node.callee.name in LOOP_OPS:
-                        self.nests.add(fn)
+                callee = node.callee if isinstance(node, Call) else None
+                if isinstance(callee, Op) and callee.name in LOOP_OPS:
+                    self.nests.add(fn)
             self.sizes[fn] = size
         return size
 
